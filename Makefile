@@ -1,0 +1,73 @@
+# mpistage: `make demo` runs the main job, `make test` the whole suite.
+# Both do every set-up step themselves (see `setup`), so a fresh Debian 12
+# machine needs nothing else.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+VENV    ?= .venv
+PY      := $(VENV)/bin/python
+STAMP   := $(VENV)/.mpistage-setup
+NP      ?= 4
+# Open MPI refuses root and more ranks than cores unless told.
+export OMPI_ALLOW_RUN_AS_ROOT := 1
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
+export OMPI_MCA_rmaps_base_oversubscribe := 1
+# Keep Open MPI's shared-memory backing files off small /tmp mounts in tests.
+export OMPI_MCA_btl_vader_single_copy_mechanism := none
+MPIRUN  := mpirun -n $(NP) --oversubscribe
+SERIAL_TIMEOUT ?= 1800
+MPI_TIMEOUT    ?= 1800
+
+APT_PACKAGES := openmpi-bin libopenmpi-dev libhdf5-openmpi-dev python3-h5py-mpi \
+                python3-mpi4py python3-venv slurm-wlm munge fuse3 procps
+
+.PHONY: help setup system demo test test-serial test-mpi lint bench clean-demo
+
+help:
+	@echo "make demo   - set up (if needed) and run the main job"
+	@echo "make test   - set up (if needed) and run the whole test suite"
+	@echo "make setup  - only the set-up (apt packages, .venv, editable install)"
+	@echo "make lint   - ruff + mypy"
+
+setup: system $(STAMP)
+
+# apt packages, installed only when one is missing (fast when done).
+system:
+	@missing=""; for p in $(APT_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing apt packages:$$missing"; \
+	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  $$SUDO apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+
+# The venv must see Debian's parallel h5py and mpi4py, so it is made from
+# Debian's interpreter with --system-site-packages (not the pyenv python3).
+$(STAMP): setup.cfg pyproject.toml constraints.txt
+	@test -x $(PY) || /usr/bin/python3 -m venv --system-site-packages $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[test,bench]'
+	@$(PY) -c "import h5py, mpi4py, numba, numpy; assert numpy.__version__ == '1.24.2', numpy.__version__"
+	@touch $(STAMP)
+
+demo: setup
+	$(PY) -m workflows.demo --np $(NP) --out demo-out
+
+test: setup test-serial test-mpi
+
+test-serial:
+	timeout -k 30 $(SERIAL_TIMEOUT) $(PY) -m pytest -m "not mpi" -q
+
+# pytest-mpi: every rank runs the same tests; tests/mpi_pytest.sh keeps rank 0's
+# output on the terminal (its summary line is the last thing printed) and the
+# other ranks' in .pytest-mpi/.
+test-mpi:
+	timeout -k 30 $(MPI_TIMEOUT) $(MPIRUN) bash tests/mpi_pytest.sh $(PY) -m mpi -q
+
+lint: setup
+	$(PY) -m ruff check stager workflows kernels hooks tests bench
+	$(PY) -m mypy stager hooks workflows
+
+clean-demo:
+	rm -rf demo-out

@@ -1,0 +1,42 @@
+"""Helpers for tests that run under ``mpirun`` (``@pytest.mark.mpi``).
+
+A failed assertion on one rank must fail the test on every rank, or the other
+ranks walk into the next test's collectives and hang. ``assert_all`` gathers
+every rank's verdict first.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+from typing import Any
+
+
+def assert_all(comm: Any, ok: bool, message: str = "") -> None:
+    """Collective over `comm`: every rank must call. Fail on all ranks if any failed.
+
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Comm
+    ok : bool
+        This rank's verdict.
+    message : str
+        What went wrong here (used only when ``ok`` is false).
+
+    Raises
+    ------
+    AssertionError
+        On every rank, listing each failing rank's host and message.
+    """
+    verdicts = comm.allgather((bool(ok), message, socket.gethostname()))
+    bad = [f"rank {r} on {h}: {m}" for r, (good, m, h) in enumerate(verdicts) if not good]
+    if bad:
+        raise AssertionError("; ".join(bad))
+
+
+def shared_tmpdir(comm: Any, prefix: str = "mpistage-test-") -> str:
+    """Collective over `comm`: one temporary directory, made on rank 0 and broadcast."""
+    path = tempfile.mkdtemp(prefix=prefix) if comm.rank == 0 else None
+    path = comm.bcast(path, root=0)
+    assert os.path.isdir(path)
+    return path
