@@ -1,0 +1,56 @@
+"""``stager`` command line: one subcommand per module in ``stager/commands/``.
+
+Each command module defines ``HELP`` (one line), ``add_arguments(parser)`` and
+``run(args) -> int``. Modules are imported only when their command runs, so
+``stager plan`` never imports MPI.
+
+Exit codes: 0 success, 1 a runtime failure (staging, verify mismatch), 2 bad
+input (spec error, missing file, bad option).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import List, Optional
+
+__all__ = ["main", "COMMANDS"]
+
+#: subcommand name -> (module, one-line help). Kept here, not discovered, so the
+#: help text needs no imports.
+COMMANDS = {
+    "plan": ("stager.commands.plan", "expand a hook spec and print what would be staged"),
+    "stage": ("stager.commands.stage", "collectively stage a spec's files to every node (run under mpirun)"),
+    "verify": ("stager.commands.verify", "re-checksum every node's staged copies (run under mpirun)"),
+    "clean": ("stager.commands.clean", "remove exactly what was staged (run under mpirun)"),
+    "drain": ("stager.commands.drain", "copy node-local results to the shared filesystem (run under mpirun)"),
+    "sbatch": ("stager.commands.sbatch", "render an sbatch template from slurm/"),
+}
+
+
+def _build_parser(command: Optional[str]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="stager",
+        description="Collective MPI-IO staging of detector data to node-local storage.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name, (module, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        if name == command:
+            importlib.import_module(module).add_arguments(p)
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Entry point of the ``stager`` console script and ``python -m stager``."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = next((a for a in argv if not a.startswith("-")), None)
+    parser = _build_parser(command if command in COMMANDS else None)
+    args = parser.parse_args(argv)
+    module = importlib.import_module(COMMANDS[args.command][0])
+    return int(module.run(args) or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Subcommands of the stager CLI (see stager/cli.py)."""
