@@ -49,7 +49,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = _build_parser(command if command in COMMANDS else None)
     args = parser.parse_args(argv)
     module = importlib.import_module(COMMANDS[args.command][0])
-    return int(module.run(args) or 0)
+    try:
+        return int(module.run(args) or 0)
+    except BrokenPipeError:
+        # `stager plan --json | head`: the reader left; not an error of ours.
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":  # pragma: no cover
