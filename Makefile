@@ -57,7 +57,7 @@ demo: setup
 test: setup test-serial test-mpi
 
 test-serial:
-	timeout -k 30 $(SERIAL_TIMEOUT) $(PY) -m pytest -m "not mpi" -q
+	timeout -k 30 $(SERIAL_TIMEOUT) $(PY) -m pytest -m "not mpi" -q --color=no
 
 # pytest-mpi: every rank runs the same tests; tests/mpi_pytest.sh keeps rank 0's
 # output on the terminal (its summary line is the last thing printed) and the

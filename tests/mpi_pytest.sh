@@ -7,7 +7,7 @@
 py=$1; shift
 rank=${OMPI_COMM_WORLD_RANK:-${PMIX_RANK:-0}}
 if [ "$rank" = 0 ]; then
-  exec "$py" -m pytest --with-mpi -p no:cacheprovider "$@"
+  exec "$py" -m pytest --with-mpi --color=no -p no:cacheprovider "$@"
 fi
 mkdir -p .pytest-mpi
-exec "$py" -m pytest --with-mpi -p no:cacheprovider "$@" >".pytest-mpi/rank-$rank.log" 2>&1
+exec "$py" -m pytest --with-mpi --color=no -p no:cacheprovider "$@" >".pytest-mpi/rank-$rank.log" 2>&1
