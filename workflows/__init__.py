@@ -1,1 +1,61 @@
-"""workflows package (see docs/ARCHITECTURE.md)."""
+"""Dataflow workflows on staged data: apps, futures, foreach, tree reductions, executors.
+
+A workflow file::
+
+    from workflows import app, foreach, reduce_tree
+
+    @app
+    def analyse(path):
+        ...
+
+    @app
+    def merge(a, b):
+        ...
+
+    def main(args):
+        return reduce_tree(merge, foreach(analyse, args.argv))
+
+runs with ``python -m workflows run FLOW.py --executor mpi|local|inline|parsl``
+(under ``mpirun`` for ``mpi``), or in Python inside ``with executors.make("local"):``.
+See docs/ARCHITECTURE.md, section 3.
+"""
+from __future__ import annotations
+
+from . import executors
+from .apps import App, CommandApp, app, command
+from .command import CommandResult
+from .dataflow import foreach, reduce_tree
+from .errors import (
+    CommandFailure,
+    DependencyFailure,
+    ExecutorError,
+    FlowError,
+    HookError,
+    NoExecutorError,
+    ResultsError,
+    TaskFailure,
+    WorkflowError,
+)
+from .futures import AppFuture, wait_all
+
+__all__ = [
+    "App",
+    "AppFuture",
+    "CommandApp",
+    "CommandFailure",
+    "CommandResult",
+    "DependencyFailure",
+    "ExecutorError",
+    "FlowError",
+    "HookError",
+    "NoExecutorError",
+    "ResultsError",
+    "TaskFailure",
+    "WorkflowError",
+    "app",
+    "command",
+    "executors",
+    "foreach",
+    "reduce_tree",
+    "wait_all",
+]

@@ -1,0 +1,75 @@
+"""The inline executor: tasks run in the caller, one at a time.
+
+For debugging and tests: a traceback points straight at the task, ``pdb``
+works, and with ``debug=True`` every task and every result is pickled and
+unpickled, catching the serialization bugs that would otherwise only show up
+on a cluster (LiberTEM's InlineJobExecutor does the same).
+"""
+from __future__ import annotations
+
+import os
+import pickle
+from concurrent.futures import Future
+from typing import Any, Callable, Optional
+
+from ..errors import ExecutorError
+from .base import Executor
+
+__all__ = ["InlineExecutor"]
+
+
+class InlineExecutor(Executor):
+    """Run each task immediately in the calling thread.
+
+    Parameters
+    ----------
+    debug : bool, optional
+        Pickle round-trip every task and result. Default: environment variable
+        ``WORKFLOWS_INLINE_DEBUG`` (``1``/``0``), else False.
+    """
+
+    name = "inline"
+
+    def __init__(self, debug: Optional[bool] = None):
+        super().__init__()
+        if debug is None:
+            text = os.environ.get("WORKFLOWS_INLINE_DEBUG", "0")
+            if text not in ("0", "1"):
+                raise ExecutorError(f"WORKFLOWS_INLINE_DEBUG={text!r}: expected 0 or 1")
+            debug = text == "1"
+        self.debug = bool(debug)
+
+    @property
+    def workers(self) -> int:
+        return 1
+
+    def submit(self, fn: Callable, *args: Any, **kwargs: Any) -> Future:
+        self._check_open()
+        fut: Future = Future()
+        fut.set_running_or_notify_cancel()
+        try:
+            if self.debug:
+                fn, args, kwargs = _round_trip((fn, args, kwargs), "task")
+            result = fn(*args, **kwargs)
+            if self.debug:
+                result = _round_trip(result, "result")
+        except BaseException as exc:  # noqa: BLE001 - delivered through the future
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            fut.set_exception(exc)
+        else:
+            fut.set_result(result)
+        return fut
+
+    def _shutdown(self, wait: bool) -> None:
+        pass
+
+
+def _round_trip(obj: Any, what: str) -> Any:
+    try:
+        return pickle.loads(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+    except Exception as exc:
+        raise ExecutorError(
+            f"inline executor (debug=True): the {what} does not survive pickling, so it "
+            f"would fail on a real cluster: {type(exc).__name__}: {exc}"
+        ) from exc

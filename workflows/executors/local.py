@@ -1,0 +1,60 @@
+"""The local executor: a process pool on this machine (``concurrent.futures``).
+
+Workers are forked by default, so they inherit the modules the submitting
+process loaded (a workflow file loaded by path included); with another start
+method, :class:`~workflows.tasks.FunctionRef` reloads such files by path.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+from concurrent.futures import Future, ProcessPoolExecutor
+from typing import Any, Callable, Optional
+
+from ..errors import ExecutorError
+from .base import Executor, env_int
+
+__all__ = ["LocalExecutor"]
+
+_START_METHODS = ("fork", "forkserver", "spawn")
+
+
+def _worker_init() -> None:
+    os.environ["WORKFLOWS_WORKER"] = "1"
+
+
+class LocalExecutor(Executor):
+    """A pool of worker processes.
+
+    Parameters
+    ----------
+    max_workers : int, optional
+        Default: ``WORKFLOWS_LOCAL_WORKERS``, else the number of CPUs.
+    start_method : str, optional
+        ``fork`` (default), ``forkserver`` or ``spawn``; default:
+        ``WORKFLOWS_LOCAL_START_METHOD``.
+    """
+
+    name = "local"
+
+    def __init__(self, max_workers: Optional[int] = None, start_method: Optional[str] = None):
+        super().__init__()
+        self._workers = env_int(max_workers, "WORKFLOWS_LOCAL_WORKERS", os.cpu_count() or 1)
+        method = start_method or os.environ.get("WORKFLOWS_LOCAL_START_METHOD") or "fork"
+        if method not in _START_METHODS:
+            raise ExecutorError(f"start method {method!r}: expected one of {_START_METHODS}")
+        self._pool = ProcessPoolExecutor(
+            self._workers, mp_context=multiprocessing.get_context(method),
+            initializer=_worker_init,
+        )
+
+    @property
+    def workers(self) -> int:
+        return self._workers
+
+    def submit(self, fn: Callable, *args: Any, **kwargs: Any) -> Future:
+        self._check_open()
+        return self._pool.submit(fn, *args, **kwargs)
+
+    def _shutdown(self, wait: bool) -> None:
+        self._pool.shutdown(wait=wait, cancel_futures=not wait)

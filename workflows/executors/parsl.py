@@ -1,0 +1,120 @@
+"""The Parsl executor: tasks through a Parsl ``DataFlowKernel`` and its executors.
+
+Only Parsl's execution layer is used: our runtime has already resolved every
+dependency, so each task reaches Parsl ready to run. The default configuration
+is a HighThroughputExecutor with a LocalProvider (one block of workers on this
+machine); the Slurm set-up passes its own ``Config`` (SlurmProvider). Parsl is
+imported only when this executor is made: importing it takes about a second.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from concurrent.futures import Future
+from typing import Any, Callable, Optional, Union
+
+from ..errors import ExecutorError
+from .base import Executor, env_int
+
+__all__ = ["ParslExecutor", "htex_local_config", "threads_config"]
+
+CONFIGS = ("htex-local", "threads")
+
+
+def _call(fn: Callable, *args: Any, **kwargs: Any) -> Any:
+    # Module-level so Parsl's serializer sends it by reference.
+    os.environ["WORKFLOWS_WORKER"] = "1"
+    return fn(*args, **kwargs)
+
+
+def htex_local_config(workers: int, run_dir: str):
+    """A Parsl Config: one HighThroughputExecutor block of ``workers`` on this machine."""
+    from parsl.config import Config
+    from parsl.executors import HighThroughputExecutor
+    from parsl.providers import LocalProvider
+
+    # The worker pool script lives next to this interpreter; the provider's
+    # shell may not have it on PATH.
+    bindir = os.path.dirname(sys.executable)
+    htex = HighThroughputExecutor(
+        label="htex_local",
+        address="127.0.0.1",
+        max_workers_per_node=workers,
+        cores_per_worker=1e-6,
+        encrypted=False,
+        heartbeat_period=2,
+        heartbeat_threshold=10,
+        poll_period=1,
+        worker_logdir_root=run_dir,
+        provider=LocalProvider(
+            init_blocks=1, min_blocks=1, max_blocks=1,
+            worker_init=f"export PATH={bindir}:$PATH",
+        ),
+    )
+    return Config(executors=[htex], run_dir=run_dir, strategy="none",
+                  initialize_logging=False, usage_tracking=0)
+
+
+def threads_config(workers: int, run_dir: str):
+    """A Parsl Config with Parsl's ThreadPoolExecutor (no worker processes)."""
+    from parsl.config import Config
+    from parsl.executors.threads import ThreadPoolExecutor
+
+    return Config(executors=[ThreadPoolExecutor(max_threads=workers, label="threads")],
+                  run_dir=run_dir, strategy="none", initialize_logging=False, usage_tracking=0)
+
+
+class ParslExecutor(Executor):
+    """Tasks on Parsl.
+
+    Parameters
+    ----------
+    config : parsl.config.Config or str, optional
+        A Parsl Config, or ``"htex-local"`` (default) / ``"threads"``; default
+        from ``WORKFLOWS_PARSL_CONFIG``.
+    workers : int, optional
+        Workers for the named configs; default ``WORKFLOWS_PARSL_WORKERS``,
+        else the number of CPUs.
+    run_dir : str, optional
+        Parsl's run directory (logs); default a temporary directory, removed
+        at a clean shutdown.
+    """
+
+    name = "parsl"
+
+    def __init__(self, config: Union[None, str, Any] = None, workers: Optional[int] = None,
+                 run_dir: Optional[str] = None):
+        super().__init__()
+        config = config or os.environ.get("WORKFLOWS_PARSL_CONFIG") or "htex-local"
+        self._workers = env_int(workers, "WORKFLOWS_PARSL_WORKERS", os.cpu_count() or 1)
+        self._tmp = None
+        if run_dir is None:
+            run_dir = self._tmp = tempfile.mkdtemp(prefix="workflows-parsl-")
+        if isinstance(config, str):
+            if config not in CONFIGS:
+                raise ExecutorError(f"parsl config {config!r}: expected one of {CONFIGS} or a Config")
+            make = htex_local_config if config == "htex-local" else threads_config
+            config = make(self._workers, run_dir)
+        from parsl import python_app
+        from parsl.dataflow.dflow import DataFlowKernel
+
+        try:
+            self._dfk = DataFlowKernel(config)
+        except Exception as exc:
+            raise ExecutorError(f"Parsl could not start: {type(exc).__name__}: {exc}") from exc
+        self._app = python_app(_call, data_flow_kernel=self._dfk)
+
+    @property
+    def workers(self) -> int:
+        return self._workers
+
+    def submit(self, fn: Callable, *args: Any, **kwargs: Any) -> Future:
+        self._check_open()
+        return self._app(fn, *args, **kwargs)
+
+    def _shutdown(self, wait: bool) -> None:
+        self._dfk.cleanup()
+        if self._tmp:
+            shutil.rmtree(self._tmp, ignore_errors=True)
