@@ -14,10 +14,10 @@ import os
 import pwd
 import re
 from functools import lru_cache
-from typing import List, Mapping, Optional, Tuple
+from typing import List, Mapping, Optional, Tuple, cast
 
 from lark import Lark, Token, Tree
-from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 
 from hooks.errors import SpecError
 from hooks.spec import Block, Location, Pattern, Spec
@@ -115,10 +115,12 @@ def parse_spec(text: str, path: str = "<string>", env: Optional[Mapping[str, str
 # -- blocks and paths ---------------------------------------------------------
 
 def _block(node: Tree, path: str, env: Mapping[str, str], base_dir: str, error) -> Block:
-    kw, _to, dest_tree, kind_tree, lbrace, *rest = node.children
-    kind = kind_tree.children[0]
-    entries = [c for c in rest if isinstance(c, Tree)]
-    dest_tok = dest_tree.children[0]
+    children = node.children
+    kw = cast(Token, children[0])
+    dest_tok = cast(Token, cast(Tree, children[2]).children[0])
+    kind = cast(Token, cast(Tree, children[3]).children[0])
+    lbrace = cast(Token, children[4])
+    entries = [c for c in children[5:] if isinstance(c, Tree)]
     dest = _expand(dest_tok, env, error, destination=True)
     if not dest.startswith("/"):
         raise error(f"relative destination {dest_tok.value!r}: a destination must be an "
@@ -134,16 +136,19 @@ def _block(node: Tree, path: str, env: Mapping[str, str], base_dir: str, error) 
     patterns = []
     for entry in entries:
         optional = len(entry.children) == 2
-        tok = entry.children[-1].children[0]
+        tok = cast(Token, cast(Tree, entry.children[-1]).children[0])
         text = _expand(tok, env, error, destination=False)
         if not text:
             raise error("empty pattern", tok.line, tok.column)
         full = os.path.normpath(os.path.join(base_dir, text))
         patterns.append(Pattern(text=full, raw=_unquote(tok), optional=optional,
-                                location=Location(path, tok.line, tok.column)))
+                                location=_loc(path, tok)))
     return Block(dest=_normdest(dest), kind=str(kind), patterns=tuple(patterns),
-                 location=Location(path, kw.line, kw.column),
-                 dest_location=Location(path, dest_tok.line, dest_tok.column))
+                 location=_loc(path, kw), dest_location=_loc(path, dest_tok))
+
+
+def _loc(path: str, tok: Token) -> Location:
+    return Location(path, int(tok.line or 0), int(tok.column or 0))
 
 
 def _normdest(dest: str) -> str:
@@ -166,12 +171,13 @@ def _expand(tok: Token, env: Mapping[str, str], error, destination: bool) -> str
     ``%j`` (``$SLURM_JOB_ID`` or ``nojob``) and ``%u`` (user) are replaced,
     ``%n`` is kept for the stager, and ``%%`` becomes a literal ``%``.
     """
+    column = int(tok.column or 1)
     if tok.type == "SQUOTED":
-        body, col0, expand = tok.value[1:-1], tok.column + 1, False
+        body, col0, expand = tok.value[1:-1], column + 1, False
     elif tok.type == "DQUOTED":
-        body, col0, expand = tok.value[1:-1], tok.column + 1, True
+        body, col0, expand = tok.value[1:-1], column + 1, True
     else:
-        body, col0, expand = tok.value, tok.column, True
+        body, col0, expand = tok.value, column, True
     out: List[str] = []
     i = 0
     if expand and body.startswith("~"):
@@ -312,16 +318,15 @@ def _header_message(header: List[Token], found: str, tok: Optional[Token]) -> st
 
 def _syntax_error(e: UnexpectedInput, text: str, error) -> SpecError:
     if isinstance(e, UnexpectedCharacters):
-        ch = text[e.pos_in_stream]
+        ch = text[e.pos_in_stream or 0]
         if ch in "\"'":
             return error(f"unterminated quote: close the {ch}-quoted path on the same line",
                          e.line, e.column)
         return error(f"unexpected character {ch!r}", e.line, e.column)
 
     tok: Optional[Token] = getattr(e, "token", None)
-    at_eof = isinstance(e, UnexpectedEOF) or tok is None or tok.type == "$END"
-    opened, context = _context(text, len(text) if at_eof else (tok.start_pos or 0))
-    if at_eof:
+    if isinstance(e, UnexpectedEOF) or tok is None or tok.type == "$END":
+        opened, context = _context(text, len(text))
         if opened is not None:
             return error("missing '}': this block is never closed", opened.line, opened.column)
         line, col = _eof_position(text)
@@ -330,7 +335,8 @@ def _syntax_error(e: UnexpectedInput, text: str, error) -> SpecError:
                          line, col)
         return error("unexpected end of file", line, col)
 
-    assert tok is not None
+    opened, context = _context(text, tok.start_pos or 0)
+
     found = _describe(tok)
     if opened is not None:  # inside a block body
         prev = context[-1] if context else None

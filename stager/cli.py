@@ -20,10 +20,10 @@ __all__ = ["main", "COMMANDS"]
 #: help text needs no imports.
 COMMANDS = {
     "plan": ("stager.commands.plan", "expand a hook spec and print what would be staged"),
-    "stage": ("stager.commands.stage", "collectively stage a spec's files to every node (run under mpirun)"),
-    "verify": ("stager.commands.verify", "re-checksum every node's staged copies (run under mpirun)"),
+    "stage": ("stager.commands.stage", "stage a spec's files to every node (under mpirun)"),
+    "verify": ("stager.commands.verify", "re-checksum every node's staged copies (under mpirun)"),
     "clean": ("stager.commands.clean", "remove exactly what was staged (run under mpirun)"),
-    "drain": ("stager.commands.drain", "copy node-local results to the shared filesystem (run under mpirun)"),
+    "drain": ("stager.commands.drain", "copy node results to the shared filesystem (under mpirun)"),
     "sbatch": ("stager.commands.sbatch", "render an sbatch template from slurm/"),
 }
 

@@ -72,7 +72,7 @@ class Manifest:
         return sum(e.size for e in self.entries)
 
     @property
-    def largest(self) -> "Entry | None":
+    def largest(self) -> Entry | None:
         return max(self.entries, key=lambda e: e.size, default=None)
 
     def for_node(self, node: str) -> List[Tuple[Entry, str]]:
@@ -92,7 +92,7 @@ class Manifest:
         return json.dumps(self.to_dict(), **kw)
 
     @classmethod
-    def from_dict(cls, d: Dict[str, Any]) -> "Manifest":
+    def from_dict(cls, d: Dict[str, Any]) -> Manifest:
         return cls(
             spec_path=d["spec"],
             blocks=tuple(BlockPlan(**b) for b in d["blocks"]),
@@ -101,5 +101,5 @@ class Manifest:
 
     @classmethod
     def from_entries(cls, spec_path: str, blocks: Iterable[BlockPlan],
-                     entries: Iterable[Entry]) -> "Manifest":
+                     entries: Iterable[Entry]) -> Manifest:
         return cls(spec_path=spec_path, blocks=tuple(blocks), entries=tuple(entries))
