@@ -27,7 +27,8 @@ def _config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("source")
     p.add_argument("mountpoint")
     p.add_argument("--bandwidth", type=float, default=None,
-                   help="aggregate read cap, bytes/s (default $SIMPFS_BANDWIDTH or 400e6; 0 = none)")
+                   help="aggregate read cap, bytes/s "
+                        "(default $SIMPFS_BANDWIDTH or 400e6; 0 = none)")
     p.add_argument("--latency", type=float, default=None,
                    help="seconds per metadata op (default $SIMPFS_LATENCY or 0.002)")
     p.add_argument("--mds-slots", type=int, default=None,
@@ -54,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
                          help="unmount when the parent process exits")
     _config_args(sub.add_parser("mount", help="start the daemon in the background"))
     sub.add_parser("umount", help="unmount").add_argument("mountpoint")
-    sub.add_parser("status", help="list FUSE mounts").add_argument("directory", nargs="?", default="/")
+    p_status = sub.add_parser("status", help="list FUSE mounts")
+    p_status.add_argument("directory", nargs="?", default="/")
     a = parser.parse_args(argv)
     try:
         if a.cmd == "serve":
@@ -62,10 +64,14 @@ def main(argv: list[str] | None = None) -> int:
         elif a.cmd == "mount":
             _config(a)  # validate here, so a bad option fails in the foreground
             cmd = [sys.executable, "-m", "bench.pfs", "serve", *sys.argv[2:]]
-            proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL)
+            # The daemon must not hold our stdout/stderr open, or a caller that
+            # captures them would wait for it to exit.
+            proc = subprocess.Popen(cmd, start_new_session=True, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             while not is_mounted(a.mountpoint):
                 if proc.poll() is not None:
-                    raise PFSError(f"daemon exited with {proc.returncode} before mounting")
+                    raise PFSError(f"daemon exited with {proc.returncode} before mounting; "
+                                   f"run `python -m bench.pfs serve ...` to see its error")
                 time.sleep(0.05)
             print(f"mounted {a.source} at {a.mountpoint} (daemon pid {proc.pid})")
         elif a.cmd == "umount":

@@ -82,7 +82,8 @@ class PFSConfig:
 
     def __post_init__(self) -> None:
         if self.bandwidth < 0 or self.latency < 0:
-            raise PFSError(f"bandwidth and latency must be >= 0 (got {self.bandwidth}, {self.latency})")
+            raise PFSError(f"bandwidth and latency must be >= 0 "
+                           f"(got {self.bandwidth}, {self.latency})")
         if self.mds_slots < 1 or self.max_threads < 1:
             raise PFSError(f"mds_slots and max_threads must be >= 1 "
                            f"(got {self.mds_slots}, {self.max_threads})")
@@ -170,6 +171,9 @@ def serve(source: str, mountpoint: str, config: PFSConfig, counters: str | None 
     from .fs import PassthroughPFS, fuse_options
     from .throttle import MetadataServer, TokenBucket
 
+    if not os.path.isdir(source):
+        raise PFSError(f"source {source} is not a directory")
+    os.makedirs(mountpoint, exist_ok=True)
     ops = PassthroughPFS(source, TokenBucket(config.bandwidth, config.burst),
                          MetadataServer(config.latency, config.mds_slots))
     if watch_parent:
@@ -268,7 +272,7 @@ class SimulatedPFS:
                 return json.load(fh)
         return {}
 
-    def __enter__(self) -> SimulatedPFS:  # noqa: PYI034
+    def __enter__(self) -> SimulatedPFS:
         for sig in (signal.SIGTERM, signal.SIGHUP):
             try:
                 self._saved_handlers[sig] = signal.signal(sig, _raise_interrupt)

@@ -1,0 +1,277 @@
+"""The simulated PFS (bench/pfs): exact counters, shared cap, metadata server, clean unmount.
+
+Serial tests. The FUSE ones need root and /dev/fuse (marker ``fuse``). No test
+asserts a speed: the cap is checked through the token bucket's own accounting
+and a lower bound no correct cap can beat.
+"""
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench.pfs import (  # noqa: E402
+    MetadataServer,
+    PFSConfig,
+    PFSError,
+    SimulatedPFS,
+    TokenBucket,
+    fuse_mounts_under,
+    is_mounted,
+)
+
+MiB = 1 << 20
+CAN_FUSE = os.path.exists("/dev/fuse") and os.geteuid() == 0 and bool(
+    subprocess.run(["which", "fusermount3"], capture_output=True, check=False).stdout)
+needs_fuse = pytest.mark.skipif(not CAN_FUSE,
+                                reason="needs /dev/fuse, fusermount3 (fuse3) and root")
+
+
+# --- pure: the two shared resources ------------------------------------------
+def test_bucket_consumes_exactly_what_is_taken():
+    bucket = TokenBucket(None)
+    sizes = [0, 1, 4096, 3 * MiB, 12345]
+    for n in sizes:
+        assert bucket.take(n) == 0.0
+    st = bucket.stats()
+    assert (st.consumed, st.requests, st.seconds_waited) == (sum(sizes), len(sizes), 0.0)
+
+
+def test_bucket_charges_debt_beyond_burst():
+    # 1 MB/s with a 1 MB burst: the first 1 MB is free, the next 0.05 MB costs 0.05 s of debt.
+    bucket = TokenBucket(1e6, burst=1e6)
+    assert bucket.take(1_000_000) == 0.0
+    delay = bucket.take(50_000)
+    assert 0.0 < delay <= 0.05
+    assert bucket.stats().consumed == 1_050_000
+
+
+def test_bucket_and_mds_reject_bad_values():
+    with pytest.raises(ValueError, match="rate"):
+        TokenBucket(-1)
+    with pytest.raises(ValueError, match="nbytes"):
+        TokenBucket(1e6).take(-5)
+    with pytest.raises(ValueError, match="slots"):
+        MetadataServer(0.001, slots=0)
+    with pytest.raises(ValueError, match="latency"):
+        MetadataServer(-0.001)
+
+
+def test_metadata_server_counts_ops_and_busy_time():
+    mds = MetadataServer(0.001, slots=1)
+    threads = [threading.Thread(target=mds.serve) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    st = mds.stats()
+    assert st.ops == 6
+    assert st.seconds_busy == pytest.approx(0.006)
+
+
+def test_config_precedence_keyword_env_default():
+    assert PFSConfig.resolve(env={}).bandwidth == 400e6
+    assert PFSConfig.resolve(env={}).latency == 0.002
+    env = {"SIMPFS_BANDWIDTH": "1e8", "SIMPFS_LATENCY": "0.01"}
+    assert PFSConfig.resolve(env=env).bandwidth == 1e8
+    assert PFSConfig.resolve(env=env, bandwidth=5e7).bandwidth == 5e7
+    assert PFSConfig.resolve(env=env).latency == 0.01
+    with pytest.raises(PFSError, match="SIMPFS_LATENCY"):
+        PFSConfig.resolve(env={"SIMPFS_LATENCY": "fast"})
+    with pytest.raises(PFSError, match="mds_slots"):
+        PFSConfig(mds_slots=0)
+
+
+# --- through a real FUSE mount -----------------------------------------------
+@pytest.fixture
+def tree(tmp_path):
+    src = tmp_path / "src"
+    (src / "frames").mkdir(parents=True)
+    (src / "small").mkdir()
+    rng = os.urandom
+    (src / "frames" / "a.bin").write_bytes(rng(3 * MiB + 17))
+    (src / "frames" / "b.bin").write_bytes(rng(2 * MiB))
+    for i in range(5):
+        (src / "small" / f"s{i}.dat").write_bytes(rng(4096))
+    return src, tmp_path / "mnt"
+
+
+def _read_all(path: Path, block: int = 1 * MiB) -> int:
+    n = 0
+    with open(path, "rb", buffering=0) as fh:
+        while chunk := fh.read(block):
+            n += len(chunk)
+    return n
+
+
+@pytest.mark.fuse
+@needs_fuse
+def test_counters_are_exact(tree):
+    src, mnt = tree
+    with SimulatedPFS(str(src), str(mnt), PFSConfig(bandwidth=0, latency=0)) as pfs:
+        assert (mnt / "frames" / "a.bin").read_bytes() == (src / "frames" / "a.bin").read_bytes()
+        for _ in range(3):
+            _read_all(mnt / "frames" / "b.bin")
+        for _ in range(4):
+            os.stat(mnt / "small" / "s0.dat")
+        assert sorted(os.listdir(mnt / "small")) == [f"s{i}.dat" for i in range(5)]
+    files = pfs.counters["files"]
+    a, b = files["/frames/a.bin"], files["/frames/b.bin"]
+    assert (a["bytes_read"], a["opens"]) == (3 * MiB + 17, 1)
+    assert (b["bytes_read"], b["opens"]) == (3 * 2 * MiB, 3)
+    # zero entry timeout: every path-based stat is one lookup, i.e. one counted stat.
+    assert files["/small/s0.dat"] == {"bytes_read": 0, "opens": 0, "stats": 4}
+    assert pfs.counters["readdirs"] == {"/small": 1}
+    totals = pfs.counters["totals"]
+    assert totals["bytes_read"] == 3 * MiB + 17 + 6 * MiB
+    assert totals["opens"] == 4
+
+
+@pytest.mark.fuse
+@needs_fuse
+def test_bucket_accounting_matches_bytes_and_metadata_ops(tree):
+    src, mnt = tree
+    with SimulatedPFS(str(src), str(mnt), PFSConfig(bandwidth=200e6, latency=0.001)) as pfs:
+        for p in sorted((mnt / "small").iterdir()):
+            _read_all(p)
+        _read_all(mnt / "frames" / "a.bin")
+    c = pfs.counters
+    assert c["bucket"]["tokens_consumed"] == c["totals"]["bytes_read"] == 5 * 4096 + 3 * MiB + 17
+    assert c["bucket"]["requests"] == c["totals"]["read_requests"]
+    ops = c["totals"]["stats"] + c["totals"]["opens"] + c["totals"]["readdirs"]
+    assert c["metadata_server"]["ops"] == ops
+    assert c["metadata_server"]["seconds_busy"] == pytest.approx(ops * 0.001)
+    assert c["config"]["bandwidth"] == 200e6
+
+
+@pytest.mark.fuse
+@needs_fuse
+def test_cap_is_shared_by_concurrent_readers(tree):
+    """Two readers of a capped mount together get no more than the cap (a lower bound)."""
+    src, mnt = tree
+    rate, burst = 20e6, 1e6
+    nbytes = {}
+
+    def reader(name: str) -> None:
+        nbytes[name] = _read_all(mnt / "frames" / name)
+
+    with SimulatedPFS(str(src), str(mnt), PFSConfig(bandwidth=0, latency=0)):
+        t0 = time.monotonic()
+        reader("a.bin")
+        uncapped = time.monotonic() - t0
+    with SimulatedPFS(str(src), str(mnt), PFSConfig(bandwidth=rate, burst=burst, latency=0)) as pfs:
+        threads = [threading.Thread(target=reader, args=(n,)) for n in ("a.bin", "b.bin")]
+        t0 = time.monotonic()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        capped = time.monotonic() - t0
+    total = nbytes["a.bin"] + nbytes["b.bin"]
+    assert pfs.counters["bucket"]["tokens_consumed"] == total
+    # No correct token bucket lets `total` bytes through faster than this; noise only adds.
+    assert capped >= (total - burst) / rate * 0.99
+    assert pfs.counters["bucket"]["seconds_waited"] > 0
+    assert capped > uncapped
+
+
+@pytest.mark.fuse
+@needs_fuse
+def test_mount_is_read_only(tree):
+    src, mnt = tree
+    with SimulatedPFS(str(src), str(mnt), PFSConfig(bandwidth=0, latency=0)):
+        with pytest.raises(OSError) as info:
+            with open(mnt / "frames" / "a.bin", "r+b"):
+                pass
+        assert info.value.errno in (errno.EROFS, errno.EACCES)
+        with pytest.raises(OSError):
+            (mnt / "new.txt").write_text("x")
+    assert not (src / "new.txt").exists()
+
+
+_HOLDER = textwrap.dedent("""
+    import sys, time
+    sys.path.insert(0, {repo!r})
+    from bench.pfs import SimulatedPFS, PFSConfig
+    with SimulatedPFS({src!r}, {mnt!r}, PFSConfig(bandwidth=0, latency=0)):
+        open({mnt!r} + "/frames/b.bin", "rb").read(10)
+        print("mounted", flush=True)
+        time.sleep(120)
+""")
+
+
+def _start_holder(src: Path, mnt: Path, **kw) -> subprocess.Popen[str]:
+    code = _HOLDER.format(repo=str(REPO), src=str(src), mnt=str(mnt))
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **kw)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "mounted", proc.stderr.read() if proc.stderr else ""
+    assert is_mounted(mnt)
+    return proc
+
+
+def _wait_unmounted(mnt: Path, limit: float = 15.0) -> bool:
+    deadline = time.monotonic() + limit
+    while is_mounted(mnt) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return not is_mounted(mnt)
+
+
+@pytest.mark.fuse
+@needs_fuse
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupted_owner_leaves_no_mount_and_writes_counters(tree, sig):
+    src, mnt = tree
+    proc = _start_holder(src, mnt)
+    proc.send_signal(sig)
+    proc.wait(timeout=30)
+    assert _wait_unmounted(mnt)
+    assert fuse_mounts_under(mnt.parent) == []
+    counters = json.loads((mnt.parent / ".mnt.counters.json").read_text())
+    assert counters["files"]["/frames/b.bin"]["opens"] == 1
+
+
+@pytest.mark.fuse
+@needs_fuse
+def test_killed_owner_daemon_unmounts_itself(tree):
+    src, mnt = tree
+    proc = _start_holder(src, mnt)
+    proc.kill()  # no handler runs: the daemon's parent watch must clean up
+    proc.wait(timeout=30)
+    assert _wait_unmounted(mnt)
+
+
+@pytest.mark.fuse
+@needs_fuse
+def test_stale_mount_is_replaced_and_cli_round_trip(tree):
+    src, mnt = tree
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    cli = [sys.executable, "-m", "bench.pfs"]
+    out = subprocess.run([*cli, "mount", str(src), str(mnt), "--latency", "0"], env=env,
+                         capture_output=True, text=True, check=True, timeout=60)
+    assert "mounted" in out.stdout and is_mounted(mnt)
+    status = subprocess.run([*cli, "status", str(mnt.parent)], env=env, capture_output=True,
+                            text=True, check=True, timeout=60)
+    assert status.stdout.split() == [str(mnt)]
+    # A second owner finds the stale mount, replaces it, and cleans up after itself.
+    with SimulatedPFS(str(src), str(mnt), PFSConfig(bandwidth=0, latency=0)):
+        assert _read_all(mnt / "frames" / "b.bin") == 2 * MiB
+    assert not is_mounted(mnt)
+    subprocess.run([*cli, "umount", str(mnt)], env=env, check=True, timeout=60)
+
+
+def test_bad_source_is_a_clear_error(tmp_path):
+    with pytest.raises(PFSError, match="not a directory"):
+        SimulatedPFS(str(tmp_path / "missing"), str(tmp_path / "mnt")).start()
