@@ -1,0 +1,66 @@
+"""``stager drain SRC DEST``: copy every node's node-local results to the shared filesystem.
+
+Run under ``mpirun``/``srun`` with at least one rank per node. Rank 0 prints one
+summary line (files, bytes, seconds, rate). Exit 0 on success, 1 when the drain
+failed on any rank (the same one-line reason on every rank), 2 on bad options.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+HELP = "copy node-local results to the shared filesystem (run under mpirun)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("src", metavar="SRC",
+                   help="node-local results directory (%%n = node name)")
+    p.add_argument("dest", metavar="DEST",
+                   help="shared directory; files go to DEST/<node>/... (see --merge)")
+    p.add_argument("--merge", action="store_true",
+                   help="put every node's files directly in DEST "
+                        "(names must be unique across nodes)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace files that already exist at DEST "
+                        "(default: refuse, before copying anything)")
+    p.add_argument("--no-verify", dest="verify", action="store_false",
+                   help="do not read the shared copies back to compare checksums")
+    nodes = p.add_mutually_exclusive_group()
+    nodes.add_argument("--emulate-nodes", type=int, metavar="K",
+                       help="split the ranks into K emulated nodes node0..node{K-1}")
+    nodes.add_argument("--node-id-env", metavar="VAR",
+                       help="ranks with the same value of environment variable VAR form a node "
+                            "(e.g. SLURMD_NODENAME)")
+    p.add_argument("--json", metavar="FILE",
+                   help="write the report (with checksums) as JSON to FILE")
+
+
+def run(args: argparse.Namespace) -> int:
+    from mpi4py import MPI
+
+    from stager.drain import drain
+    from stager.errors import StagerError
+
+    comm = MPI.COMM_WORLD
+    try:
+        report = drain(args.src, args.dest, comm, emulate_nodes=args.emulate_nodes,
+                       node_id_env=args.node_id_env, merge=args.merge,
+                       overwrite=args.overwrite, verify=args.verify)
+    except ValueError as e:
+        if comm.rank == 0:
+            print(f"stager drain: {e}", file=sys.stderr)
+        return 2
+    except StagerError as e:
+        if comm.rank == 0:
+            print(f"stager drain: {e}", file=sys.stderr)
+        return 1
+    if comm.rank == 0:
+        print(report.summary(), file=sys.stderr)
+        if args.json:
+            tmp = f"{args.json}.tmp-{os.getpid()}"
+            with open(tmp, "w") as fh:
+                json.dump(report.to_dict(), fh, indent=1)
+            os.replace(tmp, args.json)
+    return 0
