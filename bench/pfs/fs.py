@@ -4,7 +4,8 @@ Every request the kernel sends reaches this object because the mount disables
 the kernel's caches (``direct_io``, zero entry/attribute timeouts; see
 `fuse_options`): each application ``read`` becomes one or more READ requests
 charged to the shared `TokenBucket`, each ``stat``/``open``/``readdir`` one
-request served by the `MetadataServer`. Per-file counters (bytes read, opens,
+request served by the `MetadataServer` (directory lookups are counted but
+not charged; see `PassthroughPFS.getattr`). Per-file counters (bytes read, opens,
 stats) and the totals are what `snapshot` returns and what the server writes
 as JSON at unmount.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 import threading
 from collections import defaultdict
 from typing import Any
@@ -72,6 +74,7 @@ class PassthroughPFS(mfusepy.Operations):
         self._opens: defaultdict[str, int] = defaultdict(int)
         self._stats: defaultdict[str, int] = defaultdict(int)
         self._readdirs: defaultdict[str, int] = defaultdict(int)
+        self._dir_stats: defaultdict[str, int] = defaultdict(int)
         self._reads = 0
         self._fds: dict[int, str] = {}
 
@@ -82,10 +85,17 @@ class PassthroughPFS(mfusepy.Operations):
 
     # --- metadata: each call is one metadata-server operation ----------------
     def getattr(self, path: str, fh: int | None = None) -> dict[str, Any]:
-        self.mds.serve()
-        with self._lock:
-            self._stats[path] += 1
         st = os.fstat(fh) if fh is not None else os.lstat(self._real(path))
+        if stat.S_ISDIR(st.st_mode):
+            # Counted, not charged: a real client caches a directory's entry under a
+            # lock after its first lookup, but here one kernel serves every emulated
+            # node with zero timeouts, so each path walk re-looks-up every directory.
+            with self._lock:
+                self._dir_stats[path] += 1
+        else:
+            self.mds.serve()
+            with self._lock:
+                self._stats[path] += 1
         attrs = {key: getattr(st, key) for key in _STAT_KEYS}
         # Read-only filesystem: show no write bits.
         attrs["st_mode"] &= ~0o222
@@ -151,7 +161,8 @@ class PassthroughPFS(mfusepy.Operations):
             paths = sorted(set(self._bytes) | set(self._opens) | set(self._stats))
             files = {p: {"bytes_read": self._bytes.get(p, 0), "opens": self._opens.get(p, 0),
                          "stats": self._stats.get(p, 0)} for p in paths}
-            readdirs = dict(self._readdirs)
+            dirs = {p: {"stats": self._dir_stats.get(p, 0), "readdirs": self._readdirs.get(p, 0)}
+                    for p in sorted(set(self._dir_stats) | set(self._readdirs))}
             reads = self._reads
         return {
             "source": self.source,
@@ -159,7 +170,8 @@ class PassthroughPFS(mfusepy.Operations):
                 "bytes_read": sum(f["bytes_read"] for f in files.values()),
                 "opens": sum(f["opens"] for f in files.values()),
                 "stats": sum(f["stats"] for f in files.values()),
-                "readdirs": sum(readdirs.values()),
+                "readdirs": sum(d["readdirs"] for d in dirs.values()),
+                "dir_stats": sum(d["stats"] for d in dirs.values()),
                 "read_requests": reads,
             },
             "bucket": {"rate": bucket.rate, "burst": bucket.burst,
@@ -168,5 +180,5 @@ class PassthroughPFS(mfusepy.Operations):
             "metadata_server": {"latency": mds.latency, "slots": mds.slots, "ops": mds.ops,
                                 "seconds_busy": mds.seconds_busy},
             "files": files,
-            "readdirs": readdirs,
+            "directories": dirs,
         }
