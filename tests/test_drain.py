@@ -1,0 +1,246 @@
+"""stager drain: pure helpers (serial) and the collective stage-out (``@pytest.mark.mpi``).
+
+MPI tests pass at any rank count: they use min(2, size) emulated nodes.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from stager import checksum, localfs
+from stager.drain import (
+    RECORD_PREFIX,
+    DrainFile,
+    DrainReport,
+    NodeDrain,
+    list_results,
+    merge_conflicts,
+    targets,
+)
+from stager.errors import TransferError
+
+# ---------------------------------------------------------------- serial, pure
+
+
+def test_list_results_sorted_relative_and_skips_temp_files(tmp_path: Path) -> None:
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "x.h5").write_bytes(b"12345")
+    (tmp_path / "a.txt").write_bytes(b"")
+    (tmp_path / f".a.txt{localfs.TEMP_MARK}abc").write_bytes(b"partial")
+    files = list_results(str(tmp_path))
+    assert files == [DrainFile("a.txt", 0), DrainFile("b/x.h5", 5)]
+
+
+def test_list_results_refuses_symlinks(tmp_path: Path) -> None:
+    (tmp_path / "real").write_bytes(b"x")
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    with pytest.raises(TransferError, match="link is a symlink"):
+        list_results(str(tmp_path))
+
+
+def test_list_results_missing_and_not_a_directory(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        list_results(str(tmp_path / "nope"))
+    (tmp_path / "f").write_bytes(b"x")
+    with pytest.raises(TransferError, match="not a directory"):
+        list_results(str(tmp_path / "f"))
+
+
+def test_targets_per_node_and_merged() -> None:
+    files = [DrainFile("a", 1), DrainFile("d/b", 2)]
+    assert targets("/out", "node3", files, merge=False) == ["/out/node3/a", "/out/node3/d/b"]
+    assert targets("/out", "node3", files, merge=True) == ["/out/a", "/out/d/b"]
+    with pytest.raises(localfs.UnsafePathError):
+        targets("/out", "n", [DrainFile("../escape", 1)], merge=True)
+
+
+def test_merge_conflicts_names_nodes() -> None:
+    listings = {"n0": [DrainFile("a", 1), DrainFile("u0", 1)],
+                "n1": [DrainFile("a", 1), DrainFile("u1", 1)],
+                "n2": [DrainFile("a", 1)]}
+    assert merge_conflicts(listings) == {"a": ["n0", "n1", "n2"]}
+    assert merge_conflicts({"n0": [DrainFile("a", 1)], "n1": [DrainFile("b", 1)]}) == {}
+
+
+def test_report_totals_and_json() -> None:
+    r = DrainReport(dest="/out", merge=False, seconds=2.0,
+                    nodes=(NodeDrain("n0", "/l/n0", 2, 3_000_000_000),
+                           NodeDrain("n1", "/l/n1", 0, 0, True)),
+                    files_detail={"n0": (DrainFile("a", 1, "ff"),), "n1": ()})
+    assert (r.files, r.bytes, r.gbps) == (2, 3_000_000_000, 1.5)
+    assert "no results on n1" in r.summary()
+    d = json.loads(json.dumps(r.to_dict()))
+    assert d["checksums"]["n0"] == {"a": "ff"} and d["checksum_algorithm"] == checksum.ALGORITHM
+
+
+# ---------------------------------------------------------------- collective
+
+
+def _setup(comm, tmp: str, unique: bool = True) -> tuple[str, str, int]:
+    """Rank 0 writes node-local results for each emulated node; returns (src, dest, k)."""
+    k = min(2, comm.size)
+    src = os.path.join(tmp, "local", "%n", "results")
+    if comm.rank == 0:
+        for i in range(k):
+            d = Path(tmp, "local", f"node{i}", "results")
+            (d / "sub").mkdir(parents=True)
+            (d / "common.txt").write_bytes(f"node{i} says hi\n".encode())
+            (d / "sub" / f"part-{i}.bin").write_bytes(os.urandom(200_000 + i))
+            if unique:
+                (d / "common.txt").rename(d / f"common-{i}.txt")
+    comm.Barrier()
+    return src, os.path.join(tmp, "shared", "out"), k
+
+
+@pytest.fixture
+def comm():
+    from mpi4py import MPI
+    return MPI.COMM_WORLD
+
+
+@pytest.fixture
+def tmp(comm):
+    from tests.mpiutil import shared_tmpdir
+    path = shared_tmpdir(comm, prefix="drain-test-")
+    yield path
+    comm.Barrier()
+    if comm.rank == 0:
+        import shutil
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _run(fn, comm):
+    """Run ``fn`` on every rank; return (result, error) without raising."""
+    try:
+        return fn(), None
+    except Exception as e:
+        return None, e
+
+
+@pytest.mark.mpi
+def test_drain_per_node_copies_bytes_and_records_checksums(comm, tmp) -> None:
+    from stager.drain import drain
+    from tests.mpiutil import assert_all
+    src, dest, k = _setup(comm, tmp, unique=False)
+    report = drain(src, dest, comm, emulate_nodes=k)
+    ok, msg = True, ""
+    if comm.rank == 0:
+        for i in range(k):
+            node = f"node{i}"
+            local = Path(tmp, "local", node, "results")
+            record = json.loads(Path(dest, f"{RECORD_PREFIX}{node}.json").read_text())
+            for f in list_results(str(local)):
+                shared = Path(dest, node, f.rel)
+                if shared.read_bytes() != (local / f.rel).read_bytes():
+                    ok, msg = False, f"{shared} differs from {local / f.rel}"
+                rec = record["files"][f"{node}/{f.rel}"]
+                want = checksum.file_hexdigest(local / f.rel)
+                if rec["checksum"] != want or rec["size"] != f.size:
+                    ok, msg = False, f"record of {node}/{f.rel} is wrong: {rec}"
+            leftovers = [p for p in Path(dest).rglob("*") if localfs.TEMP_MARK in p.name]
+            if leftovers:
+                ok, msg = False, f"temporary files left: {leftovers}"
+    assert_all(comm, ok, msg)
+    summaries = comm.allgather((report.files, report.bytes, report.summary()[:40]))
+    assert_all(comm, len(set(summaries)) == 1, f"reports differ across ranks: {summaries}")
+    assert report.files == 2 * k
+    assert report.bytes == sum(len(f"node{i} says hi\n") + 200_000 + i for i in range(k))
+    assert [n.node for n in report.nodes] == [f"node{i}" for i in range(k)]
+
+
+@pytest.mark.mpi
+def test_drain_refuses_to_overwrite_then_overwrites_when_asked(comm, tmp) -> None:
+    from stager.drain import drain
+    from tests.mpiutil import assert_all
+    src, dest, k = _setup(comm, tmp)
+    drain(src, dest, comm, emulate_nodes=k)
+    victim = Path(dest, "node0", "common-0.txt")
+    if comm.rank == 0:
+        victim.write_bytes(b"edited by hand")
+    comm.Barrier()
+    _, err = _run(lambda: drain(src, dest, comm, emulate_nodes=k), comm)
+    assert_all(comm, isinstance(err, TransferError) and "--overwrite" in str(err)
+               and "common-0.txt" in str(err), f"expected an overwrite refusal, got {err!r}")
+    assert_all(comm, victim.read_bytes() == b"edited by hand", "refused drain still wrote")
+    drain(src, dest, comm, emulate_nodes=k, overwrite=True)
+    assert_all(comm, victim.read_bytes() == b"node0 says hi\n", "overwrite did not replace it")
+
+
+@pytest.mark.mpi
+def test_drain_merge_puts_unique_names_together(comm, tmp) -> None:
+    from stager.drain import drain
+    from tests.mpiutil import assert_all
+    src, dest, k = _setup(comm, tmp, unique=True)
+    report = drain(src, dest, comm, emulate_nodes=k, merge=True)
+    names = sorted(str(p.relative_to(dest)) for p in Path(dest).rglob("*")
+                   if p.is_file() and not p.name.startswith(RECORD_PREFIX))
+    want = sorted([f"common-{i}.txt" for i in range(k)] + [f"sub/part-{i}.bin" for i in range(k)])
+    assert_all(comm, names == want, f"merged layout {names} != {want}")
+    assert report.merge and report.files == 2 * k
+
+
+@pytest.mark.mpi
+def test_drain_merge_conflict_fails_everywhere_and_writes_nothing(comm, tmp) -> None:
+    from stager.drain import drain
+    from tests.mpiutil import assert_all
+    if comm.size < 2:
+        pytest.skip("a name clash between nodes needs 2 emulated nodes, i.e. at least 2 ranks")
+    src, dest, k = _setup(comm, tmp, unique=False)
+    _, err = _run(lambda: drain(src, dest, comm, emulate_nodes=k, merge=True), comm)
+    assert_all(comm, isinstance(err, TransferError) and "common.txt (node0/node1)" in str(err),
+               f"expected a merge conflict, got {err!r}")
+    written = [p for p in Path(dest).rglob("*") if p.is_file()] if os.path.isdir(dest) else []
+    assert_all(comm, written == [], f"conflicting merge wrote {written}")
+
+
+@pytest.mark.mpi
+def test_drain_failure_on_one_node_is_agreed(comm, tmp) -> None:
+    from stager.drain import drain
+    from tests.mpiutil import assert_all
+    src, dest, k = _setup(comm, tmp)
+    last = f"node{k - 1}"
+    if comm.rank == 0:
+        # A directory where the last node's file must go: its copy fails, the others' do not.
+        Path(dest, last, f"common-{k - 1}.txt").mkdir(parents=True)
+    comm.Barrier()
+    _, err = _run(lambda: drain(src, dest, comm, emulate_nodes=k, overwrite=True), comm)
+    assert_all(comm, isinstance(err, TransferError) and "drain (copying) failed" in str(err)
+               and f"common-{k - 1}.txt" in str(err), f"expected an agreed failure, got {err!r}")
+    messages = comm.allgather(str(err))
+    assert_all(comm, len(set(messages)) == 1, "ranks disagree on the error message")
+
+
+@pytest.mark.mpi
+def test_drain_symlink_in_results_fails_before_writing(comm, tmp) -> None:
+    from stager.drain import drain
+    from tests.mpiutil import assert_all
+    src, dest, k = _setup(comm, tmp)
+    if comm.rank == 0:
+        Path(tmp, "local", "node0", "results", "link").symlink_to("/etc/hostname")
+    comm.Barrier()
+    _, err = _run(lambda: drain(src, dest, comm, emulate_nodes=k), comm)
+    assert_all(comm, isinstance(err, TransferError) and "link is a symlink" in str(err),
+               f"expected a symlink refusal, got {err!r}")
+    assert_all(comm, not os.path.exists(dest), "nothing may be written when listing fails")
+
+
+@pytest.mark.mpi
+def test_drain_missing_results(comm, tmp) -> None:
+    from stager.drain import drain
+    from tests.mpiutil import assert_all
+    k = min(2, comm.size)
+    src = os.path.join(tmp, "none", "%n")
+    _, err = _run(lambda: drain(src, os.path.join(tmp, "out"), comm, emulate_nodes=k), comm)
+    assert_all(comm, isinstance(err, TransferError) and "does not exist on any node" in str(err),
+               f"got {err!r}")
+    if k == 2:
+        if comm.rank == 0:
+            Path(tmp, "none", "node1").mkdir(parents=True)
+            Path(tmp, "none", "node1", "r.txt").write_bytes(b"r")
+        comm.Barrier()
+        report = drain(src, os.path.join(tmp, "out"), comm, emulate_nodes=k)
+        assert_all(comm, [n.missing for n in report.nodes] == [True, False] and report.files == 1,
+                   f"unexpected report {report.nodes}")
