@@ -66,6 +66,16 @@ def threads_config(workers: int, run_dir: str):
                   run_dir=run_dir, strategy="none", initialize_logging=False, usage_tracking=0)
 
 
+def _put_interpreter_on_path() -> None:
+    # Parsl starts its interchange and worker pool as commands found on PATH
+    # (interchange.py, process_worker_pool.py); they are installed next to this
+    # interpreter, which a venv used without activation leaves off PATH.
+    bindir = os.path.dirname(sys.executable)
+    path = os.environ.get("PATH", "")
+    if bindir not in path.split(os.pathsep):
+        os.environ["PATH"] = bindir + os.pathsep + path
+
+
 class ParslExecutor(Executor):
     """Tasks on Parsl.
 
@@ -97,12 +107,15 @@ class ParslExecutor(Executor):
                 raise ExecutorError(f"parsl config {config!r}: expected one of {CONFIGS} or a Config")
             make = htex_local_config if config == "htex-local" else threads_config
             config = make(self._workers, run_dir)
+        _put_interpreter_on_path()
         from parsl import python_app
         from parsl.dataflow.dflow import DataFlowKernel
 
         try:
             self._dfk = DataFlowKernel(config)
         except Exception as exc:
+            if self._tmp:
+                shutil.rmtree(self._tmp, ignore_errors=True)
             raise ExecutorError(f"Parsl could not start: {type(exc).__name__}: {exc}") from exc
         self._app = python_app(_call, data_flow_kernel=self._dfk)
 

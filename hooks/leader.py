@@ -1,0 +1,199 @@
+"""Leader hooks: run something once per node before tasks start (and after they end).
+
+Swift/T runs ``TURBINE_LEADER_HOOK_STARTUP``/``_SHUTDOWN`` on the leader rank
+of each node, with a barrier so no task starts before every node is ready.
+Here a hook is named by a string (flag ``--leader-hook-startup`` /
+``--leader-hook-shutdown``, or environment ``STAGER_LEADER_HOOK_STARTUP`` /
+``STAGER_LEADER_HOOK_SHUTDOWN``), which is either
+
+* ``module:function`` -- ``function(ctx)`` is called on each node's leader
+  with a :class:`HookContext` (phase, node name and index, rank, host); or
+* the path of a hook spec file -- at startup it is staged with
+  ``stager.stage`` (whose transfers run on the leaders only: one copy per
+  node), at shutdown what it staged is removed with ``stager.clean``.
+
+Which ranks form a node comes from :func:`stager.nodes.node_layout` (host,
+``emulate_nodes`` or ``node_id_env``). Every rank calls
+:func:`run_leader_hook`; a failure on any leader is raised on every rank as
+the same :class:`~workflows.errors.HookError`.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import socket
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Optional, Union
+
+__all__ = ["HookContext", "LeaderHooks", "leader_hooks_from", "resolve_hook", "run_leader_hook"]
+
+ENV_STARTUP = "STAGER_LEADER_HOOK_STARTUP"
+ENV_SHUTDOWN = "STAGER_LEADER_HOOK_SHUTDOWN"
+PHASES = ("startup", "shutdown")
+
+Hook = Union[str, Callable[["HookContext"], Any]]
+
+
+@dataclass(frozen=True)
+class HookContext:
+    """What a ``module:function`` hook is told about where it runs."""
+
+    phase: str
+    node: str
+    node_index: int
+    n_nodes: int
+    rank: int
+    host: str
+
+
+@dataclass(frozen=True)
+class LeaderHooks:
+    """The startup and shutdown hooks of a run (``None``: no hook)."""
+
+    startup: Optional[str] = None
+    shutdown: Optional[str] = None
+
+
+def leader_hooks_from(startup: Optional[str] = None, shutdown: Optional[str] = None,
+                      env: Optional[Mapping[str, str]] = None) -> LeaderHooks:
+    """Hooks from arguments, else from ``STAGER_LEADER_HOOK_*`` (empty means none)."""
+    env = os.environ if env is None else env
+    return LeaderHooks(startup or env.get(ENV_STARTUP) or None,
+                       shutdown or env.get(ENV_SHUTDOWN) or None)
+
+
+def resolve_hook(hook: Hook) -> Union[Callable, str]:
+    """Turn a hook name into a callable, or the absolute path of a hook spec file.
+
+    Raises
+    ------
+    workflows.errors.HookError
+        If the name is neither an existing file nor an importable ``module:function``.
+    """
+    from workflows.errors import HookError
+
+    if callable(hook):
+        return hook
+    if not isinstance(hook, str) or not hook.strip():
+        raise HookError(f"leader hook {hook!r}: expected a hook spec file or module:function")
+    if os.path.isfile(hook):
+        return os.path.abspath(hook)
+    module, sep, func = hook.partition(":")
+    if not sep or not module or not func:
+        raise HookError(
+            f"leader hook {hook!r}: no such file, and not of the form module:function"
+        )
+    try:
+        obj: Any = importlib.import_module(module)
+        for part in func.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as exc:
+        raise HookError(f"leader hook {hook!r}: cannot import it: {exc}") from exc
+    if not callable(obj):
+        raise HookError(f"leader hook {hook!r} is not callable")
+    return obj
+
+
+def run_leader_hook(hook: Optional[Hook], comm: Any, phase: str = "startup", *,
+                    emulate_nodes: Optional[int] = None, node_id_env: Optional[str] = None,
+                    stage_options: Optional[Mapping[str, Any]] = None) -> Optional[HookContext]:
+    """Collective over `comm`: every rank must call. Run ``hook`` once per node, then barrier.
+
+    Parameters
+    ----------
+    hook : str, callable or None
+        See the module docstring; ``None`` does nothing (no collective).
+    comm : mpi4py.MPI.Intracomm
+    phase : str
+        ``"startup"`` or ``"shutdown"``.
+    emulate_nodes, node_id_env
+        How ranks form nodes (see :func:`stager.nodes.node_layout`).
+    stage_options : mapping, optional
+        Extra keyword arguments for ``stager.stage`` / ``stager.clean`` (spec-file hooks).
+
+    Returns
+    -------
+    HookContext or None
+        This rank's context on a leader that ran a ``module:function`` hook,
+        else ``None``.
+
+    Raises
+    ------
+    workflows.errors.HookError
+        On every rank, naming the node(s), rank(s) and host(s) that failed.
+    """
+    from stager.agree import agree
+    from stager.nodes import node_layout
+    from workflows.errors import HookError, WorkflowError
+
+    if hook is None:
+        return None
+    if phase not in PHASES:
+        raise ValueError(f"phase must be one of {PHASES}, got {phase!r}")
+    err: Optional[BaseException] = None
+    target: Any = None
+    try:
+        target = resolve_hook(hook)
+    except HookError as exc:
+        err = exc
+    agree(comm, err, f"{phase} leader hook", base=WorkflowError, default=HookError)
+
+    if isinstance(target, str):
+        _run_spec(target, comm, phase, emulate_nodes, node_id_env, dict(stage_options or {}))
+        return None
+
+    layout = node_layout(comm, emulate_nodes=emulate_nodes, node_id_env=node_id_env)
+    ctx = None
+    try:
+        if layout.is_leader:
+            ctx = HookContext(phase, layout.name, layout.index, layout.n_nodes,
+                              comm.Get_rank(), socket.gethostname())
+            try:
+                target(ctx)
+            except Exception as exc:  # noqa: BLE001 - agreed on below
+                err = HookError(f"node {layout.name}: {type(exc).__name__}: {exc}")
+                err.__cause__ = exc
+        # Ranks wait here while leaders run the hook, without spinning a core.
+        polite_barrier(comm)
+        agree(comm, err, f"{phase} leader hook", base=WorkflowError, default=HookError)
+    finally:
+        layout.free()
+    return ctx
+
+
+def _run_spec(path: str, comm: Any, phase: str, emulate_nodes, node_id_env, options) -> None:
+    from stager.agree import agree
+    from workflows.errors import HookError, WorkflowError
+
+    try:
+        import stager
+        fn = getattr(stager, "stage" if phase == "startup" else "clean")
+    except (ImportError, AttributeError) as exc:
+        agree(comm, HookError(f"leader hook {path}: stager.{phase} is not available: {exc}"),
+              f"{phase} leader hook", base=WorkflowError, default=HookError)
+        return
+    try:
+        from hooks import load_spec
+
+        spec = load_spec(path)
+    except Exception as exc:  # noqa: BLE001 - a SpecError is identical on every rank
+        raise HookError(f"leader hook {path}: {exc}") from exc
+    if emulate_nodes is not None:
+        options.setdefault("emulate_nodes", emulate_nodes)
+    if node_id_env is not None:
+        options.setdefault("node_id_env", node_id_env)
+    fn(spec, comm=comm, **options)
+
+
+def polite_barrier(comm: Any, max_sleep: float = 0.05) -> None:
+    """Collective over `comm`: every rank must call. A barrier that sleeps while it waits.
+
+    Open MPI's blocking collectives spin; ranks that wait for a long leader hook
+    (or for rank 0's workflow) would take cores from the ranks doing the work.
+    """
+    req = comm.Ibarrier()
+    delay = 0.0005
+    while not req.Test():
+        time.sleep(delay)
+        delay = min(max_sleep, delay * 2)

@@ -1,0 +1,1 @@
+"""Example workflows (run with ``python -m workflows run workflows/examples/NAME.py``)."""

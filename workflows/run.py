@@ -1,0 +1,354 @@
+"""``python -m workflows run FLOW.py``: stage, run a workflow on an executor, report -- in one job.
+
+Under ``mpirun`` every rank runs this module. All ranks stage collectively
+(``--stage SPEC``) and run the startup leader hook; then the workflow runs:
+
+* ``--executor mpi``: ``MPICommExecutor`` on the same communicator -- rank 0
+  runs the flow's ``main``, every other rank serves tasks until rank 0 is done;
+* ``local``, ``inline``, ``parsl``: rank 0 runs the flow on that executor while
+  the other ranks wait (sleeping, not spinning).
+
+Then the shutdown leader hook runs, and every rank exits with rank 0's status:
+0 if all tasks succeeded, 1 if any failed (a summary naming each failed task
+is printed), 2 for bad input. Every step is collective or agreed, so a failure
+anywhere ends the job on all ranks instead of hanging it.
+
+A flow file defines ``main(args)``, which builds the task graph and returns its
+final future(s) (or a list/dict of them), and optionally ``add_arguments(parser)``
+for its own options (given after ``--``). ``args`` is an ``argparse.Namespace``
+with the flow's options plus ``argv`` (flow arguments), ``out`` (absolute
+output directory: ``--out`` or the current directory), ``executor`` (its
+name), ``workers``, ``ranks``, ``stage_report`` (or ``None``) and ``flow``
+(the flow file).
+
+A flow may also define ``finalize(args, comm)``, called on every rank after
+all tasks finished (``comm`` is ``MPI.COMM_WORLD``, or ``None`` without MPI):
+the place for collective writes such as
+:func:`workflows.results.write_collective` of rows kept on the worker ranks.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+from typing import Any, Dict, List, Optional, Tuple
+
+from .errors import FlowError, WorkflowError
+from .executors import NAMES, Executor, make
+from .futures import find_futures, wait_all
+from .tasks import load_module_from_path
+
+__all__ = ["main", "load_flow", "build_parser"]
+
+ENV_EXECUTOR = "WORKFLOWS_EXECUTOR"
+
+
+def under_mpirun() -> bool:
+    """True if this process was started by an MPI launcher."""
+    return any(v in os.environ for v in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m workflows run",
+        description="Stage (optional), then run a workflow file's main(args) on an executor.",
+        epilog="Arguments after -- (and unknown options) go to the flow.",
+    )
+    p.add_argument("flow", help="workflow file defining main(args)")
+    p.add_argument("--executor", choices=NAMES, default=None,
+                   help=f"where tasks run (default: ${ENV_EXECUTOR}, else mpi under mpirun, else local)")
+    p.add_argument("--workers", type=int, default=None, help="workers for local/parsl (default: CPUs)")
+    p.add_argument("--parsl-config", choices=("htex-local", "threads"), default=None,
+                   help="Parsl configuration for --executor parsl (default htex-local)")
+    p.add_argument("--debug", action="store_true",
+                   help="inline executor: pickle every task and result round-trip")
+    p.add_argument("--stage", metavar="SPEC", default=None,
+                   help="hook spec file to stage collectively before the workflow")
+    p.add_argument("--emulate-nodes", type=int, default=None, metavar="K",
+                   help="split ranks into K emulated nodes (staging and leader hooks)")
+    p.add_argument("--node-id-env", default=None, metavar="VAR",
+                   help="ranks with equal $VAR form a node (e.g. SLURMD_NODENAME)")
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help="output directory (default: the current directory)")
+    p.add_argument("--leader-hook-startup", default=None, metavar="HOOK",
+                   help="spec file or module:function run once per node before tasks "
+                        "(default $STAGER_LEADER_HOOK_STARTUP)")
+    p.add_argument("--leader-hook-shutdown", default=None, metavar="HOOK",
+                   help="spec file or module:function run once per node after tasks "
+                        "(default $STAGER_LEADER_HOOK_SHUTDOWN)")
+    p.add_argument("--report", default=None, metavar="JSON",
+                   help="write counts and phase times of the run as JSON (rank 0)")
+    return p
+
+
+def _split_argv(argv: List[str]) -> Tuple[List[str], List[str]]:
+    if "--" in argv:
+        i = argv.index("--")
+        return argv[:i], argv[i + 1:]
+    return argv, []
+
+
+def flow_module_name(path: str) -> Optional[str]:
+    """The dotted name under which ``path`` is importable from ``sys.path``, if any."""
+    path = os.path.abspath(path)
+    for entry in sys.path:
+        root = os.path.abspath(entry or os.getcwd())
+        if not path.startswith(root + os.sep):
+            continue
+        parts = os.path.relpath(path, root)[:-3].split(os.sep)
+        pkgdir, ok = root, True
+        for pkg in parts[:-1]:
+            pkgdir = os.path.join(pkgdir, pkg)
+            ok = ok and pkg.isidentifier() and os.path.isfile(os.path.join(pkgdir, "__init__.py"))
+        if ok and all(p.isidentifier() for p in parts):
+            return ".".join(parts)
+    return None
+
+
+def load_flow(path: str):
+    """Import a workflow file (by its dotted name if importable, else by path).
+
+    Raises
+    ------
+    FlowError
+        Missing file, import failure, or no ``main``.
+    """
+    import importlib
+
+    if not path.endswith(".py") or not os.path.isfile(path):
+        raise FlowError(f"workflow file {path!r} not found (expected an existing .py file)")
+    name = flow_module_name(path)
+    try:
+        if name is not None:
+            module = importlib.import_module(name)
+        else:
+            stem = os.path.splitext(os.path.basename(path))[0]
+            module = load_module_from_path(f"workflows_flow_{stem}", os.path.abspath(path))
+    except Exception as exc:
+        raise FlowError(f"workflow file {path} failed to import: {type(exc).__name__}: {exc}") from exc
+    if not callable(getattr(module, "main", None)):
+        raise FlowError(f"workflow file {path} defines no main(args) function")
+    return module
+
+
+def _flow_namespace(module: Any, flow: str, flow_argv: List[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog=f"{os.path.basename(flow)} (flow arguments)")
+    if callable(getattr(module, "add_arguments", None)):
+        module.add_arguments(parser)
+        ns = parser.parse_args(flow_argv)
+    else:
+        ns = argparse.Namespace()
+    ns.argv = list(flow_argv)
+    ns.flow = os.path.abspath(flow)
+    return ns
+
+
+def _executor_options(opts: argparse.Namespace, name: str) -> Dict[str, Any]:
+    if name == "local":
+        return {"max_workers": opts.workers}
+    if name == "parsl":
+        return {"workers": opts.workers, "config": opts.parsl_config}
+    if name == "inline":
+        return {"debug": True} if opts.debug else {}
+    return {}
+
+
+def _drive(module: Any, ns: argparse.Namespace, ex: Executor) -> Dict[str, Any]:
+    """Run the flow's main on the active executor ``ex``; never raises."""
+    ns.workers = ex.workers
+    t0 = time.perf_counter()
+    error = None
+    result = None
+    try:
+        result = module.main(ns)
+        wait_all(result)
+    except BaseException as exc:  # noqa: BLE001 - turned into the run's status
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        error = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    ex.runtime.wait()
+    rt = ex.runtime
+    failed_results = [f for f in find_futures(result) if f.exception() is not None]
+    status = {
+        "seconds": time.perf_counter() - t0,
+        "tasks": {"launched": rt.launched, "succeeded": rt.succeeded,
+                  "failed": len(rt.failures), "not_run": len(rt.skipped)},
+        "workers": ex.workers,
+        "error": error,
+        "summary": rt.summary(),
+        "failed_results": [str(f.exception()) for f in failed_results[:10]],
+        "result": _short_result(result, failed_results),
+    }
+    status["ok"] = error is None and not rt.failures and not rt.skipped and not failed_results
+    return status
+
+
+def _short_result(result: Any, failed: List[Any]) -> str:
+    if result is None or failed:
+        return ""
+    futures = find_futures(result)
+    if len(futures) == 1 and futures[0] is result:
+        text = repr(result.result())
+    else:
+        text = f"{len(futures)} futures"
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Entry point of ``python -m workflows run``; returns the exit status (same on all ranks)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    own, flow_argv = _split_argv(argv)
+    parser = build_parser()
+    opts, unknown = parser.parse_known_args(own)
+    flow_argv = unknown + flow_argv
+    # Everything up to here, and loading the flow, is identical on every rank.
+    name = opts.executor or os.environ.get(ENV_EXECUTOR) or ("mpi" if under_mpirun() else "local")
+    if name not in NAMES:
+        print(f"error: {ENV_EXECUTOR}={name!r}: expected one of {', '.join(NAMES)}", file=sys.stderr)
+        return 2
+    from hooks.leader import leader_hooks_from
+
+    hooks = leader_hooks_from(opts.leader_hook_startup, opts.leader_hook_shutdown)
+    needs_mpi = name == "mpi" or opts.stage or hooks.startup or hooks.shutdown or under_mpirun()
+    comm = None
+    if needs_mpi:
+        from mpi4py import MPI
+
+        comm = MPI.COMM_WORLD
+    rank = comm.Get_rank() if comm is not None else 0
+    try:
+        module = load_flow(opts.flow)
+        ns = _flow_namespace(module, opts.flow, flow_argv)
+        out = os.path.abspath(opts.out or os.getcwd())
+        os.makedirs(out, exist_ok=True)
+        if opts.stage and not os.path.isfile(opts.stage):
+            raise FlowError(f"--stage {opts.stage}: no such hook spec file")
+        local_error: Optional[BaseException] = None
+    except (WorkflowError, OSError) as exc:
+        local_error = exc
+    except SystemExit as exc:  # the flow's own argument parser
+        local_error = FlowError(f"bad flow arguments (exit {exc.code})")
+    if comm is not None:
+        errors = comm.allgather(str(local_error) if local_error else None)
+        bad = next((e for e in errors if e), None)
+    else:
+        bad = str(local_error) if local_error else None
+    if bad:
+        if rank == 0:
+            print(f"error: {bad}", file=sys.stderr)
+        return 2
+    ns.out, ns.executor, ns.ranks, ns.stage_report = out, name, comm.Get_size() if comm else 1, None
+    return _run(opts, module, ns, name, comm, hooks)
+
+
+def _run(opts, module, ns, name: str, comm: Any, hooks) -> int:
+    from hooks.leader import polite_barrier, run_leader_hook
+
+    rank = comm.Get_rank() if comm is not None else 0
+    times: Dict[str, float] = {}
+    node_opts = {"emulate_nodes": opts.emulate_nodes, "node_id_env": opts.node_id_env}
+    t_start = time.perf_counter()
+    status: Dict[str, Any] = {"ok": False, "error": None}
+    try:
+        if opts.stage:
+            t = time.perf_counter()
+            import stager
+            from hooks import load_spec
+
+            ns.stage_report = stager.stage(load_spec(opts.stage), comm=comm, **node_opts)
+            times["stage"] = time.perf_counter() - t
+        if hooks.startup:
+            t = time.perf_counter()
+            run_leader_hook(hooks.startup, comm, "startup", **node_opts)
+            times["startup_hook"] = time.perf_counter() - t
+    except Exception as exc:  # noqa: BLE001 - staging and hooks agree across ranks
+        if rank == 0:
+            print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+
+    t = time.perf_counter()
+    if name == "mpi":
+        from .executors.mpi import MPIExecutor
+
+        with MPIExecutor(comm) as ex:
+            if ex is not None:
+                status = _drive(module, ns, ex)
+    elif rank == 0:
+        try:
+            with make(name, **_executor_options(opts, name)) as ex:
+                status = _drive(module, ns, ex)
+        except WorkflowError as exc:
+            status = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+    if comm is not None and name != "mpi":
+        polite_barrier(comm)
+    if comm is not None:
+        status = comm.bcast(status if rank == 0 else None, root=0)
+    times["flow"] = time.perf_counter() - t
+
+    code = 0 if status.get("ok") else 1
+    if callable(getattr(module, "finalize", None)):
+        code = max(code, _finalize(module, ns, comm, rank))
+    if hooks.shutdown:
+        t = time.perf_counter()
+        try:
+            run_leader_hook(hooks.shutdown, comm, "shutdown", **node_opts)
+        except Exception as exc:  # noqa: BLE001 - agreed across ranks
+            if rank == 0:
+                print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+            code = 1
+        times["shutdown_hook"] = time.perf_counter() - t
+    times["total"] = time.perf_counter() - t_start
+    if rank == 0:
+        _report(opts, ns, name, status, times, code)
+    return code
+
+
+def _finalize(module: Any, ns: argparse.Namespace, comm: Any, rank: int) -> int:
+    """Call the flow's ``finalize(args, comm)`` on every rank (e.g. a collective HDF5 write)."""
+    error = None
+    try:
+        module.finalize(ns, comm)
+    except Exception as exc:  # noqa: BLE001 - agreed across ranks below
+        error = exc
+    if comm is not None:
+        from stager.agree import agree
+
+        try:
+            agree(comm, error, "finalize", base=WorkflowError, default=WorkflowError)
+        except WorkflowError as exc:
+            error = exc
+    if error is not None:
+        if rank == 0:
+            print(f"error: {type(error).__name__}: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _report(opts, ns, name: str, status: Dict[str, Any], times: Dict[str, float], code: int) -> None:
+    tasks = status.get("tasks") or {}
+    print(f"workflow {os.path.basename(opts.flow)} on {name} "
+          f"({status.get('workers', '?')} workers, {ns.ranks} ranks): "
+          f"{tasks.get('launched', 0)} tasks, {tasks.get('succeeded', 0)} succeeded, "
+          f"{tasks.get('failed', 0)} failed, {tasks.get('not_run', 0)} not run; "
+          f"{times.get('flow', 0.0):.2f} s; output in {ns.out}")
+    if status.get("result"):
+        print(f"result: {status['result']}")
+    if status.get("error"):
+        print(f"error: {status['error']}", file=sys.stderr)
+    if code and status.get("summary") and (tasks.get("failed") or tasks.get("not_run")):
+        print(f"FAILED: {status['summary']}", file=sys.stderr)
+    for msg in status.get("failed_results") or []:
+        if not tasks.get("failed"):
+            print(f"FAILED: {msg}", file=sys.stderr)
+    if opts.report:
+        report = {"flow": os.path.abspath(opts.flow), "executor": name, "ranks": ns.ranks,
+                  "workers": status.get("workers"), "tasks": tasks, "seconds": times,
+                  "exit_code": code, "out": ns.out}
+        stage = getattr(ns, "stage_report", None)
+        if stage is not None and hasattr(stage, "to_dict"):
+            report["stage"] = stage.to_dict()
+        with open(opts.report, "w") as fh:
+            json.dump(report, fh, indent=2)
