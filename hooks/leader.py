@@ -17,6 +17,7 @@ Which ranks form a node comes from :func:`stager.nodes.node_layout` (host,
 :func:`run_leader_hook`; a failure on any leader is raised on every rank as
 the same :class:`~workflows.errors.HookError`.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -55,12 +56,16 @@ class LeaderHooks:
     shutdown: Optional[str] = None
 
 
-def leader_hooks_from(startup: Optional[str] = None, shutdown: Optional[str] = None,
-                      env: Optional[Mapping[str, str]] = None) -> LeaderHooks:
+def leader_hooks_from(
+    startup: Optional[str] = None,
+    shutdown: Optional[str] = None,
+    env: Optional[Mapping[str, str]] = None,
+) -> LeaderHooks:
     """Hooks from arguments, else from ``STAGER_LEADER_HOOK_*`` (empty means none)."""
     env = os.environ if env is None else env
-    return LeaderHooks(startup or env.get(ENV_STARTUP) or None,
-                       shutdown or env.get(ENV_SHUTDOWN) or None)
+    return LeaderHooks(
+        startup or env.get(ENV_STARTUP) or None, shutdown or env.get(ENV_SHUTDOWN) or None
+    )
 
 
 def resolve_hook(hook: Hook) -> Union[Callable, str]:
@@ -81,9 +86,7 @@ def resolve_hook(hook: Hook) -> Union[Callable, str]:
         return os.path.abspath(hook)
     module, sep, func = hook.partition(":")
     if not sep or not module or not func:
-        raise HookError(
-            f"leader hook {hook!r}: no such file, and not of the form module:function"
-        )
+        raise HookError(f"leader hook {hook!r}: no such file, and not of the form module:function")
     try:
         obj: Any = importlib.import_module(module)
         for part in func.split("."):
@@ -95,9 +98,15 @@ def resolve_hook(hook: Hook) -> Union[Callable, str]:
     return obj
 
 
-def run_leader_hook(hook: Optional[Hook], comm: Any, phase: str = "startup", *,
-                    emulate_nodes: Optional[int] = None, node_id_env: Optional[str] = None,
-                    stage_options: Optional[Mapping[str, Any]] = None) -> Optional[HookContext]:
+def run_leader_hook(
+    hook: Optional[Hook],
+    comm: Any,
+    phase: str = "startup",
+    *,
+    emulate_nodes: Optional[int] = None,
+    node_id_env: Optional[str] = None,
+    stage_options: Optional[Mapping[str, Any]] = None,
+) -> Optional[HookContext]:
     """Collective over `comm`: every rank must call. Run ``hook`` once per node, then barrier.
 
     Parameters
@@ -147,11 +156,17 @@ def run_leader_hook(hook: Optional[Hook], comm: Any, phase: str = "startup", *,
     ctx = None
     try:
         if layout.is_leader:
-            ctx = HookContext(phase, layout.name, layout.index, layout.n_nodes,
-                              comm.Get_rank(), socket.gethostname())
+            ctx = HookContext(
+                phase,
+                layout.name,
+                layout.index,
+                layout.n_nodes,
+                comm.Get_rank(),
+                socket.gethostname(),
+            )
             try:
                 target(ctx)
-            except Exception as exc:  # noqa: BLE001 - agreed on below
+            except Exception as exc:
                 err = HookError(f"node {layout.name}: {type(exc).__name__}: {exc}")
                 err.__cause__ = exc
         # Ranks wait here while leaders run the hook, without spinning a core.
@@ -168,16 +183,22 @@ def _run_spec(path: str, comm: Any, phase: str, emulate_nodes, node_id_env, opti
 
     try:
         import stager
+
         fn = getattr(stager, "stage" if phase == "startup" else "clean")
     except (ImportError, AttributeError) as exc:
-        agree(comm, HookError(f"leader hook {path}: stager.{phase} is not available: {exc}"),
-              f"{phase} leader hook", base=WorkflowError, default=HookError)
+        agree(
+            comm,
+            HookError(f"leader hook {path}: stager.{phase} is not available: {exc}"),
+            f"{phase} leader hook",
+            base=WorkflowError,
+            default=HookError,
+        )
         return
     try:
         from hooks import load_spec
 
         spec = load_spec(path)
-    except Exception as exc:  # noqa: BLE001 - a SpecError is identical on every rank
+    except Exception as exc:
         raise HookError(f"leader hook {path}: {exc}") from exc
     if emulate_nodes is not None:
         options.setdefault("emulate_nodes", emulate_nodes)

@@ -19,6 +19,7 @@ runs with ``python -m workflows run FLOW.py --executor mpi|local|inline|parsl``
 (under ``mpirun`` for ``mpi``), or in Python inside ``with executors.make("local"):``.
 See docs/ARCHITECTURE.md, section 3.
 """
+
 from __future__ import annotations
 
 from . import executors

@@ -22,6 +22,7 @@ The task goes to the innermost active executor (``with executor:`` or
 ``python -m workflows run``). Apps must be defined at module top level to be
 sent by reference; others are sent by value with ``dill``.
 """
+
 from __future__ import annotations
 
 import functools
@@ -99,7 +100,9 @@ class CommandApp(App):
         except TypeError as exc:
             raise TypeError(f"command {self.name}: {exc}") from None
         bound.apply_defaults()
-        return active_runtime().launch(self.name, self.spec, (), dict(bound.arguments), self.retries)
+        return active_runtime().launch(
+            self.name, self.spec, (), dict(bound.arguments), self.retries
+        )
 
 
 def _lookup(module: str, qualname: str) -> Any:

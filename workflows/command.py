@@ -12,6 +12,7 @@ a value with spaces stays one argument, and a token that is exactly
 ``{name}`` whose value is a list or tuple expands to one argument per item.
 No shell is involved.
 """
+
 from __future__ import annotations
 
 import os
@@ -74,22 +75,28 @@ class CommandSpec:
         stdout: Optional[str] = None,
         stderr: Optional[str] = None,
         timeout: Optional[float] = None,
-    ) -> "CommandSpec":
+    ) -> CommandSpec:
         """Validate and normalise the template (a string is split like a shell)."""
         tokens = tuple(shlex.split(argv)) if isinstance(argv, str) else tuple(argv)
         if not tokens or not all(isinstance(t, str) for t in tokens):
-            raise ValueError(f"command {name}: argv must be a non-empty list of strings, got {argv!r}")
+            raise ValueError(
+                f"command {name}: argv must be a non-empty list of strings, got {argv!r}"
+            )
         if timeout is not None and timeout <= 0:
             raise ValueError(f"command {name}: timeout must be positive, got {timeout!r}")
         pairs = tuple(sorted((str(k), str(v)) for k, v in (env or {}).items()))
         return cls(name, tokens, cwd, pairs, stdout, stderr, timeout)
 
     def render(self, values: Mapping[str, Any]) -> Tuple[List[str], Optional[str], Dict[str, str]]:
-        """Fill the template: (argv, cwd, extra environment). Raises KeyError naming a missing key."""
+        """Fill the template: (argv, cwd, extra env). Raises KeyError naming a missing key."""
         argv: List[str] = []
         for token in self.argv:
             key = token[1:-1] if token.startswith("{") and token.endswith("}") else None
-            if key is not None and key.isidentifier() and isinstance(values.get(key), (list, tuple)):
+            if (
+                key is not None
+                and key.isidentifier()
+                and isinstance(values.get(key), (list, tuple))
+            ):
                 argv.extend(str(v) for v in values[key])
             else:
                 argv.append(_fill(token, values, self.name))
@@ -109,13 +116,19 @@ class CommandSpec:
         with _open(out_path) as out, _open(err_path) as err:
             try:
                 proc = subprocess.run(
-                    argv, cwd=run_dir, env=env, stdin=subprocess.DEVNULL,
+                    argv,
+                    cwd=run_dir,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
                     stdout=out if out is not None else subprocess.PIPE,
                     stderr=err if err is not None else subprocess.PIPE,
-                    timeout=self.timeout, check=False,
+                    timeout=self.timeout,
+                    check=False,
                 )
             except FileNotFoundError as exc:
-                raise CommandExit(f"{argv[0]}: program not found ({exc.strerror})", 127, "") from None
+                raise CommandExit(
+                    f"{argv[0]}: program not found ({exc.strerror})", 127, ""
+                ) from None
             except subprocess.TimeoutExpired as exc:
                 tail = _tail(err_path, exc.stderr)
                 raise CommandExit(
@@ -127,12 +140,16 @@ class CommandSpec:
             raise CommandExit(
                 f"{shlex.join(argv)} exited with code {proc.returncode}"
                 + (f"; stderr ends with:\n{tail}" if tail else ""),
-                proc.returncode, tail,
+                proc.returncode,
+                tail,
             )
-        return CommandResult(tuple(argv), proc.returncode, run_dir, out_path, err_path,
-                             stdout, time.time() - start)
+        return CommandResult(
+            tuple(argv), proc.returncode, run_dir, out_path, err_path, stdout, time.time() - start
+        )
 
-    def _path(self, template: Optional[str], values: Mapping[str, Any], run_dir: str) -> Optional[str]:
+    def _path(
+        self, template: Optional[str], values: Mapping[str, Any], run_dir: str
+    ) -> Optional[str]:
         if not template:
             return None
         path = os.path.join(run_dir, _fill(template, values, self.name))

@@ -15,6 +15,7 @@ as its two inputs exist, while other map tasks still run.
 
 Both are loops over lists (no recursion) and launch exactly ``n - 1`` merges.
 """
+
 from __future__ import annotations
 
 import threading
@@ -32,7 +33,9 @@ def _as_app(fn: Union[App, Callable]) -> App:
     return fn if isinstance(fn, App) else app(fn)
 
 
-def foreach(fn: Union[App, Callable], items: Iterable[Any], *args: Any, **kwargs: Any) -> List[AppFuture]:
+def foreach(
+    fn: Union[App, Callable], items: Iterable[Any], *args: Any, **kwargs: Any
+) -> List[AppFuture]:
     """Call ``fn(item, *args, **kwargs)`` as one task per item; return the futures in order.
 
     Items may be futures (each task then waits for its own item only); the
@@ -125,9 +128,7 @@ class _Unordered:
                 final = self.ready[0] if self.left == 1 and len(self.ready) == 1 else None
         if exc is not None:
             if self.result.set_running_or_notify_cancel():
-                self.result.set_exception(
-                    DependencyFailure(self.result.task.name, "...", exc)
-                )
+                self.result.set_exception(DependencyFailure(self.result.task.name, "...", exc))
             return
         for a, b in pairs:
             self.merge(a, b).add_done_callback(self._arrived)

@@ -8,6 +8,7 @@ traceback text, rank, host -- and the submitting side raises a
 :class:`DependencyFailure`, which names the upstream failure, so one failure
 never leaves a future pending forever.
 """
+
 from __future__ import annotations
 
 import os
@@ -119,7 +120,7 @@ class RemoteError:
     stderr_tail: str = ""
 
     @classmethod
-    def capture(cls, exc: BaseException) -> "RemoteError":
+    def capture(cls, exc: BaseException) -> RemoteError:
         """Record ``exc`` (being handled) together with this process's identity."""
         text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         return cls(

@@ -12,6 +12,7 @@ fails theirs, and so on through a long chain. :func:`trampoline` turns that
 recursion into a loop per thread, so a chain of 100,000 tasks neither
 overflows the stack nor holds a lock across user code.
 """
+
 from __future__ import annotations
 
 import collections

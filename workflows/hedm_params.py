@@ -29,6 +29,7 @@ workflows share this module and a test can check every key.
 Hand-written rather than ``configparser``: MIDAS files have no sections and
 no ``=``, and errors must name the line; the parser is ~40 lines.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,8 +40,17 @@ from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 from .errors import WorkflowError
 
-__all__ = ["ParamError", "Param", "Schema", "parse_params", "load_params", "add_param_flags",
-           "flag_overrides", "resolve_params", "format_params"]
+__all__ = [
+    "ParamError",
+    "Param",
+    "Schema",
+    "parse_params",
+    "load_params",
+    "add_param_flags",
+    "flag_overrides",
+    "resolve_params",
+    "format_params",
+]
 
 _MISSING = object()
 
@@ -152,8 +162,9 @@ def parse_params(text: str, schema: Schema, path: str = "<string>") -> Dict[str,
         if param is None:
             raise ParamError(f"{where}: {_unknown(key, schema)}")
         if key in seen:
-            raise ParamError(f"{where}: {key} is already set on line {seen[key]}; "
-                             "give each parameter once")
+            raise ParamError(
+                f"{where}: {key} is already set on line {seen[key]}; give each parameter once"
+            )
         try:
             values[key] = param.convert(rest)
         except ValueError as exc:
@@ -182,8 +193,13 @@ def add_param_flags(parser: argparse.ArgumentParser, schema: Schema) -> None:
     """Add ``--Key VALUE`` for every parameter (values stay text; see :func:`flag_overrides`)."""
     group = parser.add_argument_group("parameters (override the parameter file)")
     for p in schema:
-        group.add_argument(f"--{p.key}", dest=f"param_{p.key}", metavar=p.type.__name__.upper(),
-                           default=None, help=p.help)
+        group.add_argument(
+            f"--{p.key}",
+            dest=f"param_{p.key}",
+            metavar=p.type.__name__.upper(),
+            default=None,
+            help=p.help,
+        )
 
 
 def flag_overrides(ns: argparse.Namespace, schema: Schema) -> Dict[str, Any]:
@@ -206,8 +222,12 @@ def flag_overrides(ns: argparse.Namespace, schema: Schema) -> Dict[str, Any]:
     return out
 
 
-def resolve_params(schema: Schema, from_file: Mapping[str, Any],
-                   from_flags: Mapping[str, Any], path: str = "<flags>") -> Dict[str, Any]:
+def resolve_params(
+    schema: Schema,
+    from_file: Mapping[str, Any],
+    from_flags: Mapping[str, Any],
+    path: str = "<flags>",
+) -> Dict[str, Any]:
     """Every key's value by precedence flag > file > default.
 
     Raises
@@ -223,8 +243,10 @@ def resolve_params(schema: Schema, from_file: Mapping[str, Any],
             missing.append(f"{p.key} ({p.help})")
         out[p.key] = value
     if missing:
-        raise ParamError(f"{path}: missing required parameter(s): {'; '.join(missing)}; "
-                         "add them to the parameter file or pass them as --Key VALUE")
+        raise ParamError(
+            f"{path}: missing required parameter(s): {'; '.join(missing)}; "
+            "add them to the parameter file or pass them as --Key VALUE"
+        )
     return out
 
 

@@ -12,6 +12,7 @@ empty selection).
 with serial h5py (no parallel HDF5 needed), e.g. for results already on the
 root of a workflow.
 """
+
 from __future__ import annotations
 
 import os
@@ -161,7 +162,7 @@ def write_gathered(
         try:
             rows = np.concatenate([p.astype(dtype, copy=False) for p in parts], axis=0)
             write_arrays(path, {name: rows}, attrs={name: dict(attrs or {})}, mode=mode)
-        except Exception as exc:  # noqa: BLE001 - agreed below
+        except Exception as exc:
             error = exc
     from stager.agree import agree
 

@@ -26,6 +26,7 @@ all tasks finished (``comm`` is ``MPI.COMM_WORLD``, or ``None`` without MPI):
 the place for collective writes such as
 :func:`workflows.results.write_collective` of rows kept on the worker ranks.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -58,36 +59,78 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Arguments after -- (and unknown options) go to the flow.",
     )
     p.add_argument("flow", help="workflow file defining main(args)")
-    p.add_argument("--executor", choices=NAMES, default=None,
-                   help=f"where tasks run (default: ${ENV_EXECUTOR}, else mpi under mpirun, else local)")
-    p.add_argument("--workers", type=int, default=None, help="workers for local/parsl (default: CPUs)")
-    p.add_argument("--parsl-config", choices=("htex-local", "threads"), default=None,
-                   help="Parsl configuration for --executor parsl (default htex-local)")
-    p.add_argument("--debug", action="store_true",
-                   help="inline executor: pickle every task and result round-trip")
-    p.add_argument("--stage", metavar="SPEC", default=None,
-                   help="hook spec file to stage collectively before the workflow")
-    p.add_argument("--emulate-nodes", type=int, default=None, metavar="K",
-                   help="split ranks into K emulated nodes (staging and leader hooks)")
-    p.add_argument("--node-id-env", default=None, metavar="VAR",
-                   help="ranks with equal $VAR form a node (e.g. SLURMD_NODENAME)")
-    p.add_argument("--out", default=None, metavar="DIR",
-                   help="output directory (default: the current directory)")
-    p.add_argument("--leader-hook-startup", default=None, metavar="HOOK",
-                   help="spec file or module:function run once per node before tasks "
-                        "(default $STAGER_LEADER_HOOK_STARTUP)")
-    p.add_argument("--leader-hook-shutdown", default=None, metavar="HOOK",
-                   help="spec file or module:function run once per node after tasks "
-                        "(default $STAGER_LEADER_HOOK_SHUTDOWN)")
-    p.add_argument("--report", default=None, metavar="JSON",
-                   help="write counts and phase times of the run as JSON (rank 0)")
+    p.add_argument(
+        "--executor",
+        choices=NAMES,
+        default=None,
+        help=f"where tasks run (default: ${ENV_EXECUTOR}, else mpi under mpirun, else local)",
+    )
+    p.add_argument(
+        "--workers", type=int, default=None, help="workers for local/parsl (default: CPUs)"
+    )
+    p.add_argument(
+        "--parsl-config",
+        choices=("htex-local", "threads"),
+        default=None,
+        help="Parsl configuration for --executor parsl (default htex-local)",
+    )
+    p.add_argument(
+        "--debug",
+        action="store_true",
+        help="inline executor: pickle every task and result round-trip",
+    )
+    p.add_argument(
+        "--stage",
+        metavar="SPEC",
+        default=None,
+        help="hook spec file to stage collectively before the workflow",
+    )
+    p.add_argument(
+        "--emulate-nodes",
+        type=int,
+        default=None,
+        metavar="K",
+        help="split ranks into K emulated nodes (staging and leader hooks)",
+    )
+    p.add_argument(
+        "--node-id-env",
+        default=None,
+        metavar="VAR",
+        help="ranks with equal $VAR form a node (e.g. SLURMD_NODENAME)",
+    )
+    p.add_argument(
+        "--out",
+        default=None,
+        metavar="DIR",
+        help="output directory (default: the current directory)",
+    )
+    p.add_argument(
+        "--leader-hook-startup",
+        default=None,
+        metavar="HOOK",
+        help="spec file or module:function run once per node before tasks "
+        "(default $STAGER_LEADER_HOOK_STARTUP)",
+    )
+    p.add_argument(
+        "--leader-hook-shutdown",
+        default=None,
+        metavar="HOOK",
+        help="spec file or module:function run once per node after tasks "
+        "(default $STAGER_LEADER_HOOK_SHUTDOWN)",
+    )
+    p.add_argument(
+        "--report",
+        default=None,
+        metavar="JSON",
+        help="write counts and phase times of the run as JSON (rank 0)",
+    )
     return p
 
 
 def _split_argv(argv: List[str]) -> Tuple[List[str], List[str]]:
     if "--" in argv:
         i = argv.index("--")
-        return argv[:i], argv[i + 1:]
+        return argv[:i], argv[i + 1 :]
     return argv, []
 
 
@@ -128,7 +171,9 @@ def load_flow(path: str):
             stem = os.path.splitext(os.path.basename(path))[0]
             module = load_module_from_path(f"workflows_flow_{stem}", os.path.abspath(path))
     except Exception as exc:
-        raise FlowError(f"workflow file {path} failed to import: {type(exc).__name__}: {exc}") from exc
+        raise FlowError(
+            f"workflow file {path} failed to import: {type(exc).__name__}: {exc}"
+        ) from exc
     if not callable(getattr(module, "main", None)):
         raise FlowError(f"workflow file {path} defines no main(args) function")
     return module
@@ -165,7 +210,7 @@ def _drive(module: Any, ns: argparse.Namespace, ex: Executor) -> Dict[str, Any]:
     try:
         result = module.main(ns)
         wait_all(result)
-    except BaseException as exc:  # noqa: BLE001 - turned into the run's status
+    except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt):
             raise
         error = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
@@ -174,8 +219,12 @@ def _drive(module: Any, ns: argparse.Namespace, ex: Executor) -> Dict[str, Any]:
     failed_results = [f for f in find_futures(result) if f.exception() is not None]
     status = {
         "seconds": time.perf_counter() - t0,
-        "tasks": {"launched": rt.launched, "succeeded": rt.succeeded,
-                  "failed": len(rt.failures), "not_run": len(rt.skipped)},
+        "tasks": {
+            "launched": rt.launched,
+            "succeeded": rt.succeeded,
+            "failed": len(rt.failures),
+            "not_run": len(rt.skipped),
+        },
         "workers": ex.workers,
         "error": error,
         "summary": rt.summary(),
@@ -207,7 +256,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     # Everything up to here, and loading the flow, is identical on every rank.
     name = opts.executor or os.environ.get(ENV_EXECUTOR) or ("mpi" if under_mpirun() else "local")
     if name not in NAMES:
-        print(f"error: {ENV_EXECUTOR}={name!r}: expected one of {', '.join(NAMES)}", file=sys.stderr)
+        print(
+            f"error: {ENV_EXECUTOR}={name!r}: expected one of {', '.join(NAMES)}", file=sys.stderr
+        )
         return 2
     from hooks.leader import leader_hooks_from
 
@@ -264,7 +315,7 @@ def _run(opts, module, ns, name: str, comm: Any, hooks) -> int:
             t = time.perf_counter()
             run_leader_hook(hooks.startup, comm, "startup", **node_opts)
             times["startup_hook"] = time.perf_counter() - t
-    except Exception as exc:  # noqa: BLE001 - staging and hooks agree across ranks
+    except Exception as exc:
         if rank == 0:
             print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
@@ -295,7 +346,7 @@ def _run(opts, module, ns, name: str, comm: Any, hooks) -> int:
         t = time.perf_counter()
         try:
             run_leader_hook(hooks.shutdown, comm, "shutdown", **node_opts)
-        except Exception as exc:  # noqa: BLE001 - agreed across ranks
+        except Exception as exc:
             if rank == 0:
                 print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
             code = 1
@@ -311,7 +362,7 @@ def _finalize(module: Any, ns: argparse.Namespace, comm: Any, rank: int) -> int:
     error = None
     try:
         module.finalize(ns, comm)
-    except Exception as exc:  # noqa: BLE001 - agreed across ranks below
+    except Exception as exc:
         error = exc
     if comm is not None:
         from stager.agree import agree
@@ -327,13 +378,17 @@ def _finalize(module: Any, ns: argparse.Namespace, comm: Any, rank: int) -> int:
     return 0
 
 
-def _report(opts, ns, name: str, status: Dict[str, Any], times: Dict[str, float], code: int) -> None:
+def _report(
+    opts, ns, name: str, status: Dict[str, Any], times: Dict[str, float], code: int
+) -> None:
     tasks = status.get("tasks") or {}
-    print(f"workflow {os.path.basename(opts.flow)} on {name} "
-          f"({status.get('workers', '?')} workers, {ns.ranks} ranks): "
-          f"{tasks.get('launched', 0)} tasks, {tasks.get('succeeded', 0)} succeeded, "
-          f"{tasks.get('failed', 0)} failed, {tasks.get('not_run', 0)} not run; "
-          f"{times.get('flow', 0.0):.2f} s; output in {ns.out}")
+    print(
+        f"workflow {os.path.basename(opts.flow)} on {name} "
+        f"({status.get('workers', '?')} workers, {ns.ranks} ranks): "
+        f"{tasks.get('launched', 0)} tasks, {tasks.get('succeeded', 0)} succeeded, "
+        f"{tasks.get('failed', 0)} failed, {tasks.get('not_run', 0)} not run; "
+        f"{times.get('flow', 0.0):.2f} s; output in {ns.out}"
+    )
     if status.get("result"):
         print(f"result: {status['result']}")
     if status.get("error"):
@@ -344,9 +399,16 @@ def _report(opts, ns, name: str, status: Dict[str, Any], times: Dict[str, float]
         if not tasks.get("failed"):
             print(f"FAILED: {msg}", file=sys.stderr)
     if opts.report:
-        report = {"flow": os.path.abspath(opts.flow), "executor": name, "ranks": ns.ranks,
-                  "workers": status.get("workers"), "tasks": tasks, "seconds": times,
-                  "exit_code": code, "out": ns.out}
+        report = {
+            "flow": os.path.abspath(opts.flow),
+            "executor": name,
+            "ranks": ns.ranks,
+            "workers": status.get("workers"),
+            "tasks": tasks,
+            "seconds": times,
+            "exit_code": code,
+            "out": ns.out,
+        }
         stage = getattr(ns, "stage_report", None)
         if stage is not None and hasattr(stage, "to_dict"):
             report["stage"] = stage.to_dict()

@@ -12,6 +12,7 @@ Parsl's DataFlowKernel the workflows need, kept small because the engines
 The *active* executor -- the one app calls go to -- is a process-wide stack
 (not thread-local: completions arrive on executor threads).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -49,7 +50,7 @@ def pop_active(executor: Any) -> None:
             _ACTIVE.remove(executor)
 
 
-def active_runtime() -> "Runtime":
+def active_runtime() -> Runtime:
     """The runtime of the innermost active executor.
 
     Raises
@@ -96,7 +97,9 @@ class Runtime:
     def _inputs_done(self, fut, target, args, kwargs, deps, retries) -> None:
         bad = next((d for d in deps if d.exception() is not None), None)
         if bad is not None:
-            self._fail(fut, DependencyFailure(fut.task.name, _abbrev(args, kwargs), bad.exception()))
+            self._fail(
+                fut, DependencyFailure(fut.task.name, _abbrev(args, kwargs), bad.exception())
+            )
             return
         call = TaskCall(fut.task.name, target, substitute(args), substitute(kwargs))
         self._submit(fut, call, 1, retries)
@@ -105,7 +108,7 @@ class Runtime:
         fut.task.attempts = attempt
         try:
             engine = self.executor.submit_call(call)
-        except BaseException as exc:  # noqa: BLE001 - e.g. shut down, unpicklable args
+        except BaseException as exc:
             engine = Future()
             engine.set_exception(exc)
         engine.add_done_callback(
@@ -192,5 +195,9 @@ def _capture(exc: BaseException) -> RemoteError:
     err = RemoteError.capture(exc)
     if isinstance(exc, ExecutorError):
         return err
-    return RemoteError(err.type_name, f"executor failed to run the task: {err.message}",
-                       err.traceback, "submitting process")
+    return RemoteError(
+        err.type_name,
+        f"executor failed to run the task: {err.message}",
+        err.traceback,
+        "submitting process",
+    )

@@ -9,6 +9,7 @@ Parsl already depends on. A worker never raises: it returns an
 :class:`Outcome` carrying either the value or a :class:`RemoteError`, so an
 exception that does not pickle cannot break the executor.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -26,7 +27,7 @@ __all__ = ["FunctionRef", "TaskCall", "Outcome", "execute"]
 
 # Worker-side cache: resolving a reference costs an import walk; a worker runs
 # thousands of tasks of the same few functions.
-_RESOLVED: Dict["FunctionRef", Callable] = {}
+_RESOLVED: Dict[FunctionRef, Callable] = {}
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,7 @@ class FunctionRef:
     by_value: Optional[bytes] = None
 
     @classmethod
-    def of(cls, fn: Callable) -> "FunctionRef":
+    def of(cls, fn: Callable) -> FunctionRef:
         """Reference ``fn``; functions without an importable name go by value."""
         module = getattr(fn, "__module__", None) or "__main__"
         qualname = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", "")
@@ -142,7 +143,7 @@ def execute(call: TaskCall) -> Outcome:
         fn = target.resolve() if isinstance(target, FunctionRef) else target
         value = fn(*call.args, **call.kwargs)
         return Outcome(value, None, where(), start, time.time())
-    except BaseException as exc:  # noqa: BLE001 - the worker must survive anything
+    except BaseException as exc:
         if isinstance(exc, (KeyboardInterrupt, SystemExit)) and not _in_worker():
             raise
         return Outcome(None, RemoteError.capture(exc), where(), start, time.time())

@@ -16,6 +16,7 @@ file byte for byte::
 Without ``--inputs DIR`` the flow first makes ``--n`` input files (one task
 each) in ``OUT/inputs``.
 """
+
 from __future__ import annotations
 
 import glob
@@ -79,8 +80,11 @@ def main(args):
     else:
         folder = os.path.join(args.out, "inputs")
         os.makedirs(folder, exist_ok=True)
-        inputs = [make_input(os.path.join(folder, f"in{i:05d}.txt"), i, args.values)
-                  for i in range(args.n)]
+        inputs = [
+            make_input(os.path.join(folder, f"in{i:05d}.txt"), i, args.values)
+            for i in range(args.n)
+        ]
     partials = foreach(map_file, inputs, bins)
-    return write_output(reduce_tree(merge, partials, ordered=True),
-                        os.path.join(args.out, "mapreduce.txt"))
+    return write_output(
+        reduce_tree(merge, partials, ordered=True), os.path.join(args.out, "mapreduce.txt")
+    )

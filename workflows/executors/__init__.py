@@ -3,6 +3,7 @@
 ``make(name, **options)`` builds one by name: ``inline``, ``local``, ``mpi``,
 ``parsl``. Each module imports its engine lazily (Parsl takes a second).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -12,8 +13,15 @@ from .base import Executor
 from .inline import InlineExecutor
 from .local import LocalExecutor
 
-__all__ = ["Executor", "InlineExecutor", "LocalExecutor", "MPIExecutor", "ParslExecutor",
-           "NAMES", "make"]
+__all__ = [
+    "Executor",
+    "InlineExecutor",
+    "LocalExecutor",
+    "MPIExecutor",
+    "ParslExecutor",
+    "NAMES",
+    "make",
+]
 
 NAMES = ("inline", "local", "mpi", "parsl")
 

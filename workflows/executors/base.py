@@ -7,6 +7,7 @@ dependencies on the submitting side, so ``submit`` only ever receives tasks
 whose inputs are ready. ``with executor:`` makes it the target of app calls,
 and on leaving waits for every launched task before shutting down.
 """
+
 from __future__ import annotations
 
 import abc
@@ -73,7 +74,7 @@ class Executor(abc.ABC):
     def closed(self) -> bool:
         return self._closed
 
-    def __enter__(self) -> Optional["Executor"]:
+    def __enter__(self) -> Optional[Executor]:
         push_active(self)
         return self
 

@@ -5,6 +5,7 @@ works, and with ``debug=True`` every task and every result is pickled and
 unpickled, catching the serialization bugs that would otherwise only show up
 on a cluster (LiberTEM's InlineJobExecutor does the same).
 """
+
 from __future__ import annotations
 
 import os
@@ -53,7 +54,7 @@ class InlineExecutor(Executor):
             result = fn(*args, **kwargs)
             if self.debug:
                 result = _round_trip(result, "result")
-        except BaseException as exc:  # noqa: BLE001 - delivered through the future
+        except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
                 raise
             fut.set_exception(exc)

@@ -4,6 +4,7 @@ Workers are forked by default, so they inherit the modules the submitting
 process loaded (a workflow file loaded by path included); with another start
 method, :class:`~workflows.tasks.FunctionRef` reloads such files by path.
 """
+
 from __future__ import annotations
 
 import multiprocessing
@@ -44,7 +45,8 @@ class LocalExecutor(Executor):
         if method not in _START_METHODS:
             raise ExecutorError(f"start method {method!r}: expected one of {_START_METHODS}")
         self._pool = ProcessPoolExecutor(
-            self._workers, mp_context=multiprocessing.get_context(method),
+            self._workers,
+            mp_context=multiprocessing.get_context(method),
             initializer=_worker_init,
         )
 

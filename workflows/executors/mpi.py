@@ -14,6 +14,7 @@ the other ranks::
 The communicator is a parameter (``comm=None`` means ``MPI.COMM_WORLD``) and
 the arguments are checked before the first collective, so all ranks fail alike.
 """
+
 from __future__ import annotations
 
 import os
@@ -62,7 +63,7 @@ class MPIExecutor(Executor):
     def workers(self) -> int:
         return max(1, self.comm.Get_size() - 1)
 
-    def __enter__(self) -> Optional["MPIExecutor"]:
+    def __enter__(self) -> Optional[MPIExecutor]:
         """Collective over `comm`: every rank must call. Root gets the executor, others None."""
         from mpi4py.futures import MPICommExecutor
 

@@ -6,6 +6,7 @@ is a HighThroughputExecutor with a LocalProvider (one block of workers on this
 machine); the Slurm set-up passes its own ``Config`` (SlurmProvider). Parsl is
 imported only when this executor is made: importing it takes about a second.
 """
+
 from __future__ import annotations
 
 import os
@@ -49,12 +50,19 @@ def htex_local_config(workers: int, run_dir: str):
         poll_period=1,
         worker_logdir_root=run_dir,
         provider=LocalProvider(
-            init_blocks=1, min_blocks=1, max_blocks=1,
+            init_blocks=1,
+            min_blocks=1,
+            max_blocks=1,
             worker_init=f"export PATH={bindir}:$PATH",
         ),
     )
-    return Config(executors=[htex], run_dir=run_dir, strategy="none",
-                  initialize_logging=False, usage_tracking=0)
+    return Config(
+        executors=[htex],
+        run_dir=run_dir,
+        strategy="none",
+        initialize_logging=False,
+        usage_tracking=0,
+    )
 
 
 def threads_config(workers: int, run_dir: str):
@@ -62,8 +70,13 @@ def threads_config(workers: int, run_dir: str):
     from parsl.config import Config
     from parsl.executors.threads import ThreadPoolExecutor
 
-    return Config(executors=[ThreadPoolExecutor(max_threads=workers, label="threads")],
-                  run_dir=run_dir, strategy="none", initialize_logging=False, usage_tracking=0)
+    return Config(
+        executors=[ThreadPoolExecutor(max_threads=workers, label="threads")],
+        run_dir=run_dir,
+        strategy="none",
+        initialize_logging=False,
+        usage_tracking=0,
+    )
 
 
 def _put_interpreter_on_path() -> None:
@@ -94,8 +107,12 @@ class ParslExecutor(Executor):
 
     name = "parsl"
 
-    def __init__(self, config: Union[None, str, Any] = None, workers: Optional[int] = None,
-                 run_dir: Optional[str] = None):
+    def __init__(
+        self,
+        config: Union[None, str, Any] = None,
+        workers: Optional[int] = None,
+        run_dir: Optional[str] = None,
+    ):
         super().__init__()
         config = config or os.environ.get("WORKFLOWS_PARSL_CONFIG") or "htex-local"
         self._workers = env_int(workers, "WORKFLOWS_PARSL_WORKERS", os.cpu_count() or 1)
@@ -104,7 +121,9 @@ class ParslExecutor(Executor):
             run_dir = self._tmp = tempfile.mkdtemp(prefix="workflows-parsl-")
         if isinstance(config, str):
             if config not in CONFIGS:
-                raise ExecutorError(f"parsl config {config!r}: expected one of {CONFIGS} or a Config")
+                raise ExecutorError(
+                    f"parsl config {config!r}: expected one of {CONFIGS} or a Config"
+                )
             make = htex_local_config if config == "htex-local" else threads_config
             config = make(self._workers, run_dir)
         _put_interpreter_on_path()
