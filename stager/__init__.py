@@ -10,4 +10,17 @@ from stager.plan import build_manifest
 __all__ = [
     "StagerError", "PlanError", "CapacityError", "TransferError", "VerifyError",
     "Manifest", "Entry", "BlockPlan", "build_manifest",
+    # collective layer (mpi4py is imported only when a collective function runs)
+    "stage", "verify", "clean", "Report", "VerifyReport", "CleanReport", "StageOptions",
+    "NodeLayout", "node_layout", "agree", "agreed",
 ]
+
+# Eager imports on purpose: the functions share their modules' names, and a
+# lazy import would let the submodule shadow the function on the package.
+from stager.stage import stage  # noqa: E402
+from stager.verify import VerifyReport, verify  # noqa: E402
+from stager.clean import CleanReport, clean  # noqa: E402
+from stager.report import Report  # noqa: E402
+from stager.options import StageOptions  # noqa: E402
+from stager.nodes import NodeLayout, node_layout  # noqa: E402
+from stager.agree import agree, agreed  # noqa: E402

@@ -1,0 +1,117 @@
+"""Failure agreement: an error on one rank becomes the same error on every rank.
+
+A rank that fails alone and raises would leave the others blocked in the next
+collective. Instead each phase of a collective operation ends with one
+``allgather`` of "ok, or what went wrong here"; if any rank failed, every rank
+raises the *same* exception class with the *same* message, naming the rank(s),
+host(s) and the local messages (which name the file). Use it as a function::
+
+    err = None
+    try:
+        risky_local_work()
+    except Exception as e:
+        err = e
+    agree(comm, err, what="staging")
+
+or as a context manager around a phase::
+
+    with agreed(comm, "capacity check", default=CapacityError):
+        local_check()
+
+The exception class raised everywhere is the class of the first failing
+rank's error if it derives from ``base`` (default ``StagerError``), else
+``default``. Other packages pass their own roots (``WorkflowError``), which is
+why this module is independent of the stager's phases. The local cause is
+kept as ``__cause__`` on the rank where it happened.
+
+Never use it inside code that only some ranks run: every rank of ``comm``
+must reach the same number of ``agree`` calls.
+"""
+from __future__ import annotations
+
+import socket
+from contextlib import contextmanager
+from typing import Any, Iterator, List, Optional, Tuple, Type
+
+from stager.errors import StagerError
+
+__all__ = ["agree", "agreed", "describe", "format_failures"]
+
+#: At most this many distinct messages are spelled out in the agreed error.
+MAX_MESSAGES = 6
+
+
+def describe(exc: BaseException) -> str:
+    """One line describing ``exc``: its message, prefixed by its type if it is not ours."""
+    msg = " ".join(str(exc).split()) or type(exc).__name__
+    if isinstance(exc, StagerError):
+        return msg
+    return f"{type(exc).__name__}: {msg}"
+
+
+def format_failures(failures: List[Tuple[int, str, str]], what: str = "") -> str:
+    """Render ``(rank, host, message)`` triples as one line; equal messages are merged."""
+    by_msg: dict = {}
+    for rank, host, msg in failures:
+        by_msg.setdefault(msg, []).append((rank, host))
+    parts = []
+    for msg, where in list(by_msg.items())[:MAX_MESSAGES]:
+        hosts = sorted({h for _, h in where})
+        ranks = ",".join(str(r) for r, _ in where[:8]) + (",..." if len(where) > 8 else "")
+        label = "rank" if len(where) == 1 else "ranks"
+        parts.append(f"{label} {ranks} on {'/'.join(hosts)}: {msg}")
+    if len(by_msg) > MAX_MESSAGES:
+        parts.append(f"and {len(by_msg) - MAX_MESSAGES} more distinct error(s)")
+    prefix = f"{what} failed: " if what else ""
+    return prefix + "; ".join(parts)
+
+
+def agree(comm: Any, error: Optional[BaseException], what: str = "", *,
+          base: Type[BaseException] = StagerError,
+          default: Type[BaseException] = StagerError) -> None:
+    """Collective over `comm`: every rank must call. Raise everywhere if any rank failed.
+
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Comm
+    error : BaseException or None
+        This rank's failure, or ``None``.
+    what : str
+        Name of the phase, prefixed to the message ("staging failed: ...").
+    base : exception class
+        Errors deriving from it keep their class on every rank.
+    default : exception class
+        Class raised when the first failing rank's error is not a ``base``.
+
+    Raises
+    ------
+    base or default
+        The same class and message on every rank, if any rank passed an error.
+    """
+    mine = None
+    if error is not None:
+        cls = type(error) if isinstance(error, base) else None
+        mine = (cls, describe(error), socket.gethostname())
+    gathered = comm.allgather(mine)
+    failures = [(r, g[2], g[1]) for r, g in enumerate(gathered) if g is not None]
+    if not failures:
+        return
+    first = next(g for g in gathered if g is not None)
+    cls_out = first[0] or default
+    raise cls_out(format_failures(failures, what)) from error
+
+
+@contextmanager
+def agreed(comm: Any, what: str = "", *, base: Type[BaseException] = StagerError,
+           default: Type[BaseException] = StagerError) -> Iterator[None]:
+    """Collective over `comm`: every rank must enter and leave. Agree on the block's outcome.
+
+    An ``Exception`` raised in the block is caught and passed to :func:`agree`;
+    ``BaseException`` (``KeyboardInterrupt``, ``SystemExit``) propagates as is.
+    """
+    err: Optional[BaseException] = None
+    try:
+        yield
+    except Exception as e:
+        err = e
+    agree(comm, err, what, base=base, default=default)

@@ -1,0 +1,113 @@
+"""``clean``: remove exactly what ``stage`` put on the nodes.
+
+Collective over a communicator. Each leader reads the state file of every
+destination root of its node and removes the recorded files (only if they are
+still regular files: a symlink or directory that replaced one is left alone
+and reported), leftover temporary files of interrupted runs next to them, the
+state file, and then the directories the stager created, deepest first, if
+they are empty. Nothing else is touched.
+"""
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+from typing import Any, List, Optional, Tuple
+
+from stager import localfs, state
+from stager.agree import agree
+from stager.nodes import node_layout
+from stager.options import resolve_options
+from stager.stage import SpecLike, load_destinations, node_roots, on_node
+
+__all__ = ["clean", "CleanReport"]
+
+
+@dataclass(frozen=True)
+class CleanReport:
+    """What ``clean`` removed, summed over nodes (identical on every rank)."""
+
+    nodes: Tuple[str, ...]
+    files_removed: int
+    dirs_removed: int
+    skipped: Tuple[str, ...]
+
+
+def _clean_root(root: str) -> Tuple[int, int, List[str]]:
+    st = state.load(root)
+    if not os.path.exists(st.path):
+        return 0, 0, []
+    files = dirs = 0
+    skipped: List[str] = []
+    parents = set()
+    for rel in st.files:
+        path = localfs.inside(root, rel)
+        parents.add(os.path.dirname(path))
+        try:
+            lst = os.lstat(path)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISREG(lst.st_mode):
+            os.unlink(path)
+            files += 1
+        else:
+            skipped.append(path)
+    for d in parents:
+        try:
+            names = os.listdir(d)
+        except OSError:
+            continue
+        for name in names:
+            if localfs.TEMP_MARK in name and name.startswith("."):
+                p = os.path.join(d, name)
+                if stat.S_ISREG(os.lstat(p).st_mode) and os.lstat(p).st_uid == os.geteuid():
+                    os.unlink(p)
+    os.unlink(st.path)
+    for d in sorted(set(st.created_dirs), key=len, reverse=True):
+        try:
+            os.rmdir(d)
+            dirs += 1
+        except OSError:
+            pass  # not empty (someone else's files) or already gone: leave it
+    return files, dirs, skipped
+
+
+def clean(spec: SpecLike, comm: Any = None, emulate_nodes: Optional[int] = None,
+          node_id_env: Optional[str] = None) -> CleanReport:
+    """Collective over `comm`: every rank must call. Remove every node's staged copies.
+
+    Parameters are those of :func:`stager.verify`.
+
+    Returns
+    -------
+    CleanReport
+
+    Raises
+    ------
+    StagerError
+        Removal failed somewhere (agreed on all ranks).
+    """
+    opts = resolve_options(emulate_nodes=emulate_nodes, node_id_env=node_id_env)
+    if comm is None:
+        from mpi4py import MPI
+        comm = MPI.COMM_WORLD
+    templates = load_destinations(spec, comm)
+    layout = node_layout(comm, opts.emulate_nodes, opts.node_id_env)
+    try:
+        files = dirs = 0
+        skipped: List[str] = []
+        err: Optional[BaseException] = None
+        if layout.is_leader:
+            try:
+                for root in node_roots(templates, layout.name):
+                    f, d, s = _clean_root(root)
+                    files, dirs, skipped = files + f, dirs + d, skipped + s
+            except Exception as e:  # noqa: BLE001 - agreed below
+                err = on_node(layout, e)
+        agree(comm, err, "clean")
+        gathered = comm.allgather((files, dirs, skipped))
+    finally:
+        layout.free()
+    return CleanReport(nodes=layout.names, files_removed=sum(g[0] for g in gathered),
+                       dirs_removed=sum(g[1] for g in gathered),
+                       skipped=tuple(p for g in gathered for p in g[2]))

@@ -1,0 +1,36 @@
+"""``stager clean SPEC [--emulate-nodes K | --node-id-env VAR]`` (run under mpirun/srun).
+
+Removes exactly what the per-destination manifests say was staged, then the
+directories the stager created if they are empty. Exit 0, 1 on a failure, 2
+on a spec error.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from stager.commands.stage import add_node_arguments, run_collective
+
+HELP = "remove exactly what was staged (run under mpirun)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("spec", metavar="SPEC", help="hook spec file used to stage")
+    add_node_arguments(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    from stager.clean import clean
+
+    def body(comm: Any) -> int:
+        rep = clean(args.spec, comm, emulate_nodes=args.emulate_nodes,
+                    node_id_env=args.node_id_env)
+        if comm.rank == 0:
+            print(f"removed {rep.files_removed} staged file(s) and {rep.dirs_removed} "
+                  f"director{'y' if rep.dirs_removed == 1 else 'ies'} on {len(rep.nodes)} node(s)")
+            for p in rep.skipped:
+                print(f"stager clean: left {p}: no longer a regular file", file=sys.stderr)
+        return 0
+
+    return run_collective("clean", body)

@@ -1,0 +1,85 @@
+"""``stager stage SPEC [options]``: stage a spec's files to every node (run under mpirun/srun).
+
+Every rank runs the command. Exit 0 on success, 1 on a staging failure (one
+line on stderr from rank 0, the same error on every rank), 2 on a spec error
+or a bad option. Rank 0 prints the one-line summary (and a progress bar while
+staging when stderr is a terminal).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, Callable
+
+from stager.options import METHODS
+
+HELP = "collectively stage a spec's files to every node (run under mpirun)"
+
+
+def add_node_arguments(p: argparse.ArgumentParser) -> None:
+    """``--emulate-nodes`` / ``--node-id-env`` (shared with verify and clean)."""
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--emulate-nodes", type=int, metavar="K", default=None,
+                   help="treat contiguous blocks of ranks as K nodes named node0..node{K-1}")
+    g.add_argument("--node-id-env", metavar="VAR", default=None,
+                   help="ranks with the same value of environment variable VAR form a node "
+                        "(e.g. SLURMD_NODENAME)")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("spec", metavar="SPEC", help="hook spec file")
+    p.add_argument("--method", choices=METHODS, default=None,
+                   help="transfer method (default: stripe, or $STAGER_METHOD)")
+    p.add_argument("--chunk-size", metavar="BYTES", default=None,
+                   help="bytes per collective round, e.g. 33554432 or 32M (default 32M)")
+    p.add_argument("--small-file-threshold", metavar="BYTES", default=None,
+                   help="files below this size travel in batches (default 1M)")
+    add_node_arguments(p)
+    p.add_argument("--json", metavar="FILE", default=None, help="write the report as JSON")
+    p.add_argument("--force", action="store_true", default=None,
+                   help="re-stage files already staged and unchanged")
+    p.add_argument("--no-progress", dest="progress", action="store_false", default=None,
+                   help="no progress bar")
+
+
+def run_collective(name: str, body: Callable[[Any], int]) -> int:
+    """Run ``body(comm)`` and map errors to exit codes, printing on rank 0 only."""
+    from mpi4py import MPI
+
+    from hooks import SpecError
+    from stager.errors import PlanError, StagerError
+
+    comm = MPI.COMM_WORLD
+    try:
+        return body(comm)
+    except SpecError as e:
+        if comm.rank == 0:
+            print(e.render() if hasattr(e, "render") else str(e), file=sys.stderr)
+        return 2
+    except PlanError as e:
+        if comm.rank == 0:
+            print(f"stager {name}: {e}", file=sys.stderr)
+        return 2
+    except (ValueError, TypeError) as e:
+        if comm.rank == 0:
+            print(f"stager {name}: {e}", file=sys.stderr)
+        return 2
+    except StagerError as e:
+        if comm.rank == 0:
+            print(f"stager {name}: {e}", file=sys.stderr)
+        return 1
+
+
+def run(args: argparse.Namespace) -> int:
+    from stager.stage import stage
+
+    def body(comm: Any) -> int:
+        report = stage(args.spec, comm, method=args.method, chunk_size=args.chunk_size,
+                       small_file_threshold=args.small_file_threshold,
+                       emulate_nodes=args.emulate_nodes, node_id_env=args.node_id_env,
+                       json=args.json, force=args.force, progress=args.progress)
+        if comm.rank == 0:
+            print(report.summary())
+        return 0
+
+    return run_collective("stage", body)

@@ -1,0 +1,112 @@
+"""Staging options: keyword argument > ``STAGER_*`` environment variable > default.
+
+Parsed strictly and before any collective, so a bad value fails identically on
+every rank (``ValueError``) instead of on some. Sizes accept a plain byte
+count or a binary suffix: ``33554432``, ``32M``, ``32MiB``, ``1G``.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, fields
+from typing import Any, Mapping, Optional
+
+__all__ = ["StageOptions", "resolve_options", "parse_size", "parse_bool", "ENV_PREFIX"]
+
+ENV_PREFIX = "STAGER_"
+METHODS = ("stripe", "readall", "bcast", "naive")
+MAX_CHUNK = 1 << 30  # far below 2**31, so every MPI count stays an int32
+
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_size(text: Any, name: str = "size") -> int:
+    """Bytes from ``int`` or ``"32M"``/``"32MiB"``/``"4096"``; strict."""
+    if isinstance(text, bool):
+        raise ValueError(f"{name} must be a byte count, got {text!r}")
+    if isinstance(text, int):
+        return text
+    m = re.fullmatch(r"\s*(\d+)\s*([KMGT]?)(?:i?B)?\s*", str(text), re.IGNORECASE)
+    if not m:
+        raise ValueError(f"{name} must be a byte count like 33554432 or 32M, got {text!r}")
+    return int(m.group(1)) * _UNITS[m.group(2).upper()]
+
+
+def parse_bool(text: Any, name: str = "flag") -> bool:
+    if isinstance(text, bool):
+        return text
+    t = str(text).strip().lower()
+    if t in ("1", "true", "yes", "on"):
+        return True
+    if t in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"{name} must be true/false/1/0, got {text!r}")
+
+
+@dataclass(frozen=True)
+class StageOptions:
+    """Resolved options of one ``stage`` call (see :func:`stager.stage`)."""
+
+    method: str = "stripe"
+    chunk_size: int = 32 << 20
+    small_file_threshold: int = 1 << 20
+    emulate_nodes: Optional[int] = None
+    node_id_env: Optional[str] = None
+    force: bool = False
+    json: Optional[str] = None
+    progress: bool = True
+    fsync: bool = False
+
+
+def _parse(name: str, value: Any) -> Any:
+    if name == "method":
+        v = str(value)
+        if v not in METHODS:
+            raise ValueError(f"method must be one of {', '.join(METHODS)}, got {value!r}")
+        return v
+    if name in ("chunk_size", "small_file_threshold"):
+        v = parse_size(value, name)
+        lo = 1 if name == "chunk_size" else 0
+        if not lo <= v <= MAX_CHUNK:
+            raise ValueError(f"{name} must be between {lo} and {MAX_CHUNK} bytes, got {v}")
+        return v
+    if name == "emulate_nodes":
+        if value is None or value == "":
+            return None
+        try:
+            v = int(str(value), 10) if not isinstance(value, int) or isinstance(value, bool) else value
+        except ValueError:
+            raise ValueError(f"emulate_nodes must be a positive integer, got {value!r}") from None
+        if isinstance(value, bool) or v < 1:
+            raise ValueError(f"emulate_nodes must be a positive integer, got {value!r}")
+        return v
+    if name in ("node_id_env", "json"):
+        return None if value in (None, "") else str(value)
+    return parse_bool(value, name)
+
+
+def resolve_options(env: Optional[Mapping[str, str]] = None, **kwargs: Any) -> StageOptions:
+    """Options from keywords, then ``STAGER_<NAME>`` variables, then defaults.
+
+    Raises
+    ------
+    TypeError
+        Unknown keyword.
+    ValueError
+        A value that does not parse.
+    """
+    env = os.environ if env is None else env
+    names = [f.name for f in fields(StageOptions)]
+    unknown = sorted(set(kwargs) - set(names))
+    if unknown:
+        raise TypeError(f"unknown staging option(s): {', '.join(unknown)}; known: {', '.join(names)}")
+    values = {}
+    for name in names:
+        if kwargs.get(name) is not None:
+            values[name] = _parse(name, kwargs[name])
+        elif env.get(ENV_PREFIX + name.upper()) not in (None, ""):
+            values[name] = _parse(name, env[ENV_PREFIX + name.upper()])
+    opts = StageOptions(**values)
+    if opts.emulate_nodes is not None and opts.node_id_env is not None:
+        raise ValueError("use either emulate_nodes or node_id_env, not both")
+    return opts

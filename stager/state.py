@@ -1,0 +1,114 @@
+"""The per-destination manifest: what was staged into one destination directory.
+
+Each destination root (a spec block's directory with ``%n`` expanded) holds
+``.stager-manifest.json``, written atomically by the node's leader after a
+successful transfer::
+
+    {"version": 1, "algorithm": "xxh3_128", "root": "/local/run/node0",
+     "created_dirs": ["/local/run", "/local/run/node0", ...],
+     "files": {"a/b.tif": {"source": "/shared/a/b.tif", "size": 123,
+                           "mtime_ns": ..., "mode": 420, "checksum": "..."}}}
+
+It drives three things:
+
+* resume — ``stage`` skips a file whose record matches the source's planned
+  size and mtime and whose copy is still a regular file of that size and mtime;
+* ``verify`` — re-checksums every recorded copy;
+* ``clean`` — removes exactly the recorded files, then the recorded
+  directories the stager created, deepest first, if they are empty.
+"""
+from __future__ import annotations
+
+import json
+import os
+import stat
+from dataclasses import asdict, dataclass, field
+from typing import Dict, List
+
+from stager import checksum, localfs
+from stager.errors import StagerError
+
+__all__ = ["STATE_NAME", "StagedFile", "DestState", "load", "save", "is_current"]
+
+STATE_NAME = ".stager-manifest.json"
+VERSION = 1
+
+
+@dataclass(frozen=True)
+class StagedFile:
+    """One staged copy (path relative to its destination root)."""
+
+    source: str
+    size: int
+    mtime_ns: int
+    mode: int
+    checksum: str
+
+
+@dataclass
+class DestState:
+    """Everything staged under one destination root (mutable while a run updates it)."""
+
+    root: str
+    files: Dict[str, StagedFile] = field(default_factory=dict)
+    created_dirs: List[str] = field(default_factory=list)
+    algorithm: str = checksum.ALGORITHM
+
+    @property
+    def path(self) -> str:
+        return os.path.join(self.root, STATE_NAME)
+
+    def to_dict(self) -> dict:
+        return {"version": VERSION, "algorithm": self.algorithm, "root": self.root,
+                "created_dirs": list(self.created_dirs),
+                "files": {rel: asdict(f) for rel, f in sorted(self.files.items())}}
+
+
+def load(root: str) -> DestState:
+    """The state of ``root``; empty if it has none.
+
+    Raises
+    ------
+    StagerError
+        The state file exists but is a symlink, unreadable or malformed.
+    """
+    st = DestState(root=root)
+    try:
+        fd = os.open(st.path, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return st
+    except OSError as e:
+        raise StagerError(f"cannot read staging state {st.path}: {e.strerror}; "
+                          "remove it (and the staged files) or run `stager clean`") from e
+    try:
+        with os.fdopen(fd, "r") as f:
+            d = json.load(f)
+        if d.get("version") != VERSION:
+            raise ValueError(f"unknown version {d.get('version')!r}")
+        st.algorithm = d["algorithm"]
+        st.created_dirs = [str(x) for x in d.get("created_dirs", [])]
+        st.files = {str(rel): StagedFile(**v) for rel, v in d["files"].items()}
+    except (ValueError, KeyError, TypeError) as e:
+        raise StagerError(f"staging state {st.path} is malformed ({e}); remove it and stage "
+                          "again with --force") from e
+    return st
+
+
+def save(st: DestState) -> None:
+    """Write ``st`` atomically into its root (mode 0600)."""
+    data = json.dumps(st.to_dict(), indent=1, sort_keys=True).encode()
+    localfs.write_bytes_atomic(st.path, data, mode=0o600)
+
+
+def is_current(rec: StagedFile, source: str, size: int, mtime_ns: int, dest: str) -> bool:
+    """True if ``rec`` describes ``source`` as planned and the copy at ``dest`` still matches.
+
+    Cheap by design (no re-checksum): ``verify`` is the thorough check.
+    """
+    if (rec.source, rec.size, rec.mtime_ns) != (source, size, mtime_ns):
+        return False
+    try:
+        st = os.lstat(dest)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_size == size and st.st_mtime_ns == mtime_ns

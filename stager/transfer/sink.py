@@ -1,0 +1,94 @@
+"""The writing side of a transfer, on each leader: pieces in, whole files out.
+
+Pieces of a file arrive in offset order. The first opens an
+:class:`~stager.localfs.AtomicFile` at the node's destination; each piece is
+checked against the digest its reader computed when it read it (so a corrupt
+exchange is caught by every writer against what it writes); the last piece
+commits the file (mode, mtime, atomic rename) and records the whole-file
+checksum, computed incrementally over the verified bytes. Files this node
+already has (resume) are passed over. :meth:`abort` removes every temporary
+file still open.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence
+
+from stager import checksum
+from stager.errors import TransferError
+from stager.localfs import AtomicFile
+from stager.report import Progress
+from stager.transfer.source import FileJob
+
+__all__ = ["Sink"]
+
+
+class Sink:
+    """Writes pieces to this node's destinations.
+
+    Parameters
+    ----------
+    jobs : sequence of FileJob
+    dests : sequence of str or None
+        Concrete destination of each job on this node; ``None``: this node
+        already has the file (skip).
+    progress : Progress, optional
+    fsync : bool
+    """
+
+    def __init__(self, jobs: Sequence[FileJob], dests: Sequence[Optional[str]],
+                 progress: Optional[Progress] = None, fsync: bool = False) -> None:
+        self.jobs = jobs
+        self.dests = dests
+        self.progress = progress
+        self.fsync = fsync
+        self.open: Dict[int, AtomicFile] = {}
+        self.done: Dict[int, str] = {}   # job index -> hex checksum of committed copies
+        self.bytes_written = 0
+        self.node = ""
+
+    def write(self, i: int, offset: int, data: memoryview,
+              source_digest: Optional[bytes] = None) -> None:
+        """Write one piece of file ``i``; commit the file when it is complete."""
+        dest = self.dests[i]
+        if dest is None:
+            return
+        if source_digest is not None and checksum.digest(data) != source_digest:
+            raise TransferError(
+                f"checksum mismatch writing {dest} (bytes {offset}..{offset + len(data)} of "
+                f"{self.jobs[i].source}): the data changed between read and write; stage again")
+        f = self.open.get(i)
+        if f is None:
+            if offset != 0:
+                raise TransferError(f"internal error: piece at {offset} before start of {dest}")
+            job = self.jobs[i]
+            try:
+                f = AtomicFile(dest, mode=job.mode, mtime_ns=job.mtime_ns, fsync=self.fsync)
+            except OSError as e:
+                raise TransferError(f"cannot create {dest}: {e.strerror}") from e
+            self.open[i] = f
+        if offset != f.nbytes:
+            raise TransferError(f"internal error: piece of {dest} out of order")
+        try:
+            f.write(data)
+        except OSError as e:
+            raise TransferError(f"writing {dest} failed: {e.strerror}") from e
+        self.bytes_written += len(data)
+        if self.progress is not None:
+            self.progress.update(len(data))
+        if offset + len(data) == self.jobs[i].size:
+            del self.open[i]
+            try:
+                f.commit()
+            except OSError as e:
+                f.abort()
+                raise TransferError(f"finishing {dest} failed: {e.strerror}") from e
+            self.done[i] = f.hexdigest()
+
+    def abort(self) -> List[str]:
+        """Remove every unfinished temporary file; return their destinations."""
+        names = []
+        for f in self.open.values():
+            f.abort()
+            names.append(f.dest)
+        self.open.clear()
+        return names
