@@ -57,7 +57,8 @@ class NFParams:
 
     def __post_init__(self):
         if not (isinstance(self.offset, (int, np.integer)) and 0 <= self.offset <= 65535):
-            raise KernelArgumentError(f"offset must be an integer in [0, 65535], got {self.offset!r}")
+            raise KernelArgumentError(
+                f"offset must be an integer in [0, 65535], got {self.offset!r}")
         if self.median_size not in MEDIAN_SIZES:
             raise KernelArgumentError(
                 f"median_size must be one of {MEDIAN_SIZES}, got {self.median_size!r}")
@@ -75,7 +76,7 @@ class NFSpots:
     n_labels: int
 
     def to_records(self, frame: int = 0) -> np.ndarray:
-        """The pixels as a structured array of :data:`NF_SPOT_DTYPE` (concatenates across frames)."""
+        """The pixels as a :data:`NF_SPOT_DTYPE` structured array (concatenates across frames)."""
         rec = np.empty(self.rows.shape[0], dtype=NF_SPOT_DTYPE)
         rec["frame"] = frame
         rec["row"] = self.rows

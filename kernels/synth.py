@@ -174,7 +174,8 @@ def render_frame(model: DetectorModel, index: int, truth: np.ndarray | None = No
     return _noisy(model, mean, 1000 + index)
 
 
-def render_dark(model: DetectorModel, index: int = 0, pattern: np.ndarray | None = None) -> np.ndarray:
+def render_dark(model: DetectorModel, index: int = 0,
+                pattern: np.ndarray | None = None) -> np.ndarray:
     """A dark frame (background pattern and noise, no spots), uint16; its own noise stream."""
     mean = background_pattern(model) if pattern is None else pattern
     return _noisy(model, mean, 10_000_000 + index)
