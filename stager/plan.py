@@ -101,6 +101,11 @@ def build_manifest(spec: Spec, *, stat: StatFn = os.stat) -> Manifest:
     claimed: Dict[str, Tuple[str, Pattern]] = {}
     blocks: List[BlockPlan] = []
     for index, block in enumerate(spec.blocks):
+        if block.kind == "h5":
+            # HDF5 selections are planned by stager.h5plan.build_h5_plan (they need h5py).
+            blocks.append(BlockPlan(dest=block.dest, kind=block.kind,
+                                    location=str(block.location)))
+            continue
         if block.kind != "files":
             raise PlanError(f"{block.location}: '{block.kind}' blocks are not supported by "
                             "this version of the stager: use 'files'")

@@ -136,10 +136,12 @@ def test_special_file_is_refused(tmp_path):
         plan("broadcast to /d files { fifo }", tmp_path)
 
 
-def test_h5_blocks_are_refused_by_the_file_planner(tmp_path):
+def test_h5_blocks_are_left_to_the_h5_planner(tmp_path):
+    # stager.h5plan.build_h5_plan plans h5 blocks; the file planner lists them, stats nothing.
     write(tmp_path / "a.h5")
-    with pytest.raises(PlanError, match="'h5' blocks"):
-        plan("broadcast to /d h5 { a.h5 }", tmp_path)
+    m = plan("broadcast to /d h5 { a.h5:/x }\nbroadcast to /e files { a.h5 }", tmp_path)
+    assert [(b.kind, b.files) for b in m.blocks] == [("h5", 0), ("files", 1)]
+    assert [e.dest for e in m.entries] == ["/e/a.h5"]
 
 
 def test_globs_run_once_per_pattern(tmp_path):

@@ -1,0 +1,216 @@
+"""HDF5 selections: entry syntax, slices and rank-0 planning (serial, no MPI).
+
+``make_scan`` (a small NeXus-like scan file) is shared with tests/test_h5stage.py.
+"""
+import h5py
+import numpy as np
+import pytest
+
+from hooks import parse_spec
+from hooks.spec import Location, Pattern
+from stager.errors import PlanError
+from stager.h5plan import INLINE_BYTES, build_h5_plan
+from stager.h5select import Slice, parse_entry, parse_slice
+
+FRAMES, NY, NX = 24, 128, 96
+
+
+def make_scan(path, frames=FRAMES, ny=NY, nx=NX, seed=0):
+    """A scan file: a chunked (one chunk per frame) gzip+shuffle uint16 stack and metadata."""
+    rng = np.random.default_rng(seed)
+    stack = rng.poisson(100, size=(frames, ny, nx)).astype(np.uint16)
+    with h5py.File(path, "w") as f:
+        f.attrs["NX_class"] = "NXroot"
+        entry = f.create_group("entry")
+        entry.attrs["NX_class"] = "NXentry"
+        data = entry.create_group("data")
+        data.attrs["NX_class"] = "NXdata"
+        data.attrs["signal"] = "data"
+        d = data.create_dataset("data", data=stack, chunks=(1, ny, nx), compression="gzip",
+                                compression_opts=4, shuffle=True)
+        d.attrs["units"] = "counts"
+        d.attrs["exposure_s"] = np.float32(0.1)
+        inst = entry.create_group("instrument")
+        inst.attrs["NX_class"] = "NXinstrument"
+        inst["name"] = "1-ID-E"                       # variable-length string
+        det = inst.create_group("detector")
+        det["distance"] = 1.25
+        det["distance"].attrs["units"] = "m"
+        det.create_dataset("flatfield", data=rng.random((ny, nx), dtype=np.float32))
+        det["data"] = h5py.SoftLink("/entry/data/data")
+        entry.create_dataset("angles", data=np.linspace(0, 180, frames), chunks=(8,))
+        rec = np.zeros(frames, dtype=[("t", "<f8"), ("i", "<i4")])
+        rec["i"] = np.arange(frames)
+        entry.create_dataset("log", data=rec)
+        entry.create_dataset("refs", data=np.array([f.ref, f.ref], dtype=h5py.ref_dtype))
+    return stack
+
+
+def plan(text, base):
+    return build_h5_plan(parse_spec(text, path="t.hook", env={"HOME": str(base)},
+                                    base_dir=str(base)))
+
+
+def pat(text, raw=None):
+    return Pattern(text=text, raw=raw or text, optional=False, location=Location("t.hook", 2, 3))
+
+
+# -- syntax ---------------------------------------------------------------------
+
+def test_entry_splits_file_path_and_slice():
+    e = parse_entry(pat("/b/scan42.h5:/entry/data/data[0:720]"))
+    assert (e.file, e.path, e.slice) == ("/b/scan42.h5", "/entry/data/data", Slice(0, 720))
+    e = parse_entry(pat("/b/scan4?.h5:/entry/instrument/*"))
+    assert (e.file, e.path, e.slice) == ("/b/scan4?.h5", "/entry/instrument/*", None)
+
+
+def test_root_entry_survives_path_normalisation(tmp_path):
+    spec = parse_spec("broadcast to /d h5 { s.h5:/ }", base_dir=str(tmp_path), env={})
+    e = parse_entry(spec.blocks[0].patterns[0])
+    assert (e.file, e.path) == (str(tmp_path / "s.h5"), "/")
+
+
+@pytest.mark.parametrize("text, want", [
+    ("/d[0:720]", Slice(0, 720)), ("/d[::10]", Slice(None, None, 10)),
+    ("/d[-100:]", Slice(-100, None)), ("/d[5:6]", Slice(5, 6)), ("/d[0-9]", None),
+    ("/d[5]", None), ("/d", None)])
+def test_parse_slice(text, want):
+    assert parse_slice(text) == want
+
+
+@pytest.mark.parametrize("raw, match", [
+    ("/b/s.h5", "names no object inside the file"),
+    ("/b/s.h5:/d[0:x]", "bad slice"),
+    ("/b/s.h5:/d[1:2:0]", "step 0"),
+    ("/b/s.h5:/d[::-1]", "step -1"),
+    ("/b/s.h5:/**/data", r"'\*\*' is not supported"),
+])
+def test_bad_entries(raw, match):
+    with pytest.raises(PlanError, match=match) as info:
+        parse_entry(pat(raw))
+    assert str(info.value).startswith("t.hook:2:3: ")
+
+
+@pytest.mark.parametrize("sl, n, want", [
+    (Slice(0, 720), 1000, (0, 720, 1)), (Slice(-100, None), 1000, (900, 1000, 1)),
+    (Slice(None, None, 10), 25, (0, 21, 10)), (Slice(3, 10, 3), 10, (3, 10, 3)),
+    (Slice(None, -1), 5, (0, 4, 1)), (Slice(0, 5), 5, (0, 5, 1))])
+def test_slice_resolution(sl, n, want):
+    assert sl.resolve(n) == want
+    start, stop, step = want
+    assert list(range(start, stop, step)) == list(range(n))[slice(sl.start, sl.stop, sl.step)]
+
+
+@pytest.mark.parametrize("sl, match", [
+    (Slice(0, 11), "stop 11 is out of range"), (Slice(-11, None), "start -11 is out of range"),
+    (Slice(5, 5), "selects no frame"), (Slice(7, 3), "selects no frame")])
+def test_slice_out_of_range(sl, match):
+    with pytest.raises(ValueError, match=match):
+        sl.resolve(10)
+
+
+# -- planning -------------------------------------------------------------------
+
+@pytest.fixture
+def scan(tmp_path):
+    make_scan(tmp_path / "scan42.h5")
+    return tmp_path
+
+
+def test_dataset_slice_is_described(scan):
+    p = plan("broadcast to /tmp/%n/s h5 { scan42.h5:/entry/data/data[2:20:3] }", scan)
+    (f,) = p.files
+    assert f.dest == "/tmp/%n/s/scan42.h5" and f.source == str(scan / "scan42.h5")
+    (d,) = f.datasets
+    assert (d.path, d.start, d.stop, d.step, d.rows) == ("/entry/data/data", 2, 18, 3, 6)
+    assert d.out_shape == (6, NY, NX) and d.chunks == (1, NY, NX)
+    assert d.dtype == np.uint16 and d.nbytes == 6 * NY * NX * 2
+    assert [x.name for x in d.filters] == ["shuffle", "deflate"]
+    assert {a.name for a in d.attrs} == {"units", "exposure_s"}
+    assert d.selection == "/entry/data/data[2:18:3]" and d.inline is None
+    # ancestors come with their attributes (NeXus classes survive)
+    assert [g.path for g in f.groups] == ["/", "/entry", "/entry/data"]
+    assert dict((a.name, a.value) for a in f.groups[2].attrs)["NX_class"] == "NXdata"
+    assert 0 < d.est_bytes and f.key.endswith(":/entry/data/data[2:18:3]")
+
+
+def test_whole_dataset_and_group_copy(scan):
+    p = plan("broadcast to /d h5 { scan42.h5:/entry/data/data scan42.h5:/entry/instrument }", scan)
+    (f,) = p.files
+    paths = [d.path for d in f.datasets]
+    assert paths == ["/entry/data/data", "/entry/instrument/detector/distance",
+                     "/entry/instrument/detector/flatfield", "/entry/instrument/name"]
+    whole = f.datasets[0]
+    assert (whole.start, whole.stop, whole.sliced) == (0, FRAMES, False)
+    assert f.links[0].path == "/entry/instrument/detector/data"
+    assert f.links[0].target == "/entry/data/data"
+    small = {d.path: d for d in f.datasets}
+    assert small["/entry/instrument/name"].inline[()] == b"1-ID-E"
+    assert small["/entry/instrument/detector/flatfield"].inline.shape == (NY, NX)
+    assert NY * NX * 4 <= INLINE_BYTES
+
+
+def test_internal_glob_and_file_glob(scan):
+    make_scan(scan / "scan43.h5", seed=1)
+    p = plan("broadcast to /d h5 { scan4?.h5:/entry/instrument/* }", scan)
+    assert [f.dest for f in p.files] == ["/d/scan42.h5", "/d/scan43.h5"]
+    assert [d.path for d in p.files[0].datasets] == [
+        "/entry/instrument/detector/distance", "/entry/instrument/detector/flatfield",
+        "/entry/instrument/name"]
+    assert p.blocks[0].files == 2
+
+
+def test_same_selection_twice_is_staged_once(scan):
+    p = plan("broadcast to /d h5 { scan42.h5:/entry/data/data scan42.h5:/entry/data }", scan)
+    assert [d.path for d in p.files[0].datasets] == ["/entry/data/data"]
+
+
+@pytest.mark.parametrize("entry, match", [
+    ("scan42.h5:/entry/data/nope", r"matches no object in .*scan42.h5 \(/entry/data holds: data\)"),
+    ("scan42.h5:/entry/nope/data", r"matches no object .*\(/entry holds: angles, data,"),
+    ("scan42.h5:/entry/data/data[0:25]", r"slice \[0:25\] out of range: stop 25 is out of range"),
+    ("scan42.h5:/entry/data/data[-30:]", "start -30 is out of range"),
+    ("scan42.h5:/entry/instrument[0:2]", "is a group, not a dataset"),
+    ("scan42.h5:/entry/angles/x", "is a dataset, not a group"),
+    ("scan42.h5:/entry/refs", r"unsupported dtype .*HDF5 reference"),
+    ("scan42.h5:/entry/instrument/name[0:1]", "is a scalar dataset"),
+    ("nothere.h5:/entry", "matches no file"),
+    ("notes.txt:/entry", "cannot open .* as HDF5"),
+])
+def test_bad_selections_are_refused(scan, entry, match):
+    (scan / "notes.txt").write_text("not hdf5")
+    with pytest.raises(PlanError, match=match) as info:
+        plan(f"broadcast to /d h5 {{\n  {entry}\n}}", scan)
+    assert str(info.value).startswith("t.hook:2:3: ")
+
+
+def test_optional_entry_may_match_nothing(scan):
+    p = plan("broadcast to /d h5 { ?scan42.h5:/nothing ?none.h5:/x scan42.h5:/entry/angles }",
+             scan)
+    assert [d.path for d in p.files[0].datasets] == ["/entry/angles"]
+
+
+def test_conflicting_selections_of_one_dataset(scan):
+    with pytest.raises(PlanError, match=r"conflicts with /entry/data/data\[0:4:1\]"):
+        plan("broadcast to /d h5 { scan42.h5:/entry/data/data[0:4] "
+             "scan42.h5:/entry/data/data[4:8] }", scan)
+
+
+def test_external_link_is_refused(scan):
+    with h5py.File(scan / "master.h5", "w") as f:
+        f["entry/data/data_000001"] = h5py.ExternalLink("scan42.h5", "/entry/data/data")
+    with pytest.raises(PlanError, match="external link to scan42.h5:/entry/data/data"):
+        plan("broadcast to /d h5 { master.h5:/entry/data }", scan)
+
+
+def test_compound_dataset_is_supported(scan):
+    p = plan("broadcast to /d h5 { scan42.h5:/entry/log[0:4] }", scan)
+    d = p.files[0].datasets[0]
+    assert d.dtype.names == ("t", "i") and list(d.inline["i"]) == [0, 1, 2, 3]
+
+
+def test_same_basename_from_two_directories_conflicts(scan):
+    (scan / "b").mkdir()
+    make_scan(scan / "b" / "scan42.h5")
+    with pytest.raises(PlanError, match="would both land at /d/scan42.h5"):
+        plan("broadcast to /d h5 { scan42.h5:/entry/angles b/scan42.h5:/entry/angles }", scan)
