@@ -194,17 +194,12 @@ def _run_spec(path: str, comm: Any, phase: str, emulate_nodes, node_id_env, opti
             default=HookError,
         )
         return
-    try:
-        from hooks import load_spec
-
-        spec = load_spec(path)
-    except Exception as exc:
-        raise HookError(f"leader hook {path}: {exc}") from exc
     if emulate_nodes is not None:
         options.setdefault("emulate_nodes", emulate_nodes)
     if node_id_env is not None:
         options.setdefault("node_id_env", node_id_env)
-    fn(spec, comm=comm, **options)
+    # The spec is read and planned on rank 0 only, inside stage()/clean().
+    fn(path, comm=comm, **options)
 
 
 def polite_barrier(comm: Any, max_sleep: float = 0.05) -> None:

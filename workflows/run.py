@@ -307,10 +307,12 @@ def _run(opts, module, ns, name: str, comm: Any, hooks) -> int:
         if opts.stage:
             t = time.perf_counter()
             import stager
-            from hooks import load_spec
 
-            ns.stage_report = stager.stage(load_spec(opts.stage), comm=comm, **node_opts)
+            # The spec is read and planned on rank 0 only, inside stage().
+            ns.stage_report = stager.stage(opts.stage, comm=comm, **node_opts)
             times["stage"] = time.perf_counter() - t
+            if rank == 0:
+                print(ns.stage_report.summary())
         if hooks.startup:
             t = time.perf_counter()
             run_leader_hook(hooks.startup, comm, "startup", **node_opts)

@@ -1,0 +1,237 @@
+"""What the NF- and FF-HEDM workflows share: node-local paths, per-worker caches, tables, phases.
+
+* **Node-local paths.** Staged inputs and node-local results live under
+  destinations holding ``%n`` (the node name, as in hook specs). A task
+  resolves ``%n`` for the node it runs on with :func:`on_this_node`; the node
+  is found the way the stager found it (``--emulate-nodes K`` blocks of ranks,
+  ``--node-id-env VAR``, else the host name), from the launcher's rank
+  variables -- no MPI call, so it also works in forked pool workers.
+* **Task-level caching** (the paper's trick to cut input time to zero after
+  the first task): :func:`cached` keeps what a worker process already read --
+  the background image, the dark, opened readers -- keyed by ``(path, mtime,
+  size)``, so a changed file is read again and an unchanged one never twice.
+* **Tables.** Per-frame results are dicts of structured arrays;
+  :func:`merge_tables` concatenates two (the tree reduction's merge).
+* **Phases.** :func:`phase_spans` turns the futures of each phase into wall
+  times from the tasks' own start/end stamps.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import socket
+import sys
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
+
+import numpy as np
+
+from .errors import WorkflowError
+
+__all__ = ["NodeOptions", "node_options", "this_node", "on_this_node", "cached",
+           "cache_stats", "merge_tables", "phase_spans", "recording", "split_rows", "frame_reader",
+           "worker_name"]
+
+
+@dataclass(frozen=True)
+class NodeOptions:
+    """How ranks form nodes: the runner's ``--emulate-nodes`` / ``--node-id-env``."""
+
+    emulate_nodes: Optional[int] = None
+    node_id_env: Optional[str] = None
+
+
+def node_options(args: argparse.Namespace) -> NodeOptions:
+    """The node options of this run, from the flow's namespace.
+
+    The runner's own options (``--emulate-nodes``, ``--node-id-env``) are not
+    copied into the flow's namespace, so when they are absent they are read
+    back from this process's command line with the runner's own parser (every
+    rank has the same argv).
+    """
+    if hasattr(args, "emulate_nodes") or hasattr(args, "node_id_env"):
+        return NodeOptions(getattr(args, "emulate_nodes", None), getattr(args, "node_id_env", None))
+    from .run import _split_argv, build_parser
+
+    argv = sys.argv[1:]
+    if argv and argv[0] == "run":
+        argv = argv[1:]
+    own, _ = _split_argv(argv)
+    try:
+        opts, _ = build_parser().parse_known_args(own)
+    except SystemExit:  # not started through the runner (e.g. a test calling main)
+        return NodeOptions()
+    return NodeOptions(opts.emulate_nodes, opts.node_id_env)
+
+
+def _launcher_rank() -> Tuple[int, int]:
+    """(rank, size) in the MPI job from the launcher's environment; (0, 1) outside MPI."""
+    for r, s in (("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("PMI_RANK", "PMI_SIZE"),
+                 ("PMIX_RANK", "PMIX_SIZE")):
+        if r in os.environ and s in os.environ:
+            return int(os.environ[r]), int(os.environ[s])
+    return 0, 1
+
+
+def this_node(opts: NodeOptions) -> str:
+    """Name of the node this process runs on, as the stager names it (substituted for ``%n``)."""
+    if opts.node_id_env:
+        name = os.environ.get(opts.node_id_env)
+        if not name:
+            raise WorkflowError(f"--node-id-env {opts.node_id_env}: the variable is unset on "
+                                f"{socket.gethostname()} (pid {os.getpid()})")
+        return name
+    if opts.emulate_nodes:
+        from stager.nodes import emulated_ids
+
+        rank, size = _launcher_rank()
+        return emulated_ids(size, min(opts.emulate_nodes, size))[rank]
+    return socket.gethostname()
+
+
+def on_this_node(template: str, opts: NodeOptions) -> str:
+    """``template`` with ``%n`` replaced by this process's node name."""
+    from stager.manifest import expand_node
+
+    return expand_node(template, this_node(opts)) if "%n" in template else template
+
+
+def worker_name() -> str:
+    """``rank R`` or ``pid P``: which worker ran a task (for logs, not results)."""
+    rank, size = _launcher_rank()
+    return f"rank {rank}" if size > 1 else f"pid {os.getpid()}"
+
+
+# -- per-worker cache ----------------------------------------------------------
+_CACHE: collections.OrderedDict[Tuple, Any] = collections.OrderedDict()
+_CACHE_LOCK = threading.Lock()
+_CACHE_MAX = 8
+_STATS = {"hits": 0, "misses": 0}
+
+
+def cached(path: str, load: Callable[[str], Any], kind: str = "") -> Tuple[Any, bool]:
+    """``load(path)``, or what this process loaded before for the same unchanged file.
+
+    The key is ``(kind, realpath, st_mtime_ns, st_size)``: a file replaced or
+    rewritten is loaded again. The least recently used of more than a few
+    entries is dropped (a worker needs one background or dark at a time).
+
+    Returns
+    -------
+    (value, hit) : the loaded object and whether it came from the cache.
+    """
+    st = os.stat(path)
+    key = (kind, os.path.realpath(path), st.st_mtime_ns, st.st_size)
+    with _CACHE_LOCK:
+        if key in _CACHE:
+            _CACHE.move_to_end(key)
+            _STATS["hits"] += 1
+            return _CACHE[key], True
+    value = load(path)
+    with _CACHE_LOCK:
+        _CACHE[key] = value
+        _STATS["misses"] += 1
+        while len(_CACHE) > _CACHE_MAX:
+            _CACHE.popitem(last=False)
+    return value, False
+
+
+def cache_stats() -> Dict[str, int]:
+    """This process's cache hits and misses so far."""
+    with _CACHE_LOCK:
+        return dict(_STATS)
+
+
+def frame_reader(source: str, first: int, n_frames: int, shape: Tuple[int, int]):
+    """A :mod:`kernels.readers` reader for ``source``, cached per worker.
+
+    ``source`` with a ``%d`` field is a TIFF series (file ``source % frame``);
+    otherwise one GE or HDF5 file holding every frame. Returns
+    ``(reader, index_of)`` where ``index_of(frame)`` is the reader's index.
+    """
+    from kernels.readers import open_frames
+
+    if "%" in source:
+        def load(_: str):
+            return open_frames(source, first=first, n_frames=n_frames)
+        probe = source % first
+        reader, _ = cached(probe, load, kind=f"tiff-series:{source}:{first}:{n_frames}")
+        return reader, (lambda frame: frame - first)
+    opts: Dict[str, Any] = {}
+    if not source.lower().endswith((".h5", ".hdf5", ".hdf", ".nxs", ".nx5")):
+        opts["shape"] = tuple(shape)
+    reader, _ = cached(source, lambda p: open_frames(p, **opts), kind="frames")
+    return reader, (lambda frame: frame)
+
+
+# -- tables ---------------------------------------------------------------------
+def merge_tables(a: Mapping[str, Any], b: Mapping[str, Any]) -> Dict[str, Any]:
+    """Concatenate two result tables key by key (arrays by ``np.concatenate``, lists by ``+``).
+
+    Associative and order-keeping, so an ordered ``reduce_tree`` gives the
+    frames in order on every executor.
+    """
+    if a.keys() != b.keys():
+        raise WorkflowError(f"cannot merge tables with keys {sorted(a)} and {sorted(b)}")
+    out: Dict[str, Any] = {}
+    for k in a:
+        x, y = a[k], b[k]
+        out[k] = np.concatenate([x, y]) if isinstance(x, np.ndarray) else list(x) + list(y)
+    return out
+
+
+def split_rows(n_rows: int, parts: int) -> List[Tuple[int, int]]:
+    """``parts`` contiguous, nearly equal row bands covering ``0..n_rows`` (no empty band)."""
+    parts = max(1, min(parts, n_rows))
+    edges = [n_rows * i // parts for i in range(parts + 1)]
+    return [(edges[i], edges[i + 1]) for i in range(parts)]
+
+
+# -- phases -----------------------------------------------------------------------
+def recording(task: Any) -> Tuple[Any, List[Any]]:
+    """``task`` (an App) wrapped so every future it returns is also appended to a list.
+
+    ``reduce_tree`` returns only its final future; passing it the wrapper
+    gives the workflow every merge's future, hence the reduce phase's times.
+    The wrapper sends the same function reference as ``task`` to workers.
+    """
+    from .apps import App
+
+    futures: List[Any] = []
+
+    class _Recording(App):
+        def __call__(self, *args: Any, **kwargs: Any):
+            fut = super().__call__(*args, **kwargs)
+            futures.append(fut)
+            return fut
+
+    return _Recording(task.fn, name=task.name, retries=task.retries), futures
+
+
+def phase_spans(phases: Mapping[str, Iterable[Any]], origin: float) -> Dict[str, Dict[str, float]]:
+    """Wall-time span of each phase from its tasks' start/end stamps (worker clocks).
+
+    Returns ``{phase: {"start", "end", "seconds", "tasks", "busy"}}`` with
+    start/end relative to ``origin`` (a ``time.time()`` taken before the
+    first task); ``busy`` sums the tasks' own durations. Phases may overlap:
+    the tree reduction starts while frames are still being reduced.
+    """
+    out: Dict[str, Dict[str, float]] = {}
+    for name, futures in phases.items():
+        infos = [f.task for f in futures if getattr(f, "task", None) is not None
+                 and f.task.start is not None]
+        if not infos:
+            continue
+        start = min(i.start for i in infos) - origin
+        end = max(i.end for i in infos) - origin
+        out[name] = {"start": round(start, 4), "end": round(end, 4),
+                     "seconds": round(end - start, 4), "tasks": len(infos),
+                     "busy": round(sum(i.end - i.start for i in infos), 4)}
+    return out
+
+
+def as_records(rows: List[Tuple], dtype: np.dtype) -> np.ndarray:
+    """A structured array of ``dtype`` from a list of tuples (empty list -> empty array)."""
+    return np.array(rows, dtype=dtype) if rows else np.empty(0, dtype=dtype)
