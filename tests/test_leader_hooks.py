@@ -1,0 +1,114 @@
+"""Leader hooks: once per node, barrier before tasks, failures agreed (serial + mpi)."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from hooks.leader import HookContext, leader_hooks_from, resolve_hook, run_leader_hook
+from workflows import HookError
+
+CALLS_DIR_ENV = "LEADER_HOOK_TEST_DIR"
+
+
+def record(ctx: HookContext) -> None:
+    """A hook: one file per call, named after the phase and node."""
+    path = os.path.join(os.environ[CALLS_DIR_ENV], f"{ctx.phase}-{ctx.node}-{ctx.rank}")
+    with open(path, "w") as fh:
+        fh.write(f"{ctx.node_index}/{ctx.n_nodes}")
+
+
+def broken(ctx: HookContext) -> None:
+    raise OSError(f"scratch on {ctx.node} is read-only")
+
+
+# -- serial -----------------------------------------------------------------
+def test_resolve_module_function_and_file(tmp_path):
+    assert resolve_hook("tests.test_leader_hooks:record") is record
+    spec = tmp_path / "h.hook"
+    spec.write_text("broadcast to /tmp/x files { /etc/hostname }\n")
+    assert resolve_hook(str(spec)) == str(spec)
+    assert resolve_hook(record) is record
+
+
+@pytest.mark.parametrize("bad,match", [
+    ("", "expected a hook spec file"),
+    ("nofile-and-no-colon", "not of the form module:function"),
+    ("no_such_module_qq:f", "cannot import"),
+    ("os:sep", "not callable"),
+])
+def test_resolve_errors(bad, match):
+    with pytest.raises(HookError, match=match):
+        resolve_hook(bad)
+
+
+def test_flags_win_over_environment():
+    env = {"STAGER_LEADER_HOOK_STARTUP": "a:b", "STAGER_LEADER_HOOK_SHUTDOWN": "c:d"}
+    assert leader_hooks_from(None, None, env).startup == "a:b"
+    hooks = leader_hooks_from("x:y", None, env)
+    assert (hooks.startup, hooks.shutdown) == ("x:y", "c:d")
+    assert leader_hooks_from(None, None, {}).startup is None
+
+
+# -- MPI --------------------------------------------------------------------
+@pytest.mark.mpi
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_runs_once_per_emulated_node(nodes, monkeypatch):
+    from mpi4py import MPI
+
+    from tests.mpiutil import assert_all, shared_tmpdir
+
+    comm = MPI.COMM_WORLD
+    k = min(nodes, comm.size)
+    folder = shared_tmpdir(comm)
+    monkeypatch.setenv(CALLS_DIR_ENV, folder)
+    ctx = run_leader_hook("tests.test_leader_hooks:record", comm, "startup", emulate_nodes=k)
+    # The barrier: when any rank returns, every node's hook has finished.
+    calls = sorted(os.listdir(folder))
+    leaders = [r * comm.size // k for r in range(k)] if k > 1 else [0]
+    expected = sorted(f"startup-node{i}-{leaders[i]}" for i in range(k))
+    ok = calls == expected
+    ok = ok and ((ctx is not None) == (comm.rank in leaders))
+    assert_all(comm, ok, f"calls {calls}, expected {expected}")
+
+
+@pytest.mark.mpi
+def test_failing_hook_raises_on_every_rank():
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    with pytest.raises(HookError, match="read-only"):
+        run_leader_hook(broken, comm, "shutdown")
+
+
+@pytest.mark.mpi
+def test_spec_file_hook_stages_and_cleans():
+    from mpi4py import MPI
+
+    from tests.mpiutil import assert_all, shared_tmpdir
+
+    comm = MPI.COMM_WORLD
+    folder = shared_tmpdir(comm)
+    src = os.path.join(folder, "src")
+    if comm.rank == 0:
+        os.makedirs(src)
+        for i in range(3):
+            with open(os.path.join(src, f"f{i}.dat"), "wb") as fh:
+                fh.write(bytes([i]) * 1000)
+        with open(os.path.join(folder, "stage.hook"), "w") as fh:
+            fh.write(f"broadcast to {folder}/local/%n files {{ {src}/*.dat }}\n")
+    comm.Barrier()
+    spec = os.path.join(folder, "stage.hook")
+    k = min(2, comm.size)
+    run_leader_hook(spec, comm, "startup", emulate_nodes=k)
+    staged = sorted(os.listdir(os.path.join(folder, "local")))
+    files = sorted(n for n in os.listdir(os.path.join(folder, "local", "node0"))
+                   if not n.startswith("."))  # the stager's own manifest is hidden
+    ok = staged == [f"node{i}" for i in range(k)] and files == ["f0.dat", "f1.dat", "f2.dat"]
+    comm.Barrier()
+    run_leader_hook(spec, comm, "shutdown", emulate_nodes=k)
+    left = [n for n in os.listdir(os.path.join(folder, "local", "node0"))
+            if not n.startswith(".")] if os.path.isdir(os.path.join(folder, "local", "node0")) \
+        else []
+    ok = ok and left == []
+    assert_all(comm, ok, f"staged {staged} files {files} left after clean {left}")
