@@ -29,9 +29,7 @@ tasks and cache hits. File layout: :mod:`workflows.hedm_output`.
 """
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import time
 from typing import Any, Dict
 
@@ -44,6 +42,7 @@ from workflows.hedm_common import (NodeOptions, as_records, cached, frame_reader
                                    this_node, worker_name)
 from workflows.hedm_output import (NF_CENTROID_DTYPE, NF_FRAME_DTYPE, NF_PIXEL_DTYPE, plot_nf,
                                    write_h5)
+from workflows.hedm_run import drain_results, log_summary, stage_dict, write_json
 from workflows.hedm_params import (Param, ParamError, add_param_flags, at_least, flag_overrides,
                                    load_params, one_of, relative_to, resolve_params)
 
@@ -250,75 +249,15 @@ def main(args):
         "workflow": "hedm_nf", "executor": getattr(args, "executor", None),
         "ranks": getattr(args, "ranks", None), "workers": getattr(args, "workers", None),
         "params": p, "result": summary,
-        "stage": _stage_dict(args),
+        "stage": stage_dict(args),
         "phases": phase_spans({"background": bands + [images], "frames": per_frame,
                                "reduce": merges, "write": [written]}, t_origin),
-        "frame_log": _log_summary(table["log"]),
+        "frame_log": log_summary(table["log"], "background"),
     }
-    _write_json(os.path.join(out, "nf_run.json"), record)
+    write_json(os.path.join(out, "nf_run.json"), record)
     return written
-
-
-def _stage_dict(args) -> Any:
-    rep = getattr(args, "stage_report", None)
-    return rep.to_dict() if rep is not None and hasattr(rep, "to_dict") else None
-
-
-def _log_summary(log) -> Dict[str, Any]:
-    workers: Dict[str, Dict[str, Any]] = {}
-    for _, who, read_s, compute_s, hit in log:
-        w = workers.setdefault(who, {"tasks": 0, "read_s": 0.0, "compute_s": 0.0,
-                                     "background_reads": 0, "background_cache_hits": 0})
-        w["tasks"] += 1
-        w["read_s"] += read_s
-        w["compute_s"] += compute_s
-        w["background_cache_hits" if hit else "background_reads"] += 1
-    return {"tasks": len(log), "workers": workers,
-            "background_reads": sum(w["background_reads"] for w in workers.values()),
-            "background_cache_hits": sum(w["background_cache_hits"] for w in workers.values())}
-
-
-def _write_json(path: str, record: Dict[str, Any]) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w") as fh:
-        json.dump(record, fh, indent=1, default=str)
-    os.replace(tmp, path)
 
 
 def finalize(args, comm) -> None:
     """Every rank: drain node-local results to ``--out`` and remove them (if ``--results``)."""
     drain_results(args, comm, "nf_run.json")
-
-
-def drain_results(args, comm, run_json: str) -> None:
-    """Collective over `comm`: every rank must call. Drain ``args.results`` into ``args.out``."""
-    if not getattr(args, "results", None):
-        return
-    from stager.drain import drain
-    from stager.nodes import node_layout
-
-    node = node_options(args)
-    if comm is None:
-        from mpi4py import MPI
-        comm = MPI.COMM_WORLD
-    t0 = time.perf_counter()
-    report = drain(args.results, args.out, comm, emulate_nodes=node.emulate_nodes,
-                   node_id_env=node.node_id_env, merge=True, overwrite=True)
-    seconds = time.perf_counter() - t0
-    layout = node_layout(comm, node.emulate_nodes, node.node_id_env)
-    try:
-        if layout.is_leader:
-            from stager.manifest import expand_node
-            shutil.rmtree(expand_node(args.results, layout.name), ignore_errors=True)
-    finally:
-        layout.free()
-    if comm.rank == 0:
-        path = os.path.join(args.out, run_json)
-        try:
-            with open(path) as fh:
-                record = json.load(fh)
-        except (OSError, ValueError):
-            record = {}
-        record["drain"] = {"seconds": round(seconds, 4), "files": report.files,
-                           "bytes": report.bytes, "dest": report.dest}
-        _write_json(path, record)
