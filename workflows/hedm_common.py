@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import collections
 import os
+import re
 import socket
 import sys
 import threading
@@ -31,8 +32,8 @@ import numpy as np
 from .errors import WorkflowError
 
 __all__ = ["NodeOptions", "node_options", "this_node", "on_this_node", "cached",
-           "cache_stats", "merge_tables", "phase_spans", "recording", "split_rows", "frame_reader",
-           "worker_name"]
+           "cache_stats", "is_series", "merge_tables", "phase_spans", "recording",
+           "split_rows", "frame_reader", "worker_name", "as_records"]
 
 
 @dataclass(frozen=True)
@@ -144,6 +145,14 @@ def cache_stats() -> Dict[str, int]:
         return dict(_STATS)
 
 
+_SERIES = re.compile(r"%0?\d*d")
+
+
+def is_series(source: str) -> bool:
+    """True if ``source`` names a TIFF series (a ``%d`` field in its file name)."""
+    return bool(_SERIES.search(os.path.basename(source)))
+
+
 def frame_reader(source: str, first: int, n_frames: int, shape: Tuple[int, int]):
     """A :mod:`kernels.readers` reader for ``source``, cached per worker.
 
@@ -153,7 +162,7 @@ def frame_reader(source: str, first: int, n_frames: int, shape: Tuple[int, int])
     """
     from kernels.readers import open_frames
 
-    if "%" in source:
+    if is_series(source):
         def load(_: str):
             return open_frames(source, first=first, n_frames=n_frames)
         probe = source % first

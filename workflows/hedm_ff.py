@@ -31,8 +31,8 @@ from typing import Any, Dict
 import numpy as np
 
 from workflows import app, reduce_tree
-from workflows.hedm_common import (NodeOptions, as_records, cached, frame_reader, merge_tables,
-                                   node_options, on_this_node, phase_spans, recording,
+from workflows.hedm_common import (NodeOptions, as_records, cached, frame_reader, is_series,
+                                   merge_tables, node_options, on_this_node, phase_spans, recording,
                                    this_node, worker_name)
 from workflows.hedm_output import FF_FRAME_DTYPE, plot_ff, write_csv, write_h5
 from workflows.hedm_params import (Param, add_param_flags, at_least, flag_overrides, load_params,
@@ -94,7 +94,7 @@ def load_dark(path: str, shape) -> np.ndarray:
     from kernels.readers import open_frames
 
     opts: Dict[str, Any] = {}
-    if "%" not in path and not path.lower().endswith((".h5", ".hdf5", ".hdf", ".nxs", ".nx5",
+    if not is_series(path) and not path.lower().endswith((".h5", ".hdf5", ".hdf", ".nxs", ".nx5",
                                                       ".tif", ".tiff")):
         opts["shape"] = tuple(shape)
     if path.lower().endswith((".tif", ".tiff")):
@@ -162,7 +162,7 @@ def main(args):
     dark = os.path.join(folder, p["Dark"])
     first, n = p["RawStartNr"], p["NrFilesPerSweep"]
     shape = (p["NrPixelsZ"], p["NrPixelsY"])
-    for path in ([dark] + ([source] if "%" not in source else [source % first])):
+    for path in [dark, source % first if is_series(source) else source]:
         if not os.path.isfile(on_this_node(path, node)):
             raise ParamError(f"{on_this_node(path, node)} does not exist on this node; check "
                              "DataDirectory/InputPattern/Dark or stage it (--stage SPEC)")

@@ -36,10 +36,9 @@ from typing import Any, Dict
 import numpy as np
 
 from workflows import app, reduce_tree
-from workflows.hedm_common import (NodeOptions, as_records, cached, frame_reader, merge_tables,
-                                   node_options, on_this_node, phase_spans, recording,
-                                   split_rows,
-                                   this_node, worker_name)
+from workflows.hedm_common import (NodeOptions, as_records, cached, frame_reader, is_series,
+                                   merge_tables, node_options, on_this_node, phase_spans, recording,
+                                   split_rows, this_node, worker_name)
 from workflows.hedm_output import (NF_CENTROID_DTYPE, NF_FRAME_DTYPE, NF_PIXEL_DTYPE, plot_nf,
                                    write_h5)
 from workflows.hedm_run import drain_results, log_summary, stage_dict, write_json
@@ -210,7 +209,7 @@ def write_nf(table: Dict[str, Any], images: Dict[str, str], params: Dict[str, An
 
 # -- the graph -------------------------------------------------------------------------
 def _check_frames(source: str, first: int, n: int) -> None:
-    if "%" not in source:
+    if not is_series(source):
         if not os.path.isfile(source):
             raise ParamError(f"input file {source} does not exist; check DataDirectory/"
                              "InputPattern or stage it (--stage SPEC)")

@@ -14,7 +14,7 @@ import shutil
 import time
 from typing import Any, Dict, Iterable, Mapping
 
-from .hedm_common import node_options
+from .hedm_common import node_options, on_this_node
 
 __all__ = ["stage_dict", "log_summary", "write_json", "drain_results"]
 
@@ -72,6 +72,9 @@ def drain_results(args: Any, comm: Any, run_json: str) -> None:
     if comm is None:
         from mpi4py import MPI
         comm = MPI.COMM_WORLD
+    # After a failed main there may be nothing to drain: then say nothing more.
+    if not comm.allreduce(os.path.isdir(on_this_node(args.results, node))):
+        return
     t0 = time.perf_counter()
     report = drain(args.results, args.out, comm, emulate_nodes=node.emulate_nodes,
                    node_id_env=node.node_id_env, merge=True, overwrite=True)
