@@ -148,6 +148,7 @@ class H5FilePlan:
     source: str
     dest: str                       # may hold %n
     block: int
+    root: str                       # the block's destination directory (may hold %n)
     size: int
     mtime_ns: int
     mode: int
@@ -187,13 +188,16 @@ class H5Plan:
         return sum(f.nbytes for f in self.files)
 
 
-def build_h5_plan(spec: Spec) -> H5Plan:
+def build_h5_plan(spec: Spec, inline_bytes: int = INLINE_BYTES) -> H5Plan:
     """Resolve and describe every ``h5`` block of ``spec``; call on one process only.
 
     Parameters
     ----------
     spec : hooks.Spec
         Blocks of other kinds are ignored.
+    inline_bytes : int
+        Datasets with at most this many selected bytes (and every scalar) are
+        read here and travel in the plan (tests pass 0 to force the collective path).
 
     Returns
     -------
@@ -226,7 +230,7 @@ def build_h5_plan(spec: Spec) -> H5Plan:
                 dest = _dest(block, entry, src)
                 acc = accs.get(dest)
                 if acc is None:
-                    acc = accs[dest] = _FileAcc(src, dest, index, entry)
+                    acc = accs[dest] = _FileAcc(src, dest, block, index, entry)
                 elif acc.source != src:
                     raise PlanError(f"{entry.where}: {src} and {acc.source} (at "
                                     f"{acc.entry.where}) would both land at "
@@ -240,7 +244,7 @@ def build_h5_plan(spec: Spec) -> H5Plan:
                     found = 0
                     for path in _resolve(f, entry, src):
                         found += 1
-                        _select(f, path, entry, src, acc)
+                        _select(f, path, entry, src, acc, inline_bytes)
                     if not found and not pattern.optional:
                         raise PlanError(f"{entry.where}: {entry.path} matches no object in "
                                         f"{src}{_holds(f, entry.path)}")
@@ -280,9 +284,10 @@ def _dest(block: Block, entry: H5Entry, src: str) -> str:
 class _FileAcc:
     """Collects one output file's objects, refusing conflicting selections."""
 
-    def __init__(self, source: str, dest: str, block: int, entry: H5Entry) -> None:
+    def __init__(self, source: str, dest: str, block: Block, index: int, entry: H5Entry) -> None:
         st = os.stat(source)
-        self.source, self.dest, self.block, self.entry = source, dest, block, entry
+        self.source, self.dest, self.block, self.entry = source, dest, index, entry
+        self.root = block.dest
         self.size, self.mtime_ns, self.mode = st.st_size, st.st_mtime_ns, _stat.S_IMODE(st.st_mode)
         self.groups: Dict[str, GroupPlan] = {}
         self.datasets: Dict[str, Tuple[DatasetPlan, str]] = {}
@@ -299,7 +304,8 @@ class _FileAcc:
         self.datasets[d.path] = (d, where)
 
     def done(self) -> H5FilePlan:
-        return H5FilePlan(source=self.source, dest=self.dest, block=self.block, size=self.size,
+        return H5FilePlan(source=self.source, dest=self.dest, block=self.block, root=self.root,
+                          size=self.size,
                           mtime_ns=self.mtime_ns, mode=self.mode,
                           groups=tuple(self.groups[p] for p in sorted(self.groups)),
                           datasets=tuple(self.datasets[p][0] for p in sorted(self.datasets)),
@@ -350,7 +356,7 @@ def _holds(f: Any, path: str) -> str:
     return f" ({parent} holds: {shown or 'nothing'}); check the internal path"
 
 
-def _select(f: Any, path: str, entry: H5Entry, src: str, acc: _FileAcc) -> None:
+def _select(f: Any, path: str, entry: H5Entry, src: str, acc: _FileAcc, inline: int) -> None:
     import h5py
 
     link = f.get(path, getlink=True)
@@ -363,13 +369,13 @@ def _select(f: Any, path: str, entry: H5Entry, src: str, acc: _FileAcc) -> None:
         raise PlanError(f"{entry.where}: {src}:{path} is a dangling soft link") from e
     _ancestors(f, path, acc)
     if isinstance(obj, h5py.Dataset):
-        acc.add_dataset(_describe(obj, path, entry.slice, entry, src), entry.where)
+        acc.add_dataset(_describe(obj, path, entry.slice, entry, src, inline), entry.where)
     elif isinstance(obj, h5py.Group):
         if entry.slice is not None:
             raise PlanError(f"{entry.where}: {src}:{path} is a group, not a dataset; the "
                             f"slice {entry.slice} applies to datasets only (drop it to copy "
                             "the whole group)")
-        _walk(obj, path, entry, src, acc, set())
+        _walk(obj, path, entry, src, acc, set(), inline)
     else:
         raise PlanError(f"{entry.where}: {src}:{path} is a committed datatype, not a dataset "
                         "or group; it cannot be staged on its own")
@@ -383,7 +389,8 @@ def _ancestors(f: Any, path: str, acc: _FileAcc) -> None:
             acc.groups[p] = GroupPlan(p, _attrs(f[p], p, acc.entry, acc.source))
 
 
-def _walk(g: Any, path: str, entry: H5Entry, src: str, acc: _FileAcc, seen: set) -> None:
+def _walk(g: Any, path: str, entry: H5Entry, src: str, acc: _FileAcc, seen: set,
+          inline: int) -> None:
     import h5py
 
     addr = h5py.h5o.get_info(g.id).addr
@@ -403,9 +410,9 @@ def _walk(g: Any, path: str, entry: H5Entry, src: str, acc: _FileAcc, seen: set)
         else:
             obj = g[name]
             if isinstance(obj, h5py.Group):
-                _walk(obj, child, entry, src, acc, seen)
+                _walk(obj, child, entry, src, acc, seen, inline)
             elif isinstance(obj, h5py.Dataset):
-                acc.add_dataset(_describe(obj, child, None, entry, src), entry.where)
+                acc.add_dataset(_describe(obj, child, None, entry, src, inline), entry.where)
             else:
                 raise PlanError(f"{entry.where}: {src}:{child} is a committed datatype, which "
                                 "the stager cannot copy; select the group's datasets instead")
@@ -432,7 +439,8 @@ def _unsupported(dt: Any) -> Optional[str]:
     return "an object type"
 
 
-def _describe(ds: Any, path: str, sl: Optional[Slice], entry: H5Entry, src: str) -> DatasetPlan:
+def _describe(ds: Any, path: str, sl: Optional[Slice], entry: H5Entry, src: str,
+              inline_bytes: int) -> DatasetPlan:
     import h5py
 
     where = f"{entry.where}: {src}:{path}"
@@ -465,7 +473,7 @@ def _describe(ds: Any, path: str, sl: Optional[Slice], entry: H5Entry, src: str)
                     attrs=_attrs(ds, path, entry, src), start=start, stop=stop, step=step,
                     sliced=sl is not None)
     inline = None
-    if vlen_str or d.nbytes <= INLINE_BYTES:
+    if vlen_str or not shape or d.nbytes <= inline_bytes:
         inline = np.asarray(ds[start:stop:step] if shape else ds[()])
         if vlen_str and sum(len(v) for v in inline.ravel()) > VLEN_LIMIT:
             raise PlanError(f"{where} is a variable-length string dataset larger than "
