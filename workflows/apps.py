@@ -51,7 +51,7 @@ class App:
         if not callable(fn):
             raise TypeError(f"@app needs a function, got {fn!r}")
         self.fn = fn
-        self.name = name or getattr(fn, "__name__", "app")
+        self.name: str = str(name or getattr(fn, "__name__", "app"))
         self.retries = _check_retries(retries)
         self._ref: Optional[FunctionRef] = None
         functools.update_wrapper(self, fn)

@@ -186,9 +186,14 @@ class CommandFailure(TaskFailure):
 class DependencyFailure(TaskFailure):
     """A task did not run because a task it depends on failed."""
 
+    #: The first failure up the chain (a TaskFailure, or an executor error).
+    root: BaseException
+
     def __init__(self, task: str, args: str, upstream: BaseException):
         self.upstream = upstream
-        root = upstream.root if isinstance(upstream, DependencyFailure) else upstream
+        root: BaseException = (
+            upstream.root if isinstance(upstream, DependencyFailure) else upstream
+        )
         self.root = root
         remote = RemoteError(
             type_name=type(root).__name__,

@@ -27,10 +27,10 @@ __all__ = ["write_collective", "write_gathered", "write_arrays", "row_offsets"]
 
 def row_offsets(counts: Sequence[int]) -> np.ndarray:
     """Start row of each rank given every rank's row count (exclusive prefix sum)."""
-    counts = np.asarray(counts, dtype=np.int64)
-    if (counts < 0).any():
-        raise ResultsError(f"negative row counts: {counts.tolist()}")
-    return np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+    arr = np.asarray(counts, dtype=np.int64)
+    if (arr < 0).any():
+        raise ResultsError(f"negative row counts: {arr.tolist()}")
+    return np.concatenate([[0], np.cumsum(arr)[:-1]]).astype(np.int64)
 
 
 def _describe(local: np.ndarray) -> tuple:

@@ -331,8 +331,9 @@ def _run(opts, module, ns, name: str, comm: Any, hooks) -> int:
                 status = _drive(module, ns, ex)
     elif rank == 0:
         try:
-            with make(name, **_executor_options(opts, name)) as ex:
-                status = _drive(module, ns, ex)
+            with make(name, **_executor_options(opts, name)) as active:
+                assert active is not None  # only MPIExecutor yields None (on workers)
+                status = _drive(module, ns, active)
         except WorkflowError as exc:
             status = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
     if comm is not None and name != "mpi":

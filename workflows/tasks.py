@@ -43,7 +43,7 @@ class FunctionRef:
     def of(cls, fn: Callable) -> FunctionRef:
         """Reference ``fn``; functions without an importable name go by value."""
         module = getattr(fn, "__module__", None) or "__main__"
-        qualname = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", "")
+        qualname: str = str(getattr(fn, "__qualname__", None) or getattr(fn, "__name__", ""))
         try:
             path = inspect.getsourcefile(fn)
         except TypeError:

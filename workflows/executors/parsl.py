@@ -14,7 +14,7 @@ import shutil
 import sys
 import tempfile
 from concurrent.futures import Future
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Optional, Union, cast
 
 from ..errors import ExecutorError
 from .base import Executor, env_int
@@ -131,7 +131,7 @@ class ParslExecutor(Executor):
         from parsl.dataflow.dflow import DataFlowKernel
 
         try:
-            self._dfk = DataFlowKernel(config)
+            self._dfk = DataFlowKernel(cast(Any, config))
         except Exception as exc:
             if self._tmp:
                 shutil.rmtree(self._tmp, ignore_errors=True)
