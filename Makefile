@@ -72,9 +72,9 @@ lint: setup
 clean-demo:
 	rm -rf demo-out
 
-# Staging over a simulated shared PFS (bench/README.md): 2 GiB of 8 MiB frames and
-# (scaled from the issue's 20,000 to keep the run ~10 min) 2,000 files of 4 KiB,
+# Staging over a simulated shared PFS (bench/README.md): 1 GiB of 8 MiB frames and
+# 2,000 files of 4 KiB (scaled from the issue's 2 GiB and 20,000 to keep the run ~10 min),
 # N = 1, 2, 4, 8 emulated nodes, every method. Removes its FUSE mounts even if interrupted.
-PFS_BENCH_ARGS ?= --small-files 2000
+PFS_BENCH_ARGS ?= --frames-bytes 1073741824 --small-files 2000
 bench-pfs: setup
 	$(PY) bench/pfs_stage.py $(PFS_BENCH_ARGS)

@@ -138,6 +138,8 @@ def run_one(args: argparse.Namespace, ds: dict[str, Any], method: str, nodes: in
     cmd = [*_mpirun(ranks, args.btl), sys.executable, "-m", "stager", "stage", str(spec),
            "--method", method, "--emulate-nodes", str(nodes), "--json", str(report)]
     env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    if args.stager_path:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [args.stager_path, env.get("PYTHONPATH")]))
     # Expected seconds if the PFS were the only cost, naive being the worst case.
     est = (nodes * ds["bytes"] / args.bandwidth
            + (1 + 3 * nodes) * ds["count"] * args.latency)
@@ -216,7 +218,8 @@ def write_markdown(result: dict[str, Any], path: Path) -> None:
         f"Measured {result['date']} on {result['host']['cpus']} cores; simulated PFS: "
         f"{cfg['bandwidth'] / 1e6:.0f} MB/s aggregate cap, {cfg['latency'] * 1e3:g} ms per "
         f"metadata op, {cfg['mds_slots']} metadata slot(s). MPI transport: {result['transport']}; "
-        f"{cfg['ranks_per_node']} rank(s) per emulated node. Wall time is the whole "
+        f"{cfg['ranks_per_node']} rank(s) per emulated node; stager at commit "
+        f"`{result['stager_commit'][:12]}`. Wall time is the whole "
         "`mpirun ... stager stage` (start-up included); delivered GB/s = N x dataset / wall.",
         "",
     ]
@@ -282,6 +285,24 @@ def plot(result: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+def snapshot_stager(commit: str, work: Path) -> tuple[str, str]:
+    """Export the stager (and the packages it imports) at ``commit`` into ``work``.
+
+    The benchmark then measures one fixed, recorded version of the stager even
+    while the work tree is being edited. Returns (directory, full commit hash).
+    """
+    full = subprocess.run(["git", "-C", str(REPO), "rev-parse", commit], check=True,
+                          capture_output=True, text=True).stdout.strip()
+    dest = work / "stager-snapshot"
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", full, "stager", "hooks"],
+                             check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    return str(dest), full
+
+
 # --- main ----------------------------------------------------------------------
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -300,6 +321,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--mds-slots", type=int, default=1)
     p.add_argument("--work", default=str(REPO / "bench" / "work" / "pfs"))
     p.add_argument("--out", default=str(REPO / "bench" / "results" / "pfs_stage"))
+    p.add_argument("--stager-commit", default="HEAD",
+                   help="measure the stager as committed at this git revision (exported to "
+                        "WORK/stager-snapshot); 'worktree' = the files as they are now")
     p.add_argument("--tiny", action="store_true",
                    help="smoke test: 32 MiB of 1 MiB frames, 100 small files, N=1,2")
     a = p.parse_args(argv)
@@ -322,6 +346,9 @@ def main(argv: list[str] | None = None) -> int:
     specs = {"frames": (a.frames_bytes // a.frame_size, a.frame_size),
              "small": (a.small_files, a.small_size)}
     datasets = [make_dataset(work / "src", name, *specs[name]) for name in a.datasets]
+    a.stager_path, stager_rev = None, "worktree"
+    if a.stager_commit != "worktree":
+        a.stager_path, stager_rev = snapshot_stager(a.stager_commit, work)
     transport = {"sm": "shared memory (--mca btl vader,self)",
                  "tcp": "TCP loopback (--mca btl tcp,self)",
                  "default": "Open MPI default selection"}[a.btl]
@@ -329,6 +356,7 @@ def main(argv: list[str] | None = None) -> int:
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "host": {"cpus": os.cpu_count(), "kernel": platform.release()},
         "transport": transport,
+        "stager_commit": stager_rev,
         "config": {"bandwidth": a.bandwidth, "latency": a.latency, "mds_slots": a.mds_slots,
                    "nodes": a.nodes, "methods": a.methods, "ranks_per_node": a.ranks_per_node,
                    "btl": a.btl, "tiny": a.tiny},
