@@ -18,7 +18,7 @@ from stager import localfs, state
 from stager.agree import agree
 from stager.nodes import node_layout
 from stager.options import resolve_options
-from stager.stage import SpecLike, load_destinations, node_roots, on_node
+from stager.stage import SpecLike, check_node_options, load_destinations, node_roots, on_node
 
 __all__ = ["clean", "CleanReport"]
 
@@ -33,11 +33,12 @@ class CleanReport:
     skipped: Tuple[str, ...]
 
 
-def _clean_root(root: str) -> Tuple[int, int, List[str]]:
+def _clean_root(root: str, made: List[str]) -> Tuple[int, List[str]]:
+    """Remove one root's staged files and state; collect its created dirs in ``made``."""
     st = state.load(root)
     if not os.path.exists(st.path):
-        return 0, 0, []
-    files = dirs = 0
+        return 0, []
+    files = 0
     skipped: List[str] = []
     parents = set()
     for rel in st.files:
@@ -63,13 +64,24 @@ def _clean_root(root: str) -> Tuple[int, int, List[str]]:
                 if stat.S_ISREG(os.lstat(p).st_mode) and os.lstat(p).st_uid == os.geteuid():
                     os.unlink(p)
     os.unlink(st.path)
-    for d in sorted(set(st.created_dirs), key=len, reverse=True):
+    made.extend(st.created_dirs)
+    return files, skipped
+
+
+def _remove_dirs(made: List[str]) -> int:
+    """rmdir the stager-made directories of every root, deepest first, if empty.
+
+    After all roots are cleaned: two blocks may share parents that only one
+    of them recorded as created.
+    """
+    dirs = 0
+    for d in sorted(set(made), key=lambda p: (p.count(os.sep), p), reverse=True):
         try:
             os.rmdir(d)
             dirs += 1
         except OSError:
             pass  # not empty (someone else's files) or already gone: leave it
-    return files, dirs, skipped
+    return dirs
 
 
 def clean(spec: SpecLike, comm: Any = None, emulate_nodes: Optional[int] = None,
@@ -91,20 +103,27 @@ def clean(spec: SpecLike, comm: Any = None, emulate_nodes: Optional[int] = None,
     if comm is None:
         from mpi4py import MPI
         comm = MPI.COMM_WORLD
+    check_node_options(opts, comm)
     templates = load_destinations(spec, comm)
     layout = node_layout(comm, opts.emulate_nodes, opts.node_id_env)
     try:
         files = dirs = 0
         skipped: List[str] = []
+        made: List[str] = []
         err: Optional[BaseException] = None
         if layout.is_leader:
             try:
                 for root in node_roots(templates, layout.name):
-                    f, d, s = _clean_root(root)
-                    files, dirs, skipped = files + f, dirs + d, skipped + s
+                    f, s = _clean_root(root, made)
+                    files, skipped = files + f, skipped + s
+                dirs = _remove_dirs(made)
             except Exception as e:  # noqa: BLE001 - agreed below
                 err = on_node(layout, e)
         agree(comm, err, "clean")
+        if layout.is_leader and made:
+            # parents shared by emulated nodes on one machine (``/local/run`` of
+            # ``/local/run/%n``) are empty only once every node is done
+            dirs += _remove_dirs([d for d in made if os.path.isdir(d)])
         gathered = comm.allgather((files, dirs, skipped))
     finally:
         layout.free()

@@ -39,7 +39,8 @@ from stager.options import StageOptions, resolve_options
 from stager.report import Progress, Report, SourceMeter
 from stager.transfer import FileJob, Sink, SourceReader, run_method
 
-__all__ = ["stage", "on_node", "load_manifest", "load_destinations", "node_roots", "NodeTargets",
+__all__ = ["stage", "on_node", "load_manifest", "load_destinations", "node_roots", "check_node_options",
+           "NodeTargets",
            "node_targets"]
 
 SpecLike = Union[str, "os.PathLike[str]", Any]
@@ -143,6 +144,13 @@ def node_targets(manifest: Manifest, node: str) -> NodeTargets:
     return NodeTargets(dests, roots, rels)
 
 
+def check_node_options(opts: StageOptions, comm: Any) -> None:
+    """Reject a node count the communicator cannot hold (before any collective)."""
+    if opts.emulate_nodes is not None and opts.emulate_nodes > comm.size:
+        raise ValueError(f"emulate_nodes must be an integer in 1..{comm.size} (the number of "
+                         f"ranks), got {opts.emulate_nodes}")
+
+
 def stage(spec: SpecLike, comm: Any = None, **options: Any) -> Report:
     """Collective over `comm`: every rank must call. Stage ``spec`` to every node.
 
@@ -179,6 +187,7 @@ def stage(spec: SpecLike, comm: Any = None, **options: Any) -> Report:
     if comm is None:
         from mpi4py import MPI
         comm = MPI.COMM_WORLD
+    check_node_options(opts, comm)
     t_plan = time.perf_counter()
     manifest = load_manifest(spec, comm)
     plan_seconds = time.perf_counter() - t_plan

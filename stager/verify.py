@@ -18,7 +18,7 @@ from stager.agree import agree
 from stager.errors import VerifyError
 from stager.nodes import node_layout
 from stager.options import resolve_options
-from stager.stage import SpecLike, load_destinations, node_roots, on_node
+from stager.stage import SpecLike, check_node_options, load_destinations, node_roots, on_node
 
 __all__ = ["verify", "VerifyReport", "Mismatch"]
 
@@ -102,6 +102,7 @@ def verify(spec: SpecLike, comm: Any = None, emulate_nodes: Optional[int] = None
     if comm is None:
         from mpi4py import MPI
         comm = MPI.COMM_WORLD
+    check_node_options(opts, comm)
     templates = load_destinations(spec, comm)
     layout = node_layout(comm, opts.emulate_nodes, opts.node_id_env)
     try:
