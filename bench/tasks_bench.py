@@ -91,6 +91,7 @@ def run_one(name: str, n: int, repeats: int, leaves: int) -> dict:
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     if name == "mpi":
         cmd = [shutil.which("mpirun") or "mpirun", "-n", "4", "--oversubscribe"] + cmd
+    load = os.getloadavg()[0]
     t = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     wall = time.perf_counter() - t
@@ -99,16 +100,17 @@ def run_one(name: str, n: int, repeats: int, leaves: int) -> dict:
         raise RuntimeError(f"{name} benchmark failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     result = json.loads(lines[-1][len("RESULT "):])
     result["process_wall_seconds"] = wall
+    result["load_average_before"] = load
     return result
 
 
 def write_markdown(results: dict, path: str) -> None:
     rows = ["| executor | workers | no-op tasks | tasks/s (median of runs) | best | "
-            "10,000-leaf reduce_tree (s) |", "|---|---|---|---|---|---|"]
+            "10,000-leaf reduce_tree (s) | load avg before |", "|---|---|---|---|---|---|---|"]
     for name, r in results["executors"].items():
         red = f"{r['reduce_seconds']:.2f}" if "reduce_seconds" in r else "not run"
         rows.append(f"| {name} | {r['workers']} | {r['tasks']} | {r['tasks_per_s_median']:,.0f} "
-                    f"| {r['tasks_per_s_best']:,.0f} | {red} |")
+                    f"| {r['tasks_per_s_best']:,.0f} | {red} | {r['load_average_before']:.1f} |")
     text = ["# Task throughput (bench/tasks_bench.py)", "",
             f"Measured {results['date']} on {results['host']['cpus']} CPUs "
             f"({results['host']['python']}); one noisy shared machine, so compare rows of "

@@ -176,3 +176,41 @@ def test_help_lists_options():
     for flag in ("--executor", "--stage", "--emulate-nodes", "--node-id-env", "--out",
                  "--leader-hook-startup", "--leader-hook-shutdown"):
         assert flag in proc.stdout
+
+
+STAGED_FLOW = """
+import os
+from workflows import app
+
+@app
+def count(folder):
+    return sorted(os.listdir(folder))
+
+def main(args):
+    return [count(os.path.join(args.argv[0], f"node{i}")) for i in range(2)]
+"""
+
+
+@needs_mpirun
+def test_stage_then_run_in_one_job(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(3):
+        (src / f"frame{i}.bin").write_bytes(bytes([i]) * 4096)
+    local = tmp_path / "local"
+    spec = tmp_path / "frames.hook"
+    spec.write_text(f"broadcast to {local}/%n files {{ {src}/*.bin }}\n")
+    flow = tmp_path / "staged.py"
+    flow.write_text(STAGED_FLOW)
+    report = tmp_path / "run.json"
+    proc = run_flow(str(flow), "--stage", str(spec), "--emulate-nodes", "2", "--out",
+                    str(tmp_path), "--report", str(report), "--", str(local), np=4, timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for node in ("node0", "node1"):
+        names = sorted(n for n in os.listdir(local / node) if not n.startswith("."))
+        assert names == ["frame0.bin", "frame1.bin", "frame2.bin"]
+    import json
+
+    data = json.loads(report.read_text())
+    assert data["executor"] == "mpi" and data["tasks"]["succeeded"] == 2
+    assert "stage" in data["seconds"] and data["exit_code"] == 0
