@@ -91,20 +91,23 @@ def plant_spots(model: DetectorModel) -> np.ndarray:
     """
     rng = _rng(model, 1)
     h, w = model.shape
-    pos: list[tuple[float, float]] = []
+    pr = np.empty(model.n_spots)
+    pc = np.empty(model.n_spots)
+    n = 0
+    sep2 = model.min_separation ** 2
     for _ in range(model.n_spots):
         for _ in range(100):
             r, c = rng.uniform(0, h - 1), rng.uniform(0, w - 1)
-            if all((r - a) ** 2 + (c - b) ** 2 >= model.min_separation ** 2 for a, b in pos):
-                pos.append((r, c))
+            if not n or ((pr[:n] - r) ** 2 + (pc[:n] - c) ** 2).min() >= sep2:
+                pr[n], pc[n] = r, c
+                n += 1
                 break
-    n = len(pos)
     truth = np.zeros(n, dtype=TRUTH_DTYPE)
     truth["spot"] = np.arange(n)
     truth["n_frames"] = model.frames_per_spot
     truth["first_frame"] = rng.integers(0, model.n_frames - model.frames_per_spot + 1, n)
-    truth["row"] = [p[0] for p in pos]
-    truth["col"] = [p[1] for p in pos]
+    truth["row"] = pr[:n]
+    truth["col"] = pc[:n]
     truth["amplitude"] = rng.uniform(*model.amplitude, n)
     truth["sigma"] = rng.uniform(*model.sigma, n)
     truth["eta"] = model.eta
