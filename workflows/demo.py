@@ -4,7 +4,8 @@
    (``OUT/dataset/nf``): a TIFF series ``stem_%06d.tif`` with planted spots
    whose true positions are kept (``truth.npy``), and ``nf.params``;
 2. **compile** -- the numba kernels are compiled once into a node-local cache
-   (``kernels.numba_cache.warm_cache``), so the workers only load them;
+   (``kernels.numba_cache.warm_cache``; kept between runs, so only the first
+   run on a machine pays it), so the workers only load them;
 3. **the job** -- ``mpirun -n NP --oversubscribe python -m workflows run
    workflows/hedm_nf.py --stage hooks/hedm_nf.hook --emulate-nodes K``: the
    stager replicates the dataset into every emulated node's directory under
@@ -54,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=2026)
     p.add_argument("--stage-root", default=None,
                    help="node-local root (default /dev/shm/mpistage-demo-$USER; %%n is added)")
+    p.add_argument("--numba-cache", default=None, metavar="DIR",
+                   help="node-local numba cache, kept between runs "
+                        "(default $TMPDIR/mpistage-numba-$USER)")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds allowed for the job")
     p.add_argument("--keep-staged", action="store_true",
                    help="leave the staged copies on the nodes (default: stager clean)")
@@ -143,7 +147,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     data = _dataset(os.path.join(out, "dataset", "nf"), model)
     print("demo: compiling the kernels into a node-local numba cache ...", flush=True)
     t0 = time.perf_counter()
-    warm = warm_cache(os.path.join(stage_root, "numba-cache"))
+    numba_dir = args.numba_cache or os.path.join(os.environ.get("TMPDIR") or "/tmp",
+                                                 f"mpistage-numba-{getpass.getuser()}")
+    warm = warm_cache(numba_dir)
     compile_s = time.perf_counter() - t0
     env = _env(stage_root, data["folder"], warm.cache_dir)
     for stale in ("nf_run.json", "run.json"):

@@ -121,8 +121,8 @@ def plot_nf(path: str, max_projection: np.ndarray, background: np.ndarray,
     shown = ax.imshow(img, cmap="gray", vmin=max(lo, 0.0), vmax=hi, origin="upper",
                       interpolation="nearest")
     if len(centroids):
-        ax.scatter(centroids["y"], centroids["z"], s=28, facecolors="none",
-                   edgecolors="red", linewidths=0.7, label=f"{len(centroids)} detected spots")
+        ax.scatter(centroids["y"], centroids["z"], s=28, facecolors="none", edgecolors="red",
+                   linewidths=0.7, label=f"{len(centroids)} spots detected in {n_frames} frames")
         ax.legend(loc="upper right", fontsize=8, framealpha=0.8)
     ax.set_xlabel("y (detector column, px)")
     ax.set_ylabel("z (detector row, px)")
@@ -149,7 +149,7 @@ def plot_ff(path: str, peaks: np.ndarray, shape: tuple, frames: np.ndarray,
     ax.set_ylabel("z (detector row, px)")
     ax.set_title(f"{title}: {len(peaks)} peak centroids", fontsize=10)
     bx = fig.add_subplot(1, 2, 2)
-    bx.bar(frames["frame"], frames["n_peaks"], width=1.0, color="tab:blue")
+    bx.bar(frames["frame"], frames["n_peaks"], width=0.8, color="tab:blue")
     bx.set_xlabel("frame")
     bx.set_ylabel("peaks found")
     bx.set_title("peaks per frame", fontsize=10)

@@ -92,6 +92,8 @@ class Param:
         text = text.strip()
         if not text:
             raise ValueError(f"{self.key} needs a value ({self.help})")
+        if self.type in (int, float) and len(text.split()) > 1:
+            raise ValueError(f"{self.key} takes one value, got {text!r}")
         if self.type is int:
             try:
                 value: Any = int(text, 10)
@@ -106,8 +108,6 @@ class Param:
                 raise ValueError(f"{self.key} must be a finite number, got {text!r}")
         else:
             value = text
-        if self.type in (int, float) and len(text.split()) > 1:
-            raise ValueError(f"{self.key} takes one value, got {text!r}")
         reason = self.check(value) if self.check else None
         if reason:
             raise ValueError(f"{self.key} {reason}, got {text!r}")
@@ -133,9 +133,9 @@ def _by_key(schema: Schema) -> Dict[str, Param]:
 
 def _unknown(key: str, schema: Schema) -> str:
     keys = [p.key for p in schema]
-    close = difflib.get_close_matches(key, keys, n=1, cutoff=0.6)
-    if not close:  # MIDAS keys are CamelCase; a wrong case is the common typo
-        close = [k for k in keys if k.lower() == key.lower()]
+    # MIDAS keys are CamelCase; a wrong case is the common typo, then a near miss.
+    close = [k for k in keys if k.lower() == key.lower()]
+    close = close or difflib.get_close_matches(key, keys, n=1, cutoff=0.6)
     hint = f"did you mean {close[0]!r}? " if close else ""
     return f"unknown parameter {key!r}: {hint}known parameters: {', '.join(sorted(keys))}"
 
