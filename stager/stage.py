@@ -39,7 +39,8 @@ from stager.options import StageOptions, resolve_options
 from stager.report import Progress, Report, SourceMeter
 from stager.transfer import FileJob, Sink, SourceReader, run_method
 
-__all__ = ["stage", "on_node", "load_manifest", "load_destinations", "node_roots", "check_node_options",
+__all__ = ["stage", "on_node", "load_manifest", "load_destinations", "node_roots",
+           "check_node_options",
            "NodeTargets",
            "node_targets"]
 
@@ -71,11 +72,11 @@ def _bcast_result(comm: Any, fn: Any, arg: Any) -> Any:
     if comm.rank == 0:
         try:
             payload = pickle.dumps(("ok", fn(arg)))
-        except Exception as e:  # noqa: BLE001 - sent to every rank
+        except Exception as e:
             try:
                 payload = pickle.dumps(("err", e))
                 pickle.loads(payload)  # an error that does not round-trip is sent as text
-            except Exception:  # noqa: BLE001 - an unpicklable error still reaches everyone
+            except Exception:
                 payload = pickle.dumps(("err", StagerError(describe(e))))
     kind, value = pickle.loads(comm.bcast(payload, root=0))
     if kind == "err":
@@ -194,6 +195,9 @@ def stage(spec: SpecLike, comm: Any = None, **options: Any) -> Report:
     layout = node_layout(comm, opts.emulate_nodes, opts.node_id_env)
     try:
         report = _stage(manifest, comm, layout, opts, plan_seconds)
+        if any(b.kind == "h5" for b in manifest.blocks) and not isinstance(spec, Manifest):
+            from stager.h5stage import stage_h5  # HDF5 selections, after the files
+            report.extra["h5"] = stage_h5(spec, comm, layout=layout, force=opts.force).to_dict()
     finally:
         layout.free()
     if opts.json and comm.rank == 0:
