@@ -17,10 +17,10 @@ __all__ = [
 
 # Eager imports on purpose: the functions share their modules' names, and a
 # lazy import would let the submodule shadow the function on the package.
-from stager.stage import stage  # noqa: E402
-from stager.verify import VerifyReport, verify  # noqa: E402
-from stager.clean import CleanReport, clean  # noqa: E402
-from stager.report import Report  # noqa: E402
-from stager.options import StageOptions  # noqa: E402
-from stager.nodes import NodeLayout, node_layout  # noqa: E402
-from stager.agree import agree, agreed  # noqa: E402
+from stager.stage import stage
+from stager.verify import VerifyReport, verify
+from stager.clean import CleanReport, clean
+from stager.report import Report
+from stager.options import StageOptions
+from stager.nodes import NodeLayout, node_layout
+from stager.agree import agree, agreed

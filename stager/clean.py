@@ -117,7 +117,7 @@ def clean(spec: SpecLike, comm: Any = None, emulate_nodes: Optional[int] = None,
                     f, s = _clean_root(root, made)
                     files, skipped = files + f, skipped + s
                 dirs = _remove_dirs(made)
-            except Exception as e:  # noqa: BLE001 - agreed below
+            except Exception as e:
                 err = on_node(layout, e)
         agree(comm, err, "clean")
         if layout.is_leader and made:

@@ -81,7 +81,8 @@ def _check_own_dir(path: str) -> None:
             f"refusing to use {path}: it is a symlink (possibly planted by another user); "
             "remove it or choose another destination")
     if not stat.S_ISDIR(st.st_mode):
-        raise UnsafePathError(f"{path} exists and is not a directory; remove it or change the destination")
+        raise UnsafePathError(f"{path} exists and is not a directory; "
+                              "remove it or change the destination")
     if st.st_uid != os.geteuid():
         raise UnsafePathError(
             f"refusing to write into {path}: owned by uid {st.st_uid}, not by you "
@@ -285,8 +286,10 @@ def copy_file_atomic(src: str, dest: str, *, fsync: bool = False,
                     break
                 out.write(view[:n])
             st2 = os.fstat(fd)
-            if (st2.st_size, st2.st_mtime_ns) != (st.st_size, st.st_mtime_ns) or out.nbytes != st.st_size:
-                raise TransferError(f"{src} changed while being copied; copy again when it is stable")
+            same = (st2.st_size, st2.st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+            if not same or out.nbytes != st.st_size:
+                raise TransferError(f"{src} changed while being copied; "
+                                    "copy again when it is stable")
             out.commit()
             return out.hexdigest()
     finally:

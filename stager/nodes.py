@@ -85,7 +85,8 @@ def emulated_ids(size: int, k: int) -> List[str]:
     ['node0', 'node0', 'node1', 'node1']
     """
     if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= size:
-        raise ValueError(f"emulate_nodes must be an integer in 1..{size} (the number of ranks), got {k!r}")
+        raise ValueError(f"emulate_nodes must be an integer in 1..{size} (the number of ranks), "
+                         f"got {k!r}")
     # rank r is in block i iff i*size//k <= r < (i+1)*size//k
     return [f"node{_block_of(r, size, k)}" for r in range(size)]
 
@@ -116,7 +117,7 @@ def assign_nodes(ids: Sequence[str]) -> Tuple[List[int], List[str], List[int]]:
     leader_ranks : list of int
         Lowest rank of each node.
     """
-    first = {}
+    first: dict = {}
     for r, i in enumerate(ids):
         first.setdefault(i, r)
     names = sorted(first, key=first.__getitem__)
@@ -166,7 +167,8 @@ def node_layout(comm: Any, emulate_nodes: Optional[int] = None,
         ids: List[Optional[str]] = list(emulated_ids(comm.size, emulate_nodes))
     elif node_id_env is not None:
         if not node_id_env or "=" in node_id_env:
-            raise ValueError(f"node_id_env must be an environment variable name, got {node_id_env!r}")
+            raise ValueError("node_id_env must be an environment variable name, "
+                             f"got {node_id_env!r}")
         ids = comm.allgather(os.environ.get(node_id_env) or None)
         unset = [r for r, v in enumerate(ids) if v is None]
         if unset:

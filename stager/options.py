@@ -60,26 +60,26 @@ class StageOptions:
 
 def _parse(name: str, value: Any) -> Any:
     if name == "method":
-        v = str(value)
-        if v not in METHODS:
+        if str(value) not in METHODS:
             raise ValueError(f"method must be one of {', '.join(METHODS)}, got {value!r}")
-        return v
+        return str(value)
     if name in ("chunk_size", "small_file_threshold"):
-        v = parse_size(value, name)
+        size = parse_size(value, name)
         lo = 1 if name == "chunk_size" else 0
-        if not lo <= v <= MAX_CHUNK:
-            raise ValueError(f"{name} must be between {lo} and {MAX_CHUNK} bytes, got {v}")
-        return v
+        if not lo <= size <= MAX_CHUNK:
+            raise ValueError(f"{name} must be between {lo} and {MAX_CHUNK} bytes, got {size}")
+        return size
     if name == "emulate_nodes":
         if value is None or value == "":
             return None
         try:
-            v = int(str(value), 10) if not isinstance(value, int) or isinstance(value, bool) else value
+            is_int = isinstance(value, int) and not isinstance(value, bool)
+            k: int = value if is_int else int(str(value), 10)
         except ValueError:
             raise ValueError(f"emulate_nodes must be a positive integer, got {value!r}") from None
-        if isinstance(value, bool) or v < 1:
+        if isinstance(value, bool) or k < 1:
             raise ValueError(f"emulate_nodes must be a positive integer, got {value!r}")
-        return v
+        return k
     if name in ("node_id_env", "json"):
         return None if value in (None, "") else str(value)
     return parse_bool(value, name)
@@ -99,7 +99,8 @@ def resolve_options(env: Optional[Mapping[str, str]] = None, **kwargs: Any) -> S
     names = [f.name for f in fields(StageOptions)]
     unknown = sorted(set(kwargs) - set(names))
     if unknown:
-        raise TypeError(f"unknown staging option(s): {', '.join(unknown)}; known: {', '.join(names)}")
+        raise TypeError(f"unknown staging option(s): {', '.join(unknown)}; "
+                        f"known: {', '.join(names)}")
     values = {}
     for name in names:
         if kwargs.get(name) is not None:

@@ -143,8 +143,9 @@ class Report:
     def summary(self) -> str:
         """One line for logs and non-terminal output."""
         amp = "n/a" if self.amplification is None else f"{self.amplification:.2f}"
-        return (f"staged {self.files} files ({_human(self.bytes_per_node)}) to {len(self.nodes)} node(s) "
-                f"with {self.method}: {self.files_transferred} transferred, {self.files_skipped} skipped, "
+        return (f"staged {self.files} files ({_human(self.bytes_per_node)}) "
+                f"to {len(self.nodes)} node(s) with {self.method}: "
+                f"{self.files_transferred} transferred, {self.files_skipped} skipped, "
                 f"{_human(self.bytes_written)} written in {self.seconds:.2f} s "
                 f"({self.delivered_gbps:.2f} GB/s delivered), amplification {amp}")
 

@@ -114,7 +114,7 @@ def verify(spec: SpecLike, comm: Any = None, emulate_nodes: Optional[int] = None
                 for root in node_roots(templates, layout.name):
                     f, b, m = _check_root(layout.name, root)
                     files, nbytes, bad = files + f, nbytes + b, bad + m
-            except Exception as e:  # noqa: BLE001 - agreed below
+            except Exception as e:
                 err = on_node(layout, e)
         agree(comm, err, "verify")
         gathered = comm.allgather((files, nbytes, bad))
@@ -124,9 +124,9 @@ def verify(spec: SpecLike, comm: Any = None, emulate_nodes: Optional[int] = None
     if mismatches:
         shown = "; ".join(str(m) for m in mismatches[:20])
         more = f"; and {len(mismatches) - 20} more" if len(mismatches) > 20 else ""
-        e = VerifyError(f"{len(mismatches)} staged cop{'y' if len(mismatches) == 1 else 'ies'} "
-                        f"differ: {shown}{more}; stage again with --force")
-        e.mismatches = mismatches  # type: ignore[attr-defined]
-        raise e
+        error = VerifyError(f"{len(mismatches)} staged cop{'y' if len(mismatches) == 1 else 'ies'} "
+                            f"differ: {shown}{more}; stage again with --force")
+        error.mismatches = mismatches  # type: ignore[attr-defined]
+        raise error
     return VerifyReport(nodes=layout.names, files_checked=sum(g[0] for g in gathered),
                         bytes_checked=sum(g[1] for g in gathered))

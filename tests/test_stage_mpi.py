@@ -106,8 +106,8 @@ def test_every_method_replicates_byte_identical_copies(workdir, method, k):
     total = sum(os.path.getsize(p) for p in files.values()) if comm.rank == 0 else 0
     total = comm.bcast(total, root=0)
     assert_all(comm, rep.nodes == tuple(f"node{i}" for i in range(k)), str(rep.nodes))
-    assert_all(comm, (rep.files, rep.bytes_per_node, rep.bytes_written) == (len(files), total, k * total),
-               str(rep))
+    got = (rep.files, rep.bytes_per_node, rep.bytes_written)
+    assert_all(comm, got == (len(files), total, k * total), str(rep))
     amp = rep.amplification
     if amp is not None:  # /proc/self/io readable: the measured fact, per method
         expected = {"stripe": (1.0, 1.0), "bcast": (1.0, 1.0), "naive": (k, k),
@@ -143,7 +143,8 @@ def test_resume_skips_unchanged_and_force_restages(workdir):
     assert_all(comm, fourth.files_transferred == 1 and fourth.bytes_written == 3 * CHUNK + 17,
                str(fourth))
     forced = stage(spec, comm, force=True, **kw)
-    assert_all(comm, forced.files_skipped == 0 and forced.files_transferred == len(files), str(forced))
+    ok = forced.files_skipped == 0 and forced.files_transferred == len(files)
+    assert_all(comm, ok, str(forced))
     bad = _check_copies(workdir, files, forced.nodes) if comm.rank == 0 else []
     assert_all(comm, not bad, "; ".join(bad[:5]))
 

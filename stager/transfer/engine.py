@@ -95,7 +95,8 @@ def run_pieces(comm: Any, tasks: Sequence[Task], reader: SourceReader, sink: Sin
                     reader.open_check(p.file)
                 if p.offset + p.length == reader.jobs[p.file].size:
                     reader.close(p.file)
-                st[1 + DIGEST_SIZE * j:1 + DIGEST_SIZE * (j + 1)] = np.frombuffer(digest(v), np.uint8)
+                at = 1 + DIGEST_SIZE * j
+                st[at:at + DIGEST_SIZE] = np.frombuffer(digest(v), np.uint8)
         except Exception as e:
             error = e
             st[0] = 1

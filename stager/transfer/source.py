@@ -83,9 +83,10 @@ class SourceReader:
                     raise TransferError(f"reading source {self.jobs[i].source} at byte "
                                         f"{offset + done} failed: {e.strerror}") from e
                 if n == 0:
-                    raise TransferError(f"source {self.jobs[i].source} is shorter than planned "
-                                        f"({offset + done} < {self.jobs[i].size} bytes); it changed "
-                                        "while being staged, stage again")
+                    raise TransferError(
+                        f"source {self.jobs[i].source} is shorter than planned "
+                        f"({offset + done} < {self.jobs[i].size} bytes); it changed "
+                        "while being staged, stage again")
                 done += n
 
     def open_check(self, i: int) -> None:
