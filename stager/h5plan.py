@@ -359,7 +359,7 @@ def _holds(f: Any, path: str) -> str:
 def _select(f: Any, path: str, entry: H5Entry, src: str, acc: _FileAcc, inline: int) -> None:
     import h5py
 
-    link = f.get(path, getlink=True)
+    link = f.get(path, getlink=True) if path != "/" else None
     if isinstance(link, h5py.ExternalLink):
         raise PlanError(f"{entry.where}: {src}:{path} is an external link to "
                         f"{link.filename}:{link.path}; stage that file's object instead")

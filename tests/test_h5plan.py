@@ -214,3 +214,15 @@ def test_same_basename_from_two_directories_conflicts(scan):
     make_scan(scan / "b" / "scan42.h5")
     with pytest.raises(PlanError, match="would both land at /d/scan42.h5"):
         plan("broadcast to /d h5 { scan42.h5:/entry/angles b/scan42.h5:/entry/angles }", scan)
+
+
+def test_whole_file_entry(tmp_path):
+    with h5py.File(tmp_path / "small.h5", "w") as f:
+        f.attrs["title"] = "t"
+        f["a/b"] = np.arange(5)
+        f["c"] = 1.5
+    p = plan("broadcast to /d h5 { small.h5:/ }", tmp_path)
+    (f,) = p.files
+    assert [d.path for d in f.datasets] == ["/a/b", "/c"]
+    assert [g.path for g in f.groups] == ["/", "/a"]
+    assert f.groups[0].attrs[0].value == "t"
