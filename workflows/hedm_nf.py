@@ -62,8 +62,8 @@ SCHEMA = (
     Param("GaussFiltRadius", float, 1.0, "LoG Gaussian sigma (px)",
           lambda v: None if v > 0 else "must be > 0"),
     Param("LoGMaskRadius", int, 4, "LoG kernel half-width (px)", at_least(1)),
-    Param("BackgroundTasks", int, 4, "tasks computing the median background (row bands)",
-          at_least(1)),
+    Param("BackgroundTasks", int, 0, "tasks computing the median background (row bands); "
+          "0: one per worker", at_least(0)),
     Param("ReducedFileName", str, "nf_spots", "base name of the result files (.h5, .png)"),
 )
 
@@ -120,13 +120,19 @@ def _save_npy(path: str, arr: np.ndarray) -> None:
 
 @app
 def assemble_background(bands, work_dir: str) -> Dict[str, Any]:
-    """Stack the bands into the background and max projection; write both to ``work_dir``."""
+    """Stack the bands into the background and max projection; write both to ``work_dir``.
+
+    Returns the two paths (what frame tasks need) and each band's timings.
+    """
     bands = sorted(bands, key=lambda b: b["r0"])
     os.makedirs(work_dir, exist_ok=True)
-    paths = {"background": os.path.join(work_dir, "nf_background.npy"),
+    paths: Dict[str, Any] = {"background": os.path.join(work_dir, "nf_background.npy"),
              "max_projection": os.path.join(work_dir, "nf_max_projection.npy")}
     _save_npy(paths["background"], np.vstack([b["median"] for b in bands]))
     _save_npy(paths["max_projection"], np.vstack([b["max"] for b in bands]))
+    paths["bands"] = [{"rows": [b["r0"], b["r0"] + len(b["median"])],
+                       "read_s": round(b["read_s"], 4), "compute_s": round(b["compute_s"], 4),
+                       "worker": b["worker"]} for b in bands]
     return paths
 
 
@@ -234,8 +240,9 @@ def main(args):
     out = getattr(args, "out", None) or os.getcwd()
     results = args.results or out
 
+    n_bands = p["BackgroundTasks"] or max(1, getattr(args, "workers", None) or 1)
     bands = [background_band(source, first, n, shape, r0, r1, node)
-             for r0, r1 in split_rows(shape[0], p["BackgroundTasks"])]
+             for r0, r1 in split_rows(shape[0], n_bands)]
     images = assemble_background(bands, os.path.join(out, "work"))
     per_frame = [reduce_nf_frame(f, source, first, n, shape, images, p, node)
                  for f in range(first, first + n)]
@@ -252,6 +259,7 @@ def main(args):
         "phases": phase_spans({"background": bands + [images], "frames": per_frame,
                                "reduce": merges, "write": [written]}, t_origin),
         "frame_log": log_summary(table["log"], "background"),
+        "background_bands": images.result()["bands"],
     }
     write_json(os.path.join(out, "nf_run.json"), record)
     return written

@@ -22,7 +22,7 @@ __all__ = ["make_nf_dataset", "make_ff_dataset", "load_truth", "score", "NF_DEFA
 #: Parameters written for a synthetic NF dataset (the kernels' tested settings).
 NF_DEFAULTS = {"InputPattern": "stem_%06d.tif", "RawStartNr": 0, "BlanketSubtraction": 30,
                "MedFiltRadius": 1, "GaussFiltRadius": 1.0, "LoGMaskRadius": 4,
-               "BackgroundTasks": 4, "ReducedFileName": "nf_spots"}
+               "BackgroundTasks": 0, "ReducedFileName": "nf_spots"}
 #: Parameters written for a synthetic FF dataset.
 FF_DEFAULTS = {"InputPattern": "ff_000001.ge3", "Dark": "dark_000001.ge3", "RawStartNr": 0,
                "Threshold": 60.0, "MinNrPx": 3, "MaxNrPx": 400, "OutputFileName": "ff_peaks"}
