@@ -152,7 +152,7 @@ def _markdown(summary: dict, meta: dict) -> str:
                      f"{s['delivered_gbps']:.3f} | "
                      f"{t['delivered_gbps']:.3f} | {e['speedup_stager_over_sbcast']:.2f}x |")
     lines += ["", "GB/s = bytes delivered to the 4 nodes / median wall time. 'stager s (wall)'",
-              "includes Python + MPI start-up (about 1-2 s here), as the sbcast time includes",
+              "includes Python + MPI start-up (wall minus transfer), as the sbcast time includes",
               "one sbcast process and credential per file. 'transfer' is the stager's own report.",
               "Caveat: sbcast has no per-node destination, so on one host its four slurmds",
               "rewrite the same file, while the stager writes four separate copies.",
@@ -168,7 +168,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--out", default=str(REPO / "bench" / "results"))
+    ap.add_argument("--markdown-only", action="store_true",
+                    help="rewrite OUT/sbcast.md from OUT/sbcast.json without measuring")
     args = ap.parse_args()
+    if args.markdown_only:
+        doc = json.loads((Path(args.out) / "sbcast.json").read_text())
+        (Path(args.out) / "sbcast.md").write_text(_markdown(doc["summary"], doc["meta"]))
+        return 0
     work = Path(tempfile.mkdtemp(prefix="sbcast-bench-", dir="/tmp"))
     cdir = work / "cluster"
     env = dict(os.environ, LOCALCLUSTER_DIR=str(cdir), LOCALCLUSTER_PORT=str(_free_base_port()),
