@@ -1,4 +1,4 @@
-"""sbatch templates: the pure renderer, template discovery, and `stager sbatch` (no Slurm needed)."""
+"""sbatch templates: the pure renderer, discovery, and `stager sbatch` (no Slurm needed)."""
 from __future__ import annotations
 
 import os
@@ -59,10 +59,12 @@ def test_render_with_required_parameters(info: sbatch.TemplateInfo) -> None:
     assert "$SLURM" in out or "$DW_JOB" in out or "${!BB_VAR" in out
     # sbatch reads #SBATCH lines only before the first command.
     lines = out.splitlines()
-    first_cmd = next(i for i, ln in enumerate(lines[1:], 1) if ln.strip() and not ln.startswith("#"))
+    first_cmd = next(i for i, ln in enumerate(lines[1:], 1)
+                     if ln.strip() and not ln.startswith("#"))
     assert all(i < first_cmd for i, ln in enumerate(lines) if ln.startswith("#SBATCH"))
     if shutil.which("bash"):
-        check = subprocess.run(["bash", "-n"], check=False, input=out, text=True, capture_output=True)
+        check = subprocess.run(["bash", "-n"], check=False, input=out, text=True,
+                               capture_output=True)
         assert check.returncode == 0, check.stderr
 
 
@@ -102,7 +104,8 @@ def test_an_undeclared_placeholder_is_still_required() -> None:
 
 
 def test_empty_default_and_default_with_spaces() -> None:
-    text = "#@ param extra= | may be empty\n#@ param launch=mpirun --map-by ppr:1:node | spaces\n${extra}|${launch}\n"
+    text = ("#@ param extra= | may be empty\n"
+            "#@ param launch=mpirun --map-by ppr:1:node | spaces\n${extra}|${launch}\n")
     assert render(text, {}) == "|mpirun --map-by ppr:1:node\n"
 
 
@@ -145,7 +148,8 @@ def test_load_template_by_name_path_and_unknown(tmp_path: Path) -> None:
     own.write_text("#!/bin/bash\n#@ description: mine\n#@ param n | nodes\n#SBATCH -N ${n}\n")
     info2, _ = sbatch.load_template(str(own))
     assert info2.name == "mine" and info2.params[0].name == "n"
-    with pytest.raises(TemplateError, match="no template named 'nope'.*available: .*stage-run-drain"):
+    with pytest.raises(TemplateError,
+                       match="no template named 'nope'.*available: .*stage-run-drain"):
         sbatch.load_template("nope", [str(REPO / "slurm")])
 
 
