@@ -226,3 +226,22 @@ def test_whole_file_entry(tmp_path):
     assert [d.path for d in f.datasets] == ["/a/b", "/c"]
     assert [g.path for g in f.groups] == ["/", "/a"]
     assert f.groups[0].attrs[0].value == "t"
+
+
+def test_unavailable_filter_is_an_error_naming_it(tmp_path):
+    # An optional filter may be recorded without its plugin (HDF5 skips it when writing):
+    # the plan keeps it, and the writer refuses to drop it silently.
+    from h5py import h5d, h5p, h5s, h5t, h5z
+
+    from stager.errors import TransferError
+    from stager.h5write import check_filters
+    with h5py.File(tmp_path / "bs.h5", "w") as f:
+        dcpl = h5p.create(h5p.DATASET_CREATE)
+        dcpl.set_chunk((1, 4))
+        dcpl.set_filter(32008, h5z.FLAG_OPTIONAL, (0, 2))
+        h5d.create(f.id, b"x", h5t.NATIVE_UINT16, h5s.create_simple((3, 4)), dcpl=dcpl)
+        f["x"][...] = np.arange(12).reshape(3, 4)
+    p = plan("broadcast to /d h5 { bs.h5:/x }", tmp_path)
+    assert [flt.code for flt in p.files[0].datasets[0].filters] == [32008]
+    with pytest.raises(TransferError, match=r"bs.h5:/x uses HDF5 filter 32008 .*not available"):
+        check_filters(p.files[0])
