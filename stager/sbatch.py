@@ -66,18 +66,22 @@ class TemplateError(StagerError):
     """A template could not be found, parsed or rendered (missing/unknown parameters)."""
 
 
+# Only ${lower_case} is a placeholder; every other "$" is shell text. The
+# "named" and "invalid" groups string.Template requires can never match.
+_PATTERN = rf"""
+    \$(?:
+      (?P<escaped>\$) |
+      \{{(?P<braced>{_NAME})\}} |
+      (?P<named>(?!x)x) |
+      (?P<invalid>(?!x)x)
+    )"""
+_PLACEHOLDER = re.compile(_PATTERN, re.VERBOSE)
+
+
 class _Template(string.Template):
-    # Only ${lower_case} is a placeholder; every other "$" is shell text. The
-    # "named" and "invalid" groups string.Template requires can never match.
     # flags=0: string.Template's default IGNORECASE would make ${HOME} a placeholder.
-    flags = 0
-    pattern = rf"""
-        \$(?:
-          (?P<escaped>\$) |
-          \{{(?P<braced>{_NAME})\}} |
-          (?P<named>(?!x)x) |
-          (?P<invalid>(?!x)x)
-        )"""
+    flags = re.RegexFlag(0)
+    pattern = _PATTERN  # type: ignore[assignment]  # compiled by Template.__init_subclass__
 
 
 @dataclass(frozen=True)
@@ -109,7 +113,7 @@ class TemplateInfo:
 def placeholders(text: str) -> list[str]:
     """Names of the ``${name}`` placeholders in ``text``, in first-use order."""
     seen: dict[str, None] = {}
-    for m in _Template.pattern.finditer(text):
+    for m in _PLACEHOLDER.finditer(text):
         if m.group("braced"):
             seen.setdefault(m.group("braced"), None)
     return list(seen)
