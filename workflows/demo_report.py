@@ -24,6 +24,10 @@ def _mib(n: float) -> str:
     return f"{n / 2**20:.1f} MiB"
 
 
+def _rounded(x: Optional[float]) -> Optional[float]:
+    return None if x is None else round(x, 3)
+
+
 def collect(out: str, data: Dict[str, Any], model: Any, times: Dict[str, Optional[float]],
             np_: int, nodes: int, stage_root: str) -> Dict[str, Any]:
     """Everything the report shows, as one JSON-able dict."""
@@ -55,7 +59,7 @@ def collect(out: str, data: Dict[str, Any], model: Any, times: Dict[str, Optiona
         "frame_log": nf.get("frame_log", {}),
         "drain": nf.get("drain"),
         "compile_seconds": round(times["compile"] or 0.0, 3),
-        "clean_seconds": None if times.get("clean") is None else round(times["clean"], 3),
+        "clean_seconds": _rounded(times.get("clean")),
         "spots": {"found": int(len(cents)), "pixels": int(len(pixels)),
                   "score": score(truth, cents, nf["params"]["RawStartNr"])},
         "outputs": [h5, png, os.path.join(out, "nf_run.json"), os.path.join(out, "run.json"),

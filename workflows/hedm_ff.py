@@ -86,6 +86,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--results", default=None, metavar="DIR",
                         help="node-local results directory (%%n = node name); drained to --out "
                              "at the end. Default: write to --out directly")
+    parser.add_argument("--no-drain", dest="drain", action="store_false",
+                        help="leave the results in --results for a later `stager drain` "
+                             "(as the stage-run-drain sbatch template does)")
     add_param_flags(parser, SCHEMA)
 
 

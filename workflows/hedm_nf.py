@@ -24,7 +24,14 @@ The graph (paper, section V):
    results to ``OUT`` (merged) and the node-local results are removed.
 
 Without ``--results`` the write task writes straight to ``OUT`` and nothing
-is drained. ``OUT/nf_run.json`` records the stage report, phase times,
+is drained. In a batch job rendered from the ``stage-run-drain`` template
+(``stager sbatch``), the template stages and drains; the workflow line is::
+
+    mpirun python -m workflows run workflows/hedm_nf.py \
+        --node-id-env SLURMD_NODENAME --out "$MPISTAGE_SHARED_OUT" -- \
+        --params "$HEDM_STAGE/%n/nf/nf.params" --results "$MPISTAGE_RESULTS" --no-drain
+
+``OUT/nf_run.json`` records the stage report, phase times,
 tasks and cache hits. File layout: :mod:`workflows.hedm_output`.
 """
 from __future__ import annotations
@@ -91,6 +98,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--results", default=None, metavar="DIR",
                         help="node-local results directory (%%n = node name); drained to --out "
                              "at the end. Default: write to --out directly")
+    parser.add_argument("--no-drain", dest="drain", action="store_false",
+                        help="leave the results in --results for a later `stager drain` "
+                             "(as the stage-run-drain sbatch template does)")
     add_param_flags(parser, SCHEMA)
 
 

@@ -60,9 +60,9 @@ def drain_results(args: Any, comm: Any, run_json: str) -> None:
     unique because one task writes them), replacing an earlier run's. Then
     each node's leader removes its node-local results directory, and rank 0
     adds ``"drain"`` (seconds, files, bytes) to ``args.out/run_json``.
-    Does nothing without ``--results``.
+    Does nothing without ``--results`` or with ``--no-drain``.
     """
-    if not getattr(args, "results", None):
+    if not getattr(args, "results", None) or not getattr(args, "drain", True):
         return
     from stager.drain import drain
     from stager.manifest import expand_node
