@@ -180,7 +180,8 @@ def main(argv=None):
                 R, None, "every row non-zero: no skipping"),
         compare("LoG sigma=1 r=4 (NF, bg-subtracted)", lambda: log_filter(med_sub, 1.0, 4),
                 lambda: ndi.gaussian_laplace(med_sub.astype(float), 1.0, mode="nearest", radius=4),
-                R, None, "all-zero row windows are skipped (exactly zero)"),
+                R, None, ("rows whose whole window is zero are skipped; few here: "
+                 "spots lie near most rows")),
         compare("label 8-conn (FF threshold mask)", lambda: label8(ff_mask),
                 lambda: ndi.label(ff_mask, S8), R, 1.0,
                 f"{ff_mask.mean() * 100:.1f}% foreground"),

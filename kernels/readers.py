@@ -87,7 +87,7 @@ class GEFile(_Source):
             got = f.readinto(memoryview(out).cast("B"))
         if got != out.nbytes:
             raise ReaderError(f"{self}: short read of frame {index} ({got} of {out.nbytes} bytes)")
-        if out.dtype.byteorder == ">" or (out.dtype.byteorder == "=" and np.little_endian is False):
+        if not np.little_endian:  # GE files are little-endian
             out.byteswap(inplace=True)
         return out
 
