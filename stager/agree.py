@@ -30,12 +30,13 @@ must reach the same number of ``agree`` calls.
 from __future__ import annotations
 
 import socket
+import time
 from contextlib import contextmanager
 from typing import Any, Iterator, List, Optional, Tuple, Type
 
 from stager.errors import StagerError
 
-__all__ = ["agree", "agreed", "describe", "format_failures"]
+__all__ = ["agree", "agreed", "describe", "format_failures", "quiet_barrier"]
 
 #: At most this many distinct messages are spelled out in the agreed error.
 MAX_MESSAGES = 6
@@ -115,3 +116,18 @@ def agreed(comm: Any, what: str = "", *, base: Type[BaseException] = StagerError
     except Exception as e:
         err = e
     agree(comm, err, what, base=base, default=default)
+
+
+def quiet_barrier(comm: Any, max_sleep: float = 0.02) -> None:
+    """Collective over `comm`: every rank must call. A barrier that sleeps instead of spinning.
+
+    Ranks that wait a long time for others (non-leaders while the leaders
+    stage) would otherwise busy-poll inside MPI and take CPU from the ranks
+    doing the work when cores are shared. Polls ``Ibarrier`` with an
+    exponential back-off up to ``max_sleep`` seconds.
+    """
+    req = comm.Ibarrier()
+    pause = 1e-4
+    while not req.Test():
+        time.sleep(pause)
+        pause = min(pause * 2, max_sleep)

@@ -31,7 +31,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 import numpy as np
 
 from stager import localfs, state
-from stager.agree import agree, describe
+from stager.agree import agree, describe, quiet_barrier
 from stager.errors import CapacityError, StagerError, TransferError
 from stager.manifest import Manifest, expand_node
 from stager.nodes import NodeLayout, node_layout
@@ -281,6 +281,7 @@ def _stage(manifest: Manifest, comm: Any, layout: NodeLayout, opts: StageOptions
             err = err or e
         if err is not None:
             err = on_node(layout, err)
+    quiet_barrier(comm)  # non-leaders wait here without taking the leaders' CPU
     agree(comm, err, "staging", default=TransferError)
     comm.Barrier()
     seconds = time.perf_counter() - t0

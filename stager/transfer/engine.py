@@ -23,6 +23,7 @@ still lets the kernel's read-ahead and the page cache work while MPI copies.
 """
 from __future__ import annotations
 
+import mmap
 from typing import Any, List, Optional, Sequence
 
 import numpy as np
@@ -67,7 +68,8 @@ def run_pieces(comm: Any, tasks: Sequence[Task], reader: SourceReader, sink: Sin
         return None
     me = comm.rank
     size = max(t.nbytes for t in tasks)
-    bufs = [bytearray(max(size, 1)) for _ in range(min(_DEPTH, n))]
+    # anonymous mmaps: page-aligned, zero pages mapped lazily (no memset of 3 x chunk)
+    bufs = [mmap.mmap(-1, max(size, 1)) for _ in range(min(_DEPTH, n))]
     views = [memoryview(b) for b in bufs]
     status_out: List[np.ndarray] = [np.zeros(0, np.uint8)] * len(bufs)
     status_in: List[np.ndarray] = [np.zeros(0, np.uint8)] * len(bufs)
@@ -145,4 +147,4 @@ def run_pieces(comm: Any, tasks: Sequence[Task], reader: SourceReader, sink: Sin
         reader.close_all(check=error is None and not stopped)
     except Exception as e:
         error = error or e
-    return error
+    return error  # the mmaps are unmapped when the last view of them is collected

@@ -57,12 +57,15 @@ class Sink:
                 f"checksum mismatch writing {dest} (bytes {offset}..{offset + len(data)} of "
                 f"{self.jobs[i].source}): the data changed between read and write; stage again")
         f = self.open.get(i)
+        whole = offset == 0 and len(data) == self.jobs[i].size and source_digest is not None
         if f is None:
             if offset != 0:
                 raise TransferError(f"internal error: piece at {offset} before start of {dest}")
             job = self.jobs[i]
             try:
-                f = AtomicFile(dest, mode=job.mode, mtime_ns=job.mtime_ns, fsync=self.fsync)
+                # a file that is one verified piece already has its checksum: no second pass
+                f = AtomicFile(dest, mode=job.mode, mtime_ns=job.mtime_ns, fsync=self.fsync,
+                               hash=not whole)
             except OSError as e:
                 raise TransferError(f"cannot create {dest}: {e.strerror}") from e
             self.open[i] = f
@@ -82,7 +85,7 @@ class Sink:
             except OSError as e:
                 f.abort()
                 raise TransferError(f"finishing {dest} failed: {e.strerror}") from e
-            self.done[i] = f.hexdigest()
+            self.done[i] = source_digest.hex() if whole else f.hexdigest()  # type: ignore[union-attr]
 
     def abort(self) -> List[str]:
         """Remove every unfinished temporary file; return their destinations."""
