@@ -22,7 +22,6 @@ import collections
 import os
 import re
 import socket
-import sys
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
@@ -45,26 +44,9 @@ class NodeOptions:
 
 
 def node_options(args: argparse.Namespace) -> NodeOptions:
-    """The node options of this run, from the flow's namespace.
-
-    The runner's own options (``--emulate-nodes``, ``--node-id-env``) are not
-    copied into the flow's namespace, so when they are absent they are read
-    back from this process's command line with the runner's own parser (every
-    rank has the same argv).
-    """
-    if hasattr(args, "emulate_nodes") or hasattr(args, "node_id_env"):
-        return NodeOptions(getattr(args, "emulate_nodes", None), getattr(args, "node_id_env", None))
-    from .run import _split_argv, build_parser
-
-    argv = sys.argv[1:]
-    if argv and argv[0] == "run":
-        argv = argv[1:]
-    own, _ = _split_argv(argv)
-    try:
-        opts, _ = build_parser().parse_known_args(own)
-    except SystemExit:  # not started through the runner (e.g. a test calling main)
-        return NodeOptions()
-    return NodeOptions(opts.emulate_nodes, opts.node_id_env)
+    """The node options of this run (the runner copies ``--emulate-nodes`` /
+    ``--node-id-env`` into the flow's namespace; absent when a test calls ``main``)."""
+    return NodeOptions(getattr(args, "emulate_nodes", None), getattr(args, "node_id_env", None))
 
 
 def _launcher_rank() -> Tuple[int, int]:

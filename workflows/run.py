@@ -213,7 +213,11 @@ def _drive(module: Any, ns: argparse.Namespace, ex: Executor) -> Dict[str, Any]:
     except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt):
             raise
-        error = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        if isinstance(exc, WorkflowError):
+            # A user-facing error (bad parameter, failed task): its message says it all.
+            error = f"{type(exc).__name__}: {exc}"
+        else:
+            error = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     ex.runtime.wait()
     rt = ex.runtime
     failed_results = [f for f in find_futures(result) if f.exception() is not None]
@@ -292,6 +296,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(f"error: {bad}", file=sys.stderr)
         return 2
     ns.out, ns.executor, ns.ranks, ns.stage_report = out, name, comm.Get_size() if comm else 1, None
+    # Flows that address node-local copies (%n) need the node layout the stager used.
+    ns.emulate_nodes, ns.node_id_env = opts.emulate_nodes, opts.node_id_env
     return _run(opts, module, ns, name, comm, hooks)
 
 
