@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from .errors import CacheError
 
 __all__ = ["WarmReport", "warm_cache", "use_cache_dir", "kernel_dispatchers",
-           "exercise_kernels", "cache_counts"]
+           "exercise_kernels", "cache_counts", "leader_hook"]
 
 _MODULES = ("filters", "label", "nf", "ff", "stem")
 
@@ -166,6 +166,28 @@ def warm_cache(cache_dir: str, timeout: float = 900.0) -> WarmReport:
                          f"{proc.stderr.strip()[-2000:]}")
     counts = json.loads(proc.stdout.strip().splitlines()[-1])
     return WarmReport(path, _index_files(path), time.perf_counter() - t0, len(counts))
+
+
+def leader_hook(ctx: object = None) -> WarmReport:
+    """Startup leader hook: compile once on this node into ``$NUMBA_CACHE_DIR``.
+
+    Use as ``python -m workflows run FLOW --leader-hook-startup
+    kernels.numba_cache:leader_hook`` with ``NUMBA_CACHE_DIR`` exported to every
+    rank (``mpirun -x NUMBA_CACHE_DIR=/local/dir``) and pointing at node-local
+    storage: the runner calls this on one rank per node and holds every task
+    behind a barrier until each node's hook has returned, so no rank compiles.
+
+    Raises
+    ------
+    CacheError
+        ``NUMBA_CACHE_DIR`` is unset (every rank would compile into its own
+        ``__pycache__``), or compiling failed.
+    """
+    cache_dir = os.environ.get("NUMBA_CACHE_DIR")
+    if not cache_dir:
+        raise CacheError("NUMBA_CACHE_DIR is not set: export a node-local directory to every "
+                         "rank (mpirun -x NUMBA_CACHE_DIR=DIR) before using this leader hook")
+    return warm_cache(cache_dir)
 
 
 def _main(argv: list[str]) -> int:

@@ -44,3 +44,14 @@ def test_warm_cache_unusable_dir(tmp_path):
     blocker.write_text("x")
     with pytest.raises(CacheError, match="cannot be created"):
         warm_cache(str(blocker / "sub"))
+
+
+def test_leader_hook_needs_a_node_local_cache_dir(monkeypatch):
+    from kernels.numba_cache import leader_hook
+    from hooks.leader import resolve_hook
+
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    with pytest.raises(CacheError, match="NUMBA_CACHE_DIR is not set"):
+        leader_hook(None)
+    # the runner's --leader-hook-startup accepts it by name
+    assert resolve_hook("kernels.numba_cache:leader_hook") is not None
