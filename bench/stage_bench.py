@@ -113,7 +113,8 @@ def main() -> int:
                 cp_gbps = n * nbytes / cp_s / 1e9
                 rows.append(dict(dataset=dname, nodes=n, method="cp -r x N", mpi_io="-",
                                  seconds=cp_s, delivered_gbps=cp_gbps, amplification=float(n),
-                                 bytes_per_node=nbytes, amplification_note="not measured: N full reads"))
+                                 bytes_per_node=nbytes,
+                                 amplification_note="not measured: N full reads"))
                 print(f"{dname} N={n} cp -r: {cp_gbps:.2f} GB/s", flush=True)
                 variants = [(m, "default (ompio)", []) for m in METHODS]
                 variants.append(("readall", "romio321", ["--mca", "io", "romio321"]))

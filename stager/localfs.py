@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import errno
 import os
+import itertools
 import secrets
 import stat
 from typing import List, Optional, Union
@@ -37,7 +38,7 @@ from typing import List, Optional, Union
 from stager import checksum
 from stager.errors import TransferError
 
-__all__ = ["UnsafePathError", "TEMP_MARK", "inside", "ensure_dir", "check_dest",
+__all__ = ["UnsafePathError", "TEMP_MARK", "inside", "ensure_dir", "check_dest", "non_files",
            "AtomicFile", "write_bytes_atomic", "copy_file_atomic",
            "nearest_existing", "free_bytes", "filesystem_id"]
 
@@ -158,6 +159,16 @@ def check_dest(dest: str) -> None:
         raise UnsafePathError(f"cannot write file {dest}: a directory is there; remove it")
 
 
+def non_files(directory: str) -> set:
+    """Names in ``directory`` that are symlinks or directories (one ``scandir``, no lstat each)."""
+    with os.scandir(directory) as it:
+        return {e.name for e in it if e.is_symlink() or e.is_dir(follow_symlinks=False)}
+
+
+_TEMP_PREFIX = secrets.token_hex(4)
+_temp_counter = itertools.count()
+
+
 class AtomicFile:
     """A file written under a temporary name, renamed into place on :meth:`commit`.
 
@@ -176,18 +187,24 @@ class AtomicFile:
         Flush data to the device before renaming (see module docstring).
     hash : bool
         Keep an incremental checksum of sequential :meth:`write` calls.
+    precheck : bool
+        Refuse a symlink at ``dest`` before creating the temporary file (it is
+        always refused again just before the rename).
     """
 
     def __init__(self, dest: str, mode: Optional[int] = None, mtime_ns: Optional[int] = None,
-                 fsync: bool = False, hash: bool = True) -> None:
-        check_dest(dest)
+                 fsync: bool = False, hash: bool = True, precheck: bool = True) -> None:
+        if precheck:  # callers that checked the directory already skip a syscall per file
+            check_dest(dest)
         self.dest = dest
         self.mode = 0o600 if mode is None else stat.S_IMODE(mode) & 0o777
         self.mtime_ns = mtime_ns
         self.fsync = fsync
         self.hasher = checksum.new() if hash else None
         d, name = os.path.split(dest)
-        self.tmp = os.path.join(d, f".{name}{TEMP_MARK}{secrets.token_hex(6)}")
+        # unique per process without a getrandom() per file; O_EXCL guards the rest
+        self.tmp = os.path.join(
+            d, f".{name}{TEMP_MARK}{_TEMP_PREFIX}{os.getpid():x}-{next(_temp_counter)}")
         self.fd: Optional[int] = os.open(
             self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC, 0o600)
         self.nbytes = 0

@@ -132,13 +132,20 @@ def node_targets(manifest: Manifest, node: str) -> NodeTargets:
         A destination escapes its root, or collides with the state file name.
     """
     dests, roots, rels = [], [], []
+    block_roots = [os.path.normpath(os.path.abspath(expand_node(b.dest, node)))
+                   for b in manifest.blocks]
     for e in manifest.entries:
-        root = os.path.normpath(expand_node(manifest.blocks[e.block].dest, node))
-        dest = localfs.inside(root, expand_node(e.dest, node))
-        rel = os.path.relpath(dest, root)
-        if rel == "." or os.path.basename(rel) == state.STATE_NAME:
-            raise localfs.UnsafePathError(f"destination {dest} collides with its block's directory "
-                                          "or the stager's state file; rename the source")
+        root = block_roots[e.block]
+        # string checks, not localfs.inside(): this runs once per file (10,000s)
+        dest = os.path.normpath(expand_node(e.dest, node))
+        if not dest.startswith(root + os.sep) or not os.path.isabs(dest):
+            localfs.inside(root, dest)  # raises with the standard message
+            raise localfs.UnsafePathError(f"destination {dest} collides with its block's "
+                                          f"directory {root}; rename the source")
+        rel = dest[len(root) + 1:]
+        if os.path.basename(rel) == state.STATE_NAME:
+            raise localfs.UnsafePathError(f"destination {dest} collides with the stager's state "
+                                          "file; rename the source")
         dests.append(dest)
         roots.append(root)
         rels.append(rel)
@@ -221,10 +228,13 @@ def _stage(manifest: Manifest, comm: Any, layout: NodeLayout, opts: StageOptions
             for root in dict.fromkeys(targets.roots):
                 targets.states[root] = state.load(root)
             for i, e in enumerate(entries):
+                if opts.force:
+                    need_local[i] = 1
+                    continue
                 rec = targets.states[targets.roots[i]].files.get(targets.rels[i])
                 current = rec is not None and state.is_current(rec, e.source, e.size, e.mtime_ns,
                                                                targets.dests[i])
-                need_local[i] = 1 if (opts.force or not current) else 0
+                need_local[i] = 0 if current else 1
         except Exception as e:
             err = on_node(layout, e)
     agree(comm, err, "checking destinations", default=TransferError)
@@ -240,15 +250,21 @@ def _stage(manifest: Manifest, comm: Any, layout: NodeLayout, opts: StageOptions
     if layout.is_leader:
         assert targets is not None
         try:
-            done_dirs = set()
+            # one scandir per existing directory finds symlinks/dirs squatting on
+            # destination names (no lstat per file); new directories are empty
+            blocked: Dict[str, set] = {}
             for i in moved:
                 if not need_local[i]:
                     continue
-                d = os.path.dirname(targets.dests[i])
-                if d not in done_dirs:
-                    localfs.ensure_dir(targets.roots[i], d, created[targets.roots[i]])
-                    done_dirs.add(d)
-                localfs.check_dest(targets.dests[i])
+                d, name = os.path.split(targets.dests[i])
+                if d not in blocked:
+                    made = created[targets.roots[i]]
+                    before = len(made)
+                    localfs.ensure_dir(targets.roots[i], d, made)
+                    blocked[d] = set() if (len(made) > before and made[-1] == d) else \
+                        localfs.non_files(d)
+                if name in blocked[d]:
+                    localfs.check_dest(targets.dests[i])
         except Exception as e:
             err = on_node(layout, e)
     agree(comm, err, "preparing destinations", default=TransferError)
@@ -328,10 +344,11 @@ def _check_capacity(comm: Any, layout: NodeLayout, manifest: Manifest,
     if layout.is_leader and targets is not None:
         try:
             per_root: Dict[str, int] = defaultdict(int)
+            block: Dict[str, int] = {}
             for i, e in enumerate(manifest.entries):
                 if need_local[i]:
                     root = targets.roots[i]
-                    bs = localfs.block_size(root)
+                    bs = block.get(root) or block.setdefault(root, localfs.block_size(root))
                     per_root[root] += -(-e.size // bs) * bs
             host = socket.gethostname()
             for root, nbytes in per_root.items():

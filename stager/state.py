@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import os
 import stat
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Dict, List
 
 from stager import checksum, localfs
@@ -61,7 +61,9 @@ class DestState:
     def to_dict(self) -> dict:
         return {"version": VERSION, "algorithm": self.algorithm, "root": self.root,
                 "created_dirs": list(self.created_dirs),
-                "files": {rel: asdict(f) for rel, f in sorted(self.files.items())}}
+                "files": {rel: {"source": f.source, "size": f.size, "mtime_ns": f.mtime_ns,
+                                "mode": f.mode, "checksum": f.checksum}
+                          for rel, f in sorted(self.files.items())}}
 
 
 def load(root: str) -> DestState:
@@ -96,7 +98,12 @@ def load(root: str) -> DestState:
 
 def save(st: DestState) -> None:
     """Write ``st`` atomically into its root (mode 0600)."""
-    data = json.dumps(st.to_dict(), indent=1, sort_keys=True).encode()
+    # one line per file, written by the C encoder (indent= would use the slow pure-Python one)
+    d = st.to_dict()
+    files = d.pop("files")
+    head = json.dumps(d, sort_keys=True)[:-1]
+    body = ",\n".join(f" {json.dumps(rel)}: {json.dumps(v)}" for rel, v in files.items())
+    data = f'{head}, "files": {{\n{body}\n}}}}\n'.encode()
     localfs.write_bytes_atomic(st.path, data, mode=0o600)
 
 

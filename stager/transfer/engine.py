@@ -38,6 +38,23 @@ __all__ = ["run_pieces"]
 _DEPTH = 3
 
 
+def _read_pieces(t: Task, me: int, reader: SourceReader, view: memoryview,
+                 st: np.ndarray) -> None:
+    """Read this rank's pieces of task ``t`` into ``view``; put their digests in ``st``."""
+    for j, p in enumerate(t.pieces):
+        if p.owner != me:
+            continue
+        v = view[p.buf_offset:p.buf_offset + p.length]
+        if p.length:
+            reader.read_into(p.file, p.offset, v)
+        else:
+            reader.open_check(p.file)
+        if p.offset + p.length == reader.jobs[p.file].size:
+            reader.close(p.file)
+        at = 1 + DIGEST_SIZE * j
+        st[at:at + DIGEST_SIZE] = np.frombuffer(digest(v), np.uint8)
+
+
 def run_pieces(comm: Any, tasks: Sequence[Task], reader: SourceReader, sink: Sink,
                chunk_size: int, broadcast: bool) -> Optional[BaseException]:
     """Collective over `comm` (the leader communicator): every leader must call.
@@ -87,18 +104,8 @@ def run_pieces(comm: Any, tasks: Sequence[Task], reader: SourceReader, sink: Sin
         try:
             first = t.pieces[0].file
             reader.close_before(first)
-            for j, p in enumerate(t.pieces):
-                if p.owner != me:
-                    continue
-                v = views[slot][p.buf_offset:p.buf_offset + p.length]
-                if p.length:
-                    reader.read_into(p.file, p.offset, v)
-                else:
-                    reader.open_check(p.file)
-                if p.offset + p.length == reader.jobs[p.file].size:
-                    reader.close(p.file)
-                at = 1 + DIGEST_SIZE * j
-                st[at:at + DIGEST_SIZE] = np.frombuffer(digest(v), np.uint8)
+            with reader.metered():
+                _read_pieces(t, me, reader, views[slot], st)
         except Exception as e:
             error = e
             st[0] = 1

@@ -28,7 +28,8 @@ def run_naive(files: Sequence[int], reader: SourceReader, sink: Sink,
             for off, length in chunk_ranges(size, chunk_size):
                 v = view[:length]
                 if length:
-                    reader.read_into(i, off, v)
+                    with reader.metered():
+                        reader.read_into(i, off, v)
                 sink.write(i, off, v)
             reader.close(i)
     except Exception as e:

@@ -60,7 +60,7 @@ def run_readall(comm: Any, large: Sequence[int], reader: SourceReader, sink: Sin
         try:
             for off, length in chunk_ranges(job.size, chunk_size):
                 v = view[:length]
-                with reader.meter:
+                with reader.metered():
                     fh.Read_at_all(off, [v, length, MPI.BYTE])
                 d = digest(v)
                 digests = comm.allgather(d if error is None else None)

@@ -65,7 +65,7 @@ class Sink:
             try:
                 # a file that is one verified piece already has its checksum: no second pass
                 f = AtomicFile(dest, mode=job.mode, mtime_ns=job.mtime_ns, fsync=self.fsync,
-                               hash=not whole)
+                               hash=not whole, precheck=False)
             except OSError as e:
                 raise TransferError(f"cannot create {dest}: {e.strerror}") from e
             self.open[i] = f

@@ -7,8 +7,8 @@ Every source read goes through :class:`SourceReader`, which
   ("changed while being staged");
 * reads with ``preadv`` straight into the task buffer (no copy), failing on a
   short read (the file shrank);
-* counts the bytes with :class:`~stager.report.SourceMeter`, around the read
-  calls only.
+* counts the bytes with :class:`~stager.report.SourceMeter` (callers wrap
+  their read loops in :meth:`SourceReader.metered`), around source reads only.
 """
 from __future__ import annotations
 
@@ -72,22 +72,31 @@ class SourceReader:
         return fd
 
     def read_into(self, i: int, offset: int, view: memoryview) -> None:
-        """Fill ``view`` with the bytes of file ``i`` at ``offset``."""
+        """Fill ``view`` with the bytes of file ``i`` at ``offset`` (not metered: see
+        :meth:`metered`)."""
         fd = self._fd(i)
         done = 0
-        with self.meter:
-            while done < len(view):
-                try:
-                    n = os.preadv(fd, [view[done:]], offset + done)
-                except OSError as e:
-                    raise TransferError(f"reading source {self.jobs[i].source} at byte "
-                                        f"{offset + done} failed: {e.strerror}") from e
-                if n == 0:
-                    raise TransferError(
-                        f"source {self.jobs[i].source} is shorter than planned "
-                        f"({offset + done} < {self.jobs[i].size} bytes); it changed "
-                        "while being staged, stage again")
-                done += n
+        while done < len(view):
+            try:
+                n = os.preadv(fd, [view[done:]], offset + done)
+            except OSError as e:
+                raise TransferError(f"reading source {self.jobs[i].source} at byte "
+                                    f"{offset + done} failed: {e.strerror}") from e
+            if n == 0:
+                raise TransferError(
+                    f"source {self.jobs[i].source} is shorter than planned "
+                    f"({offset + done} < {self.jobs[i].size} bytes); it changed "
+                    "while being staged, stage again")
+            done += n
+
+    def metered(self) -> SourceMeter:
+        """Context manager counting source bytes read inside it.
+
+        Wrap whole loops of :meth:`read_into` calls: sampling ``/proc/self/io``
+        costs two reads of it, too much per 4 KiB file. Nothing else may read
+        inside the block (opening and ``fstat`` do not count as reads).
+        """
+        return self.meter
 
     def open_check(self, i: int) -> None:
         """Open file ``i`` now (to surface open errors early)."""
