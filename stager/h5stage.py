@@ -45,10 +45,11 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from stager import localfs, state
+from stager.checksum import new as checksum_new
 from stager.agree import agree, describe
 from stager.errors import CapacityError, StagerError, TransferError
 from stager.h5plan import DatasetPlan, H5FilePlan, H5Plan, build_h5_plan
-from stager.h5write import H5Output, array_digest
+from stager.h5write import H5Output, array_digest, chunk_copyable, chunk_digest, chunk_offsets
 from stager.manifest import expand_node
 from stager.nodes import NodeLayout, node_layout
 from stager.options import parse_size
@@ -417,6 +418,8 @@ def _copy_dataset(lc: Any, src: Any, fp: H5FilePlan, d: DatasetPlan, rows: int,
         err = e
     agree(lc, err, f"opening {fp.source}:{d.path}", default=TransferError)
     assert ds is not None
+    if chunk_copyable(d) and rows >= d.chunks[0]:
+        return _copy_chunks(lc, ds, fp, d, rows, out, stats)
     rest = tuple(d.shape[1:])
     rb = d.row_bytes
     buf = np.empty((rows,) + rest, dtype=d.dtype)
@@ -461,6 +464,65 @@ def _copy_dataset(lc: Any, src: Any, fp: H5FilePlan, d: DatasetPlan, rows: int,
     seen = lc.allgather(hexd)
     if len(set(seen)) > 1:  # the exchange delivered different bytes to different leaders
         raise TransferError(f"{fp.source}:{d.path}: leaders hold different data after the "
+                            f"exchange (checksums {sorted(set(seen))}); stage again")
+    return hexd
+
+
+def _copy_chunks(lc: Any, ds: Any, fp: H5FilePlan, d: DatasetPlan, rows: int,
+                 out: Optional[H5Output], stats: Dict[str, int]) -> str:
+    """Collective over `lc`: every leader must call. Move stored chunks, still compressed.
+
+    Per piece, leader ``k`` reads a contiguous run of the piece's chunks with
+    ``H5Dread_chunk`` (no decompression), the sizes and filter masks travel in
+    one ``allgather``, the bytes in one ``Allgatherv``; every leader hashes
+    (mask, bytes) of every chunk in order and stores them with
+    ``H5Dwrite_chunk`` (no compression). This keeps gzip'd detector stacks
+    from being decompressed and recompressed on every node.
+    """
+    from mpi4py import MPI
+
+    L, me = lc.size, lc.rank
+    c0 = d.chunks[0] if d.chunks else 1
+    # own chunks + their joined copy + the exchanged piece must stay below the cap
+    rows = max(c0, rows // 2 // c0 * c0)
+    hasher = checksum_new()
+    err: Optional[BaseException] = None
+    for first in range(0, d.rows, rows):
+        offs = list(chunk_offsets(d, first, rows))
+        share = [len(offs) * k // L for k in range(L + 1)]
+        mine: List[Tuple[int, bytes]] = []
+        try:
+            for src_off, _ in offs[share[me]:share[me + 1]]:
+                mask, data = ds.id.read_direct_chunk(src_off)
+                mine.append((int(mask), bytes(data)))
+        except Exception as e:
+            err = e
+        agree(lc, err, f"reading chunks of {fp.source}:{d.path}", default=TransferError)
+        meta = lc.allgather([(m, len(b)) for m, b in mine])
+        counts = [sum(n for _, n in part) for part in meta]
+        buf = np.empty(sum(counts), np.uint8)
+        displs = [sum(counts[:k]) for k in range(L)]
+        local = np.frombuffer(b"".join(b for _, b in mine), np.uint8)
+        buf[displs[me]:displs[me] + counts[me]] = local
+        stats["max_piece"] = max(stats["max_piece"], buf.nbytes)
+        lc.Allgatherv(MPI.IN_PLACE, [buf, counts, displs, MPI.BYTE])
+        stats["pieces"] += 1
+        pos = 0
+        flat = [x for part in meta for x in part]
+        try:
+            for (_, out_off), (mask, n) in zip(offs, flat):
+                data = buf[pos:pos + n].tobytes()
+                pos += n
+                chunk_digest(hasher, mask, data)
+                if out is not None:
+                    out.write_chunk(d, out_off, mask, data)
+        except Exception as e:
+            err = e
+        agree(lc, err, f"writing {d.path} from {fp.source}", default=TransferError)
+    hexd = hasher.hexdigest()
+    seen = lc.allgather(hexd)
+    if len(set(seen)) > 1:
+        raise TransferError(f"{fp.source}:{d.path}: leaders hold different chunks after the "
                             f"exchange (checksums {sorted(set(seen))}); stage again")
     return hexd
 

@@ -37,7 +37,7 @@ from stager import checksum, localfs
 from stager.errors import TransferError
 from stager.h5plan import Attr, DatasetPlan, H5FilePlan
 
-__all__ = ["H5Output", "array_digest", "check_filters"]
+__all__ = ["H5Output", "array_digest", "check_filters", "chunk_copyable", "chunk_offsets"]
 
 _O_NEW = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
@@ -54,6 +54,44 @@ def array_digest(arr: np.ndarray, hasher: Optional[checksum.Hasher] = None) -> c
     else:
         h.update(memoryview(np.ascontiguousarray(a)).cast("B"))
     return h
+
+
+def chunk_copyable(ds: DatasetPlan) -> bool:
+    """True if ``ds`` can move as stored (compressed) chunks: H5Dread_chunk/H5Dwrite_chunk.
+
+    That needs a filtered, chunked dataset, step 1, a selection starting on a
+    chunk boundary and ending on one (or at the end of the axis), and an output
+    chunk shape equal to the source's. The filters then run neither on read
+    nor on write: the bytes that were compressed once stay compressed.
+    """
+    if ds.layout != "chunked" or not ds.filters or not ds.chunks or ds.step != 1 \
+            or ds.inline is not None or not ds.shape:
+        return False
+    c0 = ds.chunks[0]
+    clamped = ds.maxshape[0] is not None and ds.rows < c0
+    return ds.start % c0 == 0 and (ds.stop % c0 == 0 or ds.stop == ds.shape[0]) and not clamped
+
+
+def chunk_offsets(ds: DatasetPlan, first: int, rows: int):
+    """(source offset, output offset) of every chunk holding output rows ``first..first+rows``.
+
+    ``first`` and ``rows`` are multiples of the first-axis chunk size (except
+    at the end); order is C order of the chunk grid, the same for every caller.
+    """
+    import itertools
+
+    assert ds.chunks is not None
+    c = ds.chunks
+    grids = [range(0, n, k) for n, k in zip(ds.shape[1:], c[1:])]
+    for r in range(first, min(first + rows, ds.rows), c[0]):
+        for rest in itertools.product(*grids):
+            yield (ds.start + r,) + rest, (r,) + rest
+
+
+def chunk_digest(h: checksum.Hasher, mask: int, data: bytes) -> None:
+    """Feed one stored chunk (its filter mask, then its bytes) to ``h``."""
+    h.update(int(mask).to_bytes(4, "little"))
+    h.update(data)
 
 
 def check_filters(fp: H5FilePlan) -> None:
@@ -91,6 +129,7 @@ class H5Output:
         os.close(os.open(self.tmp, _O_NEW, 0o600))
         self.file: Optional[Any] = h5py.File(self.tmp, "w")
         self.digests: Dict[str, str] = {}
+        self.chunked: Dict[str, bool] = {}  # datasets moved as stored chunks
         self.checksum = ""
         self.size = 0
         check_filters(fp)
@@ -116,6 +155,12 @@ class H5Output:
         assert self.file is not None
         self.file[ds.path][first:first + len(piece)] = piece
 
+    def write_chunk(self, ds: DatasetPlan, offset: tuple, mask: int, data: bytes) -> None:
+        """Store one chunk as read from the source (still compressed)."""
+        assert self.file is not None
+        self.chunked[ds.path] = True
+        self.file[ds.path].id.write_direct_chunk(offset, data, filter_mask=mask)
+
     def commit(self, digests: Dict[str, str], piece_rows: Dict[str, int]) -> None:
         """Close, check, and rename into place (see the module docstring).
 
@@ -137,12 +182,14 @@ class H5Output:
         assert self.file is not None
         self.digests.update(digests)
         for path, hexd in self.digests.items():
-            self.file[path].attrs["stager_checksum"] = f"{checksum.ALGORITHM}:{hexd}"
+            kind = ":stored-chunks" if self.chunked.get(path) else ""
+            self.file[path].attrs["stager_checksum"] = f"{checksum.ALGORITHM}{kind}:{hexd}"
         self.file.close()
         self.file = None
         with h5py.File(self.tmp, "r") as f:
             for ds in self.fp.datasets:
-                got = _reread(f[ds.path], ds, piece_rows.get(ds.path, 0))
+                got = _reread(f[ds.path], ds, piece_rows.get(ds.path, 0),
+                              self.chunked.get(ds.path, False))
                 if got != self.digests[ds.path]:
                     raise TransferError(f"checksum mismatch in {self.dest}:{ds.path} after writing "
                                         f"(read {self.digests[ds.path]}, file holds {got}); "
@@ -171,10 +218,14 @@ class H5Output:
             pass
 
 
-def _reread(obj: Any, ds: DatasetPlan, rows: int) -> str:
+def _reread(obj: Any, ds: DatasetPlan, rows: int, chunked: bool) -> str:
     if ds.inline is not None or not ds.shape:
         return array_digest(obj[()]).hexdigest()
     h = checksum.new()
+    if chunked:
+        for _, out in chunk_offsets(ds, 0, ds.rows):
+            chunk_digest(h, *obj.id.read_direct_chunk(out))
+        return h.hexdigest()
     step = max(rows, 1)
     for r in range(0, ds.rows, step):
         array_digest(obj[r:r + step], h)

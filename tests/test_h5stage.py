@@ -86,6 +86,12 @@ def test_stack_values_chunks_filters_and_attrs(scan, sel, idx):
                             return False, f"{p}: attributes lost: {a}"
                         if a["stager_source"] != f"{s.filename}:/entry/data/data":
                             return False, f"{p}: stager_source {a['stager_source']}"
+                        # gzip'd chunks move as stored bytes unless a step forces re-chunking
+                        kind = "xxh3_128:" if "::" in sel or sel.count(":") == 2 \
+                            else "xxh3_128:stored-chunks:"
+                        if not a["stager_checksum"].startswith(kind) \
+                                or len(a["stager_checksum"]) != len(kind) + 32:
+                            return False, f"{p}: stager_checksum {a['stager_checksum']}"
                         if sel and not a["stager_slice"].startswith("["):
                             return False, f"{p}: stager_slice {a['stager_slice']!r}"
                         if o["/entry/data"].attrs["NX_class"] != "NXdata":
