@@ -22,7 +22,11 @@ never a hang):
    h5py's high-level read skips empty selections), then ``Allgatherv`` in
    place completes the piece on every leader, which hashes it and writes it
    to its own file (:class:`stager.h5write.H5Output`). Leaders agree after
-   every piece, so a failed write stops all of them at the same point;
+   every piece, so a failed write stops all of them at the same point.
+   Filtered selections on chunk boundaries with step 1 skip the filters:
+   leaders read disjoint runs of stored chunks (``H5Dread_chunk``), exchange
+   them, and store them as they are (``H5Dwrite_chunk``) — see
+   :func:`stager.h5write.chunk_copyable`;
 6. **commit** — re-check, rename into place, record in the per-destination
    state (``stager.state``: the record's ``source`` is the source path plus
    its selections, its checksum the output file's, so ``stager verify`` and
