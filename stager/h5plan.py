@@ -321,7 +321,7 @@ def _resolve(f: Any, entry: H5Entry, src: str) -> Iterator[str]:
     current = ["/"]
     parts = [p for p in entry.path.split("/") if p]
     for part in parts:
-        nxt = []
+        nxt: List[str] = []
         for parent in current:
             g = f.get(parent)
             if not isinstance(g, h5py.Group):

@@ -285,8 +285,8 @@ def _stage(plan: H5Plan, comm: Any, layout: NodeLayout, cap: int, force: bool,
         done: Dict[int, H5Output] = {}
         try:
             for i in moved:
-                dest = targets[i][1] if need_local[i] else None
-                out = _stage_file(layout.leader_comm, plan.files[i], dest, cap, stats)
+                mine = targets[i][1] if need_local[i] else None
+                out = _stage_file(layout.leader_comm, plan.files[i], mine, cap, stats)
                 if out is not None:
                     done[i] = out
                     stats["written"] += out.size
@@ -422,7 +422,7 @@ def _copy_dataset(lc: Any, src: Any, fp: H5FilePlan, d: DatasetPlan, rows: int,
         err = e
     agree(lc, err, f"opening {fp.source}:{d.path}", default=TransferError)
     assert ds is not None
-    if chunk_copyable(d) and rows >= d.chunks[0]:
+    if chunk_copyable(d) and d.chunks is not None and rows >= d.chunks[0]:
         return _copy_chunks(lc, ds, fp, d, rows, out, stats)
     rest = tuple(d.shape[1:])
     rb = d.row_bytes

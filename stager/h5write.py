@@ -52,7 +52,7 @@ def array_digest(arr: np.ndarray, hasher: Optional[checksum.Hasher] = None) -> c
             h.update(len(b).to_bytes(8, "little"))
             h.update(b)
     else:
-        h.update(memoryview(np.ascontiguousarray(a)).cast("B"))
+        h.update(np.ascontiguousarray(a).reshape(-1).view(np.uint8).data)
     return h
 
 
@@ -235,8 +235,8 @@ def _reread(obj: Any, ds: DatasetPlan, rows: int, chunked: bool) -> str:
 def _write_attrs(obj: Any, attrs: Any) -> None:
     import h5py
 
+    a: Attr
     for a in attrs:
-        a: Attr
         if isinstance(a.value, h5py.Empty):
             obj.attrs[a.name] = a.value
         else:
