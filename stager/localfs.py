@@ -188,14 +188,20 @@ class AtomicFile:
     hash : bool
         Keep an incremental checksum of sequential :meth:`write` calls.
     precheck : bool
-        Refuse a symlink at ``dest`` before creating the temporary file (it is
-        always refused again just before the rename).
+        Refuse a symlink (or directory) at ``dest`` before creating the
+        temporary file and again just before the rename. ``rename`` replaces a
+        symlink rather than following it, so its target is never written
+        either way; the checks turn the silent replacement into an error.
+        Callers that checked the whole directory at once (the stager's
+        prepare phase, one ``scandir``) pass ``False`` to save two ``lstat``
+        per file.
     """
 
     def __init__(self, dest: str, mode: Optional[int] = None, mtime_ns: Optional[int] = None,
                  fsync: bool = False, hash: bool = True, precheck: bool = True) -> None:
-        if precheck:  # callers that checked the directory already skip a syscall per file
+        if precheck:
             check_dest(dest)
+        self.precheck = precheck
         self.dest = dest
         self.mode = 0o600 if mode is None else stat.S_IMODE(mode) & 0o777
         self.mtime_ns = mtime_ns
@@ -244,7 +250,8 @@ class AtomicFile:
         finally:
             os.close(fd)
         try:
-            check_dest(self.dest)  # a symlink planted while we wrote is refused too
+            if self.precheck:
+                check_dest(self.dest)  # a symlink planted while we wrote is refused too
             os.rename(self.tmp, self.dest)
         except BaseException:
             _unlink_quiet(self.tmp)
