@@ -166,6 +166,8 @@ def non_files(directory: str) -> set:
 
 
 _TEMP_PREFIX = secrets.token_hex(4)
+_UMASK = os.umask(0o022)  # read once at import (os.umask can only be read by setting it)
+os.umask(_UMASK)
 _temp_counter = itertools.count()
 
 
@@ -211,8 +213,12 @@ class AtomicFile:
         # unique per process without a getrandom() per file; O_EXCL guards the rest
         self.tmp = os.path.join(
             d, f".{name}{TEMP_MARK}{_TEMP_PREFIX}{os.getpid():x}-{next(_temp_counter)}")
+        # created with its final mode when the umask allows it (saves an fchmod per file);
+        # nobody else can reach it meanwhile: the temporary name lives in our 0700 directory
+        self._chmod = self.mode & ~_UMASK != self.mode
         self.fd: Optional[int] = os.open(
-            self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC, 0o600)
+            self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC,
+            self.mode if not self._chmod else 0o600)
         self.nbytes = 0
 
     def write(self, data: Union[bytes, bytearray, memoryview]) -> None:
@@ -242,7 +248,8 @@ class AtomicFile:
         assert self.fd is not None
         fd, self.fd = self.fd, None
         try:
-            os.fchmod(fd, self.mode)
+            if self._chmod:
+                os.fchmod(fd, self.mode)
             if self.mtime_ns is not None:
                 os.utime(fd, ns=(self.mtime_ns, self.mtime_ns))
             if self.fsync:

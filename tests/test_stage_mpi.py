@@ -121,7 +121,7 @@ def test_every_method_replicates_byte_identical_copies(workdir, method, k):
 
 
 def test_resume_skips_unchanged_and_force_restages(workdir):
-    from stager import stage
+    from stager import stage, verify
     comm = _comm()
     k = min(2, comm.size)
     spec, files = _make_dataset(workdir, comm)
@@ -142,6 +142,10 @@ def test_resume_skips_unchanged_and_force_restages(workdir):
     fourth = stage(spec, comm, **kw)
     assert_all(comm, fourth.files_transferred == 1 and fourth.bytes_written == 3 * CHUNK + 17,
                str(fourth))
+    # every node's state has a correct checksum for every file, including the one
+    # re-sent to one node only (its checksum may come from a leader that did not write it)
+    checked = verify(spec, comm, emulate_nodes=k)
+    assert_all(comm, checked.files_checked == k * len(files), str(checked))
     forced = stage(spec, comm, force=True, **kw)
     ok = forced.files_skipped == 0 and forced.files_transferred == len(files)
     assert_all(comm, ok, str(forced))

@@ -26,8 +26,6 @@ from __future__ import annotations
 import mmap
 from typing import Any, List, Optional, Sequence
 
-import numpy as np
-
 from stager.checksum import DIGEST_SIZE, digest
 from stager.transfer.sink import Sink
 from stager.transfer.source import SourceReader
@@ -39,7 +37,7 @@ _DEPTH = 3
 
 
 def _read_pieces(t: Task, me: int, reader: SourceReader, view: memoryview,
-                 st: np.ndarray) -> None:
+                 st: bytearray) -> None:
     """Read this rank's pieces of task ``t`` into ``view``; put their digests in ``st``."""
     for j, p in enumerate(t.pieces):
         if p.owner != me:
@@ -52,7 +50,7 @@ def _read_pieces(t: Task, me: int, reader: SourceReader, view: memoryview,
         if p.offset + p.length == reader.jobs[p.file].size:
             reader.close(p.file)
         at = 1 + DIGEST_SIZE * j
-        st[at:at + DIGEST_SIZE] = np.frombuffer(digest(v), np.uint8)
+        st[at:at + DIGEST_SIZE] = digest(v)
 
 
 def run_pieces(comm: Any, tasks: Sequence[Task], reader: SourceReader, sink: Sink,
@@ -88,16 +86,17 @@ def run_pieces(comm: Any, tasks: Sequence[Task], reader: SourceReader, sink: Sin
     # anonymous mmaps: page-aligned, zero pages mapped lazily (no memset of 3 x chunk)
     bufs = [mmap.mmap(-1, max(size, 1)) for _ in range(min(_DEPTH, n))]
     views = [memoryview(b) for b in bufs]
-    status_out: List[np.ndarray] = [np.zeros(0, np.uint8)] * len(bufs)
-    status_in: List[np.ndarray] = [np.zeros(0, np.uint8)] * len(bufs)
+    # status: [error flag] + one digest per piece, as unsigned bytes reduced with MAX
+    status_out: List[bytearray] = [bytearray()] * len(bufs)
+    status_in: List[bytearray] = [bytearray()] * len(bufs)
     error: Optional[BaseException] = None
 
     def read(k: int) -> None:
         nonlocal error
         t, slot = tasks[k], k % len(bufs)
-        st = np.zeros(1 + DIGEST_SIZE * len(t.pieces), np.uint8)
+        st = bytearray(1 + DIGEST_SIZE * len(t.pieces))
         status_out[slot] = st
-        status_in[slot] = np.empty_like(st)
+        status_in[slot] = bytearray(len(st))
         if error is not None:
             st[0] = 1
             return
@@ -119,7 +118,8 @@ def run_pieces(comm: Any, tasks: Sequence[Task], reader: SourceReader, sink: Sin
             data = comm.Ibcast([buf, t.nbytes, MPI.BYTE], root=0)
         else:
             data = comm.Iallgatherv(MPI.IN_PLACE, [buf, list(t.counts), list(t.displs), MPI.BYTE])
-        stat = comm.Iallreduce(status_out[slot], status_in[slot], op=MPI.MAX)
+        stat = comm.Iallreduce([status_out[slot], MPI.UNSIGNED_CHAR],
+                               [status_in[slot], MPI.UNSIGNED_CHAR], op=MPI.MAX)
         return [data, stat]
 
     def write(k: int) -> None:
@@ -127,15 +127,16 @@ def run_pieces(comm: Any, tasks: Sequence[Task], reader: SourceReader, sink: Sin
         if error is not None:
             return
         t, slot = tasks[k], k % len(bufs)
-        st = status_in[slot]
+        st = memoryview(status_in[slot])
         try:
             for j, p in enumerate(t.pieces):
                 d = bytes(st[1 + DIGEST_SIZE * j:1 + DIGEST_SIZE * (j + 1)])
                 sink.write(p.file, p.offset, views[slot][p.buf_offset:p.buf_offset + p.length],
-                           source_digest=d)
+                           source_digest=d, own=p.owner == me)
         except Exception as e:
             error = e
 
+    sink.share_checksums(me, comm.size)
     read(0)
     stopped = False
     for k in range(n):
@@ -154,4 +155,9 @@ def run_pieces(comm: Any, tasks: Sequence[Task], reader: SourceReader, sink: Sin
         reader.close_all(check=error is None and not stopped)
     except Exception as e:
         error = error or e
+    # whole-file checksums of multi-piece files, from their reference leaders
+    shared: dict = {}
+    for part in comm.allgather(sink.digests):
+        shared.update(part)
+    sink.take_checksums(shared)
     return error  # the mmaps are unmapped when the last view of them is collected

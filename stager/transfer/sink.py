@@ -33,6 +33,15 @@ class Sink:
         already has the file (skip).
     progress : Progress, optional
     fsync : bool
+
+    Notes
+    -----
+    Which leader computes the whole-file checksum of a file that arrives in
+    several verified pieces is set by :meth:`share_checksums`: by default
+    every leader does (``readall``, ``naive``); the piece exchange makes leader
+    ``i % n`` the only one, which saves each writer a full extra pass over
+    the data (hashing was a quarter of a stripe leader's time here), and then
+    hands the digests to the others with :meth:`take_checksums`.
     """
 
     def __init__(self, jobs: Sequence[FileJob], dests: Sequence[Optional[str]],
@@ -43,21 +52,51 @@ class Sink:
         self.fsync = fsync
         self.open: Dict[int, AtomicFile] = {}
         self.done: Dict[int, str] = {}   # job index -> hex checksum of committed copies
+        self.pending: List[int] = []     # committed, checksum computed by another leader
+        self.hashers: Dict[int, checksum.Hasher] = {}  # reference hashes of files not written
+        self.digests: Dict[int, str] = {}  # checksums this leader computed as the reference
         self.bytes_written = 0
-        self.node = ""
+        self._me, self._n = 0, 1
+
+    def share_checksums(self, me: int, n: int) -> None:
+        """Leader ``me`` of ``n`` hashes whole multi-piece files ``i`` with ``i % n == me``."""
+        self._me, self._n = me, n
+
+    def _reference(self, i: int) -> bool:
+        return i % self._n == self._me
+
+    def take_checksums(self, digests: Dict[int, str]) -> None:
+        """Fill in checksums of committed files computed by their reference leaders."""
+        for i in self.pending:
+            if i in digests:
+                self.done[i] = digests[i]
+        self.pending.clear()
 
     def write(self, i: int, offset: int, data: memoryview,
-              source_digest: Optional[bytes] = None) -> None:
-        """Write one piece of file ``i``; commit the file when it is complete."""
+              source_digest: Optional[bytes] = None, own: bool = False) -> None:
+        """Write one piece of file ``i``; commit the file when it is complete.
+
+        ``source_digest`` is the digest its reader computed; the piece is
+        checked against it unless ``own`` (this rank read it into this very
+        buffer and computed that digest itself a moment ago).
+        """
         dest = self.dests[i]
+        size = self.jobs[i].size
+        whole = offset == 0 and len(data) == size and source_digest is not None
+        last = offset + len(data) == size
         if dest is None:
+            if not whole and self._reference(i):
+                # not written here, but this leader still owes the others the checksum
+                h = self.hashers.setdefault(i, checksum.new())
+                h.update(data)
+                if last:
+                    self.digests[i] = self.hashers.pop(i).hexdigest()
             return
-        if source_digest is not None and checksum.digest(data) != source_digest:
+        if source_digest is not None and not own and checksum.digest(data) != source_digest:
             raise TransferError(
                 f"checksum mismatch writing {dest} (bytes {offset}..{offset + len(data)} of "
                 f"{self.jobs[i].source}): the data changed between read and write; stage again")
         f = self.open.get(i)
-        whole = offset == 0 and len(data) == self.jobs[i].size and source_digest is not None
         if f is None:
             if offset != 0:
                 raise TransferError(f"internal error: piece at {offset} before start of {dest}")
@@ -65,7 +104,7 @@ class Sink:
             try:
                 # a file that is one verified piece already has its checksum: no second pass
                 f = AtomicFile(dest, mode=job.mode, mtime_ns=job.mtime_ns, fsync=self.fsync,
-                               hash=not whole, precheck=False)
+                               hash=not whole and self._reference(i), precheck=False)
             except OSError as e:
                 raise TransferError(f"cannot create {dest}: {e.strerror}") from e
             self.open[i] = f
@@ -78,14 +117,19 @@ class Sink:
         self.bytes_written += len(data)
         if self.progress is not None:
             self.progress.update(len(data))
-        if offset + len(data) == self.jobs[i].size:
+        if last:
             del self.open[i]
             try:
                 f.commit()
             except OSError as e:
                 f.abort()
                 raise TransferError(f"finishing {dest} failed: {e.strerror}") from e
-            self.done[i] = source_digest.hex() if whole else f.hexdigest()  # type: ignore[union-attr]
+            if whole:
+                self.done[i] = source_digest.hex()  # type: ignore[union-attr]
+            elif f.hasher is not None:
+                self.done[i] = self.digests[i] = f.hexdigest()
+            else:
+                self.pending.append(i)
 
     def abort(self) -> List[str]:
         """Remove every unfinished temporary file; return their destinations."""

@@ -22,6 +22,7 @@ from stager.report import SourceMeter
 __all__ = ["FileJob", "SourceReader", "changed_error"]
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_CHECK_OPEN = 1 << 20  # files larger than this are also checked when opened
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,10 @@ class SourceReader:
             except OSError as e:
                 raise TransferError(f"cannot read source {job.source}: {e.strerror}; "
                                     "check that it exists and is readable by you") from e
-            err = changed_error(job, os.fstat(fd), "since planning")
+            # small files are read in one call and checked once, at close; large ones
+            # are checked before their many chunks are read as well
+            err = changed_error(job, os.fstat(fd), "since planning") if job.size > _CHECK_OPEN \
+                else None
             if err is not None:
                 os.close(fd)
                 raise err
