@@ -19,8 +19,9 @@ destination is treated as hostile until checked:
 ``fsync`` is off by default for staging: the staged bytes are a replica of a
 source that stays on the shared filesystem, and a node crash loses the job
 anyway, so durability buys nothing while costing a flush per file on disks
-(it is free on tmpfs). ``stager drain`` writes the only copy of results and
-passes ``fsync=True``.
+(measured here, 64 x 1 MiB: /tmp 0.69 GB/s without, 0.63 GB/s with fsync;
+/dev/shm has nothing to flush). ``stager drain`` writes the only copy of
+results and passes ``fsync=True``.
 
 Public helpers reused by ``drain``: :func:`ensure_dir`, :class:`AtomicFile`,
 :func:`write_bytes_atomic`, :func:`copy_file_atomic`, :func:`free_bytes`,
