@@ -12,8 +12,6 @@ NP      ?= 4
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 export OMPI_MCA_rmaps_base_oversubscribe := 1
-# Keep Open MPI's shared-memory backing files off small /tmp mounts in tests.
-export OMPI_MCA_btl_vader_single_copy_mechanism := none
 MPIRUN  := mpirun -n $(NP) --oversubscribe
 SERIAL_TIMEOUT ?= 1800
 MPI_TIMEOUT    ?= 1800
