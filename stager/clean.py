@@ -18,7 +18,8 @@ from stager import localfs, state
 from stager.agree import agree
 from stager.nodes import node_layout
 from stager.options import resolve_options
-from stager.stage import SpecLike, check_node_options, load_destinations, node_roots, on_node
+from stager.nodes import on_node
+from stager.stage import SpecLike, check_node_options, load_destinations, node_roots
 
 __all__ = ["clean", "CleanReport"]
 

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import socket
 import time
 from collections import defaultdict
 from dataclasses import asdict, dataclass
@@ -48,14 +47,14 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from stager import localfs, state
+from stager import localfs, space, state
 from stager.checksum import new as checksum_new
 from stager.agree import agree, describe
-from stager.errors import CapacityError, StagerError, TransferError
+from stager.errors import StagerError, TransferError
 from stager.h5plan import DatasetPlan, H5FilePlan, H5Plan, build_h5_plan
 from stager.h5write import H5Output, array_digest, chunk_copyable, chunk_digest, chunk_offsets
 from stager.manifest import expand_node
-from stager.nodes import NodeLayout, node_layout
+from stager.nodes import NodeLayout, node_layout, on_node
 from stager.options import parse_size
 
 __all__ = ["H5Report", "stage_h5", "memory_cap", "piece_rows", "DEFAULT_MEMORY"]
@@ -196,13 +195,6 @@ def stage_h5(spec: Any, comm: Any = None, *, layout: Optional[NodeLayout] = None
             layout.free()
 
 
-def _on_node(layout: NodeLayout, e: BaseException) -> BaseException:
-    msg = f"node {layout.name}: {describe(e)}"
-    out: BaseException = type(e)(msg) if isinstance(e, StagerError) else TransferError(msg)
-    out.__cause__ = e
-    return out
-
-
 def _require_mpi_h5py() -> None:
     import h5py
 
@@ -258,7 +250,7 @@ def _stage(plan: H5Plan, comm: Any, layout: NodeLayout, cap: int, force: bool,
                 current = _is_current(states[root].files.get(rel), fp, dest)
                 need_local[i] = 1 if (force or not current) else 0
         except Exception as e:
-            err = _on_node(layout, e)
+            err = on_node(layout, e)
     agree(comm, err, "checking HDF5 destinations", default=TransferError)
     need_any = np.zeros_like(need_local)
     comm.Allreduce(need_local, need_any, op=MPI.MAX)
@@ -275,7 +267,7 @@ def _stage(plan: H5Plan, comm: Any, layout: NodeLayout, cap: int, force: bool,
                     localfs.ensure_dir(root, os.path.dirname(dest), created[root])
                     localfs.check_dest(dest)
         except Exception as e:
-            err = _on_node(layout, e)
+            err = on_node(layout, e)
     agree(comm, err, "preparing HDF5 destinations", default=TransferError)
 
     stats = {"pieces": 0, "max_piece": 0, "written": 0}
@@ -297,7 +289,7 @@ def _stage(plan: H5Plan, comm: Any, layout: NodeLayout, cap: int, force: bool,
         except Exception as e:
             err = err or e
         if err is not None:
-            err = _on_node(layout, err)
+            err = on_node(layout, err)
     agree(comm, err, "staging HDF5 selections", default=TransferError)
     comm.Barrier()
     seconds = comm.bcast(time.perf_counter() - t0, root=0)
@@ -318,41 +310,15 @@ def _check_capacity(comm: Any, layout: NodeLayout, plan: H5Plan,
     """Collective over `comm`: every rank must call. Fail everywhere if a filesystem lacks room.
 
     Output sizes are estimates (``H5FilePlan.est_bytes``: stored bytes per
-    selected frame + 5 % for filtered data); nodes sharing a (host,
-    filesystem) — emulated nodes — are summed.
+    selected frame + 5 % for filtered data); :func:`stager.space.check_capacity`
+    sums nodes sharing a (host, filesystem), as emulated nodes do.
     """
-    rows: List[Tuple[str, int, str, str, int, int]] = []
-    err: Optional[BaseException] = None
+    sizes: Dict[str, List[int]] = defaultdict(list)
     if layout.is_leader:
-        try:
-            per_root: Dict[str, int] = defaultdict(int)
-            for i, fp in enumerate(plan.files):
-                if need_local[i]:
-                    root = targets[i][0]
-                    bs = localfs.block_size(root)
-                    per_root[root] += -(-fp.est_bytes // bs) * bs
-            host = socket.gethostname()
-            for root, nbytes in per_root.items():
-                rows.append((host, localfs.filesystem_id(root), layout.name, root, nbytes,
-                             localfs.free_bytes(root)))
-        except OSError as e:
-            err = _on_node(layout, e)
-    agree(comm, err, "checking free space for HDF5 selections", default=CapacityError)
-    groups: Dict[Tuple[str, int], list] = defaultdict(list)
-    for r in (row for part in comm.allgather(rows) for row in part):
-        groups[(r[0], r[1])].append(r)
-    short = []
-    for (host, _), members in groups.items():
-        need, free = sum(m[4] for m in members), min(m[5] for m in members)
-        if need > free:
-            where = ", ".join(f"node {m[2]} -> {m[3]} ({m[4] / 2**20:.1f} MiB)"
-                              for m in members[:4])
-            short.append(f"{where}: needs {need / 2**20:.1f} MiB on host {host} but only "
-                         f"{free / 2**20:.1f} MiB is free (short by {(need - free) / 2**20:.1f} "
-                         "MiB)")
-    if short:
-        raise CapacityError("not enough space for the HDF5 selections, nothing was written: "
-                            + "; ".join(short) + "; free space or stage to a larger filesystem")
+        for i, fp in enumerate(plan.files):
+            if need_local[i]:
+                sizes[targets[i][0]].append(fp.est_bytes)
+    space.check_capacity(comm, layout, sizes, "the HDF5 selections")
 
 
 def _stage_file(lc: Any, fp: H5FilePlan, dest: Optional[str], cap: int,

@@ -24,8 +24,8 @@ anyway, so durability buys nothing while costing a flush per file on disks
 results and passes ``fsync=True``.
 
 Public helpers reused by ``drain``: :func:`ensure_dir`, :class:`AtomicFile`,
-:func:`write_bytes_atomic`, :func:`copy_file_atomic`, :func:`free_bytes`,
-:func:`filesystem_id`.
+:func:`write_bytes_atomic`, :func:`copy_file_atomic`. Free space lives in
+:mod:`stager.space`.
 """
 from __future__ import annotations
 
@@ -40,8 +40,7 @@ from stager import checksum
 from stager.errors import TransferError
 
 __all__ = ["UnsafePathError", "TEMP_MARK", "inside", "ensure_dir", "check_dest", "non_files",
-           "AtomicFile", "write_bytes_atomic", "copy_file_atomic",
-           "nearest_existing", "free_bytes", "filesystem_id"]
+           "AtomicFile", "write_bytes_atomic", "copy_file_atomic"]
 
 #: Every temporary file name contains this, so leftovers are recognisable.
 TEMP_MARK = ".stager-tmp-"
@@ -326,30 +325,3 @@ def copy_file_atomic(src: str, dest: str, *, fsync: bool = False,
             return out.hexdigest()
     finally:
         os.close(fd)
-
-
-def nearest_existing(path: str) -> str:
-    """``path`` or its closest existing ancestor (for space and filesystem queries)."""
-    p = os.path.abspath(path)
-    while not os.path.exists(p):
-        parent = os.path.dirname(p)
-        if parent == p:
-            break
-        p = parent
-    return p
-
-
-def free_bytes(path: str) -> int:
-    """Bytes available to an unprivileged writer on the filesystem holding ``path``."""
-    st = os.statvfs(nearest_existing(path))
-    return st.f_bavail * st.f_frsize
-
-
-def filesystem_id(path: str) -> int:
-    """Device id of the filesystem that holds (or would hold) ``path``."""
-    return os.stat(nearest_existing(path)).st_dev
-
-
-def block_size(path: str) -> int:
-    """Allocation unit of the filesystem holding ``path`` (for rounding file sizes)."""
-    return os.statvfs(nearest_existing(path)).f_frsize or 4096

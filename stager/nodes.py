@@ -32,9 +32,10 @@ import socket
 from dataclasses import dataclass
 from typing import Any, List, Optional, Sequence, Tuple
 
-from stager.errors import StagerError
+from stager.errors import StagerError, TransferError
 
-__all__ = ["NodeLayout", "node_layout", "emulated_ids", "assign_nodes", "check_node_name"]
+__all__ = ["NodeLayout", "node_layout", "emulated_ids", "assign_nodes", "check_node_name",
+           "on_node"]
 
 
 @dataclass(frozen=True)
@@ -208,3 +209,17 @@ def _valid(name: str) -> bool:
         return True
     except StagerError:
         return False
+
+
+def on_node(layout: NodeLayout, e: BaseException) -> BaseException:
+    """``e`` with this node's name in front, ready for :func:`stager.agree.agree`.
+
+    Stager errors keep their class; anything else (an ``OSError``) becomes a
+    :class:`~stager.errors.TransferError`. The original is kept as ``__cause__``.
+    """
+    from stager.agree import describe
+
+    msg = f"node {layout.name}: {describe(e)}"
+    out: BaseException = type(e)(msg) if isinstance(e, StagerError) else TransferError(msg)
+    out.__cause__ = e
+    return out

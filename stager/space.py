@@ -1,21 +1,63 @@
-"""Free space at destinations, aggregated per filesystem.
+"""Free space at destinations, and the capacity check before anything is written.
 
-Several blocks may land on one filesystem (``/tmp`` and ``/tmp/bulk``): room is
-checked against what all of them need together. Used by ``stager plan`` on
-one machine and by the stager's capacity check on every node leader.
+Several destinations may share one filesystem (``/tmp`` and ``/tmp/bulk``, or
+emulated nodes on one host): room is always compared with what all of them
+need together. ``check_space`` serves ``stager plan`` on one machine;
+``check_capacity`` is the collective check every staging path (files, HDF5
+selections) runs on its leaders before the first byte is written.
 """
 from __future__ import annotations
 
 import os
+import socket
+from collections import defaultdict
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Tuple
 
-__all__ = ["DestinationSpace", "existing_ancestor", "check_space"]
+from stager.agree import agree
+from stager.errors import CapacityError
+from stager.nodes import NodeLayout, on_node
+
+__all__ = ["DestinationSpace", "existing_ancestor", "free_bytes", "filesystem_id",
+           "block_size", "allocated", "check_space", "RootNeed", "shortfalls",
+           "check_capacity"]
+
+
+def existing_ancestor(path: str) -> str:
+    """``path`` itself if it exists, else its nearest existing parent."""
+    path = os.path.abspath(path)
+    while not os.path.exists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return path
+
+
+def free_bytes(path: str) -> int:
+    """Bytes available to an unprivileged writer on the filesystem holding ``path``."""
+    st = os.statvfs(existing_ancestor(path))
+    return st.f_bavail * st.f_frsize
+
+
+def filesystem_id(path: str) -> int:
+    """Device id of the filesystem that holds (or would hold) ``path``."""
+    return os.stat(existing_ancestor(path)).st_dev
+
+
+def block_size(path: str) -> int:
+    """Allocation unit of the filesystem holding ``path``."""
+    return os.statvfs(existing_ancestor(path)).f_frsize or 4096
+
+
+def allocated(nbytes: int, block: int) -> int:
+    """``nbytes`` rounded up to whole blocks: what a file of that size occupies."""
+    return -(-nbytes // block) * block
 
 
 @dataclass(frozen=True)
 class DestinationSpace:
-    """Room at one destination directory.
+    """Room at one destination directory (``stager plan``).
 
     Attributes
     ----------
@@ -46,17 +88,6 @@ class DestinationSpace:
         return max(self.fs_needs - self.free, 0)
 
 
-def existing_ancestor(path: str) -> str:
-    """``path`` itself if it exists, else its nearest existing parent."""
-    path = os.path.abspath(path)
-    while not os.path.exists(path):
-        parent = os.path.dirname(path)
-        if parent == path:
-            break
-        path = parent
-    return path
-
-
 def check_space(needs: Iterable[Tuple[str, int]], reserve: int = 0) -> List[DestinationSpace]:
     """Free space for each ``(destination, bytes)``, aggregating per filesystem.
 
@@ -76,10 +107,87 @@ def check_space(needs: Iterable[Tuple[str, int]], reserve: int = 0) -> List[Dest
     per_dev: Dict[int, int] = {}
     for dest, n in needs:
         probe = existing_ancestor(dest)
-        st = os.statvfs(probe)
-        dev = os.stat(probe).st_dev
+        free = free_bytes(probe)
+        dev = filesystem_id(probe)
         per_dev[dev] = per_dev.get(dev, 0) + n
-        rows.append((dest, probe, n, st.f_bavail * st.f_frsize, dev))
+        rows.append((dest, probe, n, free, dev))
     return [DestinationSpace(dest=d, probe=p, needs=n, free=max(free - reserve, 0),
                              fs_needs=per_dev[dev])
             for d, p, n, free, dev in rows]
+
+
+@dataclass(frozen=True)
+class RootNeed:
+    """What one node will write under one destination root, and the room there."""
+
+    host: str
+    filesystem: int
+    node: str
+    root: str
+    needs: int
+    free: int
+
+
+def shortfalls(rows: Iterable[RootNeed]) -> List[str]:
+    """One message per (host, filesystem) whose roots need more than is free. Pure.
+
+    Rows on the same host and filesystem are summed: emulated nodes on one
+    machine, or two blocks on one disk, compete for the same free space.
+    """
+    groups: Dict[Tuple[str, int], List[RootNeed]] = defaultdict(list)
+    for r in rows:
+        groups[(r.host, r.filesystem)].append(r)
+    out = []
+    for (host, _), members in groups.items():
+        need = sum(m.needs for m in members)
+        free = min(m.free for m in members)
+        if need > free:
+            where = ", ".join(f"node {m.node} -> {m.root} ({_mib(m.needs)})" for m in members[:4])
+            more = f" and {len(members) - 4} more" if len(members) > 4 else ""
+            out.append(f"{where}{more}: needs {_mib(need)} on host {host} but only "
+                       f"{_mib(free)} is free (short by {_mib(need - free)})")
+    return out
+
+
+def check_capacity(comm: Any, layout: NodeLayout, sizes: Mapping[str, Iterable[int]],
+                   what: str = "") -> None:
+    """Collective over `comm`: every rank must call. Fail everywhere if a filesystem lacks room.
+
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Comm
+    layout : NodeLayout
+        This rank's node; only leaders measure.
+    sizes : mapping of str to iterable of int
+        On a leader: destination root -> sizes of the files this node will
+        write there (each rounded up to whole blocks here); ignored elsewhere.
+    what : str
+        What is being staged, for the message ("the HDF5 selections").
+
+    Raises
+    ------
+    CapacityError
+        On every rank, naming each short node, destination and shortfall.
+    """
+    rows: List[RootNeed] = []
+    err = None
+    if layout.is_leader:
+        host = socket.gethostname()
+        try:
+            for root, files in sizes.items():
+                bs = block_size(root)
+                n = sum(allocated(size, bs) for size in files)
+                rows.append(RootNeed(host, filesystem_id(root), layout.name, root, n,
+                                     free_bytes(root)))
+        except OSError as e:
+            err = on_node(layout, e)
+    agree(comm, err, "checking free space", default=CapacityError)
+    short = shortfalls(row for part in comm.allgather(rows) for row in part)
+    if short:
+        subject = f"not enough space for {what}" if what else "not enough space"
+        raise CapacityError(f"{subject}, nothing was written: " + "; ".join(short)
+                            + "; free space or stage to a larger filesystem")
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MiB"

@@ -22,24 +22,23 @@ from __future__ import annotations
 
 import os
 import pickle
-import socket
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Union
 
 import numpy as np
 
-from stager import localfs, state
+from stager import localfs, space, state
 from stager.agree import agree, describe, quiet_barrier
-from stager.errors import CapacityError, StagerError, TransferError
+from stager.errors import StagerError, TransferError
 from stager.manifest import Manifest, expand_node
-from stager.nodes import NodeLayout, node_layout
+from stager.nodes import NodeLayout, node_layout, on_node
 from stager.options import StageOptions, resolve_options
 from stager.report import Progress, Report, SourceMeter
 from stager.transfer import FileJob, Sink, SourceReader, run_method
 
-__all__ = ["stage", "on_node", "load_manifest", "load_destinations", "node_roots",
+__all__ = ["stage", "load_manifest", "load_destinations", "node_roots",
            "check_node_options",
            "NodeTargets",
            "node_targets"]
@@ -322,60 +321,21 @@ def _stage(manifest: Manifest, comm: Any, layout: NodeLayout, opts: StageOptions
         small_file_threshold=opts.small_file_threshold, plan_seconds=plan_seconds)
 
 
-def on_node(layout: NodeLayout, e: BaseException) -> BaseException:
-    """Prefix the node name; keep stager error classes, wrap the rest in TransferError."""
-    msg = f"node {layout.name}: {describe(e)}"
-    out: BaseException = type(e)(msg) if isinstance(e, StagerError) else TransferError(msg)
-    out.__cause__ = e
-    return out
-
-
 def _check_capacity(comm: Any, layout: NodeLayout, manifest: Manifest,
                     targets: Optional[NodeTargets], need_local: np.ndarray) -> None:
     """Collective over `comm`: every rank must call. Fail everywhere if a filesystem lacks room.
 
-    Each leader sums, per destination root, the bytes it will write (rounded
-    up to the filesystem's block size); roots are grouped by (host,
-    filesystem) across all leaders, because emulated nodes on one host share
-    one filesystem, and compared with its free space.
+    Each leader lists, per destination root, the sizes of the files it will
+    write; :func:`stager.space.check_capacity` rounds them to blocks, groups
+    roots by (host, filesystem) across leaders and compares with free space.
     """
-    rows: List[Tuple[str, int, str, str, int, int]] = []
-    err: Optional[BaseException] = None
+    sizes: Dict[str, List[int]] = defaultdict(list)
     if layout.is_leader and targets is not None:
-        try:
-            per_root: Dict[str, int] = defaultdict(int)
-            block: Dict[str, int] = {}
-            for i, e in enumerate(manifest.entries):
-                if need_local[i]:
-                    root = targets.roots[i]
-                    bs = block.get(root) or block.setdefault(root, localfs.block_size(root))
-                    per_root[root] += -(-e.size // bs) * bs
-            host = socket.gethostname()
-            for root, nbytes in per_root.items():
-                rows.append((host, localfs.filesystem_id(root), layout.name, root, nbytes,
-                             localfs.free_bytes(root)))
-        except OSError as e:
-            err = on_node(layout, e)
-    agree(comm, err, "checking free space", default=CapacityError)
-    groups: Dict[Tuple[str, int], List[Tuple[str, int, str, str, int, int]]] = defaultdict(list)
-    for r in (row for part in comm.allgather(rows) for row in part):
-        groups[(r[0], r[1])].append(r)
-    short = []
-    for (host, _), members in groups.items():
-        need = sum(m[4] for m in members)
-        free = min(m[5] for m in members)
-        if need > free:
-            where = ", ".join(f"node {m[2]} -> {m[3]} ({_mib(m[4])})" for m in members[:4])
-            more = f" and {len(members) - 4} more" if len(members) > 4 else ""
-            short.append(f"{where}{more}: needs {_mib(need)} on host {host} but only {_mib(free)} "
-                         f"is free (short by {_mib(need - free)})")
-    if short:
-        raise CapacityError("not enough space, nothing was written: " + "; ".join(short)
-                            + "; free space or stage to a larger filesystem")
+        for i, e in enumerate(manifest.entries):
+            if need_local[i]:
+                sizes[targets.roots[i]].append(e.size)
+    space.check_capacity(comm, layout, sizes)
 
-
-def _mib(n: int) -> str:
-    return f"{n / (1 << 20):.1f} MiB"
 
 
 def _save_states(targets: NodeTargets, moved: List[int], jobs: List[FileJob], sink: Sink,

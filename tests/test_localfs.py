@@ -4,7 +4,7 @@ import stat
 
 import pytest
 
-from stager import checksum, localfs
+from stager import checksum, localfs, space
 from stager.errors import TransferError
 
 
@@ -115,6 +115,6 @@ def test_copy_file_atomic(tmp_path):
 
 def test_free_space_of_missing_path_uses_existing_ancestor(tmp_path):
     missing = str(tmp_path / "a" / "b")
-    assert localfs.nearest_existing(missing) == str(tmp_path)
-    assert localfs.free_bytes(missing) > 0
-    assert localfs.filesystem_id(missing) == os.stat(tmp_path).st_dev
+    assert space.existing_ancestor(missing) == str(tmp_path)
+    assert space.free_bytes(missing) > 0
+    assert space.filesystem_id(missing) == os.stat(tmp_path).st_dev

@@ -170,3 +170,22 @@ def test_destination_for_is_pure():
     assert destination_for("/d", "/s/**/*.x", "/s/a/b.x") == "/d/a/b.x"
     assert destination_for("/d", "/s/*/*.x", "/s/a/b.x") == "/d/b.x"
     assert destination_for("/d", "/s/dir", "/s/dir", within="k/l") == "/d/dir/k/l"
+
+
+def test_shortfalls_sum_roots_on_one_filesystem():
+    from stager.space import RootNeed, shortfalls
+
+    mib = 1 << 20
+    rows = [RootNeed("h", 1, "node0", "/d/node0", 5 * mib, 8 * mib),
+            RootNeed("h", 1, "node1", "/d/node1", 5 * mib, 8 * mib),
+            RootNeed("h", 2, "node0", "/other", 1 * mib, 8 * mib),
+            RootNeed("g", 1, "node2", "/d/node2", 5 * mib, 8 * mib)]
+    short = shortfalls(rows)
+    assert short == ["node node0 -> /d/node0 (5.0 MiB), node node1 -> /d/node1 (5.0 MiB): "
+                     "needs 10.0 MiB on host h but only 8.0 MiB is free (short by 2.0 MiB)"]
+
+
+def test_allocated_rounds_up_to_blocks():
+    from stager.space import allocated
+
+    assert [allocated(n, 4096) for n in (0, 1, 4096, 4097)] == [0, 4096, 4096, 8192]
