@@ -112,7 +112,7 @@ def build_manifest(spec: Spec, *, stat: StatFn = os.stat) -> Manifest:
         first = len(entries)
         for pattern in block.patterns:
             found = 0
-            for source, dest in _expand_pattern(block, pattern):
+            for source, dest, st in _expand_pattern(block, pattern, stat):
                 found += 1
                 owner = claimed.get(dest)
                 if owner is not None:
@@ -123,7 +123,6 @@ def build_manifest(spec: Spec, *, stat: StatFn = os.stat) -> Manifest:
                         f"{owner[1].location}) would both land at "
                         f"{dest.replace(chr(0), '%')}: rename one, or use '**' to keep "
                         "their directories")
-                st = _stat_source(stat, source, pattern)
                 claimed[dest] = (source, pattern)
                 entries.append(Entry(source=source, dest=dest, size=st.st_size,
                                      mode=_stat.S_IMODE(st.st_mode), mtime_ns=st.st_mtime_ns,
@@ -140,23 +139,31 @@ def build_manifest(spec: Spec, *, stat: StatFn = os.stat) -> Manifest:
     return Manifest.from_entries(spec.path, blocks, entries)
 
 
-def _expand_pattern(block: Block, pattern: Pattern) -> Iterator[Tuple[str, str]]:
-    """(source, destination) for every file a pattern stands for, in sorted order."""
+def _expand_pattern(block: Block, pattern: Pattern,
+                    stat: StatFn) -> Iterator[Tuple[str, str, os.stat_result]]:
+    """(source, destination, stat) for every file a pattern stands for, in sorted order.
+
+    Each path is stat'ed exactly once (the result says both "directory?" and
+    size/mode/mtime): on a parallel filesystem every metadata call counts.
+    """
     recursive = "**" in pattern.text.split("/")
     matches = sorted(_glob.glob(pattern.text, recursive=recursive))
     if not matches and not has_magic(pattern.text) and os.path.lexists(pattern.text):
         matches = [pattern.text]  # e.g. a dangling link: let stat report it
     for match in matches:
-        if os.path.isdir(match):
+        st = _stat_source(stat, match, pattern)
+        if _stat.S_ISDIR(st.st_mode):
             for root, dirs, files in os.walk(match):
                 dirs.sort()
                 for name in sorted(files):
                     path = os.path.join(root, name)
                     within = os.path.relpath(path, match)
-                    yield path, _checked(block, destination_for(block.dest, pattern.text,
-                                                                match, within))
+                    dest = destination_for(block.dest, pattern.text, match, within)
+                    yield path, _checked(block, dest), _regular(_stat_source(stat, path, pattern),
+                                                                path, pattern)
         else:
-            yield match, _checked(block, destination_for(block.dest, pattern.text, match))
+            dest = destination_for(block.dest, pattern.text, match)
+            yield match, _checked(block, dest), _regular(st, match, pattern)
 
 
 def _checked(block: Block, dest: str) -> str:
@@ -168,9 +175,12 @@ def _checked(block: Block, dest: str) -> str:
 
 def _stat_source(stat: StatFn, source: str, pattern: Pattern) -> os.stat_result:
     try:
-        st = stat(source)
+        return stat(source)
     except OSError as e:
         raise PlanError(f"{pattern.location}: cannot stat {source}: {e.strerror}") from e
+
+
+def _regular(st: os.stat_result, source: str, pattern: Pattern) -> os.stat_result:
     if not _stat.S_ISREG(st.st_mode):
         raise PlanError(f"{pattern.location}: {source} is not a regular file or directory; "
                         "only files and directories can be staged")

@@ -155,6 +155,7 @@ def test_globs_run_once_per_pattern(tmp_path):
 
     spec = parse_spec("broadcast to /d files { f* }", base_dir=str(tmp_path))
     m = build_manifest(spec, stat=counting_stat)
+    # one stat per file, and no more: metadata calls are what a parallel filesystem charges for
     assert len(m.entries) == 5 and sorted(calls) == sorted(e.source for e in m.entries)
 
 
@@ -189,3 +190,18 @@ def test_allocated_rounds_up_to_blocks():
     from stager.space import allocated
 
     assert [allocated(n, 4096) for n in (0, 1, 4096, 4097)] == [0, 4096, 4096, 8192]
+
+
+def test_a_matched_directory_and_its_files_are_stated_once_each(tmp_path):
+    write(tmp_path / "params" / "a.txt")
+    write(tmp_path / "params" / "sub" / "b.txt")
+    calls = []
+
+    def counting_stat(p):
+        calls.append(p)
+        return os.stat(p)
+
+    spec = parse_spec("broadcast to /d files { params }", base_dir=str(tmp_path))
+    build_manifest(spec, stat=counting_stat)
+    assert sorted(calls) == sorted([str(tmp_path / "params"), str(tmp_path / "params" / "a.txt"),
+                                    str(tmp_path / "params" / "sub" / "b.txt")])
