@@ -37,6 +37,9 @@ from typing import Dict, List
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from loadavg import LoadSampler
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 METHODS = ["stripe", "readall", "bcast", "naive"]
@@ -101,7 +104,9 @@ def main() -> int:
         "10000_4KiB_files": make_dataset(base, "small", args.small_count, 4096),
     }
     rows = []
+    load = LoadSampler()
     try:
+        load.__enter__()
         for dname, src in datasets.items():
             nbytes = sum(os.path.getsize(os.path.join(r, f))
                          for r, _, fs in os.walk(src) for f in fs)
@@ -146,6 +151,7 @@ def main() -> int:
                     print(f"{dname} N={n} {method} [{io}]: {row['delivered_gbps']:.2f} GB/s "
                           f"({row['vs_cp']:.0%} of cp), amplification {amp}", flush=True)
     finally:
+        load.__exit__()
         shutil.rmtree(base, ignore_errors=True)
         shutil.rmtree(dest_base, ignore_errors=True)
 
@@ -155,7 +161,8 @@ def main() -> int:
                 mpi=subprocess.run(["mpirun", "--version"], capture_output=True,
                                    text=True).stdout.splitlines()[0],
                 source="/tmp (page cache)", destination="/dev/shm",
-                note=(f"one rank per emulated node; {args.repeat} interleaved rounds on a shared "
+                load_average=load.summary(), load_text=load.text(),
+                note=(f"one rank per emulated node; {args.repeat} interleaved rounds on a "
                       "2-core machine, medians shown"))
     with open(os.path.join(args.out, "stage.json"), "w") as f:
         json.dump(dict(meta=meta, rows=rows), f, indent=2)
@@ -167,7 +174,8 @@ def main() -> int:
 
 def render_md(meta: Dict, rows: List[Dict]) -> str:
     out = [f"# Staging benchmark ({meta['date']}, {meta['cpus']} cores, {meta['mpi']})", "",
-           f"Source {meta['source']}, destination {meta['destination']}; {meta['note']}.",
+           f"Source {meta['source']}, destination {meta['destination']}; {meta['note']}; "
+           f"{meta.get('load_text', 'load average not recorded')}.",
            "Delivered GB/s = bytes written on all nodes / wall time (median of the rounds); "
            "amplification = source bytes read (sum of /proc/self/io rchar over ranks) / dataset "
            "bytes (largest of the rounds); 'vs cp' = median over rounds of delivered / N parallel "
