@@ -4,15 +4,25 @@ Reproduces, on one machine, the effect behind the paper's headline (collective
 staging 4.7x faster at 8,192 nodes): independent per-node reads congest a shared
 filesystem in bandwidth and in metadata operations; reading each byte once and
 exchanging it over MPI does not. For each dataset (large frames, many small
-files), each emulated node count N and each method (``naive``, ``readall``,
-``stripe``, ``bcast``) it
+files), each emulated node count N and each method (``naive``, ``cp``,
+``readall``, ``stripe``, ``bcast``) it
 
 1. mounts a fresh simulated PFS (``bench.pfs``: aggregate bandwidth cap,
-   metadata service time, per-file counters) over the on-disk source,
+   metadata service time, per-file counters, busy window) over the on-disk source,
 2. runs ``mpirun -n N*R python -m stager stage SPEC --method M --emulate-nodes N``
-   with every node's destination on disk (``%n`` in the spec),
-3. unmounts, and records wall time, delivered GB/s, PFS bytes read / dataset
-   bytes, opens and stats per file -- from the PFS's counters, not the stager's.
+   with every node's destination under ``--dest-dir`` (``%n`` in the spec), or
+   for ``cp`` N independent ``cp -r MNT/DATASET DEST/node<k>/`` started together
+   (each node lists, stats, opens and reads every file itself: no stager at all),
+3. unmounts, and records wall time, the PFS's busy time (first request in to
+   last request out: the paper's "input time"), delivered GB/s, PFS bytes read
+   / dataset bytes, opens and stats per file -- from the PFS's counters, not
+   the stager's.
+
+Node destinations go to tmpfs (``/dev/shm``, node-local RAM disk as in the
+paper) when memory allows N x dataset plus a margin, else to disk (recorded).
+For each N the run also times N ``cp -r`` of the page-cached source into the
+destination with no PFS at all ("local copy"): what merely making N copies
+costs on this machine, a floor under every method's wall time.
 
 Writes ``OUT.json``, ``OUT.md`` and ``OUT.png``. One command: ``make bench-pfs``.
 Mounts are removed even when interrupted (Ctrl-C, SIGTERM, SIGHUP).
@@ -34,10 +44,13 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.loadavg import LoadSampler  # noqa: E402
 from bench.pfs import PFSConfig, SimulatedPFS  # noqa: E402
+from bench.pfs_report import evaluate, fmt, plot, write_markdown  # noqa: E402
 
 MiB = 1 << 20
-METHODS = ("naive", "readall", "stripe", "bcast")
+METHODS = ("naive", "cp", "readall", "stripe", "bcast")
+GiB = 1 << 30
 
 
 # --- datasets ----------------------------------------------------------------
@@ -65,6 +78,57 @@ def warm(ds: dict[str, Any]) -> None:
         with open(p, "rb") as fh:
             while fh.read(8 * MiB):
                 pass
+
+
+# --- destinations ---------------------------------------------------------------
+def _mem_available() -> int:
+    with open("/proc/meminfo", encoding="ascii") as fh:
+        for line in fh:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def fs_type(path: str) -> str:
+    """Filesystem type of the mount holding ``path`` (longest mount-point prefix)."""
+    real, best, kind = os.path.realpath(path), "", "unknown"
+    with open("/proc/self/mountinfo", encoding="utf-8") as fh:
+        for line in fh:
+            left, _, right = line.partition(" - ")
+            point = left.split()[4]
+            if (real == point or real.startswith(point.rstrip("/") + "/")) and \
+                    len(point) >= len(best):
+                best, kind = point, right.split()[0]
+    return kind
+
+
+def choose_dest(requested: str, work: Path, need: int) -> tuple[Path, str]:
+    """The directory under which each run's N node copies go, and why.
+
+    ``auto``: tmpfs (/dev/shm) if both its free space and the memory available
+    exceed ``need`` (the largest run's N x dataset) plus a margin, else disk.
+    A fresh subdirectory is used and removed at the end.
+    """
+    margin = GiB + need // 10
+    if requested == "auto":
+        shm = Path("/dev/shm")
+        if shm.is_dir():
+            free = shutil.disk_usage(shm).free
+            avail = _mem_available()
+            if min(free, avail) >= need + margin:
+                return (shm / f"mpistage-pfs-bench-{os.getpid()}",
+                        f"tmpfs /dev/shm (node-local RAM disk; {need / GiB:.1f} GiB needed at "
+                        f"most, {avail / GiB:.1f} GiB memory available)")
+            reason = (f"only {min(free, avail) / GiB:.1f} GiB of /dev/shm/memory available for "
+                      f"{(need + margin) / GiB:.1f} GiB")
+        else:
+            reason = "no /dev/shm"
+        return (work / "dest",
+                f"local disk {work / 'dest'} ({fs_type(str(work))}): FALLBACK, {reason}; all "
+                "emulated nodes then share one disk's write bandwidth")
+    base = Path(requested)
+    base.mkdir(parents=True, exist_ok=True)
+    return base / f"mpistage-pfs-bench-{os.getpid()}", f"{base} ({fs_type(str(base))})"
 
 
 # --- one run -----------------------------------------------------------------
@@ -123,9 +187,46 @@ def check_copies(dest: Path, nodes: int, ds: dict[str, Any]) -> str | None:
     return None
 
 
+def _run_cps(sources: list[str], dests: list[Path], timeout: float, log: Path) -> int:
+    """N ``cp -r`` started together; the worst exit code once the last one ends."""
+    procs: list[subprocess.Popen[bytes]] = []
+    with open(log, "wb") as out:
+        try:
+            for src, d in zip(sources, dests):
+                procs.append(subprocess.Popen(["cp", "-r", src, str(d)], stdout=out,
+                                              stderr=subprocess.STDOUT))
+            deadline = time.monotonic() + timeout
+            return max(p.wait(timeout=max(1.0, deadline - time.monotonic())) for p in procs)
+        except BaseException:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+            for p in procs:
+                p.wait()
+            raise
+
+
+def local_copy(ds: dict[str, Any], nodes: int, dest: Path, work: Path) -> dict[str, Any]:
+    """N ``cp -r`` of the page-cached source into the node directories, no PFS: the floor."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    dirs = [dest / f"node{k}" for k in range(nodes)]
+    for d in dirs:
+        d.mkdir(parents=True)
+    warm(ds)
+    t0 = time.monotonic()
+    rc = _run_cps([ds["dir"]] * nodes, dirs, 600, work / f"log-{ds['name']}-local-{nodes}.txt")
+    wall = time.monotonic() - t0
+    problem = f"exit code {rc}" if rc else check_copies(dest, nodes, ds)
+    shutil.rmtree(dest)
+    return {"dataset": ds["name"], "nodes": nodes, "wall_s": wall,
+            "local_gbps": nodes * ds["bytes"] / wall / 1e9, "ok": problem is None,
+            **({"error": problem} if problem else {})}
+
+
 def run_one(args: argparse.Namespace, ds: dict[str, Any], method: str, nodes: int,
-            work: Path) -> dict[str, Any]:
-    mnt, dest = work / "mnt", work / "dest"
+            work: Path, dest: Path) -> dict[str, Any]:
+    mnt = work / "mnt"
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
@@ -137,12 +238,18 @@ def run_one(args: argparse.Namespace, ds: dict[str, Any], method: str, nodes: in
     ranks = nodes * args.ranks_per_node
     cmd = [*_mpirun(ranks, args.btl), sys.executable, "-m", "stager", "stage", str(spec),
            "--method", method, "--emulate-nodes", str(nodes), "--json", str(report)]
+    node_dirs = [dest / f"node{k}" for k in range(nodes)]
+    if method == "cp":
+        ranks = nodes  # N cp processes, no MPI
+        cmd = ["cp", "-r", f"{mnt}/{ds['name']}", f"{dest}/node<k>/  (x{nodes}, at once)"]
+        for d in node_dirs:
+            d.mkdir()
     env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
     if args.stager_path:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [args.stager_path, env.get("PYTHONPATH")]))
     # Expected seconds if the PFS were the only cost, naive being the worst case.
     est = (nodes * ds["bytes"] / args.bandwidth
-           + (1 + 3 * nodes) * ds["count"] * args.latency)
+           + (1 + 4 * nodes) * ds["count"] * args.latency)
     timeout = 60 + 6 * est
     warm(ds)
     cfg = PFSConfig(bandwidth=args.bandwidth, latency=args.latency, mds_slots=args.mds_slots)
@@ -150,12 +257,23 @@ def run_one(args: argparse.Namespace, ds: dict[str, Any], method: str, nodes: in
                            "ranks": ranks, "command": " ".join(cmd)}
     log = work / f"log-{ds['name']}-{method}-{nodes}.txt"
     with SimulatedPFS(str(Path(ds["dir"]).parent), str(mnt), cfg) as pfs:
-        t0 = time.monotonic()
-        rc = _run(cmd, env, timeout, log)
+        t0_epoch, t0 = time.time(), time.monotonic()
+        if method == "cp":
+            rc = _run_cps([f"{mnt}/{ds['name']}"] * nodes, node_dirs, timeout, log)
+        else:
+            rc = _run(cmd, env, timeout, log)
         wall = time.monotonic() - t0
     counters = pfs.counters
     row.update(file_stats(counters, f"/{ds['name']}/", ds["count"]))
     row["wall_s"] = wall
+    timing = counters.get("timing", {})
+    # PFS busy ("input") time: first request in to last request out, as the servers saw it.
+    row["pfs_busy_s"] = timing.get("busy_s")
+    row["pfs_active_s"] = timing.get("active_s")
+    row["pfs_first_op_after_start_s"] = (timing["first_op"] - t0_epoch
+                                         if timing.get("first_op") is not None else None)
+    row["pfs_last_op_before_end_s"] = (t0_epoch + wall - timing["last_op"]
+                                       if timing.get("last_op") is not None else None)
     row["exit_code"] = rc
     row["delivered_gbps"] = nodes * ds["bytes"] / wall / 1e9
     row["pfs_read_over_dataset"] = row["pfs_bytes_read"] / ds["bytes"]
@@ -166,123 +284,8 @@ def run_one(args: argparse.Namespace, ds: dict[str, Any], method: str, nodes: in
     if problem:
         row["error"] = problem
         row["log_tail"] = log.read_text(errors="replace")[-2000:]
-    shutil.rmtree(dest)  # N copies of the dataset must not pile up on a shared disk
+    shutil.rmtree(dest)  # N copies of the dataset must not pile up (RAM or shared disk)
     return row
-
-
-# --- evaluation and output -----------------------------------------------------
-def _get(rows: list[dict[str, Any]], ds: str, method: str, n: int) -> dict[str, Any] | None:
-    for r in rows:
-        if (r["dataset"], r["method"], r["nodes"]) == (ds, method, n) and r["ok"]:
-            return r
-    return None
-
-
-def evaluate(rows: list[dict[str, Any]], datasets: list[str], nodes: list[int]) -> list[dict]:
-    """The issue's targets, each with the measured figure and whether it was met."""
-    targets = []
-    for ds in datasets:
-        stripe = [_get(rows, ds, "stripe", n) for n in nodes]
-        ratios = [r["pfs_read_over_dataset"] if r else None for r in stripe]
-        targets.append({
-            "target": f"{ds}: stripe PFS bytes read / dataset = 1.00 +- 0.01 at every N",
-            "measured": ratios,
-            "met": all(x is not None and abs(x - 1) <= 0.01 for x in ratios)})
-        opens = [(r["opens_per_file_max"], n) if r else None for r, n in zip(stripe, nodes)]
-        targets.append({
-            "target": f"{ds}: stripe opens each file at most once per reader (max opens <= N)",
-            "measured": [o[0] if o else None for o in opens],
-            "met": all(o is not None and o[0] <= o[1] for o in opens)})
-        naive = [_get(rows, ds, "naive", n) for n in nodes]
-        nratio = [r["pfs_read_over_dataset"] if r else None for r in naive]
-        t1 = naive[0]["wall_s"] if naive[0] else None
-        tscale = [r["wall_s"] / t1 if r and t1 else None for r in naive]
-        targets.append({
-            "target": f"{ds}: naive scales as N (PFS bytes read / dataset = N +- 2%)",
-            "measured": {"read_ratio": nratio, "time_over_time_at_N1": tscale},
-            "met": all(x is not None and abs(x / n - 1) <= 0.02 for x, n in zip(nratio, nodes))})
-        nmax = max(nodes)
-        s, v = _get(rows, ds, "stripe", nmax), _get(rows, ds, "naive", nmax)
-        speedup = v["wall_s"] / s["wall_s"] if s and v else None
-        targets.append({
-            "target": f"{ds}: stripe at N={nmax} at least 6x faster than naive (wall time)",
-            "measured": speedup, "met": speedup is not None and speedup >= 6})
-    return targets
-
-
-def write_markdown(result: dict[str, Any], path: Path) -> None:
-    cfg = result["config"]
-    lines = [
-        "# Staging over the simulated PFS",
-        "",
-        f"Measured {result['date']} on {result['host']['cpus']} cores; simulated PFS: "
-        f"{cfg['bandwidth'] / 1e6:.0f} MB/s aggregate cap, {cfg['latency'] * 1e3:g} ms per "
-        f"metadata op, {cfg['mds_slots']} metadata slot(s). MPI transport: {result['transport']}; "
-        f"{cfg['ranks_per_node']} rank(s) per emulated node; stager at commit "
-        f"`{result['stager_commit'][:12]}`. Wall time is the whole "
-        "`mpirun ... stager stage` (start-up included); delivered GB/s = N x dataset / wall.",
-        "",
-    ]
-    for ds in result["datasets"]:
-        lines += [f"## {ds['name']}: {ds['count']} files x {ds['size'] / MiB:g} MiB "
-                  f"= {ds['bytes'] / MiB:.0f} MiB" if ds["size"] >= MiB else
-                  f"## {ds['name']}: {ds['count']} files x {ds['size']} B "
-                  f"= {ds['bytes'] / MiB:.1f} MiB", "",
-                  "| method | N | wall s | GB/s delivered | PFS read / dataset | opens/file max "
-                  "| stats/file mean | metadata ops | ok |",
-                  "|---|---|---|---|---|---|---|---|---|"]
-        for r in result["runs"]:
-            if r["dataset"] != ds["name"]:
-                continue
-            lines.append(f"| {r['method']} | {r['nodes']} | {r['wall_s']:.2f} | "
-                         f"{r['delivered_gbps']:.3f} | {r['pfs_read_over_dataset']:.3f} | "
-                         f"{r['opens_per_file_max']} | {r['stats_per_file_mean']:.2f} | "
-                         f"{r['metadata_ops']} | {'yes' if r['ok'] else 'NO: ' + r['error']} |")
-        lines.append("")
-    lines += ["## Targets", "", "| target | measured | met |", "|---|---|---|"]
-    for t in result["targets"]:
-        lines.append(f"| {t['target']} | {_fmt(t['measured'])} | {'yes' if t['met'] else 'NO'} |")
-    path.write_text("\n".join(lines) + "\n")
-
-
-def _fmt(x: Any) -> str:
-    if isinstance(x, float):
-        return f"{x:.2f}"
-    if isinstance(x, list):
-        return "[" + ", ".join(_fmt(v) for v in x) + "]"
-    if isinstance(x, dict):
-        return "; ".join(f"{k}: {_fmt(v)}" for k, v in x.items())
-    return "n/a" if x is None else str(x)
-
-
-def plot(result: dict[str, Any], path: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    names = [d["name"] for d in result["datasets"]]
-    fig, axes = plt.subplots(len(names), 2, figsize=(10, 3.6 * len(names)), squeeze=False)
-    for row, ds in zip(axes, result["datasets"]):
-        for method in result["config"]["methods"]:
-            rs = sorted((r for r in result["runs"] if r["dataset"] == ds["name"]
-                         and r["method"] == method and r["ok"]), key=lambda r: r["nodes"])
-            if not rs:
-                continue
-            n = [r["nodes"] for r in rs]
-            row[0].plot(n, [r["wall_s"] for r in rs], marker="o", label=method)
-            row[1].plot(n, [r["pfs_bytes_read"] / 2**30 for r in rs], marker="o", label=method)
-        row[0].set(title=f"{ds['name']}: staging time", xlabel="emulated nodes N",
-                   ylabel="wall time (s)")
-        row[1].set(title=f"{ds['name']}: bytes read from the PFS", xlabel="emulated nodes N",
-                   ylabel="GiB read")
-        for ax in row:
-            ax.set_xscale("log", base=2)
-            ax.set_xticks(result["config"]["nodes"], [str(v) for v in result["config"]["nodes"]])
-            ax.grid(alpha=0.3)
-            ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def snapshot_stager(commit: str, work: Path) -> tuple[str, str]:
@@ -320,6 +323,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--latency", type=float, default=0.002, help="PFS s per metadata op")
     p.add_argument("--mds-slots", type=int, default=1)
     p.add_argument("--work", default=str(REPO / "bench" / "work" / "pfs"))
+    p.add_argument("--dest-dir", default="auto",
+                   help="where the N node copies go (a fresh subdirectory, removed after each "
+                        "run); 'auto' = /dev/shm if memory allows N x dataset + margin, else "
+                        "WORK/dest on disk")
+    p.add_argument("--no-local-copy", action="store_true",
+                   help="skip timing N cp -r of the page-cached source (the no-PFS floor)")
     p.add_argument("--out", default=str(REPO / "bench" / "results" / "pfs_stage"))
     p.add_argument("--stager-commit", default="HEAD",
                    help="measure the stager as committed at this git revision (exported to "
@@ -341,6 +350,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
+    # SIGTERM/SIGHUP anywhere (not only while a PFS is mounted) must still clean up.
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _interrupt)
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
     specs = {"frames": (a.frames_bytes // a.frame_size, a.frame_size),
@@ -349,6 +361,9 @@ def main(argv: list[str] | None = None) -> int:
     a.stager_path, stager_rev = None, "worktree"
     if a.stager_commit != "worktree":
         a.stager_path, stager_rev = snapshot_stager(a.stager_commit, work)
+    need = max(a.nodes) * max(d["bytes"] for d in datasets)
+    dest, dest_note = choose_dest(a.dest_dir, work, need)
+    print(f"node destinations: {dest_note}", flush=True)
     transport = {"sm": "shared memory (--mca btl vader,self)",
                  "tcp": "TCP loopback (--mca btl tcp,self)",
                  "default": "Open MPI default selection"}[a.btl]
@@ -356,38 +371,59 @@ def main(argv: list[str] | None = None) -> int:
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "host": {"cpus": os.cpu_count(), "kernel": platform.release()},
         "transport": transport,
+        "destination": dest_note,
         "stager_commit": stager_rev,
         "config": {"bandwidth": a.bandwidth, "latency": a.latency, "mds_slots": a.mds_slots,
                    "nodes": a.nodes, "methods": a.methods, "ranks_per_node": a.ranks_per_node,
-                   "btl": a.btl, "tiny": a.tiny},
+                   "btl": a.btl, "tiny": a.tiny, "datasets": a.datasets},
         "datasets": [{k: v for k, v in d.items() if k != "dir"} for d in datasets],
         "runs": [],
+        "local_copy": [],
     }
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    load = LoadSampler()
     try:
-        for ds in datasets:
-            for n in a.nodes:
-                for method in a.methods:
-                    row = run_one(a, ds, method, n, work)
-                    result["runs"].append(row)
-                    print(f"{ds['name']:6s} {method:7s} N={n}: {row['wall_s']:7.2f} s, "
-                          f"PFS read {row['pfs_read_over_dataset']:.3f}x, "
-                          f"opens/file max {row['opens_per_file_max']}, "
-                          f"stats/file {row['stats_per_file_mean']:.2f}"
-                          + ("" if row["ok"] else f"  FAILED: {row['error']}"), flush=True)
+        with load:
+            _run_all(a, datasets, work, dest, result)
     except KeyboardInterrupt:
         print("interrupted: mounts removed, partial results not written", file=sys.stderr)
         return 130
     finally:
-        shutil.rmtree(work / "dest", ignore_errors=True)
-    result["targets"] = evaluate(result["runs"], a.datasets, a.nodes)
+        shutil.rmtree(dest, ignore_errors=True)
+    result["load_average"], result["load_text"] = load.summary(), load.text()
+    result["targets"] = evaluate(result)
     out.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
     write_markdown(result, out.with_suffix(".md"))
     plot(result, out.with_suffix(".png"))
     for t in result["targets"]:
-        print(f"[{'met' if t['met'] else 'NOT MET'}] {t['target']}: {_fmt(t['measured'])}")
+        print(f"[{'met' if t['met'] else 'NOT MET'}] {t['target']}: {fmt(t['measured'])}")
     return 0 if all(r["ok"] for r in result["runs"]) else 1
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+
+def _run_all(a: argparse.Namespace, datasets: list[dict[str, Any]], work: Path, dest: Path,
+             result: dict[str, Any]) -> None:
+    for ds in datasets:
+        for n in a.nodes:
+            if not a.no_local_copy:
+                loc = local_copy(ds, n, dest, work)
+                result["local_copy"].append(loc)
+                print(f"{ds['name']:6s} {'local':7s} N={n}: {loc['wall_s']:7.2f} s "
+                      f"({loc['local_gbps']:.2f} GB/s, no PFS)", flush=True)
+            for method in a.methods:
+                row = run_one(a, ds, method, n, work, dest)
+                result["runs"].append(row)
+                busy = row["pfs_busy_s"]
+                print(f"{ds['name']:6s} {method:7s} N={n}: {row['wall_s']:7.2f} s, "
+                      f"PFS busy {busy if busy is None else round(busy, 2)} s, "
+                      f"PFS read {row['pfs_read_over_dataset']:.3f}x, "
+                      f"opens/file max {row['opens_per_file_max']}, "
+                      f"stats/file {row['stats_per_file_mean']:.2f}"
+                      + ("" if row["ok"] else f"  FAILED: {row['error']}"), flush=True)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ from bench.pfs import (  # noqa: E402
     fuse_mounts_under,
     is_mounted,
 )
+from bench.pfs.fs import ActivityClock  # noqa: E402
 
 MiB = 1 << 20
 CAN_FUSE = os.path.exists("/dev/fuse") and os.geteuid() == 0 and bool(
@@ -79,6 +80,21 @@ def test_metadata_server_counts_ops_and_busy_time():
     st = mds.stats()
     assert st.ops == 6
     assert st.seconds_busy == pytest.approx(0.006)
+
+
+def test_activity_clock_window_and_active_time():
+    clock = ActivityClock()
+    assert clock.snapshot() == {"first": None, "last": None, "active_s": 0.0}
+    clock.begin()
+    clock.begin()  # overlapping requests: one busy interval, not two
+    clock.end()
+    clock.end()
+    clock.begin()
+    clock.end()
+    snap = clock.snapshot()
+    assert snap["first"] is not None and snap["last"] is not None
+    assert snap["last"] >= snap["first"]
+    assert 0.0 <= snap["active_s"] <= snap["last"] - snap["first"]
 
 
 def test_config_precedence_keyword_env_default():
@@ -186,6 +202,47 @@ def test_cap_is_shared_by_concurrent_readers(tree):
     assert capped >= (total - burst) / rate * 0.99
     assert pfs.counters["bucket"]["seconds_waited"] > 0
     assert capped > uncapped
+
+
+@pytest.mark.fuse
+@needs_fuse
+def test_busy_window_absent_until_used(tree):
+    src, mnt = tree
+    with SimulatedPFS(str(src), str(mnt), PFSConfig(bandwidth=0, latency=0)) as pfs:
+        pass
+    t = pfs.counters["timing"]
+    keys = ("first_read", "last_read", "first_metadata_op", "last_metadata_op",
+            "first_op", "last_op", "busy_s")
+    assert {k: t[k] for k in keys} == dict.fromkeys(keys)
+    assert (t["read_active_s"], t["metadata_active_s"], t["active_s"]) == (0.0, 0.0, 0.0)
+    # Metadata only: the metadata window exists, the read window does not.
+    with SimulatedPFS(str(src), str(mnt), PFSConfig(bandwidth=0, latency=0.001)) as pfs:
+        os.stat(mnt / "small" / "s1.dat")
+    t = pfs.counters["timing"]
+    assert t["first_read"] is None and t["last_read"] is None
+    assert t["last_metadata_op"] >= t["first_metadata_op"]
+    assert (t["first_op"], t["last_op"]) == (t["first_metadata_op"], t["last_metadata_op"])
+
+
+@pytest.mark.fuse
+@needs_fuse
+def test_busy_window_spans_first_to_last_request(tree):
+    src, mnt = tree
+    before = time.time()
+    with SimulatedPFS(str(src), str(mnt), PFSConfig(bandwidth=50e6, latency=0.001)) as pfs:
+        os.stat(mnt / "small" / "s0.dat")
+        _read_all(mnt / "frames" / "a.bin")
+        _read_all(mnt / "frames" / "b.bin")
+    after = time.time()
+    t = pfs.counters["timing"]
+    assert before <= t["first_metadata_op"] <= t["first_read"] <= t["last_read"] <= after
+    assert t["last_metadata_op"] >= t["first_metadata_op"]
+    assert t["first_op"] == min(t["first_read"], t["first_metadata_op"])
+    assert t["last_op"] == max(t["last_read"], t["last_metadata_op"])
+    assert t["busy_s"] == pytest.approx(t["last_op"] - t["first_op"])
+    # Active time is the part of the window with a request in service: never more.
+    assert 0 < t["read_active_s"] <= t["last_read"] - t["first_read"]
+    assert 0 < t["active_s"] <= t["busy_s"]
 
 
 @pytest.mark.fuse

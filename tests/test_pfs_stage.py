@@ -31,7 +31,8 @@ def test_interrupted_benchmark_removes_its_mount(tmp_path, sig):
     # A 4 MB/s cap makes the 32 MiB naive run last ~8 s: long enough to be interrupted mid-read.
     cmd = [sys.executable, str(REPO / "bench" / "pfs_stage.py"), "--tiny", "--datasets", "frames",
            "--methods", "naive", "--nodes", "1", "--bandwidth", "4e6",
-           "--work", str(tmp_path / "work"), "--out", str(tmp_path / "out" / "r")]
+           "--work", str(tmp_path / "work"), "--dest-dir", str(tmp_path / "dest"),
+           "--no-local-copy", "--out", str(tmp_path / "out" / "r")]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while not fuse_mounts_under(tmp_path) and proc.poll() is None and time.monotonic() < deadline:
@@ -43,4 +44,4 @@ def test_interrupted_benchmark_removes_its_mount(tmp_path, sig):
     assert proc.returncode == 130, (out, err)
     assert fuse_mounts_under(tmp_path) == []
     assert not (tmp_path / "out" / "r.json").exists()  # no partial results pretending to be whole
-    assert not (tmp_path / "work" / "dest").exists()
+    assert list((tmp_path / "dest").iterdir()) == []  # the run's node copies are removed

@@ -7,7 +7,10 @@ charged to the shared `TokenBucket`, each ``stat``/``open``/``readdir`` one
 request served by the `MetadataServer` (directory lookups are counted but
 not charged; see `PassthroughPFS.getattr`). Per-file counters (bytes read, opens,
 stats) and the totals are what `snapshot` returns and what the server writes
-as JSON at unmount.
+as JSON at unmount, with the PFS's *busy window*: wall-clock times of the first
+and last data read and the first and last charged metadata operation (see
+`ActivityClock`), from which a benchmark gets how long the shared filesystem
+was serving a method -- the paper's "input time".
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ import errno
 import os
 import stat
 import threading
+import time
 from collections import defaultdict
 from typing import Any
 
@@ -22,7 +26,7 @@ import mfusepy
 
 from .throttle import MetadataServer, TokenBucket
 
-__all__ = ["PassthroughPFS", "fuse_options"]
+__all__ = ["ActivityClock", "PassthroughPFS", "fuse_options"]
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
 _STAT_KEYS = ("st_mode", "st_nlink", "st_uid", "st_gid", "st_size", "st_ino", "st_dev",
@@ -48,6 +52,55 @@ def fuse_options(max_threads: int = 64) -> dict[str, Any]:
         "fsname": "simpfs",
         "subtype": "simpfs",
     }
+
+
+class ActivityClock:
+    """First start, last end and time with at least one request in flight, per kind.
+
+    Times are ``time.time()`` (Unix epoch seconds), so another process can
+    relate them to its own clock. ``first`` is when the earliest request
+    arrived, ``last`` when the latest one finished (a read's bandwidth wait
+    included), and ``active_s`` the union of the intervals with at least one
+    request of that kind in service: ``last - first`` minus the idle gaps.
+    Nothing served means all three are ``None`` / 0.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.first: float | None = None
+        self.last: float | None = None
+        self.active_s = 0.0
+        self._in_flight = 0
+        self._since = 0.0
+
+    def begin(self) -> None:
+        now = time.time()
+        with self._lock:
+            if self.first is None:
+                self.first = now
+            if self._in_flight == 0:
+                self._since = now
+            self._in_flight += 1
+
+    def end(self) -> None:
+        now = time.time()
+        with self._lock:
+            self._in_flight -= 1
+            if self._in_flight == 0:
+                self.active_s += now - self._since
+            self.last = now if self.last is None else max(self.last, now)
+
+    def snapshot(self) -> dict[str, float | None]:
+        with self._lock:
+            return {"first": self.first, "last": self.last, "active_s": self.active_s}
+
+
+def _window(*clocks: dict[str, float | None]) -> dict[str, float | None]:
+    firsts = [c["first"] for c in clocks if c["first"] is not None]
+    lasts = [c["last"] for c in clocks if c["last"] is not None]
+    first, last = (min(firsts), max(lasts)) if firsts and lasts else (None, None)
+    return {"first": first, "last": last,
+            "busy_s": None if first is None or last is None else last - first}
 
 
 class PassthroughPFS(mfusepy.Operations):
@@ -77,6 +130,19 @@ class PassthroughPFS(mfusepy.Operations):
         self._dir_stats: defaultdict[str, int] = defaultdict(int)
         self._reads = 0
         self._fds: dict[int, str] = {}
+        self.read_clock = ActivityClock()
+        self.metadata_clock = ActivityClock()
+        # Requests of either kind: the shared filesystem was "serving" in this window.
+        self.any_clock = ActivityClock()
+
+    def _serve_metadata(self) -> None:
+        for clock in (self.metadata_clock, self.any_clock):
+            clock.begin()
+        try:
+            self.mds.serve()
+        finally:
+            for clock in (self.metadata_clock, self.any_clock):
+                clock.end()
 
     def _real(self, path: str) -> str:
         # The kernel hands us absolute paths below the mount root; ".." never
@@ -93,7 +159,7 @@ class PassthroughPFS(mfusepy.Operations):
             with self._lock:
                 self._dir_stats[path] += 1
         else:
-            self.mds.serve()
+            self._serve_metadata()
             with self._lock:
                 self._stats[path] += 1
         attrs = {key: getattr(st, key) for key in _STAT_KEYS}
@@ -104,13 +170,13 @@ class PassthroughPFS(mfusepy.Operations):
         return attrs
 
     def readdir(self, path: str, fh: int) -> list[str]:
-        self.mds.serve()
+        self._serve_metadata()
         with self._lock:
             self._readdirs[path] += 1
         return [".", "..", *os.listdir(self._real(path))]
 
     def readlink(self, path: str) -> str:
-        self.mds.serve()
+        self._serve_metadata()
         return os.readlink(self._real(path))
 
     def statfs(self, path: str) -> dict[str, int]:
@@ -122,7 +188,7 @@ class PassthroughPFS(mfusepy.Operations):
     def open(self, path: str, flags: int) -> int:
         if flags & _WRITE_FLAGS:
             raise mfusepy.FuseOSError(errno.EROFS)
-        self.mds.serve()
+        self._serve_metadata()
         fd = os.open(self._real(path), os.O_RDONLY)
         with self._lock:
             self._opens[path] += 1
@@ -137,9 +203,15 @@ class PassthroughPFS(mfusepy.Operations):
 
     # --- data: every byte passes the shared bucket ---------------------------
     def read(self, path: str, size: int, offset: int, fh: int) -> bytes:
-        data = os.pread(fh, size, offset)
-        # Charge what is actually delivered, so bytes counted == tokens consumed.
-        self.bucket.take(len(data))
+        for clock in (self.read_clock, self.any_clock):
+            clock.begin()
+        try:
+            data = os.pread(fh, size, offset)
+            # Charge what is actually delivered, so bytes counted == tokens consumed.
+            self.bucket.take(len(data))
+        finally:
+            for clock in (self.read_clock, self.any_clock):
+                clock.end()
         with self._lock:
             self._bytes[self._fds.get(fh, path)] += len(data)
             self._reads += 1
@@ -164,6 +236,9 @@ class PassthroughPFS(mfusepy.Operations):
             dirs = {p: {"stats": self._dir_stats.get(p, 0), "readdirs": self._readdirs.get(p, 0)}
                     for p in sorted(set(self._dir_stats) | set(self._readdirs))}
             reads = self._reads
+        read_t, meta_t, any_t = (c.snapshot() for c in
+                                 (self.read_clock, self.metadata_clock, self.any_clock))
+        window = _window(read_t, meta_t)
         return {
             "source": self.source,
             "totals": {
@@ -179,6 +254,18 @@ class PassthroughPFS(mfusepy.Operations):
                        "seconds_waited": bucket.seconds_waited},
             "metadata_server": {"latency": mds.latency, "slots": mds.slots, "ops": mds.ops,
                                 "seconds_busy": mds.seconds_busy},
+            # Busy window of the shared filesystem (time.time() seconds): first
+            # request in, last request out, and seconds with a request in service.
+            "timing": {
+                "clock": "time.time() (Unix epoch seconds)",
+                "first_read": read_t["first"], "last_read": read_t["last"],
+                "read_active_s": read_t["active_s"],
+                "first_metadata_op": meta_t["first"], "last_metadata_op": meta_t["last"],
+                "metadata_active_s": meta_t["active_s"],
+                "first_op": window["first"], "last_op": window["last"],
+                "busy_s": window["busy_s"],
+                "active_s": any_t["active_s"],
+            },
             "files": files,
             "directories": dirs,
         }
