@@ -122,7 +122,7 @@ def plot_nf(path: str, max_projection: np.ndarray, background: np.ndarray,
                       interpolation="nearest")
     if len(centroids):
         ax.scatter(centroids["y"], centroids["z"], s=28, facecolors="none", edgecolors="red",
-                   linewidths=0.7, label=f"{len(centroids)} spots detected in {n_frames} frames")
+                   linewidths=0.7, label=f"{len(centroids)} spot detections over {n_frames} frames")
         ax.legend(loc="upper right", fontsize=8, framealpha=0.8)
     ax.set_xlabel("y (detector column, px)")
     ax.set_ylabel("z (detector row, px)")
