@@ -333,6 +333,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--stager-commit", default="HEAD",
                    help="measure the stager as committed at this git revision (exported to "
                         "WORK/stager-snapshot); 'worktree' = the files as they are now")
+    p.add_argument("--rerender", action="store_true",
+                   help="measure nothing: recompute targets, OUT.md and OUT.png from OUT.json")
     p.add_argument("--tiny", action="store_true",
                    help="smoke test: 32 MiB of 1 MiB frames, 100 small files, N=1,2")
     a = p.parse_args(argv)
@@ -350,6 +352,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
+    if a.rerender:
+        return rerender(Path(a.out))
     # SIGTERM/SIGHUP anywhere (not only while a PFS is mounted) must still clean up.
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _interrupt)
@@ -399,6 +403,16 @@ def main(argv: list[str] | None = None) -> int:
     for t in result["targets"]:
         print(f"[{'met' if t['met'] else 'NOT MET'}] {t['target']}: {fmt(t['measured'])}")
     return 0 if all(r["ok"] for r in result["runs"]) else 1
+
+
+def rerender(out: Path) -> int:
+    """Recompute the derived parts of a recorded run (targets, tables, plot) from its JSON."""
+    result = json.loads(out.with_suffix(".json").read_text())
+    result["targets"] = evaluate(result)
+    out.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
+    write_markdown(result, out.with_suffix(".md"))
+    plot(result, out.with_suffix(".png"))
+    return 0
 
 
 def _interrupt(signum: int, frame: Any) -> None:
