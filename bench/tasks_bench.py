@@ -27,6 +27,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from bench.loadavg import LoadSampler  # noqa: E402
 from workflows import app, foreach, reduce_tree  # noqa: E402
 
 
@@ -91,30 +92,35 @@ def run_one(name: str, n: int, repeats: int, leaves: int) -> dict:
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     if name == "mpi":
         cmd = [shutil.which("mpirun") or "mpirun", "-n", "4", "--oversubscribe"] + cmd
-    load = os.getloadavg()[0]
-    t = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-    wall = time.perf_counter() - t
+    with LoadSampler(interval=2.0) as load:
+        t = time.perf_counter()
+        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
+                              timeout=900)
+        wall = time.perf_counter() - t
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:
         raise RuntimeError(f"{name} benchmark failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     result = json.loads(lines[-1][len("RESULT "):])
     result["process_wall_seconds"] = wall
-    result["load_average_before"] = load
+    result["load_average_before"] = load.before
+    result["load_average_during"] = load.summary()
     return result
 
 
 def write_markdown(results: dict, path: str) -> None:
     rows = ["| executor | workers | no-op tasks | tasks/s (median of runs) | best | "
-            "10,000-leaf reduce_tree (s) | load avg before |", "|---|---|---|---|---|---|---|"]
+            "10,000-leaf reduce_tree (s) | load avg before | load avg during (max) |",
+            "|---|---|---|---|---|---|---|---|"]
     for name, r in results["executors"].items():
         red = f"{r['reduce_seconds']:.2f}" if "reduce_seconds" in r else "not run"
         rows.append(f"| {name} | {r['workers']} | {r['tasks']} | {r['tasks_per_s_median']:,.0f} "
-                    f"| {r['tasks_per_s_best']:,.0f} | {red} | {r['load_average_before']:.1f} |")
+                    f"| {r['tasks_per_s_best']:,.0f} | {red} | {r['load_average_before']:.1f} | "
+                    f"{r.get('load_average_during', {}).get('max', float('nan')):.1f} |")
     text = ["# Task throughput (bench/tasks_bench.py)", "",
             f"Measured {results['date']} on {results['host']['cpus']} CPUs "
-            f"({results['host']['python']}); one noisy shared machine, so compare rows of "
-            "this one run. mpi = `mpirun -n 4` (rank 0 submits, 3 worker ranks).", "",
+            f"({results['host']['python']}), no other jobs running (the benchmark's own "
+            "processes load the machine: 4 ranks on 2 cores); compare rows of this one run. "
+            "mpi = `mpirun -n 4` (rank 0 submits, 3 worker ranks).", "",
             *rows, "",
             f"Target: >= 2,000 no-op tasks/s through mpi with 3 workers: "
             f"{'met' if results['mpi_target_met'] else 'NOT met'}.", ""]
