@@ -63,7 +63,8 @@ test-serial:
 # output on the terminal (its summary line is the last thing printed) and the
 # other ranks' in .pytest-mpi/.
 test-mpi:
-	timeout -k 30 $(MPI_TIMEOUT) $(MPIRUN) bash tests/mpi_pytest.sh $(PY) -m mpi -q
+	set -o pipefail; timeout -k 30 $(MPI_TIMEOUT) $(MPIRUN) bash tests/mpi_pytest.sh $(PY) -m mpi -q \
+	  | tr -d '\000'  # pytest-mpi prints Open MPI's version string with its NUL byte
 
 lint: setup
 	$(PY) -m ruff check stager workflows kernels hooks tests bench
