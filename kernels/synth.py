@@ -108,8 +108,9 @@ def plant_spots(model: DetectorModel) -> np.ndarray:
     truth["first_frame"] = rng.integers(0, model.n_frames - model.frames_per_spot + 1, n)
     truth["row"] = pr[:n]
     truth["col"] = pc[:n]
-    truth["amplitude"] = rng.uniform(*model.amplitude, n)
-    truth["sigma"] = rng.uniform(*model.sigma, n)
+    (a_lo, a_hi), (s_lo, s_hi) = model.amplitude, model.sigma
+    truth["amplitude"] = rng.uniform(a_lo, a_hi, n)
+    truth["sigma"] = rng.uniform(s_lo, s_hi, n)
     truth["eta"] = model.eta
     truth["snr"] = truth["amplitude"] / model.noise
     for t in truth:
