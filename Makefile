@@ -26,6 +26,7 @@ help:
 	@echo "make test   - set up (if needed) and run the whole test suite"
 	@echo "make setup  - only the set-up (apt packages, .venv, editable install)"
 	@echo "make lint   - ruff + mypy"
+	@echo "make bench  - the benchmarks (bench/results/); make bench-pfs - over a simulated PFS"
 
 setup: system $(STAMP)
 
@@ -81,5 +82,14 @@ clean-demo:
 # naive and cp at N = 8 alone would take ~25 min), N = 1, 2, 4, 8 emulated nodes, every
 # method and N x cp -r; about 30 min. Removes its FUSE mounts even if interrupted.
 PFS_BENCH_ARGS ?= --frames-bytes 2147483648 --small-files 5000
+# Every benchmark but the simulated-PFS one, one after the other (they must not
+# share the machine); each writes its figures to bench/results/.
+bench: setup
+	$(PY) bench/stage_bench.py
+	$(PY) bench/tasks_bench.py
+	$(PY) bench/kernels_bench.py
+	$(PY) bench/h5_bench.py --out bench/results/h5
+	$(PY) bench/sbcast_bench.py
+
 bench-pfs: setup
 	$(PY) bench/pfs_stage.py $(PFS_BENCH_ARGS)
