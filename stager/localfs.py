@@ -248,15 +248,15 @@ class AtomicFile:
         assert self.fd is not None
         fd, self.fd = self.fd, None
         try:
-            if self._chmod:
-                os.fchmod(fd, self.mode)
-            if self.mtime_ns is not None:
-                os.utime(fd, ns=(self.mtime_ns, self.mtime_ns))
-            if self.fsync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        try:
+            try:
+                if self._chmod:
+                    os.fchmod(fd, self.mode)
+                if self.mtime_ns is not None:
+                    os.utime(fd, ns=(self.mtime_ns, self.mtime_ns))
+                if self.fsync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
             if self.precheck:
                 check_dest(self.dest)  # a symlink planted while we wrote is refused too
             os.rename(self.tmp, self.dest)
