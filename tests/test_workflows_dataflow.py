@@ -100,3 +100,36 @@ def test_reduce_fails_when_a_leaf_fails(executor, ordered):
     err = reduce_tree(concat, leaves, ordered=ordered).exception(timeout=60)
     assert isinstance(err, DependencyFailure)
     assert "leaf 4 is broken" in str(err)
+
+
+@pytest.mark.parametrize("ordered", [True, False])
+def test_cancelled_input_fails_dependents_instead_of_hanging(ordered):
+    # Future.exception() raises on a cancelled future; inside a done-callback that
+    # was swallowed and the dependent task stayed pending, so `with ex:` never left.
+    from concurrent.futures import CancelledError, Future
+
+    with executors.make("inline") as ex:
+        cut = Future()
+        direct = plus(cut, 1)
+        total = reduce_tree(plus, [leaf(1), cut, leaf(2)], ordered=ordered)
+        assert cut.cancel()
+        assert ex.runtime.wait(timeout=30), "a task waiting on a cancelled input never finished"
+    with pytest.raises(DependencyFailure) as info:
+        direct.result(timeout=0)
+    assert isinstance(info.value.root, CancelledError)
+    with pytest.raises(DependencyFailure):
+        total.result(timeout=0)
+
+
+def test_trampoline_runs_queued_steps_after_one_raises():
+    from workflows.futures import trampoline
+
+    ran = []
+
+    def bad():
+        trampoline(lambda: ran.append("queued"))
+        raise RuntimeError("step failed")
+
+    with pytest.raises(RuntimeError, match="step failed"):
+        trampoline(bad)
+    assert ran == ["queued"]

@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterable, List, Union
 
 from .apps import App, app
 from .errors import DependencyFailure
-from .futures import AppFuture
+from .futures import AppFuture, exception_of
 
 __all__ = ["foreach", "reduce_tree"]
 
@@ -112,7 +112,7 @@ class _Unordered:
         # Called directly (not via the trampoline): the merge it launches must be
         # counted by the runtime before the task that finished stops counting,
         # or an executor shutting down could see zero tasks in between.
-        exc = fut.exception()
+        exc = exception_of(fut)
         pairs = []
         final = None
         with self.lock:

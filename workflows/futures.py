@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import collections
 import threading
-from concurrent.futures import Future
+from concurrent.futures import CancelledError, Future
 from typing import Any, Callable, Deque, Iterable, List, Optional
 
 __all__ = [
@@ -28,6 +28,7 @@ __all__ = [
     "when_all",
     "trampoline",
     "wait_all",
+    "exception_of",
 ]
 
 _local = threading.local()
@@ -107,19 +108,42 @@ def substitute(obj: Any) -> Any:
     return obj
 
 
+def exception_of(fut: Future) -> Optional[BaseException]:
+    """The exception of a done future; a cancelled one counts as failed.
+
+    ``Future.exception()`` *raises* ``CancelledError`` for a cancelled future;
+    inside a done-callback that exception would be swallowed by
+    ``concurrent.futures`` and the dependent task left pending forever.
+    """
+    if fut.cancelled():
+        return CancelledError(f"{fut!r} was cancelled")
+    return fut.exception()
+
+
 def trampoline(fn: Callable[[], None]) -> None:
     """Run ``fn`` now, or -- if this thread is already inside a trampoline --
-    queue it to run after the current step (turns callback recursion into a loop)."""
+    queue it to run after the current step (turns callback recursion into a loop).
+
+    A step that raises does not drop the steps queued behind it (each one
+    resolves some future); the first exception is re-raised once the queue is empty.
+    """
     queue: Optional[Deque[Callable[[], None]]] = getattr(_local, "queue", None)
     if queue is not None:
         queue.append(fn)
         return
     queue = _local.queue = collections.deque([fn])
+    first: Optional[BaseException] = None
     try:
         while queue:
-            queue.popleft()()
+            try:
+                queue.popleft()()
+            except Exception as exc:
+                if first is None:
+                    first = exc
     finally:
         _local.queue = None
+    if first is not None:
+        raise first
 
 
 def when_all(futures: Iterable[Future], callback: Callable[[], None]) -> None:

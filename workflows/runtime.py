@@ -29,7 +29,14 @@ from .errors import (
     TaskFailure,
     abbreviate,
 )
-from .futures import AppFuture, find_futures, substitute, trampoline, when_all
+from .futures import (
+    AppFuture,
+    exception_of,
+    find_futures,
+    substitute,
+    trampoline,
+    when_all,
+)
 from .tasks import Outcome, TaskCall
 
 __all__ = ["Runtime", "active_runtime", "push_active", "pop_active"]
@@ -95,11 +102,9 @@ class Runtime:
         return fut
 
     def _inputs_done(self, fut, target, args, kwargs, deps, retries) -> None:
-        bad = next((d for d in deps if d.exception() is not None), None)
+        bad = next((e for e in map(exception_of, deps) if e is not None), None)
         if bad is not None:
-            self._fail(
-                fut, DependencyFailure(fut.task.name, _abbrev(args, kwargs), bad.exception())
-            )
+            self._fail(fut, DependencyFailure(fut.task.name, _abbrev(args, kwargs), bad))
             return
         call = TaskCall(fut.task.name, target, substitute(args), substitute(kwargs))
         self._submit(fut, call, 1, retries)
@@ -116,9 +121,10 @@ class Runtime:
         )
 
     def _finished(self, fut, call: TaskCall, attempt: int, retries: int, engine: Future) -> None:
-        exc = engine.exception()
+        exc = exception_of(engine)
         if exc is not None:
-            # The engine itself failed (broken pool, pickling, shutdown): no Outcome.
+            # The engine itself failed (broken pool, pickling, shutdown, a task
+            # cancelled by shutdown(wait=False)): no Outcome.
             outcome = Outcome(None, _capture(exc), "executor", 0.0, 0.0)
         else:
             outcome = engine.result()
