@@ -121,19 +121,29 @@ class H5Output:
         import h5py
 
         localfs.check_dest(dest)
+        check_filters(fp)
         self.fp, self.dest = fp, dest
         d, name = os.path.split(dest)
         self.tmp = os.path.join(d, f".{name}{localfs.TEMP_MARK}{secrets.token_hex(6)}")
-        # Created exclusively, so mode 'w' below truncates our own empty file; the
-        # directory is ours and 0700, so nobody can swap the name meanwhile.
-        os.close(os.open(self.tmp, _O_NEW, 0o600))
-        self.file: Optional[Any] = h5py.File(self.tmp, "w")
         self.digests: Dict[str, str] = {}
         self.chunked: Dict[str, bool] = {}  # datasets moved as stored chunks
         self.checksum = ""
         self.size = 0
-        check_filters(fp)
-        f = self.file
+        self.file: Optional[Any] = None
+        # Created exclusively, so mode 'w' below truncates our own empty file; the
+        # directory is ours and 0700, so nobody can swap the name meanwhile.
+        os.close(os.open(self.tmp, _O_NEW, 0o600))
+        try:
+            self.file = h5py.File(self.tmp, "w")
+            self._create(h5py)
+        except BaseException:
+            self.abort()  # the caller never gets the object, so nobody else would
+            raise
+
+    def _create(self, h5py: Any) -> None:
+        """Groups, datasets (inline ones filled), attributes and soft links of the copy."""
+        fp, f = self.fp, self.file
+        assert f is not None
         for g in fp.groups:
             grp = f.require_group(g.path)
             _write_attrs(grp, g.attrs)

@@ -245,3 +245,23 @@ def test_unavailable_filter_is_an_error_naming_it(tmp_path):
     assert [flt.code for flt in p.files[0].datasets[0].filters] == [32008]
     with pytest.raises(TransferError, match=r"bs.h5:/x uses HDF5 filter 32008 .*not available"):
         check_filters(p.files[0])
+
+
+def test_refused_output_leaves_no_temporary_file(tmp_path):
+    # H5Output raising in its constructor is never aborted by its caller: it must not
+    # leave its temporary HDF5 file in the node's destination directory.
+    from h5py import h5d, h5p, h5s, h5t, h5z
+
+    from stager.errors import TransferError
+    from stager.h5write import H5Output
+    with h5py.File(tmp_path / "bs.h5", "w") as f:
+        dcpl = h5p.create(h5p.DATASET_CREATE)
+        dcpl.set_chunk((1, 4))
+        dcpl.set_filter(32008, h5z.FLAG_OPTIONAL, (0, 2))
+        h5d.create(f.id, b"x", h5t.NATIVE_UINT16, h5s.create_simple((3, 4)), dcpl=dcpl)
+    p = plan("broadcast to /d h5 { bs.h5:/x }", tmp_path)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    with pytest.raises(TransferError, match="filter 32008"):
+        H5Output(p.files[0], str(out_dir / "bs.h5"))
+    assert list(out_dir.iterdir()) == []
