@@ -134,7 +134,9 @@ def list_results(src: str) -> list[DrainFile]:
     if not stat.S_ISDIR(st.st_mode):
         raise TransferError(f"drain source {src} is not a directory")
     out = []
-    for dirpath, dirnames, filenames in os.walk(src, followlinks=False):
+    # os.walk skips a directory it cannot list unless told otherwise: its results
+    # would silently stay on the node
+    for dirpath, dirnames, filenames in os.walk(src, onerror=_unlistable, followlinks=False):
         for name in sorted(dirnames):
             p = os.path.join(dirpath, name)
             if os.path.islink(p):
@@ -151,6 +153,11 @@ def list_results(src: str) -> list[DrainFile]:
                                     "replace it by the file or remove it")
             out.append(DrainFile(os.path.relpath(p, src), s.st_size))
     return sorted(out, key=lambda f: f.rel)
+
+
+def _unlistable(e: OSError) -> None:
+    raise TransferError(f"cannot list results in {e.filename}: {e.strerror}; the files below "
+                        "it would not be drained: fix its permissions or move them out") from e
 
 
 def targets(dest: str, node: str, files: list[DrainFile], merge: bool) -> list[str]:

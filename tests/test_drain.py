@@ -49,6 +49,23 @@ def test_list_results_missing_and_not_a_directory(tmp_path: Path) -> None:
         list_results(str(tmp_path / "f"))
 
 
+def test_list_results_fails_on_a_directory_it_cannot_list(tmp_path: Path) -> None:
+    # A directory os.walk cannot scan (here: its path exceeds PATH_MAX, which even root
+    # cannot list by name) must fail the listing, not leave its results silently behind.
+    fd = os.open(tmp_path, os.O_RDONLY)
+    try:
+        for _ in range(18):  # 18 x 256 characters > PATH_MAX (4096)
+            os.mkdir("d" * 255, dir_fd=fd)
+            nxt = os.open("d" * 255, os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        os.close(os.open("result.h5", os.O_CREAT | os.O_WRONLY, 0o600, dir_fd=fd))
+    finally:
+        os.close(fd)
+    with pytest.raises(TransferError, match="cannot list results in .*would not be drained"):
+        list_results(str(tmp_path))
+
+
 def test_targets_per_node_and_merged() -> None:
     files = [DrainFile("a", 1), DrainFile("d/b", 2)]
     assert targets("/out", "node3", files, merge=False) == ["/out/node3/a", "/out/node3/d/b"]
