@@ -283,10 +283,14 @@ def _drain(comm: Any, layout: Any, src: str, dest: str, merge: bool, overwrite: 
     err = None
     if layout.is_leader:
         current = ""
+        ready: set[str] = set()  # directories checked once, not per file: DEST is shared
         try:
             for f, target in zip(mine, dests):
                 current = os.path.join(node_src, f.rel)
-                localfs.ensure_dir(dest, os.path.dirname(target))
+                parent = os.path.dirname(target)
+                if parent not in ready:
+                    localfs.ensure_dir(dest, parent)
+                    ready.add(parent)
                 digest = localfs.copy_file_atomic(current, target, fsync=True)
                 if verify:
                     back = checksum.file_hexdigest(target)
