@@ -30,7 +30,8 @@ traversable() {  # every ancestor of $1 is executable by others (munged's socket
     local d="$1"
     while [ "$d" != "/" ]; do
         d="$(dirname "$d")"
-        [ "$(( 0$(stat -c %a "$d") % 10 & 1 ))" = 1 ] || return 1
+        # %a is octal (e.g. 755, 1777); bit 1 is "others may search" (o+x).
+        [ "$(( 0$(stat -c %a "$d") & 1 ))" = 1 ] || return 1
     done
 }
 if [ -n "${LOCALCLUSTER_DIR:-}" ]; then
@@ -110,8 +111,9 @@ start_munge() {
     munge -S "$SOCK" -n >/dev/null || die "munge cannot encode a credential on $SOCK"
 }
 
-nodes_idle() {  # number of nodes in a usable state
-    sinfo -h -N -o '%N %T' 2>/dev/null | awk '$2 ~ /^(idle|mixed|allocated|completing)/' | sort -u | wc -l
+nodes_idle() {  # number of nodes in a usable state; a trailing '*' means not responding
+    sinfo -h -N -o '%N %T' 2>/dev/null \
+        | awk '$2 ~ /^(idle|mixed|allocated|completing)/ && $2 !~ /\*$/' | sort -u | wc -l
 }
 
 cmd_up() {
