@@ -29,14 +29,15 @@ must reach the same number of ``agree`` calls.
 """
 from __future__ import annotations
 
+import pickle
 import socket
 import time
 from contextlib import contextmanager
-from typing import Any, Iterator, List, Optional, Tuple, Type
+from typing import Any, Callable, Iterator, List, Optional, Tuple, Type
 
 from stager.errors import StagerError
 
-__all__ = ["agree", "agreed", "describe", "format_failures", "quiet_barrier"]
+__all__ = ["agree", "agreed", "bcast_result", "describe", "format_failures", "quiet_barrier"]
 
 #: At most this many distinct messages are spelled out in the agreed error.
 MAX_MESSAGES = 6
@@ -116,6 +117,31 @@ def agreed(comm: Any, what: str = "", *, base: Type[BaseException] = StagerError
     except Exception as e:
         err = e
     agree(comm, err, what, base=base, default=default)
+
+
+def bcast_result(comm: Any, fn: Callable[..., Any], *args: Any) -> Any:
+    """Collective over `comm`: every rank must call. ``fn(*args)`` on rank 0; its result or error
+    on every rank.
+
+    Only rank 0 runs ``fn`` (planning reads the shared filesystem once); one
+    ``bcast`` carries the pickled result, or the exception, which every rank
+    then raises. An exception that does not survive pickling travels as a
+    ``StagerError`` with its description.
+    """
+    payload = None
+    if comm.rank == 0:
+        try:
+            payload = pickle.dumps(("ok", fn(*args)))
+        except Exception as e:
+            try:
+                payload = pickle.dumps(("err", e))
+                pickle.loads(payload)  # an error that does not round-trip is sent as text
+            except Exception:
+                payload = pickle.dumps(("err", StagerError(describe(e))))
+    kind, value = pickle.loads(comm.bcast(payload, root=0))
+    if kind == "err":
+        raise value
+    return value
 
 
 def quiet_barrier(comm: Any, max_sleep: float = 0.02) -> None:

@@ -39,7 +39,6 @@ every MPI byte count fits in an int) plus HDF5's chunk buffers. Configure with
 from __future__ import annotations
 
 import os
-import pickle
 import time
 from collections import defaultdict
 from dataclasses import asdict, dataclass
@@ -49,8 +48,8 @@ import numpy as np
 
 from stager import localfs, space, state
 from stager.checksum import new as checksum_new
-from stager.agree import agree, describe
-from stager.errors import StagerError, TransferError
+from stager.agree import agree, bcast_result
+from stager.errors import TransferError
 from stager.h5plan import DatasetPlan, H5FilePlan, H5Plan, build_h5_plan
 from stager.h5write import H5Output, array_digest, chunk_copyable, chunk_digest, chunk_offsets
 from stager.manifest import expand_node
@@ -114,27 +113,12 @@ class H5Report:
         return asdict(self)
 
 
-def _plan_on_root(comm: Any, spec: Any, inline_bytes: Optional[int]) -> H5Plan:
-    payload = None
-    if comm.rank == 0:
-        try:
-            if isinstance(spec, H5Plan):
-                plan = spec
-            else:
-                from hooks import Spec, load_spec
-                s = spec if isinstance(spec, Spec) else load_spec(os.fspath(spec))
-                plan = build_h5_plan(s) if inline_bytes is None else build_h5_plan(s, inline_bytes)
-            payload = pickle.dumps(("ok", plan))
-        except Exception as e:
-            try:
-                payload = pickle.dumps(("err", e))
-                pickle.loads(payload)
-            except Exception:
-                payload = pickle.dumps(("err", StagerError(describe(e))))
-    kind, value = pickle.loads(comm.bcast(payload, root=0))
-    if kind == "err":
-        raise value
-    return value
+def _plan(spec: Any, inline_bytes: Optional[int]) -> H5Plan:
+    if isinstance(spec, H5Plan):
+        return spec
+    from hooks import Spec, load_spec
+    s = spec if isinstance(spec, Spec) else load_spec(os.fspath(spec))
+    return build_h5_plan(s) if inline_bytes is None else build_h5_plan(s, inline_bytes)
 
 
 def stage_h5(spec: Any, comm: Any = None, *, layout: Optional[NodeLayout] = None,
@@ -183,7 +167,7 @@ def stage_h5(spec: Any, comm: Any = None, *, layout: Optional[NodeLayout] = None
         comm = MPI.COMM_WORLD
     cap = comm.bcast(cap, root=0)  # rank 0's environment decides, so pieces match everywhere
     t0 = time.perf_counter()
-    plan = _plan_on_root(comm, spec, inline_bytes)
+    plan = bcast_result(comm, _plan, spec, inline_bytes)
     plan_seconds = time.perf_counter() - t0
     own = layout is None
     if layout is None:

@@ -21,7 +21,6 @@ failure on one rank is the same ``StagerError`` on all (never a hang):
 from __future__ import annotations
 
 import os
-import pickle
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -30,8 +29,8 @@ from typing import Any, Dict, List, Optional, Union
 import numpy as np
 
 from stager import localfs, space, state
-from stager.agree import agree, describe, quiet_barrier
-from stager.errors import StagerError, TransferError
+from stager.agree import agree, bcast_result, quiet_barrier
+from stager.errors import TransferError
 from stager.manifest import Manifest, expand_node
 from stager.nodes import NodeLayout, node_layout, on_node
 from stager.options import StageOptions, resolve_options
@@ -65,24 +64,6 @@ def _dest_templates(spec: SpecLike) -> List[str]:
     return [b.dest for b in spec.blocks]
 
 
-def _bcast_result(comm: Any, fn: Any, arg: Any) -> Any:
-    """Collective over `comm`: run ``fn(arg)`` on rank 0; its result or error on every rank."""
-    payload = None
-    if comm.rank == 0:
-        try:
-            payload = pickle.dumps(("ok", fn(arg)))
-        except Exception as e:
-            try:
-                payload = pickle.dumps(("err", e))
-                pickle.loads(payload)  # an error that does not round-trip is sent as text
-            except Exception:
-                payload = pickle.dumps(("err", StagerError(describe(e))))
-    kind, value = pickle.loads(comm.bcast(payload, root=0))
-    if kind == "err":
-        raise value
-    return value
-
-
 def load_destinations(spec: SpecLike, comm: Any) -> List[str]:
     """Collective over `comm`: every rank must call. The spec's destination templates.
 
@@ -90,7 +71,7 @@ def load_destinations(spec: SpecLike, comm: Any) -> List[str]:
     per-destination state, not from the sources) and broadcasts the block
     destinations, which may still hold ``%n``.
     """
-    return _bcast_result(comm, _dest_templates, spec)
+    return bcast_result(comm, _dest_templates, spec)
 
 
 def node_roots(templates: List[str], node: str) -> List[str]:
@@ -105,7 +86,7 @@ def load_manifest(spec: SpecLike, comm: Any) -> Manifest:
     Only rank 0 reads the spec and the sources' metadata. A planning error
     (``SpecError``, ``PlanError``) is raised on every rank with the same message.
     """
-    return _bcast_result(comm, _plan, spec)
+    return bcast_result(comm, _plan, spec)
 
 
 @dataclass
