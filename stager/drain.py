@@ -237,6 +237,7 @@ def drain(src: str, dest: str, comm: Any = None, *, emulate_nodes: int | None = 
 
 def _drain(comm: Any, layout: Any, src: str, dest: str, merge: bool, overwrite: bool,
            verify: bool, t0: float) -> DrainReport:
+    """Collective over `comm`: every rank must call. List, check and copy (see :func:`drain`)."""
     node_src = expand_node(src, layout.name)
     # Phase 1: every leader lists its node's results.
     listing: list[DrainFile] | None = None

@@ -216,6 +216,7 @@ def _is_current(rec: Optional[state.StagedFile], fp: H5FilePlan, dest: str) -> b
 
 def _stage(plan: H5Plan, comm: Any, layout: NodeLayout, cap: int, force: bool,
            plan_seconds: float) -> H5Report:
+    """Collective over `comm`: every rank must call. Phases 3-6 of the module docstring."""
     from mpi4py import MPI
 
     n = len(plan.files)

@@ -194,6 +194,7 @@ def stage(spec: SpecLike, comm: Any = None, **options: Any) -> Report:
 
 def _stage(manifest: Manifest, comm: Any, layout: NodeLayout, opts: StageOptions,
            plan_seconds: float) -> Report:
+    """Collective over `comm`: every rank must call. Phases 3-7 of the module docstring."""
     from mpi4py import MPI
 
     n = len(manifest.entries)
