@@ -23,7 +23,6 @@ from __future__ import annotations
 import importlib
 import os
 import socket
-import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Union
 
@@ -91,8 +90,13 @@ def resolve_hook(hook: Hook) -> Union[Callable, str]:
         obj: Any = importlib.import_module(module)
         for part in func.split("."):
             obj = getattr(obj, part)
-    except (ImportError, AttributeError) as exc:
-        raise HookError(f"leader hook {hook!r}: cannot import it: {exc}") from exc
+    except Exception as exc:
+        # Not only ImportError: a SyntaxError or any error raised while the
+        # module runs must also become a HookError, or it skips the agreement.
+        raise HookError(
+            f"leader hook {hook!r}: cannot import it: {type(exc).__name__}: {exc}; check "
+            "that the module imports on every node (PYTHONPATH) and names the function"
+        ) from exc
     if not callable(obj):
         raise HookError(f"leader hook {hook!r} is not callable")
     return obj
@@ -132,7 +136,7 @@ def run_leader_hook(
     workflows.errors.HookError
         On every rank, naming the node(s), rank(s) and host(s) that failed.
     """
-    from stager.agree import agree
+    from stager.agree import agree, quiet_barrier
     from stager.nodes import node_layout
     from workflows.errors import HookError, WorkflowError
 
@@ -144,9 +148,18 @@ def run_leader_hook(
     target: Any = None
     try:
         target = resolve_hook(hook)
-    except HookError as exc:
+    except Exception as exc:  # whatever it is, every rank must reach agree()
         err = exc
     agree(comm, err, f"{phase} leader hook", base=WorkflowError, default=HookError)
+    # A spec file visible on some nodes only would send ranks down different
+    # collective paths (stage() versus node_layout()): agree on the kind first.
+    kinds = comm.allgather(isinstance(target, str))
+    if len(set(kinds)) > 1:
+        seen = [r for r, k in enumerate(kinds) if k]
+        raise HookError(
+            f"{phase} leader hook {hook!r} is a file on ranks {seen} only and a "
+            f"module:function elsewhere; put the hook spec on a filesystem every node sees"
+        )
 
     if isinstance(target, str):
         _run_spec(target, comm, phase, emulate_nodes, node_id_env, dict(stage_options or {}))
@@ -170,7 +183,7 @@ def run_leader_hook(
                 err = HookError(f"node {layout.name}: {type(exc).__name__}: {exc}")
                 err.__cause__ = exc
         # Ranks wait here while leaders run the hook, without spinning a core.
-        polite_barrier(comm)
+        quiet_barrier(comm)
         agree(comm, err, f"{phase} leader hook", base=WorkflowError, default=HookError)
     finally:
         layout.free()
@@ -200,16 +213,3 @@ def _run_spec(path: str, comm: Any, phase: str, emulate_nodes, node_id_env, opti
         options.setdefault("node_id_env", node_id_env)
     # The spec is read and planned on rank 0 only, inside stage()/clean().
     fn(path, comm=comm, **options)
-
-
-def polite_barrier(comm: Any, max_sleep: float = 0.05) -> None:
-    """Collective over `comm`: every rank must call. A barrier that sleeps while it waits.
-
-    Open MPI's blocking collectives spin; ranks that wait for a long leader hook
-    (or for rank 0's workflow) would take cores from the ranks doing the work.
-    """
-    req = comm.Ibarrier()
-    delay = 0.0005
-    while not req.Test():
-        time.sleep(delay)
-        delay = min(max_sleep, delay * 2)

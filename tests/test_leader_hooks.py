@@ -42,6 +42,18 @@ def test_resolve_errors(bad, match):
         resolve_hook(bad)
 
 
+def test_module_that_raises_while_importing_is_a_hook_error(tmp_path, monkeypatch):
+    # Only ImportError/AttributeError used to be caught: any other error while the
+    # module ran escaped before agree(), so the ranks that imported fine hung there.
+    (tmp_path / "hookmod_raises.py").write_text("raise RuntimeError('no scratch here')\n")
+    (tmp_path / "hookmod_syntax.py").write_text("def f(:\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(HookError, match="cannot import.*RuntimeError: no scratch here"):
+        resolve_hook("hookmod_raises:f")
+    with pytest.raises(HookError, match="cannot import.*SyntaxError"):
+        resolve_hook("hookmod_syntax:f")
+
+
 def test_flags_win_over_environment():
     env = {"STAGER_LEADER_HOOK_STARTUP": "a:b", "STAGER_LEADER_HOOK_SHUTDOWN": "c:d"}
     assert leader_hooks_from(None, None, env).startup == "a:b"
@@ -79,6 +91,62 @@ def test_failing_hook_raises_on_every_rank():
     comm = MPI.COMM_WORLD
     with pytest.raises(HookError, match="read-only"):
         run_leader_hook(broken, comm, "shutdown")
+
+
+RANK_ONE_FAILS = """
+import os
+if os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMI_RANK", "0")) == "1":
+    raise RuntimeError("module broken on rank 1")
+
+def hook(ctx):
+    pass
+"""
+
+
+@pytest.mark.mpi
+def test_hook_that_fails_to_import_on_one_rank_fails_on_every_rank(monkeypatch):
+    from mpi4py import MPI
+
+    from tests.mpiutil import shared_tmpdir
+
+    comm = MPI.COMM_WORLD
+    folder = shared_tmpdir(comm)
+    if comm.rank == 0:
+        with open(os.path.join(folder, "hookmod_rank1.py"), "w") as fh:
+            fh.write(RANK_ONE_FAILS)
+    comm.Barrier()
+    monkeypatch.syspath_prepend(folder)
+    if comm.size == 1:
+        assert run_leader_hook("hookmod_rank1:hook", comm, "startup") is not None
+        return
+    with pytest.raises(HookError, match="module broken on rank 1"):
+        run_leader_hook("hookmod_rank1:hook", comm, "startup")
+
+
+@pytest.mark.mpi
+def test_spec_file_on_some_ranks_only_fails_on_every_rank(monkeypatch):
+    # The name is a (relative) spec file on rank 0 and a module:function on the
+    # others: without agreeing on the kind, rank 0 entered stage() and the others
+    # node_layout(), two different collectives.
+    from mpi4py import MPI
+
+    from tests.mpiutil import shared_tmpdir
+
+    comm = MPI.COMM_WORLD
+    folder = shared_tmpdir(comm)
+    if comm.rank == 0:
+        os.makedirs(os.path.join(folder, "rank0"))
+        with open(os.path.join(folder, "rank0", "hookmod_kind:hook"), "w") as fh:
+            fh.write(f"broadcast to {folder}/local/%n files {{ /etc/hostname }}\n")
+        with open(os.path.join(folder, "hookmod_kind.py"), "w") as fh:
+            fh.write("def hook(ctx):\n    pass\n")
+    comm.Barrier()
+    monkeypatch.syspath_prepend(folder)
+    monkeypatch.chdir(os.path.join(folder, "rank0") if comm.rank == 0 else folder)
+    if comm.size == 1:
+        return
+    with pytest.raises(HookError, match="a file on ranks \\[0\\] only"):
+        run_leader_hook("hookmod_kind:hook", comm, "startup")
 
 
 @pytest.mark.mpi

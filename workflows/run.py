@@ -302,7 +302,8 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 def _run(opts, module, ns, name: str, comm: Any, hooks) -> int:
-    from hooks.leader import polite_barrier, run_leader_hook
+    from hooks.leader import run_leader_hook
+    from stager.agree import quiet_barrier
 
     rank = comm.Get_rank() if comm is not None else 0
     times: Dict[str, float] = {}
@@ -343,7 +344,7 @@ def _run(opts, module, ns, name: str, comm: Any, hooks) -> int:
         except WorkflowError as exc:
             status = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
     if comm is not None and name != "mpi":
-        polite_barrier(comm)
+        quiet_barrier(comm)
     if comm is not None:
         status = comm.bcast(status if rank == 0 else None, root=0)
     times["flow"] = time.perf_counter() - t
