@@ -214,3 +214,30 @@ def test_stage_then_run_in_one_job(tmp_path):
     data = json.loads(report.read_text())
     assert data["executor"] == "mpi" and data["tasks"]["succeeded"] == 2
     assert "stage" in data["seconds"] and data["exit_code"] == 0
+
+
+CANCELLED_FLOW = """
+from concurrent.futures import Future
+from workflows import app
+
+@app
+def same(x):
+    return x
+
+def main(args):
+    gate = Future()
+    out = same(gate)
+    out.cancel()          # cancelled while it waits for its input
+    gate.set_result(1)
+    return out
+"""
+
+
+def test_cancelled_result_exits_1_with_a_message(tmp_path):
+    # Future.exception() raises on a cancelled future: the runner crashed with a
+    # traceback (and under mpirun left the other ranks waiting) instead of reporting.
+    flow = tmp_path / "cancelled.py"
+    flow.write_text(CANCELLED_FLOW)
+    proc = run_flow(str(flow), "--executor", "inline", "--out", str(tmp_path), timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "was cancelled" in proc.stderr and "Traceback" not in proc.stderr

@@ -39,7 +39,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from .errors import FlowError, WorkflowError
 from .executors import NAMES, Executor, make
-from .futures import find_futures, wait_all
+from .futures import exception_of, find_futures, wait_all
 from .tasks import load_module_from_path
 
 __all__ = ["main", "load_flow", "build_parser"]
@@ -220,7 +220,7 @@ def _drive(module: Any, ns: argparse.Namespace, ex: Executor) -> Dict[str, Any]:
             error = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     ex.runtime.wait()
     rt = ex.runtime
-    failed_results = [f for f in find_futures(result) if f.exception() is not None]
+    failed_results = [f for f in find_futures(result) if exception_of(f) is not None]
     status = {
         "seconds": time.perf_counter() - t0,
         "tasks": {
@@ -232,7 +232,7 @@ def _drive(module: Any, ns: argparse.Namespace, ex: Executor) -> Dict[str, Any]:
         "workers": ex.workers,
         "error": error,
         "summary": rt.summary(),
-        "failed_results": [str(f.exception()) for f in failed_results[:10]],
+        "failed_results": [str(exception_of(f)) for f in failed_results[:10]],
         "result": _short_result(result, failed_results),
     }
     status["ok"] = error is None and not rt.failures and not rt.skipped and not failed_results
@@ -341,7 +341,9 @@ def _run(opts, module, ns, name: str, comm: Any, hooks) -> int:
             with make(name, **_executor_options(opts, name)) as active:
                 assert active is not None  # only MPIExecutor yields None (on workers)
                 status = _drive(module, ns, active)
-        except WorkflowError as exc:
+        except Exception as exc:
+            # Any error (a Parsl or process-pool start-up failure too) must
+            # reach the barrier below, or the other ranks wait there forever.
             status = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
     if comm is not None and name != "mpi":
         quiet_barrier(comm)
