@@ -163,9 +163,10 @@ def test_drain_per_node_copies_bytes_and_records_checksums(comm, tmp) -> None:
     assert_all(comm, ok, msg)
     summaries = comm.allgather((report.files, report.bytes, report.summary()[:40]))
     assert_all(comm, len(set(summaries)) == 1, f"reports differ across ranks: {summaries}")
-    assert report.files == 2 * k
-    assert report.bytes == sum(len(f"node{i} says hi\n") + 200_000 + i for i in range(k))
-    assert [n.node for n in report.nodes] == [f"node{i}" for i in range(k)]
+    want_bytes = sum(len(f"node{i} says hi\n") + 200_000 + i for i in range(k))
+    assert_all(comm, report.files == 2 * k and report.bytes == want_bytes
+               and [n.node for n in report.nodes] == [f"node{i}" for i in range(k)],
+               f"report: {report.files} files, {report.bytes} bytes, {report.nodes}")
 
 
 @pytest.mark.mpi

@@ -194,8 +194,8 @@ def test_clean_removes_exactly_what_was_staged(workdir):
     if comm.rank == 0:
         left = sorted(os.path.relpath(os.path.join(r, f), workdir)
                       for r, _, fs in os.walk(os.path.join(workdir, "nodes")) for f in fs)
-        ok = left == ["nodes/node0/data/a/mine.txt"]
-        assert not os.path.exists(os.path.join(workdir, "nodes", "node0", "etc"))
+        ok = (left == ["nodes/node0/data/a/mine.txt"]
+              and not os.path.exists(os.path.join(workdir, "nodes", "node0", "etc")))
     else:
         ok, left = True, []
     assert_all(comm, ok, f"left after clean: {left}")
