@@ -102,3 +102,19 @@ def test_score_counts_matches_and_false_detections():
     s = score(truth, found)
     # planted: spot 0 in frames 0 and 1, spot 1 in frame 1 -> 3; found spot 0 twice
     assert (s["planted"], s["recovered"], s["found"], s["false"]) == (3, 2, 3, 1)
+
+
+def test_replacing_renames_on_success_and_leaves_nothing_on_error(tmp_path):
+    from workflows.hedm_common import replacing
+
+    target = tmp_path / "out.csv"
+    target.write_text("old")
+    with pytest.raises(RuntimeError):
+        with replacing(str(target)) as tmp, open(tmp, "w") as fh:
+            fh.write("half")
+            raise RuntimeError("writer failed")
+    assert target.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["out.csv"]
+    with replacing(str(target), ".png") as tmp, open(tmp, "w") as fh:
+        assert tmp.endswith(".png")
+        fh.write("new")
+    assert target.read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == ["out.csv"]

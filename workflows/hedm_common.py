@@ -23,16 +23,36 @@ import os
 import re
 import socket
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
 import numpy as np
 
 from .errors import WorkflowError
 
-__all__ = ["NodeOptions", "node_options", "this_node", "on_this_node", "cached",
+__all__ = ["replacing", "NodeOptions", "node_options", "this_node", "on_this_node", "cached",
            "cache_stats", "is_series", "merge_tables", "phase_spans", "recording",
            "split_rows", "frame_reader", "worker_name", "as_records"]
+
+
+@contextmanager
+def replacing(path: str, suffix: str = "") -> Iterator[str]:
+    """Write to a temporary name next to ``path``, then rename it into place.
+
+    Readers (a drain, a user's viewer) never see a half-written output; on an
+    error the temporary file is removed and ``path`` is left as it was.
+    ``suffix`` keeps an extension for writers that choose the format by it
+    (``np.save``, ``savefig``).
+    """
+    tmp = f"{path}.tmp-{os.getpid()}{suffix}"
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
 
 
 @dataclass(frozen=True)

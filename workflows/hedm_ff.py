@@ -35,7 +35,7 @@ from workflows.hedm_common import (NodeOptions, as_records, cached, frame_reader
                                    merge_tables, node_options, on_this_node, phase_spans, recording,
                                    this_node, worker_name)
 from workflows.hedm_output import FF_FRAME_DTYPE, plot_ff, write_csv, write_h5
-from workflows.hedm_params import (Param, add_param_flags, at_least, flag_overrides, load_params,
+from workflows.hedm_params import (Param, add_flow_arguments, at_least, flag_overrides, load_params,
                                    relative_to, resolve_params)
 from workflows.hedm_run import drain_results, log_summary, stage_dict, write_json
 
@@ -81,15 +81,7 @@ def kernel_params(p: Dict[str, Any]):
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--params", required=True, metavar="FILE",
-                        help="FF parameter file (%%n = node name, e.g. its staged copy)")
-    parser.add_argument("--results", default=None, metavar="DIR",
-                        help="node-local results directory (%%n = node name); drained to --out "
-                             "at the end. Default: write to --out directly")
-    parser.add_argument("--no-drain", dest="drain", action="store_false",
-                        help="leave the results in --results for a later `stager drain` "
-                             "(as the stage-run-drain sbatch template does)")
-    add_param_flags(parser, SCHEMA)
+    add_flow_arguments(parser, "FF", SCHEMA)
 
 
 def load_dark(path: str, shape) -> np.ndarray:

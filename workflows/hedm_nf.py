@@ -45,11 +45,11 @@ import numpy as np
 from workflows import app, reduce_tree
 from workflows.hedm_common import (NodeOptions, as_records, cached, frame_reader, is_series,
                                    merge_tables, node_options, on_this_node, phase_spans, recording,
-                                   split_rows, this_node, worker_name)
+                                   replacing, split_rows, this_node, worker_name)
 from workflows.hedm_output import (NF_CENTROID_DTYPE, NF_FRAME_DTYPE, NF_PIXEL_DTYPE, plot_nf,
                                    write_h5)
 from workflows.hedm_run import drain_results, log_summary, stage_dict, write_json
-from workflows.hedm_params import (Param, ParamError, add_param_flags, at_least, flag_overrides,
+from workflows.hedm_params import (Param, add_flow_arguments, ParamError, at_least, flag_overrides,
                                    load_params, one_of, relative_to, resolve_params)
 
 __all__ = ["SCHEMA", "add_arguments", "main", "finalize", "read_nf_params"]
@@ -93,15 +93,7 @@ def kernel_params(p: Dict[str, Any]):
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--params", required=True, metavar="FILE",
-                        help="NF parameter file (%%n = node name, e.g. its staged copy)")
-    parser.add_argument("--results", default=None, metavar="DIR",
-                        help="node-local results directory (%%n = node name); drained to --out "
-                             "at the end. Default: write to --out directly")
-    parser.add_argument("--no-drain", dest="drain", action="store_false",
-                        help="leave the results in --results for a later `stager drain` "
-                             "(as the stage-run-drain sbatch template does)")
-    add_param_flags(parser, SCHEMA)
+    add_flow_arguments(parser, "NF", SCHEMA)
 
 
 # -- tasks ---------------------------------------------------------------------------
@@ -123,9 +115,8 @@ def background_band(source: str, first: int, n: int, shape, r0: int, r1: int,
 
 
 def _save_npy(path: str, arr: np.ndarray) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}.npy"
-    np.save(tmp, arr)
-    os.replace(tmp, path)
+    with replacing(path, ".npy") as tmp:
+        np.save(tmp, arr)
 
 
 @app

@@ -32,6 +32,8 @@ from typing import Any, Mapping, Optional
 
 import numpy as np
 
+from workflows.hedm_common import replacing
+
 __all__ = ["NF_PIXEL_DTYPE", "NF_CENTROID_DTYPE", "NF_FRAME_DTYPE", "FF_FRAME_DTYPE",
            "write_h5", "write_csv", "plot_nf", "plot_ff", "read_table"]
 
@@ -72,20 +74,13 @@ def read_table(path: str, name: str) -> np.ndarray:
 
 def write_csv(path: str, table: np.ndarray, float_format: str = "%.6g") -> str:
     """Write a structured array as CSV with a header row (atomically)."""
-    tmp = f"{path}.tmp-{os.getpid()}"
     names = table.dtype.names or ()
     floats = [table.dtype[n].kind == "f" for n in names]
-    try:
-        with open(tmp, "w", newline="") as fh:
-            out = csv.writer(fh)
-            out.writerow(names)
-            for row in table.tolist():
-                out.writerow([float_format % v if f else v for v, f in zip(row, floats)])
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with replacing(path) as tmp, open(tmp, "w", newline="") as fh:
+        out = csv.writer(fh)
+        out.writerow(names)
+        for row in table.tolist():
+            out.writerow([float_format % v if f else v for v, f in zip(row, floats)])
     return path
 
 
@@ -93,14 +88,8 @@ def _save(fig: Any, path: str) -> str:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     FigureCanvasAgg(fig)
-    tmp = f"{path}.tmp-{os.getpid()}.png"
-    try:
+    with replacing(path, ".png") as tmp:
         fig.savefig(tmp, dpi=110)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
     return path
 
 

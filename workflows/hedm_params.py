@@ -47,6 +47,7 @@ __all__ = [
     "parse_params",
     "load_params",
     "add_param_flags",
+    "add_flow_arguments",
     "flag_overrides",
     "resolve_params",
     "format_params",
@@ -187,6 +188,20 @@ def load_params(path: str, schema: Schema) -> Dict[str, Any]:
     except (OSError, UnicodeDecodeError) as exc:
         raise ParamError(f"{path}: cannot read the parameter file: {exc}") from exc
     return parse_params(text, schema, path)
+
+
+def add_flow_arguments(parser: argparse.ArgumentParser, kind: str, schema: Schema) -> None:
+    """The options every HEDM workflow takes after ``--``: parameter file, node-local
+    results directory, ``--no-drain``, and one ``--Key VALUE`` per parameter."""
+    parser.add_argument("--params", required=True, metavar="FILE",
+                        help=f"{kind} parameter file (%%n = node name, e.g. its staged copy)")
+    parser.add_argument("--results", default=None, metavar="DIR",
+                        help="node-local results directory (%%n = node name); drained to --out "
+                             "at the end. Default: write to --out directly")
+    parser.add_argument("--no-drain", dest="drain", action="store_false",
+                        help="leave the results in --results for a later `stager drain` "
+                             "(as the stage-run-drain sbatch template does)")
+    add_param_flags(parser, schema)
 
 
 def add_param_flags(parser: argparse.ArgumentParser, schema: Schema) -> None:

@@ -14,7 +14,7 @@ import shutil
 import time
 from typing import Any, Dict, Iterable, Mapping
 
-from .hedm_common import node_options, on_this_node
+from .hedm_common import node_options, on_this_node, replacing
 
 __all__ = ["stage_dict", "log_summary", "write_json", "drain_results"]
 
@@ -47,10 +47,8 @@ def log_summary(log: Iterable[tuple], input_name: str) -> Dict[str, Any]:
 
 def write_json(path: str, record: Mapping[str, Any]) -> None:
     """Write ``record`` as JSON atomically."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w") as fh:
+    with replacing(path) as tmp, open(tmp, "w") as fh:
         json.dump(record, fh, indent=1, default=str)
-    os.replace(tmp, path)
 
 
 def drain_results(args: Any, comm: Any, run_json: str) -> None:

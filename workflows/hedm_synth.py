@@ -29,13 +29,12 @@ FF_DEFAULTS = {"InputPattern": "ff_000001.ge3", "Dark": "dark_000001.ge3", "RawS
 
 
 def _write_params(path: str, schema, values: Mapping[str, Any]) -> str:
+    from .hedm_common import replacing
     from .hedm_params import format_params
 
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w") as fh:
+    with replacing(path) as tmp, open(tmp, "w") as fh:
         fh.write("# synthetic dataset written by workflows.hedm_synth\n")
         fh.write(format_params(values, schema))
-    os.replace(tmp, path)
     return path
 
 
