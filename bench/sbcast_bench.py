@@ -52,6 +52,8 @@ JOB = r"""#!/bin/bash
 set -euo pipefail
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 now() {{ date +%s.%N; }}
+# bc prints ".42" for times under a second, which is not JSON: awk formats it.
+elapsed() {{ awk -v a="$1" -v b="$2" 'BEGIN {{ printf "%.6f", b - a }}'; }}
 RES={work}/raw.jsonl
 : > "$RES"
 for rep in $(seq 1 {reps}); do
@@ -65,7 +67,7 @@ for rep in $(seq 1 {reps}); do
     cmp -s <(cd "$SRC" && cat *) <(cd "$DST" && cat *) \
       || {{ echo "sbcast copy differs" >&2; exit 1; }}
     printf '{{"method": "sbcast", "dataset": "%s", "rep": %d, "wall_s": %s}}\n' \
-      "$ds" "$rep" "$(echo "$t1 - $t0" | bc)" >> "$RES"
+      "$ds" "$rep" "$(elapsed "$t0" "$t1")" >> "$RES"
     rm -rf "$DST"
     # stager stripe into DIR/<node>/.
     J={work}/stage-$ds-$rep.json
@@ -79,7 +81,7 @@ for rep in $(seq 1 {reps}); do
     done
     FMT='{{"method": "stager-stripe", "dataset": "%s", "rep": %d, "wall_s": %s, '
     FMT+='"report": "%s"}}\n'
-    printf "$FMT" "$ds" "$rep" "$(echo "$t1 - $t0" | bc)" "$J" >> "$RES"
+    printf "$FMT" "$ds" "$rep" "$(elapsed "$t0" "$t1")" "$J" >> "$RES"
     mpirun --map-by ppr:1:node {python} -m stager clean --node-id-env SLURMD_NODENAME \
         {work}/$ds.hook >/dev/null
   done
