@@ -111,13 +111,14 @@ def test_collective_hdf5_layout_mismatch_fails_on_every_rank():
 
     comm = _comm()
     folder = shared_tmpdir(comm)
-    cols = 4 if comm.rank == comm.size - 1 and comm.size > 1 else 3
-    local = np.zeros((2, cols))
+    last = comm.rank == comm.size - 1
+    # a scalar on the last rank only: every rank fails, none is left in a collective
+    mine = np.float64(1.0) if last else np.zeros((2, 3))
+    with pytest.raises(ResultsError, match=rf"scalar on rank\(s\) \[{comm.size - 1}\]"):
+        write_collective(comm, os.path.join(folder, "x.h5"), "x", mine)
     if comm.size == 1:
-        local = np.zeros((2, 3), dtype=np.int32)
-        with pytest.raises(ResultsError, match="scalar"):
-            write_collective(comm, os.path.join(folder, "x.h5"), "x", np.float64(1.0))
         return
+    local = np.zeros((2, 4 if last else 3))
     with pytest.raises(ResultsError, match="disagree"):
         write_collective(comm, os.path.join(folder, "bad.h5"), "x", local, mode="w")
 

@@ -37,11 +37,21 @@ def _describe(local: np.ndarray) -> tuple:
     return (local.shape[0], tuple(local.shape[1:]), local.dtype.str)
 
 
-def _agree_layout(comm: Any, local: np.ndarray, path: str, name: str):
-    """Allgather (rows, trailing shape, dtype); every rank checks the same list."""
+def _agree_layout(comm: Any, local: Any, path: str, name: str):
+    """Allgather (rows, trailing shape, dtype); every rank checks the same list.
+
+    A scalar on any rank is an error on every rank (not a local raise that would
+    leave the others in the next collective).
+    """
     from stager.agree import agree
 
-    described = comm.allgather(_describe(local))
+    scalar = np.ndim(local) == 0  # before ascontiguousarray, which makes a scalar 1-d
+    gathered = comm.allgather(None if scalar else _describe(np.ascontiguousarray(local)))
+    scalars = [r for r, d in enumerate(gathered) if d is None]
+    if scalars:
+        raise ResultsError(f"{path}:{name}: results must be arrays of rows, got a scalar on "
+                           f"rank(s) {scalars}")
+    described = gathered
     error = None
     shapes = {d[1] for d in described}
     dtypes = {d[2] for d in described}
@@ -97,9 +107,6 @@ def write_collective(
     import h5py
     from h5py import h5s
 
-    local = np.ascontiguousarray(local)
-    if local.ndim == 0:
-        raise ResultsError(f"{path}:{name}: results must be arrays of rows, got a scalar")
     if mode not in ("a", "w"):
         raise ResultsError(f"mode must be 'a' or 'w', got {mode!r}")
     if not h5py.get_config().mpi:
@@ -108,6 +115,7 @@ def write_collective(
             "need Debian's python3-h5py-mpi run under mpirun; use write_gathered instead"
         )
     counts, row_shape, dtype = _agree_layout(comm, local, path, name)
+    local = np.ascontiguousarray(local)
     offset = int(row_offsets(counts)[comm.rank])
     total = int(sum(counts))
     shape = (total,) + row_shape
@@ -149,13 +157,14 @@ def write_gathered(
     ``root`` only (works without parallel HDF5; ``comm=None`` means "just
     this process"). Returns the total number of rows on every rank.
     """
-    local = np.ascontiguousarray(local)
-    if local.ndim == 0:
-        raise ResultsError(f"{path}:{name}: results must be arrays of rows, got a scalar")
     if comm is None:
+        if np.ndim(local) == 0:  # before ascontiguousarray, which makes a scalar 1-d
+            raise ResultsError(f"{path}:{name}: results must be arrays of rows, got a scalar")
+        local = np.ascontiguousarray(local)
         write_arrays(path, {name: local}, attrs={name: dict(attrs or {})}, mode=mode)
         return int(local.shape[0])
     counts, row_shape, dtype = _agree_layout(comm, local, path, name)
+    local = np.ascontiguousarray(local)
     parts = comm.gather(local, root=root)
     error = None
     if comm.rank == root:
