@@ -115,6 +115,17 @@ def log_weights(sigma: float, radius: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 @njit(cache=True, nogil=True)
+def _window_busy(nonzero, r, rad):
+    # True if any row within ``rad`` of row ``r`` (clamped at the edges, as
+    # mode='nearest') holds a non-zero pixel: otherwise the output row is zero.
+    h = nonzero.shape[0]
+    for j in range(-rad, rad + 1):
+        if nonzero[min(max(r + j, 0), h - 1)]:
+            return True
+    return False
+
+
+@njit(cache=True, nogil=True)
 def _corr_rows(src, nonzero, wts, dst):
     # Along axis 0, summed in scipy's order for symmetric kernels (centre
     # first, then the outermost pair inwards) so results are bit-identical.
@@ -123,11 +134,7 @@ def _corr_rows(src, nonzero, wts, dst):
     h, w = src.shape
     rad = (wts.shape[0] - 1) // 2
     for r in range(h):
-        busy = False
-        for j in range(-rad, rad + 1):
-            if nonzero[min(max(r + j, 0), h - 1)]:
-                busy = True
-        if not busy:
+        if not _window_busy(nonzero, r, rad):
             dst[r, :] = 0.0
             continue
         for c in range(w):
@@ -147,11 +154,7 @@ def _corr_cols_add(a, wa, b, wb, nonzero, line_a, line_b, acc_b, out):
     h, w = a.shape
     rad = (wa.shape[0] - 1) // 2
     for r in range(h):
-        busy = False
-        for j in range(-rad, rad + 1):
-            if nonzero[min(max(r + j, 0), h - 1)]:
-                busy = True
-        if not busy:
+        if not _window_busy(nonzero, r, rad):
             out[r, :] = 0.0
             continue
         for c in range(w):
