@@ -1,7 +1,7 @@
 """mpistage's stager: plan a hook spec, then stage it collectively to every node.
 
-Planning (``build_manifest``) is pure and serial; the collective layer is
-imported lazily so ``stager plan`` never loads MPI.
+Planning (``build_manifest``) is pure and serial. The collective layer imports
+mpi4py only when a collective function runs, so ``stager plan`` never loads MPI.
 """
 from stager.errors import CapacityError, PlanError, StagerError, TransferError, VerifyError
 from stager.manifest import BlockPlan, Entry, Manifest
