@@ -95,3 +95,10 @@ def test_missing_spec_exits_2(tmp_path):
     r = stager("plan", str(tmp_path / "nope.hook"), home=tmp_path)
     assert r.returncode == 2
     assert r.stderr.strip() == f"{tmp_path}/nope.hook: spec file not found: check the path"
+
+
+def test_planning_never_loads_mpi():
+    code = ("import sys, stager, stager.commands.plan; "
+            "sys.exit(1 if 'mpi4py' in sys.modules else 0)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, "importing stager for planning loaded mpi4py" + r.stderr
