@@ -24,7 +24,7 @@ import os
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -38,7 +38,7 @@ from stager.report import Progress, Report, SourceMeter
 from stager.transfer import FileJob, Sink, SourceReader, run_method
 
 __all__ = ["stage", "load_manifest", "load_destinations", "node_roots",
-           "check_node_options",
+           "check_node_options", "staged_layout",
            "NodeTargets",
            "node_targets"]
 
@@ -72,6 +72,24 @@ def load_destinations(spec: SpecLike, comm: Any) -> List[str]:
     destinations, which may still hold ``%n``.
     """
     return bcast_result(comm, _dest_templates, spec)
+
+
+def staged_layout(spec: SpecLike, comm: Any, emulate_nodes: Optional[int],
+                  node_id_env: Optional[str]) -> Tuple[Any, List[str], NodeLayout]:
+    """Collective over `comm`: every rank must call. The set-up ``verify`` and ``clean`` share.
+
+    Resolves the node options (keyword > environment), checks them against
+    ``comm`` (``MPI.COMM_WORLD`` if ``None``), reads the spec's destination
+    templates on rank 0 and builds the node layout. Returns ``(comm, templates,
+    layout)``; the caller frees the layout.
+    """
+    opts = resolve_options(emulate_nodes=emulate_nodes, node_id_env=node_id_env)
+    if comm is None:
+        from mpi4py import MPI
+        comm = MPI.COMM_WORLD
+    check_node_options(opts, comm)
+    templates = load_destinations(spec, comm)
+    return comm, templates, node_layout(comm, opts.emulate_nodes, opts.node_id_env)
 
 
 def node_roots(templates: List[str], node: str) -> List[str]:

@@ -16,10 +16,8 @@ from typing import Any, List, Optional, Tuple
 from stager import checksum, state
 from stager.agree import agree
 from stager.errors import VerifyError
-from stager.nodes import node_layout
-from stager.options import resolve_options
 from stager.nodes import on_node
-from stager.stage import SpecLike, check_node_options, load_destinations, node_roots
+from stager.stage import SpecLike, node_roots, staged_layout
 
 __all__ = ["verify", "VerifyReport", "Mismatch"]
 
@@ -99,13 +97,7 @@ def verify(spec: SpecLike, comm: Any = None, emulate_nodes: Optional[int] = None
     StagerError
         A state file is unreadable, or another failure (agreed on all ranks).
     """
-    opts = resolve_options(emulate_nodes=emulate_nodes, node_id_env=node_id_env)
-    if comm is None:
-        from mpi4py import MPI
-        comm = MPI.COMM_WORLD
-    check_node_options(opts, comm)
-    templates = load_destinations(spec, comm)
-    layout = node_layout(comm, opts.emulate_nodes, opts.node_id_env)
+    comm, templates, layout = staged_layout(spec, comm, emulate_nodes, node_id_env)
     try:
         files = nbytes = 0
         bad: List[Mismatch] = []
