@@ -245,7 +245,7 @@ def test_tiny_tmpfs_fails_capacity_check_before_any_write(scan):
 
 def test_kernels_reader_reads_the_staged_stack(scan):
     comm = _comm()
-    from kernels.readers import HDF5Stack
+    from kernels import HDF5Stack
     from stager.h5stage import stage_h5
     r = stage_h5(_spec(scan, "  scan42.h5:/entry/data/data[4:12]"), comm,
                  emulate_nodes=min(2, comm.size))

@@ -93,7 +93,7 @@ def h5_datasets(path):
 def serial_nf(folder):
     """The NF kernels run serially, in this process, on the same frames."""
     from kernels.nf import NFWorkspace, median_background, reduce_frame
-    from kernels.readers import TiffSeries
+    from kernels import TiffSeries
     from workflows.hedm_nf import kernel_params, read_nf_params, spot_tables
     from workflows.hedm_common import merge_tables
 
@@ -154,7 +154,7 @@ def test_nf_staged_mpi_equals_serial_kernels_and_local(nf_data, stage_root, tmp_
 
 def test_ff_staged_mpi_equals_serial_kernels_and_local(ff_data, stage_root, tmp_path):
     from kernels.ff import find_peaks
-    from kernels.readers import GEFile
+    from kernels import GEFile
     from workflows.hedm_ff import kernel_params, load_dark, read_ff_params
     from workflows.hedm_synth import load_truth, score
 

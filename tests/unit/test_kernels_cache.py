@@ -8,7 +8,7 @@ import pytest
 
 from kernels import CacheError, warm_cache
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 PROBE = """
 import json, sys

@@ -1,4 +1,4 @@
-"""Writers for the detector layouts :mod:`kernels.readers` reads.
+"""Writers for the detector layouts :mod:`kernels.io` reads.
 
 Each file is written under a temporary name and renamed into place, so a
 reader never sees a half-written file.  Frames come from any iterable (e.g.
@@ -12,8 +12,8 @@ from typing import Iterable
 
 import numpy as np
 
-from .errors import KernelArgumentError
-from .readers import GE_HEADER_BYTES
+from ..errors import KernelArgumentError
+from .ge import GE_HEADER_BYTES
 
 __all__ = ["write_tiff_series", "write_ge", "write_hdf5"]
 
