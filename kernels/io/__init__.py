@@ -21,7 +21,9 @@ _EXPORTS = {
     "FrameSource": "base",
     "GEFile": "ge", "GE_HEADER_BYTES": "ge", "GE_SHAPE": "ge",
     "TiffSeries": "tiff",
-    "HDF5Stack": "hdf5",
+    "HDF5Stack": "hdf5", "TiffStack": "tiff",
+    "FabioFrames": "fabio_frames", "RsciioFrames": "rsciio_frames",
+    "sniff": "detect", "SUPPORTED": "convert",
     "open_frames": "detect",
     "write_tiff_series": "writers", "write_ge": "writers", "write_hdf5": "writers",
 }

@@ -81,6 +81,7 @@ def write_hdf5(path: str, frames: Iterable[np.ndarray], n_frames: int, shape,
     with _atomic(path) as tmp, h5py.File(tmp, "w") as f:
         dset = f.create_dataset(dataset, (n_frames, *shape), dtype=np.uint16,
                                 chunks=(1, *shape), compression=compression)
+        dset.attrs["interpretation"] = np.bytes_("image")   # NeXus: frames along axis 0
         parent = dset.parent
         if parent.name != "/":
             parent.attrs["NX_class"] = "NXdata"
