@@ -7,7 +7,9 @@ signal as ``{"data", "axes"}`` where each axis says whether it ``navigate``\\ s
 a signal with exactly two signal axes, the last two, and numbers its frames by
 the navigation axes in C order (a 4D-STEM scan (sy, sx, ky, kx) gives sy*sx
 frames of (ky, kx)); anything else is a ``ReaderError``.  Data are opened
-lazily (dask), one frame computed per read.
+lazily (dask), one frame computed per read.  Frames are oriented as RosettaSciIO
+returns them (e.g. it flips Merlin MIB frames vertically: row 0 of a frame is
+the last row stored in the file).
 
 Install: ``pip install -c constraints.txt rosettasciio`` -- its core needs no
 h5py (its ``hdf5`` extra would pull a PyPI h5py over Debian's MPI build: do not

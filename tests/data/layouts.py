@@ -202,5 +202,45 @@ def fabio_entries(root: str) -> list:
              "stage": {"expect": "copy"}}]
 
 
+def write_mib(path: str, frames: np.ndarray, frames_per_line: int) -> None:
+    """A Quantum Detectors Merlin MIB file: per frame a 384-byte ASCII header of
+    comma-separated fields (MQ1, sequence number, data offset, chips, width,
+    height, pixel depth, sensor layout, chip select, time, shutter, counter,
+    colour, gain, thresholds, DACs, ..., extended timestamp, exposure in ns,
+    bit depth), then the pixels big-endian.  A line of the scan starts after a
+    longer pause, which is how readers find the scan's width without a .hdr."""
+    n, h, w = frames.shape
+    depth = {np.dtype(np.uint8): "U08", np.dtype(np.uint16): "U16",
+             np.dtype(np.uint32): "U32"}[frames.dtype]
+    t0 = np.datetime64("2026-11-21T10:00:00.000000000")
+    with open(path, "wb") as f:
+        for i, frame in enumerate(frames):
+            line, col = divmod(i, frames_per_line)
+            t = t0 + np.timedelta64(line * 50_000_000 + col * 1_000_000, "ns")
+            fields = ["MQ1", f"{i + 1:06d}", "00384", "01", f"{w:04d}", f"{h:04d}", depth,
+                      "   1x1", "01", str(t).replace("T", " ")[:26], "0.001000", "0", "0",
+                      "0"] + ["0.000000E+0"] * 8 + ["3RX"] + ["000"] * 27 + [
+                      "MQ1A", f"{t}Z", "1000000.000000ns", "12", ""]
+            header = ",".join(fields).encode()
+            f.write(header.ljust(384, b"\0"))
+            f.write(frame.astype(frames.dtype.newbyteorder(">")).tobytes())
+
+
+def rsciio_entries(root: str) -> list:
+    frames = np.random.default_rng(14).integers(0, 4000, (6, 32, 32)).astype(np.uint16)
+    frames[:, 0, 0] = np.arange(6)                 # acquisition order is visible
+    write_mib(os.path.join(root, "scan.mib"), frames, frames_per_line=3)
+    return [{"name": "mib", "path": "scan.mib", "format": "mib",
+             "origin": "Quantum Detectors Merlin MIB (frame headers as the Merlin manual and "
+                       "RosettaSciIO's reader describe them), a 3x2 scan of 32x32 frames",
+             "requires": ["rsciio"], "files": ["scan.mib"],
+             # RosettaSciIO returns Merlin frames flipped vertically (np.flip(axis=-2)):
+             # stored row 0 is the image's last row in its orientation; we follow it
+             "reads": [_read(0, np.ascontiguousarray(frames[:, ::-1]),
+                             orientation="rows flipped from the stored order, as RosettaSciIO")],
+             "stage": {"expect": "copy"}}]
+
+
 def entries(root: str) -> list:
-    return hdf5_entries(root) + tiff_entries(root) + ge_entries(root) + fabio_entries(root)
+    return (hdf5_entries(root) + tiff_entries(root) + ge_entries(root) + fabio_entries(root)
+            + rsciio_entries(root))

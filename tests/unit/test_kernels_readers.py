@@ -219,3 +219,17 @@ def test_vds_sources_resolved_from_the_master_folder(corpus, tmp_path, monkeypat
     with open_frames(os.path.join(corpus["root"], e["path"])) as r:
         assert frames_digest(np.stack([r.read(i) for i in range(r.n_frames)])) == \
             e["reads"][0]["sha256"]
+
+
+@pytest.mark.parametrize("name,module,hint", [("mib", "rsciio", "rosettasciio"),
+                                              ("edf", "fabio", "pip install --no-deps fabio")])
+def test_missing_optional_reader_names_the_extra(corpus, monkeypatch, name, module,  # noqa: F811
+                                                 hint):
+    if name not in [x["name"] for x in corpus["entries"]]:
+        pytest.skip(f"corpus entry {name} not built ({corpus['skipped']})")
+    e = entry(corpus, name)
+    for mod in [m for m in sys.modules if m == module or m.startswith(module + ".")]:
+        monkeypatch.delitem(sys.modules, mod)
+    monkeypatch.setitem(sys.modules, module, None)      # import now raises ImportError
+    with pytest.raises(ReaderError, match=hint):
+        open_frames(os.path.join(corpus["root"], e["path"]))
