@@ -1,6 +1,6 @@
 """``stager clean SPEC [--emulate-nodes K | --node-id-env VAR]`` (run under mpirun/srun).
 
-Removes exactly what the per-destination manifests say was staged, then the
+Removes exactly what the per-destination records say was staged, then the
 directories the stager created if they are empty. Exit 0, 1 on a failure, 2
 on a spec error.
 """
@@ -21,7 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from stager.clean import clean
+    from stager import clean
 
     def body(comm: Any) -> int:
         rep = clean(args.spec, comm, emulate_nodes=args.emulate_nodes,

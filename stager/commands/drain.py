@@ -40,7 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from mpi4py import MPI
 
-    from stager.drain import drain
+    from stager import drain
     from stager.errors import StagerError
 
     comm = MPI.COMM_WORLD

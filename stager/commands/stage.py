@@ -71,7 +71,7 @@ def run_collective(name: str, body: Callable[[Any], int]) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from stager.stage import stage
+    from stager import stage
 
     def body(comm: Any) -> int:
         report = stage(args.spec, comm, method=args.method, chunk_size=args.chunk_size,

@@ -1,6 +1,6 @@
 """``stager verify SPEC [--emulate-nodes K | --node-id-env VAR]`` (run under mpirun/srun).
 
-Every leader re-checksums its node's staged copies against the state written
+Every leader re-checksums its node's staged copies against the records written
 by ``stage``. Exit 0 if all match; 1 with one line per mismatch (node and
 file) on rank 0's stderr; 2 on a spec error.
 """
@@ -22,7 +22,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from stager.errors import VerifyError
-    from stager.verify import verify
+    from stager import verify
 
     def body(comm: Any) -> int:
         try:
