@@ -34,12 +34,6 @@ def _setup(comm, tmp: str, unique: bool = True) -> tuple[str, str, int]:
 
 
 @pytest.fixture
-def comm():
-    from mpi4py import MPI
-    return MPI.COMM_WORLD
-
-
-@pytest.fixture
 def tmp(comm):
     from tests.mpiutil import shared_tmpdir
     path = shared_tmpdir(comm, prefix="drain-test-")
