@@ -45,7 +45,7 @@ _WHERE = {
     "read_rendezvous": "rendezvous", "wait_for_rendezvous": "rendezvous",
     "Assembler": "assemble", "Partition": "assemble", "ScanReport": "accounting",
     "Receiver": "receiver", "Producer": "producer",
-    "StreamV2Receiver": "streamv2", "StreamV2Simulator": "streamv2",
+    "StreamV2Receiver": "streamv2_receiver", "StreamV2Simulator": "simulate",
     "decode_message": "streamv2",
     "SimulatedScan": "simulate", "synthetic_frame": "simulate", "run_producers": "simulate",
 }

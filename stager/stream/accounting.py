@@ -60,6 +60,8 @@ class ScanReport:
         ``end`` messages due (producers x receivers) and arrived.
     sent : int
         Sum of ``sent`` over the arrived ``end`` messages.
+    ends_uncounted : int
+        Arrived ends that carry no count (Stream V2): then ``lost_in_transport`` is None.
     received_data : int
         ``data`` messages that named this scan (accepted or rejected).
     rejected : Counter
@@ -79,6 +81,7 @@ class ScanReport:
     ends_expected: int = 0
     ends_received: int = 0
     sent: int = 0
+    ends_uncounted: int = 0
     received_data: int = 0
     accepted_bytes: int = 0
     rejected: Counter = field(default_factory=Counter)
@@ -133,7 +136,7 @@ class ScanReport:
     @property
     def lost_in_transport(self) -> Optional[int]:
         """Data messages sent but never received; None until every ``end`` arrived."""
-        if self.ends_received < self.ends_expected:
+        if self.ends_received < self.ends_expected or self.ends_uncounted:
             return None
         return self.sent - self.received_data
 
@@ -159,7 +162,8 @@ class ScanReport:
             got=self.got | other.got, receivers=self.receivers + other.receivers,
             ends_expected=self.ends_expected + other.ends_expected,
             ends_received=self.ends_received + other.ends_received,
-            sent=self.sent + other.sent, received_data=self.received_data + other.received_data,
+            sent=self.sent + other.sent, ends_uncounted=self.ends_uncounted + other.ends_uncounted,
+            received_data=self.received_data + other.received_data,
             accepted_bytes=self.accepted_bytes + other.accepted_bytes,
             rejected=self.rejected + other.rejected,
             rejected_unattributed=self.rejected_unattributed + other.rejected_unattributed,

@@ -278,7 +278,10 @@ class Assembler:
             return
         st.ends.add(e.producer)
         st.report.ends_received += 1
-        st.report.sent += e.sent or 0
+        if e.sent is None:
+            st.report.ends_uncounted += 1
+        else:
+            st.report.sent += e.sent
         if len(st.ends) >= st.report.ends_expected:
             self.close(e.scan, "end")
 

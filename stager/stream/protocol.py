@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, NamedTuple, Tuple, Union
+from typing import Any, NamedTuple, Optional, Tuple, Union
 
 from stager.stream.errors import ProtocolError
 
@@ -165,11 +165,15 @@ class Data(NamedTuple):
 
 @dataclass(frozen=True)
 class End:
-    """An ``end`` header: producer ``producer`` sent ``sent`` data messages to this receiver."""
+    """An ``end`` header: producer ``producer`` sent ``sent`` data messages to this receiver.
+
+    ``sent`` is None only for ends that do not come from the native protocol (a
+    Stream V2 ``end`` carries no count).
+    """
 
     scan: str
     producer: int
-    sent: int
+    sent: Optional[int]
 
 
 Header = Union[Begin, Data, End]

@@ -24,7 +24,7 @@ from stager.stream.accounting import ScanReport
 from stager.stream.assemble import DEFAULT_MEMORY_BYTES, Assembler, Partition
 from stager.stream.errors import StreamError
 
-__all__ = ["Receiver", "DEFAULT_HWM", "resolve_endpoint"]
+__all__ = ["Receiver", "SocketLoop", "DEFAULT_HWM", "resolve_endpoint"]
 
 #: Messages ZeroMQ queues per peer on each side before a producer blocks.
 DEFAULT_HWM = 100
@@ -43,7 +43,93 @@ def resolve_endpoint(bound: str, advertise: Optional[str] = None) -> str:
     return f"tcp://{host}:{port}"
 
 
-class Receiver:
+class SocketLoop:
+    """What every receiving socket shares: the step/serve loop, reports, closing.
+
+    Subclasses set ``self._sock`` and ``self.assembler`` and implement
+    :meth:`_read`, which handles the messages waiting on the socket.
+    """
+
+    assembler: Assembler
+    _sock: Any
+
+    def __init__(self, on_close: Optional[Callable[[ScanReport], Any]]) -> None:
+        import zmq
+
+        self._zmq = zmq
+        self.reports: List[ScanReport] = []
+        self._user_on_close = on_close
+        self.messages = 0
+
+    def _closed(self, rep: ScanReport) -> None:
+        self.reports.append(rep)
+        if self._user_on_close is not None:
+            self._user_on_close(rep)
+
+    def _read(self, max_messages: int) -> int:
+        raise NotImplementedError
+
+    def _expire(self) -> None:
+        self.assembler.expire()
+
+    def _ready(self) -> None:
+        """Called by :meth:`serve` before its loop (bind or connect if not done)."""
+
+    def step(self, timeout: float = 0.1, max_messages: int = 1000) -> int:
+        """Wait up to ``timeout`` s for messages, handle at most ``max_messages``, close
+        scans idle for longer than the idle timeout. Returns the messages handled."""
+        n = 0
+        if self._sock.poll(int(timeout * 1000), self._zmq.POLLIN):
+            n = self._read(max_messages)
+        self.messages += n
+        self._expire()
+        return n
+
+    def serve(self, scans: int = 1, timeout: Optional[float] = None,
+              stop: Optional[threading.Event] = None, tick: float = 0.1) -> List[ScanReport]:
+        """Receive until ``scans`` scans have closed (by their ends or idle timeout).
+
+        Parameters
+        ----------
+        scans : int
+            How many scans to serve, one after the other or at once.
+        timeout : float, optional
+            Overall limit in seconds; when reached, open scans close as ``stopped``.
+        stop : threading.Event, optional
+            Set from another thread to stop the same way.
+        tick : float
+            Longest wait of one poll (how late a timeout or ``stop`` is noticed).
+
+        Returns
+        -------
+        list of ScanReport
+            The reports of the scans closed during this call, in closing order.
+        """
+        self._ready()
+        start = len(self.reports)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while len(self.reports) - start < scans:
+            if stop is not None and stop.is_set():
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            self.step(tick)
+        if len(self.reports) - start < scans:
+            self.assembler.close_all("stopped")
+        return self.reports[start:]
+
+    def close(self) -> None:
+        """Close the socket; unread messages are dropped."""
+        self._sock.close(linger=0)
+
+    def __enter__(self) -> SocketLoop:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Receiver(SocketLoop):
     """A PULL socket that assembles native-protocol messages.
 
     Parameters
@@ -75,11 +161,8 @@ class Receiver:
                  idle_timeout: float = 30.0,
                  on_close: Optional[Callable[[ScanReport], Any]] = None,
                  context: Any = None) -> None:
-        import zmq
-
-        self._zmq = zmq
-        self.reports: List[ScanReport] = []
-        self._user_on_close = on_close
+        super().__init__(on_close)
+        zmq = self._zmq
         self.assembler = Assembler(deliver, receiver=index, receivers=count,
                                    partition_frames=partition_frames,
                                    memory_bytes=memory_bytes, max_scans=max_scans,
@@ -90,15 +173,9 @@ class Receiver:
         if rcvbuf:
             self._sock.setsockopt(zmq.RCVBUF, rcvbuf)
         self._sock.setsockopt(zmq.LINGER, 0)
-        self._bind_addr = bind.replace(":0", ":*") if bind.endswith(":0") else bind
+        self._bind_addr = bind[:-2] + ":*" if bind.endswith(":0") else bind
         self.advertise = advertise
         self.endpoint: Optional[str] = None
-        self.messages = 0
-
-    def _closed(self, rep: ScanReport) -> None:
-        self.reports.append(rep)
-        if self._user_on_close is not None:
-            self._user_on_close(rep)
 
     def bind(self) -> str:
         """Bind the socket; return the endpoint to publish in the rendezvous file."""
@@ -112,64 +189,20 @@ class Receiver:
         self.endpoint = resolve_endpoint(bound, self.advertise)
         return self.endpoint
 
-    def step(self, timeout: float = 0.1, max_messages: int = 1000) -> int:
-        """Wait up to ``timeout`` s for messages, handle at most ``max_messages``; expire
-        idle scans. Returns the number of messages handled."""
-        zmq = self._zmq
-        sock, feed = self._sock, self.assembler.feed
-        n = 0
-        if sock.poll(int(timeout * 1000), zmq.POLLIN):
-            while n < max_messages:
-                try:
-                    parts = [sock.recv(zmq.NOBLOCK)]
-                except zmq.Again:
-                    break
-                while sock.rcvmore:
-                    parts.append(sock.recv(copy=False))
-                feed(parts)
-                n += 1
-        self.messages += n
-        self.assembler.expire()
-        return n
-
-    def serve(self, scans: int = 1, timeout: Optional[float] = None,
-              stop: Optional[threading.Event] = None, tick: float = 0.1) -> List[ScanReport]:
-        """Receive until ``scans`` scans have closed (by their ends or idle timeout).
-
-        Parameters
-        ----------
-        scans : int
-            How many scans to serve, one after the other or at once.
-        timeout : float, optional
-            Overall limit in seconds; when reached, open scans close as ``stopped``.
-        stop : threading.Event, optional
-            Set from another thread to stop the same way.
-
-        Returns
-        -------
-        list of ScanReport
-            The reports of the scans closed during this call, in closing order.
-        """
+    def _ready(self) -> None:
         if self.endpoint is None:
             self.bind()
-        start = len(self.reports)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while len(self.reports) - start < scans:
-            if stop is not None and stop.is_set():
+
+    def _read(self, max_messages: int) -> int:
+        zmq, sock, feed = self._zmq, self._sock, self.assembler.feed
+        n = 0
+        while n < max_messages:
+            try:
+                parts = [sock.recv(zmq.NOBLOCK)]
+            except zmq.Again:
                 break
-            if deadline is not None and time.monotonic() >= deadline:
-                break
-            self.step(tick)
-        if len(self.reports) - start < scans:
-            self.assembler.close_all("stopped")
-        return self.reports[start:]
-
-    def close(self) -> None:
-        """Close the socket (unread messages are dropped: the scans are closed first)."""
-        self._sock.close(linger=0)
-
-    def __enter__(self) -> Receiver:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+            while sock.rcvmore:
+                parts.append(sock.recv(copy=False))
+            feed(parts)
+            n += 1
+        return n
