@@ -207,6 +207,9 @@ class Assembler:
         try:
             h = decode_header(parts[0])
         except ProtocolError as e:
+            st = self.scans.get(e.scan) if e.scan is not None else None
+            if st is not None and e.kind == "data":   # a data message of this scan, unusable
+                st.report.received_data += 1
             self.reject(e.reason, e.detail, e.scan)
             return
         if isinstance(h, Data):

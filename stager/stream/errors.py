@@ -24,11 +24,13 @@ class ProtocolError(StreamError):
     rejection with its ``reason`` instead of letting it escape.
     """
 
-    def __init__(self, reason: str, detail: str, scan: str | None = None) -> None:
+    def __init__(self, reason: str, detail: str, scan: str | None = None,
+                 kind: str | None = None) -> None:
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
         self.detail = detail
         self.scan = scan
+        self.kind = kind
 
 
 class CodecError(StreamError):

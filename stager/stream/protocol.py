@@ -305,6 +305,7 @@ def decode_header(buf: Any) -> Header:
     except ProtocolError as e:
         if e.scan is None and scan_ok:
             e.scan = scan
+        e.kind = kind if isinstance(kind, str) else None
         raise
     raise ProtocolError(Reason.MALFORMED, f"kind {kind!r} is not 'begin', 'data' or 'end'",
                         scan if scan_ok else None)

@@ -127,10 +127,13 @@ class SimulatedScan:
                 and (f, s) not in self.drop]
 
 
-def malformed_messages(scan: str, geometry: ScanGeometry) -> Dict[str, Tuple[List[bytes], str]]:
-    """Broken messages by name -> (frames, the reason a receiver must give).
+def malformed_messages(scan: str, geometry: ScanGeometry
+                       ) -> Dict[str, Tuple[List[bytes], str, bool]]:
+    """Broken messages by name -> (frames, the reason a receiver must give, counted).
 
     Every one is aimed at receiver 0 and at frame 0, which receiver 0 owns.
+    ``counted`` says whether the receiver can tell it is a data message of
+    ``scan`` (then the producer counts it in its ``end``'s ``sent``).
     """
     import msgpack
 
@@ -138,22 +141,22 @@ def malformed_messages(scan: str, geometry: ScanGeometry) -> Dict[str, Tuple[Lis
     good = (r1 - r0) * geometry.shape[1] * geometry.itemsize
     hdr = encode_data(scan, 0, 0, (r0, r1))
     return {
-        "not_msgpack": ([b"\xc1 this is not msgpack", b""], Reason.MALFORMED.value),
-        "not_a_map": ([msgpack.packb([1, 2, 3]), b""], Reason.MALFORMED.value),
+        "not_msgpack": ([b"\xc1 this is not msgpack", b""], Reason.MALFORMED.value, False),
+        "not_a_map": ([msgpack.packb([1, 2, 3]), b""], Reason.MALFORMED.value, False),
         "missing_field": ([msgpack.packb({"kind": "data", "scan": scan, "frame": 0,
                                           "rows": [r0, r1], "encoding": "raw"}), b"\0" * good],
-                          Reason.MALFORMED.value),
-        "one_frame": ([hdr], Reason.MALFORMED.value),
-        "wrong_payload_size": ([hdr, b"\0" * (good + 1)], Reason.PAYLOAD_SIZE.value),
+                          Reason.MALFORMED.value, True),
+        "one_frame": ([hdr], Reason.MALFORMED.value, False),
+        "wrong_payload_size": ([hdr, b"\0" * (good + 1)], Reason.PAYLOAD_SIZE.value, True),
         "unknown_encoding": ([msgpack.packb({"kind": "data", "scan": scan, "frame": 0,
                                              "sector": 0, "rows": [r0, r1],
                                              "encoding": "zstd"}), b"\0" * good],
-                             Reason.ENCODING.value),
+                             Reason.ENCODING.value, True),
         "unknown_scan": ([encode_data("no-such-scan", 0, 0, (r0, r1)), b"\0" * good],
-                         Reason.UNKNOWN_SCAN.value),
+                         Reason.UNKNOWN_SCAN.value, False),
         "corrupt_lz4": ([encode_data(scan, 0, 0, (r0, r1), "lz4"),
                          good.to_bytes(8, "big") + good.to_bytes(4, "big") + b"\0\0\0\x09junk!"],
-                        Reason.CORRUPT.value),
+                        Reason.CORRUPT.value, True),
     }
 
 
@@ -173,7 +176,9 @@ def run_producer(scan: SimulatedScan, endpoints: Sequence[str], producer: int,
         if producer == 0 and scan.inject:
             bad = malformed_messages(g.scan, g)
             for name in scan.inject:
-                p.send_parts(0, list(bad[name][0]))
+                parts, _, counted = bad[name]
+                p.send_parts(0, list(parts))
+                p.sent[g.scan][0] += counted
         cached: Tuple[int, Optional[np.ndarray]] = (-1, None)
         for f, s in scan.sent_by(producer):
             if scan.rate:
