@@ -19,7 +19,8 @@ Decoding uses ``dectris-compression`` (DECTRIS's own C implementation, MIT) when
 is installed. Without it, a numpy + ``lz4`` fallback decodes the same bytes, so a
 receiver still works where no C compiler could build it -- but slowly: one 576x576
 uint16 frame of sparse counts took 12.5 ms against 0.1 ms for dectris-compression
-(this machine, 2026-11-23; ``bench/stream_bench.py --codecs`` measures it again). Encoding (only producers and the simulators
+(this machine, 2026-11-23; ``bench/stream_bench.py --codecs`` measures it
+again). Encoding (only producers and the simulators
 encode) is numpy + ``lz4.block``: no maintained Python package exposes the
 bitshuffle+LZ4 *encoder* without building HDF5 plugins.
 """
@@ -93,7 +94,7 @@ def bitshuffle_block(block: np.ndarray, itemsize: int) -> np.ndarray:
 
 
 def bitunshuffle_block(shuffled: np.ndarray, n: int, itemsize: int) -> np.ndarray:
-    """Inverse of :func:`bitshuffle_block`: ``(nblocks, n*itemsize)`` -> ``(nblocks, n, itemsize)``."""
+    """Inverse of :func:`bitshuffle_block`: ``(nb, n*itemsize)`` -> ``(nb, n, itemsize)``."""
     nb = shuffled.shape[0]
     bits = np.unpackbits(shuffled.reshape(nb, 8 * itemsize, n // 8), axis=2, bitorder="little")
     return np.packbits(bits.transpose(0, 2, 1), axis=2, bitorder="little")
@@ -168,8 +169,8 @@ def lz4_decode(payload: Any) -> bytes:
     if dec is not None:
         try:
             return bytes(dec(payload, "lz4"))
-        except Exception as e:
-            raise CodecError(CORRUPT, f"lz4 payload does not decode: {e}") from None
+        except Exception as err:
+            raise CodecError(CORRUPT, f"lz4 payload does not decode: {err}") from None
     lz4b = _lz4_block()
     mv = memoryview(payload).cast("B")
     total, bs = _HEADER.unpack_from(mv)
@@ -187,8 +188,8 @@ def lz4_decode(payload: Any) -> bytes:
                 chunk, uncompressed_size=n)
             pos += stored
             done += n
-    except Exception as e:
-        raise CodecError(CORRUPT, f"lz4 payload does not decode: {e}") from None
+    except Exception as err:
+        raise CodecError(CORRUPT, f"lz4 payload does not decode: {err}") from None
     return bytes(out)
 
 
@@ -198,15 +199,15 @@ def bslz4_decode(payload: Any, itemsize: int) -> bytes:
     if dec is not None:
         try:
             return bytes(dec(payload, "bslz4", elem_size=itemsize))
-        except Exception as e:
-            raise CodecError(CORRUPT, f"bslz4 payload does not decode: {e}") from None
+        except Exception as err:
+            raise CodecError(CORRUPT, f"bslz4 payload does not decode: {err}") from None
     lz4b = _lz4_block()
     mv = memoryview(payload).cast("B")
     total, bbytes = _HEADER.unpack_from(mv)
     e = itemsize
     if total % e or bbytes % e or (bbytes // e) % 8 or bbytes == 0:
         raise CodecError(CORRUPT, f"bslz4 header: {total} bytes in blocks of {bbytes} "
-                         f"bytes does not fit element size {e}")
+                         f"bytes does not fit element size {itemsize}")
     count, bs = total // e, bbytes // e
     out = np.empty(total, np.uint8)
     pos = _HEADER.size
@@ -230,8 +231,8 @@ def bslz4_decode(payload: Any, itemsize: int) -> bytes:
         if len(tail) != (count - done) * e:
             raise ValueError(f"{len(tail)} trailing bytes, expected {(count - done) * e}")
         out[done * e:] = np.frombuffer(tail, np.uint8)
-    except Exception as ex:
-        raise CodecError(CORRUPT, f"bslz4 payload does not decode: {ex}") from None
+    except Exception as err:
+        raise CodecError(CORRUPT, f"bslz4 payload does not decode: {err}") from None
     return out.tobytes()
 
 

@@ -272,7 +272,7 @@ def decode_header(buf: Any) -> Header:
     scan_ok = isinstance(scan, str) and _SCAN_RE.match(scan) is not None
     try:
         if kind == "data":
-            check_scan_name(scan)
+            scan = check_scan_name(scan)
             encoding = _field(h, "encoding")
             frame = _index("frame", _field(h, "frame"))
             sector = _index("sector", _field(h, "sector"))

@@ -78,7 +78,7 @@ class StreamV2Receiver(SocketLoop):
         self.starts: Dict[int, Start] = {}
         self._channel: Dict[int, str] = {}
         self._deferred: Dict[int, Start] = {}   # start without image_dtype: open at 1st image
-        self._pending: "OrderedDict[int, Tuple[float, Image]]" = OrderedDict()
+        self._pending: OrderedDict[int, Tuple[float, Image]] = OrderedDict()
         self._held = itertools.count()
         self._ctx = context or zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.PULL)
@@ -175,7 +175,11 @@ class StreamV2Receiver(SocketLoop):
         sid, scan = im.series_id, scan_name(im.series_id)
         if sid in self._deferred and self._channel[sid] in im.data:
             self._open(self._deferred.pop(sid), im.data[self._channel[sid]].dtype)
-        if scan not in self.assembler.scans and scan not in self.assembler.closed:
+        if scan in self.assembler.closed:
+            self.assembler.reject(Reason.LATE, f"series {sid} image {im.image_id} arrived "
+                                  "after the series closed here")
+            return
+        if scan not in self.assembler.scans:
             self._hold(im)
             return
         channel = self._channel.get(sid, self.channel or "")

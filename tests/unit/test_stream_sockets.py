@@ -133,7 +133,8 @@ def test_slow_consumer_blocks_producers_at_the_hwm_and_nothing_is_lost():
             t.join()
         finished["delivered"] = sink.count
         finished["results"] = results
-        print("delivered when producers finished:", sink.count, "blocked:", [round(r["blocked_s"], 2) for r in results])
+        print("delivered when producers finished:", sink.count, "blocked:",
+              [round(r["blocked_s"], 2) for r in results])
 
     rxs = [Receiver(sink, rcvhwm=hwm, rcvbuf=buf)]
     out = []
