@@ -69,6 +69,8 @@ class ScanReport:
     rejected_unattributed : Counter
         Rejections that named no open scan (malformed, unknown scan), counted while
         this scan was open.
+    buffer_bytes : int
+        Partition memory the assembler allocated for this scan (its high-water mark).
     ended_by : str
         ``end`` (all ends arrived), ``timeout`` (idle longer than the timeout) or
         ``stopped`` (the receiver was stopped first); merged: the worst of them.
@@ -88,6 +90,7 @@ class ScanReport:
     rejected_unattributed: Counter = field(default_factory=Counter)
     examples: List[str] = field(default_factory=list)
     evicted_partitions: int = 0
+    buffer_bytes: int = 0
     ended_by: str = "end"
     first_message: float = 0.0
     last_message: float = 0.0
@@ -169,6 +172,7 @@ class ScanReport:
             rejected_unattributed=self.rejected_unattributed + other.rejected_unattributed,
             examples=(self.examples + other.examples)[:MAX_EXAMPLES],
             evicted_partitions=self.evicted_partitions + other.evicted_partitions,
+            buffer_bytes=max(self.buffer_bytes, other.buffer_bytes),
             ended_by=max(self.ended_by, other.ended_by, key=order.index),
             first_message=min(self.first_message, other.first_message),
             last_message=max(self.last_message, other.last_message),
@@ -197,6 +201,7 @@ class ScanReport:
                              (str(k), v) for k, v in self.rejected_unattributed.items()))},
             "rejection_examples": list(self.examples),
             "evicted_partitions": self.evicted_partitions,
+            "buffer_bytes": self.buffer_bytes,
             "bytes": self.accepted_bytes,
             "seconds": round(max(self.last_message - self.first_message, 0.0), 6),
         }

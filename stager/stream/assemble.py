@@ -18,10 +18,10 @@ Partitions
     zeroed).
 
 Memory bound
-    Per open scan, a pool of ``slots`` partition buffers, ``slots = max(2,
+    Per open scan, at most ``slots`` partition buffers, ``slots = max(2,
     memory_bytes // (K * frame_bytes))`` (never more than the partitions the scan
-    has here), allocated with ``numpy.empty`` (pages are committed when first
-    written); plus the accounting, ``frames x (sectors + 3)`` bytes. At most
+    has here), each allocated when first needed and then reused; plus the
+    accounting, ``frames x (sectors + 3)`` bytes. At most
     ``max_scans`` scans are open at once (a further ``begin`` is rejected ``busy``),
     so the assembler holds at most ``max_scans x (memory_bytes + accounting)``.
     The ZeroMQ queues in front of it add ``RCVHWM`` messages (see the receiver).
@@ -118,8 +118,12 @@ class _Scan:
         self.partitions = max(1, -(-self.local // K))
         slots = max(2, a.memory_bytes // max(1, K * g.frame_bytes))
         self.slots = min(slots, self.partitions)
-        self.pool = np.empty((self.slots, K, *g.shape), np.dtype(g.dtype))
-        self.free: List[int] = list(range(self.slots))[::-1]
+        # Partition buffers are allocated when first needed and reused most-recent
+        # first: a stream whose producers keep pace touches 2-3 of them (warm in
+        # cache, no page faults), a skewed one grows to at most `slots`.
+        self.pool: List[np.ndarray] = []
+        self.dtype = np.dtype(g.dtype)
+        self.free: List[int] = []
         self.open: Dict[int, _Open] = {}          # insertion order = age
         self.done = np.zeros(self.partitions if a.routing == "modulo" else 0, bool)
         self.placed: Dict[int, Tuple[int, int]] = {}  # routing any: frame -> (key, row)
@@ -321,7 +325,7 @@ class Assembler:
             return
         op, row = place
         try:
-            decode_into(d.encoding, payload, st.pool[op.slot, row, r0:r1])
+            decode_into(d.encoding, payload, st.pool[op.slot][row, r0:r1])
         except CodecError as e:
             self.reject(e.reason, f"{where}: {e.detail}", d.scan)
             return
@@ -369,9 +373,13 @@ class Assembler:
 
     def _open(self, st: _Scan, key: int, frames: np.ndarray, remaining: int) -> _Open:
         if not st.free:
-            oldest = next(iter(st.open.values()))
-            st.report.evicted_partitions += 1
-            self._deliver(st, oldest, evicted=True)
+            if len(st.pool) < st.slots:
+                st.pool.append(np.empty((self.partition_frames, *st.g.shape), st.dtype))
+                st.free.append(len(st.pool) - 1)
+            else:
+                oldest = next(iter(st.open.values()))
+                st.report.evicted_partitions += 1
+                self._deliver(st, oldest, evicted=True)
         op = _Open(key, st.free.pop(), frames, remaining)
         st.open[key] = op
         return op
@@ -387,7 +395,7 @@ class Assembler:
                 st.next_key += 1
         k = op.filled if self.routing == "any" else len(op.frames)
         frames = op.frames[:k]
-        data = st.pool[op.slot, :k]
+        data = st.pool[op.slot][:k]
         got = st.report.got[frames]
         complete = got.all(axis=1)
         for i in np.flatnonzero(~complete):   # zero what did not arrive
@@ -417,6 +425,7 @@ class Assembler:
         rep = st.report
         rep.ended_by = ended_by
         rep.accepted_bytes = st.bytes
+        rep.buffer_bytes = sum(b.nbytes for b in st.pool)
         rep.closed_at = self.clock()
         self.closed[scan] = rep
         if self.on_close is not None:

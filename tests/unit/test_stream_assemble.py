@@ -128,9 +128,10 @@ def test_memory_bound_evicts_oldest_partition_and_counts_it():
     imgs = frames_of(g)
     # budget for exactly 2 partitions of 2 frames
     a, sink, _ = make(g, partition_frames=2, memory_bytes=2 * 2 * g.frame_bytes)
-    assert a.scans["m"].pool.shape == (2, 2, 4, 4)
+    assert a.scans["m"].slots == 2 and a.scans["m"].pool == []
     send(a, g, imgs, 0, 0)      # partition 0 opens
     send(a, g, imgs, 2, 0)      # partition 1 opens
+    assert [b.shape for b in a.scans["m"].pool] == [(2, 4, 4), (2, 4, 4)]
     send(a, g, imgs, 4, 0)      # partition 2: no slot -> partition 0 delivered early
     assert sink.parts[0] == (0, [0, 1], [False, False], True)
     send(a, g, imgs, 0, 1)      # its sector comes late
