@@ -10,7 +10,10 @@ its images. This client therefore:
 - calls ``on_start`` / ``on_end`` with the decoded messages it receives, and
   accepts :meth:`StreamV2Receiver.apply_start` / :meth:`apply_end` from outside:
   that is how the MPI layer (phase 2) shares them, so every client opens and
-  closes the series;
+  closes the series. A shared end closes a series only after ``grace`` seconds
+  without an image of it: the end reached another client, and this client's
+  last images may still be in flight (measured: without the grace, images
+  queued behind a shared end were rejected ``late``);
 - keeps images that arrive before their series' start is known (at most
   ``pending_max``, each at most ``idle_timeout`` seconds; beyond either they are
   rejected ``unknown_scan``).
@@ -80,6 +83,7 @@ class StreamV2Receiver(SocketLoop):
         self._deferred: Dict[int, Start] = {}   # start without image_dtype: open at 1st image
         self._pending: OrderedDict[int, Tuple[float, Image]] = OrderedDict()
         self._held = itertools.count()
+        self._ending: Dict[str, Tuple[float, float]] = {}   # scan -> (grace, deadline)
         self._ctx = context or zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.PULL)
         self._sock.setsockopt(zmq.RCVHWM, rcvhwm)
@@ -166,10 +170,18 @@ class StreamV2Receiver(SocketLoop):
             _, im = self._pending.pop(key)
             self._image(im)
 
-    def apply_end(self, end: End) -> None:
-        """Close the series (an end received here or shared by another client)."""
+    def apply_end(self, end: End, grace: float = 0.0) -> None:
+        """Close the series: now (``grace`` 0: the end reached this client, after every
+        image the detector sent it), or once no image of it came for ``grace`` seconds
+        (an end shared by another client: this client's last images may still be on
+        their way)."""
         self._deferred.pop(end.series_id, None)
-        self.assembler.end(NativeEnd(scan_name(end.series_id), 0, None))
+        scan = scan_name(end.series_id)
+        if grace > 0 and scan in self.assembler.scans:
+            self._ending[scan] = (grace, self.assembler.clock() + grace)
+            return
+        self._ending.pop(scan, None)
+        self.assembler.end(NativeEnd(scan, 0, None))
 
     def _image(self, im: Image) -> None:
         sid, scan = im.series_id, scan_name(im.series_id)
@@ -195,6 +207,9 @@ class StreamV2Receiver(SocketLoop):
                                   f"start said {st.g.shape} {st.g.dtype}", scan)
             return
         self.assembler.data(Data(scan, im.image_id, 0, 0, ch.shape[0], ch.encoding), ch.payload)
+        if scan in self._ending:
+            grace = self._ending[scan][0]
+            self._ending[scan] = (grace, self.assembler.clock() + grace)
 
     def _hold(self, im: Image) -> None:
         key = next(self._held)
@@ -214,4 +229,9 @@ class StreamV2Receiver(SocketLoop):
             self.assembler.reject(Reason.UNKNOWN_SCAN, f"series {im.series_id} image "
                                   f"{im.image_id}: no start within "
                                   f"{self.assembler.idle_timeout:g} s")
+        for scan, (_, deadline) in list(self._ending.items()):
+            if now >= deadline:
+                del self._ending[scan]
+                if scan in self.assembler.scans:
+                    self.assembler.end(NativeEnd(scan, 0, None))
         self.assembler.expire()

@@ -180,12 +180,11 @@ def test_two_clients_share_start_and_end_and_their_reports_merge():
     and are handed to the other (what the MPI layer will do)."""
     frames = [np.full((8, 8), i, "<u2") for i in range(20)]
     with StreamV2Simulator(sndhwm=1000) as sim:
-        peers = []
-        rxs, threads, got, reports = serve_v2(
-            sim, clients=2, idle_timeout=20,
-            on_start=lambda s: [p.apply_start(s) for p in peers if s.series_id not in p.starts],
-            on_end=lambda e: [p.apply_end(e) for p in peers])
-        peers.extend(rxs)
+        rxs, threads, got, reports = serve_v2(sim, clients=2, idle_timeout=20)
+        for me in rxs:   # what the MPI layer will do: hand start and end to the others
+            others = [p for p in rxs if p is not me]
+            me.on_start = lambda s, others=others: [p.apply_start(s) for p in others]
+            me.on_end = lambda e, others=others: [p.apply_end(e, grace=1.0) for p in others]
         # both clients connected before the first message: ZeroMQ deals to connected peers
         time.sleep(0.5)
         for t_ in threads:
@@ -199,6 +198,7 @@ def test_two_clients_share_start_and_end_and_their_reports_merge():
     reps = [r[0] for r in reports]
     assert all(r.ended_by == "end" for r in reps)
     assert all(0 < r.complete_frames.size < 19 for r in reps)      # both got some
+    assert all(not r.rejected and not r.rejected_unattributed for r in reps)
     merged = functools.reduce(ScanReport.merge, reps)
     assert merged.missing_frames.tolist() == [6] and merged.complete_frames.size == 19
     assert sorted(got) == [f for f in range(20) if f != 6]
