@@ -106,6 +106,12 @@ def test_encoders_refuse_what_receivers_would_reject():
         ScanGeometry("a b", 1, 1, 1, (1, 1), "<u2", (1, 1))
 
 
+def test_every_public_name_resolves():
+    import stager.stream as ss
+
+    assert all(getattr(ss, name) is not None for name in ss.__all__)
+
+
 def test_import_loads_no_wire_library():
     code = ("import sys, stager.stream, stager.stream.protocol, stager.stream.rendezvous;"
             "bad = [m for m in ('zmq', 'msgpack', 'cbor2', 'lz4', 'dectris') if m in sys.modules];"
