@@ -25,6 +25,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Tuple
 
 import numpy as np
 
+from workflows.apps import App
 from workflows.errors import WorkflowError
 
 __all__ = ["replacing", "cached", "cache_stats", "is_series", "merge_tables", "phase_spans",
@@ -166,8 +167,6 @@ def recording(task: Any) -> Tuple[Any, List[Any]]:
     gives the workflow every merge's future, hence the reduce phase's times.
     The wrapper sends the same function reference as ``task`` to workers.
     """
-    from workflows.apps import App
-
     futures: List[Any] = []
 
     class _Recording(App):

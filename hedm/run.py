@@ -15,6 +15,10 @@ import time
 from typing import Any, Dict, Iterable, Mapping
 
 from hedm.common import replacing
+from stager import drain
+from stager.mpi.agree import agreed
+from stager.mpi.nodes import node_layout
+from stager.planning.plan import expand_node
 from workflows import on_this_node
 
 __all__ = ["stage_dict", "log_summary", "write_json", "drain_results"]
@@ -63,11 +67,6 @@ def drain_results(args: Any, comm: Any, run_json: str) -> None:
     """
     if not getattr(args, "results", None) or not getattr(args, "drain", True):
         return
-    from stager import drain
-    from stager.mpi.agree import agreed
-    from stager.mpi.nodes import node_layout
-    from stager.planning.plan import expand_node
-
     emulate_nodes = getattr(args, "emulate_nodes", None)
     node_id_env = getattr(args, "node_id_env", None)
     if comm is None:

@@ -149,6 +149,8 @@ def run_leader_hook(
     with agreed(comm, what, base=WorkflowError, default=HookError):
         target = resolve_hook(hook)
         if isinstance(target, str):
+            # imported here, inside the agreement: a node whose install is broken fails
+            # every rank with its message instead of leaving the others in stage()
             import stager
 
             target = (target, stager.stage if phase == "startup" else stager.clean)

@@ -17,6 +17,9 @@ from __future__ import annotations
 import os
 from typing import Optional
 
+from stager.mpi.nodes import local_node_name
+from stager.planning.plan import expand_node
+
 __all__ = ["ENV", "this_node", "on_this_node", "set_node"]
 
 #: Environment variable holding the node name of this process.
@@ -36,8 +39,6 @@ def this_node() -> str:
     name = os.environ.get(ENV)
     if name:
         return name
-    from stager.mpi.nodes import local_node_name
-
     return local_node_name(node_id_env=os.environ.get(ENV_ID) or None)
 
 
@@ -45,6 +46,4 @@ def on_this_node(template: str, node: Optional[str] = None) -> str:
     """``template`` with ``%n`` replaced by this process's node name (or ``node``)."""
     if "%n" not in template:
         return template
-    from stager.planning.plan import expand_node
-
     return expand_node(template, node or this_node())

@@ -20,6 +20,8 @@ from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
+from stager.mpi.agree import agreed
+
 from .errors import ResultsError
 
 __all__ = ["write_collective", "write_gathered", "write_arrays", "row_offsets"]
@@ -46,8 +48,6 @@ def _agree_layout(comm: Any, local: Any, path: str, name: str):
     then every rank checks the same gathered list. Returns
     ``(counts, row_shape, dtype, this rank's array)``.
     """
-    from stager.mpi.agree import agreed
-
     arr = None
     mine: Any = None
     with agreed(comm, f"writing {path}:{name}", base=ResultsError, default=ResultsError):
@@ -169,8 +169,6 @@ def write_gathered(
         local = np.ascontiguousarray(local)
         write_arrays(path, {name: local}, attrs={name: dict(attrs or {})}, mode=mode)
         return int(local.shape[0])
-    from stager.mpi.agree import agreed
-
     counts, row_shape, dtype, local = _agree_layout(comm, local, path, name)
     parts = comm.gather(local, root=root)
     with agreed(comm, f"writing {path}:{name}", base=ResultsError, default=ResultsError):

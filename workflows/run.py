@@ -37,6 +37,10 @@ import time
 import traceback
 from typing import Any, Dict, List, Optional, Tuple
 
+import stager
+from stager.mpi.agree import agree, quiet_barrier
+from stager.mpi.nodes import local_node_name, node_layout
+
 from .errors import FlowError, WorkflowError
 from .executors import NAMES, Executor, make
 from .futures import exception_of, find_futures, wait_all
@@ -307,8 +311,6 @@ def _name_node(comm: Any, emulate_nodes: Optional[int], node_id_env: Optional[st
     The stager's own layout decides, so ``%n`` in a task's paths is the
     directory the stager wrote on that node (:mod:`workflows.node`).
     """
-    from stager.mpi.nodes import local_node_name, node_layout
-
     if comm is None:
         set_node(local_node_name(emulate_nodes, node_id_env))
         return
@@ -320,8 +322,6 @@ def _name_node(comm: Any, emulate_nodes: Optional[int], node_id_env: Optional[st
 
 
 def _run(opts, module, ns, name: str, comm: Any, hooks) -> int:
-    from stager.mpi.agree import quiet_barrier
-
     rank = comm.Get_rank() if comm is not None else 0
     times: Dict[str, float] = {}
     node_opts = {"emulate_nodes": opts.emulate_nodes, "node_id_env": opts.node_id_env}
@@ -330,8 +330,6 @@ def _run(opts, module, ns, name: str, comm: Any, hooks) -> int:
     try:
         if opts.stage:
             t = time.perf_counter()
-            import stager
-
             # The spec is read and planned on rank 0 only, inside stage().
             ns.stage_report = stager.stage(opts.stage, comm=comm, **node_opts)
             times["stage"] = time.perf_counter() - t
@@ -395,8 +393,6 @@ def _finalize(module: Any, ns: argparse.Namespace, comm: Any, rank: int) -> int:
     except Exception as exc:
         error = exc
     if comm is not None:
-        from stager.mpi.agree import agree
-
         try:
             agree(comm, error, "finalize", base=WorkflowError, default=WorkflowError)
         except WorkflowError as exc:

@@ -10,6 +10,7 @@ import argparse
 import sys
 from typing import Any
 
+import stager
 from stager.commands.stage import add_node_arguments, run_collective
 
 HELP = "remove exactly what was staged (run under mpirun)"
@@ -21,10 +22,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from stager import clean
-
     def body(comm: Any) -> int:
-        rep = clean(args.spec, comm, emulate_nodes=args.emulate_nodes,
+        rep = stager.clean(args.spec, comm, emulate_nodes=args.emulate_nodes,
                     node_id_env=args.node_id_env)
         if comm.rank == 0:
             print(f"removed {rep.files_removed} staged file(s) and {rep.dirs_removed} "

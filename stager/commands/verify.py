@@ -10,7 +10,9 @@ import argparse
 import sys
 from typing import Any
 
+import stager
 from stager.commands.stage import add_node_arguments, run_collective
+from stager.errors import VerifyError
 
 HELP = "re-checksum every node's staged copies (run under mpirun)"
 
@@ -21,12 +23,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from stager.errors import VerifyError
-    from stager import verify
-
     def body(comm: Any) -> int:
         try:
-            rep = verify(args.spec, comm, emulate_nodes=args.emulate_nodes,
+            rep = stager.verify(args.spec, comm, emulate_nodes=args.emulate_nodes,
                          node_id_env=args.node_id_env)
         except VerifyError as e:
             if comm.rank == 0:

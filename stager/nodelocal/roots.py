@@ -6,6 +6,8 @@ from typing import Any, List, Optional, Tuple
 
 from stager.mpi.agree import bcast_result
 from stager.mpi.nodes import NodeLayout, check_node_options, node_layout
+from stager.options import resolve_options
+from stager.planning.api import load
 from stager.planning.plan import expand_node
 
 __all__ = ["node_roots", "open_roots"]
@@ -17,14 +19,10 @@ def node_roots(templates: List[str], node: str) -> List[str]:
 
 
 def _templates(spec: Any) -> List[str]:
-    from stager.planning.api import load
-
     return [b.dest for b in load(spec).blocks]  # a Spec's or a Plan's blocks
 
 
 def _node_options(emulate_nodes: Optional[int], node_id_env: Optional[str]) -> Tuple[Any, Any]:
-    from stager.options import resolve_options
-
     opts = resolve_options(emulate_nodes=emulate_nodes, node_id_env=node_id_env)
     return opts.emulate_nodes, opts.node_id_env
 

@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Tuple
 
 from hooks.spec import Pattern, Spec
 from stager.errors import PlanError
+from stager.planning.files import plan_files
 from stager.planning.plan import BlockPlan, FileEntry, Plan, describe_size, expand_node
 from stager.planning.sources import StatFn
 
@@ -54,11 +55,10 @@ def build_plan(spec: Spec, *, stat: StatFn = os.stat, h5_inline_bytes: Any = Non
     h5: List[Any] = []
     for index, block in enumerate(spec.blocks):
         if block.kind == "files":
-            from stager.planning.files import plan_files
-
             bp, entries = plan_files(block, index, claimed, stat)
             files.extend(entries)
         elif block.kind == "h5":
+            # numpy and h5py: only for a spec with h5 blocks, only on the planning rank
             from stager.planning.h5 import INLINE_BYTES, plan_h5
 
             inline = INLINE_BYTES if h5_inline_bytes is None else int(h5_inline_bytes)

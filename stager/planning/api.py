@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 from typing import Any, Union
 
+from hooks import Spec, load_spec
 from stager.planning import build_plan
 from stager.planning.plan import Plan
 
@@ -14,8 +15,6 @@ SpecLike = Union[str, "os.PathLike[str]", Any]
 
 def load(spec: SpecLike) -> Any:
     """A ``hooks.Spec`` from a path or a Spec (a ``Plan`` is returned as it is)."""
-    from hooks import Spec, load_spec
-
     if isinstance(spec, (Spec, Plan)):
         return spec
     return load_spec(os.fspath(spec))

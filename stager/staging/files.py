@@ -8,7 +8,7 @@ file atomically on every node that needs it.
 """
 from __future__ import annotations
 
-from stager.staging.kinds import Moved, Transfer
+from stager.staging.kind import Moved, Transfer
 from stager.staging.transfer import FileJob, Sink, SourceReader, run_method
 
 __all__ = ["FilesKind"]

@@ -1,86 +1,21 @@
-"""Block kinds plug into the one staging pipeline through this table.
+"""The table of block kinds: the order in which kinds are staged, and how to add one.
 
-Every kind plans its outputs as *units* (:class:`stager.planning.plan.Unit`:
-destination, block, source key, size, mtime, mode, bytes on disk) and moves
-them with its own :meth:`Kind.transfer`. Everything else -- resume, capacity,
-directories, records, agreement, the report -- is written once, in
-:mod:`stager.staging.pipeline`, for all kinds.
-
-To add a kind: plan its units in :mod:`stager.planning`, implement a
-:class:`Kind` here and add it to :data:`KINDS` (the order of the table is the
-order in which kinds are transferred).
+To add a kind: plan its units in :mod:`stager.planning` (``Plan.units(name)``),
+implement :class:`~stager.staging.kind.Kind` (its transfer over the leader
+communicator) and add an instance here. The pipeline runs the same phases for
+every kind in this table, in this order.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple
+from typing import Tuple
 
-from stager.options import StageOptions
-from stager.staging.report import Progress, SourceMeter
+from stager.staging.files import FilesKind
+from stager.staging.h5 import H5Kind
+from stager.staging.kind import Kind
 
-__all__ = ["Kind", "Transfer", "Moved", "KINDS", "kind"]
+__all__ = ["KINDS", "kind"]
 
-
-@dataclass
-class Transfer:
-    """What a kind's transfer is given, on one leader.
-
-    Attributes
-    ----------
-    comm : mpi4py.MPI.Comm
-        The leader communicator (one rank per node); the transfer is collective over it.
-    units : sequence
-        The kind's planned units, in plan order (identical on every leader).
-    moved : list of int
-        Indices into ``units`` that at least one node needs (identical everywhere).
-    dests : list of str or None
-        For each of ``moved``: this node's destination, or ``None`` if this node
-        already holds it (resume) -- it still takes part in the collective reads.
-    node : str
-        This node's name (for messages).
-    opts : StageOptions
-    meter : SourceMeter
-        Counts source bytes read (the amplification of the report).
-    progress : Progress
-    """
-
-    comm: Any
-    units: Sequence[Any]
-    moved: List[int]
-    dests: List[Optional[str]]
-    node: str
-    opts: StageOptions
-    meter: SourceMeter
-    progress: Progress
-
-
-@dataclass
-class Moved:
-    """What a kind's transfer did on one leader.
-
-    ``done`` maps an index of ``moved`` to ``(checksum, size of the copy)`` for
-    every copy this node committed; ``error`` is this leader's own failure
-    (every leader stopped at the same point when any failed); ``extra`` goes
-    into the report under the kind's name.
-    """
-
-    done: Dict[int, Tuple[str, int]] = field(default_factory=dict)
-    error: Optional[BaseException] = None
-    bytes_written: int = 0
-    extra: Dict[str, Any] = field(default_factory=dict)
-
-
-class Kind(Protocol):
-    """One block kind's part of the pipeline."""
-
-    name: str
-    what: str  # for messages: "the files", "the HDF5 selections"
-
-    def check(self, node: str) -> None:
-        """Local check on a leader before anything is written (a missing capability)."""
-
-    def transfer(self, t: Transfer) -> Moved:
-        """Collective over ``t.comm``: move ``t.moved``; never raise, return the error."""
+KINDS: Tuple[Kind, ...] = (FilesKind(), H5Kind())
 
 
 def kind(name: str) -> Kind:
@@ -89,13 +24,3 @@ def kind(name: str) -> Kind:
         if k.name == name:
             return k
     raise ValueError(f"unknown block kind {name!r}")
-
-
-def _kinds() -> Tuple[Kind, ...]:
-    from stager.staging.files import FilesKind
-    from stager.staging.h5 import H5Kind
-
-    return (FilesKind(), H5Kind())
-
-
-KINDS: Tuple[Kind, ...] = _kinds()

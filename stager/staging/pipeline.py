@@ -36,18 +36,18 @@ from stager.mpi.nodes import NodeLayout, check_node_options, node_layout
 from stager.nodelocal import localfs
 from stager.nodelocal import record as records
 from stager.options import StageOptions, resolve_options
+from stager.planning.api import plan as plan_spec
 from stager.planning.plan import Plan, expand_node
 from stager.staging.capacity import check_capacity
-from stager.staging.kinds import KINDS, Kind, Moved, Transfer
+from stager.staging.kind import Kind, Moved, Transfer
+from stager.staging.kinds import KINDS
 from stager.staging.report import Progress, Report, SourceMeter
 
 __all__ = ["stage", "NodeTargets", "node_targets"]
 
 
 def _plan(spec: Any, inline_bytes: Optional[int]) -> Plan:
-    from stager.planning.api import plan
-
-    return plan(spec, h5_inline_bytes=inline_bytes)
+    return plan_spec(spec, h5_inline_bytes=inline_bytes)
 
 
 @dataclass

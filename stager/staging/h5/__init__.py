@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Dict
 
 from stager.errors import TransferError
-from stager.staging.kinds import Moved, Transfer
+from stager.staging.kind import Moved, Transfer
 
 __all__ = ["H5Kind"]
 
@@ -34,6 +34,7 @@ class H5Kind:
 
     def transfer(self, t: Transfer) -> Moved:
         """Collective over ``t.comm``: stage each moved file; stop together on a failure."""
+        # here, not at the top: it needs numpy, which only leaders staging HDF5 load
         from stager.staging.h5.read import stage_file
 
         stats: Dict[str, int] = {"pieces": 0, "max_piece": 0}
