@@ -48,7 +48,7 @@ def test_warm_cache_unusable_dir(tmp_path):
 
 def test_leader_hook_needs_a_node_local_cache_dir(monkeypatch):
     from kernels.numba_cache import leader_hook
-    from hooks.leader import resolve_hook
+    from workflows.leader import resolve_hook
 
     monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
     with pytest.raises(CacheError, match="NUMBA_CACHE_DIR is not set"):
