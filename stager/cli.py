@@ -24,6 +24,7 @@ COMMANDS = {
     "verify": ("stager.commands.verify", "re-checksum every node's staged copies (under mpirun)"),
     "clean": ("stager.commands.clean", "remove exactly what was staged (run under mpirun)"),
     "drain": ("stager.commands.drain", "copy node results to the shared filesystem (under mpirun)"),
+    "stream": ("stager.commands.stream", "receive live detector streams (under mpirun), or watch"),
     "sbatch": ("stager.commands.sbatch", "render an sbatch template from slurm/"),
 }
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple, Union
 
 import numpy as np
 
@@ -103,7 +103,7 @@ class _Scan:
     def __init__(self, g: ScanGeometry, a: Assembler, now: float) -> None:
         self.g = g
         F, S = g.frames, g.sectors
-        K = a.partition_frames
+        K = self.K = a.frames_per_partition(g)
         if a.routing == "modulo":
             expected = (np.arange(F) % a.receivers) == a.receiver
             self.local = int(expected.sum())
@@ -149,8 +149,9 @@ class Assembler:
     routing : {"modulo", "any"}
         ``modulo``: frame f belongs here iff ``f mod R == r`` (native protocol).
         ``any``: accept every frame (Stream V2 clients).
-    partition_frames : int
-        K, frames per partition.
+    partition_frames : int or callable(ScanGeometry) -> int
+        K, frames per partition; a callable chooses K per scan from its geometry
+        (the frame size is known only at ``begin``).
     memory_bytes : int
         Partition memory per open scan (see the module docstring).
     max_scans : int
@@ -164,7 +165,8 @@ class Assembler:
     """
 
     def __init__(self, deliver: Callable[[Partition], Any], *, receiver: int = 0,
-                 receivers: int = 1, routing: str = "modulo", partition_frames: int = 1,
+                 receivers: int = 1, routing: str = "modulo",
+                 partition_frames: Union[int, Callable[[ScanGeometry], int]] = 1,
                  memory_bytes: int = DEFAULT_MEMORY_BYTES, max_scans: int = 4,
                  idle_timeout: float = 30.0,
                  on_close: Optional[Callable[[ScanReport], Any]] = None,
@@ -173,7 +175,8 @@ class Assembler:
             raise ValueError(f"routing must be 'modulo' or 'any', not {routing!r}")
         if not 0 <= receiver < receivers:
             raise ValueError(f"expecting receiver in range({receivers}), not {receiver}")
-        if partition_frames < 1 or max_scans < 1 or idle_timeout <= 0 or memory_bytes < 0:
+        if (not callable(partition_frames) and partition_frames < 1) or max_scans < 1 \
+                or idle_timeout <= 0 or memory_bytes < 0:
             raise ValueError("partition_frames, max_scans, idle_timeout must be positive")
         self.deliver, self.on_close, self.clock = deliver, on_close, clock
         self.receiver, self.receivers, self.routing = receiver, receivers, routing
@@ -183,6 +186,11 @@ class Assembler:
         self.closed: Dict[str, ScanReport] = {}
         self.rejected: Counter = Counter()      # every rejection, by reason
         self.examples: List[str] = []
+
+    def frames_per_partition(self, g: ScanGeometry) -> int:
+        """K for scan ``g`` (at least 1)."""
+        pf = self.partition_frames
+        return max(1, int(pf(g) if callable(pf) else pf))
 
     # ---- rejection ----
     def reject(self, reason: str, detail: str, scan: Optional[str] = None) -> None:
@@ -340,7 +348,7 @@ class Assembler:
 
     # ---- partitions ----
     def _place(self, st: _Scan, f: int) -> Optional[Tuple[_Open, int]]:
-        K, S = self.partition_frames, st.g.sectors
+        K, S = st.K, st.g.sectors
         if self.routing == "modulo":
             j = f // self.receivers
             key, row = divmod(j, K)
@@ -374,7 +382,7 @@ class Assembler:
     def _open(self, st: _Scan, key: int, frames: np.ndarray, remaining: int) -> _Open:
         if not st.free:
             if len(st.pool) < st.slots:
-                st.pool.append(np.empty((self.partition_frames, *st.g.shape), st.dtype))
+                st.pool.append(np.empty((st.K, *st.g.shape), st.dtype))
                 st.free.append(len(st.pool) - 1)
             else:
                 oldest = next(iter(st.open.values()))

@@ -1,0 +1,240 @@
+"""``stager stream receive|watch``: live detector streams into the nodes of one MPI job.
+
+``mpirun -n N stager stream receive --rendezvous FILE --out DIR [--scans K]
+[--emulate-nodes K | --node-id-env VAR] ...`` binds one receiver per node (the
+leader; ``--receivers-per-node``), writes the rendezvous file, serves K scans in
+a row, writes ``DIR/<scan>.h5`` and ``DIR/<scan>.json`` per scan (drained from
+node-local storage), and exits 0 only when every scan arrived whole (or lost at
+most ``--allow-loss``), 1 otherwise, 2 on bad options.
+
+``stager stream watch RENDEZVOUS`` (or a ``tcp://`` live endpoint) prints, per
+live message, frames/s, GB/s, frames complete / incomplete / not arrived and the
+time since the last frame; ``--png FILE`` is rewritten with the current image
+when you press Enter or send SIGUSR1 (``--once``: after the first image, then exit).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+from typing import Any, Dict, Optional
+
+HELP = "receive live detector streams (under mpirun) or watch a running job"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="stream_command", metavar="{receive,watch}")
+    sub.required = True
+    r = sub.add_parser("receive", help="receive scans into the nodes of this MPI job")
+    r.add_argument("--rendezvous", required=True, metavar="FILE",
+                   help="write the endpoints here (producers read it)")
+    r.add_argument("--out", required=True, metavar="DIR", help="shared output directory")
+    r.add_argument("--scans", type=int, default=1, metavar="K", help="scans to serve in a row")
+    g = r.add_mutually_exclusive_group()
+    g.add_argument("--emulate-nodes", type=int, metavar="K", default=None,
+                   help="treat contiguous blocks of ranks as K nodes node0..node{K-1}")
+    g.add_argument("--node-id-env", metavar="VAR", default=None,
+                   help="ranks with the same value of VAR form a node (e.g. SLURMD_NODENAME)")
+    r.add_argument("--stream2", metavar="ENDPOINT",
+                   help="receive DECTRIS Stream V2 from this detector endpoint instead")
+    r.add_argument("--analysis", metavar="SPEC",
+                   help="pkg.module:NAME or FLOW.py[:NAME] (default: per-frame sum)")
+    r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="an option of the analysis (repeatable; JSON values)")
+    r.add_argument("--bind", default="*", metavar="HOST",
+                   help="interface to bind (default all; 127.0.0.1 for loopback)")
+    r.add_argument("--advertise", metavar="HOST", help="host name to publish")
+    r.add_argument("--receivers-per-node", type=int, default=1, metavar="M")
+    r.add_argument("--partition-frames", type=int, metavar="K",
+                   help="frames per partition (default: 100 ms at --rate, else 16 MiB)")
+    r.add_argument("--rate", type=float, metavar="HZ", help="expected detector frame rate")
+    r.add_argument("--memory", type=float, default=256, metavar="MiB",
+                   help="partition memory per open scan per receiver")
+    r.add_argument("--idle-timeout", type=float, default=30.0, metavar="S",
+                   help="close a scan after S seconds without any of its messages")
+    r.add_argument("--close-wait", type=float, default=None, metavar="S",
+                   help="after one receiver closed a scan, wait S s for the others "
+                        "(default: the idle timeout)")
+    r.add_argument("--timeout", type=float, metavar="S", help="end the job after S seconds")
+    r.add_argument("--allow-loss", type=float, default=0.0, metavar="FRACTION",
+                   help="exit 0 even if up to FRACTION of a scan's frames are missing")
+    r.add_argument("--live-interval", type=float, default=1.0, metavar="S")
+    r.add_argument("--spill", metavar="DIR", help="also write partitions to node-local DIR "
+                   "(%%n = node), recorded for stager verify/clean/drain")
+    r.add_argument("--local", metavar="DIR", help="node-local directory for outputs before "
+                   "the drain (%%n = node; default /tmp/mpistage-stream-UID-PID/%%n)")
+    r.add_argument("--v2-grace", type=float, default=1.0, metavar="S")
+    w = sub.add_parser("watch", help="show the live progress of a receiving job")
+    w.add_argument("source", metavar="RENDEZVOUS", help="rendezvous file or tcp:// live endpoint")
+    w.add_argument("--png", metavar="FILE", help="write the current image here on request")
+    w.add_argument("--once", action="store_true", help="exit after the first image")
+    w.add_argument("--final", action="store_true", help="exit after a scan's final image")
+    w.add_argument("--timeout", type=float, default=None, metavar="S")
+
+
+def _parse_set(items: Any) -> Dict[str, Any]:
+    out: Dict[str, Any] = {}
+    for it in items:
+        k, sep, v = it.partition("=")
+        if not sep or not k:
+            raise ValueError(f"--set {it!r}: expected KEY=VALUE")
+        try:
+            out[k] = json.loads(v)
+        except ValueError:
+            out[k] = v
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.stream_command == "watch":
+        return _watch(args)
+    return _receive(args)
+
+
+def _receive(args: argparse.Namespace) -> int:
+    from mpi4py import MPI
+
+    import stager
+    from stager.errors import StagerError
+    from stager.stream.output import exit_status
+    from stager.stream.session import SessionOptions, receive_scans
+
+    comm = MPI.COMM_WORLD
+    try:
+        opts = SessionOptions(
+            rendezvous=os.path.abspath(args.rendezvous), out=os.path.abspath(args.out),
+            local=args.local or "", scans=args.scans, bind_host=args.bind,
+            advertise=args.advertise, receivers_per_node=args.receivers_per_node,
+            partition_frames=args.partition_frames, rate=args.rate,
+            memory_bytes=int(args.memory * (1 << 20)), idle_timeout=args.idle_timeout,
+            close_wait=args.close_wait or args.idle_timeout, timeout=args.timeout,
+            allow_loss=args.allow_loss, live_interval=args.live_interval,
+            spill=args.spill, stream2=args.stream2, v2_grace=args.v2_grace,
+            analysis=args.analysis, analysis_options=_parse_set(args.set))
+        opts.check()
+    except ValueError as e:
+        if comm.rank == 0:
+            print(f"stager stream receive: {e}", file=sys.stderr)
+        return 2
+
+    def drain(c: Any, scan: str, local_template: str) -> None:
+        stager.drain(local_template, opts.out, c, emulate_nodes=args.emulate_nodes,
+                     node_id_env=args.node_id_env, merge=True)
+
+    def ready(info: Dict[str, Any]) -> None:
+        print(f"stager stream: {len(info['receivers'])} receiver(s) ({info['roles']}); "
+              f"live {info['live']}; rendezvous {opts.rendezvous}", file=sys.stderr, flush=True)
+
+    try:
+        outcomes = receive_scans(comm, opts, emulate_nodes=args.emulate_nodes,
+                                 node_id_env=args.node_id_env, on_written=drain, on_ready=ready)
+    except ValueError as e:
+        if comm.rank == 0:
+            print(f"stager stream receive: {e}", file=sys.stderr)
+        return 2
+    except StagerError as e:
+        if comm.rank == 0:
+            print(f"stager stream receive: {e}", file=sys.stderr, flush=True)
+        sys.stderr.flush()
+        comm.Abort(1)   # a rank may still wait in a non-blocking barrier: end them all
+        return 1
+    if comm.rank == 0:
+        for o in outcomes:
+            verdict = "ok" if o.ok else "NOT SERVED"
+            print(f"{o.report.summary()} [{verdict}] -> {os.path.join(opts.out, o.files['h5'])}",
+                  flush=True)
+        if len(outcomes) < opts.scans:
+            print(f"stager stream receive: {len(outcomes)} of {opts.scans} scan(s) served "
+                  "before the timeout", file=sys.stderr)
+    return exit_status([o.report for o in outcomes], opts.scans, opts.allow_loss)
+
+
+def _endpoint(source: str) -> str:
+    if source.startswith("tcp://"):
+        return source
+    with open(source) as f:
+        d = json.load(f)
+    live = d.get("live")
+    if not live:
+        raise ValueError(f"{source}: the job publishes no live endpoint")
+    return live
+
+
+def _watch(args: argparse.Namespace) -> int:
+    from stager.stream.live import LiveView
+
+    try:
+        ep = _endpoint(args.source)
+    except (OSError, ValueError) as e:
+        print(f"stager stream watch: {e}", file=sys.stderr)
+        return 2
+    view = LiveView(ep)
+    want = {"png": False}
+
+    def on_usr1(signum: int, frame: Any) -> None:
+        want["png"] = True
+
+    if args.png:
+        signal.signal(signal.SIGUSR1, on_usr1)
+    print(f"watching {ep} (Enter or SIGUSR1: write {args.png or 'no PNG: give --png'})",
+          file=sys.stderr, flush=True)
+    prev: Dict[str, Any] = {}
+    end = None if args.timeout is None else time.monotonic() + args.timeout
+    last = None
+    try:
+        while end is None or time.monotonic() < end:
+            if args.png and not args.once and sys.stdin and sys.stdin.isatty():
+                import select
+
+                if select.select([sys.stdin], [], [], 0)[0]:
+                    sys.stdin.readline()
+                    want["png"] = True
+            msg = view.receive(0.2)
+            if msg is None:
+                if want["png"] and last is not None:
+                    _write_png(args.png, last)
+                    want["png"] = False
+                continue
+            last = msg
+            print(_line(msg, prev), flush=True)
+            if want["png"] or (args.once and args.png and msg.valid.any()):
+                _write_png(args.png, msg)
+                want["png"] = False
+            if args.once and msg.valid.any():
+                return 0
+            if args.final and msg.final:
+                if args.png:
+                    _write_png(args.png, msg)
+                return 0
+    finally:
+        view.close()
+    return 1 if last is None else 0
+
+
+def _write_png(path: Optional[str], msg: Any) -> None:
+    if not path:
+        return
+    from stager.nodelocal import localfs
+
+    localfs.write_bytes_atomic(os.path.abspath(path), msg.png(), mode=0o644)
+    print(f"wrote {path}", file=sys.stderr, flush=True)
+
+
+def _line(msg: Any, prev: Dict[str, Any]) -> str:
+    p = msg.progress
+    t = msg.header.get("t", time.time())
+    old = prev.get(msg.scan)
+    fps = gbs = 0.0
+    if old is not None and t > old[0]:
+        fps = (p.get("complete", 0) - old[1]) / (t - old[0])
+        gbs = (p.get("bytes", 0) - old[2]) / (t - old[0]) / 1e9
+    prev[msg.scan] = (t, p.get("complete", 0), p.get("bytes", 0))
+    idle = p.get("idle_s")
+    return (f"{msg.scan}: {p.get('complete', 0)}/{p.get('frames', 0)} complete, "
+            f"{p.get('incomplete', 0)} incomplete, {p.get('not_arrived', 0)} "
+            f"{'missing' if msg.final else 'not arrived'}, {fps:.0f} frames/s, {gbs:.3f} GB/s, "
+            f"last frame {'-' if idle is None else f'{idle:.1f} s'} ago, "
+            f"{p.get('rejected', 0)} rejected{' [final]' if msg.final else ''}")

@@ -1,0 +1,249 @@
+"""The analysis contract: one analysis runs on a stream and on staged files alike.
+
+After LiberTEM's UDFs, an analysis is a few hooks and never sees sockets, nodes
+or executors:
+
+``prepare(geometry)``
+    once per scan on every rank that processes partitions (masks, dark frames);
+``process_partition(frames, positions, complete) -> partial``
+    K consecutive frames ``(k, rows, cols)``, their scan positions (flat frame
+    indices f; the position is ``divmod(f, nx)``) and which of them are complete;
+``merge(a, b) -> partial``
+    associative: the receiving job merges per node, then in a tree across nodes
+    (lower rank first); the staged path merges with ``workflows.reduce_tree``;
+``live(partial)`` / ``images(partial, geometry)``
+    what is worth publishing while the scan runs (default: the partial without its
+    per-frame ragged arrays) and the scan-shaped images made of it;
+``write(h5, partial, geometry)``
+    the final datasets, written once into the scan's HDF5 file.
+
+Partials are usually :class:`PerFrame` values: per-frame columns (a number or a
+small vector per frame) and ragged per-frame arrays (electron events), kept as
+chunks, so ``merge`` is a concatenation of chunk lists -- associative, cheap, and
+order-free once expanded over the scan grid (every frame is in exactly one chunk).
+
+:class:`FrameSum` is the one analysis the library ships: the per-frame pixel sum
+(``/sum_image``), the minimum anyone needs to see that data arrived. Application
+analyses live in application packages (``stem4d``) and are loaded by name with
+:func:`load_analysis` (``pkg.module:NAME`` or ``path/flow.py[:NAME]``).
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from stager.stream.errors import StreamError
+from stager.stream.protocol import ScanGeometry
+
+__all__ = ["Analysis", "PerFrame", "Chunk", "FrameSum", "load_analysis", "DEFAULT_NAME"]
+
+#: Name looked up in a flow file when ``--analysis FILE.py`` names no object.
+DEFAULT_NAME = "ANALYSIS"
+
+
+@dataclass
+class Chunk:
+    """Per-frame values of some frames (usually one partition)."""
+
+    frames: np.ndarray                      # (k,) int64 flat frame index
+    complete: np.ndarray                    # (k,) bool
+    columns: Dict[str, np.ndarray] = field(default_factory=dict)       # name -> (k, ...)
+    ragged: Dict[str, Tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    # name -> (counts (k,), flat values): frame i owns flat[sum(counts[:i]):][:counts[i]]
+
+
+@dataclass
+class PerFrame:
+    """A mergeable partial made of per-frame chunks (see the module docstring)."""
+
+    chunks: List[Chunk] = field(default_factory=list)
+
+    def merge(self, other: PerFrame) -> PerFrame:
+        return PerFrame(self.chunks + other.chunks)
+
+    @property
+    def nframes(self) -> int:
+        return sum(len(c.frames) for c in self.chunks)
+
+    def frames(self) -> np.ndarray:
+        if not self.chunks:
+            return np.zeros(0, np.int64)
+        return np.concatenate([c.frames for c in self.chunks])
+
+    def without_ragged(self) -> PerFrame:
+        return PerFrame([Chunk(c.frames, c.complete, c.columns) for c in self.chunks])
+
+    def compact(self) -> PerFrame:
+        """One chunk holding everything (fewer, larger objects to pickle and send)."""
+        if len(self.chunks) <= 1:
+            return self
+        cs = self.chunks
+        cols = {n: np.concatenate([c.columns[n] for c in cs]) for n in cs[0].columns}
+        rag = {n: (np.concatenate([c.ragged[n][0] for c in cs]),
+                   np.concatenate([c.ragged[n][1] for c in cs])) for n in cs[0].ragged}
+        return PerFrame([Chunk(np.concatenate([c.frames for c in cs]),
+                               np.concatenate([c.complete for c in cs]), cols, rag)])
+
+    def seen(self, frames: int) -> np.ndarray:
+        """Bool (frames,): frames present in some chunk."""
+        out = np.zeros(frames, bool)
+        for c in self.chunks:
+            out[c.frames] = True
+        return out
+
+    def complete(self, frames: int) -> np.ndarray:
+        out = np.zeros(frames, bool)
+        for c in self.chunks:
+            out[c.frames] = c.complete
+        return out
+
+    def column(self, name: str, frames: int, dtype: Any = np.float64) -> np.ndarray:
+        """Column ``name`` over all ``frames`` (zeros where a frame is absent)."""
+        shape: Tuple[int, ...] = ()
+        for c in self.chunks:
+            shape = c.columns[name].shape[1:]
+            dtype = c.columns[name].dtype
+            break
+        out = np.zeros((frames, *shape), dtype)
+        for c in self.chunks:
+            out[c.frames] = c.columns[name]
+        return out
+
+    def ragged(self, name: str, frames: int, dtype: Any = np.uint32
+               ) -> Tuple[np.ndarray, np.ndarray]:
+        """Ragged ``name`` over all frames in frame order: (counts (frames,), flat)."""
+        counts = np.zeros(frames, np.int64)
+        pieces: Dict[int, np.ndarray] = {}
+        for c in self.chunks:
+            n, flat = c.ragged[name]
+            dtype = flat.dtype
+            starts = np.concatenate(([0], np.cumsum(n)[:-1]))
+            for f, s, k in zip(c.frames.tolist(), starts.tolist(), n.tolist()):
+                counts[f] = k
+                pieces[f] = flat[s:s + k]
+        flat_all = (np.concatenate([pieces[f] for f in sorted(pieces)]) if pieces
+                    else np.zeros(0, dtype))
+        return counts, flat_all.astype(dtype, copy=False)
+
+
+class Analysis:
+    """Base class of analyses (see the module docstring). Override the hooks.
+
+    The defaults make a :class:`PerFrame` analysis: ``merge`` concatenates,
+    ``live`` drops ragged arrays, ``images`` turns every scalar column into a
+    scan-shaped image named ``<column>_image`` and ``write`` writes those images
+    at the root of the file.
+    """
+
+    #: Short name (reports, live messages).
+    name = "analysis"
+
+    def prepare(self, geometry: ScanGeometry) -> None:
+        """Called once per scan on every rank that processes its partitions."""
+
+    def process_partition(self, frames: np.ndarray, positions: np.ndarray,
+                          complete: np.ndarray) -> Any:
+        raise NotImplementedError
+
+    def merge(self, a: Any, b: Any) -> Any:
+        return a.merge(b)
+
+    def empty(self) -> Any:
+        return PerFrame()
+
+    def live(self, partial: Any) -> Any:
+        return partial.without_ragged()
+
+    def images(self, partial: Any, geometry: ScanGeometry) -> Dict[str, np.ndarray]:
+        out = {}
+        F, shape = geometry.frames, geometry.scan_shape
+        names = partial.chunks[0].columns if partial.chunks else self.columns()
+        for n in names:
+            col = partial.column(n, F)
+            if col.ndim == 1:
+                out[f"{n}_image"] = col.reshape(shape)
+        return out
+
+    def columns(self) -> Tuple[str, ...]:
+        """Names of the scalar columns (for empty results)."""
+        return ()
+
+    def write(self, h5: Any, partial: Any, geometry: ScanGeometry) -> None:
+        for n, img in self.images(partial, geometry).items():
+            h5.create_dataset(n, data=img)
+
+
+class FrameSum(Analysis):
+    """The per-frame pixel sum: ``/sum_image`` (scan_shape, float64, 0 where missing)."""
+
+    name = "sum"
+
+    def columns(self) -> Tuple[str, ...]:
+        return ("sum",)
+
+    def process_partition(self, frames: np.ndarray, positions: np.ndarray,
+                          complete: np.ndarray) -> PerFrame:
+        sums = frames.reshape(len(frames), -1).sum(axis=1, dtype=np.float64)
+        return PerFrame([Chunk(np.asarray(positions, np.int64).copy(),
+                               np.asarray(complete, bool).copy(), {"sum": sums})])
+
+
+def _load_file(path: str) -> Any:
+    name = "mpistage_flow_" + os.path.splitext(os.path.basename(path))[0].replace("-", "_")
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise StreamError(f"cannot load analysis file {path}: not a Python file")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def load_analysis(spec: Optional[str], options: Optional[Dict[str, Any]] = None) -> Analysis:
+    """The analysis named by ``spec``; :class:`FrameSum` when ``spec`` is None.
+
+    Parameters
+    ----------
+    spec : str, optional
+        ``pkg.module:NAME``, ``pkg.module`` (its ``ANALYSIS``), ``path/flow.py`` or
+        ``path/flow.py:NAME``. ``NAME`` is an :class:`Analysis` instance, or a
+        callable (a class) returning one, called with ``options`` as keywords.
+    options : dict, optional
+
+    Raises
+    ------
+    StreamError
+        The module, file or name does not exist, or is not an analysis.
+    """
+    options = dict(options or {})
+    if spec is None or spec in ("sum", "FrameSum"):
+        obj: Any = FrameSum
+    else:
+        where, _, name = spec.partition(":")
+        if where.endswith(".py") and ":" not in spec and os.sep not in spec and \
+                not os.path.exists(where):
+            raise StreamError(f"analysis file {where} does not exist")
+        try:
+            mod = _load_file(where) if where.endswith(".py") else importlib.import_module(where)
+        except (ImportError, OSError) as e:
+            raise StreamError(f"cannot load analysis {spec!r}: {e}") from e
+        obj = getattr(mod, name or DEFAULT_NAME, None)
+        if obj is None:
+            raise StreamError(f"analysis {spec!r}: {where} defines no {name or DEFAULT_NAME} "
+                              "(give FILE.py:NAME or define ANALYSIS in it)")
+    if not isinstance(obj, Analysis):
+        if not callable(obj):
+            raise StreamError(f"analysis {spec!r} is neither an Analysis nor a callable")
+        obj = obj(**options)
+    elif options:
+        raise StreamError(f"analysis {spec!r} is an instance: options {sorted(options)} "
+                          "cannot be applied (name a class instead)")
+    if not isinstance(obj, Analysis):
+        raise StreamError(f"analysis {spec!r} returned {type(obj).__name__}, not an Analysis")
+    return obj

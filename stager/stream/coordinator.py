@@ -1,0 +1,206 @@
+"""Rank 0's bookkeeping in a receiving job: which scans are open, closed, lost. Pure.
+
+Every receiver tells rank 0, by point-to-point messages, a heartbeat with a
+snapshot of each open scan's report (every ``heartbeat`` seconds) and the final
+report of each scan it closes; every rank sends heartbeats. From these the
+:class:`Coordinator` decides
+
+- when a scan can be finalized (every receiver closed it, or ``close_wait``
+  seconds passed since the first one did: a receiver that never saw the scan's
+  ``begin`` does not hold the job);
+- the live progress of a scan (frames complete / incomplete / not yet arrived,
+  bytes, seconds since the last message anywhere);
+- after a rank died (the job is being terminated), the report of every open scan
+  from the last snapshots, naming the ranks not heard from and the frames they
+  held: what was lost.
+
+No MPI and no sockets here, so all of it is tested serially.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from stager.stream.accounting import ScanReport, ranges
+from stager.stream.protocol import ScanGeometry
+from stager.stream.roles import Roles
+
+__all__ = ["Coordinator", "ScanState"]
+
+
+@dataclass
+class ScanState:
+    """What rank 0 knows of one scan."""
+
+    geometry: ScanGeometry
+    snaps: Dict[int, ScanReport] = field(default_factory=dict)    # receiver -> latest
+    snap_idle: Dict[int, Tuple[float, float]] = field(default_factory=dict)  # r -> (idle, at)
+    closed: Dict[int, ScanReport] = field(default_factory=dict)   # receiver -> final
+    first_closed: Optional[float] = None
+    finalize_sent: bool = False
+    live: Any = None
+    live_updates: int = 0
+
+
+class Coordinator:
+    """Rank 0's view of the scans (see the module docstring).
+
+    Parameters
+    ----------
+    roles : Roles
+    routing : {"modulo", "any"}
+        Native (frame mod R) or Stream V2 (every receiver may get any frame).
+    close_wait : float
+        Seconds after the first receiver closed a scan before it is finalized
+        without the receivers that did not close it.
+    heartbeat : float
+        Seconds between heartbeats; a rank silent for ``3 * heartbeat`` is "lost"
+        in a kill report.
+    """
+
+    def __init__(self, roles: Roles, routing: str = "modulo", close_wait: float = 30.0,
+                 heartbeat: float = 0.25) -> None:
+        self.roles, self.routing = roles, routing
+        self.close_wait, self.heartbeat = close_wait, heartbeat
+        self.scans: Dict[str, ScanState] = {}
+        self.order: List[str] = []            # finalize order
+        self.finalized: List[str] = []
+        self.heard: Dict[int, float] = {}     # rank -> last time heard (rank 0's clock)
+
+    # ---- input ----
+    def _state(self, g: ScanGeometry) -> ScanState:
+        st = self.scans.get(g.scan)
+        if st is None:
+            st = self.scans[g.scan] = ScanState(g)
+        return st
+
+    def heard_from(self, rank: int, now: float) -> None:
+        self.heard[rank] = now
+
+    def snapshot(self, receiver: int, report: ScanReport, idle: float, now: float) -> None:
+        """A heartbeat's snapshot of an open scan at ``receiver``."""
+        st = self._state(report.geometry)
+        if receiver not in st.closed:
+            st.snaps[receiver] = report
+            st.snap_idle[receiver] = (idle, now)
+
+    def closed(self, receiver: int, report: ScanReport, now: float) -> None:
+        """``receiver`` closed a scan with ``report``."""
+        st = self._state(report.geometry)
+        st.closed[receiver] = report
+        st.snaps[receiver] = report
+        st.snap_idle[receiver] = (max(0.0, report.closed_at - report.last_message), now)
+        if st.first_closed is None:
+            st.first_closed = now
+
+    def live(self, scan: str, partial: Any, merge: Any) -> None:
+        """A live delta of ``scan`` (merged into what rank 0 holds)."""
+        st = self.scans.get(scan)
+        if st is None or st.finalize_sent:
+            return
+        st.live = partial if st.live is None else merge(st.live, partial)
+        st.live_updates += 1
+
+    def geometry(self, g: ScanGeometry) -> None:
+        self._state(g)
+
+    # ---- decisions ----
+    def ready(self, now: float, force: bool = False) -> List[str]:
+        """Scans to finalize now (marks them sent), in the order they became ready."""
+        out = []
+        for scan, st in self.scans.items():
+            if st.finalize_sent or st.first_closed is None and not force:
+                continue
+            every = len(st.closed) >= self.roles.count
+            waited = st.first_closed is not None and now - st.first_closed >= self.close_wait
+            if every or waited or force:
+                st.finalize_sent = True
+                out.append(scan)
+                self.order.append(scan)
+        return out
+
+    def open_scans(self) -> List[str]:
+        return [s for s, st in self.scans.items() if not st.finalize_sent]
+
+    def expected_at(self, g: ScanGeometry, receiver: int) -> np.ndarray:
+        if self.routing == "modulo":
+            return (np.arange(g.frames) % self.roles.count) == receiver
+        return np.ones(g.frames, bool)
+
+    def merged(self, scan: str, final: bool = False) -> ScanReport:
+        """The scan's report from what is known: final reports, else the last snapshots,
+        else an empty report for each receiver never heard of for this scan."""
+        st = self.scans[scan]
+        g = st.geometry
+        reps = []
+        for r in range(self.roles.count):
+            rep = st.closed.get(r) if final else st.snaps.get(r)
+            if rep is None:
+                rep = st.snaps.get(r)
+            if rep is None:
+                ends = g.producers if self.routing == "modulo" else 1
+                rep = ScanReport.empty(g, self.expected_at(g, r), ends_expected=ends)
+                rep.ended_by = "timeout"
+            reps.append(rep)
+        if self.routing == "any":   # each client's report expects every image: merge is right
+            pass
+        return functools.reduce(ScanReport.merge, reps)
+
+    def progress(self, scan: str, now: float) -> Dict[str, Any]:
+        """Live figures of ``scan`` (for the PUB message and ``stager stream watch``)."""
+        st = self.scans[scan]
+        rep = self.merged(scan)
+        n = rep.got.sum(axis=1)
+        S = st.geometry.sectors
+        exp = rep.expected
+        idle = min((i + (now - at) for i, at in st.snap_idle.values()), default=None)
+        return {"frames": int(exp.sum()), "complete": int((exp & (n == S)).sum()),
+                "incomplete": int((exp & (n > 0) & (n < S)).sum()),
+                "not_arrived": int((exp & (n == 0)).sum()), "bytes": int(rep.accepted_bytes
+                                                                       or _bytes(rep)),
+                "rejected": int(sum(rep.rejected.values())),
+                "idle_s": None if idle is None else round(idle, 3),
+                "receivers_closed": len(st.closed), "receivers": self.roles.count,
+                "live_updates": st.live_updates}
+
+    def lost_ranks(self, now: float, nodes: Optional[List[str]] = None) -> List[Dict[str, Any]]:
+        """Ranks not heard from for ``3 * heartbeat`` seconds (with their role)."""
+        out = []
+        for rank in range(self.roles.size):
+            last = self.heard.get(rank)
+            if rank == 0 or (last is not None and now - last < 3 * self.heartbeat):
+                continue
+            r = self.roles.index(rank)
+            node = self.roles.node_of[rank]
+            out.append({"rank": rank, "role": "receiver" if r is not None else "worker",
+                        "receiver": r if r is not None else self.roles.receiver_of[rank],
+                        "node": nodes[node] if nodes else node,
+                        "last_heard_s": None if last is None else round(now - last, 3)})
+        return out
+
+    def kill_report(self, scan: str, now: float, nodes: Optional[List[str]] = None
+                    ) -> Tuple[ScanReport, Dict[str, Any]]:
+        """The report of an open scan when the job is terminated, and what was lost."""
+        rep = self.merged(scan, final=True)
+        rep.ended_by = "stopped"
+        lost = self.lost_ranks(now, nodes)
+        g = self.scans[scan].geometry
+        lost_frames: List[int] = []
+        for d in lost:
+            exp = self.expected_at(g, d["receiver"])
+            done = rep.got.all(axis=1)
+            fr = np.flatnonzero(exp & ~done)
+            d["frames_not_complete"] = [list(x) for x in ranges(fr)]
+            lost_frames.extend(fr.tolist())
+        extra = {"terminated": True, "lost_ranks": lost,
+                 "frames_lost_with_ranks": len(set(lost_frames))}
+        return rep, extra
+
+
+def _bytes(rep: ScanReport) -> int:
+    g = rep.geometry
+    per_sector = g.frame_bytes // g.sectors
+    return int(rep.got.sum()) * per_sector

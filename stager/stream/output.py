@@ -1,0 +1,90 @@
+"""What a receiving job leaves per scan: ``<scan>.h5`` (written once) and ``<scan>.json``.
+
+``<scan>.h5`` holds the analysis's datasets (:meth:`Analysis.write`) plus what the
+job itself knows about every scan position:
+
+``/frames_complete``
+    bool (ny, nx): every sector of the frame arrived (from the loss accounting,
+    not from the analysis: a frame that never arrived never reached it);
+``/frames_received``
+    bool (ny, nx): at least one sector arrived (complete or incomplete);
+
+and root attributes ``scan``, ``frames``, ``scan_shape``, ``frame_shape``,
+``dtype``, ``sectors``, ``producers``, ``ok``, ``ended_by``, ``analysis``,
+``loss_fraction``. The file is built in memory (``driver='core'``) and written
+to a temporary name then renamed: it appears whole, once.
+
+``<scan>.json`` is the merged :class:`~stager.stream.accounting.ScanReport`
+(``to_dict``) plus ``outputs``, ``timing`` and ``lost_receivers`` when ranks were
+lost. :func:`exit_status` is the job's verdict over all scans.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+
+from stager.nodelocal import localfs
+from stager.stream.accounting import ScanReport
+from stager.stream.analysis import Analysis
+
+__all__ = ["write_scan", "write_report", "scan_ok", "exit_status"]
+
+
+def write_scan(path: str, analysis: Analysis, partial: Any, report: ScanReport) -> int:
+    """Write ``<scan>.h5`` at ``path`` (atomically); return its size in bytes."""
+    import h5py
+
+    g = report.geometry
+    received = (report.got.any(axis=1) & report.expected).reshape(g.scan_shape)
+    with h5py.File(f"scan-{g.scan}", "w", driver="core", backing_store=False) as f:
+        analysis.write(f, partial, g)
+        f.create_dataset("frames_complete", data=report.frames_complete)
+        f.create_dataset("frames_received", data=received)
+        f.attrs.update({"scan": g.scan, "frames": g.frames, "scan_shape": list(g.scan_shape),
+                        "frame_shape": list(g.shape), "dtype": g.dtype, "sectors": g.sectors,
+                        "producers": g.producers, "ok": report.ok, "ended_by": report.ended_by,
+                        "analysis": analysis.name,
+                        "loss_fraction": report.loss_fraction()})
+        f.flush()
+        image = f.id.get_file_image()
+    with localfs.AtomicFile(path, mode=0o644, hash=False) as af:
+        af.write(image)
+        af.commit()
+    return len(image)
+
+
+def write_report(path: str, report: Optional[ScanReport], extra: Dict[str, Any]) -> None:
+    """Write ``<scan>.json`` atomically: the report's dict updated with ``extra``."""
+    d: Dict[str, Any] = report.to_dict() if report is not None else {}
+    d.update(extra)
+    localfs.write_bytes_atomic(path, (json.dumps(d, indent=1, default=_plain) + "\n").encode(),
+                               mode=0o644)
+
+
+def _plain(x: Any) -> Any:
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    return str(x)
+
+
+def scan_ok(report: ScanReport, allow_loss: float = 0.0) -> bool:
+    """True when the scan lost at most ``allow_loss`` of its frames (0: nothing missing)."""
+    if allow_loss <= 0:
+        return report.ok
+    return report.loss_fraction() <= allow_loss
+
+
+def exit_status(reports: List[ScanReport], wanted: int, allow_loss: float = 0.0) -> int:
+    """0 when ``wanted`` scans were served and each is :func:`scan_ok`; else 1."""
+    if len(reports) < wanted:
+        return 1
+    return 0 if all(scan_ok(r, allow_loss) for r in reports) else 1
+
+
+def report_path(directory: str, scan: str) -> str:
+    return os.path.join(directory, f"{scan}.json")

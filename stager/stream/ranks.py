@@ -1,0 +1,423 @@
+"""The loop every rank of a receiving job runs: receive, hand out, process, report.
+
+One loop, three roles (:mod:`stager.stream.roles`), no threads:
+
+receiver
+    steps its socket (:class:`~stager.stream.receiver.Receiver`, or a
+    :class:`~stager.stream.streamv2_receiver.StreamV2Receiver`), gets finished
+    partitions from the assembler and either processes them itself (no workers on
+    its node) or copies them into a bounded *outbox* and hands them to its
+    workers, each holding at most ``credit`` unacknowledged partitions. While the
+    outbox is full it stops reading its socket: ZeroMQ's queues fill, producers
+    block, nothing is dropped. It sends rank 0 a heartbeat with a snapshot of
+    every open scan's report, and each scan's final report when it closes; with
+    Stream V2 it shares every ``start``/``end`` it receives with the other
+    receivers.
+worker
+    receives partitions from its receiver (same node), runs
+    ``analysis.process_partition`` and merges the result into its partial of the
+    scan; acknowledges each one.
+rank 0 (also a receiver)
+    the :class:`~stager.stream.coordinator.Coordinator`: merges live deltas and
+    publishes them, decides when a scan is finalized and tells every rank.
+
+Every processing rank sends rank 0 a live delta of what it processed at most every
+``live_interval / 2`` seconds. When rank 0 says "finalize X", a rank becomes
+ready once nothing of X is left with it (receiver: X closed, its outbox and
+unacknowledged partitions free of X; worker: the "finish X" marker, which its
+receiver queues behind X's last partition); it then joins a non-blocking barrier
+and keeps looping, so a slow rank never blocks another's socket; when the barrier
+completes, every rank runs the collective finalize (:mod:`stager.stream.session`).
+
+An exception on any rank is sent to every rank (``TAG_ABORT``) and raised
+there: the loop never waits for a rank that failed. A rank that *died* cannot
+say so; Open MPI then terminates the job, and rank 0 writes a report from the
+last heartbeats on its way out (:meth:`RankLoop.on_terminate`).
+"""
+from __future__ import annotations
+
+import pickle
+import time
+from collections import Counter, deque
+from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple
+
+import numpy as np
+
+from stager.stream.accounting import ScanReport
+from stager.stream.analysis import Analysis
+from stager.stream.assemble import Partition
+from stager.stream.coordinator import Coordinator
+from stager.stream.errors import StreamError
+from stager.stream.protocol import ScanGeometry
+from stager.stream.roles import Roles
+
+__all__ = ["RankLoop", "TAGS"]
+
+TAG_WORK, TAG_ACK, TAG_LIVE, TAG_CTRL, TAG_V2, TAG_ABORT, TAG_FIN = range(7101, 7108)
+TAGS = {"work": TAG_WORK, "ack": TAG_ACK, "live": TAG_LIVE, "ctrl": TAG_CTRL, "v2": TAG_V2,
+        "abort": TAG_ABORT, "finalize": TAG_FIN}
+
+
+class RankLoop:
+    """State and loop of one rank (see the module docstring).
+
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Comm
+    roles : Roles
+    analysis : Analysis
+    socket : Receiver or StreamV2Receiver or None
+        This rank's receiving socket (receivers only), built with ``deliver=self.deliver``
+        and ``on_close=self.on_close``.
+    coordinator : Coordinator, optional
+        Rank 0 only.
+    publisher : LivePublisher, optional
+        Rank 0 only.
+    options : SessionOptions
+    spill : Spill, optional
+    """
+
+    def __init__(self, comm: Any, roles: Roles, analysis: Analysis, options: Any,
+                 coordinator: Optional[Coordinator] = None, publisher: Any = None,
+                 spill: Any = None) -> None:
+        self.comm, self.roles, self.analysis, self.o = comm, roles, analysis, options
+        self.rank = comm.rank
+        self.index = roles.index(self.rank)
+        self.is_receiver = self.index is not None
+        self.workers: Tuple[int, ...] = roles.workers[self.index] if self.is_receiver else ()
+        self.my_receiver = roles.receivers[roles.receiver_of[self.rank]]
+        self.coord, self.publisher, self.spill = coordinator, publisher, spill
+        self.socket: Any = None
+        # processing state (every rank that processes partitions)
+        self.partials: Dict[str, Any] = {}
+        self.geoms: Dict[str, ScanGeometry] = {}
+        self.live_pending: Dict[str, Any] = {}
+        self.processed: Counter = Counter()
+        self.busy_s = 0.0
+        # receiver state
+        self.outbox: Deque[Tuple[str, str, Any]] = deque()    # (kind, scan, payload)
+        self.outbox_bytes = 0
+        self.credit: Dict[int, int] = {w: 0 for w in self.workers}
+        self.unacked: Counter = Counter()
+        self.open_reports: Dict[str, ScanReport] = {}
+        self.closed_reports: Dict[str, ScanReport] = {}
+        self.marked: Set[str] = set()
+        # worker state
+        self.finished: Set[str] = set()
+        # everyone
+        self.to_finalize: Deque[str] = deque()
+        self.barrier: Any = None
+        self.stop_reason: Optional[str] = None
+        self.requests: List[Any] = []
+        now = time.monotonic()
+        self.next_heartbeat = now
+        self.next_live = now + options.live_interval / 2
+        self.next_publish = now + options.live_interval
+        self.first_frame: Optional[float] = None
+        self._closing = False
+
+    # ---- sending (non-blocking, requests kept until complete) ----
+    def _isend(self, obj: Any, dest: int, tag: int) -> None:
+        self.requests.append(self.comm.isend(obj, dest=dest, tag=tag))
+
+    def _reap(self) -> None:
+        if self.requests:
+            self.requests = [r for r in self.requests if not r.Test()]
+
+    def abort_all(self, message: str) -> None:
+        """Tell every other rank to stop with ``message`` (best effort, non-blocking)."""
+        for r in range(self.comm.size):
+            if r != self.rank:
+                try:
+                    self._isend(("abort", message), r, TAG_ABORT)
+                except Exception:   # noqa: BLE001 -- already failing; the launcher ends us
+                    pass
+
+    # ---- callbacks of the receiving socket ----
+    def deliver(self, part: Partition) -> None:
+        """The assembler finished a partition (its memory is reused after this)."""
+        scan = part.scan
+        self.geoms[scan] = part.geometry
+        if self.first_frame is None:
+            self.first_frame = time.monotonic()
+        if self.spill is not None:
+            self.spill.write(part)
+        if not self.workers:
+            self._process(part.geometry, part.data, part.frames, part.complete)
+            return
+        item = (part.geometry, part.index, part.frames.copy(), part.complete.copy(),
+                part.data.copy())
+        self.outbox.append(("part", scan, item))
+        self.outbox_bytes += part.data.nbytes
+        self.unacked[scan] += 1
+
+    def on_close(self, report: ScanReport) -> None:
+        scan = report.scan
+        self.closed_reports[scan] = report
+        self.open_reports.pop(scan, None)
+        self._mark_finished(scan)
+        if self.spill is not None:
+            self.spill.finish(scan)
+        self._isend(("closed", self.index, report), 0, TAG_CTRL)
+
+    def _mark_finished(self, scan: str) -> None:
+        if scan not in self.marked:
+            self.marked.add(scan)
+            if self.workers:
+                self.outbox.append(("finish", scan, None))
+
+    def share_v2(self, kind: str, msg: Any) -> None:
+        """Stream V2: a start/end reached this client; tell the other receivers."""
+        for r, rank in enumerate(self.roles.receivers):
+            if rank != self.rank:
+                self._isend((kind, msg), rank, TAG_V2)
+
+    # ---- processing ----
+    def _process(self, g: ScanGeometry, data: np.ndarray, frames: np.ndarray,
+                 complete: np.ndarray) -> None:
+        t = time.perf_counter()
+        scan = g.scan
+        if scan not in self.partials:
+            self.analysis.prepare(g)
+            self.partials[scan] = self.analysis.empty()
+        self.geoms[scan] = g
+        p = self.analysis.process_partition(data, frames, complete)
+        self.partials[scan] = self.analysis.merge(self.partials[scan], p)
+        lv = self.analysis.live(p)
+        prev = self.live_pending.get(scan)
+        self.live_pending[scan] = lv if prev is None else self.analysis.merge(prev, lv)
+        self.processed[scan] += len(frames)
+        self.busy_s += time.perf_counter() - t
+
+    def _send_live(self, now: float, force: bool = False) -> None:
+        if not self.live_pending or (now < self.next_live and not force):
+            return
+        self.next_live = now + self.o.live_interval / 2
+        for scan, lv in self.live_pending.items():
+            if self.rank == 0:
+                self._live_in(scan, self.geoms[scan], lv)
+            else:
+                self._isend(("live", scan, self.geoms[scan], lv), 0, TAG_LIVE)
+        self.live_pending = {}
+
+    def _live_in(self, scan: str, g: ScanGeometry, lv: Any) -> None:
+        assert self.coord is not None
+        self.coord.geometry(g)
+        self.coord.live(scan, lv, self.analysis.merge)
+
+    # ---- the outbox ----
+    def _dispatch(self) -> None:
+        while self.outbox:
+            kind, scan, item = self.outbox[0]
+            if kind == "finish":
+                self.outbox.popleft()
+                for w in self.workers:
+                    self._isend(("finish", scan, None), w, TAG_WORK)
+                continue
+            free = [w for w in self.workers if self.credit[w] < self.o.credit]
+            if not free:
+                return
+            w = min(free, key=lambda x: self.credit[x])
+            self.outbox.popleft()
+            self.outbox_bytes -= item[4].nbytes
+            self.credit[w] += 1
+            self._isend(("part", scan, item), w, TAG_WORK)
+
+    def outbox_full(self) -> bool:
+        return bool(self.outbox) and self.outbox_bytes >= self.o.outbox_bytes
+
+    # ---- incoming MPI messages ----
+    def _poll(self) -> bool:
+        """Handle every waiting MPI message; True if any."""
+        from mpi4py import MPI
+
+        st = MPI.Status()
+        got = False
+        while self.comm.Iprobe(source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG, status=st):
+            src, tag = st.Get_source(), st.Get_tag()
+            if tag not in TAGS.values():
+                raise StreamError(f"rank {self.rank}: unexpected message tag {tag} from rank "
+                                  f"{src} on the receiving communicator")
+            msg = self.comm.recv(source=src, tag=tag)
+            got = True
+            self._handle(src, tag, msg)
+        return got
+
+    def _handle(self, src: int, tag: int, msg: Any) -> None:
+        now = time.monotonic()
+        if tag == TAG_ABORT:
+            raise StreamError(msg[1])
+        if tag == TAG_WORK:
+            kind, scan, item = msg
+            if kind == "finish":
+                self.finished.add(scan)
+            else:
+                g, _idx, frames, complete, data = item
+                self._process(g, data, frames, complete)
+                self._isend(("ack", scan), src, TAG_ACK)
+            return
+        if tag == TAG_ACK:
+            self.credit[src] -= 1
+            self.unacked[msg[1]] -= 1
+            return
+        if tag == TAG_V2:
+            kind, m = msg
+            if kind == "v2start":
+                self.socket.apply_start(m)
+            else:
+                self.socket.apply_end(m, grace=self.o.v2_grace)
+            return
+        if tag == TAG_FIN:
+            kind, arg = msg
+            if kind == "finalize":
+                self.to_finalize.append(arg)
+            elif kind == "close":     # rank 0's deadline: close whatever is open
+                if self.socket is not None:
+                    self.socket.assembler.close_all("stopped")
+            elif kind == "stop":
+                self.stop_reason = arg
+            return
+        # rank 0 only from here
+        assert self.coord is not None
+        self.coord.heard_from(src, now)
+        if tag == TAG_LIVE:
+            _, scan, g, lv = msg
+            self._live_in(scan, g, lv)
+        elif tag == TAG_CTRL:
+            kind = msg[0]
+            if kind == "hb":
+                _, r, snaps = msg
+                for rep, idle in snaps:
+                    self.coord.snapshot(r, rep, idle, now)
+            elif kind == "closed":
+                _, r, rep = msg
+                self.coord.closed(r, rep, now)
+
+    # ---- heartbeats (every rank) ----
+    def _heartbeat(self, now: float) -> None:
+        if now < self.next_heartbeat:
+            return
+        self.next_heartbeat = now + self.o.heartbeat
+        snaps = []
+        if self.socket is not None:
+            prog = self.socket.assembler.progress()
+            for scan, st in self.socket.assembler.scans.items():
+                snaps.append((st.report, prog[scan]["idle_s"]))
+        if self.rank == 0:
+            assert self.coord is not None
+            self.coord.heard_from(0, now)
+            for rep, idle in snaps:
+                self.coord.snapshot(self.index or 0, rep, idle, now)
+        else:
+            self._isend(("hb", self.index, snaps), 0, TAG_CTRL)
+
+    # ---- rank 0: decisions and live publishing ----
+    def _coordinate(self, now: float, deadline: Optional[float]) -> None:
+        assert self.coord is not None
+        if self.publisher is not None and now >= self.next_publish:
+            self.next_publish = now + self.o.live_interval
+            for scan in self.coord.open_scans():
+                self.publish(scan, now)
+        if deadline is not None and now >= deadline and not self._closing:
+            self._closing = True
+            for r in range(self.comm.size):
+                self._send_fin(("close", None), r)
+        for scan in self.coord.ready(now):
+            for r in range(self.comm.size):
+                self._send_fin(("finalize", scan), r)
+        if self._closing and not self.coord.open_scans() and not self.to_finalize \
+                and self.stop_reason is None:
+            for r in range(self.comm.size):
+                self._send_fin(("stop", "deadline"), r)
+
+    def _send_fin(self, msg: Any, dest: int) -> None:
+        if dest == self.rank:
+            self._handle(dest, TAG_FIN, msg)
+        else:
+            self._isend(msg, dest, TAG_FIN)
+
+    def publish(self, scan: str, now: float, final: bool = False, partial: Any = None) -> None:
+        assert self.coord is not None
+        if self.publisher is None:
+            return
+        st = self.coord.scans[scan]
+        p = partial if partial is not None else st.live
+        if p is None:
+            p = self.analysis.empty()
+        g = st.geometry
+        images = self.analysis.images(p, g)
+        valid = p.seen(g.frames).reshape(g.scan_shape) if hasattr(p, "seen") else \
+            np.zeros(g.scan_shape, bool)
+        prog = self.coord.progress(scan, now)
+        self.publisher.publish(scan, images, valid, prog, final=final)
+
+    # ---- readiness for the collective finalize ----
+    def _ready_for(self, scan: str) -> bool:
+        if self.is_receiver:
+            asm = self.socket.assembler
+            if scan in asm.scans:
+                asm.close(scan, "timeout")     # finalized elsewhere: stop waiting here
+            self._mark_finished(scan)
+            if any(s == scan for _, s, _ in self.outbox) or self.unacked[scan] > 0:
+                return False
+            return True
+        return scan in self.finished
+
+    # ---- the loop ----
+    def run(self, finalize: Callable[[str], None], deadline: Optional[float] = None) -> None:
+        """Loop until ``options.scans`` scans are finalized or rank 0 says stop."""
+        done = 0
+        pause = 1e-4
+        # a rank told to stop still finishes the finalizations already announced:
+        # every other rank is about to enter them
+        while (done < self.o.scans and self.stop_reason is None) or self.to_finalize \
+                or self.barrier is not None:
+            now = time.monotonic()
+            busy = False
+            if self.socket is not None and not self.outbox_full():
+                busy = self.socket.step(timeout=0 if self.outbox else pause,
+                                        max_messages=self.o.batch) > 0
+            self._dispatch()
+            busy = self._poll() or busy
+            self._reap()
+            self._heartbeat(now)
+            self._send_live(now)
+            if self.coord is not None:
+                self._coordinate(now, deadline)
+            if self.barrier is None and self.to_finalize and self._ready_for(self.to_finalize[0]):
+                self._send_live(now, force=True)
+                self.barrier = self.comm.Ibarrier()
+            if self.barrier is not None and self.barrier.Test():
+                self.barrier = None
+                scan = self.to_finalize.popleft()
+                finalize(scan)
+                done += 1
+                busy = True
+            if busy:
+                pause = 1e-4
+            else:
+                if self.socket is None:
+                    time.sleep(pause)
+                pause = min(pause * 2, 0.005)
+        self._send_live(time.monotonic(), force=True)
+
+    def drain_requests(self, timeout: float = 5.0) -> None:
+        """Wait (bounded) for this rank's outstanding sends."""
+        end = time.monotonic() + timeout
+        while self.requests and time.monotonic() < end:
+            self._reap()
+            self._poll_quiet()
+            time.sleep(0.001)
+
+    def _poll_quiet(self) -> None:
+        try:
+            self._poll()
+        except StreamError:
+            pass
+
+    def partial_of(self, scan: str) -> Any:
+        self.geoms.pop(scan, None)
+        return self.partials.pop(scan, None)
+
+    def pickled_size(self, obj: Any) -> int:
+        return len(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))

@@ -1,0 +1,170 @@
+"""Who does what in a receiving job: receivers, workers, the merge tree. Pure (no MPI).
+
+A receiving job is one MPI job over many nodes (:func:`stager.mpi.nodes.node_layout`
+decides the nodes). On every node the first ``receivers_per_node`` ranks are
+**receivers** (the node's leader first): each binds one PULL socket and assembles
+the frames routed to it. The node's other ranks are **workers**: each serves the
+receiver of its node given by round-robin, and runs the analysis on the
+partitions that receiver hands it, so a partition is processed on the node that
+holds it. A node with no spare rank processes its partitions on the receiver.
+
+Receiver index r (the producers' ``frame mod R``) follows the rank order of the
+receivers, so ``receivers[r]`` in the rendezvous file is receiver r.
+
+The merge of the partial results is a fixed binary tree over ranks in order
+(:func:`tree_schedule`): ``merge(lower, higher)`` at every step, so an analysis
+whose merge is associative but not commutative, or not exactly associative
+(floating-point sums), gives the same bits at every run -- as
+``workflows.reduce_tree(ordered=True)`` does on the staged path.
+
+Partition size: LiberTEM sizes partitions for roughly 100 ms of work;
+:func:`partition_frames` does the same from a frame rate when one is known, else
+from a byte target, within the bounds the assembler's memory allows.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
+
+__all__ = ["Roles", "assign_roles", "tree_schedule", "partition_frames",
+           "DEFAULT_PARTITION_BYTES", "DEFAULT_PARTITION_SECONDS"]
+
+#: Byte target of one partition when no frame rate is given (16 MiB: 50 frames of
+#: 576x576 uint16; at NCEM's 7.2 GB/s over 8 receivers, ~20 ms of data each).
+DEFAULT_PARTITION_BYTES = 16 << 20
+#: LiberTEM's partition length in time.
+DEFAULT_PARTITION_SECONDS = 0.1
+
+
+@dataclass(frozen=True)
+class Roles:
+    """The roles of every rank of a receiving job (identical on every rank).
+
+    Attributes
+    ----------
+    size : int
+        Ranks in the job.
+    receivers : tuple of int
+        Rank of receiver r, by receiver index.
+    receiver_of : tuple of int
+        For every rank: the receiver index it belongs to (receivers: their own).
+    workers : tuple of tuple of int
+        For every receiver index: the ranks of its workers (may be empty).
+    node_of : tuple of int
+        Node index of every rank.
+    """
+
+    size: int
+    receivers: Tuple[int, ...]
+    receiver_of: Tuple[int, ...]
+    workers: Tuple[Tuple[int, ...], ...]
+    node_of: Tuple[int, ...]
+
+    @property
+    def count(self) -> int:
+        """R, the number of receivers."""
+        return len(self.receivers)
+
+    def is_receiver(self, rank: int) -> bool:
+        return self.receivers[self.receiver_of[rank]] == rank
+
+    def index(self, rank: int) -> Optional[int]:
+        """Receiver index of ``rank``, or None for a worker."""
+        r = self.receiver_of[rank]
+        return r if self.receivers[r] == rank else None
+
+    def describe(self) -> str:
+        return "; ".join(f"receiver {r}: rank {rk} (node {self.node_of[rk]}), workers "
+                         f"{list(self.workers[r]) or 'none'}"
+                         for r, rk in enumerate(self.receivers))
+
+
+def assign_roles(node_of_rank: Sequence[int], receivers_per_node: int = 1) -> Roles:
+    """Roles from the node index of every rank (``NodeLayout`` numbering). Pure.
+
+    Parameters
+    ----------
+    node_of_rank : sequence of int
+        Node index of each rank, by rank (nodes numbered by their lowest rank).
+    receivers_per_node : int
+        Receivers on every node (at most the node's ranks).
+
+    Raises
+    ------
+    ValueError
+        ``receivers_per_node`` < 1 or more than the ranks of some node.
+    """
+    if not isinstance(receivers_per_node, int) or receivers_per_node < 1:
+        raise ValueError(f"receivers_per_node must be a positive integer, got "
+                         f"{receivers_per_node!r}")
+    by_node: Dict[int, List[int]] = {}
+    for rank, n in enumerate(node_of_rank):
+        by_node.setdefault(n, []).append(rank)
+    small = {n: len(r) for n, r in by_node.items() if len(r) < receivers_per_node}
+    if small:
+        n, k = next(iter(small.items()))
+        raise ValueError(f"{receivers_per_node} receivers per node, but node {n} has only "
+                         f"{k} rank(s): start more ranks per node or lower "
+                         "--receivers-per-node")
+    receivers: List[int] = []
+    receiver_of = [0] * len(node_of_rank)
+    workers: List[List[int]] = []
+    for n in sorted(by_node, key=lambda k: by_node[k][0]):
+        ranks = by_node[n]
+        mine = ranks[:receivers_per_node]
+        first = len(receivers)
+        for rk in mine:
+            receiver_of[rk] = len(receivers)
+            receivers.append(rk)
+            workers.append([])
+        for i, rk in enumerate(ranks[receivers_per_node:]):
+            r = first + i % receivers_per_node
+            receiver_of[rk] = r
+            workers[r].append(rk)
+    order = sorted(range(len(receivers)), key=lambda r: receivers[r])
+    if order != list(range(len(receivers))):   # by rank order: receiver r is the r-th
+        raise AssertionError("receivers must be numbered in rank order")
+    return Roles(len(node_of_rank), tuple(receivers), tuple(receiver_of),
+                 tuple(tuple(w) for w in workers), tuple(node_of_rank))
+
+
+def tree_schedule(n: int) -> List[List[Tuple[int, int]]]:
+    """Rounds of an ordered binary merge tree over positions ``0..n-1``. Pure.
+
+    Round k pairs ``(dst, src)`` with ``src = dst + 2**k``; position ``dst`` merges
+    ``merge(own, received)`` (lower position first). After the last round
+    position 0 holds the merge of all, in position order::
+
+        >>> tree_schedule(5)
+        [[(0, 1), (2, 3)], [(0, 2)], [(0, 4)]]
+    """
+    rounds: List[List[Tuple[int, int]]] = []
+    step = 1
+    while step < n:
+        rounds.append([(d, d + step) for d in range(0, n, 2 * step) if d + step < n])
+        step *= 2
+    return rounds
+
+
+def partition_frames(frame_bytes: int, receivers: int = 1, *, rate: Optional[float] = None,
+                     seconds: float = DEFAULT_PARTITION_SECONDS,
+                     target_bytes: int = DEFAULT_PARTITION_BYTES,
+                     frames: Optional[int] = None) -> int:
+    """K, frames per partition, sized like LiberTEM's ~100 ms partitions. Pure.
+
+    With a frame rate (frames/s over the whole detector), K is the frames one
+    receiver gets in ``seconds``: ``rate * seconds / receivers``. Without one, K is
+    ``target_bytes // frame_bytes``. Either way at least 1, and at most the frames
+    one receiver gets in the scan (when ``frames`` is known).
+    """
+    if frame_bytes < 1 or receivers < 1:
+        raise ValueError("frame_bytes and receivers must be positive")
+    if rate is not None:
+        if rate <= 0 or seconds <= 0:
+            raise ValueError("rate and seconds must be positive")
+        k = int(rate * seconds / receivers)
+    else:
+        k = target_bytes // frame_bytes
+    if frames is not None:
+        k = min(k, -(-frames // receivers))
+    return max(1, k)
