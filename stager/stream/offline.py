@@ -1,0 +1,109 @@
+"""The offline path: the same partitions read from files, for the same analysis.
+
+A stream delivers partitions of K frames; a staged dataset (an HDF5 file of
+frames ``(F, rows, cols)`` or ``(ny, nx, rows, cols)``) or the partitions a
+receiving job spilled give the same ``(frames, positions, complete)`` triples, so
+an analysis written once runs on both. A :class:`PartitionRef` is plain data
+(picklable: it travels to the workflow's workers, which open the file on their
+node); :func:`read_partition` reads it; :func:`offline_report` is the accounting
+of frames read from files (present = complete), so the offline output file has
+the same layout as the streamed one (:func:`stager.stream.output.write_scan`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from stager.stream.accounting import ScanReport
+from stager.stream.errors import StreamError
+from stager.stream.protocol import ScanGeometry
+
+__all__ = ["PartitionRef", "dataset_partitions", "spill_partitions", "read_partition",
+           "dataset_geometry", "offline_report", "parse_source"]
+
+
+@dataclass(frozen=True)
+class PartitionRef:
+    """Frames ``start:stop`` of ``dataset`` in ``path`` (``kind='dataset'``), or one
+    spilled partition file (``kind='spill'``: the whole file)."""
+
+    path: str
+    dataset: str = "/frames"
+    start: int = 0
+    stop: int = 0
+    kind: str = "dataset"
+
+
+def parse_source(text: str) -> Tuple[str, str]:
+    """``FILE.h5:/dataset`` -> (file, dataset)."""
+    path, sep, dset = text.rpartition(":")
+    if not sep or not path or not dset.startswith("/"):
+        raise StreamError(f"{text!r}: expected FILE.h5:/dataset")
+    return path, dset
+
+
+def dataset_geometry(path: str, dataset: str, scan: str = "offline",
+                     scan_shape: Optional[Sequence[int]] = None) -> ScanGeometry:
+    """The scan geometry of a frames dataset (3-D needs ``scan_shape``, else (1, F))."""
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        d = f[dataset]
+        shape, dtype = d.shape, d.dtype
+    if len(shape) == 4:
+        ss: Tuple[int, int] = (int(shape[0]), int(shape[1]))
+    elif len(shape) == 3:
+        ss = (int(scan_shape[0]), int(scan_shape[1])) if scan_shape else (1, int(shape[0]))
+    else:
+        raise StreamError(f"{path}:{dataset} has shape {shape}: expected frames "
+                          "(F, rows, cols) or (ny, nx, rows, cols)")
+    return ScanGeometry(scan, 1, ss[0] * ss[1], 1, (int(shape[-2]), int(shape[-1])),
+                        np.dtype(dtype).str, ss)
+
+
+def dataset_partitions(path: str, dataset: str, frames: int, k: int) -> List[PartitionRef]:
+    """Partitions of ``k`` consecutive frames over a dataset of ``frames`` frames."""
+    if k < 1:
+        raise ValueError("k must be >= 1")
+    return [PartitionRef(path, dataset, s, min(s + k, frames)) for s in range(0, frames, k)]
+
+
+def spill_partitions(paths: Sequence[str]) -> List[PartitionRef]:
+    return [PartitionRef(p, kind="spill") for p in paths]
+
+
+def read_partition(ref: PartitionRef) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(frames (k, rows, cols), positions (k,), complete (k,))`` of one partition."""
+    import h5py
+
+    if ref.kind == "spill":
+        from stager.stream.spill import read_partition_file
+
+        data, index, complete, _ = read_partition_file(ref.path)
+        return data, index, complete
+    with h5py.File(ref.path, "r") as f:
+        d = f[ref.dataset]
+        if d.ndim == 4:
+            nx = d.shape[1]
+            flat = np.arange(ref.start, ref.stop)
+            data = np.stack([d[y, x] for y, x in zip(*np.divmod(flat, nx))]) if len(flat) \
+                else np.zeros((0, *d.shape[2:]), d.dtype)
+        else:
+            data = d[ref.start:ref.stop]
+    k = ref.stop - ref.start
+    return data, np.arange(ref.start, ref.stop, dtype=np.int64), np.ones(k, bool)
+
+
+def offline_report(geometry: ScanGeometry, complete: np.ndarray,
+                   received: Optional[np.ndarray] = None) -> ScanReport:
+    """Accounting of a scan read from files: ``complete`` frames (bool, frames) are
+    complete; frames in ``received`` but not complete count as incomplete."""
+    rep = ScanReport.empty(geometry)
+    complete = np.asarray(complete, bool)
+    rep.got[complete] = True
+    if received is not None:
+        rep.got[np.asarray(received, bool) & ~complete, 0] = True
+    rep.ended_by = "end"
+    return rep

@@ -1,0 +1,26 @@
+"""4D-STEM on live streams and on staged files: electron counting and virtual detectors.
+
+The application on top of mpistage (nothing in the library imports it):
+
+- :class:`stem4d.analysis.Stem4D` -- the analysis (``stager.stream.analysis``
+  contract): per frame, the pixel sum, bright-field and annular-dark-field
+  virtual detector values (``kernels.virtual_detector``) and the counted
+  electron events (``kernels.count_electrons``), merged by concatenation;
+- :mod:`stem4d.layout` -- the output file (``docs/stem4d-output.md``): the
+  scan-shaped images and the events in stempy's sparse layout;
+- :mod:`stem4d.flow` -- one flow file for both paths:
+  ``stager stream receive --analysis stem4d.flow`` on a stream, and
+  ``python -m workflows run stem4d/flow.py -- --frames FILE.h5:/frames`` on a
+  staged (or spilled) dataset;
+- :mod:`stem4d.synth` -- a synthetic scan written as an HDF5 file (tests, demo).
+"""
+from __future__ import annotations
+
+__all__ = ["Stem4D"]
+
+
+def __getattr__(name: str):
+    if name == "Stem4D":
+        from stem4d.analysis import Stem4D
+        return Stem4D
+    raise AttributeError(f"module 'stem4d' has no attribute {name!r}")

@@ -1,0 +1,119 @@
+"""One 4D-STEM flow for a live stream and for a staged (or spilled) dataset.
+
+On a stream -- the receiving job drives the analysis on the nodes that hold
+the frames, merges per node and then across nodes::
+
+    mpirun -n 8 stager stream receive --analysis stem4d.flow --rendezvous RV --out OUT
+
+On files -- the same :data:`ANALYSIS` through ``workflows``: one task per
+partition of K frames (``foreach``), the ordered tree merge (``reduce_tree``),
+one task that writes ``OUT/<scan>.h5`` in the same layout::
+
+    python -m workflows run stem4d/flow.py --out OUT -- --frames scan.h5:/frames
+    python -m workflows run stem4d/flow.py --out OUT -- --spilled '/dev/shm/sp/%n' --scan s1
+
+``--set KEY=VALUE`` options of the stream command are the keyword arguments of
+:class:`stem4d.analysis.Stem4D`; here they are ``--param KEY=VALUE``.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Dict, List
+
+from stem4d.analysis import Stem4D
+from workflows import app, foreach, reduce_tree
+
+#: What ``stager stream receive --analysis stem4d.flow`` runs (a class: --set gives options).
+ANALYSIS = Stem4D
+
+_CACHE: Dict[str, Any] = {}
+
+
+def _analysis(params: Dict[str, Any]) -> Stem4D:
+    key = json.dumps(params, sort_keys=True)
+    a = _CACHE.get(key)
+    if a is None:
+        a = _CACHE[key] = Stem4D(**params)
+    return a
+
+
+def add_arguments(parser: Any) -> None:
+    parser.add_argument("--frames", metavar="FILE.h5:/DATASET",
+                        help="frames (F, rows, cols) or (ny, nx, rows, cols)")
+    parser.add_argument("--scan-shape", type=int, nargs=2, metavar=("NY", "NX"),
+                        help="scan grid of a 3-D frames dataset")
+    parser.add_argument("--spilled", metavar="DIR", help="a receiving job's --spill directory")
+    parser.add_argument("--scan", default=None, help="scan name (output file name)")
+    parser.add_argument("--partition-frames", type=int, default=64, metavar="K")
+    parser.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                        help="a Stem4D keyword argument (JSON value)")
+
+
+@app
+def process(ref: Any, params: Dict[str, Any]) -> Any:
+    """One partition -> its partial (on whichever worker runs it)."""
+    from stager.stream.offline import read_partition
+
+    frames, positions, complete = read_partition(ref)
+    return _analysis(params).process_partition(frames, positions, complete)
+
+
+@app
+def merge(a: Any, b: Any) -> Any:
+    return a.merge(b)
+
+
+@app
+def write(partial: Any, geometry: Any, params: Dict[str, Any], path: str) -> str:
+    from stager.stream.offline import offline_report
+    from stager.stream.output import write_scan
+
+    partial = partial.compact()
+    rep = offline_report(geometry, partial.complete(geometry.frames),
+                         partial.seen(geometry.frames))
+    write_scan(path, _analysis(params), partial, rep)
+    return path
+
+
+def _params(items: List[str]) -> Dict[str, Any]:
+    out: Dict[str, Any] = {}
+    for it in items:
+        k, _, v = it.partition("=")
+        try:
+            out[k] = json.loads(v)
+        except ValueError:
+            out[k] = v
+    return out
+
+
+def main(args: Any) -> Any:
+    from stager.stream.offline import (dataset_geometry, dataset_partitions, parse_source,
+                                       spill_partitions)
+    from stager.stream.protocol import ScanGeometry
+
+    params = _params(getattr(args, "param", []))
+    Stem4D(**params)    # bad parameters fail here, before any task
+    if args.frames:
+        path, dset = parse_source(args.frames)
+        g = dataset_geometry(path, dset, args.scan or os.path.splitext(
+            os.path.basename(path))[0], args.scan_shape)
+        refs = dataset_partitions(path, dset, g.frames, args.partition_frames)
+    elif args.spilled:
+        from stager.stream.spill import read_partition_file, spilled_partitions
+
+        if not args.scan:
+            raise ValueError("--spilled needs --scan NAME")
+        paths = spilled_partitions(args.spilled, args.scan)
+        if not paths:
+            raise ValueError(f"no spilled partitions of scan {args.scan} under {args.spilled}")
+        data, _, _, attrs = read_partition_file(paths[0])
+        g = ScanGeometry(args.scan, 1, int(attrs["frames"]), int(attrs["sectors"]),
+                         tuple(data.shape[1:]), str(attrs["dtype"]),
+                         tuple(attrs["scan_shape"]))
+        refs = spill_partitions(paths)
+    else:
+        raise ValueError("give --frames FILE.h5:/DATASET or --spilled DIR --scan NAME")
+    os.makedirs(args.out, exist_ok=True)
+    total = reduce_tree(merge, foreach(process, refs, params))
+    return write(total, g, params, os.path.join(args.out, f"{g.scan}.h5"))
