@@ -67,6 +67,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--local", metavar="DIR", help="node-local directory for outputs before "
                    "the drain (%%n = node; default /tmp/mpistage-stream-UID-PID/%%n)")
     r.add_argument("--v2-grace", type=float, default=1.0, metavar="S")
+    r.add_argument("--hwm", type=int, default=100, metavar="N",
+                   help="ZeroMQ receive high-water mark (messages per producer)")
+    r.add_argument("--outbox", type=float, default=64, metavar="MiB",
+                   help="partitions a receiver holds for its workers before it stops reading")
     w = sub.add_parser("watch", help="show the live progress of a receiving job")
     w.add_argument("source", metavar="RENDEZVOUS", help="rendezvous file or tcp:// live endpoint")
     w.add_argument("--png", metavar="FILE", help="write the current image here on request")
@@ -113,7 +117,8 @@ def _receive(args: argparse.Namespace) -> int:
             close_wait=args.close_wait or args.idle_timeout, timeout=args.timeout,
             allow_loss=args.allow_loss, live_interval=args.live_interval,
             spill=args.spill, stream2=args.stream2, v2_grace=args.v2_grace,
-            analysis=args.analysis, analysis_options=_parse_set(args.set))
+            analysis=args.analysis, analysis_options=_parse_set(args.set),
+            rcvhwm=args.hwm, outbox_bytes=int(args.outbox * (1 << 20)))
         opts.check()
     except ValueError as e:
         if comm.rank == 0:

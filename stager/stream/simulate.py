@@ -234,16 +234,21 @@ class StreamV2Simulator:
     bind : str
         Address to bind (``tcp://127.0.0.1:*`` picks a free port; DECTRIS uses 31001).
     sndhwm : int
+    send_timeout : float, optional
+        Seconds a send may block (no receiver, or all at the high-water mark) before
+        ``zmq.Again`` is raised; default: block for ever, as a detector does.
     context : zmq.Context, optional
     """
 
     def __init__(self, bind: str = "tcp://127.0.0.1:*", sndhwm: int = 100,
-                 context: Any = None) -> None:
+                 send_timeout: Optional[float] = None, context: Any = None) -> None:
         import zmq
 
         self._ctx = context or zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.PUSH)
         self._sock.setsockopt(zmq.SNDHWM, sndhwm)
+        if send_timeout is not None:
+            self._sock.setsockopt(zmq.SNDTIMEO, int(send_timeout * 1000))
         self._sock.bind(bind)
         self.endpoint = self._sock.getsockopt(zmq.LAST_ENDPOINT).decode()
         self.sent = 0

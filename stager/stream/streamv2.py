@@ -133,6 +133,16 @@ def _untag(v: Any) -> Any:
     return v
 
 
+def _plain(v: Any) -> Any:
+    """Nested maps as plain dicts: cbor2 6 decodes nested maps to ``cbor2.frozendict``,
+    which does not pickle, and the start message travels to every receiver over MPI."""
+    if isinstance(v, Mapping):
+        return {k: _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return type(v)(_plain(x) for x in v)
+    return v
+
+
 def _uint(m: Mapping, key: str, what: str) -> int:
     v = _untag(m.get(key))
     if not isinstance(v, int) or isinstance(v, bool) or v < 0:
@@ -233,7 +243,7 @@ def decode_message(buf: Any) -> Any:
                      _uint(m, "number_of_images", what), _uint(m, "image_size_x", what),
                      _uint(m, "image_size_y", what),
                      None if dtype is None else _text(m, "image_dtype", what),
-                     tuple(channels), dict(m))
+                     tuple(channels), _plain(m))
     if kind == "image":
         data = _untag(m.get("data"))
         if not isinstance(data, Mapping):
@@ -241,7 +251,7 @@ def decode_message(buf: Any) -> Any:
         image_id = _uint(m, "image_id", what)
         chans = {str(k): _multidim(v, f"{what} {image_id} channel {k}")
                  for k, v in data.items()}
-        fields = {k: v for k, v in m.items() if k != "data"}
+        fields = {k: _plain(v) for k, v in m.items() if k != "data"}
         return Image(_uint(m, "series_id", what), _text(m, "series_unique_id", what, ""),
                      image_id, chans, fields)
     raise ProtocolError(Reason.MALFORMED, f"Stream V2 type {kind!r} is not start, image or end")

@@ -75,6 +75,16 @@ def test_start_carries_typed_arrays():
     assert s.fields["pixel_mask_enabled"] is True and "pixel_mask" in s.fields
 
 
+def test_start_pickles_for_the_other_receivers():
+    """Only one client receives start: it travels to the others over MPI (pickled)."""
+    import pickle
+
+    s = decode_message(encode_start(1, "U", 4, (5, 7), user_data={"scan_shape": [2, 2]}))
+    back = pickle.loads(pickle.dumps(s))
+    assert back.geometry() == s.geometry() and tuple(back.fields["user_data"]["scan_shape"]) == (2, 2)
+    assert type(back.fields["goniometer"]) is dict
+
+
 BAD = {
     "no self-describe tag": (encode_end(1, "U")[3:], "malformed_header"),
     "type not first": (b"\xd9\xd9\xf7\xa2" + t("series_id") + b"\x01" + t("type") + t("end"),
