@@ -181,6 +181,11 @@ class NFGeometry:
                 bad(f"{name} must be > 0, got {v}")
         if self.min_frac_accept is not None and not 0 <= self.min_frac_accept <= 1:
             bad(f"MinFracAccept must be in [0, 1], got {self.min_frac_accept}")
+        if self.rings_to_use:
+            try:
+                _ = self.hkls   # builds the list: RingsToUse must name rings it has
+            except KernelArgumentError as exc:
+                bad(str(exc))
 
     # -- derived ---------------------------------------------------------------------
     @property
