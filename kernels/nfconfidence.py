@@ -8,10 +8,13 @@ the floor of the spot centre scaled to every distance.  A footprint pixel
 every distance**; the confidence is overlapping pixels / footprint pixels
 over all spots (0 when no spot is on the detectors).
 
-Spots are skipped, as in MIDAS, when their frame is outside the scan or a
-projected vertex is off the first detector.  Deliberate difference: a spot
-with any footprint pixel off a detector is skipped whole; MIDAS counts the
-pixels it visited before the first such pixel and drops the rest.
+As in MIDAS, a spot is skipped when its frame is outside the scan or a
+projected vertex is off the first detector, and its footprint pixels are
+visited in raster order (z, then y) up to the first one that is off a
+detector at some distance: the pixels before it count, the rest not.  The
+centre at distance ``k`` is computed with MIDAS's operations and order,
+``floor(((Yc - ybc_0) px (Lsd_k / Lsd_0)) / px + ybc_k)``, so floors agree
+to the last bit.
 
 **Binary images** are bit-packed along detector y, one bit per pixel:
 ``images[d, f, z, y >> 3] >> (y & 7) & 1`` is pixel (y, z) of frame ``f``
@@ -22,7 +25,7 @@ orders each frame y-major.
 
 :func:`paint_kernel` is the forward direction (MIDAS's
 ``SimulateDiffractionImage``): it sets the footprint pixels instead of
-testing them, each distance on its own.
+testing them (without the vertex check, as MIDAS).
 """
 from __future__ import annotations
 
@@ -98,8 +101,8 @@ def spot_footprint_kernel(yl, zl, ome, verts, rasterize, m, check_vertices, pix,
         off[k, 1] -= centre[1]
     for d in range(m.lsd.shape[0]):
         scale = m.lsd[d] / m.lsd[0]
-        base[d, 0] = math.floor((centre[0] - m.ybc[0]) * scale + m.ybc[d])
-        base[d, 1] = math.floor((centre[1] - m.zbc[0]) * scale + m.zbc[d])
+        base[d, 0] = math.floor(((centre[0] - m.ybc[0]) * m.px * scale) / m.px + m.ybc[d])
+        base[d, 1] = math.floor(((centre[1] - m.zbc[0]) * m.px * scale) / m.px + m.zbc[d])
     return footprint_kernel(off, rasterize, pix)
 
 
@@ -109,7 +112,9 @@ def overlap_kernel(spots, n_spots, verts, rasterize, m, images, pix, base):
 
     ``spots`` as written by :func:`~kernels.nfmodel.theoretical_spots_kernel`
     (first ``n_spots`` rows); ``pix`` (capacity, 2) int64 and ``base``
-    (n_dist, 2) int64 are scratch.
+    (n_dist, 2) int64 are scratch.  Footprint pixels are visited in raster
+    order; at the first one off a detector the rest of the spot is skipped
+    (pixels before it count), as in MIDAS.
     """
     n_dist = m.lsd.shape[0]
     overlap = 0
@@ -120,30 +125,22 @@ def overlap_kernel(spots, n_spots, verts, rasterize, m, images, pix, base):
             continue
         n_pix = spot_footprint_kernel(spots[j, YL], spots[j, ZL], spots[j, OMEGA], verts,
                                       rasterize, m, True, pix, base)
-        if n_pix < 0:
-            continue
-        on = True
         for p in range(n_pix):
+            hit = True
+            off = False
             for d in range(n_dist):
                 y = base[d, 0] + pix[p, 0]
                 z = base[d, 1] + pix[p, 1]
                 if y < 0 or y >= m.n_pixels_y or z < 0 or z >= m.n_pixels_z:
-                    on = False
-            if not on:
-                break
-        if not on:
-            continue
-        for p in range(n_pix):
-            hit = True
-            for d in range(n_dist):
-                y = base[d, 0] + pix[p, 0]
-                z = base[d, 1] + pix[p, 1]
+                    off = True
+                    break
                 if (images[d, frame, z, y >> 3] >> (y & 7)) & 1 == 0:
                     hit = False
-                    break
+            if off:
+                break
             if hit:
                 overlap += 1
-        total += n_pix
+            total += 1
     return overlap, total
 
 
@@ -163,9 +160,9 @@ def confidence_kernel(u, verts, rasterize, m, images, spots, pix, base):
 def paint_kernel(u, verts, rasterize, m, images, spots, pix, base):
     """Set the footprint pixels of orientation ``u`` at triangle ``verts`` in ``images``.
 
-    Every spot in the frame range is drawn at every distance where its
-    pixels fall on the detector (pixels off a detector are left out).
-    Returns the number of pixels set (including ones already set).
+    Every spot in the frame range is drawn; each footprint pixel at the
+    distances in order up to the first where it is off the detector (as
+    MIDAS).  Returns the number of pixels set (including ones already set).
     """
     n_spots = theoretical_spots_kernel(u, m, spots)
     n_set = 0
@@ -179,9 +176,10 @@ def paint_kernel(u, verts, rasterize, m, images, spots, pix, base):
             for d in range(m.lsd.shape[0]):
                 y = base[d, 0] + pix[p, 0]
                 z = base[d, 1] + pix[p, 1]
-                if 0 <= y < m.n_pixels_y and 0 <= z < m.n_pixels_z:
-                    images[d, frame, z, y >> 3] |= np.uint8(1 << (y & 7))
-                    n_set += 1
+                if y < 0 or y >= m.n_pixels_y or z < 0 or z >= m.n_pixels_z:
+                    break
+                images[d, frame, z, y >> 3] |= np.uint8(1 << (y & 7))
+                n_set += 1
     return n_set
 
 

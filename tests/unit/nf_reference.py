@@ -143,8 +143,9 @@ def ref_spot_pixels(geo, spot, verts, check):
         return None
     c = ref_project(geo, yl, zl, w, 0.0, 0.0)
     pix = ref_footprint(vp - c, 2 * verts_gs(verts) > geo.px)
-    base = [(math.floor((c[0] - geo.ybc[0]) * geo.lsd[d] / geo.lsd[0] + geo.ybc[d]),
-             math.floor((c[1] - geo.zbc[0]) * geo.lsd[d] / geo.lsd[0] + geo.zbc[d]))
+    px = geo.px
+    base = [(math.floor(((c[0] - geo.ybc[0]) * px * (geo.lsd[d] / geo.lsd[0])) / px + geo.ybc[d]),
+             math.floor(((c[1] - geo.zbc[0]) * px * (geo.lsd[d] / geo.lsd[0])) / px + geo.zbc[d]))
             for d in range(geo.n_distances)]
     return f, pix, base
 
@@ -164,11 +165,11 @@ def ref_confidence(u, row, geo, binary):
         f, pix, base = got
         ys = np.array([[b[0] + p[0] for b in base] for p in pix])
         zs = np.array([[b[1] + p[1] for b in base] for p in pix])
-        if ((ys < 0) | (ys >= geo.n_pixels_y) | (zs < 0) | (zs >= geo.n_pixels_z)).any():
-            continue
+        off = ((ys < 0) | (ys >= geo.n_pixels_y) | (zs < 0) | (zs >= geo.n_pixels_z)).any(1)
+        n = int(np.argmax(off)) if off.any() else len(pix)   # MIDAS: stop at the first
         d = np.arange(geo.n_distances)[None, :]
-        hit += int(binary[d, f, zs, ys].all(axis=1).sum())
-        total += len(pix)
+        hit += int(binary[d, f, zs[:n], ys[:n]].all(axis=1).sum())
+        total += n
     return hit / total if total else 0.0
 
 
@@ -180,11 +181,12 @@ def ref_paint(u, row, geo, binary):
         if got is None:
             continue
         f, pix, base = got
-        for d, (by, bz) in enumerate(base):
-            for py, pz in pix:
+        for py, pz in pix:
+            for d, (by, bz) in enumerate(base):
                 y, z = by + py, bz + pz
-                if 0 <= y < geo.n_pixels_y and 0 <= z < geo.n_pixels_z:
-                    binary[d, f, z, y] = True
+                if not (0 <= y < geo.n_pixels_y and 0 <= z < geo.n_pixels_z):
+                    break
+                binary[d, f, z, y] = True
     return binary
 
 
