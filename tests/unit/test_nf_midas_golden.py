@@ -1,7 +1,7 @@
-"""Our forward model and confidence against values computed by MIDAS's own C code
-(CalcDiffractionSpots, CalcFracOverlap), stored in tests/data/midas_nf_golden/
-(see make_golden.py there for how they were made): tilted detector, two distances,
-a bit pattern on every frame, 30 orientations at 30 grid points."""
+"""Our hkl list, forward model and confidence against values computed by MIDAS's own
+C code (GetHKLList, CalcDiffractionSpots, CalcFracOverlap), stored in
+tests/data/midas_nf_golden/ (its README says how they were made): tilted detector, two
+distances, a bit pattern on every frame, 30 orientations at 30 grid points."""
 import json
 import os
 
@@ -49,3 +49,29 @@ def test_confidence_bit_equal_to_midas(golden):
     want = [c["frac"] for c in cases]
     assert got == want
     assert len(set(want)) > 20          # the cases differ from one another
+
+
+@pytest.mark.parametrize("name, args", [
+    ("hkls_ps_au.csv", (4.08, 0.172979, 8289.154576, 2800.0, 225)),
+    ("hkls_bcc229.csv", (2.87, 0.172979, 2000.0, 300.0, 229)),
+])
+def test_hkl_list_equals_midas_gethkllist(name, args):
+    """MIDAS's hkls.csv (h k l d ring g1 g2 g3 theta 2theta radius) from GetHKLList."""
+    from kernels.hkl import hkl_list
+
+    path = os.path.join(os.path.dirname(GOLDEN), name)
+    with open(path) as fh:
+        assert fh.readline().split() == ["h", "k", "l", "D-spacing", "RingNr", "g1", "g2",
+                                         "g3", "Theta", "2Theta", "Radius"]
+        theirs = np.loadtxt(fh)
+    mine = hkl_list(*args)
+    assert len(mine) == len(theirs)
+    index = {tuple(h): i for i, h in enumerate(mine.hkl)}
+    k = np.array([index[tuple(int(v) for v in row[:3])] for row in theirs])
+    assert np.array_equal(mine.ring[k], theirs[:, 4].astype(int))
+    assert np.allclose(mine.d[k], theirs[:, 3], rtol=1e-13)
+    assert np.allclose(mine.g[k], theirs[:, 5:8], rtol=1e-13, atol=1e-16)
+    assert np.allclose(mine.theta[k], theirs[:, 8], rtol=1e-12)
+    assert np.allclose(mine.radius[k], theirs[:, 10], rtol=1e-12)
+    # same order of d (MIDAS's order within a ring is qsort's, ours is fixed)
+    assert np.allclose(mine.d, theirs[:, 3], rtol=1e-13)
