@@ -70,7 +70,8 @@ def test_hkl_list_equals_midas_gethkllist(name, args):
     k = np.array([index[tuple(int(v) for v in row[:3])] for row in theirs])
     assert np.array_equal(mine.ring[k], theirs[:, 4].astype(int))
     assert np.allclose(mine.d[k], theirs[:, 3], rtol=1e-13)
-    assert np.allclose(mine.g[k], theirs[:, 5:8], rtol=1e-13, atol=1e-16)
+    # MIDAS builds g through B with cos(90 deg) = 6e-17 terms: equal to 1e-15
+    assert np.allclose(mine.g[k], theirs[:, 5:8], rtol=1e-12, atol=1e-15)
     assert np.allclose(mine.theta[k], theirs[:, 8], rtol=1e-12)
     assert np.allclose(mine.radius[k], theirs[:, 10], rtol=1e-12)
     # same order of d (MIDAS's order within a ring is qsort's, ours is fixed)
