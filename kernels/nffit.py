@@ -34,9 +34,11 @@ Deliberate differences:
   whole grains whose seed screened fourth.)
 * The optimiser is our own 3-parameter Nelder-Mead compiled with numba,
   so a whole grid point (or block of points) runs in one ``nogil`` call
-  with no Python in the loop; scipy's ``minimize`` would call back into
-  Python for each of the several hundred evaluations per grid point
-  (``bench/nf_fit_bench.py`` measures both).
+  with no Python in the loop.  scipy's ``minimize`` calling the same numba
+  confidence back through Python evaluated 2.4x fewer confidences per
+  second (17.8k/s against 43.2k/s on one core of this machine,
+  ``bench/nf_fit_bench.py``, load 1.1-2.9) and holds the GIL between
+  evaluations, so threads could not fit points side by side.
 """
 from __future__ import annotations
 
