@@ -46,7 +46,7 @@ from loadavg import LoadSampler  # noqa: E402
 
 from kernels.crystal import misorientation, rotation_vector_matrix  # noqa: E402
 from kernels.microstructure import ff_seeds, simulate_images, voronoi_microstructure  # noqa: E402
-from kernels.nfconfidence import Workspace, confidence_kernel, unpack_images  # noqa: E402
+from kernels.nfconfidence import FitWorkspace, confidence_kernel, unpack_images  # noqa: E402
 from kernels.nffit import FitOptions, fit_points, screen_kernel, seed_spots  # noqa: E402
 from kernels.nfgeometry import NFGeometry  # noqa: E402
 from kernels.nfgrid import grid_vertices, hex_grid, within_radius  # noqa: E402
@@ -60,7 +60,7 @@ def scipy_fit(rows, geo, images, ss, opts):
     from scipy.optimize import minimize
 
     m = geo.arrays
-    work = Workspace(geo, float(rows[0, 4]))
+    work = FitWorkspace(geo, float(rows[0, 4]))
     verts = grid_vertices(rows)
     tol = math.radians(geo.orient_tol)
     fracs = np.empty(len(ss.seeds))

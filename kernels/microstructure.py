@@ -33,7 +33,7 @@ from numba import njit
 
 from .crystal import random_orientations, rotation_vector_matrix
 from .errors import KernelArgumentError
-from .nfconfidence import Workspace, pack_images, paint_kernel, unpack_images
+from .nfconfidence import FitWorkspace, pack_images, paint_kernel, unpack_images
 from .nfgeometry import NFGeometry
 from .nfgrid import grid_vertices, hex_grid, within_radius
 
@@ -153,7 +153,7 @@ def paint_grid(grid: np.ndarray, orientations: np.ndarray, geometry: NFGeometry,
                           np.uint8)
     if len(grid) == 0:
         return images
-    work = Workspace(geometry, float(grid[0, 4]))
+    work = FitWorkspace(geometry, float(grid[0, 4]))
     verts = grid_vertices(grid)
     orientations = np.ascontiguousarray(orientations, dtype=np.float64)
     for v, u in zip(verts, orientations):

@@ -40,7 +40,7 @@ from .nfgrid import footprint_kernel, grid_vertices, max_footprint_pixels
 from .nfmodel import (N_SPOT_COLS, OMEGA, YL, ZL, check_orientation, frame_of,
                       project_kernel, theoretical_spots_kernel)
 
-__all__ = ["pack_images", "unpack_images", "check_images", "confidence", "Workspace",
+__all__ = ["pack_images", "unpack_images", "check_images", "confidence", "FitWorkspace",
            "spot_footprint_kernel", "overlap_kernel", "confidence_kernel", "paint_kernel"]
 
 
@@ -183,7 +183,7 @@ def paint_kernel(u, verts, rasterize, m, images, spots, pix, base):
     return n_set
 
 
-class Workspace:
+class FitWorkspace:
     """Scratch arrays of the confidence/fit kernels for one geometry and half-edge ``gs``.
 
     Reuse one per worker thread (the kernels write into it).
@@ -206,7 +206,7 @@ def _one_row(grid_row) -> np.ndarray:
 
 
 def confidence(u, grid_row, geometry: NFGeometry, images: np.ndarray,
-               work: Workspace | None = None) -> float:
+               work: FitWorkspace | None = None) -> float:
     """MIDAS's fractional overlap of orientation ``u`` at one grid point.
 
     Parameters
@@ -215,7 +215,7 @@ def confidence(u, grid_row, geometry: NFGeometry, images: np.ndarray,
     grid_row : (5,) ``(y1, y2, xs, ys, gs)`` row of :func:`kernels.nfgrid.hex_grid`
     geometry : NFGeometry
     images : bit-packed binary images (:func:`pack_images`)
-    work : Workspace, optional; reuse across calls
+    work : FitWorkspace, optional; reuse across calls
 
     Returns
     -------
@@ -225,7 +225,7 @@ def confidence(u, grid_row, geometry: NFGeometry, images: np.ndarray,
     row = _one_row(grid_row)
     images = check_images(images, geometry)
     if work is None:
-        work = Workspace(geometry, row[4])
+        work = FitWorkspace(geometry, row[4])
     verts = np.ascontiguousarray(grid_vertices(row[None])[0])
     return float(confidence_kernel(u, verts, work.rasterize, geometry.arrays, images,
                                    work.spots, work.pix, work.base))

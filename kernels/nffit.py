@@ -50,14 +50,14 @@ from numba import njit
 
 from .crystal import CUBIC_SYMMETRY, matrix_to_euler, misorientation_angle
 from .errors import KernelArgumentError
-from .nfconfidence import Workspace, check_images, confidence_kernel, overlap_kernel
+from .nfconfidence import FitWorkspace, check_images, confidence_kernel, overlap_kernel
 from .nfgeometry import NFGeometry
 from .nfgrid import grid_vertices
 from .nfmodel import N_SPOT_COLS, theoretical_spots_kernel
 
 __all__ = ["FitOptions", "FIT_DTYPE", "SeedSpots", "seed_spots", "fit_point", "fit_points",
            "seed_spots_kernel", "screen_kernel", "refine_kernel", "fit_point_kernel",
-           "fit_points_kernel"]
+           "fit_points_kernel", "exercise"]
 
 #: One row per grid point (orientation as matrix and as Euler angles in radians).
 FIT_DTYPE = np.dtype([
@@ -464,7 +464,7 @@ def fit_points(grid, geometry: NFGeometry, images: np.ndarray, seeds, options=Fi
     out["ud"] = np.where(grid[:, 0] > grid[:, 1], -1, 1)
     if n == 0:
         return out
-    work = Workspace(geometry, float(gs_all[0]))
+    work = FitWorkspace(geometry, float(gs_all[0]))
     u = np.empty((n, 3, 3))
     conf = np.empty(n)
     ncand = np.empty(n, np.int64)
@@ -492,3 +492,51 @@ def fit_point(grid_row, geometry: NFGeometry, images: np.ndarray, seeds,
     """:func:`fit_points` for one grid row; returns its record."""
     return fit_points(np.asarray(grid_row, dtype=np.float64)[None], geometry, images, seeds,
                       options)[0]
+
+
+_TINY_GEOMETRY = """\
+LatticeParameter 4.08 4.08 4.08 90 90 90
+Wavelength 0.172979
+SpaceGroup 225
+Lsd 2000
+Lsd 2500
+BC 16 2
+BC 16 2
+px 20
+NrPixelsY 32
+NrPixelsZ 16
+OmegaStart 180
+OmegaStep -90
+NrFilesPerDistance 4
+OmegaRange -180 180
+BoxSize -400 400 -400 400
+GridSize 25
+OrientTol 1
+MinFracAccept 0.5
+"""
+
+
+def exercise() -> None:
+    """Call every NF stage-2 kernel once on tiny inputs with the production dtypes
+    (writable and read-only images, as a memory map gives), so each compiles or
+    loads from numba's cache; for :mod:`kernels.numba_cache`'s warm-up."""
+    from .crystal import euler_to_matrix, matrix_to_euler, misorientation
+    from .microstructure import median_root_kernel, paint_grid
+    from .nfconfidence import confidence
+    from .nfgrid import footprint, hex_grid
+    from .nfmodel import predict_spots
+
+    geo = NFGeometry.from_text(_TINY_GEOMETRY, "kernels.nffit exercise")
+    u = euler_to_matrix(0.1, 0.2, 0.3)
+    matrix_to_euler(u)
+    misorientation(u, u)
+    predict_spots(u, (1.0, 2.0), geo)
+    footprint(np.array([[0.0, 0.0], [2.0, 0.0], [0.0, 2.0]]))
+    grid = hex_grid(25.0, 20.0)[:2]
+    images = paint_grid(grid, np.stack([u, u]), geo)
+    median_root_kernel(np.zeros((4, 4), np.bool_), np.zeros((4, 4), np.bool_))
+    read_only = images.copy()
+    read_only.setflags(write=False)
+    for imgs in (images, read_only):
+        confidence(u, grid[0], geo, imgs)
+        fit_points(grid, geo, imgs, u[None])

@@ -8,7 +8,7 @@ import pytest
 from kernels.crystal import random_orientations, rotation_matrix
 from kernels.errors import KernelArgumentError
 from kernels.microstructure import paint_grid
-from kernels.nfconfidence import (Workspace, confidence, pack_images, unpack_images)
+from kernels.nfconfidence import (FitWorkspace, confidence, pack_images, unpack_images)
 from kernels.nfgeometry import NFGeometry
 from kernels.nfgrid import (footprint, grid_vertices, hex_grid, read_grid, within_radius,
                             write_grid)
@@ -99,7 +99,7 @@ def test_paint_matches_reference(demo, painted):
 
 def test_confidence_matches_reference(demo, painted):
     grid, u, which, packed, ref = painted
-    work = Workspace(demo, grid[0, 4])
+    work = FitWorkspace(demo, grid[0, 4])
     rng = np.random.default_rng(2)
     seen = set()
     for i in rng.choice(len(grid), 25, replace=False):

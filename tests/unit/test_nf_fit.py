@@ -133,3 +133,20 @@ def test_reconstruction_of_a_synthetic_microstructure():
     assert len(grid) > 1000 and inner.sum() > 300
     assert np.mean(mis < 0.25) >= 0.80
     assert np.mean(mis[inner] < 0.25) >= 0.95
+
+
+def test_read_only_memory_map_gives_the_same_fit(case, tmp_path):
+    """Workflow tasks memory-map the node-local images read-only."""
+    geo, micro, images, grid, seeds = case
+    np.save(tmp_path / "images.npy", images)
+    mapped = np.load(tmp_path / "images.npy", mmap_mode="r")
+    assert not mapped.flags.writeable
+    rows = grid[200:210]
+    assert (fit_points(rows, geo, mapped, seeds).tobytes()
+            == fit_points(rows, geo, images, seeds).tobytes())
+
+
+def test_exercise_compiles_everything():
+    from kernels.nffit import exercise
+
+    exercise()     # raises if a kernel cannot take the tiny production-typed inputs

@@ -10,7 +10,7 @@ from kernels.errors import KernelArgumentError
 from kernels.microstructure import (FrameModel, _pattern, ff_seeds, render_frame,
                                     simulate_images, voronoi_microstructure)
 from kernels.nf import NFParams, NFWorkspace, median_background, reduce_frame
-from kernels.nfconfidence import Workspace, confidence, unpack_images
+from kernels.nfconfidence import FitWorkspace, confidence, unpack_images
 from kernels.nfgeometry import NFGeometry
 from kernels.nfgrid import hex_grid, within_radius
 
@@ -73,7 +73,7 @@ def test_truth_has_full_confidence_at_interior_grid_points(small):
     images = simulate_images(micro, geo)
     grid = within_radius(hex_grid(geo.grid_size, micro.rsample), micro.rsample)
     interior = micro.boundary_distance(grid[:, 2:4]) >= 2 * geo.grid_size
-    work = Workspace(geo, grid[0, 4])
+    work = FitWorkspace(geo, grid[0, 4])
     u = micro.orientation_at(grid[:, 2:4])
     conf = np.array([confidence(u[i], grid[i], geo, images, work)
                      for i in np.flatnonzero(interior)])

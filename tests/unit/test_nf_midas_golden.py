@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 
-from kernels.nfconfidence import Workspace, confidence, pack_images
+from kernels.nfconfidence import FitWorkspace, confidence, pack_images
 from kernels.nfgeometry import NFGeometry
 from kernels.nfmodel import N_SPOT_COLS, theoretical_spots_kernel
 
@@ -43,7 +43,7 @@ def test_spots_equal_midas(golden):
 
 def test_confidence_bit_equal_to_midas(golden):
     geo, images, cases = golden
-    work = Workspace(geo, cases[0]["row"][4])
+    work = FitWorkspace(geo, cases[0]["row"][4])
     got = [confidence(np.array(c["u"]).reshape(3, 3), c["row"], geo, images, work)
            for c in cases]
     want = [c["frac"] for c in cases]
