@@ -11,17 +11,24 @@
   footprint OR-ed into the images (:func:`kernels.nfconfidence.paint_kernel`).
   Options, applied in this order: dilation of every spot by
   ``dilate_z``/``dilate_y`` pixels (the illuminated layer's height and the
-  detector's point spread widen real spots), dropped pixels (a fraction of
-  set pixels cleared) and spurious pixels (a fraction of all pixels set).
+  detector's point spread widen real spots), the 3x3 median root
+  (``smooth``), dropped pixels (a fraction of set pixels cleared) and
+  spurious pixels (a fraction of all pixels set).
 * :func:`render_frame`: a raw uint16 detector frame from one binary image:
   the fixed background pattern of :func:`kernels.synth.background_pattern`
   plus ``amplitude`` on every set pixel plus Gaussian noise of variance
   ``gain * mean``, a pure function of ``(model, distance, frame)`` so
   frames can be rendered in any order by any process.  Stage 1
-  (:func:`kernels.nf.reduce_frame` after :func:`kernels.nf.median_background`)
-  recovers the binary image from it when spots are at least 2 pixels
-  thick (the 3x3 median removes thinner lines) and occupy any pixel in
-  fewer than half the frames (the per-pixel median is then background).
+  (:func:`kernels.nf.reduce_frame` after :func:`kernels.nf.median_background`,
+  with ``BlanketSubtraction`` about 6 noise sigmas) recovers the binary
+  images from them when the images are made with ``smooth=True`` (stage 1's
+  3x3 median would trim spot corners and lines thinner than 2 pixels) and
+  no pixel carries a spot in half the frames or more (the per-pixel median
+  is then background).  Measured on the demo (15 grains, 2 x 360 frames of
+  512 x 288): 719 of 720 frames exactly, 1 pixel of 177,921 lost where two
+  spots meet in a concave corner, whose LoG is about 0 so noise decides it
+  (iterating stage 1 on noise-free frames instead of the median root gave
+  the very same images).
 """
 from __future__ import annotations
 
