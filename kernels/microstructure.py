@@ -14,7 +14,7 @@
   detector's point spread widen real spots), the 3x3 median root
   (``smooth``), dropped pixels (a fraction of set pixels cleared) and
   spurious pixels (a fraction of all pixels set).
-* :func:`render_frame`: a raw uint16 detector frame from one binary image:
+* :func:`render_raw_frame`: a raw uint16 detector frame from one binary image:
   the fixed background pattern of :func:`kernels.synth.background_pattern`
   plus ``amplitude`` on every set pixel plus Gaussian noise of variance
   ``gain * mean``, a pure function of ``(model, distance, frame)`` so
@@ -45,7 +45,8 @@ from .nfgeometry import NFGeometry
 from .nfgrid import grid_vertices, hex_grid, within_radius
 
 __all__ = ["Microstructure", "voronoi_microstructure", "simulate_images", "FrameModel",
-           "render_frame", "paint_grid", "ff_seeds", "median_root_kernel"]
+           "render_raw_frame", "frame_background", "paint_grid", "ff_seeds",
+           "median_root_kernel"]
 
 
 @dataclass(frozen=True)
@@ -278,7 +279,9 @@ class FrameModel:
             raise KernelArgumentError("need background > pattern >= 0, amplitude > 0, gain >= 0")
 
 
-def _pattern(model: FrameModel, shape, distance: int) -> np.ndarray:
+def frame_background(model: FrameModel, shape, distance: int) -> np.ndarray:
+    """The mean background (float64, (z, y)) of every frame at ``distance``: hot pixels
+    and a fixed pattern (:func:`kernels.synth.background_pattern`), no noise."""
     from .synth import DetectorModel, background_pattern
 
     det = DetectorModel(shape=tuple(shape), n_frames=3, frames_per_spot=1,
@@ -288,18 +291,17 @@ def _pattern(model: FrameModel, shape, distance: int) -> np.ndarray:
     return background_pattern(det)
 
 
-def render_frame(binary_frame: np.ndarray, model: FrameModel, distance: int, frame: int,
-                 pattern: np.ndarray | None = None) -> np.ndarray:
+def render_raw_frame(binary_frame: np.ndarray, model: FrameModel, distance: int, frame: int,
+                     pattern: np.ndarray | None = None) -> np.ndarray:
     """Raw uint16 frame (rows z, columns y) showing the set pixels of ``binary_frame``.
 
-    ``pattern`` (the distance's background, from a previous call's
-    ``_pattern``) may be passed to skip recomputing it; the noise depends
-    only on ``(model.seed, distance, frame)``.
+    ``pattern`` (the distance's :func:`frame_background`) may be passed to skip
+    recomputing it; the noise depends only on ``(model.seed, distance, frame)``.
     """
     binary_frame = np.asarray(binary_frame, dtype=bool)
     if binary_frame.ndim != 2:
         raise KernelArgumentError(f"binary_frame: expected (z, y), got {binary_frame.shape}")
-    mean = _pattern(model, binary_frame.shape, distance) if pattern is None else pattern
+    mean = frame_background(model, binary_frame.shape, distance) if pattern is None else pattern
     mean = mean + model.amplitude * binary_frame
     rng = np.random.default_rng([model.seed, 7, distance, frame])
     val = np.rint(mean + np.sqrt(model.gain * mean) * rng.standard_normal(mean.shape))

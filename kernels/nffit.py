@@ -23,9 +23,11 @@ Deliberate differences:
   onto a step below the top.  So each refinement starts with a simplex as
   large as OrientTol, restarts ``restarts`` times from its best point with
   halved simplices, and finally moves to the middle of the plateau of equal
-  confidence around it, axis by axis (``centre``).  Without the restarts
-  and the centring a quarter of the interior voxels of the demo stayed
-  0.25-0.4 deg off; with them none did (:class:`FitOptions`).
+  confidence around it, axis by axis (``centre``).  Measured on the demo
+  geometry (microstructure seed 3, FF-like seeds 0.5 deg off, every third
+  grid point): a first simplex of OrientTol / 4 with 2 restarts left 4.9%
+  of the interior voxels beyond 0.25 deg, stuck on lower steps; the
+  defaults left none.
 * MIDAS refines *every* candidate; we refine at most ``n_refine`` (8)
   candidates in order of screened confidence, skipping any within
   OrientTol of an orientation already refined, and stop early, as MIDAS
@@ -80,10 +82,9 @@ class FitOptions:
     centre, centre_span_deg : passes moving the result to the middle of its
         plateau of equal confidence, searched within +-span (0: no pass).
 
-    The defaults were chosen on the demo geometry (``tests/data/nf_demo_ps.txt``):
-    with them every interior voxel of the test microstructures is within
-    0.25 deg; a 4x smaller first simplex left a quarter of them stuck on
-    lower steps of the (staircase) confidence.
+    The defaults were chosen on the demo geometry (``tests/data/nf_demo_ps.txt``,
+    module docstring): with them every voxel two grid steps inside a grain
+    of the microstructures tried came within 0.25 deg.
     """
 
     orient_tol: float | None = None

@@ -7,7 +7,7 @@ import pytest
 
 from kernels.crystal import misorientation
 from kernels.errors import KernelArgumentError
-from kernels.microstructure import (FrameModel, _pattern, ff_seeds, render_frame,
+from kernels.microstructure import (FrameModel, frame_background, ff_seeds, render_raw_frame,
                                     simulate_images, voronoi_microstructure)
 from kernels.nf import NFParams, NFWorkspace, median_background, reduce_frame
 from kernels.nfconfidence import FitWorkspace, confidence, unpack_images
@@ -118,8 +118,8 @@ def test_stage1_recovers_the_binary_images(small):
     params = stage1_params(DEMO)
     differ = 0
     for d in range(geo.n_distances):
-        pattern = _pattern(model, binary.shape[2:], d)
-        stack = np.stack([render_frame(binary[d, f], model, d, f, pattern)
+        pattern = frame_background(model, binary.shape[2:], d)
+        stack = np.stack([render_raw_frame(binary[d, f], model, d, f, pattern)
                           for f in range(geo.n_frames)])
         assert stack.dtype == np.uint16 and stack.max() > 4000          # hot pixels
         background = median_background(stack)
@@ -136,7 +136,7 @@ def test_render_frame_is_a_pure_function():
     b = np.zeros((20, 30), bool)
     b[5:8, 10:20] = True
     m = FrameModel(seed=4)
-    a1 = render_frame(b, m, 1, 7)
-    assert np.array_equal(a1, render_frame(b, m, 1, 7))
-    assert not np.array_equal(a1, render_frame(b, m, 1, 8))
+    a1 = render_raw_frame(b, m, 1, 7)
+    assert np.array_equal(a1, render_raw_frame(b, m, 1, 7))
+    assert not np.array_equal(a1, render_raw_frame(b, m, 1, 8))
     assert a1[6, 15] > a1[15, 5] + 150
