@@ -40,8 +40,9 @@ from typing import Any, Dict, Mapping, Optional
 
 import numpy as np
 
-__all__ = ["DEMO_GEOMETRY", "STAGE1_KEYS", "make_layer", "load_truth", "score_map",
-           "score_images", "layer_geometry"]
+__all__ = ["DEMO_GEOMETRY", "STAGE1_KEYS", "STAGE2_KEYS", "make_layer", "load_truth",
+           "score_map", "score_images", "layer_geometry", "misorientation_from_truth",
+           "plot_truth_comparison"]
 
 #: The demo geometry (module docstring), MIDAS parameter-file text.
 DEMO_GEOMETRY = """\
@@ -246,9 +247,45 @@ def misorientation_from_truth(micro, xy: np.ndarray, u: np.ndarray) -> np.ndarra
     return np.where(np.isfinite(mis), mis, 180.0)
 
 
-def layer_summary(record: Mapping[str, Any]) -> str:
-    """One line describing a layer record."""
-    return (f"{record['grains']} grains in a {record['settings']['rsample']:g} um disk, "
-            f"{record['grid_points']} grid points, {record['distances']} distances x "
-            f"{record['frames_per_distance']} frames of {record['shape'][1]}x{record['shape'][0]} "
-            f"({abs(record['omega_step']):g} deg), {record['seeds']} seeds")
+def plot_truth_comparison(path: str, grid: np.ndarray, u: np.ndarray, micro,
+                          mis: np.ndarray, accuracy: Mapping[str, Any]) -> str:
+    """PNG: the truth's IPF map, the fitted one, and each point's misorientation from the truth."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.collections import PolyCollection
+    from matplotlib.colors import LogNorm
+    from matplotlib.figure import Figure
+
+    from kernels import grid_vertices
+
+    from hedm.common import replacing
+    from hedm.micmap import ipf_colors
+
+    verts = list(grid_vertices(grid))
+    xy = np.asarray(grid)[:, 2:4]
+    fig = Figure(figsize=(15.0, 4.9))
+    FigureCanvasAgg(fig)
+    titles = (f"truth: {micro.n_grains} grains (IPF z)", "fitted map (IPF z)",
+              f"misorientation from the truth: {100 * accuracy['fraction']:.1f}% < "
+              f"{accuracy['limit_deg']:g} deg")
+    axes = [fig.add_subplot(1, 3, i + 1) for i in range(3)]
+    axes[0].add_collection(PolyCollection(verts, facecolors=ipf_colors(micro.orientation_at(xy)),
+                                          edgecolors="face", linewidths=0.2))
+    axes[1].add_collection(PolyCollection(verts, facecolors=ipf_colors(u), edgecolors="face",
+                                          linewidths=0.2))
+    coll = PolyCollection(verts, array=np.clip(mis, 0.01, 10.0), cmap="magma_r",
+                          norm=LogNorm(0.01, 10.0), edgecolors="face", linewidths=0.2)
+    axes[2].add_collection(coll)
+    fig.colorbar(coll, ax=axes[2], fraction=0.046, pad=0.04, label="deg (log scale)")
+    corners = np.asarray(verts).reshape(-1, 2)
+    lo, hi = corners.min(axis=0), corners.max(axis=0)
+    for ax, title in zip(axes, titles):
+        ax.set_xlim(lo[0], hi[0])
+        ax.set_ylim(lo[1], hi[1])
+        ax.set_aspect("equal")
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("x (um)")
+    axes[0].set_ylabel("y (um)")
+    fig.tight_layout()
+    with replacing(path, ".png") as tmp:
+        fig.savefig(tmp, dpi=100)
+    return path

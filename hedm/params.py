@@ -65,21 +65,26 @@ __all__ = [
 
 _MISSING = object()
 
-#: Every key a program of MIDAS's NF-HEDM chain reads (``NF_HEDM/src/*.c``, the
-#: ``str = "Key "`` comparisons, at commit 0e6e0e54 of marinerhemant/MIDAS), so
-#: a MIDAS parameter file is accepted whole; each stage checks the keys it uses.
+#: Every key MIDAS's NF-HEDM pipeline reads (marinerhemant/MIDAS at commit 0e6e0e54: the
+#: keys of ``manuals/NF_Parameters_Reference.md`` and the ``str = "Key "`` comparisons of
+#: ``NF_HEDM/src/*.c``), so a MIDAS parameter file is accepted whole; each stage checks the
+#: keys it uses.
 MIDAS_NF_KEYS = frozenset("""
-BC BCTol BlanketSubtraction BoxSize DataDirectory Deblur DoLoGFilter EdgeLength EndNr
-ExcludePoleAngle GBAngle GaussFiltRadius GlobalPosition GridFileName GridPoints GridSize
-Ice9Input LatticeConstant LatticeParameter LoGMaskRadius Lsd LsdRelativeTol LsdTol
-MaxRingRad MedFiltRadius MicFileBinary MicFileText MinConfidence MinFracAccept
-MinMisoNSaves NearestMisorientation NrFilesPerDistance NrOrientations NrPixels NrPixelsY
-NrPixelsZ NumIterations NumPhases OmegaRange OmegaStart OmegaStep OnlySpotsInfo
-OrientTol OrigFileName OutputDirectory PhaseNr PrecomputedSpotsInfo RawStartNr
-ReducedFileName RingsToUse Rsample SGNr SaveNSolutions SaveReducedOutput
-SeedOrientations SimulationBatches SkipImageBinning SpaceGroup StartNr TiltsTol
+BC BCTol BlanketSubtraction BoxSize DataDirectory Deblur Denoise DenoiseCheckpoint
+DenoiseConfigFile DenoiseFinetune DenoiseMaskThreshold DenoiseMethod DenoiseNoMedian
+DenoisePattern DenoiseTrainJointly DenoisedDirectory DistortionFile DoLoGFilter
+EdgeLength EndNr ExcludePoleAngle GBAngle GaussFiltRadius GlobalPosition
+GlobalPositionFirstLayer GridFileName GridMask GridPoints GridRefactor GridSize
+Ice9Input LatticeConstant LatticeParameter LayerThickness LoGMaskRadius Lsd
+LsdRelativeTol LsdTol MaxAngle MaxRingRad MedFiltRadius MicFileBinary MicFileText
+MinConfidence MinFracAccept MinMisoNSaves NearestMisorientation NrFilesPerDistance
+NrOrientations NrPixels NrPixelsY NrPixelsZ NumIterations NumPhases OmegaRange
+OmegaStart OmegaStep OnlySpotsInfo OrientTol OrigFileName OutputDirectory PhaseNr
+PrecomputedSpotsInfo RawStartNr ReducedFileName RingThresh RingsToUse Rsample SGNr
+SaveNSolutions SaveReducedOutput SeedOrientations SeedOrientationsAll SimulationBatches
+SkipImageBinning SpaceGroup StartNr StepSizeOrient TiltsTol TomoImage TomoPixelSize
 WFImages Wavelength Wedge WriteFinImage WriteImage WriteLegacyBin extOrig extReduced
-nDistances px tx ty tz
+logDir nDistances p0 px resultFolder tx ty tz
 """.split())
 
 
