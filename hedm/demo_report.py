@@ -46,8 +46,10 @@ def collect(out: str, layer: Dict[str, Any], times: Dict[str, Any], np_: int, no
     from hedm.nfsynth import score_images, score_map
 
     reduced = os.path.join(out, "reduced")
-    run1, run2 = _load(os.path.join(reduced, "run.json")), _load(os.path.join(out, "run_fit.json"))
-    nf, fit = _load(os.path.join(reduced, "nf_run.json")), _load(os.path.join(out, "nffit_run.json"))
+    run1 = _load(os.path.join(reduced, "run.json"))
+    run2 = _load(os.path.join(out, "run_fit.json"))
+    nf = _load(os.path.join(reduced, "nf_run.json"))
+    fit = _load(os.path.join(out, "nffit_run.json"))
     micro, truth_images = load_truth(layer["folder"])
     binary = os.path.join(reduced, nf["params"]["ReducedFileName"] + BINARY_SUFFIX)
     images = score_images(np.load(binary, mmap_mode="r"), truth_images)

@@ -107,7 +107,7 @@ def test_mic_text_is_midas_parsemic_layout(grid, tmp_path):
     r = rows[0]
     vals = (r["seed"], r["n_candidates"], 0.0, r["x"], r["y"], 2.5, r["ud"], *r["euler"],
             r["confidence"])
-    assert lines[4] == "".join("%lf\t" % v for v in vals) + "2"
+    assert lines[4] == "".join("%lf\t" % v for v in vals) + "2"  # noqa: UP031 (C printf)
     header, table = read_mic(path)
     assert header == {"TriEdgeSize": 2.5, "NumPhases": 1.0, "GlobalPosition": 3.5}
     assert table.shape == (len(rows), 12)
