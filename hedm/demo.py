@@ -142,6 +142,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     log = os.path.join(out, "demo.log")
     open(log, "w").close()
     t_start = time.perf_counter()
+    load_before = os.getloadavg()[0]
     print(f"demo: ground truth ({args.grains} grains, {args.rsample:g} um) and raw frames "
           f"(2 distances x {args.frames}) in {data} ...", flush=True)
     layer = make_layer(data, frames=args.frames, rsample=args.rsample, grains=args.grains,
@@ -171,6 +172,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not args.keep_staged:
         shutil.rmtree(stage_root, ignore_errors=True)
     times["total"] = time.perf_counter() - t_start
+    times["load"] = (load_before, os.getloadavg()[0])
     facts = collect(out, layer, times, np_=args.np, nodes=args.nodes, stage_root=stage_root)
     text = render(facts)
     print(text)
