@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import abc
 import os
+import socket
 from concurrent.futures import Future
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Tuple, Union
 
 from ..errors import ExecutorError
-from ..runtime import Runtime, pop_active, push_active
-from ..tasks import TaskCall, execute
+from ..futures import exception_of
+from ..runtime import Runtime, capture_executor_error, pop_active, push_active
+from ..tasks import Outcome, TaskCall, execute
 
 __all__ = ["Executor", "env_int"]
 
@@ -53,6 +55,57 @@ class Executor(abc.ABC):
         """Submit one task attempt; the future's result is a :class:`~workflows.tasks.Outcome`."""
         self._check_open()
         return self.submit(execute, call)
+
+    def launch_call(self, call: TaskCall, done: Callable[[Outcome], None]) -> None:
+        """Submit one task attempt; call ``done(outcome)`` when it finished (any thread).
+
+        The runtime's entry point. This default goes through :meth:`submit_call`
+        and the engine's future; an executor with its own dispatcher (mpi)
+        calls ``done`` directly and saves the future's locks and callbacks.
+        """
+        fut = self.submit_call(call)
+
+        def finished(f: Future) -> None:
+            exc = exception_of(f)
+            if exc is not None:
+                # The engine failed (broken pool, pickling, shutdown, a task
+                # cancelled by shutdown(wait=False)): no Outcome.
+                done(Outcome(None, capture_executor_error(exc), "executor", 0.0, 0.0))
+            else:
+                done(f.result())
+
+        fut.add_done_callback(finished)
+
+    @property
+    def nodes(self) -> Tuple[str, ...]:
+        """Names of the nodes tasks run on, by index (one node: this host)."""
+        return (socket.gethostname(),)
+
+    #: The node of a task whose outcome does not say (executors on one node).
+    default_node: Optional[int] = 0
+
+    def node_index(self, node: Union[int, str], hard: bool = False) -> int:
+        """The index of ``node`` (an index or a name) among :attr:`nodes`.
+
+        ``hard``: the task must run there (an executor may refuse a node
+        without workers).
+
+        Raises
+        ------
+        ValueError
+            Naming the nodes there are.
+        """
+        names = self.nodes
+        if isinstance(node, int) and not isinstance(node, bool) and 0 <= node < len(names):
+            return node
+        if isinstance(node, str) and node in names:
+            return names.index(node)
+        shown = ", ".join(f"{i}={n}" for i, n in enumerate(names[:8]))
+        more = f", ... ({len(names)} nodes)" if len(names) > 8 else ""
+        raise ValueError(
+            f"no node {node!r} on the {self.name} executor (its nodes: {shown}{more}); place "
+            "tasks with a node index or name of this run"
+        )
 
     def _check_open(self) -> None:
         if self._closed:

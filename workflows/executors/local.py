@@ -59,4 +59,11 @@ class LocalExecutor(Executor):
         return self._pool.submit(fn, *args, **kwargs)
 
     def _shutdown(self, wait: bool) -> None:
+        if not wait:
+            # A task that ignores its timeout interrupt (stuck in native code)
+            # would keep the interpreter from exiting: end the workers.
+            # ProcessPoolExecutor has no public way before Python 3.14.
+            for proc in list((getattr(self._pool, "_processes", None) or {}).values()):
+                if proc.is_alive():
+                    proc.kill()
         self._pool.shutdown(wait=wait, cancel_futures=not wait)
