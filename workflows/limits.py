@@ -14,9 +14,11 @@ executor, process-pool and Parsl workers, the inline executor under
 ``workflows run``) it comes from ``SIGALRM``, so it also breaks a task blocked
 at 0 % CPU in a system call (``sleep``, a socket or pipe read, a lock or
 subprocess wait); it repeats every :data:`REPEAT` seconds in case the task
-swallows it. In any other thread it is an asynchronous exception
+swallows it. In any other thread it would be an asynchronous exception
 (``PyThreadState_SetAsyncExc``), seen only once the thread runs Python code
-again.
+again -- never in a blocked system call -- so a task with a limit that would
+run outside the main thread (the mpi executor on one rank, the inline
+executor called from a thread) runs isolated instead (below).
 
 What an interrupt cannot end -- native code that never returns to the
 interpreter -- is ended by isolation (``@app(isolate=True)``, see
@@ -102,6 +104,10 @@ class Limits:
     timeout: Optional[float] = None
     deadline: Optional[float] = None
     isolate: bool = False
+
+    def __reduce__(self):
+        # A plain tuple: it travels with every task.
+        return (Limits, (self.timeout, self.deadline, self.isolate))
 
     def seconds_left(self, start: float) -> Optional[float]:
         """Seconds the task may still run if it starts at ``start`` (may be <= 0)."""

@@ -403,7 +403,7 @@ def _run(opts, module, ns, name: str, comm: Any, hooks) -> int:
             # collective: report now, on the root, and end the job.
             times["flow"] = time.perf_counter() - t
             status["error"] = (status.get("error") or "") + (
-                "; worker rank(s) given up, stuck past a time limit: "
+                "; worker rank(s) lost (stuck past a time limit, or died): "
                 + "; ".join(mpi_ex.lost_workers) + " -- ending the job (MPI_Abort)"
             ).lstrip("; ")
             _report(opts, ns, name, status, times, 1)

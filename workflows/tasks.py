@@ -23,6 +23,7 @@ import importlib.util
 import inspect
 import os
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional, Tuple
@@ -189,7 +190,11 @@ def execute(call: TaskCall) -> Outcome:
     Time limits are enforced with :func:`~workflows.limits.alarm`.
     """
     limits = call.limits
-    if limits.isolate and os.environ.get("WORKFLOWS_ISOLATED") != "1":
+    if os.environ.get("WORKFLOWS_ISOLATED") != "1" and (
+        limits.isolate or (limits.bounded and not _main_thread())
+    ):
+        # A time limit outside the main thread cannot interrupt a blocked system call
+        # (workflows.limits): such a task runs isolated, where a kill ends it.
         return _execute_isolated(call)
     start = time.time()
     left = limits.seconds_left(start) if limits.bounded else None
@@ -246,6 +251,10 @@ def _execute_isolated(call: TaskCall) -> Outcome:
 
 def _run_in_child(call: TaskCall) -> Outcome:
     return execute(call)
+
+
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
 
 
 def _in_worker() -> bool:

@@ -32,7 +32,6 @@ tasks (``@app(isolate=True)``) never take their worker down: they fail as
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import threading
 import traceback
@@ -44,6 +43,7 @@ from ...tasks import TaskCall
 from ..base import Executor
 from .roles import MODES, Roles, bcast_result, layout_roles
 from .server import NodeServer, Options
+from .term import TermReport
 from .wire import Link
 
 __all__ = ["MPIExecutor", "ENV_DISPATCH", "ENV_MAX_CHUNK"]
@@ -122,7 +122,8 @@ class MPIExecutor(Executor):
         self._root_server: Any = None
         self._thread: Optional[threading.Thread] = None
         self._entered = False
-        self._old_term: Any = None
+        self._term: Optional[TermReport] = None
+        self._refs: dict = {}  # function -> FunctionRef (submit() of the same function)
         self.stats: dict = {}
 
     # -- properties -----------------------------------------------------------------
@@ -160,7 +161,11 @@ class MPIExecutor(Executor):
     def lost_workers(self) -> List[str]:
         """Workers given up during the run (stuck past a time limit), described."""
         rs = self._root_server
-        return list(rs.lost_notes.values()) + list(rs.lost.values()) if rs else []
+        if rs is None:
+            return []
+        lost = dict(rs.lost_notes)
+        lost.update(rs.lost)  # the root's own words for its own workers
+        return [lost[r] for r in sorted(lost)]
 
     # -- the collective context -------------------------------------------------------
     def __enter__(self) -> Optional[MPIExecutor]:
@@ -216,11 +221,10 @@ class MPIExecutor(Executor):
                                                                            ENV_WINDOW, 0)
 
     def _serve_or_abort(self, loop, lines) -> None:
-        old = None
+        term = None
         if lines is not None:
-            old = _install_handler(lambda sig: _term_text(f"task server rank "
-                                                          f"{self.comm.Get_rank()}", sig,
-                                                          lines(), None))
+            term = TermReport(f"task server rank {self.comm.Get_rank()}", lines)
+            term.install()
         try:
             loop()
         except BaseException:
@@ -231,8 +235,8 @@ class MPIExecutor(Executor):
             sys.stderr.flush()
             self.comm.Abort(1)
         finally:
-            if lines is not None:
-                signal.signal(signal.SIGTERM, old)
+            if term is not None:
+                term.uninstall()
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if self._root_server is None:  # a serving rank: nothing left to do
@@ -242,8 +246,8 @@ class MPIExecutor(Executor):
         finally:
             lost = self.lost_workers
             if lost and self.abort_on_lost:
-                sys.stderr.write("mpi executor: worker(s) given up, stuck past their time "
-                                 f"limit: {'; '.join(lost)}; ending the job (MPI_Abort)\n")
+                sys.stderr.write("mpi executor: worker(s) lost (stuck past a time limit, or "
+                                 f"died): {'; '.join(lost)}; ending the job (MPI_Abort)\n")
                 sys.stderr.flush()
                 self.comm.Abort(1)
         return None
@@ -257,7 +261,11 @@ class MPIExecutor(Executor):
 
         self._check_root()
         fut: Future = Future()
-        target = FunctionRef.of(fn) if callable(fn) and hasattr(fn, "__qualname__") else fn
+        target = self._refs.get(fn) if _hashable(fn) else None
+        if target is None:
+            target = FunctionRef.of(fn) if hasattr(fn, "__qualname__") else fn
+            if _hashable(fn):
+                self._refs[fn] = target
         call = TaskCall(getattr(fn, "__name__", "task"), target, args, kwargs)
 
         def done(outcome) -> None:
@@ -309,9 +317,9 @@ class MPIExecutor(Executor):
             "workers": self.workers,
             "servers": len(self.roles.servers) - 1 if self.roles else 0,
         }
-        if self._old_term is not None:
-            signal.signal(signal.SIGTERM, self._old_term)
-            self._old_term = None
+        if self._term is not None:
+            self._term.uninstall()
+            self._term = None
         if not self.lost_workers:
             self._free()
 
@@ -322,54 +330,25 @@ class MPIExecutor(Executor):
             self._dup.Free()
             self._dup = None
 
-    # -- SIGTERM: say what was running ---------------------------------------------------
     def _install_term_report(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return
+        rs = self._root_server
+        self._term = TermReport("workflow run (root)", rs.in_flight_report,
+                                lambda: self.runtime.summary(limit=3))
+        self._term.install(wakeup=True)
+        rs.term_poll = self._term.poll
+        rs.summary = lambda: self.runtime.summary(limit=0)
 
-        def text(sig: int) -> str:
-            rs = self._root_server
-            return _term_text("workflow run (root)", sig, rs.in_flight_report(),
-                              self.runtime.summary(limit=3))
 
-        self._old_term = _install_handler(text)
+def _hashable(obj: Any) -> bool:
+    try:
+        hash(obj)
+    except TypeError:
+        return False
+    return True
 
 
 def _server_lines(server: NodeServer) -> List[str]:
     return [f"{name} ({state}) on {where}" for name, state, where in server.in_flight()]
-
-
-def _term_text(who: str, sig: int, lines: List[str], summary: Optional[str]) -> str:
-    name = signal.Signals(sig).name
-    head = (f"{who}: terminated by {name} (mpirun ends every rank when one rank dies; its "
-            "message names that rank and its signal or exit code)")
-    if lines:
-        head += "; tasks in workers' hands:\n  " + "\n  ".join(lines[:50])
-        if len(lines) > 50:
-            head += f"\n  ... and {len(lines) - 50} more"
-    else:
-        head += "; no task in any worker's hands"
-    if summary:
-        head += "\nso far: " + summary
-    return head + "\n"
-
-
-def _install_handler(text):
-    """SIGTERM: write ``text(sig)`` to stderr, then die of the signal as before."""
-
-    def handler(sig, frame):
-        try:
-            os.write(2, text(sig).encode(errors="replace"))
-        except Exception:
-            pass
-        signal.signal(sig, previous if callable(previous) else signal.SIG_DFL)
-        if callable(previous):
-            previous(sig, frame)
-        else:
-            os.kill(os.getpid(), sig)
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    return previous
 
 
 def _env_int(value: Optional[int], var: str, default: int) -> int:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import signal
 import threading
 import time
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
@@ -65,6 +66,8 @@ class RootServer(Server):
         self.local_only = not roles.workers  # one rank: run tasks in this thread
         self.tasks_done = 0
         self._said_dry: Dict[int, bool] = {}
+        self.term_poll: Callable[[], None] = lambda: None  # SIGTERM seen by any thread
+        self.summary: Callable[[], str] = lambda: ""  # the run's counts (set by the executor)
 
     # -- any thread ---------------------------------------------------------------
     def launch(self, call: TaskCall, done: Done) -> None:
@@ -89,6 +92,9 @@ class RootServer(Server):
 
     # -- the dispatcher thread -------------------------------------------------
     def run(self) -> None:
+        # SIGTERM goes to the main thread (whose handler reports); this thread also
+        # polls the wakeup pipe, in case the main thread is blocked and never runs it.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
         try:
             self._loop()
         except BaseException as exc:  # pragma: no cover - a bug: fail loudly, never hang
@@ -103,6 +109,7 @@ class RootServer(Server):
         backoff = Backoff()
         stopping = False
         while True:
+            self.term_poll()
             progress = self._take_inbox()
             while True:
                 msg = link.poll()
@@ -112,12 +119,14 @@ class RootServer(Server):
                 self._handle(*msg)
             if self.local_only:
                 progress |= self._run_here()
-            for e in self.unservable():
-                self._fail_entry(e, "placed on a node (hard) that has no live worker left")
+            else:
+                for e in self.unservable():
+                    self._fail_entry(e, "placed on a node (hard) that has no live worker left")
             progress |= self.serve_workers()
             progress |= self._feed_servers()
             self.maybe_steal()
             self.check_stuck()
+            self.check_dead()
             if self.stop_requested and not stopping and not self.inbox:
                 if self.cancel:
                     for e in self.queue.drain():
@@ -220,6 +229,10 @@ class RootServer(Server):
     def stopping_now(self) -> bool:
         return self.stop_requested
 
+    @property
+    def who(self) -> str:
+        return "workflow run (root)"
+
     # -- results --------------------------------------------------------------------
     def deliver(self, results: List[Result]) -> None:
         where, node_of, records = self.where, self.roles.node_of, self.records
@@ -237,6 +250,15 @@ class RootServer(Server):
             self.where[note[1]] = note[2]
         elif note[0] == "lost":
             self.lost_notes[note[1]] = note[2]
+        elif note[0] == "died":
+            self.lost_notes[note[1]] = f"rank {note[1]} died"
+            try:
+                counts = self.summary()
+            except Exception:  # pragma: no cover - a report must not break the dispatcher
+                counts = ""
+            # Its server said what it held; the root adds the run's counts.
+            self.say(f"workflow run (root): worker rank {note[1]} died"
+                     + (f"; so far: {counts}" if counts else ""))
 
     def _fail_entry(self, entry: Entry, message: str) -> None:
         self._fail_tid(entry.tid, message)

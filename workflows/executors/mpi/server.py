@@ -25,7 +25,9 @@ batches. What all servers share (:class:`Server`):
 from __future__ import annotations
 
 import collections
+import os
 import random
+import socket
 import time
 from typing import Any, Deque, Dict, List, Optional, Tuple
 
@@ -51,11 +53,19 @@ class Options:
     __slots__ = ("max_chunk", "window", "up_batch", "flush_seconds")
 
     def __init__(self, max_chunk: int = 64, window: int = 0, up_batch: int = 256,
-                 flush_seconds: float = 0.002):
+                 flush_seconds: float = 0.0):
         self.max_chunk = max_chunk
         self.window = window  # tasks a node server keeps (0: 8 per worker, at least 64)
         self.up_batch = up_batch
+        # Longest a result waits in a node server (0: ROOT_BUDGET's share, >= 2 ms).
         self.flush_seconds = flush_seconds
+
+
+#: Result messages per second that all node servers together may send the root:
+#: each server flushes at most every ``servers / ROOT_BUDGET`` s (2 ms up to 100
+#: servers, 0.4 s at 8,192), so the root's message load stays bounded however
+#: many nodes there are, at the price of result latency (``bench/dispatch_model.md``).
+ROOT_BUDGET = 20000.0
 
 
 class Batch:
@@ -82,9 +92,9 @@ class Batch:
 
 
 class Slot:
-    """A worker as its server sees it."""
+    """A worker as its server sees it (``pid`` set when it runs on the server's host)."""
 
-    __slots__ = ("rank", "node", "batches", "lost", "where")
+    __slots__ = ("rank", "node", "batches", "lost", "where", "pid")
 
     def __init__(self, rank: int, node: int):
         self.rank = rank
@@ -92,6 +102,27 @@ class Slot:
         self.batches: Deque[Batch] = collections.deque()
         self.lost = False
         self.where = f"rank {rank}"
+        self.pid: Optional[int] = None
+
+
+def process_gone(pid: int) -> bool:
+    """True if process ``pid`` (on this host) exited: absent, or a zombie not yet reaped."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except FileNotFoundError:
+        return True
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        return False
+    # The state follows the command name, which is in parentheses and may hold spaces.
+    state = stat[stat.rfind(b")") + 2:stat.rfind(b")") + 3]
+    return state in (b"Z", b"X")
 
 
 class Server:
@@ -115,6 +146,7 @@ class Server:
         self.stolen_tasks = 0  # tasks this server took from others
         self.given_tasks = 0  # tasks others took from this server
         self.next_check = 0.0
+        self.next_death_check = 0.0
         self._rng = random.Random(rank)
 
     # -- hooks ---------------------------------------------------------------
@@ -137,8 +169,10 @@ class Server:
         if slot.lost:  # given up: what it sends now was failed or handed to others already
             return
         if hello is not None:
-            slot.where = hello
-            self.note(("hello", src, hello))
+            slot.where, host, pid = hello
+            if host == socket.gethostname():
+                slot.pid = pid  # on this host: its death can be seen at once
+            self.note(("hello", src, slot.where))
         if results:
             slot.batches[0].done += len(results)
             self.deliver([(tid, src, blob) for tid, blob in results])
@@ -259,6 +293,62 @@ class Server:
         self.queue.extend(rest)
         self.hungry = collections.deque(r for r in self.hungry if r != slot.rank)
 
+    def check_dead(self) -> None:
+        """Notice at once a worker on this host whose process is gone (every 50 ms at most).
+
+        ``mpirun`` ends the job about a second after a rank dies; said now, the
+        report reaches the terminal before that teardown (a report made in the
+        SIGTERM handler may be dropped by it). The running task fails as
+        :class:`~workflows.errors.TaskCrashed`; the worker's other tasks go to
+        the other workers (if the job survives: a task that ``os._exit(0)``s).
+        """
+        now = time.monotonic()
+        if now < self.next_death_check:
+            return
+        self.next_death_check = now + 0.05
+        for slot in self.slots.values():
+            if slot.lost or slot.pid is None or not slot.batches:
+                continue
+            if process_gone(slot.pid):
+                self.died(slot)
+
+    def died(self, slot: Slot) -> None:
+        lines = [f"{name} ({state})" for name, state, _ in self.in_flight()
+                 if _ == slot.where]
+        slot.lost = True
+        head = slot.batches[0]
+        running = head.entries[head.done] if head.done < len(head.entries) else None
+        text = (f"{self.who}: worker {slot.where} died (its process is gone: a signal or "
+                f"os._exit; mpirun's message names which) while it held: "
+                f"{', '.join(lines) or 'nothing'}")
+        self.say(text)
+        self.lost[slot.rank] = f"{slot.where}: died"
+        self.note(("died", slot.rank, text))
+        rest: List[Entry] = []
+        for i, b in enumerate(slot.batches):
+            rest.extend(b.entries[(b.done + 1) if i == 0 else 0:])
+        slot.batches.clear()
+        self.hungry = collections.deque(r for r in self.hungry if r != slot.rank)
+        if running is not None:
+            err = RemoteError("TaskCrashed", f"its worker, {slot.where}, died while running it "
+                              "(killed by a signal or os._exit; use @app(isolate=True) to "
+                              "keep the worker and learn the signal)", "", slot.where,
+                              kind="crash")
+            now = time.time()
+            self.deliver([(running.tid, slot.rank, dumps((None, err, head.start or now, now)))])
+        self.queue.extend(rest)
+
+    @property
+    def who(self) -> str:
+        return f"task server rank {self.rank}"
+
+    def say(self, text: str) -> None:
+        """One message on stderr, written at once (not through Python's buffers)."""
+        try:
+            os.write(2, (text.rstrip("\n") + "\n").encode(errors="replace"))
+        except OSError:
+            pass
+
     def unservable(self) -> List[Entry]:
         """Hard-placed entries whose node has no live worker here (they would wait forever)."""
         live = {s.node for s in self.slots.values() if not s.lost}
@@ -305,6 +395,8 @@ class NodeServer(Server):
         self.results: List[Result] = []
         self.notes: List[Tuple[Any, ...]] = []
         self.first_result = 0.0
+        self.flush_seconds = options.flush_seconds or max(
+            0.002, len(roles.servers) / ROOT_BUDGET)
         self.stopping = False
         self.cancel = False
         self.dropped: List[int] = []
@@ -334,7 +426,7 @@ class NodeServer(Server):
         due = force or ask or self.notes
         if self.results and not due:
             due = (len(self.results) >= self.options.up_batch
-                   or time.monotonic() - self.first_result >= self.options.flush_seconds
+                   or time.monotonic() - self.first_result >= self.flush_seconds
                    or not self.busy())
         if not due:
             return False
@@ -384,7 +476,8 @@ class NodeServer(Server):
             progress |= self.serve_workers()
             self.maybe_steal()
             self.check_stuck()
-            progress |= self.send_up()
+            self.check_dead()
+            progress |= self.send_up(force=any(n[0] == "died" for n in self.notes))
             if self.stopping and not self.busy() and not self.steal_out and self.slots_open():
                 self._stop_workers()
                 self.send_up(force=bool(self.results or self.notes))

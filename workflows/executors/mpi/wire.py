@@ -13,7 +13,8 @@ tag         direction              payload
                                    ``(tid, blob)``, ``blob`` the pickled
                                    ``(value, error, start, end)``; ``credit`` 1 when a
                                    batch is finished; ``hello`` the worker's
-                                   ``where()`` in its first message, else None
+                                   ``(where(), host, pid)`` in its first message,
+                                   else None
 ``FEED``    root -> server         ``(E, dry)``: tasks pulled (free) or pushed (placed
                                    on the server's node); ``dry``: the root had fewer
                                    free tasks than asked
@@ -21,7 +22,8 @@ tag         direction              payload
                                    ``(tid, rank, blob)``; ``ask`` more free tasks
                                    wanted (added to what is pending); ``notes`` a
                                    list of ``("hello", rank, where)``,
-                                   ``("lost", rank, message)``
+                                   ``("lost", rank, message)`` (given up: stuck),
+                                   ``("died", rank, message)`` (its process is gone)
 ``STEAL``   server -> server       ``want``: an idle server asks a random other one
 ``STOLEN``  server -> server       ``E``: the answer (may be empty)
 ``STOP``    root -> server,        ``cancel``: no more tasks; a server stops its

@@ -18,6 +18,7 @@ import collections
 import faulthandler
 import os
 import pickle
+import socket
 import sys
 import time
 from typing import Any, Deque, List, Optional, Tuple
@@ -40,7 +41,7 @@ def serve_worker(link: Link, server: int) -> None:
     if not faulthandler.is_enabled():
         faulthandler.enable(file=sys.stderr, all_threads=False)
     batches: Deque[List[Entry]] = collections.deque()
-    link.send(server, DONE, ([], CREDITS, where_cached()))
+    link.send(server, DONE, ([], CREDITS, (where_cached(), socket.gethostname(), os.getpid())))
     backoff = Backoff()
     while True:
         # Take in whatever arrived; wait (sleeping) only when there is nothing to run.
