@@ -6,7 +6,8 @@ Run after ``bench/tasks_bench.py --only dispatch`` (from the repository root)::
 
 1. Fit ``rank-0 CPU per task = c_task + c_msg * m`` (``m`` = messages rank 0
    handled per task) by least squares over every run of the runtime paths
-   (``central``, ``nodes``, ``central-1``), all configurations together;
+   (``central``, ``nodes``, ``central-1``), all configurations together
+   (``central-4`` runs are held out and only checked);
    ``c_disp`` (the dispatcher without the workflow runtime) from the
    ``central-submit`` runs with the same ``c_msg``; a node server's CPU per
    task it serves from the ``nodes`` runs that had servers.
@@ -26,7 +27,9 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-RUNTIME_METHODS = ("central", "nodes", "central-1")
+RUNTIME_METHODS = ("central", "nodes", "central-1", "central-4")
+#: Fitted on these; central-4 (about 0.5 messages per task) is held out to check the line.
+FIT_METHODS = ("central", "nodes", "central-1")
 WORKERS_PER_NODE = 64
 NODES = (1000, 8192)
 TASK_SECONDS = (1.0, 10.0, 60.0)
@@ -69,12 +72,13 @@ def calibrate(data: dict) -> dict:
             if r["method"] == "nodes" and r.get("servers") and under:
                 share = under / r["workers"]
                 servers.append(r["servers_cpu_seconds"] / (r["tasks"] * share))
-    c_task, c_msg = fit_line([(x, y) for x, y, *_ in points])
+    c_task, c_msg = fit_line([(x, y) for x, y, _r, _n, m in points if m in FIT_METHODS])
     c_disp = statistics.median(y - c_msg * x for x, y in submit) if submit else None
     checks = []
     for x, y, ranks, nodes, method in points:
         pred = c_task + c_msg * x
         checks.append({"ranks": ranks, "nodes": nodes, "method": method,
+                       "held_out": method not in FIT_METHODS,
                        "messages_per_task": x, "measured_us": 1e6 * y,
                        "predicted_us": 1e6 * pred, "error": (pred - y) / y})
     return {"c_task_us": 1e6 * c_task, "c_msg_us": 1e6 * c_msg,
@@ -83,7 +87,13 @@ def calibrate(data: dict) -> dict:
             "mpi4py_root_us": 1e6 * statistics.median(m4p) if m4p else None,
             "points": len(points), "checks": checks,
             "max_abs_error": max(abs(c["error"]) for c in checks),
-            "median_abs_error": statistics.median(abs(c["error"]) for c in checks)}
+            "median_abs_error": statistics.median(abs(c["error"]) for c in checks),
+            "held_out_median_error": _median_or_none(
+                [c["error"] for c in checks if c["held_out"]])}
+
+
+def _median_or_none(values):
+    return statistics.median(values) if values else None
 
 
 def project(cal: dict) -> list:
@@ -138,12 +148,16 @@ def write_markdown(data: dict, cal: dict, rows: list, path: str) -> None:
     if cal["mpi4py_root_us"] is not None:
         t.append(f"| mpi4py | {cal['mpi4py_root_us']:.1f} µs | rank-0 CPU per task of plain "
                  "MPICommExecutor (2 messages) |")
+    held = cal.get("held_out_median_error")
     t += ["", f"Check against the measured points: median |error| "
-          f"{100 * cal['median_abs_error']:.0f} %, max {100 * cal['max_abs_error']:.0f} %.", "",
+          f"{100 * cal['median_abs_error']:.0f} %, max {100 * cal['max_abs_error']:.0f} %"
+          + (f"; the held-out central-4 runs (not used in the fit): median error "
+             f"{100 * held:+.0f} %." if held is not None else "."), "",
           "| -n | nodes | method | rank-0 msgs/task | measured µs/task | model µs/task | error |",
           "|---|---|---|---|---|---|---|"]
     for c in cal["checks"]:
-        t.append(f"| {c['ranks']} | {c['nodes']} | {c['method']} | {c['messages_per_task']:.3f} "
+        label = c["method"] + (" (held out)" if c.get("held_out") else "")
+        t.append(f"| {c['ranks']} | {c['nodes']} | {label} | {c['messages_per_task']:.3f} "
                  f"| {c['measured_us']:.1f} | {c['predicted_us']:.1f} | "
                  f"{100 * c['error']:+.0f} % |")
     t += ["", "## Projection: 64 workers per node", "",

@@ -15,7 +15,9 @@ Run from the repository root (a few minutes)::
    ``foreach``: the whole runtime), and ``central`` through ``executor.submit``
    (dispatcher only), and ``central`` with one task per message
    (``max_chunk=1``: what a central dispatcher does with long tasks, or with
-   far more workers than queued tasks). Per run: tasks/s, rank-0 CPU seconds per task
+   far more workers than queued tasks) or at most 4 (``max_chunk=4``: a third
+   message rate, to check the model's line between the two). Per run:
+   tasks/s, rank-0 CPU seconds per task
    (``time.process_time`` of the root process, all its threads), CPU seconds
    per task summed over all ranks, and messages rank 0 handled per task (our
    link's counters; plain mpi4py sends one message per task and receives one
@@ -114,7 +116,7 @@ def _dispatch_one(method: str, comm, n: int, nodes: int) -> dict:
         from workflows.executors import MPIExecutor
 
         mode = "central" if method.startswith("central") else "nodes"
-        chunk = 1 if method == "central-1" else None
+        chunk = {"central-1": 1, "central-4": 4}.get(method)
         mex = MPIExecutor(comm, dispatch=mode, emulate_nodes=nodes, max_chunk=chunk)
         with mex as ex:
             if ex is not None:
@@ -153,7 +155,7 @@ def _dispatch_one(method: str, comm, n: int, nodes: int) -> dict:
     return out
 
 
-DISPATCH_METHODS = ("mpi4py", "central", "nodes", "central-submit", "central-1")
+DISPATCH_METHODS = ("mpi4py", "central", "nodes", "central-submit", "central-1", "central-4")
 
 
 def dispatch_main(args) -> None:
@@ -345,7 +347,8 @@ LABELS = {"mpi4py": "plain mpi4py.futures (MPICommExecutor.submit)",
           "central": "central dispatcher (@app + foreach)",
           "nodes": "node task servers (@app + foreach)",
           "central-submit": "central dispatcher (executor.submit, no runtime)",
-          "central-1": "central dispatcher, one task per message (max_chunk=1)"}
+          "central-1": "central dispatcher, one task per message (max_chunk=1)",
+          "central-4": "central dispatcher, batches of at most 4 (max_chunk=4)"}
 
 
 def write_dispatch_markdown(results: dict, path: str) -> None:

@@ -40,7 +40,7 @@ from typing import Any, List, Optional, Union
 from ...errors import ExecutorError
 from ...runtime import push_active
 from ...tasks import TaskCall
-from ..base import Executor
+from ..base import Executor, raise_gc_threshold
 from .roles import MODES, Roles, bcast_result, layout_roles
 from .server import NodeServer, Options
 from .term import TermReport
@@ -191,6 +191,7 @@ class MPIExecutor(Executor):
                                             name="workflows-mpi-dispatcher", daemon=True)
             self._thread.start()
             self._install_term_report()
+            self._gc_saved = raise_gc_threshold()
             push_active(self)
             return self
         old = os.environ.get("WORKFLOWS_WORKER")

@@ -58,6 +58,7 @@ class RootServer(Server):
         self.byes: Dict[int, List[int]] = {}
         self.stop_requested = False
         self.cancel = False
+        self.stopped: set = set()  # the root's workers told to STOP
         self.finished = threading.Event()
         self.error: Optional[BaseException] = None
         self._wake = threading.Event()
@@ -99,8 +100,12 @@ class RootServer(Server):
             self._loop()
         except BaseException as exc:  # pragma: no cover - a bug: fail loudly, never hang
             self.error = exc
-            self._fail_all(f"the mpi executor's dispatcher failed: {type(exc).__name__}: {exc}")
-            raise
+            import traceback
+
+            traceback.print_exc()
+            self.say(f"{self.who}: the mpi executor's dispatcher failed ({type(exc).__name__}: "
+                     f"{exc}); its workers cannot be stopped cleanly: aborting the job")
+            self.link.comm.Abort(1)
         finally:
             self.finished.set()
 
@@ -131,20 +136,25 @@ class RootServer(Server):
                 if self.cancel:
                     for e in self.queue.drain():
                         self._fail_entry(e, "cancelled: the executor was shut down")
-                if not self.records or self.cancel or self._only_lost_left():
+                if not self.records or self.cancel:
                     stopping = True
                     for s in self.asks:
                         link.send(s, STOP, self.cancel)
-                    for slot in self.slots.values():
-                        if not slot.lost:
-                            link.send(slot.rank, STOP, None)
-            if stopping and len(self.byes) == len(self.asks) and not self._waiting_local():
-                for s in self.asks:
-                    link.send(s, FINAL, None)
-                link.flush()
-                if self.cancel:
-                    self._fail_all("cancelled: the executor was shut down")
-                return
+            if stopping:
+                # Stop each live worker of the root's once its hands are empty (with
+                # cancel, what it runs still finishes: it is bounded by its limits).
+                for slot in self.slots.values():
+                    if not slot.lost and not slot.batches and slot.rank not in self.stopped:
+                        link.send(slot.rank, STOP, None)
+                        self.stopped.add(slot.rank)
+                live = sum(1 for slot in self.slots.values() if not slot.lost)
+                if len(self.byes) == len(self.asks) and len(self.stopped) >= live:
+                    for s in self.asks:
+                        link.send(s, FINAL, None)
+                    link.flush()
+                    if self.cancel:
+                        self._fail_all("cancelled: the executor was shut down")
+                    return
             link.reap()
             if progress:
                 backoff.reset()
@@ -153,16 +163,10 @@ class RootServer(Server):
             if not self.inbox and not self.stop_requested:
                 self._wake.wait(backoff.pause)
                 self._wake.clear()
+            elif self.stop_requested:
+                time.sleep(backoff.pause)
             self._sleeping = False
             backoff.pause = min(backoff.max_sleep, max(1e-5, backoff.pause * 2))
-
-    def _waiting_local(self) -> bool:
-        return any(s.batches for s in self.slots.values() if not s.lost)
-
-    def _only_lost_left(self) -> bool:
-        # Every task not finished is in a lost worker's hands (or nowhere).
-        return bool(self.lost) and not self.queue and not self._waiting_local() and all(
-            tid not in self.assigned for tid in self.records)
 
     def _take_inbox(self) -> bool:
         inbox = self.inbox
