@@ -144,7 +144,7 @@ def write_markdown(data: dict, cal: dict, rows: list, path: str) -> None:
                  "dispatcher alone (executor.submit) |")
     if cal["c_server_task_us"] is not None:
         t.append(f"| c_server | {cal['c_server_task_us']:.1f} µs | a node server's CPU per "
-                 "task it serves (incl. its messages) |")
+                 "task it serves, batched (the projection adds 2 c_msg) |")
     if cal["mpi4py_root_us"] is not None:
         t.append(f"| mpi4py | {cal['mpi4py_root_us']:.1f} µs | rank-0 CPU per task of plain "
                  "MPICommExecutor (2 messages) |")

@@ -185,3 +185,15 @@ def test_alarm_in_a_thread_and_not_after_the_block():
 
 def test_failure_classes_are_task_failures():
     assert issubclass(TaskTimeout, TaskFailure) and issubclass(TaskCrashed, TaskFailure)
+
+
+@app
+def exits_plainly():
+    os._exit(3)
+
+
+def test_local_pool_worker_death_says_how_to_find_the_task():
+    with executors.make("local", max_workers=1):
+        err = exits_plainly().exception(timeout=60)
+    assert isinstance(err, TaskCrashed), err
+    assert "worker process of the local pool died" in str(err) and "--isolate" in str(err)

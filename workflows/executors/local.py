@@ -12,7 +12,8 @@ import os
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any, Callable, Optional
 
-from ..errors import ExecutorError
+from ..errors import ExecutorError, RemoteError
+from ..tasks import Outcome, TaskCall
 from .base import Executor, env_int
 
 __all__ = ["LocalExecutor"]
@@ -53,6 +54,26 @@ class LocalExecutor(Executor):
     @property
     def workers(self) -> int:
         return self._workers
+
+    def launch_call(self, call: TaskCall, done: Callable[[Outcome], None]) -> None:
+        def finished(outcome: Outcome) -> None:
+            err = outcome.error
+            if err is not None and err.type_name.endswith("BrokenProcessPool"):
+                # The pool cannot say which task killed its worker; isolation can.
+                err = RemoteError(
+                    "TaskCrashed",
+                    "a worker process of the local pool died (a task killed its process: a "
+                    "signal or os._exit) while this task was queued or running there; every "
+                    "such task fails. Run with --isolate (or @app(isolate=True)) to learn which "
+                    "task it was and its signal",
+                    err.traceback,
+                    "local process pool",
+                    kind="crash",
+                )
+                outcome = Outcome(None, err, outcome.where, outcome.start, outcome.end)
+            done(outcome)
+
+        super().launch_call(call, finished)
 
     def submit(self, fn: Callable, *args: Any, **kwargs: Any) -> Future:
         self._check_open()
