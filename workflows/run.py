@@ -3,8 +3,9 @@
 Under ``mpirun`` every rank runs this module. All ranks stage collectively
 (``--stage SPEC``) and run the startup leader hook; then the workflow runs:
 
-* ``--executor mpi``: ``MPICommExecutor`` on the same communicator -- rank 0
-  runs the flow's ``main``, every other rank serves tasks until rank 0 is done;
+* ``--executor mpi``: the mpi executor on the same communicator -- rank 0
+  runs the flow's ``main``, every other rank serves tasks until rank 0 is done
+  (``--dispatch central|nodes``, see ``docs/DISPATCH.md``);
 * ``local``, ``inline``, ``parsl``: rank 0 runs the flow on that executor while
   the other ranks wait (sleeping, not spinning).
 

@@ -1,7 +1,7 @@
 """The one interface every executor implements: ``submit -> Future``, ``shutdown``, ``with``.
 
-Executors are engines that already exist (the caller's thread, a process
-pool, ``mpi4py.futures``, Parsl); this module only gives them one shape. Each
+Executors are engines (the caller's thread, a process pool, Parsl, and the
+mpi executor's own dispatcher); this module only gives them one shape. Each
 executor owns a :class:`~workflows.runtime.Runtime` that resolves task
 dependencies on the submitting side, so ``submit`` only ever receives tasks
 whose inputs are ready. ``with executor:`` makes it the target of app calls,

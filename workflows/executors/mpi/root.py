@@ -27,7 +27,7 @@ import itertools
 import signal
 import threading
 import time
-from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple
 
 from ...errors import ExecutorError, RemoteError
 from ...tasks import Outcome, TaskCall, execute
@@ -53,6 +53,8 @@ class RootServer(Server):
         self.where: Dict[int, str] = {r: f"rank {r}" for r in range(roles.size)}
         self.node_server = roles.server_of_node()  # node -> serving rank
         self.asks: Dict[int, int] = {s: 0 for s in roles.servers if s != roles.root}
+        self.asking: Set[int] = set()  # servers with asks pending
+        self.dry_unsaid: Set[int] = set()  # asked since last told whether the root is dry
         self.pushes: Dict[int, List[Entry]] = collections.defaultdict(list)
         self.assigned: Dict[int, int] = {}  # tid -> node server it was fed to
         self.byes: Dict[int, List[int]] = {}
@@ -198,6 +200,8 @@ class RootServer(Server):
                 self.deliver(results)
             if ask:
                 self.asks[src] += ask
+                self.asking.add(src)
+                self.dry_unsaid.add(src)
         elif tag == STEAL:
             self.on_steal(src, payload)
         elif tag == STOLEN:
@@ -208,27 +212,33 @@ class RootServer(Server):
                 self._fail_tid(tid, "cancelled: the executor was shut down")
 
     def _feed_servers(self) -> bool:
+        """FEED the servers with pending asks or pushed tasks (only those: O(busy servers))."""
+        if self.queue.free:
+            targets = self.asking | set(self.pushes)
+        else:  # nothing to pull: only pushes, and servers not yet told the root is dry
+            targets = self.dry_unsaid | set(self.pushes)
+            self.dry_unsaid = set()
+        if not targets:
+            return False
         sent = False
-        for server, want in self.asks.items():
+        for server in targets:
+            want = self.asks[server]
             pushed = self.pushes.pop(server, None) or []
             pulled: List[Entry] = []
             if want > 0 and self.queue.free:
                 pulled = self.queue.take_free(want)
-                self.asks[server] = want - len(pulled)
-            if not pushed and not pulled and not (want > 0 and not self.queue.free
-                                                  and self._dry_unsaid(server)):
+                want = self.asks[server] = want - len(pulled)
+            if want <= 0:
+                self.asking.discard(server)
+            if not pushed and not pulled and not (want > 0 and not self._said_dry.get(server)):
                 continue
             for e in pulled:
                 self.assigned[e.tid] = server
-            dry = self.asks[server] > 0
+            dry = want > 0
             self._said_dry[server] = dry
             self.link.send(server, FEED, (pulled + pushed, len(pulled), dry))
             sent = True
         return sent
-
-    def _dry_unsaid(self, server: int) -> bool:
-        # Tell a waiting server once that the root is dry (so it may steal).
-        return not self._said_dry.get(server, False)
 
     def stopping_now(self) -> bool:
         return self.stop_requested
