@@ -49,11 +49,9 @@ def fit_line(points):
 
 
 def workers_under_servers(ranks: int, nodes: int) -> int:
-    from stager.nodes import assign_nodes, emulated_ids
-    from workflows.executors.mpi.roles import plan_roles
+    from workflows.executors.mpi.roles import emulated_roles
 
-    idx, names, _ = assign_nodes(emulated_ids(ranks, nodes))
-    roles = plan_roles(idx, names, 0, "nodes")
+    roles = emulated_roles(ranks, nodes, "nodes")
     return sum(1 for r in roles.workers if roles.server_of[r] != 0)
 
 

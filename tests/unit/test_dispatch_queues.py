@@ -97,3 +97,11 @@ def test_roles_validation():
         plan_roles([0, 0], ["a"], 0, "ring")
     with pytest.raises(ValueError, match="root"):
         plan_roles([0, 0], ["a"], 2, "central")
+
+
+def test_emulated_roles_match_the_stager_blocks():
+    from workflows.executors.mpi.roles import emulated_roles
+
+    r = emulated_roles(8, 4, "nodes")
+    assert r.node_of == (0, 0, 1, 1, 2, 2, 3, 3) and r.names == ("node0", "node1", "node2", "node3")
+    assert r.servers == (0, 2, 4, 6) and r.workers == (1, 3, 5, 7)

@@ -26,9 +26,17 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 # The one place the mpi executor uses the stager's MPI plumbing; issue 13 moves
 # both modules to stager.mpi.*: these two lines are all that changes.
 from stager.agree import agreed, bcast_result
-from stager.nodes import node_layout
+from stager.nodes import assign_nodes, emulated_ids, node_layout
 
-__all__ = ["Roles", "plan_roles", "layout_roles", "MODES", "agreed", "bcast_result"]
+__all__ = [
+    "Roles",
+    "plan_roles",
+    "emulated_roles",
+    "layout_roles",
+    "MODES",
+    "agreed",
+    "bcast_result",
+]
 
 MODES = ("central", "nodes")
 
@@ -121,6 +129,12 @@ def plan_roles(node_of: Sequence[int], names: Sequence[str], root: int, mode: st
             for r in ranks[1:]:
                 server_of[r] = server
     return Roles(root, mode, tuple(node_of), tuple(names), tuple(server_of), tuple(servers))
+
+
+def emulated_roles(ranks: int, nodes: int, mode: str, root: int = 0) -> Roles:
+    """The roles of ``ranks`` ranks in ``nodes`` emulated nodes (no MPI: for models, tests)."""
+    index, names, _leaders = assign_nodes(emulated_ids(ranks, nodes))
+    return plan_roles(index, names, root, mode)
 
 
 def layout_roles(comm: Any, root: int, mode: str, emulate_nodes: Optional[int] = None,
