@@ -105,3 +105,14 @@ def test_emulated_roles_match_the_stager_blocks():
     r = emulated_roles(8, 4, "nodes")
     assert r.node_of == (0, 0, 1, 1, 2, 2, 3, 3) and r.names == ("node0", "node1", "node2", "node3")
     assert r.servers == (0, 2, 4, 6) and r.workers == (1, 3, 5, 7)
+
+
+def test_batches_stop_before_too_many_bytes():
+    q = TaskQueue()
+    q.extend([Entry(i, "t", -1, False, None, None, b"x" * 100) for i in range(10)])
+    assert tids(q.take(0, 10, max_bytes=250)) == [0, 1]
+    assert tids(q.take_free(10, max_bytes=250)) == [2, 3]
+    assert tids(q.steal(10, max_bytes=250)) == [9, 8]
+    big = TaskQueue()
+    big.push(Entry(1, "t", -1, False, None, None, b"x" * 1000))
+    assert tids(big.take(0, 10, max_bytes=10)) == [1]  # one task always goes, however large

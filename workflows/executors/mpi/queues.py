@@ -26,7 +26,7 @@ from __future__ import annotations
 import collections
 from typing import Deque, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
-__all__ = ["Entry", "TaskQueue", "guided_chunk"]
+__all__ = ["Entry", "TaskQueue", "guided_chunk", "MAX_BATCH_BYTES"]
 
 
 class Entry(NamedTuple):
@@ -39,6 +39,11 @@ class Entry(NamedTuple):
     timeout: Optional[float]  #: per-task timeout (s): the task travels alone
     deadline: Optional[float]  #: the run's deadline (``time.time()``)
     blob: bytes  #: the pickled TaskCall
+
+
+#: Most bytes of pickled tasks in one message (a batch, a pull, a steal) -- far
+#: below MPI's 2 GiB count limit, and small enough not to stall the receiver.
+MAX_BATCH_BYTES = 4 << 20
 
 
 def guided_chunk(available: int, workers: int, max_chunk: int) -> int:
@@ -106,44 +111,55 @@ class TaskQueue:
                 if k != node and q:
                     yield q, "soft"
 
-    def take(self, node: int, count: int, elsewhere: bool = True) -> List[Entry]:
+    def take(self, node: int, count: int, elsewhere: bool = True,
+             max_bytes: int = MAX_BATCH_BYTES) -> List[Entry]:
         """Up to ``count`` entries for a worker of ``node`` (oldest first).
 
         A task with a per-task timeout is only ever first in a batch, and
-        ends it. ``elsewhere=False`` keeps other nodes' soft tasks out.
+        ends it; a batch stops before ``max_bytes`` of pickled tasks (but
+        holds at least one). ``elsewhere=False`` keeps other nodes' soft tasks out.
         """
         out: List[Entry] = []
-        if count <= 0:
-            return out
+        size = 0
         for q, kind in self._sources(node, elsewhere):
             while q and len(out) < count:
                 head = q[0]
-                if head.timeout is not None and out:
-                    return out
+                if out and (head.timeout is not None or size + len(head.blob) > max_bytes):
+                    count = 0  # the batch ends here
+                    break
                 out.append(q.popleft())
+                size += len(head.blob)
                 self._count_out(kind, 1)
                 if head.timeout is not None:
-                    return out
+                    count = 0
             if len(out) >= count:
                 break
         self._prune()
         return out
 
-    def take_free(self, count: int) -> List[Entry]:
+    def take_free(self, count: int, max_bytes: int = MAX_BATCH_BYTES) -> List[Entry]:
         """Up to ``count`` free entries, oldest first (what a server's pull gets from the root)."""
-        n = min(count, len(self.free))
-        return [self.free.popleft() for _ in range(n)]
+        out: List[Entry] = []
+        size = 0
+        free = self.free
+        while free and len(out) < count:
+            if out and size + len(free[0].blob) > max_bytes:
+                break
+            size += len(free[0].blob)
+            out.append(free.popleft())
+        return out
 
-    def steal(self, count: int) -> List[Entry]:
+    def steal(self, count: int, max_bytes: int = MAX_BATCH_BYTES) -> List[Entry]:
         """At most ``count`` and at most half (rounded up) of what is stealable; newest first."""
         n = min(count, (self.stealable + 1) // 2)
         out: List[Entry] = []
-        while len(out) < n and self.free:
-            out.append(self.free.pop())
-        for q in self.soft.values():
-            while len(out) < n and q:
+        size = 0
+        for q, soft in [(self.free, False)] + [(q, True) for q in self.soft.values()]:
+            while len(out) < n and q and not (out and size + len(q[-1].blob) > max_bytes):
+                size += len(q[-1].blob)
                 out.append(q.pop())
-                self._soft_total -= 1
+                if soft:
+                    self._soft_total -= 1
         self._prune()
         return out
 

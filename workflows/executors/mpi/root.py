@@ -31,7 +31,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple
 
 from ...errors import ExecutorError, RemoteError
 from ...tasks import Outcome, TaskCall, execute
-from .queues import Entry
+from .queues import MAX_BATCH_BYTES, Entry
 from .roles import Roles
 from .server import Options, Result, Server
 from .wire import (BYE, DONE, FEED, FINAL, STEAL, STOLEN, STOP, UP, Backoff, Link, dumps)
@@ -223,7 +223,7 @@ class RootServer(Server):
         sent = False
         for server in targets:
             want = self.asks[server]
-            pushed = self.pushes.pop(server, None) or []
+            pushed = self._take_pushes(server)
             pulled: List[Entry] = []
             if want > 0 and self.queue.free:
                 pulled = self.queue.take_free(want)
@@ -239,6 +239,21 @@ class RootServer(Server):
             self.link.send(server, FEED, (pulled + pushed, len(pulled), dry))
             sent = True
         return sent
+
+    def _take_pushes(self, server: int) -> List[Entry]:
+        """The tasks placed on ``server``'s node waiting to go, at most MAX_BATCH_BYTES of them."""
+        waiting = self.pushes.pop(server, None)
+        if not waiting:
+            return []
+        size, n = 0, 0
+        for e in waiting:
+            if n and size + len(e.blob) > MAX_BATCH_BYTES:
+                break
+            size += len(e.blob)
+            n += 1
+        if n < len(waiting):
+            self.pushes[server] = waiting[n:]
+        return waiting[:n]
 
     def stopping_now(self) -> bool:
         return self.stop_requested

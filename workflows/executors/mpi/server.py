@@ -34,7 +34,7 @@ from typing import Any, Deque, Dict, List, Optional, Tuple
 from ...errors import RemoteError
 from ...limits import grace_seconds
 from ...tasks import where_cached
-from .queues import Entry, TaskQueue, guided_chunk
+from .queues import MAX_BATCH_BYTES, Entry, TaskQueue, guided_chunk
 from .roles import Roles
 from .wire import (BYE, DONE, FEED, FINAL, STEAL, STOLEN, STOP, TASKS, UP, Backoff, Link,
                    dumps)
@@ -393,6 +393,7 @@ class NodeServer(Server):
         self.requested = 0
         self.dry = False
         self.results: List[Result] = []
+        self.results_bytes = 0
         self.notes: List[Tuple[Any, ...]] = []
         self.first_result = 0.0
         self.flush_seconds = options.flush_seconds or max(
@@ -406,6 +407,7 @@ class NodeServer(Server):
         if not self.results:
             self.first_result = time.monotonic()
         self.results.extend(results)
+        self.results_bytes += sum(len(r[2]) for r in results)
 
     def note(self, note: Tuple[Any, ...]) -> None:
         self.notes.append(note)
@@ -426,13 +428,14 @@ class NodeServer(Server):
         due = force or ask or self.notes
         if self.results and not due:
             due = (len(self.results) >= self.options.up_batch
+                   or self.results_bytes >= MAX_BATCH_BYTES
                    or time.monotonic() - self.first_result >= self.flush_seconds
                    or not self.busy())
         if not due:
             return False
         self.requested += ask
         self.link.send(self.root, UP, (self.results, ask, self.notes))
-        self.results, self.notes = [], []
+        self.results, self.notes, self.results_bytes = [], [], 0
         return True
 
     def on_feed(self, payload: Any) -> None:

@@ -25,7 +25,7 @@ from typing import Any, Deque, List, Optional, Tuple
 
 from ...errors import RemoteError
 from ...tasks import Outcome, execute, where_cached
-from .queues import Entry
+from .queues import MAX_BATCH_BYTES, Entry
 from .wire import DONE, STOP, TASKS, Backoff, Link, dumps
 
 __all__ = ["serve_worker", "CREDITS", "FLUSH_SECONDS"]
@@ -65,14 +65,17 @@ def serve_worker(link: Link, server: int) -> None:
 
 def _run_batch(link: Link, server: int, batch: List[Entry]) -> None:
     results: List[Tuple[int, bytes]] = []
+    size = 0
     last = time.monotonic()
     for i, entry in enumerate(batch):
         outcome = _run(entry)
-        results.append((entry.tid, _pack(outcome)))
+        blob = _pack(outcome)
+        results.append((entry.tid, blob))
+        size += len(blob)
         now = time.monotonic()
-        if i + 1 < len(batch) and now - last >= FLUSH_SECONDS:
+        if i + 1 < len(batch) and (now - last >= FLUSH_SECONDS or size >= MAX_BATCH_BYTES):
             link.send(server, DONE, (results, 0, None))
-            results, last = [], now
+            results, size, last = [], 0, now
     link.send(server, DONE, (results, 1, None))
 
 
