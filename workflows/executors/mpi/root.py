@@ -150,7 +150,10 @@ class RootServer(Server):
                         link.send(slot.rank, STOP, None)
                         self.stopped.add(slot.rank)
                 live = sum(1 for slot in self.slots.values() if not slot.lost)
-                if len(self.byes) == len(self.asks) and len(self.stopped) >= live:
+                # Not before the answer to our own STEAL came: an unreceived message
+                # could be matched by the next executor on a reused communicator.
+                if (len(self.byes) == len(self.asks) and len(self.stopped) >= live
+                        and not self.steal_out):
                     for s in self.asks:
                         link.send(s, FINAL, None)
                     link.flush()
@@ -190,9 +193,11 @@ class RootServer(Server):
 
     def _handle(self, src: int, tag: int, payload: Any) -> None:
         if tag == DONE:
-            if not self.slots[src].lost:
+            if src in self.slots:
                 self.on_done(src, payload)
-        elif tag == UP:
+            else:
+                self.unexpected(src, tag)
+        elif tag == UP and src in self.asks:
             results, ask, notes = payload
             for n in notes:
                 self.note(n)
@@ -210,6 +215,8 @@ class RootServer(Server):
             self.byes[src] = payload
             for tid in payload:
                 self._fail_tid(tid, "cancelled: the executor was shut down")
+        else:
+            self.unexpected(src, tag)
 
     def _feed_servers(self) -> bool:
         """FEED the servers with pending asks or pushed tasks (only those: O(busy servers))."""
@@ -257,6 +264,9 @@ class RootServer(Server):
 
     def stopping_now(self) -> bool:
         return self.stop_requested
+
+    def may_steal(self) -> bool:
+        return not self.stop_requested
 
     @property
     def who(self) -> str:

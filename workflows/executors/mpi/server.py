@@ -36,8 +36,8 @@ from ...limits import grace_seconds
 from ...tasks import where_cached
 from .queues import MAX_BATCH_BYTES, Entry, TaskQueue, guided_chunk
 from .roles import Roles
-from .wire import (BYE, DONE, FEED, FINAL, STEAL, STOLEN, STOP, TASKS, UP, Backoff, Link,
-                   dumps)
+from .wire import (BYE, DONE, FEED, FINAL, STEAL, STOLEN, STOP, TAG_NAMES, TASKS, UP, Backoff,
+                   Link, dumps)
 
 __all__ = ["Server", "NodeServer", "Options", "Batch", "Slot"]
 
@@ -163,9 +163,21 @@ class Server:
         return True
 
     # -- messages from workers and peers ----------------------------------------
+    def unexpected(self, src: int, tag: int) -> None:
+        """A message this rank should never get (a protocol bug): say so once, drop it."""
+        if not self._warned:
+            self._warned = True
+            self.say(f"{self.who}: dropped an unexpected message (tag {TAG_NAMES.get(tag, tag)} "
+                     f"from rank {src}); please report this as a bug")
+
+    _warned = False
+
     def on_done(self, src: int, payload: Any) -> None:
         results, credit, hello = payload
-        slot = self.slots[src]
+        slot = self.slots.get(src)
+        if slot is None:
+            self.unexpected(src, DONE)
+            return
         if slot.lost:  # given up: what it sends now was failed or handed to others already
             return
         if hello is not None:
@@ -245,15 +257,22 @@ class Server:
         return bool(self.hungry)
 
     def maybe_steal(self) -> None:
+        """Ask a random other server for tasks when a worker is idle and nothing is here for it.
+
+        Idle means empty-handed: a credit kept for prefetching (a worker still
+        running a batch) is no reason to take tasks from another node.
+        """
         if self.steal_out or not self.peers or not self.hungry:
             return
-        if any(self.queue.available(self.slots[r].node) for r in self.hungry):
+        idle = {r for r in self.hungry if not self.slots[r].batches}
+        if not idle or any(self.queue.available(self.slots[r].node) for r in idle):
             return
         now = time.monotonic()
         if now < self.next_steal or not self.may_steal():
             return
         victim = self._rng.choice(self.peers)
-        want = max(1, len(self.hungry) * self.options.max_chunk)
+        want = max(1, len(idle) * (1 if self.task_seconds >= LONG_TASK
+                                   else self.options.max_chunk))
         self.link.send(victim, STEAL, want)
         self.steal_out = True
 
@@ -474,6 +493,8 @@ class NodeServer(Server):
                         self.dropped.extend(e.tid for e in self.queue.drain())
                 elif tag == FINAL:
                     final = True
+                else:
+                    self.unexpected(src, tag)
             for e in self.unservable():
                 self._fail_unservable(e)
             progress |= self.serve_workers()

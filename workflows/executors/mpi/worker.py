@@ -59,6 +59,7 @@ def serve_worker(link: Link, server: int) -> None:
             elif tag == STOP:
                 link.flush()
                 return
+            # anything else is not for a worker (a protocol bug): dropped
         _run_batch(link, server, batches.popleft())
         link.reap()
 
