@@ -46,14 +46,16 @@ system:
 # Debian's interpreter with --system-site-packages (not the pyenv python3).
 $(STAMP): setup.cfg pyproject.toml constraints.txt
 	@test -x $(PY) || /usr/bin/python3 -m venv --system-site-packages $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[test,bench]'
+	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[kernels,plot,parsl,hedm,stream,stream-fast,em,test,bench]'
+	@# --no-deps: both declare h5py, and a PyPI h5py would shadow Debian's MPI build
+	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt --no-deps hdf5plugin fabio
 	@H5PY_ALWAYS_USE_MPI=1 $(PY) -c "import h5py, mpi4py, numba, numpy; \
 	  assert numpy.__version__ == '1.24.2', 'numpy ' + numpy.__version__; \
 	  assert h5py.get_config().mpi, 'not the parallel h5py (a PyPI h5py shadows Debian\'s?): ' + h5py.__file__"
 	@touch $(STAMP)
 
 demo: setup
-	$(PY) -m workflows.demo --np $(NP) --out demo-out
+	$(PY) -m hedm.demo --np $(NP) --out demo-out
 
 test: setup lint-check test-serial test-mpi
 
@@ -71,8 +73,8 @@ lint: setup lint-check
 
 # ruff and mypy are pinned in setup.cfg, so a new release cannot fail CI by itself.
 lint-check:
-	$(PY) -m ruff check stager workflows kernels hooks tests bench
-	$(PY) -m mypy stager hooks workflows
+	$(PY) -m ruff check stager workflows kernels hooks hedm tests bench
+	$(PY) -m mypy stager hooks workflows hedm
 
 clean-demo:
 	rm -rf demo-out

@@ -1,16 +1,18 @@
 """Hook spec files: what to stage, in the I/O hook format of Wozniak et al. (Figure 6).
 
+The spec language only -- grammar, parser, the parsed spec as plain data, the
+``h5`` entry syntax and its errors. It imports nothing of the rest of the
+project; lark is imported only where a spec is parsed (rank 0).
+
 >>> from hooks import parse_spec
 >>> spec = parse_spec("broadcast to /tmp files { /data/*.cfg }")
 >>> spec.blocks[0].dest
 '/tmp'
 """
 from hooks.errors import SpecError
+from hooks.h5entry import H5Selection, Slice
 from hooks.parser import load_spec, parse_spec
 from hooks.spec import Block, Location, Pattern, Spec
 
 __all__ = ["SpecError", "load_spec", "parse_spec", "Spec", "Block", "Pattern", "Location",
-           "HookContext", "LeaderHooks", "leader_hooks_from", "run_leader_hook"]
-
-# Leader hooks (once per node, barrier before tasks); MPI is imported only when one runs.
-from hooks.leader import HookContext, LeaderHooks, leader_hooks_from, run_leader_hook
+           "H5Selection", "Slice"]

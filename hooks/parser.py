@@ -14,13 +14,14 @@ import os
 import pwd
 import re
 from functools import lru_cache
-from typing import List, Mapping, Optional, Tuple, cast
-
-from lark import Lark, Token, Tree
-from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
+from typing import TYPE_CHECKING, Any, List, Mapping, Optional, Tuple, cast
 
 from hooks.errors import SpecError
+from hooks.h5entry import EntryError, split_entry
 from hooks.spec import Block, Location, Pattern, Spec
+
+if TYPE_CHECKING:  # lark is imported where a spec is parsed: only rank 0 parses
+    from lark import Lark, Token, Tree
 
 __all__ = ["parse_spec", "load_spec"]
 
@@ -31,6 +32,8 @@ _KINDS = ("files", "h5")
 
 @lru_cache(maxsize=1)
 def _parser() -> Lark:
+    from lark import Lark
+
     return Lark.open("grammar.lark", rel_to=__file__, parser="lalr", lexer="basic",
                      propagate_positions=True)
 
@@ -97,6 +100,9 @@ def parse_spec(text: str, path: str = "<string>", env: Optional[Mapping[str, str
         src = lines[line - 1] if 0 < line <= len(lines) else ""
         return SpecError(message, file=path, line=line, column=column, source_line=src)
 
+    from lark import Tree
+    from lark.exceptions import UnexpectedInput
+
     try:
         tree = _parser().parse(text)
     except UnexpectedInput as e:
@@ -115,11 +121,13 @@ def parse_spec(text: str, path: str = "<string>", env: Optional[Mapping[str, str
 # -- blocks and paths ---------------------------------------------------------
 
 def _block(node: Tree, path: str, env: Mapping[str, str], base_dir: str, error) -> Block:
+    from lark import Tree
+
     children = node.children
-    kw = cast(Token, children[0])
-    dest_tok = cast(Token, cast(Tree, children[2]).children[0])
-    kind = cast(Token, cast(Tree, children[3]).children[0])
-    lbrace = cast(Token, children[4])
+    kw = cast("Token", children[0])
+    dest_tok = cast("Token", cast("Tree", children[2]).children[0])
+    kind = cast("Token", cast("Tree", children[3]).children[0])
+    lbrace = cast("Token", children[4])
     entries = [c for c in children[5:] if isinstance(c, Tree)]
     dest = _expand(dest_tok, env, error, destination=True)
     if not dest.startswith("/"):
@@ -136,15 +144,30 @@ def _block(node: Tree, path: str, env: Mapping[str, str], base_dir: str, error) 
     patterns = []
     for entry in entries:
         optional = len(entry.children) == 2
-        tok = cast(Token, cast(Tree, entry.children[-1]).children[0])
+        tok = cast("Token", cast("Tree", entry.children[-1]).children[0])
         text = _expand(tok, env, error, destination=False)
         if not text:
             raise error("empty pattern", tok.line, tok.column)
+        selection = None
+        if str(kind) == "h5":
+            # split before normalising: normpath would fold "FILE:/" into "FILE:"
+            try:
+                text, selection = split_entry(text)
+            except EntryError as e:
+                raise error(f"h5 entry {_unquote(tok)!r}: {e}", tok.line,
+                            _entry_column(tok, e.offset)) from None
         full = os.path.normpath(os.path.join(base_dir, text))
         patterns.append(Pattern(text=full, raw=_unquote(tok), optional=optional,
-                                location=_loc(path, tok)))
+                                location=_loc(path, tok), selection=selection))
     return Block(dest=_normdest(dest), kind=str(kind), patterns=tuple(patterns),
                  location=_loc(path, kw), dest_location=_loc(path, dest_tok))
+
+
+def _entry_column(tok: Token, offset: int) -> int:
+    """Column of ``offset`` into an entry, exact when its text needed no expansion."""
+    column = int(tok.column or 1) + (1 if tok.type in ("DQUOTED", "SQUOTED") else 0)
+    body = _unquote(tok)
+    return column + offset if "$" not in body and not body.startswith("~") else column
 
 
 def _loc(path: str, tok: Token) -> Location:
@@ -267,6 +290,8 @@ def _context(text: str, upto: int) -> Tuple[Optional[Token], List[Token]]:
     LALR merges parser states, so lark's "expected" set cannot tell a header from
     a block body; the tokens before the error can.
     """
+    from lark.exceptions import UnexpectedInput
+
     stack: List[Token] = []
     header: List[Token] = []
     last: Optional[Token] = None
@@ -316,7 +341,9 @@ def _header_message(header: List[Token], found: str, tok: Optional[Token]) -> st
     return f"missing '{{' to open the block (found {found})"
 
 
-def _syntax_error(e: UnexpectedInput, text: str, error) -> SpecError:
+def _syntax_error(e: Any, text: str, error) -> SpecError:
+    from lark.exceptions import UnexpectedCharacters, UnexpectedEOF
+
     if isinstance(e, UnexpectedCharacters):
         ch = text[e.pos_in_stream or 0]
         if ch in "\"'":

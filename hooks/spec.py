@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Tuple
+from typing import Optional, Tuple
+
+from hooks.h5entry import H5Selection
 
 __all__ = ["Location", "Pattern", "Block", "Spec"]
 
@@ -27,18 +29,22 @@ class Pattern:
     ----------
     text : str
         The pattern after ``~``/``$VAR`` expansion, made absolute against the
-        spec file's directory; may hold glob characters and ``**``.
+        spec file's directory; may hold glob characters and ``**``. In an
+        ``h5`` block, the file part of the entry.
     raw : str
         The entry as written (quotes removed).
     optional : bool
         Written with a leading ``?``: matching nothing is not an error.
     location : Location
+    selection : H5Selection or None
+        In an ``h5`` block, the internal path and slice (checked when parsed).
     """
 
     text: str
     raw: str
     optional: bool
     location: Location
+    selection: Optional[H5Selection] = None
 
 
 @dataclass(frozen=True)

@@ -1,26 +1,56 @@
-"""mpistage's stager: plan a hook spec, then stage it collectively to every node.
+"""mpistage's stager: plan a hook spec, stage it collectively to every node, verify, clean, drain.
 
-Planning (``build_manifest``) is pure and serial. The collective layer imports
-mpi4py only when a collective function runs, so ``stager plan`` never loads MPI.
+Public API::
+
+    from stager import plan, stage, verify, clean, drain
+
+* :func:`plan` -- serial, no MPI: the :class:`Plan` of a spec (rank 0's job);
+* :func:`stage`, :func:`verify`, :func:`clean`, :func:`drain` -- collective
+  over a communicator (every rank calls them; failures are the same error on
+  every rank).
+
+The package is laid out along the data path: ``planning/`` (rank 0, pure) →
+``mpi/`` (all MPI plumbing) → ``staging/`` (the collective transfer) →
+``nodelocal/`` (the copies on each node: safe writes, records, verify, clean)
+→ ``stageout`` (drain). Names are imported lazily: ``import stager`` costs
+one small module, and ``stager plan`` never loads MPI.
 """
+from __future__ import annotations
+
+from typing import Any
+
 from stager.errors import CapacityError, PlanError, StagerError, TransferError, VerifyError
-from stager.manifest import BlockPlan, Entry, Manifest
-from stager.plan import build_manifest
 
 __all__ = [
+    "plan", "stage", "verify", "clean", "drain",
+    "Plan", "Report", "VerifyReport", "CleanReport", "DrainReport",
     "StagerError", "PlanError", "CapacityError", "TransferError", "VerifyError",
-    "Manifest", "Entry", "BlockPlan", "build_manifest",
-    # collective layer (mpi4py is imported only when a collective function runs)
-    "stage", "verify", "clean", "Report", "VerifyReport", "CleanReport", "StageOptions",
-    "NodeLayout", "node_layout", "agree", "agreed",
 ]
 
-# Eager imports on purpose: the functions share their modules' names, and a
-# lazy import would let the submodule shadow the function on the package.
-from stager.stage import stage
-from stager.verify import VerifyReport, verify
-from stager.clean import CleanReport, clean
-from stager.report import Report
-from stager.options import StageOptions
-from stager.nodes import NodeLayout, node_layout
-from stager.agree import agree, agreed
+_LAZY = {
+    "plan": "stager.planning.api",
+    "Plan": "stager.planning.plan",
+    "stage": "stager.staging.pipeline",
+    "Report": "stager.staging.report",
+    "verify": "stager.nodelocal.verify",
+    "VerifyReport": "stager.nodelocal.verify",
+    "clean": "stager.nodelocal.clean",
+    "CleanReport": "stager.nodelocal.clean",
+    "drain": "stager.stageout",
+    "DrainReport": "stager.stageout",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'stager' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(__all__))

@@ -1,8 +1,11 @@
 """Staging options: keyword argument > ``STAGER_*`` environment variable > default.
 
-Parsed strictly and before any collective, so a bad value fails identically on
-every rank (``ValueError``) instead of on some. Sizes accept a plain byte
-count or a binary suffix: ``33554432``, ``32M``, ``32MiB``, ``1G``.
+Parsed strictly. Under MPI, rank 0 alone resolves them -- keywords and ITS
+environment -- and broadcasts the result (``stager.mpi.bcast_result``), so a
+variable set differently on one rank (a chunk size) cannot make ranks
+disagree, and a bad value is the same ``ValueError`` on every rank. Sizes
+accept a plain byte count or a binary suffix: ``33554432``, ``32M``,
+``32MiB``, ``1G``.
 """
 from __future__ import annotations
 
@@ -16,6 +19,9 @@ __all__ = ["StageOptions", "resolve_options", "parse_size", "parse_bool", "ENV_P
 ENV_PREFIX = "STAGER_"
 METHODS = ("stripe", "readall", "bcast", "naive")
 MAX_CHUNK = 1 << 30  # far below 2**31, so every MPI count stays an int32
+#: ``h5`` blocks: memory per rank for collective pieces, and its floor.
+DEFAULT_H5_MEMORY = 1 << 30
+MIN_H5_MEMORY = 64 << 10
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
@@ -56,6 +62,8 @@ class StageOptions:
     json: Optional[str] = None
     progress: bool = True
     fsync: bool = False
+    h5_memory: int = DEFAULT_H5_MEMORY
+    h5_inline_bytes: Optional[int] = None
 
 
 def _parse(name: str, value: Any) -> Any:
@@ -82,11 +90,20 @@ def _parse(name: str, value: Any) -> Any:
         return k
     if name in ("node_id_env", "json"):
         return None if value in (None, "") else str(value)
+    if name == "h5_memory":
+        cap = parse_size(value, "h5 memory cap (h5_memory, STAGER_H5_MEMORY)")
+        if cap < MIN_H5_MEMORY:
+            raise ValueError(f"h5 memory cap must be at least {MIN_H5_MEMORY} bytes, got {cap}")
+        return cap
+    if name == "h5_inline_bytes":
+        return parse_size(value, "h5_inline_bytes")
     return parse_bool(value, name)
 
 
 def resolve_options(env: Optional[Mapping[str, str]] = None, **kwargs: Any) -> StageOptions:
-    """Options from keywords, then ``STAGER_<NAME>`` variables, then defaults.
+    """Options from keywords, then ``STAGER_<NAME>`` variables, then defaults. Local.
+
+    Collective callers run it on rank 0 only and broadcast the result.
 
     Raises
     ------

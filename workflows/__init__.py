@@ -40,6 +40,7 @@ from .errors import (
     WorkflowError,
 )
 from .futures import AppFuture, wait_all
+from .node import on_this_node, this_node
 
 __all__ = [
     "App",
@@ -61,6 +62,8 @@ __all__ = [
     "command",
     "executors",
     "foreach",
+    "on_this_node",
     "reduce_tree",
+    "this_node",
     "wait_all",
 ]

@@ -20,6 +20,8 @@ from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
+from stager.mpi.agree import agreed
+
 from .errors import ResultsError
 
 __all__ = ["write_collective", "write_gathered", "write_arrays", "row_offsets"]
@@ -38,32 +40,37 @@ def _describe(local: np.ndarray) -> tuple:
 
 
 def _agree_layout(comm: Any, local: Any, path: str, name: str):
-    """Allgather (rows, trailing shape, dtype); every rank checks the same list.
+    """Collective over `comm`: every rank must call. Check every rank's rows fit together.
 
-    A scalar on any rank is an error on every rank (not a local raise that would
-    leave the others in the next collective).
+    Each rank converts its rows and describes them (rows, trailing shape, dtype)
+    inside the agreement idiom -- a conversion that fails on one rank (a ragged
+    list) fails every rank instead of leaving the others in the ``allgather``;
+    then every rank checks the same gathered list. Returns
+    ``(counts, row_shape, dtype, this rank's array)``.
     """
-    from stager.agree import agree
-
-    scalar = np.ndim(local) == 0  # before ascontiguousarray, which makes a scalar 1-d
-    gathered = comm.allgather(None if scalar else _describe(np.ascontiguousarray(local)))
-    scalars = [r for r, d in enumerate(gathered) if d is None]
+    arr = None
+    mine: Any = None
+    with agreed(comm, f"writing {path}:{name}", base=ResultsError, default=ResultsError):
+        if np.ndim(local) == 0:  # before ascontiguousarray, which makes a scalar 1-d
+            mine = "scalar"
+        else:
+            arr = np.ascontiguousarray(local)
+            mine = _describe(arr)
+    gathered = comm.allgather(mine)
+    scalars = [r for r, d in enumerate(gathered) if d == "scalar"]
     if scalars:
         raise ResultsError(f"{path}:{name}: results must be arrays of rows, got a scalar on "
                            f"rank(s) {scalars}")
-    described = gathered
-    error = None
-    shapes = {d[1] for d in described}
-    dtypes = {d[2] for d in described}
+    shapes = {d[1] for d in gathered}
+    dtypes = {d[2] for d in gathered}
     if len(shapes) > 1 or len(dtypes) > 1:
-        error = ResultsError(
+        raise ResultsError(
             f"{path}:{name}: ranks disagree on the result layout (trailing shape, dtype) "
-            f"{[(d[1], d[2]) for d in described]}; give every rank arrays of one dtype and "
+            f"{[(d[1], d[2]) for d in gathered]}; give every rank arrays of one dtype and "
             "row shape (an empty rank still needs the right shape, e.g. np.empty((0, 5)))"
         )
-    agree(comm, error, f"writing {path}:{name}", base=ResultsError, default=ResultsError)
-    counts = [d[0] for d in described]
-    return counts, described[0][1], np.dtype(described[0][2])
+    counts = [d[0] for d in gathered]
+    return counts, gathered[0][1], np.dtype(gathered[0][2]), arr
 
 
 def write_collective(
@@ -114,8 +121,7 @@ def write_collective(
             "h5py is not built with MPI here (or not under mpirun): parallel HDF5 writes "
             "need Debian's python3-h5py-mpi run under mpirun; use write_gathered instead"
         )
-    counts, row_shape, dtype = _agree_layout(comm, local, path, name)
-    local = np.ascontiguousarray(local)
+    counts, row_shape, dtype, local = _agree_layout(comm, local, path, name)
     offset = int(row_offsets(counts)[comm.rank])
     total = int(sum(counts))
     shape = (total,) + row_shape
@@ -163,19 +169,12 @@ def write_gathered(
         local = np.ascontiguousarray(local)
         write_arrays(path, {name: local}, attrs={name: dict(attrs or {})}, mode=mode)
         return int(local.shape[0])
-    counts, row_shape, dtype = _agree_layout(comm, local, path, name)
-    local = np.ascontiguousarray(local)
+    counts, row_shape, dtype, local = _agree_layout(comm, local, path, name)
     parts = comm.gather(local, root=root)
-    error = None
-    if comm.rank == root:
-        try:
+    with agreed(comm, f"writing {path}:{name}", base=ResultsError, default=ResultsError):
+        if comm.rank == root:
             rows = np.concatenate([p.astype(dtype, copy=False) for p in parts], axis=0)
             write_arrays(path, {name: rows}, attrs={name: dict(attrs or {})}, mode=mode)
-        except Exception as exc:
-            error = exc
-    from stager.agree import agree
-
-    agree(comm, error, f"writing {path}:{name}", base=ResultsError, default=ResultsError)
     return int(sum(counts))
 
 

@@ -49,9 +49,15 @@ import time
 import traceback
 from typing import Any, Dict, List, Optional, Tuple
 
+import stager
+from stager.mpi.agree import agree, quiet_barrier
+from stager.mpi.nodes import local_node_name, node_layout
+
 from .errors import FlowError, WorkflowError
 from .executors import NAMES, Executor, make
 from .futures import exception_of, find_futures, wait_all
+from .leader import leader_hooks_from, run_leader_hook
+from .node import set_node
 from .tasks import load_module_from_path
 
 __all__ = ["main", "load_flow", "build_parser"]
@@ -323,8 +329,6 @@ def main(argv: Optional[List[str]] = None) -> int:
             f"error: {ENV_EXECUTOR}={name!r}: expected one of {', '.join(NAMES)}", file=sys.stderr
         )
         return 2
-    from hooks.leader import leader_hooks_from
-
     hooks = leader_hooks_from(opts.leader_hook_startup, opts.leader_hook_shutdown)
     needs_mpi = name == "mpi" or opts.stage or hooks.startup or hooks.shutdown or under_mpirun()
     comm = None
@@ -363,10 +367,23 @@ def main(argv: Optional[List[str]] = None) -> int:
     return _run(opts, module, ns, name, comm, hooks)
 
 
-def _run(opts, module, ns, name: str, comm: Any, hooks) -> int:
-    from hooks.leader import run_leader_hook
-    from stager.agree import quiet_barrier
+def _name_node(comm: Any, emulate_nodes: Optional[int], node_id_env: Optional[str]) -> None:
+    """Collective over `comm` (if any): tell every rank (and its tasks) its node's name.
 
+    The stager's own layout decides, so ``%n`` in a task's paths is the
+    directory the stager wrote on that node (:mod:`workflows.node`).
+    """
+    if comm is None:
+        set_node(local_node_name(emulate_nodes, node_id_env))
+        return
+    layout = node_layout(comm, emulate_nodes, node_id_env)
+    try:
+        set_node(layout.name)
+    finally:
+        layout.free()
+
+
+def _run(opts, module, ns, name: str, comm: Any, hooks) -> int:
     rank = comm.Get_rank() if comm is not None else 0
     times: Dict[str, float] = {}
     node_opts = {"emulate_nodes": opts.emulate_nodes, "node_id_env": opts.node_id_env}
@@ -375,13 +392,12 @@ def _run(opts, module, ns, name: str, comm: Any, hooks) -> int:
     try:
         if opts.stage:
             t = time.perf_counter()
-            import stager
-
             # The spec is read and planned on rank 0 only, inside stage().
             ns.stage_report = stager.stage(opts.stage, comm=comm, **node_opts)
             times["stage"] = time.perf_counter() - t
             if rank == 0:
                 print(ns.stage_report.summary())
+        _name_node(comm, opts.emulate_nodes, opts.node_id_env)
         if hooks.startup:
             t = time.perf_counter()
             run_leader_hook(hooks.startup, comm, "startup", **node_opts)
@@ -452,8 +468,6 @@ def _finalize(module: Any, ns: argparse.Namespace, comm: Any, rank: int) -> int:
     except Exception as exc:
         error = exc
     if comm is not None:
-        from stager.agree import agree
-
         try:
             agree(comm, error, "finalize", base=WorkflowError, default=WorkflowError)
         except WorkflowError as exc:

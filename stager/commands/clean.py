@@ -1,6 +1,6 @@
 """``stager clean SPEC [--emulate-nodes K | --node-id-env VAR]`` (run under mpirun/srun).
 
-Removes exactly what the per-destination manifests say was staged, then the
+Removes exactly what the per-destination records say was staged, then the
 directories the stager created if they are empty. Exit 0, 1 on a failure, 2
 on a spec error.
 """
@@ -10,6 +10,7 @@ import argparse
 import sys
 from typing import Any
 
+import stager
 from stager.commands.stage import add_node_arguments, run_collective
 
 HELP = "remove exactly what was staged (run under mpirun)"
@@ -21,10 +22,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from stager.clean import clean
-
     def body(comm: Any) -> int:
-        rep = clean(args.spec, comm, emulate_nodes=args.emulate_nodes,
+        rep = stager.clean(args.spec, comm, emulate_nodes=args.emulate_nodes,
                     node_id_env=args.node_id_env)
         if comm.rank == 0:
             print(f"removed {rep.files_removed} staged file(s) and {rep.dirs_removed} "

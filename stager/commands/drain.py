@@ -11,6 +11,9 @@ import json
 import os
 import sys
 
+import stager
+from stager.errors import StagerError
+
 HELP = "copy node-local results to the shared filesystem (run under mpirun)"
 
 
@@ -40,12 +43,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from mpi4py import MPI
 
-    from stager.drain import drain
-    from stager.errors import StagerError
-
     comm = MPI.COMM_WORLD
     try:
-        report = drain(args.src, args.dest, comm, emulate_nodes=args.emulate_nodes,
+        report = stager.drain(args.src, args.dest, comm, emulate_nodes=args.emulate_nodes,
                        node_id_env=args.node_id_env, merge=args.merge,
                        overwrite=args.overwrite, verify=args.verify)
     except ValueError as e:

@@ -1,6 +1,8 @@
 """``stager plan SPEC [--json]``: what a spec would stage, and whether it fits here.
 
-Runs on one process, without MPI. Exit 0 when the plan is valid (even if a
+Runs on one process, without MPI. Every block kind is shown: whole files, and
+the HDF5 copies of ``h5`` blocks with their selections and estimated size
+(which the space check counts). Exit 0 when the plan is valid (even if a
 destination lacks room here: this machine may not be a compute node), 2 on a
 spec or plan error, with ``FILE:LINE:COL: message`` as the first line on stderr.
 """
@@ -15,9 +17,9 @@ from typing import Dict, List
 
 from hooks import SpecError, load_spec
 from stager.errors import PlanError
-from stager.manifest import Manifest, expand_node
-from stager.plan import build_manifest, describe_size
-from stager.space import DestinationSpace, check_space
+from stager.nodelocal.space import DestinationSpace, check_space
+from stager.planning import build_plan
+from stager.planning.plan import Plan, describe_size, expand_node
 
 HELP = "expand a hook spec and print what would be staged"
 SHOWN = 50
@@ -34,7 +36,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        manifest = build_manifest(load_spec(args.spec))
+        plan = build_plan(load_spec(args.spec))
     except SpecError as e:
         print(e.render(), file=sys.stderr)
         return 2
@@ -42,45 +44,50 @@ def run(args: argparse.Namespace) -> int:
         print(f"stager plan: {e}", file=sys.stderr)
         return 2
     node = args.node or socket.gethostname().split(".")[0]
-    space = destination_space(manifest, node)
+    space = destination_space(plan, node)
     if args.json:
-        doc = manifest.to_dict()
+        doc = plan.to_dict()
         doc["node"] = node
-        doc["largest"] = _largest(manifest)
+        doc["largest"] = _largest(plan)
         doc["destinations"] = [dict(dest=s.dest, probe=s.probe, needs=s.needs, free=s.free,
                                     filesystem_needs=s.fs_needs, fits=s.fits) for s in space]
         json.dump(doc, sys.stdout, indent=2)
         print()
     else:
-        print(render_text(manifest, space, node, limit=None if args.all else SHOWN))
+        print(render_text(plan, space, node, limit=None if args.all else SHOWN))
     return 0
 
 
-def destination_space(manifest: Manifest, node: str) -> List[DestinationSpace]:
+def destination_space(plan: Plan, node: str) -> List[DestinationSpace]:
     """Free space for each block's destination on this machine, as node ``node``."""
     needs: Dict[str, int] = OrderedDict()
-    for block in manifest.blocks:
+    for block in plan.blocks:
         dest = expand_node(block.dest, node)
         needs[dest] = needs.get(dest, 0) + block.bytes
     return check_space(needs.items())
 
 
-def _largest(manifest: Manifest):
-    e = manifest.largest
+def _largest(plan: Plan):
+    e = plan.largest
     return None if e is None else {"source": e.source, "size": e.size}
 
 
-def render_text(manifest: Manifest, space: List[DestinationSpace], node: str,
+def render_text(plan: Plan, space: List[DestinationSpace], node: str,
                 limit=SHOWN) -> str:
     """The human-readable plan. Pure."""
-    out = [f"spec {manifest.spec_path}: {len(manifest.blocks)} block(s), "
-           f"{len(manifest.entries)} file(s), {describe_size(manifest.total_bytes)}"]
-    for i, b in enumerate(manifest.blocks, 1):
-        out.append(f"  block {i} ({b.location}): {b.files} file(s), {describe_size(b.bytes)} "
-                   f"-> {b.dest.replace(chr(0), '%')}")
-    out.append(f"each node receives {describe_size(manifest.total_bytes)} "
-               f"({manifest.total_bytes} bytes)")
-    largest = manifest.largest
+    out = [f"spec {plan.spec_path}: {len(plan.blocks)} block(s), "
+           f"{plan.n_outputs} file(s), {describe_size(plan.total_bytes)}"]
+    for i, b in enumerate(plan.blocks, 1):
+        if b.kind == "h5":
+            out.append(f"  block {i} ({b.location}): h5, {b.files} HDF5 file(s), "
+                       f"{describe_size(b.data_bytes)} selected, about "
+                       f"{describe_size(b.bytes)} on disk -> {b.dest.replace(chr(0), '%')}")
+        else:
+            out.append(f"  block {i} ({b.location}): {b.files} file(s), "
+                       f"{describe_size(b.bytes)} -> {b.dest.replace(chr(0), '%')}")
+    out.append(f"each node receives {describe_size(plan.total_bytes)} "
+               f"({plan.total_bytes} bytes)")
+    largest = plan.largest
     if largest is not None:
         out.append(f"largest file: {largest.source} ({describe_size(largest.size)})")
     out.append(f"destinations on this machine (as node {node!r}):")
@@ -88,12 +95,19 @@ def render_text(manifest: Manifest, space: List[DestinationSpace], node: str,
         verdict = "fits" if s.fits else f"DOES NOT FIT (short by {describe_size(s.shortfall)})"
         out.append(f"  {s.dest}: needs {describe_size(s.needs)}, free "
                    f"{describe_size(s.free)} (at {s.probe}): {verdict}")
-    out.append("manifest:")
-    entries = manifest.entries if limit is None else manifest.entries[:limit]
+    out.append("plan:")
+    entries = plan.files if limit is None else plan.files[:limit]
     for e in entries:
         out.append(f"  {e.source} -> {e.dest.replace(chr(0), '%')}  {e.size} B  "
                    f"mode {e.mode:04o}")
-    if limit is not None and len(manifest.entries) > limit:
-        out.append(f"  ... {len(manifest.entries) - limit} more (--all lists every file, "
+    if limit is not None and len(plan.files) > limit:
+        out.append(f"  ... {len(plan.files) - limit} more (--all lists every file, "
                    "--json prints them all)")
+    h5 = plan.h5 if limit is None else plan.h5[:limit]
+    for fp in h5:
+        out.append(f"  {fp.source}:{','.join(fp.selections)} -> "
+                   f"{fp.dest.replace(chr(0), '%')}  {fp.nbytes} B selected, "
+                   f"~{fp.est_bytes} B on disk")
+    if limit is not None and len(plan.h5) > limit:
+        out.append(f"  ... {len(plan.h5) - limit} more HDF5 files (--all lists them)")
     return "\n".join(out)

@@ -11,6 +11,9 @@ import argparse
 import sys
 from typing import Any, Callable
 
+import stager
+from hooks import SpecError
+from stager.errors import PlanError, StagerError
 from stager.options import METHODS
 
 HELP = "collectively stage a spec's files to every node (run under mpirun)"
@@ -46,9 +49,6 @@ def run_collective(name: str, body: Callable[[Any], int]) -> int:
     """Run ``body(comm)`` and map errors to exit codes, printing on rank 0 only."""
     from mpi4py import MPI
 
-    from hooks import SpecError
-    from stager.errors import PlanError, StagerError
-
     comm = MPI.COMM_WORLD
     try:
         return body(comm)
@@ -71,10 +71,8 @@ def run_collective(name: str, body: Callable[[Any], int]) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from stager.stage import stage
-
     def body(comm: Any) -> int:
-        report = stage(args.spec, comm, method=args.method, chunk_size=args.chunk_size,
+        report = stager.stage(args.spec, comm, method=args.method, chunk_size=args.chunk_size,
                        small_file_threshold=args.small_file_threshold,
                        emulate_nodes=args.emulate_nodes, node_id_env=args.node_id_env,
                        json=args.json, force=args.force, progress=args.progress)

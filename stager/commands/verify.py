@@ -1,6 +1,6 @@
 """``stager verify SPEC [--emulate-nodes K | --node-id-env VAR]`` (run under mpirun/srun).
 
-Every leader re-checksums its node's staged copies against the state written
+Every leader re-checksums its node's staged copies against the records written
 by ``stage``. Exit 0 if all match; 1 with one line per mismatch (node and
 file) on rank 0's stderr; 2 on a spec error.
 """
@@ -10,7 +10,9 @@ import argparse
 import sys
 from typing import Any
 
+import stager
 from stager.commands.stage import add_node_arguments, run_collective
+from stager.errors import VerifyError
 
 HELP = "re-checksum every node's staged copies (run under mpirun)"
 
@@ -21,12 +23,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from stager.errors import VerifyError
-    from stager.verify import verify
-
     def body(comm: Any) -> int:
         try:
-            rep = verify(args.spec, comm, emulate_nodes=args.emulate_nodes,
+            rep = stager.verify(args.spec, comm, emulate_nodes=args.emulate_nodes,
                          node_id_env=args.node_id_env)
         except VerifyError as e:
             if comm.rank == 0:

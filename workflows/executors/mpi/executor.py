@@ -68,7 +68,7 @@ class MPIExecutor(Executor):
         server per node, fed by the root; see :mod:`.roles`). Default:
         ``$WORKFLOWS_MPI_DISPATCH``, else ``central``.
     emulate_nodes, node_id_env : optional
-        How ranks form nodes (as for the stager: ``stager.nodes.node_layout``);
+        How ranks form nodes (as for the stager: ``stager.mpi.nodes.node_layout``);
         used by ``nodes`` dispatch and by placement (``app.on(node)``).
     max_chunk : int, optional
         Most tasks in one batch to a worker (default ``$WORKFLOWS_MPI_MAX_CHUNK``,

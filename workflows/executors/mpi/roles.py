@@ -25,8 +25,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 # The one place the mpi executor uses the stager's MPI plumbing; issue 13 moves
 # both modules to stager.mpi.*: these two lines are all that changes.
-from stager.agree import agreed, bcast_result
-from stager.nodes import assign_nodes, emulated_ids, node_layout
+from stager.mpi.agree import agreed, bcast_result
+from stager.mpi.nodes import assign_nodes, emulated_ids, node_layout
 
 __all__ = [
     "Roles",

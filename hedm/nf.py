@@ -1,0 +1,269 @@
+"""NF-HEDM reduction: staged frames -> background -> spots per frame -> tree merge -> HDF5, PNG.
+
+Run it the way users do, staging and reducing in one MPI job::
+
+    mpirun -n 4 python -m workflows run hedm/nf.py \\
+        --stage hedm/hooks/nf.hook --emulate-nodes 2 --out OUT -- \\
+        --params '/dev/shm/mpistage-nf/%n/nf.params' --results '/dev/shm/mpistage-nf/%n/results'
+
+The graph (paper, section V):
+
+1. **background**: ``BackgroundTasks`` tasks each read a band of pixel rows
+   of every frame from their node's staged copy and take the per-pixel
+   (lower) median and maximum; one task stacks the bands and writes the
+   background image to ``OUT/work/`` (the shared filesystem);
+2. **frames**: one task per frame reads the frame from its node's copy, the
+   background through the per-worker cache (read once per worker, then from
+   memory), and reduces it with :func:`kernels.nf.reduce_frame` to sparse
+   spot pixels plus per-spot centroids;
+3. **reduce**: an ordered ``reduce_tree`` concatenates the per-frame tables
+   (merges start while frames are still being reduced);
+4. **write**: one task writes ``<ReducedFileName>.h5`` and ``.png`` to the
+   node-local results directory (``--results``, ``%n`` = its node);
+5. **drain** (``finalize``, every rank): ``stager.drain`` copies each node's
+   results to ``OUT`` (merged) and the node-local results are removed.
+
+Without ``--results`` the write task writes straight to ``OUT`` and nothing
+is drained. In a batch job rendered from the ``stage-run-drain`` template
+(``stager sbatch``), the template stages and drains; the workflow line is::
+
+    mpirun python -m workflows run hedm/nf.py \
+        --node-id-env SLURMD_NODENAME --out "$MPISTAGE_SHARED_OUT" -- \
+        --params "$HEDM_STAGE/%n/nf/nf.params" --results "$MPISTAGE_RESULTS" --no-drain
+
+``OUT/nf_run.json`` records the stage report, phase times,
+tasks and cache hits. File layout: :mod:`hedm.output`.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Dict
+
+import numpy as np
+
+from workflows import app, on_this_node, reduce_tree, this_node
+from hedm.common import (as_records, cached, frame_reader, is_series,
+                                   merge_tables, phase_spans, recording, replacing, split_rows,
+                                   worker_name)
+from hedm.output import (NF_CENTROID_DTYPE, NF_FRAME_DTYPE, NF_PIXEL_DTYPE, plot_nf,
+                                   write_h5)
+from hedm.run import drain_results, log_summary, stage_dict, write_json
+from hedm.params import (Param, add_flow_arguments, ParamError, at_least, flag_overrides,
+                                   load_params, one_of, relative_to, resolve_params)
+
+__all__ = ["SCHEMA", "add_arguments", "main", "finalize", "read_nf_params"]
+
+SCHEMA = (
+    Param("DataDirectory", str, ".", "folder of the frames; relative to the parameter file's "
+          "folder, %n = node name"),
+    Param("InputPattern", str, "stem_%06d.tif", "frame file name with a %d field (TIFF series), "
+          "or one GE/HDF5 file holding every frame"),
+    Param("RawStartNr", int, 0, "number of the first frame", at_least(0)),
+    Param("NrFilesPerDistance", int, None, "number of frames", at_least(1)),
+    Param("NrPixelsY", int, None, "frame width (detector columns)", at_least(1)),
+    Param("NrPixelsZ", int, None, "frame height (detector rows)", at_least(1)),
+    Param("BlanketSubtraction", int, 0, "counts subtracted after the background",
+          lambda v: None if 0 <= v <= 65535 else "must be in 0..65535"),
+    Param("MedFiltRadius", int, 1, "median filter radius: 1 (3x3) or 2 (5x5)", one_of(1, 2)),
+    Param("GaussFiltRadius", float, 1.0, "LoG Gaussian sigma (px)",
+          lambda v: None if v > 0 else "must be > 0"),
+    Param("LoGMaskRadius", int, 4, "LoG kernel half-width (px)", at_least(1)),
+    Param("BackgroundTasks", int, 0, "tasks computing the median background (row bands); "
+          "0: one per worker", at_least(0)),
+    Param("ReducedFileName", str, "nf_spots", "base name of the result files (.h5, .png)"),
+)
+
+
+def read_nf_params(path: str, flags: Dict[str, Any] | None = None) -> Dict[str, Any]:
+    """Parameters from the file ``path`` and flag overrides, checked together."""
+    values = resolve_params(SCHEMA, load_params(path, SCHEMA), flags or {}, path)
+    if "/" in values["ReducedFileName"] or not values["ReducedFileName"]:
+        raise ParamError(f"{path}: ReducedFileName must be a plain file name, "
+                         f"got {values['ReducedFileName']!r}")
+    return values
+
+
+def kernel_params(p: Dict[str, Any]):
+    """The :class:`kernels.nf.NFParams` of a parameter set."""
+    from kernels.nf import NFParams
+
+    return NFParams(offset=p["BlanketSubtraction"], median_size=2 * p["MedFiltRadius"] + 1,
+                    log_sigma=p["GaussFiltRadius"], log_radius=p["LoGMaskRadius"])
+
+
+def add_arguments(parser) -> None:
+    add_flow_arguments(parser, "NF", SCHEMA)
+
+
+# -- tasks ---------------------------------------------------------------------------
+@app
+def background_band(source: str, first: int, n: int, shape, r0: int, r1: int) -> Dict[str, Any]:
+    """Per-pixel lower median and maximum over all frames of rows ``r0:r1``."""
+    from kernels.nf import median_background
+
+    t0 = time.perf_counter()
+    reader, index_of = frame_reader(on_this_node(source), first, n, shape)
+    stack = np.empty((n, r1 - r0, shape[1]), np.uint16)
+    for k in range(n):
+        reader.read_rows(index_of(first + k), r0, r1, out=stack[k])
+    t1 = time.perf_counter()
+    median = median_background(stack)
+    return {"r0": r0, "median": median, "max": stack.max(axis=0), "read_s": t1 - t0,
+            "compute_s": time.perf_counter() - t1, "worker": worker_name()}
+
+
+def _save_npy(path: str, arr: np.ndarray) -> None:
+    with replacing(path, ".npy") as tmp:
+        np.save(tmp, arr)
+
+
+@app
+def assemble_background(bands, work_dir: str) -> Dict[str, Any]:
+    """Stack the bands into the background and max projection; write both to ``work_dir``.
+
+    Returns the two paths (what frame tasks need) and each band's timings.
+    """
+    bands = sorted(bands, key=lambda b: b["r0"])
+    os.makedirs(work_dir, exist_ok=True)
+    paths: Dict[str, Any] = {"background": os.path.join(work_dir, "nf_background.npy"),
+             "max_projection": os.path.join(work_dir, "nf_max_projection.npy")}
+    _save_npy(paths["background"], np.vstack([b["median"] for b in bands]))
+    _save_npy(paths["max_projection"], np.vstack([b["max"] for b in bands]))
+    paths["bands"] = [{"rows": [b["r0"], b["r0"] + len(b["median"])],
+                       "read_s": round(b["read_s"], 4), "compute_s": round(b["compute_s"], 4),
+                       "worker": b["worker"]} for b in bands]
+    return paths
+
+
+_WORKSPACES: Dict[tuple, Any] = {}
+
+
+def _workspace(shape):
+    from kernels.nf import NFWorkspace
+
+    shape = tuple(shape)
+    if shape not in _WORKSPACES:
+        _WORKSPACES.clear()
+        _WORKSPACES[shape] = NFWorkspace(shape)
+    return _WORKSPACES[shape]
+
+
+def spot_tables(frame: int, spots) -> Dict[str, np.ndarray]:
+    """Pixel, centroid and per-frame tables of one frame's :class:`kernels.nf.NFSpots`."""
+    pixels = np.empty(len(spots.rows), NF_PIXEL_DTYPE)
+    pixels["frame"], pixels["y"], pixels["z"] = frame, spots.cols, spots.rows
+    pixels["intensity"], pixels["label"] = spots.intensity, spots.labels
+    n = spots.n_labels
+    cent = np.empty(n, NF_CENTROID_DTYPE)
+    if n:
+        rc = spots.centroids()
+        idx = spots.labels - 1
+        cent["frame"], cent["label"] = frame, np.arange(1, n + 1)
+        cent["z"], cent["y"] = rc[:, 0], rc[:, 1]
+        cent["n_pixels"] = np.bincount(idx, None, n)
+        cent["intensity_sum"] = np.bincount(idx, spots.intensity.astype(np.float64), n)
+        mx = np.zeros(n, np.uint16)
+        np.maximum.at(mx, idx, spots.intensity)
+        cent["intensity_max"] = mx
+    frames = as_records([(frame, len(pixels), n)], NF_FRAME_DTYPE)
+    return {"pixels": pixels, "centroids": cent, "frames": frames}
+
+
+@app
+def reduce_nf_frame(frame: int, source: str, first: int, n: int, shape, images: Dict[str, str],
+                    params: Dict[str, Any]) -> Dict[str, Any]:
+    """One frame from this node's staged copy -> sparse spot tables (+ a log row)."""
+    from kernels.nf import reduce_frame
+
+    t0 = time.perf_counter()
+    reader, index_of = frame_reader(on_this_node(source), first, n, shape)
+    image = reader.read(index_of(frame))
+    background, hit = cached(images["background"], np.load, kind="nf-background")
+    t1 = time.perf_counter()
+    spots = reduce_frame(image, background, kernel_params(params), _workspace(image.shape))
+    out: Dict[str, Any] = spot_tables(frame, spots)
+    out["log"] = [(frame, worker_name(), round(t1 - t0, 6), round(time.perf_counter() - t1, 6),
+                   bool(hit))]
+    return out
+
+
+@app
+def merge_nf(a: Dict[str, Any], b: Dict[str, Any]) -> Dict[str, Any]:
+    """Concatenate two partial results (ordered: frames stay in order)."""
+    return merge_tables(a, b)
+
+
+@app
+def write_nf(table: Dict[str, Any], images: Dict[str, str], params: Dict[str, Any],
+             results: str) -> Dict[str, Any]:
+    """Write the HDF5 file and the PNG into this node's results directory."""
+    out_dir = on_this_node(results)
+    os.makedirs(out_dir, exist_ok=True)
+    background = np.load(images["background"])
+    max_projection = np.load(images["max_projection"])
+    base = os.path.join(out_dir, params["ReducedFileName"])
+    n_frames = len(table["frames"])
+    h5 = write_h5(base + ".h5", {"spots": table["pixels"], "spot_centroids": table["centroids"],
+                                 "frames": table["frames"], "background": background,
+                                 "max_projection": max_projection},
+                  params, {"workflow": "hedm_nf", "n_frames": n_frames})
+    png = plot_nf(base + ".png", max_projection, background, table["centroids"], n_frames)
+    return {"node": this_node(), "h5": h5, "png": png, "spot_pixels": len(table["pixels"]),
+            "spots": len(table["centroids"]), "frames": n_frames}
+
+
+# -- the graph -------------------------------------------------------------------------
+def _check_frames(source: str, first: int, n: int) -> None:
+    if not is_series(source):
+        if not os.path.isfile(source):
+            raise ParamError(f"input file {source} does not exist; check DataDirectory/"
+                             "InputPattern or stage it (--stage SPEC)")
+        return
+    missing = [source % f for f in range(first, first + n) if not os.path.isfile(source % f)]
+    if missing:
+        raise ParamError(f"{len(missing)} of {n} frames missing on this node, first {missing[0]}; "
+                         "check DataDirectory/InputPattern or stage them (--stage SPEC)")
+
+
+def main(args):
+    """Build and run the NF graph; return the write task's future (already done)."""
+    t_origin = time.time()
+    params_path = on_this_node(args.params)
+    p = read_nf_params(params_path, flag_overrides(args, SCHEMA))
+    # %n stays in the source: each task resolves it for its own node.
+    source = os.path.join(relative_to(p["DataDirectory"], args.params), p["InputPattern"])
+    first, n = p["RawStartNr"], p["NrFilesPerDistance"]
+    shape = (p["NrPixelsZ"], p["NrPixelsY"])
+    _check_frames(on_this_node(source), first, n)
+    out = getattr(args, "out", None) or os.getcwd()
+    results = args.results or out
+
+    n_bands = p["BackgroundTasks"] or max(1, getattr(args, "workers", None) or 1)
+    bands = [background_band(source, first, n, shape, r0, r1)
+             for r0, r1 in split_rows(shape[0], n_bands)]
+    images = assemble_background(bands, os.path.join(out, "work"))
+    per_frame = [reduce_nf_frame(f, source, first, n, shape, images, p)
+                 for f in range(first, first + n)]
+    merge, merges = recording(merge_nf)
+    merged = reduce_tree(merge, per_frame, ordered=True)
+    written = write_nf(merged, images, p, results)
+    summary = written.result()  # wait here so the phase times below are complete
+    table = merged.result()
+    record = {
+        "workflow": "hedm_nf", "executor": getattr(args, "executor", None),
+        "ranks": getattr(args, "ranks", None), "workers": getattr(args, "workers", None),
+        "params": p, "result": summary,
+        "stage": stage_dict(args),
+        "phases": phase_spans({"background": bands + [images], "frames": per_frame,
+                               "reduce": merges, "write": [written]}, t_origin),
+        "frame_log": log_summary(table["log"], "background"),
+        "background_bands": images.result()["bands"],
+    }
+    write_json(os.path.join(out, "nf_run.json"), record)
+    return written
+
+
+def finalize(args, comm) -> None:
+    """Every rank: drain node-local results to ``--out`` and remove them (if ``--results``)."""
+    drain_results(args, comm, "nf_run.json")

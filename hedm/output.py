@@ -1,0 +1,146 @@
+"""Result files of the HEDM workflows: HDF5 layouts, CSV tables, PNG figures.
+
+Every writer writes under a temporary name and renames into place, so a
+drain (or a user) never sees half a file. Detector axes follow NF/FF-HEDM
+usage: ``z`` is the detector row (vertical), ``y`` the column (horizontal).
+
+NF file (``<ReducedFileName>.h5``)::
+
+    /spots            table (frame, y, z, intensity, label): every spot pixel
+    /spot_centroids   table (frame, label, y, z, n_pixels, intensity_sum, intensity_max)
+    /frames           table (frame, n_pixels, n_spots)
+    /background       (H, W) uint16 per-pixel median background
+    /max_projection   (H, W) uint16 maximum over all frames
+    attributes of /   every parameter, plus "workflow" and "n_frames"
+
+FF file (``<OutputFileName>.h5``)::
+
+    /peaks            table of kernels.ff.PEAK_DTYPE (frame, peak, row, col, ...)
+    /frames           table (frame, n_peaks)
+    /dark             (H, W) float32 dark used
+    attributes of /   every parameter, plus "workflow" and "n_frames"
+
+Tables are HDF5 compound datasets: ``f["spots"]["frame"]`` reads one column.
+Figures are drawn with matplotlib's object API on an Agg canvas (no pyplot
+global state, safe in worker threads and without a display).
+"""
+from __future__ import annotations
+
+import csv
+import os
+from typing import Any, Mapping, Optional
+
+import numpy as np
+
+from hedm.common import replacing
+
+__all__ = ["NF_PIXEL_DTYPE", "NF_CENTROID_DTYPE", "NF_FRAME_DTYPE", "FF_FRAME_DTYPE",
+           "write_h5", "write_csv", "plot_nf", "plot_ff", "read_table"]
+
+NF_PIXEL_DTYPE = np.dtype([("frame", np.int32), ("y", np.int32), ("z", np.int32),
+                           ("intensity", np.uint16), ("label", np.int32)])
+NF_CENTROID_DTYPE = np.dtype([("frame", np.int32), ("label", np.int32), ("y", np.float64),
+                              ("z", np.float64), ("n_pixels", np.int32),
+                              ("intensity_sum", np.float64), ("intensity_max", np.uint16)])
+NF_FRAME_DTYPE = np.dtype([("frame", np.int32), ("n_pixels", np.int32), ("n_spots", np.int32)])
+FF_FRAME_DTYPE = np.dtype([("frame", np.int32), ("n_peaks", np.int32)])
+
+
+def _attr(value: Any) -> Any:
+    return value if isinstance(value, (int, float, str, np.number)) else str(value)
+
+
+def write_h5(path: str, arrays: Mapping[str, np.ndarray], params: Mapping[str, Any],
+             extra_attrs: Optional[Mapping[str, Any]] = None) -> str:
+    """Write ``arrays`` as datasets and ``params`` (+ ``extra_attrs``) as root attributes.
+
+    Uses :func:`workflows.results.write_arrays` (serial h5py, temp file + rename).
+    """
+    from workflows.results import write_arrays
+
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    attrs = {k: _attr(v) for k, v in params.items() if v is not None}
+    attrs.update({k: _attr(v) for k, v in (extra_attrs or {}).items()})
+    return write_arrays(path, arrays, file_attrs=attrs, mode="w")
+
+
+def read_table(path: str, name: str) -> np.ndarray:
+    """Read one dataset of a result file (for tests and the demo report)."""
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        return f[name][()]
+
+
+def write_csv(path: str, table: np.ndarray, float_format: str = "%.6g") -> str:
+    """Write a structured array as CSV with a header row (atomically)."""
+    names = table.dtype.names or ()
+    floats = [table.dtype[n].kind == "f" for n in names]
+    with replacing(path) as tmp, open(tmp, "w", newline="") as fh:
+        out = csv.writer(fh)
+        out.writerow(names)
+        for row in table.tolist():
+            out.writerow([float_format % v if f else v for v, f in zip(row, floats)])
+    return path
+
+
+def _save(fig: Any, path: str) -> str:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(fig)
+    with replacing(path, ".png") as tmp:
+        fig.savefig(tmp, dpi=110)
+    return path
+
+
+def _display_range(image: np.ndarray) -> tuple:
+    lo, hi = np.percentile(image, [1.0, 99.9])
+    return float(lo), float(max(hi, lo + 1))
+
+
+def plot_nf(path: str, max_projection: np.ndarray, background: np.ndarray,
+            centroids: np.ndarray, n_frames: int, title: str = "NF-HEDM reduction") -> str:
+    """PNG: max projection minus background, with every detected spot's centroid circled."""
+    from matplotlib.figure import Figure
+
+    img = max_projection.astype(np.float64) - background.astype(np.float64)
+    lo, hi = _display_range(img)
+    fig = Figure(figsize=(7.2, 6.4))
+    ax = fig.add_subplot(1, 1, 1)
+    shown = ax.imshow(img, cmap="gray", vmin=max(lo, 0.0), vmax=hi, origin="upper",
+                      interpolation="nearest")
+    if len(centroids):
+        ax.scatter(centroids["y"], centroids["z"], s=28, facecolors="none", edgecolors="red",
+                   linewidths=0.7, label=f"{len(centroids)} spot detections over {n_frames} frames")
+        ax.legend(loc="upper right", fontsize=8, framealpha=0.8)
+    ax.set_xlabel("y (detector column, px)")
+    ax.set_ylabel("z (detector row, px)")
+    ax.set_title(f"{title}: max projection of {n_frames} frames minus background", fontsize=10)
+    fig.colorbar(shown, ax=ax, fraction=0.046, pad=0.04, label="counts above background")
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def plot_ff(path: str, peaks: np.ndarray, shape: tuple, frames: np.ndarray,
+            title: str = "FF-HEDM peak search") -> str:
+    """PNG: peak positions on the detector coloured by frame, and peaks per frame."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(11.0, 5.0))
+    ax = fig.add_subplot(1, 2, 1)
+    if len(peaks):
+        pts = ax.scatter(peaks["col"], peaks["row"], c=peaks["frame"], s=10, cmap="viridis")
+        fig.colorbar(pts, ax=ax, fraction=0.046, pad=0.04, label="frame")
+    ax.set_xlim(-0.5, shape[1] - 0.5)
+    ax.set_ylim(shape[0] - 0.5, -0.5)
+    ax.set_aspect("equal")
+    ax.set_xlabel("y (detector column, px)")
+    ax.set_ylabel("z (detector row, px)")
+    ax.set_title(f"{title}: {len(peaks)} peak centroids", fontsize=10)
+    bx = fig.add_subplot(1, 2, 2)
+    bx.bar(frames["frame"], frames["n_peaks"], width=0.8, color="tab:blue")
+    bx.set_xlabel("frame")
+    bx.set_ylabel("peaks found")
+    bx.set_title("peaks per frame", fontsize=10)
+    fig.tight_layout()
+    return _save(fig, path)

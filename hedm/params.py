@@ -1,0 +1,280 @@
+"""HEDM parameter files: MIDAS-like ``Key value`` lines, overridden by CLI flags, parsed strictly.
+
+A parameter file is plain text, one parameter per line, as MIDAS reads them::
+
+    # NF-HEDM reduction of layer 1
+    InputPattern        stem_%06d.tif
+    RawStartNr          0
+    NrFilesPerDistance  300
+    NrPixelsY           512
+    NrPixelsZ           512
+    MedFiltRadius       1
+    GaussFiltRadius     1.0
+    LoGMaskRadius       4
+
+Rules (strict, so a typo never silently runs with a default):
+
+* ``#`` starts a comment (whole line or after the value); blank lines are ignored;
+* the key is the first word, the value the rest of the line (one word for
+  numbers; text values may hold spaces);
+* an unknown key, a key given twice, a value of the wrong type or out of range
+  is a :class:`ParamError` naming ``FILE:LINE`` (and, for unknown keys, the
+  closest known one);
+* every required key must be set by the file or a flag.
+
+Precedence: a command-line flag ``--Key VALUE`` > the file > the schema's
+default. The schema is data (:class:`Param` tuples), so the NF and FF
+workflows share this module and a test can check every key.
+
+Hand-written rather than ``configparser``: MIDAS files have no sections and
+no ``=``, and errors must name the line; the parser is ~40 lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
+
+from workflows.errors import WorkflowError
+
+__all__ = [
+    "ParamError",
+    "Param",
+    "Schema",
+    "parse_params",
+    "load_params",
+    "add_param_flags",
+    "add_flow_arguments",
+    "flag_overrides",
+    "resolve_params",
+    "format_params",
+]
+
+_MISSING = object()
+
+
+class ParamError(WorkflowError):
+    """A parameter file or flag is invalid (message starts with ``FILE:LINE:`` when it can)."""
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter: its key, type, default and check.
+
+    Attributes
+    ----------
+    key : str
+        The key as written in the file and as the flag ``--key``.
+    type : type
+        ``int``, ``float`` or ``str``.
+    default : Any
+        Value when neither file nor flag sets it; ``None`` means required.
+    help : str
+        One line for ``--help`` and error messages.
+    check : callable, optional
+        ``check(value) -> str | None``: a reason the value is invalid, or None.
+    """
+
+    key: str
+    type: type
+    default: Any
+    help: str
+    check: Optional[Callable[[Any], Optional[str]]] = None
+
+    @property
+    def required(self) -> bool:
+        return self.default is None
+
+    def convert(self, text: str) -> Any:
+        """Parse ``text`` to this parameter's type and check it; raise ValueError saying why."""
+        text = text.strip()
+        if not text:
+            raise ValueError(f"{self.key} needs a value ({self.help})")
+        if self.type in (int, float) and len(text.split()) > 1:
+            raise ValueError(f"{self.key} takes one value, got {text!r}")
+        if self.type is int:
+            try:
+                value: Any = int(text, 10)
+            except ValueError:
+                raise ValueError(f"{self.key} must be an integer, got {text!r}") from None
+        elif self.type is float:
+            try:
+                value = float(text)
+            except ValueError:
+                raise ValueError(f"{self.key} must be a number, got {text!r}") from None
+            if value != value or value in (float("inf"), float("-inf")):
+                raise ValueError(f"{self.key} must be a finite number, got {text!r}")
+        else:
+            value = text
+        reason = self.check(value) if self.check else None
+        if reason:
+            raise ValueError(f"{self.key} {reason}, got {text!r}")
+        return value
+
+
+Schema = Tuple[Param, ...]
+
+
+def at_least(lo: float) -> Callable[[Any], Optional[str]]:
+    """A check: value >= ``lo``."""
+    return lambda v: None if v >= lo else f"must be >= {lo}"
+
+
+def one_of(*choices: Any) -> Callable[[Any], Optional[str]]:
+    """A check: value is one of ``choices``."""
+    return lambda v: None if v in choices else f"must be one of {', '.join(map(str, choices))}"
+
+
+def _by_key(schema: Schema) -> Dict[str, Param]:
+    return {p.key: p for p in schema}
+
+
+def _unknown(key: str, schema: Schema) -> str:
+    keys = [p.key for p in schema]
+    # MIDAS keys are CamelCase; a wrong case is the common typo, then a near miss.
+    close = [k for k in keys if k.lower() == key.lower()]
+    close = close or difflib.get_close_matches(key, keys, n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return f"unknown parameter {key!r}: {hint}known parameters: {', '.join(sorted(keys))}"
+
+
+def parse_params(text: str, schema: Schema, path: str = "<string>") -> Dict[str, Any]:
+    """Parse parameter-file text into ``{key: value}`` for the keys it sets (no defaults).
+
+    Raises
+    ------
+    ParamError
+        ``PATH:LINE: reason`` for the first bad line.
+    """
+    params = _by_key(schema)
+    seen: Dict[str, int] = {}
+    values: Dict[str, Any] = {}
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        parts = line.split(None, 1)
+        key, rest = parts[0], parts[1] if len(parts) > 1 else ""
+        where = f"{path}:{lineno}"
+        param = params.get(key)
+        if param is None:
+            raise ParamError(f"{where}: {_unknown(key, schema)}")
+        if key in seen:
+            raise ParamError(
+                f"{where}: {key} is already set on line {seen[key]}; give each parameter once"
+            )
+        try:
+            values[key] = param.convert(rest)
+        except ValueError as exc:
+            raise ParamError(f"{where}: {exc}") from None
+        seen[key] = lineno
+    return values
+
+
+def load_params(path: str, schema: Schema) -> Dict[str, Any]:
+    """Read and parse the parameter file ``path`` (keys it sets only).
+
+    Raises
+    ------
+    ParamError
+        The file cannot be read, or a line is invalid.
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ParamError(f"{path}: cannot read the parameter file: {exc}") from exc
+    return parse_params(text, schema, path)
+
+
+def add_flow_arguments(parser: argparse.ArgumentParser, kind: str, schema: Schema) -> None:
+    """The options every HEDM workflow takes after ``--``: parameter file, node-local
+    results directory, ``--no-drain``, and one ``--Key VALUE`` per parameter."""
+    parser.add_argument("--params", required=True, metavar="FILE",
+                        help=f"{kind} parameter file (%%n = node name, e.g. its staged copy)")
+    parser.add_argument("--results", default=None, metavar="DIR",
+                        help="node-local results directory (%%n = node name); drained to --out "
+                             "at the end. Default: write to --out directly")
+    parser.add_argument("--no-drain", dest="drain", action="store_false",
+                        help="leave the results in --results for a later `stager drain` "
+                             "(as the stage-run-drain sbatch template does)")
+    add_param_flags(parser, schema)
+
+
+def add_param_flags(parser: argparse.ArgumentParser, schema: Schema) -> None:
+    """Add ``--Key VALUE`` for every parameter (values stay text; see :func:`flag_overrides`)."""
+    group = parser.add_argument_group("parameters (override the parameter file)")
+    for p in schema:
+        group.add_argument(
+            f"--{p.key}",
+            dest=f"param_{p.key}",
+            metavar=p.type.__name__.upper(),
+            default=None,
+            help=p.help,
+        )
+
+
+def flag_overrides(ns: argparse.Namespace, schema: Schema) -> Dict[str, Any]:
+    """The parameters given as flags in ``ns``, converted and checked.
+
+    Raises
+    ------
+    ParamError
+        ``--Key: reason``.
+    """
+    out: Dict[str, Any] = {}
+    for p in schema:
+        text = getattr(ns, f"param_{p.key}", None)
+        if text is None:
+            continue
+        try:
+            out[p.key] = p.convert(str(text))
+        except ValueError as exc:
+            raise ParamError(f"--{p.key}: {exc}") from None
+    return out
+
+
+def resolve_params(
+    schema: Schema,
+    from_file: Mapping[str, Any],
+    from_flags: Mapping[str, Any],
+    path: str = "<flags>",
+) -> Dict[str, Any]:
+    """Every key's value by precedence flag > file > default.
+
+    Raises
+    ------
+    ParamError
+        A required key is set by neither (all missing keys named).
+    """
+    out: Dict[str, Any] = {}
+    missing = []
+    for p in schema:
+        value = from_flags.get(p.key, from_file.get(p.key, p.default))
+        if value is None:
+            missing.append(f"{p.key} ({p.help})")
+        out[p.key] = value
+    if missing:
+        raise ParamError(
+            f"{path}: missing required parameter(s): {'; '.join(missing)}; "
+            "add them to the parameter file or pass them as --Key VALUE"
+        )
+    return out
+
+
+def format_params(values: Mapping[str, Any], schema: Sequence[Param]) -> str:
+    """Render values as a parameter file (schema order), parseable by :func:`parse_params`."""
+    width = max(len(p.key) for p in schema)
+    lines = [f"{p.key:<{width}}  {values[p.key]}" for p in schema if values.get(p.key) is not None]
+    return "\n".join(lines) + "\n"
+
+
+def relative_to(path: str, base_file: str) -> str:
+    """``path`` made absolute relative to the directory of ``base_file`` (``~`` expanded)."""
+    path = os.path.expanduser(path)
+    if os.path.isabs(path):
+        return path
+    return os.path.join(os.path.dirname(os.path.abspath(base_file)), path)

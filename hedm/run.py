@@ -1,0 +1,100 @@
+"""Run-level pieces of the HEDM workflows: the run record (JSON) and the drain of results.
+
+Each workflow's ``main`` writes ``OUT/<name>_run.json`` on rank 0: parameters,
+the stage report the runner passed in, phase spans of the task graph, and
+per-worker read/compute times with cache hits. Its ``finalize`` (every rank)
+drains the node-local results into ``OUT`` with :func:`stager.drain`
+and adds the drain's time to the record.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from typing import Any, Dict, Iterable, Mapping
+
+from hedm.common import replacing
+from stager import drain
+from stager.mpi.agree import agreed
+from stager.mpi.nodes import node_layout
+from stager.planning.plan import expand_node
+from workflows import on_this_node
+
+__all__ = ["stage_dict", "log_summary", "write_json", "drain_results"]
+
+
+def stage_dict(args: Any) -> Any:
+    """The runner's stage report as a dict (``None`` when the run did not stage)."""
+    rep = getattr(args, "stage_report", None)
+    return rep.to_dict() if rep is not None and hasattr(rep, "to_dict") else None
+
+
+def log_summary(log: Iterable[tuple], input_name: str) -> Dict[str, Any]:
+    """Per-worker totals of per-frame log rows ``(frame, worker, read_s, compute_s, cache_hit)``.
+
+    ``input_name`` names the cached input (``background``, ``dark``): its
+    reads (cache misses) should equal the number of workers.
+    """
+    workers: Dict[str, Dict[str, Any]] = {}
+    reads, hits = f"{input_name}_reads", f"{input_name}_cache_hits"
+    for _, who, read_s, compute_s, hit in log:
+        w = workers.setdefault(who, {"tasks": 0, "read_s": 0.0, "compute_s": 0.0,
+                                     reads: 0, hits: 0})
+        w["tasks"] += 1
+        w["read_s"] = round(w["read_s"] + read_s, 6)
+        w["compute_s"] = round(w["compute_s"] + compute_s, 6)
+        w[hits if hit else reads] += 1
+    return {"tasks": sum(w["tasks"] for w in workers.values()), "workers": workers,
+            reads: sum(w[reads] for w in workers.values()),
+            hits: sum(w[hits] for w in workers.values())}
+
+
+def write_json(path: str, record: Mapping[str, Any]) -> None:
+    """Write ``record`` as JSON atomically."""
+    with replacing(path) as tmp, open(tmp, "w") as fh:
+        json.dump(record, fh, indent=1, default=str)
+
+
+def drain_results(args: Any, comm: Any, run_json: str) -> None:
+    """Collective over `comm`: every rank must call. Drain ``args.results`` into ``args.out``.
+
+    Every node's files land directly in ``args.out`` (``merge``; names are
+    unique because one task writes them), replacing an earlier run's. Then
+    each node's leader removes its node-local results directory, and rank 0
+    adds ``"drain"`` (seconds, files, bytes) to ``args.out/run_json``.
+    Does nothing without ``--results`` or with ``--no-drain``.
+    """
+    if not getattr(args, "results", None) or not getattr(args, "drain", True):
+        return
+    emulate_nodes = getattr(args, "emulate_nodes", None)
+    node_id_env = getattr(args, "node_id_env", None)
+    if comm is None:
+        from mpi4py import MPI
+        comm = MPI.COMM_WORLD
+    # After a failed main there may be nothing to drain: then say nothing more.
+    here = False
+    with agreed(comm, "draining results"):
+        here = os.path.isdir(on_this_node(args.results))
+    if not comm.allreduce(here):
+        return
+    t0 = time.perf_counter()
+    report = drain(args.results, args.out, comm, emulate_nodes=emulate_nodes,
+                   node_id_env=node_id_env, merge=True, overwrite=True)
+    seconds = time.perf_counter() - t0
+    layout = node_layout(comm, emulate_nodes, node_id_env)
+    try:
+        if layout.is_leader:
+            shutil.rmtree(expand_node(args.results, layout.name), ignore_errors=True)
+    finally:
+        layout.free()
+    if comm.rank == 0:
+        path = os.path.join(args.out, run_json)
+        try:
+            with open(path) as fh:
+                record = json.load(fh)
+        except (OSError, ValueError):
+            record = {}
+        record["drain"] = {"seconds": round(seconds, 4), "files": report.files,
+                           "bytes": report.bytes, "dest": report.dest}
+        write_json(path, record)

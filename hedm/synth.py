@@ -1,0 +1,130 @@
+"""Synthetic NF/FF-HEDM datasets on disk (frames + parameter file + ground truth), and scoring.
+
+The frames come from :mod:`kernels.synth` (a seeded detector model with
+planted spots) and are written by :mod:`kernels.io.writers` in the instruments'
+layouts: NF as a TIFF series ``stem_%06d.tif``, FF as one GE raw file plus a
+GE dark file. Next to them: the parameter file the workflow reads, and
+``truth.npy`` / ``model.json`` so a result can be scored against what was
+planted (:func:`score`).
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict
+from typing import Any, Dict, Mapping, Optional
+
+import numpy as np
+
+__all__ = ["make_nf_dataset", "make_ff_dataset", "load_truth", "score", "NF_DEFAULTS",
+           "FF_DEFAULTS"]
+
+#: Parameters written for a synthetic NF dataset (the kernels' tested settings).
+NF_DEFAULTS = {"InputPattern": "stem_%06d.tif", "RawStartNr": 0, "BlanketSubtraction": 30,
+               "MedFiltRadius": 1, "GaussFiltRadius": 1.0, "LoGMaskRadius": 4,
+               "BackgroundTasks": 0, "ReducedFileName": "nf_spots"}
+#: Parameters written for a synthetic FF dataset.
+FF_DEFAULTS = {"InputPattern": "ff_000001.ge3", "Dark": "dark_000001.ge3", "RawStartNr": 0,
+               "Threshold": 60.0, "MinNrPx": 3, "MaxNrPx": 400, "OutputFileName": "ff_peaks"}
+
+
+def _write_params(path: str, schema, values: Mapping[str, Any]) -> str:
+    from hedm.common import replacing
+    from hedm.params import format_params
+
+    with replacing(path) as tmp, open(tmp, "w") as fh:
+        fh.write("# synthetic dataset written by hedm.synth\n")
+        fh.write(format_params(values, schema))
+    return path
+
+
+def _write_truth(folder: str, model, kind: str) -> None:
+    from kernels.synth import plant_spots
+
+    np.save(os.path.join(folder, "truth.npy"), plant_spots(model))
+    with open(os.path.join(folder, "model.json"), "w") as fh:
+        json.dump({"kind": kind, **asdict(model)}, fh, indent=1)
+
+
+def make_nf_dataset(folder: str, model, params: Optional[Mapping[str, Any]] = None,
+                    param_file: str = "nf.params") -> str:
+    """Write an NF dataset of ``model`` (a :class:`kernels.synth.DetectorModel`) into ``folder``.
+
+    Returns the parameter file's path. ``params`` override :data:`NF_DEFAULTS`.
+    """
+    from kernels.synth import frames
+    from kernels import write_tiff_series
+
+    from hedm.nf import SCHEMA
+
+    os.makedirs(folder, exist_ok=True)
+    values: Dict[str, Any] = dict(NF_DEFAULTS, **(params or {}))
+    values.update(NrFilesPerDistance=model.n_frames, NrPixelsY=model.shape[1],
+                  NrPixelsZ=model.shape[0])
+    write_tiff_series(os.path.join(folder, values["InputPattern"]), frames(model),
+                      first=values["RawStartNr"])
+    _write_truth(folder, model, "nf")
+    return _write_params(os.path.join(folder, param_file), SCHEMA, values)
+
+
+def make_ff_dataset(folder: str, model, params: Optional[Mapping[str, Any]] = None,
+                    n_dark: int = 4, param_file: str = "ff.params") -> str:
+    """Write an FF dataset (frames in one GE file, ``n_dark`` dark frames in another)."""
+    from kernels.synth import background_pattern, frames, render_dark
+    from kernels import write_ge
+
+    from hedm.ff import SCHEMA
+
+    os.makedirs(folder, exist_ok=True)
+    values: Dict[str, Any] = dict(FF_DEFAULTS, **(params or {}))
+    values.update(NrFilesPerSweep=model.n_frames, NrPixelsY=model.shape[1],
+                  NrPixelsZ=model.shape[0])
+    write_ge(os.path.join(folder, values["InputPattern"]), frames(model))
+    pattern = background_pattern(model)
+    write_ge(os.path.join(folder, values["Dark"]),
+             (render_dark(model, i, pattern) for i in range(n_dark)))
+    _write_truth(folder, model, "ff")
+    return _write_params(os.path.join(folder, param_file), SCHEMA, values)
+
+
+def load_truth(folder: str) -> np.ndarray:
+    """The planted spots of a dataset written here (:data:`kernels.synth.TRUTH_DTYPE`)."""
+    return np.load(os.path.join(folder, "truth.npy"))
+
+
+def score(truth: np.ndarray, found: np.ndarray, first: int = 0, max_dist: float = 2.0,
+          min_snr: float = 0.0) -> Dict[str, Any]:
+    """Match found spot centres to planted ones, frame by frame.
+
+    Parameters
+    ----------
+    truth : TRUTH_DTYPE array (frame numbers from 0)
+    found : structured array with ``frame`` and either ``z``/``y`` (NF
+        centroids) or ``row``/``col`` (FF peaks)
+    first : frame number of the dataset's frame 0 (``RawStartNr``)
+    max_dist : px between a found and a planted centre to count as a match
+    min_snr : only planted spots at least this strong are counted as planted
+
+    Returns
+    -------
+    dict : planted, recovered, recovered_fraction, found, false, false_fraction
+    """
+    from kernels.synth import frame_truth, match_points
+
+    rows, cols = ("z", "y") if "z" in (found.dtype.names or ()) else ("row", "col")
+    n_frames = int(np.max(truth["first_frame"] + truth["n_frames"])) if len(truth) else 0
+    planted = recovered = n_found = false = 0
+    for i in range(n_frames):
+        ft = frame_truth(truth, i)
+        mine = found[found["frame"] == first + i]
+        tm, fm = match_points(np.c_[mine[rows], mine[cols]], np.c_[ft["row"], ft["col"]], max_dist)
+        strong = ft["snr"] >= min_snr
+        planted += int(strong.sum())
+        recovered += int((tm & strong).sum())
+        n_found += len(mine)
+        false += int((~fm).sum())
+    return {"planted": planted, "recovered": recovered,
+            "recovered_fraction": recovered / planted if planted else 1.0,
+            "found": n_found, "false": false,
+            "false_fraction": false / n_found if n_found else 0.0,
+            "max_dist_px": max_dist, "min_snr": min_snr}

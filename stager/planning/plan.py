@@ -1,0 +1,188 @@
+"""The plan of a staging run as plain, picklable data: every output, where it lands.
+
+Rank 0 builds it (:func:`stager.planning.build_plan`), one broadcast hands it
+to every rank, and the staging pipeline executes it. It covers every block
+kind: whole files (:class:`FileEntry`) and HDF5 selections
+(:class:`~stager.planning.h5types.H5FilePlan`). Every planned output -- a
+*unit* -- answers the same few questions the pipeline asks (:class:`Unit`):
+where it lands, which block it came from, what identifies its source for
+resume, and how many bytes it will occupy. Nothing here touches MPI or the
+filesystem, so it is tested serially.
+
+Naming: the *plan* is what rank 0 decided for the whole run; the per-destination
+*record* (:mod:`stager.nodelocal.record`) is what a node actually holds.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Dict, Iterable, List, Optional, Protocol, Tuple
+
+
+
+__all__ = ["Unit", "FileEntry", "BlockPlan", "Plan", "expand_node", "describe_size"]
+
+
+def expand_node(template: str, node: str) -> str:
+    """Replace the ``%n`` placeholder of a destination template with a node name.
+
+    ``%j`` and ``%u`` were already expanded when the spec was read; ``%%``
+    became a literal ``%`` there too, and is kept as ``\\x00`` until here so a
+    literal ``%n`` written as ``%%n`` survives.
+    """
+    return template.replace("%n", node).replace("\x00", "%")
+
+
+class Unit(Protocol):
+    """What the pipeline needs of one planned output (a file, or an HDF5 copy)."""
+
+    @property
+    def dest(self) -> str: ...          # destination template (may hold %n)
+    @property
+    def block(self) -> int: ...         # index of the spec block
+    @property
+    def key(self) -> str: ...           # source identity recorded for resume
+    @property
+    def size(self) -> int: ...          # source size when planned
+    @property
+    def mtime_ns(self) -> int: ...      # source mtime when planned (the copy gets it)
+    @property
+    def mode(self) -> int: ...          # permission bits for the copy
+    @property
+    def out_bytes(self) -> int: ...     # bytes the copy occupies (capacity check)
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """One source file and where it lands (a ``files`` block).
+
+    Attributes
+    ----------
+    source : str
+        Absolute path on the shared filesystem.
+    dest : str
+        Absolute destination path; may contain ``%n`` (node name).
+    size, mode, mtime_ns : int
+        ``st_size``, permission bits and ``st_mtime_ns`` of the source when planned.
+    block : int
+        Index of the spec block that produced the entry.
+    """
+
+    source: str
+    dest: str
+    size: int
+    mode: int
+    mtime_ns: int
+    block: int = 0
+
+    @property
+    def key(self) -> str:
+        return self.source
+
+    @property
+    def out_bytes(self) -> int:
+        return self.size
+
+
+@dataclass(frozen=True)
+class BlockPlan:
+    """A spec block after expansion.
+
+    Attributes
+    ----------
+    dest : str
+        Destination template (may hold ``%n``).
+    kind : str
+        ``files`` or ``h5``.
+    location : str
+        ``FILE:LINE:COL`` of the block, for messages.
+    files : int
+        Outputs the block produces on each node.
+    bytes : int
+        Bytes each node receives from it (for ``h5``: the estimated size of the
+        output files, compressed as the sources are).
+    data_bytes : int
+        For ``h5``: the selected bytes, uncompressed; for ``files``: ``bytes``.
+    """
+
+    dest: str
+    kind: str
+    location: str
+    files: int = 0
+    bytes: int = 0
+    data_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Every output of a run, in a deterministic order (block, then destination)."""
+
+    spec_path: str
+    blocks: Tuple[BlockPlan, ...]
+    files: Tuple[FileEntry, ...] = field(default_factory=tuple)
+    h5: Tuple[Any, ...] = field(default_factory=tuple)   # H5FilePlan (planning.h5types)
+
+    def units(self, kind: str) -> Tuple[Any, ...]:
+        """The planned outputs of one block kind."""
+        if kind == "files":
+            return self.files
+        if kind == "h5":
+            return self.h5
+        raise ValueError(f"unknown block kind {kind!r}")
+
+    @property
+    def n_outputs(self) -> int:
+        return len(self.files) + len(self.h5)
+
+    @property
+    def total_bytes(self) -> int:
+        """Bytes one node receives (every node gets a full replica)."""
+        return sum(b.bytes for b in self.blocks)
+
+    @property
+    def largest(self) -> Optional[FileEntry]:
+        return max(self.files, key=lambda e: e.size, default=None)
+
+    def for_node(self, node: str) -> List[Tuple[FileEntry, str]]:
+        """Pairs ``(file entry, concrete destination)`` for one node."""
+        return [(e, expand_node(e.dest, node)) for e in self.files]
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {
+            "spec": self.spec_path,
+            "blocks": [asdict(b) for b in self.blocks],
+            "files": len(self.files),
+            "h5_files": len(self.h5),
+            "bytes": self.total_bytes,
+            "entries": [asdict(e) for e in self.files],
+            "h5": [h.describe() for h in self.h5],
+        }
+
+    def to_json(self, **kw: Any) -> str:
+        return json.dumps(self.to_dict(), **kw)
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> Plan:
+        """A plan of ``files`` blocks from :meth:`to_dict` (HDF5 plans do not round-trip)."""
+        if d.get("h5"):
+            raise ValueError("a plan with h5 blocks cannot be rebuilt from JSON: plan the spec")
+        return cls(spec_path=d["spec"], blocks=tuple(BlockPlan(**b) for b in d["blocks"]),
+                   files=tuple(FileEntry(**e) for e in d["entries"]))
+
+    @classmethod
+    def from_entries(cls, spec_path: str, blocks: Iterable[BlockPlan],
+                     entries: Iterable[FileEntry], h5: Iterable[Any] = ()) -> Plan:
+        return cls(spec_path=spec_path, blocks=tuple(blocks), files=tuple(entries),
+                   h5=tuple(h5))
+
+
+def describe_size(n: Optional[int]) -> str:
+    """Bytes in binary units, for humans (``1.5 MiB``)."""
+    if n is None:
+        return "-"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")

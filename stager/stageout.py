@@ -1,0 +1,354 @@
+"""Stage-out: every node's leader copies its node-local results to the shared filesystem.
+
+``drain(src, dest, comm)`` is the reverse of staging. ``src`` is a node-local
+directory (``%n`` becomes the node's name, as in spec destinations); each
+node's leader walks its own ``src`` and copies every regular file to
+
+* ``DEST/<node>/<relative path>`` (default), or
+* ``DEST/<relative path>`` with ``merge=True``, which requires every relative
+  path to come from exactly one node (checked on all nodes' listings before a
+  byte moves).
+
+Guarantees:
+
+* **Atomic files**: each file is written under a temporary name in its final
+  directory and renamed into place (:func:`stager.nodelocal.localfs.copy_file_atomic`,
+  ``fsync`` on: these are the only copies of results), so a reader of DEST
+  sees a whole file or none.
+* **Checksums**: the checksum of the bytes read from the node-local file is
+  computed during the copy; with ``verify`` (default) the shared copy is read
+  back and must match. Each node's files and checksums are recorded in
+  ``DEST/.stager-drain-<node>.json``.
+* **No silent overwrite**: if any target already exists, every rank fails
+  before anything is written, naming the files (``overwrite=True`` replaces
+  them atomically). The check runs collectively right before the copy; a
+  file created at DEST by someone else in between is still replaced, as no
+  portable no-replace rename exists in Python.
+* **Agreement**: listing, conflict check and copy each run inside
+  :func:`stager.mpi.agree.agreed` over ``comm``; any error on one node (of any
+  type) becomes the same :class:`~stager.errors.TransferError` on all ranks,
+  naming rank, host, node and file.
+
+Directories created under DEST are ``0700`` and DEST must be owned by the
+caller (:func:`stager.nodelocal.localfs.ensure_dir`). Symlinks in ``src`` are refused
+rather than followed or skipped: results are copied as bytes or not at all.
+"""
+from __future__ import annotations
+
+import json
+import os
+import stat
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from stager.errors import StagerError, TransferError
+from stager.mpi.agree import agreed
+from stager.mpi.nodes import node_layout
+from stager.nodelocal import checksum, localfs
+from stager.planning.plan import expand_node
+
+__all__ = ["DrainFile", "NodeDrain", "DrainReport", "list_results", "targets",
+           "merge_conflicts", "drain", "RECORD_PREFIX"]
+
+#: ``DEST/.stager-drain-<node>.json`` records what each node drained.
+RECORD_PREFIX = ".stager-drain-"
+
+
+@dataclass(frozen=True)
+class DrainFile:
+    """One drained file: path relative to SRC, size, checksum of its bytes."""
+
+    rel: str
+    size: int
+    checksum: str = ""
+
+
+@dataclass(frozen=True)
+class NodeDrain:
+    """What one node drained."""
+
+    node: str
+    src: str
+    files: int
+    bytes: int
+    missing: bool = False  # SRC did not exist on this node
+
+
+@dataclass(frozen=True)
+class DrainReport:
+    """Result of a drain, identical on every rank.
+
+    ``seconds`` is the wall time from the first listing to the last rank's end
+    (maximum over ranks); ``gbps`` is drained bytes over that time.
+    """
+
+    dest: str
+    merge: bool
+    nodes: tuple[NodeDrain, ...]
+    seconds: float
+    files_detail: dict[str, tuple[DrainFile, ...]] = field(default_factory=dict)
+
+    @property
+    def files(self) -> int:
+        return sum(n.files for n in self.nodes)
+
+    @property
+    def bytes(self) -> int:
+        return sum(n.bytes for n in self.nodes)
+
+    @property
+    def gbps(self) -> float:
+        return self.bytes / self.seconds / 1e9 if self.seconds > 0 else 0.0
+
+    def summary(self) -> str:
+        missing = [n.node for n in self.nodes if n.missing]
+        extra = f"; no results on {', '.join(missing)}" if missing else ""
+        return (f"drained {self.files} files, {self.bytes} bytes from {len(self.nodes)} nodes "
+                f"to {self.dest}{' (merged)' if self.merge else ''} in {self.seconds:.2f} s "
+                f"({self.bytes / max(self.seconds, 1e-9) / 1e6:.1f} MB/s){extra}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"dest": self.dest, "merge": self.merge, "files": self.files, "bytes": self.bytes,
+                "seconds": self.seconds, "gbps": self.gbps,
+                "nodes": [asdict(n) for n in self.nodes],
+                "checksum_algorithm": checksum.ALGORITHM,
+                "checksums": {node: {f.rel: f.checksum for f in fs}
+                              for node, fs in self.files_detail.items()}}
+
+
+def list_results(src: str) -> list[DrainFile]:
+    """Regular files below ``src`` (relative paths, sorted); no symlink is followed.
+
+    Temporary files of an interrupted atomic write (``localfs.TEMP_MARK``) are
+    not results and are left out.
+
+    Raises
+    ------
+    TransferError
+        A symlink or a special file below ``src``, naming it.
+    FileNotFoundError
+        ``src`` does not exist.
+    """
+    st = os.lstat(src)
+    if not stat.S_ISDIR(st.st_mode):
+        raise TransferError(f"drain source {src} is not a directory")
+    out = []
+    # os.walk skips a directory it cannot list unless told otherwise: its results
+    # would silently stay on the node
+    for dirpath, dirnames, filenames in os.walk(src, onerror=_unlistable, followlinks=False):
+        for name in sorted(dirnames):
+            p = os.path.join(dirpath, name)
+            if os.path.islink(p):
+                raise TransferError(f"{p} is a symlink; drain copies results as files, "
+                                    "not links: replace it by the file or remove it")
+        for name in filenames:
+            p = os.path.join(dirpath, name)
+            if localfs.TEMP_MARK in name:
+                continue
+            s = os.lstat(p)
+            if not stat.S_ISREG(s.st_mode):
+                kind = "a symlink" if stat.S_ISLNK(s.st_mode) else "not a regular file"
+                raise TransferError(f"{p} is {kind}; drain copies regular files only: "
+                                    "replace it by the file or remove it")
+            out.append(DrainFile(os.path.relpath(p, src), s.st_size))
+    return sorted(out, key=lambda f: f.rel)
+
+
+def _unlistable(e: OSError) -> None:
+    raise TransferError(f"cannot list results in {e.filename}: {e.strerror}; the files below "
+                        "it would not be drained: fix its permissions or move them out") from e
+
+
+def targets(dest: str, node: str, files: list[DrainFile], merge: bool) -> list[str]:
+    """Absolute destination of each file (pure): ``DEST/<node>/rel`` or ``DEST/rel``."""
+    root = dest if merge else os.path.join(dest, node)
+    return [localfs.inside(dest, os.path.join(root, f.rel)) for f in files]
+
+
+def merge_conflicts(listings: dict[str, list[DrainFile]]) -> dict[str, list[str]]:
+    """Relative paths produced by more than one node (pure), with those nodes."""
+    owners: dict[str, list[str]] = {}
+    for node, files in listings.items():
+        for f in files:
+            owners.setdefault(f.rel, []).append(node)
+    return {rel: nodes for rel, nodes in sorted(owners.items()) if len(nodes) > 1}
+
+
+def _fail(message: str, items: list[str], hint: str) -> TransferError:
+    shown = ", ".join(items[:5]) + (f" and {len(items) - 5} more" if len(items) > 5 else "")
+    return TransferError(f"{message}: {shown}; {hint}")
+
+
+def drain(src: str, dest: str, comm: Any = None, *, emulate_nodes: int | None = None,
+          node_id_env: str | None = None, merge: bool = False, overwrite: bool = False,
+          verify: bool = True) -> DrainReport:
+    """Collective over `comm`: every rank must call. Copy each node's results to ``dest``.
+
+    Parameters
+    ----------
+    src : str
+        Node-local results directory; ``%n`` is replaced by each node's name.
+    dest : str
+        Directory on the shared filesystem (created if missing, must be ours).
+    comm : mpi4py.MPI.Comm, optional
+        Default ``MPI.COMM_WORLD``.
+    emulate_nodes, node_id_env
+        How ranks form nodes (see :func:`stager.mpi.nodes.node_layout`).
+    merge : bool
+        Put every node's files directly under ``dest``; relative paths must be
+        unique across nodes.
+    overwrite : bool
+        Replace files already at their destination (atomically).
+    verify : bool
+        Read every shared copy back and compare checksums.
+
+    Returns
+    -------
+    DrainReport
+        The same on every rank.
+
+    Raises
+    ------
+    ValueError
+        Bad arguments (before any collective, identically on every rank).
+    TransferError
+        On every rank: unreadable results, symlinks, name conflicts under
+        ``merge``, existing files without ``overwrite``, a copy or checksum failure.
+    """
+    if not isinstance(src, str) or not src:
+        raise ValueError(f"src must be a non-empty path, got {src!r}")
+    if not isinstance(dest, str) or not dest:
+        raise ValueError(f"dest must be a non-empty path, got {dest!r}")
+    if "%n" in dest:
+        raise ValueError(f"dest {dest!r} contains %n: dest is one shared directory; "
+                         "per-node subdirectories are made unless merge=True")
+    if comm is None:
+        from mpi4py import MPI
+        comm = MPI.COMM_WORLD
+    src, dest = os.path.abspath(src), os.path.abspath(dest)
+    t0 = time.perf_counter()
+    layout = node_layout(comm, emulate_nodes=emulate_nodes, node_id_env=node_id_env)
+    try:
+        return _drain(comm, layout, src, dest, merge, overwrite, verify, t0)
+    finally:
+        layout.free()
+
+
+def _drain(comm: Any, layout: Any, src: str, dest: str, merge: bool, overwrite: bool,
+           verify: bool, t0: float) -> DrainReport:
+    """Collective over `comm`: every rank must call. List, check and copy (see :func:`drain`)."""
+    node_src = expand_node(src, layout.name)
+    node = layout.name
+    # Phase 1: every leader lists its node's results.
+    listing: list[DrainFile] | None = None
+    missing = False
+    with agreed(comm, "drain (listing results)", default=TransferError, node=node):
+        if layout.is_leader:
+            try:
+                listing = list_results(node_src)
+            except FileNotFoundError:
+                listing, missing = [], True
+            except OSError as e:
+                raise TransferError(f"cannot list results in {node_src}: {e.strerror}") from e
+    mine_listed = (layout.name, node_src, listing, missing) if layout.is_leader else None
+    gathered = comm.allgather(mine_listed)
+    nodes = [g for g in gathered if g is not None]
+    listings = {name: files for name, _, files, _ in nodes}
+    if all(m for *_, m in nodes):
+        raise TransferError(f"nothing to drain: {src} does not exist on any node "
+                            f"({', '.join(n for n, *_ in nodes)}); check the results path")
+
+    # Phase 2: conflicts, decided from the same data on every rank, then
+    # existing targets, checked by each leader for its own files.
+    if merge:
+        clash = merge_conflicts(listings)
+        if clash:
+            raise _fail(f"drain --merge: {len(clash)} result name(s) come from more than one node",
+                        [f"{rel} ({'/'.join(ns)})" for rel, ns in clash.items()],
+                        "drain without --merge (files go to DEST/<node>/)")
+    mine = listings.get(layout.name, []) if layout.is_leader else []
+    dests: list[str] = []
+    with agreed(comm, "drain (checking destination)", default=TransferError, node=node):
+        if layout.is_leader:
+            dests = targets(dest, layout.name, mine, merge)
+            existing = [d for d in dests if os.path.lexists(d)] if not overwrite else []
+            if existing:
+                raise _fail(f"drain would overwrite {len(existing)} existing file(s)", existing,
+                            "pass --overwrite to replace them, or drain to an empty directory")
+
+    # Phase 3: copy, checksum, verify, record.
+    done: list[DrainFile] = []
+    with agreed(comm, "drain (copying)", default=TransferError, node=node):
+        if layout.is_leader:
+            _copy_all(dest, node_src, layout.name, mine, dests, verify, done)
+            if not _missing(nodes, layout.name):
+                _write_record(dest, layout.name, node_src, merge, done)
+
+    seconds = comm.allreduce(time.perf_counter() - t0, op=_max_op())
+    per_node = comm.allgather((layout.name, tuple(done)) if layout.is_leader else None)
+    detail = {name: files for name, files in (p for p in per_node if p is not None)}
+    node_reports = tuple(
+        NodeDrain(node=name, src=nsrc, files=len(detail[name]),
+                  bytes=sum(f.size for f in detail[name]), missing=miss)
+        for name, nsrc, _, miss in nodes)
+    return DrainReport(dest=dest, merge=merge, nodes=node_reports, seconds=seconds,
+                       files_detail=detail)
+
+
+def _copy_all(dest: str, node_src: str, node: str, files: list[DrainFile], dests: list[str],
+              verify: bool, done: list[DrainFile]) -> None:
+    """Copy one node's results (local; raises TransferError naming the file)."""
+    current = ""
+    ready: set[str] = set()  # directories checked once, not per file: DEST is shared
+    try:
+        for f, target in zip(files, dests):
+            current = os.path.join(node_src, f.rel)
+            parent = os.path.dirname(target)
+            if parent not in ready:
+                localfs.ensure_dir(dest, parent)
+                ready.add(parent)
+            digest = localfs.copy_file_atomic(current, target, fsync=True)
+            if verify:
+                back = checksum.file_hexdigest(target)
+                if back != digest:
+                    raise TransferError(
+                        f"checksum mismatch after draining {current} to {target} "
+                        f"({back} != {digest}); drain again with --overwrite")
+            done.append(DrainFile(f.rel, f.size, digest))
+    except StagerError:
+        raise
+    except OSError as e:
+        where = f" {current}" if current else ""
+        raise TransferError(f"drain of{where} to {dest} failed: {e.strerror or e}") from e
+
+
+def _missing(nodes: list, name: str) -> bool:
+    return next(m for n, _, _, m in nodes if n == name)
+
+
+def _max_op() -> Any:
+    from mpi4py import MPI
+    return MPI.MAX
+
+
+def _write_record(dest: str, node: str, node_src: str, merge: bool, files: list[DrainFile]) -> None:
+    # The record is ours: a later drain into the same DEST adds to it.
+    path = os.path.join(dest, f"{RECORD_PREFIX}{node}.json")
+    record: dict[str, Any] = {"version": 1, "algorithm": checksum.ALGORITHM, "node": node,
+                              "files": {}}
+    if os.path.isfile(path) and not os.path.islink(path):
+        try:
+            with open(path) as fh:
+                old = json.load(fh)
+            if old.get("algorithm") == checksum.ALGORITHM:
+                record["files"].update(old.get("files", {}))
+        except (OSError, ValueError):
+            pass  # unreadable old record: replaced by this run's
+    base = dest if merge else os.path.join(dest, node)
+    for f in files:
+        record["files"][os.path.relpath(os.path.join(base, f.rel), dest)] = {
+            "source": os.path.join(node_src, f.rel), "size": f.size, "checksum": f.checksum}
+    localfs.ensure_dir(dest, dest)
+    localfs.write_bytes_atomic(path, json.dumps(record, indent=1, sort_keys=True).encode(),
+                               mode=0o600, fsync=True)

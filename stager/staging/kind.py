@@ -1,0 +1,81 @@
+"""What a block kind must bring to the one staging pipeline: its transfer, nothing else.
+
+Every kind plans its outputs as *units* (:class:`stager.planning.plan.Unit`:
+destination, block, source key, size, mtime, mode, bytes on disk) and moves
+them with its own :meth:`Kind.transfer`. Everything else -- resume, capacity,
+directories, records, agreement, the report -- is written once, in
+:mod:`stager.staging.pipeline`, for all kinds. The table of kinds is
+:mod:`stager.staging.kinds`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple
+
+from stager.options import StageOptions
+from stager.staging.report import Progress, SourceMeter
+
+__all__ = ["Kind", "Transfer", "Moved"]
+
+
+@dataclass
+class Transfer:
+    """What a kind's transfer is given, on one leader.
+
+    Attributes
+    ----------
+    comm : mpi4py.MPI.Comm
+        The leader communicator (one rank per node); the transfer is collective over it.
+    units : sequence
+        The kind's planned units, in plan order (identical on every leader).
+    moved : list of int
+        Indices into ``units`` that at least one node needs (identical everywhere).
+    dests : list of str or None
+        For each of ``moved``: this node's destination, or ``None`` if this node
+        already holds it (resume) -- it still takes part in the collective reads.
+    node : str
+        This node's name (for messages).
+    opts : StageOptions
+    meter : SourceMeter
+        Counts source bytes read (the amplification of the report).
+    progress : Progress
+    """
+
+    comm: Any
+    units: Sequence[Any]
+    moved: List[int]
+    dests: List[Optional[str]]
+    node: str
+    opts: StageOptions
+    meter: SourceMeter
+    progress: Progress
+
+
+@dataclass
+class Moved:
+    """What a kind's transfer did on one leader.
+
+    ``done`` maps an index of ``moved`` to ``(checksum, size of the copy)`` for
+    every copy this node committed; ``error`` is this leader's own failure
+    (every leader stopped at the same point when any failed); ``extra`` goes
+    into the report under the kind's name.
+    """
+
+    done: Dict[int, Tuple[str, int]] = field(default_factory=dict)
+    error: Optional[BaseException] = None
+    bytes_written: int = 0
+    extra: Dict[str, Any] = field(default_factory=dict)
+
+
+class Kind(Protocol):
+    """One block kind's part of the pipeline."""
+
+    name: str
+    what: str  # for messages: "the files", "the HDF5 selections"
+
+    def check(self, node: str) -> None:
+        """Local check on a leader before anything is written (a missing capability)."""
+
+    def transfer(self, t: Transfer) -> Moved:
+        """Collective over ``t.comm``: move ``t.moved``; never raise, return the error."""
+

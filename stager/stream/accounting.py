@@ -1,0 +1,222 @@
+"""Loss accounting of one scan: what should have arrived, what did, what was rejected.
+
+A :class:`ScanReport` is plain data (numpy arrays, ints, dicts), picklable and
+mergeable: each receiver reports the frames routed to it, and
+``functools.reduce(ScanReport.merge, reports)`` gives the whole scan, in any order
+(the merge is associative and commutative), which is what an MPI reduction of the
+receivers' reports will do. Its memory is ``frames x (sectors + 1)`` bytes.
+
+Frame states, over the frames the report *expects*:
+
+complete
+    every sector arrived and was accepted;
+incomplete
+    some sectors arrived, some did not (listed per frame);
+missing
+    no sector arrived.
+"""
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from stager.stream.protocol import ScanGeometry
+
+__all__ = ["ScanReport", "ranges"]
+
+#: How many rejection examples (with their detail text) a report keeps.
+MAX_EXAMPLES = 20
+
+
+def ranges(indices: np.ndarray) -> List[Tuple[int, int]]:
+    """Sorted integer indices as half-open runs ``[(start, stop), ...]``."""
+    idx = np.asarray(indices, dtype=np.int64)
+    if idx.size == 0:
+        return []
+    breaks = np.flatnonzero(np.diff(idx) != 1)
+    starts = np.concatenate(([idx[0]], idx[breaks + 1]))
+    stops = np.concatenate((idx[breaks], [idx[-1]])) + 1
+    return [(int(a), int(b)) for a, b in zip(starts, stops)]
+
+
+@dataclass
+class ScanReport:
+    """Accounting of one scan at one receiver (or merged over several).
+
+    Attributes
+    ----------
+    geometry : ScanGeometry
+    expected : ndarray of bool, shape (frames,)
+        Frames this report answers for (native protocol: ``f mod R == r``).
+    got : ndarray of bool, shape (frames, sectors)
+        Sectors accepted.
+    receivers : int
+        Receivers this report covers (1 before merging).
+    ends_expected, ends_received : int
+        ``end`` messages due (producers x receivers) and arrived.
+    sent : int
+        Sum of ``sent`` over the arrived ``end`` messages.
+    ends_uncounted : int
+        Arrived ends that carry no count (Stream V2): then ``lost_in_transport`` is None.
+    received_data : int
+        ``data`` messages that named this scan (accepted or rejected).
+    rejected : Counter
+        Rejected messages that named this scan, by reason.
+    rejected_unattributed : Counter
+        Rejections that named no open scan (malformed, unknown scan), counted while
+        this scan was open.
+    buffer_bytes : int
+        Partition memory the assembler allocated for this scan (its high-water mark).
+    ended_by : str
+        ``end`` (all ends arrived), ``timeout`` (idle longer than the timeout) or
+        ``stopped`` (the receiver was stopped first); merged: the worst of them.
+    """
+
+    geometry: ScanGeometry
+    expected: np.ndarray
+    got: np.ndarray
+    receivers: int = 1
+    ends_expected: int = 0
+    ends_received: int = 0
+    sent: int = 0
+    ends_uncounted: int = 0
+    received_data: int = 0
+    accepted_bytes: int = 0
+    rejected: Counter = field(default_factory=Counter)
+    rejected_unattributed: Counter = field(default_factory=Counter)
+    examples: List[str] = field(default_factory=list)
+    evicted_partitions: int = 0
+    buffer_bytes: int = 0
+    ended_by: str = "end"
+    first_message: float = 0.0
+    last_message: float = 0.0
+    closed_at: float = 0.0
+
+    @classmethod
+    def empty(cls, geometry: ScanGeometry, expected: Optional[np.ndarray] = None,
+              ends_expected: int = 0) -> ScanReport:
+        F, S = geometry.frames, geometry.sectors
+        exp = np.ones(F, bool) if expected is None else np.asarray(expected, bool)
+        return cls(geometry, exp, np.zeros((F, S), bool), ends_expected=ends_expected)
+
+    # ---- derived ----
+    @property
+    def scan(self) -> str:
+        return self.geometry.scan
+
+    def _nsect(self) -> np.ndarray:
+        return self.got.sum(axis=1)
+
+    @property
+    def complete_frames(self) -> np.ndarray:
+        return np.flatnonzero(self.expected & (self._nsect() == self.geometry.sectors))
+
+    @property
+    def missing_frames(self) -> np.ndarray:
+        return np.flatnonzero(self.expected & (self._nsect() == 0))
+
+    @property
+    def incomplete(self) -> Dict[int, List[int]]:
+        """Incomplete frame -> its missing sectors."""
+        n = self._nsect()
+        frames = np.flatnonzero(self.expected & (n > 0) & (n < self.geometry.sectors))
+        return {int(f): np.flatnonzero(~self.got[f]).tolist() for f in frames}
+
+    @property
+    def frames_complete(self) -> np.ndarray:
+        """Bool map of complete frames over the scan grid (ny, nx)."""
+        ok = self.expected & self.got.all(axis=1)
+        return ok.reshape(self.geometry.scan_shape)
+
+    @property
+    def accepted(self) -> int:
+        return int(self.got.sum())
+
+    @property
+    def lost_in_transport(self) -> Optional[int]:
+        """Data messages sent but never received; None until every ``end`` arrived."""
+        if self.ends_received < self.ends_expected or self.ends_uncounted:
+            return None
+        return self.sent - self.received_data
+
+    @property
+    def ok(self) -> bool:
+        """True when every expected frame is complete (rejected duplicates do not count)."""
+        n = self._nsect()
+        return bool((n[self.expected] == self.geometry.sectors).all())
+
+    def loss_fraction(self) -> float:
+        """Fraction of expected frames that are not complete."""
+        n_exp = int(self.expected.sum())
+        return 0.0 if n_exp == 0 else 1.0 - self.complete_frames.size / n_exp
+
+    # ---- combine ----
+    def merge(self, other: ScanReport) -> ScanReport:
+        """The report of both receivers together (same scan, same geometry)."""
+        if other.geometry != self.geometry:
+            raise ValueError(f"cannot merge reports of {self.geometry} and {other.geometry}")
+        order = ("end", "timeout", "stopped")
+        return ScanReport(
+            geometry=self.geometry, expected=self.expected | other.expected,
+            got=self.got | other.got, receivers=self.receivers + other.receivers,
+            ends_expected=self.ends_expected + other.ends_expected,
+            ends_received=self.ends_received + other.ends_received,
+            sent=self.sent + other.sent, ends_uncounted=self.ends_uncounted + other.ends_uncounted,
+            received_data=self.received_data + other.received_data,
+            accepted_bytes=self.accepted_bytes + other.accepted_bytes,
+            rejected=self.rejected + other.rejected,
+            rejected_unattributed=self.rejected_unattributed + other.rejected_unattributed,
+            examples=(self.examples + other.examples)[:MAX_EXAMPLES],
+            evicted_partitions=self.evicted_partitions + other.evicted_partitions,
+            buffer_bytes=max(self.buffer_bytes, other.buffer_bytes),
+            ended_by=max(self.ended_by, other.ended_by, key=order.index),
+            first_message=min(self.first_message, other.first_message),
+            last_message=max(self.last_message, other.last_message),
+            closed_at=max(self.closed_at, other.closed_at))
+
+    # ---- output ----
+    def to_dict(self) -> Dict[str, Any]:
+        g = self.geometry
+        return {
+            "scan": g.scan, "ok": self.ok, "ended_by": self.ended_by,
+            "geometry": {"producers": g.producers, "frames": g.frames, "sectors": g.sectors,
+                         "shape": list(g.shape), "dtype": g.dtype,
+                         "scan_shape": list(g.scan_shape)},
+            "receivers": self.receivers,
+            "frames_expected": int(self.expected.sum()),
+            "frames_complete": int(self.complete_frames.size),
+            "frames_incomplete": len(self.incomplete),
+            "frames_missing": int(self.missing_frames.size),
+            "missing": [list(r) for r in ranges(self.missing_frames)],
+            "incomplete": {str(f): s for f, s in self.incomplete.items()},
+            "messages": {"accepted": self.accepted, "received_data": self.received_data,
+                         "sent": self.sent, "lost_in_transport": self.lost_in_transport,
+                         "ends": [self.ends_received, self.ends_expected],
+                         "rejected": dict(sorted((str(k), v) for k, v in self.rejected.items())),
+                         "rejected_unattributed": dict(sorted(
+                             (str(k), v) for k, v in self.rejected_unattributed.items()))},
+            "rejection_examples": list(self.examples),
+            "evicted_partitions": self.evicted_partitions,
+            "buffer_bytes": self.buffer_bytes,
+            "bytes": self.accepted_bytes,
+            "seconds": round(max(self.last_message - self.first_message, 0.0), 6),
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=1)
+
+    def summary(self) -> str:
+        """One line for a log: counts and what went wrong."""
+        d = self.to_dict()
+        rej = sum(self.rejected.values())
+        s = (f"scan {self.scan}: {d['frames_complete']}/{d['frames_expected']} frames complete, "
+             f"{d['frames_incomplete']} incomplete, {d['frames_missing']} missing, "
+             f"{rej} messages rejected, ended by {self.ended_by}")
+        lost = self.lost_in_transport
+        if lost:
+            s += f", {lost} messages lost in transport"
+        return s

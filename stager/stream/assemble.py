@@ -1,0 +1,446 @@
+"""Frames assembled from sectors into preallocated memory, with exact loss accounting.
+
+The :class:`Assembler` is the receiver's brain without the socket: it takes typed
+headers (``begin``/``data``/``end`` from :mod:`stager.stream.protocol`, or the same
+values made from Stream V2 messages) and payloads, writes each sector straight into
+its place in a *partition buffer*, hands every finished partition to a callback,
+and keeps a :class:`~stager.stream.accounting.ScanReport` per scan. It is pure
+(numpy only): tests drive it without ZeroMQ, and the MPI layer can run one per
+receiving rank.
+
+Partitions
+    A partition is K consecutive frames *of this receiver* (K =
+    ``partition_frames``). With the native routing (``frame mod R``) receiver r holds
+    frames r, r+R, r+2R, ...; its j-th frame goes to partition j // K. With routing
+    ``"any"`` (Stream V2: images reach clients round-robin) frames fill partitions in
+    arrival order. A partition is delivered when all its frames are complete, or when
+    the scan closes (then with its incomplete frames marked and their missing rows
+    zeroed).
+
+Memory bound
+    Per open scan, at most ``slots`` partition buffers, ``slots = max(2,
+    memory_bytes // (K * frame_bytes))`` (never more than the partitions the scan
+    has here), each allocated when first needed and then reused; plus the
+    accounting, ``frames x (sectors + 3)`` bytes. At most
+    ``max_scans`` scans are open at once (a further ``begin`` is rejected ``busy``),
+    so the assembler holds at most ``max_scans x (memory_bytes + accounting)``.
+    The ZeroMQ queues in front of it add ``RCVHWM`` messages (see the receiver).
+    When every slot holds an unfinished partition and a sector of a new one
+    arrives, the oldest unfinished partition is delivered as it is (counted in
+    ``evicted_partitions``); sectors of it that arrive later are rejected ``late``.
+    So memory never grows with the scan, and nothing is lost silently.
+"""
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+
+import numpy as np
+
+from stager.stream.accounting import MAX_EXAMPLES, ScanReport
+from stager.stream.codecs import decode_into
+from stager.stream.errors import CodecError, ProtocolError
+from stager.stream.protocol import Begin, Data, End, Reason, ScanGeometry, decode_header
+
+__all__ = ["Assembler", "Partition", "DEFAULT_MEMORY_BYTES"]
+
+DEFAULT_MEMORY_BYTES = 256 << 20
+
+
+@dataclass
+class Partition:
+    """K frames of one scan, delivered to the consumer.
+
+    ``data`` is a view of the assembler's memory, valid only until the callback
+    returns: copy what must outlive it.
+
+    Attributes
+    ----------
+    scan : str
+    index : int
+        Partition number at this receiver (in delivery order for routing ``any``).
+    frames : ndarray of int64, shape (k,)
+        Global frame index of each row of ``data``.
+    data : ndarray, shape (k, rows, cols)
+        The frames; rows of missing sectors are zero.
+    complete : ndarray of bool, shape (k,)
+    sectors : ndarray of bool, shape (k, sectors)
+        Which sectors arrived.
+    geometry : ScanGeometry
+    evicted : bool
+        Delivered early because the memory budget was full.
+    """
+
+    scan: str
+    index: int
+    frames: np.ndarray
+    data: np.ndarray
+    complete: np.ndarray
+    sectors: np.ndarray
+    geometry: ScanGeometry
+    evicted: bool = False
+
+    def positions(self) -> Tuple[np.ndarray, np.ndarray]:
+        """Scan positions (y, x) of the frames."""
+        return np.divmod(self.frames, self.geometry.scan_shape[1])
+
+
+class _Open:
+    """A partition being filled."""
+
+    __slots__ = ("key", "slot", "frames", "remaining", "filled")
+
+    def __init__(self, key: int, slot: int, frames: np.ndarray, remaining: int) -> None:
+        self.key, self.slot, self.frames, self.remaining = key, slot, frames, remaining
+        self.filled = 0  # routing "any": rows of `frames` assigned so far
+
+
+class _Scan:
+    """State of one open scan."""
+
+    def __init__(self, g: ScanGeometry, a: Assembler, now: float) -> None:
+        self.g = g
+        F, S = g.frames, g.sectors
+        K = a.partition_frames
+        if a.routing == "modulo":
+            expected = (np.arange(F) % a.receivers) == a.receiver
+            self.local = int(expected.sum())
+            ends = g.producers
+        else:
+            expected = np.ones(F, bool)
+            self.local = F
+            ends = 1
+        self.report = ScanReport.empty(g, expected, ends_expected=ends)
+        self.report.first_message = self.report.last_message = now
+        self.nsect = np.zeros(F, np.int16 if S < 32768 else np.int32)
+        self.partitions = max(1, -(-self.local // K))
+        slots = max(2, a.memory_bytes // max(1, K * g.frame_bytes))
+        self.slots = min(slots, self.partitions)
+        # Partition buffers are allocated when first needed and reused most-recent
+        # first: a stream whose producers keep pace touches 2-3 of them (warm in
+        # cache, no page faults), a skewed one grows to at most `slots`.
+        self.pool: List[np.ndarray] = []
+        self.dtype = np.dtype(g.dtype)
+        self.free: List[int] = []
+        self.open: Dict[int, _Open] = {}          # insertion order = age
+        self.done = np.zeros(self.partitions if a.routing == "modulo" else 0, bool)
+        self.placed: Dict[int, Tuple[int, int]] = {}  # routing any: frame -> (key, row)
+        self.done_keys: Set[int] = set()
+        self.next_key = 0
+        self.begins: Set[int] = set()
+        self.ends: Set[int] = set()
+        self.last = now
+        self.complete = 0
+        self.bytes = 0
+
+
+class Assembler:
+    """Assemble sectors into partitions and account for every message.
+
+    Parameters
+    ----------
+    deliver : callable(Partition)
+        Called with every finished partition (in the caller's thread). The
+        partition's memory is reused once it returns.
+    receiver, receivers : int
+        This receiver's index r and the number R of receivers (routing ``modulo``).
+    routing : {"modulo", "any"}
+        ``modulo``: frame f belongs here iff ``f mod R == r`` (native protocol).
+        ``any``: accept every frame (Stream V2 clients).
+    partition_frames : int
+        K, frames per partition.
+    memory_bytes : int
+        Partition memory per open scan (see the module docstring).
+    max_scans : int
+        Scans open at once.
+    idle_timeout : float
+        Seconds without a message for a scan after which :meth:`expire` closes it.
+    on_close : callable(ScanReport), optional
+        Called with each scan's report when it closes.
+    clock : callable() -> float
+        Monotonic seconds (injectable for tests).
+    """
+
+    def __init__(self, deliver: Callable[[Partition], Any], *, receiver: int = 0,
+                 receivers: int = 1, routing: str = "modulo", partition_frames: int = 1,
+                 memory_bytes: int = DEFAULT_MEMORY_BYTES, max_scans: int = 4,
+                 idle_timeout: float = 30.0,
+                 on_close: Optional[Callable[[ScanReport], Any]] = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if routing not in ("modulo", "any"):
+            raise ValueError(f"routing must be 'modulo' or 'any', not {routing!r}")
+        if not 0 <= receiver < receivers:
+            raise ValueError(f"expecting receiver in range({receivers}), not {receiver}")
+        if partition_frames < 1 or max_scans < 1 or idle_timeout <= 0 or memory_bytes < 0:
+            raise ValueError("partition_frames, max_scans, idle_timeout must be positive")
+        self.deliver, self.on_close, self.clock = deliver, on_close, clock
+        self.receiver, self.receivers, self.routing = receiver, receivers, routing
+        self.partition_frames, self.memory_bytes = partition_frames, memory_bytes
+        self.max_scans, self.idle_timeout = max_scans, idle_timeout
+        self.scans: Dict[str, _Scan] = {}
+        self.closed: Dict[str, ScanReport] = {}
+        self.rejected: Counter = Counter()      # every rejection, by reason
+        self.examples: List[str] = []
+
+    # ---- rejection ----
+    def reject(self, reason: str, detail: str, scan: Optional[str] = None) -> None:
+        """Count one rejected message; attribute it to ``scan`` when that scan is open."""
+        reason = str(reason)
+        self.rejected[reason] += 1
+        text = f"{reason}: {detail}"
+        if len(self.examples) < MAX_EXAMPLES:
+            self.examples.append(text)
+        st = self.scans.get(scan) if scan is not None else None
+        if st is not None:
+            st.report.rejected[reason] += 1
+            if len(st.report.examples) < MAX_EXAMPLES:
+                st.report.examples.append(text)
+        else:
+            for st in self.scans.values():
+                st.report.rejected_unattributed[reason] += 1
+
+    # ---- native messages ----
+    def feed(self, parts: List[Any]) -> None:
+        """Handle one native message (its ZeroMQ frames: bytes or buffers)."""
+        if len(parts) != 2:
+            self.reject(Reason.MALFORMED, f"message of {len(parts)} frames, expected 2 "
+                        "(header, payload)")
+            return
+        try:
+            h = decode_header(parts[0])
+        except ProtocolError as e:
+            st = self.scans.get(e.scan) if e.scan is not None else None
+            if st is not None and e.kind == "data":   # a data message of this scan, unusable
+                st.report.received_data += 1
+            self.reject(e.reason, e.detail, e.scan)
+            return
+        if isinstance(h, Data):
+            self.data(h, parts[1])
+        elif len(parts[1]):
+            self.reject(Reason.MALFORMED, f"{type(h).__name__.lower()} of scan {h.scan} with "
+                        f"a {len(parts[1])}-byte payload (must be empty)", h.scan)
+        elif isinstance(h, Begin):
+            self.begin(h)
+        else:
+            self.end(h)
+
+    def _known(self, scan: str, what: str) -> Optional[_Scan]:
+        st = self.scans.get(scan)
+        if st is None:
+            if scan in self.closed:
+                self.reject(Reason.LATE, f"{what} for scan {scan}, which this receiver "
+                            "already closed")
+            else:
+                self.reject(Reason.UNKNOWN_SCAN, f"{what} for scan {scan}, of which no begin "
+                            "arrived here: send begin to every receiver first")
+        return st
+
+    def begin(self, b: Begin) -> None:
+        """A producer announces a scan (opens it on the first ``begin``)."""
+        g, now = b.geometry, self.clock()
+        if g.scan in self.closed:
+            self.reject(Reason.LATE, f"begin for scan {g.scan}, already closed here: "
+                        "use a new scan name for every scan")
+            return
+        if not b.producer < g.producers:
+            self.reject(Reason.OUT_OF_RANGE, f"begin from producer {b.producer} of "
+                        f"{g.producers}", g.scan if g.scan in self.scans else None)
+            return
+        st = self.scans.get(g.scan)
+        if st is None:
+            if len(self.scans) >= self.max_scans:
+                self.reject(Reason.BUSY, f"begin for scan {g.scan} while {len(self.scans)} "
+                            f"scans are open (max_scans={self.max_scans})")
+                return
+            try:
+                st = self.scans[g.scan] = _Scan(g, self, now)
+            except MemoryError:
+                self.reject(Reason.BUSY, f"no memory for scan {g.scan} "
+                            f"({self.memory_bytes} bytes of partitions)")
+                return
+        elif st.g != g:
+            self.reject(Reason.CONFLICT, f"begin from producer {b.producer} says {g}, the "
+                        f"scan began as {st.g}", g.scan)
+            return
+        elif b.producer in st.begins:
+            self.reject(Reason.DUPLICATE, f"second begin from producer {b.producer}", g.scan)
+            return
+        st.begins.add(b.producer)
+        st.last = st.report.last_message = now
+
+    def end(self, e: End) -> None:
+        """A producer is done with this receiver; the scan closes after the last one."""
+        st = self._known(e.scan, "end")
+        if st is None:
+            return
+        st.last = st.report.last_message = self.clock()
+        if self.routing == "modulo" and not e.producer < st.g.producers:
+            self.reject(Reason.OUT_OF_RANGE, f"end from producer {e.producer} of "
+                        f"{st.g.producers}", e.scan)
+            return
+        if e.producer in st.ends:
+            self.reject(Reason.DUPLICATE, f"second end from producer {e.producer}", e.scan)
+            return
+        st.ends.add(e.producer)
+        st.report.ends_received += 1
+        if e.sent is None:
+            st.report.ends_uncounted += 1
+        else:
+            st.report.sent += e.sent
+        if len(st.ends) >= st.report.ends_expected:
+            self.close(e.scan, "end")
+
+    def data(self, d: Data, payload: Any) -> None:
+        """One sector: check it, decode it into its partition, deliver when complete."""
+        st = self._known(d.scan, f"data (frame {d.frame}, sector {d.sector})")
+        if st is None:
+            return
+        g = st.g
+        st.last = st.report.last_message = self.clock()
+        st.report.received_data += 1
+        f, s = d.frame, d.sector
+        where = f"scan {d.scan} frame {f} sector {s}"
+        if f >= g.frames or s >= g.sectors:
+            self.reject(Reason.OUT_OF_RANGE, f"{where}: the scan has {g.frames} frames of "
+                        f"{g.sectors} sectors", d.scan)
+            return
+        if self.routing == "modulo" and f % self.receivers != self.receiver:
+            self.reject(Reason.WRONG_RECEIVER, f"{where} sent to receiver {self.receiver}; "
+                        f"frame mod {self.receivers} = {f % self.receivers}", d.scan)
+            return
+        r0, r1 = g.sector_rows(s)
+        if (d.r0, d.r1) != (r0, r1):
+            self.reject(Reason.OUT_OF_RANGE, f"{where}: rows [{d.r0}, {d.r1}], the sector "
+                        f"holds rows [{r0}, {r1}]", d.scan)
+            return
+        if st.report.got[f, s]:
+            self.reject(Reason.DUPLICATE, f"{where} arrived twice", d.scan)
+            return
+        place = self._place(st, f)
+        if place is None:
+            self.reject(Reason.LATE, f"{where} arrived after its partition was delivered "
+                        "(memory budget full: raise memory_bytes)", d.scan)
+            return
+        op, row = place
+        try:
+            decode_into(d.encoding, payload, st.pool[op.slot][row, r0:r1])
+        except CodecError as e:
+            self.reject(e.reason, f"{where}: {e.detail}", d.scan)
+            return
+        st.report.got[f, s] = True
+        st.bytes += (r1 - r0) * g.shape[1] * g.itemsize
+        n = st.nsect[f] = st.nsect[f] + 1
+        if n == g.sectors:
+            st.complete += 1
+        op.remaining -= 1
+        if op.remaining == 0:
+            self._deliver(st, op, evicted=False)
+
+    # ---- partitions ----
+    def _place(self, st: _Scan, f: int) -> Optional[Tuple[_Open, int]]:
+        K, S = self.partition_frames, st.g.sectors
+        if self.routing == "modulo":
+            j = f // self.receivers
+            key, row = divmod(j, K)
+            op = st.open.get(key)
+            if op is not None:
+                return op, row
+            if st.done[key]:
+                return None
+            first = key * K
+            n = min(K, st.local - first)
+            frames = self.receiver + self.receivers * np.arange(first, first + n,
+                                                                dtype=np.int64)
+            op = self._open(st, key, frames, n * S)
+            return op, row
+        if f in st.placed:
+            key, row = st.placed[f]
+            op = st.open.get(key)
+            return None if op is None else (op, row)
+        op = st.open.get(st.next_key)
+        if op is None:
+            n = min(K, st.local - len(st.placed))
+            op = self._open(st, st.next_key, np.full(max(n, 1), -1, np.int64), max(n, 1) * S)
+        row = op.filled
+        op.frames[row] = f
+        op.filled += 1
+        st.placed[f] = (op.key, row)
+        if op.filled == len(op.frames):
+            st.next_key += 1
+        return op, row
+
+    def _open(self, st: _Scan, key: int, frames: np.ndarray, remaining: int) -> _Open:
+        if not st.free:
+            if len(st.pool) < st.slots:
+                st.pool.append(np.empty((self.partition_frames, *st.g.shape), st.dtype))
+                st.free.append(len(st.pool) - 1)
+            else:
+                oldest = next(iter(st.open.values()))
+                st.report.evicted_partitions += 1
+                self._deliver(st, oldest, evicted=True)
+        op = _Open(key, st.free.pop(), frames, remaining)
+        st.open[key] = op
+        return op
+
+    def _deliver(self, st: _Scan, op: _Open, evicted: bool) -> None:
+        g = st.g
+        del st.open[op.key]
+        if self.routing == "modulo":
+            st.done[op.key] = True
+        else:
+            st.done_keys.add(op.key)
+            if op.key == st.next_key:
+                st.next_key += 1
+        k = op.filled if self.routing == "any" else len(op.frames)
+        frames = op.frames[:k]
+        data = st.pool[op.slot][:k]
+        got = st.report.got[frames]
+        complete = got.all(axis=1)
+        for i in np.flatnonzero(~complete):   # zero what did not arrive
+            for s in np.flatnonzero(~got[i]):
+                r0, r1 = g.sector_rows(int(s))
+                data[i, r0:r1] = 0
+        part = Partition(g.scan, op.key, frames.copy(), data, complete, got, g, evicted)
+        try:
+            if k:
+                self.deliver(part)
+        finally:
+            st.free.append(op.slot)
+
+    # ---- closing ----
+    def expire(self, now: Optional[float] = None) -> List[ScanReport]:
+        """Close every scan idle for ``idle_timeout`` seconds; return their reports."""
+        now = self.clock() if now is None else now
+        idle = [s for s, st in self.scans.items() if now - st.last >= self.idle_timeout]
+        return [self.close(s, "timeout") for s in idle]
+
+    def close(self, scan: str, ended_by: str) -> ScanReport:
+        """Deliver what is left of ``scan``, free its memory and return its report."""
+        st = self.scans[scan]
+        for op in sorted(st.open.values(), key=lambda o: o.key):
+            self._deliver(st, op, evicted=False)
+        del self.scans[scan]
+        rep = st.report
+        rep.ended_by = ended_by
+        rep.accepted_bytes = st.bytes
+        rep.buffer_bytes = sum(b.nbytes for b in st.pool)
+        rep.closed_at = self.clock()
+        self.closed[scan] = rep
+        if self.on_close is not None:
+            self.on_close(rep)
+        return rep
+
+    def close_all(self, ended_by: str = "stopped") -> List[ScanReport]:
+        """Close every open scan (the receiver is stopping)."""
+        return [self.close(s, ended_by) for s in list(self.scans)]
+
+    # ---- live figures ----
+    def progress(self) -> Dict[str, Dict[str, Any]]:
+        """Per open scan: frames complete so far, bytes, seconds since its last message."""
+        now = self.clock()
+        return {s: {"frames_complete": st.complete, "frames_expected": st.local,
+                    "bytes": st.bytes, "idle_s": now - st.last,
+                    "rejected": sum(st.report.rejected.values())}
+                for s, st in self.scans.items()}

@@ -1,0 +1,55 @@
+"""Errors of the live-stream layer, rooted in the stager's hierarchy.
+
+A message a receiver cannot use is *not* an error: it is rejected, counted with
+its reason (``stager.stream.protocol.Reason``) and the receiver keeps running.
+These exceptions are for the caller's mistakes and for conditions that stop a
+producer or a receiver (no rendezvous file, a receiver that stopped reading).
+"""
+from __future__ import annotations
+
+from stager.errors import StagerError
+
+__all__ = ["StreamError", "ProtocolError", "RendezvousError", "CodecError", "MissingDependency"]
+
+
+class StreamError(StagerError):
+    """Base class of every error the stream layer raises on purpose."""
+
+
+class ProtocolError(StreamError):
+    """A message or a value does not follow docs/stream-protocol.md.
+
+    Raised by the encoders (a producer asked to send something invalid) and by
+    :func:`stager.stream.protocol.decode_header`; receivers turn it into a
+    rejection with its ``reason`` instead of letting it escape.
+    """
+
+    def __init__(self, reason: str, detail: str, scan: str | None = None,
+                 kind: str | None = None) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+        self.scan = scan
+        self.kind = kind
+
+
+class CodecError(StreamError):
+    """A payload could not be encoded or decoded (corrupt or wrong size)."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+class RendezvousError(StreamError):
+    """The rendezvous file is missing, unreadable or not ``mpistage-stream/1``."""
+
+
+class MissingDependency(StreamError):
+    """An optional package the stream layer needs is not installed."""
+
+    def __init__(self, package: str, purpose: str) -> None:
+        super().__init__(f"{purpose} needs the Python package {package!r}: "
+                         f"pip install {package}")
+        self.package = package

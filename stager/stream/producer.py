@@ -1,0 +1,138 @@
+"""A native-protocol producer: one PUSH socket per receiver, routing, counting.
+
+This is the reference implementation of the producer side of
+``docs/stream-protocol.md`` (the detector simulator and the benchmark use it).
+One PUSH socket per receiver endpoint, never one socket connected to several:
+ZeroMQ would deal a socket's messages round-robin over its peers, and the
+sectors of a frame must all reach receiver ``frame mod R``. Sends block while a
+receiver's queue is at its high-water mark; nothing is dropped. zmq is imported
+when a producer is built.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Dict, List, Optional, Sequence, Union
+
+import numpy as np
+
+from stager.stream.codecs import encode
+from stager.stream.errors import StreamError
+from stager.stream.protocol import ScanGeometry, encode_begin, encode_data, encode_end, route
+from stager.stream.receiver import DEFAULT_HWM
+from stager.stream.rendezvous import Rendezvous
+
+__all__ = ["Producer"]
+
+
+class Producer:
+    """Send scans to the receivers of a rendezvous.
+
+    Parameters
+    ----------
+    receivers : Rendezvous or list of str
+        Receiver endpoints in index order.
+    producer : int
+        This producer's index p (0 <= p < producers of every scan it sends).
+    sndhwm, sndbuf : int
+        ZeroMQ send high-water mark (messages per receiver) and kernel buffer
+        (bytes, 0 = OS default).
+    send_timeout : float, optional
+        Seconds a send may block at the high-water mark before :class:`StreamError`
+        (default: block for as long as it takes -- never drop).
+    linger : float
+        Seconds :meth:`close` waits for queued messages to leave.
+    context : zmq.Context, optional
+    """
+
+    def __init__(self, receivers: Union[Rendezvous, Sequence[str]], producer: int = 0, *,
+                 sndhwm: int = DEFAULT_HWM, sndbuf: int = 0,
+                 send_timeout: Optional[float] = None, linger: float = 60.0,
+                 context: Any = None) -> None:
+        import zmq
+
+        eps = list(receivers.receivers if isinstance(receivers, Rendezvous) else receivers)
+        if not eps:
+            raise ValueError("expecting at least one receiver endpoint")
+        self._zmq = zmq
+        self.endpoints = eps
+        self.producer = producer
+        self.linger = linger
+        self._ctx = context or zmq.Context.instance()
+        self.sockets: List[Any] = []
+        for ep in eps:
+            s = self._ctx.socket(zmq.PUSH)
+            s.setsockopt(zmq.SNDHWM, sndhwm)
+            if sndbuf:
+                s.setsockopt(zmq.SNDBUF, sndbuf)
+            if send_timeout is not None:
+                s.setsockopt(zmq.SNDTIMEO, int(send_timeout * 1000))
+            s.connect(ep)
+            self.sockets.append(s)
+        self.geometry: Dict[str, ScanGeometry] = {}
+        self.sent: Dict[str, List[int]] = {}
+        self.blocked_s = 0.0   # time spent in sends (mostly: blocked at the high-water mark)
+
+    @property
+    def receivers(self) -> int:
+        return len(self.sockets)
+
+    def send_parts(self, receiver: int, parts: List[Any]) -> None:
+        """Send one message (its frames) to receiver ``receiver``, blocking at the HWM."""
+        t = time.perf_counter()
+        try:
+            self.sockets[receiver].send_multipart(parts, copy=False)
+        except self._zmq.Again:
+            raise StreamError(f"producer {self.producer}: receiver {receiver} "
+                              f"({self.endpoints[receiver]}) accepted nothing for the send "
+                              "timeout: is it running and reading?") from None
+        finally:
+            self.blocked_s += time.perf_counter() - t
+
+    def begin(self, geometry: ScanGeometry) -> None:
+        """Announce a scan to every receiver (before any of its data)."""
+        hdr = encode_begin(geometry, self.producer)
+        self.geometry[geometry.scan] = geometry
+        self.sent[geometry.scan] = [0] * self.receivers
+        for r in range(self.receivers):
+            self.send_parts(r, [hdr, b""])
+
+    def send(self, scan: str, frame: int, sector: int, payload: Any,
+             encoding: str = "raw") -> int:
+        """Send one sector, already encoded; return the receiver index it went to.
+
+        ``payload`` is sent without a copy when large: do not modify it afterwards.
+        """
+        g = self.geometry[scan]
+        r = route(frame, self.receivers)
+        self.send_parts(r, [encode_data(scan, frame, sector, g.sector_rows(sector), encoding),
+                            payload])
+        self.sent[scan][r] += 1
+        return r
+
+    def send_sector(self, scan: str, frame: int, sector: int, image: np.ndarray,
+                    encoding: str = "raw") -> int:
+        """Encode and send sector ``sector`` of the whole frame ``image`` (rows x cols)."""
+        g = self.geometry[scan]
+        r0, r1 = g.sector_rows(sector)
+        rows = np.ascontiguousarray(image[r0:r1], dtype=np.dtype(g.dtype))
+        # a copy: zero-copy sends would read `image` after this returns, when the
+        # caller may already be filling it with the next frame
+        payload = rows.tobytes() if encoding == "raw" else encode(encoding, rows)
+        return self.send(scan, frame, sector, payload, encoding)
+
+    def end(self, scan: str) -> None:
+        """Tell every receiver this producer is done with ``scan`` (after its last data)."""
+        for r in range(self.receivers):
+            self.send_parts(r, [encode_end(scan, self.producer, self.sent[scan][r]), b""])
+
+    def close(self) -> None:
+        """Close the sockets, waiting up to ``linger`` s for queued messages to leave."""
+        for s in self.sockets:
+            s.close(linger=int(self.linger * 1000))
+        self.sockets = []
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

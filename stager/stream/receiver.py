@@ -1,0 +1,208 @@
+"""One native-protocol receiver: a ZeroMQ PULL socket feeding an :class:`Assembler`.
+
+One receiver runs in one thread of one process. It binds, reports its endpoint
+(for the rendezvous file), and then, step by step, polls its socket with a
+timeout, hands each message to the assembler, and closes scans that stayed idle
+too long. The loop is split into :meth:`Receiver.step` calls so that an MPI layer
+can interleave it with its own communication (one receiver per node leader, the
+Stream V2 start/end shared over MPI) without threads; :meth:`Receiver.serve` is
+the plain loop.
+
+Memory: besides the assembler's bound (see :mod:`stager.stream.assemble`),
+ZeroMQ queues at most ``rcvhwm`` messages per connected producer, plus what the
+kernel's TCP buffers hold (``rcvbuf`` caps them; 0 leaves the OS default).
+zmq is imported when a receiver is built, never by ``import stager.stream``.
+"""
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from typing import Any, Callable, List, Optional
+
+from stager.stream.accounting import ScanReport
+from stager.stream.assemble import DEFAULT_MEMORY_BYTES, Assembler, Partition
+from stager.stream.errors import StreamError
+
+__all__ = ["Receiver", "SocketLoop", "DEFAULT_HWM", "resolve_endpoint"]
+
+#: Messages ZeroMQ queues per peer on each side before a producer blocks.
+DEFAULT_HWM = 100
+
+
+def resolve_endpoint(bound: str, advertise: Optional[str] = None) -> str:
+    """The endpoint producers should connect to, given the one ZeroMQ reports as bound.
+
+    A socket bound to every interface reports ``tcp://0.0.0.0:PORT``; producers need
+    a name: ``advertise`` if given, else this host's name.
+    """
+    host_port = bound.split("://", 1)[1]
+    host, _, port = host_port.rpartition(":")
+    if host in ("0.0.0.0", "*", "[::]", "::") or advertise:
+        host = advertise or socket.gethostname()
+    return f"tcp://{host}:{port}"
+
+
+class SocketLoop:
+    """What every receiving socket shares: the step/serve loop, reports, closing.
+
+    Subclasses set ``self._sock`` and ``self.assembler`` and implement
+    :meth:`_read`, which handles the messages waiting on the socket.
+    """
+
+    assembler: Assembler
+    _sock: Any
+
+    def __init__(self, on_close: Optional[Callable[[ScanReport], Any]]) -> None:
+        import zmq
+
+        self._zmq = zmq
+        self.reports: List[ScanReport] = []
+        self._user_on_close = on_close
+        self.messages = 0
+
+    def _closed(self, rep: ScanReport) -> None:
+        self.reports.append(rep)
+        if self._user_on_close is not None:
+            self._user_on_close(rep)
+
+    def _read(self, max_messages: int) -> int:
+        raise NotImplementedError
+
+    def _expire(self) -> None:
+        self.assembler.expire()
+
+    def _ready(self) -> None:
+        """Called by :meth:`serve` before its loop (bind or connect if not done)."""
+
+    def step(self, timeout: float = 0.1, max_messages: int = 1000) -> int:
+        """Wait up to ``timeout`` s for messages, handle at most ``max_messages``, close
+        scans idle for longer than the idle timeout. Returns the messages handled."""
+        n = 0
+        if self._sock.poll(int(timeout * 1000), self._zmq.POLLIN):
+            n = self._read(max_messages)
+        self.messages += n
+        self._expire()
+        return n
+
+    def serve(self, scans: int = 1, timeout: Optional[float] = None,
+              stop: Optional[threading.Event] = None, tick: float = 0.1) -> List[ScanReport]:
+        """Receive until ``scans`` scans have closed (by their ends or idle timeout).
+
+        Parameters
+        ----------
+        scans : int
+            How many scans to serve, one after the other or at once.
+        timeout : float, optional
+            Overall limit in seconds; when reached, open scans close as ``stopped``.
+        stop : threading.Event, optional
+            Set from another thread to stop the same way.
+        tick : float
+            Longest wait of one poll (how late a timeout or ``stop`` is noticed).
+
+        Returns
+        -------
+        list of ScanReport
+            The reports of the scans closed during this call, in closing order.
+        """
+        self._ready()
+        start = len(self.reports)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while len(self.reports) - start < scans:
+            if stop is not None and stop.is_set():
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            self.step(tick)
+        if len(self.reports) - start < scans:
+            self.assembler.close_all("stopped")
+        return self.reports[start:]
+
+    def close(self) -> None:
+        """Close the socket; unread messages are dropped."""
+        self._sock.close(linger=0)
+
+    def __enter__(self) -> SocketLoop:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Receiver(SocketLoop):
+    """A PULL socket that assembles native-protocol messages.
+
+    Parameters
+    ----------
+    deliver : callable(Partition)
+        Gets every finished partition (see :class:`~stager.stream.assemble.Partition`);
+        its memory is reused when the call returns. A slow ``deliver`` slows the
+        loop, queues fill, and producers block: nothing is dropped.
+    index, count : int
+        This receiver's index r and the number R of receivers (routing ``f mod R``).
+    bind : str
+        Address to bind, ``tcp://HOST:PORT``; port ``*`` or ``0`` picks a free one.
+    advertise : str, optional
+        Host name to publish when binding every interface.
+    rcvhwm, rcvbuf : int
+        ZeroMQ receive high-water mark (messages per producer) and kernel buffer
+        (bytes, 0 = OS default).
+    partition_frames, memory_bytes, max_scans, idle_timeout
+        Passed to :class:`~stager.stream.assemble.Assembler`.
+    on_close : callable(ScanReport), optional
+        Called when a scan closes.
+    context : zmq.Context, optional
+    """
+
+    def __init__(self, deliver: Callable[[Partition], Any], *, index: int = 0, count: int = 1,
+                 bind: str = "tcp://127.0.0.1:*", advertise: Optional[str] = None,
+                 rcvhwm: int = DEFAULT_HWM, rcvbuf: int = 0, partition_frames: int = 1,
+                 memory_bytes: int = DEFAULT_MEMORY_BYTES, max_scans: int = 4,
+                 idle_timeout: float = 30.0,
+                 on_close: Optional[Callable[[ScanReport], Any]] = None,
+                 context: Any = None) -> None:
+        super().__init__(on_close)
+        zmq = self._zmq
+        self.assembler = Assembler(deliver, receiver=index, receivers=count,
+                                   partition_frames=partition_frames,
+                                   memory_bytes=memory_bytes, max_scans=max_scans,
+                                   idle_timeout=idle_timeout, on_close=self._closed)
+        self._ctx = context or zmq.Context.instance()
+        self._sock = self._ctx.socket(zmq.PULL)
+        self._sock.setsockopt(zmq.RCVHWM, rcvhwm)
+        if rcvbuf:
+            self._sock.setsockopt(zmq.RCVBUF, rcvbuf)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        self._bind_addr = bind[:-2] + ":*" if bind.endswith(":0") else bind
+        self.advertise = advertise
+        self.endpoint: Optional[str] = None
+
+    def bind(self) -> str:
+        """Bind the socket; return the endpoint to publish in the rendezvous file."""
+        zmq = self._zmq
+        try:
+            self._sock.bind(self._bind_addr)
+        except zmq.ZMQError as e:
+            raise StreamError(f"receiver {self.assembler.receiver} on {socket.gethostname()} "
+                              f"cannot bind {self._bind_addr}: {e}") from e
+        bound = self._sock.getsockopt(zmq.LAST_ENDPOINT).decode()
+        self.endpoint = resolve_endpoint(bound, self.advertise)
+        return self.endpoint
+
+    def _ready(self) -> None:
+        if self.endpoint is None:
+            self.bind()
+
+    def _read(self, max_messages: int) -> int:
+        zmq, sock, feed = self._zmq, self._sock, self.assembler.feed
+        n = 0
+        while n < max_messages:
+            try:
+                parts = [sock.recv(zmq.NOBLOCK)]
+            except zmq.Again:
+                break
+            while sock.rcvmore:
+                parts.append(sock.recv(copy=False))
+            feed(parts)
+            n += 1
+        return n

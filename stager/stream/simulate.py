@@ -1,0 +1,343 @@
+"""Detector simulators: P producers x S sectors over the native protocol, and Stream V2.
+
+What a test or a rehearsal needs from a detector, with the faults it needs to see:
+frames from a numpy stack, an HDF5 dataset or a synthetic 4D-STEM generator;
+P producers that each send some sectors of every frame (sector s of frame f goes
+from producer ``(f * S + s) mod P``, so P = S is the NCEM layout: one producer per
+sector); a chosen rate; frames withheld, sectors dropped, ``end`` messages
+omitted and malformed messages injected on request. The same frames can be
+served by :class:`StreamV2Simulator`, which binds a PUSH socket as a DECTRIS
+detector does.
+
+``python -m stager.stream.simulate --help`` runs either from the shell.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from stager.stream.protocol import Reason, ScanGeometry, encode_data
+
+__all__ = ["SimulatedScan", "synthetic_frame", "run_producer", "run_producers",
+           "malformed_messages", "array_source", "hdf5_source", "StreamV2Simulator", "main"]
+
+
+def synthetic_frame(index: int, shape: Tuple[int, int] = (64, 64),
+                    scan_shape: Tuple[int, int] = (8, 8), dtype: str = "<u2",
+                    seed: int = 0) -> np.ndarray:
+    """One synthetic 4D-STEM diffraction frame, the same for the same arguments.
+
+    A bright-field disk whose centre shifts with the scan position (a deflection
+    that varies across the sample), sparse single-electron hits of 80-160 counts
+    each, on a dark level of about 20 counts.
+    """
+    rows, cols = shape
+    ny, nx = scan_shape
+    y, x = divmod(index, nx)
+    rng = np.random.default_rng([seed, index])
+    cy = rows / 2 + rows / 16 * np.sin(2 * np.pi * y / max(ny, 1))
+    cx = cols / 2 + cols / 16 * np.cos(2 * np.pi * x / max(nx, 1))
+    yy, xx = np.ogrid[:rows, :cols]
+    disk = ((yy - cy) ** 2 + (xx - cx) ** 2) < (min(rows, cols) / 8) ** 2
+    electrons = rng.poisson(0.01 + 0.3 * disk)
+    gain = rng.integers(80, 160, size=shape)
+    dark = rng.normal(20, 2, size=shape).clip(0)
+    info = np.iinfo(np.dtype(dtype)) if np.dtype(dtype).kind in "ui" else None
+    frame = dark + electrons * gain
+    if info is not None:
+        frame = frame.clip(info.min, info.max)
+    return frame.astype(dtype)
+
+
+def array_source(stack: np.ndarray) -> Callable[[int], np.ndarray]:
+    """Frames from an array ``(frames, rows, cols)`` or ``(ny, nx, rows, cols)``."""
+    flat = stack.reshape(-1, *stack.shape[-2:])
+    return lambda i: flat[i]
+
+
+def hdf5_source(path: str, dataset: str) -> Callable[[int], np.ndarray]:
+    """Frames from an HDF5 dataset ``(frames, rows, cols)`` or ``(ny, nx, rows, cols)``,
+    read one at a time (serial h5py, opened per call: safe from several threads)."""
+    lock = threading.Lock()
+
+    def read(i: int) -> np.ndarray:
+        import h5py
+
+        with lock, h5py.File(path, "r") as f:
+            d = f[dataset]
+            if d.ndim == 4:
+                return d[divmod(i, d.shape[1])]
+            return d[i]
+    return read
+
+
+@dataclass(frozen=True)
+class SimulatedScan:
+    """One scan to stream, and the faults to inject.
+
+    Attributes
+    ----------
+    geometry : ScanGeometry
+    source : callable(int) -> ndarray, optional
+        Frame f as a (rows, cols) array; default: :func:`synthetic_frame`.
+    encoding : str
+        ``raw``, ``lz4`` or ``bslz4``.
+    rate : float, optional
+        Frames per second over the whole scan (every producer keeps pace); None:
+        as fast as the receivers take them.
+    withhold : frozenset of int
+        Frames no producer sends.
+    drop : frozenset of (int, int)
+        (frame, sector) pairs their producer does not send.
+    no_end : frozenset of int
+        Producers that never send ``end`` (a crashed producer).
+    inject : tuple of str
+        Names from :func:`malformed_messages`, sent by producer 0 to receiver 0
+        right after its ``begin``s.
+    """
+
+    geometry: ScanGeometry
+    source: Optional[Callable[[int], np.ndarray]] = None
+    encoding: str = "raw"
+    rate: Optional[float] = None
+    withhold: FrozenSet[int] = frozenset()
+    drop: FrozenSet[Tuple[int, int]] = frozenset()
+    no_end: FrozenSet[int] = frozenset()
+    inject: Tuple[str, ...] = ()
+    seed: int = 0
+
+    def producer_of(self, frame: int, sector: int) -> int:
+        return (frame * self.geometry.sectors + sector) % self.geometry.producers
+
+    def frame(self, index: int) -> np.ndarray:
+        g = self.geometry
+        if self.source is not None:
+            return np.asarray(self.source(index), dtype=np.dtype(g.dtype))
+        return synthetic_frame(index, g.shape, g.scan_shape, g.dtype, self.seed)
+
+    def sent_by(self, producer: int) -> List[Tuple[int, int]]:
+        """The (frame, sector) pairs ``producer`` sends, in sending order."""
+        S = self.geometry.sectors
+        return [(f, s) for f in range(self.geometry.frames) for s in range(S)
+                if self.producer_of(f, s) == producer and f not in self.withhold
+                and (f, s) not in self.drop]
+
+
+def malformed_messages(scan: str, geometry: ScanGeometry
+                       ) -> Dict[str, Tuple[List[bytes], str, bool]]:
+    """Broken messages by name -> (frames, the reason a receiver must give, counted).
+
+    Every one is aimed at receiver 0 and at frame 0, which receiver 0 owns.
+    ``counted`` says whether the receiver can tell it is a data message of
+    ``scan`` (then the producer counts it in its ``end``'s ``sent``).
+    """
+    import msgpack
+
+    r0, r1 = geometry.sector_rows(0)
+    good = (r1 - r0) * geometry.shape[1] * geometry.itemsize
+    hdr = encode_data(scan, 0, 0, (r0, r1))
+    return {
+        "not_msgpack": ([b"\xc1 this is not msgpack", b""], Reason.MALFORMED.value, False),
+        "not_a_map": ([msgpack.packb([1, 2, 3]), b""], Reason.MALFORMED.value, False),
+        "missing_field": ([msgpack.packb({"kind": "data", "scan": scan, "frame": 0,
+                                          "rows": [r0, r1], "encoding": "raw"}), b"\0" * good],
+                          Reason.MALFORMED.value, True),
+        "one_frame": ([hdr], Reason.MALFORMED.value, False),
+        "wrong_payload_size": ([hdr, b"\0" * (good + 1)], Reason.PAYLOAD_SIZE.value, True),
+        "unknown_encoding": ([msgpack.packb({"kind": "data", "scan": scan, "frame": 0,
+                                             "sector": 0, "rows": [r0, r1],
+                                             "encoding": "zstd"}), b"\0" * good],
+                             Reason.ENCODING.value, True),
+        "unknown_scan": ([encode_data("no-such-scan", 0, 0, (r0, r1)), b"\0" * good],
+                         Reason.UNKNOWN_SCAN.value, False),
+        "corrupt_lz4": ([encode_data(scan, 0, 0, (r0, r1), "lz4"),
+                         good.to_bytes(8, "big") + good.to_bytes(4, "big") + b"\0\0\0\x09junk!"],
+                        Reason.CORRUPT.value, True),
+    }
+
+
+def run_producer(scan: SimulatedScan, endpoints: Sequence[str], producer: int,
+                 t0: Optional[float] = None, **options: Any) -> Dict[str, Any]:
+    """Be producer ``producer`` of ``scan``: begin, its sectors in frame order, end.
+
+    ``options`` go to :class:`~stager.stream.producer.Producer` (``sndhwm``, ...).
+    Returns what it sent: messages per receiver, seconds, seconds blocked in sends.
+    """
+    from stager.stream.producer import Producer
+
+    g = scan.geometry
+    t0 = time.perf_counter() if t0 is None else t0
+    with Producer(endpoints, producer, **options) as p:
+        p.begin(g)
+        if producer == 0 and scan.inject:
+            bad = malformed_messages(g.scan, g)
+            for name in scan.inject:
+                parts, _, counted = bad[name]
+                p.send_parts(0, list(parts))
+                p.sent[g.scan][0] += counted
+        cached: Tuple[int, Optional[np.ndarray]] = (-1, None)
+        for f, s in scan.sent_by(producer):
+            if scan.rate:
+                delay = t0 + f / scan.rate - time.perf_counter()
+                if delay > 0:
+                    time.sleep(delay)
+            if cached[0] != f:
+                cached = (f, scan.frame(f))
+            p.send_sector(g.scan, f, s, cached[1], scan.encoding)  # type: ignore[arg-type]
+        if producer not in scan.no_end:
+            p.end(g.scan)
+        sent = list(p.sent[g.scan])
+        blocked = p.blocked_s
+    return {"producer": producer, "sent": sent, "seconds": time.perf_counter() - t0,
+            "blocked_s": blocked}
+
+
+def run_producers(scan: SimulatedScan, endpoints: Sequence[str], wait: bool = True,
+                  **options: Any) -> Any:
+    """Run every producer of ``scan`` in its own thread.
+
+    Returns the per-producer results (``wait=True``), or the started threads and
+    a result list that fills as they finish (``wait=False``).
+    """
+    results: List[Any] = [None] * scan.geometry.producers
+    errors: List[BaseException] = []
+    t0 = time.perf_counter()
+
+    def one(p: int) -> None:
+        try:
+            results[p] = run_producer(scan, endpoints, p, t0=t0, **options)
+        except BaseException as e:   # noqa: B036 -- carried to the caller
+            errors.append(e)
+
+    threads = [threading.Thread(target=one, args=(p,), daemon=True,
+                                name=f"producer-{p}") for p in range(scan.geometry.producers)]
+    for t in threads:
+        t.start()
+    if not wait:
+        return threads, results, errors
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return results
+
+
+class StreamV2Simulator:
+    """A DECTRIS-like Stream V2 source: binds a PUSH socket and sends series.
+
+    Parameters
+    ----------
+    bind : str
+        Address to bind (``tcp://127.0.0.1:*`` picks a free port; DECTRIS uses 31001).
+    sndhwm : int
+    context : zmq.Context, optional
+    """
+
+    def __init__(self, bind: str = "tcp://127.0.0.1:*", sndhwm: int = 100,
+                 context: Any = None) -> None:
+        import zmq
+
+        self._ctx = context or zmq.Context.instance()
+        self._sock = self._ctx.socket(zmq.PUSH)
+        self._sock.setsockopt(zmq.SNDHWM, sndhwm)
+        self._sock.bind(bind)
+        self.endpoint = self._sock.getsockopt(zmq.LAST_ENDPOINT).decode()
+        self.sent = 0
+
+    def send(self, message: bytes) -> None:
+        """Send one raw message (also used to inject broken ones)."""
+        self._sock.send(message, copy=False)
+        self.sent += 1
+
+    def send_series(self, series_id: int, frames: Callable[[int], np.ndarray],
+                    number_of_images: int, shape: Tuple[int, int],
+                    image_dtype: str = "uint16", compression: Optional[str] = "bslz4",
+                    channels: Sequence[str] = ("threshold_1",),
+                    scan_shape: Optional[Tuple[int, int]] = None, rate: Optional[float] = None,
+                    withhold: FrozenSet[int] = frozenset(), send_end: bool = True) -> None:
+        """Send start, the images, end. Channel c of image i is ``frames(i) + c``."""
+        from stager.stream.streamv2 import encode_end, encode_image, encode_start
+
+        uid = f"SIM{series_id:023d}"
+        user = {"scan_shape": list(scan_shape)} if scan_shape else None
+        self.send(encode_start(series_id, uid, number_of_images, shape, image_dtype,
+                               tuple(channels), user_data=user))
+        t0 = time.perf_counter()
+        for i in range(number_of_images):
+            if i in withhold:
+                continue
+            if rate:
+                delay = t0 + i / rate - time.perf_counter()
+                if delay > 0:
+                    time.sleep(delay)
+            img = frames(i)
+            data = {c: (img + k).astype(img.dtype) for k, c in enumerate(channels)}
+            self.send(encode_image(series_id, uid, i, data, compression))
+        if send_end:
+            self.send(encode_end(series_id, uid))
+
+    def close(self, linger: float = 30.0) -> None:
+        self._sock.close(linger=int(linger * 1000))
+
+    def __enter__(self) -> StreamV2Simulator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """``python -m stager.stream.simulate``: stream a synthetic or recorded scan."""
+    import argparse
+
+    from stager.stream.rendezvous import wait_for_rendezvous
+
+    ap = argparse.ArgumentParser(prog="python -m stager.stream.simulate", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rendezvous", help="native protocol: the receivers' rendezvous file")
+    ap.add_argument("--stream2-bind", help="Stream V2 instead: bind this PUSH address")
+    ap.add_argument("--scan", default="sim-0001")
+    ap.add_argument("--producers", type=int, default=4)
+    ap.add_argument("--sectors", type=int, default=4)
+    ap.add_argument("--scan-shape", type=int, nargs=2, default=(16, 16), metavar=("NY", "NX"))
+    ap.add_argument("--shape", type=int, nargs=2, default=(128, 128), metavar=("ROWS", "COLS"))
+    ap.add_argument("--dtype", default="<u2")
+    ap.add_argument("--encoding", default="raw", choices=("raw", "lz4", "bslz4"))
+    ap.add_argument("--rate", type=float, help="frames per second (default: as fast as taken)")
+    ap.add_argument("--hdf5", metavar="FILE:DATASET", help="replay frames from this dataset")
+    ap.add_argument("--withhold", type=int, nargs="*", default=(), metavar="FRAME")
+    ap.add_argument("--drop", nargs="*", default=(), metavar="FRAME:SECTOR")
+    ap.add_argument("--wait", type=float, default=600.0, help="seconds to wait for rendezvous")
+    a = ap.parse_args(argv)
+    source = None
+    if a.hdf5:
+        path, _, dset = a.hdf5.rpartition(":")
+        source = hdf5_source(path, dset)
+    ny, nx = a.scan_shape
+    if a.stream2_bind:
+        with StreamV2Simulator(a.stream2_bind) as sim:
+            print(f"Stream V2 on {sim.endpoint}", flush=True)
+            gen = source or (lambda i: synthetic_frame(i, tuple(a.shape), (ny, nx), "<u2"))
+            sim.send_series(1, gen, ny * nx, tuple(a.shape), rate=a.rate,
+                            compression=None if a.encoding == "raw" else a.encoding,
+                            scan_shape=(ny, nx), withhold=frozenset(a.withhold))
+        return 0
+    if not a.rendezvous:
+        ap.error("give --rendezvous FILE (native) or --stream2-bind ADDRESS")
+    g = ScanGeometry(a.scan, a.producers, ny * nx, a.sectors, tuple(a.shape), a.dtype, (ny, nx))
+    drop = frozenset(tuple(int(v) for v in d.split(":")) for d in a.drop)
+    scan = SimulatedScan(g, source, a.encoding, a.rate, frozenset(a.withhold),
+                         drop)  # type: ignore[arg-type]
+    rv = wait_for_rendezvous(a.rendezvous, timeout=a.wait)
+    for r in run_producers(scan, rv.receivers):
+        print(f"producer {r['producer']}: sent {r['sent']} in {r['seconds']:.2f} s "
+              f"({r['blocked_s']:.2f} s in sends)", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,328 @@
+"""DECTRIS Stream V2 messages: CBOR ``start`` / ``image`` / ``end``, decoded and encoded.
+
+Follows the public specification (``stream_v2/README.md`` and
+``cbor/dectris-compression-tag.md`` of github.com/dectris/documentation) and the
+checks of its reference parser (``stream_v2/examples/stream2.c``):
+
+- a message is one ZeroMQ frame: the CBOR self-describe tag 55799 (bytes
+  ``d9 d9 f7``), then a map of text keys whose first key is ``type``;
+- any tag in front of a scalar value is skipped (``series_date`` is tag 0 +
+  text, which cbor2 turns into a datetime);
+- image data per channel is ``tag 40 [[rows, cols], typed array]`` (RFC 8746
+  row-major multi-dimensional array; ``rows = image_size_y``), the typed array is
+  ``tag 64..87`` over a byte string or over ``tag 56500 [algorithm, modifier,
+  bytes]`` (DECTRIS compression: ``bslz4`` with the element size as modifier, or
+  ``lz4`` with 0) -- the same framings as the native protocol's encodings.
+
+Checked against DECTRIS's own captured messages (branch ``stream2-test_data`` of
+that repository, a 514 x 1030 detector, 8/16/32-bit, bslz4 and lz4): image ids
+start at 0, dimensions are ``[514, 1030]``, lz4 blocks are 8192 bytes, channels
+``threshold_1``, ``threshold_2``, ``difference``. Decoding here validates and
+returns payloads still compressed: :class:`~stager.stream.assemble.Assembler`
+decodes them straight into frame memory. cbor2 is imported inside the functions.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Dict, Optional, Tuple
+
+import numpy as np
+
+from stager.stream.codecs import LZ4_BLOCK, bslz4_encode, decode_into, lz4_encode
+from stager.stream.errors import ProtocolError
+from stager.stream.protocol import Reason, ScanGeometry
+
+__all__ = ["MAGIC", "Start", "Image", "End", "ChannelImage", "decode_message",
+           "encode_start", "encode_image", "encode_end", "scan_name", "TYPED_ARRAY_TAGS"]
+
+MAGIC = b"\xd9\xd9\xf7"
+SELF_DESCRIBE, MULTI_DIM, COMPRESSION = 55799, 40, 56500
+#: RFC 8746 typed-array tags -> numpy type strings (half and 128-bit floats left out).
+TYPED_ARRAY_TAGS = {64: "|u1", 65: ">u2", 66: ">u4", 67: ">u8", 68: "|u1", 69: "<u2",
+                    70: "<u4", 71: "<u8", 72: "|i1", 73: ">i2", 74: ">i4", 75: ">i8",
+                    77: "<i2", 78: "<i4", 79: "<i8", 81: ">f4", 82: ">f8", 85: "<f4",
+                    86: "<f8"}
+_DTYPE_TAG = {v: k for k, v in TYPED_ARRAY_TAGS.items() if k != 68}
+#: ``image_dtype`` of the start message -> the typed arrays DECTRIS sends (little-endian)
+IMAGE_DTYPES = {"uint8": "|u1", "uint16": "<u2", "uint32": "<u4"}
+
+
+def scan_name(series_id: int) -> str:
+    """The scan name a Stream V2 series gets in reports and files."""
+    return f"series-{series_id}"
+
+
+@dataclass(frozen=True)
+class ChannelImage:
+    """One channel of one image, payload still encoded."""
+
+    shape: Tuple[int, int]
+    dtype: str
+    encoding: str            # "raw", "lz4" or "bslz4"
+    payload: bytes
+
+    def decode(self) -> np.ndarray:
+        out = np.empty(self.shape, np.dtype(self.dtype))
+        decode_into(self.encoding, self.payload, out)
+        return out
+
+
+@dataclass(frozen=True)
+class Start:
+    """A ``start`` message: the series configuration (all fields kept in ``fields``)."""
+
+    series_id: int
+    series_unique_id: str
+    number_of_images: int
+    image_size_x: int
+    image_size_y: int
+    image_dtype: Optional[str]
+    channels: Tuple[str, ...]
+    fields: Dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def geometry(self, scan_shape: Optional[Tuple[int, int]] = None,
+                 dtype: Optional[str] = None) -> ScanGeometry:
+        """The series as a scan: one producer, one sector per image.
+
+        ``scan_shape`` defaults to ``user_data["scan_shape"]`` when the user put one
+        there (SIMPLON ``header_appendix``), else ``(1, number_of_images)``.
+        """
+        ud = self.fields.get("user_data")
+        if scan_shape is None and isinstance(ud, Mapping) and "scan_shape" in ud:
+            scan_shape = tuple(ud["scan_shape"])  # type: ignore[assignment]
+        dt = dtype or IMAGE_DTYPES.get(self.image_dtype or "")
+        if dt is None:
+            raise ProtocolError(Reason.MALFORMED, f"start of series {self.series_id}: "
+                                f"image_dtype {self.image_dtype!r} is not one of "
+                                f"{', '.join(IMAGE_DTYPES)}")
+        return ScanGeometry(scan=scan_name(self.series_id), producers=1,
+                            frames=self.number_of_images, sectors=1,
+                            shape=(self.image_size_y, self.image_size_x), dtype=dt,
+                            scan_shape=scan_shape or (1, self.number_of_images))
+
+
+@dataclass(frozen=True)
+class Image:
+    """An ``image`` message: ``data`` maps channel name -> :class:`ChannelImage`."""
+
+    series_id: int
+    series_unique_id: str
+    image_id: int
+    data: Dict[str, ChannelImage]
+    fields: Dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True)
+class End:
+    """An ``end`` message."""
+
+    series_id: int
+    series_unique_id: str
+
+
+# ---- decoding ----
+
+def _untag(v: Any) -> Any:
+    """Skip tags in front of a value, as stream2.c does (``cbor_value_skip_tag``)."""
+    from cbor2 import CBORTag
+
+    while isinstance(v, CBORTag):
+        v = v.value
+    return v
+
+
+def _uint(m: Mapping, key: str, what: str) -> int:
+    v = _untag(m.get(key))
+    if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+        raise ProtocolError(Reason.MALFORMED, f"{what}: {key} must be an unsigned integer, "
+                            f"not {v!r}")
+    return v
+
+
+def _text(m: Mapping, key: str, what: str, default: Optional[str] = None) -> str:
+    v = _untag(m.get(key, default))
+    if not isinstance(v, str):
+        raise ProtocolError(Reason.MALFORMED, f"{what}: {key} must be a text string, not {v!r}")
+    return v
+
+
+def _bytes_item(v: Any, itemsize: int, what: str) -> Tuple[str, bytes]:
+    """A byte string or a DECTRIS compression tag -> (encoding, payload)."""
+    from cbor2 import CBORTag
+
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return "raw", bytes(v)
+    if isinstance(v, CBORTag) and v.tag == COMPRESSION:
+        c = v.value
+        if not isinstance(c, Sequence) or len(c) != 3 or not isinstance(c[0], str) \
+                or not isinstance(c[1], int) or not isinstance(c[2], (bytes, bytearray)):
+            raise ProtocolError(Reason.MALFORMED, f"{what}: tag 56500 must hold [algorithm, "
+                                "modifier, byte string]")
+        alg, modifier, payload = c
+        if alg == "bslz4":
+            if modifier != itemsize:
+                raise ProtocolError(Reason.MALFORMED, f"{what}: bslz4 element size {modifier} "
+                                    f"!= {itemsize} of the typed array")
+        elif alg != "lz4":
+            raise ProtocolError(Reason.ENCODING, f"{what}: compression {alg!r} is not bslz4 "
+                                "or lz4")
+        return alg, bytes(payload)
+    raise ProtocolError(Reason.MALFORMED, f"{what}: expected a byte string or tag 56500, got "
+                        f"{type(v).__name__}")
+
+
+def _multidim(v: Any, what: str) -> ChannelImage:
+    from cbor2 import CBORTag
+
+    if not isinstance(v, CBORTag) or v.tag != MULTI_DIM:
+        raise ProtocolError(Reason.MALFORMED, f"{what}: expected tag 40 (row-major "
+                            "multi-dimensional array)")
+    c = v.value
+    if not isinstance(c, Sequence) or len(c) != 2:
+        raise ProtocolError(Reason.MALFORMED, f"{what}: tag 40 must hold [dimensions, array]")
+    dims, typed = c
+    if not isinstance(dims, Sequence) or len(dims) != 2 or not all(
+            isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in dims):
+        raise ProtocolError(Reason.MALFORMED, f"{what}: dimensions {dims!r} are not two "
+                            "positive integers")
+    if not isinstance(typed, CBORTag) or typed.tag not in TYPED_ARRAY_TAGS:
+        raise ProtocolError(Reason.MALFORMED, f"{what}: expected a typed array (tags 64-87 "
+                            "of RFC 8746, no half floats)")
+    dtype = TYPED_ARRAY_TAGS[typed.tag]
+    encoding, payload = _bytes_item(typed.value, int(dtype[-1]), what)
+    return ChannelImage((int(dims[0]), int(dims[1])), dtype, encoding, payload)
+
+
+def decode_message(buf: Any) -> Any:
+    """Decode one Stream V2 message into :class:`Start`, :class:`Image` or :class:`End`.
+
+    Raises
+    ------
+    ProtocolError
+        ``malformed_header`` (no self-describe tag, not a CBOR map, ``type`` not the
+        first key or unknown, a required field missing or of the wrong type) or
+        ``unknown_encoding`` (a compression other than bslz4/lz4).
+    """
+    import cbor2
+
+    if bytes(buf[:3]) != MAGIC:
+        raise ProtocolError(Reason.MALFORMED, "not a Stream V2 message: it does not start "
+                            "with the CBOR self-describe tag d9 d9 f7")
+    try:
+        m = cbor2.loads(bytes(buf))
+    except Exception as e:
+        raise ProtocolError(Reason.MALFORMED, f"not CBOR ({type(e).__name__}: {e})") from None
+    if not isinstance(m, Mapping) or not m:
+        raise ProtocolError(Reason.MALFORMED, "a Stream V2 message is a non-empty CBOR map")
+    if next(iter(m)) != "type":
+        raise ProtocolError(Reason.MALFORMED, "the first key of a Stream V2 message must "
+                            "be 'type'")
+    kind = _untag(m["type"])
+    what = f"Stream V2 {kind} message"
+    if kind == "end":
+        return End(_uint(m, "series_id", what), _text(m, "series_unique_id", what, ""))
+    if kind == "start":
+        channels = _untag(m.get("channels", ()))
+        if not isinstance(channels, Sequence) or isinstance(channels, str) or not all(
+                isinstance(c, str) for c in channels):
+            raise ProtocolError(Reason.MALFORMED, f"{what}: channels must be a list of text")
+        dtype = m.get("image_dtype")
+        return Start(_uint(m, "series_id", what), _text(m, "series_unique_id", what, ""),
+                     _uint(m, "number_of_images", what), _uint(m, "image_size_x", what),
+                     _uint(m, "image_size_y", what),
+                     None if dtype is None else _text(m, "image_dtype", what),
+                     tuple(channels), dict(m))
+    if kind == "image":
+        data = _untag(m.get("data"))
+        if not isinstance(data, Mapping):
+            raise ProtocolError(Reason.MALFORMED, f"{what}: data must be a map of channels")
+        image_id = _uint(m, "image_id", what)
+        chans = {str(k): _multidim(v, f"{what} {image_id} channel {k}")
+                 for k, v in data.items()}
+        fields = {k: v for k, v in m.items() if k != "data"}
+        return Image(_uint(m, "series_id", what), _text(m, "series_unique_id", what, ""),
+                     image_id, chans, fields)
+    raise ProtocolError(Reason.MALFORMED, f"Stream V2 type {kind!r} is not start, image or end")
+
+
+# ---- encoding (the simulator; tests) ----
+
+def _typed(array: np.ndarray, compression: Optional[str]) -> Any:
+    from cbor2 import CBORTag
+
+    a = np.ascontiguousarray(array)
+    dt = a.dtype.str if a.itemsize > 1 else "|" + a.dtype.str[1:]
+    try:
+        tag = _DTYPE_TAG[dt]
+    except KeyError:
+        raise ValueError(f"no RFC 8746 typed-array tag for {dt}") from None
+    if compression is None:
+        inner: Any = a.tobytes()
+    elif compression == "bslz4":
+        inner = CBORTag(COMPRESSION, ["bslz4", a.itemsize, bslz4_encode(a)])
+    elif compression == "lz4":
+        inner = CBORTag(COMPRESSION, ["lz4", 0, lz4_encode(a.reshape(-1).view(np.uint8),
+                                                           LZ4_BLOCK)])
+    else:
+        raise ValueError(f"compression must be None, 'bslz4' or 'lz4', not {compression!r}")
+    return CBORTag(MULTI_DIM, [list(a.shape), CBORTag(tag, inner)])
+
+
+def _dumps(m: Dict[str, Any]) -> bytes:
+    import cbor2
+
+    return cbor2.dumps(cbor2.CBORTag(SELF_DESCRIBE, m))
+
+
+def encode_start(series_id: int, series_unique_id: str, number_of_images: int,
+                 shape: Tuple[int, int], image_dtype: str = "uint16",
+                 channels: Tuple[str, ...] = ("threshold_1",),
+                 pixel_mask: Optional[Dict[str, np.ndarray]] = None,
+                 user_data: Any = None, **extra: Any) -> bytes:
+    """A ``start`` message with every field of the specification's table."""
+    now = _dt.datetime.now(_dt.timezone.utc)
+    m: Dict[str, Any] = {
+        "type": "start", "arm_date": now, "beam_center_x": shape[1] / 2.0,
+        "beam_center_y": shape[0] / 2.0, "channels": list(channels), "count_time": 0.001,
+        "countrate_correction_enabled": False,
+        "detector_description": "mpistage Stream V2 simulator",
+        "detector_serial_number": "SIM-0000", "detector_translation": [0.0, 0.0, 0.1],
+        "flatfield_enabled": False, "frame_time": 0.001,
+        "goniometer": {"omega": {"increment": 0.0, "start": 0.0}},
+        "image_dtype": image_dtype, "image_size_x": int(shape[1]),
+        "image_size_y": int(shape[0]), "incident_energy": 300e3,
+        "incident_wavelength": 0.0197, "number_of_images": int(number_of_images),
+        "pixel_mask_enabled": pixel_mask is not None, "pixel_size_x": 75e-6,
+        "pixel_size_y": 75e-6, "saturation_value": int(np.iinfo(
+            np.dtype(IMAGE_DTYPES[image_dtype])).max) - 1,
+        "sensor_material": "Si", "sensor_thickness": 450e-6, "series_id": int(series_id),
+        "series_unique_id": series_unique_id,
+        "threshold_energy": {c: 4000.0 * (i + 1) for i, c in enumerate(channels)},
+        "user_data": user_data, "virtual_pixel_interpolation_enabled": False}
+    if pixel_mask is not None:
+        m["pixel_mask"] = {c: _typed(np.asarray(v, "<u4"), None) for c, v in pixel_mask.items()}
+    m.update(extra)
+    return _dumps(m)
+
+
+def encode_image(series_id: int, series_unique_id: str, image_id: int,
+                 data: Dict[str, np.ndarray], compression: Optional[str] = "bslz4",
+                 time_base: int = 50_000_000, frame_ticks: int = 50_000,
+                 series_date: Optional[_dt.datetime] = None, user_data: Any = None) -> bytes:
+    """An ``image`` message, fields in the order DECTRIS detectors send them."""
+    date = series_date or _dt.datetime.now(_dt.timezone.utc)
+    start = image_id * frame_ticks
+    return _dumps({
+        "type": "image", "series_id": int(series_id), "series_unique_id": series_unique_id,
+        "image_id": int(image_id), "real_time": [frame_ticks - 5, time_base],
+        "series_date": date, "start_time": [start, time_base],
+        "stop_time": [start + frame_ticks - 5, time_base], "user_data": user_data,
+        "data": {c: _typed(a, compression) for c, a in data.items()}})
+
+
+def encode_end(series_id: int, series_unique_id: str) -> bytes:
+    """An ``end`` message."""
+    return _dumps({"type": "end", "series_id": int(series_id),
+                   "series_unique_id": series_unique_id})

@@ -1,0 +1,101 @@
+"""HEDM application helpers without MPI: the per-worker cache, tables, scoring, writers."""
+import os
+
+import numpy as np
+import pytest
+
+from hedm.common import cache_stats, cached, is_series, merge_tables, split_rows
+from hedm.output import NF_PIXEL_DTYPE, read_table, write_csv, write_h5
+
+
+def test_cache_reads_once_and_again_after_change(tmp_path):
+    path = tmp_path / "bg.npy"
+    np.save(path, np.arange(4))
+    calls = []
+
+    def load(p):
+        calls.append(p)
+        return np.load(p)
+
+    before = cache_stats()
+    v1, hit1 = cached(str(path), load, kind="t")
+    v2, hit2 = cached(str(path), load, kind="t")
+    assert (hit1, hit2) == (False, True) and len(calls) == 1 and v2 is v1
+    np.save(path, np.arange(5))  # rewritten: size (and mtime) change
+    os.utime(path, ns=(1, 1))
+    v3, hit3 = cached(str(path), load, kind="t")
+    assert not hit3 and len(v3) == 5 and len(calls) == 2
+    after = cache_stats()
+    assert after["hits"] - before["hits"] == 1 and after["misses"] - before["misses"] == 2
+
+
+def test_merge_tables_is_ordered_concatenation():
+    a = {"t": np.array([1, 2]), "log": [("a",)]}
+    b = {"t": np.array([3]), "log": [("b",)]}
+    c = {"t": np.array([4, 5]), "log": [("c",)]}
+    left = merge_tables(merge_tables(a, b), c)
+    right = merge_tables(a, merge_tables(b, c))
+    assert left["t"].tolist() == right["t"].tolist() == [1, 2, 3, 4, 5]
+    assert left["log"] == right["log"] == [("a",), ("b",), ("c",)]
+    with pytest.raises(Exception, match="cannot merge"):
+        merge_tables(a, {"t": np.array([1])})
+
+
+@pytest.mark.parametrize("rows, parts", [(10, 4), (3, 8), (512, 4), (1, 1)])
+def test_split_rows_covers_all_rows(rows, parts):
+    bands = split_rows(rows, parts)
+    assert bands[0][0] == 0 and bands[-1][1] == rows
+    assert all(b[1] > b[0] for b in bands)
+    assert all(x[1] == y[0] for x, y in zip(bands, bands[1:]))
+    assert len(bands) == min(rows, parts)
+
+
+def test_is_series():
+    assert is_series("/d/%n/stem_%06d.tif") and is_series("a_%d.tif")
+    assert not is_series("/d/%n/ff_000001.ge3") and not is_series("/x%d/f.ge3")
+
+
+def test_writers_round_trip(tmp_path):
+    t = np.zeros(3, NF_PIXEL_DTYPE)
+    t["frame"], t["y"], t["intensity"] = [0, 1, 2], [5, 6, 7], [10, 20, 30]
+    path = write_h5(str(tmp_path / "sub" / "r.h5"), {"spots": t}, {"NrPixelsY": 8, "X": "a"},
+                    {"workflow": "test"})
+    assert np.array_equal(read_table(path, "spots"), t)
+    import h5py
+    with h5py.File(path) as f:
+        assert f.attrs["NrPixelsY"] == 8 and f.attrs["workflow"] == "test"
+    csv = write_csv(str(tmp_path / "r.csv"), t)
+    lines = open(csv).read().splitlines()
+    assert lines[0] == "frame,y,z,intensity,label" and lines[3] == "2,7,0,30,0"
+    assert not [p for p in os.listdir(tmp_path) if ".tmp" in p]
+
+
+def test_score_counts_matches_and_false_detections():
+    from kernels.synth import TRUTH_DTYPE
+    from hedm.output import NF_CENTROID_DTYPE
+    from hedm.synth import score
+
+    truth = np.zeros(2, TRUTH_DTYPE)
+    truth["first_frame"], truth["n_frames"] = [0, 1], [2, 1]
+    truth["row"], truth["col"], truth["snr"] = [10, 30], [10, 30], [20, 20]
+    found = np.zeros(3, NF_CENTROID_DTYPE)
+    found["frame"], found["z"], found["y"] = [0, 1, 1], [10.5, 10, 50], [10, 10.4, 50]
+    s = score(truth, found)
+    # planted: spot 0 in frames 0 and 1, spot 1 in frame 1 -> 3; found spot 0 twice
+    assert (s["planted"], s["recovered"], s["found"], s["false"]) == (3, 2, 3, 1)
+
+
+def test_replacing_renames_on_success_and_leaves_nothing_on_error(tmp_path):
+    from hedm.common import replacing
+
+    target = tmp_path / "out.csv"
+    target.write_text("old")
+    with pytest.raises(RuntimeError):
+        with replacing(str(target)) as tmp, open(tmp, "w") as fh:
+            fh.write("half")
+            raise RuntimeError("writer failed")
+    assert target.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["out.csv"]
+    with replacing(str(target), ".png") as tmp, open(tmp, "w") as fh:
+        assert tmp.endswith(".png")
+        fh.write("new")
+    assert target.read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == ["out.csv"]

@@ -1,0 +1,155 @@
+"""The layout is the data path: what may import what, read from every import statement.
+
+Every ``import``/``from ... import`` in the project's packages is read with
+``ast`` -- including those inside functions, which hide dependencies from a
+reader of the module's head -- and resolved to a package. The rules:
+
+* ``hooks`` (the spec language) and ``kernels`` (numba kernels) import nothing
+  of this project;
+* no two packages import each other, directly or through others (the
+  package graph has no cycle);
+* inside ``stager`` the subpackages follow the data path: ``mpi`` and
+  ``planning`` are independent of everything after them, ``nodelocal`` does not
+  reach into ``staging``, nothing but the command line imports the command line;
+* the application (``hedm``) is imported by nobody.
+"""
+from __future__ import annotations
+
+import ast
+import os
+from collections import defaultdict
+from typing import Dict, Iterator, Set, Tuple
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PACKAGES = ("hooks", "stager", "workflows", "kernels", "hedm")
+
+
+def _modules() -> Iterator[Tuple[str, str]]:
+    """(dotted module name, path) of every module of the project's packages."""
+    for pkg in PACKAGES:
+        for dirpath, dirnames, filenames in os.walk(os.path.join(ROOT, pkg)):
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "__")))
+            for name in sorted(filenames):
+                if name.endswith(".py"):
+                    rel = os.path.relpath(os.path.join(dirpath, name), ROOT)[:-3]
+                    parts = rel.split(os.sep)
+                    if parts[-1] == "__init__":
+                        parts = parts[:-1]
+                    yield ".".join(parts), os.path.join(dirpath, name)
+
+
+def _imports(module: str, path: str) -> Set[str]:
+    """Every project module ``module`` imports, anywhere in its body."""
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), path)
+    is_pkg = path.endswith("__init__.py")
+    found: Set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = module.split(".")
+                keep = parts if is_pkg else parts[:-1]
+                keep = keep[:len(keep) - (node.level - 1)]
+                base = ".".join(keep + ([base] if base else []))
+            # "from pkg import sub" may name a submodule: count both spellings
+            names = [base] + [f"{base}.{a.name}" for a in node.names]
+        else:
+            continue
+        found.update(n for n in names if n.split(".")[0] in PACKAGES)
+    return found
+
+
+@pytest.fixture(scope="module")
+def graph() -> Dict[str, Set[str]]:
+    return {m: _imports(m, p) for m, p in _modules()}
+
+
+def _edges(graph: Dict[str, Set[str]], depth: int) -> Dict[str, Set[str]]:
+    """Package -> packages it imports, packages cut at ``depth`` dotted parts."""
+    out: Dict[str, Set[str]] = defaultdict(set)
+    for mod, deps in graph.items():
+        a = ".".join(mod.split(".")[:depth])
+        for d in deps:
+            b = ".".join(d.split(".")[:depth])
+            if a != b:
+                out[a].add(b)
+    return out
+
+
+def _cycle(edges: Dict[str, Set[str]]) -> list:
+    """One cycle of the graph as a list of nodes, or []."""
+    state: Dict[str, int] = {}
+    stack: list = []
+
+    def visit(n: str) -> list:
+        state[n] = 1
+        stack.append(n)
+        for m in sorted(edges.get(n, ())):
+            if state.get(m) == 1:
+                return stack[stack.index(m):] + [m]
+            if m not in state:
+                found = visit(m)
+                if found:
+                    return found
+        stack.pop()
+        state[n] = 2
+        return []
+
+    for n in sorted(edges):
+        if n not in state:
+            c = visit(n)
+            if c:
+                return c
+    return []
+
+
+def test_the_reader_sees_imports_inside_functions(graph):
+    # the rules below are only as good as the reading: a function-level import counts
+    assert "stager.planning.files" in graph["stager.planning"]  # imported inside build_plan
+    assert any(d.startswith("stager") for d in graph["workflows.leader"])
+
+
+def test_spec_language_and_kernels_import_nothing_of_the_project(graph):
+    for mod, deps in graph.items():
+        top = mod.split(".")[0]
+        if top in ("hooks", "kernels"):
+            foreign = sorted(d for d in deps if d.split(".")[0] != top)
+            assert not foreign, f"{mod} imports {foreign}: {top} must stand alone"
+
+
+def test_no_two_packages_import_each_other(graph):
+    edges = _edges(graph, 1)
+    assert not _cycle(edges), f"package cycle: {' -> '.join(_cycle(edges))}"
+    assert "hedm" not in {d for deps in edges.values() for d in deps}, \
+        "the HEDM application must not be imported by the library"
+    assert edges["stager"] <= {"hooks"}, f"stager imports {sorted(edges['stager'])}"
+    assert edges["workflows"] <= {"stager", "hooks"}, \
+        f"workflows imports {sorted(edges['workflows'])}"
+
+
+# What each stager subpackage may import (besides itself, stager.errors and stager.options).
+STAGER_LAYERS = {
+    "stager.mpi": set(),
+    "stager.planning": {"hooks"},
+    "stager.nodelocal": {"stager.mpi", "stager.planning"},
+    "stager.staging": {"stager.mpi", "stager.planning", "stager.nodelocal", "hooks"},
+    "stager.stageout": {"stager.mpi", "stager.planning", "stager.nodelocal"},
+    "stager.stream": {"stager.mpi", "stager.planning", "stager.nodelocal", "stager.staging"},
+}
+
+
+def test_stager_subpackages_follow_the_data_path(graph):
+    edges = _edges({m: {".".join(d.split(".")[:2]) if d.startswith("stager.") else
+                        d.split(".")[0] for d in deps}
+                    for m, deps in graph.items()}, 2)
+    assert not _cycle(edges), f"stager cycle: {' -> '.join(_cycle(edges))}"
+    for layer, allowed in STAGER_LAYERS.items():
+        extra = edges.get(layer, set()) - allowed - {"stager.errors", "stager.options"}
+        assert not extra, f"{layer} imports {sorted(extra)}; allowed: {sorted(allowed)}"
+    users = {a for a, deps in edges.items() if deps & {"stager.commands", "stager.cli"}}
+    assert users <= {"stager.cli", "stager.commands", "stager.__main__"}, users

@@ -1,0 +1,69 @@
+"""The rendezvous file: atomic write, strict read, waiting for it, stale files."""
+import json
+import os
+import threading
+import time
+
+import pytest
+
+from stager.stream.errors import RendezvousError
+from stager.stream.rendezvous import (Rendezvous, read_rendezvous, wait_for_rendezvous,
+                                      write_rendezvous)
+
+EPS = ["tcp://node1:40001", "tcp://node2:40002"]
+
+
+def test_write_read_round_trip(tmp_path):
+    p = tmp_path / "rv.json"
+    rv = write_rendezvous(p, EPS, "tcp://node1:40100")
+    assert json.loads(p.read_text()) == {"protocol": "mpistage-stream/1", "receivers": EPS,
+                                         "live": "tcp://node1:40100"}
+    assert read_rendezvous(p) == rv == Rendezvous(tuple(EPS), "tcp://node1:40100")
+    assert os.listdir(tmp_path) == ["rv.json"]            # no temporary file left
+
+
+@pytest.mark.parametrize("content", [
+    "not json", "[]", '{"protocol": "mpistage-stream/2", "receivers": ["tcp://a:1"]}',
+    '{"protocol": "mpistage-stream/1", "receivers": []}',
+    '{"protocol": "mpistage-stream/1", "receivers": ["tcp://a:0"]}',
+    '{"protocol": "mpistage-stream/1", "receivers": ["tcp://a:*"]}',
+    '{"protocol": "mpistage-stream/1", "receivers": ["ipc:///tmp/x"]}',
+    '{"protocol": "mpistage-stream/1", "receivers": ["tcp://a:1", "tcp://a:1"]}',
+    '{"protocol": "mpistage-stream/1", "receivers": ["tcp://a:1"], "live": 5}'])
+def test_invalid_files_are_refused(tmp_path, content):
+    p = tmp_path / "rv.json"
+    p.write_text(content)
+    with pytest.raises(RendezvousError):
+        read_rendezvous(p)
+
+
+def test_unknown_keys_and_null_live_are_accepted(tmp_path):
+    p = tmp_path / "rv.json"
+    p.write_text(json.dumps({"protocol": "mpistage-stream/1", "receivers": ["tcp://[::1]:5"],
+                             "live": None, "job": 1234}))
+    assert read_rendezvous(p).receivers == ("tcp://[::1]:5",)
+
+
+def test_writer_refuses_unbound_endpoints(tmp_path):
+    with pytest.raises(RendezvousError):
+        write_rendezvous(tmp_path / "rv.json", ["tcp://*:*"])
+    assert not (tmp_path / "rv.json").exists()
+
+
+@pytest.mark.timeout(30)
+def test_wait_sees_a_file_written_later_and_skips_a_stale_one(tmp_path):
+    p = tmp_path / "rv.json"
+    write_rendezvous(p, ["tcp://old:1"])
+    os.utime(p, (time.time() - 3600, time.time() - 3600))
+    start = time.time()
+    t = threading.Timer(0.5, write_rendezvous, (p, EPS))
+    t.start()
+    rv = wait_for_rendezvous(p, timeout=20, poll=0.05, newer_than=start)
+    t.join()
+    assert rv.receivers == tuple(EPS)
+
+
+@pytest.mark.timeout(30)
+def test_wait_times_out_with_a_clear_message(tmp_path):
+    with pytest.raises(RendezvousError, match="start the receiving job"):
+        wait_for_rendezvous(tmp_path / "none.json", timeout=0.3, poll=0.05)

@@ -1,0 +1,41 @@
+"""Which node a task runs on: the runtime tells it; the stager's naming rule decides."""
+import socket
+
+import pytest
+
+from stager.mpi.nodes import emulated_ids, local_node_name, name_nodes
+from workflows import on_this_node, this_node
+from workflows.node import ENV, ENV_ID
+
+
+def test_the_runner_sets_the_node_and_tasks_read_it(monkeypatch):
+    monkeypatch.setenv(ENV, "node1")
+    assert this_node() == "node1"
+    assert on_this_node("/x/%n/nf") == "/x/node1/nf"
+    assert on_this_node("/x/%n", node="n7") == "/x/n7"
+    assert on_this_node("/no/placeholder") == "/no/placeholder"
+
+
+def test_outside_a_run_the_same_rule_as_the_stager(monkeypatch):
+    monkeypatch.delenv(ENV, raising=False)
+    monkeypatch.delenv(ENV_ID, raising=False)
+    assert this_node() == name_nodes(1, hosts=[(socket.gethostname(), 0)])[0]
+    monkeypatch.setenv(ENV_ID, "MY_NODE")
+    monkeypatch.setenv("MY_NODE", "n7")
+    assert this_node() == "n7"
+    monkeypatch.delenv("MY_NODE")
+    with pytest.raises(Exception, match="MY_NODE"):
+        this_node()
+
+
+def test_one_naming_rule():
+    # emulated nodes: contiguous blocks, as the stager splits ranks
+    assert name_nodes(4, emulate_nodes=2) == emulated_ids(4, 2) == ["node0", "node0", "node1",
+                                                                    "node1"]
+    # repeated host names in different shared-memory groups stay unique and readable
+    assert name_nodes(4, hosts=[("h", 0), ("h", 0), ("h", 2), ("g", 3)]) == ["h-0", "h-0",
+                                                                             "h-2", "g"]
+    # one process with more emulated nodes than ranks is an error, as for the stager
+    with pytest.raises(ValueError, match="emulate_nodes"):
+        local_node_name(emulate_nodes=2)
+    assert local_node_name(emulate_nodes=1) == "node0"

@@ -1,0 +1,137 @@
+"""A Parsl configuration that runs workflow tasks on Slurm nodes (SlurmProvider + HTEX).
+
+Use it with the workflows' Parsl executor::
+
+    from workflows.executors.parsl import ParslExecutor
+    from workflows.executors.parsl_slurm import slurm_htex_config
+    ex = ParslExecutor(config=slurm_htex_config(nodes=4, run_dir="runinfo"))
+
+or from a shell inside or outside an allocation::
+
+    python -m workflows run FLOW.py --executor parsl   # with WORKFLOWS_PARSL_CONFIG unset
+    # (then pass config=... in Python; the CLI's named configs are local ones)
+
+What it sets up (Parsl's own classes, nothing re-implemented):
+
+* ``SlurmProvider`` submits one block = ``nodes`` nodes with ``sbatch``
+  (``exclusive=False`` so the four emulated nodes of the local test cluster,
+  which share one host, can be allocated together);
+* ``SrunLauncher`` starts one ``process_worker_pool.py`` per node with
+  ``srun --ntasks <nodes>``, so each pool runs inside a step on its node and
+  sees that node's ``SLURMD_NODENAME`` -- the same node identity the stager
+  uses with ``--node-id-env SLURMD_NODENAME``, so tasks find the staged
+  copies under ``%n``;
+* ``worker_init`` activates the virtual environment this interpreter belongs
+  to (``source <venv>/bin/activate``) and puts the source tree on
+  ``PYTHONPATH``, so workers import the same ``workflows``/``kernels``;
+* the interchange listens on ``address`` (default ``127.0.0.1``, right for the
+  local cluster; on a real cluster pass the login node's address reachable
+  from compute nodes, e.g. ``parsl.addresses.address_by_interface("ib0")``).
+
+Parsl's SlurmProvider asks ``sacct`` for job states and falls back to
+``squeue`` when accounting is disabled, as on the local test cluster.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["slurm_htex_config", "venv_worker_init"]
+
+REPO = Path(__file__).resolve().parents[2]  # the source tree (workflows/executors/ -> repo)
+
+
+def venv_worker_init(python: str | None = None, extra: str = "") -> str:
+    """Shell lines that make a worker use this interpreter's venv and this source tree.
+
+    Pure (string building). A venv is recognised by ``pyvenv.cfg`` next to its
+    ``bin/``; without one, the interpreter's directory is put first on PATH.
+    """
+    python = python or sys.executable
+    bindir = os.path.dirname(os.path.abspath(python))
+    venv = os.path.dirname(bindir)
+    lines = []
+    is_venv = os.path.isfile(os.path.join(venv, "pyvenv.cfg"))
+    if is_venv and os.path.isfile(os.path.join(bindir, "activate")):
+        lines.append(f"source {bindir}/activate")
+    else:
+        lines.append(f"export PATH={bindir}:$PATH")
+    lines.append(f"export PYTHONPATH={REPO}${{PYTHONPATH:+:$PYTHONPATH}}")
+    # tasks ask workflows.this_node(): on a Slurm node its name is SLURMD_NODENAME
+    lines.append("export WORKFLOWS_NODE_ID_ENV=SLURMD_NODENAME")
+    if extra:
+        lines.append(extra)
+    return "; ".join(lines)
+
+
+def slurm_htex_config(nodes: int, run_dir: str, *, workers_per_node: int = 1,
+                      walltime: str = "00:10:00", partition: str | None = None,
+                      address: str = "127.0.0.1", worker_init: str | None = None,
+                      scheduler_options: str = "", label: str = "htex_slurm") -> Any:
+    """A Parsl ``Config``: one HighThroughputExecutor block of ``nodes`` Slurm nodes.
+
+    Parameters
+    ----------
+    nodes : int
+        Nodes per block (the whole allocation; one worker pool per node).
+    run_dir : str
+        Parsl's run directory (logs, submit scripts); must be on a filesystem
+        the nodes can see.
+    workers_per_node : int
+        Workers in each node's pool.
+    walltime : str
+        Block wall-clock limit, ``HH:MM:SS``.
+    partition : str, optional
+        Slurm partition (default: the cluster's default).
+    address : str
+        Address the interchange listens on; workers connect to it.
+    worker_init : str, optional
+        Shell run before each pool starts (default :func:`venv_worker_init`).
+    scheduler_options : str
+        Extra ``#SBATCH`` lines.
+    label : str
+        Executor label.
+
+    Raises
+    ------
+    ValueError
+        ``nodes`` or ``workers_per_node`` below 1.
+    """
+    if not isinstance(nodes, int) or nodes < 1:
+        raise ValueError(f"nodes must be a positive integer, got {nodes!r}")
+    if not isinstance(workers_per_node, int) or workers_per_node < 1:
+        raise ValueError(f"workers_per_node must be a positive integer, got {workers_per_node!r}")
+    from parsl.config import Config
+    from parsl.executors import HighThroughputExecutor
+    from parsl.launchers import SrunLauncher
+    from parsl.providers import SlurmProvider
+
+    provider = SlurmProvider(
+        partition=partition,
+        nodes_per_block=nodes,
+        init_blocks=1,
+        min_blocks=1,
+        max_blocks=1,
+        walltime=walltime,
+        exclusive=False,
+        scheduler_options=scheduler_options,
+        worker_init=venv_worker_init() if worker_init is None else worker_init,
+        launcher=SrunLauncher(),
+        cmd_timeout=30,
+    )
+    htex = HighThroughputExecutor(
+        label=label,
+        address=address,
+        max_workers_per_node=workers_per_node,
+        cores_per_worker=1e-6,
+        encrypted=False,
+        heartbeat_period=2,
+        heartbeat_threshold=20,
+        poll_period=1,
+        worker_logdir_root=run_dir,
+        provider=provider,
+    )
+    return Config(executors=[htex], run_dir=run_dir, strategy="none",
+                  initialize_logging=False, usage_tracking=0)

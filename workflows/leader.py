@@ -1,0 +1,193 @@
+"""Leader hooks: run something once per node before tasks start (and after they end).
+
+Swift/T runs ``TURBINE_LEADER_HOOK_STARTUP``/``_SHUTDOWN`` on the leader rank
+of each node, with a barrier so no task starts before every node is ready.
+Here a hook is named by a string (flag ``--leader-hook-startup`` /
+``--leader-hook-shutdown``, or environment ``STAGER_LEADER_HOOK_STARTUP`` /
+``STAGER_LEADER_HOOK_SHUTDOWN``), which is either
+
+* ``module:function`` -- ``function(ctx)`` is called on each node's leader
+  with a :class:`HookContext` (phase, node name and index, rank, host); or
+* the path of a hook spec file -- at startup it is staged with
+  ``stager.stage`` (whose transfers run on the leaders only: one copy per
+  node), at shutdown what it staged is removed with ``stager.clean``.
+
+Which ranks form a node comes from :func:`stager.mpi.nodes.node_layout` (host,
+``emulate_nodes`` or ``node_id_env``). Every rank calls
+:func:`run_leader_hook`; a failure on any leader is raised on every rank as
+the same :class:`~workflows.errors.HookError` (resolving the hook, agreeing on
+its kind and running it are each agreed before the next collective).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import socket
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Optional, Union
+
+from stager.mpi.agree import agreed
+from stager.mpi.nodes import node_layout
+
+from .errors import HookError, WorkflowError
+
+__all__ = ["HookContext", "LeaderHooks", "leader_hooks_from", "resolve_hook", "run_leader_hook"]
+
+ENV_STARTUP = "STAGER_LEADER_HOOK_STARTUP"
+ENV_SHUTDOWN = "STAGER_LEADER_HOOK_SHUTDOWN"
+PHASES = ("startup", "shutdown")
+
+Hook = Union[str, Callable[["HookContext"], Any]]
+
+
+@dataclass(frozen=True)
+class HookContext:
+    """What a ``module:function`` hook is told about where it runs."""
+
+    phase: str
+    node: str
+    node_index: int
+    n_nodes: int
+    rank: int
+    host: str
+
+
+@dataclass(frozen=True)
+class LeaderHooks:
+    """The startup and shutdown hooks of a run (``None``: no hook)."""
+
+    startup: Optional[str] = None
+    shutdown: Optional[str] = None
+
+
+def leader_hooks_from(
+    startup: Optional[str] = None,
+    shutdown: Optional[str] = None,
+    env: Optional[Mapping[str, str]] = None,
+) -> LeaderHooks:
+    """Hooks from arguments, else from ``STAGER_LEADER_HOOK_*`` (empty means none)."""
+    env = os.environ if env is None else env
+    return LeaderHooks(
+        startup or env.get(ENV_STARTUP) or None, shutdown or env.get(ENV_SHUTDOWN) or None
+    )
+
+
+def resolve_hook(hook: Hook) -> Union[Callable, str]:
+    """Turn a hook name into a callable, or the absolute path of a hook spec file.
+
+    Raises
+    ------
+    workflows.errors.HookError
+        If the name is neither an existing file nor an importable ``module:function``.
+    """
+    if callable(hook):
+        return hook
+    if not isinstance(hook, str) or not hook.strip():
+        raise HookError(f"leader hook {hook!r}: expected a hook spec file or module:function")
+    if os.path.isfile(hook):
+        return os.path.abspath(hook)
+    module, sep, func = hook.partition(":")
+    if not sep or not module or not func:
+        raise HookError(f"leader hook {hook!r}: no such file, and not of the form module:function")
+    try:
+        obj: Any = importlib.import_module(module)
+        for part in func.split("."):
+            obj = getattr(obj, part)
+    except Exception as exc:
+        # Not only ImportError: a SyntaxError or any error raised while the
+        # module runs must also become a HookError, or it skips the agreement.
+        raise HookError(
+            f"leader hook {hook!r}: cannot import it: {type(exc).__name__}: {exc}; check "
+            "that the module imports on every node (PYTHONPATH) and names the function"
+        ) from exc
+    if not callable(obj):
+        raise HookError(f"leader hook {hook!r} is not callable")
+    return obj
+
+
+def run_leader_hook(
+    hook: Optional[Hook],
+    comm: Any,
+    phase: str = "startup",
+    *,
+    emulate_nodes: Optional[int] = None,
+    node_id_env: Optional[str] = None,
+    stage_options: Optional[Mapping[str, Any]] = None,
+) -> Optional[HookContext]:
+    """Collective over `comm`: every rank must call. Run ``hook`` once per node, then barrier.
+
+    Parameters
+    ----------
+    hook : str, callable or None
+        See the module docstring; ``None`` does nothing (no collective).
+    comm : mpi4py.MPI.Intracomm
+    phase : str
+        ``"startup"`` or ``"shutdown"``.
+    emulate_nodes, node_id_env
+        How ranks form nodes (see :func:`stager.mpi.nodes.node_layout`).
+    stage_options : mapping, optional
+        Extra keyword arguments for ``stager.stage`` / ``stager.clean`` (spec-file hooks).
+
+    Returns
+    -------
+    HookContext or None
+        This rank's context on a leader that ran a ``module:function`` hook,
+        else ``None``.
+
+    Raises
+    ------
+    workflows.errors.HookError
+        On every rank, naming the node(s), rank(s) and host(s) that failed.
+    """
+    if hook is None:
+        return None
+    if phase not in PHASES:
+        raise ValueError(f"phase must be one of {PHASES}, got {phase!r}")
+    what = f"{phase} leader hook"
+    target: Any = None
+    with agreed(comm, what, base=WorkflowError, default=HookError):
+        target = resolve_hook(hook)
+        if isinstance(target, str):
+            # imported here, inside the agreement: a node whose install is broken fails
+            # every rank with its message instead of leaving the others in stage()
+            import stager
+
+            target = (target, stager.stage if phase == "startup" else stager.clean)
+    # A spec file visible on some nodes only would send ranks down different
+    # collective paths (stage() versus node_layout()): agree on the kind first.
+    kinds = comm.allgather(isinstance(target, tuple))
+    if len(set(kinds)) > 1:
+        seen = [r for r, k in enumerate(kinds) if k]
+        raise HookError(
+            f"{phase} leader hook {hook!r} is a file on ranks {seen} only and a "
+            f"module:function elsewhere; put the hook spec on a filesystem every node sees"
+        )
+
+    if isinstance(target, tuple):
+        path, fn = target
+        options = dict(stage_options or {})
+        if emulate_nodes is not None:
+            options.setdefault("emulate_nodes", emulate_nodes)
+        if node_id_env is not None:
+            options.setdefault("node_id_env", node_id_env)
+        # Collective and agreed inside: the spec is read and planned on rank 0 only.
+        fn(path, comm=comm, **options)
+        return None
+
+    layout = node_layout(comm, emulate_nodes=emulate_nodes, node_id_env=node_id_env)
+    ctx = None
+    try:
+        # Ranks wait (sleeping, not spinning) while the leaders run the hook.
+        with agreed(comm, what, base=WorkflowError, default=HookError, node=layout.name,
+                    quiet=True):
+            if layout.is_leader:
+                ctx = HookContext(phase, layout.name, layout.index, layout.n_nodes,
+                                  comm.Get_rank(), socket.gethostname())
+                try:
+                    target(ctx)
+                except Exception as exc:
+                    raise HookError(f"{type(exc).__name__}: {exc}") from exc
+    finally:
+        layout.free()
+    return ctx
