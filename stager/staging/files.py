@@ -26,8 +26,8 @@ class FilesKind:
     def transfer(self, t: Transfer) -> Moved:
         """Collective over ``t.comm`` (except ``naive``): move the files, return what was done."""
         units = t.units
-        jobs = [FileJob(units[i].source, units[i].size, units[i].mtime_ns, units[i].mode)
-                for i in t.moved]
+        jobs = [FileJob(units[i].source, units[i].size, units[i].mtime_ns, units[i].mode,
+                        units[i].ctime_ns, units[i].ino) for i in t.moved]
         sink = Sink(jobs, t.dests, progress=t.progress, fsync=t.opts.fsync)
         reader = SourceReader(jobs, t.meter)
         err = None

@@ -377,7 +377,8 @@ def test_sparse_3gib_file(workdir):
     """A file larger than 2 GiB: every count stays below 2**31 (destinations under /tmp)."""
     from stager import clean, stage
     from stager.nodelocal import checksum
-    from stager.nodelocal.record import load
+    from stager.nodelocal.state import read_record
+    from stager.planning import spec_key
     comm = _comm()
     k = min(2, comm.size)
     src = os.path.join(workdir, "src", "sparse.bin")
@@ -408,7 +409,8 @@ def test_sparse_3gib_file(workdir):
                             bad.append(f"{node}: byte {m}")
                 if os.path.getsize(dst) != 3 << 30:
                     bad.append(f"{node}: size")
-                if load(os.path.dirname(dst)).files["sparse.bin"].checksum != want:
+                rec = read_record(os.path.dirname(dst), spec_key(spec)).files["sparse.bin"]
+                if rec.checksum != want:
                     bad.append(f"{node}: checksum")
         else:
             bad = []

@@ -27,6 +27,7 @@ import mmap
 from typing import Any, List, Optional, Sequence
 
 from stager.nodelocal.checksum import DIGEST_SIZE, digest
+from stager.staging import interrupt
 from stager.staging.transfer.sink import Sink
 from stager.staging.transfer.source import SourceReader
 from stager.staging.transfer.tasks import Task
@@ -37,8 +38,13 @@ _DEPTH = 3
 
 
 def _read_pieces(t: Task, me: int, reader: SourceReader, view: memoryview,
-                 st: bytearray) -> None:
-    """Read this rank's pieces of task ``t`` into ``view``; put their digests in ``st``."""
+                 st: bytearray, last: dict) -> None:
+    """Read this rank's pieces of task ``t`` into ``view``; put their digests in ``st``.
+
+    After this rank's last piece of a file (``last[file]`` is its offset) the file is
+    closed and checked, so a source that changed while being read fails this very
+    round -- before any leader commits a copy of it.
+    """
     for j, p in enumerate(t.pieces):
         if p.owner != me:
             continue
@@ -47,10 +53,20 @@ def _read_pieces(t: Task, me: int, reader: SourceReader, view: memoryview,
             reader.read_into(p.file, p.offset, v)
         else:
             reader.open_check(p.file)
-        if p.offset + p.length == reader.jobs[p.file].size:
+        if last.get(p.file) == p.offset:
             reader.close(p.file)
         at = 1 + DIGEST_SIZE * j
         st[at:at + DIGEST_SIZE] = digest(v)
+
+
+def _last_pieces(tasks: Sequence[Task], me: int) -> dict:
+    """File -> offset of this rank's last piece of it. Pure."""
+    last: dict = {}
+    for t in tasks:
+        for p in t.pieces:
+            if p.owner == me:
+                last[p.file] = p.offset
+    return last
 
 
 def run_pieces(comm: Any, tasks: Sequence[Task], reader: SourceReader, sink: Sink,
@@ -90,6 +106,7 @@ def run_pieces(comm: Any, tasks: Sequence[Task], reader: SourceReader, sink: Sin
     status_out: List[bytearray] = [bytearray()] * len(bufs)
     status_in: List[bytearray] = [bytearray()] * len(bufs)
     error: Optional[BaseException] = None
+    last = _last_pieces(tasks, me)
 
     def read(k: int) -> None:
         nonlocal error
@@ -97,6 +114,11 @@ def run_pieces(comm: Any, tasks: Sequence[Task], reader: SourceReader, sink: Sin
         st = bytearray(1 + DIGEST_SIZE * len(t.pieces))
         status_out[slot] = st
         status_in[slot] = bytearray(len(st))
+        if error is None and interrupt.pending() is not None:
+            try:
+                interrupt.check()  # SIGINT/SIGTERM: stop like a failure, all after this round
+            except Exception as e:
+                error = e
         if error is not None:
             st[0] = 1
             return
@@ -104,7 +126,7 @@ def run_pieces(comm: Any, tasks: Sequence[Task], reader: SourceReader, sink: Sin
             first = t.pieces[0].file
             reader.close_before(first)
             with reader.metered():
-                _read_pieces(t, me, reader, views[slot], st)
+                _read_pieces(t, me, reader, views[slot], st, last)
         except Exception as e:
             error = e
             st[0] = 1
