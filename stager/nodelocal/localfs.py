@@ -90,19 +90,22 @@ def describe_untrusted(st: os.stat_result) -> Optional[str]:
     return None
 
 
-def _check_own_dir(path: str) -> None:
+def _check_own_dir(path: str, strict: bool = True) -> None:
     st = os.lstat(path)
     if not stat.S_ISLNK(st.st_mode) and not stat.S_ISDIR(st.st_mode):
         raise UnsafePathError(f"{path} exists and is not a directory; "
                               "remove it or change the destination")
     why = describe_untrusted(st)
+    if why is not None and not strict and not stat.S_ISLNK(st.st_mode) \
+            and st.st_uid == os.geteuid():
+        why = None  # only writable by others: allowed where the caller says so (drain)
     if why is not None:
         raise UnsafePathError(f"refusing to write into {path}: {why}; "
                               "choose a destination of your own")
 
 
 def ensure_dir(root: PathLike, path: PathLike, created: Optional[List[str]] = None,
-               announce: Optional[Callable[[str], None]] = None) -> str:
+               announce: Optional[Callable[[str], None]] = None, strict: bool = True) -> str:
     """Create directory ``path`` (``root`` or below it), checking every level.
 
     Missing directories, including missing ancestors of ``root``, are created
@@ -112,6 +115,8 @@ def ensure_dir(root: PathLike, path: PathLike, created: Optional[List[str]] = No
     effective user, and not writable by group or others. ``announce(path)`` is
     called before each directory is made (a staging run journals it there, so a
     kill right after the ``mkdir`` cannot leave a directory nobody knows of).
+    ``strict=False`` (``drain``: a shared project directory is often group-writable)
+    lets existing levels be writable by group or others.
 
     Returns
     -------
@@ -138,7 +143,7 @@ def ensure_dir(root: PathLike, path: PathLike, created: Optional[List[str]] = No
         probe = parent
     for d in reversed(missing):
         _mkdir(d, created, announce)
-    _check_own_dir(r)
+    _check_own_dir(r, strict)
     rel = os.path.relpath(p, r)
     cur = r
     if rel != ".":
@@ -146,7 +151,7 @@ def ensure_dir(root: PathLike, path: PathLike, created: Optional[List[str]] = No
             cur = os.path.join(cur, part)
             if not os.path.lexists(cur):
                 _mkdir(cur, created, announce)
-            _check_own_dir(cur)
+            _check_own_dir(cur, strict)
     return p
 
 

@@ -263,7 +263,12 @@ class NodeRecords:
                 j = self.journals.pop(root, None)
                 if j is not None:
                     j.close()
-                    records.compact(state.fd, state.path, self.recs[root], fsync=self.fsync)
+                    try:
+                        records.compact(state.fd, state.path, self.recs[root],
+                                        fsync=self.fsync)
+                    except OSError:
+                        pass  # no room for the new record (ENOSPC): the journal stays the
+                        # record, complete, until a run with room compacts it
                 if not state.spec_keys():  # nothing staged here: leave no trace
                     self.ancestors_left += state.remove_dirs(final=True)[1]
             except BaseException as e:

@@ -342,12 +342,12 @@ def _after_failure(comm: Any, layout: NodeLayout, recs: Optional[NodeRecords],
                    e: StagerError, phase: str) -> None:
     """Collective over `comm`. Close the records, then append to ``e`` how much is recorded."""
     err = None
+    mine = recs.progress() if recs is not None else (0, 0, 0, 0)
     if recs is not None:
         try:
             recs.close()
         except Exception as exc:  # reported in the message, never lost silently
             err = exc
-    mine = recs.progress() if recs is not None else (0, 0, 0, 0)
     parts = comm.allgather((mine, None if err is None else str(err)))
     _remove_ancestors(comm, recs)
     if phase not in ("staging", "checking the sources", "recording") and \
@@ -359,12 +359,12 @@ def _after_failure(comm: Any, layout: NodeLayout, recs: Optional[NodeRecords],
     total_b = sum(p[3] for p, _ in parts)
     nodes = len([p for p, _ in parts if p[1]])
     note = (f"{done} of {total} copies ({describe_size(done_b)} of {describe_size(total_b)}) "
-            f"are complete and recorded on {nodes} node(s); temporary files removed; "
-            "a re-run transfers only the rest")
+            f"are complete and recorded on {nodes} node(s); temporary files removed")
     failed = [m for _, m in parts if m]
     if failed:
         note += f"; but saving a record failed: {failed[0]}"
-    e.args = (f"{e.args[0] if e.args else e}; {note}",) + tuple(e.args[1:])
+    e.args = (f"{e.args[0] if e.args else e}; {note}; once the cause is fixed, the same "
+              "command transfers only the rest",) + tuple(e.args[1:])
     e.progress_note = note  # type: ignore[attr-defined]  # for the command's one line
 
 
