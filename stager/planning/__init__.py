@@ -105,10 +105,13 @@ def spec_key(spec: Any) -> str:
     From the spec file's real path when it is a file, so ``stage``, ``verify`` and
     ``clean`` of one file meet the same records from any working directory; a spec
     that is not a file (parsed from text) is keyed by the name it was given. A
-    ``Plan`` carries the key it was planned with.
+    ``Plan`` carries the key it was planned with; a path may be given as it is.
     """
     if isinstance(spec, Plan) and spec.spec_key:
         return spec.spec_key
-    path = getattr(spec, "path", None) or getattr(spec, "spec_path", "") or "<string>"
+    if isinstance(spec, (str, os.PathLike)):
+        path = os.fspath(spec)
+    else:
+        path = getattr(spec, "path", None) or getattr(spec, "spec_path", "") or "<string>"
     ident = ("path:" + os.path.realpath(path)) if os.path.isfile(path) else ("name:" + path)
     return hashlib.sha256(ident.encode()).hexdigest()[:16]
