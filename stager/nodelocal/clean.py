@@ -33,7 +33,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from stager.mpi.agree import agreed
 from stager.nodelocal import record as records
-from stager.nodelocal.roots import Staged, locked_roots, open_roots
+from stager.nodelocal.roots import lock_roots, open_roots, release
 from stager.nodelocal.state import RootState
 from stager.nodelocal.trusted import Untrusted, open_below
 
@@ -144,13 +144,19 @@ def clean(spec: Any, comm: Any = None, emulate_nodes: Optional[int] = None,
     """
     staged = open_roots(spec, comm, emulate_nodes, node_id_env, wait)
     comm, layout = staged.comm, staged.layout
+    held: List[Any] = []
     try:
         files = dirs = temps = 0
         skipped: List[str] = []
         ancestors: List[str] = []
+        with agreed(comm, "clean (locking destinations)", node=layout.name, quiet=True):
+            if layout.is_leader:
+                held = lock_roots(staged)
         with agreed(comm, "clean", node=layout.name, quiet=True):
             if layout.is_leader:
-                files, dirs, skipped, ancestors, temps = _clean_node(staged)
+                files, dirs, skipped, ancestors, temps = _clean_node(staged.key, held)
+                release(held)
+                held = []
         # parents shared by emulated nodes on one machine (``/local/run`` of
         # ``/local/run/%n``) are empty only once every node is done: after the agreement
         # above, each leader tries those every node of its host could not remove
@@ -160,6 +166,7 @@ def clean(spec: Any, comm: Any = None, emulate_nodes: Optional[int] = None,
             dirs += _remove_ancestors(left)
         gathered = comm.allgather((files, dirs, skipped, temps))
     finally:
+        release(held)
         layout.free()
     return CleanReport(nodes=layout.names, files_removed=sum(g[0] for g in gathered),
                        dirs_removed=sum(g[1] for g in gathered),
@@ -167,16 +174,16 @@ def clean(spec: Any, comm: Any = None, emulate_nodes: Optional[int] = None,
                        leftovers=sum(g[3] for g in gathered))
 
 
-def _clean_node(staged: Staged) -> Tuple[int, int, List[str], List[str], int]:
+def _clean_node(key: str, held: List[Any]) -> Tuple[int, int, List[str], List[str], int]:
     files = dirs = temps = 0
     skipped: List[str] = []
     ancestors: List[str] = []
-    for root, state, why in locked_roots(staged):
+    for root, state, why in held:
         if state is None:
             if why and why != "nothing staged here" and not why.startswith("shared with"):
                 skipped.append(f"{root}: {why}; nothing there was removed")
             continue
-        f, d, left, anc, t = _clean_root(state, staged.key)
+        f, d, left, anc, t = _clean_root(state, key)
         files, dirs, temps = files + f, dirs + d, temps + t
         skipped.extend(left)
         ancestors.extend(anc)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import secrets
 from dataclasses import dataclass
-from typing import Any, Iterator, List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 from stager.mpi.agree import bcast_result
 from stager.mpi.nodes import NodeLayout, check_node_options, node_layout
@@ -14,7 +14,7 @@ from stager.options import resolve_options
 from stager.planning.api import load
 from stager.planning.plan import expand_node
 
-__all__ = ["node_roots", "open_roots", "Staged", "locked_roots"]
+__all__ = ["node_roots", "open_roots", "Staged", "lock_roots", "release"]
 
 
 def node_roots(templates: List[str], node: str) -> List[str]:
@@ -72,31 +72,53 @@ def open_roots(spec: Any, comm: Any, emulate_nodes: Optional[int],
     return Staged(comm, node_roots(templates, layout.name), layout, key, shown, run, wait_s)
 
 
-def locked_roots(staged: Staged) -> Iterator[Tuple[str, Optional[RootState], Optional[str]]]:
-    """On a leader: ``(root, state, skip)`` for each root of its node, locked in turn.
+def lock_roots(staged: Staged) -> List[Tuple[str, Optional[RootState], Optional[str]]]:
+    """On a leader: lock every root of its node; ``(root, state, skip)`` for each.
 
-    ``state`` is the root's open, locked state directory (closed when the loop moves
-    on), or ``None`` with ``skip`` saying why: nothing was staged there, the root is
-    not to be trusted (``Untrusted``'s message), or another node of this run holds
-    it (a shared root: that node handles it). ``LockBusy`` propagates.
+    ``state`` is the root's open, locked state directory -- the caller closes it
+    (which releases the lock) only after a collective that follows the locking of
+    every node, so two nodes sharing a root cannot both lock it in turn -- or
+    ``None`` with ``skip`` saying why: nothing was staged there, the root is not to
+    be trusted (``Untrusted``'s message), or another node of this run holds it (a
+    shared root: that node handles it). On an error every lock taken is released.
+
+    Raises
+    ------
+    LockBusy
+        Another run holds a root.
     """
     from stager.nodelocal.trusted import Untrusted
 
     holder = Holder.here(staged.run, staged.layout.name, staged.spec)
-    for root in sorted(staged.roots):
-        try:
-            state = RootState.open(root)
-        except Untrusted as e:
-            yield root, None, str(e)
-            continue
-        if state is None:
-            yield root, None, "nothing staged here"
-            continue
-        try:
-            other = state.take_lock(holder, staged.wait)
-            if other is not None:
-                yield root, None, f"shared with node {other.node}, which handles it"
+    out: List[Tuple[str, Optional[RootState], Optional[str]]] = []
+    try:
+        for root in sorted(staged.roots):
+            try:
+                state = RootState.open(root)
+            except Untrusted as e:
+                out.append((root, None, str(e)))
                 continue
-            yield root, state, None
-        finally:
+            if state is None:
+                out.append((root, None, "nothing staged here"))
+                continue
+            try:
+                other = state.take_lock(holder, staged.wait)
+            except BaseException:
+                state.close()
+                raise
+            if other is not None:
+                state.close()
+                out.append((root, None, f"shared with node {other.node}, which handles it"))
+                continue
+            out.append((root, state, None))
+    except BaseException:
+        release(out)
+        raise
+    return out
+
+
+def release(held: List[Tuple[str, Optional[RootState], Optional[str]]]) -> None:
+    """Close (and unlock) every state of :func:`lock_roots`."""
+    for _, state, _ in held:
+        if state is not None:
             state.close()

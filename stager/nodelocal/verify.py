@@ -22,7 +22,7 @@ from typing import Any, List, Optional, Tuple
 from stager.errors import VerifyError
 from stager.mpi.agree import agreed
 from stager.nodelocal import checksum
-from stager.nodelocal.roots import Staged, locked_roots, open_roots
+from stager.nodelocal.roots import lock_roots, open_roots, release
 from stager.nodelocal.state import RootState
 from stager.nodelocal.trusted import Untrusted, open_below
 
@@ -90,11 +90,10 @@ def _check_copy(node: str, state: RootState, rel: str, rec: Any) -> Tuple[int, O
     return st.st_size, None
 
 
-def _check_node(staged: Staged) -> Tuple[int, int, List[Mismatch]]:
-    node = staged.layout.name
+def _check_node(node: str, key: str, held: List[Any]) -> Tuple[int, int, List[Mismatch]]:
     files = nbytes = 0
     bad: List[Mismatch] = []
-    for root, state, why in locked_roots(staged):
+    for root, state, why in held:
         if state is None:
             if why and why.startswith("shared with"):
                 continue
@@ -102,7 +101,7 @@ def _check_node(staged: Staged) -> Tuple[int, int, List[Mismatch]]:
                       if why == "nothing staged here" else why or "")
             bad.append(Mismatch(node, root, reason))
             continue
-        rec = state.load(staged.key)
+        rec = state.load(key)
         if not rec.files:
             bad.append(Mismatch(node, root, "nothing staged here for this spec (no record); "
                                             "run stager stage"))
@@ -151,14 +150,19 @@ def verify(spec: Any, comm: Any = None, emulate_nodes: Optional[int] = None,
     """
     staged = open_roots(spec, comm, emulate_nodes, node_id_env, wait)
     comm, layout = staged.comm, staged.layout
+    held: List[Any] = []
     try:
         files = nbytes = 0
         bad: List[Mismatch] = []
+        with agreed(comm, "verify (locking destinations)", node=layout.name, quiet=True):
+            if layout.is_leader:
+                held = lock_roots(staged)
         with agreed(comm, "verify", node=layout.name, quiet=True):
             if layout.is_leader:
-                files, nbytes, bad = _check_node(staged)
+                files, nbytes, bad = _check_node(layout.name, staged.key, held)
         gathered = comm.allgather((files, nbytes, bad))
     finally:
+        release(held)
         layout.free()
     mismatches = [m for _, _, ms in gathered for m in ms]
     if mismatches:

@@ -73,7 +73,8 @@ class Job:
         except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)  # mpirun and every rank it started
             out, err = self.proc.communicate()
-            raise AssertionError(f"no result in {timeout} s: {' '.join(self.cmd)}\n{out}\n{err}")
+            raise AssertionError(f"no result in {timeout} s: {' '.join(self.cmd)}\n{out}\n"
+                                 f"{err}") from None
         return subprocess.CompletedProcess(self.cmd, self.proc.returncode, out, err)
 
 

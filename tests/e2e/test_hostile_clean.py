@@ -36,8 +36,9 @@ os.mkdir(root, 0o777)
 os.chmod(root, 0o777)
 os.symlink(victim, os.path.join(root, "sub"))
 entry = {"source": "/x", "source_size": st.st_size, "source_mtime_ns": st.st_mtime_ns,
-         "source_ctime_ns": st.st_ctime_ns, "source_ino": st.st_ino, "size": st.st_size, "mtime_ns": st.st_mtime_ns,
-         "mode": 0o644, "checksum": "", "dev": st.st_dev, "ino": st.st_ino}
+         "source_ctime_ns": st.st_ctime_ns, "source_ino": st.st_ino, "size": st.st_size,
+         "mtime_ns": st.st_mtime_ns, "mode": 0o644, "checksum": "", "dev": st.st_dev,
+         "ino": st.st_ino}
 old = {"version": 2, "algorithm": "xxh3_128", "root": root, "created_dirs": [root],
        "files": {"sub/important.dat": {"source": "/x", "size": st.st_size,
                                        "mtime_ns": st.st_mtime_ns, "mode": 420,
