@@ -96,7 +96,8 @@ def check_destinations(block: Block, areas: Tuple[SourceArea, ...]) -> None:
     head = real_dest(os.path.dirname(dest[:dest.index("%n")] + "x"))
     trees = [a for a in areas if a.kind == "tree"
              and (head == a.path or head.startswith(a.path.rstrip("/") + "/"))]
-    check_disjoint(head, trees, where, block.display_dest)
+    # every node's root is below ``head``: checked as a path below it
+    check_disjoint(os.path.join(head, "%n"), trees, where, block.display_dest)
 
 
 def spec_key(spec: Any) -> str:
