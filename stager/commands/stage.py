@@ -24,6 +24,19 @@ from stager.options import METHODS
 HELP = "collectively stage a spec's files to every node (run under mpirun)"
 
 
+def _wait_value(text: str) -> str:
+    """``--wait``'s value: seconds or ``forever`` (a spec path after a bare ``--wait`` is
+    refused here rather than taken for a number)."""
+    from stager.options import parse_seconds
+
+    try:
+        parse_seconds(text, "--wait")
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{e} (write SPEC before --wait, or give SECONDS)") \
+            from None
+    return text
+
+
 def add_node_arguments(p: argparse.ArgumentParser) -> None:
     """``--emulate-nodes`` / ``--node-id-env`` and ``--wait`` (shared with verify and clean)."""
     g = p.add_mutually_exclusive_group()
@@ -33,8 +46,10 @@ def add_node_arguments(p: argparse.ArgumentParser) -> None:
                    help="ranks with the same value of environment variable VAR form a node "
                         "(e.g. SLURMD_NODENAME)")
     p.add_argument("--wait", nargs="?", const="forever", default=None, metavar="SECONDS",
+                   type=_wait_value,
                    help="if another stager run is using a destination, wait for it (for at "
-                        "most SECONDS) instead of failing at once, naming it")
+                        "most SECONDS, default: as long as it takes) instead of failing at "
+                        "once, naming it")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

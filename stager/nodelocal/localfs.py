@@ -10,11 +10,13 @@ destination is treated as hostile until checked:
   relative part);
 * a symlink already sitting at a destination path is refused and never
   followed, so its target is untouched;
-* bytes go to a temporary name in the destination directory (``O_EXCL |
-  O_NOFOLLOW``, mode ``0600``) and reach the final name by ``rename``, which is
-  atomic within a filesystem: a reader sees the old file or the whole new one,
-  never a partial file. Mode and mtime are set on the temporary file before
-  the rename.
+* bytes go to a temporary file (``O_EXCL | O_NOFOLLOW``, mode ``0600``) with a
+  short name whatever the final one (``.stager-tmp-...``: NAME_MAX), next to the
+  destination or, inside a staging run, in its root's ``.stager/tmp``
+  (:mod:`stager.nodelocal.commit`), and reach the final name by ``rename``, which
+  is atomic within a filesystem: a reader sees the old file or the whole new one,
+  never a partial file. Mode and mtime are set on the temporary file before the
+  rename, and a staging run journals the copy just before it.
 
 ``fsync`` is off by default for staging: the staged bytes are a replica of a
 source that stays on the shared filesystem, and a node crash loses the job
