@@ -1,30 +1,33 @@
-"""One large file to N emulated nodes: the single-large-file anomaly of issue 18, before and after.
+"""One large file to N emulated nodes: the single-large-file anomaly of issue 18.
 
 The issue measured one 2 GiB (sparse) file to 2 emulated nodes at 7.0-11.8 s with
-``stripe`` against 2.2-2.7 s with ``naive``. The cause (py-spy, bench/README.md):
-the transfer's rounds are lockstep, and the rank that finished its read and
-write first waited in ``MPI_Waitall``, which spins in Open MPI's progress loop;
-with ranks sharing 2 cores (emulated nodes, other users' jobs) the spinner took
-the core its peer needed to write its copy. The engine now tests the requests
-with a growing sleep in between (``stager.staging.transfer.engine._wait``).
+``stripe`` against 2.2-2.7 s with ``naive``. The cause (bench/README.md): the chunk
+exchange between emulated leaders went through Open MPI's shared-memory transport,
+and an ``Iallgatherv`` progresses only while both leaders are inside MPI at once --
+one ``process_vm_readv`` per piece with the transport's single-copy mechanism (CMA),
+~1,000 fragment round trips per 32 MiB chunk without it. On two shared cores the
+leaders are rarely inside MPI together, so ``stripe`` had a heavy tail (up to 8x
+``naive``), worst without CMA. Leaders on one host now exchange through a
+shared-memory window (``stager.staging.transfer.shmem``), with one small reduction
+per round.
 
 This runs, interleaved in the same rounds so the load hits all alike:
 
-* ``stripe`` -- this checkout;
-* ``stripe-spin`` -- this checkout with the round's wait put back to
-  ``MPI.Request.Waitall`` (a copy of the package, patched in a temporary
-  directory and put first on ``PYTHONPATH``; the patch is checked to apply);
-* ``naive`` -- every leader copies the file itself (no exchange, no waiting);
+* ``stripe`` -- the default (leaders on one host: the shared-memory window);
+* ``stripe-messages`` -- ``STAGER_SHARED_EXCHANGE=0``: the ``Iallgatherv`` exchange,
+  the only one before the fix (what leaders on different hosts use);
+* ``naive`` -- every leader copies the file itself (no exchange);
 
-for a *fresh sparse* 2 GiB file (a new file per run, as in the issue: its holes
-fill the page cache on first read) and a *dense* 2 GiB file already in the page
-cache, at N = 1, 2, 4. Reported per variant: median transfer seconds (the
-stager's report) and median CPU seconds of the whole job (user + system of
-``mpirun`` and its ranks), with the load average.
+and, with ``--no-single-copy``, ``stripe-messages`` again with
+``OMPI_MCA_btl_vader_single_copy_mechanism=none``. Sources: a *fresh sparse* file
+(a new one per run, as in the issue: its holes fill the page cache on first read)
+and a *dense* file already in the page cache; N = 1, 2, 4. Reported per variant:
+median, minimum and maximum transfer seconds (the stager's report; the tail is the
+anomaly) and median CPU seconds of the whole job, with the load average.
 
 Usage::
 
-    .venv/bin/python bench/large_file_bench.py [--nodes 1 2 4] [--rounds 3] [--bytes 2G]
+    .venv/bin/python bench/large_file_bench.py [--nodes 1 2 4] [--rounds 5] [--bytes 2G]
 """
 from __future__ import annotations
 
@@ -48,25 +51,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
 ENV.pop("OMPI_MCA_btl_vader_single_copy_mechanism", None)  # as in stage_bench.py
-SPIN_FROM = "        _wait(reqs)\n"
-SPIN_TO = "        MPI.Request.Waitall(reqs)\n"
-
-
-def spin_copy(base: str) -> str:
-    """A copy of this checkout's packages whose rounds wait with ``Waitall`` (spinning)."""
-    dest = os.path.join(base, "spin")
-    for pkg in ("stager", "hooks"):
-        shutil.copytree(os.path.join(ROOT, pkg), os.path.join(dest, pkg),
-                        ignore=shutil.ignore_patterns("__pycache__"))
-    engine = os.path.join(dest, "stager", "staging", "transfer", "engine.py")
-    with open(engine) as f:
-        text = f.read()
-    if text.count(SPIN_FROM) != 1:
-        raise SystemExit(f"cannot make the spinning variant: {SPIN_FROM.strip()!r} not found "
-                         "once in the engine")
-    with open(engine, "w") as f:
-        f.write(text.replace(SPIN_FROM, SPIN_TO))
-    return dest
+VARIANTS = {
+    "stripe": ("stripe", {}),
+    "stripe-messages": ("stripe", {"STAGER_SHARED_EXCHANGE": "0"}),
+    "bcast": ("bcast", {}),
+    "naive": ("naive", {}),
+}
+NO_CMA = {"OMPI_MCA_btl_vader_single_copy_mechanism": "none"}
 
 
 def make_source(path: str, nbytes: int, sparse: bool) -> None:
@@ -88,11 +79,11 @@ def make_source(path: str, nbytes: int, sparse: bool) -> None:
             pass
 
 
-def run_one(spec: str, n: int, method: str, pythonpath: str, out: str) -> Dict:
-    env = dict(ENV)
-    if pythonpath:
-        env["PYTHONPATH"] = pythonpath
-    cmd = ["mpirun", "-n", str(n), "--oversubscribe", sys.executable, "-m", "stager", "stage",
+def run_one(spec: str, n: int, method: str, out: str, extra: Dict[str, str]) -> Dict:
+    env = dict(ENV, **extra)
+    mca = [a for k in extra for a in ("-x", k)]
+    cmd = ["mpirun", "-n", str(n), "--oversubscribe", *mca, sys.executable, "-m", "stager",
+           "stage",
            spec, "--emulate-nodes", str(n), "--method", method, "--force", "--no-progress",
            "--json", out]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -104,16 +95,22 @@ def run_one(spec: str, n: int, method: str, pythonpath: str, out: str) -> Dict:
         rep = json.load(f)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return {"seconds": rep["seconds"], "cpu_seconds": cpu, "gbps": rep["delivered_gbps"],
-            "load": os.getloadavg()[0]}
+            "load": os.getloadavg()[0],
+            "exchange": rep["extra"].get("files", {}).get("exchange")}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, nargs="+", default=[1, 2, 4])
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--bytes", default="2G", help="size of the file (default 2G)")
     ap.add_argument("--sources", nargs="+", default=["sparse", "dense"],
                     choices=["sparse", "dense"])
+    ap.add_argument("--variants", nargs="+", default=["stripe", "stripe-messages", "naive"],
+                    choices=sorted(VARIANTS))
+    ap.add_argument("--no-single-copy", action="store_true",
+                    help="also run every variant with OMPI_MCA_btl_vader_single_copy_mechanism"
+                         "=none (no CMA: what containers often force)")
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
     args = ap.parse_args()
     sys.path.insert(0, ROOT)
@@ -122,8 +119,12 @@ def main() -> int:
 
     base = tempfile.mkdtemp(prefix="large-file-bench-", dir="/tmp")
     dest = tempfile.mkdtemp(prefix="large-file-bench-", dir="/dev/shm")
-    variants = [("stripe", "stripe", ""), ("stripe-spin", "stripe", spin_copy(base)),
-                ("naive", "naive", "")]
+    variants = []
+    for name in args.variants:
+        method, env = VARIANTS[name]
+        variants.append((name, method, env))
+        if args.no_single_copy and method != "naive":
+            variants.append((f"{name} (no CMA)", method, dict(env, **NO_CMA)))
     rows: List[Dict] = []
     load = LoadSampler()
     try:
@@ -136,12 +137,12 @@ def main() -> int:
             if source == "dense":
                 make_source(src, nbytes, sparse=False)
             for n in args.nodes:
-                samples: Dict[str, List[Dict]] = {v: [] for v, _, _ in variants}
+                samples: Dict[str, List[Dict]] = {v[0]: [] for v in variants}
                 for _ in range(args.rounds):
-                    for name, method, path in variants:
+                    for name, method, extra in variants:
                         if source == "sparse":
                             make_source(src, nbytes, sparse=True)  # fresh: cold holes
-                        s = run_one(spec, n, method, path, os.path.join(base, "r.json"))
+                        s = run_one(spec, n, method, os.path.join(base, "r.json"), extra)
                         shutil.rmtree(dest)
                         os.makedirs(dest)
                         samples[name].append(s)
@@ -150,8 +151,10 @@ def main() -> int:
                 for name, ss in samples.items():
                     rows.append(dict(source=source, nodes=n, variant=name, bytes=nbytes,
                                      seconds=median(x["seconds"] for x in ss),
+                                     min_seconds=min(x["seconds"] for x in ss),
+                                     max_seconds=max(x["seconds"] for x in ss),
                                      cpu_seconds=median(x["cpu_seconds"] for x in ss),
-                                     samples=ss))
+                                     exchange=ss[0]["exchange"], samples=ss))
     finally:
         load.__exit__()
         shutil.rmtree(base, ignore_errors=True)
@@ -173,16 +176,19 @@ def main() -> int:
 def render_md(meta: Dict, rows: List[Dict]) -> str:
     out = [f"# One large file to N emulated nodes ({meta['date']}, {meta['cpus']} cores)", "",
            f"{meta['note']}; {meta['rounds']} rounds; {meta['load_text']}. Transfer = the "
-           "stager's reported seconds; CPU = user + system seconds of the whole job. "
-           "`stripe-spin` is this code with the round's wait put back to `Waitall` "
-           "(the code before the fix).", "",
-           "| source | N | variant | transfer s | CPU s | vs naive (transfer) |",
-           "|---|---|---|---|---|---|"]
+           "stager's reported seconds (median, and the range over the rounds: the tail is "
+           "the anomaly); CPU = user + system seconds of the whole job. `stripe-messages` "
+           "is the `Iallgatherv` exchange, the only one before the fix; `(no CMA)`: "
+           "`OMPI_MCA_btl_vader_single_copy_mechanism=none`.", "",
+           "| source | N | variant | exchange | transfer s (min-max) | CPU s | vs naive |",
+           "|---|---|---|---|---|---|---|"]
     naive = {(r["source"], r["nodes"]): r["seconds"] for r in rows if r["variant"] == "naive"}
     for r in rows:
-        ratio = r["seconds"] / naive[(r["source"], r["nodes"])]
-        out.append(f"| {r['source']} 2 GiB | {r['nodes']} | {r['variant']} | "
-                   f"{r['seconds']:.2f} | {r['cpu_seconds']:.2f} | {ratio:.2f}x |")
+        base = naive.get((r["source"], r["nodes"]))
+        ratio = f"{r['seconds'] / base:.2f}x" if base else "-"
+        out.append(f"| {r['source']} {r['bytes'] >> 30} GiB | {r['nodes']} | {r['variant']} | "
+                   f"{r['exchange']} | {r['seconds']:.2f} ({r['min_seconds']:.2f}-"
+                   f"{r['max_seconds']:.2f}) | {r['cpu_seconds']:.2f} | {ratio} |")
     return "\n".join(out) + "\n"
 
 

@@ -90,6 +90,8 @@ class StageOptions:
     verify_source: bool = False
     #: seconds the ranks get to stop together after SIGINT/SIGTERM (stager.staging.interrupt)
     interrupt_grace: float = 0.6
+    #: leaders on one host exchange chunks through a shared-memory window (transfer.shmem)
+    shared_exchange: bool = True
 
 
 def _parse(name: str, value: Any) -> Any:

@@ -340,7 +340,8 @@ def _check_roots(plan: Plan, targets: NodeTargets, node: str) -> None:
 
 def _after_failure(comm: Any, layout: NodeLayout, recs: Optional[NodeRecords],
                    e: StagerError, phase: str) -> None:
-    """Collective over `comm`. Close the records, then append to ``e`` how much is recorded."""
+    """Collective over `comm`: every rank must call. Close the records, then tell ``e`` how
+    much is complete and recorded (every rank raised ``e`` at the same point)."""
     err = None
     mine = recs.progress() if recs is not None else (0, 0, 0, 0)
     if recs is not None:
@@ -369,7 +370,8 @@ def _after_failure(comm: Any, layout: NodeLayout, recs: Optional[NodeRecords],
 
 
 def _remove_ancestors(comm: Any, recs: Optional[NodeRecords]) -> None:
-    """Collective over `comm`. rmdir the parents of emptied roots every node left behind.
+    """Collective over `comm`: every rank must call. rmdir the parents of emptied roots
+    every node left behind.
 
     Emulated nodes on one host share the parents the stager made (``/local/run`` of
     ``/local/run/%n``); after the previous collective every node is done with them.

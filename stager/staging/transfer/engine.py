@@ -18,19 +18,17 @@ same ``wait`` and all leave the loop together, so nobody is left in a
 collective. Details of the error are agreed by the caller (``stager.mpi.agree``).
 
 Progress is made by Open MPI inside MPI calls only, so the overlap is as good
-as the library's asynchronous progress allows: one ``Testall`` between the read
-and the write lets the exchange's handshakes start, and the wait at the end of
-a round polls with a short sleep instead of spinning (:func:`_wait`: a spinning
-rank took the core its peer needed to write, see issue 18). The three-buffer
-structure still lets the kernel's read-ahead and the page cache work while MPI
-copies. Before any leader writes a chunk, every reader has checked the files
-whose last piece it read (size, mtime, ctime, inode), and a pending SIGINT or
-SIGTERM stops every leader after the same round, like a failure.
+as the library's asynchronous progress allows; the three-buffer structure
+still lets the kernel's read-ahead and the page cache work while MPI copies.
+Leaders that share one host (emulated nodes) exchange through a shared-memory
+window instead (:mod:`~stager.staging.transfer.shmem`). Before any leader writes
+a chunk, every reader has checked the files whose last piece it read (size,
+mtime, ctime, inode), and a pending SIGINT or SIGTERM stops every leader after
+the same round, like a failure.
 """
 from __future__ import annotations
 
 import mmap
-import time
 from typing import Any, List, Optional, Sequence
 
 from stager.nodelocal.checksum import DIGEST_SIZE, digest
@@ -48,9 +46,10 @@ def _read_pieces(t: Task, me: int, reader: SourceReader, view: memoryview,
                  st: bytearray, last: dict) -> None:
     """Read this rank's pieces of task ``t`` into ``view``; put their digests in ``st``.
 
-    After this rank's last piece of a file (``last[file]`` is its offset) the file is
-    closed and checked, so a source that changed while being read fails this very
-    round -- before any leader commits a copy of it.
+    After this rank's last piece of a
+    file (``last[file]`` is its offset) the file is closed and checked, so a source
+    that changed while being read fails this very round -- before any leader
+    commits a copy of it.
     """
     for j, p in enumerate(t.pieces):
         if p.owner != me:
@@ -64,26 +63,6 @@ def _read_pieces(t: Task, me: int, reader: SourceReader, view: memoryview,
             reader.close(p.file)
         at = 1 + DIGEST_SIZE * j
         st[at:at + DIGEST_SIZE] = digest(v)
-
-
-def _wait(reqs: List[Any], max_sleep: float = 5e-4) -> None:
-    """Wait for ``reqs`` testing them with a growing sleep in between, never spinning.
-
-    ``MPI.Request.Waitall`` spins inside Open MPI's progress loop. In lockstep rounds
-    the rank that finished its read and write first spins while the other still
-    writes; when ranks share cores (emulated nodes, other jobs) the spinner takes the
-    core the writer needs. That was the single-large-file anomaly of issue 18: one
-    2 GiB file to 2 emulated nodes, ``stripe`` 1.3-2.4x slower than ``naive`` and 40-60%
-    more CPU; polling like this, measured in the same runs, made ``stripe`` as fast as
-    ``naive`` (bench/results/large_file.md). The sleep starts at 20 us and is capped
-    at 0.5 ms, against rounds of several milliseconds per 32 MiB chunk.
-    """
-    from mpi4py import MPI
-
-    pause = 2e-5
-    while not MPI.Request.Testall(reqs):
-        time.sleep(pause)
-        pause = min(pause * 2, max_sleep)
 
 
 def _last_pieces(tasks: Sequence[Task], me: int) -> dict:
@@ -192,10 +171,9 @@ def run_pieces(comm: Any, tasks: Sequence[Task], reader: SourceReader, sink: Sin
         reqs = post(k)
         if k + 1 < n:
             read(k + 1)
-        MPI.Request.Testall(reqs)  # progress the exchange (handshakes) between read and write
         if k >= 1:
             write(k - 1)
-        _wait(reqs)
+        MPI.Request.Waitall(reqs)
         if status_in[k % len(bufs)][0]:
             stopped = True
             break
