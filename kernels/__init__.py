@@ -1,35 +1,74 @@
-"""Analysis kernels for staged detector data (NF-HEDM, FF-HEDM, 4D-STEM),
-detector-file readers/writers and a synthetic detector with ground truth.
+"""Analysis kernels for staged detector data (NF-HEDM reduction and orientation fitting,
+FF-HEDM, 4D-STEM),
+detector-file readers/writers (:mod:`kernels.io`) and a synthetic detector
+with ground truth.
 
 Every kernel is a flat ``@njit(cache=True, nogil=True)`` function (suffix
 ``_kernel``) taking its outputs from the caller; the names without the suffix
 are thin wrappers that validate, allocate and call.  No kernel does I/O or
 MPI.  Under MPI, warm a node-local numba cache first: see
 :mod:`kernels.numba_cache`.
-"""
-from .errors import CacheError, KernelArgumentError, KernelError, ReaderError
-from .ff import PEAK_DTYPE, FFParams, find_peaks
-from .filters import log_filter, log_weights, median_filter, zero_crossings
-from .label import fill_holes, label8
-from .nf import (NF_SPOT_DTYPE, NFParams, NFSpots, NFWorkspace, median_background,
-                 reduce_frame, subtract_background)
-from .numba_cache import WarmReport, use_cache_dir, warm_cache
-from .readers import GEFile, HDF5Stack, TiffSeries, open_frames
-from .stem import count_electrons, ring_mask, virtual_detector
-from .synth import (TRUTH_DTYPE, DetectorModel, background_pattern, frame_truth, frames,
-                    match_points, plant_spots, render_dark, render_frame)
-from .writers import write_ge, write_hdf5, write_tiff_series
 
-__all__ = [
-    "KernelError", "KernelArgumentError", "ReaderError", "CacheError",
-    "median_filter", "log_filter", "log_weights", "zero_crossings", "label8", "fill_holes",
-    "NFParams", "NFSpots", "NFWorkspace", "NF_SPOT_DTYPE", "median_background",
-    "subtract_background", "reduce_frame",
-    "FFParams", "PEAK_DTYPE", "find_peaks",
-    "ring_mask", "virtual_detector", "count_electrons",
-    "GEFile", "TiffSeries", "HDF5Stack", "open_frames",
-    "write_tiff_series", "write_ge", "write_hdf5",
-    "DetectorModel", "TRUTH_DTYPE", "plant_spots", "background_pattern", "render_frame",
-    "render_dark", "frames", "frame_truth", "match_points",
-    "warm_cache", "use_cache_dir", "WarmReport",
-]
+Importing this package is cheap: every public name is loaded from its
+submodule on first use (PEP 562), so ``import kernels`` loads neither numba,
+scipy, h5py nor tifffile -- at thousands of ranks each module imported is a
+metadata lookup on the shared filesystem from every rank.  ``from kernels
+import open_frames`` loads the readers (NumPy only) and still no numba.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# public name -> submodule (relative to this package) that defines it
+_EXPORTS = {
+    "KernelError": "errors", "KernelArgumentError": "errors", "ReaderError": "errors",
+    "CacheError": "errors",
+    "median_filter": "filters", "log_filter": "filters", "log_weights": "filters",
+    "zero_crossings": "filters",
+    "label8": "label", "fill_holes": "label",
+    "NFParams": "nf", "NFSpots": "nf", "NFWorkspace": "nf", "NF_SPOT_DTYPE": "nf",
+    "median_background": "nf", "subtract_background": "nf", "reduce_frame": "nf",
+    "FFParams": "ff", "PEAK_DTYPE": "ff", "find_peaks": "ff",
+    "ring_mask": "stem", "virtual_detector": "stem", "count_electrons": "stem",
+    "GEFile": "io", "TiffSeries": "io", "TiffStack": "io", "HDF5Stack": "io",
+    "FrameSource": "io", "open_frames": "io",
+    "write_tiff_series": "io", "write_ge": "io", "write_hdf5": "io",
+    "DetectorModel": "synth", "TRUTH_DTYPE": "synth", "plant_spots": "synth",
+    "background_pattern": "synth", "render_frame": "synth", "render_dark": "synth",
+    "frames": "synth", "frame_truth": "synth", "match_points": "synth",
+    # NF-HEDM stage 2: orientations, the forward model, confidence, fitting, ground truth
+    "CUBIC_SYMMETRY": "crystal", "euler_to_matrix": "crystal", "matrix_to_euler": "crystal",
+    "misorientation": "crystal", "random_orientations": "crystal",
+    "rotation_matrix": "crystal", "fundamental_zone_grid": "crystal",
+    "hkl_list": "hkl", "HKLList": "hkl",
+    "NFGeometry": "nfgeometry", "ParamFileError": "nfgeometry",
+    "predict_spots": "nfmodel", "SPOT_DTYPE": "nfmodel",
+    "hex_grid": "nfgrid", "grid_vertices": "nfgrid", "within_radius": "nfgrid",
+    "read_grid": "nfgrid", "write_grid": "nfgrid",
+    "pack_images": "nfconfidence", "unpack_images": "nfconfidence",
+    "confidence": "nfconfidence", "FitWorkspace": "nfconfidence",
+    "fit_points": "nffit", "fit_point": "nffit", "FitOptions": "nffit", "FIT_DTYPE": "nffit",
+    "seed_spots": "nffit", "SeedSpots": "nffit",
+    "Microstructure": "microstructure", "voronoi_microstructure": "microstructure",
+    "simulate_images": "microstructure", "ff_seeds": "microstructure",
+    "FrameModel": "microstructure", "render_raw_frame": "microstructure",
+    "frame_background": "microstructure",
+    "warm_cache": "numba_cache", "use_cache_dir": "numba_cache", "WarmReport": "numba_cache",
+}
+
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module = _EXPORTS[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value          # later look-ups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
-from scipy.ndimage import gaussian_filter1d
 
 from .errors import KernelArgumentError, check_frame, check_out
 from .sortnet import median_network
@@ -100,17 +99,29 @@ def median_filter(img: np.ndarray, size: int = 3, out: np.ndarray | None = None)
 def log_weights(sigma: float, radius: int) -> tuple[np.ndarray, np.ndarray]:
     """1-D Gaussian (order 0) and second-derivative (order 2) weights, length ``2*radius+1``.
 
-    Taken as scipy's impulse responses, so :func:`log_filter` reproduces
-    ``scipy.ndimage.gaussian_laplace(x, sigma, mode='nearest', radius=radius)``.
+    With ``x = -radius..radius``::
+
+        g0[x] = exp(-x**2 / (2 sigma**2)) / sum_x exp(-x**2 / (2 sigma**2))
+        g2[x] = g0[x] * (x**2 - sigma**2) / sigma**4
+
+    i.e. the sampled Gaussian normalised to unit sum, and its analytic second
+    derivative on the same normalisation: the weights ``scipy.ndimage`` uses
+    (``gaussian_filter1d(..., order=0/2, radius=radius)``, the tests' reference),
+    so :func:`log_filter` reproduces ``scipy.ndimage.gaussian_laplace(x, sigma,
+    mode='nearest', radius=radius)``.  Computed with NumPy so that importing
+    this module does not load scipy.
     """
     if not (isinstance(sigma, (int, float)) and np.isfinite(sigma) and sigma > 0):
         raise KernelArgumentError(f"LoG sigma must be a positive number, got {sigma!r}")
     if not (isinstance(radius, (int, np.integer)) and radius >= 1):
         raise KernelArgumentError(f"LoG radius must be an integer >= 1, got {radius!r}")
-    delta = np.zeros(2 * radius + 1)
-    delta[radius] = 1.0
-    g0 = gaussian_filter1d(delta, float(sigma), order=0, mode="constant", radius=int(radius))
-    g2 = gaussian_filter1d(delta, float(sigma), order=2, mode="constant", radius=int(radius))
+    sigma2 = float(sigma) * float(sigma)
+    x = np.arange(-int(radius), int(radius) + 1, dtype=np.float64)
+    g0 = np.exp(-0.5 / sigma2 * x * x)
+    g0 /= g0.sum()
+    # scipy's polynomial for order 2, -1/sigma^2 + x^2/sigma^4, in its operation order
+    a = 1.0 / -sigma2
+    g2 = (a + x * x * (a * a)) * g0
     return g0, g2
 
 

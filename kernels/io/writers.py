@@ -1,4 +1,4 @@
-"""Writers for the detector layouts :mod:`kernels.readers` reads.
+"""Writers for the detector layouts :mod:`kernels.io` reads.
 
 Each file is written under a temporary name and renamed into place, so a
 reader never sees a half-written file.  Frames come from any iterable (e.g.
@@ -12,8 +12,8 @@ from typing import Iterable
 
 import numpy as np
 
-from .errors import KernelArgumentError
-from .readers import GE_HEADER_BYTES
+from ..errors import KernelArgumentError
+from .ge import GE_HEADER_BYTES
 
 __all__ = ["write_tiff_series", "write_ge", "write_hdf5"]
 
@@ -81,6 +81,7 @@ def write_hdf5(path: str, frames: Iterable[np.ndarray], n_frames: int, shape,
     with _atomic(path) as tmp, h5py.File(tmp, "w") as f:
         dset = f.create_dataset(dataset, (n_frames, *shape), dtype=np.uint16,
                                 chunks=(1, *shape), compression=compression)
+        dset.attrs["interpretation"] = np.bytes_("image")   # NeXus: frames along axis 0
         parent = dset.parent
         if parent.name != "/":
             parent.attrs["NX_class"] = "NXdata"

@@ -1,0 +1,45 @@
+"""Detector-file readers and writers: one frame (or a band of its rows) per call.
+
+Readers (all :class:`~kernels.io.base.FrameSource`, picklable, no MPI):
+
+* :class:`TiffSeries` -- one TIFF per frame (tifffile);
+* :class:`GEFile` -- GE raw (hand-written: row bands without reading the frame);
+* :class:`HDF5Stack` -- HDF5/NeXus stacks (h5py);
+* :func:`open_frames` -- picks one for a source.
+
+Writers (:mod:`kernels.io.writers`) write the same layouts atomically.
+
+Like :mod:`kernels`, this package loads its modules on first use, and none of
+them imports numba, h5py or tifffile at import time.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "FrameSource": "base",
+    "GEFile": "ge", "GE_HEADER_BYTES": "ge", "GE_SHAPE": "ge",
+    "TiffSeries": "tiff",
+    "HDF5Stack": "hdf5", "TiffStack": "tiff",
+    "FabioFrames": "fabio_frames", "RsciioFrames": "rsciio_frames",
+    "sniff": "detect", "SUPPORTED": "convert",
+    "open_frames": "detect",
+    "write_tiff_series": "writers", "write_ge": "writers", "write_hdf5": "writers",
+}
+
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module = _EXPORTS[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
