@@ -46,7 +46,9 @@ system:
 # Debian's interpreter with --system-site-packages (not the pyenv python3).
 $(STAMP): setup.cfg pyproject.toml constraints.txt
 	@test -x $(PY) || /usr/bin/python3 -m venv --system-site-packages $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[kernels,plot,parsl,hedm,stream,stream-fast,test,bench]'
+	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[kernels,plot,parsl,hedm,stream,stream-fast,em,test,bench]'
+	@# --no-deps: both declare h5py, and a PyPI h5py would shadow Debian's MPI build
+	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt --no-deps hdf5plugin fabio
 	@H5PY_ALWAYS_USE_MPI=1 $(PY) -c "import h5py, mpi4py, numba, numpy; \
 	  assert numpy.__version__ == '1.24.2', 'numpy ' + numpy.__version__; \
 	  assert h5py.get_config().mpi, 'not the parallel h5py (a PyPI h5py shadows Debian\'s?): ' + h5py.__file__"
@@ -87,9 +89,15 @@ PFS_BENCH_ARGS ?= --frames-bytes 2147483648 --small-files 5000
 bench: setup
 	$(PY) bench/stage_bench.py
 	$(PY) bench/tasks_bench.py
+	$(PY) bench/dispatch_model.py
 	$(PY) bench/kernels_bench.py
 	$(PY) bench/h5_bench.py --out bench/results/h5
 	$(PY) bench/sbcast_bench.py
+	$(PY) bench/stream_bench.py
+	$(PY) bench/readers_bench.py
+	$(PY) bench/nf_fit_bench.py
+	$(PY) bench/nf_read_bench.py
+	$(PY) bench/nf_projection.py
 
 bench-pfs: setup
 	$(PY) bench/pfs_stage.py $(PFS_BENCH_ARGS)

@@ -115,25 +115,35 @@ def is_series(source: str) -> bool:
 
 
 def frame_reader(source: str, first: int, n_frames: int, shape: Tuple[int, int]):
-    """A :mod:`kernels.readers` reader for ``source``, cached per worker.
+    """A :mod:`kernels.io` reader for ``source``, cached per worker.
 
     ``source`` with a ``%d`` field is a TIFF series (file ``source % frame``);
-    otherwise one GE or HDF5 file holding every frame. Returns
-    ``(reader, index_of)`` where ``index_of(frame)`` is the reader's index.
+    otherwise one file holding every frame, its format found from its bytes
+    (a GE raw file, which has no signature, gets ``shape``). Frames come as
+    uint16, what the HEDM kernels take: a uint32 detector file whose values do
+    not fit is a ``ReaderError`` naming the frame, never a silent wrap-around.
+    Returns ``(reader, index_of)`` where ``index_of(frame)`` is the reader's index.
     """
     from kernels import open_frames
 
     if is_series(source):
         def load(_: str):
-            return open_frames(source, first=first, n_frames=n_frames)
+            return open_frames(source, first=first, n_frames=n_frames, dtype="uint16")
         probe = source % first
         reader, _ = cached(probe, load, kind=f"tiff-series:{source}:{first}:{n_frames}")
         return reader, (lambda frame: frame - first)
-    opts: Dict[str, Any] = {}
-    if not source.lower().endswith((".h5", ".hdf5", ".hdf", ".nxs", ".nx5")):
-        opts["shape"] = tuple(shape)
-    reader, _ = cached(source, lambda p: open_frames(p, **opts), kind="frames")
+    reader, _ = cached(source, lambda p: open_frames(p, **raw_options(p, shape)), kind="frames")
     return reader, (lambda frame: frame)
+
+
+def raw_options(path: str, shape: Tuple[int, int]) -> Dict[str, Any]:
+    """Reader options for one detector file: uint16 frames, ``shape`` for GE raw files."""
+    from kernels.io import sniff
+
+    opts: Dict[str, Any] = {"dtype": "uint16"}
+    if sniff(path) == "unknown":  # GE raw: a headed file of frames, no signature
+        opts["shape"] = tuple(shape)
+    return opts
 
 
 # -- tables ---------------------------------------------------------------------
@@ -175,7 +185,9 @@ def recording(task: Any) -> Tuple[Any, List[Any]]:
             futures.append(fut)
             return fut
 
-    return _Recording(task.fn, name=task.name, retries=task.retries), futures
+    return _Recording(task.fn, name=task.name, retries=task.retries,
+                      timeout=getattr(task, "timeout", None),
+                      isolate=getattr(task, "isolate", False)), futures
 
 
 def phase_spans(phases: Mapping[str, Iterable[Any]], origin: float) -> Dict[str, Dict[str, float]]:

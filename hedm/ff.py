@@ -31,7 +31,7 @@ from typing import Any, Dict
 import numpy as np
 
 from workflows import app, on_this_node, reduce_tree, this_node
-from hedm.common import (as_records, cached, frame_reader, is_series,
+from hedm.common import (as_records, cached, frame_reader, is_series, raw_options,
                                    merge_tables, phase_spans, recording, worker_name)
 from hedm.output import FF_FRAME_DTYPE, plot_ff, write_csv, write_h5
 from hedm.params import (Param, add_flow_arguments, at_least, flag_overrides, load_params,
@@ -85,16 +85,9 @@ def add_arguments(parser) -> None:
 
 def load_dark(path: str, shape) -> np.ndarray:
     """Mean of every frame of the dark file (float32), read frame by frame."""
-    from kernels.readers import open_frames
+    from kernels import open_frames
 
-    opts: Dict[str, Any] = {}
-    if not is_series(path) and not path.lower().endswith((".h5", ".hdf5", ".hdf", ".nxs", ".nx5",
-                                                      ".tif", ".tiff")):
-        opts["shape"] = tuple(shape)
-    if path.lower().endswith((".tif", ".tiff")):
-        import tifffile
-        return tifffile.imread(path).astype(np.float32)
-    reader = open_frames(path, **opts)
+    reader = open_frames(path, **raw_options(path, shape))
     total = np.zeros(reader.shape, np.float64)
     for i in range(reader.n_frames):
         total += reader.read(i)

@@ -1,7 +1,7 @@
 """Synthetic NF/FF-HEDM datasets on disk (frames + parameter file + ground truth), and scoring.
 
 The frames come from :mod:`kernels.synth` (a seeded detector model with
-planted spots) and are written by :mod:`kernels.writers` in the instruments'
+planted spots) and are written by :mod:`kernels.io.writers` in the instruments'
 layouts: NF as a TIFF series ``stem_%06d.tif``, FF as one GE raw file plus a
 GE dark file. Next to them: the parameter file the workflow reads, and
 ``truth.npy`` / ``model.json`` so a result can be scored against what was
@@ -53,7 +53,7 @@ def make_nf_dataset(folder: str, model, params: Optional[Mapping[str, Any]] = No
     Returns the parameter file's path. ``params`` override :data:`NF_DEFAULTS`.
     """
     from kernels.synth import frames
-    from kernels.writers import write_tiff_series
+    from kernels import write_tiff_series
 
     from hedm.nf import SCHEMA
 
@@ -71,7 +71,7 @@ def make_ff_dataset(folder: str, model, params: Optional[Mapping[str, Any]] = No
                     n_dark: int = 4, param_file: str = "ff.params") -> str:
     """Write an FF dataset (frames in one GE file, ``n_dark`` dark frames in another)."""
     from kernels.synth import background_pattern, frames, render_dark
-    from kernels.writers import write_ge
+    from kernels import write_ge
 
     from hedm.ff import SCHEMA
 

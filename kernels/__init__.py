@@ -1,4 +1,5 @@
-"""Analysis kernels for staged detector data (NF-HEDM, FF-HEDM, 4D-STEM),
+"""Analysis kernels for staged detector data (NF-HEDM reduction and orientation fitting,
+FF-HEDM, 4D-STEM),
 detector-file readers/writers (:mod:`kernels.io`) and a synthetic detector
 with ground truth.
 
@@ -36,6 +37,23 @@ _EXPORTS = {
     "DetectorModel": "synth", "TRUTH_DTYPE": "synth", "plant_spots": "synth",
     "background_pattern": "synth", "render_frame": "synth", "render_dark": "synth",
     "frames": "synth", "frame_truth": "synth", "match_points": "synth",
+    # NF-HEDM stage 2: orientations, the forward model, confidence, fitting, ground truth
+    "CUBIC_SYMMETRY": "crystal", "euler_to_matrix": "crystal", "matrix_to_euler": "crystal",
+    "misorientation": "crystal", "random_orientations": "crystal",
+    "rotation_matrix": "crystal", "fundamental_zone_grid": "crystal",
+    "hkl_list": "hkl", "HKLList": "hkl",
+    "NFGeometry": "nfgeometry", "ParamFileError": "nfgeometry",
+    "predict_spots": "nfmodel", "SPOT_DTYPE": "nfmodel",
+    "hex_grid": "nfgrid", "grid_vertices": "nfgrid", "within_radius": "nfgrid",
+    "read_grid": "nfgrid", "write_grid": "nfgrid",
+    "pack_images": "nfconfidence", "unpack_images": "nfconfidence",
+    "confidence": "nfconfidence", "FitWorkspace": "nfconfidence",
+    "fit_points": "nffit", "fit_point": "nffit", "FitOptions": "nffit", "FIT_DTYPE": "nffit",
+    "seed_spots": "nffit", "SeedSpots": "nffit",
+    "Microstructure": "microstructure", "voronoi_microstructure": "microstructure",
+    "simulate_images": "microstructure", "ff_seeds": "microstructure",
+    "FrameModel": "microstructure", "render_raw_frame": "microstructure",
+    "frame_background": "microstructure",
     "warm_cache": "numba_cache", "use_cache_dir": "numba_cache", "WarmReport": "numba_cache",
 }
 

@@ -34,7 +34,9 @@ from .errors import (
     HookError,
     NoExecutorError,
     ResultsError,
+    TaskCrashed,
     TaskFailure,
+    TaskTimeout,
     WorkflowError,
 )
 from .futures import AppFuture, wait_all
@@ -52,7 +54,9 @@ __all__ = [
     "HookError",
     "NoExecutorError",
     "ResultsError",
+    "TaskCrashed",
     "TaskFailure",
+    "TaskTimeout",
     "WorkflowError",
     "app",
     "command",

@@ -18,6 +18,12 @@ can run concurrently does (Swift/T semantics, Parsl's surface)::
     total = add(square(3), square(4))      # square(3), square(4) run concurrently
     total.result()                         # 25
 
+    @app(timeout=600, isolate=True)        # killed after 10 min; may crash its process
+    def fit(grain):
+        ...
+
+    fit.on("node3")(grain)                 # prefer a worker of node3 (hard=True: only there)
+
 The task goes to the innermost active executor (``with executor:`` or
 ``python -m workflows run``). Apps must be defined at module top level to be
 sent by reference; others are sent by value with ``dill``.
@@ -28,10 +34,11 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
-from typing import Any, Callable, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 from .command import CommandSpec
 from .futures import AppFuture
+from .limits import check_seconds
 from .runtime import active_runtime
 from .tasks import FunctionRef
 
@@ -47,12 +54,21 @@ def _check_retries(retries: int) -> int:
 class App:
     """A Python function that runs as a task when called (see :func:`app`)."""
 
-    def __init__(self, fn: Callable, name: Optional[str] = None, retries: int = 0):
+    def __init__(
+        self,
+        fn: Callable,
+        name: Optional[str] = None,
+        retries: int = 0,
+        timeout: Optional[float] = None,
+        isolate: bool = False,
+    ):
         if not callable(fn):
             raise TypeError(f"@app needs a function, got {fn!r}")
         self.fn = fn
         self.name: str = str(name or getattr(fn, "__name__", "app"))
         self.retries = _check_retries(retries)
+        self.timeout = check_seconds(timeout, f"app {self.name}: timeout")
+        self.isolate = bool(isolate)
         self._ref: Optional[FunctionRef] = None
         functools.update_wrapper(self, fn)
 
@@ -64,7 +80,39 @@ class App:
         return self._ref
 
     def __call__(self, *args: Any, **kwargs: Any) -> AppFuture:
-        return active_runtime().launch(self.name, self.target, args, kwargs, self.retries)
+        return active_runtime().launch(
+            self.name, self.target, args, kwargs, self.retries, self.timeout, self.isolate
+        )
+
+    def on(self, node: Union[int, str], *, hard: bool = False) -> Callable[..., AppFuture]:
+        """This app, placed: ``app.on(node)(*args)`` runs the task on a worker of ``node``.
+
+        Parameters
+        ----------
+        node : int or str
+            Node index (``0 <= node < n_nodes``, in the stager's node order) or
+            node name (``node1`` when emulating, else the host name or
+            ``--node-id-env`` value).
+        hard : bool
+            ``False`` (default): preferred; the task may run elsewhere when
+            that node's workers are all busy and others idle (counted in the
+            run's summary). ``True``: only there (it waits for that node).
+
+        Executors without nodes (inline, local, parsl) have one node, index 0.
+        """
+        if isinstance(node, bool) or not isinstance(node, (int, str)):
+            raise TypeError(f"app {self.name}: node must be an index or a name, got {node!r}")
+        place = (node, bool(hard))
+
+        def placed(*args: Any, **kwargs: Any) -> AppFuture:
+            return self._launch_placed(place, args, kwargs)
+
+        return placed
+
+    def _launch_placed(self, place: Tuple[Any, bool], args: Tuple, kwargs: Dict) -> AppFuture:
+        return active_runtime().launch(
+            self.name, self.target, args, kwargs, self.retries, self.timeout, self.isolate, place
+        )
 
     def __reduce__(self):
         # Pickle by name, so a worker (or a Parsl serializer) gets the module's App.
@@ -74,7 +122,9 @@ class App:
         return (_lookup, (self.fn.__module__, qualname))
 
     def __repr__(self) -> str:
-        return f"<App {self.name} retries={self.retries}>"
+        extra = f" timeout={self.timeout:g}" if self.timeout else ""
+        extra += " isolate" if self.isolate else ""
+        return f"<App {self.name} retries={self.retries}{extra}>"
 
 
 class CommandApp(App):
@@ -95,13 +145,21 @@ class CommandApp(App):
         return self.spec
 
     def __call__(self, *args: Any, **kwargs: Any) -> AppFuture:
+        return active_runtime().launch(
+            self.name, self.spec, (), self._bind(args, kwargs), self.retries
+        )
+
+    def _bind(self, args: Tuple, kwargs: Dict) -> Dict[str, Any]:
         try:
             bound = self.signature.bind(*args, **kwargs)
         except TypeError as exc:
             raise TypeError(f"command {self.name}: {exc}") from None
         bound.apply_defaults()
+        return dict(bound.arguments)
+
+    def _launch_placed(self, place: Tuple[Any, bool], args: Tuple, kwargs: Dict) -> AppFuture:
         return active_runtime().launch(
-            self.name, self.spec, (), dict(bound.arguments), self.retries
+            self.name, self.spec, (), self._bind(args, kwargs), self.retries, None, False, place
         )
 
 
@@ -112,8 +170,15 @@ def _lookup(module: str, qualname: str) -> Any:
     return obj
 
 
-def app(fn: Optional[Callable] = None, *, name: Optional[str] = None, retries: int = 0):
-    """Turn a function into an app: ``@app`` or ``@app(retries=2, name="x")``.
+def app(
+    fn: Optional[Callable] = None,
+    *,
+    name: Optional[str] = None,
+    retries: int = 0,
+    timeout: Optional[float] = None,
+    isolate: bool = False,
+):
+    """Turn a function into an app: ``@app`` or ``@app(retries=2, timeout=60, name="x")``.
 
     Parameters
     ----------
@@ -123,16 +188,29 @@ def app(fn: Optional[Callable] = None, *, name: Optional[str] = None, retries: i
     name : str, optional
         Task name in messages (default: the function's name).
     retries : int
-        How many times a failed task is run again before it fails.
+        How many times a failed task is run again before it fails (a timed-out
+        or crashed attempt counts as failed).
+    timeout : float, optional
+        Seconds an attempt may run; then it is interrupted and fails with
+        :class:`~workflows.errors.TaskTimeout` (see :mod:`workflows.limits`).
+        Default: ``workflows run --task-timeout``, else none.
+    isolate : bool
+        Run the task in a forked child of its worker, so a task that kills its
+        process (a signal, ``os._exit``, a segfault) fails with
+        :class:`~workflows.errors.TaskCrashed` naming the signal instead of
+        taking its worker -- and on the mpi executor the whole job -- with it;
+        a timeout then ends even native code. Costs a pipe round trip per task
+        (see :mod:`workflows.isolate`). Default: ``workflows run --isolate``.
 
     Returns
     -------
     App
     """
     _check_retries(retries)
+    check_seconds(timeout, "timeout")
     if fn is None:
-        return lambda f: App(f, name=name, retries=retries)
-    return App(fn, name=name, retries=retries)
+        return lambda f: App(f, name=name, retries=retries, timeout=timeout, isolate=isolate)
+    return App(fn, name=name, retries=retries, timeout=timeout, isolate=isolate)
 
 
 def command(

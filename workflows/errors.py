@@ -25,10 +25,13 @@ __all__ = [
     "TaskFailure",
     "CommandFailure",
     "DependencyFailure",
+    "TaskTimeout",
+    "TaskCrashed",
     "FlowError",
     "HookError",
     "ResultsError",
     "RemoteError",
+    "failure_class",
     "where",
     "abbreviate",
 ]
@@ -118,6 +121,9 @@ class RemoteError:
     where: str
     exit_code: Optional[int] = None
     stderr_tail: str = ""
+    #: ``"error"`` (the task raised), ``"timeout"`` (it ran out of time) or
+    #: ``"crash"`` (the process running it died: a signal, ``os._exit``).
+    kind: str = "error"
 
     @classmethod
     def capture(cls, exc: BaseException) -> RemoteError:
@@ -181,6 +187,29 @@ class CommandFailure(TaskFailure):
     @property
     def stderr_tail(self) -> str:
         return self.remote.stderr_tail
+
+
+class TaskTimeout(TaskFailure):
+    """A task ran past its time limit (``@app(timeout=...)`` or ``workflows run --timeout``)."""
+
+
+class TaskCrashed(TaskFailure):
+    """The process running a task died under it (a signal, ``os._exit``, a segfault).
+
+    Reported exactly for isolated tasks (``@app(isolate=True)``): the worker
+    saw its task process end and names the signal or exit code.
+    """
+
+
+def failure_class(remote: RemoteError) -> type:
+    """The :class:`TaskFailure` subclass that reports ``remote``."""
+    if remote.kind == "timeout":
+        return TaskTimeout
+    if remote.kind == "crash":
+        return TaskCrashed
+    if remote.exit_code is not None:
+        return CommandFailure
+    return TaskFailure
 
 
 class DependencyFailure(TaskFailure):

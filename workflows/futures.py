@@ -35,9 +35,13 @@ _local = threading.local()
 
 
 class TaskInfo:
-    """Where and when a task ran (filled in when it finishes)."""
+    """Where and when a task ran (filled in when it finishes).
 
-    __slots__ = ("name", "where", "start", "end", "attempts")
+    ``node`` is the index of the node it ran on (``None`` until known);
+    ``number`` its task number in the runtime.
+    """
+
+    __slots__ = ("name", "where", "start", "end", "attempts", "node", "number")
 
     def __init__(self, name: str):
         self.name = name
@@ -45,11 +49,13 @@ class TaskInfo:
         self.start: Optional[float] = None
         self.end: Optional[float] = None
         self.attempts = 0
+        self.node: Optional[int] = None
+        self.number = 0
 
     def __repr__(self) -> str:
         return (
             f"TaskInfo({self.name!r}, where={self.where!r}, start={self.start}, "
-            f"end={self.end}, attempts={self.attempts})"
+            f"end={self.end}, attempts={self.attempts}, node={self.node})"
         )
 
 

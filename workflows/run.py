@@ -3,8 +3,9 @@
 Under ``mpirun`` every rank runs this module. All ranks stage collectively
 (``--stage SPEC``) and run the startup leader hook; then the workflow runs:
 
-* ``--executor mpi``: ``MPICommExecutor`` on the same communicator -- rank 0
-  runs the flow's ``main``, every other rank serves tasks until rank 0 is done;
+* ``--executor mpi``: the mpi executor on the same communicator -- rank 0
+  runs the flow's ``main``, every other rank serves tasks until rank 0 is done
+  (``--dispatch central|nodes``, see ``docs/DISPATCH.md``);
 * ``local``, ``inline``, ``parsl``: rank 0 runs the flow on that executor while
   the other ranks wait (sleeping, not spinning).
 
@@ -12,6 +13,17 @@ Then the shutdown leader hook runs, and every rank exits with rank 0's status:
 0 if all tasks succeeded, 1 if any failed (a summary naming each failed task
 is printed), 2 for bad input. Every step is collective or agreed, so a failure
 anywhere ends the job on all ranks instead of hanging it.
+
+Time limits and crashes: ``--timeout S`` bounds the flow (tasks still running
+after S seconds are interrupted and fail as timed out, the summary follows,
+exit 1), ``--task-timeout S`` is the timeout of apps without their own
+(``@app(timeout=...)``), ``--isolate`` runs every task in a forked child of
+its worker so one that kills its process fails alone (``TaskCrashed``, naming
+the signal). Without isolation a worker rank that dies ends the MPI job: the
+root prints the tasks that were in workers' hands and the counts so far when
+``mpirun`` terminates it. A worker stuck past a limit in code no interrupt
+reaches is given up; the summary is printed and the job ends with
+``MPI_Abort``.
 
 A flow file defines ``main(args)``, which builds the task graph and returns its
 final future(s) (or a list/dict of them), and optionally ``add_arguments(parser)``
@@ -125,6 +137,34 @@ def build_parser() -> argparse.ArgumentParser:
         "(default $STAGER_LEADER_HOOK_SHUTDOWN)",
     )
     p.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="time limit of the flow (main and every task): tasks still running then are "
+        "interrupted and fail, the run ends with its summary and exit 1",
+    )
+    p.add_argument(
+        "--task-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="timeout of each task whose app sets none (@app(timeout=...))",
+    )
+    p.add_argument(
+        "--isolate",
+        action="store_true",
+        help="run every task in a forked child of its worker, so a task that kills its "
+        "process fails alone (named, with the signal) instead of ending the job",
+    )
+    p.add_argument(
+        "--dispatch",
+        choices=("central", "nodes"),
+        default=None,
+        help="mpi executor: one dispatcher (central) or one task server per node (nodes); "
+        "default $WORKFLOWS_MPI_DISPATCH, else central",
+    )
+    p.add_argument(
         "--report",
         default=None,
         metavar="JSON",
@@ -198,6 +238,9 @@ def _flow_namespace(module: Any, flow: str, flow_argv: List[str]) -> argparse.Na
 
 
 def _executor_options(opts: argparse.Namespace, name: str) -> Dict[str, Any]:
+    if name == "mpi":
+        return {"dispatch": opts.dispatch, "emulate_nodes": opts.emulate_nodes,
+                "node_id_env": opts.node_id_env, "abort_on_lost": False}
     if name == "local":
         return {"max_workers": opts.workers}
     if name == "parsl":
@@ -207,25 +250,41 @@ def _executor_options(opts: argparse.Namespace, name: str) -> Dict[str, Any]:
     return {}
 
 
-def _drive(module: Any, ns: argparse.Namespace, ex: Executor) -> Dict[str, Any]:
-    """Run the flow's main on the active executor ``ex``; never raises."""
+def _drive(module: Any, ns: argparse.Namespace, ex: Executor, opts: Any = None) -> Dict[str, Any]:
+    """Run the flow's main on the active executor ``ex``; never raises.
+
+    With ``--timeout`` every task carries the run's deadline (interrupted where
+    it runs, see :mod:`workflows.limits`), and what is still pending a grace
+    period later is settled as timed out (:meth:`Runtime.configure`), so
+    waiting here is bounded; the executor is then shut down without waiting
+    for workers still busy with expired tasks.
+    """
     ns.workers = ex.workers
     t0 = time.perf_counter()
     error = None
     result = None
+    rt = ex.runtime
+    limit = getattr(opts, "timeout", None)
     try:
+        rt.configure(limit, getattr(opts, "task_timeout", None), getattr(opts, "isolate", False))
         result = module.main(ns)
         wait_all(result)
     except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt):
             raise
-        if isinstance(exc, WorkflowError):
+        if isinstance(exc, (WorkflowError, ValueError)):
             # A user-facing error (bad parameter, failed task): its message says it all.
             error = f"{type(exc).__name__}: {exc}"
         else:
             error = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    ex.runtime.wait()
-    rt = ex.runtime
+    rt.wait()
+    rt.stop_clock()
+    if rt.expired or (limit is not None and rt.past_deadline and rt.failures):
+        error = error or (
+            f"the run's time limit of {limit:g} s (--timeout) passed; unfinished tasks failed"
+        )
+    if rt.expired:
+        ex.shutdown(wait=False)  # workers may still be busy with expired tasks
     failed_results = [f for f in find_futures(result) if exception_of(f) is not None]
     status = {
         "seconds": time.perf_counter() - t0,
@@ -285,6 +344,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         os.makedirs(out, exist_ok=True)
         if opts.stage and not os.path.isfile(opts.stage):
             raise FlowError(f"--stage {opts.stage}: no such hook spec file")
+        for flag, value in (("--timeout", opts.timeout), ("--task-timeout", opts.task_timeout)):
+            if value is not None and not (0 < value < float("inf")):
+                raise FlowError(f"{flag} {value:g}: expected a positive number of seconds")
         local_error: Optional[BaseException] = None
     except (WorkflowError, OSError) as exc:
         local_error = exc
@@ -349,14 +411,27 @@ def _run(opts, module, ns, name: str, comm: Any, hooks) -> int:
     if name == "mpi":
         from .executors.mpi import MPIExecutor
 
-        with MPIExecutor(comm) as ex:
+        mpi_ex = MPIExecutor(comm, **_executor_options(opts, name))
+        with mpi_ex as ex:
             if ex is not None:
-                status = _drive(module, ns, ex)
+                status = _drive(module, ns, ex, opts)
+        if mpi_ex.lost_workers:
+            # A worker stuck in a task past its limit never joins another
+            # collective: report now, on the root, and end the job.
+            times["flow"] = time.perf_counter() - t
+            status["error"] = (status.get("error") or "") + (
+                "; worker rank(s) lost (stuck past a time limit, or died): "
+                + "; ".join(mpi_ex.lost_workers) + " -- ending the job (MPI_Abort)"
+            ).lstrip("; ")
+            _report(opts, ns, name, status, times, 1)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            comm.Abort(1)
     elif rank == 0:
         try:
             with make(name, **_executor_options(opts, name)) as active:
                 assert active is not None  # only MPIExecutor yields None (on workers)
-                status = _drive(module, ns, active)
+                status = _drive(module, ns, active, opts)
         except Exception as exc:
             # Any error (a Parsl or process-pool start-up failure too) must
             # reach the barrier below, or the other ranks wait there forever.

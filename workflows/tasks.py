@@ -8,6 +8,12 @@ importable name (closures, lambdas) are sent by value with ``dill``, which
 Parsl already depends on. A worker never raises: it returns an
 :class:`Outcome` carrying either the value or a :class:`RemoteError`, so an
 exception that does not pickle cannot break the executor.
+
+:func:`execute` also applies the task's :class:`~workflows.limits.Limits`:
+its time limit (an interrupt raised inside the task, see
+:mod:`workflows.limits`) and isolation (the task runs in this process's
+forked runner, see :mod:`workflows.isolate`), so every executor enforces
+them the same way, in the process that runs the task.
 """
 
 from __future__ import annotations
@@ -17,13 +23,15 @@ import importlib.util
 import inspect
 import os
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from .errors import RemoteError, where
+from .limits import NO_LIMITS, Limits, TaskInterrupt, alarm
 
-__all__ = ["FunctionRef", "TaskCall", "Outcome", "execute"]
+__all__ = ["FunctionRef", "TaskCall", "Outcome", "execute", "where_cached"]
 
 # Worker-side cache: resolving a reference costs an import walk; a worker runs
 # thousands of tasks of the same few functions.
@@ -38,6 +46,10 @@ class FunctionRef:
     qualname: str
     path: Optional[str] = None
     by_value: Optional[bytes] = None
+
+    def __reduce__(self):
+        # A plain tuple: pickles in a third of a dataclass's time (it travels with every task).
+        return (FunctionRef, (self.module, self.qualname, self.path, self.by_value))
 
     @classmethod
     def of(cls, fn: Callable) -> FunctionRef:
@@ -109,51 +121,154 @@ def load_module_from_path(name: str, path: str):
 
 @dataclass(frozen=True)
 class Outcome:
-    """A task's result as sent back by the worker: a value or an error."""
+    """A task's result as sent back by the worker: a value or an error.
+
+    ``node`` is the index of the node it ran on, when the executor knows nodes
+    (the mpi executor); ``None`` otherwise.
+    """
 
     value: Any
     error: Optional[RemoteError]
     where: str
     start: float
     end: float
+    node: Optional[int] = None
+
+    def unpicklable(self, exc: BaseException) -> Outcome:
+        """This outcome with its value replaced by an error saying it does not pickle."""
+        err = RemoteError(
+            type(exc).__name__,
+            f"the task's result cannot be sent back (it does not pickle): {exc}",
+            "",
+            self.where,
+        )
+        return Outcome(None, err, self.where, self.start, self.end, self.node)
 
 
-@dataclass(frozen=True)
 class TaskCall:
     """One attempt of one task, with its dependencies already replaced by values.
 
     ``target`` is a :class:`FunctionRef` or any picklable callable (a
-    ``workflows.command.CommandSpec`` for command apps).
+    ``workflows.command.CommandSpec`` for command apps). ``limits`` says how
+    long it may run and whether it runs isolated; ``place`` is ``None`` or
+    ``(node, hard)``: the node index it should run on, and whether it must.
     """
 
-    name: str
-    target: Any
-    args: Tuple[Any, ...]
-    kwargs: Dict[str, Any]
+    __slots__ = ("name", "target", "args", "kwargs", "limits", "place")
+
+    def __init__(
+        self,
+        name: str,
+        target: Any,
+        args: Tuple[Any, ...],
+        kwargs: Dict[str, Any],
+        limits: Limits = NO_LIMITS,
+        place: Optional[Tuple[int, bool]] = None,
+    ):
+        self.name = name
+        self.target = target
+        self.args = args
+        self.kwargs = kwargs
+        self.limits = limits
+        self.place = place
+
+    def __reduce__(self):
+        return (TaskCall, (self.name, self.target, self.args, self.kwargs, self.limits,
+                           self.place))
+
+    def __repr__(self) -> str:
+        return f"TaskCall({self.name!r}, {self.target!r}, limits={self.limits}, place={self.place})"
 
     def __call__(self) -> Outcome:
         return execute(self)
 
 
 def execute(call: TaskCall) -> Outcome:
-    """Run ``call`` here and return its :class:`Outcome`; never raises."""
+    """Run ``call`` here (or in this process's isolated runner) and return its Outcome.
+
+    Never raises, except ``KeyboardInterrupt``/``SystemExit`` outside a worker.
+    Time limits are enforced with :func:`~workflows.limits.alarm`.
+    """
+    limits = call.limits
+    if os.environ.get("WORKFLOWS_ISOLATED") != "1" and (
+        limits.isolate or (limits.bounded and not _main_thread())
+    ):
+        # A time limit outside the main thread cannot interrupt a blocked system call
+        # (workflows.limits): such a task runs isolated, where a kill ends it.
+        return _execute_isolated(call)
     start = time.time()
+    left = limits.seconds_left(start) if limits.bounded else None
     try:
         target = call.target
         fn = target.resolve() if isinstance(target, FunctionRef) else target
-        value = fn(*call.args, **call.kwargs)
-        return Outcome(value, None, where(), start, time.time())
+        with alarm(left) as timer:
+            value = fn(*call.args, **call.kwargs)
+        if timer.fired:  # it swallowed the interrupt(s), then returned: still too late
+            raise TaskInterrupt()
+        return Outcome(value, None, where_cached(), start, time.time())
+    except TaskInterrupt as exc:
+        return Outcome(None, _timeout_error(exc, limits, start, left), where_cached(), start,
+                       time.time())
     except BaseException as exc:
         if isinstance(exc, (KeyboardInterrupt, SystemExit)) and not _in_worker():
             raise
-        return Outcome(None, RemoteError.capture(exc), where(), start, time.time())
+        return Outcome(None, RemoteError.capture(exc), where_cached(), start, time.time())
 
 
-def execute_batch(calls: Tuple[TaskCall, ...]) -> Tuple[Outcome, ...]:
-    """Run several small tasks in one executor round trip (see ``MPIExecutor``)."""
-    return tuple(execute(c) for c in calls)
+def _timeout_error(exc: BaseException, limits: Limits, start: float,
+                   left: Optional[float]) -> RemoteError:
+    if left is not None and left <= 0:
+        message = "not started: the run's time limit (workflows run --timeout) had passed"
+    else:
+        message = f"ran past {limits.describe(start)} and was interrupted"
+    err = RemoteError.capture(exc)
+    return RemoteError("TaskTimeout", message, err.traceback, err.where, kind="timeout")
+
+
+def _execute_isolated(call: TaskCall) -> Outcome:
+    from .isolate import runner
+
+    start = time.time()
+    left = call.limits.seconds_left(start) if call.limits.bounded else None
+    kind, value = runner(_run_in_child).call(call, left)
+    if kind == "ok":
+        return value
+    here = where_cached()
+    if kind == "timeout":
+        err = RemoteError(
+            "TaskTimeout",
+            f"ran past {call.limits.describe(start)} and did not stop; {value}",
+            "",
+            here,
+            kind="timeout",
+        )
+    else:
+        message, _code = value
+        err = RemoteError("TaskCrashed", f"{message} while running the task", "", here,
+                          kind="crash")
+    return Outcome(None, err, here, start, time.time())
+
+
+def _run_in_child(call: TaskCall) -> Outcome:
+    return execute(call)
+
+
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
 
 
 def _in_worker() -> bool:
     # In the submitting process (inline executor), Ctrl-C must still stop the run.
     return os.environ.get("WORKFLOWS_WORKER") == "1"
+
+
+_WHERE: Tuple[Any, str] = ((None, None), "")
+
+
+def where_cached() -> str:
+    """:func:`workflows.errors.where`, computed once per process (and MPI state)."""
+    global _WHERE
+    key = (os.getpid(), "mpi4py.MPI" in sys.modules)
+    if _WHERE[0] != key:
+        _WHERE = (key, where())
+    return _WHERE[1]

@@ -117,6 +117,8 @@ class H5FilePlan:
     groups: Tuple[GroupPlan, ...]
     datasets: Tuple[DatasetPlan, ...]
     links: Tuple[LinkPlan, ...]
+    ctime_ns: int = -1              # with size, mtime: the source's identity (resume)
+    ino: int = -1
 
     @property
     def nbytes(self) -> int:

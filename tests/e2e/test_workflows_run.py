@@ -174,7 +174,8 @@ def test_help_lists_options():
                           env=_env(), capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0
     for flag in ("--executor", "--stage", "--emulate-nodes", "--node-id-env", "--out",
-                 "--leader-hook-startup", "--leader-hook-shutdown"):
+                 "--leader-hook-startup", "--leader-hook-shutdown", "--timeout",
+                 "--task-timeout", "--isolate", "--dispatch"):
         assert flag in proc.stdout
 
 

@@ -1,7 +1,8 @@
 """The mpi executor and collective HDF5 results under mpirun (``@pytest.mark.mpi``).
 
 Run: ``mpirun -n 4 --oversubscribe bash tests/mpi_pytest.sh .venv/bin/python -m mpi -q
-tests/test_workflows_mpi.py``. Every test passes at any rank count 1..4.
+tests/mpi/test_workflows.py``. Every test passes at any rank count 1..4, with both
+dispatch modes (``central``; ``nodes`` over two emulated nodes when there are two ranks).
 """
 from __future__ import annotations
 
@@ -41,16 +42,24 @@ def _comm():
     return MPI.COMM_WORLD
 
 
-def test_tasks_run_on_worker_ranks():
+DISPATCH = [("central", 1), ("nodes", 2)]
+
+
+def _executor(comm, dispatch, nodes):
     from workflows.executors import MPIExecutor
 
+    return MPIExecutor(comm, dispatch=dispatch, emulate_nodes=min(nodes, comm.size))
+
+
+@pytest.mark.parametrize("dispatch,nodes", DISPATCH)
+def test_tasks_run_on_worker_ranks(dispatch, nodes):
     comm = _comm()
     ok, msg = True, ""
-    with MPIExecutor(comm) as ex:
+    with _executor(comm, dispatch, nodes) as ex:
         if ex is not None:
             results = [f.result() for f in foreach(whoami, range(40))]
             ranks = {r for _, r in results}
-            expected = set(range(1, comm.size)) if comm.size > 1 else {0}
+            expected = set(ex.roles.workers) if comm.size > 1 else {0}
             ok = [i for i, _ in results] == list(range(40)) and ranks <= expected
             ok = ok and (comm.size == 1 or 0 not in ranks)
             msg = f"ranks used {sorted(ranks)}"
@@ -59,12 +68,11 @@ def test_tasks_run_on_worker_ranks():
     assert_all(comm, ok, msg)
 
 
-def test_worker_failure_propagates_without_hang():
-    from workflows.executors import MPIExecutor
-
+@pytest.mark.parametrize("dispatch,nodes", DISPATCH)
+def test_worker_failure_propagates_without_hang(dispatch, nodes):
     comm = _comm()
     ok, msg = True, ""
-    with MPIExecutor(comm) as ex:
+    with _executor(comm, dispatch, nodes) as ex:
         if ex is not None:
             total = reduce_tree(concat, foreach(explode, range(8)))
             err = total.exception(timeout=120)

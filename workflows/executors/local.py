@@ -12,7 +12,8 @@ import os
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any, Callable, Optional
 
-from ..errors import ExecutorError
+from ..errors import ExecutorError, RemoteError
+from ..tasks import Outcome, TaskCall
 from .base import Executor, env_int
 
 __all__ = ["LocalExecutor"]
@@ -54,9 +55,36 @@ class LocalExecutor(Executor):
     def workers(self) -> int:
         return self._workers
 
+    def launch_call(self, call: TaskCall, done: Callable[[Outcome], None]) -> None:
+        def finished(outcome: Outcome) -> None:
+            err = outcome.error
+            if err is not None and err.type_name.endswith("BrokenProcessPool"):
+                # The pool cannot say which task killed its worker; isolation can.
+                err = RemoteError(
+                    "TaskCrashed",
+                    "a worker process of the local pool died (a task killed its process: a "
+                    "signal or os._exit) while this task was queued or running there; every "
+                    "such task fails. Run with --isolate (or @app(isolate=True)) to learn which "
+                    "task it was and its signal",
+                    err.traceback,
+                    "local process pool",
+                    kind="crash",
+                )
+                outcome = Outcome(None, err, outcome.where, outcome.start, outcome.end)
+            done(outcome)
+
+        super().launch_call(call, finished)
+
     def submit(self, fn: Callable, *args: Any, **kwargs: Any) -> Future:
         self._check_open()
         return self._pool.submit(fn, *args, **kwargs)
 
     def _shutdown(self, wait: bool) -> None:
+        if not wait:
+            # A task that ignores its timeout interrupt (stuck in native code)
+            # would keep the interpreter from exiting: end the workers.
+            # ProcessPoolExecutor has no public way before Python 3.14.
+            for proc in list((getattr(self._pool, "_processes", None) or {}).values()):
+                if proc.is_alive():
+                    proc.kill()
         self._pool.shutdown(wait=wait, cancel_futures=not wait)

@@ -1,0 +1,125 @@
+"""The mpi executor's dispatcher under mpirun: timeouts, isolated crashes, placement, stealing.
+
+Every test passes at any rank count 1..4 (``@pytest.mark.mpi``) and ends in
+bounded time: tasks that hang have timeouts. What differs between rank
+counts (which ranks are workers, whether node 1 has any) is read from the
+executor's roles, never assumed.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from tests.mpiutil import assert_all
+from workflows import TaskCrashed, TaskTimeout, app, foreach
+
+pytestmark = pytest.mark.mpi
+
+
+@app
+def rank_of(i, seconds=0.0):
+    from mpi4py import MPI
+
+    if seconds:
+        time.sleep(seconds)
+    return MPI.COMM_WORLD.Get_rank()
+
+
+@app(timeout=0.5)
+def hangs():
+    time.sleep(3600)
+
+
+@app(isolate=True)
+def dies(how):
+    if how == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    os._exit(3)
+
+
+def _comm():
+    from mpi4py import MPI
+
+    return MPI.COMM_WORLD
+
+
+def _executor(comm, dispatch, nodes):
+    from workflows.executors import MPIExecutor
+
+    return MPIExecutor(comm, dispatch=dispatch, emulate_nodes=min(nodes, comm.size))
+
+
+@pytest.mark.parametrize("dispatch", ["central", "nodes"])
+def test_timeout_and_crash_fail_alone(dispatch):
+    comm = _comm()
+    ok, msg = True, ""
+    with _executor(comm, dispatch, 2) as ex:
+        if ex is not None:
+            t = time.monotonic()
+            slow = hangs()
+            crashed = [dies("kill"), dies("exit")]
+            after = foreach(rank_of, range(12))
+            err = slow.exception(timeout=120)
+            ok = isinstance(err, TaskTimeout) and "timeout of 0.5 s" in str(err)
+            msg = f"timeout: {err!r}"
+            if ok and comm.size > 1:
+                ok = " on rank 0 " not in err.where
+                msg = f"timed out on the root: {err.where}"
+            errs = [f.exception(timeout=120) for f in crashed]
+            if ok:
+                ok = all(isinstance(e, TaskCrashed) for e in errs)
+                ok = ok and "signal 9 (SIGKILL)" in str(errs[0]) and "code 3" in str(errs[1])
+                msg = f"crashes: {errs!r}"
+            if ok:
+                ok = len([f.result(timeout=120) for f in after]) == 12
+                ok = ok and time.monotonic() - t < 90
+                msg = f"took {time.monotonic() - t:.1f} s"
+            ok = ok and len(ex.runtime.failures) == 3
+    assert_all(comm, ok, msg)
+
+
+@pytest.mark.parametrize("dispatch", ["central", "nodes"])
+def test_hard_placement_runs_on_that_node(dispatch):
+    comm = _comm()
+    ok, msg = True, ""
+    with _executor(comm, dispatch, 2) as ex:
+        if ex is not None:
+            roles = ex.roles
+            target = roles.nodes_with_workers()[-1] if roles.workers else 0
+            futures = [rank_of.on(target, hard=True)(i) for i in range(16)]
+            ranks = {f.result(timeout=120) for f in futures}
+            ok = all(roles.node_of[r] == target for r in ranks)
+            ok = ok and all(f.task.node == target for f in futures)
+            ok = ok and ex.runtime.placed == 16 and ex.runtime.placed_here == 16
+            msg = f"placed on node {target}, ran on ranks {sorted(ranks)} ({roles.node_of})"
+            bad = rank_of.on("no-such-node")(1).exception(timeout=60)
+            ok = ok and bad is not None and "no node 'no-such-node'" in str(bad)
+            if comm.size > 1 and roles.node_of[roles.root] not in roles.nodes_with_workers():
+                # The root alone on its node: a hard placement there could never run.
+                lonely = rank_of.on(roles.node_of[roles.root], hard=True)(1).exception(60)
+                ok = ok and lonely is not None and "no worker" in str(lonely)
+    assert_all(comm, ok, msg)
+
+
+def test_soft_placement_falls_back_by_stealing():
+    comm = _comm()
+    ok, msg = True, ""
+    with _executor(comm, "nodes", 2) as ex:
+        if ex is not None:
+            roles = ex.roles
+            nodes = roles.nodes_with_workers()
+            target = nodes[-1] if nodes else 0
+            futures = [rank_of.on(target)(i, 0.05) for i in range(40)]
+            ranks = [f.result(timeout=120) for f in futures]
+            rt = ex.runtime
+            ok = rt.placed == 40 and rt.placed_here == sum(f.task.node == target for f in futures)
+            msg = f"placed {rt.placed}, here {rt.placed_here}, ranks {sorted(set(ranks))}"
+            if ok and len(nodes) >= 2:
+                # Another node's idle workers took some (stolen from node `target`'s server),
+                # and most still ran where they were placed.
+                ok = 0 < rt.placed_here < 40
+            ok = ok and "placement: " in rt.summary()
+    assert_all(comm, ok, msg)

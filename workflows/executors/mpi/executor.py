@@ -1,0 +1,367 @@
+"""The MPIExecutor: tasks on the ranks of the communicator that staged, through our own dispatcher.
+
+Rank ``root`` runs the workflow's ``main`` and submits tasks; every other
+rank serves: as a worker, or (``dispatch="nodes"``) as its node's task
+server. As with mpi4py's ``MPICommExecutor``, entering the context returns
+the executor on the root and -- only after the root shut it down -- ``None``
+on the other ranks::
+
+    with MPIExecutor(comm) as ex:
+        if ex is not None:          # root: build the graph, wait for results
+            print(main(args).result())
+    # every rank continues here once all tasks are done
+
+Why not ``MPICommExecutor`` (which it replaced): it sends every task and
+every result as its own message through one thread on the root (two
+messages per task at rank 0, always), never says which rank runs a task,
+and has no place for timeouts or placement. Here the root batches tasks
+(guided chunks), knows which worker holds which task (to report a worker
+that dies, or give up on one that is stuck), node servers take the
+per-worker traffic off the root, and a task may be placed on a node. The
+protocol is in ``docs/DISPATCH.md``; measurements in
+``bench/results/dispatch.md``.
+
+When a worker rank dies (a signal, ``os._exit``), ``mpirun`` ends every rank
+with ``SIGTERM`` about a second later; the root and the node servers then
+print which tasks were in which worker's hands (the dead rank is named in
+``mpirun``'s own message) and the run's counts before they exit. Isolated
+tasks (``@app(isolate=True)``) never take their worker down: they fail as
+:class:`~workflows.errors.TaskCrashed` and the run goes on.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import traceback
+from typing import Any, List, Optional, Union
+
+from ...errors import ExecutorError
+from ...runtime import push_active
+from ...tasks import TaskCall
+from ..base import Executor, raise_gc_threshold
+from .roles import MODES, Roles, bcast_result, layout_roles
+from .server import NodeServer, Options
+from .term import TermReport
+from .wire import Link
+
+__all__ = ["MPIExecutor", "ENV_DISPATCH", "ENV_MAX_CHUNK"]
+
+ENV_DISPATCH = "WORKFLOWS_MPI_DISPATCH"
+ENV_MAX_CHUNK = "WORKFLOWS_MPI_MAX_CHUNK"
+ENV_WINDOW = "WORKFLOWS_MPI_WINDOW"
+
+
+class MPIExecutor(Executor):
+    """Tasks on the ranks of ``comm`` other than ``root`` (collective context manager).
+
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Intracomm, optional
+        The communicator (default ``MPI.COMM_WORLD``). With one rank, tasks
+        run in a thread of that rank.
+    root : int
+        The rank that runs the workflow's main.
+    dispatch : str, optional
+        ``central`` (the root serves every worker) or ``nodes`` (one task
+        server per node, fed by the root; see :mod:`.roles`). Default:
+        ``$WORKFLOWS_MPI_DISPATCH``, else ``central``.
+    emulate_nodes, node_id_env : optional
+        How ranks form nodes (as for the stager: ``stager.mpi.nodes.node_layout``);
+        used by ``nodes`` dispatch and by placement (``app.on(node)``).
+    max_chunk : int, optional
+        Most tasks in one batch to a worker (default ``$WORKFLOWS_MPI_MAX_CHUNK``,
+        else 64).
+    window : int, optional
+        Tasks a node server keeps queued (default ``$WORKFLOWS_MPI_WINDOW``,
+        else 8 per worker, at least 64).
+    abort_on_lost : bool
+        When a worker had to be given up (stuck past its time limit), end the
+        job with ``MPI_Abort(1)`` on leaving the context (the stuck rank can
+        never join a collective). ``workflows run`` passes False and aborts
+        itself after printing its summary.
+    """
+
+    name = "mpi"
+
+    def __init__(
+        self,
+        comm: Any = None,
+        root: int = 0,
+        dispatch: Optional[str] = None,
+        emulate_nodes: Optional[int] = None,
+        node_id_env: Optional[str] = None,
+        max_chunk: Optional[int] = None,
+        window: Optional[int] = None,
+        abort_on_lost: bool = True,
+    ):
+        super().__init__()
+        from mpi4py import MPI
+
+        comm = MPI.COMM_WORLD if comm is None else comm
+        if comm.Is_inter():
+            raise ExecutorError("MPIExecutor needs an intracommunicator")
+        if not (0 <= root < comm.Get_size()):
+            raise ExecutorError(f"root={root}: expecting root in range({comm.Get_size()})")
+        if dispatch is not None and dispatch not in MODES:
+            raise ExecutorError(f"dispatch={dispatch!r}: expected one of {', '.join(MODES)}")
+        for label, value in (("max_chunk", max_chunk), ("window", window)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or value < 1):
+                raise ExecutorError(f"{label}={value!r}: expected an integer >= 1")
+        self.comm = comm
+        self.root = root
+        self._dispatch = dispatch
+        self._emulate_nodes, self._node_id_env = emulate_nodes, node_id_env
+        self._max_chunk, self._window = max_chunk, window
+        self.abort_on_lost = abort_on_lost
+        self.roles: Optional[Roles] = None
+        self._dup: Any = None
+        self._link: Optional[Link] = None
+        self._root_server: Any = None
+        self._thread: Optional[threading.Thread] = None
+        self._entered = False
+        self._term: Optional[TermReport] = None
+        self._refs: dict = {}  # function -> FunctionRef (submit() of the same function)
+        self.stats: dict = {}
+
+    # -- properties -----------------------------------------------------------------
+    @property
+    def workers(self) -> int:
+        if self.roles is None:
+            return max(1, self.comm.Get_size() - 1)
+        return max(1, len(self.roles.workers))
+
+    @property
+    def dispatch(self) -> str:
+        return self.roles.mode if self.roles else (self._dispatch or "central")
+
+    @property
+    def nodes(self):
+        if self.roles is None:
+            return super().nodes
+        return self.roles.names
+
+    @property
+    def default_node(self) -> Optional[int]:  # type: ignore[override]
+        return self.roles.node_of[self.root] if self.roles else None
+
+    def node_index(self, node: Union[int, str], hard: bool = False) -> int:
+        index = super().node_index(node)
+        if hard and self.roles is not None and self.roles.workers:
+            if index not in self.roles.nodes_with_workers():
+                raise ValueError(
+                    f"node {self.roles.names[index]!r} has no worker rank (only the root runs "
+                    "there): a task placed there with hard=True could never run"
+                )
+        return index
+
+    @property
+    def lost_workers(self) -> List[str]:
+        """Workers given up during the run (stuck past a time limit), described."""
+        rs = self._root_server
+        if rs is None:
+            return []
+        lost = dict(rs.lost_notes)
+        lost.update(rs.lost)  # the root's own words for its own workers
+        return [lost[r] for r in sorted(lost)]
+
+    # -- the collective context -------------------------------------------------------
+    def __enter__(self) -> Optional[MPIExecutor]:
+        """Collective over `comm`: every rank must call. Root gets the executor, others None."""
+        if self._entered or self._closed:
+            raise ExecutorError("an MPIExecutor can be entered only once")
+        self._entered = True
+        comm = self.comm
+        options = bcast_result(comm, self._resolve_options)
+        mode, max_chunk, window = options
+        self._dup = comm.Dup()
+        self.roles = roles = layout_roles(self._dup, self.root, mode, self._emulate_nodes,
+                                          self._node_id_env)
+        link = self._link = Link(self._dup)
+        opts = Options(max_chunk=max_chunk, window=window)
+        rank = comm.Get_rank()
+        role = roles.role(rank)
+        if role == "root":
+            from .root import RootServer
+
+            self._root_server = RootServer(link, roles, opts)
+            self._thread = threading.Thread(target=self._root_server.run,
+                                            name="workflows-mpi-dispatcher", daemon=True)
+            self._thread.start()
+            self._install_term_report()
+            self._gc_saved = raise_gc_threshold()
+            push_active(self)
+            return self
+        old = os.environ.get("WORKFLOWS_WORKER")
+        os.environ["WORKFLOWS_WORKER"] = "1"
+        try:
+            if role == "server":
+                server = NodeServer(link, roles, rank, opts)
+                self._serve_or_abort(server.run, lambda: _server_lines(server))
+            else:
+                from .worker import serve_worker
+
+                self._serve_or_abort(lambda: serve_worker(link, roles.server_of[rank]), None)
+        finally:
+            if old is None:
+                os.environ.pop("WORKFLOWS_WORKER", None)
+            else:
+                os.environ["WORKFLOWS_WORKER"] = old
+        self._closed = True
+        self._free()
+        return None
+
+    def _resolve_options(self):
+        # Rank 0 resolves keyword > environment > default; every rank gets its answer.
+        mode = self._dispatch or os.environ.get(ENV_DISPATCH) or "central"
+        if mode not in MODES:
+            raise ExecutorError(f"{ENV_DISPATCH}={mode!r}: expected one of {', '.join(MODES)}")
+        return mode, _env_int(self._max_chunk, ENV_MAX_CHUNK, 64), _env_int(self._window,
+                                                                           ENV_WINDOW, 0)
+
+    def _serve_or_abort(self, loop, lines) -> None:
+        term = None
+        if lines is not None:
+            term = TermReport(f"task server rank {self.comm.Get_rank()}", lines)
+            term.install()
+        try:
+            loop()
+        except BaseException:
+            # A serving rank must never leave the others waiting: a bug here ends the job.
+            traceback.print_exc()
+            sys.stderr.write(f"mpi executor: rank {self.comm.Get_rank()} failed while serving "
+                             "tasks; aborting the job\n")
+            sys.stderr.flush()
+            self.comm.Abort(1)
+        finally:
+            if term is not None:
+                term.uninstall()
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if self._root_server is None:  # a serving rank: nothing left to do
+            return None
+        try:
+            super().__exit__(exc_type, exc, tb)
+        finally:
+            lost = self.lost_workers
+            if lost and self.abort_on_lost:
+                sys.stderr.write("mpi executor: worker(s) lost (stuck past a time limit, or "
+                                 f"died): {'; '.join(lost)}; ending the job (MPI_Abort)\n")
+                sys.stderr.flush()
+                self.comm.Abort(1)
+        return None
+
+    # -- tasks ----------------------------------------------------------------------
+    def submit(self, fn, *args: Any, **kwargs: Any):
+        """``fn(*args, **kwargs)`` on a worker; returns a future of its result."""
+        from concurrent.futures import Future
+
+        from ...tasks import FunctionRef, TaskCall
+
+        self._check_root()
+        fut: Future = Future()
+        target = self._refs.get(fn) if _hashable(fn) else None
+        if target is None:
+            target = FunctionRef.of(fn) if hasattr(fn, "__qualname__") else fn
+            if _hashable(fn):
+                self._refs[fn] = target
+        call = TaskCall(getattr(fn, "__name__", "task"), target, args, kwargs)
+
+        def done(outcome) -> None:
+            if not fut.set_running_or_notify_cancel():
+                return
+            if outcome.error is None:
+                fut.set_result(outcome.value)
+            else:
+                from ...errors import failure_class
+
+                fut.set_exception(failure_class(outcome.error)(
+                    call.name, "...", outcome.error, 1))
+
+        self._root_server.launch(call, done)
+        return fut
+
+    def submit_call(self, call: TaskCall):
+        raise ExecutorError("MPIExecutor runs tasks through launch_call")  # pragma: no cover
+
+    def launch_call(self, call: TaskCall, done) -> None:
+        self._check_root()
+        self._root_server.launch(call, done)
+
+    def _check_root(self) -> None:
+        self._check_open()
+        if self._root_server is None:
+            raise ExecutorError(
+                "MPIExecutor.submit outside its context: use `with MPIExecutor(comm) as ex:` "
+                "and submit on the root only (ex is None on the other ranks)"
+            )
+        if self._root_server.finished.is_set():
+            raise ExecutorError(f"the mpi executor's dispatcher stopped: {self._root_server.error}")
+
+    def _shutdown(self, wait: bool) -> None:
+        rs = self._root_server
+        if rs is None:
+            return
+        rs.request_stop(cancel=not wait)
+        if self._thread is not None:
+            self._thread.join()
+        self.stats = {
+            "messages_sent": self._link.sent if self._link else 0,
+            "messages_received": self._link.received if self._link else 0,
+            "bytes_sent": self._link.bytes_sent if self._link else 0,
+            "bytes_received": self._link.bytes_received if self._link else 0,
+            "tasks": rs.tasks_done,
+            "stolen_by_root": rs.stolen_tasks,
+            "dispatch": self.dispatch,
+            "workers": self.workers,
+            "servers": len(self.roles.servers) - 1 if self.roles else 0,
+        }
+        if self._term is not None:
+            self._term.uninstall()
+            self._term = None
+        if not self.lost_workers:
+            self._free()
+
+    def _free(self) -> None:
+        if self._dup is not None:
+            if self._link is not None:
+                self._link.flush(timeout=5.0)
+            self._dup.Free()
+            self._dup = None
+
+    def _install_term_report(self) -> None:
+        rs = self._root_server
+        self._term = TermReport("workflow run (root)", rs.in_flight_report,
+                                lambda: self.runtime.summary(limit=3))
+        self._term.install(wakeup=True)
+        rs.term_poll = self._term.poll
+        rs.summary = lambda: self.runtime.summary(limit=0)
+
+
+def _hashable(obj: Any) -> bool:
+    try:
+        hash(obj)
+    except TypeError:
+        return False
+    return True
+
+
+def _server_lines(server: NodeServer) -> List[str]:
+    return [f"{name} ({state}) on {where}" for name, state, where in server.in_flight()]
+
+
+def _env_int(value: Optional[int], var: str, default: int) -> int:
+    if value is not None:
+        return value
+    text = os.environ.get(var, "")
+    if not text:
+        return default
+    try:
+        out = int(text)
+    except ValueError:
+        raise ExecutorError(f"{var}={text!r} is not an integer") from None
+    if out < 1:
+        raise ExecutorError(f"{var}={text!r}: expected an integer >= 1")
+    return out

@@ -1,0 +1,161 @@
+"""Who does what in the mpi executor: the root, task servers, workers -- from the node layout.
+
+Pure (``plan_roles``) plus one collective (``layout_roles``), which is the only
+place this package reads the stager's node layout, so that the layout's
+module can move (issue 13: ``stager.mpi.nodes``) by changing one import.
+
+Two dispatch modes:
+
+* ``central`` -- the root serves every other rank (one dispatcher; each
+  message of every worker goes through rank ``root``).
+* ``nodes`` -- one task server per node (Swift/T ADLB's servers, one per
+  node here): the lowest rank of a node serves that node's other ranks; the
+  root serves the workers of its own node and of nodes with a single rank
+  (a server there would have no worker), and feeds the other servers in
+  batches. With one rank per node, ``nodes`` is ``central``.
+
+A node with no worker (the root alone on its node) cannot take hard-placed
+tasks; soft-placed ones run elsewhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+# The one place the mpi executor uses the stager's MPI plumbing; issue 13 moves
+# both modules to stager.mpi.*: these two lines are all that changes.
+from stager.mpi.agree import agreed, bcast_result
+from stager.mpi.nodes import assign_nodes, emulated_ids, node_layout
+
+__all__ = [
+    "Roles",
+    "plan_roles",
+    "emulated_roles",
+    "layout_roles",
+    "MODES",
+    "agreed",
+    "bcast_result",
+]
+
+MODES = ("central", "nodes")
+
+
+@dataclass(frozen=True)
+class Roles:
+    """The dispatch topology, identical on every rank.
+
+    Attributes
+    ----------
+    root : int
+        The rank that runs the flow and owns the task records.
+    mode : str
+        ``central`` or ``nodes``.
+    node_of : tuple of int
+        Node index of every rank.
+    names : tuple of str
+        Node names by index (the stager's names: ``node0``..., hosts, or
+        ``--node-id-env`` values).
+    server_of : tuple of int
+        For every rank, the rank that serves it tasks; -1 for serving ranks.
+    servers : tuple of int
+        Serving ranks, the root first.
+    """
+
+    root: int
+    mode: str
+    node_of: Tuple[int, ...]
+    names: Tuple[str, ...]
+    server_of: Tuple[int, ...]
+    servers: Tuple[int, ...]
+
+    @property
+    def size(self) -> int:
+        return len(self.node_of)
+
+    def role(self, rank: int) -> str:
+        """``root``, ``server`` or ``worker``."""
+        if rank == self.root:
+            return "root"
+        return "server" if self.server_of[rank] < 0 else "worker"
+
+    def workers_of(self, server: int) -> Tuple[int, ...]:
+        """Ranks served by ``server``, ascending."""
+        return tuple(r for r, s in enumerate(self.server_of) if s == server)
+
+    @property
+    def workers(self) -> Tuple[int, ...]:
+        return tuple(r for r, s in enumerate(self.server_of) if s >= 0)
+
+    def server_of_node(self) -> Dict[int, int]:
+        """Node index -> the server whose workers are on it (nodes without workers: absent)."""
+        out: Dict[int, int] = {}
+        for r, s in enumerate(self.server_of):
+            if s >= 0:
+                out.setdefault(self.node_of[r], s)
+        return out
+
+    def nodes_with_workers(self) -> List[int]:
+        return sorted(self.server_of_node())
+
+
+def plan_roles(node_of: Sequence[int], names: Sequence[str], root: int, mode: str) -> Roles:
+    """The topology for ranks on ``node_of`` (node index per rank).
+
+    Raises
+    ------
+    ValueError
+        Unknown mode or root out of range.
+    """
+    if mode not in MODES:
+        raise ValueError(f"dispatch mode {mode!r}: expected one of {', '.join(MODES)}")
+    size = len(node_of)
+    if not 0 <= root < size:
+        raise ValueError(f"root={root}: expecting root in range({size})")
+    server_of = [root] * size
+    server_of[root] = -1
+    servers = [root]
+    if mode == "nodes":
+        by_node: Dict[int, List[int]] = {}
+        for r, k in enumerate(node_of):
+            by_node.setdefault(k, []).append(r)
+        for k in sorted(by_node):
+            ranks = by_node[k]
+            if root in ranks or len(ranks) < 2:
+                continue  # served by the root
+            server = ranks[0]
+            server_of[server] = -1
+            servers.append(server)
+            for r in ranks[1:]:
+                server_of[r] = server
+    return Roles(root, mode, tuple(node_of), tuple(names), tuple(server_of), tuple(servers))
+
+
+def emulated_roles(ranks: int, nodes: int, mode: str, root: int = 0) -> Roles:
+    """The roles of ``ranks`` ranks in ``nodes`` emulated nodes (no MPI: for models, tests)."""
+    index, names, _leaders = assign_nodes(emulated_ids(ranks, nodes))
+    return plan_roles(index, names, root, mode)
+
+
+def layout_roles(comm: Any, root: int, mode: str, emulate_nodes: Optional[int] = None,
+                 node_id_env: Optional[str] = None) -> Roles:
+    """Collective over `comm`: every rank must call. Roles from the stager's node layout.
+
+    Raises
+    ------
+    ExecutorError
+        On every rank, if the layout cannot be made on some rank.
+    """
+    from ...errors import ExecutorError
+
+    layout = None
+    with agreed(comm, "mpi executor: node layout", base=ExecutorError, default=ExecutorError):
+        layout = node_layout(comm, emulate_nodes=emulate_nodes, node_id_env=node_id_env)
+    assert layout is not None
+    try:
+        node_of = comm.allgather(layout.index)
+        names = layout.names
+    finally:
+        layout.free()
+    return plan_roles(node_of, names, root, mode)
+

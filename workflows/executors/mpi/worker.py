@@ -1,0 +1,120 @@
+"""A worker rank of the mpi executor: run batches from its server, send results back.
+
+The loop runs in the rank's main thread (so time limits interrupt tasks with
+``SIGALRM``, see :mod:`workflows.limits`). A worker holds at most
+:data:`CREDITS` batches: one running, one waiting, so it never waits for its
+server between batches. Results go back when a batch is finished (returning
+its credit), and also in the middle of a long batch once
+:data:`FLUSH_SECONDS` passed since the last send, so a dependent task does
+not wait for the rest of a batch.
+
+``faulthandler`` is enabled: a task that segfaults its worker prints the
+Python stack (naming the task's function) before ``mpirun`` ends the job.
+"""
+
+from __future__ import annotations
+
+import collections
+import faulthandler
+import os
+import pickle
+import socket
+import sys
+import time
+from typing import Any, Deque, List, Optional, Tuple
+
+from ...errors import RemoteError
+from ...tasks import Outcome, execute, where_cached
+from .queues import MAX_BATCH_BYTES, Entry
+from .wire import DONE, STOP, TASKS, Backoff, Link, dumps
+
+__all__ = ["serve_worker", "CREDITS", "FLUSH_SECONDS"]
+
+#: Batches a worker may hold (one running, the rest waiting).
+CREDITS = 2
+#: Longest a finished task's result waits in a worker before it is sent.
+FLUSH_SECONDS = 0.002
+
+
+def serve_worker(link: Link, server: int) -> None:
+    """Run tasks from ``server`` until it says STOP (the rank's main thread)."""
+    if not faulthandler.is_enabled():
+        faulthandler.enable(file=sys.stderr, all_threads=False)
+    batches: Deque[List[Entry]] = collections.deque()
+    link.send(server, DONE, ([], CREDITS, (where_cached(), socket.gethostname(), os.getpid())))
+    backoff = Backoff()
+    while True:
+        # Take in whatever arrived; wait (sleeping) only when there is nothing to run.
+        while True:
+            msg = link.poll()
+            if msg is None:
+                if batches:
+                    break
+                backoff.sleep()
+                continue
+            backoff.reset()
+            _src, tag, payload = msg
+            if tag == TASKS:
+                batches.append(payload)
+            elif tag == STOP:
+                link.flush()
+                return
+            # anything else is not for a worker (a protocol bug): dropped
+        _run_batch(link, server, batches.popleft())
+        link.reap()
+
+
+def _run_batch(link: Link, server: int, batch: List[Entry]) -> None:
+    results: List[Tuple[int, bytes]] = []
+    size = 0
+    last = time.monotonic()
+    for i, entry in enumerate(batch):
+        outcome = _run(entry)
+        blob = _pack(outcome)
+        results.append((entry.tid, blob))
+        size += len(blob)
+        now = time.monotonic()
+        if i + 1 < len(batch) and (now - last >= FLUSH_SECONDS or size >= MAX_BATCH_BYTES):
+            link.send(server, DONE, (results, 0, None))
+            results, size, last = [], 0, now
+    link.send(server, DONE, (results, 1, None))
+
+
+def _run(entry: Entry) -> Outcome:
+    try:
+        call = pickle.loads(entry.blob)
+    except BaseException as exc:
+        err = RemoteError.capture(exc)
+        err = RemoteError(err.type_name, f"the task could not be unpickled on the worker "
+                          f"(is its module importable there?): {err.message}",
+                          err.traceback, err.where)
+        now = time.time()
+        return Outcome(None, err, err.where, now, now)
+    return execute(call)
+
+
+def _pack(outcome: Outcome) -> bytes:
+    """``(value, error, start, end)`` pickled; a value that does not pickle becomes an error."""
+    try:
+        return dumps((outcome.value, outcome.error, outcome.start, outcome.end))
+    except Exception as exc:
+        bad = outcome.unpicklable(exc)
+        return dumps((None, bad.error, bad.start, bad.end))
+
+
+def unpack(blob: bytes, where: str, node: Optional[int]) -> Outcome:
+    """The Outcome a result blob describes (on the root)."""
+    try:
+        value, error, start, end = pickle.loads(blob)
+    except Exception as exc:
+        err = RemoteError(type(exc).__name__, f"the task's result could not be unpickled on the "
+                          f"root: {exc}", "", where)
+        return Outcome(None, err, where, 0.0, 0.0, node)
+    return Outcome(value, error, where, start, end, node)
+
+
+def worker_env() -> Any:
+    """Mark this process as a worker while it serves (Ctrl-C in a task is its failure)."""
+    old = os.environ.get("WORKFLOWS_WORKER")
+    os.environ["WORKFLOWS_WORKER"] = "1"
+    return old
