@@ -79,7 +79,7 @@ class Stem4D(Analysis):
         if np.dtype(geometry.dtype) != np.dtype(np.uint16):
             raise StreamError(f"stem4d counts uint16 frames; scan {geometry.scan} sends "
                               f"{geometry.dtype}")
-        self._setup(tuple(geometry.shape))
+        self._setup((int(geometry.shape[0]), int(geometry.shape[1])))
 
     def _setup(self, shape: Tuple[int, int]) -> None:
         if self._shape == shape:
@@ -102,7 +102,7 @@ class Stem4D(Analysis):
 
         frames = np.ascontiguousarray(frames, np.uint16)
         k = len(frames)
-        self._setup(tuple(frames.shape[1:]))
+        self._setup((int(frames.shape[1]), int(frames.shape[2])))
         sums = frames.reshape(k, -1).sum(axis=1, dtype=np.float64)
         vd = virtual_detector(frames, self._masks)
         counts = np.zeros(k, np.int64)

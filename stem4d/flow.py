@@ -109,8 +109,8 @@ def main(args: Any) -> Any:
             raise ValueError(f"no spilled partitions of scan {args.scan} under {args.spilled}")
         data, _, _, attrs = read_partition_file(paths[0])
         g = ScanGeometry(args.scan, 1, int(attrs["frames"]), int(attrs["sectors"]),
-                         tuple(data.shape[1:]), str(attrs["dtype"]),
-                         tuple(attrs["scan_shape"]))
+                         (int(data.shape[1]), int(data.shape[2])), str(attrs["dtype"]),
+                         (int(attrs["scan_shape"][0]), int(attrs["scan_shape"][1])))
         refs = spill_partitions(paths)
     else:
         raise ValueError("give --frames FILE.h5:/DATASET or --spilled DIR --scan NAME")

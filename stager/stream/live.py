@@ -127,7 +127,7 @@ class LivePublisher:
 
         from stager.stream.receiver import resolve_endpoint
 
-        self._ctx = zmq.Context.instance()
+        self._ctx: Any = zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.PUB)
         self._sock.setsockopt(zmq.SNDHWM, 10)     # a slow viewer loses old images, never blocks
         self._sock.setsockopt(zmq.LINGER, 0)
@@ -202,7 +202,7 @@ class LiveView:
         import zmq
 
         self._zmq = zmq
-        self._ctx = zmq.Context.instance()
+        self._ctx: Any = zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.SUB)
         self._sock.setsockopt(zmq.SUBSCRIBE, TOPIC)
         self._sock.setsockopt(zmq.LINGER, 0)

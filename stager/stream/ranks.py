@@ -84,7 +84,7 @@ class RankLoop:
         self.rank = comm.rank
         self.index = roles.index(self.rank)
         self.is_receiver = self.index is not None
-        self.workers: Tuple[int, ...] = roles.workers[self.index] if self.is_receiver else ()
+        self.workers: Tuple[int, ...] = () if self.index is None else roles.workers[self.index]
         self.my_receiver = roles.receivers[roles.receiver_of[self.rank]]
         self.coord, self.publisher, self.spill = coordinator, publisher, spill
         self.socket: Any = None
@@ -130,7 +130,7 @@ class RankLoop:
             if r != self.rank:
                 try:
                     self._isend(("abort", message), r, TAG_ABORT)
-                except Exception:   # noqa: BLE001 -- already failing; the launcher ends us
+                except Exception:   # already failing; the launcher ends us
                     pass
 
     # ---- callbacks of the receiving socket ----
@@ -168,7 +168,7 @@ class RankLoop:
 
     def share_v2(self, kind: str, msg: Any) -> None:
         """Stream V2: a start/end reached this client; tell the other receivers."""
-        for r, rank in enumerate(self.roles.receivers):
+        for rank in self.roles.receivers:
             if rank != self.rank:
                 self._isend((kind, msg), rank, TAG_V2)
 

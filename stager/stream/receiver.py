@@ -18,11 +18,12 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, List, Optional, Union
 
 from stager.stream.accounting import ScanReport
 from stager.stream.assemble import DEFAULT_MEMORY_BYTES, Assembler, Partition
 from stager.stream.errors import StreamError
+from stager.stream.protocol import ScanGeometry
 
 __all__ = ["Receiver", "SocketLoop", "DEFAULT_HWM", "resolve_endpoint"]
 
@@ -156,7 +157,8 @@ class Receiver(SocketLoop):
 
     def __init__(self, deliver: Callable[[Partition], Any], *, index: int = 0, count: int = 1,
                  bind: str = "tcp://127.0.0.1:*", advertise: Optional[str] = None,
-                 rcvhwm: int = DEFAULT_HWM, rcvbuf: int = 0, partition_frames: int = 1,
+                 rcvhwm: int = DEFAULT_HWM, rcvbuf: int = 0,
+                 partition_frames: Union[int, Callable[[ScanGeometry], int]] = 1,
                  memory_bytes: int = DEFAULT_MEMORY_BYTES, max_scans: int = 4,
                  idle_timeout: float = 30.0,
                  on_close: Optional[Callable[[ScanReport], Any]] = None,

@@ -167,7 +167,7 @@ def tree_reduce(comm: Any, ranks: Sequence[int], value: Any, merge: Callable[[An
                 if mine[0] == "ok" and other[0] == "ok":
                     try:
                         mine = ("ok", merge(mine[1], other[1]))
-                    except Exception as e:   # noqa: BLE001 -- carried up the tree
+                    except Exception as e:   # carried up the tree
                         mine = ("err", f"rank {comm.rank}: merge failed: {e!r}")
                 elif mine[0] == "ok":
                     mine = other
@@ -264,9 +264,10 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
                 publisher = LivePublisher(f"tcp://{opts.bind_host}:*", opts.out, opts.advertise)
                 loop.publisher = publisher
             if opts.spill is not None and index is not None:
-                from stager.stream.spill import Spill
+                from stager.stream.spill import SPEC_NAME, Spill
 
-                loop.spill = Spill(opts.spill, layout.name, index)
+                loop.spill = Spill(opts.spill, layout.name, index,
+                                   os.path.join(opts.out, SPEC_NAME))
             if index is not None:
                 endpoint = _make_socket(loop, opts, index, roles.count)
         endpoints = fcomm.gather(endpoint, root=0)
@@ -295,7 +296,7 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
                 err = e
                 if not str(e).startswith("stop:"):
                     loop.abort_all(str(e))
-            except Exception as e:   # noqa: BLE001 -- every rank must hear of it
+            except Exception as e:   # every rank must hear of it
                 err = StreamError(f"rank {comm.rank} on node {layout.name}: {e!r}")
                 loop.abort_all(str(err))
             if err is not None:
@@ -312,6 +313,8 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
             loop.socket.close()
         if publisher is not None:
             publisher.close()
+        if loop is not None and loop.spill is not None:
+            loop.spill.close()
         layout.free()
         fcomm.Free()
         del MPI
@@ -326,13 +329,13 @@ def _make_socket(loop: Any, o: SessionOptions, index: int, count: int) -> str:
     if o.stream2:
         from stager.stream.streamv2_receiver import StreamV2Receiver
 
-        sock = StreamV2Receiver(loop.deliver, o.stream2, partition_frames=kfn,
+        v2 = StreamV2Receiver(loop.deliver, o.stream2, partition_frames=kfn,
                                 memory_bytes=o.memory_bytes, idle_timeout=o.idle_timeout,
                                 rcvhwm=o.rcvhwm, on_close=loop.on_close,
                                 on_start=lambda s: loop.share_v2("v2start", s),
                                 on_end=lambda e: loop.share_v2("v2end", e))
-        sock.connect()
-        loop.socket = sock
+        v2.connect()
+        loop.socket = v2
         return f"stream2:{o.stream2}"
     from stager.stream.receiver import Receiver
 
@@ -426,7 +429,7 @@ def _terminate_handler(loop: Any, o: SessionOptions, nodes: Sequence[str]) -> An
                 extra["signal"] = "SIGTERM"
                 os.makedirs(o.out, exist_ok=True)
                 write_report(os.path.join(o.out, f"{scan}.json"), rep, extra)
-            except Exception:   # noqa: BLE001 -- we are being terminated; do what we can
+            except Exception:   # we are being terminated; do what we can
                 pass
         raise SystemExit(143)
 

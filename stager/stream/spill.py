@@ -7,27 +7,29 @@ receiver writes each partition it delivers to::
 
 one small HDF5 file per partition (layout below), written whole in memory
 (``driver='core'``) and then to a temporary name, checksummed and renamed: a
-reader never sees half a file. Every file is entered in the destination root's
-record (``DIR/.stager-record.json``, :mod:`stager.nodelocal.record`) with its
-size, mtime, mode and XXH3-128 checksum, and a hook spec naming ``DIR`` is
-written next to the scan outputs, so the ordinary commands work on spilled
-frames::
+reader never sees half a file. Every file is recorded in the root's state
+directory like a staged copy (:mod:`stager.nodelocal.state`,
+``docs/staging-state.md``) under the key of the hook spec that the job writes
+next to the scan outputs (``OUT/spill.hook``, naming ``DIR``): the receiver takes
+the root's lock while it spills, journals the scan directories before it makes
+them and each file's entry (size, mtime, mode, XXH3-128, device and inode) as soon
+as the file has its final name, and compacts the record when a scan closes. So the
+ordinary commands work on spilled frames::
 
     mpirun stager verify OUT/spill.hook      # re-checksum every node's partitions
     mpirun stager drain  DIR DEST            # copy them to the shared filesystem
     mpirun stager clean  OUT/spill.hook      # remove exactly them
 
 and an offline re-run of the same analysis reads them back
-(:func:`read_partition_file`, :func:`spilled_partitions`).
+(:func:`read_partition_file`, :func:`spilled_partitions`). A receiver killed
+between a rename and its journal entry leaves that one file unrecorded:
+``clean`` keeps it (it never removes what it did not record).
 
 Partition file layout: ``/frames`` (k, rows, cols) in the scan's dtype (missing
 sectors zero), ``/frame_index`` (k,) int64, ``/complete`` (k,) bool, ``/sectors``
 (k, S) bool; root attributes ``scan``, ``receiver``, ``partition``,
 ``scan_shape``, ``frames`` (of the whole scan), ``sectors``, ``dtype``.
 
-The record is kept in memory per scan and saved when the scan closes
-(:meth:`Spill.finish`), through :func:`record_files` -- the one function that
-touches the record API, so a change of that API changes one place.
 """
 from __future__ import annotations
 
@@ -43,22 +45,11 @@ from stager.nodelocal import record as records
 from stager.planning.plan import expand_node
 from stager.stream.errors import StreamError
 
-__all__ = ["Spill", "record_files", "spill_spec_text", "read_partition_file",
-           "spilled_partitions", "SPEC_NAME"]
+__all__ = ["Spill", "spill_spec_text", "read_partition_file", "spilled_partitions",
+           "SPEC_NAME"]
 
 #: The hook spec written next to the outputs, naming the spill roots.
 SPEC_NAME = "spill.hook"
-
-
-def record_files(root: str, files: Dict[str, records.StagedFile], created: List[str]) -> None:
-    """Add ``files`` (paths relative to ``root``) to ``root``'s record and save it.
-
-    The only use of :mod:`stager.nodelocal.record` in the stream layer.
-    """
-    rec = records.load(root)
-    rec.files.update(files)
-    rec.created_dirs.extend(d for d in created if d not in rec.created_dirs)
-    records.save(rec)
 
 
 def spill_spec_text(template: str) -> str:
@@ -70,7 +61,7 @@ def spill_spec_text(template: str) -> str:
 
 
 class Spill:
-    """Writes one receiver's partitions to ``template`` (``%n`` -> ``node``).
+    """Writes one receiver's partitions to ``template`` (``%n`` -> ``node``), recorded.
 
     Parameters
     ----------
@@ -78,26 +69,57 @@ class Spill:
         Absolute directory; ``%n`` is the node name.
     node : str
     receiver : int
+    spec : str
+        The hook spec naming ``template`` (``OUT/spill.hook``); the records are kept
+        under its key (:func:`stager.planning.spec_key`), so it must exist before the
+        first :meth:`write`.
     """
 
-    def __init__(self, template: str, node: str, receiver: int) -> None:
+    def __init__(self, template: str, node: str, receiver: int, spec: str) -> None:
         if not os.path.isabs(template.replace("%n", "x")):
             raise StreamError(f"--spill {template}: must be an absolute directory")
         self.root = os.path.normpath(expand_node(template, node))
-        self.receiver = receiver
-        self.files: Dict[str, Dict[str, records.StagedFile]] = {}
-        self.created: List[str] = []
+        self.node, self.receiver, self.spec = node, receiver, os.path.abspath(spec)
+        self.counts: Dict[str, int] = {}
         self.bytes = 0
         self.seconds = 0.0
+        self._state: Any = None
+        self._journal: Any = None
+        self._key = ""
+
+    def _open(self) -> None:
+        """Make and lock the root, open the spec's journal (first write only)."""
+        from stager.nodelocal.lock import Holder
+        from stager.nodelocal.state import RootState
+        from stager.planning import spec_key
+
+        if not os.path.isfile(self.spec):
+            raise StreamError(f"spill: the hook spec {self.spec} is missing; the job writes "
+                              "it before the rendezvous file -- was OUT removed meanwhile?")
+        self._key = spec_key(self.spec)
+        state = RootState.create(self.root)
+        try:
+            state.take_lock(Holder.here(run=f"stream-{os.getpid()}", node=self.node,
+                                        spec=self.spec), wait=10.0)
+            self._journal = records.SpecJournal(state.fd, state.path, self._key)
+            self._journal.run(run=f"stream-{os.getpid()}", spec=self.spec, pid=os.getpid())
+        except BaseException:
+            state.close()
+            raise
+        self._state = state
 
     def write(self, part: Any) -> str:
         """Write one :class:`~stager.stream.assemble.Partition`; return its path."""
         import h5py
 
         t = time.perf_counter()
+        if self._state is None:
+            self._open()
         g = part.geometry
         rel = os.path.join(g.scan, f"part-r{self.receiver}-{part.index:06d}.h5")
-        d = localfs.ensure_dir(self.root, os.path.dirname(rel), self.created)
+        d = os.path.join(self.root, g.scan)
+        if not os.path.isdir(d):     # journaled before it is made: clean removes it
+            localfs.ensure_dir(self.root, d, announce=self._state.add_dir)
         with h5py.File(f"spill-{g.scan}-{part.index}", "w", driver="core",
                        backing_store=False) as f:
             f.create_dataset("frames", data=part.data)
@@ -115,19 +137,30 @@ class Spill:
             digest = af.hexdigest()
             af.commit()
         st = os.lstat(dest)
-        self.files.setdefault(g.scan, {})[rel] = records.StagedFile(
-            source=f"stream:{g.scan}:r{self.receiver}:p{part.index}", size=st.st_size,
-            mtime_ns=st.st_mtime_ns, mode=0o600, checksum=digest, source_size=st.st_size)
+        source = f"stream:{g.scan}:r{self.receiver}:p{part.index}"
+        self._journal.copy(rel, records.new_entry(source, (st.st_size, -1, -1, -1), st,
+                                                  0o600, digest))
+        self.counts[g.scan] = self.counts.get(g.scan, 0) + 1
         self.bytes += len(image)
         self.seconds += time.perf_counter() - t
         return dest
 
     def finish(self, scan: str) -> int:
-        """Record the files of ``scan``; return how many."""
-        files = self.files.pop(scan, {})
-        if files:
-            record_files(self.root, files, self.created)
-        return len(files)
+        """Compact the record once ``scan`` closed; return how many files it spilled."""
+        n = self.counts.pop(scan, 0)
+        if self._state is not None:
+            self._journal.close()
+            records.compact(self._state.fd, self._state.path, self._state.load(self._key))
+            self._journal = records.SpecJournal(self._state.fd, self._state.path, self._key)
+        return n
+
+    def close(self) -> None:
+        """Release the root (its lock); the record stays."""
+        if self._state is not None:
+            self._journal.close()
+            records.compact(self._state.fd, self._state.path, self._state.load(self._key))
+            self._state.close()
+            self._state = self._journal = None
 
 
 def read_partition_file(path: str) -> Tuple[np.ndarray, np.ndarray, np.ndarray, Dict[str, Any]]:

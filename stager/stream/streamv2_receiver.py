@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import itertools
 from collections import OrderedDict
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from stager.stream.accounting import ScanReport
 from stager.stream.assemble import DEFAULT_MEMORY_BYTES, Assembler, Partition
 from stager.stream.errors import ProtocolError, StreamError
-from stager.stream.protocol import Begin, Data, Reason
+from stager.stream.protocol import Begin, Data, Reason, ScanGeometry
 from stager.stream.protocol import End as NativeEnd
 from stager.stream.receiver import DEFAULT_HWM, SocketLoop
 from stager.stream.streamv2 import End, Image, Start, decode_message, scan_name
@@ -62,7 +62,8 @@ class StreamV2Receiver(SocketLoop):
 
     def __init__(self, deliver: Callable[[Partition], Any], endpoint: str, *,
                  channel: Optional[str] = None, scan_shape: Optional[Tuple[int, int]] = None,
-                 partition_frames: int = 1, memory_bytes: int = DEFAULT_MEMORY_BYTES,
+                 partition_frames: Union[int, Callable[[ScanGeometry], int]] = 1,
+                 memory_bytes: int = DEFAULT_MEMORY_BYTES,
                  max_scans: int = 4, idle_timeout: float = 30.0, rcvhwm: int = DEFAULT_HWM,
                  pending_max: int = 256,
                  on_start: Optional[Callable[[Start], Any]] = None,

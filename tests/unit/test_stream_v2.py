@@ -81,7 +81,8 @@ def test_start_pickles_for_the_other_receivers():
 
     s = decode_message(encode_start(1, "U", 4, (5, 7), user_data={"scan_shape": [2, 2]}))
     back = pickle.loads(pickle.dumps(s))
-    assert back.geometry() == s.geometry() and tuple(back.fields["user_data"]["scan_shape"]) == (2, 2)
+    assert back.geometry() == s.geometry()
+    assert tuple(back.fields["user_data"]["scan_shape"]) == (2, 2)
     assert type(back.fields["goniometer"]) is dict
 
 
