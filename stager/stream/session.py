@@ -372,7 +372,7 @@ def _finalize(comm: Any, layout: Any, roles: Any, loop: Any, analysis: Any,
     agree(comm, err, f"merging scan {scan}", default=StreamError, node=layout.name)
     t_merge = time.monotonic()
     mine = loop.closed_reports.pop(scan, None) if loop.is_receiver else None
-    reports = comm.gather(mine, root=0)
+    gathered = comm.gather((mine, _peak_rss_mib()), root=0)
     files: Dict[str, str] = {}
     timing: Dict[str, Any] = {}
     report: Any = None
@@ -380,6 +380,12 @@ def _finalize(comm: Any, layout: Any, roles: Any, loop: Any, analysis: Any,
     with agreed(comm, f"writing scan {scan}", default=StreamError, node=layout.name):
         if comm.rank == 0:
             coord = loop.coord
+            reports = [m for m, _ in gathered]
+            rss = [r for _, r in gathered]
+            memory = {"peak_rss_mib": rss,
+                      "receiver_peak_rss_mib": max(rss[rk] for rk in roles.receivers),
+                      "assembler_bound_mib": round(o.memory_bytes / 2**20, 1),
+                      "outbox_bound_mib": round(o.outbox_bytes / 2**20, 1)}
             recv_reports = [reports[rk] for rk in roles.receivers]
             for r, rep in enumerate(recv_reports):
                 if rep is not None:
@@ -403,7 +409,7 @@ def _finalize(comm: Any, layout: Any, roles: Any, loop: Any, analysis: Any,
             files = {"h5": f"{scan}.h5", "report": f"{scan}.json"}
             write_report(os.path.join(local_dir, f"{scan}.json"), report,
                          {"analysis": analysis.name, "outputs": files, "timing": timing,
-                          "h5_bytes": size, "roles": roles.describe(),
+                          "h5_bytes": size, "roles": roles.describe(), "memory": memory,
                           "allow_loss": o.allow_loss,
                           "served": scan_ok(report, o.allow_loss)})
             loop.publish(scan, time.monotonic(), final=True, partial=merged)
@@ -414,6 +420,13 @@ def _finalize(comm: Any, layout: Any, roles: Any, loop: Any, analysis: Any,
     out = bcast_result(comm, lambda: ScanOutcome(scan, report, scan_ok(report, o.allow_loss),
                                                  files, timing))
     return out
+
+
+def _peak_rss_mib() -> float:
+    """This process's peak resident set so far (MiB; Linux reports KiB)."""
+    import resource
+
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
 def _terminate_handler(loop: Any, o: SessionOptions, nodes: Sequence[str]) -> Any:

@@ -122,6 +122,7 @@ def test_streamed_scan_equals_the_same_frames_processed_offline(tmp_path):
     assert rc == 0, out + err
     rep = job.report("s1")
     assert rep["ok"] and rep["frames_complete"] == 96 and rep["messages"]["lost_in_transport"] == 0
+    assert len(rep["memory"]["peak_rss_mib"]) == 4 and rep["memory"]["receiver_peak_rss_mib"] > 10
     streamed = _datasets(job.out / "s1.h5")
     offline = _datasets(_offline(tmp_path, (8, 12), (64, 64)))
     assert sorted(streamed) == sorted(offline)
