@@ -94,6 +94,7 @@ bench: setup
 	$(PY) bench/h5_bench.py --out bench/results/h5
 	$(PY) bench/sbcast_bench.py
 	$(PY) bench/stream_bench.py
+	$(PY) bench/stream_science_bench.py --picture docs/live-scan.png
 	$(PY) bench/readers_bench.py
 	$(PY) bench/nf_fit_bench.py
 	$(PY) bench/nf_read_bench.py
