@@ -1,4 +1,4 @@
-"""The 4D-STEM output file, ``<scan>.h5`` (specified in ``docs/stem4d-output.md``).
+"""The 4D-STEM output file, ``<scan>.h5`` (specified in ``docs/stream-protocol.md``, section 10).
 
 The scan-shaped images, and the electron events in stempy's sparse layout
 (``SparseArray.write_to_hdf5``, format version 3 of OpenChemistry/stempy), so
