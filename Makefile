@@ -89,9 +89,15 @@ PFS_BENCH_ARGS ?= --frames-bytes 2147483648 --small-files 5000
 bench: setup
 	$(PY) bench/stage_bench.py
 	$(PY) bench/tasks_bench.py
+	$(PY) bench/dispatch_model.py
 	$(PY) bench/kernels_bench.py
 	$(PY) bench/h5_bench.py --out bench/results/h5
 	$(PY) bench/sbcast_bench.py
+	$(PY) bench/stream_bench.py
+	$(PY) bench/readers_bench.py
+	$(PY) bench/nf_fit_bench.py
+	$(PY) bench/nf_read_bench.py
+	$(PY) bench/nf_projection.py
 
 bench-pfs: setup
 	$(PY) bench/pfs_stage.py $(PFS_BENCH_ARGS)

@@ -185,7 +185,9 @@ def recording(task: Any) -> Tuple[Any, List[Any]]:
             futures.append(fut)
             return fut
 
-    return _Recording(task.fn, name=task.name, retries=task.retries), futures
+    return _Recording(task.fn, name=task.name, retries=task.retries,
+                      timeout=getattr(task, "timeout", None),
+                      isolate=getattr(task, "isolate", False)), futures
 
 
 def phase_spans(phases: Mapping[str, Iterable[Any]], origin: float) -> Dict[str, Dict[str, float]]:

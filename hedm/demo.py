@@ -1,25 +1,33 @@
-"""``make demo``: the main job, end to end, on one machine.
+"""``make demo``: the whole NF-HEDM chain, raw frames to a microstructure map, on one machine.
 
-1. **dataset** -- a synthetic NF-HEDM dataset on the "shared filesystem"
-   (``OUT/dataset/nf``): a TIFF series ``stem_%06d.tif`` with planted spots
-   whose true positions are kept (``truth.npy``), and ``nf.params``;
-2. **compile** -- the numba kernels are compiled once into a node-local cache
-   (``kernels.numba_cache.warm_cache``; kept between runs, so only the first
-   run on a machine pays it), so the workers only load them;
-3. **the job** -- ``mpirun -n NP --oversubscribe python -m workflows run
-   hedm/nf.py --stage hedm/hooks/nf.hook --emulate-nodes K``: the
-   stager replicates the dataset into every emulated node's directory under
-   ``--stage-root``, the NF workflow runs on the ``mpi`` executor, results are
-   written node-locally and drained into ``OUT``;
-4. **clean** -- ``stager clean`` removes the staged copies from every node;
-5. **report** -- printed, and written to ``OUT/demo_report.txt`` / ``.json``:
-   staging (bytes, delivered GB/s, amplification), tasks, wall time per phase,
-   spots found versus planted, output paths. ``--record-phases DIR`` also
-   writes ``DIR/demo_phases.json`` and ``.md``.
+1. **ground truth and raw frames** -- :func:`hedm.nfsynth.make_layer` writes a
+   layer on the "shared filesystem" (``OUT/dataset/nf``): a Voronoi
+   microstructure, its binary images, raw detector frames rendered from them
+   (stage 1's input, TIFF), the layer's one parameter file, the grid and
+   FF-like seed orientations. A layer made with the same settings is reused;
+2. **compile** -- the numba kernels, stage 1's and stage 2's, are compiled once
+   into a node-local cache (:func:`kernels.numba_cache.warm_cache`; kept
+   between runs), so workers only load them;
+3. **stage 1** -- ``mpirun -n NP python -m workflows run hedm/nf.py --stage
+   hedm/hooks/nf.hook --emulate-nodes K``: the raw frames are staged to every
+   node, reduced (background, spots per frame, ordered tree merge), and the
+   results -- with the bit-packed binary images -- drained to ``OUT/reduced``;
+   ``stager clean`` empties the nodes;
+4. **stage 2** -- ``mpirun ... hedm/nffit.py --stage hedm/hooks/nffit.hook``:
+   exactly the binary images, the parameter file, the grid and the seeds are
+   staged to every node, one task per block of grid rows fits orientations on
+   the node's memory-mapped copy, the blocks merge in order into the map
+   (``OUT/nf_map.{h5,mic,png}``), drained; ``stager clean``;
+5. **report** -- printed and written to ``OUT/demo_report.txt`` / ``.json``:
+   per phase the wall time, stage 1's images against the truth's, and the
+   map's accuracy against the truth (share of grid points within 0.25 deg;
+   the same for points two grid steps inside a grain). ``--record-phases DIR``
+   also writes ``DIR/demo_phases.json`` and ``.md``.
 
-Sizes: 300 frames of 512x512 uint16 (150 MiB) by default; a run takes about a
-minute on a 2-core machine. A dataset already generated with the same model is
-reused.
+Size: the demo geometry of :mod:`hedm.nfsynth` (MIDAS's gold example scaled
+down: 2 distances x 360 frames of 512 x 288 px, 1 deg; 15 grains in a 50 um
+disk, 2,886 grid points). ``--frames``, ``--rsample`` and ``--grains`` scale
+it further (the e2e test runs 90 frames of 4 deg and a 15 um sample).
 """
 from __future__ import annotations
 
@@ -31,34 +39,35 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import asdict
 from typing import Any, Dict, List, Optional
 
-__all__ = ["main", "build_parser", "demo_model"]
+__all__ = ["main", "build_parser"]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-NF_HOOK = os.path.join(ROOT, "hedm", "hooks", "nf.hook")
-NF_FLOW = os.path.join(ROOT, "hedm", "nf.py")
+HOOKS = os.path.join(ROOT, "hedm", "hooks")
+FLOWS = os.path.join(ROOT, "hedm")
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m hedm.demo",
-                                description="Generate a synthetic NF-HEDM dataset, stage it to "
-                                            "emulated nodes and reduce it under mpirun.")
+                                description="Synthetic NF-HEDM layer -> raw frames -> staged "
+                                            "reduction -> staged orientation fitting -> map, "
+                                            "under mpirun, with a report against the truth.")
     p.add_argument("--np", type=int, default=4, help="MPI ranks (default 4)")
     p.add_argument("--nodes", type=int, default=2, help="emulated nodes (default 2)")
     p.add_argument("--out", default="demo-out", help="output directory (default demo-out)")
-    p.add_argument("--frames", type=int, default=300, help="frames (default 300)")
-    p.add_argument("--size", type=int, default=512, help="frame side in pixels (default 512)")
-    p.add_argument("--spots", type=int, default=None,
-                   help="planted spots (default: 2 per frame)")
-    p.add_argument("--seed", type=int, default=2026)
+    p.add_argument("--frames", type=int, default=360,
+                   help="frames per distance over 360 deg (default 360: 1 deg each)")
+    p.add_argument("--rsample", type=float, default=50.0,
+                   help="sample radius in um (default 50)")
+    p.add_argument("--grains", type=int, default=15, help="grains (default 15)")
+    p.add_argument("--seed", type=int, default=1, help="seed of the microstructure (default 1)")
     p.add_argument("--stage-root", default=None,
                    help="node-local root (default /dev/shm/mpistage-demo-$USER; %%n is added)")
     p.add_argument("--numba-cache", default=None, metavar="DIR",
                    help="node-local numba cache, kept between runs "
                         "(default $TMPDIR/mpistage-numba-$USER)")
-    p.add_argument("--timeout", type=float, default=900.0, help="seconds allowed for the job")
+    p.add_argument("--timeout", type=float, default=900.0, help="seconds allowed per job")
     p.add_argument("--keep-staged", action="store_true",
                    help="leave the staged copies on the nodes (default: stager clean)")
     p.add_argument("--record-phases", default=None, metavar="DIR",
@@ -66,39 +75,11 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def demo_model(frames: int, size: int, spots: Optional[int], seed: int):
-    """The detector model of the demo dataset (spots persist over 3 frames, as grains do)."""
-    from kernels.synth import DetectorModel
-
-    return DetectorModel(shape=(size, size), n_frames=frames, seed=seed,
-                         n_spots=spots if spots is not None else 2 * frames, frames_per_spot=3)
-
-
-def _dataset(folder: str, model) -> Dict[str, Any]:
-    from hedm.synth import make_nf_dataset
-
-    t0 = time.perf_counter()
-    marker = os.path.join(folder, "model.json")
-    wanted = {"kind": "nf", **json.loads(json.dumps(asdict(model)))}
-    try:
-        with open(marker) as fh:
-            reused = json.load(fh) == wanted and os.path.isfile(os.path.join(folder, "nf.params"))
-    except (OSError, ValueError):
-        reused = False
-    if not reused:
-        shutil.rmtree(folder, ignore_errors=True)
-        make_nf_dataset(folder, model)
-    size = sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder)
-               if f.endswith(".tif"))
-    return {"folder": folder, "reused": reused, "seconds": time.perf_counter() - t0,
-            "tiff_bytes": size}
-
-
-def _env(stage_root: str, data: str, numba_dir: str) -> Dict[str, str]:
+def _env(stage_root: str, data: str, reduced: str, numba_dir: str) -> Dict[str, str]:
     env = dict(os.environ)
     env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMPI_MCA_rmaps_base_oversubscribe="1", HEDM_STAGE=stage_root, HEDM_NF_DATA=data,
-               NUMBA_CACHE_DIR=numba_dir, STAGER_PROGRESS="0")
+               HEDM_NF_REDUCED=reduced, NUMBA_CACHE_DIR=numba_dir, STAGER_PROGRESS="0")
     env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
 
@@ -113,7 +94,7 @@ def _mpirun(np_: int, argv: List[str], env: Dict[str, str], log: str, timeout: f
             proc = subprocess.run(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT,
                                   timeout=timeout, cwd=ROOT)
         except subprocess.TimeoutExpired as exc:
-            raise SystemExit(f"demo: {' '.join(argv[:3])} took over {timeout:.0f} s; "
+            raise SystemExit(f"demo: {' '.join(argv[:4])} took over {timeout:.0f} s; "
                              f"see {log}") from exc
     if proc.returncode != 0:
         with open(log) as fh:
@@ -121,6 +102,22 @@ def _mpirun(np_: int, argv: List[str], env: Dict[str, str], log: str, timeout: f
         raise SystemExit(f"demo: step failed (exit {proc.returncode}): {' '.join(cmd)}\n"
                          f"--- last lines of {log} ---\n{tail}")
     return time.perf_counter() - t0
+
+
+def _job(stage: str, flow: str, hook: str, out: str, report: str, params: str, results: str,
+         args: argparse.Namespace, env: Dict[str, str], log: str) -> Dict[str, Optional[float]]:
+    """One staged workflow job, then ``stager clean``; returns the two wall times."""
+    print(f"demo: {stage}: mpirun -n {args.np}, {args.nodes} emulated nodes: stage "
+          f"({os.path.basename(hook)}), run {os.path.basename(flow)}, drain ...", flush=True)
+    job_s = _mpirun(args.np, ["-m", "workflows", "run", flow, "--stage", hook,
+                              "--emulate-nodes", str(args.nodes), "--out", out,
+                              "--report", report, "--", "--params", params,
+                              "--results", results], env, log, args.timeout)
+    clean_s = None
+    if not args.keep_staged:
+        clean_s = _mpirun(args.np, ["-m", "stager", "clean", hook, "--emulate-nodes",
+                                    str(args.nodes)], env, log, args.timeout)
+    return {"job": job_s, "clean": clean_s}
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -135,40 +132,48 @@ def main(argv: Optional[List[str]] = None) -> int:
     from kernels.numba_cache import warm_cache
 
     from hedm.demo_report import collect, render, write_phases
+    from hedm.nfsynth import make_layer
 
     out = os.path.abspath(args.out)
+    data = os.path.join(out, "dataset", "nf")
+    reduced = os.path.join(out, "reduced")
     os.makedirs(out, exist_ok=True)
     stage_root = args.stage_root or f"/dev/shm/mpistage-demo-{getpass.getuser()}"
     log = os.path.join(out, "demo.log")
     open(log, "w").close()
-    model = demo_model(args.frames, args.size, args.spots, args.seed)
-    print(f"demo: dataset of {model.n_frames} frames {model.shape[0]}x{model.shape[1]} "
-          f"in {out}/dataset/nf ...", flush=True)
-    data = _dataset(os.path.join(out, "dataset", "nf"), model)
+    t_start = time.perf_counter()
+    load_before = os.getloadavg()[0]
+    print(f"demo: ground truth ({args.grains} grains, {args.rsample:g} um) and raw frames "
+          f"(2 distances x {args.frames}) in {data} ...", flush=True)
+    layer = make_layer(data, frames=args.frames, rsample=args.rsample, grains=args.grains,
+                       seed=args.seed)
     print("demo: compiling the kernels into a node-local numba cache ...", flush=True)
     t0 = time.perf_counter()
     numba_dir = args.numba_cache or os.path.join(os.environ.get("TMPDIR") or "/tmp",
                                                  f"mpistage-numba-{getpass.getuser()}")
     warm = warm_cache(numba_dir)
     compile_s = time.perf_counter() - t0
-    env = _env(stage_root, data["folder"], warm.cache_dir)
-    for stale in ("nf_run.json", "run.json"):
-        if os.path.exists(os.path.join(out, stale)):
-            os.unlink(os.path.join(out, stale))
-    print(f"demo: mpirun -n {args.np}: stage to {args.nodes} emulated nodes under {stage_root}, "
-          "reduce, drain ...", flush=True)
-    job_s = _mpirun(args.np, [
-        "-m", "workflows", "run", NF_FLOW, "--stage", NF_HOOK, "--emulate-nodes", str(args.nodes),
-        "--out", out, "--report", os.path.join(out, "run.json"), "--",
-        "--params", os.path.join(stage_root, "%n", "nf", "nf.params"),
-        "--results", os.path.join(stage_root, "%n", "results")], env, log, args.timeout)
-    clean_s = None
+    env = _env(stage_root, data, reduced, warm.cache_dir)
+    for stale in (os.path.join(reduced, "nf_run.json"), os.path.join(reduced, "run.json"),
+                  os.path.join(out, "nffit_run.json"), os.path.join(out, "run_fit.json")):
+        if os.path.exists(stale):
+            os.unlink(stale)
+    times: Dict[str, Any] = {"dataset": layer["seconds"], "compile": compile_s}
+    times["stage1"] = _job("stage 1 (reduction)", os.path.join(FLOWS, "nf.py"),
+                           os.path.join(HOOKS, "nf.hook"), reduced,
+                           os.path.join(reduced, "run.json"),
+                           os.path.join(stage_root, "%n", "nf", "nf.params"),
+                           os.path.join(stage_root, "%n", "results-nf"), args, env, log)
+    times["stage2"] = _job("stage 2 (orientation fitting)", os.path.join(FLOWS, "nffit.py"),
+                           os.path.join(HOOKS, "nffit.hook"), out,
+                           os.path.join(out, "run_fit.json"),
+                           os.path.join(stage_root, "%n", "nffit", "nf.params"),
+                           os.path.join(stage_root, "%n", "results-fit"), args, env, log)
     if not args.keep_staged:
-        clean_s = _mpirun(args.np, ["-m", "stager", "clean", NF_HOOK, "--emulate-nodes",
-                                    str(args.nodes)], env, log, args.timeout)
         shutil.rmtree(stage_root, ignore_errors=True)
-    facts = collect(out, data, model, {"compile": compile_s, "job": job_s, "clean": clean_s},
-                    np_=args.np, nodes=args.nodes, stage_root=stage_root)
+    times["total"] = time.perf_counter() - t_start
+    times["load"] = (load_before, os.getloadavg()[0])
+    facts = collect(out, layer, times, np_=args.np, nodes=args.nodes, stage_root=stage_root)
     text = render(facts)
     print(text)
     with open(os.path.join(out, "demo_report.txt"), "w") as fh:

@@ -1,4 +1,5 @@
-"""NF-HEDM reduction: staged frames -> background -> spots per frame -> tree merge -> HDF5, PNG.
+"""NF-HEDM reduction: staged frames -> background -> spots per frame -> tree merge -> HDF5, PNG,
+and the reduced binary images that stage 2 (:mod:`hedm.nffit`) fits.
 
 Run it the way users do, staging and reducing in one MPI job::
 
@@ -6,20 +7,24 @@ Run it the way users do, staging and reducing in one MPI job::
         --stage hedm/hooks/nf.hook --emulate-nodes 2 --out OUT -- \\
         --params '/dev/shm/mpistage-nf/%n/nf.params' --results '/dev/shm/mpistage-nf/%n/results'
 
-The graph (paper, section V):
+The graph (paper, section V), for each detector distance ``d`` of
+``nDistances`` (MIDAS numbers the files of distance ``d`` from
+``RawStartNr + d * NrFilesPerDistance``, as ``ProcessImagesCombined`` does):
 
 1. **background**: ``BackgroundTasks`` tasks each read a band of pixel rows
-   of every frame from their node's staged copy and take the per-pixel
-   (lower) median and maximum; one task stacks the bands and writes the
-   background image to ``OUT/work/`` (the shared filesystem);
+   of every frame of the distance from their node's staged copy and take the
+   per-pixel (lower) median and maximum; one task stacks the bands and writes
+   the distance's background image to ``OUT/work/`` (the shared filesystem);
 2. **frames**: one task per frame reads the frame from its node's copy, the
    background through the per-worker cache (read once per worker, then from
    memory), and reduces it with :func:`kernels.nf.reduce_frame` to sparse
    spot pixels plus per-spot centroids;
 3. **reduce**: an ordered ``reduce_tree`` concatenates the per-frame tables
-   (merges start while frames are still being reduced);
-4. **write**: one task writes ``<ReducedFileName>.h5`` and ``.png`` to the
-   node-local results directory (``--results``, ``%n`` = its node);
+   (merges start while frames are still being reduced), distance by distance;
+4. **write**: one task writes ``<ReducedFileName>.h5``, ``.png`` and the
+   bit-packed binary images ``<ReducedFileName>_binary.npy`` (the input of
+   stage 2, layout in ``docs/nf-files.md``) to the node-local results
+   directory (``--results``, ``%n`` = its node);
 5. **drain** (``finalize``, every rank): ``stager.drain`` copies each node's
    results to ``OUT`` (merged) and the node-local results are removed.
 
@@ -31,14 +36,16 @@ is drained. In a batch job rendered from the ``stage-run-drain`` template
         --node-id-env SLURMD_NODENAME --out "$MPISTAGE_SHARED_OUT" -- \
         --params "$HEDM_STAGE/%n/nf/nf.params" --results "$MPISTAGE_RESULTS" --no-drain
 
-``OUT/nf_run.json`` records the stage report, phase times,
-tasks and cache hits. File layout: :mod:`hedm.output`.
+The parameter file is the layer's one MIDAS-style file: stage 2's keys and
+every MIDAS NF key are accepted and left to their readers
+(:mod:`hedm.params`). ``OUT/nf_run.json`` records the stage report, phase
+times, tasks and cache hits. File layout: :mod:`hedm.output`.
 """
 from __future__ import annotations
 
 import os
 import time
-from typing import Any, Dict
+from typing import Any, Dict, List
 
 import numpy as np
 
@@ -49,10 +56,11 @@ from hedm.common import (as_records, cached, frame_reader, is_series,
 from hedm.output import (NF_CENTROID_DTYPE, NF_FRAME_DTYPE, NF_PIXEL_DTYPE, plot_nf,
                                    write_h5)
 from hedm.run import drain_results, log_summary, stage_dict, write_json
-from hedm.params import (Param, add_flow_arguments, ParamError, at_least, flag_overrides,
-                                   load_params, one_of, relative_to, resolve_params)
+from hedm.params import (MIDAS_NF_KEYS, Param, ParamError, add_flow_arguments, at_least,
+                         flag_overrides, load_params, one_of, relative_to, resolve_params)
 
-__all__ = ["SCHEMA", "add_arguments", "main", "finalize", "read_nf_params"]
+__all__ = ["SCHEMA", "BINARY_SUFFIX", "add_arguments", "main", "finalize", "read_nf_params",
+           "binary_images"]
 
 SCHEMA = (
     Param("DataDirectory", str, ".", "folder of the frames; relative to the parameter file's "
@@ -60,7 +68,10 @@ SCHEMA = (
     Param("InputPattern", str, "stem_%06d.tif", "frame file name with a %d field (TIFF series), "
           "or one GE/HDF5 file holding every frame"),
     Param("RawStartNr", int, 0, "number of the first frame", at_least(0)),
-    Param("NrFilesPerDistance", int, None, "number of frames", at_least(1)),
+    Param("NrFilesPerDistance", int, None, "number of frames (per detector distance)",
+          at_least(1)),
+    Param("nDistances", int, 1, "detector distances; distance d's frames are the files from "
+          "RawStartNr + d * NrFilesPerDistance (MIDAS)", at_least(1)),
     Param("NrPixelsY", int, None, "frame width (detector columns)", at_least(1)),
     Param("NrPixelsZ", int, None, "frame height (detector rows)", at_least(1)),
     Param("BlanketSubtraction", int, 0, "counts subtracted after the background",
@@ -71,13 +82,24 @@ SCHEMA = (
     Param("LoGMaskRadius", int, 4, "LoG kernel half-width (px)", at_least(1)),
     Param("BackgroundTasks", int, 0, "tasks computing the median background (row bands); "
           "0: one per worker", at_least(0)),
-    Param("ReducedFileName", str, "nf_spots", "base name of the result files (.h5, .png)"),
+    Param("ReducedFileName", str, "nf_spots", "base name of the result files (.h5, .png, "
+          "_binary.npy)"),
 )
+
+#: Suffix of the reduced binary images (stage 2's input), after ReducedFileName.
+BINARY_SUFFIX = "_binary.npy"
 
 
 def read_nf_params(path: str, flags: Dict[str, Any] | None = None) -> Dict[str, Any]:
-    """Parameters from the file ``path`` and flag overrides, checked together."""
-    values = resolve_params(SCHEMA, load_params(path, SCHEMA), flags or {}, path)
+    """Parameters from the file ``path`` and flag overrides, checked together.
+
+    Stage 2's keys and MIDAS's NF keys may be in the file too (one file per
+    layer, :mod:`hedm.params`); they are left to their readers.
+    """
+    from hedm.nffit import SCHEMA as FIT_SCHEMA
+
+    foreign = MIDAS_NF_KEYS | {q.key for q in FIT_SCHEMA}
+    values = resolve_params(SCHEMA, load_params(path, SCHEMA, foreign), flags or {}, path)
     if "/" in values["ReducedFileName"] or not values["ReducedFileName"]:
         raise ParamError(f"{path}: ReducedFileName must be a plain file name, "
                          f"got {values['ReducedFileName']!r}")
@@ -98,15 +120,17 @@ def add_arguments(parser) -> None:
 
 # -- tasks ---------------------------------------------------------------------------
 @app
-def background_band(source: str, first: int, n: int, shape, r0: int, r1: int) -> Dict[str, Any]:
-    """Per-pixel lower median and maximum over all frames of rows ``r0:r1``."""
+def background_band(source: str, first: int, n_files: int, shape, r0: int, r1: int,
+                    start: int, count: int) -> Dict[str, Any]:
+    """Per-pixel lower median and maximum of rows ``r0:r1`` over files ``start`` ..
+    ``start + count - 1`` (one distance) of the ``n_files`` from ``first``."""
     from kernels.nf import median_background
 
     t0 = time.perf_counter()
-    reader, index_of = frame_reader(on_this_node(source), first, n, shape)
-    stack = np.empty((n, r1 - r0, shape[1]), np.uint16)
-    for k in range(n):
-        reader.read_rows(index_of(first + k), r0, r1, out=stack[k])
+    reader, index_of = frame_reader(on_this_node(source), first, n_files, shape)
+    stack = np.empty((count, r1 - r0, shape[1]), np.uint16)
+    for k in range(count):
+        reader.read_rows(index_of(start + k), r0, r1, out=stack[k])
     t1 = time.perf_counter()
     median = median_background(stack)
     return {"r0": r0, "median": median, "max": stack.max(axis=0), "read_s": t1 - t0,
@@ -119,18 +143,20 @@ def _save_npy(path: str, arr: np.ndarray) -> None:
 
 
 @app
-def assemble_background(bands, work_dir: str) -> Dict[str, Any]:
-    """Stack the bands into the background and max projection; write both to ``work_dir``.
+def assemble_background(bands, work_dir: str, distance: int = 0) -> Dict[str, Any]:
+    """Stack the bands into the background and max projection of one distance; write
+    both to ``work_dir``.
 
     Returns the two paths (what frame tasks need) and each band's timings.
     """
     bands = sorted(bands, key=lambda b: b["r0"])
     os.makedirs(work_dir, exist_ok=True)
-    paths: Dict[str, Any] = {"background": os.path.join(work_dir, "nf_background.npy"),
-             "max_projection": os.path.join(work_dir, "nf_max_projection.npy")}
+    paths: Dict[str, Any] = {
+        "background": os.path.join(work_dir, f"nf_background_d{distance}.npy"),
+        "max_projection": os.path.join(work_dir, f"nf_max_projection_d{distance}.npy")}
     _save_npy(paths["background"], np.vstack([b["median"] for b in bands]))
     _save_npy(paths["max_projection"], np.vstack([b["max"] for b in bands]))
-    paths["bands"] = [{"rows": [b["r0"], b["r0"] + len(b["median"])],
+    paths["bands"] = [{"distance": distance, "rows": [b["r0"], b["r0"] + len(b["median"])],
                        "read_s": round(b["read_s"], 4), "compute_s": round(b["compute_s"], 4),
                        "worker": b["worker"]} for b in bands]
     return paths
@@ -149,9 +175,11 @@ def _workspace(shape):
     return _WORKSPACES[shape]
 
 
-def spot_tables(frame: int, spots) -> Dict[str, np.ndarray]:
-    """Pixel, centroid and per-frame tables of one frame's :class:`kernels.nf.NFSpots`."""
+def spot_tables(frame: int, spots, distance: int = 0) -> Dict[str, np.ndarray]:
+    """Pixel, centroid and per-frame tables of one frame's :class:`kernels.nf.NFSpots`
+    (``frame`` counts from RawStartNr within its ``distance``)."""
     pixels = np.empty(len(spots.rows), NF_PIXEL_DTYPE)
+    pixels["distance"] = distance
     pixels["frame"], pixels["y"], pixels["z"] = frame, spots.cols, spots.rows
     pixels["intensity"], pixels["label"] = spots.intensity, spots.labels
     n = spots.n_labels
@@ -159,32 +187,34 @@ def spot_tables(frame: int, spots) -> Dict[str, np.ndarray]:
     if n:
         rc = spots.centroids()
         idx = spots.labels - 1
-        cent["frame"], cent["label"] = frame, np.arange(1, n + 1)
+        cent["distance"], cent["frame"], cent["label"] = distance, frame, np.arange(1, n + 1)
         cent["z"], cent["y"] = rc[:, 0], rc[:, 1]
         cent["n_pixels"] = np.bincount(idx, None, n)
         cent["intensity_sum"] = np.bincount(idx, spots.intensity.astype(np.float64), n)
         mx = np.zeros(n, np.uint16)
         np.maximum.at(mx, idx, spots.intensity)
         cent["intensity_max"] = mx
-    frames = as_records([(frame, len(pixels), n)], NF_FRAME_DTYPE)
+    frames = as_records([(distance, frame, len(pixels), n)], NF_FRAME_DTYPE)
     return {"pixels": pixels, "centroids": cent, "frames": frames}
 
 
 @app
-def reduce_nf_frame(frame: int, source: str, first: int, n: int, shape, images: Dict[str, str],
-                    params: Dict[str, Any]) -> Dict[str, Any]:
-    """One frame from this node's staged copy -> sparse spot tables (+ a log row)."""
+def reduce_nf_frame(number: int, source: str, first: int, n_files: int, shape,
+                    images: Dict[str, str], params: Dict[str, Any],
+                    distance: int = 0) -> Dict[str, Any]:
+    """File ``number`` from this node's staged copy -> sparse spot tables (+ a log row)."""
     from kernels.nf import reduce_frame
 
     t0 = time.perf_counter()
-    reader, index_of = frame_reader(on_this_node(source), first, n, shape)
-    image = reader.read(index_of(frame))
+    reader, index_of = frame_reader(on_this_node(source), first, n_files, shape)
+    image = reader.read(index_of(number))
     background, hit = cached(images["background"], np.load, kind="nf-background")
     t1 = time.perf_counter()
     spots = reduce_frame(image, background, kernel_params(params), _workspace(image.shape))
-    out: Dict[str, Any] = spot_tables(frame, spots)
-    out["log"] = [(frame, worker_name(), round(t1 - t0, 6), round(time.perf_counter() - t1, 6),
-                   bool(hit))]
+    frame = number - distance * params["NrFilesPerDistance"]
+    out: Dict[str, Any] = spot_tables(frame, spots, distance)
+    out["log"] = [(number, worker_name(), round(t1 - t0, 6),
+                   round(time.perf_counter() - t1, 6), bool(hit))]
     return out
 
 
@@ -194,23 +224,62 @@ def merge_nf(a: Dict[str, Any], b: Dict[str, Any]) -> Dict[str, Any]:
     return merge_tables(a, b)
 
 
+def binary_images(pixels: np.ndarray, n_distances: int, n_frames: int, shape,
+                  first: int = 0) -> np.ndarray:
+    """The bit-packed binary images of spot pixels (``NF_PIXEL_DTYPE`` rows).
+
+    Layout of :func:`kernels.nfconfidence.pack_images` (``docs/nf-files.md``):
+    uint8 ``(n_distances, n_frames, NrPixelsZ, ceil(NrPixelsY / 8))``, pixel
+    ``(y, z)`` of frame ``f`` at distance ``d`` is bit ``y & 7`` of byte
+    ``[d, f, z, y >> 3]``. Built without the unpacked stack (which would be 8
+    times larger): the bits of one byte are summed with ``bincount`` over the
+    distinct (byte, bit) pairs.
+    """
+    h, w = int(shape[0]), int(shape[1])
+    wb = (w + 7) // 8
+    out = np.zeros((n_distances, n_frames, h, wb), np.uint8)
+    if len(pixels) == 0:
+        return out
+    d = pixels["distance"].astype(np.int64)
+    f = pixels["frame"].astype(np.int64) - first
+    y = pixels["y"].astype(np.int64)
+    z = pixels["z"].astype(np.int64)
+    if (d.min() < 0 or d.max() >= n_distances or f.min() < 0 or f.max() >= n_frames
+            or y.min() < 0 or y.max() >= w or z.min() < 0 or z.max() >= h):
+        raise ParamError(f"spot pixels outside {n_distances} distances x {n_frames} frames of "
+                         f"{h}x{w}: check nDistances, NrFilesPerDistance, NrPixelsY/Z")
+    byte = ((d * n_frames + f) * h + z) * wb + (y >> 3)
+    key = np.unique(byte * 8 + (y & 7))
+    cells, inverse = np.unique(key >> 3, return_inverse=True)
+    values = np.bincount(inverse, weights=np.left_shift(1, key & 7)).astype(np.uint8)
+    out.reshape(-1)[cells] = values
+    return out
+
+
 @app
-def write_nf(table: Dict[str, Any], images: Dict[str, str], params: Dict[str, Any],
+def write_nf(table: Dict[str, Any], images: List[Dict[str, str]], params: Dict[str, Any],
              results: str) -> Dict[str, Any]:
-    """Write the HDF5 file and the PNG into this node's results directory."""
+    """Write the HDF5 file, the PNG and the binary images into this node's results directory."""
     out_dir = on_this_node(results)
     os.makedirs(out_dir, exist_ok=True)
-    background = np.load(images["background"])
-    max_projection = np.load(images["max_projection"])
+    background = np.stack([np.load(i["background"]) for i in images])
+    max_projection = np.stack([np.load(i["max_projection"]) for i in images])
     base = os.path.join(out_dir, params["ReducedFileName"])
     n_frames = len(table["frames"])
     h5 = write_h5(base + ".h5", {"spots": table["pixels"], "spot_centroids": table["centroids"],
                                  "frames": table["frames"], "background": background,
                                  "max_projection": max_projection},
                   params, {"workflow": "hedm_nf", "n_frames": n_frames})
-    png = plot_nf(base + ".png", max_projection, background, table["centroids"], n_frames)
-    return {"node": this_node(), "h5": h5, "png": png, "spot_pixels": len(table["pixels"]),
-            "spots": len(table["centroids"]), "frames": n_frames}
+    png = plot_nf(base + ".png", max_projection, background, table["centroids"],
+                  params["NrFilesPerDistance"])
+    packed = binary_images(table["pixels"], params["nDistances"], params["NrFilesPerDistance"],
+                           background.shape[1:], params["RawStartNr"])
+    binary = base + BINARY_SUFFIX
+    with replacing(binary, ".npy") as tmp:
+        np.save(tmp, packed)
+    return {"node": this_node(), "h5": h5, "png": png, "binary": binary,
+            "spot_pixels": len(table["pixels"]), "spots": len(table["centroids"]),
+            "frames": n_frames}
 
 
 # -- the graph -------------------------------------------------------------------------
@@ -233,18 +302,26 @@ def main(args):
     p = read_nf_params(params_path, flag_overrides(args, SCHEMA))
     # %n stays in the source: each task resolves it for its own node.
     source = os.path.join(relative_to(p["DataDirectory"], args.params), p["InputPattern"])
-    first, n = p["RawStartNr"], p["NrFilesPerDistance"]
+    first, n, n_dist = p["RawStartNr"], p["NrFilesPerDistance"], p["nDistances"]
+    n_files = n * n_dist
     shape = (p["NrPixelsZ"], p["NrPixelsY"])
-    _check_frames(on_this_node(source), first, n)
+    _check_frames(on_this_node(source), first, n_files)
     out = getattr(args, "out", None) or os.getcwd()
     results = args.results or out
 
     n_bands = p["BackgroundTasks"] or max(1, getattr(args, "workers", None) or 1)
-    bands = [background_band(source, first, n, shape, r0, r1)
-             for r0, r1 in split_rows(shape[0], n_bands)]
-    images = assemble_background(bands, os.path.join(out, "work"))
-    per_frame = [reduce_nf_frame(f, source, first, n, shape, images, p)
-                 for f in range(first, first + n)]
+    bands: List[Any] = []
+    images: List[Any] = []
+    per_frame: List[Any] = []
+    for d in range(n_dist):
+        start = first + d * n
+        mine = [background_band(source, first, n_files, shape, r0, r1, start, n)
+                for r0, r1 in split_rows(shape[0], n_bands)]
+        images.append(assemble_background(mine, os.path.join(out, "work"), d))
+        bands += mine
+    for d in range(n_dist):
+        per_frame += [reduce_nf_frame(k, source, first, n_files, shape, images[d], p, d)
+                      for k in range(first + d * n, first + (d + 1) * n)]
     merge, merges = recording(merge_nf)
     merged = reduce_tree(merge, per_frame, ordered=True)
     written = write_nf(merged, images, p, results)
@@ -255,10 +332,10 @@ def main(args):
         "ranks": getattr(args, "ranks", None), "workers": getattr(args, "workers", None),
         "params": p, "result": summary,
         "stage": stage_dict(args),
-        "phases": phase_spans({"background": bands + [images], "frames": per_frame,
+        "phases": phase_spans({"background": bands + images, "frames": per_frame,
                                "reduce": merges, "write": [written]}, t_origin),
         "frame_log": log_summary(table["log"], "background"),
-        "background_bands": images.result()["bands"],
+        "background_bands": [b for i in images for b in i.result()["bands"]],
     }
     write_json(os.path.join(out, "nf_run.json"), record)
     return written

@@ -4,14 +4,19 @@ Every writer writes under a temporary name and renames into place, so a
 drain (or a user) never sees half a file. Detector axes follow NF/FF-HEDM
 usage: ``z`` is the detector row (vertical), ``y`` the column (horizontal).
 
-NF file (``<ReducedFileName>.h5``)::
+NF file (``<ReducedFileName>.h5``; ``distance`` is the detector distance
+index, ``frame`` counts from RawStartNr within a distance)::
 
-    /spots            table (frame, y, z, intensity, label): every spot pixel
-    /spot_centroids   table (frame, label, y, z, n_pixels, intensity_sum, intensity_max)
-    /frames           table (frame, n_pixels, n_spots)
-    /background       (H, W) uint16 per-pixel median background
-    /max_projection   (H, W) uint16 maximum over all frames
+    /spots            table (distance, frame, y, z, intensity, label): every spot pixel
+    /spot_centroids   table (distance, frame, label, y, z, n_pixels, intensity_sum,
+                      intensity_max)
+    /frames           table (distance, frame, n_pixels, n_spots)
+    /background       (D, H, W) uint16 per-pixel median background of each distance
+    /max_projection   (D, H, W) uint16 maximum over the frames of each distance
     attributes of /   every parameter, plus "workflow" and "n_frames"
+
+Beside it, ``<ReducedFileName>_binary.npy`` holds the same spot pixels as
+bit-packed binary images, stage 2's input (``docs/nf-files.md``).
 
 FF file (``<OutputFileName>.h5``)::
 
@@ -37,12 +42,13 @@ from hedm.common import replacing
 __all__ = ["NF_PIXEL_DTYPE", "NF_CENTROID_DTYPE", "NF_FRAME_DTYPE", "FF_FRAME_DTYPE",
            "write_h5", "write_csv", "plot_nf", "plot_ff", "read_table"]
 
-NF_PIXEL_DTYPE = np.dtype([("frame", np.int32), ("y", np.int32), ("z", np.int32),
-                           ("intensity", np.uint16), ("label", np.int32)])
-NF_CENTROID_DTYPE = np.dtype([("frame", np.int32), ("label", np.int32), ("y", np.float64),
-                              ("z", np.float64), ("n_pixels", np.int32),
+NF_PIXEL_DTYPE = np.dtype([("distance", np.int16), ("frame", np.int32), ("y", np.int32),
+                           ("z", np.int32), ("intensity", np.uint16), ("label", np.int32)])
+NF_CENTROID_DTYPE = np.dtype([("distance", np.int16), ("frame", np.int32), ("label", np.int32),
+                              ("y", np.float64), ("z", np.float64), ("n_pixels", np.int32),
                               ("intensity_sum", np.float64), ("intensity_max", np.uint16)])
-NF_FRAME_DTYPE = np.dtype([("frame", np.int32), ("n_pixels", np.int32), ("n_spots", np.int32)])
+NF_FRAME_DTYPE = np.dtype([("distance", np.int16), ("frame", np.int32), ("n_pixels", np.int32),
+                           ("n_spots", np.int32)])
 FF_FRAME_DTYPE = np.dtype([("frame", np.int32), ("n_peaks", np.int32)])
 
 
@@ -100,23 +106,40 @@ def _display_range(image: np.ndarray) -> tuple:
 
 def plot_nf(path: str, max_projection: np.ndarray, background: np.ndarray,
             centroids: np.ndarray, n_frames: int, title: str = "NF-HEDM reduction") -> str:
-    """PNG: max projection minus background, with every detected spot's centroid circled."""
+    """PNG: max projection minus background with every detected spot's centroid circled,
+    one panel per detector distance (``max_projection`` and ``background`` (D, H, W) or
+    (H, W); ``centroids`` with a ``distance`` column when D > 1)."""
     from matplotlib.figure import Figure
 
-    img = max_projection.astype(np.float64) - background.astype(np.float64)
-    lo, hi = _display_range(img)
-    fig = Figure(figsize=(7.2, 6.4))
-    ax = fig.add_subplot(1, 1, 1)
-    shown = ax.imshow(img, cmap="gray", vmin=max(lo, 0.0), vmax=hi, origin="upper",
-                      interpolation="nearest")
-    if len(centroids):
-        ax.scatter(centroids["y"], centroids["z"], s=28, facecolors="none", edgecolors="red",
-                   linewidths=0.7, label=f"{len(centroids)} spot detections over {n_frames} frames")
-        ax.legend(loc="upper right", fontsize=8, framealpha=0.8)
-    ax.set_xlabel("y (detector column, px)")
-    ax.set_ylabel("z (detector row, px)")
-    ax.set_title(f"{title}: max projection of {n_frames} frames minus background", fontsize=10)
-    fig.colorbar(shown, ax=ax, fraction=0.046, pad=0.04, label="counts above background")
+    mp = np.asarray(max_projection)
+    bg = np.asarray(background)
+    if mp.ndim == 2:
+        mp, bg = mp[None], bg[None]
+    n_dist = mp.shape[0]
+    h, w = mp.shape[1:]
+    width = 7.2 if n_dist == 1 else min(16.0, 1.0 + 6.0 * n_dist * max(0.6, w / max(h, 1)) / 1.6)
+    fig = Figure(figsize=(width, 6.4 if n_dist == 1 else 4.6))
+    for d in range(n_dist):
+        img = mp[d].astype(np.float64) - bg[d].astype(np.float64)
+        lo, hi = _display_range(img)
+        ax = fig.add_subplot(1, n_dist, d + 1)
+        shown = ax.imshow(img, cmap="gray", vmin=max(lo, 0.0), vmax=hi, origin="upper",
+                          interpolation="nearest")
+        mine = centroids
+        if len(centroids) and "distance" in (centroids.dtype.names or ()):
+            mine = centroids[centroids["distance"] == d]
+        if len(mine):
+            ax.scatter(mine["y"], mine["z"], s=28 if n_dist == 1 else 10, facecolors="none",
+                       edgecolors="red", linewidths=0.7,
+                       label=f"{len(mine)} spot detections over {n_frames} frames")
+            ax.legend(loc="upper right", fontsize=8, framealpha=0.8)
+        ax.set_xlabel("y (detector column, px)")
+        ax.set_ylabel("z (detector row, px)")
+        where = "" if n_dist == 1 else f"distance {d}: "
+        ax.set_title(f"{title}: {where}max projection of {n_frames} frames minus background",
+                     fontsize=10 if n_dist == 1 else 8)
+        fig.colorbar(shown, ax=ax, fraction=0.046 * min(1.0, h / w), pad=0.04,
+                     label="counts above background")
     fig.tight_layout()
     return _save(fig, path)
 

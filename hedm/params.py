@@ -22,6 +22,15 @@ Rules (strict, so a typo never silently runs with a default):
   closest known one);
 * every required key must be set by the file or a flag.
 
+**One file for every stage.** MIDAS keeps all the keys of a layer in one file,
+read by every program of the chain, each taking its own keys. So does NF-HEDM
+here: stage 1 (``hedm.nf``, reduction) and stage 2 (``hedm.nffit``, fitting,
+with :class:`kernels.NFGeometry` reading the geometry) read the same file.
+Each stage parses *its own* keys strictly and skips the *foreign* ones it is
+told about (:func:`parse_params`'s ``foreign``): the other stage's keys and
+:data:`MIDAS_NF_KEYS`, every key MIDAS's NF programs read. A key nobody knows
+is still an error with a did-you-mean, so a typo never runs with a default.
+
 Precedence: a command-line flag ``--Key VALUE`` > the file > the schema's
 default. The schema is data (:class:`Param` tuples), so the NF and FF
 workflows share this module and a test can check every key.
@@ -36,7 +45,7 @@ import argparse
 import difflib
 import os
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
+from typing import AbstractSet, Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 from workflows.errors import WorkflowError
 
@@ -51,9 +60,32 @@ __all__ = [
     "flag_overrides",
     "resolve_params",
     "format_params",
+    "MIDAS_NF_KEYS",
 ]
 
 _MISSING = object()
+
+#: Every key MIDAS's NF-HEDM pipeline reads (marinerhemant/MIDAS at commit 0e6e0e54: the
+#: keys of ``manuals/NF_Parameters_Reference.md`` and the ``str = "Key "`` comparisons of
+#: ``NF_HEDM/src/*.c``), so a MIDAS parameter file is accepted whole; each stage checks the
+#: keys it uses.
+MIDAS_NF_KEYS = frozenset("""
+BC BCTol BlanketSubtraction BoxSize DataDirectory Deblur Denoise DenoiseCheckpoint
+DenoiseConfigFile DenoiseFinetune DenoiseMaskThreshold DenoiseMethod DenoiseNoMedian
+DenoisePattern DenoiseTrainJointly DenoisedDirectory DistortionFile DoLoGFilter
+EdgeLength EndNr ExcludePoleAngle GBAngle GaussFiltRadius GlobalPosition
+GlobalPositionFirstLayer GridFileName GridMask GridPoints GridRefactor GridSize
+Ice9Input LatticeConstant LatticeParameter LayerThickness LoGMaskRadius Lsd
+LsdRelativeTol LsdTol MaxAngle MaxRingRad MedFiltRadius MicFileBinary MicFileText
+MinConfidence MinFracAccept MinMisoNSaves NearestMisorientation NrFilesPerDistance
+NrOrientations NrPixels NrPixelsY NrPixelsZ NumIterations NumPhases OmegaRange
+OmegaStart OmegaStep OnlySpotsInfo OrientTol OrigFileName OutputDirectory PhaseNr
+PrecomputedSpotsInfo RawStartNr ReducedFileName RingThresh RingsToUse Rsample SGNr
+SaveNSolutions SaveReducedOutput SeedOrientations SeedOrientationsAll SimulationBatches
+SkipImageBinning SpaceGroup StartNr StepSizeOrient TiltsTol TomoImage TomoPixelSize
+WFImages Wavelength Wedge WriteFinImage WriteImage WriteLegacyBin extOrig extReduced
+logDir nDistances p0 px resultFolder tx ty tz
+""".split())
 
 
 class ParamError(WorkflowError):
@@ -132,17 +164,30 @@ def _by_key(schema: Schema) -> Dict[str, Param]:
     return {p.key: p for p in schema}
 
 
-def _unknown(key: str, schema: Schema) -> str:
+def _unknown(key: str, schema: Schema, foreign: AbstractSet[str] = frozenset()) -> str:
     keys = [p.key for p in schema]
-    # MIDAS keys are CamelCase; a wrong case is the common typo, then a near miss.
-    close = [k for k in keys if k.lower() == key.lower()]
-    close = close or difflib.get_close_matches(key, keys, n=1, cutoff=0.6)
+    # MIDAS keys are CamelCase; a wrong case is the common typo, then a near miss
+    # (this stage's keys first: they are what a user of this stage types).
+    close = []
+    for pool in (keys, sorted(foreign)):
+        close = [k for k in pool if k.lower() == key.lower()]
+        close = close or difflib.get_close_matches(key, pool, n=1, cutoff=0.6)
+        if close:
+            break
     hint = f"did you mean {close[0]!r}? " if close else ""
-    return f"unknown parameter {key!r}: {hint}known parameters: {', '.join(sorted(keys))}"
+    more = (" (and the keys of the other NF stage and of MIDAS's NF programs, "
+            "hedm.params.MIDAS_NF_KEYS)") if foreign else ""
+    return (f"unknown parameter {key!r}: {hint}known parameters: {', '.join(sorted(keys))}"
+            f"{more}")
 
 
-def parse_params(text: str, schema: Schema, path: str = "<string>") -> Dict[str, Any]:
+def parse_params(text: str, schema: Schema, path: str = "<string>",
+                 foreign: AbstractSet[str] = frozenset()) -> Dict[str, Any]:
     """Parse parameter-file text into ``{key: value}`` for the keys it sets (no defaults).
+
+    ``foreign`` names keys that other readers of the same file own (module
+    docstring): lines setting them are skipped, unchecked, unless the key is
+    also in ``schema``.
 
     Raises
     ------
@@ -160,8 +205,10 @@ def parse_params(text: str, schema: Schema, path: str = "<string>") -> Dict[str,
         key, rest = parts[0], parts[1] if len(parts) > 1 else ""
         where = f"{path}:{lineno}"
         param = params.get(key)
+        if param is None and key in foreign:
+            continue
         if param is None:
-            raise ParamError(f"{where}: {_unknown(key, schema)}")
+            raise ParamError(f"{where}: {_unknown(key, schema, foreign)}")
         if key in seen:
             raise ParamError(
                 f"{where}: {key} is already set on line {seen[key]}; give each parameter once"
@@ -174,8 +221,10 @@ def parse_params(text: str, schema: Schema, path: str = "<string>") -> Dict[str,
     return values
 
 
-def load_params(path: str, schema: Schema) -> Dict[str, Any]:
-    """Read and parse the parameter file ``path`` (keys it sets only).
+def load_params(path: str, schema: Schema,
+                foreign: AbstractSet[str] = frozenset()) -> Dict[str, Any]:
+    """Read and parse the parameter file ``path`` (keys it sets only; ``foreign``
+    as :func:`parse_params`).
 
     Raises
     ------
@@ -187,7 +236,7 @@ def load_params(path: str, schema: Schema) -> Dict[str, Any]:
             text = f.read()
     except (OSError, UnicodeDecodeError) as exc:
         raise ParamError(f"{path}: cannot read the parameter file: {exc}") from exc
-    return parse_params(text, schema, path)
+    return parse_params(text, schema, path, foreign)
 
 
 def add_flow_arguments(parser: argparse.ArgumentParser, kind: str, schema: Schema) -> None:

@@ -37,7 +37,9 @@ from .errors import CacheError
 __all__ = ["WarmReport", "warm_cache", "use_cache_dir", "kernel_dispatchers",
            "exercise_kernels", "cache_counts", "leader_hook"]
 
-_MODULES = ("filters", "label", "nf", "ff", "stem")
+_MODULES = ("filters", "label", "nf", "ff", "stem",
+            # NF-HEDM stage 2 (orientation fitting); nffit.exercise() compiles them all
+            "crystal", "nfgrid", "nfmodel", "nfconfidence", "nffit", "microstructure")
 
 
 @dataclass(frozen=True)
@@ -97,10 +99,12 @@ def use_cache_dir(cache_dir: str) -> str:
 
 def exercise_kernels() -> None:
     """Call every kernel once on tiny inputs with the production dtypes, so each
-    compiles (or loads from the cache) the signatures the workflows use."""
+    compiles (or loads from the cache) the signatures the workflows use -- the
+    NF-HEDM stage-2 kernels too (:func:`kernels.nffit.exercise`, read-only images
+    as a worker's memory map gives them), so fitting tasks never compile."""
     import numpy as np
 
-    from . import ff, filters, label, nf, stem
+    from . import ff, filters, label, nf, nffit, stem
 
     rng = np.random.default_rng(0)
     frame = rng.integers(0, 500, (16, 16)).astype(np.uint16)
@@ -121,6 +125,7 @@ def exercise_kernels() -> None:
     stem.virtual_detector(frame[None], masks)
     stem.virtual_detector(frame[None].astype(np.float32), masks)
     stem.count_electrons(frame, bg.astype(np.float32), 50.0, 1000.0)
+    nffit.exercise()
 
 
 def cache_counts() -> dict:

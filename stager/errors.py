@@ -4,7 +4,8 @@ Messages name the rank, host and file where they apply, and say what to do.
 """
 from __future__ import annotations
 
-__all__ = ["StagerError", "PlanError", "CapacityError", "TransferError", "VerifyError"]
+__all__ = ["StagerError", "PlanError", "CapacityError", "TransferError", "VerifyError",
+           "Interrupted"]
 
 
 class StagerError(Exception):
@@ -29,3 +30,14 @@ class TransferError(StagerError):
 
 class VerifyError(StagerError):
     """A staged copy no longer matches its manifest."""
+
+
+class Interrupted(StagerError):
+    """SIGINT or SIGTERM stopped a run; every complete copy is recorded, a re-run resumes.
+
+    ``signum`` is the signal (``None`` when only the message crossed ranks).
+    """
+
+    def __init__(self, message: str, signum: int | None = None) -> None:
+        super().__init__(message)
+        self.signum = signum

@@ -14,7 +14,8 @@ import re
 from dataclasses import dataclass, fields
 from typing import Any, Mapping, Optional
 
-__all__ = ["StageOptions", "resolve_options", "parse_size", "parse_bool", "ENV_PREFIX"]
+__all__ = ["StageOptions", "resolve_options", "parse_size", "parse_bool", "parse_seconds",
+           "ENV_PREFIX"]
 
 ENV_PREFIX = "STAGER_"
 METHODS = ("stripe", "readall", "bcast", "naive")
@@ -49,6 +50,25 @@ def parse_bool(text: Any, name: str = "flag") -> bool:
     raise ValueError(f"{name} must be true/false/1/0, got {text!r}")
 
 
+def parse_seconds(text: Any, name: str = "seconds") -> float:
+    """Seconds from a number, or ``forever``/``inf`` (-1); strict."""
+    if isinstance(text, bool):
+        raise ValueError(f"{name} must be a number of seconds or 'forever', got {text!r}")
+    if isinstance(text, (int, float)):
+        return float(text) if text >= 0 else -1.0
+    t = str(text).strip().lower()
+    if t in ("forever", "inf", "infinity", "-1"):
+        return -1.0
+    try:
+        v = float(t)
+    except ValueError:
+        raise ValueError(f"{name} must be a number of seconds or 'forever', got {text!r}") \
+            from None
+    if v != v or v < 0:
+        raise ValueError(f"{name} must be a number of seconds or 'forever', got {text!r}")
+    return v
+
+
 @dataclass(frozen=True)
 class StageOptions:
     """Resolved options of one ``stage`` call (see :func:`stager.stage`)."""
@@ -64,6 +84,14 @@ class StageOptions:
     fsync: bool = False
     h5_memory: int = DEFAULT_H5_MEMORY
     h5_inline_bytes: Optional[int] = None
+    #: seconds to wait for another run holding a destination's lock (negative: forever)
+    wait: float = 0.0
+    #: read every source again after staging and compare it with its copies
+    verify_source: bool = False
+    #: seconds the ranks get to stop together after SIGINT/SIGTERM (stager.staging.interrupt)
+    interrupt_grace: float = 0.6
+    #: leaders on one host exchange chunks through a shared-memory window (transfer.shmem)
+    shared_exchange: bool = True
 
 
 def _parse(name: str, value: Any) -> Any:
@@ -97,6 +125,13 @@ def _parse(name: str, value: Any) -> Any:
         return cap
     if name == "h5_inline_bytes":
         return parse_size(value, "h5_inline_bytes")
+    if name == "wait":
+        return parse_seconds(value, "wait (STAGER_WAIT)")
+    if name == "interrupt_grace":
+        g = parse_seconds(value, "interrupt_grace (STAGER_INTERRUPT_GRACE)")
+        if g < 0:
+            raise ValueError("interrupt_grace must be a finite number of seconds")
+        return g
     return parse_bool(value, name)
 
 

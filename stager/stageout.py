@@ -17,9 +17,15 @@ Guarantees:
   sees a whole file or none.
 * **Checksums**: the checksum of the bytes read from the node-local file is
   computed during the copy; with ``verify`` (default) the shared copy is read
-  back and must match. Each node's files and checksums are recorded in
-  ``DEST/.stager-drain-<node>.json``.
-* **No silent overwrite**: if any target already exists, every rank fails
+  back and must match.
+* **Recorded as it goes, resumable** (:mod:`stager.drainlog`): each file is
+  journaled in ``DEST/.stager-drain-<node>.journal`` before its rename, and the
+  journal is compacted into ``DEST/.stager-drain-<node>.json`` at the end. A drain
+  that failed part-way (permission denied, a full quota, a time limit) is resumed
+  by the same command once the cause is fixed: files this node already drained,
+  whose results still have the recorded checksum, are skipped without
+  ``overwrite``; the temporary files its killed runs left are removed.
+* **No silent overwrite**: if any other target already exists, every rank fails
   before anything is written, naming the files (``overwrite=True`` replaces
   them atomically). The check runs collectively right before the copy; a
   file created at DEST by someone else in between is still replaced, as no
@@ -30,29 +36,29 @@ Guarantees:
   naming rank, host, node and file.
 
 Directories created under DEST are ``0700`` and DEST must be owned by the
-caller (:func:`stager.nodelocal.localfs.ensure_dir`). Symlinks in ``src`` are refused
+caller (:func:`stager.nodelocal.localfs.ensure_dir`; a shared project directory
+may be group-writable). Temporary names are short (``.stager-tmp-RUN-N``), so
+results with names up to NAME_MAX (255 bytes) drain. Symlinks in ``src`` are refused
 rather than followed or skipped: results are copied as bytes or not at all.
 """
 from __future__ import annotations
 
-import json
 import os
+import secrets
 import stat
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from stager.drainlog import RECORD_PREFIX, DrainLog
 from stager.errors import StagerError, TransferError
 from stager.mpi.agree import agreed
 from stager.mpi.nodes import node_layout
-from stager.nodelocal import checksum, localfs
+from stager.nodelocal import checksum, commit, localfs
 from stager.planning.plan import expand_node
 
 __all__ = ["DrainFile", "NodeDrain", "DrainReport", "list_results", "targets",
            "merge_conflicts", "drain", "RECORD_PREFIX"]
-
-#: ``DEST/.stager-drain-<node>.json`` records what each node drained.
-RECORD_PREFIX = ".stager-drain-"
 
 
 @dataclass(frozen=True)
@@ -73,6 +79,7 @@ class NodeDrain:
     files: int
     bytes: int
     missing: bool = False  # SRC did not exist on this node
+    skipped: int = 0       # already drained by an earlier run (same checksum), not copied
 
 
 @dataclass(frozen=True)
@@ -104,6 +111,9 @@ class DrainReport:
     def summary(self) -> str:
         missing = [n.node for n in self.nodes if n.missing]
         extra = f"; no results on {', '.join(missing)}" if missing else ""
+        skipped = sum(n.skipped for n in self.nodes)
+        if skipped:
+            extra += f"; {skipped} already drained (same checksum), skipped"
         return (f"drained {self.files} files, {self.bytes} bytes from {len(self.nodes)} nodes "
                 f"to {self.dest}{' (merged)' if self.merge else ''} in {self.seconds:.2f} s "
                 f"({self.bytes / max(self.seconds, 1e-9) / 1e6:.1f} MB/s){extra}")
@@ -269,35 +279,80 @@ def _drain(comm: Any, layout: Any, src: str, dest: str, merge: bool, overwrite: 
                         "drain without --merge (files go to DEST/<node>/)")
     mine = listings.get(layout.name, []) if layout.is_leader else []
     dests: list[str] = []
-    with agreed(comm, "drain (checking destination)", default=TransferError, node=node):
-        if layout.is_leader:
-            dests = targets(dest, layout.name, mine, merge)
-            existing = [d for d in dests if os.path.lexists(d)] if not overwrite else []
-            if existing:
-                raise _fail(f"drain would overwrite {len(existing)} existing file(s)", existing,
-                            "pass --overwrite to replace them, or drain to an empty directory")
+    log: DrainLog | None = None
+    skip: set[int] = set()
+    try:
+        with agreed(comm, "drain (checking destination)", default=TransferError, node=node):
+            if layout.is_leader:
+                dests = targets(dest, layout.name, mine, merge)
+                log = _open_log(dest, layout.name, dests)
+                existing = []
+                for i, (f, target) in enumerate(zip(mine, dests)):
+                    if not os.path.lexists(target):
+                        continue
+                    source = os.path.join(node_src, f.rel)
+                    if log is not None and log.already_drained(source, target, f.size, verify):
+                        skip.add(i)  # drained by an earlier run that stopped later on
+                    elif not overwrite:
+                        existing.append(target)
+                if existing:
+                    raise _fail(f"drain would overwrite {len(existing)} existing file(s)",
+                                existing, "pass --overwrite to replace them, or drain to an "
+                                "empty directory")
 
-    # Phase 3: copy, checksum, verify, record.
-    done: list[DrainFile] = []
-    with agreed(comm, "drain (copying)", default=TransferError, node=node):
-        if layout.is_leader:
-            _copy_all(dest, node_src, layout.name, mine, dests, verify, done)
-            if not _missing(nodes, layout.name):
-                _write_record(dest, layout.name, node_src, merge, done)
+        # Phase 3: copy, checksum, verify; each file journaled as it commits.
+        done: list[DrainFile] = []
+        with agreed(comm, "drain (copying)", default=TransferError, node=node):
+            if layout.is_leader and not _missing(nodes, layout.name):
+                todo = [i for i in range(len(mine)) if i not in skip]
+                if todo or log is not None:
+                    localfs.ensure_dir(dest, dest, strict=False)
+                    log = log or DrainLog(dest, layout.name, secrets.token_hex(6))
+                    log.begin()
+                    try:
+                        with commit.session(log):
+                            _copy_all(dest, node_src, [mine[i] for i in todo],
+                                      [dests[i] for i in todo], verify, done, log)
+                    finally:
+                        try:
+                            log.finish()
+                        except OSError:
+                            pass  # the journal stays: it holds every drained file
+    finally:
+        if log is not None:
+            log.close()
 
     seconds = comm.allreduce(time.perf_counter() - t0, op=_max_op())
-    per_node = comm.allgather((layout.name, tuple(done)) if layout.is_leader else None)
-    detail = {name: files for name, files in (p for p in per_node if p is not None)}
+    per_node = comm.allgather((layout.name, tuple(done), len(skip)) if layout.is_leader
+                              else None)
+    detail = {name: files for name, files, _ in (p for p in per_node if p is not None)}
+    skipped = {name: n for name, _, n in (p for p in per_node if p is not None)}
     node_reports = tuple(
         NodeDrain(node=name, src=nsrc, files=len(detail[name]),
-                  bytes=sum(f.size for f in detail[name]), missing=miss)
+                  bytes=sum(f.size for f in detail[name]), missing=miss,
+                  skipped=skipped[name])
         for name, nsrc, _, miss in nodes)
     return DrainReport(dest=dest, merge=merge, nodes=node_reports, seconds=seconds,
                        files_detail=detail)
 
 
-def _copy_all(dest: str, node_src: str, node: str, files: list[DrainFile], dests: list[str],
-              verify: bool, done: list[DrainFile]) -> None:
+def _open_log(dest: str, node: str, dests: list[str]) -> DrainLog | None:
+    """This node's drain record in DEST (``None`` if DEST does not exist yet); the
+    temporary files its killed runs left next to the targets are removed."""
+    if not os.path.isdir(dest):
+        return None
+    localfs.ensure_dir(dest, dest, strict=False)  # a symlink or someone else's: refused
+    log = DrainLog(dest, node, secrets.token_hex(6))
+    try:
+        log.remove_leftovers({os.path.dirname(t) for t in dests})
+    except BaseException:
+        log.close()
+        raise
+    return log
+
+
+def _copy_all(dest: str, node_src: str, files: list[DrainFile], dests: list[str],
+              verify: bool, done: list[DrainFile], log: DrainLog) -> None:
     """Copy one node's results (local; raises TransferError naming the file)."""
     current = ""
     ready: set[str] = set()  # directories checked once, not per file: DEST is shared
@@ -306,8 +361,9 @@ def _copy_all(dest: str, node_src: str, node: str, files: list[DrainFile], dests
             current = os.path.join(node_src, f.rel)
             parent = os.path.dirname(target)
             if parent not in ready:
-                localfs.ensure_dir(dest, parent)
+                localfs.ensure_dir(dest, parent, strict=False)
                 ready.add(parent)
+            log.sources[target] = (current, f.size)
             digest = localfs.copy_file_atomic(current, target, fsync=True)
             if verify:
                 back = checksum.file_hexdigest(target)
@@ -320,7 +376,9 @@ def _copy_all(dest: str, node_src: str, node: str, files: list[DrainFile], dests
         raise
     except OSError as e:
         where = f" {current}" if current else ""
-        raise TransferError(f"drain of{where} to {dest} failed: {e.strerror or e}") from e
+        raise TransferError(f"drain of{where} to {dest} failed: {e.strerror or e}; every "
+                            "file drained before it is recorded: once the cause is fixed, "
+                            "the same command drains only the rest") from e
 
 
 def _missing(nodes: list, name: str) -> bool:
@@ -330,25 +388,3 @@ def _missing(nodes: list, name: str) -> bool:
 def _max_op() -> Any:
     from mpi4py import MPI
     return MPI.MAX
-
-
-def _write_record(dest: str, node: str, node_src: str, merge: bool, files: list[DrainFile]) -> None:
-    # The record is ours: a later drain into the same DEST adds to it.
-    path = os.path.join(dest, f"{RECORD_PREFIX}{node}.json")
-    record: dict[str, Any] = {"version": 1, "algorithm": checksum.ALGORITHM, "node": node,
-                              "files": {}}
-    if os.path.isfile(path) and not os.path.islink(path):
-        try:
-            with open(path) as fh:
-                old = json.load(fh)
-            if old.get("algorithm") == checksum.ALGORITHM:
-                record["files"].update(old.get("files", {}))
-        except (OSError, ValueError):
-            pass  # unreadable old record: replaced by this run's
-    base = dest if merge else os.path.join(dest, node)
-    for f in files:
-        record["files"][os.path.relpath(os.path.join(base, f.rel), dest)] = {
-            "source": os.path.join(node_src, f.rel), "size": f.size, "checksum": f.checksum}
-    localfs.ensure_dir(dest, dest)
-    localfs.write_bytes_atomic(path, json.dumps(record, indent=1, sort_keys=True).encode(),
-                               mode=0o600, fsync=True)

@@ -1,8 +1,10 @@
-"""``stager clean SPEC [--emulate-nodes K | --node-id-env VAR]`` (run under mpirun/srun).
+"""``stager clean SPEC [--emulate-nodes K | --node-id-env VAR] [--wait]`` (under mpirun/srun).
 
-Removes exactly what the per-destination records say was staged, then the
-directories the stager created if they are empty. Exit 0, 1 on a failure, 2
-on a spec error.
+Removes exactly the copies this spec's records name, each only if it is still the
+recorded copy, then the directories the stager created if they are empty
+(:mod:`stager.nodelocal.clean`). Everything left -- a root that is not yours, a
+file that was replaced -- gets one ``stager clean: left PATH: why`` line. Exit 0,
+1 on a failure (or a run still using a destination), 2 on a spec error.
 """
 from __future__ import annotations
 
@@ -24,12 +26,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     def body(comm: Any) -> int:
         rep = stager.clean(args.spec, comm, emulate_nodes=args.emulate_nodes,
-                    node_id_env=args.node_id_env)
+                    node_id_env=args.node_id_env, wait=args.wait)
         if comm.rank == 0:
             print(f"removed {rep.files_removed} staged file(s) and {rep.dirs_removed} "
                   f"director{'y' if rep.dirs_removed == 1 else 'ies'} on {len(rep.nodes)} node(s)")
             for p in rep.skipped:
-                print(f"stager clean: left {p}: no longer a regular file", file=sys.stderr)
+                print(f"stager clean: left {p}", file=sys.stderr)
         return 0
 
     return run_collective("clean", body)

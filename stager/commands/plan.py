@@ -20,6 +20,7 @@ from stager.errors import PlanError
 from stager.nodelocal.space import DestinationSpace, check_space
 from stager.planning import build_plan
 from stager.planning.plan import Plan, describe_size, expand_node
+from stager.planning.sources import check_disjoint, real_dest
 
 HELP = "expand a hook spec and print what would be staged"
 SHOWN = 50
@@ -44,6 +45,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"stager plan: {e}", file=sys.stderr)
         return 2
     node = args.node or socket.gethostname().split(".")[0]
+    try:
+        for b in plan.blocks:  # with %n, the overlap with the sources depends on the node
+            if "%n" in b.dest:
+                dest = expand_node(b.dest, node)
+                check_disjoint(real_dest(dest), plan.areas, f"{b.location} (as node {node})",
+                               dest)
+    except PlanError as e:
+        print(f"stager plan: {e}", file=sys.stderr)
+        return 2
     space = destination_space(plan, node)
     if args.json:
         doc = plan.to_dict()
@@ -95,6 +105,11 @@ def render_text(plan: Plan, space: List[DestinationSpace], node: str,
         verdict = "fits" if s.fits else f"DOES NOT FIT (short by {describe_size(s.shortfall)})"
         out.append(f"  {s.dest}: needs {describe_size(s.needs)}, free "
                    f"{describe_size(s.free)} (at {s.probe}): {verdict}")
+    if plan.skipped_links:
+        shown = ", ".join(plan.skipped_links[:5])
+        more = f" and {len(plan.skipped_links) - 5} more" if len(plan.skipped_links) > 5 else ""
+        out.append(f"not followed: {len(plan.skipped_links)} symbolic link(s) to directories "
+                   f"below '**' or in a copied directory: {shown}{more}")
     out.append("plan:")
     entries = plan.files if limit is None else plan.files[:limit]
     for e in entries:

@@ -1,32 +1,55 @@
 """``stager stage SPEC [options]``: stage a spec's files to every node (run under mpirun/srun).
 
 Every rank runs the command. Exit 0 on success, 1 on a staging failure (one
-line on stderr from rank 0, the same error on every rank), 2 on a spec error
-or a bad option. Rank 0 prints the one-line summary (and a progress bar while
-staging when stderr is a terminal).
+line on stderr from rank 0, the same error on every rank, saying how many copies
+are complete and recorded), 2 on a spec error, a bad option or a destination that
+overlaps a source, 130/143 when interrupted by SIGINT/SIGTERM (one line from rank
+0: what was interrupted, how much is complete, the command that resumes). Rank 0
+prints the one-line summary (and a progress bar while staging when stderr is a
+terminal).
 """
 from __future__ import annotations
 
 import argparse
+import shlex
+import signal
 import sys
 from typing import Any, Callable
 
 import stager
 from hooks import SpecError
-from stager.errors import PlanError, StagerError
+from stager.errors import Interrupted, PlanError, StagerError
 from stager.options import METHODS
 
 HELP = "collectively stage a spec's files to every node (run under mpirun)"
 
 
+def _wait_value(text: str) -> str:
+    """``--wait``'s value: seconds or ``forever`` (a spec path after a bare ``--wait`` is
+    refused here rather than taken for a number)."""
+    from stager.options import parse_seconds
+
+    try:
+        parse_seconds(text, "--wait")
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{e} (write SPEC before --wait, or give SECONDS)") \
+            from None
+    return text
+
+
 def add_node_arguments(p: argparse.ArgumentParser) -> None:
-    """``--emulate-nodes`` / ``--node-id-env`` (shared with verify and clean)."""
+    """``--emulate-nodes`` / ``--node-id-env`` and ``--wait`` (shared with verify and clean)."""
     g = p.add_mutually_exclusive_group()
     g.add_argument("--emulate-nodes", type=int, metavar="K", default=None,
                    help="treat contiguous blocks of ranks as K nodes named node0..node{K-1}")
     g.add_argument("--node-id-env", metavar="VAR", default=None,
                    help="ranks with the same value of environment variable VAR form a node "
                         "(e.g. SLURMD_NODENAME)")
+    p.add_argument("--wait", nargs="?", const="forever", default=None, metavar="SECONDS",
+                   type=_wait_value,
+                   help="if another stager run is using a destination, wait for it (for at "
+                        "most SECONDS, default: as long as it takes) instead of failing at "
+                        "once, naming it")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -41,6 +64,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", metavar="FILE", default=None, help="write the report as JSON")
     p.add_argument("--force", action="store_true", default=None,
                    help="re-stage files already staged and unchanged")
+    p.add_argument("--verify-source", action="store_true", default=None,
+                   help="after staging, read every source again and compare its checksum with "
+                        "the copies (one more read of the data; for users who need certainty)")
+    p.add_argument("--fsync", action="store_true", default=None,
+                   help="flush every copy and record line to the device (survives a node crash "
+                        "or power loss, not only a killed job)")
     p.add_argument("--no-progress", dest="progress", action="store_false", default=None,
                    help="no progress bar")
 
@@ -52,6 +81,8 @@ def run_collective(name: str, body: Callable[[Any], int]) -> int:
     comm = MPI.COMM_WORLD
     try:
         return body(comm)
+    except Interrupted as e:
+        return _interrupted(name, comm, e)
     except SpecError as e:
         if comm.rank == 0:
             print(e.render() if hasattr(e, "render") else str(e), file=sys.stderr)
@@ -70,12 +101,26 @@ def run_collective(name: str, body: Callable[[Any], int]) -> int:
         return 1
 
 
+def _interrupted(name: str, comm: Any, e: Interrupted) -> int:
+    """One line on rank 0 (what, how much is done, how to resume); exit 128 + signal."""
+    from stager.staging import interrupt
+
+    signum = interrupt.pending() or e.signum or signal.SIGTERM
+    if comm.rank == 0:
+        note = getattr(e, "progress_note", None) or "nothing was transferred yet"
+        cmd = " ".join(["stager"] + [shlex.quote(a) for a in sys.argv[1:]])
+        print(f"stager {name}: interrupted by {interrupt.signal_name(signum)}: {note}; to "
+              f"resume, run the same command again: {cmd}", file=sys.stderr, flush=True)
+    return 128 + int(signum)
+
+
 def run(args: argparse.Namespace) -> int:
     def body(comm: Any) -> int:
         report = stager.stage(args.spec, comm, method=args.method, chunk_size=args.chunk_size,
                        small_file_threshold=args.small_file_threshold,
                        emulate_nodes=args.emulate_nodes, node_id_env=args.node_id_env,
-                       json=args.json, force=args.force, progress=args.progress)
+                       json=args.json, force=args.force, progress=args.progress,
+                       wait=args.wait, verify_source=args.verify_source, fsync=args.fsync)
         if comm.rank == 0:
             print(report.summary())
         return 0

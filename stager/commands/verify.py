@@ -26,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
     def body(comm: Any) -> int:
         try:
             rep = stager.verify(args.spec, comm, emulate_nodes=args.emulate_nodes,
-                         node_id_env=args.node_id_env)
+                         node_id_env=args.node_id_env, wait=args.wait)
         except VerifyError as e:
             if comm.rank == 0:
                 for m in getattr(e, "mismatches", []):

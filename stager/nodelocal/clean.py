@@ -1,121 +1,201 @@
-"""``clean``: remove exactly what ``stage`` put on the nodes.
+"""``clean``: remove exactly what ``stage`` put on the nodes for one spec, and nothing else.
 
-Collective over a communicator. Each leader reads the record of every
-destination root of its node and removes the recorded files (only if they are
-still regular files: a symlink or directory that replaced one is left alone
-and reported), leftover temporary files of interrupted runs next to them, the
-record, and then the directories the stager created, deepest first, if
-they are empty. Nothing else is touched.
+Collective over a communicator. ``clean`` deletes files, so it trusts nothing it
+has not checked (:mod:`stager.nodelocal.trusted`). Each leader, for each
+destination root of its node:
+
+1. opens the root without following a symlink and requires it to be yours and not
+   writable by group or others -- a root another user made, with a record planted
+   in it, is reported and left, whatever that record says;
+2. takes the root's lock (a run still staging there is waited for with ``wait``,
+   or named), and removes the temporary files dead runs left;
+3. reads the spec's record (its own file in the root's state directory, also
+   required to be yours) and, for each recorded copy, walks to its directory one
+   component at a time with ``O_NOFOLLOW`` directory descriptors and removes the
+   file only if it is still *the recorded copy*: a regular file with the recorded
+   device, inode, size and mtime. A symlinked directory, a replaced or modified
+   file, anything else, is reported and left;
+4. removes the spec's record, then every directory stager runs made for this root
+   that is now empty, deepest first; when no spec has a record left there, the
+   state directory, the root and the parents the stager made go too.
+
+Other specs' records in the same root, and their files, are not touched.
 """
 from __future__ import annotations
 
+import errno
 import os
+import socket
 import stat
+from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from stager.mpi.agree import agreed
-from stager.nodelocal import localfs
 from stager.nodelocal import record as records
-from stager.nodelocal.roots import open_roots
+from stager.nodelocal.roots import lock_roots, open_roots, release
+from stager.nodelocal.state import RootState
+from stager.nodelocal.trusted import Untrusted, open_below
 
-__all__ = ["clean", "CleanReport"]
+__all__ = ["clean", "CleanReport", "remove_recorded"]
 
 
 @dataclass(frozen=True)
 class CleanReport:
-    """What ``clean`` removed, summed over nodes (identical on every rank)."""
+    """What ``clean`` removed, summed over nodes (identical on every rank).
+
+    ``skipped`` lists what was left and why (``PATH: reason``); ``leftovers`` counts
+    temporary files of dead runs removed.
+    """
 
     nodes: Tuple[str, ...]
     files_removed: int
     dirs_removed: int
     skipped: Tuple[str, ...]
+    leftovers: int = 0
 
 
-def _clean_root(root: str, made: List[str]) -> Tuple[int, List[str]]:
-    """Remove one root's staged files and record; collect its created dirs in ``made``."""
-    st = records.load(root)
-    if not os.path.exists(st.path):
-        return 0, []
-    files = 0
-    skipped: List[str] = []
-    parents = set()
-    for rel in st.files:
-        path = localfs.inside(root, rel)
-        parents.add(os.path.dirname(path))
-        try:
-            lst = os.lstat(path)
-        except FileNotFoundError:
-            continue
-        if stat.S_ISREG(lst.st_mode):
-            os.unlink(path)
-            files += 1
-        else:
-            skipped.append(path)
-    for d in parents:
-        try:
-            names = os.listdir(d)
-        except OSError:
-            continue
-        for name in names:
-            if localfs.TEMP_MARK in name and name.startswith("."):
-                p = os.path.join(d, name)
-                if stat.S_ISREG(os.lstat(p).st_mode) and os.lstat(p).st_uid == os.geteuid():
-                    os.unlink(p)
-    os.unlink(st.path)
-    made.extend(st.created_dirs)
-    return files, skipped
+def remove_recorded(root_fd: int, root: str, rec: records.SpecRecord
+                    ) -> Tuple[int, List[str], Dict[str, records.StagedFile]]:
+    """Remove every recorded copy that is still the recorded copy; never follow a link.
 
-
-def _remove_dirs(made: List[str]) -> int:
-    """rmdir the stager-made directories of every root, deepest first, if empty.
-
-    After all roots are cleaned: two blocks may share parents that only one
-    of them recorded as created.
+    Returns
+    -------
+    (removed, left, keep)
+        Files removed; ``"PATH: why"`` for each file left; the entries to keep in
+        the record (files left only because their directory cannot be trusted
+        now: a fixed directory lets a later clean remove them).
     """
-    dirs = 0
-    for d in sorted(set(made), key=lambda p: (p.count(os.sep), p), reverse=True):
+    by_dir: Dict[str, List[str]] = defaultdict(list)
+    for rel in rec.files:
+        by_dir[os.path.dirname(rel)].append(rel)
+    removed = 0
+    left: List[str] = []
+    keep: Dict[str, records.StagedFile] = {}
+    for d in sorted(by_dir):
         try:
-            os.rmdir(d)
-            dirs += 1
-        except OSError:
-            pass  # not empty (someone else's files) or already gone: leave it
-    return dirs
+            fd = open_below(root_fd, d, root)
+        except Untrusted as e:
+            for rel in by_dir[d]:
+                keep[rel] = rec.files[rel]
+            left.append(f"{os.path.join(root, d)}: {e}; its staged files were left")
+            continue
+        except OSError as e:
+            if e.errno in (errno.ENOENT, errno.ENOTDIR):
+                continue  # the directory and its copies are gone already
+            raise
+        try:
+            for rel in sorted(by_dir[d]):
+                name = os.path.basename(rel)
+                path = os.path.join(root, rel)
+                try:
+                    st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
+                entry = rec.files[rel]
+                if entry.is_copy(st):
+                    os.unlink(name, dir_fd=fd)
+                    removed += 1
+                elif stat.S_ISLNK(st.st_mode):
+                    left.append(f"{path}: a symlink, not the staged copy")
+                elif not stat.S_ISREG(st.st_mode):
+                    left.append(f"{path}: no longer a regular file")
+                elif entry.same_file(st):
+                    left.append(f"{path}: modified since it was staged (size or mtime)")
+                else:
+                    left.append(f"{path}: replaced since it was staged (not the staged copy)")
+        finally:
+            os.close(fd)
+    return removed, left, keep
+
+
+def _clean_root(state: RootState, key: str) -> Tuple[int, int, List[str], List[str], int]:
+    """One locked root: (files removed, dirs removed, left, ancestors still there, temps)."""
+    temps = state.clear_tmp()
+    rec = state.load(key)
+    removed, left, keep = remove_recorded(state.root_fd, state.root, rec)
+    if keep:
+        rec.files = keep
+        records.compact(state.fd, state.path, rec)
+    else:
+        records.remove(state.fd, key)
+    final = not state.spec_keys()
+    dirs, ancestors = state.remove_dirs(final)
+    return removed, dirs, left, ancestors, temps
 
 
 def clean(spec: Any, comm: Any = None, emulate_nodes: Optional[int] = None,
-          node_id_env: Optional[str] = None) -> CleanReport:
-    """Collective over `comm`: every rank must call. Remove every node's staged copies.
+          node_id_env: Optional[str] = None, wait: Any = None) -> CleanReport:
+    """Collective over `comm`: every rank must call. Remove every node's copies of ``spec``.
 
-    Parameters are those of :func:`stager.verify`.
+    Parameters are those of :func:`stager.verify`; ``wait`` as for :func:`stager.stage`
+    (seconds to wait for a run holding a root; default: fail at once, naming it).
 
     Returns
     -------
     CleanReport
+        ``skipped`` names everything left and why (a root that is not yours, a file
+        that is not the recorded copy, a directory that cannot be trusted).
 
     Raises
     ------
     StagerError
-        Removal failed somewhere (agreed on all ranks).
+        Removal failed somewhere, or a run holds a root (agreed on all ranks).
     """
-    comm, roots, layout = open_roots(spec, comm, emulate_nodes, node_id_env)
+    staged = open_roots(spec, comm, emulate_nodes, node_id_env, wait)
+    comm, layout = staged.comm, staged.layout
+    held: List[Any] = []
     try:
-        files = dirs = 0
+        files = dirs = temps = 0
         skipped: List[str] = []
-        made: List[str] = []
-        with agreed(comm, "clean", node=layout.name):
+        ancestors: List[str] = []
+        with agreed(comm, "clean (locking destinations)", node=layout.name, quiet=True):
             if layout.is_leader:
-                for root in roots:
-                    f, s = _clean_root(root, made)
-                    files, skipped = files + f, skipped + s
-                dirs = _remove_dirs(made)
-        if layout.is_leader and made:
-            # parents shared by emulated nodes on one machine (``/local/run`` of
-            # ``/local/run/%n``) are empty only once every node is done
-            dirs += _remove_dirs([d for d in made if os.path.isdir(d)])
-        gathered = comm.allgather((files, dirs, skipped))
+                held = lock_roots(staged)
+        with agreed(comm, "clean", node=layout.name, quiet=True):
+            if layout.is_leader:
+                files, dirs, skipped, ancestors, temps = _clean_node(staged.key, held)
+                release(held)
+                held = []
+        # parents shared by emulated nodes on one machine (``/local/run`` of
+        # ``/local/run/%n``) are empty only once every node is done: after the agreement
+        # above, each leader tries those every node of its host could not remove
+        host = socket.gethostname()
+        left = [a for h, anc in comm.allgather((host, ancestors)) if h == host for a in anc]
+        if layout.is_leader and left:
+            dirs += _remove_ancestors(left)
+        gathered = comm.allgather((files, dirs, skipped, temps))
     finally:
+        release(held)
         layout.free()
     return CleanReport(nodes=layout.names, files_removed=sum(g[0] for g in gathered),
                        dirs_removed=sum(g[1] for g in gathered),
-                       skipped=tuple(p for g in gathered for p in g[2]))
+                       skipped=tuple(p for g in gathered for p in g[2]),
+                       leftovers=sum(g[3] for g in gathered))
+
+
+def _clean_node(key: str, held: List[Any]) -> Tuple[int, int, List[str], List[str], int]:
+    files = dirs = temps = 0
+    skipped: List[str] = []
+    ancestors: List[str] = []
+    for root, state, why in held:
+        if state is None:
+            if why and why != "nothing staged here" and not why.startswith("shared with"):
+                skipped.append(f"{root}: {why}; nothing there was removed")
+            continue
+        f, d, left, anc, t = _clean_root(state, key)
+        files, dirs, temps = files + f, dirs + d, temps + t
+        skipped.extend(left)
+        ancestors.extend(anc)
+    return files, dirs, skipped, ancestors, temps
+
+
+def _remove_ancestors(paths: List[str]) -> int:
+    n = 0
+    for d in sorted(set(paths), key=lambda p: (p.count("/"), p), reverse=True):
+        try:
+            os.rmdir(d)
+            n += 1
+        except OSError:
+            pass  # not empty (someone else's files) or already gone: leave it
+    return n

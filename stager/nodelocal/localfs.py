@@ -10,11 +10,13 @@ destination is treated as hostile until checked:
   relative part);
 * a symlink already sitting at a destination path is refused and never
   followed, so its target is untouched;
-* bytes go to a temporary name in the destination directory (``O_EXCL |
-  O_NOFOLLOW``, mode ``0600``) and reach the final name by ``rename``, which is
-  atomic within a filesystem: a reader sees the old file or the whole new one,
-  never a partial file. Mode and mtime are set on the temporary file before
-  the rename.
+* bytes go to a temporary file (``O_EXCL | O_NOFOLLOW``, mode ``0600``) with a
+  short name whatever the final one (``.stager-tmp-...``: NAME_MAX), next to the
+  destination or, inside a staging run, in its root's ``.stager/tmp``
+  (:mod:`stager.nodelocal.commit`), and reach the final name by ``rename``, which
+  is atomic within a filesystem: a reader sees the old file or the whole new one,
+  never a partial file. Mode and mtime are set on the temporary file before the
+  rename, and a staging run journals the copy just before it.
 
 ``fsync`` is off by default for staging: the staged bytes are a replica of a
 source that stays on the shared filesystem, and a node crash loses the job
@@ -31,19 +33,16 @@ from __future__ import annotations
 
 import errno
 import os
-import itertools
-import secrets
 import stat
-from typing import List, Optional, Union
+from typing import Callable, List, Optional, Union
 
 from stager.errors import TransferError
-from stager.nodelocal import checksum
+from stager.nodelocal import checksum, commit
+from stager.nodelocal.commit import TEMP_MARK
 
-__all__ = ["UnsafePathError", "TEMP_MARK", "inside", "ensure_dir", "check_dest", "non_files",
-           "AtomicFile", "write_bytes_atomic", "copy_file_atomic"]
+__all__ = ["UnsafePathError", "TEMP_MARK", "inside", "describe_untrusted", "ensure_dir",
+           "check_dest", "non_files", "AtomicFile", "write_bytes_atomic", "copy_file_atomic"]
 
-#: Every temporary file name contains this, so leftovers are recognisable.
-TEMP_MARK = ".stager-tmp-"
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _COPY_SIZE = 8 << 20
 
@@ -75,29 +74,51 @@ def inside(root: PathLike, path: PathLike) -> str:
     return p
 
 
-def _check_own_dir(path: str) -> None:
-    st = os.lstat(path)
+def describe_untrusted(st: os.stat_result) -> Optional[str]:
+    """Why a directory or file with ``st`` cannot be trusted, or ``None``. Pure.
+
+    Trusted: not a symlink, owned by the effective user, not writable by group
+    or others -- nobody else can plant or swap anything in it.
+    """
     if stat.S_ISLNK(st.st_mode):
-        raise UnsafePathError(
-            f"refusing to use {path}: it is a symlink (possibly planted by another user); "
-            "remove it or choose another destination")
-    if not stat.S_ISDIR(st.st_mode):
+        return "it is a symlink (possibly planted by another user)"
+    if st.st_uid != os.geteuid():
+        return f"it is owned by uid {st.st_uid}, not by you (uid {os.geteuid()})"
+    if st.st_mode & 0o022:
+        who = "group and others" if st.st_mode & 0o022 == 0o022 else \
+            ("group" if st.st_mode & 0o020 else "others")
+        return (f"it is writable by {who} (mode {stat.S_IMODE(st.st_mode):04o}): "
+                "'chmod go-w' it, or let the stager create it")
+    return None
+
+
+def _check_own_dir(path: str, strict: bool = True) -> None:
+    st = os.lstat(path)
+    if not stat.S_ISLNK(st.st_mode) and not stat.S_ISDIR(st.st_mode):
         raise UnsafePathError(f"{path} exists and is not a directory; "
                               "remove it or change the destination")
-    if st.st_uid != os.geteuid():
-        raise UnsafePathError(
-            f"refusing to write into {path}: owned by uid {st.st_uid}, not by you "
-            f"(uid {os.geteuid()}); choose a destination of your own")
+    why = describe_untrusted(st)
+    if why is not None and not strict and not stat.S_ISLNK(st.st_mode) \
+            and st.st_uid == os.geteuid():
+        why = None  # only writable by others: allowed where the caller says so (drain)
+    if why is not None:
+        raise UnsafePathError(f"refusing to write into {path}: {why}; "
+                              "choose a destination of your own")
 
 
-def ensure_dir(root: PathLike, path: PathLike, created: Optional[List[str]] = None) -> str:
+def ensure_dir(root: PathLike, path: PathLike, created: Optional[List[str]] = None,
+               announce: Optional[Callable[[str], None]] = None, strict: bool = True) -> str:
     """Create directory ``path`` (``root`` or below it), checking every level.
 
     Missing directories, including missing ancestors of ``root``, are created
     with mode ``0700`` and appended to ``created`` (outermost first) so that
     ``stager clean`` can remove exactly them. ``root`` and every existing
     directory between it and ``path`` must be a real directory owned by the
-    effective user.
+    effective user, and not writable by group or others. ``announce(path)`` is
+    called before each directory is made (a staging run journals it there, so a
+    kill right after the ``mkdir`` cannot leave a directory nobody knows of).
+    ``strict=False`` (``drain``: a shared project directory is often group-writable)
+    lets existing levels be writable by group or others.
 
     Returns
     -------
@@ -123,20 +144,23 @@ def ensure_dir(root: PathLike, path: PathLike, created: Optional[List[str]] = No
             break
         probe = parent
     for d in reversed(missing):
-        _mkdir(d, created)
-    _check_own_dir(r)
+        _mkdir(d, created, announce)
+    _check_own_dir(r, strict)
     rel = os.path.relpath(p, r)
     cur = r
     if rel != ".":
         for part in rel.split(os.sep):
             cur = os.path.join(cur, part)
             if not os.path.lexists(cur):
-                _mkdir(cur, created)
-            _check_own_dir(cur)
+                _mkdir(cur, created, announce)
+            _check_own_dir(cur, strict)
     return p
 
 
-def _mkdir(d: str, created: Optional[List[str]]) -> None:
+def _mkdir(d: str, created: Optional[List[str]],
+           announce: Optional[Callable[[str], None]] = None) -> None:
+    if announce is not None:
+        announce(d)
     try:
         os.mkdir(d, 0o700)
     except FileExistsError:
@@ -165,10 +189,8 @@ def non_files(directory: str) -> set:
         return {e.name for e in it if e.is_symlink() or e.is_dir(follow_symlinks=False)}
 
 
-_TEMP_PREFIX = secrets.token_hex(4)
 _UMASK = os.umask(0o022)  # read once at import (os.umask can only be read by setting it)
 os.umask(_UMASK)
-_temp_counter = itertools.count()
 
 
 class AtomicFile:
@@ -209,12 +231,11 @@ class AtomicFile:
         self.mtime_ns = mtime_ns
         self.fsync = fsync
         self.hasher = checksum.new() if hash else None
-        d, name = os.path.split(dest)
-        # unique per process without a getrandom() per file; O_EXCL guards the rest
-        self.tmp = os.path.join(
-            d, f".{name}{TEMP_MARK}{_TEMP_PREFIX}{os.getpid():x}-{next(_temp_counter)}")
+        # a short name whatever the final one (NAME_MAX), unique per process, O_EXCL for
+        # the rest; a staging run puts it in its root's state directory (stager.nodelocal.commit)
+        self.tmp = commit.temp_path(dest)
         # created with its final mode when the umask allows it (saves an fchmod per file);
-        # nobody else can reach it meanwhile: the temporary name lives in our 0700 directory
+        # nobody else can reach it meanwhile: the temporary name lives in a 0700 directory of ours
         self._chmod = self.mode & ~_UMASK != self.mode
         self.fd: Optional[int] = os.open(
             self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC,
@@ -243,10 +264,16 @@ class AtomicFile:
         assert self.hasher is not None
         return self.hasher.hexdigest()
 
-    def commit(self) -> None:
-        """Set mode and mtime, optionally fsync, and rename onto ``dest``."""
+    def commit(self, checksum: Optional[str] = None) -> None:
+        """Set mode and mtime, optionally fsync, and rename onto ``dest``.
+
+        The rename goes through :func:`stager.nodelocal.commit.rename`: inside a
+        staging run the copy is journaled (with ``checksum``, or this file's own
+        incremental checksum) before it appears under its final name.
+        """
         assert self.fd is not None
         fd, self.fd = self.fd, None
+        renamed = False
         try:
             try:
                 if self._chmod:
@@ -255,14 +282,18 @@ class AtomicFile:
                     os.utime(fd, ns=(self.mtime_ns, self.mtime_ns))
                 if self.fsync:
                     os.fsync(fd)
+                st = os.fstat(fd)
             finally:
                 os.close(fd)
             if self.precheck:
                 check_dest(self.dest)  # a symlink planted while we wrote is refused too
-            os.rename(self.tmp, self.dest)
-        except BaseException:
-            _unlink_quiet(self.tmp)
-            raise
+            if checksum is None and self.hasher is not None:
+                checksum = self.hasher.hexdigest()
+            commit.rename(self.tmp, self.dest, st, checksum)
+            renamed = True
+        finally:
+            if not renamed:
+                _unlink_quiet(self.tmp)
 
     def abort(self) -> None:
         """Close and remove the temporary file (idempotent)."""

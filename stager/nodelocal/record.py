@@ -1,42 +1,72 @@
-"""The per-destination record: what a node holds in one destination directory.
+"""The record of one spec in one destination root: which copies a node holds, and of what.
 
-The *plan* says what a run should put on every node; the *record* says what
-one node actually holds. Each destination root (a spec block's directory with
-``%n`` expanded) holds ``.stager-record.json``, written atomically by the
-node's leader after a transfer (also a failed one, for the copies completed)::
+The *plan* says what a run should put on every node; the *record* says what one
+node actually holds. Records live in the root's state directory (``ROOT/.stager/``,
+:mod:`stager.nodelocal.state`), one per spec, keyed by the spec
+(:func:`stager.planning.spec_key`), so several specs can share a root and
+``verify``/``clean`` of one touch only its files:
 
-    {"version": 2, "algorithm": "xxh3_128", "root": "/local/run/node0",
-     "created_dirs": ["/local/run", "/local/run/node0", ...],
-     "files": {"a/b.tif": {"source": "/shared/a/b.tif", "source_size": 123,
-                           "size": 123, "mtime_ns": ..., "mode": 420, "checksum": "..."}}}
+* ``KEY.record`` -- the record as of the end of the last run (JSON, replaced atomically);
+* ``KEY.journal`` -- every change since, one line per event
+  (:mod:`stager.nodelocal.journal`), appended as it happens: a copy is journaled
+  *before* it is renamed onto its final name, so after a kill, Ctrl-C, ``scancel``,
+  a time limit or ``ENOSPC`` every complete copy is recorded, and no copy exists
+  under a final name without its entry.
 
-``source`` is the unit's key (the source path; for an HDF5 copy the path and
-its selections), ``source_size`` the source's size when planned, ``size`` the
-copy's size and ``mtime_ns`` the copy's mtime (the source's). It drives three
-things:
+Reading a record is: the record file, then the journal's events in order. At the
+end of a run the two are compacted into a new record file and the journal is
+removed; replaying a journal over a record that already contains it changes
+nothing, so a crash between the two steps is harmless. Events::
 
-* resume — ``stage`` skips an output whose record matches the planned source
-  (key, size, mtime) and whose copy is still a regular file of the recorded
-  size and mtime;
-* ``verify`` — re-checksums every recorded copy;
-* ``clean`` — removes exactly the recorded files, then the recorded
-  directories the stager created, deepest first, if they are empty.
+    {"op": "copy", "rel": "a/b.tif", "source": ..., "size": ..., ...}   a committed copy
+    {"op": "sum",  "rel": "a/b.tif", "checksum": "..."}                 its checksum, later
+    {"op": "drop", "rel": "a/b.tif"}                                    no longer ours
+    {"op": "run",  "run": ..., "spec": ..., "host": ..., "pid": ...}    a run started
+
+The exact format is ``docs/staging-state.md``. A copy's entry names its source
+(``source`` is the unit's key: the path, or for an HDF5 copy the path and its
+selections) with the source's size, mtime, ctime and inode when planned, and the
+copy itself: size, mtime, mode, checksum (``""`` until known), device and inode.
+The device and inode are what make a file *ours*: ``clean`` removes a file only if
+it is still the recorded copy; resume reuses a copy only if it is.
 """
 from __future__ import annotations
 
 import json
 import os
 import stat
-from dataclasses import dataclass, field
-from typing import Dict, List
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Dict, List, Optional, Tuple
 
 from stager.errors import StagerError
-from stager.nodelocal import checksum, localfs
+from stager.nodelocal import checksum
+from stager.nodelocal.journal import Journal, read_events
+from stager.nodelocal.trusted import read_file
 
-__all__ = ["RECORD_NAME", "StagedFile", "DestRecord", "load", "save", "is_current"]
+__all__ = ["VERSION", "RECORD_SUFFIX", "JOURNAL_SUFFIX", "StagedFile", "SpecRecord",
+           "SourceId", "record_name", "journal_name", "load", "compact", "remove",
+           "SpecJournal", "copy_identity"]
 
-RECORD_NAME = ".stager-record.json"
-VERSION = 2
+VERSION = 3
+RECORD_SUFFIX = ".record"
+JOURNAL_SUFFIX = ".journal"
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+#: (size, mtime_ns, ctime_ns, inode) of a source when planned; -1 where unknown
+SourceId = Tuple[int, int, int, int]
+
+
+def record_name(key: str) -> str:
+    return key + RECORD_SUFFIX
+
+
+def journal_name(key: str) -> str:
+    return key + JOURNAL_SUFFIX
+
+
+def copy_identity(st: os.stat_result) -> Tuple[int, int, int, int]:
+    """(device, inode, size, mtime_ns) of a copy: what makes it *the* recorded copy."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 @dataclass(frozen=True)
@@ -44,90 +74,211 @@ class StagedFile:
     """One staged copy (path relative to its destination root)."""
 
     source: str
+    source_size: int
+    source_mtime_ns: int
+    source_ctime_ns: int
+    source_ino: int
     size: int
     mtime_ns: int
     mode: int
     checksum: str
-    source_size: int = -1
+    dev: int
+    ino: int
+
+    def source_id(self) -> SourceId:
+        return (self.source_size, self.source_mtime_ns, self.source_ctime_ns, self.source_ino)
+
+    def is_copy(self, st: os.stat_result) -> bool:
+        """True if ``st`` (an ``lstat``) is this very copy, unmodified."""
+        return stat.S_ISREG(st.st_mode) and copy_identity(st) == \
+            (self.dev, self.ino, self.size, self.mtime_ns)
+
+    def same_file(self, st: os.stat_result) -> bool:
+        """True if ``st`` is the recorded file (same device and inode), modified or not."""
+        return stat.S_ISREG(st.st_mode) and (st.st_dev, st.st_ino) == (self.dev, self.ino)
+
+
+_FIELDS = tuple(f.name for f in fields(StagedFile))
 
 
 @dataclass
-class DestRecord:
-    """Everything staged under one destination root (mutable while a run updates it)."""
+class SpecRecord:
+    """What one node holds in one root for one spec (mutable while a run updates it)."""
 
+    key: str
     root: str
+    spec: str = ""
     files: Dict[str, StagedFile] = field(default_factory=dict)
-    created_dirs: List[str] = field(default_factory=list)
     algorithm: str = checksum.ALGORITHM
 
-    @property
-    def path(self) -> str:
-        return os.path.join(self.root, RECORD_NAME)
+    def apply(self, ev: Dict[str, Any], where: str) -> None:
+        """Apply one journal event."""
+        op = ev.get("op")
+        try:
+            if op == "copy":
+                self.files[str(ev["rel"])] = StagedFile(**{k: ev[k] for k in _FIELDS})
+            elif op == "sum":
+                old = self.files.get(str(ev["rel"]))
+                if old is not None:
+                    self.files[str(ev["rel"])] = _with_checksum(old, str(ev["checksum"]))
+            elif op == "drop":
+                self.files.pop(str(ev["rel"]), None)
+            elif op == "run":
+                self.spec = str(ev.get("spec", self.spec))
+            else:
+                raise ValueError(f"unknown op {op!r}")
+        except (KeyError, TypeError, ValueError) as e:
+            raise StagerError(f"{where}: bad journal event {ev!r} ({e}); remove the "
+                              "destination's .stager directory and its files, then stage "
+                              "again") from e
 
-    def to_dict(self) -> dict:
-        return {"version": VERSION, "algorithm": self.algorithm, "root": self.root,
-                "created_dirs": list(self.created_dirs),
-                "files": {rel: {"source": f.source, "source_size": f.source_size,
-                                "size": f.size, "mtime_ns": f.mtime_ns, "mode": f.mode,
-                                "checksum": f.checksum}
-                          for rel, f in sorted(self.files.items())}}
+    def to_dict(self) -> Dict[str, Any]:
+        return {"version": VERSION, "algorithm": self.algorithm, "key": self.key,
+                "spec": self.spec, "root": self.root,
+                "files": {rel: asdict(f) for rel, f in sorted(self.files.items())}}
 
 
-def load(root: str) -> DestRecord:
-    """The state of ``root``; empty if it has none.
+def _with_checksum(f: StagedFile, hexd: str) -> StagedFile:
+    d = asdict(f)
+    d["checksum"] = hexd
+    return StagedFile(**d)
+
+
+def load(state_fd: int, state_path: str, key: str, root: str) -> SpecRecord:
+    """The record of spec ``key`` in a root: its record file, then its journal.
 
     Raises
     ------
     StagerError
-        The state file exists but is a symlink, unreadable or malformed.
+        A record or journal that is malformed, or not a regular file of ours.
     """
-    st = DestRecord(root=root)
+    rec = SpecRecord(key=key, root=root)
+    path = f"{state_path}/{record_name(key)}"
     try:
-        fd = os.open(st.path, os.O_RDONLY | os.O_NOFOLLOW)
+        data = read_file(record_name(key), state_fd, path, "record")
     except FileNotFoundError:
-        return st
-    except OSError as e:
-        raise StagerError(f"cannot read staging record {st.path}: {e.strerror}; "
-                          "remove it (and the staged files) or run `stager clean`") from e
-    try:
-        with os.fdopen(fd, "r") as f:
-            d = json.load(f)
-        if d.get("version") != VERSION:
-            raise ValueError(f"unknown version {d.get('version')!r}")
-        st.algorithm = d["algorithm"]
-        st.created_dirs = [str(x) for x in d.get("created_dirs", [])]
-        st.files = {str(rel): StagedFile(**v) for rel, v in d["files"].items()}
-    except (ValueError, KeyError, TypeError) as e:
-        raise StagerError(f"staging record {st.path} is malformed ({e}); remove it and stage "
-                          "again with --force") from e
-    return st
+        data = None
+    if data is not None:
+        try:
+            d = json.loads(data)
+            if d.get("version") != VERSION:
+                raise ValueError(f"unknown version {d.get('version')!r}")
+            rec.algorithm = str(d["algorithm"])
+            rec.spec = str(d.get("spec", ""))
+            rec.files = {str(rel): StagedFile(**{k: v[k] for k in _FIELDS})
+                         for rel, v in d["files"].items()}
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise StagerError(f"record {path} is malformed ({e}); remove the destination's "
+                              ".stager directory and its files, then stage again") from e
+    jpath = f"{state_path}/{journal_name(key)}"
+    for ev in read_events(state_fd, journal_name(key), jpath):
+        rec.apply(ev, jpath)
+    return rec
 
 
-def save(st: DestRecord) -> None:
-    """Write ``st`` atomically into its root (mode 0600)."""
-    # one call of the C encoder (indent= would switch to the slow pure-Python one;
-    # 10,000 entries cost ~10 ms this way)
-    data = json.dumps(st.to_dict(), sort_keys=True).encode()
-    localfs.write_bytes_atomic(st.path, data, mode=0o600)
+def exists(state_fd: int, key: str) -> bool:
+    """True if spec ``key`` has a record or a journal in this state directory."""
+    for name in (record_name(key), journal_name(key)):
+        try:
+            os.stat(name, dir_fd=state_fd, follow_symlinks=False)
+            return True
+        except FileNotFoundError:
+            pass
+    return False
 
 
-def is_current(rec: StagedFile, key: str, size: int, mtime_ns: int, dest: str) -> bool:
-    """True if ``rec`` describes the planned source and the copy at ``dest`` still matches.
+def compact(state_fd: int, state_path: str, rec: SpecRecord, fsync: bool = False) -> None:
+    """Write ``rec`` as the record file (atomically), then remove the journal it contains.
 
-    Parameters
-    ----------
-    rec : StagedFile
-    key, size, mtime_ns
-        The planned unit's source key, source size and source mtime.
-    dest : str
-        The copy's path.
-
-    Cheap by design (no re-checksum): ``verify`` is the thorough check.
+    An empty record leaves neither file behind.
     """
-    if (rec.source, rec.source_size, rec.mtime_ns) != (key, size, mtime_ns):
-        return False
+    if not rec.files:
+        remove(state_fd, rec.key)
+        return
+    # one call of the C encoder (indent= would switch to the slow pure-Python one;
+    # 10,000 entries cost ~20 ms this way)
+    data = json.dumps(rec.to_dict(), sort_keys=True).encode()
+    tmp = f"{record_name(rec.key)}.tmp-{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | _CLOEXEC, 0o600,
+                 dir_fd=state_fd)
     try:
-        st = os.lstat(dest)
-    except OSError:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            if fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(tmp, record_name(rec.key), src_dir_fd=state_fd, dst_dir_fd=state_fd)
+    except BaseException:
+        try:
+            os.unlink(tmp, dir_fd=state_fd)
+        except OSError:
+            pass
+        raise
+    try:
+        os.unlink(journal_name(rec.key), dir_fd=state_fd)
+    except FileNotFoundError:
+        pass
+
+
+def remove(state_fd: int, key: str) -> None:
+    """Remove spec ``key``'s record and journal (if present)."""
+    for name in (journal_name(key), record_name(key)):
+        try:
+            os.unlink(name, dir_fd=state_fd)
+        except FileNotFoundError:
+            pass
+
+
+class SpecJournal:
+    """The open journal of one spec in one root, appended to as copies commit."""
+
+    def __init__(self, state_fd: int, state_path: str, key: str, fsync: bool = False) -> None:
+        self.journal = Journal(state_fd, journal_name(key), f"{state_path}/{journal_name(key)}",
+                               fsync=fsync)
+
+    def run(self, **info: Any) -> None:
+        self.journal.append({"op": "run", **info})
+
+    def copy(self, rel: str, f: StagedFile) -> None:
+        self.journal.append({"op": "copy", "rel": rel, **asdict(f)})
+
+    def sum(self, rel: str, hexd: str) -> None:
+        self.journal.append({"op": "sum", "rel": rel, "checksum": hexd})
+
+    def drop(self, rel: str) -> None:
+        self.journal.append({"op": "drop", "rel": rel})
+
+    def close(self) -> None:
+        self.journal.close()
+
+
+def keys_in(names: List[str]) -> List[str]:
+    """Spec keys that have a record or journal among directory entry ``names``. Pure."""
+    out = set()
+    for n in names:
+        for suffix in (RECORD_SUFFIX, JOURNAL_SUFFIX):
+            if n.endswith(suffix) and not n.startswith("."):
+                out.add(n[:-len(suffix)])
+    return sorted(out)
+
+
+def is_source(rec: StagedFile, key: str, ident: SourceId) -> bool:
+    """True if ``rec`` was staged from the planned source ``key`` with identity ``ident``.
+
+    A ``-1`` in either identity (unknown) matches anything in that field.
+    """
+    if rec.source != key:
         return False
-    return stat.S_ISREG(st.st_mode) and st.st_size == rec.size and st.st_mtime_ns == mtime_ns
+    return all(a == b or a == -1 or b == -1 for a, b in zip(rec.source_id(), ident))
+
+
+def new_entry(key: str, ident: SourceId, st: os.stat_result, mode: int,
+              digest: Optional[str]) -> StagedFile:
+    """The entry of a copy whose finished temporary file has ``st``."""
+    return StagedFile(source=key, source_size=ident[0], source_mtime_ns=ident[1],
+                      source_ctime_ns=ident[2], source_ino=ident[3], size=st.st_size,
+                      mtime_ns=st.st_mtime_ns, mode=mode, checksum=digest or "",
+                      dev=st.st_dev, ino=st.st_ino)

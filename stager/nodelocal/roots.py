@@ -2,15 +2,19 @@
 from __future__ import annotations
 
 import os
+import secrets
+from dataclasses import dataclass
 from typing import Any, List, Optional, Tuple
 
 from stager.mpi.agree import bcast_result
 from stager.mpi.nodes import NodeLayout, check_node_options, node_layout
+from stager.nodelocal.lock import Holder
+from stager.nodelocal.state import RootState
 from stager.options import resolve_options
 from stager.planning.api import load
 from stager.planning.plan import expand_node
 
-__all__ = ["node_roots", "open_roots"]
+__all__ = ["node_roots", "open_roots", "Staged", "lock_roots", "release"]
 
 
 def node_roots(templates: List[str], node: str) -> List[str]:
@@ -18,30 +22,103 @@ def node_roots(templates: List[str], node: str) -> List[str]:
     return list(dict.fromkeys(os.path.normpath(expand_node(t, node)) for t in templates))
 
 
-def _templates(spec: Any) -> List[str]:
-    return [b.dest for b in load(spec).blocks]  # a Spec's or a Plan's blocks
+@dataclass
+class Staged:
+    """What ``verify`` and ``clean`` work from: the node's roots for a spec and its key."""
+
+    comm: Any
+    roots: List[str]
+    layout: NodeLayout
+    key: str
+    spec: str
+    run: str
+    wait: float
 
 
-def _node_options(emulate_nodes: Optional[int], node_id_env: Optional[str]) -> Tuple[Any, Any]:
-    opts = resolve_options(emulate_nodes=emulate_nodes, node_id_env=node_id_env)
-    return opts.emulate_nodes, opts.node_id_env
+def _describe(spec: Any) -> Tuple[List[str], str, str]:
+    from stager.planning import spec_key
+
+    s = load(spec)  # a Spec or a Plan: its blocks, no globbing
+    path = getattr(s, "path", None) or getattr(s, "spec_path", "")
+    shown = os.path.realpath(path) if path and os.path.isfile(path) else (path or "<spec>")
+    return [b.dest for b in s.blocks], spec_key(s), shown
+
+
+def _node_options(emulate_nodes: Optional[int], node_id_env: Optional[str],
+                  wait: Any) -> Tuple[Any, Any, float]:
+    opts = resolve_options(emulate_nodes=emulate_nodes, node_id_env=node_id_env, wait=wait)
+    return opts.emulate_nodes, opts.node_id_env, opts.wait
 
 
 def open_roots(spec: Any, comm: Any, emulate_nodes: Optional[int],
-               node_id_env: Optional[str]) -> Tuple[Any, List[str], NodeLayout]:
+               node_id_env: Optional[str], wait: Any = None) -> Staged:
     """Collective over `comm`: every rank must call. The set-up ``verify`` and ``clean`` share.
 
-    Rank 0 resolves the node options (keyword > ``STAGER_*`` environment) and
-    reads the spec's destination templates (no globbing: ``verify`` and
-    ``clean`` work from the records, not from the sources); every rank gets
-    both, then the node layout is built. Returns ``(comm, this node's roots,
-    layout)``; the caller frees the layout.
+    Rank 0 resolves the node options and ``wait`` (keyword > ``STAGER_*``
+    environment) and reads the spec's destination templates and record key (no
+    globbing: ``verify`` and ``clean`` work from the records, not from the
+    sources); every rank gets them, then the node layout is built. The caller
+    frees ``layout``.
     """
     if comm is None:
         from mpi4py import MPI
         comm = MPI.COMM_WORLD
-    emulate, env_var = bcast_result(comm, _node_options, emulate_nodes, node_id_env)
+    emulate, env_var, wait_s = bcast_result(comm, _node_options, emulate_nodes, node_id_env,
+                                            wait)
     check_node_options(comm.size, emulate, env_var)
-    templates = bcast_result(comm, _templates, spec)
+    templates, key, shown = bcast_result(comm, _describe, spec)
+    run = comm.bcast(secrets.token_hex(6) if comm.rank == 0 else None, root=0)
     layout = node_layout(comm, emulate, env_var)
-    return comm, node_roots(templates, layout.name), layout
+    return Staged(comm, node_roots(templates, layout.name), layout, key, shown, run, wait_s)
+
+
+def lock_roots(staged: Staged) -> List[Tuple[str, Optional[RootState], Optional[str]]]:
+    """On a leader: lock every root of its node; ``(root, state, skip)`` for each.
+
+    ``state`` is the root's open, locked state directory -- the caller closes it
+    (which releases the lock) only after a collective that follows the locking of
+    every node, so two nodes sharing a root cannot both lock it in turn -- or
+    ``None`` with ``skip`` saying why: nothing was staged there, the root is not to
+    be trusted (``Untrusted``'s message), or another node of this run holds it (a
+    shared root: that node handles it). On an error every lock taken is released.
+
+    Raises
+    ------
+    LockBusy
+        Another run holds a root.
+    """
+    from stager.nodelocal.trusted import Untrusted
+
+    holder = Holder.here(staged.run, staged.layout.name, staged.spec)
+    out: List[Tuple[str, Optional[RootState], Optional[str]]] = []
+    try:
+        for root in sorted(staged.roots):
+            try:
+                state = RootState.open(root)
+            except Untrusted as e:
+                out.append((root, None, str(e)))
+                continue
+            if state is None:
+                out.append((root, None, "nothing staged here"))
+                continue
+            try:
+                other = state.take_lock(holder, staged.wait)
+            except BaseException:
+                state.close()
+                raise
+            if other is not None:
+                state.close()
+                out.append((root, None, f"shared with node {other.node}, which handles it"))
+                continue
+            out.append((root, state, None))
+    except BaseException:
+        release(out)
+        raise
+    return out
+
+
+def release(held: List[Tuple[str, Optional[RootState], Optional[str]]]) -> None:
+    """Close (and unlock) every state of :func:`lock_roots`."""
+    for _, state, _ in held:
+        if state is not None:
+            state.close()

@@ -1,13 +1,19 @@
 """``verify``: every leader re-checksums its node's staged copies against its records.
 
-Collective over a communicator. Works from the per-destination records
-(:mod:`stager.nodelocal.record`), not from the sources: it answers "are the copies on the
-nodes still what was staged?". Each mismatch (missing copy, replaced by a
-symlink, wrong size, wrong checksum, nothing staged at a destination) is
-reported with its node and file, on every rank.
+Collective over a communicator. Works from the per-spec records
+(:mod:`stager.nodelocal.record`), not from the sources: it answers "are the copies
+on the nodes still what was staged?". Each copy is opened without following a
+symlink (its directories walked with ``O_NOFOLLOW`` descriptors) and must be the
+recorded file (same device and inode), of the recorded size, with the recorded
+checksum. Each mismatch (missing copy, a symlink or directory in its place, a
+replaced file, wrong size, wrong checksum, nothing staged at a destination) is
+reported with its node and file, on every rank. Only the spec's own records are
+read: other specs sharing a root are not touched. The root's lock is taken, so a
+verify never reads a record a running stage is writing.
 """
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from dataclasses import dataclass
@@ -16,10 +22,13 @@ from typing import Any, List, Optional, Tuple
 from stager.errors import VerifyError
 from stager.mpi.agree import agreed
 from stager.nodelocal import checksum
-from stager.nodelocal import record as records
-from stager.nodelocal.roots import open_roots
+from stager.nodelocal.roots import lock_roots, open_roots, release
+from stager.nodelocal.state import RootState
+from stager.nodelocal.trusted import Untrusted, open_below
 
 __all__ = ["verify", "VerifyReport", "Mismatch"]
+
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
 @dataclass(frozen=True)
@@ -43,47 +52,88 @@ class VerifyReport:
     bytes_checked: int
 
 
-def _check_root(node: str, root: str) -> Tuple[int, int, List[Mismatch]]:
-    bad: List[Mismatch] = []
-    st = records.load(root)
-    if not os.path.exists(st.path):
-        return 0, 0, [Mismatch(node, root, "nothing staged here (no record); run stager stage")]
-    if st.algorithm != checksum.ALGORITHM:
-        return 0, 0, [Mismatch(node, root, f"record uses checksum {st.algorithm}, expected "
-                                           f"{checksum.ALGORITHM}; stage again with --force")]
-    nbytes = 0
-    for rel, rec in sorted(st.files.items()):
-        path = os.path.join(root, rel)
+def _check_copy(node: str, state: RootState, rel: str, rec: Any) -> Tuple[int, Optional[Mismatch]]:
+    path = os.path.join(state.root, rel)
+    try:
+        dfd = open_below(state.root_fd, os.path.dirname(rel), state.root)
+    except Untrusted as e:
+        return 0, Mismatch(node, path, f"its directory cannot be trusted: {e}")
+    except OSError as e:
+        if e.errno in (errno.ENOENT, errno.ENOTDIR):
+            return 0, Mismatch(node, path, "missing")
+        raise
+    try:
         try:
-            lst = os.lstat(path)
+            fd = os.open(os.path.basename(rel), os.O_RDONLY | os.O_NOFOLLOW | _CLOEXEC,
+                         dir_fd=dfd)
         except FileNotFoundError:
-            bad.append(Mismatch(node, path, "missing"))
+            return 0, Mismatch(node, path, "missing")
+        except OSError as e:
+            if e.errno in (errno.ELOOP, errno.EISDIR):
+                return 0, Mismatch(node, path, "not a regular file (symlink or directory)")
+            raise
+    finally:
+        os.close(dfd)
+    with os.fdopen(fd, "rb", buffering=0) as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            return 0, Mismatch(node, path, "not a regular file")
+        if (st.st_dev, st.st_ino) != (rec.dev, rec.ino):
+            return 0, Mismatch(node, path, "replaced since it was staged (not the staged copy)")
+        if st.st_size != rec.size:
+            return 0, Mismatch(node, path, f"size {st.st_size}, staged {rec.size}")
+        if not rec.checksum:
+            return 0, Mismatch(node, path, "no checksum recorded (its run ended before it "
+                                           "was known): stage again to complete the record")
+        if checksum.stream_hexdigest(f) != rec.checksum:
+            return 0, Mismatch(node, path, "checksum differs from the staged copy")
+    return st.st_size, None
+
+
+def _check_node(node: str, key: str, held: List[Any]) -> Tuple[int, int, List[Mismatch]]:
+    files = nbytes = 0
+    bad: List[Mismatch] = []
+    for root, state, why in held:
+        if state is None:
+            if why and why.startswith("shared with"):
+                continue
+            reason = ("nothing staged here (no record); run stager stage"
+                      if why == "nothing staged here" else why or "")
+            bad.append(Mismatch(node, root, reason))
             continue
-        if not stat.S_ISREG(lst.st_mode):
-            bad.append(Mismatch(node, path, "not a regular file (symlink or directory)"))
+        rec = state.load(key)
+        if not rec.files:
+            bad.append(Mismatch(node, root, "nothing staged here for this spec (no record); "
+                                            "run stager stage"))
             continue
-        if lst.st_size != rec.size:
-            bad.append(Mismatch(node, path, f"size {lst.st_size}, staged {rec.size}"))
+        if rec.algorithm != checksum.ALGORITHM:
+            bad.append(Mismatch(node, root, f"record uses checksum {rec.algorithm}, expected "
+                                            f"{checksum.ALGORITHM}; stage again with --force"))
             continue
-        if checksum.file_hexdigest(path) != rec.checksum:
-            bad.append(Mismatch(node, path, "checksum differs from the staged copy"))
-        nbytes += lst.st_size
-    return len(st.files), nbytes, bad
+        for rel, entry in sorted(rec.files.items()):
+            n, m = _check_copy(node, state, rel, entry)
+            files += 1
+            nbytes += n
+            if m is not None:
+                bad.append(m)
+    return files, nbytes, bad
 
 
 def verify(spec: Any, comm: Any = None, emulate_nodes: Optional[int] = None,
-           node_id_env: Optional[str] = None) -> VerifyReport:
+           node_id_env: Optional[str] = None, wait: Any = None) -> VerifyReport:
     """Collective over `comm`: every rank must call. Re-checksum every node's copies.
 
     Parameters
     ----------
     spec : str, os.PathLike, hooks.Spec or Plan
-        Only its destinations are used (read on rank 0).
+        Only its destinations and record key are used (read on rank 0).
     comm : mpi4py.MPI.Comm, optional
         Default ``MPI.COMM_WORLD``.
     emulate_nodes, node_id_env
         As for :func:`stager.stage` (environment fallbacks ``STAGER_*``);
         must match the staging run so ``%n`` names the same directories.
+    wait : float, optional
+        Seconds to wait for a run that holds a root (default: fail at once, naming it).
 
     Returns
     -------
@@ -95,19 +145,24 @@ def verify(spec: Any, comm: Any = None, emulate_nodes: Optional[int] = None,
         On every rank if any copy mismatches; ``.mismatches`` lists them
         (``Mismatch(node, path, reason)``), the message names each.
     StagerError
-        A record is unreadable, or another failure (agreed on all ranks).
+        A record is unreadable, a run holds a root, or another failure (agreed on
+        all ranks).
     """
-    comm, roots, layout = open_roots(spec, comm, emulate_nodes, node_id_env)
+    staged = open_roots(spec, comm, emulate_nodes, node_id_env, wait)
+    comm, layout = staged.comm, staged.layout
+    held: List[Any] = []
     try:
         files = nbytes = 0
         bad: List[Mismatch] = []
-        with agreed(comm, "verify", node=layout.name):
+        with agreed(comm, "verify (locking destinations)", node=layout.name, quiet=True):
             if layout.is_leader:
-                for root in roots:
-                    f, b, m = _check_root(layout.name, root)
-                    files, nbytes, bad = files + f, nbytes + b, bad + m
+                held = lock_roots(staged)
+        with agreed(comm, "verify", node=layout.name, quiet=True):
+            if layout.is_leader:
+                files, nbytes, bad = _check_node(layout.name, staged.key, held)
         gathered = comm.allgather((files, nbytes, bad))
     finally:
+        release(held)
         layout.free()
     mismatches = [m for _, _, ms in gathered for m in ms]
     if mismatches:

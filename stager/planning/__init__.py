@@ -11,17 +11,19 @@ shared by all kinds), ``files`` (``files`` blocks), ``h5`` and ``h5types``
 """
 from __future__ import annotations
 
+import hashlib
 import os
 from typing import Any, Dict, List, Tuple
 
-from hooks.spec import Pattern, Spec
+from hooks.spec import Block, Pattern, Spec
 from stager.errors import PlanError
 from stager.planning.files import plan_files
 from stager.planning.plan import BlockPlan, FileEntry, Plan, describe_size, expand_node
-from stager.planning.sources import StatFn
+from stager.planning.sources import (SourceArea, StatFn, check_disjoint, real_dest,
+                                     source_areas)
 
-__all__ = ["build_plan", "destination_templates", "Plan", "BlockPlan", "FileEntry",
-           "expand_node", "describe_size", "KINDS"]
+__all__ = ["build_plan", "destination_templates", "spec_key", "check_destinations", "Plan",
+           "BlockPlan", "FileEntry", "expand_node", "describe_size", "KINDS"]
 
 #: Block kinds, in the order their outputs are staged.
 KINDS = ("files", "h5")
@@ -53,9 +55,11 @@ def build_plan(spec: Spec, *, stat: StatFn = os.stat, h5_inline_bytes: Any = Non
     blocks: List[BlockPlan] = []
     files: List[FileEntry] = []
     h5: List[Any] = []
+    trees: List[Tuple[str, Pattern]] = []
+    skipped: List[str] = []
     for index, block in enumerate(spec.blocks):
         if block.kind == "files":
-            bp, entries = plan_files(block, index, claimed, stat)
+            bp, entries = plan_files(block, index, claimed, stat, trees, skipped)
             files.extend(entries)
         elif block.kind == "h5":
             # numpy and h5py: only for a spec with h5 blocks, only on the planning rank
@@ -68,9 +72,47 @@ def build_plan(spec: Spec, *, stat: StatFn = os.stat, h5_inline_bytes: Any = Non
             raise PlanError(f"{block.location}: '{block.kind}' blocks are not supported by "
                             f"this version of the stager: use one of {', '.join(KINDS)}")
         blocks.append(bp)
-    return Plan(spec_path=spec.path, blocks=tuple(blocks), files=tuple(files), h5=tuple(h5))
+    areas = source_areas(spec.blocks, [e.source for e in files] + [h.source for h in h5], trees)
+    for block in spec.blocks:
+        check_destinations(block, areas)
+    return Plan(spec_path=spec.path, blocks=tuple(blocks), files=tuple(files), h5=tuple(h5),
+                spec_key=spec_key(spec), areas=areas,
+                skipped_links=tuple(dict.fromkeys(skipped)))
 
 
-def destination_templates(spec: Spec) -> List[str]:
-    """The destination template of every block (may hold ``%n``), without globbing. Pure."""
-    return [b.dest for b in spec.blocks]
+def check_destinations(block: Block, areas: Tuple[SourceArea, ...]) -> None:
+    """Refuse a block whose destination overlaps the sources (``PlanError``, exit 2).
+
+    A destination without ``%n`` is checked exactly. With ``%n`` the node names are
+    not known yet: its part before the first ``%n`` is checked against the source
+    trees (if that part is inside one, every node's root is), and each node's leader
+    checks its own root exactly before anything is written (``stager.staging``).
+    """
+    dest = block.dest
+    where = str(block.dest_location)
+    if "%n" not in dest:
+        check_disjoint(real_dest(dest), areas, where, block.display_dest)
+        return
+    head = real_dest(os.path.dirname(dest[:dest.index("%n")] + "x"))
+    trees = [a for a in areas if a.kind == "tree"
+             and (head == a.path or head.startswith(a.path.rstrip("/") + "/"))]
+    # every node's root is below ``head``: checked as a path below it
+    check_disjoint(os.path.join(head, "%n"), trees, where, block.display_dest)
+
+
+def spec_key(spec: Any) -> str:
+    """The key of a spec's records in every destination root: 16 hex characters.
+
+    From the spec file's real path when it is a file, so ``stage``, ``verify`` and
+    ``clean`` of one file meet the same records from any working directory; a spec
+    that is not a file (parsed from text) is keyed by the name it was given. A
+    ``Plan`` carries the key it was planned with; a path may be given as it is.
+    """
+    if isinstance(spec, Plan) and spec.spec_key:
+        return spec.spec_key
+    if isinstance(spec, (str, os.PathLike)):
+        path = os.fspath(spec)
+    else:
+        path = getattr(spec, "path", None) or getattr(spec, "spec_path", "") or "<string>"
+    ident = ("path:" + os.path.realpath(path)) if os.path.isfile(path) else ("name:" + path)
+    return hashlib.sha256(ident.encode()).hexdigest()[:16]

@@ -183,6 +183,7 @@ class _FileAcc:
         self.source, self.dest, self.block, self.entry = source, dest, index, entry
         self.root = block.dest
         self.size, self.mtime_ns, self.mode = st.st_size, st.st_mtime_ns, _stat.S_IMODE(st.st_mode)
+        self.ctime_ns, self.ino = st.st_ctime_ns, st.st_ino
         self.groups: Dict[str, GroupPlan] = {}
         self.datasets: Dict[str, Tuple[DatasetPlan, str]] = {}
         self.links: Dict[str, LinkPlan] = {}
@@ -219,7 +220,8 @@ class _FileAcc:
         self._check_refs()
         return H5FilePlan(source=self.source, dest=self.dest, block=self.block, root=self.root,
                           size=self.size,
-                          mtime_ns=self.mtime_ns, mode=self.mode,
+                          mtime_ns=self.mtime_ns, mode=self.mode, ctime_ns=self.ctime_ns,
+                          ino=self.ino,
                           groups=tuple(self.groups[p] for p in sorted(self.groups)),
                           datasets=tuple(self.datasets[p][0] for p in sorted(self.datasets)),
                           links=tuple(self.links[p] for p in sorted(self.links)),

@@ -228,6 +228,8 @@ class H5FilePlan:
     datasets: Tuple[DatasetPlan, ...]
     links: Tuple[LinkPlan, ...]
     linked: Tuple[Tuple[str, int, int], ...] = ()
+    ctime_ns: int = -1              # with size, mtime: the source's identity (resume)
+    ino: int = -1
 
     @property
     def nbytes(self) -> int:

@@ -15,12 +15,14 @@ Naming: the *plan* is what rank 0 decided for the whole run; the per-destination
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Protocol, Tuple
 
+from stager.planning.sources import SourceArea
 
-
-__all__ = ["Unit", "FileEntry", "BlockPlan", "Plan", "expand_node", "describe_size"]
+__all__ = ["Unit", "FileEntry", "BlockPlan", "Plan", "expand_node", "expand_dest",
+           "unit_source_id", "describe_size"]
 
 
 def expand_node(template: str, node: str) -> str:
@@ -31,6 +33,23 @@ def expand_node(template: str, node: str) -> str:
     literal ``%n`` written as ``%%n`` survives.
     """
     return template.replace("%n", node).replace("\x00", "%")
+
+
+def expand_dest(dest: str, template: str, node: str) -> str:
+    """A planned destination on ``node``: only its block's ``template`` part is expanded.
+
+    The rest of ``dest`` comes from a matched source name and is kept exactly: a
+    source called ``run%n.dat`` lands as ``run%n.dat``, never ``runnode0.dat``.
+    """
+    head = template.rstrip("/") + "/"
+    if not dest.startswith(head):
+        raise ValueError(f"destination {dest!r} is not below its block's directory {template!r}")
+    return os.path.join(expand_node(template, node), dest[len(head):])
+
+
+def unit_source_id(u: Any) -> Tuple[int, int, int, int]:
+    """(size, mtime_ns, ctime_ns, inode) of a unit's source when planned (-1: not known)."""
+    return (u.size, u.mtime_ns, getattr(u, "ctime_ns", -1), getattr(u, "ino", -1))
 
 
 class Unit(Protocol):
@@ -66,6 +85,9 @@ class FileEntry:
         ``st_size``, permission bits and ``st_mtime_ns`` of the source when planned.
     block : int
         Index of the spec block that produced the entry.
+    ctime_ns, ino : int
+        ``st_ctime_ns`` and ``st_ino`` of the source when planned (``-1``: not known):
+        with size and mtime, the identity checked before and after the source is read.
     """
 
     source: str
@@ -74,6 +96,8 @@ class FileEntry:
     mode: int
     mtime_ns: int
     block: int = 0
+    ctime_ns: int = -1
+    ino: int = -1
 
     @property
     def key(self) -> str:
@@ -121,6 +145,12 @@ class Plan:
     blocks: Tuple[BlockPlan, ...]
     files: Tuple[FileEntry, ...] = field(default_factory=tuple)
     h5: Tuple[Any, ...] = field(default_factory=tuple)   # H5FilePlan (planning.h5types)
+    #: key of the spec's records in every destination root (stager.planning.spec_key)
+    spec_key: str = ""
+    #: the sources' side, which no destination may overlap (planning.sources.SourceArea)
+    areas: Tuple[SourceArea, ...] = field(default_factory=tuple)
+    #: symbolic links to directories that were not followed (below ``**`` or in a tree)
+    skipped_links: Tuple[str, ...] = field(default_factory=tuple)
 
     def units(self, kind: str) -> Tuple[Any, ...]:
         """The planned outputs of one block kind."""
@@ -144,8 +174,8 @@ class Plan:
         return max(self.files, key=lambda e: e.size, default=None)
 
     def for_node(self, node: str) -> List[Tuple[FileEntry, str]]:
-        """Pairs ``(file entry, concrete destination)`` for one node."""
-        return [(e, expand_node(e.dest, node)) for e in self.files]
+        """Pairs ``(file entry, concrete destination)`` for one node (names kept exactly)."""
+        return [(e, expand_dest(e.dest, self.blocks[e.block].dest, node)) for e in self.files]
 
     def to_dict(self) -> Dict[str, Any]:
         return {
@@ -156,6 +186,9 @@ class Plan:
             "bytes": self.total_bytes,
             "entries": [asdict(e) for e in self.files],
             "h5": [h.describe() for h in self.h5],
+            "spec_key": self.spec_key,
+            "areas": [asdict(a) for a in self.areas],
+            "skipped_links": list(self.skipped_links),
         }
 
     def to_json(self, **kw: Any) -> str:
@@ -167,7 +200,10 @@ class Plan:
         if d.get("h5"):
             raise ValueError("a plan with h5 blocks cannot be rebuilt from JSON: plan the spec")
         return cls(spec_path=d["spec"], blocks=tuple(BlockPlan(**b) for b in d["blocks"]),
-                   files=tuple(FileEntry(**e) for e in d["entries"]))
+                   files=tuple(FileEntry(**e) for e in d["entries"]),
+                   spec_key=d.get("spec_key", ""),
+                   areas=tuple(SourceArea(**a) for a in d.get("areas", ())),
+                   skipped_links=tuple(d.get("skipped_links", ())))
 
     @classmethod
     def from_entries(cls, spec_path: str, blocks: Iterable[BlockPlan],

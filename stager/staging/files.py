@@ -26,17 +26,18 @@ class FilesKind:
     def transfer(self, t: Transfer) -> Moved:
         """Collective over ``t.comm`` (except ``naive``): move the files, return what was done."""
         units = t.units
-        jobs = [FileJob(units[i].source, units[i].size, units[i].mtime_ns, units[i].mode)
-                for i in t.moved]
+        jobs = [FileJob(units[i].source, units[i].size, units[i].mtime_ns, units[i].mode,
+                        units[i].ctime_ns, units[i].ino) for i in t.moved]
         sink = Sink(jobs, t.dests, progress=t.progress, fsync=t.opts.fsync)
         reader = SourceReader(jobs, t.meter)
         err = None
+        info: dict = {}
         try:
             err = run_method(t.opts.method, t.comm, jobs, reader, sink, t.opts.chunk_size,
-                             t.opts.small_file_threshold)
+                             t.opts.small_file_threshold, t.opts.shared_exchange, info)
         except Exception as e:
             err = e
         finally:
             sink.abort()
         done = {k: (digest, jobs[k].size) for k, digest in sink.done.items()}
-        return Moved(done=done, error=err, bytes_written=sink.bytes_written)
+        return Moved(done=done, error=err, bytes_written=sink.bytes_written, extra=info)

@@ -11,37 +11,52 @@ on all (never a hang):
 2. **plan** -- rank 0 alone loads the spec and plans every block, files and
    HDF5 selections (:func:`stager.planning.build_plan`); one broadcast;
 3. **nodes** -- node identity and the leader communicator (``stager.mpi.nodes``);
-4. **resume** -- each leader reads its per-destination records and marks what
-   its node still needs; the union over nodes is what the transfer moves;
+4. **lock and resume** -- each leader checks that its roots stay clear of the
+   sources, creates its roots and takes their locks (one run at a time per root;
+   a root another node of this run holds is shared, and written once, by that
+   node), removes what dead runs left, reads the spec's records and marks what
+   its node still needs (:mod:`stager.staging.commits`); the union over nodes is
+   what the transfer moves;
 5. **capacity** -- every leader measures free space at its destinations,
-   aggregated per filesystem, before any byte or directory is written;
-6. **prepare** -- destination directories (``0700``) and symlink checks;
-7. **transfer** -- each kind over the leader communicator, in table order;
-   leaders stop together when any fails;
-8. **record** -- each leader records the copies it committed (also after a
-   failure), so a re-run resumes;
-9. **report** -- sums over ranks (:mod:`stager.staging.report`).
+   aggregated per filesystem, before any copy is written;
+6. **prepare** -- destination directories (``0700``, journaled before they are made);
+7. **transfer** -- each kind over the leader communicator, in table order, every
+   copy journaled just before its rename (``stager.nodelocal.commit``); leaders
+   stop together when any fails or is interrupted (SIGINT/SIGTERM,
+   :mod:`stager.staging.interrupt`);
+8. **source check** -- with ``verify_source``, every source is read again and
+   checksummed against its copies (:mod:`stager.staging.sourcecheck`);
+9. **record** -- each leader compacts its records and releases its locks (also
+   after a failure: every complete copy stays recorded, so a re-run resumes);
+10. **report** -- sums over ranks (:mod:`stager.staging.report`).
 """
 from __future__ import annotations
 
 import os
+import secrets
+import socket
+import sys
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from stager.errors import TransferError
+from stager.errors import Interrupted, StagerError, TransferError
 from stager.mpi.agree import agreed, any_true, bcast_result
 from stager.mpi.nodes import NodeLayout, check_node_options, node_layout
-from stager.nodelocal import localfs
-from stager.nodelocal import record as records
+from stager.nodelocal import commit, localfs
+from stager.nodelocal.state import STATE_DIR
 from stager.options import StageOptions, resolve_options
 from stager.planning.api import plan as plan_spec
-from stager.planning.plan import Plan, expand_node
+from stager.planning.plan import Plan, describe_size, expand_node
+from stager.planning.sources import check_disjoint, real_dest
+from stager.staging import interrupt
 from stager.staging.capacity import check_capacity
+from stager.staging.commits import NodeRecords
 from stager.staging.kind import Kind, Moved, Transfer
 from stager.staging.kinds import KINDS
 from stager.staging.report import Progress, Report, SourceMeter
+from stager.staging.sourcecheck import verify_sources
 
 __all__ = ["stage", "NodeTargets", "node_targets"]
 
@@ -61,7 +76,6 @@ class NodeTargets:
     dests: List[str]
     roots: List[str]
     rels: List[str]
-    records: Dict[str, records.DestRecord] = field(default_factory=dict)
 
 
 def node_targets(plan: Plan, units: Sequence[Any], node: str) -> NodeTargets:
@@ -74,7 +88,7 @@ def node_targets(plan: Plan, units: Sequence[Any], node: str) -> NodeTargets:
     Raises
     ------
     localfs.UnsafePathError
-        A destination escapes its root, or collides with the record's name.
+        A destination escapes its root, or collides with the root's state directory.
     """
     dests, roots, rels = [], [], []
     block_roots = [os.path.normpath(os.path.abspath(expand_node(b.dest, node)))
@@ -92,13 +106,32 @@ def node_targets(plan: Plan, units: Sequence[Any], node: str) -> NodeTargets:
             localfs.inside(root, dest)  # raises with the standard message
             raise localfs.UnsafePathError(f"destination {dest} collides with its block's "
                                           f"directory {root}; rename the source")
-        if os.path.basename(rel) == records.RECORD_NAME:
+        if rel.split("/", 1)[0] == STATE_DIR:
             raise localfs.UnsafePathError(f"destination {dest} collides with the stager's "
-                                          "record file; rename the source")
+                                          f"state directory {root}/{STATE_DIR}; rename the "
+                                          "source")
         dests.append(dest)
         roots.append(root)
         rels.append(rel)
     return NodeTargets(dests, roots, rels)
+
+
+class _Run:
+    """What the emergency path of an interrupt needs (filled in as the run goes)."""
+
+    def __init__(self, comm: Any, grace: float) -> None:
+        self.rank = comm.rank
+        self.grace = grace
+        self.records: Optional[NodeRecords] = None
+
+    def emergency(self, signum: int) -> None:
+        if self.records is not None:
+            self.records.remove_temps()
+        if self.rank == 0:
+            print(f"stager stage: interrupted by {interrupt.signal_name(signum)}; the ranks "
+                  f"could not stop together within {self.grace:g} s (a rank may have died): "
+                  "every complete copy is recorded, temporary files removed; to resume, run "
+                  "the same command again", file=sys.stderr, flush=True)
 
 
 def stage(spec: Any, comm: Any = None, **options: Any) -> Report:
@@ -114,9 +147,11 @@ def stage(spec: Any, comm: Any = None, **options: Any) -> Report:
         ``method`` ("stripe" | "readall" | "bcast" | "naive"), ``chunk_size``,
         ``small_file_threshold``, ``emulate_nodes``, ``node_id_env``,
         ``force``, ``json`` (report path, written by rank 0), ``progress``,
-        ``fsync``, ``h5_memory``, ``h5_inline_bytes``. Each falls back to
-        ``STAGER_<NAME>`` in rank 0's environment, then to its default (see
-        ``stager.options``).
+        ``fsync``, ``h5_memory``, ``h5_inline_bytes``, ``wait`` (seconds to wait
+        for another run holding a destination; negative: forever),
+        ``verify_source`` (read every source again after staging and compare),
+        ``interrupt_grace``. Each falls back to ``STAGER_<NAME>`` in rank 0's
+        environment, then to its default (see ``stager.options``).
 
     Returns
     -------
@@ -128,33 +163,47 @@ def stage(spec: Any, comm: Any = None, **options: Any) -> Report:
     TypeError, ValueError
         Bad options (on every rank, before any transfer).
     hooks.SpecError, PlanError
-        The spec cannot be read or planned (on every rank).
+        The spec cannot be read or planned, or a destination overlaps a source
+        (on every rank, before anything is written).
+    LockBusy
+        Another run is using a destination (``wait`` to wait for it).
     CapacityError
         Some node lacks room; nothing was written.
     TransferError
-        Reading, writing or checking failed somewhere; temporary files removed.
+        Reading, writing or checking failed somewhere; temporary files removed,
+        every complete copy recorded (the message says how many).
+    Interrupted
+        SIGINT or SIGTERM: the ranks stopped together; as for ``TransferError``.
     """
     if comm is None:
         from mpi4py import MPI
         comm = MPI.COMM_WORLD
     opts: StageOptions = bcast_result(comm, resolve_options, **options)
     check_node_options(comm.size, opts.emulate_nodes, opts.node_id_env)
-    t_plan = time.perf_counter()
-    plan = bcast_result(comm, _plan, spec, opts.h5_inline_bytes)
-    plan_seconds = time.perf_counter() - t_plan
-    layout = node_layout(comm, opts.emulate_nodes, opts.node_id_env)
-    try:
-        report = _run(plan, comm, layout, opts, plan_seconds)
-    finally:
-        layout.free()
+    run_id = comm.bcast(secrets.token_hex(6) if comm.rank == 0 else None, root=0)
+    ctx = _Run(comm, opts.interrupt_grace)
+    with interrupt.Handling(grace=opts.interrupt_grace, emergency=ctx.emergency):
+        t_plan = time.perf_counter()
+        plan = bcast_result(comm, _plan, spec, opts.h5_inline_bytes)
+        plan_seconds = time.perf_counter() - t_plan
+        layout = node_layout(comm, opts.emulate_nodes, opts.node_id_env)
+        try:
+            report = _run(plan, comm, layout, opts, plan_seconds, run_id, ctx)
+        finally:
+            layout.free()
     if opts.json and comm.rank == 0:
         report.write_json(opts.json)
     return report
 
 
+def _spec_name(plan: Plan) -> str:
+    p = plan.spec_path
+    return os.path.realpath(p) if p and os.path.isfile(p) else (p or "<spec>")
+
+
 def _run(plan: Plan, comm: Any, layout: NodeLayout, opts: StageOptions,
-         plan_seconds: float) -> Report:
-    """Collective over `comm`: every rank must call. Phases 4-9 of the module docstring."""
+         plan_seconds: float, run_id: str, ctx: _Run) -> Report:
+    """Collective over `comm`: every rank must call. Phases 4-10 of the module docstring."""
     from mpi4py import MPI
 
     units: List[Tuple[Kind, int, Any]] = [(k, i, u) for k in KINDS
@@ -162,62 +211,108 @@ def _run(plan: Plan, comm: Any, layout: NodeLayout, opts: StageOptions,
     used = [k for k in KINDS if plan.units(k.name)]
     n = len(units)
     node = layout.name
-    # -- resume: what does this node still need? ------------------------------
-    need_local = bytearray(n)
-    targets: Optional[NodeTargets] = None
-    with agreed(comm, "checking destinations", default=TransferError, node=node):
-        if layout.is_leader:
-            for k in used:
-                k.check(node)
-            targets = node_targets(plan, [u for _, _, u in units], node)
-            for root in dict.fromkeys(targets.roots):
-                targets.records[root] = records.load(root)
+    recs: Optional[NodeRecords] = None
+    phase = "checking destinations"
+    try:
+        # -- lock and resume: what does this node still need? -------------------
+        need_local = bytearray(n)
+        with agreed(comm, "checking destinations", default=TransferError, node=node,
+                    quiet=True):
+            interrupt.check("checking destinations")
+            if layout.is_leader:
+                for k in used:
+                    k.check(node)
+                targets = node_targets(plan, [u for _, _, u in units], node)
+                _check_roots(plan, targets, node)
+                recs = ctx.records = NodeRecords(
+                    [u for _, _, u in units], targets.dests, targets.roots, targets.rels,
+                    plan.spec_key, _spec_name(plan), run_id, node, fsync=opts.fsync)
+                recs.open(wait=opts.wait)
+                for g in range(n):
+                    need_local[g] = recs.decide(g, opts.force) if recs.writes(g) else 0
+        need_any = bytearray(n)
+        comm.Allreduce([need_local, MPI.UNSIGNED_CHAR], [need_any, MPI.UNSIGNED_CHAR],
+                       op=MPI.MAX)
+
+        # -- capacity, before any copy is written ------------------------------
+        phase = "checking free space"
+        sizes: Dict[str, List[int]] = defaultdict(list)
+        if recs is not None:
             for g, (_, _, u) in enumerate(units):
-                rec = targets.records[targets.roots[g]].files.get(targets.rels[g])
-                current = (not opts.force and rec is not None
-                           and records.is_current(rec, u.key, u.size, u.mtime_ns,
-                                                  targets.dests[g]))
-                need_local[g] = 0 if current else 1
-    need_any = bytearray(n)
-    comm.Allreduce([need_local, MPI.UNSIGNED_CHAR], [need_any, MPI.UNSIGNED_CHAR], op=MPI.MAX)
+                if need_local[g]:
+                    sizes[recs.roots[g]].append(u.out_bytes)
+        check_capacity(comm, layout, sizes)
 
-    # -- capacity, before anything is written ---------------------------------
-    sizes: Dict[str, List[int]] = defaultdict(list)
-    if targets is not None:
-        for g, (_, _, u) in enumerate(units):
-            if need_local[g]:
-                sizes[targets.roots[g]].append(u.out_bytes)
-    check_capacity(comm, layout, sizes)
+        # -- prepare destination directories --------------------------------------
+        phase = "preparing destinations"
+        with agreed(comm, "preparing destinations", default=TransferError, node=node):
+            interrupt.check("preparing destinations")
+            if recs is not None:
+                _prepare(recs, need_local)
 
-    # -- prepare destination directories -------------------------------------
-    created: Dict[str, List[str]] = defaultdict(list)
-    with agreed(comm, "preparing destinations", default=TransferError, node=node):
-        if targets is not None:
-            _prepare(targets, need_local, created)
+        # -- transfer, each copy journaled as it commits ---------------------------
+        phase = "staging"
+        meter = SourceMeter()
+        results: Dict[str, Tuple[List[int], Moved]] = {}
+        comm.Barrier()
+        t0 = time.perf_counter()
+        with agreed(comm, "staging", default=TransferError, node=node, quiet=True):
+            if recs is not None:
+                with commit.session(recs):
+                    _transfer(plan, units, used, recs, need_local, need_any, layout, opts,
+                              meter, results)
+        comm.Barrier()
+        seconds = comm.bcast(time.perf_counter() - t0, root=0)
 
-    # -- transfer and record ------------------------------------------------
-    meter = SourceMeter()
-    results: Dict[str, Tuple[List[int], Moved]] = {}
-    comm.Barrier()
-    t0 = time.perf_counter()
-    with agreed(comm, "staging", default=TransferError, node=node, quiet=True):
-        if targets is not None:
-            _transfer(plan, units, used, targets, need_local, need_any, created, layout,
-                      opts, meter, results)
-    comm.Barrier()
-    seconds = comm.bcast(time.perf_counter() - t0, root=0)
+        # -- the sources, read again (--verify-source) ---------------------------------
+        checked: Dict[str, Any] = {}
+        if opts.verify_source:
+            phase = "checking the sources"
+            with agreed(comm, "checking the sources again", default=TransferError,
+                        node=node, quiet=True):
+                if recs is not None:
+                    files = [g for g, (k, _, _) in enumerate(units) if k.name == "files"]
+                    checked = verify_sources(layout.leader_comm, files, units, recs)
 
-    # -- report ------------------------------------------------------------
+        # -- records: compact, unlock ------------------------------------------------
+        phase = "recording"
+        with agreed(comm, "recording the copies", default=TransferError, node=node):
+            if recs is not None:
+                extra_local = {"leftovers_removed": recs.leftovers,
+                               "locks_taken_over": recs.taken_over,
+                               "shared_roots": dict(recs.shared)}
+                recs.close()
+            else:
+                extra_local = {}
+        _remove_ancestors(comm, recs)
+    except StagerError as e:
+        # every rank raised this same agreed error at the same point: one more
+        # collective says how much is safely done, so the message can say it
+        _after_failure(comm, layout, recs, e, phase)
+        raise
+    finally:
+        if recs is not None:
+            _close_quietly(recs)
+
+    # -- report ------------------------------------------------------------------
     written = sum(m.bytes_written for _, m in results.values())
     src = meter.bytes if meter.available else -1
     meter.close()
-    sums = comm.allgather((written, src))
-    total_written = sum(w for w, _ in sums)
-    source_bytes = None if any(s < 0 for _, s in sums) else sum(s for _, s in sums)
+    sums = comm.allgather((written, src, extra_local))
+    total_written = sum(w for w, _, _ in sums)
+    source_bytes = None if any(s < 0 for _, s, _ in sums) else sum(s for _, s, _ in sums)
     extra = comm.bcast({name: m.extra for name, (_, m) in results.items() if m.extra}
                        if comm.rank == 0 else None, root=0)
     for k in used:
         extra.setdefault(k.name, {})["outputs"] = len(plan.units(k.name))
+    extra["records"] = {
+        "leftovers_removed": sum(x.get("leftovers_removed", 0) for _, _, x in sums),
+        "locks_taken_over": [t for _, _, x in sums for t in x.get("locks_taken_over", [])],
+        "shared_roots": {r: w for _, _, x in sums for r, w in x.get("shared_roots", {}).items()},
+    }
+    if opts.verify_source:
+        extra["verify_source"] = comm.bcast(checked if layout.index == 0 and layout.is_leader
+                                            else None, root=0)
     moved = [g for g in range(n) if need_any[g]]
     moved_file_bytes = sum(units[g][2].size for g in moved if units[g][0].name == "files")
     amp = (source_bytes / moved_file_bytes) if (source_bytes is not None and moved_file_bytes) \
@@ -233,37 +328,105 @@ def _run(plan: Plan, comm: Any, layout: NodeLayout, opts: StageOptions,
         extra=extra)
 
 
-def _prepare(targets: NodeTargets, need_local: bytearray,
-             created: Dict[str, List[str]]) -> None:
-    """Make the directories this node's new copies go to; refuse names squatted by links/dirs.
+def _check_roots(plan: Plan, targets: NodeTargets, node: str) -> None:
+    """This node's concrete roots stay clear of every source (``PlanError``: exit 2)."""
+    where: Dict[str, str] = {}
+    for b in plan.blocks:
+        where.setdefault(os.path.normpath(os.path.abspath(expand_node(b.dest, node))),
+                         b.location)
+    for root in dict.fromkeys(targets.roots):
+        check_disjoint(real_dest(root), plan.areas, where.get(root, plan.spec_path), root)
 
-    One ``scandir`` per existing directory finds symlinks or directories
-    sitting on destination names (no ``lstat`` per file); new directories are empty.
+
+def _after_failure(comm: Any, layout: NodeLayout, recs: Optional[NodeRecords],
+                   e: StagerError, phase: str) -> None:
+    """Collective over `comm`: every rank must call. Close the records, then tell ``e`` how
+    much is complete and recorded (every rank raised ``e`` at the same point)."""
+    err = None
+    mine = recs.progress() if recs is not None else (0, 0, 0, 0)
+    if recs is not None:
+        try:
+            recs.close()
+        except Exception as exc:  # reported in the message, never lost silently
+            err = exc
+    parts = comm.allgather((mine, None if err is None else str(err)))
+    _remove_ancestors(comm, recs)
+    if phase not in ("staging", "checking the sources", "recording") and \
+            not isinstance(e, Interrupted):
+        return
+    done = sum(p[0] for p, _ in parts)
+    total = sum(p[1] for p, _ in parts)
+    done_b = sum(p[2] for p, _ in parts)
+    total_b = sum(p[3] for p, _ in parts)
+    nodes = len([p for p, _ in parts if p[1]])
+    note = (f"{done} of {total} copies ({describe_size(done_b)} of {describe_size(total_b)}) "
+            f"are complete and recorded on {nodes} node(s); temporary files removed")
+    failed = [m for _, m in parts if m]
+    if failed:
+        note += f"; but saving a record failed: {failed[0]}"
+    e.args = (f"{e.args[0] if e.args else e}; {note}; once the cause is fixed, the same "
+              "command transfers only the rest",) + tuple(e.args[1:])
+    e.progress_note = note  # type: ignore[attr-defined]  # for the command's one line
+
+
+def _remove_ancestors(comm: Any, recs: Optional[NodeRecords]) -> None:
+    """Collective over `comm`: every rank must call. rmdir the parents of emptied roots
+    every node left behind.
+
+    Emulated nodes on one host share the parents the stager made (``/local/run`` of
+    ``/local/run/%n``); after the previous collective every node is done with them.
     """
-    blocked: Dict[str, set] = {}
+    host = socket.gethostname()
+    mine = recs.ancestors_left if recs is not None else []
+    left = [d for h, ds in comm.allgather((host, mine)) if h == host for d in ds]
+    if recs is None or not left:
+        return
+    for d in sorted(set(left), key=lambda p: (p.count("/"), p), reverse=True):
+        try:
+            os.rmdir(d)
+        except OSError:
+            pass  # not empty, or another leader of this host removed it first
+
+
+def _close_quietly(recs: NodeRecords) -> None:
+    try:
+        recs.close()
+    except Exception:
+        pass
+
+
+def _prepare(recs: NodeRecords, need_local: bytearray) -> None:
+    """Make the directories this node's new copies go to (journaled first), each on its
+    root's filesystem (a copy is renamed there from the root's ``.stager/tmp``)."""
+    seen: Dict[str, None] = {}
+    devs: Dict[str, int] = {}
     for g, need in enumerate(need_local):
         if not need:
             continue
-        d, name = os.path.split(targets.dests[g])
-        if d not in blocked:
-            made = created[targets.roots[g]]
-            before = len(made)
-            localfs.ensure_dir(targets.roots[g], d, made)
-            blocked[d] = set() if (len(made) > before and made[-1] == d) else \
-                localfs.non_files(d)
-        if name in blocked[d]:
-            localfs.check_dest(targets.dests[g])
+        d = os.path.dirname(recs.dests[g])
+        if d in seen:
+            continue
+        root = recs.roots[g]
+        localfs.ensure_dir(root, d, announce=recs.announce_dir(root))
+        if root not in devs:
+            devs[root] = os.lstat(root).st_dev
+        if d != root and os.lstat(d).st_dev != devs[root]:
+            raise localfs.UnsafePathError(
+                f"{d} is on another filesystem than its destination root {root} (a mount "
+                "point below the root): stage into it with a block of its own")
+        seen[d] = None
 
 
 def _transfer(plan: Plan, units: List[Tuple[Kind, int, Any]], used: List[Kind],
-              targets: NodeTargets, need_local: bytearray, need_any: bytearray,
-              created: Dict[str, List[str]], layout: NodeLayout, opts: StageOptions,
-              meter: SourceMeter, results: Dict[str, Tuple[List[int], Moved]]) -> None:
+              recs: NodeRecords, need_local: bytearray, need_any: bytearray,
+              layout: NodeLayout, opts: StageOptions, meter: SourceMeter,
+              results: Dict[str, Tuple[List[int], Moved]]) -> None:
     """Collective over the leader communicator: every leader must call. Move, then record.
 
     Kinds run in table order; after each, the leaders agree whether any failed
-    and stop together. The records are saved whatever happened; this leader's
-    own failure (or a failure to save) is raised afterwards.
+    and stop together. Checksums that became known only at the end of a kind
+    (computed by another leader) are journaled; this leader's own failure is
+    raised afterwards.
     """
     own = sum(units[g][2].out_bytes for g, need in enumerate(need_local) if need)
     progress = Progress(own, opts.progress and layout.index == 0)  # node 0's leader is rank 0
@@ -274,41 +437,17 @@ def _transfer(plan: Plan, units: List[Tuple[Kind, int, Any]], used: List[Kind],
             if not gl:
                 continue
             moved = [units[g][1] for g in gl]
-            dests = [targets.dests[g] if need_local[g] else None for g in gl]
+            dests = [recs.dests[g] if need_local[g] else None for g in gl]
             res = k.transfer(Transfer(layout.leader_comm, plan.units(k.name), moved, dests,
                                       layout.name, opts, meter, progress))
             results[k.name] = (gl, res)
+            for j, (digest, _size) in res.done.items():
+                if digest:
+                    recs.set_checksum(gl[j], digest)
             if any_true(layout.leader_comm, res.error is not None):
                 error = res.error
                 break
     finally:
         progress.close()
-        try:
-            _save_records(units, targets, results, created)
-        except Exception as e:
-            error = error or e
     if error is not None:
         raise error
-
-
-def _save_records(units: List[Tuple[Kind, int, Any]], targets: NodeTargets,
-                  results: Dict[str, Tuple[List[int], Moved]],
-                  created: Dict[str, List[str]]) -> None:
-    """Record the committed copies (and the directories made) in each root's record."""
-    touched = set()
-    for gl, res in results.values():
-        for k, (digest, size) in res.done.items():
-            g = gl[k]
-            u = units[g][2]
-            root = targets.roots[g]
-            targets.records[root].files[targets.rels[g]] = records.StagedFile(
-                source=u.key, size=size, mtime_ns=u.mtime_ns, mode=u.mode, checksum=digest,
-                source_size=u.size)
-            touched.add(root)
-    for root, dirs in created.items():
-        rec = targets.records[root]
-        rec.created_dirs.extend(d for d in dirs if d not in rec.created_dirs)
-        touched.add(root)
-    for root in sorted(touched):
-        if os.path.isdir(root):
-            records.save(targets.records[root])

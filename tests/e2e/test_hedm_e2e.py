@@ -130,8 +130,8 @@ def test_nf_staged_mpi_equals_serial_kernels_and_local(nf_data, stage_root, tmp_
     assert np.array_equal(got["spots"], table["pixels"])
     assert np.array_equal(got["spot_centroids"], table["centroids"])
     assert np.array_equal(got["frames"], table["frames"])
-    assert np.array_equal(got["background"], background)
-    assert np.array_equal(got["max_projection"], max_projection)
+    assert np.array_equal(got["background"], background[None])      # (distances, H, W)
+    assert np.array_equal(got["max_projection"], max_projection[None])
     assert attrs["NrFilesPerDistance"] == 16 and attrs["workflow"] == "hedm_nf"
     assert os.path.getsize(out / "nf_spots.png") > 10_000
     s = score(load_truth(nf_data), got["spot_centroids"])

@@ -25,7 +25,7 @@ STAGER = f"{sys.executable} -m stager"
 WORKFLOW = r"""
 $MPISTAGE_LAUNCHER bash -c '
   N="$SLURMD_NODENAME"; R="${MPISTAGE_RESULTS//\%n/$N}"; mkdir -p "$R/sums"
-  cd "$0/$N/data" && find . -type f ! -name ".stager-*" | sort \
+  cd "$0/$N/data" && find . -path ./.stager -prune -o -type f ! -name ".stager-*" -print | sort \
     | xargs sha256sum > "$R/sums/sha256.txt"
   echo "$N" > "$R/node.txt"' "$LOCAL"
 """

@@ -52,9 +52,13 @@ def test_stage_verify_clean_roundtrip(dataset):
     r = _stager("verify", str(spec), "--emulate-nodes", "2", cwd=tmp)
     assert r.returncode == 1
     assert f"mismatch: node node1: {victim}" in r.stderr
+    # clean removes a file only if it is still the recorded copy: the one changed
+    # since staging is reported and left, everything else goes
     r = _stager("clean", str(spec), "--emulate-nodes", "2", cwd=tmp)
     assert r.returncode == 0, r.stderr
-    assert not (tmp / "nodes").exists()
+    assert f"stager clean: left {victim}: modified since it was staged" in r.stderr
+    left = sorted(str(p.relative_to(tmp)) for p in (tmp / "nodes").rglob("*"))
+    assert left == ["nodes/node1", "nodes/node1/d", "nodes/node1/d/2.dat"], left
 
 
 def test_exit_codes_and_one_line_reasons(dataset):

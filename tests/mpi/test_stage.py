@@ -93,14 +93,22 @@ def _nodes_or_skip(comm, k):
 
 
 @pytest.mark.parametrize("k", [1, 2, 4])
-@pytest.mark.parametrize("method", ["stripe", "readall", "bcast", "naive"])
-def test_every_method_replicates_byte_identical_copies(workdir, method, k):
+@pytest.mark.parametrize("method, shared", [("stripe", True), ("stripe", False),
+                                            ("readall", True), ("bcast", True),
+                                            ("bcast", False), ("naive", True)])
+def test_every_method_replicates_byte_identical_copies(workdir, method, shared, k):
+    """``shared``: emulated leaders exchange through a shared-memory window (the default
+    on one host) or, as leaders on different hosts do, with messages."""
     from stager import clean, stage
     comm = _comm()
     _nodes_or_skip(comm, k)
     spec, files = _make_dataset(workdir, comm)
     rep = stage(spec, comm, method=method, emulate_nodes=k, chunk_size=CHUNK,
-                small_file_threshold=SMALL, progress=False)
+                small_file_threshold=SMALL, progress=False, shared_exchange=shared)
+    want = ("shared memory" if shared and k > 1 and method in ("stripe", "bcast")
+            else {"stripe": "Iallgatherv", "bcast": "Ibcast", "readall": "Read_at_all",
+                  "naive": "none"}[method])
+    assert_all(comm, rep.extra["files"]["exchange"].startswith(want), str(rep.extra))
     bad = _check_copies(workdir, files, rep.nodes) if comm.rank == 0 else []
     assert_all(comm, not bad, "; ".join(bad[:5]))
     total = sum(os.path.getsize(p) for p in files.values()) if comm.rank == 0 else 0
@@ -265,9 +273,11 @@ def test_planted_symlink_is_refused_and_its_target_untouched(workdir):
     assert_all(comm, ok, "the symlink's target was modified or the link replaced")
 
 
-@pytest.mark.parametrize("method", ["stripe", "readall", "bcast", "naive"])
+@pytest.mark.parametrize("method, shared", [("stripe", True), ("stripe", False),
+                                            ("readall", True), ("bcast", True),
+                                            ("naive", True)])
 @pytest.mark.parametrize("how", ["removed", "grown"])
-def test_bad_source_fails_on_every_rank_without_hang(workdir, method, how):
+def test_bad_source_fails_on_every_rank_without_hang(workdir, method, shared, how):
     from stager import stage
     from stager.errors import TransferError
     from stager import plan
@@ -286,7 +296,7 @@ def test_bad_source_fails_on_every_rank_without_hang(workdir, method, how):
     comm.Barrier()
     with pytest.raises(TransferError) as info:
         stage(manifest, comm, method=method, emulate_nodes=k, chunk_size=CHUNK,
-              small_file_threshold=SMALL, progress=False)
+              small_file_threshold=SMALL, progress=False, shared_exchange=shared)
     msg = str(info.value)
     assert_all(comm, len(set(comm.allgather(msg))) == 1, "ranks got different errors")
     assert_all(comm, broken in msg and "rank " in msg, msg)
@@ -377,7 +387,8 @@ def test_sparse_3gib_file(workdir):
     """A file larger than 2 GiB: every count stays below 2**31 (destinations under /tmp)."""
     from stager import clean, stage
     from stager.nodelocal import checksum
-    from stager.nodelocal.record import load
+    from stager.nodelocal.state import read_record
+    from stager.planning import spec_key
     comm = _comm()
     k = min(2, comm.size)
     src = os.path.join(workdir, "src", "sparse.bin")
@@ -408,7 +419,8 @@ def test_sparse_3gib_file(workdir):
                             bad.append(f"{node}: byte {m}")
                 if os.path.getsize(dst) != 3 << 30:
                     bad.append(f"{node}: size")
-                if load(os.path.dirname(dst)).files["sparse.bin"].checksum != want:
+                rec = read_record(os.path.dirname(dst), spec_key(spec)).files["sparse.bin"]
+                if rec.checksum != want:
                     bad.append(f"{node}: checksum")
         else:
             bad = []

@@ -160,15 +160,17 @@ def test_group_copy_with_links_strings_and_resume(scan):
 
 def test_state_records_make_verify_and_clean_work(scan):
     from stager.nodelocal import checksum
-    from stager.nodelocal import record as state
+    from stager.nodelocal.state import read_record
+    from stager.planning import spec_key
     comm = _comm()
     k = min(2, comm.size)
-    r = stage_h5(_spec(scan, "  scan42.h5:/entry/data/data[::4]"), comm, emulate_nodes=k)
+    spec = _spec(scan, "  scan42.h5:/entry/data/data[::4]")
+    r = stage_h5(spec, comm, emulate_nodes=k)
 
     def check():
         for node in r.nodes:
             root = os.path.join(scan, "out", node)
-            rec = state.load(root).files.get("scan42.h5")
+            rec = read_record(root, spec_key(spec)).files.get("scan42.h5")
             path = os.path.join(root, "scan42.h5")
             if rec is None or rec.checksum != checksum.file_hexdigest(path):
                 return False, f"state record missing or wrong in {root}: {rec}"

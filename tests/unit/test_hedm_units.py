@@ -66,7 +66,7 @@ def test_writers_round_trip(tmp_path):
         assert f.attrs["NrPixelsY"] == 8 and f.attrs["workflow"] == "test"
     csv = write_csv(str(tmp_path / "r.csv"), t)
     lines = open(csv).read().splitlines()
-    assert lines[0] == "frame,y,z,intensity,label" and lines[3] == "2,7,0,30,0"
+    assert lines[0] == "distance,frame,y,z,intensity,label" and lines[3] == "0,2,7,0,30,0"
     assert not [p for p in os.listdir(tmp_path) if ".tmp" in p]
 
 

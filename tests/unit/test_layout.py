@@ -138,7 +138,8 @@ STAGER_LAYERS = {
     "stager.planning": {"hooks"},
     "stager.nodelocal": {"stager.mpi", "stager.planning"},
     "stager.staging": {"stager.mpi", "stager.planning", "stager.nodelocal", "hooks"},
-    "stager.stageout": {"stager.mpi", "stager.planning", "stager.nodelocal"},
+    "stager.stageout": {"stager.mpi", "stager.planning", "stager.nodelocal", "stager.drainlog"},
+    "stager.drainlog": {"stager.nodelocal"},
     "stager.stream": {"stager.mpi", "stager.planning", "stager.nodelocal", "stager.staging"},
 }
 

@@ -22,7 +22,18 @@ def plan(text, base):
 
 
 @pytest.fixture
-def fig6(tmp_path):
+def fig6(tmp_path_factory):
+    # Figure 6 stages ~/dataset-1 to /tmp: the home directory must not be under /tmp
+    # (a destination may not contain a source), so it is made in /var/tmp
+    import shutil
+    import tempfile
+    from pathlib import Path
+    base = Path(tempfile.mkdtemp(prefix="mpistage-fig6-", dir="/var/tmp"))
+    yield _fig6_data(base)
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def _fig6_data(tmp_path):
     d = tmp_path / "dataset-1"
     write(d / "a.cfg", b"alpha")
     write(d / "b.cfg", b"bravo!")

@@ -35,6 +35,8 @@ from stager.errors import TransferError
 from stager.mpi.agree import agreed
 from stager.nodelocal.checksum import new as checksum_new
 from stager.planning.h5types import DatasetPlan, H5FilePlan
+from stager.planning.plan import unit_source_id
+from stager.planning.sources import changed
 from stager.staging.h5.write import (H5Output, array_digest, chunk_copyable, chunk_digest,
                                      chunk_offsets)
 
@@ -81,12 +83,10 @@ def stage_file(lc: Any, fp: H5FilePlan, dest: Optional[str], cap: int,
         big = [d for d in fp.datasets if d.inline is None]
         if big:
             with agreed(lc, f"checking {fp.source}", default=TransferError, node=node):
-                st = os.stat(fp.source)
-                if (st.st_size, st.st_mtime_ns) != (fp.size, fp.mtime_ns):
-                    raise TransferError(
-                        f"{fp.source} changed since planning (size {fp.size} -> {st.st_size}, "
-                        f"mtime_ns {fp.mtime_ns} -> {st.st_mtime_ns}); stage again once the "
-                        "data is complete")
+                diff = changed(unit_source_id(fp), os.stat(fp.source))
+                if diff is not None:
+                    raise TransferError(f"{fp.source} changed since planning ({diff}); stage "
+                                        "again once the data is complete")
             src = None
             with agreed(lc, f"opening {fp.source} with parallel HDF5", default=TransferError,
                         node=node):

@@ -27,15 +27,16 @@ collectively across all writers of one file.
 from __future__ import annotations
 
 import os
-import secrets
 import stat as _stat
 from typing import Any, Dict, Optional
 
 import numpy as np
 
 from stager.errors import TransferError
-from stager.nodelocal import checksum, localfs
+from stager.nodelocal import checksum, commit, localfs
 from stager.planning.h5types import Attr, DatasetPlan, H5FilePlan
+from stager.planning.plan import unit_source_id
+from stager.planning.sources import changed
 
 __all__ = ["H5Output", "array_digest", "check_filters", "chunk_copyable", "chunk_offsets"]
 
@@ -124,8 +125,7 @@ class H5Output:
         localfs.check_dest(dest)
         check_filters(fp)
         self.fp, self.dest = fp, dest
-        d, name = os.path.split(dest)
-        self.tmp = os.path.join(d, f".{name}{localfs.TEMP_MARK}{secrets.token_hex(6)}")
+        self.tmp = commit.temp_path(dest)  # short whatever the name; the run decides where
         self.digests: Dict[str, str] = {}
         self.chunked: Dict[str, bool] = {}  # datasets moved as stored chunks
         self.checksum = ""
@@ -205,15 +205,15 @@ class H5Output:
                     raise TransferError(f"checksum mismatch in {self.dest}:{ds.path} after writing "
                                         f"(read {self.digests[ds.path]}, file holds {got}); "
                                         "the node-local disk may be failing: stage again")
-        st = os.stat(self.fp.source)
-        if (st.st_size, st.st_mtime_ns) != (self.fp.size, self.fp.mtime_ns):
-            raise TransferError(f"{self.fp.source} changed while being staged (size or mtime); "
+        diff = changed(unit_source_id(self.fp), os.stat(self.fp.source))
+        if diff is not None:
+            raise TransferError(f"{self.fp.source} changed while being staged ({diff}); "
                                 "stage again when it is stable")
         self.checksum = checksum.file_hexdigest(self.tmp)
         os.chmod(self.tmp, _stat.S_IMODE(self.fp.mode) & 0o777 or 0o600)
         os.utime(self.tmp, ns=(self.fp.mtime_ns, self.fp.mtime_ns))
         localfs.check_dest(self.dest)  # a symlink planted while we wrote is refused too
-        os.rename(self.tmp, self.dest)
+        commit.rename(self.tmp, self.dest, checksum=self.checksum)  # journaled, then renamed
         self.size = os.lstat(self.dest).st_size
 
     def abort(self) -> None:

@@ -20,6 +20,11 @@ collective. Details of the error are agreed by the caller (``stager.mpi.agree``)
 Progress is made by Open MPI inside MPI calls only, so the overlap is as good
 as the library's asynchronous progress allows; the three-buffer structure
 still lets the kernel's read-ahead and the page cache work while MPI copies.
+Leaders that share one host (emulated nodes) exchange through a shared-memory
+window instead (:mod:`~stager.staging.transfer.shmem`). Before any leader writes
+a chunk, every reader has checked the files whose last piece it read (size,
+mtime, ctime, inode), and a pending SIGINT or SIGTERM stops every leader after
+the same round, like a failure.
 """
 from __future__ import annotations
 
@@ -27,6 +32,7 @@ import mmap
 from typing import Any, List, Optional, Sequence
 
 from stager.nodelocal.checksum import DIGEST_SIZE, digest
+from stager.staging import interrupt
 from stager.staging.transfer.sink import Sink
 from stager.staging.transfer.source import SourceReader
 from stager.staging.transfer.tasks import Task
@@ -37,8 +43,14 @@ _DEPTH = 3
 
 
 def _read_pieces(t: Task, me: int, reader: SourceReader, view: memoryview,
-                 st: bytearray) -> None:
-    """Read this rank's pieces of task ``t`` into ``view``; put their digests in ``st``."""
+                 st: bytearray, last: dict) -> None:
+    """Read this rank's pieces of task ``t`` into ``view``; put their digests in ``st``.
+
+    After this rank's last piece of a
+    file (``last[file]`` is its offset) the file is closed and checked, so a source
+    that changed while being read fails this very round -- before any leader
+    commits a copy of it.
+    """
     for j, p in enumerate(t.pieces):
         if p.owner != me:
             continue
@@ -47,10 +59,20 @@ def _read_pieces(t: Task, me: int, reader: SourceReader, view: memoryview,
             reader.read_into(p.file, p.offset, v)
         else:
             reader.open_check(p.file)
-        if p.offset + p.length == reader.jobs[p.file].size:
+        if last.get(p.file) == p.offset:
             reader.close(p.file)
         at = 1 + DIGEST_SIZE * j
         st[at:at + DIGEST_SIZE] = digest(v)
+
+
+def _last_pieces(tasks: Sequence[Task], me: int) -> dict:
+    """File -> offset of this rank's last piece of it. Pure."""
+    last: dict = {}
+    for t in tasks:
+        for p in t.pieces:
+            if p.owner == me:
+                last[p.file] = p.offset
+    return last
 
 
 def run_pieces(comm: Any, tasks: Sequence[Task], reader: SourceReader, sink: Sink,
@@ -90,6 +112,7 @@ def run_pieces(comm: Any, tasks: Sequence[Task], reader: SourceReader, sink: Sin
     status_out: List[bytearray] = [bytearray()] * len(bufs)
     status_in: List[bytearray] = [bytearray()] * len(bufs)
     error: Optional[BaseException] = None
+    last = _last_pieces(tasks, me)
 
     def read(k: int) -> None:
         nonlocal error
@@ -97,6 +120,11 @@ def run_pieces(comm: Any, tasks: Sequence[Task], reader: SourceReader, sink: Sin
         st = bytearray(1 + DIGEST_SIZE * len(t.pieces))
         status_out[slot] = st
         status_in[slot] = bytearray(len(st))
+        if error is None and interrupt.pending() is not None:
+            try:
+                interrupt.check()  # SIGINT/SIGTERM: stop like a failure, all after this round
+            except Exception as e:
+                error = e
         if error is not None:
             st[0] = 1
             return
@@ -104,7 +132,7 @@ def run_pieces(comm: Any, tasks: Sequence[Task], reader: SourceReader, sink: Sin
             first = t.pieces[0].file
             reader.close_before(first)
             with reader.metered():
-                _read_pieces(t, me, reader, views[slot], st)
+                _read_pieces(t, me, reader, views[slot], st, last)
         except Exception as e:
             error = e
             st[0] = 1

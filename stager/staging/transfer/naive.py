@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
+from stager.staging import interrupt
 from stager.staging.transfer.sink import Sink
 from stager.staging.transfer.source import SourceReader
 from stager.staging.transfer.tasks import chunk_ranges
@@ -26,6 +27,7 @@ def run_naive(files: Sequence[int], reader: SourceReader, sink: Sink,
             size = reader.jobs[i].size
             reader.open_check(i)
             for off, length in chunk_ranges(size, chunk_size):
+                interrupt.check()  # SIGINT/SIGTERM: stop; the caller agrees on it
                 v = view[:length]
                 if length:
                     with reader.metered():

@@ -22,6 +22,7 @@ from typing import Any, Optional, Sequence
 from stager.nodelocal.checksum import digest
 from stager.errors import TransferError
 from stager.mpi.agree import any_true
+from stager.staging import interrupt
 from stager.staging.transfer.sink import Sink
 from stager.staging.transfer.source import SourceReader
 from stager.staging.transfer.tasks import chunk_ranges
@@ -55,6 +56,13 @@ def run_readall(comm: Any, large: Sequence[int], reader: SourceReader, sink: Sin
         fh = MPI.File.Open(comm, job.source, MPI.MODE_RDONLY)
         try:
             for off, length in chunk_ranges(job.size, chunk_size):
+                if error is None and interrupt.pending() is not None:
+                    try:
+                        interrupt.check()
+                    except Exception as e:
+                        error = e
+                if any_true(comm, error is not None):
+                    break
                 v = view[:length]
                 with reader.metered():
                     fh.Read_at_all(off, [v, length, MPI.BYTE])

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Dict, List, Optional, Sequence
 
 from stager.nodelocal import checksum
-from stager.errors import TransferError
+from stager.errors import Interrupted, TransferError
 from stager.nodelocal.localfs import AtomicFile
 from stager.staging.report import Progress
 from stager.staging.transfer.source import FileJob
@@ -119,17 +119,27 @@ class Sink:
             self.progress.update(len(data))
         if last:
             del self.open[i]
+            if whole:
+                digest: Optional[str] = source_digest.hex()  # type: ignore[union-attr]
+            elif f.hasher is not None:
+                digest = self.digests[i] = f.hexdigest()
+            else:
+                digest = None  # the reference leader sends it (take_checksums)
+            committed = False
             try:
-                f.commit()
+                f.commit(checksum=digest)  # journaled with it before the rename
+                committed = True
+            except Interrupted:
+                committed = True  # raised once the copy was in place and recorded
+                raise
             except OSError as e:
                 f.abort()
                 raise TransferError(f"finishing {dest} failed: {e.strerror}") from e
-            if whole:
-                self.done[i] = source_digest.hex()  # type: ignore[union-attr]
-            elif f.hasher is not None:
-                self.done[i] = self.digests[i] = f.hexdigest()
-            else:
-                self.pending.append(i)
+            finally:
+                if committed and digest is not None:
+                    self.done[i] = digest
+                elif committed:
+                    self.pending.append(i)
 
     def abort(self) -> List[str]:
         """Remove every unfinished temporary file; return their destinations."""

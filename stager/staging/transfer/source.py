@@ -3,8 +3,10 @@
 Every source read goes through :class:`SourceReader`, which
 
 * opens a file at most once per rank and checks at open that it still has the
-  planned size and mtime ("changed since planning"), and again at close
-  ("changed while being staged");
+  planned identity -- size, mtime, ctime and inode ("changed since planning") --
+  and again at close, right after this rank's last piece of it
+  ("changed while being staged"): a rewrite that restores the size and the mtime
+  still moves the ctime, and a file replaced by another has another inode;
 * reads with ``preadv`` straight into the task buffer (no copy), failing on a
   short read (the file shrank);
 * counts the bytes with :class:`~stager.staging.report.SourceMeter` (callers wrap
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 from typing import Dict, Optional, Sequence
 
 from stager.errors import TransferError
+from stager.planning.sources import changed
 from stager.staging.report import SourceMeter
 
 __all__ = ["FileJob", "SourceReader", "changed_error"]
@@ -33,15 +36,17 @@ class FileJob:
     size: int
     mtime_ns: int
     mode: int
+    ctime_ns: int = -1
+    ino: int = -1
 
 
 def changed_error(job: FileJob, st: os.stat_result, when: str) -> Optional[TransferError]:
-    """An error if ``st`` differs from the plan in size or mtime, else ``None``."""
-    if (st.st_size, st.st_mtime_ns) == (job.size, job.mtime_ns):
+    """An error if ``st`` differs from the plan (size, mtime, ctime, inode), else ``None``."""
+    diff = changed((job.size, job.mtime_ns, job.ctime_ns, job.ino), st)
+    if diff is None:
         return None
-    return TransferError(
-        f"source {job.source} changed {when} (size {job.size} -> {st.st_size}, "
-        f"mtime_ns {job.mtime_ns} -> {st.st_mtime_ns}); stage again once the data is complete")
+    return TransferError(f"source {job.source} changed {when} ({diff}); stage again once the "
+                         "data is complete")
 
 
 class SourceReader:

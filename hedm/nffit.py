@@ -1,0 +1,306 @@
+"""NF-HEDM stage 2: orientation fitting of every grid point on the staged binary images -> map.
+
+Run it the way users do, staging and fitting in one MPI job::
+
+    export HEDM_NF_REDUCED=... HEDM_NF_DATA=... HEDM_STAGE=/dev/shm/$USER
+    mpirun -n 4 python -m workflows run hedm/nffit.py \\
+        --stage hedm/hooks/nffit.hook --emulate-nodes 2 --out OUT -- \\
+        --params "$HEDM_STAGE/%n/nffit/nf.params" --results "$HEDM_STAGE/%n/results"
+
+The hook broadcasts to every node exactly what stage 2 reads (``docs/nf-files.md``):
+stage 1's bit-packed binary images ``<ReducedFileName>_binary.npy``, the
+layer's parameter file, the grid (``GridFileName``, MIDAS's ``grid.txt``) and
+the seed orientations (``SeedOrientations``, MIDAS's quaternion list). The
+graph (the paper's FitOrientation tasks, Swift/T's ``foreach`` over rows):
+
+1. **fit**: one task per block of ``GridPointsPerTask`` consecutive grid rows.
+   A task memory-maps its node's copy of the images -- once per worker:
+   the map, the geometry, the grid and the seeds' precomputed spots are kept
+   in the per-worker cache (:func:`hedm.common.cached`), so every later task
+   on that worker starts fitting at once -- and fits each row with
+   :func:`kernels.nffit.fit_points` (screen the seeds, refine the best
+   candidates by Nelder-Mead within +-OrientTol);
+2. **reduce**: an ordered ``reduce_tree`` concatenates the blocks (grid order);
+3. **write**: one task finds the grains (flood fill at ``GBAngle``) and
+   writes the map -- ``<MicFileText>`` (MIDAS's text layout), ``.h5`` and
+   ``.png`` beside it (:mod:`hedm.micmap`) -- to the node-local results;
+4. **drain** (``finalize``, every rank): the results go to ``OUT``.
+
+The fit of a grid point depends on nothing but that point, so the map is the
+same, bit for bit, whatever the blocks, workers, nodes or executor.
+
+Parameters: the layer's one parameter file (:mod:`hedm.params`): the geometry
+and fit tolerances are read by :meth:`kernels.NFGeometry.from_params`
+(``Lsd``, ``BC``, ``OrientTol``, ``MinFracAccept``, ...), the keys of
+:data:`SCHEMA` here, stage 1's keys and MIDAS's other keys are accepted.
+Paths in it are relative to the parameter file's folder, so the staged copy
+finds its staged neighbours; ``--ReducedDirectory DIR`` points an unstaged
+run at stage 1's output.
+"""
+from __future__ import annotations
+
+import math
+import os
+import time
+from typing import Any, Dict, List, Tuple
+
+import numpy as np
+
+from hedm.common import (as_records, cached, merge_tables, phase_spans, recording, replacing,
+                         worker_name)
+from hedm.params import (MIDAS_NF_KEYS, Param, ParamError, add_flow_arguments, at_least,
+                         flag_overrides, load_params, relative_to, resolve_params)
+from hedm.run import drain_results, stage_dict, write_json
+from workflows import app, on_this_node, reduce_tree, this_node
+
+__all__ = ["SCHEMA", "TASK_DTYPE", "add_arguments", "main", "finalize", "read_fit_params",
+           "read_seeds", "write_seeds", "input_paths", "fit_block", "blocks"]
+
+SCHEMA = (
+    Param("ReducedFileName", str, "nf_spots", "stage 1's base name: the binary images are "
+          "<ReducedFileName>_binary.npy"),
+    Param("ReducedDirectory", str, ".", "folder of the binary images; relative to the "
+          "parameter file's folder, %n = node name"),
+    Param("GridFileName", str, "grid.txt", "grid file (MIDAS's grid.txt: count, then "
+          "'y1 y2 xs ys gs' rows); relative to the parameter file's folder"),
+    Param("SeedOrientations", str, None, "seed orientations, one quaternion 'w,x,y,z' per "
+          "line (MIDAS's layout); relative to the parameter file's folder"),
+    Param("NrOrientations", int, 0, "number of seed orientations in the file (0: not checked)",
+          at_least(0)),
+    Param("MicFileText", str, "nf_map.mic", "file name of the text map; the HDF5 and PNG "
+          "maps get its stem"),
+    Param("GBAngle", float, 5.0, "misorientation (deg) up to which edge neighbours are one "
+          "grain", lambda v: None if 0 < v < 63 else "must be in (0, 63) degrees"),
+    Param("PhaseNr", int, 1, "phase number written in the .mic", at_least(0)),
+    Param("NumPhases", int, 1, "number of phases written in the .mic header", at_least(1)),
+    Param("GlobalPosition", float, 0.0, "layer position written in the .mic header (um)"),
+    Param("GridPointsPerTask", int, 0, "grid rows per fitting task; 0: about 8 tasks per "
+          "worker, 16 to 512 rows each", at_least(0)),
+)
+
+#: One row per fitting task (for the run record): rows, worker, times, cache hits.
+TASK_DTYPE = np.dtype([("start", np.int64), ("stop", np.int64), ("worker", "U24"),
+                       ("read_s", np.float64), ("fit_s", np.float64),
+                       ("cached_inputs", np.int8), ("evals", np.int64)])
+
+
+def read_fit_params(path: str, flags: Dict[str, Any] | None = None) -> Dict[str, Any]:
+    """Stage 2's parameters from the layer's file ``path`` and flag overrides."""
+    from hedm.nf import SCHEMA as REDUCE_SCHEMA
+
+    foreign = MIDAS_NF_KEYS | {q.key for q in REDUCE_SCHEMA}
+    values = resolve_params(SCHEMA, load_params(path, SCHEMA, foreign), flags or {}, path)
+    for key in ("ReducedFileName", "MicFileText"):
+        if "/" in values[key] or not values[key]:
+            raise ParamError(f"{path}: {key} must be a plain file name, got {values[key]!r}")
+    return values
+
+
+def add_arguments(parser) -> None:
+    add_flow_arguments(parser, "NF (stage 1 and 2)", SCHEMA)
+
+
+# -- seed files ---------------------------------------------------------------------------
+def write_seeds(path: str, orientations: np.ndarray) -> str:
+    """Write orientations as MIDAS's ``SeedOrientations`` file (``w,x,y,z`` per line)."""
+    from kernels.crystal import matrix_to_quaternion
+
+    q = matrix_to_quaternion(np.asarray(orientations, dtype=np.float64).reshape(-1, 3, 3))
+    with replacing(path) as tmp, open(tmp, "w") as fh:
+        for row in q:
+            fh.write(",".join(f"{v:.17g}" for v in row) + "\n")
+    return path
+
+
+def read_seeds(path: str, expected: int = 0) -> np.ndarray:
+    """(k, 3, 3) orientations from a ``SeedOrientations`` file (MIDAS: ``%lf,%lf,%lf,%lf``
+    per line; blank separators are accepted too). ``expected`` > 0 checks the count
+    (MIDAS's ``NrOrientations``)."""
+    from kernels.crystal import quaternion_to_matrix
+
+    rows = []
+    try:
+        with open(path) as fh:
+            for lineno, line in enumerate(fh, 1):
+                text = line.split("#", 1)[0].replace(",", " ").split()
+                if not text:
+                    continue
+                try:
+                    q = [float(v) for v in text[:4]]
+                except ValueError:
+                    q = []
+                if len(q) != 4 or not all(math.isfinite(v) for v in q) or not any(q):
+                    raise ParamError(f"{path}:{lineno}: expected a quaternion 'w,x,y,z', got "
+                                     f"{line.strip()!r}")
+                rows.append(q)
+    except OSError as exc:
+        raise ParamError(f"{path}: cannot read the seed orientations: {exc.strerror}; "
+                         "check SeedOrientations (or stage it)") from exc
+    if not rows:
+        raise ParamError(f"{path}: no seed orientations")
+    if expected and len(rows) != expected:
+        raise ParamError(f"{path}: {len(rows)} seed orientations, NrOrientations says "
+                         f"{expected}")
+    return np.ascontiguousarray(quaternion_to_matrix(np.array(rows)))
+
+
+# -- tasks ----------------------------------------------------------------------------------
+def input_paths(params_path: str, p: Dict[str, Any]) -> Dict[str, str]:
+    """Images, grid and seeds paths of a parameter set (``%n`` kept: tasks resolve it)."""
+    from hedm.nf import BINARY_SUFFIX
+
+    return {"params": params_path,
+            "images": os.path.join(relative_to(p["ReducedDirectory"], params_path),
+                                   p["ReducedFileName"] + BINARY_SUFFIX),
+            "grid": relative_to(p["GridFileName"], params_path),
+            "seeds": relative_to(p["SeedOrientations"], params_path)}
+
+
+def _inputs(paths: Dict[str, str], n_orientations: int) -> Tuple[Any, Any, Any, Any, int]:
+    """This worker's geometry, memory-mapped images, grid and seed spots (cached per worker).
+
+    Returns them and how many of the four came from the cache.
+    """
+    from kernels import NFGeometry, read_grid, seed_spots
+
+    local = {k: on_this_node(v) for k, v in paths.items()}
+    geometry, h1 = cached(local["params"], NFGeometry.from_params, kind="nf-geometry")
+    images, h2 = cached(local["images"], lambda p: np.load(p, mmap_mode="r"), kind="nf-images")
+    grid, h3 = cached(local["grid"], read_grid, kind="nf-grid")
+    # The seeds' spots depend on the geometry too: key them by both files.
+    st = os.stat(local["params"])
+    spots, h4 = cached(local["seeds"],
+                       lambda p: seed_spots(read_seeds(p, n_orientations), geometry),
+                       kind=f"nf-seed-spots:{os.path.realpath(local['params'])}:"
+                            f"{st.st_mtime_ns}:{st.st_size}")
+    return geometry, images, grid, spots, int(h1) + int(h2) + int(h3) + int(h4)
+
+
+@app
+def fit_block(start: int, stop: int, paths: Dict[str, str],
+              n_orientations: int = 0) -> Dict[str, Any]:
+    """Fit grid rows ``start:stop`` on this node's staged images; FIT rows + a task row."""
+    from kernels import fit_points
+
+    t0 = time.perf_counter()
+    geometry, images, grid, spots, hits = _inputs(paths, n_orientations)
+    t1 = time.perf_counter()
+    fit = fit_points(grid[start:stop], geometry, images, spots)
+    t2 = time.perf_counter()
+    task = as_records([(start, stop, worker_name(), round(t1 - t0, 6), round(t2 - t1, 6),
+                        hits, int(fit["n_evals"].sum()))], TASK_DTYPE)
+    return {"fit": fit, "tasks": task}
+
+
+@app
+def merge_fits(a: Dict[str, Any], b: Dict[str, Any]) -> Dict[str, Any]:
+    """Concatenate two blocks (ordered: grid rows stay in order)."""
+    return merge_tables(a, b)
+
+
+@app
+def write_map(table: Dict[str, Any], paths: Dict[str, str], p: Dict[str, Any],
+              results: str) -> Dict[str, Any]:
+    """Grains by flood fill, then the .mic, .h5 and .png of the map into this node's results."""
+    from kernels import read_grid
+
+    from hedm.micmap import (grain_ids, map_summary, neighbour_pairs, plot_map, stem_paths,
+                             write_map_h5, write_mic)
+
+    fit = table["fit"]
+    grid = read_grid(on_this_node(paths["grid"]))
+    seeds = read_seeds(on_this_node(paths["seeds"]), p["NrOrientations"])
+    out_dir = on_this_node(results)
+    os.makedirs(out_dir, exist_ok=True)
+    pairs = neighbour_pairs(grid[:, 2:4])
+    grains, _ = grain_ids(fit["u"], fit["confidence"], pairs, p["GBAngle"])
+    files = stem_paths(out_dir, p["MicFileText"])
+    summary = map_summary(fit, grains)
+    write_mic(files["mic"], fit, float(grid[0, 4]) if len(grid) else 0.0, p["PhaseNr"],
+              p["NumPhases"], p["GlobalPosition"])
+    write_map_h5(files["h5"], fit, grid, grains, seeds, p,
+                 {"workflow": "hedm_nffit", "n_grains": summary["grains"],
+                  "gb_angle_deg": p["GBAngle"]})
+    plot_map(files["png"], fit, grid, grains)
+    return {"node": this_node(), **files, **summary}
+
+
+# -- the graph ------------------------------------------------------------------------------
+def blocks(n_rows: int, per_task: int, workers: int) -> List[Tuple[int, int]]:
+    """``(start, stop)`` row blocks: ``per_task`` rows each, or (0) about 8 per worker."""
+    if per_task <= 0:
+        per_task = min(512, max(16, -(-n_rows // (8 * max(1, workers)))))
+    return [(a, min(a + per_task, n_rows)) for a in range(0, n_rows, per_task)]
+
+
+def _check_inputs(paths: Dict[str, str], p: Dict[str, Any]):
+    """Read and check the inputs on this node before any task runs; returns the grid's row
+    count, the geometry and the seed count. Errors say which file and what to do."""
+    from kernels import KernelArgumentError, NFGeometry, read_grid
+
+    local = {k: on_this_node(v) for k, v in paths.items()}
+    try:
+        geometry = NFGeometry.from_params(local["params"])
+        geometry.require("orient_tol", "min_frac_accept", what="orientation fitting")
+        grid = read_grid(local["grid"])
+    except (KernelArgumentError, OSError) as exc:
+        raise ParamError(f"{exc}") from exc
+    if not os.path.isfile(local["images"]):
+        raise ParamError(f"binary images {local['images']} do not exist: run stage 1 "
+                         "(hedm/nf.py) with this parameter file, stage its output "
+                         "(hedm/hooks/nffit.hook), or set --ReducedDirectory")
+    images = np.load(local["images"], mmap_mode="r")
+    want = (geometry.n_distances, geometry.n_frames, geometry.n_pixels_z,
+            (geometry.n_pixels_y + 7) // 8)
+    if images.dtype != np.uint8 or images.shape != want:
+        raise ParamError(f"{local['images']}: binary images of shape {images.shape} "
+                         f"({images.dtype}), but {local['params']} describes {want} (nDistances, "
+                         "frames, NrPixelsZ, ceil(NrPixelsY / 8)) uint8: were they reduced with "
+                         "this parameter file?")
+    seeds = read_seeds(local["seeds"], p["NrOrientations"])
+    return len(grid), geometry, len(seeds)
+
+
+def main(args):
+    """Build and run the fitting graph; return the write task's future (already done)."""
+    t_origin = time.time()
+    p = read_fit_params(on_this_node(args.params), flag_overrides(args, SCHEMA))
+    paths = input_paths(args.params, p)
+    n_rows, geometry, n_seeds = _check_inputs(paths, p)
+    out = getattr(args, "out", None) or os.getcwd()
+    results = args.results or out
+    workers = getattr(args, "workers", None) or 1
+
+    fits = [fit_block(a, b, paths, p["NrOrientations"])
+            for a, b in blocks(n_rows, p["GridPointsPerTask"], workers)]
+    merge, merges = recording(merge_fits)
+    merged = reduce_tree(merge, fits, ordered=True)
+    written = write_map(merged, paths, p, results)
+    summary = written.result()  # wait here so the phase times below are complete
+    tasks = merged.result()["tasks"]
+    phases = phase_spans({"fit": fits, "reduce": merges, "write": [written]}, t_origin)
+    busy = float(tasks["fit_s"].sum())
+    record = {
+        "workflow": "hedm_nffit", "executor": getattr(args, "executor", None),
+        "ranks": getattr(args, "ranks", None), "workers": workers,
+        "params": p, "inputs": paths, "result": summary, "stage": stage_dict(args),
+        "geometry": {"distances": geometry.n_distances, "frames": geometry.n_frames,
+                     "pixels": [geometry.n_pixels_z, geometry.n_pixels_y],
+                     "hkls": int(len(geometry.hkls.ring)), "seeds": n_seeds},
+        "phases": phases,
+        "fit_log": {"tasks": int(len(tasks)), "points": n_rows,
+                    "read_s": round(float(tasks["read_s"].sum()), 6),
+                    "fit_s": round(busy, 6),
+                    "points_per_busy_s": round(n_rows / busy, 3) if busy else None,
+                    "evals": int(tasks["evals"].sum()),
+                    "input_loads": int((4 - tasks["cached_inputs"]).sum()),
+                    "workers": sorted(set(tasks["worker"].tolist())),
+                    "per_task": [dict(zip(TASK_DTYPE.names, row)) for row in tasks.tolist()]},
+    }
+    write_json(os.path.join(out, "nffit_run.json"), record)
+    return written
+
+
+def finalize(args, comm) -> None:
+    """Every rank: drain node-local results to ``--out`` and remove them (if ``--results``)."""
+    drain_results(args, comm, "nffit_run.json")

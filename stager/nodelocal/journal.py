@@ -1,0 +1,142 @@
+"""An append-only journal: one JSON object per line, each line one ``write(2)``.
+
+What survives what (the stager's records rest on these rules; the file layout is
+``docs/staging-state.md``):
+
+* a line is appended with a single ``write`` on an ``O_APPEND`` descriptor, so
+  after the writer is killed (SIGKILL, a time limit, ``scancel``) every line it
+  finished is in the file -- the kernel holds it, no flush is needed;
+* a line that could not be written whole (``ENOSPC`` mid-line, a short write)
+  is cut off again at once, and the caller gets the error: the line before it
+  stays the last one;
+* a reader ignores a last line without its newline (a writer killed inside
+  ``write`` on a filesystem that tears it), and the next writer that opens the
+  journal cuts such a tail off before appending;
+* durability across a power loss or a node crash needs ``fsync=True`` (one
+  ``fsync`` per line); staging leaves it off unless ``--fsync`` is given, since
+  the staged copies themselves are not flushed either.
+
+A line that is complete but does not parse is corruption, not a torn write:
+reading fails naming the file and line.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Dict, List, Optional
+
+from stager.errors import StagerError
+from stager.nodelocal.trusted import check_trusted, read_file
+
+__all__ = ["Journal", "read_events", "encode"]
+
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_TAIL = 1 << 16
+
+
+def encode(event: Dict[str, Any]) -> bytes:
+    """One journal line (compact JSON, sorted keys, newline-terminated)."""
+    return (json.dumps(event, separators=(",", ":"), sort_keys=True) + "\n").encode()
+
+
+class Journal:
+    """An open journal, for appending (one writer at a time: the root's lock holder).
+
+    Parameters
+    ----------
+    dir_fd : int
+        The (trusted) directory that holds it.
+    name : str
+        File name in that directory.
+    path : str
+        Full path, for messages.
+    fsync : bool
+        ``fsync`` after every line.
+    """
+
+    def __init__(self, dir_fd: int, name: str, path: str, fsync: bool = False) -> None:
+        self.path = path
+        self.fsync = fsync
+        self.fd: Optional[int] = os.open(
+            name, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | _CLOEXEC, 0o600,
+            dir_fd=dir_fd)
+        try:
+            st = os.fstat(self.fd)
+            check_trusted(st, path, "journal")
+            self.size = self._repair(st.st_size)
+        except BaseException:
+            self.close()
+            raise
+
+    def _repair(self, size: int) -> int:
+        """Cut a torn last line (no newline) off; return the size kept."""
+        assert self.fd is not None
+        if size == 0:
+            return 0
+        start = max(0, size - _TAIL)
+        tail = os.pread(self.fd, size - start, start)
+        if tail.endswith(b"\n"):
+            return size
+        cut = tail.rfind(b"\n")
+        keep = start + cut + 1 if cut >= 0 else (0 if start == 0 else size)
+        if keep != size:
+            os.ftruncate(self.fd, keep)
+        return keep
+
+    def append(self, event: Dict[str, Any]) -> None:
+        """Append one event as one line; on any failure the file is as it was before.
+
+        Raises
+        ------
+        OSError
+            The write failed (``ENOSPC``...); nothing of this line stays in the file.
+        """
+        assert self.fd is not None, "journal closed"
+        line = encode(event)
+        try:
+            n = os.write(self.fd, line)
+            if n != len(line):
+                raise OSError(28, "No space left on device (short write)", self.path)
+            if self.fsync:
+                os.fsync(self.fd)
+        except BaseException:
+            try:
+                os.ftruncate(self.fd, self.size)
+            except OSError:
+                pass
+            raise
+        self.size += n
+
+    def close(self) -> None:
+        if self.fd is not None:
+            fd, self.fd = self.fd, None
+            os.close(fd)
+
+
+def read_events(dir_fd: int, name: str, path: str) -> List[Dict[str, Any]]:
+    """Every complete event of a journal (``[]`` if it does not exist).
+
+    Raises
+    ------
+    StagerError
+        A complete line is not a JSON object (corruption), or the file is not trusted.
+    """
+    try:
+        data = read_file(name, dir_fd, path, "journal")
+    except FileNotFoundError:
+        return []
+    lines = data.split(b"\n")
+    if lines and lines[-1] != b"":
+        lines[-1] = b""  # a torn last line: the writer died inside write()
+    out = []
+    for i, line in enumerate(lines[:-1], 1):
+        try:
+            ev = json.loads(line)
+            if not isinstance(ev, dict):
+                raise ValueError("not an object")
+        except ValueError as e:
+            raise StagerError(f"journal {path} is corrupt at line {i} ({e}); remove the "
+                              "destination's files and its .stager directory, then stage "
+                              "again") from e
+        out.append(ev)
+    return out

@@ -1,0 +1,139 @@
+"""Opening what the stager owns without following anything another user planted.
+
+``clean`` deletes files, and the lock, the records and the journals decide which,
+so everything they rest on is opened under one rule:
+
+* a directory or file is opened with ``O_NOFOLLOW``: a symlink in its place is
+  refused, never followed. Below a destination root, paths are walked one
+  component at a time relative to the parent's descriptor (``dir_fd``), so
+  nothing is re-resolved between a check and its use, and a symlinked parent
+  cannot redirect an ``unlink``;
+* it must be *trusted*: owned by the effective user and not writable by group
+  or others. A directory that is not is reported, and nothing below it is used.
+
+The components above a destination root are resolved by the kernel as usual
+(``/tmp`` may be a link, ``/scratch`` a mount); the root itself and everything
+below it are not. All the stager's state lives inside the root, so a root that
+only its owner can write cannot be given a planted record.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from typing import List, Optional
+
+from stager.nodelocal.localfs import UnsafePathError, describe_untrusted
+
+__all__ = ["Untrusted", "DIR_FLAGS", "describe_untrusted", "check_trusted", "open_dir",
+           "open_below", "read_file", "is_missing"]
+
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+#: Flags of every directory the stager opens below a root.
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC
+
+
+class Untrusted(UnsafePathError):
+    """A directory or file the stager would rely on is a symlink, someone else's, or
+    writable by others."""
+
+
+def check_trusted(st: os.stat_result, path: str, what: str = "directory") -> None:
+    """Raise :class:`Untrusted` naming ``path`` if ``st`` is not trusted."""
+    why = describe_untrusted(st)
+    if why is not None:
+        raise Untrusted(f"refusing to use {what} {path}: {why}")
+
+
+def is_missing(e: OSError) -> bool:
+    return e.errno in (errno.ENOENT, errno.ENOTDIR)
+
+
+def open_dir(name: str, dir_fd: Optional[int] = None, *, path: Optional[str] = None,
+             what: str = "directory") -> int:
+    """Open directory ``name`` (relative to ``dir_fd``) without following a symlink; check it.
+
+    Returns a descriptor the caller closes.
+
+    Raises
+    ------
+    FileNotFoundError
+        It does not exist.
+    Untrusted
+        It is a symlink, not a directory, someone else's, or writable by others.
+    """
+    shown = path or name
+    try:
+        fd = os.open(name, DIR_FLAGS, dir_fd=dir_fd)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENOTDIR):
+            try:
+                st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            except OSError:
+                raise e from None
+            if stat.S_ISLNK(st.st_mode):
+                raise Untrusted(f"refusing to use {what} {shown}: it is a symlink "
+                                "(possibly planted by another user)") from e
+            raise Untrusted(f"refusing to use {what} {shown}: it is not a directory") from e
+        raise
+    try:
+        check_trusted(os.fstat(fd), shown, what)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_below(root_fd: int, rel_dir: str, root: str) -> int:
+    """Open directory ``root/rel_dir`` component by component, each trusted. Caller closes.
+
+    ``rel_dir`` is relative and normalised (no ``..``); ``""`` or ``"."`` is the root.
+    """
+    fd = os.dup(root_fd)
+    if rel_dir in ("", "."):
+        return fd
+    cur = root
+    try:
+        for part in rel_dir.split("/"):
+            if part in ("", ".", ".."):
+                raise Untrusted(f"refusing to walk {root}/{rel_dir}: not a plain relative path")
+            cur = f"{cur}/{part}"
+            nxt = open_dir(part, fd, path=cur)
+            os.close(fd)
+            fd = nxt
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_file(name: str, dir_fd: int, path: str, what: str = "file") -> bytes:
+    """The bytes of regular file ``name`` in ``dir_fd``, opened without following a
+    symlink and trusted.
+
+    Raises
+    ------
+    FileNotFoundError
+        It does not exist.
+    Untrusted
+        A symlink, not a regular file, someone else's or writable by others.
+    """
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | _CLOEXEC, dir_fd=dir_fd)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise Untrusted(f"refusing to read {what} {path}: it is a symlink") from e
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise Untrusted(f"refusing to read {what} {path}: not a regular file")
+        check_trusted(st, path, what)
+        chunks: List[bytes] = []
+        while True:
+            b = os.read(fd, max(st.st_size + 1, 1 << 16))
+            if not b:
+                return b"".join(chunks)
+            chunks.append(b)
+    finally:
+        os.close(fd)

@@ -1,0 +1,158 @@
+"""The exchange of leaders that share one host: a shared-memory window instead of messages.
+
+When every leader of a run is on one host -- emulated nodes, or a node id that splits
+one machine -- their chunk buffers can be one MPI-3 shared-memory window
+(``MPI_Win_allocate_shared``): each leader reads its pieces of a chunk into its own
+segment, the leaders agree the round is read (the small status ``Iallreduce`` that
+carries each piece's digest and the error flag, as in the message exchange), and each
+writes the whole chunk straight from the owners' segments. No data byte travels
+through MPI, so nothing depends on Open MPI's shared-memory transport.
+
+Why (issue 18, the single-large-file anomaly; ``bench/large_file_bench.py``): the
+message exchange (:mod:`~stager.staging.transfer.engine`) moves a chunk with
+``Iallgatherv``, which progresses only while both leaders are inside MPI at once.
+With the transport's single-copy mechanism (CMA) that is one ``process_vm_readv`` per
+piece; without it (``btl_vader_single_copy_mechanism=none``: containers set it, and
+so did this project's tests) a 32 MiB chunk is ~1,000 fragment round trips. On two
+shared cores the leaders are rarely inside MPI together: one 2 GiB file to 2
+emulated nodes took 1.9-7.3 s with CMA and 2.7-33 s without, against a steady
+3.4-4.6 s for ``naive`` (6 interleaved runs each, load average 4-6). Here the only
+per-round synchronisation is that small status reduction, waited for without
+spinning: the rank that waits is waiting for its peer to finish writing, and on
+shared cores a spinning waiter takes the core that peer needs.
+
+Round ``k`` uses slot ``k % 2`` of every segment::
+
+    for k: read(k) into my segment; Win.Sync; status(k); Win.Sync; write(k) from all segments
+
+A leader reads round ``k + 1`` into the other slot while a slower peer still writes
+round ``k``; it never overwrites a slot a peer still reads: that slot last held round
+``k - 1``, and every peer finished writing round ``k - 1`` before it took part in
+status ``k``, which this leader waited for. Memory per leader: two chunks, in the
+window (``/dev/shm``-backed).
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, List, Optional, Sequence
+
+from stager.nodelocal.checksum import DIGEST_SIZE
+from stager.staging import interrupt
+from stager.staging.transfer.engine import _last_pieces, _read_pieces
+from stager.staging.transfer.sink import Sink
+from stager.staging.transfer.source import SourceReader
+from stager.staging.transfer.tasks import Task
+
+__all__ = ["co_located", "run_pieces_shared", "wait_quietly"]
+
+_SLOTS = 2
+
+
+def co_located(comm: Any) -> bool:
+    """Collective over `comm`: every rank must call. True if all its ranks share one host
+    (one shared-memory domain), the same answer on every rank."""
+    from mpi4py import MPI
+
+    sub = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank)
+    try:
+        return bool(comm.allreduce(int(sub.size == comm.size), op=MPI.MIN))
+    finally:
+        sub.Free()
+
+
+def wait_quietly(reqs: List[Any], max_sleep: float = 5e-4) -> None:
+    """Wait for ``reqs`` testing them with a growing sleep in between, never spinning.
+
+    For small synchronisation messages only: a large message moved in fragments
+    needs both sides to keep progressing (that is :mod:`engine`'s ``Waitall``).
+    """
+    from mpi4py import MPI
+
+    pause = 2e-5
+    while not MPI.Request.Testall(reqs):
+        time.sleep(pause)
+        pause = min(pause * 2, max_sleep)
+
+
+def run_pieces_shared(comm: Any, tasks: Sequence[Task], reader: SourceReader,
+                      sink: Sink) -> Optional[BaseException]:
+    """Collective over `comm` (leaders on one host): every leader must call.
+
+    Same contract as :func:`stager.staging.transfer.engine.run_pieces`: returns this
+    rank's own failure or ``None``; when any rank failed (or was interrupted), every
+    rank stopped after the same round.
+    """
+    from mpi4py import MPI
+
+    n = len(tasks)
+    if n == 0:
+        return None
+    size = max(max(t.nbytes for t in tasks), 1)
+    slots = min(_SLOTS, n)
+    win = MPI.Win.Allocate_shared(slots * size, 1, comm=comm)
+    try:
+        segs = [memoryview(win.Shared_query(r)[0]).cast("B")  # type: ignore[arg-type]
+                for r in range(comm.size)]
+        win.Lock_all(MPI.MODE_NOCHECK)
+        try:
+            return _rounds(comm, win, segs, tasks, reader, sink, size, slots)
+        finally:
+            win.Unlock_all()
+            segs.clear()
+    finally:
+        win.Free()
+
+
+def _rounds(comm: Any, win: Any, segs: List[memoryview], tasks: Sequence[Task],
+            reader: SourceReader, sink: Sink, size: int, slots: int) -> Optional[BaseException]:
+    from mpi4py import MPI
+
+    me = comm.rank
+    last = _last_pieces(tasks, me)
+    sink.share_checksums(me, comm.size)
+    error: Optional[BaseException] = None
+    stopped = False
+    for k, t in enumerate(tasks):
+        base = (k % slots) * size
+        st = bytearray(1 + DIGEST_SIZE * len(t.pieces))
+        if error is None and interrupt.pending() is not None:
+            try:
+                interrupt.check()
+            except Exception as e:
+                error = e
+        if error is None:
+            try:
+                reader.close_before(t.pieces[0].file)
+                with reader.metered():
+                    _read_pieces(t, me, reader, segs[me][base:base + size], st, last)
+            except Exception as e:
+                error = e
+        if error is not None:
+            st[0] = 1
+        win.Sync()  # my pieces are in my segment before the others learn the round is read
+        got = bytearray(len(st))
+        wait_quietly([comm.Iallreduce([st, MPI.UNSIGNED_CHAR], [got, MPI.UNSIGNED_CHAR],
+                                      op=MPI.MAX)])
+        win.Sync()
+        if got[0]:
+            stopped = True
+            break
+        if error is not None:
+            continue
+        try:
+            for j, p in enumerate(t.pieces):
+                d = bytes(got[1 + DIGEST_SIZE * j:1 + DIGEST_SIZE * (j + 1)])
+                at = base + p.buf_offset
+                sink.write(p.file, p.offset, segs[p.owner][at:at + p.length], source_digest=d,
+                           own=p.owner == me)
+        except Exception as e:
+            error = e  # flagged in the next round's status; the last round's: by the caller
+    try:
+        reader.close_all(check=error is None and not stopped)
+    except Exception as e:
+        error = error or e
+    shared: dict = {}
+    for part in comm.allgather(sink.digests):
+        shared.update(part)
+    sink.take_checksums(shared)
+    return error
