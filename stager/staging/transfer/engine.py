@@ -75,6 +75,23 @@ def _last_pieces(tasks: Sequence[Task], me: int) -> dict:
     return last
 
 
+def _finish(comm: Any, reader: SourceReader, sink: Sink, error: Optional[BaseException],
+            stopped: bool) -> Optional[BaseException]:
+    """Collective over `comm` (the leaders): every rank must call. The last step of both
+    exchanges: close the sources (checking their identity unless the run failed or
+    stopped), then share the whole-file checksums of multi-piece files, which their
+    reference leaders computed. Returns the first error (this rank's)."""
+    try:
+        reader.close_all(check=error is None and not stopped)
+    except Exception as e:
+        error = error or e
+    shared: dict = {}
+    for part in comm.allgather(sink.digests):
+        shared.update(part)
+    sink.take_checksums(shared)
+    return error
+
+
 def run_pieces(comm: Any, tasks: Sequence[Task], reader: SourceReader, sink: Sink,
                chunk_size: int, broadcast: bool) -> Optional[BaseException]:
     """Collective over `comm` (the leader communicator): every leader must call.
@@ -179,13 +196,5 @@ def run_pieces(comm: Any, tasks: Sequence[Task], reader: SourceReader, sink: Sin
             break
     if not stopped:
         write(n - 1)
-    try:
-        reader.close_all(check=error is None and not stopped)
-    except Exception as e:
-        error = error or e
-    # whole-file checksums of multi-piece files, from their reference leaders
-    shared: dict = {}
-    for part in comm.allgather(sink.digests):
-        shared.update(part)
-    sink.take_checksums(shared)
-    return error  # the mmaps are unmapped when the last view of them is collected
+    # the mmaps are unmapped when the last view of them is collected
+    return _finish(comm, reader, sink, error, stopped)

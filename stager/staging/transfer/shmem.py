@@ -38,7 +38,7 @@ from typing import Any, List, Optional, Sequence
 
 from stager.nodelocal.checksum import DIGEST_SIZE
 from stager.staging import interrupt
-from stager.staging.transfer.engine import _last_pieces, _read_pieces
+from stager.staging.transfer.engine import _finish, _last_pieces, _read_pieces
 from stager.staging.transfer.sink import Sink
 from stager.staging.transfer.source import SourceReader
 from stager.staging.transfer.tasks import Task
@@ -147,12 +147,4 @@ def _rounds(comm: Any, win: Any, segs: List[memoryview], tasks: Sequence[Task],
                            own=p.owner == me)
         except Exception as e:
             error = e  # flagged in the next round's status; the last round's: by the caller
-    try:
-        reader.close_all(check=error is None and not stopped)
-    except Exception as e:
-        error = error or e
-    shared: dict = {}
-    for part in comm.allgather(sink.digests):
-        shared.update(part)
-    sink.take_checksums(shared)
-    return error
+    return _finish(comm, reader, sink, error, stopped)
