@@ -41,7 +41,7 @@ __all__ = ["FILTER_NAMES", "HDF5PLUGIN_FILTERS", "VERSION_FIELDS", "MissingFilte
 
 #: The HDF Group's registered filter identifiers for filters detector files use.
 FILTER_NAMES: Dict[int, str] = {
-    1: "deflate (gzip)", 2: "shuffle", 3: "fletcher32", 4: "szip", 5: "nbit",
+    1: "deflate", 2: "shuffle", 3: "fletcher32", 4: "szip", 5: "nbit",
     6: "scaleoffset", 305: "LZO", 307: "bzip2", 32000: "LZF", 32001: "Blosc",
     32004: "LZ4", 32008: "bitshuffle", 32013: "zfp", 32015: "Zstandard", 32017: "SZ",
     32018: "FCIDECOMP", 32024: "SZ3", 32026: "Blosc2", 32028: "SPERR", 32033: "HTJ2K",
