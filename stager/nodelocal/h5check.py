@@ -41,11 +41,12 @@ import numpy as np
 from stager.nodelocal import checksum
 
 __all__ = ["ATTR", "BadDataset", "ChunkDecoder", "check_file", "chunk_grid", "digest_values",
-           "feed_chunk", "is_staged_h5", "raw_dtype", "read_rows", "tag"]
+           "SIGNATURE", "feed_chunk", "is_staged_h5", "raw_dtype", "read_rows", "tag"]
 
 #: The attribute holding a staged dataset's digest.
 ATTR = "stager_checksum"
-_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+#: The first 8 bytes of an HDF5 file (without a user block).
+SIGNATURE = b"\x89HDF\r\n\x1a\n"
 
 
 def raw_dtype(size: int) -> np.dtype:
@@ -226,7 +227,7 @@ def is_staged_h5(path: str) -> bool:
     """True if ``path`` is an HDF5 file (signature at offset 0) the stager wrote."""
     try:
         with open(path, "rb") as f:
-            if f.read(8) != _SIGNATURE:
+            if f.read(8) != SIGNATURE:
                 return False
     except OSError:
         return False

@@ -171,7 +171,7 @@ class H5Output:
         for ds in fp.datasets:
             obj = _create_dataset(f, ds)
             refs += _write_attrs(obj, ds.attrs)
-            obj.attrs["stager_source"] = f"{fp.source}:{ds.source_path}" if ds.read_file \
+            obj.attrs["stager_source"] = f"{ds.read_file}:{ds.source_path}" if ds.read_file \
                 else f"{fp.source}:{ds.path}"
             obj.attrs["stager_slice"] = f"[{ds.start}:{ds.stop}:{ds.step}]" if ds.sliced else ""
             if ds.inline is not None:
