@@ -203,6 +203,21 @@ def dataset_digest(obj: Any, scheme: str, rows_per_read: int = 0) -> str:
     return h.hexdigest()
 
 
+def _filters_missing(obj: Any) -> Optional[str]:
+    """Import hdf5plugin if the copy's pipeline needs a filter HDF5 lacks; what is missing."""
+    from stager.planning.h5filters import ensure_available, missing_advice, stored_pipeline
+
+    try:
+        pipeline = stored_pipeline(obj.id.get_create_plist())
+    except Exception:  # not chunked, or a property list HDF5 cannot read: decoding tells
+        return None
+    missing = ensure_available(f.code for f in pipeline)
+    if not missing:
+        return None
+    flt = next(f for f in pipeline if f.code == missing[0])
+    return f"cannot be decoded here: it uses {missing_advice(flt.code, flt.name)}"
+
+
 def check_dataset(obj: Any, rows_per_read: int = 0) -> Optional[str]:
     """Why dataset ``obj`` of a copy fails the decoding check, or None if it passes."""
     value = obj.attrs.get(ATTR)
@@ -213,6 +228,9 @@ def check_dataset(obj: Any, rows_per_read: int = 0) -> Optional[str]:
     if len(parts) != 3 or parts[0] != checksum.ALGORITHM:
         return f"{ATTR} is {value!r}, expected {checksum.ALGORITHM}:SCHEME:HEX; stage again"
     scheme, want = parts[1], parts[2]
+    why = _filters_missing(obj)
+    if why is not None:
+        return why
     try:
         got = dataset_digest(obj, scheme, rows_per_read)
     except Exception as e:  # HDF5 raises OSError/ValueError/RuntimeError from filters
