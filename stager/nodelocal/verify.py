@@ -8,11 +8,12 @@ recorded file (same device and inode), of the recorded size, with the recorded
 checksum. A staged HDF5 copy is also decoded: every dataset's values are read
 back through its filter pipeline and compared with the digest of the values read
 from the source (:mod:`stager.nodelocal.h5check`), so a copy that no longer
-decodes is named with its dataset. Each mismatch (missing copy, a symlink or directory in its place, a
-replaced file, wrong size, wrong checksum, nothing staged at a destination) is
-reported with its node and file, on every rank. Only the spec's own records are
-read: other specs sharing a root are not touched. The root's lock is taken, so a
-verify never reads a record a running stage is writing.
+decodes is named with its dataset. Each mismatch (missing copy, a symlink or
+directory in its place, a replaced file, wrong size, wrong checksum, nothing
+staged at a destination) is reported with its node and file, on every rank.
+Only the spec's own records are read: other specs sharing a root are not
+touched. The root's lock is taken, so a verify never reads a record a running
+stage is writing.
 """
 from __future__ import annotations
 

@@ -360,11 +360,12 @@ def _write_inline(obj: Any, ds: DatasetPlan) -> None:
 
     if ds.space == "null":
         return
+    values = np.asarray(ds.inline, dtype=object if ds.values == "vlen" else None)
     if ds.values == "vlen":
-        if ds.inline.size:
-            obj[()] = ds.inline
+        if values.size:
+            obj[()] = values
         return
-    buf = np.ascontiguousarray(ds.inline)
+    buf = np.ascontiguousarray(values)
     if buf.size:
         obj.id.write(h5s.ALL, h5s.ALL, buf, mtype=h5t.decode(ds.h5type))
 
@@ -401,7 +402,8 @@ def _create_dataset(f: Any, ds: DatasetPlan) -> Any:
         dcpl.set_fill_value(np.array(ds.fillvalue, dtype=ds.dtype))
     if ds.fill_time >= 0:
         dcpl.set_fill_time(ds.fill_time)
-    if ds.alloc_time >= 0 and not (ds.layout == "compact" and ds.alloc_time != h5d.ALLOC_TIME_EARLY):
+    compact_late = ds.layout == "compact" and ds.alloc_time != h5d.ALLOC_TIME_EARLY
+    if ds.alloc_time >= 0 and not compact_late:
         dcpl.set_alloc_time(ds.alloc_time)
     dsid = h5d.create(group.id, name.encode(), tid, space, dcpl=dcpl)
     return h5py.Dataset(dsid)
