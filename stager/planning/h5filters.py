@@ -36,8 +36,8 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 from stager.planning.h5types import Filter
 
 __all__ = ["FILTER_NAMES", "HDF5PLUGIN_FILTERS", "VERSION_FIELDS", "MissingFilter",
-           "filter_name", "ensure_available", "missing_advice", "setup_values",
-           "pipeline_difference", "stored_pipeline"]
+           "filter_name", "ensure_available", "import_hdf5plugin", "missing_advice",
+           "setup_values", "pipeline_difference", "stored_pipeline"]
 
 #: The HDF Group's registered filter identifiers for filters detector files use.
 FILTER_NAMES: Dict[int, str] = {
@@ -66,7 +66,7 @@ def filter_name(code: int, stored: Any = "") -> str:
     return str(stored or "?")
 
 
-def _import_hdf5plugin() -> Optional[str]:
+def import_hdf5plugin() -> Optional[str]:
     """Import hdf5plugin once (it registers its filters); its version, or None."""
     try:
         import hdf5plugin
@@ -87,14 +87,14 @@ def ensure_available(codes: Iterable[int]) -> List[int]:
 
     missing = [c for c in dict.fromkeys(codes) if not h5z.filter_avail(c)]
     if missing:
-        _import_hdf5plugin()
+        import_hdf5plugin()
         missing = [c for c in missing if not h5z.filter_avail(c)]
     return missing
 
 
 def missing_advice(code: int, name: str) -> str:
     """What to do about filter ``code`` missing here (a fix that works)."""
-    have = _import_hdf5plugin()
+    have = import_hdf5plugin()
     what = f"HDF5 filter {code} ({name})"
     if code in HDF5PLUGIN_FILTERS and have is None:
         return (f"{what} is not available: install hdf5plugin, which provides it, on every "

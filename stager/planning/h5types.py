@@ -244,7 +244,7 @@ class H5FilePlan:
     @property
     def selections(self) -> Tuple[str, ...]:
         return tuple(sorted(d.selection for d in self.datasets)) + \
-            tuple(sorted(f"{g.path}/" for g in self.groups))
+            tuple(sorted(f"{g.path.rstrip('/')}/" for g in self.groups))
 
     @property
     def key(self) -> str:

@@ -46,8 +46,8 @@ import numpy as np
 
 from stager.errors import TransferError
 from stager.nodelocal import checksum, commit, h5check, localfs
-from stager.planning.h5filters import ensure_available, missing_advice, pipeline_difference, \
-    stored_pipeline
+from stager.planning.h5filters import (ensure_available, import_hdf5plugin, missing_advice,
+                                       pipeline_difference, stored_pipeline)
 from stager.planning.h5types import Attr, DatasetPlan, H5FilePlan, RefTarget
 from stager.planning.plan import unit_source_id
 from stager.planning.sources import changed
@@ -99,7 +99,13 @@ def scheme_of(ds: DatasetPlan, chunked: bool) -> str:
 
 
 def check_filters(fp: H5FilePlan) -> None:
-    """Make ``fp``'s filters available here (hdf5plugin imported on demand), or raise."""
+    """Make ``fp``'s filters available here (hdf5plugin imported on demand), or raise.
+
+    A virtual dataset's sources may use filters its (unfiltered) copy does not
+    name; hdf5plugin is then imported if installed (planning read them already).
+    """
+    if any(d.origin == "virtual" for d in fp.datasets):
+        import_hdf5plugin()
     for d in fp.datasets:
         missing = ensure_available(f.code for f in d.filters)
         if missing:
