@@ -190,3 +190,64 @@ def test_corpus_refusals_at_planning_on_every_rank(corpus, name):
     assert_all(comm, len(set(msgs)) == 1 and msg.startswith("r.hook:2:3"), msg)
     assert_all(comm, all(m in msg for m in e["stage"]["match"]), f"{e['stage']['match']}: {msg}")
     assert_all(comm, not os.path.exists(out), "a refused plan wrote files")
+
+
+def _filter_names():
+    try:
+        from tests.data.h5kinds import filter_variants
+        return [v[0] for v in filter_variants()]
+    except Exception:  # h5py missing: the corpus test reports it
+        return []
+
+
+@pytest.mark.parametrize("name", _filter_names())
+def test_each_filter_whole_and_unaligned_selection(corpus, name):
+    """Whole dataset (stored chunks copied) and [1:5] of 3-frame chunks (re-encoded): the
+    copy's pipeline stores the source's values, and decodes to the source's values."""
+    import h5py
+
+    from hooks import parse_spec
+    from stager import stage
+
+    manifest, d = corpus
+    comm = _comm()
+    k = min(2, comm.size)
+    src = os.path.join(manifest["root"], "filters.h5")
+    out = os.path.join(d, "each", name)
+    text = (f'broadcast to {out}/whole/%n h5 {{\n  "{src}:/{name}"\n}}\n'
+            f'broadcast to {out}/sel/%n h5 {{\n  "{src}:/{name}[1:5]"\n}}\n')
+    rep = stage(parse_spec(text, path="f.hook", base_dir=d, env={}), comm, emulate_nodes=k,
+                progress=False, h5_inline_bytes=0)
+
+    def check():
+        from tests.h5same import dataset_same
+        problems = []
+        with h5py.File(src, "r") as s:
+            stored = s[name].id.get_create_plist()
+            want = [stored.get_filter(i)[:3] for i in range(stored.get_nfilters())]
+            for node in rep.nodes:
+                for part, idx, scheme in (("whole", None, "chunks"),
+                                          ("sel", np.s_[1:5], "values")):
+                    with h5py.File(os.path.join(out, part, node, "filters.h5"), "r") as c:
+                        ds = c[name]
+                        problems += dataset_same(s[name], ds, f"{part}/{node}", idx)
+                        tag = ds.attrs["stager_checksum"]
+                        if not tag.startswith(f"xxh3_128:{scheme}:"):
+                            problems.append(f"{part}/{node}: moved as {tag}")
+                        got = ds.id.get_create_plist()
+                        got = [got.get_filter(i)[:3] for i in range(got.get_nfilters())]
+                        if part == "whole" and [(a, b, tuple(v)[2:]) for a, b, v in got] != \
+                                [(a, b, tuple(v)[2:]) for a, b, v in want]:
+                            problems.append(f"{part}/{node}: pipeline {got}, source {want}")
+                        if name == "bitshuffle_lz4" and tuple(got[0][2])[4] != 2:
+                            problems.append(f"{part}/{node}: bitshuffle not LZ4: {got}")
+        return problems
+
+    problems = ["not checked"]
+    if comm.rank == 0:
+        try:
+            problems = check()
+        except Exception as e:
+            problems = [f"{type(e).__name__}: {e}"]
+    problems = comm.bcast(problems, root=0)
+    assert_all(comm, not problems, "; ".join(problems))
