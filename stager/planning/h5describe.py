@@ -28,8 +28,8 @@ import numpy as np
 
 from hooks.h5entry import Slice
 from stager.errors import PlanError
-from stager.planning.h5filters import (MissingFilter, ensure_available, missing_advice,
-                                       setup_values, stored_pipeline)
+from stager.planning.h5filters import (MissingFilter, ensure_available, lossy_filter,
+                                       missing_advice, setup_values, stored_pipeline)
 from stager.planning.h5links import LinkedFiles, find_file, vds_sources, vds_storage
 from stager.planning.h5types import OBJECT_OVERHEAD, Attr, DatasetPlan, RefTarget, raw_dtype
 
@@ -302,6 +302,10 @@ def describe(ds: Any, copy_path: str, sl: Optional[Slice], where: str, ctx: Ctx,
             filters = setup_values(_encode(tid), chunks, filters)
         except (MissingFilter, ValueError) as e:
             raise PlanError(f"{where}: {e}") from e
+    lossy = lossy_filter(filters)
+    if lossy is not None:
+        _only_stored_chunks(lossy, origin, chunks, shape, start, stop, step,
+                            tuple(ds.maxshape) if shape else (), where)
     fill = None
     if kind == "raw" and dcpl.fill_value_defined() == h5d.FILL_VALUE_USER_DEFINED:
         fill = ds.fillvalue
@@ -316,8 +320,31 @@ def describe(ds: Any, copy_path: str, sl: Optional[Slice], where: str, ctx: Ctx,
                     read_path=ds.name if (ctx.read_file or ds.name != copy_path) else "",
                     fill_time=int(dcpl.get_fill_time()) if origin != "virtual" else -1,
                     alloc_time=int(dcpl.get_alloc_time()) if origin != "virtual" else -1)
-    return replace(d, inline=_inline(ds, d, tid, kind, where, ctx, inline_bytes, checks),
-                   est_bytes=_estimate(ds, d, stored))
+    # a lossy dataset moves as its stored chunks only (never re-encoded): not inline
+    inline = None if lossy is not None else \
+        _inline(ds, d, tid, kind, where, ctx, inline_bytes, checks)
+    return replace(d, inline=inline, est_bytes=_estimate(ds, d, stored))
+
+
+def _only_stored_chunks(flt: Any, origin: str, chunks: Optional[Tuple[int, ...]],
+                        shape: Tuple[int, ...], start: int, stop: int, step: int,
+                        maxshape: Tuple[Optional[int], ...], where: str) -> None:
+    """Refuse a lossy dataset's selection that could not move as stored chunks."""
+    what = f"HDF5 filter {flt.code} ({flt.name}) is lossy"
+    if origin == "virtual":
+        raise PlanError(f"{where}: {what}, and a virtual dataset has no stored chunks of its "
+                        "own: its values would be compressed again and lose precision a "
+                        "second time; stage the source files' datasets instead")
+    if not chunks or not shape:
+        return
+    c0 = chunks[0]
+    clamped = maxshape and maxshape[0] is not None and len(range(start, stop, step)) < c0
+    if step != 1 or start % c0 or (stop % c0 and stop != shape[0]) or clamped:
+        raise PlanError(f"{where}: {what}: the selection [{start}:{stop}:{step}] does not "
+                        f"start and end on chunk boundaries ({c0} frames per chunk) with "
+                        "step 1, so its values would be compressed again and lose precision "
+                        f"a second time; select [a:b] with a and b multiples of {c0}, or the "
+                        "whole dataset")
 
 
 def _inline(ds: Any, d: DatasetPlan, tid: Any, kind: str, where: str, ctx: Ctx,

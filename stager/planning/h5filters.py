@@ -36,7 +36,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 from stager.planning.h5types import Filter
 
 __all__ = ["FILTER_NAMES", "HDF5PLUGIN_FILTERS", "VERSION_FIELDS", "MissingFilter",
-           "filter_name", "ensure_available", "import_hdf5plugin", "missing_advice",
+           "LOSSY_FILTERS", "filter_name", "lossy_filter", "ensure_available", "import_hdf5plugin", "missing_advice",
            "setup_values", "pipeline_difference", "stored_pipeline"]
 
 #: The HDF Group's registered filter identifiers for filters detector files use.
@@ -49,6 +49,8 @@ FILTER_NAMES: Dict[int, str] = {
 #: Filters the hdf5plugin package provides (7.x).
 HDF5PLUGIN_FILTERS = frozenset({307, 32001, 32004, 32008, 32013, 32015, 32017, 32018, 32024,
                                 32026, 32028, 32033})
+#: Lossy compressors (registered ids): values they decode differ from what was encoded.
+LOSSY_FILTERS = frozenset({32013, 32017, 32024, 32028})
 #: Leading client values that record the set-up library's version, per filter id.
 VERSION_FIELDS: Dict[int, int] = {32000: 2, 32001: 2, 32008: 2, 32026: 2}
 
@@ -108,6 +110,24 @@ def missing_advice(code: int, name: str) -> str:
             "built for this HDF5 in a folder named by HDF5_PLUGIN_PATH on every node, or "
             "stage the whole file with a 'files' block, which copies its bytes without "
             "decoding them")
+
+
+def lossy_filter(filters: Iterable[Filter]) -> Optional[Filter]:
+    """The first lossy stage of a pipeline, or None. Pure.
+
+    zfp, SZ, SZ3 and SPERR are lossy (zfp's reversible mode too is treated so:
+    its mode is not readable from the values alone); scale-offset is lossy for
+    floats (D- and E-scale) and for integers with a fixed number of bits.
+    Re-encoding their decoded values would lose precision a second time, so
+    such datasets may only move as stored chunks.
+    """
+    for f in filters:
+        if f.code in LOSSY_FILTERS:
+            return f
+        if f.code == 6 and len(f.values) >= 2 and \
+                (f.values[0] in (0, 1) or (f.values[0] == 2 and f.values[1] > 0)):
+            return f
+    return None
 
 
 def stored_pipeline(dcpl: Any) -> Tuple[Filter, ...]:

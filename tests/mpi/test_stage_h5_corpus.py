@@ -251,3 +251,43 @@ def test_each_filter_whole_and_unaligned_selection(corpus, name):
             problems = [f"{type(e).__name__}: {e}"]
     problems = comm.bcast(problems, root=0)
     assert_all(comm, not problems, "; ".join(problems))
+
+
+def test_lossy_filters_are_copied_as_stored_chunks_exactly(corpus):
+    """zfp (fixed rate) and float scale-offset: never re-encoded, so the copy decodes to
+    exactly the source's values (a re-encoding would lose precision again)."""
+    import h5py
+
+    from hooks import parse_spec
+    from stager import stage
+
+    manifest, d = corpus
+    comm = _comm()
+    have = comm.bcast(bool(__import__("importlib").util.find_spec("hdf5plugin")), root=0)
+    if not have:
+        pytest.skip("hdf5plugin (zfp) is not installed")
+    src = os.path.join(d, "lossy.h5")
+    if comm.rank == 0:
+        import hdf5plugin
+        a = np.random.default_rng(5).random((7, 12, 10)).astype("f4")
+        with h5py.File(src, "w") as f:
+            f.create_dataset("zfp", data=a, chunks=(3, 12, 10), **hdf5plugin.Zfp(rate=8))
+            f.create_dataset("so", data=a, chunks=(3, 12, 10), scaleoffset=2)
+    comm.Barrier()
+    out = os.path.join(d, "lossy")
+    text = f'broadcast to {out}/%n h5 {{\n  "{src}:/zfp"\n  "{src}:/so[3:7]"\n}}\n'
+    rep = stage(parse_spec(text, path="l.hook", base_dir=d, env={}), comm,
+                emulate_nodes=min(2, comm.size), progress=False)
+    problems = ["not checked"]
+    if comm.rank == 0:
+        from tests.h5same import dataset_same
+        problems = []
+        with h5py.File(src, "r") as s:
+            for node in rep.nodes:
+                with h5py.File(os.path.join(out, node, "lossy.h5"), "r") as c:
+                    problems += dataset_same(s["zfp"], c["zfp"], f"{node}:/zfp")
+                    problems += dataset_same(s["so"], c["so"], f"{node}:/so", np.s_[3:7])
+                    if not c["zfp"].attrs["stager_checksum"].startswith("xxh3_128:chunks:"):
+                        problems.append("zfp was not moved as stored chunks")
+    problems = comm.bcast(problems, root=0)
+    assert_all(comm, not problems, "; ".join(problems))

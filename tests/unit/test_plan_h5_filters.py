@@ -138,3 +138,22 @@ def test_comparison_sees_a_string_padding_change(tmp_path):
         write_fixed_string(a, "name", b"Simulated Synchrotr", 20, "nullterm", "ascii")
         write_fixed_string(b, "name", b"Simulated Synchrotr", 20, "nullpad", "ascii")
         assert any("H5Tequal" in p for p in dataset_same(a["name"], b["name"], "/name"))
+
+
+def test_lossy_filters_move_as_stored_chunks_or_are_refused(tmp_path):
+    hdf5plugin = pytest.importorskip("hdf5plugin")
+    from stager.errors import PlanError
+    a = np.random.default_rng(1).random((7, 12, 10)).astype("f4")
+    with h5py.File(tmp_path / "lossy.h5", "w") as f:
+        f.create_dataset("zfp", data=a, chunks=(3, 12, 10), **hdf5plugin.Zfp(rate=8))
+        f.create_dataset("so", data=a, chunks=(3, 12, 10), scaleoffset=2)
+        f.create_dataset("so_int", data=(a * 100).astype("u2"), chunks=(3, 12, 10),
+                         scaleoffset=0)
+    p = plan("broadcast to /d h5 { lossy.h5:/zfp lossy.h5:/so[3:7] lossy.h5:/so_int[1:5] }",
+             tmp_path)
+    ds = {d.path: d for d in p.h5[0].datasets}
+    assert ds["/zfp"].inline is None and ds["/so"].inline is None  # small, yet not inline
+    assert ds["/so_int"].inline is not None  # integer scale-offset, automatic bits: lossless
+    for sel, name in (("zfp[1:5]", "32013"), ("so[0:7:2]", "6")):
+        with pytest.raises(PlanError, match=rf"HDF5 filter {name} .* is lossy: the selection"):
+            plan(f"broadcast to /d h5 {{ lossy.h5:/{sel} }}", tmp_path)
