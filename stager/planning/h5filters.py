@@ -37,7 +37,8 @@ from stager.planning.h5types import Filter
 
 __all__ = ["FILTER_NAMES", "HDF5PLUGIN_FILTERS", "VERSION_FIELDS", "MissingFilter",
            "LOSSY_FILTERS", "filter_name", "lossy_filter", "ensure_available",
-           "import_hdf5plugin", "missing_advice", "setup_values", "pipeline_difference", "stored_pipeline"]
+           "import_hdf5plugin", "missing_advice", "setup_values", "pipeline_difference",
+           "stored_pipeline"]
 
 #: The HDF Group's registered filter identifiers for filters detector files use.
 FILTER_NAMES: Dict[int, str] = {
