@@ -24,8 +24,9 @@ HDF5 (and so through every filter of the copy's pipeline). Schemes:
 ``vlen``
     Variable-length strings: each value's bytes, length-prefixed.
 ``refs``
-    References: each one's target path in the copy (and a region's selection
-    summary), length-prefixed.
+    References: each one's target, as the object's address in the copy (two
+    names of one object agree), and a region's selection summary,
+    length-prefixed; the writer computes it from the plan's target paths.
 
 :func:`check_file` is what ``commit`` (after writing) and ``stager verify``
 run; it needs only the copy, not the plan.
@@ -41,7 +42,7 @@ import numpy as np
 from stager.nodelocal import checksum
 
 __all__ = ["ATTR", "BadDataset", "ChunkDecoder", "check_file", "chunk_grid", "digest_values",
-           "SIGNATURE", "feed_chunk", "is_staged_h5", "raw_dtype", "read_rows", "tag"]
+           "SIGNATURE", "feed_chunk", "is_staged_h5", "raw_dtype", "read_rows", "region_summary", "tag", "target_token"]
 
 #: The attribute holding a staged dataset's digest.
 ATTR = "stager_checksum"
@@ -145,23 +146,34 @@ class ChunkDecoder:
         self.fid.close()
 
 
+def target_token(f: Any, path: str, summary: str = "") -> bytes:
+    """What a ``refs`` digest covers for one reference: the address of its target in the
+    copy (so two names of one object agree) and a region's selection summary."""
+    from h5py import h5o
+
+    if not path:
+        return b"|"
+    return f"{h5o.get_info(f[path].id).addr}|{summary}".encode()
+
+
+def region_summary(space: Any) -> str:
+    """A library-independent description of a region reference's selection."""
+    return f"{space.get_select_type()}:{space.get_select_npoints()}:{space.get_select_bounds()}"
+
+
 def _ref_tokens(obj: Any) -> np.ndarray:
     import h5py
-    from h5py import h5r
+    from h5py import h5o, h5r
 
     out = []
     for ref in np.asarray(obj[()], dtype=object).ravel():
         if not ref:
             out.append(b"|")
             continue
-        name = h5r.get_name(ref, obj.file.id)
-        name = name.decode(errors="surrogateescape") if isinstance(name, bytes) else str(name)
         summary = ""
         if isinstance(ref, h5py.RegionReference):
-            sp = h5r.get_region(ref, obj.file.id)
-            summary = f"{sp.get_select_type()}:{sp.get_select_npoints()}:" \
-                      f"{sp.get_select_bounds()}"
-        out.append(f"{name}|{summary}".encode())
+            summary = region_summary(h5r.get_region(ref, obj.file.id))
+        out.append(f"{h5o.get_info(obj.file[ref].id).addr}|{summary}".encode())
     arr = np.empty(len(out), dtype=object)
     arr[:] = out
     return arr

@@ -120,6 +120,7 @@ def _encode(tid: Any) -> bytes:
 
 
 def _region_summary(space: Any) -> str:
+    """As :func:`stager.nodelocal.h5check.region_summary` (which the check recomputes)."""
     return f"{space.get_select_type()}:{space.get_select_npoints()}:{space.get_select_bounds()}"
 
 

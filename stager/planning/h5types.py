@@ -45,10 +45,6 @@ class RefTarget:
     region: Optional[bytes] = None
     summary: str = ""
 
-    def token(self) -> bytes:
-        """What a checksum of references covers: target path and region summary."""
-        return f"{self.path}|{self.summary}".encode()
-
 
 @dataclass(frozen=True)
 class Attr:

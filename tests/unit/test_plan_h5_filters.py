@@ -157,3 +157,23 @@ def test_lossy_filters_move_as_stored_chunks_or_are_refused(tmp_path):
     for sel, name in (("zfp[1:5]", "32013"), ("so[0:7:2]", "6")):
         with pytest.raises(PlanError, match=rf"HDF5 filter {name} .* is lossy: the selection"):
             plan(f"broadcast to /d h5 {{ lossy.h5:/{sel} }}", tmp_path)
+
+
+def test_references_to_an_object_with_two_names_pass_the_check(tmp_path):
+    from stager.nodelocal.h5check import check_file
+    from tests.h5same import group_differs
+
+    with h5py.File(tmp_path / "r.h5", "w") as f:
+        f["a"] = np.arange(6).reshape(2, 3)
+        f["b"] = f["a"]  # a second hard link
+        f.create_dataset("refs", data=np.array([f["a"].ref, f["b"].ref, h5py.Reference()],
+                                               dtype=h5py.ref_dtype))
+        rr = f.create_dataset("rrefs", (1,), dtype=h5py.regionref_dtype)
+        rr[0] = f["a"].regionref[0, 1:3]
+    dest = _stage_inline(tmp_path, "r.h5:/", str(tmp_path / "out"))
+    assert check_file(dest) == []
+    with h5py.File(tmp_path / "r.h5", "r") as s, h5py.File(dest, "r") as c:
+        assert group_differs(s["/"], c["/"], "r.h5") == []
+        assert c.get("b", getlink=True).__class__.__name__ == "HardLink"
+        assert c[c["rrefs"][0]].name in ("/a", "/b")
+        assert (c["a"][c["rrefs"][0]] == [1, 2]).all()

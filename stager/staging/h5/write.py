@@ -200,8 +200,9 @@ class H5Output:
                 ds = what
                 arr = _make_refs(f, ds.inline, ds.out_shape)
                 obj[()] = arr
-                self.digests[ds.path] = h5check.digest_values(
-                    np.array([t.token() for t in ds.inline] or [], dtype=object)).hexdigest()
+                tokens = np.empty(len(ds.inline), dtype=object)
+                tokens[:] = [h5check.target_token(f, t.path, t.summary) for t in ds.inline]
+                self.digests[ds.path] = h5check.digest_values(tokens).hexdigest()
             else:
                 a: Attr = what
                 arr = _make_refs(f, a.value, a.shape or ())
