@@ -42,7 +42,8 @@ import numpy as np
 from stager.nodelocal import checksum
 
 __all__ = ["ATTR", "BadDataset", "ChunkDecoder", "check_file", "chunk_grid", "digest_values",
-           "SIGNATURE", "feed_chunk", "is_staged_h5", "raw_dtype", "read_rows", "region_summary", "tag", "target_token"]
+           "SIGNATURE", "feed_chunk", "is_staged_h5", "raw_dtype", "read_rows", "region_summary",
+           "tag", "target_token"]
 
 #: The attribute holding a staged dataset's digest.
 ATTR = "stager_checksum"
