@@ -198,16 +198,16 @@ class H5Output:
         for obj, name, what in refs:  # every target exists now
             if name is None:
                 ds = what
-                arr = _make_refs(f, ds.inline, ds.out_shape)
+                arr = _make_refs(f, ds.inline, ds.out_shape, _is_region(ds.h5type))
                 obj[()] = arr
                 tokens = np.empty(len(ds.inline), dtype=object)
                 tokens[:] = [h5check.target_token(f, t.path, t.summary) for t in ds.inline]
                 self.digests[ds.path] = h5check.digest_values(tokens).hexdigest()
             else:
                 a: Attr = what
-                arr = _make_refs(f, a.value, a.shape or ())
-                dt = h5py.regionref_dtype if any(t.region is not None for t in a.value) \
-                    else h5py.ref_dtype
+                region = _is_region(a.h5type)
+                arr = _make_refs(f, a.value, a.shape or (), region)
+                dt = h5py.regionref_dtype if region else h5py.ref_dtype
                 obj.attrs.create(name, data=arr, shape=a.shape, dtype=dt)
 
     def write(self, ds: DatasetPlan, first: int, piece: np.ndarray) -> None:
@@ -344,11 +344,16 @@ def _write_attrs(obj: Any, attrs: Tuple[Attr, ...]) -> list:
     return later
 
 
-def _make_refs(f: Any, targets: Any, shape: Tuple[int, ...]) -> np.ndarray:
+def _is_region(h5type: bytes) -> bool:
+    from h5py import h5t
+
+    return bool(h5t.decode(h5type).equal(h5t.STD_REF_DSETREG))
+
+
+def _make_refs(f: Any, targets: Any, shape: Tuple[int, ...], region: bool) -> np.ndarray:
     import h5py
     from h5py import h5r, h5s
 
-    region = any(t.region is not None for t in targets)
     out = np.empty(len(targets), dtype=h5py.regionref_dtype if region else h5py.ref_dtype)
     t: RefTarget
     for k, t in enumerate(targets):
