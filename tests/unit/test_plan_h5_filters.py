@@ -177,3 +177,37 @@ def test_references_to_an_object_with_two_names_pass_the_check(tmp_path):
         assert c.get("b", getlink=True).__class__.__name__ == "HardLink"
         assert c[c["rrefs"][0]].name in ("/a", "/b")
         assert (c["a"][c["rrefs"][0]] == [1, 2]).all()
+
+
+def test_hdf5plugin_is_imported_only_when_a_dataset_needs_it(tmp_path):
+    """In a fresh interpreter: planning a gzip dataset leaves hdf5plugin unimported; planning
+    a bitshuffle one imports it (HDF5 then has filter 32008), and h5py stays the same build."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("hdf5plugin")
+    import hdf5plugin
+    with h5py.File(tmp_path / "g.h5", "w") as f:
+        f.create_dataset("g", data=np.arange(40).reshape(4, 10), chunks=(1, 10),
+                         compression="gzip")
+        f.create_dataset("b", data=np.arange(40).reshape(4, 10), chunks=(1, 10),
+                         **hdf5plugin.Bitshuffle(cname="lz4"))
+    code = f"""
+import sys, h5py
+from hooks import parse_spec
+from stager.planning import build_plan
+mpi = h5py.get_config().mpi
+def plan(e):
+    return build_plan(parse_spec("broadcast to /d h5 {{ " + e + " }}", path="t.hook",
+                                 base_dir={str(tmp_path)!r}, env={{}}))
+plan("g.h5:/g")
+print("after gzip:", "hdf5plugin" in sys.modules)
+p = plan("g.h5:/b")
+print("after bitshuffle:", "hdf5plugin" in sys.modules, h5py.h5z.filter_avail(32008))
+print("same h5py:", h5py.get_config().mpi == mpi, p.h5[0].datasets[0].filters[0].code)
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[:3] == ["after gzip: False", "after bitshuffle: True True",
+                                        "same h5py: True 32008"], r.stdout
