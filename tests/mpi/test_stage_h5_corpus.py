@@ -291,3 +291,42 @@ def test_lossy_filters_are_copied_as_stored_chunks_exactly(corpus):
                         problems.append("zfp was not moved as stored chunks")
     problems = comm.bcast(problems, root=0)
     assert_all(comm, not problems, "; ".join(problems))
+
+
+def test_a_source_chunk_that_does_not_decode_stops_every_leader_and_leaves_nothing(corpus):
+    """Stored chunks are decoded where they are read: a damaged source chunk is an agreed
+    error naming the file, dataset and chunk; no copy (nor temporary file) is left."""
+    import h5py
+
+    from hooks import parse_spec
+    from stager import stage
+    from stager.errors import TransferError
+
+    manifest, d = corpus
+    comm = _comm()
+    src = os.path.join(d, "damaged.h5")
+    if comm.rank == 0:
+        with h5py.File(src, "w") as f:
+            f.create_dataset("x", data=np.arange(6 * 50 * 40, dtype="<u2").reshape(6, 50, 40),
+                             chunks=(1, 50, 40), compression="gzip")
+            info = f["x"].id.get_chunk_info(4)
+        with open(src, "r+b") as fh:
+            fh.seek(info.byte_offset + 4)
+            fh.write(b"\xff" * (info.size - 8))
+    comm.Barrier()
+    out = os.path.join(d, "damaged-out")
+    spec = parse_spec(f'broadcast to {out}/%n h5 {{\n  "{src}:/x"\n}}\n', path="d.hook",
+                      base_dir=d, env={})
+    msg = "no error"
+    try:
+        stage(spec, comm, emulate_nodes=min(2, comm.size), progress=False, h5_inline_bytes=0)
+    except TransferError as e:
+        msg = str(e)
+    msgs = comm.allgather(msg)
+    assert_all(comm, len(set(msgs)) == 1, f"ranks disagree: {msgs}")
+    assert_all(comm, f"{src}:/x: the stored chunk at (4, 0, 0) does not decode" in msg, msg)
+    left = []
+    if comm.rank == 0 and os.path.isdir(out):
+        left = [os.path.join(r, n) for r, _, fs in os.walk(out) for n in fs
+                if ".stager" not in r]
+    assert_all(comm, not left, f"left behind: {left}")
