@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import os
 import stat as _stat
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from stager.errors import StagerError
 from stager.planning.plan import Plan, expand_dest
 from stager.planning.scatter import placement
 
-__all__ = ["Where", "StagedCopyMissing", "where"]
+__all__ = ["Where", "StagedCopyMissing", "where", "read_path"]
 
 
 class StagedCopyMissing(StagerError):
@@ -53,6 +53,13 @@ class Where:
         for i, e in enumerate(plan.files):
             self._index.setdefault(os.path.normpath(e.source), i)
         self.fell_back = 0
+
+    def source_at(self, dest: str) -> Optional[str]:
+        """The source file whose copy lands at ``dest`` (a template with ``%n``), or ``None``."""
+        if not hasattr(self, "_by_dest"):
+            self._by_dest = {os.path.normpath(e.dest.replace("\x00", "%")): e.source
+                             for e in self.plan.files}
+        return self._by_dest.get(os.path.normpath(dest))
 
     def _entry(self, source: str) -> int:
         i = self._index.get(os.path.normpath(os.fspath(source)))
@@ -94,27 +101,45 @@ class Where:
             file, or of another size than planned).
         """
         e = self.plan.files[self._entry(source)]
-        path = self.copy(source, node)
-        why = ""
         if node not in self.nodes(source):
-            why = f"node {node} holds no copy of it (its copies are on {', '.join(self.nodes(source))})"
-        else:
-            try:
-                st = os.lstat(path)
-                if not _stat.S_ISREG(st.st_mode):
-                    why = f"node {node}: {path} is not a regular file"
-                elif st.st_size != e.size:
-                    why = f"node {node}: {path} has {st.st_size} bytes, {e.size} were staged"
-            except FileNotFoundError:
-                why = f"node {node}: the staged copy {path} is missing"
-        if not why:
-            return path
-        if hard:
-            raise StagedCopyMissing(f"{why} (source {e.source}); stage again "
-                                    f"('stager stage {self.plan.spec_path}'), or place the "
-                                    "task softly to read the shared copy")
-        self.fell_back += 1
-        return e.source
+            if hard:
+                raise StagedCopyMissing(
+                    f"node {node} holds no copy of {e.source} (its copies are on "
+                    f"{', '.join(self.nodes(source))}): place the task there, or softly")
+            self.fell_back += 1
+            return e.source
+        path, fell = read_path(self.copy(source, node), e.source, node, hard, e.size)
+        self.fell_back += fell
+        return path
+
+
+def read_path(copy: str, source: str, node: str, hard: bool = False,
+              size: Optional[int] = None) -> Tuple[str, bool]:
+    """The path a task on ``node`` reads: its staged ``copy``, else (soft) the ``source``.
+
+    Returns ``(path, fell_back)``. For flows that pass each task only its two paths
+    (not the whole :class:`Where`). ``size``: the planned size, checked when given.
+
+    Raises
+    ------
+    StagedCopyMissing
+        ``hard`` and the copy is missing, not a regular file or of another size.
+    """
+    why = ""
+    try:
+        st = os.lstat(copy)
+        if not _stat.S_ISREG(st.st_mode):
+            why = f"node {node}: {copy} is not a regular file"
+        elif size is not None and st.st_size != size:
+            why = f"node {node}: {copy} has {st.st_size} bytes, {size} were staged"
+    except FileNotFoundError:
+        why = f"node {node}: the staged copy {copy} is missing"
+    if not why:
+        return copy, False
+    if hard:
+        raise StagedCopyMissing(f"{why} (source {source}); stage again, or place the task "
+                                "softly to read the shared copy")
+    return source, True
 
 
 def where(spec: Any, nodes: Sequence[str]) -> Where:

@@ -13,7 +13,7 @@ from tests.mpiutil import assert_all
 
 pytestmark = pytest.mark.mpi
 
-SIZES = [int(s) for s in "300000 5000 120000 64000 64000 250000 1 80000 90000 17000 4096 160000".split()]
+SIZES = [300000, 5000, 120000, 64000, 64000, 250000, 1, 80000, 90000, 17000, 4096, 160000]
 
 
 def _comm():
@@ -149,7 +149,8 @@ def test_tasks_run_where_their_data_is(mpi_tmpdir):
             files = [os.path.join(src, f) for f in sorted(os.listdir(src))]
             futs = [task.on(w.node(f), hard=True)(w, f, True) for f in files]
             res = [fu.result(timeout=120) for fu in futs]
-            here = sum(node in w.nodes(f) and path != f for f, (node, path, _, _) in zip(files, res))
+            here = sum(node in w.nodes(f) and path != f
+                       for f, (node, path, _, _) in zip(files, res))
             sizes_ok = all(n == os.path.getsize(f) for f, (_, _, n, _) in zip(files, res))
             rt = ex.runtime
             ok = here == len(files) and sizes_ok and rt.placed_here == rt.placed == len(files)
