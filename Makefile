@@ -19,7 +19,8 @@ MPI_TIMEOUT    ?= 1800
 APT_PACKAGES := openmpi-bin libopenmpi-dev libhdf5-openmpi-dev python3-h5py-mpi \
                 python3-mpi4py python3-venv slurm-wlm munge fuse3 procps
 
-.PHONY: help setup system demo test test-serial test-mpi lint lint-check bench clean-demo bench-pfs
+.PHONY: help setup system demo test test-serial test-mpi lint lint-check bench clean-demo bench-pfs \
+        serial-venv serial-venv-maybe
 
 help:
 	@echo "make demo   - set up (if needed) and run the main job"
@@ -54,10 +55,33 @@ $(STAMP): setup.cfg pyproject.toml constraints.txt
 	  assert h5py.get_config().mpi, 'not the parallel h5py (a PyPI h5py shadows Debian\'s?): ' + h5py.__file__"
 	@touch $(STAMP)
 
+# A cluster user's install (README, "Real detector files"): a plain venv from the pyenv
+# python3 (no Debian packages), the project + PyPI's serial h5py + mpi4py + hdf5plugin.
+# tests/e2e/test_h5_serial.py runs the h5 staging tests in it (and skips, saying why,
+# when it could not be built). Cached: rebuilt only when setup.cfg changes (~15 s).
+SERIAL_VENV ?= .venv-serial
+SERIAL_PY   ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.1[1-3]*/bin/python3 \
+                 /root/.pyenv/versions/3.1[1-3]*/bin/python3))
+SERIAL_STAMP := $(SERIAL_VENV)/.mpistage-serial
+
+serial-venv: $(SERIAL_STAMP)
+
+$(SERIAL_STAMP): setup.cfg pyproject.toml
+	@test -n "$(SERIAL_PY)" || { echo "no pyenv python3 >= 3.11 found: set SERIAL_PY"; exit 1; }
+	@test -x $(SERIAL_VENV)/bin/python || $(SERIAL_PY) -m venv $(SERIAL_VENV)
+	$(SERIAL_VENV)/bin/python -m pip install -q --disable-pip-version-check -e '.[hdf5,filters]' \
+	  pytest pytest-mpi pytest-timeout tifffile
+	@$(SERIAL_VENV)/bin/python -c "import h5py; assert not h5py.get_config().mpi, h5py.__file__"
+	@touch $@
+
+# `make test` tries it; a failure only makes the serial-h5py test skip with the reason.
+serial-venv-maybe:
+	@$(MAKE) --no-print-directory serial-venv || echo "make serial-venv failed: tests/e2e/test_h5_serial.py will skip"
+
 demo: setup
 	$(PY) -m hedm.demo --np $(NP) --out demo-out
 
-test: setup lint-check test-serial test-mpi
+test: setup serial-venv-maybe lint-check test-serial test-mpi
 
 test-serial:
 	timeout -k 30 $(SERIAL_TIMEOUT) $(PY) -m pytest -m "not mpi" -q --color=no

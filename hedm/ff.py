@@ -18,6 +18,14 @@ The graph:
    into the node-local results directory (``--results``);
 4. **drain** (``finalize``): results to ``OUT``, node-local copies removed.
 
+On a **scatter** block (``hedm/hooks/ff_scatter.hook``: each frame file of a TIFF
+series on one node, for datasets larger than one node's storage), each frame's
+task is placed on the node holding that frame (``stager.where``) and reads the
+copy there; placed softly, a task that runs elsewhere (its node's workers busy)
+or finds its copy gone reads the frame from the shared filesystem instead, and
+``ff_run.json`` counts it (``scatter``). ``--hard-placement`` makes such a task
+fail, naming node and file. The results equal the broadcast run's.
+
 For a GE/HDF5 input, frame numbers are indices into the file
 (``RawStartNr`` .. ``RawStartNr + NrFilesPerSweep - 1``); for a TIFF series
 they are the file numbers. ``OUT/ff_run.json`` records phases and cache hits.
@@ -26,7 +34,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Dict
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
@@ -81,6 +89,10 @@ def kernel_params(p: Dict[str, Any]):
 
 def add_arguments(parser) -> None:
     add_flow_arguments(parser, "FF", SCHEMA)
+    parser.add_argument("--hard-placement", action="store_true",
+                        help="scattered frames: run each frame's task only on the node "
+                             "holding it (default: there if it can, else elsewhere, "
+                             "reading the shared copy)")
 
 
 def load_dark(path: str, shape) -> np.ndarray:
@@ -97,19 +109,34 @@ def load_dark(path: str, shape) -> np.ndarray:
 # -- tasks ---------------------------------------------------------------------------
 @app
 def find_ff_peaks(frame: int, source: str, first: int, n: int, shape, dark: str,
-                  params: Dict[str, Any]) -> Dict[str, Any]:
-    """One frame from this node's staged copy -> its peak table (+ a log row)."""
+                  params: Dict[str, Any], shared: Optional[str] = None,
+                  hard: bool = False) -> Dict[str, Any]:
+    """One frame from this node's staged copy -> its peak table (+ a log row).
+
+    ``shared``: the frame was scattered (its own file, on some nodes only); the
+    task reads this node's copy, else the shared file (soft) or fails (``hard``).
+    """
     from kernels.ff import find_peaks
 
     t0 = time.perf_counter()
-    reader, index_of = frame_reader(on_this_node(source), first, n, shape)
-    image = reader.read(index_of(frame))
+    fell = False
+    if shared is None:
+        reader, index_of = frame_reader(on_this_node(source), first, n, shape)
+        image = reader.read(index_of(frame))
+    else:
+        from kernels import open_frames
+        from stager.locality import read_path
+
+        path, fell = read_path(on_this_node(frame_file(source, frame)), shared, this_node(),
+                               hard)
+        image = open_frames(path, dtype="uint16").read(0)
     dark_image, hit = cached(on_this_node(dark), lambda p: load_dark(p, shape), kind="dark")
     t1 = time.perf_counter()
     peaks = find_peaks(image, dark_image, kernel_params(params), frame_index=frame)
     return {"peaks": peaks, "frames": as_records([(frame, len(peaks))], FF_FRAME_DTYPE),
             "log": [(frame, worker_name(), round(t1 - t0, 6), round(time.perf_counter() - t1, 6),
-                     bool(hit))]}
+                     bool(hit))],
+            "shared_reads": [frame] if fell else []}
 
 
 @app
@@ -148,15 +175,20 @@ def main(args):
     dark = os.path.join(folder, p["Dark"])
     first, n = p["RawStartNr"], p["NrFilesPerSweep"]
     shape = (p["NrPixelsZ"], p["NrPixelsY"])
-    for path in [dark, source % first if is_series(source) else source]:
+    for path in [dark, frame_file(source, first) if is_series(source) else source]:
         if not os.path.isfile(on_this_node(path)):
             raise ParamError(f"{on_this_node(path)} does not exist on this node; check "
                              "DataDirectory/InputPattern/Dark or stage it (--stage SPEC)")
     out = getattr(args, "out", None) or os.getcwd()
     results = args.results or out
 
-    per_frame = [find_ff_peaks(f, source, first, n, shape, dark, p)
-                 for f in range(first, first + n)]
+    frames = range(first, first + n)
+    placed = scattered_frames(args, source, frames)
+    hard = bool(getattr(args, "hard_placement", False))
+    per_frame = [find_ff_peaks.on(placed[f][0], hard=hard)(f, source, first, n, shape, dark, p,
+                                                           placed[f][1], hard)
+                 if f in placed else find_ff_peaks(f, source, first, n, shape, dark, p)
+                 for f in frames]
     merge, merges = recording(merge_ff)
     merged = reduce_tree(merge, per_frame, ordered=True)
     written = write_ff(merged, p, dark, shape, results)
@@ -169,8 +201,50 @@ def main(args):
                               t_origin),
         "frame_log": log_summary(merged.result()["log"], "dark"),
     }
+    if placed:
+        from workflows.runtime import active_runtime
+
+        rt = active_runtime()
+        record["scatter"] = {"frames_placed": len(placed), "placed": rt.placed,
+                             "ran_where_placed": rt.placed_here,
+                             "read_shared": merged.result()["shared_reads"]}
     write_json(os.path.join(out, "ff_run.json"), record)
     return written
+
+
+def frame_file(series: str, frame: int) -> str:
+    """The file of ``frame`` in a TIFF series (``%d`` field in the file name only, so a
+    ``%n`` in its folder stays for :func:`workflows.on_this_node`)."""
+    folder, name = os.path.split(series)
+    return os.path.join(folder, name % frame)
+
+
+def scattered_frames(args, source: str, frames) -> Dict[int, Tuple[str, str]]:
+    """Frames whose file a scatter block put on some nodes only: frame -> (node, shared path).
+
+    Empty when the run staged nothing or only broadcast blocks. Plans the staged spec
+    again on this one process (what ``stager.where`` does) to learn the placement.
+    """
+    from hedm.params import ParamError
+
+    rep, spec = getattr(args, "stage_report", None), getattr(args, "stage_spec", None)
+    if rep is None or not spec:
+        return {}
+    from stager import where
+
+    w = where(spec, rep.nodes)
+    if not w.plan.scatters:
+        return {}
+    out: Dict[int, Tuple[str, str]] = {}
+    for f in frames:
+        src = w.source_at(frame_file(source, f) if is_series(source) else source)
+        if src is not None and len(w.nodes(src)) < len(rep.nodes):
+            if not is_series(source):
+                raise ParamError(f"{source} is scattered, but it holds every frame: a scatter "
+                                 "block spreads files, so give one file per frame (a TIFF "
+                                 "series, InputPattern with a %d field) or broadcast it")
+            out[f] = (w.node(src), src)
+    return out
 
 
 def finalize(args, comm) -> None:

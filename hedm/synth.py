@@ -73,13 +73,19 @@ def make_ff_dataset(folder: str, model, params: Optional[Mapping[str, Any]] = No
     from kernels.synth import background_pattern, frames, render_dark
     from kernels import write_ge
 
+    from hedm.common import is_series
     from hedm.ff import SCHEMA
 
     os.makedirs(folder, exist_ok=True)
     values: Dict[str, Any] = dict(FF_DEFAULTS, **(params or {}))
     values.update(NrFilesPerSweep=model.n_frames, NrPixelsY=model.shape[1],
                   NrPixelsZ=model.shape[0])
-    write_ge(os.path.join(folder, values["InputPattern"]), frames(model))
+    if is_series(values["InputPattern"]):  # one TIFF per frame (what a scatter block spreads)
+        from kernels import write_tiff_series
+        write_tiff_series(os.path.join(folder, values["InputPattern"]), frames(model),
+                          first=values["RawStartNr"])
+    else:
+        write_ge(os.path.join(folder, values["InputPattern"]), frames(model))
     pattern = background_pattern(model)
     write_ge(os.path.join(folder, values["Dark"]),
              (render_dark(model, i, pattern) for i in range(n_dark)))

@@ -127,8 +127,24 @@ def _block(node: Tree, path: str, env: Mapping[str, str], base_dir: str, error) 
     kw = cast("Token", children[0])
     dest_tok = cast("Token", cast("Tree", children[2]).children[0])
     kind = cast("Token", cast("Tree", children[3]).children[0])
-    lbrace = cast("Token", children[4])
-    entries = [c for c in children[5:] if isinstance(c, Tree)]
+    at = 4
+    mode = "scatter" if kw.type == "SCATTER" else "broadcast"
+    replicas = 1 if mode == "scatter" else 0
+    if isinstance(children[4], Tree) and children[4].data == "replicas":
+        rkw = cast("Token", children[4].children[0])
+        rtok = cast("Token", cast("Tree", children[4].children[1]).children[0])
+        if mode != "scatter":
+            raise error("'replicas' is an option of scatter blocks: a broadcast block puts "
+                        "every file on every node (write 'scatter to DIR files replicas N {')",
+                        rkw.line, rkw.column)
+        text = _unquote(rtok)
+        if not text.isdigit() or int(text) < 1:
+            raise error(f"replicas {text!r}: write a whole number of nodes, 1 or more",
+                        rtok.line, rtok.column)
+        replicas = int(text)
+        at = 5
+    lbrace = cast("Token", children[at])
+    entries = [c for c in children[at + 1:] if isinstance(c, Tree)]
     dest = _expand(dest_tok, env, error, destination=True)
     if not dest.startswith("/"):
         raise error(f"relative destination {dest_tok.value!r}: a destination must be an "
@@ -160,7 +176,8 @@ def _block(node: Tree, path: str, env: Mapping[str, str], base_dir: str, error) 
         patterns.append(Pattern(text=full, raw=_unquote(tok), optional=optional,
                                 location=_loc(path, tok), selection=selection))
     return Block(dest=_normdest(dest), kind=str(kind), patterns=tuple(patterns),
-                 location=_loc(path, kw), dest_location=_loc(path, dest_tok))
+                 location=_loc(path, kw), dest_location=_loc(path, dest_tok), mode=mode,
+                 replicas=replicas)
 
 
 def _entry_column(tok: Token, offset: int) -> int:
@@ -273,7 +290,8 @@ def _user(env: Mapping[str, str]) -> str:
 
 # -- syntax errors ------------------------------------------------------------
 
-_DESCRIBE = {"BROADCAST": "'broadcast'", "TO": "'to'", "FILES": "'files'", "H5": "'h5'",
+_DESCRIBE = {"BROADCAST": "'broadcast'", "SCATTER": "'scatter'", "REPLICAS": "'replicas'",
+             "TO": "'to'", "FILES": "'files'", "H5": "'h5'",
              "LBRACE": "'{'", "RBRACE": "'}'", "OPTIONAL": "'?'", "$END": "end of file"}
 
 
@@ -305,7 +323,7 @@ def _context(text: str, upto: int) -> Tuple[Optional[Token], List[Token]]:
                 if stack:
                     stack.pop()
                 header = []
-            elif tok.type == "BROADCAST" and not stack:
+            elif tok.type in ("BROADCAST", "SCATTER") and not stack:
                 header = [tok]
             elif header:
                 header.append(tok)
@@ -328,7 +346,7 @@ def _header_message(header: List[Token], found: str, tok: Optional[Token]) -> st
     n = len(header)
     kind = tok.type if tok is not None else "$END"
     if n == 1:
-        return f"missing 'to' after 'broadcast' (found {found})"
+        return f"missing 'to' after '{header[0].value}' (found {found})"
     if n == 2:
         return f"missing destination directory after 'to' (found {found})"
     if n == 3:
@@ -369,9 +387,9 @@ def _syntax_error(e: Any, text: str, error) -> SpecError:
         prev = context[-1] if context else None
         if prev is not None and prev.type == "OPTIONAL":
             msg = f"'?' must be followed by a path (found {found})"
-        elif tok.type == "BROADCAST":
+        elif tok.type in ("BROADCAST", "SCATTER"):
             return error(f"missing '}}': this block is not closed before the next "
-                         f"'broadcast' at line {tok.line}", opened.line, opened.column)
+                         f"'{tok.value}' at line {tok.line}", opened.line, opened.column)
         elif tok.type == "LBRACE":
             msg = (f"unexpected '{{' inside the block opened at line {opened.line}: "
                    "is a '}' missing before it?")

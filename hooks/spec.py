@@ -49,7 +49,7 @@ class Pattern:
 
 @dataclass(frozen=True)
 class Block:
-    """``broadcast to DEST KIND { patterns }``.
+    """``broadcast to DEST KIND { patterns }`` or ``scatter to DEST KIND [replicas R] { ... }``.
 
     Attributes
     ----------
@@ -64,6 +64,11 @@ class Block:
         Where the ``broadcast`` keyword is.
     dest_location : Location
         Where the destination is (for messages about it).
+    mode : str
+        ``broadcast`` (every node gets every output) or ``scatter`` (each output
+        lands on ``replicas`` nodes).
+    replicas : int
+        For ``scatter``: how many nodes hold each output (default 1); 0 for ``broadcast``.
     """
 
     dest: str
@@ -71,6 +76,8 @@ class Block:
     patterns: Tuple[Pattern, ...]
     location: Location
     dest_location: Location
+    mode: str = "broadcast"
+    replicas: int = 0
 
     @property
     def display_dest(self) -> str:

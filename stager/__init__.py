@@ -22,8 +22,8 @@ from typing import Any
 from stager.errors import CapacityError, PlanError, StagerError, TransferError, VerifyError
 
 __all__ = [
-    "plan", "stage", "verify", "clean", "drain",
-    "Plan", "Report", "VerifyReport", "CleanReport", "DrainReport",
+    "plan", "stage", "verify", "clean", "drain", "where",
+    "Plan", "Where", "StagedCopyMissing", "Report", "VerifyReport", "CleanReport", "DrainReport",
     "StagerError", "PlanError", "CapacityError", "TransferError", "VerifyError",
 ]
 
@@ -38,6 +38,9 @@ _LAZY = {
     "CleanReport": "stager.nodelocal.clean",
     "drain": "stager.stageout",
     "DrainReport": "stager.stageout",
+    "where": "stager.locality",
+    "Where": "stager.locality",
+    "StagedCopyMissing": "stager.locality",
 }
 
 

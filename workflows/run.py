@@ -362,6 +362,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(f"error: {bad}", file=sys.stderr)
         return 2
     ns.out, ns.executor, ns.ranks, ns.stage_report = out, name, comm.Get_size() if comm else 1, None
+    ns.stage_spec = None
     # Flows that address node-local copies (%n) need the node layout the stager used.
     ns.emulate_nodes, ns.node_id_env = opts.emulate_nodes, opts.node_id_env
     return _run(opts, module, ns, name, comm, hooks)
@@ -394,6 +395,7 @@ def _run(opts, module, ns, name: str, comm: Any, hooks) -> int:
             t = time.perf_counter()
             # The spec is read and planned on rank 0 only, inside stage().
             ns.stage_report = stager.stage(opts.stage, comm=comm, **node_opts)
+            ns.stage_spec = opts.stage
             times["stage"] = time.perf_counter() - t
             if rank == 0:
                 print(ns.stage_report.summary())

@@ -13,13 +13,14 @@ import json
 import socket
 import sys
 from collections import OrderedDict
-from typing import Dict, List
+from typing import Dict, List, Optional, Tuple
 
 from hooks import SpecError, load_spec
 from stager.errors import PlanError
 from stager.nodelocal.space import DestinationSpace, check_space
 from stager.planning import build_plan
 from stager.planning.plan import Plan, describe_size, expand_node
+from stager.planning.scatter import node_bytes, placement
 from stager.planning.sources import check_disjoint, real_dest
 
 HELP = "expand a hook spec and print what would be staged"
@@ -33,6 +34,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"list every file (default: the first {SHOWN})")
     p.add_argument("--node", default=None,
                    help="node name for %%n when checking space (default: this host's name)")
+    p.add_argument("--nodes", type=int, default=None, metavar="N",
+                   help="for scatter blocks: place their files on N nodes and show each "
+                        "node's bytes (without it, the space check counts them whole)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -54,27 +58,74 @@ def run(args: argparse.Namespace) -> int:
     except PlanError as e:
         print(f"stager plan: {e}", file=sys.stderr)
         return 2
-    space = destination_space(plan, node)
+    per_node: Optional[List[int]] = None
+    held: Dict[int, Tuple[int, ...]] = {}
+    try:
+        if args.nodes is not None and args.nodes < 1:
+            raise PlanError(f"--nodes {args.nodes}: give the number of nodes, 1 or more")
+        if plan.scatters and args.nodes is not None:
+            held = placement(plan, args.nodes)
+            per_node = node_bytes(plan, args.nodes)
+    except PlanError as e:
+        print(f"stager plan: {e}", file=sys.stderr)
+        return 2
+    space = destination_space(plan, node, held)
+    too_big = _too_big(plan, space, node)
+    if too_big:
+        print(f"stager plan: {too_big}", file=sys.stderr)
+        return 2
     if args.json:
         doc = plan.to_dict()
         doc["node"] = node
         doc["largest"] = _largest(plan)
+        if per_node is not None:
+            doc["bytes_per_node"] = per_node
+            doc["holders"] = {plan.files[i].source: list(h) for i, h in held.items()}
         doc["destinations"] = [dict(dest=s.dest, probe=s.probe, needs=s.needs, free=s.free,
                                     filesystem_needs=s.fs_needs, fits=s.fits) for s in space]
         json.dump(doc, sys.stdout, indent=2)
         print()
     else:
-        print(render_text(plan, space, node, limit=None if args.all else SHOWN))
+        print(render_text(plan, space, node, limit=None if args.all else SHOWN,
+                          per_node=per_node))
     return 0
 
 
-def destination_space(plan: Plan, node: str) -> List[DestinationSpace]:
-    """Free space for each block's destination on this machine, as node ``node``."""
+def destination_space(plan: Plan, node: str,
+                      held: Optional[Dict[int, Tuple[int, ...]]] = None) -> List[DestinationSpace]:
+    """Free space for each block's destination on this machine, as node ``node``.
+
+    A scatter block counts the bytes of the most loaded node when ``held`` (its
+    placement) is given, else its whole size (one node holding everything).
+    """
     needs: Dict[str, int] = OrderedDict()
-    for block in plan.blocks:
+    share: Dict[int, List[int]] = {}
+    if held:
+        nodes = 1 + max(n for hs in held.values() for n in hs)
+        for i, hs in held.items():
+            per = share.setdefault(plan.files[i].block, [0] * nodes)
+            for n in hs:
+                per[n] += plan.files[i].size
+    for index, block in enumerate(plan.blocks):
         dest = expand_node(block.dest, node)
-        needs[dest] = needs.get(dest, 0) + block.bytes
+        nbytes = block.bytes
+        if block.mode == "scatter" and held:
+            nbytes = max(share.get(index, [0]))
+        needs[dest] = needs.get(dest, 0) + nbytes
     return check_space(needs.items())
+
+
+def _too_big(plan: Plan, space: List[DestinationSpace], node: str) -> str:
+    """A scatter file larger than its destination's free space (no node could hold it)."""
+    free = {s.dest: s.free for s in space}
+    for e in plan.files:
+        b = plan.blocks[e.block]
+        room = free.get(expand_node(b.dest, node)) if b.mode == "scatter" else None
+        if room is not None and e.size > room:
+            return (f"{b.location}: {e.source} ({describe_size(e.size)}) is larger than the "
+                    f"free space of its destination ({describe_size(room)}): no node can hold "
+                    "it; free space there or stage it to a larger filesystem")
+    return ""
 
 
 def _largest(plan: Plan):
@@ -83,7 +134,7 @@ def _largest(plan: Plan):
 
 
 def render_text(plan: Plan, space: List[DestinationSpace], node: str,
-                limit=SHOWN) -> str:
+                limit=SHOWN, per_node: Optional[List[int]] = None) -> str:
     """The human-readable plan. Pure."""
     out = [f"spec {plan.spec_path}: {len(plan.blocks)} block(s), "
            f"{plan.n_outputs} file(s), {describe_size(plan.total_bytes)}"]
@@ -92,11 +143,22 @@ def render_text(plan: Plan, space: List[DestinationSpace], node: str,
             out.append(f"  block {i} ({b.location}): h5, {b.files} HDF5 file(s), "
                        f"{describe_size(b.data_bytes)} selected, about "
                        f"{describe_size(b.bytes)} on disk -> {b.dest.replace(chr(0), '%')}")
+        elif b.mode == "scatter":
+            out.append(f"  block {i} ({b.location}): scatter, {b.files} file(s), "
+                       f"{describe_size(b.bytes)} in all, each file on {b.replicas} node(s) "
+                       f"-> {b.dest.replace(chr(0), '%')}")
         else:
             out.append(f"  block {i} ({b.location}): {b.files} file(s), "
                        f"{describe_size(b.bytes)} -> {b.dest.replace(chr(0), '%')}")
-    out.append(f"each node receives {describe_size(plan.total_bytes)} "
-               f"({plan.total_bytes} bytes)")
+    if per_node is not None:
+        out.append(f"bytes per node on {len(per_node)} node(s): "
+                   + ", ".join(f"node {k}: {describe_size(v)}" for k, v in enumerate(per_node)))
+    elif plan.scatters:
+        out.append("scatter blocks: pass --nodes N to place their files and see each node's "
+                   "bytes (the space check below counts them whole)")
+    else:
+        out.append(f"each node receives {describe_size(plan.total_bytes)} "
+                   f"({plan.total_bytes} bytes)")
     largest = plan.largest
     if largest is not None:
         out.append(f"largest file: {largest.source} ({describe_size(largest.size)})")

@@ -61,6 +61,10 @@ def build_plan(spec: Spec, *, stat: StatFn = os.stat, h5_inline_bytes: Any = Non
         if block.kind == "files":
             bp, entries = plan_files(block, index, claimed, stat, trees, skipped)
             files.extend(entries)
+        elif block.kind == "h5" and block.mode == "scatter":
+            raise PlanError(f"{block.location}: 'scatter ... h5' blocks are not supported by "
+                            "this version of the stager: scatter whole HDF5 files with "
+                            "'scatter to DIR files { ... }', or broadcast the selection")
         elif block.kind == "h5":
             # numpy and h5py: only for a spec with h5 blocks, only on the planning rank
             from stager.planning.h5 import INLINE_BYTES, plan_h5

@@ -84,7 +84,8 @@ def plan_files(block: Block, index: int, claimed: Dict[str, Tuple[str, Pattern]]
     entries.sort(key=lambda e: e.dest)
     nbytes = sum(e.size for e in entries)
     return (BlockPlan(dest=block.dest, kind=block.kind, location=str(block.location),
-                      files=len(entries), bytes=nbytes, data_bytes=nbytes), entries)
+                      files=len(entries), bytes=nbytes, data_bytes=nbytes,
+                      mode=block.mode, replicas=block.replicas), entries)
 
 
 def _expand_pattern(block: Block, pattern: Pattern, stat: StatFn,

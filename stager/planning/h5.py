@@ -5,10 +5,11 @@ Like the ``files`` planning, :func:`plan_h5` runs on ONE process (rank 0
 under MPI, with serial h5py: the default file driver, read only) and its
 result is broadcast inside the plan. It opens every matched source file once,
 resolves each entry's internal path (with globs) and describes every selected
-dataset: shape, dtype and HDF5 file type, layout, chunk shape, filter
-pipeline, fill value, attributes, selected first-axis range and bytes. The
-entry syntax (``FILE:/path[a:b:s]``) was checked when the spec was parsed
-(:mod:`hooks.h5entry`); the slice bounds are checked here, against the dataset.
+dataset (:mod:`stager.planning.h5describe`): exact HDF5 type, layout, chunk
+shape, filter pipeline with its set-up values, fill value, attributes,
+selected first-axis range and bytes. The entry syntax (``FILE:/path[a:b:s]``)
+was checked when the spec was parsed (:mod:`hooks.h5entry`); the slice bounds
+are checked here, against the dataset.
 
 Decisions (also in docs/hook-spec.md, "HDF5 selections"):
 
@@ -16,43 +17,43 @@ Decisions (also in docs/hook-spec.md, "HDF5 selections"):
   the ``**`` rule of file blocks); several entries naming one source file
   fill one output file. The same object selected twice identically is staged
   once; two different selections of one dataset are an error.
-* A group is copied whole (subgroups, datasets, attributes, soft links as
-  soft links); the ancestors of every selected object are created with their
-  attributes, so NeXus ``NX_class`` markers survive. External links and
-  committed datatypes are refused with a message (stage their file instead).
-* Small datasets (at most :data:`INLINE_BYTES` selected) and variable-length
-  string datasets (at most :data:`VLEN_LIMIT`) are read here, once, and travel
-  inside the plan: a NeXus metadata group of a hundred scalars then costs no
-  collective round per scalar.
-* Supported dtypes: booleans, integers, floats, complex, fixed-length strings,
-  opaque, compounds and sub-arrays of those, variable-length strings (inline).
-  References and variable-length sequences are "unsupported dtype" errors.
+* A group is copied whole (subgroups, datasets, attributes); soft links stay
+  soft links, a second hard link to a copied dataset stays a hard link; the
+  ancestors of every selected object are created with their attributes, so
+  NeXus ``NX_class`` markers survive. Committed datatypes are refused on their
+  own (datasets using them are copied with the type itself).
+* External links and virtual datasets are followed (:mod:`stager.planning.h5links`):
+  the copy holds their data as regular datasets; a missing target is refused.
+* References are translated to the copy; one whose target is not staged is
+  refused (after the whole output file is planned, so entry order does not matter).
+* Small datasets (at most :data:`INLINE_BYTES` selected), scalars, variable-length
+  string datasets (at most :data:`VLEN_LIMIT`) and reference datasets are read
+  here, once, and travel inside the plan: a NeXus metadata group of a hundred
+  scalars then costs no collective round per scalar.
 """
 from __future__ import annotations
 
-import math
 import os
+import posixpath
 import stat as _stat
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any, Dict, Iterator, List, Optional, Tuple
-
-import numpy as np
 
 from hooks.h5entry import Slice, path_has_magic
 from hooks.spec import Block, Pattern
 from stager.errors import PlanError
-from stager.planning.h5types import (OBJECT_OVERHEAD, Attr, DatasetPlan, Filter, GroupPlan,
-                                     H5FilePlan, LinkPlan)
+from stager.planning.h5describe import (INLINE_BYTES, VLEN_LIMIT, Ctx, RefCheck, describe,
+                                        external_target, read_attrs)
+from stager.planning.h5links import LinkedFiles
+from stager.planning.h5types import DatasetPlan, GroupPlan, H5FilePlan, LinkPlan
 from stager.planning.plan import BlockPlan
 from stager.planning.sources import checked_dest, destination_for, glob_matches
 
-__all__ = ["INLINE_BYTES", "VLEN_LIMIT", "plan_h5"]
+__all__ = ["INLINE_BYTES", "VLEN_LIMIT", "MAX_LINK_HOPS", "plan_h5"]
 
-#: Datasets with at most this many selected bytes are read while planning.
-INLINE_BYTES = 64 << 10
-#: Largest variable-length string dataset staged (it is read while planning).
-VLEN_LIMIT = 1 << 20
+#: Links followed in a row before a path is refused as a loop (HDF5's own limit is 16).
+MAX_LINK_HOPS = 16
 
 
 @dataclass(frozen=True)
@@ -107,8 +108,9 @@ def plan_h5(block: Block, index: int, claimed: Dict[str, Tuple[str, Pattern]],
     PlanError
         Starting with the entry's ``FILE:LINE:COL``: no match (file or object),
         missing dataset, slice out of range, slice on something that is not a
-        dataset, unsupported dtype, a file that is not HDF5, conflicting
-        selections or destinations.
+        dataset, unsupported dtype, a filter missing here, a link or virtual
+        dataset whose target does not exist, a reference whose target is not
+        staged, a file that is not HDF5, conflicting selections or destinations.
     """
     import h5py  # only the planning process needs it, and only for h5 blocks
 
@@ -139,14 +141,19 @@ def plan_h5(block: Block, index: int, claimed: Dict[str, Tuple[str, Pattern]],
             except OSError as e:
                 raise PlanError(f"{entry.where}: cannot open {src} as HDF5 ({e}); is it an "
                                 "HDF5 file? Stage other files with a 'files' block") from e
-            with f:
+            files = LinkedFiles()
+            try:
+                walker = _Walker(Ctx(f, src), entry, src, acc, inline_bytes, files)
                 found = 0
                 for path in _resolve(f, entry, src):
                     found += 1
-                    _select(f, path, entry, src, acc, inline_bytes)
+                    walker.select(path)
                 if not found and not pattern.optional:
                     raise PlanError(f"{entry.where}: {entry.path} matches no object in "
                                     f"{src}{_holds(f, entry.path)}")
+            finally:
+                files.close()
+                f.close()
     mine = [accs[d].done() for d in sorted(accs)]
     return (BlockPlan(dest=block.dest, kind="h5", location=str(block.location),
                       files=len(mine), bytes=sum(m.est_bytes for m in mine),
@@ -180,6 +187,9 @@ class _FileAcc:
         self.groups: Dict[str, GroupPlan] = {}
         self.datasets: Dict[str, Tuple[DatasetPlan, str]] = {}
         self.links: Dict[str, LinkPlan] = {}
+        self.linked: Dict[str, Tuple[int, int]] = {}
+        self.checks: List[RefCheck] = []
+        self.objects: Dict[Tuple[str, int], str] = {}  # whole datasets by (file, address)
 
     def add_dataset(self, d: DatasetPlan, where: str) -> None:
         old = self.datasets.get(d.path)
@@ -191,14 +201,31 @@ class _FileAcc:
                             "one selection per dataset")
         self.datasets[d.path] = (d, where)
 
+    def _check_refs(self) -> None:
+        for c in self.checks:
+            d = self.datasets.get(c.target)
+            held = c.target == "/" or c.target in self.groups or d is not None or \
+                (c.target in self.links and self.links[c.target].kind == "hard")
+            if not held:
+                raise PlanError(f"{c.where}: {c.what} refers to {c.target}, which this block "
+                                f"does not stage; add {self.source}:{c.target} to the block "
+                                "(references are translated to the copy's objects), or leave "
+                                "the reference out")
+            if c.region and d is not None and d[0].sliced:
+                raise PlanError(f"{c.where}: {c.what} is a region reference into "
+                                f"{d[0].selection}, which is staged as a slice (the region's "
+                                "coordinates would be wrong); stage the dataset whole")
+
     def done(self) -> H5FilePlan:
+        self._check_refs()
         return H5FilePlan(source=self.source, dest=self.dest, block=self.block, root=self.root,
                           size=self.size,
                           mtime_ns=self.mtime_ns, mode=self.mode, ctime_ns=self.ctime_ns,
                           ino=self.ino,
                           groups=tuple(self.groups[p] for p in sorted(self.groups)),
                           datasets=tuple(self.datasets[p][0] for p in sorted(self.datasets)),
-                          links=tuple(self.links[p] for p in sorted(self.links)))
+                          links=tuple(self.links[p] for p in sorted(self.links)),
+                          linked=tuple((p, s, m) for p, (s, m) in sorted(self.linked.items())))
 
 
 # -- objects --------------------------------------------------------------------
@@ -212,7 +239,13 @@ def _resolve(f: Any, entry: _Entry, src: str) -> Iterator[str]:
     for part in parts:
         nxt: List[str] = []
         for parent in current:
-            g = f.get(parent)
+            try:
+                g = f.get(parent)
+            except (KeyError, OSError):  # through a dangling link: select() names it
+                g = None
+                if not path_has_magic(entry.path):
+                    nxt.append(_join(parent, part))
+                    continue
             if not isinstance(g, h5py.Group):
                 if not path_has_magic(entry.path):
                     raise PlanError(f"{entry.where}: {parent} in {src} is a dataset, not a "
@@ -245,165 +278,141 @@ def _holds(f: Any, path: str) -> str:
     return f" ({parent} holds: {shown or 'nothing'}); check the internal path"
 
 
-def _select(f: Any, path: str, entry: _Entry, src: str, acc: _FileAcc, inline: int) -> None:
-    import h5py
+class _Walker:
+    """Plans the objects one entry selects in one source file (links followed)."""
 
-    link = f.get(path, getlink=True) if path != "/" else None
-    if isinstance(link, h5py.ExternalLink):
-        raise PlanError(f"{entry.where}: {src}:{path} is an external link to "
-                        f"{link.filename}:{link.path}; stage that file's object instead")
-    try:
-        obj = f[path]
-    except KeyError as e:
-        raise PlanError(f"{entry.where}: {src}:{path} is a dangling soft link") from e
-    _ancestors(f, path, acc)
-    if isinstance(obj, h5py.Dataset):
-        acc.add_dataset(_describe(obj, path, entry.slice, entry, src, inline), entry.where)
-    elif isinstance(obj, h5py.Group):
-        if entry.slice is not None:
-            raise PlanError(f"{entry.where}: {src}:{path} is a group, not a dataset; the "
-                            f"slice {entry.slice} applies to datasets only (drop it to copy "
-                            "the whole group)")
-        _walk(obj, path, entry, src, acc, set(), inline)
-    else:
-        raise PlanError(f"{entry.where}: {src}:{path} is a committed datatype, not a dataset "
-                        "or group; it cannot be staged on its own")
+    def __init__(self, main: Ctx, entry: _Entry, src: str, acc: _FileAcc, inline: int,
+                 files: LinkedFiles) -> None:
+        self.main, self.entry, self.src, self.acc = main, entry, src, acc
+        self.inline, self.files = inline, files
 
+    def where(self, path: str) -> str:
+        return f"{self.entry.where}: {self.src}:{path}"
 
-def _ancestors(f: Any, path: str, acc: _FileAcc) -> None:
-    parts = [p for p in path.split("/") if p][:-1]
-    paths = ["/"] + ["/" + "/".join(parts[:i + 1]) for i in range(len(parts))]
-    for p in paths:
-        if p not in acc.groups:
-            acc.groups[p] = GroupPlan(p, _attrs(f[p], p, acc.entry, acc.source))
+    # -- following links ---------------------------------------------------------
+    def locate(self, ctx: Ctx, path: str, hops: int = 0) -> Tuple[Ctx, str]:
+        """The file and path holding the object at ``path`` (of ``ctx``'s file), links
+        followed; the returned context maps the object's paths to the copy's."""
+        import h5py
 
-
-def _walk(g: Any, path: str, entry: _Entry, src: str, acc: _FileAcc, seen: set,
-          inline: int) -> None:
-    import h5py
-
-    addr = h5py.h5o.get_info(g.id).addr
-    if addr in seen:  # a hard-link cycle: the group is being copied already
-        return
-    seen.add(addr)
-    acc.groups[path] = GroupPlan(path, _attrs(g, path, entry, src))
-    for name in sorted(g.keys()):
-        child = _join(path, name)
-        link = g.get(name, getlink=True)
-        if isinstance(link, h5py.SoftLink):
-            acc.links[child] = LinkPlan(child, link.path)
-        elif isinstance(link, h5py.ExternalLink):
-            raise PlanError(f"{entry.where}: {src}:{child} is an external link to "
-                            f"{link.filename}:{link.path}; stage that file's object with its "
-                            "own entry, or select this group's other members")
-        else:
-            obj = g[name]
-            if isinstance(obj, h5py.Group):
-                _walk(obj, child, entry, src, acc, seen, inline)
-            elif isinstance(obj, h5py.Dataset):
-                acc.add_dataset(_describe(obj, child, None, entry, src, inline), entry.where)
+        ctx0, cur, copy_cur = ctx, "/", "/"
+        for name in [p for p in path.split("/") if p]:
+            g = ctx.file.get(cur)
+            if not isinstance(g, h5py.Group):
+                raise PlanError(f"{self.where(path)}: {cur} is not a group, so {path} does "
+                                "not exist")
+            link = g.get(name, getlink=True)
+            nxt, copy_cur = _join(cur, name), _join(copy_cur, name)
+            if link is None:
+                raise PlanError(f"{self.where(path)}: {nxt} does not exist in {ctx.name}")
+            if isinstance(link, h5py.SoftLink):
+                target = posixpath.normpath(posixpath.join(cur, link.path))
+                if ctx.file.get(target) is None:
+                    raise PlanError(f"{self.where(path)}: {nxt} is a dangling soft link (to "
+                                    f"{link.path}); fix the file, or leave it out")
+                ctx, cur = self._hop(ctx, target, ctx0.to_copy(copy_cur) or copy_cur, hops)
+            elif isinstance(link, h5py.ExternalLink):
+                ctx, cur = self.external(ctx, link, ctx0.to_copy(copy_cur) or copy_cur, hops)
             else:
-                raise PlanError(f"{entry.where}: {src}:{child} is a committed datatype, which "
-                                "the stager cannot copy; select the group's datasets instead")
+                cur = nxt
+        return ctx, cur
 
+    def _hop(self, ctx: Ctx, target: str, copy_at: str, hops: int) -> Tuple[Ctx, str]:
+        if hops >= MAX_LINK_HOPS:
+            raise PlanError(f"{self.where(copy_at)}: more than {MAX_LINK_HOPS} links in a row "
+                            "(a loop?); select the target itself")
+        c2, inner = self.locate(ctx, target, hops + 1)
+        if not c2.read_file:
+            return c2, inner  # the source file itself: its paths are the copy's paths
+        return Ctx(c2.file, c2.name, c2.read_file, inner, copy_at), inner
 
-def _unsupported(dt: Any) -> Optional[str]:
-    """Why ``dt`` cannot be staged, or None (vlen strings are handled by the caller)."""
-    import h5py
+    def external(self, ctx: Ctx, link: Any, copy_at: str, hops: int = 0) -> Tuple[Ctx, str]:
+        """Follow an external link that lands at ``copy_at`` in the copy."""
+        if hops >= MAX_LINK_HOPS:
+            raise PlanError(f"{self.where(copy_at)}: more than {MAX_LINK_HOPS} links in a row "
+                            "(a loop?); select the target itself")
+        f, path = external_target(ctx, link, copy_at, self.where(copy_at), self.files)
+        st = os.stat(path)
+        self.acc.linked[path] = (st.st_size, st.st_mtime_ns)
+        c2, inner = self.locate(Ctx(f, path, path), link.path, hops + 1)
+        return Ctx(c2.file, c2.name, c2.read_file, inner, copy_at), inner
 
-    if h5py.check_ref_dtype(dt) is not None:
-        return "an HDF5 reference"
-    if h5py.check_vlen_dtype(dt) is not None:
-        return "a variable-length sequence"
-    if dt.subdtype is not None:
-        return _unsupported(dt.subdtype[0])
-    if dt.names:
-        for name in dt.names:
-            why = _unsupported(dt.fields[name][0])
-            if why:
-                return f"field {name!r} is {why}"
-        return None
-    if dt.kind in "biufcSVmM":
-        return None
-    return "an object type"
+    # -- selecting ----------------------------------------------------------------
+    def select(self, path: str) -> None:
+        import h5py
 
+        ctx, inner = self.locate(self.main, path) if path != "/" else (self.main, "/")
+        obj = ctx.file[inner]
+        self.ancestors(path)
+        if isinstance(obj, h5py.Dataset):
+            self.dataset(obj, path, ctx, self.entry.slice)
+        elif isinstance(obj, h5py.Group):
+            if self.entry.slice is not None:
+                raise PlanError(f"{self.where(path)} is a group, not a dataset; the slice "
+                                f"{self.entry.slice} applies to datasets only (drop it to copy "
+                                "the whole group)")
+            self.walk(obj, path, inner, ctx, set())
+        else:
+            raise PlanError(f"{self.where(path)} is a committed datatype, not a dataset or "
+                            "group; it cannot be staged on its own")
 
-def _describe(ds: Any, path: str, sl: Optional[Slice], entry: _Entry, src: str,
-              inline_bytes: int) -> DatasetPlan:
-    import h5py
+    def ancestors(self, path: str) -> None:
+        parts = [p for p in path.split("/") if p][:-1]
+        for p in ["/"] + ["/" + "/".join(parts[:i + 1]) for i in range(len(parts))]:
+            if p not in self.acc.groups:
+                ctx, inner = self.locate(self.main, p) if p != "/" else (self.main, "/")
+                self.acc.groups[p] = GroupPlan(p, read_attrs(ctx.file[inner], self.where(p),
+                                                             ctx, self.acc.checks))
 
-    where = f"{entry.where}: {src}:{path}"
-    dt = ds.dtype
-    info = h5py.check_string_dtype(dt)
-    vlen_str = info is not None and info.length is None
-    why = None if vlen_str else _unsupported(dt)
-    if why:
-        raise PlanError(f"{where} has unsupported dtype {dt} ({why}); only numbers, booleans, "
-                        "fixed strings, compounds and variable-length strings can be staged")
-    if ds.shape is None:
-        raise PlanError(f"{where} has an empty (null) dataspace; there is nothing to stage")
-    shape = tuple(int(n) for n in ds.shape)
-    if sl is not None and not shape:
-        raise PlanError(f"{where} is a scalar dataset; the slice {sl} needs at least one axis")
-    try:
-        whole = (0, shape[0] if shape else 0, 1)
-        start, stop, step = sl.resolve(shape[0]) if sl is not None else whole
-    except ValueError as e:
-        raise PlanError(f"{where}: slice {sl} out of range: {e} ({path} has shape "
-                        f"{shape}); fix the slice") from e
-    dcpl = ds.id.get_create_plist()
-    layout = {h5py.h5d.CHUNKED: "chunked", h5py.h5d.CONTIGUOUS: "contiguous",
-              h5py.h5d.COMPACT: "compact"}.get(dcpl.get_layout(), "virtual")
-    filters = tuple(Filter(int(c), int(fl), tuple(int(v) for v in vals), _name(nm))
-                    for c, fl, vals, nm in (dcpl.get_filter(i) for i in range(dcpl.get_nfilters())))
-    d = DatasetPlan(path=path, shape=shape, dtype=dt, h5type=ds.id.get_type().encode(),
-                    layout=layout, chunks=ds.chunks, maxshape=tuple(ds.maxshape),
-                    filters=filters, fillvalue=None if vlen_str else ds.fillvalue,
-                    attrs=_attrs(ds, path, entry, src), start=start, stop=stop, step=step,
-                    sliced=sl is not None)
-    inline = None
-    if vlen_str or not shape or d.nbytes <= inline_bytes:
-        inline = np.asarray(ds[start:stop:step] if shape else ds[()])
-        if vlen_str and sum(len(v) for v in inline.ravel()) > VLEN_LIMIT:
-            raise PlanError(f"{where} is a variable-length string dataset larger than "
-                            f"{VLEN_LIMIT >> 20} MiB (unsupported dtype for staging); select "
-                            "other datasets or stage the whole file with a 'files' block")
-    return replace(d, inline=inline, est_bytes=_estimate(ds, d))
+    def dataset(self, ds: Any, path: str, ctx: Ctx, sl: Optional[Slice]) -> None:
+        import h5py
 
+        key = (ctx.name, h5py.h5o.get_info(ds.id).addr)
+        first = self.acc.objects.get(key)
+        if sl is None and first is not None and first != path \
+                and not self.acc.datasets[first][0].sliced:
+            self.acc.links[path] = LinkPlan(path, first, "hard")  # a second name, kept so
+            return
+        d = describe(ds, path, sl, self.where(path), ctx, self.inline, self.files,
+                     self.acc.linked, self.acc.checks)
+        self.acc.add_dataset(d, self.entry.where)
+        if sl is None:
+            self.acc.objects.setdefault(key, path)
 
-def _estimate(ds: Any, d: DatasetPlan) -> int:
-    """Bytes the output dataset is expected to occupy (capacity check).
+    def walk(self, g: Any, path: str, inner: str, ctx: Ctx, seen: set) -> None:
+        """Copy group ``g`` (at ``inner`` in ``ctx``'s file) to ``path`` in the copy."""
+        import h5py
 
-    Filtered data take the source's stored bytes per selected frame (the
-    same filters on the same chunk shape), plus 5 %, as compressed sizes of
-    different frames vary; unfiltered data take their raw size.
-    """
-    raw = d.nbytes
-    if d.filters and d.shape and d.shape[0]:
-        stored = ds.id.get_storage_size()
-        raw = math.ceil(stored * d.rows / d.shape[0] * 1.05)
-    chunks = 1
-    if d.chunks:
-        chunks = math.prod(math.ceil(n / c) for n, c in zip(d.out_shape, d.chunks) if c)
-    return raw + OBJECT_OVERHEAD + 64 * chunks
-
-
-def _name(raw: Any) -> str:
-    return raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
-
-
-def _attrs(obj: Any, path: str, entry: _Entry, src: str) -> Tuple[Attr, ...]:
-    import h5py
-
-    out = []
-    for name in obj.attrs:
-        try:
-            dt = obj.attrs.get_id(name).dtype
-            info = h5py.check_string_dtype(dt)
-            if (info is None or info.length is not None) and _unsupported(dt):
-                raise TypeError(f"unsupported dtype {dt} ({_unsupported(dt)})")
-            out.append(Attr(name, obj.attrs[name], dt))
-        except (TypeError, OSError, ValueError) as e:
-            raise PlanError(f"{entry.where}: attribute {name!r} of {src}:{path} cannot be "
-                            f"copied: {e}") from e
-    return tuple(out)
+        addr = (ctx.name, h5py.h5o.get_info(g.id).addr)
+        if addr in seen:  # a hard-link cycle: the group is being copied already
+            return
+        seen.add(addr)
+        self.acc.groups[path] = GroupPlan(path, read_attrs(g, self.where(path), ctx,
+                                                           self.acc.checks))
+        for name in sorted(g.keys()):
+            child, child_inner = _join(path, name), _join(inner, name)
+            link = g.get(name, getlink=True)
+            if isinstance(link, h5py.SoftLink):
+                if not ctx.read_file:
+                    self.acc.links[child] = LinkPlan(child, link.path)
+                    continue
+                target = ctx.to_copy(posixpath.normpath(posixpath.join(inner, link.path)))
+                if target is None:
+                    raise PlanError(f"{self.where(child)} is a soft link (to {link.path} in "
+                                    f"{ctx.name}) that leads outside the externally linked "
+                                    "group; select its target with its own entry")
+                self.acc.links[child] = LinkPlan(child, target)
+                continue
+            if isinstance(link, h5py.ExternalLink):
+                c2, i2 = self.external(ctx, link, child)
+                obj = c2.file[i2]
+            else:
+                c2, i2, obj = ctx, child_inner, g[name]
+            if isinstance(obj, h5py.Group):
+                self.walk(obj, child, i2, c2, seen)
+            elif isinstance(obj, h5py.Dataset):
+                self.dataset(obj, child, c2, None)
+            else:
+                raise PlanError(f"{self.where(child)} is a committed datatype, which the "
+                                "stager cannot copy on its own; select the group's datasets "
+                                "instead")

@@ -127,6 +127,11 @@ class BlockPlan:
         output files, compressed as the sources are).
     data_bytes : int
         For ``h5``: the selected bytes, uncompressed; for ``files``: ``bytes``.
+    mode : str
+        ``broadcast`` (every node gets every output) or ``scatter`` (each output on
+        ``replicas`` nodes, placed by :mod:`stager.planning.scatter`).
+    replicas : int
+        For ``scatter``: nodes holding each output; 0 for ``broadcast``.
     """
 
     dest: str
@@ -135,6 +140,8 @@ class BlockPlan:
     files: int = 0
     bytes: int = 0
     data_bytes: int = 0
+    mode: str = "broadcast"
+    replicas: int = 0
 
 
 @dataclass(frozen=True)
@@ -166,8 +173,14 @@ class Plan:
 
     @property
     def total_bytes(self) -> int:
-        """Bytes one node receives (every node gets a full replica)."""
+        """Bytes of all blocks: what one node receives when every block is a broadcast
+        (with scatter blocks: :func:`stager.planning.scatter.node_bytes`)."""
         return sum(b.bytes for b in self.blocks)
+
+    @property
+    def scatters(self) -> bool:
+        """The plan has scatter blocks (outputs that only some nodes hold)."""
+        return any(b.mode == "scatter" for b in self.blocks)
 
     @property
     def largest(self) -> Optional[FileEntry]:

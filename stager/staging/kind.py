@@ -39,6 +39,10 @@ class Transfer:
     meter : SourceMeter
         Counts source bytes read (the amplification of the report).
     progress : Progress
+    alone : list of bool
+        For each of ``moved``: held by one node only (a ``scatter`` output with one
+        replica), which reads it itself -- no other leader takes part in moving it.
+        Empty: none is.
     """
 
     comm: Any
@@ -49,6 +53,7 @@ class Transfer:
     opts: StageOptions
     meter: SourceMeter
     progress: Progress
+    alone: List[bool] = field(default_factory=list)
 
 
 @dataclass

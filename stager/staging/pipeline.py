@@ -49,6 +49,7 @@ from stager.nodelocal.state import STATE_DIR
 from stager.options import StageOptions, resolve_options
 from stager.planning.api import plan as plan_spec
 from stager.planning.plan import Plan, describe_size, expand_node
+from stager.planning.scatter import node_bytes, placement
 from stager.planning.sources import check_disjoint, real_dest
 from stager.staging import interrupt
 from stager.staging.capacity import check_capacity
@@ -211,6 +212,10 @@ def _run(plan: Plan, comm: Any, layout: NodeLayout, opts: StageOptions,
     used = [k for k in KINDS if plan.units(k.name)]
     n = len(units)
     node = layout.name
+    # scatter blocks: which nodes hold which files (pure: the same on every rank, so a
+    # PlanError here is raised by every rank at once, before any collective)
+    holders = placement(plan, len(layout.names)) if plan.scatters else {}
+    per_node = node_bytes(plan, len(layout.names)) if plan.scatters else [plan.total_bytes]
     recs: Optional[NodeRecords] = None
     phase = "checking destinations"
     try:
@@ -229,7 +234,16 @@ def _run(plan: Plan, comm: Any, layout: NodeLayout, opts: StageOptions,
                     plan.spec_key, _spec_name(plan), run_id, node, fsync=opts.fsync)
                 recs.open(wait=opts.wait)
                 for g in range(n):
-                    need_local[g] = recs.decide(g, opts.force) if recs.writes(g) else 0
+                    kind, i, _ = units[g]
+                    held = holders.get(i) if kind.name == "files" else None
+                    if held is not None and recs.roots[g] in recs.shared:
+                        raise localfs.UnsafePathError(
+                            f"{recs.roots[g]} is one directory shared by several nodes, and "
+                            f"its block ({plan.blocks[units[g][2].block].location}) scatters: "
+                            "each node must hold its own files. Put %n in the destination "
+                            "(or stage to node-local storage), or broadcast the block")
+                    mine = held is None or layout.index in held
+                    need_local[g] = recs.decide(g, opts.force) if recs.writes(g) and mine else 0
         need_any = bytearray(n)
         comm.Allreduce([need_local, MPI.UNSIGNED_CHAR], [need_any, MPI.UNSIGNED_CHAR],
                        op=MPI.MAX)
@@ -260,7 +274,7 @@ def _run(plan: Plan, comm: Any, layout: NodeLayout, opts: StageOptions,
             if recs is not None:
                 with commit.session(recs):
                     _transfer(plan, units, used, recs, need_local, need_any, layout, opts,
-                              meter, results)
+                              meter, results, holders)
         comm.Barrier()
         seconds = comm.bcast(time.perf_counter() - t0, root=0)
 
@@ -320,7 +334,7 @@ def _run(plan: Plan, comm: Any, layout: NodeLayout, opts: StageOptions,
     return Report(
         method=opts.method, nodes=layout.names, ranks=comm.size, files=n,
         files_transferred=len(moved), files_skipped=n - len(moved),
-        bytes_per_node=plan.total_bytes, bytes_written=total_written,
+        bytes_per_node=max(per_node), bytes_written=total_written,
         transferred_bytes=moved_file_bytes, seconds=seconds,
         delivered_gbps=(total_written / seconds / 1e9) if seconds > 0 else 0.0,
         source_bytes_read=source_bytes, amplification=amp, chunk_size=opts.chunk_size,
@@ -420,7 +434,8 @@ def _prepare(recs: NodeRecords, need_local: bytearray) -> None:
 def _transfer(plan: Plan, units: List[Tuple[Kind, int, Any]], used: List[Kind],
               recs: NodeRecords, need_local: bytearray, need_any: bytearray,
               layout: NodeLayout, opts: StageOptions, meter: SourceMeter,
-              results: Dict[str, Tuple[List[int], Moved]]) -> None:
+              results: Dict[str, Tuple[List[int], Moved]],
+              holders: Dict[int, Tuple[int, ...]]) -> None:
     """Collective over the leader communicator: every leader must call. Move, then record.
 
     Kinds run in table order; after each, the leaders agree whether any failed
@@ -438,8 +453,11 @@ def _transfer(plan: Plan, units: List[Tuple[Kind, int, Any]], used: List[Kind],
                 continue
             moved = [units[g][1] for g in gl]
             dests = [recs.dests[g] if need_local[g] else None for g in gl]
+            # a scatter output with one holder is read by that node alone (no exchange)
+            alone = [len(holders.get(i, ())) == 1 if k.name == "files" else False
+                     for i in moved]
             res = k.transfer(Transfer(layout.leader_comm, plan.units(k.name), moved, dests,
-                                      layout.name, opts, meter, progress))
+                                      layout.name, opts, meter, progress, alone))
             results[k.name] = (gl, res)
             for j, (digest, _size) in res.done.items():
                 if digest:

@@ -101,7 +101,7 @@ def test_dataset_slice_is_described(scan):
     assert d.selection == "/entry/data/data[2:18:3]" and d.inline is None
     # ancestors come with their attributes (NeXus classes survive)
     assert [g.path for g in f.groups] == ["/", "/entry", "/entry/data"]
-    assert dict((a.name, a.value) for a in f.groups[2].attrs)["NX_class"] == "NXdata"
+    assert dict((a.name, a.decoded()) for a in f.groups[2].attrs)["NX_class"] == b"NXdata"
     assert 0 < d.est_bytes and f.key.endswith(":/entry/data/data[2:18:3]")
 
 
@@ -143,7 +143,6 @@ def test_same_selection_twice_is_staged_once(scan):
     ("scan42.h5:/entry/data/data[-30:]", "start -30 is out of range"),
     ("scan42.h5:/entry/instrument[0:2]", "is a group, not a dataset"),
     ("scan42.h5:/entry/angles/x", "is a dataset, not a group"),
-    ("scan42.h5:/entry/refs", r"unsupported dtype .*HDF5 reference"),
     ("scan42.h5:/entry/instrument/name[0:1]", "is a scalar dataset"),
     ("nothere.h5:/entry", "matches no file"),
     ("notes.txt:/entry", "cannot open .* as HDF5"),
@@ -167,17 +166,39 @@ def test_conflicting_selections_of_one_dataset(scan):
              "scan42.h5:/entry/data/data[4:8] }", scan)
 
 
-def test_external_link_is_refused(scan):
+def test_external_link_is_followed_or_refused_naming_its_target(scan):
     with h5py.File(scan / "master.h5", "w") as f:
         f["entry/data/data_000001"] = h5py.ExternalLink("scan42.h5", "/entry/data/data")
-    with pytest.raises(PlanError, match="external link to scan42.h5:/entry/data/data"):
+    p = plan("broadcast to /d h5 { master.h5:/entry/data }", scan)
+    (d,) = p.h5[0].datasets
+    assert (d.path, d.read_file, d.read_path, d.origin) == (
+        "/entry/data/data_000001", str(scan / "scan42.h5"), "/entry/data/data", "external")
+    assert [x[0] for x in p.h5[0].linked] == [str(scan / "scan42.h5")]
+    with h5py.File(scan / "master.h5", "a") as f:
+        f["entry/data/data_000002"] = h5py.ExternalLink("gone.h5", "/entry/data/data")
+    with pytest.raises(PlanError, match=r"/entry/data/data_000002 is an external link to "
+                                        r"gone.h5:/entry/data/data, and gone.h5 does not exist"):
         plan("broadcast to /d h5 { master.h5:/entry/data }", scan)
+
+
+def test_reference_to_an_object_not_staged_is_refused(tmp_path):
+    with h5py.File(tmp_path / "r.h5", "w") as f:
+        f["a"] = np.arange(3)
+        f["g/b"] = np.arange(2)
+        f.create_dataset("refs", data=np.array([f["a"].ref], dtype=h5py.ref_dtype))
+    with pytest.raises(PlanError, match=r"refs\[0\] refers to /a, which this block does not "
+                                        "stage"):
+        plan("broadcast to /d h5 { r.h5:/refs }", tmp_path)
+    p = plan("broadcast to /d h5 { r.h5:/refs r.h5:/a }", tmp_path)
+    refs = {d.path: d for d in p.h5[0].datasets}["/refs"]
+    assert refs.values == "refs" and [t.path for t in refs.inline] == ["/a"]
 
 
 def test_compound_dataset_is_supported(scan):
     p = plan("broadcast to /d h5 { scan42.h5:/entry/log[0:4] }", scan)
     d = p.h5[0].datasets[0]
-    assert d.dtype.names == ("t", "i") and list(d.inline["i"]) == [0, 1, 2, 3]
+    vals = np.frombuffer(d.inline.tobytes(), dtype=h5py.h5t.decode(d.h5type).dtype)
+    assert d.dtype.names == ("t", "i") and list(vals["i"]) == [0, 1, 2, 3]
 
 
 def test_same_basename_from_two_directories_conflicts(scan):
@@ -196,44 +217,51 @@ def test_whole_file_entry(tmp_path):
     (f,) = p.h5
     assert [d.path for d in f.datasets] == ["/a/b", "/c"]
     assert [g.path for g in f.groups] == ["/", "/a"]
-    assert f.groups[0].attrs[0].value == "t"
+    assert f.groups[0].attrs[0].decoded() == b"t"
 
 
-def test_unavailable_filter_is_an_error_naming_it(tmp_path):
-    # An optional filter may be recorded without its plugin (HDF5 skips it when writing):
-    # the plan keeps it, and the writer refuses to drop it silently.  305 (LZO) is in no
-    # package installed here; bitshuffle is registered once any test imports hdf5plugin.
+def _lzo_file(path):
+    # An optional filter may be recorded without its plugin (HDF5 skips it when writing).
+    # 305 (LZO) is in no package installed here.
     from h5py import h5d, h5p, h5s, h5t, h5z
-
-    from stager.errors import TransferError
-    from stager.staging.h5.write import check_filters
-    with h5py.File(tmp_path / "bs.h5", "w") as f:
+    with h5py.File(path, "w") as f:
         dcpl = h5p.create(h5p.DATASET_CREATE)
         dcpl.set_chunk((1, 4))
         dcpl.set_filter(305, h5z.FLAG_OPTIONAL, (0, 2))
         h5d.create(f.id, b"x", h5t.NATIVE_UINT16, h5s.create_simple((3, 4)), dcpl=dcpl)
-        f["x"][...] = np.arange(12).reshape(3, 4)
-    p = plan("broadcast to /d h5 { bs.h5:/x }", tmp_path)
-    assert [flt.code for flt in p.h5[0].datasets[0].filters] == [305]
-    with pytest.raises(TransferError, match=r"bs.h5:/x uses HDF5 filter 305 .*not available"):
-        check_filters(p.h5[0])
+
+
+def test_unavailable_filter_is_one_planning_error_naming_it(tmp_path):
+    _lzo_file(tmp_path / "bs.h5")
+    with pytest.raises(PlanError, match=r"bs.h5:/x: HDF5 filter 305 \(LZO\) is not available"
+                                        r".*HDF5_PLUGIN_PATH.*'files' block") as info:
+        plan("broadcast to /d h5 { bs.h5:/x }", tmp_path)
+    assert str(info.value).startswith("t.hook:1:22: ")
+
+
+def test_missing_filter_advice_for_an_hdf5plugin_filter():
+    from stager.planning.h5filters import missing_advice
+    msg = missing_advice(32008, "bitshuffle")
+    # hdf5plugin is installed here: the advice must not be the broken HDF5_PLUGIN_PATH one
+    assert "32008 (bitshuffle)" in msg and "hdf5plugin's plugin folder" not in msg
 
 
 def test_refused_output_leaves_no_temporary_file(tmp_path):
     # H5Output raising in its constructor is never aborted by its caller: it must not
     # leave its temporary HDF5 file in the node's destination directory.
-    from h5py import h5d, h5p, h5s, h5t, h5z
+    from dataclasses import replace
 
     from stager.errors import TransferError
+    from stager.planning.h5types import Filter
     from stager.staging.h5.write import H5Output
-    with h5py.File(tmp_path / "bs.h5", "w") as f:
-        dcpl = h5p.create(h5p.DATASET_CREATE)
-        dcpl.set_chunk((1, 4))
-        dcpl.set_filter(305, h5z.FLAG_OPTIONAL, (0, 2))
-        h5d.create(f.id, b"x", h5t.NATIVE_UINT16, h5s.create_simple((3, 4)), dcpl=dcpl)
-    p = plan("broadcast to /d h5 { bs.h5:/x }", tmp_path)
+    with h5py.File(tmp_path / "g.h5", "w") as f:
+        f.create_dataset("x", data=np.arange(12).reshape(3, 4), chunks=(1, 4),
+                         compression="gzip")
+    p = plan("broadcast to /d h5 { g.h5:/x }", tmp_path)
+    d = replace(p.h5[0].datasets[0], filters=(Filter(305, 1, (0, 2), "LZO", (0, 2)),))
+    fp = replace(p.h5[0], datasets=(d,))
     out_dir = tmp_path / "out"
     out_dir.mkdir()
-    with pytest.raises(TransferError, match="filter 305"):
-        H5Output(p.h5[0], str(out_dir / "bs.h5"))
+    with pytest.raises(TransferError, match=r"g.h5:/x uses HDF5 filter 305 \(LZO\)"):
+        H5Output(fp, str(out_dir / "g.h5"))
     assert list(out_dir.iterdir()) == []

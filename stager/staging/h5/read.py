@@ -2,47 +2,67 @@
 
 Collective over the leader communicator (one rank per node), called by the
 ``h5`` kind (:mod:`stager.staging.h5`) inside the staging pipeline, which has
-already planned, resumed, checked capacity and prepared directories. Per
-source file the leaders open it with ``driver='mpio'`` on the leader
-communicator and, per dataset, in pieces of at most half the memory cap
-(whole output chunks along the first axis when they fit): each leader reads a
-disjoint run of rows with one collective ``H5Dread`` (the transfer property
-list that ``Dataset.collective`` sets, built explicitly because a leader with
-no rows must still take part, and h5py's high-level read skips empty
-selections), then ``Allgatherv`` in place completes the piece on every leader,
-which hashes it and writes it to its own file
-(:class:`stager.staging.h5.write.H5Output`). Leaders agree after every piece,
-so a failed write stops all of them at the same point. Filtered selections on
-chunk boundaries with step 1 skip the filters: leaders read disjoint runs of
-stored chunks (``H5Dread_chunk``), exchange them, and store them as they are
-(``H5Dwrite_chunk``) -- see :func:`stager.staging.h5.write.chunk_copyable`.
+already planned, resumed, checked capacity and prepared directories.
 
-Before the collective open every leader checks that the source still has its
-planned size and mtime, and the leaders agree on that check first: a leader
-that failed alone would otherwise skip the open while the others wait inside it.
+How the source is read -- two paths, the same exchange:
+
+``mpio``
+    With the MPI build of h5py, the leaders open the file together with
+    ``driver='mpio'`` on the leader communicator and each piece is read with
+    one collective ``H5Dread`` (the transfer property list that
+    ``Dataset.collective`` sets, built explicitly because a leader with no
+    rows must still take part, and h5py's high-level read skips empty
+    selections).
+``independent``
+    With the serial h5py that ``pip install`` gives (and, with any h5py, for
+    virtual datasets and external raw storage, which HDF5 1.10-1.14 cannot
+    read through MPI-IO), every leader opens the file read-only on its own
+    (default driver) and reads only its disjoint run of rows. Disjoint
+    hyperslabs need no MPI-IO: each byte is still read once.
+
+Per dataset, in pieces of at most half the memory cap (whole output chunks
+along the first axis when they fit), each leader reads a disjoint run of rows
+*raw*, in the dataset's own HDF5 file type (nothing converted), then
+``Allgatherv`` in place completes the piece on every leader, which hashes it
+and writes it to its own file (:class:`stager.staging.h5.write.H5Output`).
+Leaders agree after every piece, so a failed write stops all of them at the
+same point. Filtered selections on chunk boundaries with step 1 skip the
+filters: leaders read disjoint runs of stored chunks (``H5Dread_chunk``),
+decode each one they read once in memory for the digest of decoded values
+(:class:`stager.nodelocal.h5check.ChunkDecoder`), exchange them, and store
+them as they are (``H5Dwrite_chunk``) -- see
+:func:`stager.staging.h5.write.chunk_copyable`.
+
+Before the opens every leader checks that the source and the files it links
+to still have their planned identity, and the leaders agree on that check
+first: a leader that failed alone would otherwise skip a collective open
+while the others wait inside it.
 
 Memory per rank: one piece buffer (at most ``memory/2``, and at most 1 GiB so
 every MPI byte count fits in an int) plus HDF5's chunk buffers.
 """
 from __future__ import annotations
 
-import os
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
 from stager.errors import TransferError
 from stager.mpi.agree import agreed
-from stager.nodelocal.checksum import new as checksum_new
+from stager.nodelocal import checksum
+from stager.nodelocal.h5check import ChunkDecoder, digest_values, raw_dtype
 from stager.planning.h5types import DatasetPlan, H5FilePlan
-from stager.planning.plan import unit_source_id
-from stager.planning.sources import changed
-from stager.staging.h5.write import (H5Output, array_digest, chunk_copyable, chunk_digest,
-                                     chunk_offsets)
+from stager.staging.h5.write import (H5Output, check_filters, chunk_copyable, chunk_offsets,
+                                     sources_changed)
 
-__all__ = ["MAX_PIECE", "piece_rows", "stage_file"]
+__all__ = ["MAX_PIECE", "piece_rows", "read_mode", "stage_file"]
 
 MAX_PIECE = 1 << 30
+
+
+def read_mode(d: DatasetPlan, mpi_h5py: bool) -> str:
+    """``"mpio"`` or ``"independent"``: how the leaders read ``d`` (see the module). Pure."""
+    return "mpio" if mpi_h5py and not d.independent else "independent"
 
 
 def piece_rows(ds: DatasetPlan, cap: int) -> int:
@@ -65,38 +85,47 @@ def piece_rows(ds: DatasetPlan, cap: int) -> int:
 
 
 def stage_file(lc: Any, fp: H5FilePlan, dest: Optional[str], cap: int,
-               stats: Dict[str, int], node: Optional[str] = None) -> Optional[H5Output]:
+               stats: Dict[str, Any], node: Optional[str] = None) -> Optional[H5Output]:
     """Collective over `lc` (the leader communicator): every leader must call.
 
     Returns the committed output, or None on a leader that does not write
-    ``fp``. Raises the same agreed error on every leader.
+    ``fp``. Raises the same agreed error on every leader. ``stats["read"]``
+    (a set) receives the read paths used ("mpio", "independent").
     """
     import h5py
 
     out: Optional[H5Output] = None
+    mpi = bool(h5py.get_config().mpi)
     try:
         with agreed(lc, f"creating the copy of {fp.source}", default=TransferError, node=node):
+            check_filters(fp)
             if dest is not None:
-                out = H5Output(fp, dest)
+                out = H5Output(fp, dest, node or "")
         digests: Dict[str, str] = {}
         rows: Dict[str, int] = {}
         big = [d for d in fp.datasets if d.inline is None]
         if big:
             with agreed(lc, f"checking {fp.source}", default=TransferError, node=node):
-                diff = changed(unit_source_id(fp), os.stat(fp.source))
+                diff = sources_changed(fp)
                 if diff is not None:
-                    raise TransferError(f"{fp.source} changed since planning ({diff}); stage "
-                                        "again once the data is complete")
+                    raise TransferError(f"{diff} changed since planning; stage again once the "
+                                        "data is complete")
+        groups: Dict[Tuple[str, str], List[DatasetPlan]] = {}
+        for d in big:  # the plan's order: the same on every leader
+            groups.setdefault((d.read_file or fp.source, read_mode(d, mpi)), []).append(d)
+        for (path, mode), dsets in groups.items():
             src = None
-            with agreed(lc, f"opening {fp.source} with parallel HDF5", default=TransferError,
-                        node=node):
-                src = h5py.File(fp.source, "r", driver="mpio", comm=lc)
+            how = "parallel HDF5 (MPI-IO)" if mode == "mpio" else "read-only independent opens"
+            with agreed(lc, f"opening {path} with {how}", default=TransferError, node=node):
+                src = h5py.File(path, "r", driver="mpio", comm=lc) if mode == "mpio" \
+                    else h5py.File(path, "r")
             assert src is not None
+            stats.setdefault("read", set()).add(mode)
             try:
-                for d in big:
+                for d in dsets:
                     rows[d.path] = piece_rows(d, cap)
                     digests[d.path] = _copy_dataset(lc, src, fp, d, rows[d.path], out, stats,
-                                                    node)
+                                                    node, mode)
             finally:
                 src.close()
         with agreed(lc, f"writing the copy of {fp.source}", default=TransferError, node=node):
@@ -108,111 +137,147 @@ def stage_file(lc: Any, fp: H5FilePlan, dest: Optional[str], cap: int,
             out.abort()
 
 
-def _copy_dataset(lc: Any, src: Any, fp: H5FilePlan, d: DatasetPlan, rows: int,
-                  out: Optional[H5Output], stats: Dict[str, int], node: Optional[str]) -> str:
-    """Collective over `lc`: every leader must call. Move one dataset piece by piece."""
-    from h5py import h5fd, h5p, h5s
-    from mpi4py import MPI
+def _open_source(lc: Any, src: Any, fp: H5FilePlan, d: DatasetPlan,
+                 node: Optional[str]) -> Any:
+    """Collective over `lc`: open the dataset ``d`` reads, checking it did not change."""
+    from h5py import h5t
 
     ds = None
-    with agreed(lc, f"opening {fp.source}:{d.path}", default=TransferError, node=node):
-        ds = src[d.path]
-        if tuple(ds.shape) != d.shape or ds.dtype != d.dtype:
-            raise TransferError(f"{fp.source}:{d.path} changed since planning (now shape "
-                                f"{ds.shape}, dtype {ds.dtype}); stage again")
-    assert ds is not None
+    where = f"{src.filename}:{d.source_path}"
+    with agreed(lc, f"opening {where}", default=TransferError, node=node):
+        ds = src[d.source_path]
+        if tuple(ds.shape or ()) != d.shape or \
+                not ds.id.get_type().equal(h5t.decode(d.h5type)):
+            raise TransferError(f"{where} changed since planning (now shape {ds.shape}, "
+                                f"dtype {ds.dtype}); stage again")
+    return ds
+
+
+def _copy_dataset(lc: Any, src: Any, fp: H5FilePlan, d: DatasetPlan, rows: int,
+                  out: Optional[H5Output], stats: Dict[str, Any], node: Optional[str],
+                  mode: str) -> str:
+    """Collective over `lc`: every leader must call. Move one dataset piece by piece."""
+    from h5py import h5fd, h5p, h5s, h5t
+    from mpi4py import MPI
+
+    ds = _open_source(lc, src, fp, d, node)
     if chunk_copyable(d) and d.chunks is not None and rows >= d.chunks[0]:
         return _copy_chunks(lc, ds, fp, d, rows, out, stats, node)
+    tid = h5t.decode(d.h5type)
     rest = tuple(d.shape[1:])
     rb = d.row_bytes
-    buf = np.empty((rows,) + rest, dtype=d.dtype)
+    buf = np.empty((rows,) + rest, dtype=raw_dtype(d.itemsize))
     flat = buf.reshape(-1).view(np.uint8)
     stats["max_piece"] = max(stats["max_piece"], buf.nbytes)
-    dxpl = h5p.create(h5p.DATASET_XFER)
-    dxpl.set_dxpl_mpio(h5fd.MPIO_COLLECTIVE)  # what `with dataset.collective:` sets
+    dxpl = None
+    if mode == "mpio":
+        dxpl = h5p.create(h5p.DATASET_XFER)
+        dxpl.set_dxpl_mpio(h5fd.MPIO_COLLECTIVE)  # what `with dataset.collective:` sets
     mspace = h5s.create_simple(buf.shape)
     fspace = ds.id.get_space()
     L, me = lc.size, lc.rank
-    hasher = None
+    hasher = checksum.new()
     for first in range(0, d.rows, rows):
         count = min(rows, d.rows - first)
         share = [count * k // L for k in range(L + 1)]
         mine0, mine = share[me], share[me + 1] - share[me]
-        with agreed(lc, f"reading {fp.source}:{d.path}", default=TransferError, node=node):
+        with agreed(lc, f"reading {src.filename}:{d.source_path}", default=TransferError,
+                    node=node):
             if mine:
                 fspace.select_hyperslab((d.start + (first + mine0) * d.step,) + (0,) * len(rest),
                                         (mine,) + rest, stride=(d.step,) + (1,) * len(rest))
                 mspace.select_hyperslab((mine0,) + (0,) * len(rest), (mine,) + rest)
-            else:
+                ds.id.read(mspace, fspace, buf, mtype=tid, dxpl=dxpl)
+            elif mode == "mpio":  # a collective read: every leader takes part
                 fspace.select_none()
                 mspace.select_none()
-            ds.id.read(mspace, fspace, buf, dxpl=dxpl)
+                ds.id.read(mspace, fspace, buf, mtype=tid, dxpl=dxpl)
         counts = [(share[k + 1] - share[k]) * rb for k in range(L)]
         displs = [share[k] * rb for k in range(L)]
         lc.Allgatherv(MPI.IN_PLACE, [flat, counts, displs, MPI.BYTE])
         piece = buf[:count]
-        hasher = array_digest(piece, hasher)
+        digest_values(piece, hasher)
         stats["pieces"] += 1
         with agreed(lc, f"writing {d.path} from {fp.source}", default=TransferError, node=node):
             if out is not None:
                 out.write(d, first, piece)
-    assert hasher is not None
-    hexd = hasher.hexdigest()
+    return _agree_digest(lc, fp, d, hasher.hexdigest(), "data")
+
+
+def _agree_digest(lc: Any, fp: H5FilePlan, d: DatasetPlan, hexd: str, what: str) -> str:
     seen = lc.allgather(hexd)
     if len(set(seen)) > 1:  # the exchange delivered different bytes to different leaders
-        raise TransferError(f"{fp.source}:{d.path}: leaders hold different data after the "
+        raise TransferError(f"{fp.source}:{d.path}: leaders hold different {what} after the "
                             f"exchange (checksums {sorted(set(seen))}); stage again")
     return hexd
 
 
 def _copy_chunks(lc: Any, ds: Any, fp: H5FilePlan, d: DatasetPlan, rows: int,
-                 out: Optional[H5Output], stats: Dict[str, int], node: Optional[str]) -> str:
+                 out: Optional[H5Output], stats: Dict[str, Any], node: Optional[str]) -> str:
     """Collective over `lc`: every leader must call. Move stored chunks, still compressed.
 
     Per piece, leader ``k`` reads a contiguous run of the piece's chunks with
-    ``H5Dread_chunk`` (no decompression), the sizes and filter masks travel in
-    one ``allgather``, the bytes in one ``Allgatherv``; every leader hashes
-    (mask, bytes) of every chunk in order and stores them with
-    ``H5Dwrite_chunk`` (no compression). This keeps gzip'd detector stacks
-    from being decompressed and recompressed on every node.
+    ``H5Dread_chunk`` (no decompression) and decodes each in memory for its
+    digest of decoded values; sizes, filter masks and digests travel in one
+    ``allgather``, the bytes in one ``Allgatherv``; every leader folds the
+    chunk digests in order and stores the chunks with ``H5Dwrite_chunk`` (no
+    compression). This keeps compressed detector stacks from being
+    decompressed and recompressed on every node.
     """
+    from h5py import h5t
     from mpi4py import MPI
 
     L, me = lc.size, lc.rank
-    c0 = d.chunks[0] if d.chunks else 1
+    assert d.chunks is not None
+    c0 = d.chunks[0]
     # own chunks + their joined copy + the exchanged piece must stay below the cap
     rows = max(c0, rows // 2 // c0 * c0)
-    hasher = checksum_new()
-    for first in range(0, d.rows, rows):
-        offs = list(chunk_offsets(d, first, rows))
-        share = [len(offs) * k // L for k in range(L + 1)]
-        mine: List[Tuple[int, bytes]] = []
-        with agreed(lc, f"reading chunks of {fp.source}:{d.path}", default=TransferError,
-                    node=node):
-            for src_off, _ in offs[share[me]:share[me + 1]]:
-                mask, data = ds.id.read_direct_chunk(src_off)
-                mine.append((int(mask), bytes(data)))
-        meta = lc.allgather([(m, len(b)) for m, b in mine])
-        counts = [sum(n for _, n in part) for part in meta]
-        buf = np.empty(sum(counts), np.uint8)
-        displs = [sum(counts[:k]) for k in range(L)]
-        local = np.frombuffer(b"".join(b for _, b in mine), np.uint8)
-        buf[displs[me]:displs[me] + counts[me]] = local
-        stats["max_piece"] = max(stats["max_piece"], buf.nbytes)
-        lc.Allgatherv(MPI.IN_PLACE, [buf, counts, displs, MPI.BYTE])
-        stats["pieces"] += 1
-        pos = 0
-        flat = [x for part in meta for x in part]
-        with agreed(lc, f"writing {d.path} from {fp.source}", default=TransferError, node=node):
-            for (_, out_off), (mask, n) in zip(offs, flat):
-                data = buf[pos:pos + n].tobytes()
-                pos += n
-                chunk_digest(hasher, mask, data)
-                if out is not None:
-                    out.write_chunk(d, out_off, mask, data)
-    hexd = hasher.hexdigest()
-    seen = lc.allgather(hexd)
-    if len(set(seen)) > 1:
-        raise TransferError(f"{fp.source}:{d.path}: leaders hold different chunks after the "
-                            f"exchange (checksums {sorted(set(seen))}); stage again")
-    return hexd
+    hasher = checksum.new()
+    out_shape = d.out_shape
+    decoder: Optional[ChunkDecoder] = None
+    try:
+        with agreed(lc, f"setting up a decoder for {fp.source}:{d.path}",
+                    default=TransferError, node=node):
+            decoder = ChunkDecoder(h5t.decode(d.h5type), d.chunks,
+                                   [(f.code, f.flags, f.setup) for f in d.filters])
+        assert decoder is not None
+        for first in range(0, d.rows, rows):
+            offs = list(chunk_offsets(d, first, rows))
+            share = [len(offs) * k // L for k in range(L + 1)]
+            mine: List[Tuple[int, bytes, bytes]] = []
+            with agreed(lc, f"reading chunks of {ds.file.filename}:{d.source_path}",
+                        default=TransferError, node=node):
+                for src_off, out_off in offs[share[me]:share[me + 1]]:
+                    mask, data = ds.id.read_direct_chunk(src_off)
+                    ext = tuple(min(c, n - o) for o, c, n in zip(out_off, d.chunks, out_shape))
+                    try:
+                        values = decoder.decode(int(mask), bytes(data), ext)
+                    except Exception as e:
+                        raise TransferError(f"{ds.file.filename}:{d.source_path}: the stored "
+                                            f"chunk at {src_off} does not decode ({e}); the "
+                                            "source is damaged or its filter differs here") \
+                            from e
+                    mine.append((int(mask), bytes(data), digest_values(values).digest()))
+            meta = lc.allgather([(m, len(b), h) for m, b, h in mine])
+            counts = [sum(n for _, n, _ in part) for part in meta]
+            buf = np.empty(sum(counts), np.uint8)
+            displs = [sum(counts[:k]) for k in range(L)]
+            local = np.frombuffer(b"".join(b for _, b, _ in mine), np.uint8)
+            buf[displs[me]:displs[me] + counts[me]] = local
+            stats["max_piece"] = max(stats["max_piece"], buf.nbytes)
+            lc.Allgatherv(MPI.IN_PLACE, [buf, counts, displs, MPI.BYTE])
+            stats["pieces"] += 1
+            pos = 0
+            flat = [x for part in meta for x in part]
+            with agreed(lc, f"writing {d.path} from {fp.source}", default=TransferError,
+                        node=node):
+                for (_, out_off), (mask, n, h) in zip(offs, flat):
+                    data = buf[pos:pos + n].tobytes()
+                    pos += n
+                    hasher.update(h)
+                    if out is not None:
+                        out.write_chunk(d, out_off, mask, data)
+    finally:
+        if decoder is not None:
+            decoder.close()
+    return _agree_digest(lc, fp, d, hasher.hexdigest(), "chunks")

@@ -1,0 +1,150 @@
+"""Where staged data lives: which nodes hold a source file, and the path of its copy there.
+
+A workflow places a task on the node that holds its input (``app.on(node)``)
+and, inside the task, opens the node-local copy. :class:`Where` answers both
+from the plan and the node names -- the same pure placement the stager used
+(:mod:`stager.planning.scatter`), so no node's records need to be read from
+another node. Every node holds the outputs of broadcast blocks.
+
+Inside a task, :meth:`Where.local` returns the path to read:
+
+* the node-local copy when it is there (a regular file of the planned size);
+* ``hard=True``: otherwise a :class:`StagedCopyMissing` naming the node, the copy
+  and the source (the task fails like any failed task; nothing waits);
+* ``hard=False`` (soft, the default): otherwise the source on the shared
+  filesystem -- the task still runs, reading the shared copy. This happens
+  when a task ran on another node than its data's (its node's workers were all
+  busy) or when a copy vanished; :meth:`Where.local` counts it in
+  :attr:`Where.fell_back` of the process that called it.
+"""
+from __future__ import annotations
+
+import os
+import stat as _stat
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from stager.errors import StagerError
+from stager.planning.plan import Plan, expand_dest
+from stager.planning.scatter import placement
+
+__all__ = ["Where", "StagedCopyMissing", "where", "read_path"]
+
+
+class StagedCopyMissing(StagerError):
+    """A task placed with ``hard=True`` found no staged copy of its input on its node."""
+
+
+class Where:
+    """The placement of a plan's files on named nodes. Pure except :meth:`local`.
+
+    Parameters
+    ----------
+    plan : Plan
+        The staged plan (``stager.plan(spec)``).
+    nodes : sequence of str
+        Node names in the stager's node order (``node0``, ``node1``, ... when emulating).
+    """
+
+    def __init__(self, plan: Plan, nodes: Sequence[str]) -> None:
+        self.plan = plan
+        self.names: Tuple[str, ...] = tuple(nodes)
+        self._holders = placement(plan, len(self.names)) if plan.scatters else {}
+        self._index: Dict[str, int] = {}
+        for i, e in enumerate(plan.files):
+            self._index.setdefault(os.path.normpath(e.source), i)
+        self.fell_back = 0
+
+    def source_at(self, dest: str) -> Optional[str]:
+        """The source file whose copy lands at ``dest`` (a template with ``%n``), or ``None``."""
+        if not hasattr(self, "_by_dest"):
+            self._by_dest = {os.path.normpath(e.dest.replace("\x00", "%")): e.source
+                             for e in self.plan.files}
+        return self._by_dest.get(os.path.normpath(dest))
+
+    def _entry(self, source: str) -> int:
+        i = self._index.get(os.path.normpath(os.fspath(source)))
+        if i is None:
+            raise KeyError(f"{source} is not a file of the staged plan "
+                           f"({self.plan.spec_path})")
+        return i
+
+    def nodes(self, source: str) -> Tuple[str, ...]:
+        """Names of the nodes holding ``source``'s copy (every node for a broadcast file)."""
+        i = self._entry(source)
+        held = self._holders.get(i)
+        return self.names if held is None else tuple(self.names[k] for k in held)
+
+    def node(self, source: str) -> str:
+        """The first node holding ``source`` (where to place a task reading it)."""
+        return self.nodes(source)[0]
+
+    def by_node(self) -> Dict[str, List[str]]:
+        """Source files each node holds, in plan order."""
+        out: Dict[str, List[str]] = {n: [] for n in self.names}
+        for e in self.plan.files:
+            for n in self.nodes(e.source):
+                out[n].append(e.source)
+        return out
+
+    def copy(self, source: str, node: str) -> str:
+        """The path of ``source``'s copy on ``node`` (whether or not it holds one)."""
+        e = self.plan.files[self._entry(source)]
+        return expand_dest(e.dest, self.plan.blocks[e.block].dest, node)
+
+    def local(self, source: str, node: str, hard: bool = False) -> str:
+        """The path a task on ``node`` should read for ``source`` (see the module docstring).
+
+        Raises
+        ------
+        StagedCopyMissing
+            ``hard=True`` and ``node`` holds no intact copy (missing, not a regular
+            file, or of another size than planned).
+        """
+        e = self.plan.files[self._entry(source)]
+        if node not in self.nodes(source):
+            if hard:
+                raise StagedCopyMissing(
+                    f"node {node} holds no copy of {e.source} (its copies are on "
+                    f"{', '.join(self.nodes(source))}): place the task there, or softly")
+            self.fell_back += 1
+            return e.source
+        path, fell = read_path(self.copy(source, node), e.source, node, hard, e.size)
+        self.fell_back += fell
+        return path
+
+
+def read_path(copy: str, source: str, node: str, hard: bool = False,
+              size: Optional[int] = None) -> Tuple[str, bool]:
+    """The path a task on ``node`` reads: its staged ``copy``, else (soft) the ``source``.
+
+    Returns ``(path, fell_back)``. For flows that pass each task only its two paths
+    (not the whole :class:`Where`). ``size``: the planned size, checked when given.
+
+    Raises
+    ------
+    StagedCopyMissing
+        ``hard`` and the copy is missing, not a regular file or of another size.
+    """
+    why = ""
+    try:
+        st = os.lstat(copy)
+        if not _stat.S_ISREG(st.st_mode):
+            why = f"node {node}: {copy} is not a regular file"
+        elif size is not None and st.st_size != size:
+            why = f"node {node}: {copy} has {st.st_size} bytes, {size} were staged"
+    except FileNotFoundError:
+        why = f"node {node}: the staged copy {copy} is missing"
+    if not why:
+        return copy, False
+    if hard:
+        raise StagedCopyMissing(f"{why} (source {source}); stage again, or place the task "
+                                "softly to read the shared copy")
+    return source, True
+
+
+def where(spec: Any, nodes: Sequence[str]) -> Where:
+    """Plan ``spec`` (on this one process) and place it on ``nodes``: see :class:`Where`."""
+    from stager.planning.api import plan as plan_spec
+
+    p = spec if isinstance(spec, Plan) else plan_spec(spec)
+    return Where(p, nodes)

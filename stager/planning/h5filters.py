@@ -1,0 +1,259 @@
+"""HDF5 filter pipelines: names, availability (hdf5plugin on demand), and the set-up values.
+
+Three things go wrong with filters when a dataset is copied, and this module
+is where each is prevented:
+
+* **A filter HDF5 does not ship** (Eiger: bitshuffle+LZ4, id 32008).
+  :func:`ensure_available` imports hdf5plugin (which registers its filters
+  with HDF5) the first time a dataset needs one; a filter still missing is one
+  :class:`MissingFilter` naming its id and name and a fix that works. Pointing
+  ``HDF5_PLUGIN_PATH`` at hdf5plugin's plugin folder is not one: HDF5 then
+  reads, but creating a dataset fails in the filter's set-up ("error during
+  user callback"), so the advice is ``pip install --no-deps hdf5plugin``
+  (``--no-deps``: it declares ``h5py``, and pip would install PyPI's serial
+  h5py over the MPI build).
+* **Set-up callbacks that rewrite their parameters.** ``H5Pset_filter``
+  takes the *user* values; at ``H5Dcreate`` the filter's ``set_local``
+  stores others: bitshuffle prepends its version and the element size
+  (user ``(0, 2)`` is stored ``(0, 4, 4, 0, 2)``), Blosc and LZF fill in
+  version, type and chunk sizes. Passing the stored values back in doubles
+  the prefix -- stored ``(0,3,4,0,2)`` became ``(0,3,4,0,3,4,0,2)`` and the
+  copies did not decode. :func:`setup_values` finds, for each filter, the
+  user values whose set-up reproduces the stored ones, *by trying them* on a
+  dataset of the same type and chunk shape in an in-memory file (about
+  0.1 ms per candidate), so it is right for filters nobody listed here too;
+  candidates are the stored values, then their suffixes, then their prefixes.
+* **Version fields.** Bitshuffle, Blosc, Blosc2 and LZF record the version
+  of the library that set the dataset up in their first two values. A node
+  with another plugin version stores its own there; the encoded chunks do not
+  depend on them. :func:`pipeline_difference` ignores exactly those fields.
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+
+from stager.planning.h5types import Filter
+
+__all__ = ["FILTER_NAMES", "HDF5PLUGIN_FILTERS", "VERSION_FIELDS", "MissingFilter",
+           "LOSSY_FILTERS", "filter_name", "lossy_filter", "ensure_available",
+           "import_hdf5plugin", "missing_advice", "setup_values", "pipeline_difference",
+           "stored_pipeline"]
+
+#: The HDF Group's registered filter identifiers for filters detector files use.
+FILTER_NAMES: Dict[int, str] = {
+    1: "deflate", 2: "shuffle", 3: "fletcher32", 4: "szip", 5: "nbit",
+    6: "scaleoffset", 305: "LZO", 307: "bzip2", 32000: "LZF", 32001: "Blosc",
+    32004: "LZ4", 32008: "bitshuffle", 32013: "zfp", 32015: "Zstandard", 32017: "SZ",
+    32018: "FCIDECOMP", 32024: "SZ3", 32026: "Blosc2", 32028: "SPERR", 32033: "HTJ2K",
+}
+#: Filters the hdf5plugin package provides (7.x).
+HDF5PLUGIN_FILTERS = frozenset({307, 32001, 32004, 32008, 32013, 32015, 32017, 32018, 32024,
+                                32026, 32028, 32033})
+#: Lossy compressors (registered ids): values they decode differ from what was encoded.
+LOSSY_FILTERS = frozenset({32013, 32017, 32024, 32028})
+#: Leading client values that record the set-up library's version, per filter id.
+VERSION_FIELDS: Dict[int, int] = {32000: 2, 32001: 2, 32008: 2, 32026: 2}
+
+
+class MissingFilter(Exception):
+    """A filter this process's HDF5 can neither decode nor encode (message: what to do)."""
+
+
+def filter_name(code: int, stored: Any = "") -> str:
+    """A readable name: the registry's, else the name stored in the file, else '?'."""
+    if code in FILTER_NAMES:
+        return FILTER_NAMES[code]
+    if isinstance(stored, bytes):
+        stored = stored.decode(errors="replace")
+    return str(stored or "?")
+
+
+def import_hdf5plugin() -> Optional[str]:
+    """Import hdf5plugin once (it registers its filters); its version, or None."""
+    try:
+        import hdf5plugin
+    except ImportError:
+        return None
+    return str(getattr(hdf5plugin, "version", "?"))
+
+
+def ensure_available(codes: Iterable[int]) -> List[int]:
+    """Make filters ``codes`` available, importing hdf5plugin if one is missing. Local.
+
+    Returns
+    -------
+    list of int
+        The codes still unavailable afterwards (empty when all are there).
+    """
+    from h5py import h5z
+
+    missing = [c for c in dict.fromkeys(codes) if not h5z.filter_avail(c)]
+    if missing:
+        import_hdf5plugin()
+        missing = [c for c in missing if not h5z.filter_avail(c)]
+    return missing
+
+
+def missing_advice(code: int, name: str) -> str:
+    """What to do about filter ``code`` missing here (a fix that works)."""
+    have = import_hdf5plugin()
+    what = f"HDF5 filter {code} ({name})"
+    if code in HDF5PLUGIN_FILTERS and have is None:
+        return (f"{what} is not available: install hdf5plugin, which provides it, on every "
+                "node without replacing the MPI build of h5py: pip install --no-deps "
+                "hdf5plugin (the stager imports it when a file needs it; pointing "
+                "HDF5_PLUGIN_PATH at hdf5plugin's plugin folder is not enough: HDF5 can then "
+                "read but not create such datasets)")
+    found = f"hdf5plugin {have} is installed but does not provide it" if have else \
+        "hdf5plugin does not provide it"
+    return (f"{what} is not available ({found}): install an HDF5 plugin for filter {code} "
+            "built for this HDF5 in a folder named by HDF5_PLUGIN_PATH on every node, or "
+            "stage the whole file with a 'files' block, which copies its bytes without "
+            "decoding them")
+
+
+def lossy_filter(filters: Iterable[Filter]) -> Optional[Filter]:
+    """The first lossy stage of a pipeline, or None. Pure.
+
+    zfp, SZ, SZ3 and SPERR are lossy (zfp's reversible mode too is treated so:
+    its mode is not readable from the values alone); scale-offset is lossy for
+    floats (D- and E-scale) and for integers with a fixed number of bits.
+    Re-encoding their decoded values would lose precision a second time, so
+    such datasets may only move as stored chunks.
+    """
+    for f in filters:
+        if f.code in LOSSY_FILTERS:
+            return f
+        if f.code == 6 and len(f.values) >= 2 and \
+                (f.values[0] in (0, 1) or (f.values[0] == 2 and f.values[1] > 0)):
+            return f
+    return None
+
+
+def stored_pipeline(dcpl: Any) -> Tuple[Filter, ...]:
+    """The pipeline stored in a dataset creation property list (setup not known yet)."""
+    out = []
+    for i in range(dcpl.get_nfilters()):
+        code, flags, values, name = dcpl.get_filter(i)
+        out.append(Filter(int(code), int(flags), tuple(int(v) for v in values),
+                          filter_name(int(code), name)))
+    return tuple(out)
+
+
+def pipeline_difference(want: Sequence[Filter], got: Sequence[Filter],
+                        same_chunks: bool = True) -> Optional[str]:
+    """How pipeline ``got`` differs from ``want``, or None when they are the same. Pure.
+
+    Ids, order and flags must be equal; client values too, except the version
+    fields of :data:`VERSION_FIELDS`. With ``same_chunks=False`` (the copy's
+    chunks were clamped to a short selection) values that set-up derives from
+    the chunk shape may differ legitimately, so only ids and flags are compared.
+    """
+    ids = [(f.code, f.flags) for f in want]
+    if ids != [(f.code, f.flags) for f in got]:
+        return (f"filters {[(f.code, f.name, f.flags) for f in got]} instead of "
+                f"{[(f.code, f.name, f.flags) for f in want]}")
+    if not same_chunks:
+        return None
+    for a, b in zip(want, got):
+        skip = VERSION_FIELDS.get(a.code, 0)
+        if a.values[skip:] != b.values[skip:]:
+            return f"filter {a.code} ({a.name}) stores {b.values} instead of {a.values}"
+    return None
+
+
+def _candidates(values: Tuple[int, ...]) -> Iterable[Tuple[int, ...]]:
+    n = len(values)
+    seen = set()
+    for cand in itertools.chain([values], (values[k:] for k in range(1, n + 1)),
+                                (values[:k] for k in range(n - 1, 0, -1))):
+        if cand not in seen:
+            seen.add(cand)
+            yield cand
+
+
+class _Probe:
+    """An in-memory HDF5 file (core driver, no backing store) to try set-ups in."""
+
+    def __init__(self) -> None:
+        from h5py import h5f, h5p
+
+        fapl = h5p.create(h5p.FILE_ACCESS)
+        fapl.set_fapl_core(backing_store=False)
+        self.fid = h5f.create(f"stager-probe-{id(self)}".encode(), h5f.ACC_TRUNC, fapl=fapl)
+        self.n = 0
+
+    def stored(self, tid: Any, chunks: Tuple[int, ...], pipeline: Sequence[Tuple[int, int,
+               Tuple[int, ...]]]) -> Optional[Tuple[Filter, ...]]:
+        """The pipeline HDF5 stores for ``pipeline`` (code, flags, setup), or None if refused."""
+        from h5py import h5d, h5p, h5s
+
+        dcpl = h5p.create(h5p.DATASET_CREATE)
+        dcpl.set_chunk(tuple(chunks))
+        for code, flags, setup in pipeline:
+            dcpl.set_filter(code, flags, setup)
+        self.n += 1
+        try:
+            ds = h5d.create(self.fid, f"p{self.n}".encode(), tid, h5s.create_simple(chunks),
+                            dcpl=dcpl)
+        except Exception:  # the filter's can_apply/set_local refused these values
+            return None
+        try:
+            return stored_pipeline(ds.get_create_plist())
+        finally:
+            ds.close()
+
+    def close(self) -> None:
+        self.fid.close()
+
+
+_cache: Dict[Tuple[bytes, Tuple[int, ...], Tuple[Filter, ...]], Tuple[Filter, ...]] = {}
+
+
+def setup_values(h5type: bytes, chunks: Tuple[int, ...],
+                 filters: Tuple[Filter, ...]) -> Tuple[Filter, ...]:
+    """``filters`` with ``setup`` filled: the values whose set-up stores ``values`` again.
+
+    Parameters
+    ----------
+    h5type : bytes
+        ``H5Tencode`` of the dataset's file type (set-up depends on it).
+    chunks : tuple
+        The chunk shape (set-up may depend on it).
+    filters : tuple of Filter
+        The stored pipeline, in order; every filter must be available here.
+
+    Raises
+    ------
+    ValueError
+        No candidate reproduces a filter's stored values (the message names it).
+    """
+    key = (h5type, tuple(chunks), filters)
+    if key in _cache:
+        return _cache[key]
+    from h5py import h5t
+
+    tid = h5t.decode(h5type)
+    probe = _Probe()
+    try:
+        done: List[Filter] = []
+        for i, flt in enumerate(filters):
+            chosen = None
+            for cand in _candidates(flt.values):
+                got = probe.stored(tid, chunks, [(f.code, f.flags, f.setup) for f in done] +
+                                   [(flt.code, flt.flags, cand)])
+                if got is not None and len(got) == i + 1 and \
+                        pipeline_difference(filters[i:i + 1], got[i:i + 1]) is None:
+                    chosen = cand
+                    break
+            if chosen is None:
+                raise ValueError(f"HDF5 filter {flt.code} ({flt.name}) stores parameters "
+                                 f"{flt.values} that its set-up here does not reproduce from "
+                                 "any of them, so a copy could not be decoded")
+            done.append(Filter(flt.code, flt.flags, flt.values, flt.name, chosen))
+    finally:
+        probe.close()
+    out = tuple(done)
+    _cache[key] = out
+    return out

@@ -1,0 +1,137 @@
+"""External links and virtual datasets: where their files are, and what the copy holds.
+
+Detector files keep their frames elsewhere. A DECTRIS Eiger ``*_master.h5``
+has ``/entry/data/data_NNNNNN`` **external links** to ``*_data_NNNNNN.h5``
+files; an NXmx master may hold ``/entry/data/data`` as a **virtual dataset**
+(VDS) mapping frames of several data files. Both are followed on the planning
+rank, and the node-local copy holds the data as a *regular* dataset at the
+link's (or the VDS's) path: one self-contained file per node, readable
+without the data files, with the data files' bytes read once.
+
+A target that does not exist is refused at planning, naming the link and the
+file it wants. For a VDS this is the only guard: HDF5 silently returns the
+fill value for frames whose source file is missing.
+
+Where HDF5 looks for a relative target file (HDF5 1.10-1.14, ``H5Lexternal``
+and ``H5Pset_virtual_prefix``): the directories of ``HDF5_EXT_PREFIX``
+(external links) or ``HDF5_VDS_PREFIX`` (VDS), then the directory of the file
+holding the link, then the working directory. :func:`find_file` follows the
+same order, so the stager reads what HDF5 would.
+
+A VDS copy's storage: when every source dataset has the same chunk shape and
+filter pipeline (an NXmx VDS over Eiger data files: one chunk per frame,
+bitshuffle+LZ4), the copy uses them; otherwise the copy is contiguous and
+unfiltered (chunked one frame per chunk if its first axis is unlimited).
+Its values are read through HDF5's VDS machinery and written through the
+copy's filters (a VDS has no stored chunks of its own to copy).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+from stager.planning.h5filters import stored_pipeline
+from stager.planning.h5types import Filter
+
+__all__ = ["find_file", "LinkedFiles", "VdsSource", "vds_sources", "vds_storage"]
+
+
+def find_file(name: str, holder: str, env_var: str) -> Tuple[Optional[str], List[str]]:
+    """Where HDF5 finds file ``name`` named by a link in file ``holder``. Local.
+
+    Returns
+    -------
+    (path or None, places looked)
+    """
+    looked: List[str] = []
+    if os.path.isabs(name):
+        looked.append(name)
+        if os.path.isfile(name):
+            return name, looked
+        name = os.path.basename(name)  # HDF5 then tries the name without its folders
+    prefixes = [p for p in os.environ.get(env_var, "").split(os.pathsep) if p]
+    holder_dir = os.path.dirname(os.path.abspath(holder))
+    for base in prefixes + [holder_dir, os.getcwd()]:
+        cand = os.path.normpath(os.path.join(base, name))
+        if cand not in looked:
+            looked.append(cand)
+        if os.path.isfile(cand):
+            return cand, looked
+    return None, looked
+
+
+@dataclass
+class LinkedFiles:
+    """Files opened while planning one source (external targets, VDS sources), by path."""
+
+    handles: Dict[str, Any] = field(default_factory=dict)
+
+    def open(self, path: str) -> Any:
+        import h5py
+
+        f = self.handles.get(path)
+        if f is None:
+            f = self.handles[path] = h5py.File(path, "r")
+        return f
+
+    def close(self) -> None:
+        for f in self.handles.values():
+            f.close()
+        self.handles.clear()
+
+
+@dataclass(frozen=True)
+class VdsSource:
+    """One mapping of a virtual dataset: the file and dataset it names, and where they are."""
+
+    file: str                    # as written in the mapping ("." = the VDS's own file)
+    dataset: str
+    path: Optional[str]          # the file found, or None
+    looked: Tuple[str, ...]
+
+
+def vds_sources(dcpl: Any, holder: str) -> List[VdsSource]:
+    """The distinct source (file, dataset) pairs of a VDS's creation property list. Local."""
+    out: Dict[Tuple[str, str], VdsSource] = {}
+    for i in range(dcpl.get_virtual_count()):
+        fname = dcpl.get_virtual_filename(i)
+        dname = dcpl.get_virtual_dsetname(i)
+        if (fname, dname) in out:
+            continue
+        if fname == ".":
+            out[(fname, dname)] = VdsSource(fname, dname, os.path.abspath(holder), ())
+            continue
+        path, looked = find_file(fname, holder, "HDF5_VDS_PREFIX")
+        out[(fname, dname)] = VdsSource(fname, dname, path, tuple(looked))
+    return list(out.values())
+
+
+def vds_storage(sources: List[Any], shape: Tuple[int, ...],
+                maxshape: Tuple[Optional[int], ...]) -> Tuple[str, Optional[Tuple[int, ...]],
+                                                            Tuple[Filter, ...]]:
+    """``(layout, chunks, stored filters)`` of a VDS's copy, from its source datasets. Pure
+    but for reading the sources' creation properties (see the module docstring).
+
+    Parameters
+    ----------
+    sources : list of h5py.Dataset
+        The VDS's source datasets, opened.
+    shape, maxshape : tuple
+        The VDS's.
+    """
+    from h5py import h5d
+
+    kinds = set()
+    for ds in sources:
+        dcpl = ds.id.get_create_plist()
+        chunked = dcpl.get_layout() == h5d.CHUNKED
+        kinds.add((tuple(dcpl.get_chunk()) if chunked else None,
+                   stored_pipeline(dcpl) if chunked else ()))
+    if len(kinds) == 1:
+        chunks, filters = kinds.pop()
+        if chunks is not None and len(chunks) == len(shape):
+            return "chunked", chunks, filters
+    if shape and any(m is None for m in maxshape):
+        return "chunked", (1,) + tuple(max(n, 1) for n in shape[1:]), ()
+    return "contiguous", None, ()

@@ -1,0 +1,80 @@
+"""Where the outputs of ``scatter`` blocks land: a pure function of the plan and the node count.
+
+A ``scatter`` block puts each output on ``replicas`` nodes instead of every node
+(issue 17): for datasets larger than one node's storage, where each task reads
+only its own files. The placement is computed, identically, by every rank from
+the broadcast plan and the number of nodes -- no message carries it -- and the
+records of each node then say what it holds (``verify``, ``clean``, ``drain`` and
+resume work from the records, as for broadcast blocks).
+
+The rule (greedy, largest first, the LPT rule of scheduling): outputs of all
+scatter blocks together are taken in decreasing size (ties: plan order) and each
+goes to the ``replicas`` distinct nodes with the fewest bytes so far (ties: the
+lower node index). Loads then differ by at most the largest output: a node
+receives an output only while it is among the least loaded, so it can never get
+ahead of another by more than one output (checked in ``tests/unit/test_scatter.py``
+on random sizes). Placement depends on the node *count* only, not on names or free
+space: a re-run with the same nodes (resume) places everything where it was.
+"""
+from __future__ import annotations
+
+import heapq
+from typing import Dict, List, Sequence, Tuple
+
+from stager.errors import PlanError
+
+__all__ = ["place", "placement", "node_bytes"]
+
+
+def place(sizes: Sequence[int], replicas: Sequence[int], nodes: int) -> List[Tuple[int, ...]]:
+    """Holders of each output: ``result[i]`` is a sorted tuple of ``replicas[i]`` node indices.
+
+    Pure. ``sizes[i]`` is output ``i``'s size in bytes. Raises ``ValueError`` when an
+    output asks for more replicas than there are nodes (callers name the block).
+    """
+    if nodes < 1:
+        raise ValueError("no nodes to place outputs on")
+    for r in replicas:
+        if r > nodes:
+            raise ValueError(f"{r} replicas asked for, but the job has {nodes} node(s)")
+    order = sorted(range(len(sizes)), key=lambda i: (-sizes[i], i))
+    heap = [(0, n) for n in range(nodes)]  # (bytes so far, node index)
+    out: List[Tuple[int, ...]] = [()] * len(sizes)
+    for i in order:
+        taken = [heapq.heappop(heap) for _ in range(replicas[i])]
+        out[i] = tuple(sorted(n for _, n in taken))
+        for load, n in taken:
+            heapq.heappush(heap, (load + sizes[i], n))
+    return out
+
+
+def placement(plan, nodes: int) -> Dict[int, Tuple[int, ...]]:
+    """Holders of every output of the plan's scatter blocks, by index in ``plan.files``.
+
+    Pure; every rank computes the same result from the broadcast plan. Outputs of
+    broadcast blocks are absent (every node holds them).
+
+    Raises
+    ------
+    PlanError
+        A block asks for more replicas than the job has nodes (names the block).
+    """
+    idx = [i for i, e in enumerate(plan.files) if plan.blocks[e.block].mode == "scatter"]
+    for b in plan.blocks:
+        if b.mode == "scatter" and b.replicas > nodes:
+            raise PlanError(f"{b.location}: 'scatter ... replicas {b.replicas}' needs at least "
+                            f"{b.replicas} nodes, and this job has {nodes}: lower replicas or "
+                            "run on more nodes")
+    holders = place([plan.files[i].size for i in idx],
+                    [plan.blocks[plan.files[i].block].replicas for i in idx], nodes)
+    return dict(zip(idx, holders))
+
+
+def node_bytes(plan, nodes: int) -> List[int]:
+    """Bytes each node receives from the whole plan (broadcast blocks count on every node)."""
+    held = placement(plan, nodes)
+    per = [sum(b.bytes for b in plan.blocks if b.mode != "scatter")] * nodes
+    for i, hs in held.items():
+        for n in hs:
+            per[n] += plan.files[i].size
+    return per
