@@ -417,9 +417,24 @@ def _finalize(comm: Any, layout: Any, roles: Any, loop: Any, analysis: Any,
         on_written(comm, scan, os.path.join(o.local, scan))
     if comm.rank == 0:
         shutil.rmtree(local_dir, ignore_errors=True)
+        _remove_empty_parents(local_dir, o.local)
     out = bcast_result(comm, lambda: ScanOutcome(scan, report, scan_ok(report, o.allow_loss),
                                                  files, timing))
     return out
+
+
+def _remove_empty_parents(local_dir: str, template: str) -> None:
+    """rmdir what the scan's ``local_dir`` left: the node's directory, and with the
+    default template (``/tmp/mpistage-stream-UID-PID/%n``) its parent, if empty."""
+    node_dir = os.path.dirname(local_dir)
+    dirs = [node_dir]
+    if os.path.basename(os.path.dirname(template)).startswith("mpistage-stream-"):
+        dirs.append(os.path.dirname(node_dir))
+    for d in dirs:
+        try:
+            os.rmdir(d)
+        except OSError:
+            break       # not empty (another scan, or the user's files), or gone
 
 
 def _peak_rss_mib() -> float:

@@ -150,6 +150,7 @@ def test_withheld_frames_and_a_dropped_sector_are_reported_exactly(tmp_path):
     assert rep["frames_missing"] == 3 and rep["missing"] == [[5, 7], [40, 41]]
     assert rep["incomplete"] == {"17": [2]} and rep["frames_complete"] == 60
     assert rep["messages"]["lost_in_transport"] == 0
+    assert (job.out / "s1.h5").exists() and not (tmp_path / "local" / "node0").exists()
     import h5py
 
     with h5py.File(job.out / "s1.h5") as f:
