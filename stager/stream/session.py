@@ -243,17 +243,18 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
     check_node_options(comm.size, emulate, env_var)
     fcomm = comm.Dup()     # collectives of the finalize, apart from the loop's messages
     layout = node_layout(fcomm, emulate, env_var)
+    # before the try: the finally below reads them whatever failed first
+    loop: Any = None
+    publisher: Any = None
     try:
         node_of = fcomm.allgather(layout.index)
         roles = assign_roles(node_of, opts.receivers_per_node)
         index = roles.index(comm.rank)
         with agreed(fcomm, "loading the analysis", default=StreamError, node=layout.name):
             analysis = load_analysis(opts.analysis, opts.analysis_options)
-        loop: Any = None
         coordinator = Coordinator(roles, "any" if opts.stream2 else "modulo",
                                   close_wait=opts.close_wait, heartbeat=opts.heartbeat) \
             if comm.rank == 0 else None
-        publisher = None
         endpoint = None
         with agreed(fcomm, "binding the receivers", default=StreamError, node=layout.name):
             loop = RankLoop(comm, roles, analysis, opts, coordinator=coordinator)

@@ -351,3 +351,18 @@ def test_a_receiver_killed_mid_scan_ends_the_job_and_the_report_names_the_loss(t
     assert rep["frames_complete"] < 256
     for th in threads:
         th.join(timeout=30)
+
+
+def test_an_analysis_that_cannot_be_loaded_is_one_clear_line(tmp_path):
+    """Bad input before any scan: every rank stops with one message naming the analysis
+    (the clean-up after it once hid the message behind an UnboundLocalError)."""
+    cmd = ["mpirun", "-n", "2", sys.executable, "-m", "stager", "stream", "receive",
+           "--rendezvous", str(tmp_path / "rv.json"), "--out", str(tmp_path / "out"),
+           "--analysis", "no_such_package.flow", "--emulate-nodes", "1"]
+    r = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0
+    assert ("stager stream receive: loading the analysis failed: ranks 0,1"
+            in r.stderr), r.stderr
+    assert "cannot load analysis 'no_such_package.flow'" in r.stderr
+    assert "Traceback" not in r.stderr and "UnboundLocalError" not in r.stderr, r.stderr
+    assert not (tmp_path / "rv.json").exists()
