@@ -56,6 +56,7 @@ from hedm.common import (as_records, cached, frame_reader, is_series,
 from hedm.output import (NF_CENTROID_DTYPE, NF_FRAME_DTYPE, NF_PIXEL_DTYPE, plot_nf,
                                    write_h5)
 from hedm.run import drain_results, log_summary, stage_dict, write_json
+from hedm.params import BINARY_SUFFIX
 from hedm.params import (MIDAS_NF_KEYS, Param, ParamError, add_flow_arguments, at_least,
                          flag_overrides, load_params, one_of, relative_to, resolve_params)
 
@@ -87,7 +88,6 @@ SCHEMA = (
 )
 
 #: Suffix of the reduced binary images (stage 2's input), after ReducedFileName.
-BINARY_SUFFIX = "_binary.npy"
 
 
 def read_nf_params(path: str, flags: Dict[str, Any] | None = None) -> Dict[str, Any]:

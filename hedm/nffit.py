@@ -147,7 +147,7 @@ def read_seeds(path: str, expected: int = 0) -> np.ndarray:
 # -- tasks ----------------------------------------------------------------------------------
 def input_paths(params_path: str, p: Dict[str, Any]) -> Dict[str, str]:
     """Images, grid and seeds paths of a parameter set (``%n`` kept: tasks resolve it)."""
-    from hedm.nf import BINARY_SUFFIX
+    from hedm.params import BINARY_SUFFIX
 
     return {"params": params_path,
             "images": os.path.join(relative_to(p["ReducedDirectory"], params_path),

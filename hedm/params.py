@@ -49,7 +49,7 @@ from typing import AbstractSet, Any, Callable, Dict, Mapping, Optional, Sequence
 
 from workflows.errors import WorkflowError
 
-__all__ = [
+__all__ = ["BINARY_SUFFIX",
     "ParamError",
     "Param",
     "Schema",
@@ -327,3 +327,8 @@ def relative_to(path: str, base_file: str) -> str:
     if os.path.isabs(path):
         return path
     return os.path.join(os.path.dirname(os.path.abspath(base_file)), path)
+
+
+#: Suffix of stage 1's bit-packed binary images (``<ReducedFileName>_binary.npy``), the file
+#: stage 2 reads (docs/nf-files.md); here so both NF stages name it without importing each other.
+BINARY_SUFFIX = "_binary.npy"
