@@ -21,17 +21,34 @@ from __future__ import annotations
 
 import os
 import stat as _stat
+from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from stager.errors import StagerError
+from stager.planning.frames import FrameRange, ranges_of, split
 from stager.planning.plan import Plan, expand_dest
 from stager.planning.scatter import placement
 
-__all__ = ["Where", "StagedCopyMissing", "where", "read_path"]
+__all__ = ["Where", "StagedCopyMissing", "FramesAt", "where", "read_path"]
 
 
 class StagedCopyMissing(StagerError):
     """A task placed with ``hard=True`` found no staged copy of its input on its node."""
+
+
+@dataclass(frozen=True)
+class FramesAt:
+    """Where a task reads source frames of a ``scatter ... h5`` output (:meth:`Where.frames_at`).
+
+    Read rows ``row, row + 1, ...`` of the dataset (same internal path) in ``path``:
+    the node-local range file, or -- ``fell_back`` -- the source file itself (rows
+    are then source frame numbers, read with the selection's ``step``).
+    """
+
+    path: str
+    row: int
+    frames: FrameRange
+    fell_back: bool
 
 
 class Where:
@@ -46,9 +63,10 @@ class Where:
     """
 
     def __init__(self, plan: Plan, nodes: Sequence[str]) -> None:
-        self.plan = plan
         self.names: Tuple[str, ...] = tuple(nodes)
+        self.plan = plan = split(plan, len(self.names))  # scatter h5: frame ranges
         self._holders = placement(plan, len(self.names)) if plan.scatters else {}
+        self._ranges = ranges_of(plan)
         self._index: Dict[str, int] = {}
         for i, e in enumerate(plan.files):
             self._index.setdefault(os.path.normpath(e.source), i)
@@ -71,7 +89,7 @@ class Where:
     def nodes(self, source: str) -> Tuple[str, ...]:
         """Names of the nodes holding ``source``'s copy (every node for a broadcast file)."""
         i = self._entry(source)
-        held = self._holders.get(i)
+        held = self._holders.get(("files", i))
         return self.names if held is None else tuple(self.names[k] for k in held)
 
     def node(self, source: str) -> str:
@@ -111,6 +129,54 @@ class Where:
         path, fell = read_path(self.copy(source, node), e.source, node, hard, e.size)
         self.fell_back += fell
         return path
+
+    # -- frame ranges of scatter h5 blocks ------------------------------------------
+
+    def frame_ranges(self, source: str) -> List[Tuple[FrameRange, Tuple[str, ...]]]:
+        """The frame ranges of ``source``'s scatter h5 output and the nodes holding each."""
+        rs = self._ranges.get(os.path.normpath(os.fspath(source)))
+        if not rs:
+            raise KeyError(f"{source} has no frame ranges in the staged plan "
+                           f"({self.plan.spec_path}): is it in a 'scatter ... h5' block?")
+        return [(fr, tuple(self.names[k] for k in self._holders[("h5", i)])) for fr, i in rs]
+
+    def _range_of(self, source: str, frame: int) -> Tuple[FrameRange, int]:
+        for fr, i in self._ranges.get(os.path.normpath(os.fspath(source)), ()):
+            if frame in fr:
+                return fr, i
+        raise KeyError(f"frame {frame} of {source} is in no staged frame range "
+                       f"({self.plan.spec_path})")
+
+    def frames_at(self, source: str, frame: int, node: str, hard: bool = False) -> FramesAt:
+        """Where a task on ``node`` reads source frame ``frame`` (and the rest of its range).
+
+        The range's node-local copy when ``node`` holds it intact; else (soft) the
+        source file, counted in :attr:`fell_back`.
+
+        Raises
+        ------
+        StagedCopyMissing
+            ``hard=True`` and ``node`` holds no intact copy of the range (names the
+            node, the frames and the copy).
+        KeyError
+            ``frame`` is in no staged range of ``source``.
+        """
+        fr, i = self._range_of(source, frame)
+        fp = self.plan.h5[i]
+        holders = tuple(self.names[k] for k in self._holders[("h5", i)])
+        if node not in holders:
+            if hard:
+                raise StagedCopyMissing(
+                    f"node {node} holds no copy of frames {fr.first}..{fr.stop - 1} of "
+                    f"{fp.source} (they are on {', '.join(holders)}): place the task "
+                    "there, or softly")
+            self.fell_back += 1
+            return FramesAt(fp.source, frame, fr, True)
+        copy = expand_dest(fp.dest, self.plan.blocks[fp.block].dest, node)
+        path, fell = read_path(copy, fp.source, node, hard)
+        self.fell_back += fell
+        return FramesAt(path, frame if fell else fr.row(frame), fr, fell)
+
 
 
 def read_path(copy: str, source: str, node: str, hard: bool = False,

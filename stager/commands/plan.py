@@ -20,6 +20,7 @@ from stager.errors import PlanError
 from stager.nodelocal.space import DestinationSpace, check_space
 from stager.planning import build_plan
 from stager.planning.plan import Plan, describe_size, expand_node
+from stager.planning.frames import split
 from stager.planning.scatter import node_bytes, placement
 from stager.planning.sources import check_disjoint, real_dest
 
@@ -35,8 +36,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--node", default=None,
                    help="node name for %%n when checking space (default: this host's name)")
     p.add_argument("--nodes", type=int, default=None, metavar="N",
-                   help="for scatter blocks: place their files on N nodes and show each "
-                        "node's bytes (without it, the space check counts them whole)")
+                   help="for scatter blocks: place their files (and split their HDF5 "
+                        "selections into frame ranges) on N nodes and show each node's "
+                        "bytes (without it, the space check counts them whole)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -59,11 +61,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"stager plan: {e}", file=sys.stderr)
         return 2
     per_node: Optional[List[int]] = None
-    held: Dict[int, Tuple[int, ...]] = {}
+    held: Dict[Tuple[str, int], Tuple[int, ...]] = {}
     try:
         if args.nodes is not None and args.nodes < 1:
             raise PlanError(f"--nodes {args.nodes}: give the number of nodes, 1 or more")
         if plan.scatters and args.nodes is not None:
+            plan = split(plan, args.nodes)
             held = placement(plan, args.nodes)
             per_node = node_bytes(plan, args.nodes)
     except PlanError as e:
@@ -80,7 +83,10 @@ def run(args: argparse.Namespace) -> int:
         doc["largest"] = _largest(plan)
         if per_node is not None:
             doc["bytes_per_node"] = per_node
-            doc["holders"] = {plan.files[i].source: list(h) for i, h in held.items()}
+            doc["holders"] = {plan.files[i].source: list(h) for (k, i), h in held.items()
+                              if k == "files"}
+            doc["h5_holders"] = {plan.h5[i].dest.replace("\x00", "%"): list(h)
+                                 for (k, i), h in held.items() if k == "h5"}
         doc["destinations"] = [dict(dest=s.dest, probe=s.probe, needs=s.needs, free=s.free,
                                     filesystem_needs=s.fs_needs, fits=s.fits) for s in space]
         json.dump(doc, sys.stdout, indent=2)
@@ -92,7 +98,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def destination_space(plan: Plan, node: str,
-                      held: Optional[Dict[int, Tuple[int, ...]]] = None) -> List[DestinationSpace]:
+                      held: Optional[Dict[Tuple[str, int], Tuple[int, ...]]] = None
+                      ) -> List[DestinationSpace]:
     """Free space for each block's destination on this machine, as node ``node``.
 
     A scatter block counts the bytes of the most loaded node when ``held`` (its
@@ -102,10 +109,11 @@ def destination_space(plan: Plan, node: str,
     share: Dict[int, List[int]] = {}
     if held:
         nodes = 1 + max(n for hs in held.values() for n in hs)
-        for i, hs in held.items():
-            per = share.setdefault(plan.files[i].block, [0] * nodes)
+        for (kind, i), hs in held.items():
+            u = plan.units(kind)[i]
+            per = share.setdefault(u.block, [0] * nodes)
             for n in hs:
-                per[n] += plan.files[i].size
+                per[n] += u.out_bytes
     for index, block in enumerate(plan.blocks):
         dest = expand_node(block.dest, node)
         nbytes = block.bytes
@@ -116,15 +124,18 @@ def destination_space(plan: Plan, node: str,
 
 
 def _too_big(plan: Plan, space: List[DestinationSpace], node: str) -> str:
-    """A scatter file larger than its destination's free space (no node could hold it)."""
+    """A scatter output larger than its destination's free space (no node could hold it)."""
     free = {s.dest: s.free for s in space}
-    for e in plan.files:
+    for e in list(plan.files) + list(plan.h5):
         b = plan.blocks[e.block]
         room = free.get(expand_node(b.dest, node)) if b.mode == "scatter" else None
-        if room is not None and e.size > room:
-            return (f"{b.location}: {e.source} ({describe_size(e.size)}) is larger than the "
+        if room is not None and e.out_bytes > room:
+            what = e.source if not getattr(e, "frames", ()) else \
+                f"frames {e.frames[0]}..{e.frames[1] - 1} of {e.source}"
+            return (f"{b.location}: {what} ({describe_size(e.out_bytes)}) is larger than the "
                     f"free space of its destination ({describe_size(room)}): no node can hold "
-                    "it; free space there or stage it to a larger filesystem")
+                    "it; free space there, stage it to a larger filesystem, or (HDF5) run on "
+                    "more nodes so that each frame range is smaller")
     return ""
 
 
@@ -140,7 +151,9 @@ def render_text(plan: Plan, space: List[DestinationSpace], node: str,
            f"{plan.n_outputs} file(s), {describe_size(plan.total_bytes)}"]
     for i, b in enumerate(plan.blocks, 1):
         if b.kind == "h5":
-            out.append(f"  block {i} ({b.location}): h5, {b.files} HDF5 file(s), "
+            how = f"scatter (frame ranges, each on {b.replicas} node(s)), " \
+                if b.mode == "scatter" else ""
+            out.append(f"  block {i} ({b.location}): h5, {how}{b.files} HDF5 file(s), "
                        f"{describe_size(b.data_bytes)} selected, about "
                        f"{describe_size(b.bytes)} on disk -> {b.dest.replace(chr(0), '%')}")
         elif b.mode == "scatter":
@@ -182,7 +195,8 @@ def render_text(plan: Plan, space: List[DestinationSpace], node: str,
                    "--json prints them all)")
     h5 = plan.h5 if limit is None else plan.h5[:limit]
     for fp in h5:
-        out.append(f"  {fp.source}:{','.join(fp.selections)} -> "
+        frames = f"frames {fp.frames[0]}..{fp.frames[1] - 1} of " if fp.frames else ""
+        out.append(f"  {frames}{fp.source}:{','.join(fp.selections)} -> "
                    f"{fp.dest.replace(chr(0), '%')}  {fp.nbytes} B selected, "
                    f"~{fp.est_bytes} B on disk")
     if limit is not None and len(plan.h5) > limit:

@@ -7,7 +7,9 @@ put N times the metadata load on a parallel filesystem.
 
 Modules: ``plan`` (the data), ``sources`` (glob + stat + destination rules
 shared by all kinds), ``files`` (``files`` blocks), ``h5`` and ``h5types``
-(``h5`` blocks; h5py is imported only when a spec has one).
+(``h5`` blocks; h5py is imported only when a spec has one), ``scatter`` (where
+outputs of scatter blocks land) and ``frames`` (scatter h5 outputs split into frame
+ranges); both are pure functions of the plan and the node count, computed by every rank.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from typing import Any, Dict, List, Tuple
 from hooks.spec import Block, Pattern, Spec
 from stager.errors import PlanError
 from stager.planning.files import plan_files
+from stager.planning.frames import split_file
 from stager.planning.plan import BlockPlan, FileEntry, Plan, describe_size, expand_node
 from stager.planning.sources import (SourceArea, StatFn, check_disjoint, real_dest,
                                      source_areas)
@@ -61,10 +64,6 @@ def build_plan(spec: Spec, *, stat: StatFn = os.stat, h5_inline_bytes: Any = Non
         if block.kind == "files":
             bp, entries = plan_files(block, index, claimed, stat, trees, skipped)
             files.extend(entries)
-        elif block.kind == "h5" and block.mode == "scatter":
-            raise PlanError(f"{block.location}: 'scatter ... h5' blocks are not supported by "
-                            "this version of the stager: scatter whole HDF5 files with "
-                            "'scatter to DIR files { ... }', or broadcast the selection")
         elif block.kind == "h5":
             # numpy and h5py: only for a spec with h5 blocks, only on the planning rank
             from stager.planning.h5 import INLINE_BYTES, plan_h5
@@ -79,6 +78,9 @@ def build_plan(spec: Spec, *, stat: StatFn = os.stat, h5_inline_bytes: Any = Non
     areas = source_areas(spec.blocks, [e.source for e in files] + [h.source for h in h5], trees)
     for block in spec.blocks:
         check_destinations(block, areas)
+    for fp in h5:  # what no node count can split is refused now, not at staging
+        if spec.blocks[fp.block].mode == "scatter":
+            split_file(fp, 2, str(spec.blocks[fp.block].location))
     return Plan(spec_path=spec.path, blocks=tuple(blocks), files=tuple(files), h5=tuple(h5),
                 spec_key=spec_key(spec), areas=areas,
                 skipped_links=tuple(dict.fromkeys(skipped)))

@@ -157,7 +157,8 @@ def plan_h5(block: Block, index: int, claimed: Dict[str, Tuple[str, Pattern]],
     mine = [accs[d].done() for d in sorted(accs)]
     return (BlockPlan(dest=block.dest, kind="h5", location=str(block.location),
                       files=len(mine), bytes=sum(m.est_bytes for m in mine),
-                      data_bytes=sum(m.nbytes for m in mine)), mine)
+                      data_bytes=sum(m.nbytes for m in mine), mode=block.mode,
+                      replicas=block.replicas), mine)
 
 
 # -- files ----------------------------------------------------------------------

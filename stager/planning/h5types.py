@@ -226,6 +226,9 @@ class H5FilePlan:
     linked: Tuple[Tuple[str, int, int], ...] = ()
     ctime_ns: int = -1              # with size, mtime: the source's identity (resume)
     ino: int = -1
+    #: ``(first, stop, step)``: the source frames this output holds, when it is one frame
+    #: range of a ``scatter ... h5`` block (:mod:`stager.planning.frames`); else ``()``
+    frames: Tuple[int, ...] = ()
 
     @property
     def nbytes(self) -> int:
@@ -264,4 +267,5 @@ class H5FilePlan:
         """A JSON-friendly summary (``stager plan --json``)."""
         return {"source": self.source, "dest": self.dest, "block": self.block,
                 "selections": list(self.selections), "bytes": self.nbytes,
-                "est_bytes": self.est_bytes, "linked": [p for p, _, _ in self.linked]}
+                "est_bytes": self.est_bytes, "linked": [p for p, _, _ in self.linked],
+                **({"frames": list(self.frames)} if self.frames else {})}

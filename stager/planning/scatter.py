@@ -2,19 +2,22 @@
 
 A ``scatter`` block puts each output on ``replicas`` nodes instead of every node
 (issue 17): for datasets larger than one node's storage, where each task reads
-only its own files. The placement is computed, identically, by every rank from
-the broadcast plan and the number of nodes -- no message carries it -- and the
-records of each node then say what it holds (``verify``, ``clean``, ``drain`` and
-resume work from the records, as for broadcast blocks).
+only its own files. The outputs are whole files (``files`` blocks) and frame
+ranges of HDF5 selections (``h5`` blocks, split by :mod:`stager.planning.frames`).
+The placement is computed, identically, by every rank from the broadcast plan and
+the number of nodes -- no message carries it -- and the records of each node then
+say what it holds (``verify``, ``clean``, ``drain`` and resume work from the
+records, as for broadcast blocks).
 
 The rule (greedy, largest first, the LPT rule of scheduling): outputs of all
-scatter blocks together are taken in decreasing size (ties: plan order) and each
-goes to the ``replicas`` distinct nodes with the fewest bytes so far (ties: the
-lower node index). Loads then differ by at most the largest output: a node
-receives an output only while it is among the least loaded, so it can never get
-ahead of another by more than one output (checked in ``tests/unit/test_scatter.py``
-on random sizes). Placement depends on the node *count* only, not on names or free
-space: a re-run with the same nodes (resume) places everything where it was.
+scatter blocks together (files, then HDF5 ranges) are taken in decreasing size
+(ties: plan order) and each goes to the ``replicas`` distinct nodes with the
+fewest bytes so far (ties: the lower node index). Loads then differ by at most
+the largest output: a node receives an output only while it is among the least
+loaded, so it can never get ahead of another by more than one output (checked in
+``tests/unit/test_scatter.py`` on random sizes). Placement depends on the node
+*count* only, not on names or free space: a re-run with the same nodes (resume)
+places everything where it was.
 """
 from __future__ import annotations
 
@@ -48,33 +51,38 @@ def place(sizes: Sequence[int], replicas: Sequence[int], nodes: int) -> List[Tup
     return out
 
 
-def placement(plan, nodes: int) -> Dict[int, Tuple[int, ...]]:
-    """Holders of every output of the plan's scatter blocks, by index in ``plan.files``.
+def placement(plan, nodes: int) -> Dict[Tuple[str, int], Tuple[int, ...]]:
+    """Holders of every output of the plan's scatter blocks: ``(kind, index) -> nodes``.
 
-    Pure; every rank computes the same result from the broadcast plan. Outputs of
-    broadcast blocks are absent (every node holds them).
+    ``kind`` is ``"files"`` or ``"h5"``, ``index`` the output's index in
+    ``plan.units(kind)``. Pure; every rank computes the same result from the broadcast
+    plan. Outputs of broadcast blocks are absent (every node holds them). HDF5
+    outputs are placed as given: split the plan into frame ranges first
+    (:func:`stager.planning.frames.split`).
 
     Raises
     ------
     PlanError
         A block asks for more replicas than the job has nodes (names the block).
     """
-    idx = [i for i, e in enumerate(plan.files) if plan.blocks[e.block].mode == "scatter"]
     for b in plan.blocks:
         if b.mode == "scatter" and b.replicas > nodes:
             raise PlanError(f"{b.location}: 'scatter ... replicas {b.replicas}' needs at least "
                             f"{b.replicas} nodes, and this job has {nodes}: lower replicas or "
                             "run on more nodes")
-    holders = place([plan.files[i].size for i in idx],
-                    [plan.blocks[plan.files[i].block].replicas for i in idx], nodes)
-    return dict(zip(idx, holders))
+    keys = [(k, i) for k in ("files", "h5") for i, u in enumerate(plan.units(k))
+            if plan.blocks[u.block].mode == "scatter"]
+    units = [plan.units(k)[i] for k, i in keys]
+    holders = place([u.out_bytes for u in units],
+                    [plan.blocks[u.block].replicas for u in units], nodes)
+    return dict(zip(keys, holders))
 
 
 def node_bytes(plan, nodes: int) -> List[int]:
     """Bytes each node receives from the whole plan (broadcast blocks count on every node)."""
     held = placement(plan, nodes)
     per = [sum(b.bytes for b in plan.blocks if b.mode != "scatter")] * nodes
-    for i, hs in held.items():
+    for (kind, i), hs in held.items():
         for n in hs:
-            per[n] += plan.files[i].size
+            per[n] += plan.units(kind)[i].out_bytes
     return per

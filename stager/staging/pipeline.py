@@ -49,6 +49,7 @@ from stager.nodelocal.state import STATE_DIR
 from stager.options import StageOptions, resolve_options
 from stager.planning.api import plan as plan_spec
 from stager.planning.plan import Plan, describe_size, expand_node
+from stager.planning.frames import split
 from stager.planning.scatter import node_bytes, placement
 from stager.planning.sources import check_disjoint, real_dest
 from stager.staging import interrupt
@@ -207,6 +208,9 @@ def _run(plan: Plan, comm: Any, layout: NodeLayout, opts: StageOptions,
     """Collective over `comm`: every rank must call. Phases 4-10 of the module docstring."""
     from mpi4py import MPI
 
+    # scatter h5 blocks: each output split into frame ranges, one per node (pure: the
+    # same on every rank, so a PlanError here is raised by every rank at once)
+    plan = split(plan, len(layout.names))
     units: List[Tuple[Kind, int, Any]] = [(k, i, u) for k in KINDS
                                           for i, u in enumerate(plan.units(k.name))]
     used = [k for k in KINDS if plan.units(k.name)]
@@ -235,7 +239,7 @@ def _run(plan: Plan, comm: Any, layout: NodeLayout, opts: StageOptions,
                 recs.open(wait=opts.wait)
                 for g in range(n):
                     kind, i, _ = units[g]
-                    held = holders.get(i) if kind.name == "files" else None
+                    held = holders.get((kind.name, i))
                     if held is not None and recs.roots[g] in recs.shared:
                         raise localfs.UnsafePathError(
                             f"{recs.roots[g]} is one directory shared by several nodes, and "
@@ -435,7 +439,7 @@ def _transfer(plan: Plan, units: List[Tuple[Kind, int, Any]], used: List[Kind],
               recs: NodeRecords, need_local: bytearray, need_any: bytearray,
               layout: NodeLayout, opts: StageOptions, meter: SourceMeter,
               results: Dict[str, Tuple[List[int], Moved]],
-              holders: Dict[int, Tuple[int, ...]]) -> None:
+              holders: Dict[Tuple[str, int], Tuple[int, ...]]) -> None:
     """Collective over the leader communicator: every leader must call. Move, then record.
 
     Kinds run in table order; after each, the leaders agree whether any failed
@@ -454,8 +458,7 @@ def _transfer(plan: Plan, units: List[Tuple[Kind, int, Any]], used: List[Kind],
             moved = [units[g][1] for g in gl]
             dests = [recs.dests[g] if need_local[g] else None for g in gl]
             # a scatter output with one holder is read by that node alone (no exchange)
-            alone = [len(holders.get(i, ())) == 1 if k.name == "files" else False
-                     for i in moved]
+            alone = [len(holders.get((k.name, i), ())) == 1 for i in moved]
             res = k.transfer(Transfer(layout.leader_comm, plan.units(k.name), moved, dests,
                                       layout.name, opts, meter, progress, alone))
             results[k.name] = (gl, res)

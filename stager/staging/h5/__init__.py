@@ -34,29 +34,45 @@ class H5Kind:
                                 "build, Debian: python3-h5py-mpi)") from e
 
     def transfer(self, t: Transfer) -> Moved:
-        """Collective over ``t.comm``: stage each moved file; stop together on a failure."""
+        """Collective over ``t.comm``: stage each moved file; stop together on a failure.
+
+        Outputs held by one node (``t.alone``: a frame range of a ``scatter ... h5``
+        block with one replica) are staged by that node's leader by itself, after the
+        collective part, with a communicator of its own: each byte is still read once
+        and no other leader receives it. Its failure is agreed by the pipeline after
+        the kind returns.
+        """
         # here, not at the top: it needs numpy, which only leaders staging HDF5 load
         from stager.staging.h5.read import stage_file
 
         import h5py
+        from mpi4py import MPI
 
         stats: Dict[str, Any] = {"pieces": 0, "max_piece": 0, "read": set()}
         out = Moved()
+        alone = t.alone or [False] * len(t.moved)
+        shared = [k for k in range(len(t.moved)) if not alone[k]]
+        local = [k for k in range(len(t.moved)) if alone[k] and t.dests[k] is not None]
         datasets = 0
-        for k, i in enumerate(t.moved):
-            fp: Any = t.units[i]
-            try:
-                copy = stage_file(t.comm, fp, t.dests[k], t.opts.h5_memory, stats, t.node)
-            except Exception as e:  # agreed inside: every leader stops at this file
-                out.error = e
+        for which, comm in ((shared, t.comm), (local, MPI.COMM_SELF)):
+            for k in which:
+                fp: Any = t.units[t.moved[k]]
+                try:
+                    copy = stage_file(comm, fp, t.dests[k], t.opts.h5_memory, stats, t.node)
+                except Exception as e:  # agreed inside: every leader of comm stops here
+                    out.error = e
+                    break
+                datasets += len(fp.datasets)
+                if copy is not None:
+                    out.done[k] = (copy.checksum, copy.size)
+                    out.bytes_written += copy.size
+                    t.progress.update(copy.size)
+            if out.error is not None:
                 break
-            datasets += len(fp.datasets)
-            if copy is not None:
-                out.done[k] = (copy.checksum, copy.size)
-                out.bytes_written += copy.size
-                t.progress.update(copy.size)
         out.extra = {"files": len(t.moved), "datasets": datasets, "pieces": stats["pieces"],
                      "max_piece_bytes": stats["max_piece"], "memory_cap": t.opts.h5_memory,
                      "read": "+".join(sorted(stats["read"])) or "none",
                      "h5py_mpi": bool(h5py.get_config().mpi)}
+        if t.alone:
+            out.extra["scatter_read_alone"] = len(local)
         return out

@@ -1,0 +1,224 @@
+"""``scatter ... h5`` blocks: each HDF5 output split into contiguous frame ranges. Pure.
+
+A ``scatter`` block of HDF5 selections (issue 17) does not place whole output
+files: each is split along the first axis -- the frames of a detector stack --
+into one contiguous range per node, and each range becomes an output of its own
+(a node-local HDF5 file), which :mod:`stager.planning.scatter` then places like a
+file. The split depends on the plan and the node count only, so every rank
+computes it from the broadcast plan without a message, as it does the placement.
+
+The rules (also in docs/hook-spec.md, "Scatter blocks"):
+
+* **Frames.** The *frame dataset* of an output is its selected dataset with the most
+  dimensions -- the detector stack, ``(frames, y, x)``, or a 4D-STEM scan,
+  ``(scan_y, scan_x, ky, kx)`` split by scan rows -- (ties: the most selected bytes,
+  then the file's order); its selected first-axis length is the output's frame
+  count ``F``. Every other selected
+  dataset with exactly ``F`` rows (per-frame metadata such as rotation angles or
+  timestamps) is split the same way, so each range holds its frames' metadata.
+  Everything else (groups, scalars, datasets of another length such as a pixel
+  mask, links) is copied whole into every range: each range file is readable on its
+  own, like the source.
+* **Ranges.** ``min(nodes, F // align)`` ranges of near-equal frame counts, their
+  bounds multiples of ``align`` -- the least common multiple of the first chunk
+  dimension of the split datasets that can move as stored chunks -- so compressed
+  chunks still move without being decoded and lossy data is never re-compressed.
+  An output with fewer than two frames is placed whole, under its own name.
+* **Names.** ``DIR/scan.h5`` becomes ``DIR/scan.frames{a}-{b}.h5``: source frames
+  ``a`` to ``b - 1`` of the frame dataset (``b`` exclusive; with a step, the
+  frames ``a, a + step, ...`` below ``b``). Each range file carries the usual
+  ``stager_slice`` attribute on each dataset.
+* **Refused** (``PlanError`` naming the file): region references in an output that
+  would be split (they select rows of the source, which no single range holds); a
+  second stack (as many dimensions as the frame dataset, three or more) with another
+  frame count -- an Eiger master's ``data_000001``, ``data_000002`` links -- which
+  would be copied whole to every node: select one stack per entry (the data files'
+  ``/entry/data/data``, or an NXmx virtual dataset over them).
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
+
+from stager.errors import PlanError
+from stager.planning.plan import Plan
+
+if TYPE_CHECKING:  # h5types needs numpy: not imported where no HDF5 is scattered
+    from stager.planning.h5types import DatasetPlan, H5FilePlan
+
+__all__ = ["FrameRange", "frame_dataset", "split_rows", "range_dest", "split_file", "split",
+           "ranges_of"]
+
+
+@dataclass(frozen=True)
+class FrameRange:
+    """Source frames ``range(first, stop, step)`` of an output's frame dataset."""
+
+    first: int
+    stop: int
+    step: int = 1
+
+    def __contains__(self, frame: object) -> bool:
+        return isinstance(frame, int) and frame in range(self.first, self.stop, self.step)
+
+    def __len__(self) -> int:
+        return len(range(self.first, self.stop, self.step))
+
+    def row(self, frame: int) -> int:
+        """The row of source frame ``frame`` in this range's copy."""
+        return (frame - self.first) // self.step
+
+
+def _splittable(d: DatasetPlan) -> bool:
+    return bool(d.shape) and d.space == "simple" and d.values in ("raw", "vlen")
+
+
+def frame_dataset(fp: H5FilePlan) -> Optional[DatasetPlan]:
+    """The dataset whose first axis is split (see the module docstring), or None."""
+    best: Optional[DatasetPlan] = None
+    for d in fp.datasets:
+        if _splittable(d) and (best is None or
+                               (len(d.shape), d.nbytes) > (len(best.shape), best.nbytes)):
+            best = d
+    return best
+
+
+def _align(split: Sequence[DatasetPlan]) -> int:
+    """Frames per range must be a multiple of this: stored chunks stay whole."""
+    a = 1
+    for d in split:
+        if d.layout == "chunked" and d.chunks and d.step == 1 and d.start % d.chunks[0] == 0:
+            a = a * d.chunks[0] // math.gcd(a, d.chunks[0])
+    return a
+
+
+def split_rows(frames: int, parts: int, align: int = 1) -> List[Tuple[int, int]]:
+    """Contiguous row ranges ``[lo, hi)`` of ``0..frames``: at most ``parts``, bounds on
+    multiples of ``align`` (except the end), sizes differing by at most ``align``. Pure."""
+    if frames < 1 or parts < 1:
+        return []
+    units = math.ceil(frames / align)
+    parts = max(1, min(parts, units))
+    bounds = [min(frames, (units * k // parts) * align) for k in range(parts + 1)]
+    return [(lo, hi) for lo, hi in zip(bounds, bounds[1:]) if hi > lo]
+
+
+def range_dest(dest: str, fr: FrameRange) -> str:
+    """``DIR/scan.h5`` → ``DIR/scan.frames{first}-{last + 1}.h5`` (see the module docstring)."""
+    root, ext = os.path.splitext(dest)
+    last = fr.first + (len(fr) - 1) * fr.step
+    return f"{root}.frames{fr.first}-{last + 1}{ext}"
+
+
+def _slice(d: DatasetPlan, lo: int, hi: int) -> DatasetPlan:
+    """``d`` restricted to its selected rows ``lo .. hi - 1``."""
+    inline = None if d.inline is None else d.inline[lo:hi]
+    start = d.start + lo * d.step
+    stop = d.start + (hi - 1) * d.step + 1
+    part = replace(d, start=start, stop=stop, sliced=True, inline=inline)
+    from stager.planning.h5types import OBJECT_OVERHEAD
+
+    # the whole selection's estimate, shared by rows, plus one more object's overhead
+    return replace(part, est_bytes=math.ceil(d.est_bytes * (hi - lo) / d.rows) +
+                   OBJECT_OVERHEAD + 64)
+
+
+def _has_region_refs(fp: H5FilePlan) -> bool:
+    for d in fp.datasets:
+        if d.values == "refs" and d.inline is not None and \
+                any(getattr(t, "region", None) is not None for t in d.inline):
+            return True
+    for attrs in [g.attrs for g in fp.groups] + [d.attrs for d in fp.datasets]:
+        for a in attrs:
+            if a.values == "refs" and any(t.region is not None for t in a.value or ()):
+                return True
+    return False
+
+
+def split_file(fp: H5FilePlan, parts: int,
+               location: str = "") -> List[Tuple[Optional[FrameRange], H5FilePlan]]:
+    """One HDF5 output → its range outputs ``(frames, plan)``. Pure.
+
+    ``frames`` is ``None`` for an output placed whole (fewer than two frames).
+
+    Raises
+    ------
+    PlanError
+        The output holds region references and would be split (names the file).
+    """
+    main = frame_dataset(fp)
+    if main is None or main.rows < 2:
+        return [(None, fp)]
+    if _has_region_refs(fp):
+        raise PlanError(f"{location}: {fp.source} holds region references, which select "
+                        "rows of the source that no single frame range holds: broadcast "
+                        "this selection, or scatter the whole file with a 'files' block")
+    frames = main.rows
+    split = [d for d in fp.datasets if _splittable(d) and d.rows == frames]
+    other = [d for d in fp.datasets if _splittable(d) and d.rows != frames
+             and len(d.shape) == len(main.shape) >= 3]
+    if other:
+        raise PlanError(f"{location}: {fp.source}: {other[0].path} ({other[0].rows} frames) "
+                        f"and {main.path} ({frames} frames) are two frame stacks, and a "
+                        "scatter block splits one per output file (the other would be "
+                        "copied whole to every node): select one stack per entry, e.g. "
+                        "each data file's /entry/data/data, or an NXmx virtual dataset "
+                        "over them")
+    out: List[Tuple[Optional[FrameRange], H5FilePlan]] = []
+    for lo, hi in split_rows(frames, parts, _align(split)):
+        fr = FrameRange(main.start + lo * main.step, main.start + (hi - 1) * main.step + 1,
+                        main.step)
+        datasets = tuple(_slice(d, lo, hi) if d in split else d for d in fp.datasets)
+        out.append((fr, replace(fp, dest=range_dest(fp.dest, fr), datasets=datasets,
+                                 frames=(fr.first, fr.stop, fr.step))))
+    return out
+
+
+def split(plan: Plan, nodes: int) -> Plan:
+    """The plan with each ``scatter ... h5`` output replaced by its frame ranges. Pure.
+
+    Every rank computes the same result from the broadcast plan and the node count.
+    A plan without scatter h5 blocks is returned as it is.
+
+    Raises
+    ------
+    PlanError
+        Region references in an output that would be split; a range's name taken by
+        another output of the plan.
+    """
+    scattered = [b.kind == "h5" and b.mode == "scatter" for b in plan.blocks]
+    if not any(scattered) or nodes < 1:
+        return plan
+    taken = {e.dest for e in plan.files} | {h.dest for h in plan.h5}
+    h5: List[H5FilePlan] = []
+    for fp in plan.h5:
+        if not scattered[fp.block]:
+            h5.append(fp)
+            continue
+        loc = plan.blocks[fp.block].location
+        for fr, part in split_file(fp, nodes, loc):
+            if fr is not None and part.dest in taken:
+                raise PlanError(f"{loc}: frames {fr.first}..{fr.stop - 1} of {fp.source} "
+                                f"would land at {part.dest.replace(chr(0), '%')}, where "
+                                "another output of the spec lands; rename one")
+            h5.append(part)
+    blocks = list(plan.blocks)
+    for i, b in enumerate(blocks):
+        if scattered[i]:
+            mine = [h for h in h5 if h.block == i]
+            blocks[i] = replace(b, files=len(mine), bytes=sum(h.est_bytes for h in mine))
+    return replace(plan, blocks=tuple(blocks), h5=tuple(h5))
+
+
+def ranges_of(plan: Plan) -> Dict[str, List[Tuple[FrameRange, int]]]:
+    """Frame ranges of each source file in a split plan: ``source -> [(frames, h5 index)]``,
+    in frame order. Outputs placed whole are absent. Pure."""
+    out: Dict[str, List[Tuple[FrameRange, int]]] = {}
+    for i, fp in enumerate(plan.h5):
+        if fp.frames:
+            out.setdefault(os.path.normpath(fp.source), []).append((FrameRange(*fp.frames), i))
+    for v in out.values():
+        v.sort(key=lambda t: t[0].first)
+    return out
