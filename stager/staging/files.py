@@ -8,7 +8,7 @@ file atomically on every node that needs it.
 """
 from __future__ import annotations
 
-from typing import List
+from typing import Any, Dict, List, Tuple
 
 from stager.staging.kind import Moved, Transfer
 from stager.staging.transfer import FileJob, Sink, SourceReader, run_method
@@ -28,24 +28,36 @@ class FilesKind:
     def transfer(self, t: Transfer) -> Moved:
         """Collective over ``t.comm`` (except ``naive``): move the files, return what was done.
 
-        Files of ``scatter`` blocks held by one node (``t.alone``) are read by that
-        node's leader itself, after the collective part: each byte is still read once,
-        and no other leader receives it. The rest (broadcast files, and scatter files
-        with several replicas: read once, written by their holders) go through the
-        chosen method.
+        Broadcast files go through the chosen method over every leader. Files of
+        ``scatter`` blocks move among their holders only: with several replicas, over
+        a communicator of the holders (:func:`stager.mpi.groups.holder_groups`: read
+        once, in stripes, by the holders, and received by nobody else); with one
+        (``t.alone``), read by the holder's leader itself, after the collective part.
         """
+        from stager.mpi.groups import holder_groups
+
         alone = t.alone or [False] * len(t.moved)
-        shared = [k for k in range(len(t.moved)) if not alone[k]]
+        held = t.holders or [None] * len(t.moved)
+        everyone = [k for k in range(len(t.moved)) if held[k] is None]
+        groups: Dict[Tuple[int, ...], List[int]] = {}
+        for k in range(len(t.moved)):
+            hs = held[k]
+            if hs is not None and not alone[k]:
+                groups.setdefault(hs, []).append(k)
         local = [k for k in range(len(t.moved)) if alone[k]]
         out = Moved()
-        if shared:  # identical on every leader: the plan decides
-            self._move(t, shared, t.opts.method, out)
+        if everyone:  # identical on every leader: the plan decides
+            self._move(t, t.comm, everyone, t.opts.method, out)
+        # every leader walks every group to the end (members wait for each other)
+        for hs, sub in holder_groups(t.comm, groups, lambda: out.error is not None):
+            self._move(t, sub, groups[hs], t.opts.method, out)
         if local and out.error is None:
             # a local step: its failure is agreed by the pipeline after the kind returns
-            self._move(t, [k for k in local if t.dests[k] is not None], "naive", out)
+            self._move(t, t.comm, [k for k in local if t.dests[k] is not None], "naive", out)
         return out
 
-    def _move(self, t: Transfer, which: List[int], method: str, out: Moved) -> None:
+    def _move(self, t: Transfer, comm: Any, which: List[int], method: str,
+              out: Moved) -> None:
         units = t.units
         jobs = [FileJob(units[t.moved[k]].source, units[t.moved[k]].size,
                         units[t.moved[k]].mtime_ns, units[t.moved[k]].mode,
@@ -55,7 +67,7 @@ class FilesKind:
         err = None
         info: dict = {}
         try:
-            err = run_method(method, t.comm, jobs, reader, sink, t.opts.chunk_size,
+            err = run_method(method, comm, jobs, reader, sink, t.opts.chunk_size,
                              t.opts.small_file_threshold, t.opts.shared_exchange, info)
         except Exception as e:
             err = e
@@ -69,3 +81,5 @@ class FilesKind:
             out.extra.update(info)
         if method != t.opts.method:
             out.extra["scatter_read_alone"] = len(which)
+        elif comm is not t.comm:  # among the holders of scatter files with several replicas
+            out.extra["scatter_in_groups"] = out.extra.get("scatter_in_groups", 0) + len(which)

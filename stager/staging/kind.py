@@ -43,6 +43,11 @@ class Transfer:
         For each of ``moved``: held by one node only (a ``scatter`` output with one
         replica), which reads it itself -- no other leader takes part in moving it.
         Empty: none is.
+    holders : list of tuple of int or None
+        For each of ``moved``: the node indices (ranks of ``comm``) holding it, for a
+        ``scatter`` output; ``None`` for a broadcast one (every node). Outputs with
+        several holders move among their holders only
+        (:func:`stager.mpi.groups.holder_groups`). Empty: every output is broadcast.
     """
 
     comm: Any
@@ -54,6 +59,7 @@ class Transfer:
     meter: SourceMeter
     progress: Progress
     alone: List[bool] = field(default_factory=list)
+    holders: List[Optional[Tuple[int, ...]]] = field(default_factory=list)
 
 
 @dataclass

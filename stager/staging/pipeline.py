@@ -457,10 +457,12 @@ def _transfer(plan: Plan, units: List[Tuple[Kind, int, Any]], used: List[Kind],
                 continue
             moved = [units[g][1] for g in gl]
             dests = [recs.dests[g] if need_local[g] else None for g in gl]
-            # a scatter output with one holder is read by that node alone (no exchange)
-            alone = [len(holders.get((k.name, i), ())) == 1 for i in moved]
+            # a scatter output with one holder is read by that node alone (no exchange);
+            # with several, among its holders only
+            held = [holders.get((k.name, i)) for i in moved]
+            alone = [h is not None and len(h) == 1 for h in held]
             res = k.transfer(Transfer(layout.leader_comm, plan.units(k.name), moved, dests,
-                                      layout.name, opts, meter, progress, alone))
+                                      layout.name, opts, meter, progress, alone, held))
             results[k.name] = (gl, res)
             for j, (digest, _size) in res.done.items():
                 if digest:

@@ -73,6 +73,13 @@ def test_every_byte_on_replicas_nodes_read_once_balanced(mpi_tmpdir, k, replicas
                if not os.path.exists(os.path.join(mpi_tmpdir, "nodes", n, "geometry",
                                                   "frame10.bin"))]
         bad += [f"broadcast file missing on {n}" for n in geo]
+        # node 0's leader moved only the scatter files it holds: with several replicas
+        # among their holders (nobody else received them), with one by itself
+        mine = sum(rep.nodes[0] in h for h in held.values())
+        fx = rep.extra.get("files", {})
+        key = "scatter_in_groups" if replicas > 1 else "scatter_read_alone"
+        if fx.get(key) != mine:
+            bad.append(f"node 0 holds {mine} files, moved {fx.get(key)} ({key}): {fx}")
     assert_all(comm, not bad, "; ".join(bad))
     total = sum(SIZES) + SIZES[10]
     assert_all(comm, rep.bytes_written == replicas * sum(SIZES) + k * SIZES[10], str(rep))
@@ -167,3 +174,29 @@ def test_tasks_run_where_their_data_is(mpi_tmpdir):
             ok = ok and path == f and n == os.path.getsize(f) and fell == 1
             msg += f"; soft read {path}"
     assert_all(comm, ok, msg)
+
+
+def test_a_failure_among_one_files_holders_stops_every_rank_with_its_message(mpi_tmpdir):
+    """Files with two replicas move among their holders only; when the source of one
+    changes after planning, its holders fail, the other groups do not wait for them,
+    and every rank raises the same error naming the file -- nothing hangs."""
+    from stager import StagerError, plan, stage
+    comm = _comm()
+    k = min(comm.size, 4)
+    if k < 3:
+        pytest.skip(f"needs 3 emulated nodes (two-replica groups that differ), so 3 ranks "
+                    f"(running {comm.size})")
+    spec, src = _dataset(mpi_tmpdir, comm, 2)
+    p = comm.bcast(plan(spec) if comm.rank == 0 else None, root=0)
+    victim = os.path.join(src, "frame05.bin")
+    if comm.rank == 0:
+        with open(victim, "ab") as f:
+            f.write(b"more")  # the detector wrote on: the planned size no longer holds
+    comm.Barrier()
+    msg = ""
+    try:
+        stage(p, comm, emulate_nodes=k, progress=False, chunk_size=64 << 10,
+              small_file_threshold=8 << 10)
+    except StagerError as e:
+        msg = str(e)
+    assert_all(comm, "frame05.bin" in msg and "changed" in msg, msg)

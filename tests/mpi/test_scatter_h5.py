@@ -153,6 +153,10 @@ def test_two_replicas_each_frame_on_two_nodes(mpi_tmpdir):
     bad, counts = _check_copies(mpi_tmpdir, rep.nodes, 2) if comm.rank == 0 else ([], [])
     assert_all(comm, not bad, "; ".join(bad[:5]))
     assert_all(comm, comm.rank != 0 or sum(counts) == 2 * FRAMES, str(counts))
+    # node 0's leader moved only its own ranges, among their holders
+    h5x = rep.extra.get("h5", {})
+    assert_all(comm, h5x.get("scatter_in_groups") == 2 and h5x.get("scatter_read_alone") == 0,
+               str(h5x))
     v = verify(spec, comm, emulate_nodes=k)
     assert_all(comm, v.files_checked == 2 * k, str(v))
 

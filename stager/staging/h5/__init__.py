@@ -10,7 +10,7 @@ its selections), so ``verify`` and ``clean`` handle it like any staged file.
 """
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any, Dict, List, Tuple
 
 from stager.errors import TransferError
 from stager.staging.kind import Moved, Transfer
@@ -36,43 +36,64 @@ class H5Kind:
     def transfer(self, t: Transfer) -> Moved:
         """Collective over ``t.comm``: stage each moved file; stop together on a failure.
 
-        Outputs held by one node (``t.alone``: a frame range of a ``scatter ... h5``
-        block with one replica) are staged by that node's leader by itself, after the
-        collective part, with a communicator of its own: each byte is still read once
-        and no other leader receives it. Its failure is agreed by the pipeline after
-        the kind returns.
+        Broadcast outputs are staged over every leader. A frame range of a ``scatter
+        ... h5`` block moves among its holders only: with several replicas over a
+        communicator of the holders (:func:`stager.mpi.groups.holder_groups`), with
+        one (``t.alone``) by the holder's leader by itself, after the collective part.
+        Each byte is still read once, and nobody but the holders receives it. A
+        failure in a group or alone is agreed by the pipeline after the kind returns.
         """
         # here, not at the top: it needs numpy, which only leaders staging HDF5 load
-        from stager.staging.h5.read import stage_file
-
         import h5py
         from mpi4py import MPI
+
+        from stager.mpi.groups import holder_groups
 
         stats: Dict[str, Any] = {"pieces": 0, "max_piece": 0, "read": set()}
         out = Moved()
         alone = t.alone or [False] * len(t.moved)
-        shared = [k for k in range(len(t.moved)) if not alone[k]]
+        held = t.holders or [None] * len(t.moved)
+        everyone = [k for k in range(len(t.moved)) if held[k] is None]
+        groups: Dict[Tuple[int, ...], List[int]] = {}
+        for k in range(len(t.moved)):
+            hs = held[k]
+            if hs is not None and not alone[k]:
+                groups.setdefault(hs, []).append(k)
         local = [k for k in range(len(t.moved)) if alone[k] and t.dests[k] is not None]
-        datasets = 0
-        for which, comm in ((shared, t.comm), (local, MPI.COMM_SELF)):
-            for k in which:
-                fp: Any = t.units[t.moved[k]]
-                try:
-                    copy = stage_file(comm, fp, t.dests[k], t.opts.h5_memory, stats, t.node)
-                except Exception as e:  # agreed inside: every leader of comm stops here
-                    out.error = e
-                    break
-                datasets += len(fp.datasets)
-                if copy is not None:
-                    out.done[k] = (copy.checksum, copy.size)
-                    out.bytes_written += copy.size
-                    t.progress.update(copy.size)
-            if out.error is not None:
-                break
-        out.extra = {"files": len(t.moved), "datasets": datasets, "pieces": stats["pieces"],
-                     "max_piece_bytes": stats["max_piece"], "memory_cap": t.opts.h5_memory,
+        self._stage(t, t.comm, everyone, out, stats)
+        # every leader walks every group to the end (members wait for each other)
+        for hs, sub in holder_groups(t.comm, groups, lambda: out.error is not None):
+            self._stage(t, sub, groups[hs], out, stats)
+        if out.error is None:
+            self._stage(t, MPI.COMM_SELF, local, out, stats)
+        out.extra = {"files": len(t.moved), "datasets": stats.get("datasets", 0),
+                     "pieces": stats["pieces"], "max_piece_bytes": stats["max_piece"],
+                     "memory_cap": t.opts.h5_memory,
                      "read": "+".join(sorted(stats["read"])) or "none",
                      "h5py_mpi": bool(h5py.get_config().mpi)}
-        if t.alone:
+        if t.holders:
             out.extra["scatter_read_alone"] = len(local)
+            out.extra["scatter_in_groups"] = sum(len(v) for hs, v in groups.items()
+                                                 if t.comm.rank in hs)
         return out
+
+    @staticmethod
+    def _stage(t: Transfer, comm: Any, which: List[int], out: Moved,
+               stats: Dict[str, Any]) -> None:
+        """Collective over ``comm``: stage the outputs ``which``; stop at the first failure."""
+        from stager.staging.h5.read import stage_file
+
+        for k in which:
+            if out.error is not None:
+                return
+            fp: Any = t.units[t.moved[k]]
+            try:
+                copy = stage_file(comm, fp, t.dests[k], t.opts.h5_memory, stats, t.node)
+            except Exception as e:  # agreed inside: every leader of comm stops here
+                out.error = e
+                return
+            stats["datasets"] = stats.get("datasets", 0) + len(fp.datasets)
+            if copy is not None:
+                out.done[k] = (copy.checksum, copy.size)
+                out.bytes_written += copy.size
+                t.progress.update(copy.size)
