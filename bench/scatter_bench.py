@@ -58,6 +58,8 @@ def main() -> int:
     p.add_argument("--nodes", type=int, nargs="+", default=[1, 2, 4])
     p.add_argument("--out", default=os.path.join(HERE, "results"))
     p.add_argument("--kind", choices=("files", "h5"), default="files")
+    p.add_argument("--replicas", type=int, default=1,
+                   help="replicas of the scatter block (node counts below it are skipped)")
     a = p.parse_args()
     work = tempfile.mkdtemp(prefix="scatter-bench-", dir="/tmp")
     shm = tempfile.mkdtemp(prefix="scatter-bench-", dir="/dev/shm")
@@ -87,9 +89,10 @@ def main() -> int:
         for mode in ("broadcast", "scatter"):
             specs[mode] = os.path.join(work, f"{mode}.hook")
             with open(specs[mode], "w") as f:
-                f.write(f"{mode} to {shm}/%n {a.kind} {{ {what} }}\n")
+                rep = f" replicas {a.replicas}" if mode == "scatter" else ""
+                f.write(f"{mode} to {shm}/%n {a.kind}{rep} {{ {what} }}\n")
         with LoadSampler(interval=2.0) as load:
-            for n in a.nodes:
+            for n in [n for n in a.nodes if n >= a.replicas]:
                 got: dict = {"broadcast": [], "scatter": []}
                 for r in range(a.rounds):
                     order = ("broadcast", "scatter") if r % 2 == 0 else ("scatter", "broadcast")
@@ -108,13 +111,16 @@ def main() -> int:
         shutil.rmtree(work, ignore_errors=True)
         shutil.rmtree(shm, ignore_errors=True)
     os.makedirs(a.out, exist_ok=True)
-    name = "scatter" if a.kind == "files" else "scatter_h5"
+    name = ("scatter" if a.kind == "files" else "scatter_h5") + \
+        (f"_r{a.replicas}" if a.replicas > 1 else "")
     data = "8 MiB files" if a.kind == "files" else "one HDF5 stack of 512 KiB frames (--kind h5)"
     doc["kind"] = a.kind
+    doc["replicas"] = a.replicas
     json.dump(doc, open(os.path.join(a.out, f"{name}.json"), "w"), indent=1)
     lines = ["# Scatter against broadcast (bench/scatter_bench.py)", "",
              f"Command: `.venv/bin/python bench/scatter_bench.py --kind {a.kind} --mib {a.mib} "
-             f"--rounds {a.rounds} --nodes {' '.join(map(str, a.nodes))}`", "",
+             f"--rounds {a.rounds} --nodes {' '.join(map(str, a.nodes))} "
+             f"--replicas {a.replicas}`", "",
              f"Measured {doc['date']}, {a.mib} MiB, {data}, {a.rounds} rounds alternating, "
              f"medians; load average {load.before:.1f} before, "
              f"{doc['load_average_during'].get('max', 0):.1f} max during (2 CPUs, shared).", "",
