@@ -112,8 +112,8 @@ def test_soft_placement_falls_back_by_stealing():
     comm = _comm()
     ok, msg = True, ""
     # A short locality wait: node `target`'s one worker stays busy for ~2 s, so
-    # its soft tasks move to other nodes after 0.05 s in its server's queue.
-    with _executor(comm, "nodes", 2, locality_wait=0.05) as ex:
+    # its soft tasks move to other nodes 0.02 s after its last start there.
+    with _executor(comm, "nodes", 2, locality_wait=0.02) as ex:
         if ex is not None:
             roles = ex.roles
             nodes = roles.nodes_with_workers()

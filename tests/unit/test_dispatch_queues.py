@@ -209,3 +209,35 @@ def test_a_timed_or_large_ripe_task_still_ends_a_batch():
     assert tids(q.take(0, 10)) == [1]
     assert tids(q.take(0, 10)) == [2]
     assert tids(q.take(0, 10)) == [3] and not q
+
+
+def test_a_node_working_through_its_queue_keeps_it():
+    """The wait restarts when the node's worker takes one of its soft tasks (as Spark's)."""
+    q, clock = delayed(1.0)
+    q.extend([entry(i, node=1) for i in (1, 2, 3)])
+    clock.now += 0.5
+    assert tids(q.take(1, 1)) == [1]  # node 1 works on its queue at t = 0.5
+    clock.now += 0.6  # 2 and 3 waited 1.1 s, but node 1 took a task 0.6 s ago
+    assert q.available(0) == 0 and q.take(0, 10) == [] and q.steal(10) == []
+    clock.now += 0.4  # node 1 silent for 1 s: busy; its tasks may move
+    assert q.stealable == 2 and tids(q.take(0, 10)) == [2, 3]
+
+
+def test_locality_wait_option_keyword_then_environment_then_default(monkeypatch):
+    from workflows.errors import ExecutorError
+    from workflows.executors.mpi import executor as mx
+
+    monkeypatch.delenv(mx.ENV_LOCALITY_WAIT, raising=False)
+    assert mx._env_wait(None) == mx.LOCALITY_WAIT == 1.0
+    monkeypatch.setenv(mx.ENV_LOCALITY_WAIT, "0.25")
+    assert mx._env_wait(None) == 0.25
+    assert mx._env_wait(0) == 0.0  # the keyword wins; 0: no delay
+    monkeypatch.setenv(mx.ENV_LOCALITY_WAIT, "0")
+    assert mx._env_wait(None) == 0.0
+    for bad in ("soon", "-1", "inf", "nan"):
+        monkeypatch.setenv(mx.ENV_LOCALITY_WAIT, bad)
+        with pytest.raises(ExecutorError, match="MPISTAGE_LOCALITY_WAIT"):
+            mx._env_wait(None)
+    for bad in (-0.5, True, "1"):
+        with pytest.raises(ExecutorError, match="locality_wait"):
+            mx._check_wait(bad, "locality_wait")

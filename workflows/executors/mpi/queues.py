@@ -9,11 +9,14 @@ rank imports no user code. Placement (issue 17's locality hook) is the
 * ``hard`` -- only workers of ``node``; never stolen, never pulled;
 * otherwise *soft*: workers of ``node`` first; a worker of another node (on
   the same server) takes it, and an idle server may steal it, only once it
-  waited :attr:`TaskQueue.wait` seconds in this queue (*delay scheduling*,
-  Zaharia et al., EuroSys 2010; Spark's ``spark.locality.wait``): with
-  balanced nodes its own node frees a worker well within the wait, so it runs
-  where its data is; when that node's workers stay busy (or are all dead) it
-  moves anyway. A soft task placed on a node with no live worker on this
+  waited :attr:`TaskQueue.wait` seconds in this queue *and* no worker of
+  ``node`` took one of ``node``'s soft tasks from it in the last ``wait``
+  seconds (*delay scheduling*, Zaharia et al., EuroSys 2010; Spark's
+  ``spark.locality.wait``, which also restarts the wait at each local
+  launch). With balanced nodes the own node frees a worker well within the
+  wait, so the task runs where its data is -- also in the tail of a run
+  longer than the wait, when every queued task is older than it; when that
+  node's workers stay busy for a whole wait (or are all dead) it moves. A soft task placed on a node with no live worker on this
   server need not wait (nobody here could take it), nor does one that was
   stolen (it waited at the victim). The runtime counts where placed tasks ran.
 
@@ -50,6 +53,10 @@ class Entry(NamedTuple):
     deadline: Optional[float]  #: the run's deadline (``time.time()``)
     blob: bytes  #: the pickled TaskCall
 
+
+#: The queue time of a soft task that already waited elsewhere (stolen): before any
+#: ``_ripe_before`` but ``-inf`` (a node busy with its own queue keeps even those).
+_LONG_AGO = -1e300
 
 #: Most bytes of pickled tasks in one message (a batch, a pull, a steal) -- far
 #: below MPI's 2 GiB count limit, and small enough not to stall the receiver.
@@ -90,6 +97,7 @@ class TaskQueue:
         #: Nodes with a live worker served here (None: every node). A soft task
         #: placed on any other node has nobody to wait for: it may go at once.
         self.served: Optional[Set[int]] = None
+        self._last_local: Dict[int, float] = {}  # node -> when its worker last took its soft task
         self._soft_total = 0
         self._hard_total = 0
 
@@ -114,7 +122,7 @@ class TaskQueue:
         else:
             q = self.soft.setdefault(node, collections.deque())
             if ripe:
-                q.appendleft((-math.inf, entry))
+                q.appendleft((_LONG_AGO, entry))
             else:
                 q.append((self.clock(), entry))
             self._soft_total += 1
@@ -124,10 +132,19 @@ class TaskQueue:
             self.push(e, ripe)
 
     def _ripe_before(self, node: int) -> float:
-        """Soft tasks of ``node`` queued before this time may go elsewhere (inf: all of them)."""
+        """Soft tasks of ``node`` queued before this time may go elsewhere.
+
+        ``inf``: all of them (no wait, or no live worker of ``node`` here);
+        ``-inf``: none, because a worker of ``node`` took one of its soft tasks
+        less than ``wait`` ago -- the node is working through its queue
+        (Spark's delay scheduling resets its wait on each local launch too).
+        """
         if self.wait <= 0 or (self.served is not None and node not in self.served):
             return math.inf
-        return self.clock() - self.wait
+        before = self.clock() - self.wait
+        if self._last_local.get(node, -math.inf) > before:
+            return -math.inf
+        return before
 
     def _ripe(self, node: int, q: Deque[Tuple[float, Entry]]) -> int:
         """How many of ``node``'s soft tasks (the head of ``q``) waited their locality wait."""
@@ -189,6 +206,8 @@ class TaskQueue:
             took(hard.popleft())
             self._hard_total -= 1
         own = self.soft.get(node)
+        if own and len(out) < count and self.wait > 0:
+            self._last_local[node] = self.clock()
         while own and len(out) < count and fits(own[0][1]):
             took(own.popleft()[1])
             self._soft_total -= 1
