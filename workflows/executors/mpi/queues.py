@@ -16,9 +16,10 @@ rank imports no user code. Placement (issue 17's locality hook) is the
   launch). With balanced nodes the own node frees a worker well within the
   wait, so the task runs where its data is -- also in the tail of a run
   longer than the wait, when every queued task is older than it; when that
-  node's workers stay busy for a whole wait (or are all dead) it moves. A soft task placed on a node with no live worker on this
-  server need not wait (nobody here could take it), nor does one that was
-  stolen (it waited at the victim). The runtime counts where placed tasks ran.
+  node's workers stay busy for a whole wait (or are all dead) it moves. A
+  soft task placed on a node with no live worker on this server need not wait
+  (nobody here could take it), nor does one that was stolen (it waited at the
+  victim). The runtime counts where placed tasks ran.
 
 Order: a worker of node K takes ``hard[K]``, ``soft[K]``, free, then others'
 soft tasks past their wait, each FIFO (oldest first). Thieves take from the
