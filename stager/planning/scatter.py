@@ -10,18 +10,18 @@ say what it holds (``verify``, ``clean``, ``drain`` and resume work from the
 records, as for broadcast blocks).
 
 The rule (greedy, largest first, the LPT rule of scheduling): outputs of all
-scatter blocks together (files, then HDF5 ranges) are taken in decreasing size
-(ties: plan order) and each goes to the ``replicas`` distinct nodes with the
-fewest bytes so far (ties: the lower node index). Loads then differ by at most
-the largest output: a node receives an output only while it is among the least
-loaded, so it can never get ahead of another by more than one output (checked in
-``tests/unit/test_scatter.py`` on random sizes). Placement depends on the node
-*count* only, not on names or free space: a re-run with the same nodes (resume)
-places everything where it was.
+scatter blocks together are taken in decreasing size (ties: plan order) and each
+goes to the ``replicas`` distinct nodes with the fewest bytes so far (ties: the
+lower node index). The frame ranges of one HDF5 output are taken together (by
+their total) and go, largest first, to the least loaded nodes in turn: distinct
+nodes while there are enough, so each node holds one contiguous range of it. Loads
+then differ by at most the largest output (checked in ``tests/unit/test_scatter.py``
+on random sizes, with and without ranges). Placement depends on the node *count*
+only, not on names or free space: a re-run with the same nodes (resume) places
+everything where it was.
 """
 from __future__ import annotations
 
-import heapq
 from typing import Dict, List, Sequence, Tuple
 
 from stager.errors import PlanError
@@ -29,10 +29,16 @@ from stager.errors import PlanError
 __all__ = ["place", "placement", "node_bytes"]
 
 
-def place(sizes: Sequence[int], replicas: Sequence[int], nodes: int) -> List[Tuple[int, ...]]:
+def place(sizes: Sequence[int], replicas: Sequence[int], nodes: int,
+          groups: Sequence[Sequence[int]] = ()) -> List[Tuple[int, ...]]:
     """Holders of each output: ``result[i]`` is a sorted tuple of ``replicas[i]`` node indices.
 
-    Pure. ``sizes[i]`` is output ``i``'s size in bytes. Raises ``ValueError`` when an
+    Pure. ``sizes[i]`` is output ``i``'s size in bytes. ``groups`` lists outputs placed
+    together -- the frame ranges of one HDF5 output (same replicas): the group's
+    ranges go, largest first, to the least loaded nodes in turn, so ranges of one
+    output land on distinct nodes while there are nodes enough (each node then holds
+    one contiguous range per output and replica). Items -- single outputs and groups
+    -- are taken largest first (a group by its total). Raises ``ValueError`` when an
     output asks for more replicas than there are nodes (callers name the block).
     """
     if nodes < 1:
@@ -40,14 +46,21 @@ def place(sizes: Sequence[int], replicas: Sequence[int], nodes: int) -> List[Tup
     for r in replicas:
         if r > nodes:
             raise ValueError(f"{r} replicas asked for, but the job has {nodes} node(s)")
-    order = sorted(range(len(sizes)), key=lambda i: (-sizes[i], i))
-    heap = [(0, n) for n in range(nodes)]  # (bytes so far, node index)
+    grouped = {i for g in groups for i in g}
+    items: List[List[int]] = [sorted(g, key=lambda i: (-sizes[i], i)) for g in groups if g]
+    items += [[i] for i in range(len(sizes)) if i not in grouped]
+    items.sort(key=lambda it: (-sum(sizes[i] for i in it), it[0]))
+    load = [0] * nodes
     out: List[Tuple[int, ...]] = [()] * len(sizes)
-    for i in order:
-        taken = [heapq.heappop(heap) for _ in range(replicas[i])]
-        out[i] = tuple(sorted(n for _, n in taken))
-        for load, n in taken:
-            heapq.heappush(heap, (load + sizes[i], n))
+    for it in items:
+        order = sorted(range(nodes), key=lambda n: (load[n], n))  # least loaded first
+        turn = 0
+        for i in it:
+            taken = [order[(turn + r) % nodes] for r in range(replicas[i])]
+            turn += replicas[i]
+            out[i] = tuple(sorted(taken))
+            for n in taken:
+                load[n] += sizes[i]
     return out
 
 
@@ -73,8 +86,13 @@ def placement(plan, nodes: int) -> Dict[Tuple[str, int], Tuple[int, ...]]:
     keys = [(k, i) for k in ("files", "h5") for i, u in enumerate(plan.units(k))
             if plan.blocks[u.block].mode == "scatter"]
     units = [plan.units(k)[i] for k, i in keys]
+    ranges: Dict[Tuple[str, int], List[int]] = {}  # the frame ranges of one HDF5 output
+    for j, u in enumerate(units):
+        if getattr(u, "frames", ()):
+            ranges.setdefault((u.source, u.block), []).append(j)
     holders = place([u.out_bytes for u in units],
-                    [plan.blocks[u.block].replicas for u in units], nodes)
+                    [plan.blocks[u.block].replicas for u in units], nodes,
+                    list(ranges.values()))
     return dict(zip(keys, holders))
 
 

@@ -145,3 +145,39 @@ def test_where_finds_the_local_copy_or_the_shared_one(tmp_path):
         w.local(f, holder, hard=True)
     with pytest.raises(KeyError, match="not a file of the staged plan"):
         w.node(str(tmp_path / "nope"))
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_frame_ranges_of_one_output_on_distinct_nodes_and_loads_stay_balanced(seed):
+    """Groups (the frame ranges of one HDF5 output, near-equal sizes, one replica count)
+    mixed with single files: a group's ranges land on distinct nodes while nodes suffice,
+    and loads still differ by at most the largest output."""
+    from stager.planning.frames import split_rows
+    rng = random.Random(seed)
+    nodes = rng.randint(1, 9)
+    sizes, reps, groups = [], [], []
+    for _ in range(rng.randint(0, 8)):
+        if rng.random() < 0.5:  # a single file
+            sizes.append(rng.randint(0, 10**6))
+            reps.append(rng.randint(1, nodes))
+            continue
+        frames, frame_bytes, r = rng.randint(1, 200), rng.randint(1, 5000), rng.randint(1, nodes)
+        g = []
+        for lo, hi in split_rows(frames, nodes):
+            g.append(len(sizes))
+            sizes.append((hi - lo) * frame_bytes)
+            reps.append(r)
+        groups.append(g)
+    out = place(sizes, reps, nodes, groups)
+    load = [0] * nodes
+    for s, r, hs in zip(sizes, reps, out):
+        assert len(hs) == r and len(set(hs)) == r
+        for h in hs:
+            load[h] += s
+    for g in groups:
+        held = [h for i in g for h in out[i]]
+        if len(held) <= nodes:
+            assert len(set(held)) == len(held), (g, [out[i] for i in g])
+    if sizes:
+        assert max(load) - min(load) <= max(sizes), (load, max(sizes))
+    assert out == place(sizes, reps, nodes, groups)
