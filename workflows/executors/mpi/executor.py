@@ -290,6 +290,11 @@ class MPIExecutor(Executor):
         self._check_root()
         self._root_server.launch(call, done)
 
+    def launch_array(self, calls: List[TaskCall], dones: List[Any]) -> None:
+        """Ready calls of one app as task arrays (``docs/DISPATCH.md``); ``dones[i]`` per call."""
+        self._check_root()
+        self._root_server.launch_array(calls, dones)
+
     def _check_root(self) -> None:
         self._check_open()
         if self._root_server is None:

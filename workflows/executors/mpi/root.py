@@ -30,12 +30,13 @@ import time
 from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple
 
 from ...errors import ExecutorError, RemoteError
-from ...tasks import Outcome, TaskCall, execute
+from ...tasks import Outcome, TaskCall, execute, where_cached
+from .arrays import ArrayCall, ArrayDone, array_chunks, same_array
 from .queues import MAX_BATCH_BYTES, Entry
 from .roles import Roles
 from .server import Options, Result, Server
 from .wire import (BYE, DONE, FEED, FINAL, STEAL, STOLEN, STOP, UP, Backoff, Link, dumps)
-from .worker import unpack
+from .worker import run_entry, unpack
 
 __all__ = ["RootServer"]
 
@@ -87,6 +88,54 @@ class RootServer(Server):
         self.inbox.append(entry)
         if self._sleeping:
             self._wake.set()
+
+    def launch_array(self, calls: List[TaskCall], dones: List[Done]) -> None:
+        """Queue ready tasks of one app as task arrays (:mod:`.arrays`); one ``done`` per call.
+
+        Cut into :func:`~.arrays.array_chunks`; every chunk is pickled before
+        any is queued (a call that does not pickle fails them all here, in the
+        caller). Calls that cannot share an array go one by one (:meth:`launch`).
+        """
+        if self.stop_requested:
+            raise ExecutorError("the mpi executor is shut down: no new tasks can start")
+        if not same_array(calls):
+            for call, done in zip(calls, dones):
+                self.launch(call, done)
+            return
+        sizes = array_chunks(len(calls), max(1, len(self.roles.workers)), self.options.max_chunk)
+        queued: List[Tuple[Entry, Tuple[Done, str]]] = []
+        i = 0
+        for size in sizes:
+            self._array_entries(calls[i:i + size], dones[i:i + size], queued)
+            i += size
+        for entry, record in queued:
+            self.records[entry.tid] = record
+            self.inbox.append(entry)
+        if self._sleeping:
+            self._wake.set()
+
+    def _array_entries(self, calls: List[TaskCall], dones: List[Done],
+                       out: List[Tuple[Entry, Tuple[Done, str]]]) -> None:
+        call = calls[0]
+        limits = call.limits
+        if len(calls) == 1:
+            entry = Entry(next(self._ids), call.name, -1, False, limits.timeout,
+                          limits.deadline, dumps(call))
+            out.append((entry, (dones[0], call.name)))
+            return
+        blob = dumps(ArrayCall.of(calls))
+        if len(blob) > MAX_BATCH_BYTES:  # large arguments: halves, down to single tasks
+            half = len(calls) // 2
+            self._array_entries(calls[:half], dones[:half], out)
+            self._array_entries(calls[half:], dones[half:], out)
+            return
+        k = len(calls)
+        name = f"{call.name}..{calls[-1].name} (array of {k})"
+        # The give-up backstop needs a bound on the whole chunk: k times the per-item
+        # timeout (each item's own timeout is enforced on the worker).
+        timeout = limits.timeout * k if limits.timeout is not None else None
+        entry = Entry(next(self._ids), name, -1, False, timeout, limits.deadline, blob, k)
+        out.append((entry, (ArrayDone(dones), name)))
 
     def request_stop(self, cancel: bool) -> None:
         self.cancel = self.cancel or cancel
@@ -280,9 +329,14 @@ class RootServer(Server):
             self.assigned.pop(tid, None)
             if rec is None:
                 continue
+            done = rec[0]
+            if type(done) is ArrayDone:
+                self.tasks_done += done.count
+                done.resolve(blob, where.get(rank, f"rank {rank}"), node_of[rank])
+                continue
             self.tasks_done += 1
             outcome = unpack(blob, where.get(rank, f"rank {rank}"), node_of[rank])
-            rec[0](outcome)
+            done(outcome)
 
     def note(self, note: Tuple[Any, ...]) -> None:
         if note[0] == "hello":
@@ -328,8 +382,13 @@ class RootServer(Server):
         rec = self.records.pop(entry.tid, None)
         if rec is None:
             return True
+        done = rec[0]
+        if type(done) is ArrayDone:
+            self.tasks_done += done.count
+            done.resolve(run_entry(entry), where_cached(), None)
+            return True
         self.tasks_done += 1
-        rec[0](execute(pickle.loads(entry.blob)))
+        done(execute(pickle.loads(entry.blob)))
         return True
 
     # -- reports ------------------------------------------------------------------
