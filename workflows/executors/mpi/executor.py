@@ -338,6 +338,8 @@ class MPIExecutor(Executor):
             "bytes_received": self._link.bytes_received if self._link else 0,
             "tasks": rs.tasks_done,
             "stolen_by_root": rs.stolen_tasks,
+            "array_entries": rs.array_entries,
+            "array_tasks": rs.array_tasks,
             "dispatch": self.dispatch,
             "workers": self.workers,
             "servers": len(self.roles.servers) - 1 if self.roles else 0,

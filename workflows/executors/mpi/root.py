@@ -69,6 +69,8 @@ class RootServer(Server):
         self.lost_notes: Dict[int, str] = {}
         self.local_only = not roles.workers  # one rank: run tasks in this thread
         self.tasks_done = 0
+        self.array_entries = 0  # task arrays queued, and the tasks they held
+        self.array_tasks = 0
         self._said_dry: Dict[int, bool] = {}
         self.term_poll: Callable[[], None] = lambda: None  # SIGTERM seen by any thread
         self.summary: Callable[[], str] = lambda: ""  # the run's counts (set by the executor)
@@ -136,6 +138,8 @@ class RootServer(Server):
         timeout = limits.timeout * k if limits.timeout is not None else None
         entry = Entry(next(self._ids), name, -1, False, timeout, limits.deadline, blob, k)
         out.append((entry, (ArrayDone(dones), name)))
+        self.array_entries += 1
+        self.array_tasks += k
 
     def request_stop(self, cancel: bool) -> None:
         self.cancel = self.cancel or cancel
