@@ -116,3 +116,13 @@ def test_an_array_entry_moves_as_one_and_bounds_its_backstop():
     batch = q.take(0, 10)
     assert [e.tid for e in batch] == [1]  # a timed entry travels alone
     assert batch[0].count == 8 and q.take(0, 10)[0].count == 1
+
+
+def test_timed_apps_get_chunks_whose_timeouts_sum_to_at_most_a_minute():
+    from workflows.executors.mpi.arrays import BACKSTOP_SECONDS, chunk_cap
+
+    assert chunk_cap(64, None) == 64 and chunk_cap(64, 0.5) == 64
+    assert chunk_cap(64, 1.0) == 60 and chunk_cap(64, 10.0) == 6
+    assert chunk_cap(64, 45.0) == 1 and chunk_cap(64, 3600.0) == 1
+    for t in (0.1, 1.0, 7.0, 29.0):
+        assert chunk_cap(64, t) * t <= BACKSTOP_SECONDS

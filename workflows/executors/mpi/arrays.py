@@ -39,10 +39,16 @@ from ...limits import Limits
 from ...tasks import Outcome, TaskCall, execute
 from .wire import dumps
 
-__all__ = ["ArrayCall", "ArrayDone", "array_chunks", "run_array", "CHUNKS_PER_WORKER"]
+__all__ = ["ArrayCall", "ArrayDone", "array_chunks", "chunk_cap", "run_array",
+           "CHUNKS_PER_WORKER", "BACKSTOP_SECONDS"]
 
 #: Chunks of one call each worker should get (at least): results flow early, the end balances.
 CHUNKS_PER_WORKER = 4
+#: Longest a chunk's items' timeouts may add up to (s). A server knows when a chunk
+#: started, not each item, so it gives up on a stuck worker only after the sum of
+#: its chunk's timeouts (+ grace): timed apps get chunks of at most
+#: ``BACKSTOP_SECONDS / timeout`` items (1 from 30 s timeouts on: not arrayed).
+BACKSTOP_SECONDS = 60.0
 
 Done = Callable[[Outcome], None]
 Packed = Tuple[Any, Optional[RemoteError], float, float]
@@ -101,6 +107,13 @@ class ArrayCall:
     def calls(self) -> List[TaskCall]:
         return [TaskCall(name, self.target, args, self.kwargs, self.limits)
                 for name, args in zip(self.names, self.args)]
+
+
+def chunk_cap(max_chunk: int, timeout: Optional[float]) -> int:
+    """Most items per chunk for tasks with this per-task ``timeout`` (see BACKSTOP_SECONDS)."""
+    if timeout is None or timeout <= 0:
+        return max_chunk
+    return max(1, min(max_chunk, int(BACKSTOP_SECONDS // timeout)))
 
 
 def same_array(calls: Sequence[TaskCall]) -> bool:

@@ -31,7 +31,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple
 
 from ...errors import ExecutorError, RemoteError
 from ...tasks import Outcome, TaskCall, execute, where_cached
-from .arrays import ArrayCall, ArrayDone, array_chunks, same_array
+from .arrays import ArrayCall, ArrayDone, array_chunks, chunk_cap, same_array
 from .queues import MAX_BATCH_BYTES, Entry
 from .roles import Roles
 from .server import Options, Result, Server
@@ -104,7 +104,8 @@ class RootServer(Server):
             for call, done in zip(calls, dones):
                 self.launch(call, done)
             return
-        sizes = array_chunks(len(calls), max(1, len(self.roles.workers)), self.options.max_chunk)
+        cap = chunk_cap(self.options.max_chunk, calls[0].limits.timeout)
+        sizes = array_chunks(len(calls), max(1, len(self.roles.workers)), cap)
         queued: List[Tuple[Entry, Tuple[Done, str]]] = []
         i = 0
         for size in sizes:
