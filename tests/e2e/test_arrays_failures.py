@@ -93,4 +93,4 @@ def test_stuck_item_gives_up_its_worker_and_fails_its_chunk(tmp_path):
     assert succeeded + failed == 120 and 2 <= failed <= 30, summary
     assert "was given up" in out and "timed#51(50, 'native')" in out, out
     assert "MPI_Abort" in out
-    assert took < 120, f"took {took:.0f} s"
+    assert took < 60, f"took {took:.0f} s"  # ~10 s of chunk timeouts + 2 s grace

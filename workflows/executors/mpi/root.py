@@ -210,7 +210,9 @@ class RootServer(Server):
                         and not self.steal_out):
                     for s in self.asks:
                         link.send(s, FINAL, None)
-                    link.flush()
+                    # A batch sent to a worker that was then given up is never received
+                    # (a large one never completes): do not wait for it (the job aborts).
+                    link.flush(timeout=2.0 if self.lost or self.lost_notes else 60.0)
                     if self.cancel:
                         self._fail_all("cancelled: the executor was shut down")
                     return
