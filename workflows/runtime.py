@@ -241,8 +241,9 @@ class Runtime:
         limits = self._limits_for(timeout, isolate)
         out: List[AppFuture] = []
         ready: List[Tuple[AppFuture, TaskCall]] = []
+        plain = _PLAIN
         for a in arg_tuples:
-            if find_futures(a):
+            if not all(type(v) in plain for v in a) and find_futures(a):
                 out.append(self.launch(name, target, a, kwargs, retries, timeout, isolate))
                 continue
             number = next(self._ids)
@@ -412,6 +413,10 @@ class Runtime:
         if len(failures) > limit:
             text += f"\n\n... and {len(failures) - limit} more failed tasks"
         return text
+
+
+#: Argument types that never hold a future (``launch_many`` skips looking inside them).
+_PLAIN = frozenset((int, float, str, bytes, bool, type(None), complex))
 
 
 class RunExpired(WorkflowError):
