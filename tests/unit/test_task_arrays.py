@@ -1,4 +1,4 @@
-"""Task arrays of the mpi executor without MPI: chunk sizes, the worker's run, the root's fan-out."""
+"""Task arrays without MPI: chunk sizes, the worker's run, the root's fan-out."""
 from __future__ import annotations
 
 import pickle
@@ -115,7 +115,7 @@ def test_an_array_entry_moves_as_one_and_bounds_its_backstop():
     q.push(Entry(2, "c", -1, False, None, None, b"y"))
     batch = q.take(0, 10)
     assert [e.tid for e in batch] == [1]  # a timed entry travels alone
-    assert batch[0].count == 8 and q.take(0, 10)[0].count == 1
+    assert batch[0].tasks == 8 and q.take(0, 10)[0].tasks == 1
 
 
 def test_timed_apps_get_chunks_whose_timeouts_sum_to_at_most_a_minute():

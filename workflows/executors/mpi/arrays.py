@@ -9,7 +9,7 @@ root cuts such a call into *chunks* and queues one entry per chunk:
 * the function, the limits and the shared keyword arguments are pickled
   once per chunk, the per-item positional arguments once as one list
   (:class:`ArrayCall`);
-* servers move the entry like any other (its ``count`` says how many tasks
+* servers move the entry like any other (its ``tasks`` field says how many
   it holds, for their task-time estimate); the worker runs the items in
   order, each with its own limits (its own timeout and the run's deadline,
   enforced per item by ``SIGALRM``), and sends one result blob: the pickled

@@ -38,8 +38,8 @@ class Entry(NamedTuple):
     hard: bool  #: placement is hard
     timeout: Optional[float]  #: per-task timeout (s): the task travels alone
     deadline: Optional[float]  #: the run's deadline (``time.time()``)
-    blob: bytes  #: the pickled TaskCall (or ArrayCall: ``count`` tasks)
-    count: int = 1  #: tasks it holds (> 1: a task array, see :mod:`.arrays`)
+    blob: bytes  #: the pickled TaskCall (or ArrayCall: ``tasks`` tasks)
+    tasks: int = 1  #: tasks it holds (> 1: a task array, see :mod:`.arrays`)
 
 
 #: Most bytes of pickled tasks in one message (a batch, a pull, a steal) -- far
