@@ -35,6 +35,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ...errors import RemoteError
+from ...futures import trampoline
 from ...limits import Limits
 from ...tasks import Outcome, TaskCall, execute
 from .wire import dumps
@@ -176,5 +177,10 @@ class ArrayDone:
             value, error, start, end = payload
             self(Outcome(value, error, where, start, end, node))
             return
+        # One trampoline for the chunk: each item's callback queues its step there
+        # instead of setting up a trampoline of its own.
+        trampoline(lambda: self._each(payload, where, node))
+
+    def _each(self, payload: List[Packed], where: str, node: Optional[int]) -> None:
         for done, (value, error, start, end) in zip(self.dones, payload):
             done(Outcome(value, error, where, start, end, node))
