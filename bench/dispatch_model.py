@@ -158,17 +158,8 @@ def project(cal: dict) -> list:
                                   + c_msg * (1.0 / feed + min(1.0, n / (x * interval)))))
         arrays = arrays_bound = arrays_servers = None
         if cal.get("c_item_us") is not None:
-            k = ARRAY_K
-            c_arr = (cal["c_item_us"] + cal["c_chunk_us"] / k) * 1e-6
-            xa = 1.0 / c_arr
-            for _ in range(100):
-                up = min(1.0 / k, n / (xa * interval))
-                xa = 1.0 / (c_arr + c_msg * (1.0 / (feed * k) + up + 2.0 / (n * k)))
-            c_srv_a = (cal.get("c_server_array_task_us") or cal["c_server_task_us"]
-                       or cal["c_task_us"]) * 1e-6
-            arrays_servers = n / (c_srv_a + 2 * c_msg / k)
-            arrays_bound = xa
-            arrays = min(xa, arrays_servers)
+            arrays_bound, arrays_servers = arrays_capacity(cal, n, ARRAY_K)
+            arrays = min(arrays_bound, arrays_servers)
         rows.append({
             "nodes": n, "workers": workers, "central_tasks_per_s": central,
             "arrays_tasks_per_s": arrays, "arrays_root_bound": arrays_bound,
@@ -183,6 +174,38 @@ def project(cal: dict) -> list:
                                 "arrays": workers / arrays if arrays else None},
         })
     return rows
+
+
+def arrays_capacity(cal: dict, n: int, k: int):
+    """Node servers + task arrays of ``k`` at ``n`` nodes: (root bound, servers bound) tasks/s.
+
+    ``t = c_item + c_chunk / k + c_msg m``, ``m = 1/(256 k) + min(1/k, n/(X I)) + 2/(n k)``:
+    a FEED per 256 entries, at most one UP per chunk and per flush interval, the
+    root's own node's workers.
+    """
+    c_msg = cal["c_msg_us"] * 1e-6
+    c_arr = (cal["c_item_us"] + cal["c_chunk_us"] / k) * 1e-6
+    interval = max(MIN_FLUSH, n / ROOT_BUDGET)
+    feed = 8 * WORKERS_PER_NODE / 2
+    x = 1.0 / c_arr
+    for _ in range(100):
+        up = min(1.0 / k, n / (x * interval))
+        x = 1.0 / (c_arr + c_msg * (1.0 / (feed * k) + up + 2.0 / (n * k)))
+    c_srv = (cal.get("c_server_array_task_us") or cal["c_server_task_us"]
+             or cal["c_task_us"]) * 1e-6
+    return x, n / (c_srv + 2 * c_msg / k)
+
+
+def array_sizes(cal: dict, rows: list) -> list:
+    """(k, [(rank-0 µs/task, capacity, smallest foreach, shortest task s) per row]) by k."""
+    out = []
+    for k in (2, 4, 16, 64):
+        cells = []
+        for r in rows:
+            cap = min(arrays_capacity(cal, r["nodes"], k))
+            cells.append((1e6 / cap, cap, 4 * k * r["workers"], r["workers"] / cap))
+        out.append((k, cells))
+    return out
 
 
 def write_markdown(data: dict, cal: dict, rows: list, path: str) -> None:
@@ -240,6 +263,17 @@ def write_markdown(data: dict, cal: dict, rows: list, path: str) -> None:
                  f"; {r['nodes_root_bound']:,.0f} / {r['nodes_servers_bound']:,.0f}, results "
                  f"flushed every {1e3 * r['result_flush_s']:.0f} ms | {arr} | {m4p} | "
                  f"{r['dispatcher_only_tasks_per_s']:,.0f}/s ({s['dispatcher_only']:.0f} s) |")
+    if cal.get("c_item_us") is not None:
+        t += ["", "Task arrays by chunk size (`array_chunks` gives a `foreach` of `n` ready "
+              "items chunks of `k = n / (4 x workers)`, at most 64): rank-0 capacity with "
+              "node servers, and the smallest `foreach` that gets chunks of `k`.", "",
+              "| k | " + " | ".join(f"{r['nodes']:,} nodes: rank-0 µs/task, capacity, "
+                                    "foreach of at least, shortest task" for r in rows) + " |",
+              "|---" * (1 + len(rows)) + "|"]
+        for k, cells in array_sizes(cal, rows):
+            t.append(f"| {k} | " + " | ".join(
+                f"{per:.1f} µs, {cap:,.0f}/s, {n_items:,} items, {short:.1f} s"
+                for per, cap, n_items, short in cells) + " |")
     t += ["", "Demand with every worker busy (tasks/s): " + "; ".join(
         f"{r['nodes']:,} nodes: " + ", ".join(f"{float(k):g} s tasks {v:,.0f}"
                                              for k, v in r["demand"].items()) for r in rows), ""]
