@@ -57,53 +57,12 @@ from hedm.output import (NF_CENTROID_DTYPE, NF_FRAME_DTYPE, NF_PIXEL_DTYPE, plot
                                    write_h5)
 from hedm.run import drain_results, log_summary, stage_dict, write_json
 from hedm.params import BINARY_SUFFIX
-from hedm.params import (MIDAS_NF_KEYS, Param, ParamError, add_flow_arguments, at_least,
-                         flag_overrides, load_params, one_of, relative_to, resolve_params)
+from hedm.nfparams import REDUCE_SCHEMA as SCHEMA
+from hedm.nfparams import read_nf_params
+from hedm.params import ParamError, add_flow_arguments, flag_overrides, relative_to
 
 __all__ = ["SCHEMA", "BINARY_SUFFIX", "add_arguments", "main", "finalize", "read_nf_params",
            "binary_images"]
-
-SCHEMA = (
-    Param("DataDirectory", str, ".", "folder of the frames; relative to the parameter file's "
-          "folder, %n = node name"),
-    Param("InputPattern", str, "stem_%06d.tif", "frame file name with a %d field (TIFF series), "
-          "or one GE/HDF5 file holding every frame"),
-    Param("RawStartNr", int, 0, "number of the first frame", at_least(0)),
-    Param("NrFilesPerDistance", int, None, "number of frames (per detector distance)",
-          at_least(1)),
-    Param("nDistances", int, 1, "detector distances; distance d's frames are the files from "
-          "RawStartNr + d * NrFilesPerDistance (MIDAS)", at_least(1)),
-    Param("NrPixelsY", int, None, "frame width (detector columns)", at_least(1)),
-    Param("NrPixelsZ", int, None, "frame height (detector rows)", at_least(1)),
-    Param("BlanketSubtraction", int, 0, "counts subtracted after the background",
-          lambda v: None if 0 <= v <= 65535 else "must be in 0..65535"),
-    Param("MedFiltRadius", int, 1, "median filter radius: 1 (3x3) or 2 (5x5)", one_of(1, 2)),
-    Param("GaussFiltRadius", float, 1.0, "LoG Gaussian sigma (px)",
-          lambda v: None if v > 0 else "must be > 0"),
-    Param("LoGMaskRadius", int, 4, "LoG kernel half-width (px)", at_least(1)),
-    Param("BackgroundTasks", int, 0, "tasks computing the median background (row bands); "
-          "0: one per worker", at_least(0)),
-    Param("ReducedFileName", str, "nf_spots", "base name of the result files (.h5, .png, "
-          "_binary.npy)"),
-)
-
-#: Suffix of the reduced binary images (stage 2's input), after ReducedFileName.
-
-
-def read_nf_params(path: str, flags: Dict[str, Any] | None = None) -> Dict[str, Any]:
-    """Parameters from the file ``path`` and flag overrides, checked together.
-
-    Stage 2's keys and MIDAS's NF keys may be in the file too (one file per
-    layer, :mod:`hedm.params`); they are left to their readers.
-    """
-    from hedm.nffit import SCHEMA as FIT_SCHEMA
-
-    foreign = MIDAS_NF_KEYS | {q.key for q in FIT_SCHEMA}
-    values = resolve_params(SCHEMA, load_params(path, SCHEMA, foreign), flags or {}, path)
-    if "/" in values["ReducedFileName"] or not values["ReducedFileName"]:
-        raise ParamError(f"{path}: ReducedFileName must be a plain file name, "
-                         f"got {values['ReducedFileName']!r}")
-    return values
 
 
 def kernel_params(p: Dict[str, Any]):

@@ -48,52 +48,19 @@ import numpy as np
 
 from hedm.common import (as_records, cached, merge_tables, phase_spans, recording, replacing,
                          worker_name)
-from hedm.params import (MIDAS_NF_KEYS, Param, ParamError, add_flow_arguments, at_least,
-                         flag_overrides, load_params, relative_to, resolve_params)
+from hedm.nfparams import FIT_SCHEMA as SCHEMA
+from hedm.nfparams import read_fit_params
+from hedm.params import ParamError, add_flow_arguments, flag_overrides, relative_to
 from hedm.run import drain_results, stage_dict, write_json
 from workflows import app, on_this_node, reduce_tree, this_node
 
 __all__ = ["SCHEMA", "TASK_DTYPE", "add_arguments", "main", "finalize", "read_fit_params",
            "read_seeds", "write_seeds", "input_paths", "fit_block", "blocks"]
 
-SCHEMA = (
-    Param("ReducedFileName", str, "nf_spots", "stage 1's base name: the binary images are "
-          "<ReducedFileName>_binary.npy"),
-    Param("ReducedDirectory", str, ".", "folder of the binary images; relative to the "
-          "parameter file's folder, %n = node name"),
-    Param("GridFileName", str, "grid.txt", "grid file (MIDAS's grid.txt: count, then "
-          "'y1 y2 xs ys gs' rows); relative to the parameter file's folder"),
-    Param("SeedOrientations", str, None, "seed orientations, one quaternion 'w,x,y,z' per "
-          "line (MIDAS's layout); relative to the parameter file's folder"),
-    Param("NrOrientations", int, 0, "number of seed orientations in the file (0: not checked)",
-          at_least(0)),
-    Param("MicFileText", str, "nf_map.mic", "file name of the text map; the HDF5 and PNG "
-          "maps get its stem"),
-    Param("GBAngle", float, 5.0, "misorientation (deg) up to which edge neighbours are one "
-          "grain", lambda v: None if 0 < v < 63 else "must be in (0, 63) degrees"),
-    Param("PhaseNr", int, 1, "phase number written in the .mic", at_least(0)),
-    Param("NumPhases", int, 1, "number of phases written in the .mic header", at_least(1)),
-    Param("GlobalPosition", float, 0.0, "layer position written in the .mic header (um)"),
-    Param("GridPointsPerTask", int, 0, "grid rows per fitting task; 0: about 8 tasks per "
-          "worker, 16 to 512 rows each", at_least(0)),
-)
-
 #: One row per fitting task (for the run record): rows, worker, times, cache hits.
 TASK_DTYPE = np.dtype([("start", np.int64), ("stop", np.int64), ("worker", "U24"),
                        ("read_s", np.float64), ("fit_s", np.float64),
                        ("cached_inputs", np.int8), ("evals", np.int64)])
-
-
-def read_fit_params(path: str, flags: Dict[str, Any] | None = None) -> Dict[str, Any]:
-    """Stage 2's parameters from the layer's file ``path`` and flag overrides."""
-    from hedm.nf import SCHEMA as REDUCE_SCHEMA
-
-    foreign = MIDAS_NF_KEYS | {q.key for q in REDUCE_SCHEMA}
-    values = resolve_params(SCHEMA, load_params(path, SCHEMA, foreign), flags or {}, path)
-    for key in ("ReducedFileName", "MicFileText"):
-        if "/" in values[key] or not values[key]:
-            raise ParamError(f"{path}: {key} must be a plain file name, got {values[key]!r}")
-    return values
 
 
 def add_arguments(parser) -> None:

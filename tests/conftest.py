@@ -35,3 +35,16 @@ def mpi_tmpdir(comm):
     comm.Barrier()
     if comm.rank == 0:
         shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def nf_layer(tmp_path_factory):
+    """A small synthetic NF layer (3 grains in a 15 um disk, 2 x 360 frames of 1 deg), its
+    binary images written as stage 1 would (no raw frames); built once per session and
+    shared (tests/unit/test_hedm_nffit.py, tests/e2e/test_hedm_nffit_e2e.py): read it,
+    write elsewhere."""
+    from hedm.nfsynth import make_layer
+
+    folder = str(tmp_path_factory.mktemp("layer"))
+    make_layer(folder, frames=360, rsample=15.0, grains=3, raw_frames=False)
+    return folder

@@ -23,7 +23,7 @@ _EXPORTS = {
     "TiffSeries": "tiff",
     "HDF5Stack": "hdf5", "TiffStack": "tiff",
     "FabioFrames": "fabio_frames", "RsciioFrames": "rsciio_frames",
-    "sniff": "detect", "SUPPORTED": "convert",
+    "sniff": "signatures", "SUPPORTED": "convert",
     "open_frames": "detect",
     "write_tiff_series": "writers", "write_ge": "writers", "write_hdf5": "writers",
 }

@@ -1,17 +1,9 @@
 """Choose the reader for a source by its content, not its name.
 
-The first bytes say what a file is; extensions do not (Velox writes HDF5 as
-``.emd``, NeXus uses ``.nxs``, ``.h5``, ``.hdf5``, ``.cxi``...):
-
-=============  ============================================================
-HDF5           ``\\x89HDF\\r\\n\\x1a\\n`` at offset 0, 512, 1024, 2048, ...
-TIFF/BigTIFF   ``II*\\0``, ``MM\\0*``, ``II+\\0``, ``MM\\0+``
-CBF            ``###CBF`` / ``###_CBF`` (fabio)
-EDF            ``{`` then an ESRF header (``EDF_``/``HeaderID``/``ByteOrder``) (fabio)
-MIB            ``MQ1,`` (Quantum Detectors Merlin; RosettaSciIO)
-DM3 / DM4      big-endian version 3 or 4 in the first 4 bytes (RosettaSciIO)
-SER            ``II`` then series id 0x0197 (FEI/TIA; RosettaSciIO)
-=============  ============================================================
+The first bytes say what a file is (:func:`~kernels.io.signatures.sniff`, which
+lists the signatures; re-exported here as ``kernels.io.detect.sniff``); extensions
+do not.  Each kind maps to a reader: hdf5 and tiff to ours, cbf and edf to fabio,
+mib, dm and ser to RosettaSciIO.
 
 A ``%d`` field in the name is a TIFF series (one file per frame).  Anything
 else is read as GE raw (no signature: its size must fit the frame shape).
@@ -23,54 +15,11 @@ from typing import Callable
 
 from ..errors import ReaderError
 from .base import FrameSource
+from .signatures import sniff
 
 __all__ = ["open_frames", "sniff", "FORMATS"]
 
-HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 FORMATS = ("hdf5", "tiff", "tiff-series", "ge", "fabio", "rsciio")
-_TIFF = (b"II*\0", b"MM\0*", b"II+\0", b"MM\0+")
-
-
-def _hdf5_at(f, size: int) -> bool:
-    offset = 0
-    while offset + 8 <= size:
-        f.seek(offset)
-        if f.read(8) == HDF5_SIGNATURE:
-            return True
-        offset = 512 if offset == 0 else offset * 2
-    return False
-
-
-def sniff(path: str) -> str:
-    """The format of ``path`` from its bytes: hdf5, tiff, cbf, edf, mib, dm, ser or unknown.
-
-    Raises
-    ------
-    ReaderError
-        If the file cannot be opened.
-    """
-    try:
-        size = os.stat(path).st_size
-        with open(path, "rb") as f:
-            head = f.read(512)
-            if _hdf5_at(f, size):
-                return "hdf5"
-    except OSError as exc:
-        raise ReaderError(f"{path!r} cannot be opened: {exc.strerror}; check the path") from exc
-    if head[:4] in _TIFF:
-        return "tiff"
-    if head.startswith((b"###CBF", b"###_CBF")):
-        return "cbf"
-    if head[:1] == b"{" and any(k in head for k in (b"EDF_", b"HeaderID", b"ByteOrder")):
-        return "edf"
-    if head.startswith(b"MQ1,"):
-        return "mib"
-    if len(head) >= 4 and int.from_bytes(head[:4], "big") in (3, 4) and path[-4:].lower() in (
-            ".dm3", ".dm4"):
-        return "dm"
-    if head[:2] == b"II" and int.from_bytes(head[2:4], "little") == 0x0197:
-        return "ser"
-    return "unknown"
 
 
 def open_frames(source: str, format: str | None = None, **options) -> FrameSource:

@@ -59,7 +59,7 @@ class RsciioFrames(FrameSource):
         self._set_output(dtype, overflow)
 
     def _kind(self) -> str:
-        from .detect import sniff
+        from .signatures import sniff
 
         kind = sniff(self.path)
         if kind in PLUGINS:

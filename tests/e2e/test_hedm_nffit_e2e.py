@@ -35,13 +35,10 @@ def _env(**extra):
     return env
 
 
-@pytest.fixture(scope="module")
-def layer(tmp_path_factory):
-    from hedm.nfsynth import make_layer
-
-    folder = str(tmp_path_factory.mktemp("layer"))
-    make_layer(folder, frames=360, rsample=15.0, grains=3, raw_frames=False)
-    return folder
+@pytest.fixture
+def layer(nf_layer):
+    """The session's synthetic NF layer (tests/conftest.py ``nf_layer``)."""
+    return nf_layer
 
 
 @pytest.fixture

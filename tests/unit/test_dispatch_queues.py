@@ -116,3 +116,128 @@ def test_batches_stop_before_too_many_bytes():
     big = TaskQueue()
     big.push(Entry(1, "t", -1, False, None, None, b"x" * 1000))
     assert tids(big.take(0, 10, max_bytes=10)) == [1]  # one task always goes, however large
+
+
+class Clock:
+    """A monotonic clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def delayed(wait=1.0):
+    clock = Clock()
+    return TaskQueue(wait=wait, clock=clock), clock
+
+
+def test_soft_task_waits_for_its_node_before_others_take_it():
+    q, clock = delayed(1.0)
+    q.extend([entry(1, node=1), entry(2, node=1)])
+    assert q.available(0) == 0 and q.stealable == 0
+    assert q.take(0, 10) == [] and len(q) == 2
+    clock.now += 0.999
+    assert q.take(0, 10) == [] and q.steal(10) == []
+    q.push(entry(3, node=1))  # queued later: its wait starts now
+    clock.now += 0.001  # 1 and 2 waited 1 s: ripe; 3 not
+    assert q.available(0) == 2 and q.stealable == 2
+    assert tids(q.take(0, 10)) == [1, 2]
+    assert q.take(0, 10) == []
+    assert tids(q.take(1, 10)) == [3]  # its own node never waits
+    assert not q
+
+
+def test_own_node_takes_soft_tasks_at_once_and_free_tasks_never_wait():
+    q, clock = delayed(5.0)
+    q.extend([entry(1, node=0), entry(2), entry(3, node=1)])
+    assert q.available(0) == 2 and q.available(1) == 2
+    assert tids(q.take(0, 10)) == [1, 2]
+    assert tids(q.take(1, 10)) == [3]
+
+
+def test_hard_tasks_never_move_whatever_the_wait():
+    q, clock = delayed(1.0)
+    q.extend([entry(1, node=1, hard=True)])
+    clock.now += 1e6
+    assert q.take(0, 10) == [] and q.steal(10) == [] and q.available(0) == 0
+    assert tids(q.take(1, 10)) == [1]
+
+
+def test_steal_takes_only_ripe_soft_tasks_newest_of_them_first():
+    q, clock = delayed(1.0)
+    q.extend([entry(i, node=1) for i in (1, 2, 3, 4)])
+    clock.now += 0.5
+    q.extend([entry(5, node=1), entry(6)])
+    assert tids(q.steal(10)) == [6]  # free only: no soft task waited 1 s yet
+    clock.now += 0.5  # 1..4 ripe, 5 not
+    assert q.stealable == 4
+    assert tids(q.steal(10)) == [4, 3]  # half of the ripe ones, the owner keeps its oldest
+    assert tids(q.take(1, 10)) == [1, 2, 5]  # order kept for the owner
+
+
+def test_zero_wait_is_the_old_behaviour():
+    q, clock = delayed(0.0)
+    q.extend([entry(1, node=1), entry(2, node=1)])
+    assert q.available(0) == 2 and tids(q.take(0, 10)) == [1, 2]
+
+
+def test_no_wait_for_a_node_without_live_workers_here():
+    q, clock = delayed(1.0)
+    q.served = {0}  # node 1's workers all died (or were never served here)
+    q.extend([entry(1, node=1), entry(2, node=0)])
+    assert tids(q.take(2, 10)) == [1]  # node 1 has nobody: at once
+    assert q.take(2, 10) == []  # node 0 has live workers: 2 waits for them
+    clock.now += 1.0
+    assert tids(q.take(2, 10)) == [2]
+
+
+def test_stolen_soft_tasks_arrive_ripe_and_first():
+    q, clock = delayed(1.0)
+    q.push(entry(1, node=1))
+    q.extend([entry(7, node=1), entry(8, node=1)], ripe=True)  # stolen: waited elsewhere
+    assert tids(q.take(0, 10)) == [7, 8]  # 1 still waits for node 1
+    assert tids(q.take(1, 10)) == [1]
+    assert not q
+
+
+def test_a_timed_or_large_ripe_task_still_ends_a_batch():
+    q, clock = delayed(1.0)
+    q.extend([entry(1), entry(2, node=1, timeout=5.0), entry(3, node=1)])
+    clock.now += 1.0
+    assert tids(q.take(0, 10)) == [1]
+    assert tids(q.take(0, 10)) == [2]
+    assert tids(q.take(0, 10)) == [3] and not q
+
+
+def test_a_node_working_through_its_queue_keeps_it():
+    """The wait restarts when the node's worker takes one of its soft tasks (as Spark's)."""
+    q, clock = delayed(1.0)
+    q.extend([entry(i, node=1) for i in (1, 2, 3)])
+    clock.now += 0.5
+    assert tids(q.take(1, 1)) == [1]  # node 1 works on its queue at t = 0.5
+    clock.now += 0.6  # 2 and 3 waited 1.1 s, but node 1 took a task 0.6 s ago
+    assert q.available(0) == 0 and q.take(0, 10) == [] and q.steal(10) == []
+    clock.now += 0.4  # node 1 silent for 1 s: busy; its tasks may move
+    assert q.stealable == 2 and tids(q.take(0, 10)) == [2, 3]
+
+
+def test_locality_wait_option_keyword_then_environment_then_default(monkeypatch):
+    from workflows.errors import ExecutorError
+    from workflows.executors.mpi import executor as mx
+
+    monkeypatch.delenv(mx.ENV_LOCALITY_WAIT, raising=False)
+    assert mx._env_wait(None) == mx.LOCALITY_WAIT == 1.0
+    monkeypatch.setenv(mx.ENV_LOCALITY_WAIT, "0.25")
+    assert mx._env_wait(None) == 0.25
+    assert mx._env_wait(0) == 0.0  # the keyword wins; 0: no delay
+    monkeypatch.setenv(mx.ENV_LOCALITY_WAIT, "0")
+    assert mx._env_wait(None) == 0.0
+    for bad in ("soon", "-1", "inf", "nan"):
+        monkeypatch.setenv(mx.ENV_LOCALITY_WAIT, bad)
+        with pytest.raises(ExecutorError, match="MPISTAGE_LOCALITY_WAIT"):
+            mx._env_wait(None)
+    for bad in (-0.5, True, "1"):
+        with pytest.raises(ExecutorError, match="locality_wait"):
+            mx._check_wait(bad, "locality_wait")

@@ -17,15 +17,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 DATA = os.path.join(ROOT, "tests", "data")
 
 
-@pytest.fixture(scope="module")
-def layer(tmp_path_factory):
-    """A small synthetic layer (3 grains in a 15 um disk, 2 x 360 frames of 1 deg), its
-    binary images written as stage 1 would (no raw frames)."""
-    from hedm.nfsynth import make_layer
-
-    folder = str(tmp_path_factory.mktemp("layer"))
-    make_layer(folder, frames=360, rsample=15.0, grains=3, raw_frames=False)
-    return folder
+@pytest.fixture
+def layer(nf_layer):
+    """The session's synthetic NF layer (tests/conftest.py ``nf_layer``)."""
+    return nf_layer
 
 
 def test_one_parameter_file_serves_both_stages_and_the_geometry(layer):

@@ -46,12 +46,24 @@ from .server import NodeServer, Options
 from .term import TermReport
 from .wire import Link
 
-__all__ = ["MPIExecutor", "ENV_DISPATCH", "ENV_MAX_CHUNK", "ENV_ARRAYS"]
+__all__ = ["MPIExecutor", "ENV_DISPATCH", "ENV_MAX_CHUNK", "ENV_LOCALITY_WAIT",
+           "LOCALITY_WAIT", "ENV_ARRAYS"]
 
 ENV_DISPATCH = "WORKFLOWS_MPI_DISPATCH"
 ENV_MAX_CHUNK = "WORKFLOWS_MPI_MAX_CHUNK"
 ENV_WINDOW = "WORKFLOWS_MPI_WINDOW"
 ENV_ARRAYS = "WORKFLOWS_MPI_ARRAYS"
+ENV_LOCALITY_WAIT = "MPISTAGE_LOCALITY_WAIT"
+
+#: Default locality wait (s) of soft-placed tasks (delay scheduling, Zaharia et
+#: al., EuroSys 2010; Spark's ``spark.locality.wait`` is 3 s). With balanced
+#: nodes a task's own node frees a worker within about one task time, so the
+#: wait must exceed the tasks' typical duration: the analysis tasks this toolkit
+#: places (a few frames' peak search, one grain's fit) take 0.01-1 s here. It
+#: bounds what delay costs when a node really is overloaded: its tasks start
+#: elsewhere at most 1 s late -- small against the long tasks for which that
+#: happens, and against the job. Spark's 3 s is tuned for tasks of tens of seconds.
+LOCALITY_WAIT = 1.0
 
 
 class MPIExecutor(Executor):
@@ -82,6 +94,13 @@ class MPIExecutor(Executor):
         one queue entry per chunk, pickled once, resolved from one result
         message (``docs/DISPATCH.md``). Default ``$WORKFLOWS_MPI_ARRAYS``
         (``0`` turns them off), else True.
+    locality_wait : float, optional
+        Seconds a soft-placed task (``app.on(node)``) waits in its server's
+        queue for a worker of its node before a worker of another node may
+        take it or another server steal it (delay scheduling). Hard-placed
+        tasks never move; free tasks never wait; 0 lets others take soft tasks
+        at once. Default ``$MPISTAGE_LOCALITY_WAIT``, else :data:`LOCALITY_WAIT`
+        (1 s, why: see there).
     abort_on_lost : bool
         When a worker had to be given up (stuck past its time limit), end the
         job with ``MPI_Abort(1)`` on leaving the context (the stuck rank can
@@ -100,6 +119,7 @@ class MPIExecutor(Executor):
         node_id_env: Optional[str] = None,
         max_chunk: Optional[int] = None,
         window: Optional[int] = None,
+        locality_wait: Optional[float] = None,
         abort_on_lost: bool = True,
         arrays: Optional[bool] = None,
     ):
@@ -117,9 +137,12 @@ class MPIExecutor(Executor):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                                       or value < 1):
                 raise ExecutorError(f"{label}={value!r}: expected an integer >= 1")
+        if locality_wait is not None:
+            _check_wait(locality_wait, "locality_wait")
         self.comm = comm
         self.root = root
         self._dispatch = dispatch
+        self._locality_wait = locality_wait
         self._emulate_nodes, self._node_id_env = emulate_nodes, node_id_env
         self._max_chunk, self._window = max_chunk, window
         self.abort_on_lost = abort_on_lost
@@ -184,12 +207,12 @@ class MPIExecutor(Executor):
         self._entered = True
         comm = self.comm
         options = bcast_result(comm, self._resolve_options)
-        mode, max_chunk, window, self.arrays = options
+        mode, max_chunk, window, locality_wait, self.arrays = options
         self._dup = comm.Dup()
         self.roles = roles = layout_roles(self._dup, self.root, mode, self._emulate_nodes,
                                           self._node_id_env)
         link = self._link = Link(self._dup)
-        opts = Options(max_chunk=max_chunk, window=window)
+        opts = Options(max_chunk=max_chunk, window=window, locality_wait=locality_wait)
         rank = comm.Get_rank()
         role = roles.role(rank)
         if role == "root":
@@ -234,7 +257,8 @@ class MPIExecutor(Executor):
                 raise ExecutorError(f"{ENV_ARRAYS}={text!r}: expected 0 or 1")
             arrays = text in ("1", "true", "yes", "on")
         return (mode, _env_int(self._max_chunk, ENV_MAX_CHUNK, 64),
-                _env_int(self._window, ENV_WINDOW, 0), bool(arrays))
+                _env_int(self._window, ENV_WINDOW, 0), _env_wait(self._locality_wait),
+                bool(arrays))
 
     def _serve_or_abort(self, loop, lines) -> None:
         term = None
@@ -376,6 +400,28 @@ def _hashable(obj: Any) -> bool:
 
 def _server_lines(server: NodeServer) -> List[str]:
     return [f"{name} ({state}) on {where}" for name, state, where in server.in_flight()]
+
+
+def _check_wait(value: Any, label: str) -> float:
+    """``value`` as seconds >= 0 (finite), or an ExecutorError naming ``label``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+            0 <= value < float("inf")):
+        raise ExecutorError(f"{label}={value!r}: expected a number of seconds >= 0 "
+                            "(0: soft-placed tasks may run elsewhere at once)")
+    return float(value)
+
+
+def _env_wait(value: Optional[float]) -> float:
+    if value is not None:
+        return float(value)
+    text = os.environ.get(ENV_LOCALITY_WAIT, "").strip()
+    if not text:
+        return LOCALITY_WAIT
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise ExecutorError(f"{ENV_LOCALITY_WAIT}={text!r} is not a number of seconds") from None
+    return _check_wait(seconds, ENV_LOCALITY_WAIT)
 
 
 def _env_int(value: Optional[int], var: str, default: int) -> int:

@@ -7,24 +7,38 @@ rank imports no user code. Placement (issue 17's locality hook) is the
 
 * ``node < 0`` -- free: any worker;
 * ``hard`` -- only workers of ``node``; never stolen, never pulled;
-* otherwise *soft*: workers of ``node`` first; a worker of another node
-  takes it only when nothing of its own node or free is left (on the same
-  server: ``node``'s workers were all busy, or they would have taken it), and
-  an idle server may steal it (the owner's workers are all busy). The
-  runtime counts where placed tasks ran.
+* otherwise *soft*: workers of ``node`` first; a worker of another node (on
+  the same server) takes it, and an idle server may steal it, only once it
+  waited :attr:`TaskQueue.wait` seconds in this queue *and* no worker of
+  ``node`` took one of ``node``'s soft tasks from it in the last ``wait``
+  seconds (*delay scheduling*, Zaharia et al., EuroSys 2010; Spark's
+  ``spark.locality.wait``, which also restarts the wait at each local
+  launch). With balanced nodes the own node frees a worker well within the
+  wait, so the task runs where its data is -- also in the tail of a run
+  longer than the wait, when every queued task is older than it; when that
+  node's workers stay busy for a whole wait (or are all dead) it moves. A
+  soft task placed on a node with no live worker on this server need not wait
+  (nobody here could take it), nor does one that was stolen (it waited at the
+  victim). The runtime counts where placed tasks ran.
 
 Order: a worker of node K takes ``hard[K]``, ``soft[K]``, free, then others'
-soft tasks, each FIFO (oldest first). Thieves take from the other end
-(newest first: the owner keeps the tasks it was about to run), free tasks
-before soft ones, at most half of what is stealable (ADLB/work-stealing
-practice). A task with a per-task timeout travels alone in its batch, so its
-server knows when it started (for the give-up backstop).
+soft tasks past their wait, each FIFO (oldest first). Thieves take from the
+other end (newest first: the owner keeps the tasks it was about to run), free
+tasks before soft ones past their wait, at most half of what is stealable
+(ADLB/work-stealing practice). A task with a per-task timeout travels alone
+in its batch, so its server knows when it started (for the give-up backstop).
+
+Waiting costs no CPU: servers poll their messages anyway (sleeping up to
+1 ms between turns, :class:`~.wire.Backoff`), and each turn gives a hungry
+worker whatever became takeable; a thief's empty steals back off to 50 ms.
 """
 
 from __future__ import annotations
 
 import collections
-from typing import Deque, Dict, Iterator, List, NamedTuple, Optional, Tuple
+import math
+import time
+from typing import Callable, Deque, Dict, List, NamedTuple, Optional, Set, Tuple
 
 __all__ = ["Entry", "TaskQueue", "guided_chunk", "MAX_BATCH_BYTES"]
 
@@ -41,6 +55,10 @@ class Entry(NamedTuple):
     blob: bytes  #: the pickled TaskCall (or ArrayCall: ``tasks`` tasks)
     tasks: int = 1  #: tasks it holds (> 1: a task array, see :mod:`.arrays`)
 
+
+#: The queue time of a soft task that already waited elsewhere (stolen): before any
+#: ``_ripe_before`` but ``-inf`` (a node busy with its own queue keeps even those).
+_LONG_AGO = -1e300
 
 #: Most bytes of pickled tasks in one message (a batch, a pull, a steal) -- far
 #: below MPI's 2 GiB count limit, and small enough not to stall the receiver.
@@ -59,12 +77,29 @@ def guided_chunk(available: int, workers: int, max_chunk: int) -> int:
 
 
 class TaskQueue:
-    """One server's backlog (see the module docstring)."""
+    """One server's backlog (see the module docstring).
 
-    def __init__(self) -> None:
+    Parameters
+    ----------
+    wait : float
+        The locality wait (s): how long a soft-placed task must have been in
+        this queue before a worker of another node may take it or a thief may
+        steal it (delay scheduling). 0: at once (no delay).
+    clock : callable
+        Seconds, monotonic (default :func:`time.monotonic`); tests pass their own.
+    """
+
+    def __init__(self, wait: float = 0.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.free: Deque[Entry] = collections.deque()
-        self.soft: Dict[int, Deque[Entry]] = {}
+        #: node -> (time it was queued here, entry), oldest first
+        self.soft: Dict[int, Deque[Tuple[float, Entry]]] = {}
         self.hard: Dict[int, Deque[Entry]] = {}
+        self.wait = wait
+        self.clock = clock
+        #: Nodes with a live worker served here (None: every node). A soft task
+        #: placed on any other node has nobody to wait for: it may go at once.
+        self.served: Optional[Set[int]] = None
+        self._last_local: Dict[int, float] = {}  # node -> when its worker last took its soft task
         self._soft_total = 0
         self._hard_total = 0
 
@@ -74,7 +109,12 @@ class TaskQueue:
     def __bool__(self) -> bool:
         return len(self) > 0
 
-    def push(self, entry: Entry) -> None:
+    def push(self, entry: Entry, ripe: bool = False) -> None:
+        """Queue ``entry``; ``ripe``: a soft task that waited its locality wait elsewhere already.
+
+        A ripe soft task goes to the head of its node's deque (it is older than
+        anything queued here), so the oldest-first order still holds.
+        """
         node = entry.node
         if node < 0:
             self.free.append(entry)
@@ -82,59 +122,108 @@ class TaskQueue:
             self.hard.setdefault(node, collections.deque()).append(entry)
             self._hard_total += 1
         else:
-            self.soft.setdefault(node, collections.deque()).append(entry)
+            q = self.soft.setdefault(node, collections.deque())
+            if ripe:
+                q.appendleft((_LONG_AGO, entry))
+            else:
+                q.append((self.clock(), entry))
             self._soft_total += 1
 
-    def extend(self, entries: List[Entry]) -> None:
-        for e in entries:
-            self.push(e)
+    def extend(self, entries: List[Entry], ripe: bool = False) -> None:
+        for e in reversed(entries) if ripe else entries:
+            self.push(e, ripe)
+
+    def _ripe_before(self, node: int) -> float:
+        """Soft tasks of ``node`` queued before this time may go elsewhere.
+
+        ``inf``: all of them (no wait, or no live worker of ``node`` here);
+        ``-inf``: none, because a worker of ``node`` took one of its soft tasks
+        less than ``wait`` ago -- the node is working through its queue
+        (Spark's delay scheduling resets its wait on each local launch too).
+        """
+        if self.wait <= 0 or (self.served is not None and node not in self.served):
+            return math.inf
+        before = self.clock() - self.wait
+        if self._last_local.get(node, -math.inf) > before:
+            return -math.inf
+        return before
+
+    def _ripe(self, node: int, q: Deque[Tuple[float, Entry]]) -> int:
+        """How many of ``node``'s soft tasks (the head of ``q``) waited their locality wait."""
+        before = self._ripe_before(node)
+        if before == math.inf:
+            return len(q)
+        n = 0
+        for since, _ in q:
+            if since > before:
+                break
+            n += 1
+        return n
+
+    def ripe_soft(self, but: Optional[int] = None) -> int:
+        """Soft tasks (of nodes other than ``but``) that other nodes' workers may take."""
+        return sum(self._ripe(k, q) for k, q in self.soft.items() if k != but)
 
     @property
     def stealable(self) -> int:
-        """Entries a thief or a pull may take (free and soft)."""
-        return len(self.free) + self._soft_total
+        """Entries a thief may take now (free, and soft ones past their locality wait)."""
+        return len(self.free) + self.ripe_soft()
 
     def available(self, node: int) -> int:
-        """How many entries a worker of ``node`` could be given."""
+        """How many entries a worker of ``node`` could be given now."""
         hard = self.hard.get(node)
-        return (len(hard) if hard else 0) + len(self.free) + self._soft_total
-
-    def _sources(self, node: int, elsewhere: bool) -> Iterator[Tuple[Deque[Entry], str]]:
-        hard = self.hard.get(node)
-        if hard:
-            yield hard, "hard"
-        soft = self.soft.get(node)
-        if soft:
-            yield soft, "soft"
-        yield self.free, "free"
-        if elsewhere:
-            for k, q in list(self.soft.items()):
-                if k != node and q:
-                    yield q, "soft"
+        own = self.soft.get(node)
+        return ((len(hard) if hard else 0) + (len(own) if own else 0) + len(self.free)
+                + self.ripe_soft(but=node))
 
     def take(self, node: int, count: int, elsewhere: bool = True,
              max_bytes: int = MAX_BATCH_BYTES) -> List[Entry]:
         """Up to ``count`` entries for a worker of ``node`` (oldest first).
 
-        A task with a per-task timeout is only ever first in a batch, and
-        ends it; a batch stops before ``max_bytes`` of pickled tasks (but
-        holds at least one). ``elsewhere=False`` keeps other nodes' soft tasks out.
+        Order: ``node``'s hard tasks, its soft tasks, free tasks, then (unless
+        ``elsewhere=False``) other nodes' soft tasks that waited their
+        locality wait. A task with a per-task timeout is only ever first in a
+        batch, and ends it; a batch stops before ``max_bytes`` of pickled
+        tasks (but holds at least one).
         """
         out: List[Entry] = []
         size = 0
-        for q, kind in self._sources(node, elsewhere):
-            while q and len(out) < count:
-                head = q[0]
-                if out and (head.timeout is not None or size + len(head.blob) > max_bytes):
-                    count = 0  # the batch ends here
-                    break
-                out.append(q.popleft())
-                size += len(head.blob)
-                self._count_out(kind, 1)
-                if head.timeout is not None:
-                    count = 0
-            if len(out) >= count:
-                break
+
+        def fits(head: Entry) -> bool:
+            nonlocal count
+            if out and (head.timeout is not None or size + len(head.blob) > max_bytes):
+                count = 0  # the batch ends here
+                return False
+            return True
+
+        def took(head: Entry) -> None:
+            nonlocal count, size
+            out.append(head)
+            size += len(head.blob)
+            if head.timeout is not None:
+                count = 0
+
+        hard = self.hard.get(node)
+        while hard and len(out) < count and fits(hard[0]):
+            took(hard.popleft())
+            self._hard_total -= 1
+        own = self.soft.get(node)
+        if own and len(out) < count and self.wait > 0:
+            self._last_local[node] = self.clock()
+        while own and len(out) < count and fits(own[0][1]):
+            took(own.popleft()[1])
+            self._soft_total -= 1
+        free = self.free
+        while free and len(out) < count and fits(free[0]):
+            took(free.popleft())
+        if elsewhere:
+            for k, q in list(self.soft.items()):
+                if k == node or len(out) >= count:
+                    continue
+                before = self._ripe_before(k)
+                while q and len(out) < count and q[0][0] <= before and fits(q[0][1]):
+                    took(q.popleft()[1])
+                    self._soft_total -= 1
         self._prune()
         return out
 
@@ -151,23 +240,39 @@ class TaskQueue:
         return out
 
     def steal(self, count: int, max_bytes: int = MAX_BATCH_BYTES) -> List[Entry]:
-        """At most ``count`` and at most half (rounded up) of what is stealable; newest first."""
+        """At most ``count`` and at most half (rounded up) of what is stealable; newest first.
+
+        Free tasks first, then soft ones past their locality wait: of those,
+        the newest of the ripe ones (the owner keeps its oldest).
+        """
         n = min(count, (self.stealable + 1) // 2)
         out: List[Entry] = []
         size = 0
-        for q, soft in [(self.free, False)] + [(q, True) for q in self.soft.values()]:
-            while len(out) < n and q and not (out and size + len(q[-1].blob) > max_bytes):
-                size += len(q[-1].blob)
-                out.append(q.pop())
-                if soft:
-                    self._soft_total -= 1
+        free = self.free
+        while len(out) < n and free and not (out and size + len(free[-1].blob) > max_bytes):
+            size += len(free[-1].blob)
+            out.append(free.pop())
+        for k, q in list(self.soft.items()):
+            if len(out) >= n:
+                break
+            ripe = self._ripe(k, q)
+            if not ripe:
+                continue
+            head = [q.popleft() for _ in range(ripe)]  # the ripe prefix, oldest first
+            while len(out) < n and head and not (out and size + len(head[-1][1].blob) > max_bytes):
+                size += len(head[-1][1].blob)
+                out.append(head.pop()[1])
+                self._soft_total -= 1
+            q.extendleft(reversed(head))
         self._prune()
         return out
 
     def drain(self) -> List[Entry]:
         """Remove and return everything (cancellation)."""
         out = list(self.free)
-        for q in list(self.soft.values()) + list(self.hard.values()):
+        for sq in self.soft.values():
+            out.extend(e for _, e in sq)
+        for q in self.hard.values():
             out.extend(q)
         self.free.clear()
         self.soft.clear()
@@ -175,16 +280,11 @@ class TaskQueue:
         self._soft_total = self._hard_total = 0
         return out
 
-    def _count_out(self, kind: str, n: int) -> None:
-        if kind == "soft":
-            self._soft_total -= n
-        elif kind == "hard":
-            self._hard_total -= n
-
     def _prune(self) -> None:
-        for table in (self.soft, self.hard):
-            for k in [k for k, q in table.items() if not q]:
-                del table[k]
+        for k in [k for k, q in self.soft.items() if not q]:
+            del self.soft[k]
+        for k in [k for k, q in self.hard.items() if not q]:
+            del self.hard[k]
 
     def hard_nodes(self) -> List[int]:
         """Nodes with hard-placed entries waiting."""

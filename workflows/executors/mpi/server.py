@@ -11,8 +11,9 @@ batches. What all servers share (:class:`Server`):
 * **Idle servers steal** (as Swift/T's ADLB servers): a server with hungry
   workers and nothing for them -- and, for a node server, an ask pending at
   a root that ran dry -- asks a random other server for tasks; the victim
-  gives at most half of its free and soft-placed backlog. Empty answers back
-  off exponentially (1 ms to 50 ms).
+  gives at most half of its free backlog and of the soft-placed tasks that
+  waited their locality wait (delay scheduling, :class:`~.queues.TaskQueue`).
+  Empty answers back off exponentially (1 ms to 50 ms).
 * **The give-up backstop.** A server knows when each worker's current batch
   started. A worker still silent :func:`~workflows.limits.grace_seconds`
   after its task's timeout (or the run's deadline) is stuck in code the
@@ -50,11 +51,13 @@ LONG_TASK = 0.01
 class Options:
     """Dispatch tuning (same on every rank; resolved by the executor)."""
 
-    __slots__ = ("max_chunk", "window", "up_batch", "flush_seconds")
+    __slots__ = ("max_chunk", "window", "up_batch", "flush_seconds", "locality_wait")
 
     def __init__(self, max_chunk: int = 64, window: int = 0, up_batch: int = 256,
-                 flush_seconds: float = 0.0):
+                 flush_seconds: float = 0.0, locality_wait: float = 0.0):
         self.max_chunk = max_chunk
+        # Delay scheduling: seconds a soft-placed task waits for its node (queues.TaskQueue).
+        self.locality_wait = locality_wait
         self.window = window  # tasks a node server keeps (0: 8 per worker, at least 64)
         self.up_batch = up_batch
         # Longest a result waits in a node server (0: ROOT_BUDGET's share, >= 2 ms).
@@ -133,8 +136,9 @@ class Server:
         self.roles = roles
         self.rank = rank
         self.options = options
-        self.queue = TaskQueue()
+        self.queue = TaskQueue(wait=options.locality_wait)
         self.slots: Dict[int, Slot] = {r: Slot(r, roles.node_of[r]) for r in roles.workers_of(rank)}
+        self._served_changed()
         self.hungry: Deque[int] = collections.deque()  # one entry per free credit
         self.task_seconds = 0.0  # running mean of a task's time (from finished batches)
         self.peers = [s for s in roles.servers if s != rank]
@@ -211,7 +215,8 @@ class Server:
         now = time.monotonic()
         if entries:
             self.stolen_tasks += len(entries)
-            self.queue.extend(entries)
+            # Soft tasks among them waited their locality wait at the victim already.
+            self.queue.extend(entries, ripe=True)
             self.steal_pause = 0.001
             self.next_steal = now
         else:
@@ -220,6 +225,10 @@ class Server:
 
     def stopping_now(self) -> bool:
         return False
+
+    def _served_changed(self) -> None:
+        """Tell the queue which nodes have a live worker here (others' soft tasks need not wait)."""
+        self.queue.served = {s.node for s in self.slots.values() if not s.lost}
 
     # -- giving work ------------------------------------------------------------
     def serve_workers(self) -> bool:
@@ -292,6 +301,7 @@ class Server:
 
     def lose(self, slot: Slot, now: float) -> None:
         slot.lost = True
+        self._served_changed()
         head = slot.batches[0]
         stuck = head.entries[head.done]
         message = (
@@ -335,6 +345,7 @@ class Server:
         lines = [f"{name} ({state})" for name, state, _ in self.in_flight()
                  if _ == slot.where]
         slot.lost = True
+        self._served_changed()
         head = slot.batches[0]
         running = head.entries[head.done] if head.done < len(head.entries) else None
         text = (f"{self.who}: worker {slot.where} died (its process is gone: a signal or "

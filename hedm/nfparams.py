@@ -1,0 +1,90 @@
+"""The keys of an NF-HEDM layer's one parameter file, for both stages.
+
+A layer has one parameter file (:mod:`hedm.params`) read by stage 1
+(:mod:`hedm.nf`, reduction: :data:`REDUCE_SCHEMA`) and stage 2
+(:mod:`hedm.nffit`, orientation fitting: :data:`FIT_SCHEMA`); each stage checks
+its own keys and accepts the other stage's and MIDAS's.  The two schemas and
+their readers live here, so that neither stage imports the other.  Each stage
+module re-exports its own as ``SCHEMA`` and its reader.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict
+
+from hedm.params import (MIDAS_NF_KEYS, Param, ParamError, at_least, load_params, one_of,
+                         resolve_params)
+
+__all__ = ["REDUCE_SCHEMA", "FIT_SCHEMA", "read_nf_params", "read_fit_params"]
+
+#: Stage 1's keys (reduction of the frames to binary images).
+REDUCE_SCHEMA = (
+    Param("DataDirectory", str, ".", "folder of the frames; relative to the parameter file's "
+          "folder, %n = node name"),
+    Param("InputPattern", str, "stem_%06d.tif", "frame file name with a %d field (TIFF series), "
+          "or one GE/HDF5 file holding every frame"),
+    Param("RawStartNr", int, 0, "number of the first frame", at_least(0)),
+    Param("NrFilesPerDistance", int, None, "number of frames (per detector distance)",
+          at_least(1)),
+    Param("nDistances", int, 1, "detector distances; distance d's frames are the files from "
+          "RawStartNr + d * NrFilesPerDistance (MIDAS)", at_least(1)),
+    Param("NrPixelsY", int, None, "frame width (detector columns)", at_least(1)),
+    Param("NrPixelsZ", int, None, "frame height (detector rows)", at_least(1)),
+    Param("BlanketSubtraction", int, 0, "counts subtracted after the background",
+          lambda v: None if 0 <= v <= 65535 else "must be in 0..65535"),
+    Param("MedFiltRadius", int, 1, "median filter radius: 1 (3x3) or 2 (5x5)", one_of(1, 2)),
+    Param("GaussFiltRadius", float, 1.0, "LoG Gaussian sigma (px)",
+          lambda v: None if v > 0 else "must be > 0"),
+    Param("LoGMaskRadius", int, 4, "LoG kernel half-width (px)", at_least(1)),
+    Param("BackgroundTasks", int, 0, "tasks computing the median background (row bands); "
+          "0: one per worker", at_least(0)),
+    Param("ReducedFileName", str, "nf_spots", "base name of the result files (.h5, .png, "
+          "_binary.npy)"),
+)
+
+#: Stage 2's keys (orientation fitting over the grid, the map).
+FIT_SCHEMA = (
+    Param("ReducedFileName", str, "nf_spots", "stage 1's base name: the binary images are "
+          "<ReducedFileName>_binary.npy"),
+    Param("ReducedDirectory", str, ".", "folder of the binary images; relative to the "
+          "parameter file's folder, %n = node name"),
+    Param("GridFileName", str, "grid.txt", "grid file (MIDAS's grid.txt: count, then "
+          "'y1 y2 xs ys gs' rows); relative to the parameter file's folder"),
+    Param("SeedOrientations", str, None, "seed orientations, one quaternion 'w,x,y,z' per "
+          "line (MIDAS's layout); relative to the parameter file's folder"),
+    Param("NrOrientations", int, 0, "number of seed orientations in the file (0: not checked)",
+          at_least(0)),
+    Param("MicFileText", str, "nf_map.mic", "file name of the text map; the HDF5 and PNG "
+          "maps get its stem"),
+    Param("GBAngle", float, 5.0, "misorientation (deg) up to which edge neighbours are one "
+          "grain", lambda v: None if 0 < v < 63 else "must be in (0, 63) degrees"),
+    Param("PhaseNr", int, 1, "phase number written in the .mic", at_least(0)),
+    Param("NumPhases", int, 1, "number of phases written in the .mic header", at_least(1)),
+    Param("GlobalPosition", float, 0.0, "layer position written in the .mic header (um)"),
+    Param("GridPointsPerTask", int, 0, "grid rows per fitting task; 0: about 8 tasks per "
+          "worker, 16 to 512 rows each", at_least(0)),
+)
+
+
+def read_nf_params(path: str, flags: Dict[str, Any] | None = None) -> Dict[str, Any]:
+    """Parameters from the file ``path`` and flag overrides, checked together.
+
+    Stage 2's keys and MIDAS's NF keys may be in the file too (one file per
+    layer, :mod:`hedm.params`); they are left to their readers.
+    """
+    foreign = MIDAS_NF_KEYS | {q.key for q in FIT_SCHEMA}
+    values = resolve_params(REDUCE_SCHEMA, load_params(path, REDUCE_SCHEMA, foreign),
+                            flags or {}, path)
+    if "/" in values["ReducedFileName"] or not values["ReducedFileName"]:
+        raise ParamError(f"{path}: ReducedFileName must be a plain file name, "
+                         f"got {values['ReducedFileName']!r}")
+    return values
+
+
+def read_fit_params(path: str, flags: Dict[str, Any] | None = None) -> Dict[str, Any]:
+    """Stage 2's parameters from the layer's file ``path`` and flag overrides."""
+    foreign = MIDAS_NF_KEYS | {q.key for q in REDUCE_SCHEMA}
+    values = resolve_params(FIT_SCHEMA, load_params(path, FIT_SCHEMA, foreign), flags or {}, path)
+    for key in ("ReducedFileName", "MicFileText"):
+        if "/" in values[key] or not values[key]:
+            raise ParamError(f"{path}: {key} must be a plain file name, got {values[key]!r}")
+    return values
