@@ -156,3 +156,22 @@ def test_arrays_off_sends_one_entry_per_task(monkeypatch):
     stats = comm.bcast(ex.stats if comm.rank == 0 else None)
     ok = ok and stats["array_tasks"] == 0 and stats["tasks"] == 500
     assert_all(comm, ok, f"stats {stats}")
+
+
+def test_an_item_that_does_not_pickle_fails_alone():
+    import threading
+
+    comm = _comm()
+    ok, msg = True, ""
+    with _executor(comm, "central") as ex:
+        if ex is not None:
+            items = list(range(200))
+            items[50] = threading.Lock()  # does not pickle
+            futures = foreach(plus, items)
+            errs = [f.exception(timeout=120) for f in futures]
+            bad = [i for i, e in enumerate(errs) if e is not None]
+            ok = bad == [50] and "pickle" in str(errs[50])
+            msg = f"failed {bad}: {errs[50]!r}"
+            ok = ok and [f.result() for i, f in enumerate(futures) if i != 50] == [
+                i for i in range(200) if i != 50]
+    assert_all(comm, ok, msg)

@@ -30,6 +30,7 @@ import time
 from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple
 
 from ...errors import ExecutorError, RemoteError
+from ...runtime import capture_executor_error
 from ...tasks import Outcome, TaskCall, execute, where_cached
 from .arrays import ArrayCall, ArrayDone, array_chunks, chunk_cap, same_array
 from .queues import MAX_BATCH_BYTES, Entry
@@ -126,7 +127,15 @@ class RootServer(Server):
                           limits.deadline, dumps(call))
             out.append((entry, (dones[0], call.name)))
             return
-        blob = dumps(ArrayCall.of(calls))
+        try:
+            blob = dumps(ArrayCall.of(calls))
+        except Exception:  # an item does not pickle: each alone, so only it fails
+            for c, d in zip(calls, dones):
+                try:
+                    self._array_entries([c], [d], out)
+                except Exception as exc:
+                    d(Outcome(None, capture_executor_error(exc), "executor", 0.0, 0.0))
+            return
         if len(blob) > MAX_BATCH_BYTES:  # large arguments: halves, down to single tasks
             half = len(calls) // 2
             self._array_entries(calls[:half], dones[:half], out)
