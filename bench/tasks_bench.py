@@ -16,7 +16,12 @@ Run from the repository root (a few minutes)::
    (dispatcher only), and ``central`` with one task per message
    (``max_chunk=1``: what a central dispatcher does with long tasks, or with
    far more workers than queued tasks) or at most 4 (``max_chunk=4``: a third
-   message rate, to check the model's line between the two). Per run:
+   message rate, to check the model's line between the two); and the task
+   arrays (``*-arrays``: ``foreach`` of ready values as one entry per chunk,
+   ``docs/DISPATCH.md``) through ``central`` and ``nodes``, and through
+   ``nodes`` with chunks of 4 (``max_chunk=4``, to separate the per-chunk from
+   the per-item cost); the other runtime paths run with ``arrays=False``
+   (one entry per task). Per run:
    tasks/s, rank-0 CPU seconds per task
    (``time.process_time`` of the root process, all its threads), CPU seconds
    per task summed over all ranks, and messages rank 0 handled per task (our
@@ -116,8 +121,9 @@ def _dispatch_one(method: str, comm, n: int, nodes: int) -> dict:
         from workflows.executors import MPIExecutor
 
         mode = "central" if method.startswith("central") else "nodes"
-        chunk = {"central-1": 1, "central-4": 4}.get(method)
-        mex = MPIExecutor(comm, dispatch=mode, emulate_nodes=nodes, max_chunk=chunk)
+        chunk = {"central-1": 1, "central-4": 4, "nodes-arrays-4": 4}.get(method)
+        mex = MPIExecutor(comm, dispatch=mode, emulate_nodes=nodes, max_chunk=chunk,
+                          arrays="-arrays" in method)
         with mex as ex:
             if ex is not None:
                 use_apps = not method.endswith("submit")
@@ -139,6 +145,10 @@ def _dispatch_one(method: str, comm, n: int, nodes: int) -> dict:
                        "root_messages": link.sent + link.received - m0,
                        "root_bytes": link.bytes_sent + link.bytes_received - b0,
                        "workers": ex.workers, "servers": len(ex.roles.servers) - 1}
+                if use_apps and ex.arrays:
+                    from workflows.executors.mpi.arrays import array_chunks
+
+                    out["array_k"] = array_chunks(n, ex.workers, chunk or 64)[0]
         role = mex.roles.role(comm.rank) if mex.roles else role
     cpu = time.process_time() - cpu0
     cpus = comm.gather((role, cpu), root=0)
@@ -155,7 +165,8 @@ def _dispatch_one(method: str, comm, n: int, nodes: int) -> dict:
     return out
 
 
-DISPATCH_METHODS = ("mpi4py", "central", "nodes", "central-submit", "central-1", "central-4")
+DISPATCH_METHODS = ("mpi4py", "central", "nodes", "central-submit", "central-1", "central-4",
+                    "central-arrays", "nodes-arrays", "nodes-arrays-4")
 
 
 def dispatch_main(args) -> None:
@@ -344,8 +355,11 @@ def summarise_dispatch(runs: list) -> dict:
 
 
 LABELS = {"mpi4py": "plain mpi4py.futures (MPICommExecutor.submit)",
-          "central": "central dispatcher (@app + foreach)",
-          "nodes": "node task servers (@app + foreach)",
+          "central": "central dispatcher (@app + foreach, one entry per task)",
+          "nodes": "node task servers (@app + foreach, one entry per task)",
+          "central-arrays": "central dispatcher, task arrays (@app + foreach, chunks of 64)",
+          "nodes-arrays": "node task servers, task arrays (@app + foreach, chunks of 64)",
+          "nodes-arrays-4": "node task servers, task arrays of 4 (max_chunk=4)",
           "central-submit": "central dispatcher (executor.submit, no runtime)",
           "central-1": "central dispatcher, one task per message (max_chunk=1)",
           "central-4": "central dispatcher, batches of at most 4 (max_chunk=4)"}
@@ -404,6 +418,8 @@ def main() -> int:
     p.add_argument("--leaves", type=int, default=10000)
     p.add_argument("--workers", type=int, default=3)
     p.add_argument("--nodes", type=int, default=1, help="(internal) emulated nodes")
+    p.add_argument("--configs", default=None,
+                   help="dispatch: RANKSxNODES,... (default: 4x1,4x2,8x1,8x2,8x4)")
     p.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
     args = p.parse_args()
     if args.executor:
@@ -414,7 +430,10 @@ def main() -> int:
         return 0
     os.makedirs(args.out, exist_ok=True)
     if args.only in (None, "dispatch"):
-        results = run_dispatch(args.n, args.repeats)
+        configs = DISPATCH_CONFIGS
+        if args.configs:
+            configs = tuple(tuple(int(v) for v in c.split("x")) for c in args.configs.split(","))
+        results = run_dispatch(args.n, args.repeats, configs)
         with open(os.path.join(args.out, "dispatch.json"), "w") as fh:
             json.dump(results, fh, indent=1)
         write_dispatch_markdown(results, os.path.join(args.out, "dispatch.md"))

@@ -34,7 +34,8 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple, Union
+from typing import (Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple,
+                    Union)
 
 from .command import CommandSpec
 from .futures import AppFuture
@@ -82,6 +83,18 @@ class App:
     def __call__(self, *args: Any, **kwargs: Any) -> AppFuture:
         return active_runtime().launch(
             self.name, self.target, args, kwargs, self.retries, self.timeout, self.isolate
+        )
+
+    def map(self, items: Iterable[Any], *args: Any, **kwargs: Any) -> List[AppFuture]:
+        """``[self(item, *args, **kwargs) for item in items]``, launched together.
+
+        Same tasks and futures as the loop; an executor that can (the mpi
+        executor) runs the ready ones as task arrays, at a fraction of the
+        submitting rank's cost per task (``docs/DISPATCH.md``).
+        """
+        return active_runtime().launch_many(
+            self.name, self.target, [(item,) + args for item in items], kwargs, self.retries,
+            self.timeout, self.isolate
         )
 
     def on(self, node: Union[int, str], *, hard: bool = False) -> Callable[..., AppFuture]:
@@ -148,6 +161,10 @@ class CommandApp(App):
         return active_runtime().launch(
             self.name, self.spec, (), self._bind(args, kwargs), self.retries
         )
+
+    def map(self, items: Iterable[Any], *args: Any, **kwargs: Any) -> List[AppFuture]:
+        """One command per item (each binds its own arguments: never arrayed)."""
+        return [self(item, *args, **kwargs) for item in items]
 
     def _bind(self, args: Tuple, kwargs: Dict) -> Dict[str, Any]:
         try:

@@ -40,10 +40,12 @@ def foreach(
 
     Items may be futures (each task then waits for its own item only); the
     executor balances the tasks over its workers. A plain function is wrapped
-    with :func:`~workflows.apps.app`.
+    with :func:`~workflows.apps.app`. The tasks are launched together
+    (:meth:`~workflows.apps.App.map`): the mpi executor sends those whose
+    arguments are ready as task arrays (``docs/DISPATCH.md``); every item
+    still has its own future, result, error and time limit.
     """
-    task = _as_app(fn)
-    return [task(item, *args, **kwargs) for item in items]
+    return _as_app(fn).map(items, *args, **kwargs)
 
 
 def reduce_tree(merge: Union[App, Callable], items: Iterable[Any], ordered: bool = True) -> Future:

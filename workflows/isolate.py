@@ -110,6 +110,10 @@ class Runner:
         -------
         ("ok", outcome) | ("crash", (message, exit_code)) | ("timeout", message)
         """
+        if self.pid is not None and self._reap(block=False) is not None:
+            # It died between tasks: PR_SET_PDEATHSIG fires when the *thread* that
+            # forked it ends (e.g. the dispatcher thread of an earlier executor at -n 1).
+            self._forget()
         if self.pid is None:
             self._start()
         try:

@@ -216,6 +216,76 @@ class Runtime:
                                                  limits, place))
         return fut
 
+    def launch_many(
+        self,
+        name: str,
+        target: Any,
+        arg_tuples: List[Tuple],
+        kwargs: Dict,
+        retries: int = 0,
+        timeout: Optional[float] = None,
+        isolate: bool = False,
+    ) -> List[AppFuture]:
+        """:meth:`launch` of one app over many argument tuples (``foreach``); the futures in order.
+
+        Each call is its own task (own future, retries, timeout, failure). The
+        calls whose arguments hold no future are handed to the executor
+        together (``executor.launch_array(calls, dones)``, when it has one: the
+        mpi executor's task arrays, ``docs/DISPATCH.md``); the others wait for
+        their inputs and go one by one, as with :meth:`launch`.
+        """
+        arrays = getattr(self.executor, "launch_array", None)
+        if arrays is None or len(arg_tuples) < 2 or find_futures(kwargs):
+            return [self.launch(name, target, a, kwargs, retries, timeout, isolate)
+                    for a in arg_tuples]
+        limits = self._limits_for(timeout, isolate)
+        out: List[AppFuture] = []
+        ready: List[Tuple[AppFuture, TaskCall]] = []
+        plain = _PLAIN
+        for a in arg_tuples:
+            if not all(type(v) in plain for v in a) and find_futures(a):
+                out.append(self.launch(name, target, a, kwargs, retries, timeout, isolate))
+                continue
+            number = next(self._ids)
+            fut = AppFuture(f"{name}#{number}")
+            fut.task.number = number
+            out.append(fut)
+            ready.append((fut, TaskCall(fut.task.name, target, a, kwargs, limits)))
+        with self._cond:
+            self._outstanding += len(ready)
+            self.launched += len(ready)
+            for fut, _ in ready:
+                self._live[fut.task.number] = fut
+        if ready:
+            trampoline(lambda: self._submit_array(ready, retries))
+        return out
+
+    def _submit_array(self, ready: List[Tuple[AppFuture, TaskCall]], retries: int) -> None:
+        calls: List[TaskCall] = []
+        dones: List[Any] = []
+        for fut, call in ready:
+            if fut.done():  # cancelled before it was handed over
+                if self._settle(fut):
+                    fut.set_running_or_notify_cancel()
+                continue
+            fut.task.attempts = 1
+            calls.append(call)
+            dones.append(self._on_done(fut, call, 1, retries))
+        if not calls:
+            return
+        try:
+            self.executor.launch_array(calls, dones)
+        except BaseException as exc:
+            error = Outcome(None, capture_executor_error(exc), "executor", 0.0, 0.0)
+            for done in dones:
+                done(error)
+
+    def _on_done(self, fut: AppFuture, call: TaskCall, attempt: int, retries: int) -> Any:
+        def done(outcome: Outcome) -> None:
+            trampoline(lambda: self._finished(fut, call, attempt, retries, outcome))
+
+        return done
+
     def _inputs_done(self, fut, target, args, kwargs, deps, retries, limits, place) -> None:
         bad = next((e for e in map(exception_of, deps) if e is not None), None)
         if bad is not None:
@@ -343,6 +413,10 @@ class Runtime:
         if len(failures) > limit:
             text += f"\n\n... and {len(failures) - limit} more failed tasks"
         return text
+
+
+#: Argument types that never hold a future (``launch_many`` skips looking inside them).
+_PLAIN = frozenset((int, float, str, bytes, bool, type(None), complex))
 
 
 class RunExpired(WorkflowError):

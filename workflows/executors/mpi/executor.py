@@ -47,11 +47,12 @@ from .term import TermReport
 from .wire import Link
 
 __all__ = ["MPIExecutor", "ENV_DISPATCH", "ENV_MAX_CHUNK", "ENV_LOCALITY_WAIT",
-           "LOCALITY_WAIT"]
+           "LOCALITY_WAIT", "ENV_ARRAYS"]
 
 ENV_DISPATCH = "WORKFLOWS_MPI_DISPATCH"
 ENV_MAX_CHUNK = "WORKFLOWS_MPI_MAX_CHUNK"
 ENV_WINDOW = "WORKFLOWS_MPI_WINDOW"
+ENV_ARRAYS = "WORKFLOWS_MPI_ARRAYS"
 ENV_LOCALITY_WAIT = "MPISTAGE_LOCALITY_WAIT"
 
 #: Default locality wait (s) of soft-placed tasks (delay scheduling, Zaharia et
@@ -88,6 +89,11 @@ class MPIExecutor(Executor):
     window : int, optional
         Tasks a node server keeps queued (default ``$WORKFLOWS_MPI_WINDOW``,
         else 8 per worker, at least 64).
+    arrays : bool, optional
+        Send the ready tasks of one ``foreach`` (``App.map``) as task arrays:
+        one queue entry per chunk, pickled once, resolved from one result
+        message (``docs/DISPATCH.md``). Default ``$WORKFLOWS_MPI_ARRAYS``
+        (``0`` turns them off), else True.
     locality_wait : float, optional
         Seconds a soft-placed task (``app.on(node)``) waits in its server's
         queue for a worker of its node before a worker of another node may
@@ -115,6 +121,7 @@ class MPIExecutor(Executor):
         window: Optional[int] = None,
         locality_wait: Optional[float] = None,
         abort_on_lost: bool = True,
+        arrays: Optional[bool] = None,
     ):
         super().__init__()
         from mpi4py import MPI
@@ -139,6 +146,8 @@ class MPIExecutor(Executor):
         self._emulate_nodes, self._node_id_env = emulate_nodes, node_id_env
         self._max_chunk, self._window = max_chunk, window
         self.abort_on_lost = abort_on_lost
+        self._arrays_kw = arrays
+        self.arrays = True
         self.roles: Optional[Roles] = None
         self._dup: Any = None
         self._link: Optional[Link] = None
@@ -198,7 +207,7 @@ class MPIExecutor(Executor):
         self._entered = True
         comm = self.comm
         options = bcast_result(comm, self._resolve_options)
-        mode, max_chunk, window, locality_wait = options
+        mode, max_chunk, window, locality_wait, self.arrays = options
         self._dup = comm.Dup()
         self.roles = roles = layout_roles(self._dup, self.root, mode, self._emulate_nodes,
                                           self._node_id_env)
@@ -241,8 +250,15 @@ class MPIExecutor(Executor):
         mode = self._dispatch or os.environ.get(ENV_DISPATCH) or "central"
         if mode not in MODES:
             raise ExecutorError(f"{ENV_DISPATCH}={mode!r}: expected one of {', '.join(MODES)}")
+        arrays = self._arrays_kw
+        if arrays is None:
+            text = os.environ.get(ENV_ARRAYS, "1").strip().lower()
+            if text not in ("0", "1", "false", "true", "no", "yes", "off", "on"):
+                raise ExecutorError(f"{ENV_ARRAYS}={text!r}: expected 0 or 1")
+            arrays = text in ("1", "true", "yes", "on")
         return (mode, _env_int(self._max_chunk, ENV_MAX_CHUNK, 64),
-                _env_int(self._window, ENV_WINDOW, 0), _env_wait(self._locality_wait))
+                _env_int(self._window, ENV_WINDOW, 0), _env_wait(self._locality_wait),
+                bool(arrays))
 
     def _serve_or_abort(self, loop, lines) -> None:
         term = None
@@ -313,6 +329,15 @@ class MPIExecutor(Executor):
         self._check_root()
         self._root_server.launch(call, done)
 
+    def launch_array(self, calls: List[TaskCall], dones: List[Any]) -> None:
+        """Ready calls of one app as task arrays (``docs/DISPATCH.md``); ``dones[i]`` per call."""
+        self._check_root()
+        if not self.arrays:
+            for call, done in zip(calls, dones):
+                self._root_server.launch(call, done)
+            return
+        self._root_server.launch_array(calls, dones)
+
     def _check_root(self) -> None:
         self._check_open()
         if self._root_server is None:
@@ -337,6 +362,8 @@ class MPIExecutor(Executor):
             "bytes_received": self._link.bytes_received if self._link else 0,
             "tasks": rs.tasks_done,
             "stolen_by_root": rs.stolen_tasks,
+            "array_entries": rs.array_entries,
+            "array_tasks": rs.array_tasks,
             "dispatch": self.dispatch,
             "workers": self.workers,
             "servers": len(self.roles.servers) - 1 if self.roles else 0,

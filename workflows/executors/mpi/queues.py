@@ -52,7 +52,8 @@ class Entry(NamedTuple):
     hard: bool  #: placement is hard
     timeout: Optional[float]  #: per-task timeout (s): the task travels alone
     deadline: Optional[float]  #: the run's deadline (``time.time()``)
-    blob: bytes  #: the pickled TaskCall
+    blob: bytes  #: the pickled TaskCall (or ArrayCall: ``tasks`` tasks)
+    tasks: int = 1  #: tasks it holds (> 1: a task array, see :mod:`.arrays`)
 
 
 #: The queue time of a soft task that already waited elsewhere (stolen): before any

@@ -30,12 +30,14 @@ import time
 from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple
 
 from ...errors import ExecutorError, RemoteError
-from ...tasks import Outcome, TaskCall, execute
+from ...runtime import capture_executor_error
+from ...tasks import Outcome, TaskCall, execute, where_cached
+from .arrays import ArrayCall, ArrayDone, array_chunks, chunk_cap, same_array
 from .queues import MAX_BATCH_BYTES, Entry
 from .roles import Roles
 from .server import Options, Result, Server
 from .wire import (BYE, DONE, FEED, FINAL, STEAL, STOLEN, STOP, UP, Backoff, Link, dumps)
-from .worker import unpack
+from .worker import run_entry, unpack
 
 __all__ = ["RootServer"]
 
@@ -68,6 +70,8 @@ class RootServer(Server):
         self.lost_notes: Dict[int, str] = {}
         self.local_only = not roles.workers  # one rank: run tasks in this thread
         self.tasks_done = 0
+        self.array_entries = 0  # task arrays queued, and the tasks they held
+        self.array_tasks = 0
         self._said_dry: Dict[int, bool] = {}
         self.term_poll: Callable[[], None] = lambda: None  # SIGTERM seen by any thread
         self.summary: Callable[[], str] = lambda: ""  # the run's counts (set by the executor)
@@ -87,6 +91,65 @@ class RootServer(Server):
         self.inbox.append(entry)
         if self._sleeping:
             self._wake.set()
+
+    def launch_array(self, calls: List[TaskCall], dones: List[Done]) -> None:
+        """Queue ready tasks of one app as task arrays (:mod:`.arrays`); one ``done`` per call.
+
+        Cut into :func:`~.arrays.array_chunks`; every chunk is pickled before
+        any is queued (a call that does not pickle fails them all here, in the
+        caller). Calls that cannot share an array go one by one (:meth:`launch`).
+        """
+        if self.stop_requested:
+            raise ExecutorError("the mpi executor is shut down: no new tasks can start")
+        if not same_array(calls):
+            for call, done in zip(calls, dones):
+                self.launch(call, done)
+            return
+        cap = chunk_cap(self.options.max_chunk, calls[0].limits.timeout)
+        sizes = array_chunks(len(calls), max(1, len(self.roles.workers)), cap)
+        queued: List[Tuple[Entry, Tuple[Done, str]]] = []
+        i = 0
+        for size in sizes:
+            self._array_entries(calls[i:i + size], dones[i:i + size], queued)
+            i += size
+        for entry, record in queued:
+            self.records[entry.tid] = record
+            self.inbox.append(entry)
+        if self._sleeping:
+            self._wake.set()
+
+    def _array_entries(self, calls: List[TaskCall], dones: List[Done],
+                       out: List[Tuple[Entry, Tuple[Done, str]]]) -> None:
+        call = calls[0]
+        limits = call.limits
+        if len(calls) == 1:
+            entry = Entry(next(self._ids), call.name, -1, False, limits.timeout,
+                          limits.deadline, dumps(call))
+            out.append((entry, (dones[0], call.name)))
+            return
+        try:
+            blob = dumps(ArrayCall.of(calls))
+        except Exception:  # an item does not pickle: each alone, so only it fails
+            for c, d in zip(calls, dones):
+                try:
+                    self._array_entries([c], [d], out)
+                except Exception as exc:
+                    d(Outcome(None, capture_executor_error(exc), "executor", 0.0, 0.0))
+            return
+        if len(blob) > MAX_BATCH_BYTES:  # large arguments: halves, down to single tasks
+            half = len(calls) // 2
+            self._array_entries(calls[:half], dones[:half], out)
+            self._array_entries(calls[half:], dones[half:], out)
+            return
+        k = len(calls)
+        name = f"{call.name}..{calls[-1].name} (array of {k})"
+        # The give-up backstop needs a bound on the whole chunk: k times the per-item
+        # timeout (each item's own timeout is enforced on the worker).
+        timeout = limits.timeout * k if limits.timeout is not None else None
+        entry = Entry(next(self._ids), name, -1, False, timeout, limits.deadline, blob, k)
+        out.append((entry, (ArrayDone(dones), name)))
+        self.array_entries += 1
+        self.array_tasks += k
 
     def request_stop(self, cancel: bool) -> None:
         self.cancel = self.cancel or cancel
@@ -156,7 +219,9 @@ class RootServer(Server):
                         and not self.steal_out):
                     for s in self.asks:
                         link.send(s, FINAL, None)
-                    link.flush()
+                    # A batch sent to a worker that was then given up is never received
+                    # (a large one never completes): do not wait for it (the job aborts).
+                    link.flush(timeout=2.0 if self.lost or self.lost_notes else 60.0)
                     if self.cancel:
                         self._fail_all("cancelled: the executor was shut down")
                     return
@@ -280,9 +345,14 @@ class RootServer(Server):
             self.assigned.pop(tid, None)
             if rec is None:
                 continue
+            done = rec[0]
+            if type(done) is ArrayDone:
+                self.tasks_done += done.count
+                done.resolve(blob, where.get(rank, f"rank {rank}"), node_of[rank])
+                continue
             self.tasks_done += 1
             outcome = unpack(blob, where.get(rank, f"rank {rank}"), node_of[rank])
-            rec[0](outcome)
+            done(outcome)
 
     def note(self, note: Tuple[Any, ...]) -> None:
         if note[0] == "hello":
@@ -328,8 +398,13 @@ class RootServer(Server):
         rec = self.records.pop(entry.tid, None)
         if rec is None:
             return True
+        done = rec[0]
+        if type(done) is ArrayDone:
+            self.tasks_done += done.count
+            done.resolve(run_entry(entry), where_cached(), None)
+            return True
         self.tasks_done += 1
-        rec[0](execute(pickle.loads(entry.blob)))
+        done(execute(pickle.loads(entry.blob)))
         return True
 
     # -- reports ------------------------------------------------------------------

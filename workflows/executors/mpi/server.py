@@ -197,7 +197,7 @@ class Server:
                 now = time.time()
                 done = slot.batches.popleft()
                 if done.start is not None:
-                    each = (now - done.start) / max(1, len(done.entries))
+                    each = (now - done.start) / max(1, sum(e.tasks for e in done.entries))
                     self.task_seconds = (each if not self.task_seconds
                                          else 0.8 * self.task_seconds + 0.2 * each)
                 if slot.batches:

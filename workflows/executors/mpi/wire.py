@@ -11,7 +11,8 @@ tag         direction              payload
 ``TASKS``   server -> worker       ``E``: one batch (the worker runs it in order)
 ``DONE``    worker -> server       ``(results, credit, hello)``: ``results`` a list of
                                    ``(tid, blob)``, ``blob`` the pickled
-                                   ``(value, error, start, end)``; ``credit`` 1 when a
+                                   ``(value, error, start, end)`` (a task array: a
+                                   list of those, :mod:`.arrays`); ``credit`` 1 when a
                                    batch is finished; ``hello`` the worker's
                                    ``(where(), host, pid)`` in its first message,
                                    else None

@@ -25,6 +25,7 @@ from typing import Any, Deque, List, Optional, Tuple
 
 from ...errors import RemoteError
 from ...tasks import Outcome, execute, where_cached
+from .arrays import ArrayCall, run_array
 from .queues import MAX_BATCH_BYTES, Entry
 from .wire import DONE, STOP, TASKS, Backoff, Link, dumps
 
@@ -69,8 +70,7 @@ def _run_batch(link: Link, server: int, batch: List[Entry]) -> None:
     size = 0
     last = time.monotonic()
     for i, entry in enumerate(batch):
-        outcome = _run(entry)
-        blob = _pack(outcome)
+        blob = run_entry(entry)
         results.append((entry.tid, blob))
         size += len(blob)
         now = time.monotonic()
@@ -80,17 +80,24 @@ def _run_batch(link: Link, server: int, batch: List[Entry]) -> None:
     link.send(server, DONE, (results, 1, None))
 
 
-def _run(entry: Entry) -> Outcome:
+def run_entry(entry: Entry) -> bytes:
+    """Run one entry (a task, or a task array: :mod:`.arrays`); its result blob."""
     try:
         call = pickle.loads(entry.blob)
     except BaseException as exc:
-        err = RemoteError.capture(exc)
-        err = RemoteError(err.type_name, f"the task could not be unpickled on the worker "
-                          f"(is its module importable there?): {err.message}",
-                          err.traceback, err.where)
-        now = time.time()
-        return Outcome(None, err, err.where, now, now)
-    return execute(call)
+        return _pack(_unpicklable(exc))
+    if isinstance(call, ArrayCall):
+        return run_array(call)
+    return _pack(execute(call))
+
+
+def _unpicklable(exc: BaseException) -> Outcome:
+    err = RemoteError.capture(exc)
+    err = RemoteError(err.type_name, f"the task could not be unpickled on the worker "
+                      f"(is its module importable there?): {err.message}",
+                      err.traceback, err.where)
+    now = time.time()
+    return Outcome(None, err, err.where, now, now)
 
 
 def _pack(outcome: Outcome) -> bytes:
