@@ -154,7 +154,11 @@ def _receive(args: argparse.Namespace) -> int:
         if len(outcomes) < opts.scans:
             print(f"stager stream receive: {len(outcomes)} of {opts.scans} scan(s) served "
                   "before the timeout", file=sys.stderr)
-    return exit_status([o.report for o in outcomes], opts.scans, opts.allow_loss)
+    # Only rank 0 says how the job went. A rank that left with a non-zero code before rank 0
+    # had written the reports made mpirun kill rank 0 mid-write ("1 process returned a
+    # non-zero exit code ... the job has been aborted"): the scan's report was lost.
+    status = exit_status([o.report for o in outcomes], opts.scans, opts.allow_loss)
+    return status if comm.rank == 0 else 0
 
 
 def _endpoint(source: str) -> str:

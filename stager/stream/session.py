@@ -306,7 +306,7 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
             loop.drain_requests()
         finally:
             if old is not None:
-                signal.signal(signal.SIGTERM, old)
+                old.__exit__(None, None, None)
         agree(fcomm, None, "receiving")
         return outcomes
     finally:
@@ -446,23 +446,36 @@ def _peak_rss_mib() -> float:
 
 
 def _terminate_handler(loop: Any, o: SessionOptions, nodes: Sequence[str]) -> Any:
-    """Rank 0: on SIGTERM (the launcher ends the job after a rank died), write the report
-    of every open scan from the last heartbeats, naming the lost ranks, then exit."""
+    """Rank 0: on SIGTERM (the launcher ends the job after a rank died) or SIGINT, write
+    the report of every open scan from the last heartbeats, naming the lost ranks, then
+    exit (143, or 130).
 
-    def handler(signum: int, frame: Any) -> None:
+    Returns the entered :class:`stager.staging.interrupt.Handling`; call ``__exit__`` to
+    restore the previous handlers. The reports are written by its watchdog thread,
+    woken through ``signal.set_wakeup_fd``, not by a Python signal handler: when a rank
+    dies, rank 0's main thread may be blocked in an MPI call with it, where no handler
+    runs. Writing takes a few ms (measured 2-5 ms), but Open MPI's ``mpirun`` sometimes
+    sent SIGKILL within milliseconds of SIGTERM after a rank was killed (the report
+    was lost in 2-4 of 8 runs of ``test_stream_receive``'s killed-receiver test, none
+    with ``--mca odls_base_sigkill_timeout 5``): launch the receiver with that option
+    (``slurm/stream-session.sbatch`` does).
+    """
+    from stager.staging.interrupt import Handling
+
+    def write_reports(signum: int) -> None:
         now = time.monotonic()
         coord = loop.coord
         for scan in list(coord.open_scans()):
             try:
                 rep, extra = coord.kill_report(scan, now, list(nodes))
-                extra["signal"] = "SIGTERM"
+                extra["signal"] = signal.Signals(signum).name
                 os.makedirs(o.out, exist_ok=True)
                 write_report(os.path.join(o.out, f"{scan}.json"), rep, extra)
             except Exception:   # we are being terminated; do what we can
                 pass
-        raise SystemExit(143)
 
-    return signal.signal(signal.SIGTERM, handler)
+    handling = Handling(grace=0.0, emergency=write_reports)
+    return handling.__enter__()
 
 
 def options_dict(o: SessionOptions) -> Dict[str, Any]:

@@ -40,7 +40,10 @@ class Job:
 
     def __init__(self, tmp: Path, *args: str, np_: int = 4, nodes: int = 2, marker: str = ""):
         self.tmp, self.out, self.rv = tmp, tmp / "out", tmp / "rv.json"
-        cmd = ["mpirun", "-n", str(np_), "--oversubscribe", sys.executable, "-m", "stager",
+        # as slurm/stream-session.sbatch launches it: mpirun leaves rank 0 time to write the
+        # report when a rank dies (it sometimes sent SIGKILL within ms of SIGTERM)
+        cmd = ["mpirun", "--mca", "odls_base_sigkill_timeout", "5", "-n", str(np_),
+               "--oversubscribe", sys.executable, "-m", "stager",
                "stream", "receive", "--rendezvous", str(self.rv), "--out", str(self.out),
                "--emulate-nodes", str(nodes), "--bind", "127.0.0.1", "--local",
                str(tmp / "local" / "%n"), "--live-interval", "0.2", *args]
