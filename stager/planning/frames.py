@@ -194,7 +194,7 @@ def split(plan: Plan, nodes: int) -> Plan:
     taken = {e.dest for e in plan.files} | {h.dest for h in plan.h5}
     h5: List[H5FilePlan] = []
     for fp in plan.h5:
-        if not scattered[fp.block]:
+        if not scattered[fp.block] or fp.frames:  # a range already: a split plan again
             h5.append(fp)
             continue
         loc = plan.blocks[fp.block].location

@@ -79,6 +79,7 @@ def test_frames_and_per_frame_metadata_split_the_rest_copied_whole(tmp_path):
         assert not mask.sliced and mask.rows == 6    # another length: copied whole
         assert ds["/entry/instrument/detector/count_time"].shape == ()
     assert parts.blocks[0].files == 4
+    assert split(parts, 4) == parts   # splitting a split plan changes nothing
     # every range on one node, one range per node
     held = placement(parts, 4)
     assert sorted(h for hs in held.values() for h in hs) == [0, 1, 2, 3]
