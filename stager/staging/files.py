@@ -8,7 +8,7 @@ file atomically on every node that needs it.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Tuple
+from typing import Any, List
 
 from stager.staging.kind import Moved, Transfer
 from stager.staging.transfer import FileJob, Sink, SourceReader, run_method
@@ -36,24 +36,16 @@ class FilesKind:
         """
         from stager.mpi.groups import holder_groups
 
-        alone = t.alone or [False] * len(t.moved)
-        held = t.holders or [None] * len(t.moved)
-        everyone = [k for k in range(len(t.moved)) if held[k] is None]
-        groups: Dict[Tuple[int, ...], List[int]] = {}
-        for k in range(len(t.moved)):
-            hs = held[k]
-            if hs is not None and not alone[k]:
-                groups.setdefault(hs, []).append(k)
-        local = [k for k in range(len(t.moved)) if alone[k]]
+        everyone, groups, local = t.by_holders()
         out = Moved()
         if everyone:  # identical on every leader: the plan decides
             self._move(t, t.comm, everyone, t.opts.method, out)
         # every leader walks every group to the end (members wait for each other)
         for hs, sub in holder_groups(t.comm, groups, lambda: out.error is not None):
             self._move(t, sub, groups[hs], t.opts.method, out)
-        if local and out.error is None:
+        if any(t.alone) and out.error is None:
             # a local step: its failure is agreed by the pipeline after the kind returns
-            self._move(t, t.comm, [k for k in local if t.dests[k] is not None], "naive", out)
+            self._move(t, t.comm, local, "naive", out)
         return out
 
     def _move(self, t: Transfer, comm: Any, which: List[int], method: str,

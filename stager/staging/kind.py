@@ -61,6 +61,25 @@ class Transfer:
     alone: List[bool] = field(default_factory=list)
     holders: List[Optional[Tuple[int, ...]]] = field(default_factory=list)
 
+    def by_holders(self) -> Tuple[List[int], Dict[Tuple[int, ...], List[int]], List[int]]:
+        """Indices of ``moved`` by who moves them: ``(everyone, groups, mine_alone)``.
+
+        ``everyone``: broadcast outputs (every leader); ``groups``: holder set -> the
+        outputs with several holders (moved over a communicator of the holders,
+        :func:`stager.mpi.groups.holder_groups`); ``mine_alone``: one-holder outputs
+        this node holds and still needs, read by this leader by itself. Identical
+        on every leader but the last.
+        """
+        alone = self.alone or [False] * len(self.moved)
+        held = self.holders or [None] * len(self.moved)
+        everyone = [k for k in range(len(self.moved)) if held[k] is None]
+        groups: Dict[Tuple[int, ...], List[int]] = {}
+        for k, hs in enumerate(held):
+            if hs is not None and not alone[k]:
+                groups.setdefault(hs, []).append(k)
+        mine = [k for k in range(len(self.moved)) if alone[k] and self.dests[k] is not None]
+        return everyone, groups, mine
+
 
 @dataclass
 class Moved:

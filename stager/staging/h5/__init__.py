@@ -10,7 +10,7 @@ its selections), so ``verify`` and ``clean`` handle it like any staged file.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List
 
 from stager.errors import TransferError
 from stager.staging.kind import Moved, Transfer
@@ -51,15 +51,7 @@ class H5Kind:
 
         stats: Dict[str, Any] = {"pieces": 0, "max_piece": 0, "read": set()}
         out = Moved()
-        alone = t.alone or [False] * len(t.moved)
-        held = t.holders or [None] * len(t.moved)
-        everyone = [k for k in range(len(t.moved)) if held[k] is None]
-        groups: Dict[Tuple[int, ...], List[int]] = {}
-        for k in range(len(t.moved)):
-            hs = held[k]
-            if hs is not None and not alone[k]:
-                groups.setdefault(hs, []).append(k)
-        local = [k for k in range(len(t.moved)) if alone[k] and t.dests[k] is not None]
+        everyone, groups, local = t.by_holders()
         self._stage(t, t.comm, everyone, out, stats)
         # every leader walks every group to the end (members wait for each other)
         for hs, sub in holder_groups(t.comm, groups, lambda: out.error is not None):
