@@ -45,14 +45,19 @@ system:
 
 # The venv must see Debian's parallel h5py and mpi4py, so it is made from
 # Debian's interpreter with --system-site-packages (not the pyenv python3).
-$(STAMP): setup.cfg pyproject.toml constraints.txt
+$(STAMP): setup.cfg pyproject.toml constraints.txt tools/debian_h5py.py
 	@test -x $(PY) || /usr/bin/python3 -m venv --system-site-packages $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[kernels,plot,parsl,hedm,stream,stream-fast,em,test,bench]'
-	@# --no-deps: both declare h5py, and a PyPI h5py would shadow Debian's MPI build
-	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt --no-deps hdf5plugin fabio
+	@# pip must see Debian's MPI h5py as `h5py`, or anything declaring h5py (hdf5plugin,
+	@# stempy, LiberTEM) pulls PyPI's serial build, which shadows it (tools/debian_h5py.py)
+	$(PY) tools/debian_h5py.py $(VENV)/h5py-constraint.txt
+	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -c $(VENV)/h5py-constraint.txt \
+	  -e '.[kernels,plot,parsl,hedm,stream,stream-fast,em,libertem,test,bench]'
+	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -c $(VENV)/h5py-constraint.txt \
+	  hdf5plugin fabio
 	@H5PY_ALWAYS_USE_MPI=1 $(PY) -c "import h5py, mpi4py, numba, numpy; \
 	  assert numpy.__version__ == '1.24.2', 'numpy ' + numpy.__version__; \
-	  assert h5py.get_config().mpi, 'not the parallel h5py (a PyPI h5py shadows Debian\'s?): ' + h5py.__file__"
+	  assert h5py.get_config().mpi, 'not the parallel h5py (a PyPI h5py shadows Debian\'s?): ' + h5py.__file__; \
+	  import libertem, stempy"
 	@touch $(STAMP)
 
 # A cluster user's install (README, "Real detector files"): a plain venv from the pyenv
