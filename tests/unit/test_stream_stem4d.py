@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from stager.stream.protocol import ScanGeometry
-from stager.stream.roles import assign_roles, partition_frames, tree_schedule
+from stager.mpi.tree import tree_schedule
+from stager.stream.roles import assign_roles, partition_frames
 
 pytest.importorskip("numba")
 h5py = pytest.importorskip("h5py")
