@@ -13,8 +13,8 @@ receivers, so ``receivers[r]`` in the rendezvous file is receiver r.
 
 The merge of the partial results is the project's one fixed binary tree over
 ranks in order (:func:`stager.mpi.tree.tree_schedule`): ``merge(lower, higher)``
-at every step, so an analysis whose merge is associative but not commutative, or not exactly associative
-(floating-point sums), gives the same bits at every run -- as
+at every step, so an analysis whose merge is associative but not commutative,
+or not exactly associative (floating-point sums), gives the same bits at every run -- as
 ``workflows.reduce_tree(ordered=True)`` does on the staged path.
 
 Partition size: LiberTEM sizes partitions for roughly 100 ms of work;
