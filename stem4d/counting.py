@@ -4,19 +4,24 @@ stempy (``calculateThresholds`` in OpenChemistry/stempy ``electronthresholds.cpp
 takes ``number_of_samples`` frames, subtracts the dark reference (truncated to an
 integer), and from all their pixel values ``s``:
 
-- ``mean``, ``variance = sum(s**2) / (n - 1) - mean**2``, ``std_dev``;
+- ``mean``, the sample variance (``ddof=1``), ``std_dev``;
 - X-ray threshold ``mean + xray_sigma * std_dev``;
 - a histogram of unit bins from ``max(min(s), int(mean - X * std_dev))`` to
   ``min(ceil(max(s)), int(mean + X * std_dev))`` (``X`` the X-ray threshold
   itself, as stempy writes it), fitted with a Gaussian ``a exp(-(b - mu)**2 / 2 sigma**2)``
-  by Levenberg-Marquardt from ``(max count, 0.5, std_dev)``;
-- background threshold ``mu + background_sigma * sigma``.
+  by Levenberg-Marquardt from ``(max count, mean, std_dev)``;
+- background threshold ``mu + background_sigma * |sigma|``.
 
 :func:`sampled_thresholds` does the same on the frames it is given; the choice of
 frames differs: stempy draws them at random (another choice every run), we take
 ``samples`` frames evenly spaced over the scan (:func:`sample_indices`), so a
-run is reproducible and every rank computes the same numbers. With a gain map
-or float frames the values are ``(frame - dark) / gain`` (not truncated).
+run is reproducible and every rank computes the same numbers. The values differ
+in two places, on purpose: stempy keeps integer samples in uint16, so a pixel
+below the dark wraps to ~65535 (with a dark reference above some pixels,
+stempy 3.6 then fails with "cannot create std::vector larger than max_size()");
+we keep the exact difference. With a gain map stempy samples
+``frame / gain - dark`` but counts ``(frame - dark) / gain``; we sample what we
+count, ``(frame - dark) / gain`` (float frames: not truncated).
 """
 from __future__ import annotations
 
@@ -86,7 +91,7 @@ def sampled_thresholds(frames: np.ndarray, dark: Any = 0.0, gain: Optional[np.nd
     s = s.ravel()
     n = s.size
     mean = float(s.mean())
-    variance = float((s * s).sum() / (n - 1) - mean * mean)
+    variance = float(s.var(ddof=1)) if n > 1 else 0.0
     std = float(np.sqrt(max(variance, 0.0)))
     xray = mean + xray_sigma * std
     min_sample = float(s.min())
@@ -106,7 +111,7 @@ def sampled_thresholds(frames: np.ndarray, dark: Any = 0.0, gain: Optional[np.nd
     def resid(p: np.ndarray) -> np.ndarray:
         return p[0] * np.exp(-0.5 * ((bins - p[1]) / p[2]) ** 2) - hist
 
-    fit = least_squares(resid, [hist.max(), 0.5, std], method="lm")
+    fit = least_squares(resid, [hist.max(), mean, std], method="lm", max_nfev=5000)
     if not fit.success:
         raise Stem4DError(f"thresholds='sampled': the Gaussian fit of the background did not "
                           f"converge ({fit.message}); give fixed thresholds")
