@@ -70,10 +70,12 @@ def write_stem(h5: Any, analysis: Any, partial: PerFrame, geometry: ScanGeometry
     pos = grp.create_dataset("scan_positions", data=np.arange(F, dtype=np.int32))
     pos.attrs["Nx"] = nx
     pos.attrs["Ny"] = ny
-    frames = grp.create_dataset("frames", (F,), dtype=h5py.vlen_dtype(np.uint32))
+    # given at creation: h5py's ``dset[...] = objects`` turns equal-length pieces
+    # (a dark scan, equal counts) into a 2-D array and refuses to broadcast it
+    frames = grp.create_dataset("frames", data=_ragged_objects(counts, flat),
+                                dtype=h5py.vlen_dtype(np.uint32))
     frames.attrs["Nx"] = rows
     frames.attrs["Ny"] = cols
-    frames[...] = _ragged_objects(counts, flat)
     p = analysis.params
     t = analysis.thresholds()
     grp.attrs.update({"dark": describe(p["dark"]),
