@@ -28,7 +28,6 @@ def _frames(shape=(32, 32), k=6):
 
 
 def test_sums_virtual_detectors_and_electrons_match_references():
-    from kernels import ring_mask
     from stem4d.analysis import Stem4D
 
     a = Stem4D()
