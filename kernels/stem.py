@@ -17,7 +17,8 @@
   their values after the thresholds blanked (set to 0) everything at or
   below the background and at or above the X-ray threshold, as stempy's
   ``electronCount`` does (in float32; integer frames without a gain map:
-  ``v`` truncated to an integer first, as stempy's uint16 arithmetic does).
+  ``frame - trunc(dark)``, the dark reference truncated to an integer first,
+  as stempy 3.6 does).
 """
 from __future__ import annotations
 
@@ -178,21 +179,21 @@ def count_electrons_kernel(frame, dark, inv_gain, bg_threshold, xray_threshold, 
     """Write events (uint8 0/1) into ``out``; return their number.
 
     ``work`` (float64, frame shape) receives ``v = (frame - dark) * inv_gain``
-    (in float32 if ``single``, truncated toward zero if ``truncate``); with
+    (in float32 if ``single``; ``frame - trunc(dark)`` if ``truncate``); with
     ``blank`` the values outside the thresholds are set to 0 before the
     local-maximum test (stempy's rule).
     """
     h, w = frame.shape
     for r in range(h):
         for c in range(w):
-            if single:      # stempy's float32 arithmetic
+            if truncate:    # stempy's integer path: the dark truncated, exact difference
+                v = np.float64(frame[r, c]) - np.trunc(dark[r, c])
+            elif single:    # stempy's float32 arithmetic
                 v32 = (np.float32(frame[r, c]) - np.float32(dark[r, c])) * \
                     np.float32(inv_gain[r, c])
                 v = np.float64(v32)
             else:
                 v = (np.float64(frame[r, c]) - dark[r, c]) * inv_gain[r, c]
-            if truncate:
-                v = np.trunc(v)
             if blank and not (bg_threshold < v < xray_threshold):
                 v = 0.0
             work[r, c] = v
@@ -231,8 +232,8 @@ def count_electrons(frame: np.ndarray, dark, background_threshold: float,
         The neighbours of the local-maximum test: their values as they are, or
         blanked outside the thresholds first (stempy). With ``"stempy"`` the
         value is computed in float32 as stempy does, and integer frames without
-        a gain are truncated to integers after the dark subtraction, as
-        stempy's uint16 arithmetic does (``"raw"``: float64, exact).
+        a gain subtract the dark truncated to an integer, as stempy 3.6 does
+        (``"raw"``: float64, exact).
     work : (H, W) float64, optional scratch array
 
     Returns

@@ -9,7 +9,9 @@ integer), and from all their pixel values ``s``:
 - a histogram of unit bins from ``max(min(s), int(mean - X * std_dev))`` to
   ``min(ceil(max(s)), int(mean + X * std_dev))`` (``X`` the X-ray threshold
   itself, as stempy writes it), fitted with a Gaussian ``a exp(-(b - mu)**2 / 2 sigma**2)``
-  by Levenberg-Marquardt from ``(max count, mean, std_dev)``;
+  by Levenberg-Marquardt from ``(max count, mean, std_dev)`` (when that start does
+  not converge -- X-ray hits make ``std_dev`` far wider than the background peak --
+  we start again from the peak's position and half-width; stempy raises instead);
 - background threshold ``mu + background_sigma * |sigma|``.
 
 :func:`sampled_thresholds` does the same on the frames it is given; the choice of
@@ -112,6 +114,14 @@ def sampled_thresholds(frames: np.ndarray, dark: Any = 0.0, gain: Optional[np.nd
         return p[0] * np.exp(-0.5 * ((bins - p[1]) / p[2]) ** 2) - hist
 
     fit = least_squares(resid, [hist.max(), mean, std], method="lm", max_nfev=5000)
+    if not fit.success:
+        # stempy's start (the mean and spread of all values, X-ray hits included) can
+        # be far from a narrow background peak: start again from the peak itself
+        peak = int(np.argmax(hist))
+        half = hist >= hist[peak] / 2
+        width = max(1.0, float(half.sum()) / 2.355)
+        fit = least_squares(resid, [hist[peak], bins[peak], width], method="lm",
+                            max_nfev=5000)
     if not fit.success:
         raise Stem4DError(f"thresholds='sampled': the Gaussian fit of the background did not "
                           f"converge ({fit.message}); give fixed thresholds")
