@@ -95,7 +95,7 @@ def _samples(refs: List[Any], frames: int, samples: int) -> Any:
     from stem4d.counting import sample_indices
 
     want = set(sample_indices(frames, samples).tolist())
-    out = []
+    out: List[Any] = []
     for ref in refs:
         if ref.kind == "dataset" and not any(ref.start <= i < ref.stop for i in want):
             continue
