@@ -87,6 +87,11 @@ def test_dark_and_gain_files_and_their_shapes(tmp_path):
         Stem4D(dark=str(tmp_path / "bad.npy")).prepare(_geom())
     with pytest.raises(Stem4DError, match=":/DATASET"):
         Stem4D(gain=str(tmp_path / "gain.h5")).prepare(_geom())
+    np.save(tmp_path / "g0.npy", np.zeros(SHAPE))
+    with pytest.raises(Stem4DError, match="pixels are 0"):
+        Stem4D(gain=str(tmp_path / "g0.npy")).prepare(_geom())
+    with pytest.raises(Stem4DError, match="does not exist"):
+        Stem4D(mode="virtual", mask_file=str(tmp_path / "nowhere.npy")).prepare(_geom())
     # a virtual-only run never reads the counting inputs
     Stem4D(mode="virtual", dark=str(tmp_path / "bad.npy")).prepare(_geom())
 
