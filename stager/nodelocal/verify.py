@@ -6,12 +6,12 @@ on the nodes still what was staged?". Each copy is opened without following a
 symlink (its directories walked with ``O_NOFOLLOW`` descriptors) and must be the
 recorded file (same device and inode), of the recorded size, with the recorded
 checksum. Each copy is also checked by the block kind recorded with it
-(``Kind.verify``, :mod:`stager.planning.kinds`): a staged HDF5 copy is decoded, every
-dataset's values read back through its filter pipeline and compared with the digest of the values read
-from the source (:mod:`stager.nodelocal.h5check`), so a copy that no longer
-decodes is named with its dataset. Each mismatch (missing copy, a symlink or
-directory in its place, a replaced file, wrong size, wrong checksum, nothing
-staged at a destination) is reported with its node and file, on every rank.
+(``Kind.verify``, :mod:`stager.planning.kinds`): a staged HDF5 copy is decoded,
+every dataset's values read back through its filter pipeline and compared with
+the digest of the values read from the source (:mod:`stager.nodelocal.h5check`),
+so a copy that no longer decodes is named with its dataset. Each mismatch
+(missing copy, a symlink or directory in its place, a replaced file, wrong size,
+wrong checksum, nothing staged at a destination) is reported with its node and file, on every rank.
 Only the spec's own records are read: other specs sharing a root are not
 touched. The root's lock is taken, so a verify never reads a record a running
 stage is writing.
