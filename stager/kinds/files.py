@@ -38,7 +38,7 @@ class FilesKind:
     def check(self, node: str) -> None:
         return None
 
-    def verify(self, path: str) -> Optional[str]:
+    def verify(self, path: str, source: str) -> Optional[str]:
         return None  # identity, size and checksum say it all
 
     def describe_block(self, b: Any) -> str:

@@ -44,7 +44,7 @@ class H5Kind:
 
         return split(plan, nodes)
 
-    def verify(self, path: str) -> Optional[str]:
+    def verify(self, path: str, source: str) -> Optional[str]:
         """Why the staged copy's datasets do not decode to the values read from the
         source (:mod:`stager.nodelocal.h5check`), or ``None``."""
         from stager.nodelocal import h5check  # numpy and h5py: only for HDF5 copies

@@ -88,7 +88,7 @@ def _check_copy(node: str, state: RootState, rel: str, rec: Any) -> Tuple[int, O
             return 0, Mismatch(node, path, "replaced since it was staged (not the staged copy)")
         if st.st_size != rec.size:
             return 0, Mismatch(node, path, f"size {st.st_size}, staged {rec.size}")
-        why = _decodes(f.fileno(), rec.kind)
+        why = _decodes(f.fileno(), rec)
         if why is not None:
             return 0, Mismatch(node, path, why)
         if not rec.checksum:
@@ -99,7 +99,7 @@ def _check_copy(node: str, state: RootState, rel: str, rec: Any) -> Tuple[int, O
     return st.st_size, None
 
 
-def _decodes(fd: int, kind: str) -> Optional[str]:
+def _decodes(fd: int, rec: Any) -> Optional[str]:
     """Why the copy (open as ``fd``) is not a good copy of its kind (``Kind.verify``:
     an HDF5 copy's datasets are decoded), or None. A record without its kind (written
     before kinds were recorded) is checked by its checksum only.
@@ -107,12 +107,12 @@ def _decodes(fd: int, kind: str) -> Optional[str]:
     The copy is named through ``/proc/self/fd``, so the file checked is the one
     opened without following symlinks (see :mod:`stager.nodelocal.h5check`).
     """
-    if not kind:
+    if not rec.kind:
         return None
-    if kind not in kinds.names():
-        return (f"staged by the block kind {kind!r}, which this stager does not know: "
+    if rec.kind not in kinds.names():
+        return (f"staged by the block kind {rec.kind!r}, which this stager does not know: "
                 "verify with the stager that staged it")
-    return kinds.kind(kind).verify(f"/proc/self/fd/{fd}")
+    return kinds.kind(rec.kind).verify(f"/proc/self/fd/{fd}", rec.source)
 
 
 def _check_node(node: str, key: str, held: List[Any]) -> Tuple[int, int, List[Mismatch]]:

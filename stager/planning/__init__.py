@@ -20,8 +20,7 @@ from typing import Any, Dict, List, Tuple
 
 from hooks.spec import Block, Spec
 from stager.errors import PlanError
-from stager.planning.kinds import PlanContext, kind, kinds
-from stager.planning.kinds import names as kind_names
+from stager.planning import kinds
 from stager.planning.plan import BlockPlan, FileEntry, Plan, describe_size, expand_node
 from stager.planning.sources import (SourceArea, StatFn, check_disjoint, real_dest,
                                      source_areas)
@@ -52,14 +51,14 @@ def build_plan(spec: Spec, *, stat: StatFn = os.stat, h5_inline_bytes: Any = Non
         Anything a block cannot be planned for; the message starts with the
         ``FILE:LINE:COL`` of the pattern or block.
     """
-    ctx = PlanContext(stat=stat, options={"h5_inline_bytes": h5_inline_bytes})
+    ctx = kinds.PlanContext(stat=stat, options={"h5_inline_bytes": h5_inline_bytes})
     blocks: List[BlockPlan] = []
-    outputs: Dict[str, List[Any]] = {name: [] for name in kind_names()}
+    outputs: Dict[str, List[Any]] = {name: [] for name in kinds.names()}
     for index, block in enumerate(spec.blocks):
         if block.kind not in outputs:
             raise PlanError(f"{block.location}: '{block.kind}' blocks are not supported by "
                             f"this version of the stager: use one of {', '.join(outputs)}")
-        bp, units = kind(block.kind).plan(block, index, ctx)
+        bp, units = kinds.kind(block.kind).plan(block, index, ctx)
         outputs[block.kind].extend(units)
         blocks.append(bp)
     sources = [u.source for us in outputs.values() for u in us]
@@ -71,8 +70,7 @@ def build_plan(spec: Spec, *, stat: StatFn = os.stat, h5_inline_bytes: Any = Non
                 spec_key=spec_key(spec), areas=areas,
                 skipped_links=tuple(dict.fromkeys(ctx.skipped)))
     # what no node count can split is refused now, not at staging
-    for k in kinds():
-        k.split(plan, 2)
+    kinds.split(plan, 2)
     return plan
 
 

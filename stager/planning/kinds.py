@@ -71,9 +71,10 @@ class Kind(Protocol):
         """Collective over ``t.comm`` (:class:`stager.staging.kind.Transfer`): move
         ``t.moved``; never raise, return :class:`stager.staging.kind.Moved`."""
 
-    def verify(self, path: str) -> Optional[str]:
+    def verify(self, path: str, source: str) -> Optional[str]:
         """Why the recorded copy at ``path`` (already checked for identity and size)
-        is not a good copy, beyond its checksum; ``None`` when it is."""
+        is not a good copy, beyond its checksum; ``None`` when it is. ``source``: the
+        unit's key recorded with the copy."""
 
     def describe_block(self, b: Any) -> str:
         """``stager plan``: what a block of this kind stages (after ``block N (LOC):``)."""
