@@ -110,8 +110,8 @@ def _entry(d: Dict[str, Any]) -> StagedFile:
 
 def _as_dict(f: StagedFile) -> Dict[str, Any]:
     """``dataclasses.asdict`` for a record entry, whose fields are all scalars: a shallow
-    copy. ``asdict`` recurses into every field and cost ~60 us per entry -- a third of
-    the stager's own time when staging 2,000 small files (measured, cProfile)."""
+    copy (``asdict`` recurses into every field: a third of the stager's own time when
+    staging 2,000 small files)."""
     return {k: getattr(f, k) for k in _FIELDS}
 
 

@@ -1,19 +1,16 @@
 """The table of block kinds: what a kind brings, and the one row that registers it.
 
 A block kind is one module (``stager/kinds/files.py``, ``stager/kinds/h5.py``)
-implementing :class:`Kind` and one row of :data:`ROWS`. Everything generic --
-planning a spec (:func:`stager.planning.build_plan`), scatter placement, the
-staging pipeline, ``verify``, ``stager plan`` -- walks this table and asks each
-kind; nothing else branches on a kind's name. Like
+implementing :class:`Kind`, plus one row of :data:`ROWS`. Planning, scatter
+placement, the staging pipeline, ``verify`` and ``stager plan`` ask the kind
+through this table; nothing else branches on a kind's name. As with
 :class:`stager.nodelocal.commit.Session`, the protocol lives below the code that
-uses it and the implementations above, chosen at run time: a row names its
-class as ``"module:Class"`` and is imported the first time it is asked for, so
-planning never imports the transfer code and no import runs back up the layers.
+uses it and the implementations above: a row names its class ``"module:Class"``,
+imported when first asked for, so planning never imports transfer code.
 
-To add a kind: write a module with a class implementing :class:`Kind`, then add a
-row here, or call :func:`register` (a kind from outside the package, a test's toy
-kind). A kind with its own entry syntax gives it as ``entries``; :func:`register`
-hands it to the spec language (:mod:`hooks.kinds`).
+To add a kind: a module with a class implementing :class:`Kind`, and a row here
+(or :func:`register`, for a kind from outside the package: the toy kind of
+``tests/toykind.py``). Its ``entries`` (entry syntax) go to :mod:`hooks.kinds`.
 """
 from __future__ import annotations
 
@@ -28,15 +25,9 @@ __all__ = ["Kind", "PlanContext", "ROWS", "register", "kind", "kinds", "names", 
 
 @dataclass
 class PlanContext:
-    """What every block's planning shares (rank 0, serial).
-
-    ``claimed``: destination -> (source, pattern) of every output planned so far
-    (all blocks and kinds, so two outputs never land at one name); ``stat``:
-    ``os.stat`` or a test's counter; ``trees``: directories copied whole, and
-    ``skipped``: symbolic links not followed (both for the sources' area);
-    ``options``: keyword arguments of ``build_plan`` meant for one kind
-    (``h5_inline_bytes``).
-    """
+    """What the planning of every block shares (rank 0): ``claimed`` destination ->
+    (source, pattern) of every output so far, all kinds; ``stat``; ``trees`` copied
+    whole and ``skipped`` links (the sources' area); ``options`` of ``build_plan``."""
 
     stat: Any
     claimed: Dict[str, Any] = field(default_factory=dict)
@@ -46,20 +37,17 @@ class PlanContext:
 
 
 class Kind(Protocol):
-    """One block kind: its entries, its planning, its transfer, its checks, its words.
-
-    Units are the kind's planned outputs (:class:`stager.planning.plan.Unit`).
-    """
+    """One block kind. Its units are :class:`stager.planning.plan.Unit`."""
 
     name: str           # the word in the spec (``files``)
     what: str           # for messages: "the files"
-    label: str          # in the report's summary: "HDF5 selections" ("" for plain files)
+    label: str          # in the report's summary: "HDF5 selections" ("": plain files)
     whole_files: bool   # units are byte copies of whole sources (amplification,
                         # --verify-source re-reads them)
     entries: Any        # hooks.kinds.EntrySyntax, or None: plain file patterns
 
     def plan(self, block: Any, index: int, ctx: PlanContext) -> Tuple[Any, List[Any]]:
-        """Plan one block: ``(BlockPlan, units)``; rank 0, serial; raise ``PlanError``."""
+        """``(BlockPlan, units)`` of one block; rank 0, serial; raises ``PlanError``."""
 
     def split(self, plan: Any, nodes: int) -> Any:
         """The plan with this kind's scatter units cut for ``nodes`` nodes (pure)."""
@@ -72,12 +60,11 @@ class Kind(Protocol):
         ``t.moved``; never raise, return :class:`stager.staging.kind.Moved`."""
 
     def verify(self, path: str, source: str) -> Optional[str]:
-        """Why the recorded copy at ``path`` (already checked for identity and size)
-        is not a good copy, beyond its checksum; ``None`` when it is. ``source``: the
-        unit's key recorded with the copy."""
+        """Why the recorded copy at ``path`` (identity and size checked, of the unit
+        keyed ``source``) is not good beyond its checksum; ``None`` when it is."""
 
     def describe_block(self, b: Any) -> str:
-        """``stager plan``: what a block of this kind stages (after ``block N (LOC):``)."""
+        """``stager plan``: what a block of this kind stages."""
 
     def describe_unit(self, u: Any) -> str:
         """``stager plan``: one unit, one line."""
@@ -91,23 +78,13 @@ ROWS: Dict[str, Union[str, Kind]] = {
     "files": "stager.kinds.files:FilesKind",
     "h5": "stager.kinds.h5:H5Kind",
 }
-
 _loaded: Dict[str, Kind] = {}
 
 
-def register(k: Union[str, Kind]) -> None:
-    """Add a kind (an instance, or ``"module:Class"``) after the built-in ones."""
-    obj = _load(k)
-    ROWS[obj.name] = k
-    _loaded[obj.name] = obj
-    spec_kinds.register(obj.name, obj.entries)
-
-
-def _load(row: Union[str, Kind]) -> Kind:
-    if not isinstance(row, str):
-        return row
-    module, _, cls = row.partition(":")
-    return getattr(importlib.import_module(module), cls)()
+def register(k: Kind) -> None:
+    """Add a kind after the built-in ones (and its entry syntax to the spec language)."""
+    ROWS[k.name] = _loaded[k.name] = k
+    spec_kinds.register(k.name, k.entries)
 
 
 def kind(name: str) -> Kind:
@@ -115,7 +92,9 @@ def kind(name: str) -> Kind:
     if name not in _loaded:
         if name not in ROWS:
             raise ValueError(f"unknown block kind {name!r}: use one of {', '.join(ROWS)}")
-        _loaded[name] = _load(ROWS[name])
+        row = ROWS[name]
+        module, _, cls = row.partition(":") if isinstance(row, str) else ("", "", "")
+        _loaded[name] = getattr(importlib.import_module(module), cls)()
     return _loaded[name]
 
 
@@ -129,11 +108,8 @@ def names() -> Tuple[str, ...]:
 
 
 def split(plan: Any, nodes: int) -> Any:
-    """The plan with every kind's scatter units cut for ``nodes`` nodes. Pure.
-
-    Every rank computes the same result from the broadcast plan and the node count;
-    a plan already split is returned as it is.
-    """
+    """The plan with every kind's scatter units cut for ``nodes`` nodes. Pure: every
+    rank computes the same from the broadcast plan; a split plan is returned as it is."""
     for k in kinds():
         if plan.units(k.name):
             plan = k.split(plan, nodes)

@@ -10,9 +10,8 @@
   (:mod:`~stager.staging.transfer.naive`): the baseline the others are measured against.
 
 The table of methods is :data:`stager.options.METHODS` (one row each: its name and
-its function here), so options are checked before any collective; a method is a
-function of :class:`Move` (the leader communicator, the files, reader, sink and
-options) returning the leader's failure.
+its function here, all with :func:`run_method`'s arguments), so a name is checked
+with the options, before any collective.
 
 Small files (below ``small_file_threshold``) travel in batches for the
 collective methods (:mod:`~stager.staging.transfer.tasks`), each opened by one rank.
@@ -24,7 +23,6 @@ a test-machine path that real nodes, on separate hosts, never take.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Sequence
 
 from stager.mpi.agree import any_true
@@ -36,29 +34,15 @@ from stager.staging.transfer.sink import Sink
 from stager.staging.transfer.source import FileJob, SourceReader
 from stager.staging.transfer.tasks import make_tasks
 
-__all__ = ["METHODS", "Move", "FileJob", "Sink", "SourceReader", "run_method"]
+__all__ = ["METHODS", "FileJob", "Sink", "SourceReader", "run_method"]
 
-
-@dataclass
-class Move:
-    """What a transfer method is given (on one leader)."""
-
-    comm: Any
-    jobs: Sequence[FileJob]
-    reader: SourceReader
-    sink: Sink
-    chunk_size: int
-    small_file_threshold: int
-    #: emulated nodes: exchange through a shared-memory window (transfer.shmem)
-    shared_exchange: bool = False
-    #: ``info["exchange"]``: how chunks travelled between leaders
-    info: Dict[str, Any] = field(default_factory=dict)
+Err = Optional[BaseException]  # a leader's own failure, or None
 
 
 def run_method(method: str, comm: Any, jobs: Sequence[FileJob], reader: SourceReader,
                sink: Sink, chunk_size: int, small_file_threshold: int,
                shared_exchange: bool = False,
-               info: Optional[Dict[str, Any]] = None) -> Optional[BaseException]:
+               info: Optional[Dict[str, Any]] = None) -> Err:
     """Collective over `comm` (the leader communicator), except ``naive``. Move ``jobs``.
 
     Returns this leader's own failure or ``None``; every leader returns after
@@ -69,55 +53,52 @@ def run_method(method: str, comm: Any, jobs: Sequence[FileJob], reader: SourceRe
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
     module, _, name = METHODS[method].partition(":")
-    run = getattr(importlib.import_module(module), name)
-    return run(Move(comm, jobs, reader, sink, chunk_size, small_file_threshold,
-                    shared_exchange, {} if info is None else info))
+    return getattr(importlib.import_module(module), name)(
+        comm, jobs, reader, sink, chunk_size, small_file_threshold, shared_exchange,
+        {} if info is None else info)
 
 
-def naive(m: Move) -> Optional[BaseException]:
+def naive(comm: Any, jobs: Sequence[FileJob], reader: SourceReader, sink: Sink,
+          chunk_size: int, small: int, shared: bool, info: Dict[str, Any]) -> Err:
     """Every leader reads the files it needs itself (no collective)."""
-    m.info["exchange"] = "none (every leader reads every file)"
-    mine = [i for i in range(len(m.jobs)) if m.sink.dests[i] is not None]
-    return run_naive(mine, m.reader, m.sink, m.chunk_size)
+    info["exchange"] = "none (every leader reads every file)"
+    return run_naive([i for i in range(len(jobs)) if sink.dests[i] is not None], reader, sink,
+                     chunk_size)
 
 
-def readall(m: Move) -> Optional[BaseException]:
+def readall(comm: Any, jobs: Sequence[FileJob], reader: SourceReader, sink: Sink,
+            chunk_size: int, small: int, shared: bool, info: Dict[str, Any]) -> Err:
     """Small-file batches as in ``stripe``, then each large file by ``Read_at_all``."""
-    sizes = [j.size for j in m.jobs]
-    small = {i for i, s in enumerate(sizes) if s < m.small_file_threshold and s <= m.chunk_size}
-    tasks = [t for t in make_tasks(sizes, m.comm.size, m.chunk_size, m.small_file_threshold)
-             if t.pieces[0].file in small]
-    m.info["exchange"] = "Read_at_all (+ Iallgatherv for small files)"
-    err = run_pieces(m.comm, tasks, m.reader, m.sink, m.chunk_size, broadcast=False)
-    if any_true(m.comm, err is not None):
+    sizes = [j.size for j in jobs]
+    batched = {i for i, s in enumerate(sizes) if s < small and s <= chunk_size}
+    tasks = [t for t in make_tasks(sizes, comm.size, chunk_size, small)
+             if t.pieces[0].file in batched]
+    info["exchange"] = "Read_at_all (+ Iallgatherv for small files)"
+    err = run_pieces(comm, tasks, reader, sink, chunk_size, broadcast=False)
+    if any_true(comm, err is not None):
         return err
-    large = [i for i in range(len(m.jobs)) if i not in small]
-    return run_readall(m.comm, large, m.reader, m.sink, m.chunk_size)
+    return run_readall(comm, [i for i in range(len(jobs)) if i not in batched], reader, sink,
+                       chunk_size)
 
 
-def stripe(m: Move) -> Optional[BaseException]:
-    """Leaders read disjoint stripes and complete each chunk with ``Iallgatherv``."""
-    return _pieces(m, single_reader=False)
-
-
-def bcast(m: Move) -> Optional[BaseException]:
-    """Leader 0 reads, ``Ibcast`` to the rest."""
-    return _pieces(m, single_reader=True)
-
-
-def _pieces(m: Move, single_reader: bool) -> Optional[BaseException]:
-    tasks = make_tasks([j.size for j in m.jobs], m.comm.size, m.chunk_size,
-                       m.small_file_threshold, single_reader=single_reader)
-    if m.shared_exchange and m.comm.size > 1:
+def stripe(comm: Any, jobs: Sequence[FileJob], reader: SourceReader, sink: Sink,
+           chunk_size: int, small: int, shared: bool, info: Dict[str, Any],
+           bcast: bool = False) -> Err:
+    """Leaders read disjoint stripes, each chunk completed with ``Iallgatherv``
+    (``bcast``: leader 0 reads, ``Ibcast`` to the rest)."""
+    tasks = make_tasks([j.size for j in jobs], comm.size, chunk_size, small,
+                       single_reader=bcast)
+    if shared and comm.size > 1:
         from stager.staging.transfer.shmem import co_located, run_pieces_shared
 
-        if not co_located(m.comm):  # emulated nodes spread over hosts: messages
-            return _messages(m, tasks, single_reader)
-        m.info["exchange"] = "shared memory window (emulated nodes on one host)"
-        return run_pieces_shared(m.comm, tasks, m.reader, m.sink)
-    return _messages(m, tasks, single_reader)
+        if co_located(comm):  # else: emulated nodes spread over hosts
+            info["exchange"] = "shared memory window (emulated nodes on one host)"
+            return run_pieces_shared(comm, tasks, reader, sink)
+    info["exchange"] = "Ibcast" if bcast else "Iallgatherv"
+    return run_pieces(comm, tasks, reader, sink, chunk_size, broadcast=bcast)
 
 
-def _messages(m: Move, tasks: Any, single_reader: bool) -> Optional[BaseException]:
-    m.info["exchange"] = "Ibcast" if single_reader else "Iallgatherv"
-    return run_pieces(m.comm, tasks, m.reader, m.sink, m.chunk_size, broadcast=single_reader)
+def bcast(comm: Any, jobs: Sequence[FileJob], reader: SourceReader, sink: Sink,
+          chunk_size: int, small: int, shared: bool, info: Dict[str, Any]) -> Err:
+    """Leader 0 reads, ``Ibcast`` to the rest (the pipeline of ``stripe``)."""
+    return stripe(comm, jobs, reader, sink, chunk_size, small, shared, info, bcast=True)

@@ -1,11 +1,12 @@
 """The exchange of leaders that share one host: a shared-memory window instead of messages.
 
-When every leader of a run is on one host -- emulated nodes -- their chunk buffers can be one MPI-3 shared-memory window
-(``MPI_Win_allocate_shared``): each leader reads its pieces of a chunk into its own
-segment, the leaders agree the round is read (the small status ``Iallreduce`` that
-carries each piece's digest and the error flag, as in the message exchange), and each
-writes the whole chunk straight from the owners' segments. No data byte travels
-through MPI, so nothing depends on Open MPI's shared-memory transport.
+When every leader of a run is on one host -- emulated nodes -- their chunk buffers
+can be one MPI-3 shared-memory window (``MPI_Win_allocate_shared``): each leader
+reads its pieces of a chunk into its own segment, the leaders agree the round is
+read (the small status ``Iallreduce`` that carries each piece's digest and the error
+flag, as in the message exchange), and each writes the whole chunk straight from the
+owners' segments. No data byte travels through MPI, so nothing depends on Open
+MPI's shared-memory transport.
 
 Only emulated nodes take this path (``stager.staging.transfer``): leaders on separate
 hosts, as on a cluster, always exchange with messages. It exists because the message
