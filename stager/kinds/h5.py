@@ -34,9 +34,14 @@ class H5Kind:
         # numpy and h5py: only for a spec with h5 blocks, only on the planning rank
         from stager.planning.h5 import INLINE_BYTES, plan_h5
 
+        from stager.planning.frames import split_file
+
         inline = ctx.options.get("h5_inline_bytes")
-        return plan_h5(block, index, ctx.claimed,
-                       INLINE_BYTES if inline is None else int(inline))
+        bp, outputs = plan_h5(block, index, ctx.claimed,
+                              INLINE_BYTES if inline is None else int(inline))
+        for fp in outputs if block.mode == "scatter" else ():
+            split_file(fp, 2, str(block.location))  # refuse now what no node count splits
+        return bp, outputs
 
     def split(self, plan: Any, nodes: int) -> Any:
         """Each output of a ``scatter ... h5`` block cut into frame ranges, one per node."""

@@ -65,13 +65,10 @@ def build_plan(spec: Spec, *, stat: StatFn = os.stat, h5_inline_bytes: Any = Non
     areas = source_areas(spec.blocks, sources, ctx.trees)
     for block in spec.blocks:
         check_destinations(block, areas)
-    plan = Plan(spec_path=spec.path, blocks=tuple(blocks),
+    return Plan(spec_path=spec.path, blocks=tuple(blocks),
                 outputs={k: tuple(v) for k, v in outputs.items() if v},
                 spec_key=spec_key(spec), areas=areas,
                 skipped_links=tuple(dict.fromkeys(ctx.skipped)))
-    # what no node count can split is refused now, not at staging
-    kinds.split(plan, 2)
-    return plan
 
 
 def check_destinations(block: Block, areas: Tuple[SourceArea, ...]) -> None:
