@@ -94,6 +94,8 @@ def _add_security_arguments(r: argparse.ArgumentParser) -> None:
                    help="Stream V2: accept only the detector at these IP addresses (ZAP)")
     r.add_argument("--rendezvous-mode", type=lambda v: int(v, 8), default=0o600,
                    metavar="OCTAL", help="file mode of the rendezvous file (default 600)")
+    r.add_argument("--handshake-timeout", type=float, default=10.0, metavar="S",
+                   help="drop a connection that completes no ZeroMQ handshake in S seconds")
 
 
 def _parse_set(items: Any) -> Dict[str, Any]:
@@ -137,7 +139,8 @@ def _receive(args: argparse.Namespace) -> int:
             analysis=args.analysis, analysis_options=_parse_set(args.set),
             rcvhwm=args.hwm, outbox_bytes=int(args.outbox * (1 << 20)),
             insecure=args.insecure, authorized_keys=args.authorized_keys,
-            allow_from=args.allow_from, rendezvous_mode=args.rendezvous_mode)
+            allow_from=args.allow_from, rendezvous_mode=args.rendezvous_mode,
+            handshake_timeout=args.handshake_timeout)
         opts.check()
     except ValueError as e:
         if comm.rank == 0:

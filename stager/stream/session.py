@@ -97,6 +97,8 @@ class SessionOptions:
         Stream V2: comma-separated peer addresses ZAP accepts.
     rendezvous_mode : int
         File mode of the rendezvous file (default 0600).
+    handshake_timeout : float
+        Seconds a connection has to complete the ZeroMQ handshake before it is dropped.
     """
 
     rendezvous: str
@@ -128,6 +130,7 @@ class SessionOptions:
     authorized_keys: Optional[str] = None
     allow_from: Optional[str] = None
     rendezvous_mode: int = 0o600
+    handshake_timeout: float = 10.0
 
     def check(self) -> None:
         """Reject impossible values (pure; raises ValueError naming the option)."""
@@ -207,6 +210,8 @@ def _check_security_options(o: SessionOptions) -> None:
     if o.allow_from is not None and not o.stream2:
         raise ValueError("--allow-from is for Stream V2 (--stream2); native producers "
                          "authenticate with CURVE keys")
+    if o.handshake_timeout <= 0:
+        raise ValueError("--handshake-timeout must be positive")
     if not 0 <= o.rendezvous_mode <= 0o777:
         raise ValueError(f"--rendezvous-mode {o.rendezvous_mode:o} is not a file mode")
 
@@ -222,10 +227,10 @@ def _security(o: SessionOptions) -> Any:
 
     allow = tuple(a.strip() for a in (o.allow_from or "").split(",") if a.strip())
     if o.insecure:
-        return StreamSecurity.insecure(allow)
+        return StreamSecurity.insecure(allow, o.handshake_timeout)
     d = os.path.dirname(os.path.abspath(o.rendezvous))
     os.makedirs(d, mode=0o700, exist_ok=True)
-    return StreamSecurity.for_job(o.rendezvous, o.authorized_keys, allow)
+    return StreamSecurity.for_job(o.rendezvous, o.authorized_keys, allow, o.handshake_timeout)
 
 
 def _rendezvous(options: SessionOptions, endpoints: List[str], live: Optional[str],

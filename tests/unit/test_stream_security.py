@@ -170,13 +170,10 @@ def test_authorized_keys_directory(tmp_path):
         StreamSecurity.for_job(str(tmp_path / "rv2.json"), authorized_keys=str(mine / "none"))
 
 
-def test_a_silent_tcp_connection_is_dropped_and_counted(tmp_path, monkeypatch):
+def test_a_silent_tcp_connection_is_dropped_and_counted(tmp_path):
     import socket
 
-    from stager.stream import security
-
-    monkeypatch.setattr(security, "HANDSHAKE_S", 0.3)
-    sec = StreamSecurity.for_job(str(tmp_path / "rv.json"))
+    sec = StreamSecurity.for_job(str(tmp_path / "rv.json"), handshake_s=0.3)
     sink = Sink()
     rx, t, out, rv = start(tmp_path, sec, sink)
     host, port = rv.receivers[0][6:].rsplit(":", 1)
