@@ -208,6 +208,8 @@ class Assembler:
         else:
             for st in self.scans.values():
                 st.report.rejected_unattributed[reason] += 1
+                if len(st.report.examples) < MAX_EXAMPLES:   # named in the report too
+                    st.report.examples.append(f"(no scan of its own) {text}")
 
     # ---- native messages ----
     def feed(self, parts: List[Any]) -> None:

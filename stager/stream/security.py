@@ -33,6 +33,7 @@ report says so. zmq is imported where used.
 """
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import tempfile
@@ -63,6 +64,9 @@ REASONS = {
     "address_not_allowed": "the peer's address is not in --allow-from",
     "handshake_timeout": "a TCP connection that did not complete the ZeroMQ handshake "
                          "in time (sent nothing, or not ZeroMQ)",
+    "handshake_aborted": "the peer hung up during the handshake (broken pipe, reset): "
+                         "often the same attempt as a refusal above, counted again when "
+                         "the peer left before the refusal reached it",
     "handshake_failed": "the ZeroMQ handshake failed for another reason",
 }
 
@@ -411,7 +415,10 @@ class HandshakeMonitor:
                 else:
                     out.append(("handshake_failed", f"ZMTP protocol error {value:#x} on "
                                 f"{where}"))
-            elif value in (getattr(zmq, "EAGAIN", 11), 110):
+            elif value in (errno.EPIPE, errno.ECONNRESET):
+                out.append(("handshake_aborted", f"a peer of {where} hung up during the "
+                            f"handshake ({os.strerror(value)})"))
+            elif value in (errno.EAGAIN, errno.ETIMEDOUT):
                 out.append(("handshake_timeout", f"a connection to {where} completed no "
                             "ZeroMQ handshake in time (sent nothing?)"))
             else:

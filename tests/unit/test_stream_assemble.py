@@ -108,7 +108,8 @@ def test_every_rejection_reason_is_counted_and_attributed():
                                   "malformed_header": 1}
     assert dict(rep.rejected_unattributed) == {"busy": 1, "unknown_scan": 1,
                                                "malformed_header": 1}
-    assert sum(a.rejected.values()) == 13 and len(rep.examples) == 10
+    assert sum(a.rejected.values()) == 13 and len(rep.examples) == 13
+    assert sum(e.startswith("(no scan of its own) ") for e in rep.examples) == 3
     assert rep.received_data == 8
     a.end(End("s", 0, 8))
     a.end(End("s", 0, 8))                                         # duplicate end
