@@ -143,8 +143,14 @@ class LivePublisher:
         self._sock = self._ctx.socket(zmq.PUB)
         self._sock.setsockopt(zmq.SNDHWM, 10)     # a slow viewer loses old images, never blocks
         self._sock.setsockopt(zmq.LINGER, 0)
+        self._zap: Any = None
+        self.refused: Dict[str, int] = {}     # viewers refused by ZAP, by reason
         if security is not None:
             security.serve(self._sock, DOMAIN_LIVE)
+            if security.curve:
+                from stager.stream.security import zap_handler
+
+                self._zap = zap_handler(self._ctx)
         self._sock.bind(bind[:-2] + ":*" if bind.endswith(":0") else bind)
         self.endpoint = resolve_endpoint(self._sock.getsockopt(zmq.LAST_ENDPOINT).decode(),
                                          advertise)
@@ -159,6 +165,12 @@ class LivePublisher:
 
         imgs = {n: np.ascontiguousarray(a, a.dtype.newbyteorder("<"))
                 for n, a in images.items()}
+        if self._zap is not None:
+            from stager.stream.security import DOMAIN_LIVE
+
+            for reason, _ in self._zap.drain(DOMAIN_LIVE):
+                self.refused[reason] = self.refused.get(reason, 0) + 1
+            progress = dict(progress, live_refused=sum(self.refused.values()))
         header = {"scan": scan, "t": time.time(), "final": final, "progress": progress,
                   "images": [{"name": n, "shape": list(a.shape), "dtype": a.dtype.str}
                              for n, a in imgs.items()]}

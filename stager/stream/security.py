@@ -38,9 +38,9 @@ import os
 import stat
 import tempfile
 import threading
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass
-from typing import Any, Dict, FrozenSet, List, Optional, Tuple
+from typing import Any, Deque, Dict, FrozenSet, List, Optional, Tuple
 
 from stager.stream.errors import StreamError
 
@@ -277,8 +277,12 @@ class ZapHandler:
     Each socket's ZAP domain has a policy (a :class:`StreamSecurity`): CURVE
     clients must present an authorised key, plain peers an allowed address
     (when ``allow_from`` is set). Requests of an unknown domain are refused.
-    Refusals are kept per domain until :meth:`drain` takes them.
+    Refusals are kept per domain until :meth:`drain` takes them, at most
+    :attr:`KEEP` per domain (older ones are dropped from the list, never from
+    :attr:`totals`): a domain nobody drains cannot grow memory.
     """
+
+    KEEP = 10000
 
     ENDPOINT = "inproc://zeromq.zap.01"
 
@@ -288,7 +292,7 @@ class ZapHandler:
         self._zmq = zmq
         self._lock = threading.Lock()
         self._policies: Dict[str, StreamSecurity] = {}
-        self._refused: Dict[str, List[Tuple[str, str]]] = {}
+        self._refused: Dict[str, Deque[Tuple[str, str]]] = {}
         self.totals: Counter = Counter()
         self._stop = threading.Event()
         self._sock = context.socket(zmq.REP)
@@ -309,7 +313,7 @@ class ZapHandler:
     def drain(self, domain: str) -> List[Tuple[str, str]]:
         """The refusals of ``domain`` since the last call: ``[(reason, detail), ...]``."""
         with self._lock:
-            return self._refused.pop(domain, [])
+            return list(self._refused.pop(domain, ()))
 
     def _decide(self, domain: str, address: str, mechanism: str,
                 credentials: List[bytes]) -> Optional[Tuple[str, str]]:
@@ -349,7 +353,7 @@ class ZapHandler:
                     sock.send_multipart([version, request_id, b"200", b"OK", b"", b""])
                     continue
                 with self._lock:
-                    self._refused.setdefault(domain, []).append(refusal)
+                    self._refused.setdefault(domain, deque(maxlen=self.KEEP)).append(refusal)
                     self.totals[refusal[0]] += 1
                 sock.send_multipart([version, request_id, b"400", refusal[0].encode(), b"",
                                      b""])

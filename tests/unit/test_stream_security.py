@@ -195,8 +195,14 @@ def test_live_socket_needs_the_client_certificate(tmp_path):
     sec = StreamSecurity.for_job(str(tmp_path / "rv.json"))
     out = tmp_path / "out"
     pub = LivePublisher("tcp://127.0.0.1:*", str(out), security=sec)
+    import zmq.auth
+
     good = LiveView(pub.endpoint, sec.server_public, sec.client_certificate)
     plain = LiveView(pub.endpoint)
+    os.mkdir(tmp_path / "other")
+    _, other = zmq.auth.create_certificates(str(tmp_path / "other"), "viewer")
+    os.chmod(other, 0o600)
+    foreign = LiveView(pub.endpoint, sec.server_public, other)
     try:
         img = {"sum": np.arange(12.0).reshape(3, 4)}
         valid = np.ones((3, 4), bool)
@@ -207,7 +213,9 @@ def test_live_socket_needs_the_client_certificate(tmp_path):
             if msg is not None:
                 break
         assert msg is not None and np.array_equal(msg.images["sum"], img["sum"])
-        assert plain.receive(0.3) is None
+        assert plain.receive(0.3) is None and foreign.receive(0.1) is None
+        pub.publish("s1", img, valid, {"complete": 1})
+        assert pub.refused.get("unauthorised_key", 0) >= 1      # counted, bounded
         assert stat.S_IMODE(os.stat(out).st_mode) == 0o700
         for suffix in (".live.h5", ".live.png"):
             assert stat.S_IMODE(os.stat(out / f"s1{suffix}").st_mode) == 0o600
@@ -216,6 +224,7 @@ def test_live_socket_needs_the_client_certificate(tmp_path):
     finally:
         good.close()
         plain.close()
+        foreign.close()
         pub.close()
 
 
