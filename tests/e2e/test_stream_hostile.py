@@ -230,6 +230,8 @@ def test_a_full_spill_directory_stops_the_job_naming_node_and_frames(tmp_path):
             pass    # the job stopped while they were sending
         rc, out, err = job.wait()
         left = [p.name for p in small.rglob("*") if p.is_file() and ".tmp" in p.name]
+        spilled = {p: _mode(p) for p in small.rglob("part-*.h5")}
+        dirs = {p: _mode(p) for p in small.rglob("*") if p.is_dir() and ".stager" not in str(p)}
     finally:
         subprocess.run(["umount", "-l", str(small)], check=False)
     assert rc != 0, out + err
@@ -239,3 +241,6 @@ def test_a_full_spill_directory_stops_the_job_naming_node_and_frames(tmp_path):
     assert msg.group(2).startswith(str(small))
     assert "the job stops rather than drop spilled frames" in err.lower()
     assert not left, left        # no temporary file left behind
+    # what was spilled before the disk filled: 0600 files in 0700 directories
+    assert spilled and set(spilled.values()) == {0o600}, spilled
+    assert dirs and set(dirs.values()) == {0o700}, dirs
