@@ -244,3 +244,28 @@ def test_a_full_spill_directory_stops_the_job_naming_node_and_frames(tmp_path):
     # what was spilled before the disk filled: 0600 files in 0700 directories
     assert spilled and set(spilled.values()) == {0o600}, spilled
     assert dirs and set(dirs.values()) == {0o700}, dirs
+
+
+def test_stream_v2_from_the_named_interface_and_allowed_address(tmp_path):
+    """Stream V2 cannot use CURVE: the clients connect from --bind's address and ZAP
+    admits only --allow-from; the series arrives whole, the report says so."""
+    from stager.stream.simulate import StreamV2Simulator, synthetic_frame
+
+    with StreamV2Simulator(send_timeout=30) as sim:
+        job = Job(tmp_path, "--stream2", sim.endpoint, "--allow-from", "127.0.0.1",
+                  "--partition-frames", "4", "--v2-grace", "1")
+        info = job.started()
+        assert info["curve_serverkey"] and _mode(job.rv) == 0o600   # the live socket's key
+        time.sleep(1.0)     # every client connected: the detector deals round-robin
+        sim.send_series(3, lambda i: synthetic_frame(i, (32, 32), (4, 8)), 32, (32, 32),
+                        scan_shape=(4, 8))
+        rc, out, err = job.wait()
+    assert rc == 0, out + err
+    rep = job.report("series-3")
+    assert rep["ok"] and rep["frames_complete"] == 32 and not rep["connections_refused"]
+    assert rep["security"]["allow_from"] == ["127.0.0.1"]
+    bad = subprocess.run(["mpirun", "-n", "1", sys.executable, "-m", "stager", "stream",
+                          "receive", "--rendezvous", str(tmp_path / "rv2.json"), "--out",
+                          str(tmp_path / "out2"), "--allow-from", "127.0.0.1"],
+                         env=_env(), capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "--allow-from is for Stream V2" in bad.stderr, bad.stderr

@@ -238,7 +238,7 @@ def test_live_snapshots_refuse_a_symlinked_directory(tmp_path):
         LivePublisher("tcp://127.0.0.1:*", str(tmp_path / "out"))
 
 
-def test_stream2_allow_list_refuses_other_addresses():
+def test_stream2_allow_list_refuses_other_addresses(tmp_path):
     """Stream V2 is plain ZeroMQ: ZAP accepts only --allow-from addresses."""
     import zmq
 
@@ -250,9 +250,13 @@ def test_stream2_allow_list_refuses_other_addresses():
     det.bind("tcp://127.0.0.1:*")
     ep = det.getsockopt(zmq.LAST_ENDPOINT).decode()
     try:
-        for allow, refused in ((("10.99.0.1",), True), (("127.0.0.1",), False)):
-            rx = StreamV2Receiver(lambda p: None, ep, security=StreamSecurity.insecure(allow),
-                                  source="127.0.0.1")
+        cases = [(StreamSecurity.insecure(("10.99.0.1",)), True),
+                 (StreamSecurity.insecure(("127.0.0.1",)), False),
+                 # a CURVE job (its live socket) still admits the plain detector by address
+                 (StreamSecurity.for_job(str(tmp_path / "rv.json"), allow_from=("127.0.0.1",)),
+                  False)]
+        for sec, refused in cases:
+            rx = StreamV2Receiver(lambda p: None, ep, security=sec, source="127.0.0.1")
             rx.connect()
             try:
                 end = time.monotonic() + 5
