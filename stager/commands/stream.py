@@ -45,7 +45,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="an option of the analysis (repeatable; JSON values)")
     r.add_argument("--bind", default="*", metavar="HOST",
-                   help="interface to bind (default all; 127.0.0.1 for loopback)")
+                   help="interface to bind (default all; 127.0.0.1 for loopback); with "
+                        "--stream2 also the address to connect to the detector from")
     r.add_argument("--advertise", metavar="HOST", help="host name to publish")
     r.add_argument("--receivers-per-node", type=int, default=1, metavar="M")
     r.add_argument("--partition-frames", type=int, metavar="K",
@@ -154,6 +155,9 @@ def _receive(args: argparse.Namespace) -> int:
     def ready(info: Dict[str, Any]) -> None:
         print(f"stager stream: {len(info['receivers'])} receiver(s) ({info['roles']}); "
               f"live {info['live']}; rendezvous {opts.rendezvous}", file=sys.stderr, flush=True)
+        sec = info.get("security") or {}
+        if sec.get("warning"):
+            print(f"stager stream: WARNING: {sec['warning']}", file=sys.stderr, flush=True)
 
     try:
         outcomes = receive_scans(comm, opts, emulate_nodes=args.emulate_nodes,

@@ -341,7 +341,7 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
                                                spill_spec_text(opts.spill).encode(), mode=0o644)
                 if on_ready is not None:
                     on_ready({"receivers": eps, "live": publisher.endpoint if publisher else None,
-                              "roles": roles.describe()})
+                              "roles": roles.describe(), "security": sec.describe()})
         outcomes: List[ScanOutcome] = []
         deadline = None if opts.timeout is None else time.monotonic() + opts.timeout
         old = _terminate_handler(loop, opts, layout.names) if comm.rank == 0 else None

@@ -105,6 +105,7 @@ def test_insecure_keeps_plain_sockets_and_says_so(tmp_path):
     rep = job.report("s1")
     assert rep["ok"] and rep["security"]["mode"] == "insecure"
     assert "not authenticated" in rep["security"]["warning"]
+    assert "WARNING: --insecure" in err
     _sums_exact(job, good)
 
 
