@@ -42,15 +42,15 @@ from loadavg import LoadSampler  # noqa: E402
 
 
 def produce(endpoint: str, frames: int, shape, sectors: int, hwm: int,
-            keys: Optional[tuple]) -> None:
-    """The sender (own process): begin, F x S data messages, end; CURVE client if ``keys``
-    (server public key, certificate path)."""
+            keys: Optional[tuple], me: int = 0, producers: int = 1) -> None:
+    """Producer ``me`` of ``producers`` (own process): begin, the S sectors of frames
+    ``me, me + P, ...``, end; a CURVE client if ``keys`` (server public key, certificate)."""
     import zmq
 
     from stager.stream.protocol import ScanGeometry, encode_begin, encode_data, encode_end
     from stager.stream.security import client_keys
 
-    g = ScanGeometry("bench", 1, frames, sectors, tuple(shape), "<u2", (1, frames))
+    g = ScanGeometry("bench", producers, frames, sectors, tuple(shape), "<u2", (1, frames))
     rng = np.random.default_rng(0)
     img = rng.integers(0, 1000, g.shape).astype("<u2")
     payloads = [img[slice(*g.sector_rows(s))].tobytes() for s in range(sectors)]
@@ -60,21 +60,30 @@ def produce(endpoint: str, frames: int, shape, sectors: int, hwm: int,
     if keys is not None:
         client_keys(s, *keys)
     s.connect(endpoint)
-    s.send_multipart([encode_begin(g, 0), b""])
-    for f in range(frames):
+    s.send_multipart([encode_begin(g, me), b""])
+    mine = range(me, frames, producers)
+    for f in mine:
         for k in range(sectors):
             s.send_multipart([encode_data("bench", f, k, g.sector_rows(k)), payloads[k]],
                              copy=False)
-    s.send_multipart([encode_end("bench", 0, frames * sectors), b""])
+    s.send_multipart([encode_end("bench", me, len(mine) * sectors), b""])
     s.close(linger=-1)
     ctx.term()
 
 
-def run_bare(a: Any, sec: Any) -> float:
+def _start(a: Any, ep: str, keys: Optional[tuple]) -> list:
+    ps = [mp.Process(target=produce, args=(ep, a.frames, a.shape, a.sectors, a.hwm, keys, i,
+                                            a.producers)) for i in range(a.producers)]
+    for p in ps:
+        p.start()
+    return ps
+
+
+def run_bare(a: Any, sec: Any) -> tuple:
     """A bare PULL socket (plain, or a CURVE server with the job's keys) that only receives."""
     import zmq
 
-    ctx = zmq.Context()
+    ctx = zmq.Context(io_threads=a.io_threads)
     s = ctx.socket(zmq.PULL)
     s.setsockopt(zmq.RCVHWM, a.hwm)
     keys = None
@@ -84,19 +93,37 @@ def run_bare(a: Any, sec: Any) -> float:
         keys = (sec.server_public, sec.client_certificate)
     s.bind("tcp://127.0.0.1:*")
     ep = s.getsockopt(zmq.LAST_ENDPOINT).decode()
-    p = mp.Process(target=produce, args=(ep, a.frames, a.shape, a.sectors, a.hwm, keys))
-    c0, k0 = time.process_time(), _children_cpu()
-    p.start()
+    c0, k0, th0 = time.process_time(), _children_cpu(), _threads_cpu()
+    ps = _start(a, ep, keys)
     s.recv_multipart(copy=False)
     t0 = time.perf_counter()
-    for _ in range(a.frames * a.sectors + 1):
+    for _ in range(a.frames * a.sectors + 2 * a.producers - 1):
         s.recv_multipart(copy=False)
     dt = time.perf_counter() - t0
-    cpu = time.process_time() - c0
-    p.join()
+    cpu, busiest = time.process_time() - c0, _busiest(th0, _threads_cpu())
+    for p in ps:
+        p.join()
     s.close(linger=0)
     ctx.term()
-    return dt, cpu, _children_cpu() - k0
+    return dt, cpu, _children_cpu() - k0, busiest
+
+
+def _threads_cpu() -> dict:
+    """CPU seconds (user + system) of each thread of this process (Linux /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out[tid] = (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def _busiest(before: dict, after: dict) -> float:
+    return max((t - before.get(tid, 0.0) for tid, t in after.items()), default=0.0)
 
 
 def _children_cpu() -> float:
@@ -114,19 +141,24 @@ def run_receiver(a: Any, sec: Any) -> tuple:
     def deliver(part: Any) -> None:
         delivered[0] += len(part.frames)
 
-    rx = Receiver(deliver, rcvhwm=a.hwm, partition_frames=a.partition_frames, security=sec)
+    import zmq
+
+    ctx = zmq.Context(io_threads=a.io_threads)
+    rx = Receiver(deliver, rcvhwm=a.hwm, partition_frames=a.partition_frames, security=sec,
+                  context=ctx)
     ep = rx.bind()
     keys = (sec.server_public, sec.client_certificate) if sec.curve else None
-    p = mp.Process(target=produce, args=(ep, a.frames, a.shape, a.sectors, a.hwm, keys))
-    c0, k0 = time.process_time(), _children_cpu()
-    p.start()
+    c0, k0, th0 = time.process_time(), _children_cpu(), _threads_cpu()
+    ps = _start(a, ep, keys)
     (rep,) = rx.serve(1, timeout=600)
-    cpu = time.process_time() - c0
-    p.join()
+    cpu, busiest = time.process_time() - c0, _busiest(th0, _threads_cpu())
+    for p in ps:
+        p.join()
     rx.close()
+    ctx.term()
     if not rep.ok or delivered[0] != a.frames or rep.refused:
         raise SystemExit(f"receiver lost data or refused: {rep.summary()}")
-    return rep.last_message - rep.first_message, cpu, _children_cpu() - k0
+    return rep.last_message - rep.first_message, cpu, _children_cpu() - k0, busiest
 
 
 def main() -> int:
@@ -142,6 +174,10 @@ def main() -> int:
     ap.add_argument("--partition-frames", type=int, default=16)
     ap.add_argument("--hwm", type=int, default=100)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--producers", type=int, default=1, help="producer processes")
+    ap.add_argument("--io-threads", type=int, default=1,
+                    help="ZeroMQ I/O threads of the receiving context (both modes)")
+    ap.add_argument("--name", default="stream_curve", help="result file name")
     ap.add_argument("--out", default=str(HERE / "results"))
     a = ap.parse_args()
     if not zmq.has("curve"):
@@ -152,6 +188,7 @@ def main() -> int:
     times: dict = {k: [] for k in names}
     rcpu: dict = {k: [] for k in names}
     pcpu: dict = {k: [] for k in names}
+    tcpu: dict = {k: [] for k in names}
     with tempfile.TemporaryDirectory() as d:
         curve = StreamSecurity.for_job(os.path.join(d, "rv.json"))
         plain = StreamSecurity.insecure()
@@ -159,15 +196,17 @@ def main() -> int:
             for _ in range(a.repeat):
                 for name in names:
                     fn = run_bare if name.startswith("bare") else run_receiver
-                    t, rc, pc = fn(a, curve if name.endswith("curve") else plain)
+                    t, rc, pc, tc = fn(a, curve if name.endswith("curve") else plain)
                     times[name].append(t)
+                    tcpu[name].append(tc)
                     rcpu[name].append(rc)
                     pcpu[name].append(pc)
     med = {k: statistics.median(v) for k, v in times.items()}
     res: dict = {
         "frames": a.frames, "shape": list(a.shape), "sectors": a.sectors,
         "message_bytes": frame_bytes // a.sectors, "partition_frames": a.partition_frames,
-        "hwm": a.hwm, "repeat": a.repeat, "seconds": times,
+        "hwm": a.hwm, "repeat": a.repeat, "producers": a.producers,
+        "io_threads": a.io_threads, "seconds": times,
         "GBps": {k: nbytes / t / 1e9 for k, t in med.items()},
         "frames_per_s": {k: a.frames / t for k, t in med.items()},
         "ratio_receiver_curve_to_plain": med["receiver_plain"] / med["receiver_curve"],
@@ -179,20 +218,23 @@ def main() -> int:
                                   for k, v in rcpu.items()},
         "producer_cpu_s_per_GB": {k: statistics.median(v) / (nbytes / 1e9)
                                   for k, v in pcpu.items()},
+        "busiest_thread_cpu_s_per_GB": {k: statistics.median(v) / (nbytes / 1e9)
+                                        for k, v in tcpu.items()},
         "load": load.summary(), "cpus": os.cpu_count(),
         "libzmq": zmq.zmq_version(), "pyzmq": zmq.__version__,
         "date": time.strftime("%Y-%m-%d %H:%M"),
     }
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "stream_curve.json").write_text(json.dumps(res, indent=1) + "\n")
+    (out / f"{a.name}.json").write_text(json.dumps(res, indent=1) + "\n")
     g, fps = res["GBps"], res["frames_per_s"]
     rr = res["ratio_receiver_curve_to_plain"]
     md = [
         "# The cost of CURVE on native-protocol ingest (loopback, "
         "`bench/stream_curve_bench.py`)", "",
         f"{a.frames} frames of {a.shape[0]}x{a.shape[1]} uint16 in {a.sectors} sectors "
-        f"({res['message_bytes'] / 1024:.0f} KiB messages), 1 producer process, raw; "
+        f"({res['message_bytes'] / 1024:.0f} KiB messages), {a.producers} producer "
+        f"process(es), {a.io_threads} ZeroMQ I/O thread(s) receiving, raw; "
         f"median of {a.repeat} runs of each, the four alternating; libzmq "
         f"{res['libzmq']}, pyzmq {res['pyzmq']}; {load.text()} "
         f"({res['cpus']} CPUs shared with other jobs: absolute figures move with the load, "
@@ -214,10 +256,20 @@ def main() -> int:
         "producer, CURVE |", "|---|---|---|---|---|",
     ]
     rc_, pc_ = res["receiver_cpu_s_per_GB"], res["producer_cpu_s_per_GB"]
+    bt = res["busiest_thread_cpu_s_per_GB"]
     for kind, label in (("bare", "bare pyzmq PULL"), ("receiver", "stager.stream.Receiver")):
         md.append(f"| {label} | {rc_[kind + '_plain']:.2f} | {rc_[kind + '_curve']:.2f} | "
                   f"{pc_[kind + '_plain']:.2f} | {pc_[kind + '_curve']:.2f} |")
-    (out / "stream_curve.md").write_text("\n".join(md) + "\n")
+    res["ratio_receiver_busiest_thread"] = bt["receiver_plain"] / bt["receiver_curve"]
+    md += ["", "The receiving process's busiest thread (libzmq's I/O thread decrypts, the "
+           "Python thread checks and assembles; each could have a core of its own on a "
+           f"receiving node): Receiver plain {bt['receiver_plain']:.2f}, CURVE "
+           f"{bt['receiver_curve']:.2f} CPU s/GB, so a receiver whose threads each have a "
+           f"core, fed by producers on other hosts, would ingest at about "
+           f"**{res['ratio_receiver_busiest_thread']:.2f}x** plain with CURVE (an estimate "
+           "from CPU time, not a measured rate)."]
+    (out / f"{a.name}.json").write_text(json.dumps(res, indent=1) + "\n")
+    (out / f"{a.name}.md").write_text("\n".join(md) + "\n")
     print("\n".join(md))
     return 0
 

@@ -97,6 +97,9 @@ def _add_security_arguments(r: argparse.ArgumentParser) -> None:
                    metavar="OCTAL", help="file mode of the rendezvous file (default 600)")
     r.add_argument("--handshake-timeout", type=float, default=10.0, metavar="S",
                    help="drop a connection that completes no ZeroMQ handshake in S seconds")
+    r.add_argument("--io-threads", type=int, default=1, metavar="N",
+                   help="ZeroMQ I/O threads per receiver (CURVE decrypts there: with several "
+                        "producers, up to one thread each)")
 
 
 def _parse_set(items: Any) -> Dict[str, Any]:
@@ -141,7 +144,7 @@ def _receive(args: argparse.Namespace) -> int:
             rcvhwm=args.hwm, outbox_bytes=int(args.outbox * (1 << 20)),
             insecure=args.insecure, authorized_keys=args.authorized_keys,
             allow_from=args.allow_from, rendezvous_mode=args.rendezvous_mode,
-            handshake_timeout=args.handshake_timeout)
+            handshake_timeout=args.handshake_timeout, io_threads=args.io_threads)
         opts.check()
     except ValueError as e:
         if comm.rank == 0:

@@ -99,6 +99,10 @@ class SessionOptions:
         File mode of the rendezvous file (default 0600).
     handshake_timeout : float
         Seconds a connection has to complete the ZeroMQ handshake before it is dropped.
+    io_threads : int
+        ZeroMQ I/O threads per receiving process: CURVE decrypts in them, one
+        connection (producer) per thread at a time, so several producers decrypt in
+        parallel with more threads.
     """
 
     rendezvous: str
@@ -131,6 +135,7 @@ class SessionOptions:
     allow_from: Optional[str] = None
     rendezvous_mode: int = 0o600
     handshake_timeout: float = 10.0
+    io_threads: int = 1
 
     def check(self) -> None:
         """Reject impossible values (pure; raises ValueError naming the option)."""
@@ -210,6 +215,8 @@ def _check_security_options(o: SessionOptions) -> None:
     if o.allow_from is not None and not o.stream2:
         raise ValueError("--allow-from is for Stream V2 (--stream2); native producers "
                          "authenticate with CURVE keys")
+    if o.io_threads < 1:
+        raise ValueError("--io-threads must be >= 1")
     if o.handshake_timeout <= 0:
         raise ValueError("--handshake-timeout must be positive")
     if not 0 <= o.rendezvous_mode <= 0o777:
@@ -296,6 +303,7 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
 
     opts: SessionOptions = bcast_result(comm, _resolve, options)
     sec = bcast_result(comm, _security, opts)
+    _io_threads(opts.io_threads)
     emulate, env_var = bcast_result(comm, lambda: (emulate_nodes, node_id_env))
     check_node_options(comm.size, emulate, env_var)
     fcomm = comm.Dup()     # collectives of the finalize, apart from the loop's messages
@@ -406,6 +414,14 @@ def _make_socket(loop: Any, o: SessionOptions, index: int, count: int, sec: Any 
                     on_close=loop.on_close, security=sec)
     loop.socket = sock
     return sock.bind()
+
+
+def _io_threads(n: int) -> None:
+    """ZeroMQ I/O threads of this process's shared context (before its first socket;
+    later, libzmq keeps the threads it started)."""
+    import zmq
+
+    zmq.Context.instance().set(zmq.IO_THREADS, n)
 
 
 def _v2_source(bind_host: str) -> Optional[str]:
