@@ -97,9 +97,9 @@ def _add_security_arguments(r: argparse.ArgumentParser) -> None:
                    metavar="OCTAL", help="file mode of the rendezvous file (default 600)")
     r.add_argument("--handshake-timeout", type=float, default=10.0, metavar="S",
                    help="drop a connection that completes no ZeroMQ handshake in S seconds")
-    r.add_argument("--io-threads", type=int, default=1, metavar="N",
-                   help="ZeroMQ I/O threads per receiver (CURVE decrypts there: with several "
-                        "producers, up to one thread each)")
+    r.add_argument("--io-threads", type=int, default=4, metavar="N",
+                   help="ZeroMQ I/O threads per receiver (default 4; CURVE decrypts there, "
+                        "one producer's connection per thread: several decrypt in parallel)")
 
 
 def _parse_set(items: Any) -> Dict[str, Any]:
