@@ -160,7 +160,8 @@ class StreamSecurity:
 
         sock.setsockopt(zmq.HANDSHAKE_IVL, int(self.handshake_s * 1000))
         if self.curve:
-            zap_handler(sock.context).policy(domain, self)
+            # keys decide here; --allow-from is the Stream V2 detector's, not viewers'
+            zap_handler(sock.context).policy(domain, dataclasses.replace(self, allow_from=()))
             sock.setsockopt(zmq.CURVE_SERVER, 1)
             sock.setsockopt(zmq.CURVE_SECRETKEY, self.server_secret.encode())  # type: ignore
             sock.setsockopt(zmq.ZAP_DOMAIN, domain.encode())

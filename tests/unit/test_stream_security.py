@@ -192,7 +192,8 @@ def test_a_silent_tcp_connection_is_dropped_and_counted(tmp_path):
 def test_live_socket_needs_the_client_certificate(tmp_path):
     from stager.stream.live import LivePublisher, LiveView
 
-    sec = StreamSecurity.for_job(str(tmp_path / "rv.json"))
+    # a Stream V2 job's --allow-from names the detector: viewers are admitted by key
+    sec = StreamSecurity.for_job(str(tmp_path / "rv.json"), allow_from=("10.99.0.1",))
     out = tmp_path / "out"
     pub = LivePublisher("tcp://127.0.0.1:*", str(out), security=sec)
     import zmq.auth
