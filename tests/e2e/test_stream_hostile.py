@@ -270,3 +270,30 @@ def test_stream_v2_from_the_named_interface_and_allowed_address(tmp_path):
                           str(tmp_path / "out2"), "--allow-from", "127.0.0.1"],
                          env=_env(), capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "--allow-from is for Stream V2" in bad.stderr, bad.stderr
+
+
+def test_authorized_keys_admit_a_beamline_s_own_certificates(tmp_path):
+    """--authorized-keys DIR: no client certificate is written; a producer with a key in
+    DIR streams the scan exactly, the job's rendezvous names no certificate."""
+    import zmq.auth
+
+    from stager.stream.simulate import run_producers
+
+    keys, mine = tmp_path / "keys", tmp_path / "mine"
+    keys.mkdir()
+    mine.mkdir()
+    pub, secret = zmq.auth.create_certificates(str(mine), "receiver-server-1")
+    os.chmod(secret, 0o600)
+    os.rename(pub, keys / "receiver-server-1.key")
+    job = Job(tmp_path, "--authorized-keys", str(keys))
+    rv = job.rendezvous()
+    assert rv.curve and rv.client_certificate is None
+    assert not list(tmp_path.glob("rv.json.client*"))
+    good = _scan()
+    run_producers(good, rv, certificate=secret)
+    rc, out, err = job.wait()
+    assert rc == 0, out + err
+    rep = job.report("s1")
+    assert rep["ok"] and not rep["connections_refused"]
+    assert rep["security"]["authorized_keys"] == str(keys) and rep["security"]["authorized"] == 1
+    _sums_exact(job, good)
