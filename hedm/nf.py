@@ -38,7 +38,12 @@ is drained. In a batch job rendered from the ``stage-run-drain`` template
 
 The parameter file is the layer's one MIDAS-style file: stage 2's keys and
 every MIDAS NF key are accepted and left to their readers
-(:mod:`hedm.params`). ``OUT/nf_run.json`` records the stage report, phase
+(:mod:`hedm.params`). The frames are ``InputPattern`` or MIDAS's
+``OrigFileName_%06d.extOrig``; each raw frame is oriented by ``ImTransOpt``
+(:mod:`hedm.imtrans`; default none, MIDAS's NF reading is codes 1 and 2)
+before anything else. A distance whose frames hold no spot at all fails the
+run (exit 1, after the outputs are written): stage 2 could fit nothing from
+it. Staging hooks for any frame names: :mod:`hedm.nfhook`. ``OUT/nf_run.json`` records the stage report, phase
 times, tasks and cache hits. File layout: :mod:`hedm.output`.
 """
 from __future__ import annotations

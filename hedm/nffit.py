@@ -32,7 +32,15 @@ same, bit for bit, whatever the blocks, workers, nodes or executor.
 Parameters: the layer's one parameter file (:mod:`hedm.params`): the geometry
 and fit tolerances are read by :meth:`kernels.NFGeometry.from_params`
 (``Lsd``, ``BC``, ``OrientTol``, ``MinFracAccept``, ...), the keys of
-:data:`SCHEMA` here, stage 1's keys and MIDAS's other keys are accepted.
+:data:`SCHEMA` here -- among them the fit controls ``NrCandidatesRefined``,
+``MaxEvaluations``, ``NrRestarts`` (:func:`fit_options`) -- and stage 1's
+keys and MIDAS's other keys are accepted.
+
+A fit that places fewer than ``MinMappedFraction`` (default 0.1) of the grid
+points at ``MinFracAccept`` fails the run (exit 1) after writing the map, with
+a diagnosis naming the likely causes, frame orientation (``ImTransOpt``)
+first (:func:`placement`); images with a distance without any spot pixel are
+refused before any task.
 Paths in it are relative to the parameter file's folder, so the staged copy
 finds its staged neighbours; ``--ReducedDirectory DIR`` points an unstaged
 run at stage 1's output.

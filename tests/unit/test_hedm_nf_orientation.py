@@ -160,6 +160,10 @@ def test_midas_oriented_frames_without_the_key_fail_naming_the_orientation(small
     record = json.load(open(tmp_path / "map" / "nffit_run.json"))
     assert record["placement"]["placed"] == 0 and record["placement"]["points"] == 258
     assert os.path.exists(tmp_path / "map" / "nf_map.mic")   # written, for inspection
+    # a grid meant to be mostly empty: the check can be turned off
+    proc = run("nffit.py", params, tmp_path / "map0", "--ReducedDirectory", "reduced",
+               "--MinMappedFraction", "0")
+    assert proc.returncode == 0, proc.stderr
 
 
 def test_stage1_distance_without_spots_fails(small, tmp_path):
