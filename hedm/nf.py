@@ -43,8 +43,9 @@ every MIDAS NF key are accepted and left to their readers
 (:mod:`hedm.imtrans`; default none, MIDAS's NF reading is codes 1 and 2)
 before anything else. A distance whose frames hold no spot at all fails the
 run (exit 1, after the outputs are written): stage 2 could fit nothing from
-it. Staging hooks for any frame names: :mod:`hedm.nfhook`. ``OUT/nf_run.json`` records the stage report, phase
-times, tasks and cache hits. File layout: :mod:`hedm.output`.
+it. Staging hooks for any frame names: :mod:`hedm.nfhook`.
+``OUT/nf_run.json`` records the stage report, phase times, tasks and cache
+hits. File layout: :mod:`hedm.output`.
 """
 from __future__ import annotations
 

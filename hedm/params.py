@@ -336,8 +336,8 @@ def format_params(values: Mapping[str, Any], schema: Sequence[Param]) -> str:
     lines = []
     for p in schema:
         value = values.get(p.key)
-        if value is None or (p.multi and not value):
-            continue
+        if value is None or value == "" or (p.multi and not value):
+            continue  # unset: a blank value would not parse back
         text = " ".join(map(str, value)) if p.multi else value
         lines.append(f"{p.key:<{width}}  {text}")
     return "\n".join(lines) + "\n"
