@@ -141,6 +141,25 @@ def test_midas_oriented_frames_with_the_key_reduce_to_the_same_images(small, tmp
     for name in ("nf_background_d0.npy", "nf_background_d1.npy"):
         assert np.array_equal(np.load(tmp_path / "ours" / "work" / name),
                               np.load(tmp_path / "midas-out" / "work" / name))
+    # and the map, on the 16 grid points nearest the centre (seconds, not minutes)
+    import h5py
+
+    from kernels import read_grid, write_grid
+
+    grid = read_grid(os.path.join(small, "grid.txt"))
+    write_grid(str(tmp_path / "centre.txt"),
+               grid[np.argsort(np.hypot(grid[:, 2], grid[:, 3]), kind="stable")[:16]])
+    maps = []
+    for layer_params, red in ((os.path.join(small, "nf.params"), tmp_path / "ours"),
+                              (params, tmp_path / "midas-out")):
+        proc = run("nffit.py", layer_params, red / "map", "--ReducedDirectory", str(red),
+                   "--GridFileName", str(tmp_path / "centre.txt"))
+        assert proc.returncode == 0, proc.stderr
+        with h5py.File(red / "map" / "nf_map.h5", "r") as f:
+            maps.append({k: f[k][()] for k in ("euler", "confidence", "grain_id")})
+    assert (maps[0]["confidence"] > 0).all()
+    for k in maps[0]:
+        assert np.array_equal(maps[0][k], maps[1][k], equal_nan=True), k
 
 
 def test_midas_oriented_frames_without_the_key_fail_naming_the_orientation(small, tmp_path):
