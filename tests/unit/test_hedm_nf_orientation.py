@@ -4,7 +4,7 @@ MIDAS's ``ProcessImagesCombined`` reads a TIFF's row ``r``, column ``c`` as
 ``y = NrPixelsY - 1 - c``, ``z = NrPixelsZ - 1 - r``: frames MIDAS reduces
 correctly are ours flipped in both axes.  Such frames, named as MIDAS names them
 (``OrigFileName_%06d.extOrig``), with ``ImTransOpt 1`` and ``ImTransOpt 2`` give
-stage 1's binary images bit for bit (so the same map); without the key stage 2
+stage 1's binary images bit for bit and the same map; without the key stage 2
 places nothing and exits 1 naming the orientation first.  Stage 1 exits 1 when a
 distance has no spot at all.  Small layer: 2 x 6 frames (seconds per run)."""
 import glob
