@@ -35,15 +35,15 @@ and fit tolerances are read by :meth:`kernels.NFGeometry.from_params`
 :data:`SCHEMA` here -- among them the fit controls ``NrCandidatesRefined``,
 ``MaxEvaluations``, ``NrRestarts`` (:func:`fit_options`) -- and stage 1's
 keys and MIDAS's other keys are accepted.
+Paths in it are relative to the parameter file's folder, so the staged copy
+finds its staged neighbours; ``--ReducedDirectory DIR`` points an unstaged
+run at stage 1's output.
 
 A fit that places fewer than ``MinMappedFraction`` (default 0.1) of the grid
 points at ``MinFracAccept`` fails the run (exit 1) after writing the map, with
 a diagnosis naming the likely causes, frame orientation (``ImTransOpt``)
 first (:func:`placement`); images with a distance without any spot pixel are
 refused before any task.
-Paths in it are relative to the parameter file's folder, so the staged copy
-finds its staged neighbours; ``--ReducedDirectory DIR`` points an unstaged
-run at stage 1's output.
 """
 from __future__ import annotations
 
@@ -275,7 +275,7 @@ def placement(fit: np.ndarray, geometry, p: Dict[str, Any], params_path: str,
         transforms = describe(image_transforms(params_path))
     except ParamError:
         transforms = "the ImTransOpt of the parameter file"
-    best = float(fit["confidence"].max()) if n else 0.0
+    best = float(fit["confidence"].max())
     with_candidates = int(np.count_nonzero(fit["n_candidates"] > 0))
     out["diagnosis"] = (
         f"only {placed} of {n} grid points ({100.0 * placed / n:.1f}%) were fitted with "
@@ -286,12 +286,12 @@ def placement(fit: np.ndarray, geometry, p: Dict[str, Any], params_path: str,
         f"{transforms}; frames oriented as MIDAS's NF programs read them (flipped in y and z) "
         "need 'ImTransOpt 1' and 'ImTransOpt 2', frames in the model's orientation none "
         "(docs/nf-files.md); fix it and run stage 1 again; (2) geometry: Lsd, BC, px, "
-        "tx/ty/tz, Wedge, Wavelength, "
-        "LatticeParameter, OmegaStart/OmegaStep/OmegaRange, BoxSize do not match the "
-        f"experiment; (3) seeds: none of the {n_seeds} orientations of {seeds_path} is within "
-        f"OrientTol {geometry.orient_tol:g} deg of the grains "
-        "(SeedOrientations); (4) the grid (GridFileName) lies mostly outside the illuminated "
-        "sample. If the grid really is mostly empty, lower MinMappedFraction")
+        "tx/ty/tz, Wedge, Wavelength, LatticeParameter, OmegaStart/OmegaStep/OmegaRange, "
+        "BoxSize do not match the experiment; (3) seeds: the "
+        f"{n_seeds} orientations of {seeds_path} (SeedOrientations) may hold none within "
+        f"OrientTol {geometry.orient_tol:g} deg of the grains; (4) the grid (GridFileName) "
+        "lies mostly outside the illuminated sample. If the grid really is mostly empty, "
+        "lower MinMappedFraction")
     return out
 
 
