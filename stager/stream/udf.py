@@ -220,7 +220,7 @@ def load_udf_analysis(spec: str, params: Any = None) -> UDFAnalysis:
             raise UDFError(f"UDF {name}({', '.join(sorted(kw))}): {e!r}") from e
         classes.append(cls)
         kwargs.append(kw)
-    return UDFAnalysis(classes, kwargs, spec=spec, params=plist)
+    return UDFAnalysis(classes, kwargs, spec=spec, params=params if params is not None else {})
 
 
 # -------------------------------------------------------------- partition ----
@@ -427,10 +427,12 @@ class UDFAnalysis(Analysis):
         data = np.asarray(frames)[complete][order]
         results = self._run(g, data, pos)
         mains = self.mains(g)
-        nav_vals, agg = [], []
+        nav_vals: List[Dict[str, np.ndarray]] = []
+        agg: List[Dict[str, np.ndarray]] = []
         for udf, res in zip(mains, results):
             decls = udf.get_result_buffers()
-            nv, ag = {}, {}
+            nv: Dict[str, np.ndarray] = {}
+            ag: Dict[str, np.ndarray] = {}
             for k, buf in res.items():
                 if not buf.has_data():
                     continue
@@ -524,7 +526,7 @@ class UDFAnalysis(Analysis):
         if index is not None:
             index[flat_nonzero(roi)] = np.arange(int(valid.sum()))
         out = []
-        for i, (cls, kw, main) in enumerate(zip(self.classes, self.kwargs, self.mains(g))):
+        for i, (cls, main) in enumerate(zip(self.classes, self.mains(g))):
             udf = cls(**main._kwargs)
             udf.set_meta(self._udf_meta(udf, g, roi))
             udf.init_result_buffers()
