@@ -71,7 +71,9 @@ def render_png(images: Dict[str, np.ndarray], valid: np.ndarray, min_size: int =
         if a.ndim != 2:
             continue
         f = max(1, -(-min_size // max(a.shape)))
-        t = _gray(a, valid.astype(bool))
+        # the valid mask is scan-shaped; other images (a sum frame) are valid throughout
+        v = valid.astype(bool) if valid.shape == a.shape else np.ones(a.shape, bool)
+        t = _gray(a, v)
         tiles.append(np.repeat(np.repeat(t, f, axis=0), f, axis=1))
     if not tiles:
         return encode_png(np.zeros((1, 1, 3), np.uint8))
@@ -146,6 +148,7 @@ class LivePublisher:
         imgs = {n: np.ascontiguousarray(a, a.dtype.newbyteorder("<"))
                 for n, a in images.items()}
         header = {"scan": scan, "t": time.time(), "final": final, "progress": progress,
+                  "valid_shape": list(np.shape(valid)),
                   "images": [{"name": n, "shape": list(a.shape), "dtype": a.dtype.str}
                              for n, a in imgs.items()]}
         parts: List[Any] = [TOPIC, msgpack.packb(header)]
@@ -187,7 +190,8 @@ class LiveMessage:
         images = {}
         for spec, buf in zip(header["images"], parts[2:-1]):
             images[spec["name"]] = np.frombuffer(buf, spec["dtype"]).reshape(spec["shape"])
-        shape: Tuple[int, ...] = next(iter(images.values())).shape if images else (-1,)
+        shape: Tuple[int, ...] = tuple(header["valid_shape"]) if "valid_shape" in header else \
+            next(iter(images.values())).shape if images else (-1,)
         valid = np.frombuffer(parts[-1], np.uint8).astype(bool).reshape(shape)
         return cls(header, images, valid)
 

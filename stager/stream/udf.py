@@ -296,14 +296,15 @@ class UDFPartial:
 
     ``nav`` holds (positions, per-UDF {buffer: values}) chunks; ``agg`` the
     per-UDF {buffer: array} of sig/single buffers merged so far (None: nothing
-    yet); ``frames`` / ``complete`` what was delivered (for the accounting).
+    yet); ``delivered`` / ``delivered_complete`` which frames reached the
+    analysis and whether whole (the accounting of the offline path).
     """
 
     geometry: Optional[ScanGeometry] = None
     nav: List[Tuple[np.ndarray, List[Dict[str, np.ndarray]]]] = field(default_factory=list)
     agg: Optional[List[Dict[str, np.ndarray]]] = None
-    frames: List[np.ndarray] = field(default_factory=list)
-    complete: List[np.ndarray] = field(default_factory=list)
+    delivered: List[np.ndarray] = field(default_factory=list)
+    delivered_complete: List[np.ndarray] = field(default_factory=list)
 
     def positions(self) -> np.ndarray:
         if not self.nav:
@@ -317,20 +318,22 @@ class UDFPartial:
         return out
 
     def received(self, frames: int) -> np.ndarray:
+        """Bool (frames,): frames that reached the analysis, complete or not."""
         out = np.zeros(frames, bool)
-        for f in self.frames:
+        for f in self.delivered:
             out[f] = True
         return out
 
-    def complete_mask(self, frames: int) -> np.ndarray:
+    def complete(self, frames: int) -> np.ndarray:
+        """Bool (frames,): frames that reached the analysis complete."""
         out = np.zeros(frames, bool)
-        for f, c in zip(self.frames, self.complete):
+        for f, c in zip(self.delivered, self.delivered_complete):
             out[f[c]] = True
         return out
 
     def compact(self) -> UDFPartial:
-        """One nav chunk and one frames chunk (fewer objects to pickle and send)."""
-        if len(self.nav) <= 1 and len(self.frames) <= 1:
+        """One nav chunk and one delivered chunk (fewer objects to pickle and send)."""
+        if len(self.nav) <= 1 and len(self.delivered) <= 1:
             return self
         nav = self.nav
         if len(nav) > 1:
@@ -338,8 +341,8 @@ class UDFPartial:
             vals = [{k: np.concatenate([c[1][i][k] for c in nav]) for k in nav[0][1][i]}
                     for i in range(len(nav[0][1]))]
             nav = [(pos, vals)]
-        fr = [np.concatenate(self.frames)] if self.frames else []
-        co = [np.concatenate(self.complete)] if self.complete else []
+        fr = [np.concatenate(self.delivered)] if self.delivered else []
+        co = [np.concatenate(self.delivered_complete)] if self.delivered_complete else []
         return UDFPartial(self.geometry, nav, self.agg, fr, co)
 
 
@@ -418,7 +421,7 @@ class UDFAnalysis(Analysis):
         g = self._geometry
         positions = np.asarray(positions, np.int64)
         complete = np.asarray(complete, bool)
-        out = UDFPartial(g, frames=[positions.copy()], complete=[complete.copy()])
+        out = UDFPartial(g, delivered=[positions.copy()], delivered_complete=[complete.copy()])
         pos = positions[complete]
         if not len(pos):
             return out
@@ -482,7 +485,8 @@ class UDFAnalysis(Analysis):
 
     def merge(self, a: UDFPartial, b: UDFPartial) -> UDFPartial:
         g = a.geometry or b.geometry
-        out = UDFPartial(g, a.nav + b.nav, None, a.frames + b.frames, a.complete + b.complete)
+        out = UDFPartial(g, a.nav + b.nav, None, a.delivered + b.delivered,
+                         a.delivered_complete + b.delivered_complete)
         if a.agg is None or b.agg is None:
             out.agg = a.agg if b.agg is None else b.agg
             return out

@@ -88,7 +88,7 @@ def test_single_udf_from_json_and_output_file(tmp_path):
     a.prepare(GEOM)
     total = _run(a, data, valid, 2)
     write_scan(str(tmp_path / "s.h5"), a, total,
-               offline_report(GEOM, total.complete_mask(F), total.received(F)))
+               offline_report(GEOM, total.complete(F), total.received(F)))
     ref = uc.reference([("tests.udf_cases:PosUDF", {"scale": 3})], data, valid)[0]
     with h5py.File(tmp_path / "s.h5", "r") as f:
         assert f["udf/value"].shape == uc.SCAN and f["udf/value"].dtype == np.float64
