@@ -57,7 +57,7 @@ def _gray(img: np.ndarray, valid: np.ndarray) -> np.ndarray:
     v = img[valid] if valid.any() else np.zeros(1)
     lo, hi = np.percentile(v, 1), np.percentile(v, 99)
     scaled = np.clip((img - lo) / (hi - lo if hi > lo else 1.0), 0, 1)
-    g = (scaled * 255).astype(np.uint8)
+    g = (np.nan_to_num(scaled) * 255).astype(np.uint8)     # NaN: a position not in yet
     rgb = np.stack([g, g, g], axis=-1)
     rgb[~valid] = INVALID_RGB
     return rgb
