@@ -18,8 +18,8 @@ import pytest
 
 pytest.importorskip("libertem")
 
-from tests import udf_cases as uc  # noqa: E402
-from tests.mpiutil import assert_all, shared_tmpdir  # noqa: E402
+from tests import udf_cases as uc
+from tests.mpiutil import assert_all, shared_tmpdir
 
 WITHHELD = (0, 3, 10, 11, 40, 63)
 
