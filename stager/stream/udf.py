@@ -258,16 +258,20 @@ def _partition_class() -> Any:
 
         def get_tiles(self, tiling_scheme: Any, dest_dtype: Any = "float32", roi: Any = None,
                       array_backend: Any = None) -> Any:
-            data = self._data.astype(dest_dtype, copy=False)
+            # tiles as the negotiated scheme cuts them (depth x sig slices), each converted
+            # to the UDFs' dtype on its own: small enough to stay in cache
             depth = max(1, int(tiling_scheme.depth))
-            sig = tuple(data.shape[1:])
-            for s in range(0, len(data), depth):
-                tile = data[s:s + depth]
-                tslice = Slice(origin=(self._roi_origin + s, 0, 0),
-                               shape=Shape((len(tile),) + sig, sig_dims=2))
-                if self._corrections is not None:
-                    self._corrections.apply(tile, tslice)
-                yield DataTile(tile, tile_slice=tslice, scheme_idx=0)
+            for s in range(0, len(self._data), depth):
+                block = self._data[s:s + depth]
+                for idx in range(len(tiling_scheme)):
+                    sl = tiling_scheme[idx]
+                    (y0, x0), (h, w) = tuple(sl.origin), tuple(sl.shape)
+                    tile = np.ascontiguousarray(block[:, y0:y0 + h, x0:x0 + w], dest_dtype)
+                    tslice = Slice(origin=(self._roi_origin + s, y0, x0),
+                                   shape=Shape((len(tile), h, w), sig_dims=2))
+                    if self._corrections is not None:
+                        self._corrections.apply(tile, tslice)
+                    yield DataTile(tile, tile_slice=tslice, scheme_idx=idx)
 
         def __repr__(self) -> str:
             return f"<FramesPartition {self.slice}>"
@@ -286,6 +290,28 @@ class _DataSetShape:
 
     def get_partitions(self) -> Any:
         return iter(())
+
+
+class _NegotiationView:
+    """What LiberTEM's tile-shape Negotiator asks of a dataset (in-memory frames)."""
+
+    def __init__(self, shape: Any, raw_dtype: np.dtype) -> None:
+        self.shape, self.raw_dtype = shape, raw_dtype
+
+    def get_min_sig_size(self) -> int:
+        return 4 * 4096 // self.raw_dtype.itemsize
+
+    def need_decode(self, read_dtype: Any, roi: Any, corrections: Any) -> bool:
+        return True
+
+    def adjust_tileshape(self, tileshape: Any, roi: Any) -> Any:
+        return tileshape
+
+    def get_max_io_size(self) -> Optional[int]:
+        return None
+
+    def get_base_shape(self, roi: Any) -> Tuple[int, ...]:
+        return (1, 1, int(self.shape.sig[-1]))
 
 
 # ---------------------------------------------------------------- partial ----
@@ -369,6 +395,7 @@ class UDFAnalysis(Analysis):
         self.spec, self.params = spec, params
         self.labels = _labels(self.classes)
         self._main: Dict[Tuple[Any, ...], List[Any]] = {}
+        self._schemes: Dict[Tuple[Any, ...], Any] = {}
 
     # ---- LiberTEM objects ----
     def _shape(self, g: ScanGeometry) -> Any:
@@ -422,12 +449,14 @@ class UDFAnalysis(Analysis):
         positions = np.asarray(positions, np.int64)
         complete = np.asarray(complete, bool)
         out = UDFPartial(g, delivered=[positions.copy()], delivered_complete=[complete.copy()])
-        pos = positions[complete]
+        if complete.all() and (len(positions) < 2 or (np.diff(positions) > 0).all()):
+            pos, data = positions, np.asarray(frames)      # the usual case: no copy
+        else:
+            pos = positions[complete]
+            order = np.argsort(pos, kind="stable")
+            pos, data = pos[order], np.asarray(frames)[complete][order]
         if not len(pos):
             return out
-        order = np.argsort(pos, kind="stable")
-        pos = pos[order]
-        data = np.asarray(frames)[complete][order]
         results = self._run(g, data, pos)
         mains = self.mains(g)
         nav_vals: List[Dict[str, np.ndarray]] = []
@@ -452,8 +481,7 @@ class UDFAnalysis(Analysis):
         global _PARTITION_CLS
         from libertem.common import Shape, Slice
         from libertem.common.executor import Environment
-        from libertem.io.dataset.base import TilingScheme
-        from libertem.udf.base import UDFMethod, UDFParams, UDFPartRunner
+        from libertem.udf.base import UDFParams, UDFPartRunner
 
         if _PARTITION_CLS is None:
             _PARTITION_CLS = _partition_class()
@@ -464,17 +492,7 @@ class UDFAnalysis(Analysis):
         part = _PARTITION_CLS(self._meta(g), pslice, data, int(np.count_nonzero(roi[:lo])))
         mains = self.mains(g)
         udfs = [type(m).new_for_partition(m._kwargs, part, roi) for m in mains]
-        methods = {m.get_method() for m in mains}
-        depth = len(data)
-        if UDFMethod.PARTITION not in methods:
-            for m in mains:
-                d = m.get_tiling_preferences().get("depth", depth)
-                if isinstance(d, (int, np.integer)):     # else TILE_DEPTH_MAX / DEFAULT
-                    depth = max(1, min(depth, int(d)))
-        intent = "partition" if UDFMethod.PARTITION in methods else (
-            "tile" if UDFMethod.TILE in methods else "frame")
-        scheme = TilingScheme.make_for_shape(Shape((depth, *g.shape), sig_dims=2),
-                                             self._shape(g).flatten_nav(), intent=intent)
+        scheme = self._scheme(g, len(data), mains)
         params = UDFParams.from_udfs(udfs=udfs, roi=roi, corrections=None,
                                      tiling_scheme=scheme)
         env = Environment(threads_per_worker=1, threaded_executor=False)
@@ -482,6 +500,29 @@ class UDFAnalysis(Analysis):
             return UDFPartRunner(udfs).run_for_partition(part, params, env, None)
         except Exception as e:
             raise UDFError(f"{self.spec}: processing frames {lo}..{hi - 1} failed: {e!r}") from e
+
+    def _scheme(self, g: ScanGeometry, k: int, mains: List[Any]) -> Any:
+        """The tiling scheme of a partition of ``k`` frames: LiberTEM's Negotiator (UDF
+        preferences, cache sizes) unless a UDF processes whole partitions."""
+        from libertem.common import Shape
+        from libertem.io.dataset.base import Negotiator, TilingScheme
+        from libertem.udf.base import UDFMethod
+
+        key = (tuple(g.shape), g.dtype, k)
+        scheme = self._schemes.get(key)
+        if scheme is not None:
+            return scheme
+        if any(m.get_method() == UDFMethod.PARTITION for m in mains):
+            scheme = TilingScheme.make_for_shape(Shape((k, *g.shape), sig_dims=2),
+                                                 self._shape(g).flatten_nav(),
+                                                 intent="partition")
+        else:
+            scheme = Negotiator().get_scheme(
+                udfs=mains, approx_partition_shape=Shape((k, *g.shape), sig_dims=2),
+                dataset=_NegotiationView(self._shape(g), np.dtype(g.dtype)),
+                read_dtype=mains[0].meta.input_dtype, roi=None, corrections=None)
+        self._schemes[key] = scheme
+        return scheme
 
     def merge(self, a: UDFPartial, b: UDFPartial) -> UDFPartial:
         g = a.geometry or b.geometry
