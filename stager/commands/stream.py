@@ -41,7 +41,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--stream2", metavar="ENDPOINT",
                    help="receive DECTRIS Stream V2 from this detector endpoint instead")
     r.add_argument("--analysis", metavar="SPEC",
-                   help="pkg.module:NAME or FLOW.py[:NAME] (default: per-frame sum)")
+                   help="pkg.module:NAME, FLOW.py[:NAME] or udf:MODULE:CLASS[,...] (LiberTEM "
+                        "UDFs, docs/udf.md); default: per-frame sum")
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="an option of the analysis (repeatable; JSON values)")
     r.add_argument("--analysis-params", metavar="JSON",

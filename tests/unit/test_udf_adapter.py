@@ -147,3 +147,18 @@ def test_refused_with_a_message_naming_udf_and_feature(spec, params, words):
         a.prepare(GEOM)
     for w in words:
         assert w in str(e.value), str(e.value)
+
+
+def test_analysis_params_option():
+    from types import SimpleNamespace
+
+    from stager.commands.stream import _analysis_options
+
+    assert _analysis_options(SimpleNamespace(analysis_params='{"a": [1, 2]}', set=[])) == \
+        {"a": [1, 2]}
+    assert _analysis_options(SimpleNamespace(analysis_params="[{}, {}]", set=[])) == [{}, {}]
+    assert _analysis_options(SimpleNamespace(analysis_params=None, set=["a=3"])) == {"a": 3}
+    for bad, words in (('{"a": 1}', "not both"), ("{nope", "not JSON"), ("3", "JSON object")):
+        with pytest.raises(ValueError, match=words):
+            _analysis_options(SimpleNamespace(analysis_params=bad,
+                                              set=["x=1"] if words == "not both" else []))
