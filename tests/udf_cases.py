@@ -24,6 +24,7 @@ SPECS: List[Tuple[str, Dict[str, Any]]] = [
     ("libertem.udf.stddev:StdDevUDF", {}),
     ("libertem.udf.masks:ApplyMasksUDF", {"masks": "MASKS"}),   # path filled in by the test
     ("tests.udf_cases:PosUDF", {"scale": 2.0}),
+    ("tests.udf_cases:PartUDF", {}),
 ]
 
 
@@ -70,6 +71,22 @@ class PosUDF(UDF):
                 "weighted": self.results.weighted, "mean_frame":
                 self.results.weighted / self.params.scale / n,
                 "stats": self.results.stats}
+
+
+class PartUDF(UDF):
+    """``process_partition``: the brightest pixel per frame (nav), the sum frame (sig)."""
+
+    def get_result_buffers(self) -> Dict[str, Any]:
+        return {"peak": self.buffer(kind="nav", dtype=np.float32),
+                "total": self.buffer(kind="sig", dtype=np.float64)}
+
+    def process_partition(self, partition: np.ndarray) -> None:
+        self.results.peak[:] = partition.reshape(len(partition), -1).max(axis=1)
+        self.results.total[:] += partition.sum(axis=0)
+
+    def merge(self, dest: Any, src: Any) -> None:
+        dest.peak[:] = src.peak
+        dest.total[:] += src.total
 
 
 def frames(seed: int = 0) -> np.ndarray:

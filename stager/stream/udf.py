@@ -396,6 +396,7 @@ class UDFAnalysis(Analysis):
         self.labels = _labels(self.classes)
         self._main: Dict[Tuple[Any, ...], List[Any]] = {}
         self._schemes: Dict[Tuple[Any, ...], Any] = {}
+        self._geometry: Optional[ScanGeometry] = None
 
     # ---- LiberTEM objects ----
     def _shape(self, g: ScanGeometry) -> Any:
@@ -446,11 +447,14 @@ class UDFAnalysis(Analysis):
     def process_partition(self, frames: np.ndarray, positions: np.ndarray,
                           complete: np.ndarray) -> UDFPartial:
         g = self._geometry
+        if g is None:
+            raise UDFError(f"{self.spec}: process_partition before prepare(geometry)")
         positions = np.asarray(positions, np.int64)
         complete = np.asarray(complete, bool)
         out = UDFPartial(g, delivered=[positions.copy()], delivered_complete=[complete.copy()])
         if complete.all() and (len(positions) < 2 or (np.diff(positions) > 0).all()):
-            pos, data = positions, np.asarray(frames)      # the usual case: no copy
+            # the usual case: the frames are not copied (the positions are: kept)
+            pos, data = positions.copy(), np.asarray(frames)
         else:
             pos = positions[complete]
             order = np.argsort(pos, kind="stable")
