@@ -5,8 +5,9 @@ from the detector simulator (2 producers x 2 sectors over loopback, 8x8 frames
 of 32x32): one whole, one with frames withheld. The analysis is six UDFs in
 one pass -- LiberTEM's SumUDF, SumSigUDF, StdDevUDF, ApplyMasksUDF and the
 tests' PosUDF (process_frame) and PartUDF (process_partition) -- and
-``OUT/<scan>.h5`` must equal LiberTEM's own inline run on the same frames (``roi`` = the frames that arrived), the valid mask must name
-the withheld positions, and the live snapshot must carry the merged buffers.
+``OUT/<scan>.h5`` must equal LiberTEM's own inline run on the same frames
+(``roi`` = the frames that arrived), the valid mask must name the withheld
+positions, and the live snapshot must carry the merged buffers.
 """
 from __future__ import annotations
 
