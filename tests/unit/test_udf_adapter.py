@@ -162,3 +162,22 @@ def test_analysis_params_option():
         with pytest.raises(ValueError, match=words):
             _analysis_options(SimpleNamespace(analysis_params=bad,
                                               set=["x=1"] if words == "not both" else []))
+
+
+class GPUOnly(NoMerge):
+    def get_backends(self):
+        return ("cupy",)
+
+    def merge(self, dest, src):
+        dest.s[:] += src.s
+
+
+def test_refused_at_prepare_gpu_only_and_aux_data():
+    from libertem.udf.base import UDF
+
+    a = load_analysis("udf:tests.unit.test_udf_adapter:GPUOnly")
+    with pytest.raises(UDFError, match="GPUOnly.*no CPU backend"):
+        a.prepare(GEOM)
+    aux = UDF.aux_data(np.zeros(F, np.float32), kind="nav")
+    with pytest.raises(UDFError, match="PosUDF.*aux data"):
+        load_analysis("udf:tests.udf_cases:PosUDF", {"scale": 1.0, "extra": aux}).prepare(GEOM)
