@@ -76,7 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Stage (optional), then run a workflow file's main(args) on an executor.",
         epilog="Arguments after -- (and unknown options) go to the flow.",
     )
-    p.add_argument("flow", help="workflow file defining main(args)")
+    p.add_argument("flow", help="workflow file defining main(args), or its module name "
+                   "(e.g. workflows.flows.analysis)")
     p.add_argument(
         "--executor",
         choices=NAMES,
@@ -206,7 +207,16 @@ def load_flow(path: str):
         Missing file, import failure, or no ``main``.
     """
     import importlib
+    import importlib.util
 
+    if not path.endswith(".py") and path.replace(".", "").replace("_", "").isalnum():
+        # a dotted module name (``workflows.flows.analysis``): its file
+        try:
+            spec = importlib.util.find_spec(path)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is not None and spec.origin and spec.origin.endswith(".py"):
+            path = spec.origin
     if not path.endswith(".py") or not os.path.isfile(path):
         raise FlowError(f"workflow file {path!r} not found (expected an existing .py file)")
     name = flow_module_name(path)

@@ -41,9 +41,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--stream2", metavar="ENDPOINT",
                    help="receive DECTRIS Stream V2 from this detector endpoint instead")
     r.add_argument("--analysis", metavar="SPEC",
-                   help="pkg.module:NAME or FLOW.py[:NAME] (default: per-frame sum)")
+                   help="pkg.module:NAME, FLOW.py[:NAME] or udf:MODULE:CLASS[,...] (LiberTEM "
+                        "UDFs, docs/udf.md); default: per-frame sum")
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="an option of the analysis (repeatable; JSON values)")
+    r.add_argument("--analysis-params", metavar="JSON",
+                   help="the analysis's options as one JSON object (a list: one object per "
+                        "UDF of udf:A,B); instead of --set")
     r.add_argument("--bind", default="*", metavar="HOST",
                    help="interface to bind (default all; 127.0.0.1 for loopback); with "
                         "--stream2 also the address to connect to the detector from")
@@ -115,6 +119,21 @@ def _parse_set(items: Any) -> Dict[str, Any]:
     return out
 
 
+def _analysis_options(args: argparse.Namespace) -> Any:
+    """``--analysis-params JSON`` or the ``--set`` options (not both)."""
+    if getattr(args, "analysis_params", None) is None:
+        return _parse_set(args.set)
+    if args.set:
+        raise ValueError("give --set or --analysis-params, not both")
+    try:
+        value = json.loads(args.analysis_params)
+    except ValueError as e:
+        raise ValueError(f"--analysis-params: not JSON: {e}") from e
+    if not isinstance(value, (dict, list)):
+        raise ValueError("--analysis-params: expected a JSON object (or a list of objects)")
+    return value
+
+
 def run(args: argparse.Namespace) -> int:
     if args.stream_command == "watch":
         return _watch(args)
@@ -140,7 +159,7 @@ def _receive(args: argparse.Namespace) -> int:
             close_wait=args.close_wait or args.idle_timeout, timeout=args.timeout,
             allow_loss=args.allow_loss, live_interval=args.live_interval,
             spill=args.spill, stream2=args.stream2, v2_grace=args.v2_grace,
-            analysis=args.analysis, analysis_options=_parse_set(args.set),
+            analysis=args.analysis, analysis_options=_analysis_options(args),
             rcvhwm=args.hwm, outbox_bytes=int(args.outbox * (1 << 20)),
             insecure=args.insecure, authorized_keys=args.authorized_keys,
             allow_from=args.allow_from, rendezvous_mode=args.rendezvous_mode,

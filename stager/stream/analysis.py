@@ -205,14 +205,15 @@ def _load_file(path: str) -> Any:
     return mod
 
 
-def load_analysis(spec: Optional[str], options: Optional[Dict[str, Any]] = None) -> Analysis:
+def load_analysis(spec: Optional[str], options: Any = None) -> Analysis:
     """The analysis named by ``spec``; :class:`FrameSum` when ``spec`` is None.
 
     Parameters
     ----------
     spec : str, optional
         ``pkg.module:NAME``, ``pkg.module`` (its ``ANALYSIS``), ``path/flow.py`` or
-        ``path/flow.py:NAME``. ``NAME`` is an :class:`Analysis` instance, or a
+        ``path/flow.py:NAME``; ``udf:MODULE:CLASS`` for LiberTEM UDFs
+        (:mod:`stager.stream.udf`). ``NAME`` is an :class:`Analysis` instance, or a
         callable (a class) returning one, called with ``options`` as keywords.
     options : dict, optional
 
@@ -221,6 +222,11 @@ def load_analysis(spec: Optional[str], options: Optional[Dict[str, Any]] = None)
     StreamError
         The module, file or name does not exist, or is not an analysis.
     """
+    if spec is not None and spec.startswith("udf:"):
+        # LiberTEM UDFs: options are their keyword arguments (a list for several UDFs)
+        from stager.stream.udf import load_udf_analysis
+
+        return load_udf_analysis(spec, options)
     options = dict(options or {})
     if spec is None or spec in ("sum", "FrameSum"):
         obj: Any = FrameSum

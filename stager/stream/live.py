@@ -64,7 +64,7 @@ def _gray(img: np.ndarray, valid: np.ndarray) -> np.ndarray:
     v = img[valid] if valid.any() else np.zeros(1)
     lo, hi = np.percentile(v, 1), np.percentile(v, 99)
     scaled = np.clip((img - lo) / (hi - lo if hi > lo else 1.0), 0, 1)
-    g = (scaled * 255).astype(np.uint8)
+    g = (np.nan_to_num(scaled) * 255).astype(np.uint8)     # NaN: a position not in yet
     rgb = np.stack([g, g, g], axis=-1)
     rgb[~valid] = INVALID_RGB
     return rgb
@@ -78,7 +78,9 @@ def render_png(images: Dict[str, np.ndarray], valid: np.ndarray, min_size: int =
         if a.ndim != 2:
             continue
         f = max(1, -(-min_size // max(a.shape)))
-        t = _gray(a, valid.astype(bool))
+        # the valid mask is scan-shaped; other images (a sum frame) are valid throughout
+        v = valid.astype(bool) if valid.shape == a.shape else np.ones(a.shape, bool)
+        t = _gray(a, v)
         tiles.append(np.repeat(np.repeat(t, f, axis=0), f, axis=1))
     if not tiles:
         return encode_png(np.zeros((1, 1, 3), np.uint8))
@@ -172,6 +174,7 @@ class LivePublisher:
                 self.refused[reason] = self.refused.get(reason, 0) + 1
             progress = dict(progress, live_refused=sum(self.refused.values()))
         header = {"scan": scan, "t": time.time(), "final": final, "progress": progress,
+                  "valid_shape": list(np.shape(valid)),
                   "images": [{"name": n, "shape": list(a.shape), "dtype": a.dtype.str}
                              for n, a in imgs.items()]}
         parts: List[Any] = [TOPIC, msgpack.packb(header)]
@@ -213,7 +216,8 @@ class LiveMessage:
         images = {}
         for spec, buf in zip(header["images"], parts[2:-1]):
             images[spec["name"]] = np.frombuffer(buf, spec["dtype"]).reshape(spec["shape"])
-        shape: Tuple[int, ...] = next(iter(images.values())).shape if images else (-1,)
+        shape: Tuple[int, ...] = tuple(header["valid_shape"]) if "valid_shape" in header else \
+            next(iter(images.values())).shape if images else (-1,)
         valid = np.frombuffer(parts[-1], np.uint8).astype(bool).reshape(shape)
         return cls(header, images, valid)
 

@@ -86,10 +86,14 @@ def read_partition(ref: PartitionRef) -> Tuple[np.ndarray, np.ndarray, np.ndarra
     with h5py.File(ref.path, "r") as f:
         d = f[ref.dataset]
         if d.ndim == 4:
+            # one read of the scan rows that hold the frames (not one read per frame)
             nx = d.shape[1]
-            flat = np.arange(ref.start, ref.stop)
-            data = np.stack([d[y, x] for y, x in zip(*np.divmod(flat, nx))]) if len(flat) \
-                else np.zeros((0, *d.shape[2:]), d.dtype)
+            if ref.stop > ref.start:
+                y0, y1 = ref.start // nx, (ref.stop - 1) // nx + 1
+                rows = d[y0:y1].reshape(-1, *d.shape[2:])
+                data = rows[ref.start - y0 * nx:ref.stop - y0 * nx]
+            else:
+                data = np.zeros((0, *d.shape[2:]), d.dtype)
         else:
             data = d[ref.start:ref.stop]
     k = ref.stop - ref.start

@@ -1,0 +1,1 @@
+"""Ready-made flows: ``python -m workflows run workflows.flows.NAME -- ...``."""

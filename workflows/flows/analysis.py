@@ -1,0 +1,143 @@
+"""Any stream analysis on staged files: the offline twin of ``stager stream receive``.
+
+The analysis a receiving job runs on a live stream (``--analysis SPEC``: the
+per-frame sum, ``pkg.module:NAME``, ``FILE.py[:NAME]``, or LiberTEM UDFs as
+``udf:MODULE:CLASS``) runs here on a staged dataset or on the partitions a
+receiving job spilled: one task per partition of K frames (``foreach``), the
+ordered tree merge with the analysis's own ``merge`` (``reduce_tree``), one task
+that writes ``OUT/<scan>.h5`` in the stream's layout
+(:func:`stager.stream.output.write_scan`)::
+
+    python -m workflows run workflows.flows.analysis --out OUT -- \\
+        --frames scan.h5:/frames --analysis udf:libertem.udf.sum:SumUDF
+    mpirun -n 4 python -m workflows run workflows.flows.analysis --emulate-nodes 2 \\
+        --out OUT -- --spilled '/dev/shm/sp/%n' --scan s1 \\
+        --analysis udf:mymodule:MyUDF --analysis-params '{"radius": 4}'
+
+``--valid FILE.h5:/mask`` (bool, scan-shaped) marks frames as missing where it
+is False: the analysis sees only the others, as on a stream that lost them.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Dict, Optional, Tuple
+
+from workflows import app, foreach, reduce_tree
+
+_CACHE: Dict[str, Any] = {}
+_PREPARED: Dict[str, Any] = {}      # key -> the geometry its analysis was prepared for
+
+
+def _analysis(spec: Optional[str], params: Any, geometry: Any = None) -> Any:
+    """The analysis of (spec, params), loaded once per worker (and prepared for ``geometry``)."""
+    from stager.stream.analysis import load_analysis
+
+    key = json.dumps([spec, params], sort_keys=True)
+    a = _CACHE.get(key)
+    if a is None:
+        a = _CACHE[key] = load_analysis(spec, params)
+    if geometry is not None and _PREPARED.get(key) != geometry:
+        a.prepare(geometry)
+        _PREPARED[key] = geometry
+    return a
+
+
+def add_arguments(parser: Any) -> None:
+    parser.add_argument("--frames", metavar="FILE.h5:/DATASET",
+                        help="frames (F, rows, cols) or (ny, nx, rows, cols)")
+    parser.add_argument("--scan-shape", type=int, nargs=2, metavar=("NY", "NX"),
+                        help="scan grid of a 3-D frames dataset")
+    parser.add_argument("--spilled", metavar="DIR", help="a receiving job's --spill directory")
+    parser.add_argument("--scan", default=None, help="scan name (output file name)")
+    parser.add_argument("--partition-frames", type=int, default=64, metavar="K")
+    parser.add_argument("--valid", metavar="FILE.h5:/MASK",
+                        help="bool scan mask: frames where it is False are missing")
+    parser.add_argument("--analysis", metavar="SPEC", default=None,
+                        help="as stager stream receive --analysis (default: per-frame sum)")
+    parser.add_argument("--analysis-params", metavar="JSON", default=None,
+                        help="the analysis's options (JSON object; a list for udf:A,B)")
+
+
+def _read(ref: Any, valid: Optional[Tuple[str, str]]) -> Tuple[Any, Any, Any]:
+    import numpy as np
+
+    from stager.stream.offline import read_partition
+
+    frames, positions, complete = read_partition(ref)
+    if valid is not None:
+        import h5py
+
+        with h5py.File(valid[0], "r") as f:
+            mask = np.asarray(f[valid[1]][()], bool).reshape(-1)
+        keep = mask[positions]
+        frames, positions, complete = frames[keep], positions[keep], complete[keep]
+    return frames, positions, complete
+
+
+# Partials travel as ((spec, params), partial): a merge task on any worker knows its analysis.
+
+@app
+def process(ref: Any, spec: Optional[str], params: Any, geometry: Any,
+            valid: Optional[Tuple[str, str]]) -> Any:
+    """One partition -> its partial (on whichever worker runs it)."""
+    frames, positions, complete = _read(ref, valid)
+    partial = _analysis(spec, params, geometry).process_partition(frames, positions, complete)
+    return (spec, params), partial
+
+
+@app
+def merge(a: Any, b: Any) -> Any:
+    """The analysis's own merge (associative: the tree may group pairs any way)."""
+    (spec, params), pa = a
+    return (spec, params), _analysis(spec, params).merge(pa, b[1])
+
+
+@app
+def write(keyed: Any, geometry: Any, path: str) -> str:
+    from stager.stream.offline import offline_report
+    from stager.stream.output import write_scan
+
+    (spec, params), partial = keyed
+    analysis = _analysis(spec, params, geometry)
+    if hasattr(partial, "compact"):
+        partial = partial.compact()
+    F = geometry.frames
+    received = partial.received(F) if hasattr(partial, "received") else partial.seen(F)
+    rep = offline_report(geometry, partial.complete(F), received)
+    write_scan(path, analysis, partial, rep)
+    return path
+
+
+def main(args: Any) -> Any:
+    from stager.stream.offline import (dataset_geometry, dataset_partitions, parse_source,
+                                       spill_partitions)
+    from stager.stream.protocol import ScanGeometry
+
+    params = json.loads(args.analysis_params) if args.analysis_params else None
+    _analysis(args.analysis, params)     # a bad analysis fails here, before any task
+    valid = parse_source(args.valid) if args.valid else None
+    if args.frames:
+        path, dset = parse_source(args.frames)
+        g = dataset_geometry(path, dset, args.scan or os.path.splitext(
+            os.path.basename(path))[0], args.scan_shape)
+        refs = dataset_partitions(path, dset, g.frames, args.partition_frames)
+    elif args.spilled:
+        from stager.stream.spill import read_partition_file, spilled_partitions
+
+        if not args.scan:
+            raise ValueError("--spilled needs --scan NAME")
+        paths = spilled_partitions(args.spilled, args.scan)
+        if not paths:
+            raise ValueError(f"no spilled partitions of scan {args.scan} under {args.spilled}")
+        data, _, _, attrs = read_partition_file(paths[0])
+        g = ScanGeometry(args.scan, 1, int(attrs["frames"]), int(attrs["sectors"]),
+                         (int(data.shape[1]), int(data.shape[2])), str(attrs["dtype"]),
+                         (int(attrs["scan_shape"][0]), int(attrs["scan_shape"][1])))
+        refs = spill_partitions(paths)
+    else:
+        raise ValueError("give --frames FILE.h5:/DATASET or --spilled DIR --scan NAME")
+    os.makedirs(args.out, exist_ok=True)
+    parts = foreach(process, refs, args.analysis, params, g, valid)
+    total = reduce_tree(merge, parts)
+    return write(total, g, os.path.join(args.out, f"{g.scan}.h5"))
