@@ -53,7 +53,12 @@ def _serve(comm, tmp, nodes, specs, data):
     threads = []
 
     def ready(info):
-        t = threading.Thread(target=produce, args=(info["receivers"],), daemon=True)
+        from stager.stream.rendezvous import read_rendezvous
+
+        # the rendezvous carries the job's CURVE server key and client certificate
+        rv = read_rendezvous(opts.rendezvous)
+        assert list(rv.receivers) == list(info["receivers"])
+        t = threading.Thread(target=produce, args=(rv,), daemon=True)
         t.start()
         threads.append(t)
 
