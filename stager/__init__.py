@@ -22,7 +22,7 @@ from typing import Any
 from stager.errors import CapacityError, PlanError, StagerError, TransferError, VerifyError
 
 __all__ = [
-    "plan", "stage", "verify", "clean", "drain", "where",
+    "plan", "stage", "verify", "clean", "drain", "where", "Job",
     "Plan", "Where", "StagedCopyMissing", "Report", "VerifyReport", "CleanReport", "DrainReport",
     "StagerError", "PlanError", "CapacityError", "TransferError", "VerifyError",
 ]
@@ -41,6 +41,7 @@ _LAZY = {
     "where": "stager.locality",
     "Where": "stager.locality",
     "StagedCopyMissing": "stager.locality",
+    "Job": "stager.mpi.job",
 }
 
 
