@@ -104,6 +104,7 @@ def _receive(args: argparse.Namespace) -> int:
     import stager
     from stager.errors import StagerError
     from stager.stream.output import exit_status
+    from stager.mpi.job import Job
     from stager.stream.session import SessionOptions, receive_scans
 
     comm = MPI.COMM_WORLD
@@ -125,17 +126,18 @@ def _receive(args: argparse.Namespace) -> int:
             print(f"stager stream receive: {e}", file=sys.stderr)
         return 2
 
+    job: Any = None
+
     def drain(c: Any, scan: str, local_template: str) -> None:
-        stager.drain(local_template, opts.out, c, emulate_nodes=args.emulate_nodes,
-                     node_id_env=args.node_id_env, merge=True)
+        stager.drain(local_template, opts.out, c, job=job, merge=True)
 
     def ready(info: Dict[str, Any]) -> None:
         print(f"stager stream: {len(info['receivers'])} receiver(s) ({info['roles']}); "
               f"live {info['live']}; rendezvous {opts.rendezvous}", file=sys.stderr, flush=True)
 
     try:
-        outcomes = receive_scans(comm, opts, emulate_nodes=args.emulate_nodes,
-                                 node_id_env=args.node_id_env, on_written=drain, on_ready=ready)
+        job = Job.from_comm(comm, emulate_nodes=args.emulate_nodes, node_id_env=args.node_id_env)
+        outcomes = receive_scans(comm, opts, job=job, on_written=drain, on_ready=ready)
     except ValueError as e:
         if comm.rank == 0:
             print(f"stager stream receive: {e}", file=sys.stderr)

@@ -161,6 +161,13 @@ def comm_and_job(comm: Any = None, job: Optional[Job] = None) -> Tuple[Any, Opti
     return comm, job
 
 
+def _congruent(a: Any, b: Any) -> bool:
+    """Same ranks in the same order (``b`` may be a ``Dup`` of ``a``). Local."""
+    from mpi4py import MPI
+
+    return MPI.Comm.Compare(a, b) in (MPI.IDENT, MPI.CONGRUENT)
+
+
 def acquire_job(comm: Any = None, job: Optional[Job] = None, *, node_id: Optional[str] = None,
                 emulate_nodes: Optional[int] = None,
                 node_id_env: Optional[str] = None) -> Tuple[Job, bool]:
@@ -173,7 +180,7 @@ def acquire_job(comm: Any = None, job: Optional[Job] = None, *, node_id: Optiona
     Raises
     ------
     ValueError
-        ``job`` with a different ``comm``, or with node keywords that differ from
+        ``job`` with a ``comm`` of other ranks, or with node keywords that differ from
         its ``node_id`` (checked locally, alike on every rank).
     """
     if isinstance(comm, Job):
@@ -181,8 +188,8 @@ def acquire_job(comm: Any = None, job: Optional[Job] = None, *, node_id: Optiona
     if job is None:
         return Job.from_comm(comm, node_id, emulate_nodes=emulate_nodes,
                              node_id_env=node_id_env), True
-    if comm is not None and comm is not job.comm and comm != job.comm:
-        raise ValueError("job= was built on another communicator than comm=; pass one of them")
+    if comm is not None and comm is not job.comm and not _congruent(comm, job.comm):
+        raise ValueError("job= was built on other ranks than comm= holds; pass one of them")
     asked = node_id_of(node_id, emulate_nodes, node_id_env)
     if asked is not None and asked != job.node_id:
         raise ValueError(f"node options ask for {asked!r} but job= identifies nodes by "

@@ -3,9 +3,9 @@
 :func:`receive_scans` is what ``mpirun -n N stager stream receive`` runs on every
 rank. Collective over `comm`:
 
-1. options from rank 0 (one broadcast); the node layout
-   (:func:`stager.mpi.nodes.node_layout`: ``emulate_nodes``, ``node_id_env``) and
-   the roles (:func:`stager.stream.roles.assign_roles`);
+1. options from rank 0 (one broadcast); the job's node layout
+   (``job=``, else :meth:`stager.mpi.job.Job.from_comm`) and the roles
+   (:func:`stager.stream.roles.assign_roles`);
 2. every receiver binds its PULL socket (or, with Stream V2, connects to the
    detector); rank 0 binds the live PUB socket, gathers the endpoints and writes
    the rendezvous file atomically -- each step agreed, so a failed bind on one
@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from stager.mpi.agree import agree, agreed, bcast_result
-from stager.mpi.nodes import check_node_options, node_layout
+from stager.mpi.job import Job, acquire_job, comm_and_job
 from stager.nodelocal import localfs
 from stager.planning.plan import expand_node
 from stager.stream.accounting import ScanReport
@@ -202,23 +202,25 @@ def _rendezvous(options: SessionOptions, endpoints: List[str], live: Optional[st
 def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional[int] = None,
                   node_id_env: Optional[str] = None,
                   on_written: Optional[Callable[[Any, str, str], None]] = None,
-                  on_ready: Optional[Callable[[Dict[str, Any]], None]] = None
-                  ) -> List[ScanOutcome]:
+                  on_ready: Optional[Callable[[Dict[str, Any]], None]] = None,
+                  job: Optional[Job] = None) -> List[ScanOutcome]:
     """Collective over `comm`: every rank must call. Receive ``options.scans`` scans.
 
     Parameters
     ----------
-    comm : mpi4py.MPI.Comm
+    comm : mpi4py.MPI.Comm or Job
     options : SessionOptions
         Rank 0's value is used (broadcast).
     emulate_nodes, node_id_env
-        How ranks form nodes (:func:`stager.mpi.nodes.node_layout`).
+        How ranks form nodes when no ``job`` is given (:class:`stager.mpi.job.Job`).
     on_written : callable(comm, scan, local_template), optional
         Collective: called on every rank after rank 0 wrote a scan's files into its
         node-local ``local_template`` (``%n`` = node): the command drains them to
         ``options.out`` here. The local files are removed afterwards.
     on_ready : callable(dict), optional
         Rank 0: called after the rendezvous file is written (endpoints, roles).
+    job : stager.mpi.job.Job, optional
+        The job's node layout, made once; without it one is made here.
 
     Returns
     -------
@@ -238,16 +240,16 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
     from stager.stream.coordinator import Coordinator
     from stager.stream.ranks import RankLoop
 
+    comm, job = comm_and_job(comm, job)
     opts: SessionOptions = bcast_result(comm, _resolve, options)
-    emulate, env_var = bcast_result(comm, lambda: (emulate_nodes, node_id_env))
-    check_node_options(comm.size, emulate, env_var)
+    job, made = acquire_job(comm, job, emulate_nodes=emulate_nodes, node_id_env=node_id_env)
+    layout = job.layout    # only its names and ranks: collectives go over fcomm
     fcomm = comm.Dup()     # collectives of the finalize, apart from the loop's messages
-    layout = node_layout(fcomm, emulate, env_var)
     # before the try: the finally below reads them whatever failed first
     loop: Any = None
     publisher: Any = None
     try:
-        node_of = fcomm.allgather(layout.index)
+        node_of = list(job.node_of)
         roles = assign_roles(node_of, opts.receivers_per_node)
         index = roles.index(comm.rank)
         with agreed(fcomm, "loading the analysis", default=StreamError, node=layout.name):
@@ -316,7 +318,8 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
             publisher.close()
         if loop is not None and loop.spill is not None:
             loop.spill.close()
-        layout.free()
+        if made:
+            job.free()
         fcomm.Free()
         del MPI
 
