@@ -26,6 +26,8 @@ HELP = "receive live detector streams (under mpirun) or watch a running job"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from stager.commands.stage import add_node_id_arguments
+
     sub = p.add_subparsers(dest="stream_command", metavar="{receive,watch}")
     sub.required = True
     r = sub.add_parser("receive", help="receive scans into the nodes of this MPI job")
@@ -33,11 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="write the endpoints here (producers read it)")
     r.add_argument("--out", required=True, metavar="DIR", help="shared output directory")
     r.add_argument("--scans", type=int, default=1, metavar="K", help="scans to serve in a row")
-    g = r.add_mutually_exclusive_group()
-    g.add_argument("--emulate-nodes", type=int, metavar="K", default=None,
-                   help="treat contiguous blocks of ranks as K nodes node0..node{K-1}")
-    g.add_argument("--node-id-env", metavar="VAR", default=None,
-                   help="ranks with the same value of VAR form a node (e.g. SLURMD_NODENAME)")
+    add_node_id_arguments(r)
     r.add_argument("--stream2", metavar="ENDPOINT",
                    help="receive DECTRIS Stream V2 from this detector endpoint instead")
     r.add_argument("--analysis", metavar="SPEC",
@@ -104,7 +102,7 @@ def _receive(args: argparse.Namespace) -> int:
     import stager
     from stager.errors import StagerError
     from stager.stream.output import exit_status
-    from stager.mpi.job import Job
+    from stager.commands.stage import job_of
     from stager.stream.session import SessionOptions, receive_scans
 
     comm = MPI.COMM_WORLD
@@ -136,7 +134,7 @@ def _receive(args: argparse.Namespace) -> int:
               f"live {info['live']}; rendezvous {opts.rendezvous}", file=sys.stderr, flush=True)
 
     try:
-        job = Job.from_comm(comm, emulate_nodes=args.emulate_nodes, node_id_env=args.node_id_env)
+        job = job_of(args, comm)
         outcomes = receive_scans(comm, opts, job=job, on_written=drain, on_ready=ready)
     except ValueError as e:
         if comm.rank == 0:

@@ -185,7 +185,7 @@ def stage(spec: Any, comm: Any = None, *, job: Optional[Job] = None, **options: 
     opts: StageOptions = bcast_result(comm, resolve_options, **options)
     if job is None:
         check_node_id(comm.size, opts.node_id)  # before any work, alike on every rank
-        node_kw = {"node_id": opts.node_id}
+        node_kw: Dict[str, Any] = {"node_id": opts.node_id}
     else:  # the job's node_id; keywords given beside it must agree with it
         node_kw = {k: options[k] for k in NODE_KEYWORDS if options.get(k) is not None}
         opts = replace(opts, node_id=job.node_id)
