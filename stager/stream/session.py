@@ -27,12 +27,13 @@ import os
 import shutil
 import signal
 import time
-from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from stager.mpi.agree import agree, agreed, bcast_result
 from stager.mpi.job import Job, acquire_job, comm_and_job
 from stager.nodelocal import localfs
+from stager.options import Option, parse_int, parse_size, parse_text, resolve
 from stager.planning.plan import expand_node
 from stager.stream.accounting import ScanReport
 from stager.stream.analysis import load_analysis
@@ -40,12 +41,15 @@ from stager.stream.errors import StreamError
 from stager.stream.output import scan_ok, write_report, write_scan
 from stager.stream.roles import assign_roles, partition_frames, tree_schedule
 
-__all__ = ["SessionOptions", "receive_scans", "tree_reduce", "ScanOutcome"]
+__all__ = ["SessionOptions", "SESSION_OPTIONS", "receive_scans", "tree_reduce", "ScanOutcome"]
 
 
 @dataclass
 class SessionOptions:
     """Options of a receiving job (plain data, resolved on rank 0 and broadcast).
+
+    :meth:`resolve` fills what is not given from ``STAGER_STREAM_<NAME>``, then the
+    defaults below (:data:`SESSION_OPTIONS`, the shared resolver of ``stager.options``).
 
     Attributes
     ----------
@@ -116,8 +120,26 @@ class SessionOptions:
     outbox_bytes: int = 64 << 20
     batch: int = 200
 
+    @classmethod
+    def resolve(cls, env: Optional[Mapping[str, str]] = None, **kwargs: Any) -> SessionOptions:
+        """Keyword > ``STAGER_STREAM_<NAME>`` > default, parsed strictly, then checked. Local.
+
+        ``close_wait`` defaults to ``idle_timeout``. Raises ``ValueError`` (a value that
+        does not parse, naming it) or ``TypeError`` (an unknown keyword).
+        """
+        values = resolve(SESSION_OPTIONS, kwargs, env, what="stream option")
+        if values["close_wait"] is None:
+            values["close_wait"] = values["idle_timeout"]
+        values["analysis_options"] = dict(values["analysis_options"])  # never the default's
+        values["local"] = values["local"] or ""
+        opts = cls(**values)
+        opts.check()
+        return opts
+
     def check(self) -> None:
         """Reject impossible values (pure; raises ValueError naming the option)."""
+        if not self.rendezvous or not self.out:
+            raise ValueError("a receiving job needs a rendezvous file and an output directory")
         if self.scans < 1:
             raise ValueError(f"--scans must be >= 1, got {self.scans}")
         if not 0 <= self.allow_loss < 1:
@@ -133,6 +155,40 @@ class SessionOptions:
             raise ValueError("credit and batch must be >= 1")
         if self.spill is not None and not os.path.isabs(self.spill.replace("%n", "x")):
             raise ValueError(f"--spill {self.spill}: give an absolute directory")
+
+
+def _number(lo: float, strict: bool = False) -> Callable[[Any, str], float]:
+    def parse(value: Any, name: str) -> float:
+        try:
+            if isinstance(value, bool):
+                raise ValueError
+            v = float(value)
+        except ValueError:
+            raise ValueError(f"{name} must be a number, got {value!r}") from None
+        if not (v > lo if strict else v >= lo) or v == float("inf"):
+            raise ValueError(f"{name} must be a finite number {'>' if strict else '>='} {lo}, "
+                             f"got {value!r}")
+        return v
+    return parse
+
+
+_POSITIVE, _INT1 = _number(0, strict=True), parse_int(1)
+_SESSION_PARSERS: Dict[str, Callable[[Any, str], Any]] = {
+    "scans": _INT1, "receivers_per_node": _INT1, "partition_frames": _INT1, "rcvhwm": _INT1,
+    "credit": _INT1, "batch": _INT1, "memory_bytes": parse_size, "outbox_bytes": parse_size,
+    "rate": _POSITIVE, "idle_timeout": _POSITIVE, "timeout": _POSITIVE,
+    "close_wait": _POSITIVE, "live_interval": _POSITIVE, "heartbeat": _POSITIVE,
+    "v2_grace": _POSITIVE, "allow_loss": _number(0),
+}
+#: The receiving job's options, each once: keyword > ``STAGER_STREAM_<NAME>`` > default
+#: (``analysis_options`` only as a keyword).
+SESSION_OPTIONS = tuple(
+    Option(f.name, None if f.name == "close_wait" else
+           ({} if f.name == "analysis_options" else
+            (None if f.default is MISSING else f.default)),
+           _SESSION_PARSERS.get(f.name, parse_text),
+           None if f.name == "analysis_options" else "STAGER_STREAM_" + f.name.upper())
+    for f in fields(SessionOptions))
 
 
 @dataclass(frozen=True)

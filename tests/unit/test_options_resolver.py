@@ -90,3 +90,23 @@ def test_mpi_executor_options_use_the_resolver():
                      (mx.ENV_ARRAYS, "maybe"), (mx.ENV_LOCALITY_WAIT, "nan")):
         with pytest.raises(ExecutorError, match=var):
             mx.resolve_options(env={var: bad})
+
+
+def test_stream_session_options_use_the_resolver():
+    from stager.stream.session import SESSION_OPTIONS, SessionOptions
+
+    assert {o.name for o in SESSION_OPTIONS} == set(SessionOptions.__dataclass_fields__)
+    env = {"STAGER_STREAM_CREDIT": "4", "STAGER_STREAM_MEMORY_BYTES": "1M",
+           "STAGER_STREAM_SCANS": "9"}
+    o = SessionOptions.resolve(env=env, rendezvous="/r", out="/o", scans=2, idle_timeout="5")
+    assert (o.credit, o.memory_bytes, o.scans) == (4, 1 << 20, 2)
+    assert (o.idle_timeout, o.close_wait, o.heartbeat) == (5.0, 5.0, 0.25)  # close_wait follows
+    a = SessionOptions.resolve(env={}, rendezvous="/r", out="/o")
+    a.analysis_options["k"] = 1
+    assert SessionOptions.resolve(env={}, rendezvous="/r", out="/o").analysis_options == {}
+    for var, bad in (("STAGER_STREAM_CREDIT", "0"), ("STAGER_STREAM_HEARTBEAT", "-1"),
+                     ("STAGER_STREAM_ALLOW_LOSS", "1.5"), ("STAGER_STREAM_RATE", "fast")):
+        with pytest.raises(ValueError, match="allow-loss" if "LOSS" in var else var):
+            SessionOptions.resolve(env={var: bad}, rendezvous="/r", out="/o")
+    with pytest.raises(ValueError, match="rendezvous"):
+        SessionOptions.resolve(env={}, out="/o")
