@@ -172,13 +172,19 @@ def _number(lo: float, strict: bool = False) -> Callable[[Any, str], float]:
     return parse
 
 
+def _mapping(value: Any, name: str) -> Dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{name} must be a mapping, got {value!r}")
+    return dict(value)
+
+
 _POSITIVE, _INT1 = _number(0, strict=True), parse_int(1)
 _SESSION_PARSERS: Dict[str, Callable[[Any, str], Any]] = {
     "scans": _INT1, "receivers_per_node": _INT1, "partition_frames": _INT1, "rcvhwm": _INT1,
     "credit": _INT1, "batch": _INT1, "memory_bytes": parse_size, "outbox_bytes": parse_size,
     "rate": _POSITIVE, "idle_timeout": _POSITIVE, "timeout": _POSITIVE,
     "close_wait": _POSITIVE, "live_interval": _POSITIVE, "heartbeat": _POSITIVE,
-    "v2_grace": _POSITIVE, "allow_loss": _number(0),
+    "v2_grace": _POSITIVE, "allow_loss": _number(0), "analysis_options": _mapping,
 }
 #: The receiving job's options, each once: keyword > ``STAGER_STREAM_<NAME>`` > default
 #: (``analysis_options`` only as a keyword).

@@ -98,8 +98,10 @@ def test_stream_session_options_use_the_resolver():
     assert {o.name for o in SESSION_OPTIONS} == set(SessionOptions.__dataclass_fields__)
     env = {"STAGER_STREAM_CREDIT": "4", "STAGER_STREAM_MEMORY_BYTES": "1M",
            "STAGER_STREAM_SCANS": "9"}
-    o = SessionOptions.resolve(env=env, rendezvous="/r", out="/o", scans=2, idle_timeout="5")
+    o = SessionOptions.resolve(env=env, rendezvous="/r", out="/o", scans=2, idle_timeout="5",
+                               analysis_options={"threshold": 3})
     assert (o.credit, o.memory_bytes, o.scans) == (4, 1 << 20, 2)
+    assert o.analysis_options == {"threshold": 3}
     assert (o.idle_timeout, o.close_wait, o.heartbeat) == (5.0, 5.0, 0.25)  # close_wait follows
     a = SessionOptions.resolve(env={}, rendezvous="/r", out="/o")
     a.analysis_options["k"] = 1
