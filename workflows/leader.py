@@ -167,24 +167,18 @@ def run_leader_hook(
             f"module:function elsewhere; put the hook spec on a filesystem every node sees"
         )
 
-    if isinstance(target, tuple):
-        path, fn = target
-        options = dict(stage_options or {})
-        if emulate_nodes is not None:
-            options.setdefault("emulate_nodes", emulate_nodes)
-        if node_id_env is not None:
-            options.setdefault("node_id_env", node_id_env)
-        # Collective and agreed inside: the spec is read and planned on rank 0 only.
-        fn(path, comm=comm, job=job, **options)
-        return None
-
     ctx = None
-    with job_for(comm, job, emulate_nodes=emulate_nodes, node_id_env=node_id_env) as layout:
+    with job_for(comm, job, emulate_nodes=emulate_nodes, node_id_env=node_id_env) as job:
+        if isinstance(target, tuple):
+            path, fn = target
+            # Collective and agreed inside: the spec is read and planned on rank 0 only.
+            fn(path, comm=comm, job=job, **dict(stage_options or {}))
+            return None
         # Ranks wait (sleeping, not spinning) while the leaders run the hook.
-        with agreed(comm, what, base=WorkflowError, default=HookError, node=layout.name,
+        with agreed(comm, what, base=WorkflowError, default=HookError, node=job.name,
                     quiet=True):
-            if layout.is_leader:
-                ctx = HookContext(phase, layout.name, layout.index, layout.n_nodes,
+            if job.is_leader:
+                ctx = HookContext(phase, job.name, job.index, job.n_nodes,
                                   comm.Get_rank(), socket.gethostname())
                 try:
                     target(ctx)

@@ -133,16 +133,6 @@ class Job:
     def leader_ranks(self) -> Tuple[int, ...]:
         return self.layout.leader_ranks
 
-    @property
-    def emulate_nodes(self) -> Optional[int]:
-        """``N`` of ``emulate:N``, else None (for code that takes the older keywords)."""
-        return _split(self.node_id)[0]
-
-    @property
-    def node_id_env(self) -> Optional[str]:
-        """``VAR`` of ``env:VAR``, else None."""
-        return _split(self.node_id)[1]
-
     def free(self) -> None:
         """Free the layout's communicators (call once, on every rank)."""
         self.layout.free()

@@ -37,7 +37,6 @@ def test_emulated_nodes_at_every_count():
                   and job.is_leader == (comm.rank in leaders) and job.leader_ranks == leaders
                   and job.node_comm.size == want.count(me)
                   and (job.leader_comm.size == k if job.is_leader else job.leader_comm is None)
-                  and job.emulate_nodes == k and job.node_id_env is None
                   and (old.node_id, old.node_of, old.names) ==
                       (job.node_id, job.node_of, job.names))
             assert_all(comm, ok, f"k={k}: {job}")
@@ -56,7 +55,7 @@ def test_environment_identifies_nodes(monkeypatch):
         want = [r % 2 for r in range(comm.size)]
         ok = (job.name == f"n{comm.rank % 2}" and list(job.node_of) == want
               and job.n_nodes == min(2, comm.size) and job.is_leader == (comm.rank < 2)
-              and job.node_id_env == "MPISTAGE_TEST_JOB_NODE")
+              and job.node_id == "env:MPISTAGE_TEST_JOB_NODE")
         assert_all(comm, ok, str(job))
     finally:
         job.free()
