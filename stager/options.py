@@ -18,11 +18,11 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, fields
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 __all__ = ["Option", "resolve", "StageOptions", "STAGE_OPTIONS", "resolve_options", "NODE_ID",
-           "parse_node_id", "node_id_of", "resolve_node_id", "parse_size", "parse_bool",
-           "parse_seconds", "parse_int", "parse_choice", "parse_text", "ENV_PREFIX"]
+           "parse_node_id", "node_id_of", "split_node_id", "resolve_node_id", "parse_size",
+           "parse_bool", "parse_seconds", "parse_int", "parse_choice", "parse_text", "ENV_PREFIX"]
 
 ENV_PREFIX = "STAGER_"
 METHODS = ("stripe", "readall", "bcast", "naive")
@@ -202,6 +202,12 @@ def node_id_of(node_id: Any = None, emulate_nodes: Any = None,
     if key == "node_id_env":
         return parse_node_id(f"env:{value}", "node_id_env")
     return parse_node_id(value)
+
+
+def split_node_id(node_id: str) -> Tuple[Optional[int], Optional[str]]:
+    """``(N, None)`` for ``emulate:N``, ``(None, VAR)`` for ``env:VAR``, else ``(None, None)``."""
+    kind, _, arg = node_id.partition(":")
+    return (int(arg) if kind == "emulate" else None), (arg if kind == "env" else None)
 
 
 #: How ranks form nodes: keyword > ``$STAGER_NODE_ID`` > ``host``.

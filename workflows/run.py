@@ -53,6 +53,7 @@ import stager
 from stager.mpi.agree import agree, quiet_barrier
 from stager.mpi.job import Job
 from stager.mpi.nodes import local_node_name
+from stager.options import resolve_node_id, split_node_id
 
 from .errors import FlowError, WorkflowError
 from .executors import NAMES, Executor, make
@@ -103,6 +104,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SPEC",
         default=None,
         help="hook spec file to stage collectively before the workflow",
+    )
+    p.add_argument(
+        "--node-id",
+        default=None,
+        metavar="HOW",
+        help="how ranks form nodes: host (default, or $STAGER_NODE_ID), env:VAR or emulate:K",
     )
     p.add_argument(
         "--emulate-nodes",
@@ -379,9 +386,11 @@ def _run(opts, module, ns, name: str, comm: Any, hooks) -> int:
         # The node layout, once for the whole run: staging, the node name every task
         # sees (%n: the directory the stager wrote), leader hooks, the executor, drain.
         if comm is None:
-            set_node(local_node_name(opts.emulate_nodes, opts.node_id_env))
+            ns.node_id = resolve_node_id(None, opts.node_id, opts.emulate_nodes,
+                                         opts.node_id_env)
+            set_node(local_node_name(*split_node_id(ns.node_id)))
         else:
-            job = Job.from_comm(comm, emulate_nodes=opts.emulate_nodes,
+            job = Job.from_comm(comm, opts.node_id, emulate_nodes=opts.emulate_nodes,
                                 node_id_env=opts.node_id_env)
             set_node(job.name)
             ns.node_id = job.node_id

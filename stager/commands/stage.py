@@ -133,9 +133,8 @@ def _interrupted(name: str, comm: Any, e: Interrupted) -> int:
 
 def run(args: argparse.Namespace) -> int:
     def body(comm: Any) -> int:
-        report = stager.stage(args.spec, comm, method=args.method, chunk_size=args.chunk_size,
-                       small_file_threshold=args.small_file_threshold, node_id=args.node_id,
-                       emulate_nodes=args.emulate_nodes, node_id_env=args.node_id_env,
+        report = stager.stage(args.spec, job_of(args, comm), method=args.method,
+                       chunk_size=args.chunk_size, small_file_threshold=args.small_file_threshold,
                        json=args.json, force=args.force, progress=args.progress,
                        wait=args.wait, verify_source=args.verify_source, fsync=args.fsync)
         if comm.rank == 0:

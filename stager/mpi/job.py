@@ -25,7 +25,7 @@ from typing import Any, Iterator, Optional, Tuple
 
 from stager.mpi.agree import bcast_result
 from stager.mpi.nodes import NodeLayout, check_node_options, node_layout
-from stager.options import node_id_of, resolve_node_id
+from stager.options import node_id_of, resolve_node_id, split_node_id
 
 __all__ = ["Job", "job_for", "acquire_job", "comm_and_job", "check_node_id", "NODE_KEYWORDS"]
 
@@ -33,14 +33,9 @@ __all__ = ["Job", "job_for", "acquire_job", "comm_and_job", "check_node_id", "NO
 NODE_KEYWORDS = ("node_id", "emulate_nodes", "node_id_env")
 
 
-def _split(node_id: str) -> Tuple[Optional[int], Optional[str]]:
-    kind, _, arg = node_id.partition(":")
-    return (int(arg) if kind == "emulate" else None), (arg if kind == "env" else None)
-
-
 def check_node_id(size: int, node_id: str) -> None:
     """Reject a (parsed) ``node_id`` that ``size`` ranks cannot use. Pure; ``ValueError``."""
-    check_node_options(size, *_split(node_id))
+    check_node_options(size, *split_node_id(node_id))
 
 
 @dataclass(frozen=True)
@@ -91,7 +86,7 @@ class Job:
             comm = MPI.COMM_WORLD
         nid: str = bcast_result(comm, resolve_node_id, None, node_id, emulate_nodes,
                                 node_id_env)
-        emulate, env_var = _split(nid)
+        emulate, env_var = split_node_id(nid)
         return cls(comm, nid, node_layout(comm, emulate_nodes=emulate, node_id_env=env_var))
 
     # -- the layout, read through ------------------------------------------------------
