@@ -17,7 +17,8 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any, List, Mapping, Optional, Tuple, cast
 
 from hooks.errors import SpecError
-from hooks.h5entry import EntryError, split_entry
+from hooks import kinds
+from hooks.h5entry import EntryError
 from hooks.spec import Block, Location, Pattern, Spec
 
 if TYPE_CHECKING:  # lark is imported where a spec is parsed: only rank 0 parses
@@ -27,15 +28,25 @@ __all__ = ["parse_spec", "load_spec"]
 
 _PATH_TOKENS = {"WORD", "DQUOTED", "SQUOTED"}
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_KINDS = ("files", "h5")
 
 
-@lru_cache(maxsize=1)
 def _parser() -> Lark:
+    return _parser_for(kinds.names())
+
+
+@lru_cache(maxsize=4)
+def _parser_for(names: Tuple[str, ...]) -> Lark:
+    """The grammar with ``KIND`` the words of the kind table (each a reserved keyword)."""
     from lark import Lark
 
-    return Lark.open("grammar.lark", rel_to=__file__, parser="lalr", lexer="basic",
-                     propagate_positions=True)
+    with open(os.path.join(os.path.dirname(__file__), "grammar.lark"), encoding="utf-8") as f:
+        text = f.read()
+    # one string terminal per word, so lark lexes it as a keyword, never as a path
+    rule = "kind: " + " | ".join(f"KIND_{i}" for i in range(len(names)))
+    terms = "\n".join(f'KIND_{i}: "{n}"' for i, n in enumerate(names))
+    text = re.sub(r"(?m)^kind: KIND$", rule, text)
+    text = re.sub(r"(?m)^KIND: .*$", terms, text)
+    return Lark(text, parser="lalr", lexer="basic", propagate_positions=True)
 
 
 def load_spec(path: str, env: Optional[Mapping[str, str]] = None) -> Spec:
@@ -165,12 +176,13 @@ def _block(node: Tree, path: str, env: Mapping[str, str], base_dir: str, error) 
         if not text:
             raise error("empty pattern", tok.line, tok.column)
         selection = None
-        if str(kind) == "h5":
+        split = kinds.entry_syntax(str(kind))
+        if split is not None:
             # split before normalising: normpath would fold "FILE:/" into "FILE:"
             try:
-                text, selection = split_entry(text)
+                text, selection = split(text)
             except EntryError as e:
-                raise error(f"h5 entry {_unquote(tok)!r}: {e}", tok.line,
+                raise error(f"{kind} entry {_unquote(tok)!r}: {e}", tok.line,
                             _entry_column(tok, e.offset)) from None
         full = os.path.normpath(os.path.join(base_dir, text))
         patterns.append(Pattern(text=full, raw=_unquote(tok), optional=optional,
@@ -291,7 +303,7 @@ def _user(env: Mapping[str, str]) -> str:
 # -- syntax errors ------------------------------------------------------------
 
 _DESCRIBE = {"BROADCAST": "'broadcast'", "SCATTER": "'scatter'", "REPLICAS": "'replicas'",
-             "TO": "'to'", "FILES": "'files'", "H5": "'h5'",
+             "TO": "'to'",
              "LBRACE": "'{'", "RBRACE": "'}'", "OPTIONAL": "'?'", "$END": "end of file"}
 
 
@@ -353,7 +365,7 @@ def _header_message(header: List[Token], found: str, tok: Optional[Token]) -> st
         if kind == "LBRACE":
             return "missing 'files' before '{': write 'broadcast to DIR files {'"
         if kind in _PATH_TOKENS:
-            return (f"unknown block kind {found}: expected one of {', '.join(_KINDS)} "
+            return (f"unknown block kind {found}: expected one of {', '.join(kinds.names())} "
                     "(quote a destination that contains spaces)")
         return f"missing 'files' after the destination (found {found})"
     return f"missing '{{' to open the block (found {found})"

@@ -17,8 +17,7 @@ import open_frames`` loads the readers (NumPy only) and still no numba.
 """
 from __future__ import annotations
 
-import importlib
-from typing import Any
+import lazy_loader
 
 # public name -> submodule (relative to this package) that defines it
 _EXPORTS = {
@@ -30,7 +29,8 @@ _EXPORTS = {
     "NFParams": "nf", "NFSpots": "nf", "NFWorkspace": "nf", "NF_SPOT_DTYPE": "nf",
     "median_background": "nf", "subtract_background": "nf", "reduce_frame": "nf",
     "FFParams": "ff", "PEAK_DTYPE": "ff", "find_peaks": "ff",
-    "ring_mask": "stem", "virtual_detector": "stem", "count_electrons": "stem",
+    "ring_mask": "stem", "circular_mask": "stem", "virtual_detector": "stem",
+    "count_electrons": "stem", "FRAME_DTYPES": "stem", "check_frame_dtype": "stem",
     "GEFile": "io", "TiffSeries": "io", "TiffStack": "io", "HDF5Stack": "io",
     "FrameSource": "io", "open_frames": "io",
     "write_tiff_series": "io", "write_ge": "io", "write_hdf5": "io",
@@ -60,15 +60,6 @@ _EXPORTS = {
 __all__ = list(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    try:
-        module = _EXPORTS[name]
-    except KeyError:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value          # later look-ups skip __getattr__
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+# loaded on first use (lazy_loader, scientific-python's PEP 562 helper)
+__getattr__, __dir__, _ = lazy_loader.attach(__name__, submod_attrs={
+    m: [n for n, k in _EXPORTS.items() if k == m] for m in set(_EXPORTS.values())})

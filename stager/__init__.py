@@ -17,7 +17,7 @@ one small module, and ``stager plan`` never loads MPI.
 """
 from __future__ import annotations
 
-from typing import Any
+import lazy_loader
 
 from stager.errors import CapacityError, PlanError, StagerError, TransferError, VerifyError
 
@@ -27,34 +27,16 @@ __all__ = [
     "StagerError", "PlanError", "CapacityError", "TransferError", "VerifyError",
 ]
 
-_LAZY = {
-    "plan": "stager.planning.api",
-    "Plan": "stager.planning.plan",
-    "stage": "stager.staging.pipeline",
-    "Report": "stager.staging.report",
-    "verify": "stager.nodelocal.verify",
-    "VerifyReport": "stager.nodelocal.verify",
-    "clean": "stager.nodelocal.clean",
-    "CleanReport": "stager.nodelocal.clean",
-    "drain": "stager.stageout",
-    "DrainReport": "stager.stageout",
-    "where": "stager.locality",
-    "Where": "stager.locality",
-    "StagedCopyMissing": "stager.locality",
-    "Job": "stager.mpi.job",
-}
-
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'stager' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list:
-    return sorted(set(globals()) | set(__all__))
+# loaded on first use (lazy_loader, scientific-python's PEP 562 helper): ``import stager``
+# imports no MPI, numpy or h5py
+__getattr__, __dir__, _ = lazy_loader.attach(__name__, submod_attrs={
+    "planning.api": ["plan"],
+    "planning.plan": ["Plan"],
+    "staging.pipeline": ["stage"],
+    "staging.report": ["Report"],
+    "nodelocal.verify": ["verify", "VerifyReport"],
+    "nodelocal.clean": ["clean", "CleanReport"],
+    "stageout": ["drain", "DrainReport"],
+    "locality": ["where", "Where", "StagedCopyMissing"],
+    "mpi.job": ["Job"],
+})

@@ -25,7 +25,10 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from stager.errors import StagerError
-from stager.planning.frames import FrameRange, ranges_of, split
+from stager.kinds.files import FilesKind
+from stager.kinds.h5 import H5Kind
+from stager.planning.frames import FrameRange, ranges_of
+from stager.planning.kinds import split
 from stager.planning.plan import Plan, expand_dest
 from stager.planning.scatter import placement
 
@@ -89,7 +92,7 @@ class Where:
     def nodes(self, source: str) -> Tuple[str, ...]:
         """Names of the nodes holding ``source``'s copy (every node for a broadcast file)."""
         i = self._entry(source)
-        held = self._holders.get(("files", i))
+        held = self._holders.get((FilesKind.name, i))
         return self.names if held is None else tuple(self.names[k] for k in held)
 
     def node(self, source: str) -> str:
@@ -138,7 +141,7 @@ class Where:
         if not rs:
             raise KeyError(f"{source} has no frame ranges in the staged plan "
                            f"({self.plan.spec_path}): is it in a 'scatter ... h5' block?")
-        return [(fr, tuple(self.names[k] for k in self._holders[("h5", i)])) for fr, i in rs]
+        return [(fr, tuple(self.names[k] for k in self._holders[(H5Kind.name, i)])) for fr, i in rs]
 
     def _range_of(self, source: str, frame: int) -> Tuple[FrameRange, int]:
         for fr, i in self._ranges.get(os.path.normpath(os.fspath(source)), ()):
@@ -163,7 +166,7 @@ class Where:
         """
         fr, i = self._range_of(source, frame)
         fp = self.plan.h5[i]
-        holders = tuple(self.names[k] for k in self._holders[("h5", i)])
+        holders = tuple(self.names[k] for k in self._holders[(H5Kind.name, i)])
         if node not in holders:
             if hard:
                 raise StagedCopyMissing(

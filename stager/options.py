@@ -25,7 +25,14 @@ __all__ = ["Option", "resolve", "StageOptions", "STAGE_OPTIONS", "resolve_option
            "parse_bool", "parse_seconds", "parse_int", "parse_choice", "parse_text", "ENV_PREFIX"]
 
 ENV_PREFIX = "STAGER_"
-METHODS = ("stripe", "readall", "bcast", "naive")
+#: The transfer methods, one row each: name -> its function (stager.staging.transfer),
+#: imported when used; the first is the default
+METHODS = {
+    "stripe": "stager.staging.transfer:stripe",
+    "readall": "stager.staging.transfer:readall",
+    "bcast": "stager.staging.transfer:bcast",
+    "naive": "stager.staging.transfer:naive",
+}
 MAX_CHUNK = 1 << 30  # far below 2**31, so every MPI count stays an int32
 #: ``h5`` blocks: memory per rank for collective pieces, and its floor.
 DEFAULT_H5_MEMORY = 1 << 30
@@ -248,8 +255,13 @@ class StageOptions:
     verify_source: bool = False
     #: seconds the ranks get to stop together after SIGINT/SIGTERM (stager.staging.interrupt)
     interrupt_grace: float = 0.6
-    #: leaders on one host exchange chunks through a shared-memory window (transfer.shmem)
+    #: emulated nodes exchange chunks through a shared-memory window (transfer.shmem)
     shared_exchange: bool = True
+
+    @property
+    def emulate_nodes(self) -> Optional[int]:
+        """``N`` when nodes are emulated (``node_id`` ``emulate:N``), else None."""
+        return split_node_id(self.node_id)[0]
 
 
 def _chunk(lo: int) -> Callable[[Any, str], int]:

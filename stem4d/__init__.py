@@ -3,11 +3,15 @@
 The application on top of mpistage (nothing in the library imports it):
 
 - :class:`stem4d.analysis.Stem4D` -- the analysis (``stager.stream.analysis``
-  contract): per frame, the pixel sum, bright-field and annular-dark-field
-  virtual detector values (``kernels.virtual_detector``) and the counted
+  contract): per frame, on the frames' own dtype, the pixel sum, one virtual
+  detector value per mask (``kernels.virtual_detector``) and the counted
   electron events (``kernels.count_electrons``), merged by concatenation;
-- :mod:`stem4d.layout` -- the output file (``docs/stem4d-output.md``): the
-  scan-shaped images and the events in stempy's sparse layout;
+- :mod:`stem4d.masks` (LiberTEM's mask convention), :mod:`stem4d.counting`
+  (thresholds from sampled frames, as stempy computes them), :mod:`stem4d.inputs`
+  (dark, gain and mask files);
+- :mod:`stem4d.layout` -- the output file (``docs/stem4d-output.md``, which also
+  states every convention): the scan-shaped images and the events in stempy's
+  sparse layout with its ``/metadata``;
 - :mod:`stem4d.flow` -- one flow file for both paths:
   ``stager stream receive --analysis stem4d.flow`` on a stream, and
   ``python -m workflows run stem4d/flow.py -- --frames FILE.h5:/frames`` on a

@@ -87,13 +87,30 @@ def _params(items: List[str]) -> Dict[str, Any]:
     return out
 
 
+def _samples(refs: List[Any], frames: int, samples: int) -> Any:
+    """The frames sampled for the thresholds (``stem4d.counting.sample_indices``)."""
+    import numpy as np
+
+    from stager.stream.offline import read_partition
+    from stem4d.counting import sample_indices
+
+    want = set(sample_indices(frames, samples).tolist())
+    out: List[Any] = []
+    for ref in refs:
+        if ref.kind == "dataset" and not any(ref.start <= i < ref.stop for i in want):
+            continue
+        data, positions, _ = read_partition(ref)
+        out.extend(data[i] for i, p in enumerate(positions.tolist()) if p in want)
+    return np.stack(out)
+
+
 def main(args: Any) -> Any:
     from stager.stream.offline import (dataset_geometry, dataset_partitions, parse_source,
                                        spill_partitions)
     from stager.stream.protocol import ScanGeometry
 
     params = _params(getattr(args, "param", []))
-    Stem4D(**params)    # bad parameters fail here, before any task
+    a = Stem4D(**params)    # bad parameters fail here, before any task
     if args.frames:
         path, dset = parse_source(args.frames)
         g = dataset_geometry(path, dset, args.scan or os.path.splitext(
@@ -114,6 +131,12 @@ def main(args: Any) -> Any:
         refs = spill_partitions(paths)
     else:
         raise ValueError("give --frames FILE.h5:/DATASET or --spilled DIR --scan NAME")
+    if a.counting and a.params["thresholds"] == "sampled" and not a.params["threshold_stats"] \
+            and not a.params["threshold_frames"]:
+        a.sample_thresholds(_samples(refs, g.frames, a.params["samples"]))
+    # dtype, masks, dark, gain and thresholds checked here, before any task
+    a.prepare(g)
+    params = {k: v for k, v in a.params.items() if v is not None}
     os.makedirs(args.out, exist_ok=True)
     total = reduce_tree(merge, foreach(process, refs, params))
     return write(total, g, params, os.path.join(args.out, f"{g.scan}.h5"))

@@ -1,28 +1,31 @@
-"""The 4D-STEM output file, ``<scan>.h5`` (specified in ``docs/stream-protocol.md``, section 10).
+"""The 4D-STEM output file, ``<scan>.h5`` (``docs/stem4d-output.md``; the receiving
+job's part in ``docs/stream-protocol.md``, section 10).
 
 The scan-shaped images, and the electron events in stempy's sparse layout
 (``SparseArray.write_to_hdf5``, format version 3 of OpenChemistry/stempy), so
-``stempy.io.SparseArray.from_hdf5`` reads the events of a file written here::
+``stempy.io.load_electron_counts`` reads the events of a file written here::
 
     /sum_image                        float64 (ny, nx)
-    /virtual/bright_field             float64 (ny, nx)
-    /virtual/annular_dark_field       float64 (ny, nx)
-    /electron_counts                  int64   (ny, nx)
+    /virtual/<mask name>              float64 (ny, nx)   one per mask (attrs: geometry)
+    /electron_counts                  int64   (ny, nx)                    (counting)
     /electron_events/frames           vlen uint32 (ny*nx,)  attrs Nx = rows, Ny = cols
     /electron_events/scan_positions   int32 (ny*nx,)         attrs Nx = nx, Ny = ny
+    /metadata/electron_counting       attrs: stempy's threshold metadata and ours
     (root attribute version = 3)
 
 plus ``/frames_complete`` and ``/frames_received`` written by the receiving job
-(:mod:`stager.stream.output`). :func:`read_events` reads the events back.
+(:mod:`stager.stream.output`). :func:`read_events` reads the events back, from
+our files and from stempy's (several frames per scan position too).
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Tuple, Union
 
 import numpy as np
 
 from stager.stream.analysis import PerFrame
 from stager.stream.protocol import ScanGeometry
+from stem4d.errors import Stem4DError
 
 __all__ = ["write_stem", "read_events", "STEMPY_VERSION"]
 
@@ -30,23 +33,35 @@ __all__ = ["write_stem", "read_events", "STEMPY_VERSION"]
 STEMPY_VERSION = 3
 
 
+def _ragged_objects(counts: np.ndarray, flat: np.ndarray) -> np.ndarray:
+    """Object array of per-frame arrays, filled element by element: ``np.array`` of
+    equal-length pieces (no events at all, or equal counts) would make a 2-D array."""
+    data = np.empty(len(counts), dtype=object)
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
+    for f in range(len(counts)):
+        data[f] = np.ascontiguousarray(flat[starts[f]:starts[f] + counts[f]], np.uint32)
+    return data
+
+
 def write_stem(h5: Any, analysis: Any, partial: PerFrame, geometry: ScanGeometry) -> None:
     """Write every dataset of the layout into the open file ``h5``."""
     import h5py
+
+    from stem4d.inputs import describe
 
     g = geometry
     F = g.frames
     ny, nx = g.scan_shape
     rows, cols = g.shape
     imgs = analysis.images(partial, g)
-    det = analysis.detector(g.shape)
     h5.create_dataset("sum_image", data=imgs["sum_image"])
-    v = h5.create_group("virtual")
-    bf = v.create_dataset("bright_field", data=imgs["bright_field"])
-    bf.attrs.update({"center": det["center"], "r_inner": 0.0, "r_outer": det["bf_radius"]})
-    adf = v.create_dataset("annular_dark_field", data=imgs["annular_dark_field"])
-    adf.attrs.update({"center": det["center"], "r_inner": det["adf_inner"],
-                      "r_outer": det["adf_outer"]})
+    if analysis.virtual:
+        v = h5.create_group("virtual")
+        for m in analysis.masks(g.shape):
+            d = v.create_dataset(m.name, data=imgs[f"virtual/{m.name}"])
+            d.attrs.update(m.attrs)
+    if not analysis.counting:
+        return
     h5.create_dataset("electron_counts", data=imgs["electron_counts"])
     counts, flat = partial.ragged("events", F, np.uint32) if partial.chunks else \
         (np.zeros(F, np.int64), np.zeros(0, np.uint32))
@@ -55,29 +70,94 @@ def write_stem(h5: Any, analysis: Any, partial: PerFrame, geometry: ScanGeometry
     pos = grp.create_dataset("scan_positions", data=np.arange(F, dtype=np.int32))
     pos.attrs["Nx"] = nx
     pos.attrs["Ny"] = ny
-    frames = grp.create_dataset("frames", (F,), dtype=h5py.vlen_dtype(np.uint32))
+    # given at creation: h5py's ``dset[...] = objects`` turns equal-length pieces
+    # (a dark scan, equal counts) into a 2-D array and refuses to broadcast it
+    frames = grp.create_dataset("frames", data=_ragged_objects(counts, flat),
+                                dtype=h5py.vlen_dtype(np.uint32))
     frames.attrs["Nx"] = rows
     frames.attrs["Ny"] = cols
-    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
-    data = np.empty(F, dtype=object)
-    for f in range(F):
-        data[f] = flat[starts[f]:starts[f] + counts[f]]
-    frames[...] = data
     p = analysis.params
-    grp.attrs.update({"dark": p["dark"], "background_threshold": p["background_threshold"],
-                      "xray_threshold": p["xray_threshold"],
+    t = analysis.thresholds()
+    grp.attrs.update({"dark": describe(p["dark"]),
+                      "background_threshold": t.background_threshold,
+                      "xray_threshold": t.x_ray_threshold,
                       "pixel_index": "row * cols + col"})
+    meta = h5.require_group("metadata").require_group("electron_counting")
+    meta.attrs.update(t.as_dict())          # stempy's names (electron_count's metadata)
+    meta.attrs.update({"dark_reference": describe(p["dark"]), "gain": describe(p["gain"]),
+                       "gain_meaning": "counted value = (frame - dark) / gain",
+                       "rule": p["rule"], "thresholds": p["thresholds"],
+                       "threshold_frames": describe(p["threshold_frames"]),
+                       "scan_shape": [ny, nx], "frame_shape": [rows, cols],
+                       "frame_dtype": np.dtype(g.dtype).name,
+                       "pixel_index": "row * cols + col"})
 
 
-def read_events(path: str) -> Tuple[List[np.ndarray], Tuple[int, int], Tuple[int, int]]:
-    """``(events per frame in frame order, scan_shape (ny, nx), frame_shape (rows, cols))``."""
+def read_events(path: str, per_position: bool = False
+                ) -> Tuple[List[Any], Tuple[int, int], Tuple[int, int]]:
+    """The events of a file in stempy's sparse layout (ours or stempy's own).
+
+    Parameters
+    ----------
+    path : str
+    per_position : bool
+        False: one array per scan position (a file with one frame per position);
+        True: one list of arrays (its frames) per scan position, any layout.
+
+    Returns
+    -------
+    (events, scan_shape (ny, nx), frame_shape (rows, cols)), events in position order.
+
+    Raises
+    ------
+    Stem4DError
+        Several frames per position without ``per_position=True``, or entries
+        that fit no layout stempy writes.
+    """
     import h5py
 
     with h5py.File(path, "r") as f:
+        version = int(f.attrs.get("version", 1))
         fr = f["electron_events/frames"]
         pos = f["electron_events/scan_positions"]
-        events: Dict[int, np.ndarray] = {int(p): np.asarray(e, np.uint32)
-                                         for p, e in zip(pos[()], fr[()])}
         scan = (int(pos.attrs["Ny"]), int(pos.attrs["Nx"]))
         frame = (int(fr.attrs["Nx"]), int(fr.attrs["Ny"]))
-    return [events.get(i, np.zeros(0, np.uint32)) for i in range(scan[0] * scan[1])], scan, frame
+        entries = fr[()]
+        positions = pos[()]
+    n = scan[0] * scan[1]
+    per: List[List[np.ndarray]] = [[] for _ in range(n)]
+    if len(entries) == len(positions):
+        # one entry per scan position entry (ours, stempy's with one frame per position,
+        # and stempy's older versions, where positions may repeat)
+        for p, e in zip(positions.tolist(), entries):
+            if not 0 <= p < n:
+                raise Stem4DError(f"{path}: scan position {p} outside the scan {scan}")
+            per[p].append(np.asarray(e, np.uint32))
+    elif version >= 3 and n and len(entries) % n == 0:
+        # stempy's version 3 with k frames per position: entries (positions, k) flattened
+        k = len(entries) // n
+        for j, e in enumerate(entries):
+            per[j // k].append(np.asarray(e, np.uint32))
+    else:
+        raise Stem4DError(f"{path}: {len(entries)} event entries for {len(positions)} scan "
+                          f"positions of a {scan[0]}x{scan[1]} scan (version {version}): no "
+                          "layout stempy writes")
+    if per_position:
+        return per, scan, frame
+    several = max((len(x) for x in per), default=0)
+    if several > 1:
+        raise Stem4DError(f"{path}: stempy layout with {several} frames per scan position "
+                          f"({len(entries)} entries over {n} positions); call "
+                          "read_events(path, per_position=True) for a list of frames per "
+                          "position")
+    out: List[Union[np.ndarray, Any]] = [x[0] if x else np.zeros(0, np.uint32) for x in per]
+    return out, scan, frame
+
+
+def metadata(path: str) -> Dict[str, Any]:
+    """``/metadata/electron_counting`` of a file (empty if it has none)."""
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        g = f.get("metadata/electron_counting")
+        return dict(g.attrs) if g is not None else {}

@@ -3,9 +3,10 @@
 ``reduce_tree`` has no barrier between map and reduce: a merge starts as soon
 as its two inputs exist, while other map tasks still run.
 
-* ``ordered=True`` builds a fixed balanced binary tree over the inputs in
-  their order: ``merge(x0, x1)``, ``merge(x2, x3)``, ..., then the same over
-  those results. Each merge waits only for its own two inputs. The tree's
+* ``ordered=True`` builds the project's one fixed binary tree over the inputs
+  in their order (:func:`stager.mpi.tree.tree_schedule`, the tree the receiving
+  job merges its ranks' partials in): ``merge(x0, x1)``, ``merge(x2, x3)``, ...,
+  then the same over those results. Each merge waits only for its own two inputs. The tree's
   shape does not depend on timing, so a merge that is associative but not
   commutative (concatenation) -- or not even exactly associative
   (floating-point sums) -- gives the same bits on every executor and every run.
@@ -21,6 +22,8 @@ from __future__ import annotations
 import threading
 from concurrent.futures import Future
 from typing import Any, Callable, Iterable, List, Union
+
+from stager.mpi.tree import tree_schedule
 
 from .apps import App, app
 from .errors import DependencyFailure
@@ -78,11 +81,9 @@ def reduce_tree(merge: Union[App, Callable], items: Iterable[Any], ordered: bool
     if len(level) == 1:
         return level[0] if isinstance(level[0], Future) else _done(level[0])
     if ordered:
-        while len(level) > 1:
-            nxt = [task(level[i], level[i + 1]) for i in range(0, len(level) - 1, 2)]
-            if len(level) % 2:
-                nxt.append(level[-1])
-            level = nxt
+        for rnd in tree_schedule(len(level)):
+            for dst, src in rnd:
+                level[dst] = task(level[dst], level[src])
         return level[0]
     return _Unordered(task, level).result
 

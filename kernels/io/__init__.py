@@ -14,8 +14,7 @@ them imports numba, h5py or tifffile at import time.
 """
 from __future__ import annotations
 
-import importlib
-from typing import Any
+import lazy_loader
 
 _EXPORTS = {
     "FrameSource": "base",
@@ -31,15 +30,6 @@ _EXPORTS = {
 __all__ = list(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    try:
-        module = _EXPORTS[name]
-    except KeyError:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+# loaded on first use (lazy_loader, scientific-python's PEP 562 helper)
+__getattr__, __dir__, _ = lazy_loader.attach(__name__, submod_attrs={
+    m: [n for n, k in _EXPORTS.items() if k == m] for m in set(_EXPORTS.values())})

@@ -11,15 +11,57 @@ from __future__ import annotations
 
 from ..errors import ReaderError
 
-__all__ = ["FILTER_NAMES", "needed_filters", "missing_filters", "require_filters"]
+__all__ = ["FILTER_NAMES", "HDF5PLUGIN_FILTERS", "LOSSY_FILTERS", "VERSION_FIELDS",
+           "filter_name", "import_hdf5plugin", "ensure_available", "needed_filters",
+           "missing_filters", "require_filters"]
 
-# The HDF Group's registered filter identifiers for the filters detector files use.
+# The one table of HDF5 filters (the stager's HDF5 staging uses it too).
+#: The HDF Group's registered filter identifiers for the filters detector files use.
 FILTER_NAMES = {
-    1: "deflate (gzip)", 2: "shuffle", 3: "fletcher32", 4: "szip", 5: "nbit",
+    1: "deflate", 2: "shuffle", 3: "fletcher32", 4: "szip", 5: "nbit",
     6: "scaleoffset", 305: "LZO", 307: "bzip2", 32000: "LZF", 32001: "Blosc",
     32004: "LZ4", 32008: "bitshuffle", 32013: "zfp", 32015: "Zstandard", 32017: "SZ",
-    32018: "FCIDECOMP", 32024: "SZ3", 32026: "Blosc2", 32028: "SPERR",
+    32018: "FCIDECOMP", 32024: "SZ3", 32026: "Blosc2", 32028: "SPERR", 32033: "HTJ2K",
 }
+#: Filters the hdf5plugin package provides (7.x).
+HDF5PLUGIN_FILTERS = frozenset({307, 32001, 32004, 32008, 32013, 32015, 32017, 32018, 32024,
+                                32026, 32028, 32033})
+#: Lossy compressors (registered ids): values they decode differ from what was encoded.
+LOSSY_FILTERS = frozenset({32013, 32017, 32024, 32028})
+#: Leading client values that record the set-up library's version, per filter id.
+VERSION_FIELDS = {32000: 2, 32001: 2, 32008: 2, 32026: 2}
+
+
+def filter_name(code: int, stored=b"") -> str:
+    """A readable name: the registry's, else the name stored in the file, else '?'."""
+    if code in FILTER_NAMES:
+        return FILTER_NAMES[code]
+    if isinstance(stored, bytes):
+        stored = stored.decode(errors="replace")
+    return str(stored or "?")
+
+
+def import_hdf5plugin():
+    """Import hdf5plugin once (it registers its filters with HDF5); its version, or None."""
+    try:
+        import hdf5plugin
+    except ImportError:
+        return None
+    return str(getattr(hdf5plugin, "version", "?"))
+
+
+def ensure_available(codes) -> list:
+    """Make filters ``codes`` available, importing hdf5plugin if one is missing.
+
+    Returns the codes still unavailable afterwards (empty when all are there).
+    """
+    from h5py import h5z
+
+    missing = [c for c in dict.fromkeys(codes) if not h5z.filter_avail(c)]
+    if missing:
+        import_hdf5plugin()
+        missing = [c for c in missing if not h5z.filter_avail(c)]
+    return missing
 
 
 def needed_filters(dset) -> list:
@@ -28,27 +70,14 @@ def needed_filters(dset) -> list:
     out = []
     for i in range(plist.get_nfilters()):
         fid, _flags, _values, name = plist.get_filter(i)
-        out.append((int(fid), FILTER_NAMES.get(int(fid)) or name.decode(errors="replace") or "?"))
+        out.append((int(fid), filter_name(int(fid), name)))
     return out
-
-
-def _hdf5plugin_filters() -> dict | None:
-    """hdf5plugin's {id: name} after importing it (registers its filters), None if absent."""
-    try:
-        import hdf5plugin
-    except ImportError:
-        return None
-    return {fid: name for name, fid in hdf5plugin.FILTERS.items()}
 
 
 def missing_filters(dset) -> list:
     """Filters of ``dset`` this process cannot decode, after trying hdf5plugin."""
-    from h5py import h5z
-
-    missing = [(fid, name) for fid, name in needed_filters(dset) if not h5z.filter_avail(fid)]
-    if missing and _hdf5plugin_filters() is not None:
-        missing = [(fid, name) for fid, name in missing if not h5z.filter_avail(fid)]
-    return missing
+    names = dict(needed_filters(dset))
+    return [(fid, names[fid]) for fid in ensure_available(names)]
 
 
 def require_filters(dset, where: str) -> None:
@@ -63,9 +92,8 @@ def require_filters(dset, where: str) -> None:
     missing = missing_filters(dset)
     if not missing:
         return
-    plugin = _hdf5plugin_filters()
     names = ", ".join(f"{fid} ({name})" for fid, name in missing)
-    if plugin is None:
+    if import_hdf5plugin() is None:
         fix = ("install hdf5plugin without replacing the MPI h5py: pip install --no-deps "
                "hdf5plugin (it is imported automatically when needed; HDF5_PLUGIN_PATH="
                "<hdf5plugin>/plugins also works for reading)")

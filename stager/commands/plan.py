@@ -20,7 +20,7 @@ from stager.errors import PlanError
 from stager.nodelocal.space import DestinationSpace, check_space
 from stager.planning import build_plan
 from stager.planning.plan import Plan, describe_size, expand_node
-from stager.planning.frames import split
+from stager.planning.kinds import kind, split
 from stager.planning.scatter import node_bytes, placement
 from stager.planning.sources import check_disjoint, real_dest
 
@@ -83,10 +83,12 @@ def run(args: argparse.Namespace) -> int:
         doc["largest"] = _largest(plan)
         if per_node is not None:
             doc["bytes_per_node"] = per_node
-            doc["holders"] = {plan.files[i].source: list(h) for (k, i), h in held.items()
-                              if k == "files"}
-            doc["h5_holders"] = {plan.h5[i].dest.replace("\x00", "%"): list(h)
-                                 for (k, i), h in held.items() if k == "h5"}
+            doc["holders"] = {}
+            for (k, i), h in held.items():  # files by source, other kinds by destination
+                u = plan.units(k)[i]
+                key = u.source if kind(k).whole_files else u.dest.replace("\x00", "%")
+                doc.setdefault("holders" if kind(k).whole_files else f"{k}_holders",
+                               {})[key] = list(h)
         doc["destinations"] = [dict(dest=s.dest, probe=s.probe, needs=s.needs, free=s.free,
                                     filesystem_needs=s.fs_needs, fits=s.fits) for s in space]
         json.dump(doc, sys.stdout, indent=2)
@@ -126,7 +128,7 @@ def destination_space(plan: Plan, node: str,
 def _too_big(plan: Plan, space: List[DestinationSpace], node: str) -> str:
     """A scatter output larger than its destination's free space (no node could hold it)."""
     free = {s.dest: s.free for s in space}
-    for e in list(plan.files) + list(plan.h5):
+    for e in (u for us in plan.outputs.values() for u in us):
         b = plan.blocks[e.block]
         room = free.get(expand_node(b.dest, node)) if b.mode == "scatter" else None
         if room is not None and e.out_bytes > room:
@@ -150,19 +152,8 @@ def render_text(plan: Plan, space: List[DestinationSpace], node: str,
     out = [f"spec {plan.spec_path}: {len(plan.blocks)} block(s), "
            f"{plan.n_outputs} file(s), {describe_size(plan.total_bytes)}"]
     for i, b in enumerate(plan.blocks, 1):
-        if b.kind == "h5":
-            how = f"scatter (frame ranges, each on {b.replicas} node(s)), " \
-                if b.mode == "scatter" else ""
-            out.append(f"  block {i} ({b.location}): h5, {how}{b.files} HDF5 file(s), "
-                       f"{describe_size(b.data_bytes)} selected, about "
-                       f"{describe_size(b.bytes)} on disk -> {b.dest.replace(chr(0), '%')}")
-        elif b.mode == "scatter":
-            out.append(f"  block {i} ({b.location}): scatter, {b.files} file(s), "
-                       f"{describe_size(b.bytes)} in all, each file on {b.replicas} node(s) "
-                       f"-> {b.dest.replace(chr(0), '%')}")
-        else:
-            out.append(f"  block {i} ({b.location}): {b.files} file(s), "
-                       f"{describe_size(b.bytes)} -> {b.dest.replace(chr(0), '%')}")
+        out.append(f"  block {i} ({b.location}): {kind(b.kind).describe_block(b)} "
+                   f"-> {b.dest.replace(chr(0), '%')}")
     if per_node is not None:
         out.append(f"bytes per node on {len(per_node)} node(s): "
                    + ", ".join(f"node {k}: {describe_size(v)}" for k, v in enumerate(per_node)))
@@ -186,19 +177,11 @@ def render_text(plan: Plan, space: List[DestinationSpace], node: str,
         out.append(f"not followed: {len(plan.skipped_links)} symbolic link(s) to directories "
                    f"below '**' or in a copied directory: {shown}{more}")
     out.append("plan:")
-    entries = plan.files if limit is None else plan.files[:limit]
-    for e in entries:
-        out.append(f"  {e.source} -> {e.dest.replace(chr(0), '%')}  {e.size} B  "
-                   f"mode {e.mode:04o}")
-    if limit is not None and len(plan.files) > limit:
-        out.append(f"  ... {len(plan.files) - limit} more (--all lists every file, "
-                   "--json prints them all)")
-    h5 = plan.h5 if limit is None else plan.h5[:limit]
-    for fp in h5:
-        frames = f"frames {fp.frames[0]}..{fp.frames[1] - 1} of " if fp.frames else ""
-        out.append(f"  {frames}{fp.source}:{','.join(fp.selections)} -> "
-                   f"{fp.dest.replace(chr(0), '%')}  {fp.nbytes} B selected, "
-                   f"~{fp.est_bytes} B on disk")
-    if limit is not None and len(plan.h5) > limit:
-        out.append(f"  ... {len(plan.h5) - limit} more HDF5 files (--all lists them)")
+    for name, units in plan.outputs.items():
+        k = kind(name)
+        for u in units if limit is None else units[:limit]:
+            out.append(f"  {k.describe_unit(u)}")
+        if limit is not None and len(units) > limit:
+            out.append(f"  ... {len(units) - limit} more of {k.what} (--all lists them, "
+                       "--json prints them all)")
     return "\n".join(out)

@@ -21,8 +21,7 @@ destination is treated as hostile until checked:
 ``fsync`` is off by default for staging: the staged bytes are a replica of a
 source that stays on the shared filesystem, and a node crash loses the job
 anyway, so durability buys nothing while costing a flush per file on disks
-(measured here, 64 x 1 MiB: /tmp 0.69 GB/s without, 0.63 GB/s with fsync;
-/dev/shm has nothing to flush). ``stager drain`` writes the only copy of
+(``bench/results/history.md``). ``stager drain`` writes the only copy of
 results and passes ``fsync=True``.
 
 Public helpers reused by ``drain``: :func:`ensure_dir`, :class:`AtomicFile`,

@@ -84,6 +84,8 @@ class StagedFile:
     checksum: str
     dev: int
     ino: int
+    #: the block kind that made the copy (``verify`` asks it); "" in older records
+    kind: str = ""
 
     def source_id(self) -> SourceId:
         return (self.source_size, self.source_mtime_ns, self.source_ctime_ns, self.source_ino)
@@ -99,12 +101,17 @@ class StagedFile:
 
 
 _FIELDS = tuple(f.name for f in fields(StagedFile))
+_OPTIONAL = ("kind",)  # absent from records written before it existed
+
+
+def _entry(d: Dict[str, Any]) -> StagedFile:
+    return StagedFile(**{k: d[k] for k in _FIELDS if k in d or k not in _OPTIONAL})
 
 
 def _as_dict(f: StagedFile) -> Dict[str, Any]:
     """``dataclasses.asdict`` for a record entry, whose fields are all scalars: a shallow
-    copy. ``asdict`` recurses into every field and cost ~60 us per entry -- a third of
-    the stager's own time when staging 2,000 small files (measured, cProfile)."""
+    copy (``asdict`` recurses into every field: a third of the stager's own time when
+    staging 2,000 small files)."""
     return {k: getattr(f, k) for k in _FIELDS}
 
 
@@ -123,7 +130,7 @@ class SpecRecord:
         op = ev.get("op")
         try:
             if op == "copy":
-                self.files[str(ev["rel"])] = StagedFile(**{k: ev[k] for k in _FIELDS})
+                self.files[str(ev["rel"])] = _entry(ev)
             elif op == "sum":
                 old = self.files.get(str(ev["rel"]))
                 if old is not None:
@@ -172,7 +179,7 @@ def load(state_fd: int, state_path: str, key: str, root: str) -> SpecRecord:
                 raise ValueError(f"unknown version {d.get('version')!r}")
             rec.algorithm = str(d["algorithm"])
             rec.spec = str(d.get("spec", ""))
-            rec.files = {str(rel): StagedFile(**{k: v[k] for k in _FIELDS})
+            rec.files = {str(rel): _entry(v)
                          for rel, v in d["files"].items()}
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise StagerError(f"record {path} is malformed ({e}); remove the destination's "
@@ -283,9 +290,9 @@ def is_source(rec: StagedFile, key: str, ident: SourceId) -> bool:
 
 
 def new_entry(key: str, ident: SourceId, st: os.stat_result, mode: int,
-              digest: Optional[str]) -> StagedFile:
+              digest: Optional[str], kind: str = "") -> StagedFile:
     """The entry of a copy whose finished temporary file has ``st``."""
     return StagedFile(source=key, source_size=ident[0], source_mtime_ns=ident[1],
                       source_ctime_ns=ident[2], source_ino=ident[3], size=st.st_size,
                       mtime_ns=st.st_mtime_ns, mode=mode, checksum=digest or "",
-                      dev=st.st_dev, ino=st.st_ino)
+                      dev=st.st_dev, ino=st.st_ino, kind=kind)

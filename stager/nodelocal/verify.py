@@ -5,12 +5,13 @@ Collective over a communicator. Works from the per-spec records
 on the nodes still what was staged?". Each copy is opened without following a
 symlink (its directories walked with ``O_NOFOLLOW`` descriptors) and must be the
 recorded file (same device and inode), of the recorded size, with the recorded
-checksum. A staged HDF5 copy is also decoded: every dataset's values are read
-back through its filter pipeline and compared with the digest of the values read
-from the source (:mod:`stager.nodelocal.h5check`), so a copy that no longer
-decodes is named with its dataset. Each mismatch (missing copy, a symlink or
-directory in its place, a replaced file, wrong size, wrong checksum, nothing
-staged at a destination) is reported with its node and file, on every rank.
+checksum. Each copy is also checked by the block kind recorded with it
+(``Kind.verify``, :mod:`stager.planning.kinds`): a staged HDF5 copy is decoded,
+every dataset's values read back through its filter pipeline and compared with
+the digest of the values read from the source (:mod:`stager.nodelocal.h5check`),
+so a copy that no longer decodes is named with its dataset. Each mismatch
+(missing copy, a symlink or directory in its place, a replaced file, wrong size,
+wrong checksum, nothing staged at a destination) is reported with its node and file, on every rank.
 Only the spec's own records are read: other specs sharing a root are not
 touched. The root's lock is taken, so a verify never reads a record a running
 stage is writing.
@@ -29,11 +30,11 @@ from stager.nodelocal import checksum
 from stager.nodelocal.roots import lock_roots, open_roots, release
 from stager.nodelocal.state import RootState
 from stager.nodelocal.trusted import Untrusted, open_below
+from stager.planning import kinds
 
 __all__ = ["verify", "VerifyReport", "Mismatch"]
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-_HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,7 @@ def _check_copy(node: str, state: RootState, rel: str, rec: Any) -> Tuple[int, O
             return 0, Mismatch(node, path, "replaced since it was staged (not the staged copy)")
         if st.st_size != rec.size:
             return 0, Mismatch(node, path, f"size {st.st_size}, staged {rec.size}")
-        why = _decodes(f.fileno())
+        why = _decodes(f.fileno(), rec)
         if why is not None:
             return 0, Mismatch(node, path, why)
         if not rec.checksum:
@@ -98,24 +99,20 @@ def _check_copy(node: str, state: RootState, rel: str, rec: Any) -> Tuple[int, O
     return st.st_size, None
 
 
-def _decodes(fd: int) -> Optional[str]:
-    """For a staged HDF5 copy (open as ``fd``): why its datasets do not decode to the
-    values read from the source, or None (also for any other file).
+def _decodes(fd: int, rec: Any) -> Optional[str]:
+    """Why the copy (open as ``fd``) is not a good copy of its kind (``Kind.verify``:
+    an HDF5 copy's datasets are decoded), or None. A record without its kind (written
+    before kinds were recorded) is checked by its checksum only.
 
-    The copy is opened through ``/proc/self/fd``, so the file checked is the one
+    The copy is named through ``/proc/self/fd``, so the file checked is the one
     opened without following symlinks (see :mod:`stager.nodelocal.h5check`).
     """
-    if os.pread(fd, 8, 0) != _HDF5_SIGNATURE:
+    if not rec.kind:
         return None
-    from stager.nodelocal import h5check  # numpy and h5py: only for HDF5 copies
-
-    path = f"/proc/self/fd/{fd}"
-    if not h5check.is_staged_h5(path):
-        return None
-    bad = h5check.check_file(path)
-    if not bad:
-        return None
-    return "; ".join(f"HDF5 dataset {b.path} {b.reason}" for b in bad)
+    if rec.kind not in kinds.names():
+        return (f"staged by the block kind {rec.kind!r}, which this stager does not know: "
+                "verify with the stager that staged it")
+    return kinds.kind(rec.kind).verify(f"/proc/self/fd/{fd}", rec.source)
 
 
 def _check_node(node: str, key: str, held: List[Any]) -> Tuple[int, int, List[Mismatch]]:

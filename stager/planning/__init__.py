@@ -5,11 +5,12 @@ sources on the shared filesystem. The MPI layer calls it on rank 0 only and
 broadcasts the result once (``stager.mpi.bcast_result``), so N ranks do not
 put N times the metadata load on a parallel filesystem.
 
-Modules: ``plan`` (the data), ``sources`` (glob + stat + destination rules
-shared by all kinds), ``files`` (``files`` blocks), ``h5`` and ``h5types``
-(``h5`` blocks; h5py is imported only when a spec has one), ``scatter`` (where
-outputs of scatter blocks land) and ``frames`` (scatter h5 outputs split into frame
-ranges); both are pure functions of the plan and the node count, computed by every rank.
+Modules: ``plan`` (the data), ``kinds`` (the table of block kinds: each block is
+planned by its kind), ``sources`` (glob + stat + destination rules shared by all
+kinds), ``files`` (``files`` blocks), ``h5`` and ``h5types`` (``h5`` blocks; h5py is
+imported only when a spec has one), ``scatter`` (where outputs of scatter blocks
+land) and ``frames`` (scatter h5 outputs split into frame ranges); both are pure
+functions of the plan and the node count, computed by every rank.
 """
 from __future__ import annotations
 
@@ -17,19 +18,15 @@ import hashlib
 import os
 from typing import Any, Dict, List, Tuple
 
-from hooks.spec import Block, Pattern, Spec
+from hooks.spec import Block, Spec
 from stager.errors import PlanError
-from stager.planning.files import plan_files
-from stager.planning.frames import split_file
+from stager.planning import kinds
 from stager.planning.plan import BlockPlan, FileEntry, Plan, describe_size, expand_node
 from stager.planning.sources import (SourceArea, StatFn, check_disjoint, real_dest,
                                      source_areas)
 
 __all__ = ["build_plan", "destination_templates", "spec_key", "check_destinations", "Plan",
-           "BlockPlan", "FileEntry", "expand_node", "describe_size", "KINDS"]
-
-#: Block kinds, in the order their outputs are staged.
-KINDS = ("files", "h5")
+           "BlockPlan", "FileEntry", "expand_node", "describe_size"]
 
 
 def build_plan(spec: Spec, *, stat: StatFn = os.stat, h5_inline_bytes: Any = None) -> Plan:
@@ -54,36 +51,24 @@ def build_plan(spec: Spec, *, stat: StatFn = os.stat, h5_inline_bytes: Any = Non
         Anything a block cannot be planned for; the message starts with the
         ``FILE:LINE:COL`` of the pattern or block.
     """
-    claimed: Dict[str, Tuple[str, Pattern]] = {}
+    ctx = kinds.PlanContext(stat=stat, options={"h5_inline_bytes": h5_inline_bytes})
     blocks: List[BlockPlan] = []
-    files: List[FileEntry] = []
-    h5: List[Any] = []
-    trees: List[Tuple[str, Pattern]] = []
-    skipped: List[str] = []
+    outputs: Dict[str, List[Any]] = {name: [] for name in kinds.names()}
     for index, block in enumerate(spec.blocks):
-        if block.kind == "files":
-            bp, entries = plan_files(block, index, claimed, stat, trees, skipped)
-            files.extend(entries)
-        elif block.kind == "h5":
-            # numpy and h5py: only for a spec with h5 blocks, only on the planning rank
-            from stager.planning.h5 import INLINE_BYTES, plan_h5
-
-            inline = INLINE_BYTES if h5_inline_bytes is None else int(h5_inline_bytes)
-            bp, outputs = plan_h5(block, index, claimed, inline)
-            h5.extend(outputs)
-        else:
+        if block.kind not in outputs:
             raise PlanError(f"{block.location}: '{block.kind}' blocks are not supported by "
-                            f"this version of the stager: use one of {', '.join(KINDS)}")
+                            f"this version of the stager: use one of {', '.join(outputs)}")
+        bp, units = kinds.kind(block.kind).plan(block, index, ctx)
+        outputs[block.kind].extend(units)
         blocks.append(bp)
-    areas = source_areas(spec.blocks, [e.source for e in files] + [h.source for h in h5], trees)
+    sources = [u.source for us in outputs.values() for u in us]
+    areas = source_areas(spec.blocks, sources, ctx.trees)
     for block in spec.blocks:
         check_destinations(block, areas)
-    for fp in h5:  # what no node count can split is refused now, not at staging
-        if spec.blocks[fp.block].mode == "scatter":
-            split_file(fp, 2, str(spec.blocks[fp.block].location))
-    return Plan(spec_path=spec.path, blocks=tuple(blocks), files=tuple(files), h5=tuple(h5),
+    return Plan(spec_path=spec.path, blocks=tuple(blocks),
+                outputs={k: tuple(v) for k, v in outputs.items() if v},
                 spec_key=spec_key(spec), areas=areas,
-                skipped_links=tuple(dict.fromkeys(skipped)))
+                skipped_links=tuple(dict.fromkeys(ctx.skipped)))
 
 
 def check_destinations(block: Block, areas: Tuple[SourceArea, ...]) -> None:

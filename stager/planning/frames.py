@@ -191,7 +191,7 @@ def split(plan: Plan, nodes: int) -> Plan:
     scattered = [b.kind == "h5" and b.mode == "scatter" for b in plan.blocks]
     if not any(scattered) or nodes < 1:
         return plan
-    taken = {e.dest for e in plan.files} | {h.dest for h in plan.h5}
+    taken = {u.dest for us in plan.outputs.values() for u in us}
     h5: List[H5FilePlan] = []
     for fp in plan.h5:
         if not scattered[fp.block] or fp.frames:  # a range already: a split plan again
@@ -209,7 +209,7 @@ def split(plan: Plan, nodes: int) -> Plan:
         if scattered[i]:
             mine = [h for h in h5 if h.block == i]
             blocks[i] = replace(b, files=len(mine), bytes=sum(h.est_bytes for h in mine))
-    return replace(plan, blocks=tuple(blocks), h5=tuple(h5))
+    return replace(plan, blocks=tuple(blocks), outputs={**plan.outputs, "h5": tuple(h5)})
 
 
 def ranges_of(plan: Plan) -> Dict[str, List[Tuple[FrameRange, int]]]:

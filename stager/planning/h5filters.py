@@ -1,10 +1,14 @@
-"""HDF5 filter pipelines: names, availability (hdf5plugin on demand), and the set-up values.
+"""HDF5 filter pipelines of copies: the set-up values, and what a copy must keep.
+
+The table of filters (names, which hdf5plugin provides, which are lossy, their
+version fields) and their availability (hdf5plugin imported on demand) are
+:mod:`kernels.io.h5filters`, shared with the readers; they are re-exported here.
 
 Three things go wrong with filters when a dataset is copied, and this module
 is where each is prevented:
 
 * **A filter HDF5 does not ship** (Eiger: bitshuffle+LZ4, id 32008).
-  :func:`ensure_available` imports hdf5plugin (which registers its filters
+  ``ensure_available`` imports hdf5plugin (which registers its filters
   with HDF5) the first time a dataset needs one; a filter still missing is one
   :class:`MissingFilter` naming its id and name and a fix that works. Pointing
   ``HDF5_PLUGIN_PATH`` at hdf5plugin's plugin folder is not one: HDF5 then
@@ -33,6 +37,9 @@ from __future__ import annotations
 import itertools
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
+from kernels.io.h5filters import (FILTER_NAMES, HDF5PLUGIN_FILTERS, LOSSY_FILTERS,
+                                   VERSION_FIELDS, ensure_available, filter_name,
+                                   import_hdf5plugin)
 from stager.planning.h5types import Filter
 
 __all__ = ["FILTER_NAMES", "HDF5PLUGIN_FILTERS", "VERSION_FIELDS", "MissingFilter",
@@ -40,59 +47,8 @@ __all__ = ["FILTER_NAMES", "HDF5PLUGIN_FILTERS", "VERSION_FIELDS", "MissingFilte
            "import_hdf5plugin", "missing_advice", "setup_values", "pipeline_difference",
            "stored_pipeline"]
 
-#: The HDF Group's registered filter identifiers for filters detector files use.
-FILTER_NAMES: Dict[int, str] = {
-    1: "deflate", 2: "shuffle", 3: "fletcher32", 4: "szip", 5: "nbit",
-    6: "scaleoffset", 305: "LZO", 307: "bzip2", 32000: "LZF", 32001: "Blosc",
-    32004: "LZ4", 32008: "bitshuffle", 32013: "zfp", 32015: "Zstandard", 32017: "SZ",
-    32018: "FCIDECOMP", 32024: "SZ3", 32026: "Blosc2", 32028: "SPERR", 32033: "HTJ2K",
-}
-#: Filters the hdf5plugin package provides (7.x).
-HDF5PLUGIN_FILTERS = frozenset({307, 32001, 32004, 32008, 32013, 32015, 32017, 32018, 32024,
-                                32026, 32028, 32033})
-#: Lossy compressors (registered ids): values they decode differ from what was encoded.
-LOSSY_FILTERS = frozenset({32013, 32017, 32024, 32028})
-#: Leading client values that record the set-up library's version, per filter id.
-VERSION_FIELDS: Dict[int, int] = {32000: 2, 32001: 2, 32008: 2, 32026: 2}
-
-
 class MissingFilter(Exception):
     """A filter this process's HDF5 can neither decode nor encode (message: what to do)."""
-
-
-def filter_name(code: int, stored: Any = "") -> str:
-    """A readable name: the registry's, else the name stored in the file, else '?'."""
-    if code in FILTER_NAMES:
-        return FILTER_NAMES[code]
-    if isinstance(stored, bytes):
-        stored = stored.decode(errors="replace")
-    return str(stored or "?")
-
-
-def import_hdf5plugin() -> Optional[str]:
-    """Import hdf5plugin once (it registers its filters); its version, or None."""
-    try:
-        import hdf5plugin
-    except ImportError:
-        return None
-    return str(getattr(hdf5plugin, "version", "?"))
-
-
-def ensure_available(codes: Iterable[int]) -> List[int]:
-    """Make filters ``codes`` available, importing hdf5plugin if one is missing. Local.
-
-    Returns
-    -------
-    list of int
-        The codes still unavailable afterwards (empty when all are there).
-    """
-    from h5py import h5z
-
-    missing = [c for c in dict.fromkeys(codes) if not h5z.filter_avail(c)]
-    if missing:
-        import_hdf5plugin()
-        missing = [c for c in missing if not h5z.filter_avail(c)]
-    return missing
 
 
 def missing_advice(code: int, name: str) -> str:

@@ -117,7 +117,7 @@ class BlockPlan:
     dest : str
         Destination template (may hold ``%n``).
     kind : str
-        ``files`` or ``h5``.
+        The block kind (a row of :mod:`stager.planning.kinds`).
     location : str
         ``FILE:LINE:COL`` of the block, for messages.
     files : int
@@ -146,12 +146,16 @@ class BlockPlan:
 
 @dataclass(frozen=True)
 class Plan:
-    """Every output of a run, in a deterministic order (block, then destination)."""
+    """Every output of a run, in a deterministic order (block, then destination).
+
+    ``outputs`` holds each block kind's units under its name
+    (:mod:`stager.planning.kinds`), in the table's order; a kind without units is
+    absent.
+    """
 
     spec_path: str
     blocks: Tuple[BlockPlan, ...]
-    files: Tuple[FileEntry, ...] = field(default_factory=tuple)
-    h5: Tuple[Any, ...] = field(default_factory=tuple)   # H5FilePlan (planning.h5types)
+    outputs: Dict[str, Tuple[Any, ...]] = field(default_factory=dict)
     #: key of the spec's records in every destination root (stager.planning.spec_key)
     spec_key: str = ""
     #: the sources' side, which no destination may overlap (planning.sources.SourceArea)
@@ -160,16 +164,22 @@ class Plan:
     skipped_links: Tuple[str, ...] = field(default_factory=tuple)
 
     def units(self, kind: str) -> Tuple[Any, ...]:
-        """The planned outputs of one block kind."""
-        if kind == "files":
-            return self.files
-        if kind == "h5":
-            return self.h5
-        raise ValueError(f"unknown block kind {kind!r}")
+        """The planned outputs of one block kind (none: ``()``)."""
+        return self.outputs.get(kind, ())
+
+    @property
+    def files(self) -> Tuple[FileEntry, ...]:
+        """The whole files of ``files`` blocks."""
+        return self.units("files")
+
+    @property
+    def h5(self) -> Tuple[Any, ...]:
+        """The HDF5 copies of ``h5`` blocks (:class:`~stager.planning.h5types.H5FilePlan`)."""
+        return self.units("h5")
 
     @property
     def n_outputs(self) -> int:
-        return len(self.files) + len(self.h5)
+        return sum(len(v) for v in self.outputs.values())
 
     @property
     def total_bytes(self) -> int:
@@ -191,6 +201,8 @@ class Plan:
         return [(e, expand_dest(e.dest, self.blocks[e.block].dest, node)) for e in self.files]
 
     def to_dict(self) -> Dict[str, Any]:
+        from stager.planning.kinds import kind
+
         return {
             "spec": self.spec_path,
             "blocks": [asdict(b) for b in self.blocks],
@@ -199,6 +211,8 @@ class Plan:
             "bytes": self.total_bytes,
             "entries": [asdict(e) for e in self.files],
             "h5": [h.describe() for h in self.h5],
+            "outputs": {k: [kind(k).unit_dict(u) for u in us] for k, us in self.outputs.items()
+                        if us and k not in ("files", "h5")},
             "spec_key": self.spec_key,
             "areas": [asdict(a) for a in self.areas],
             "skipped_links": list(self.skipped_links),
@@ -209,11 +223,12 @@ class Plan:
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> Plan:
-        """A plan of ``files`` blocks from :meth:`to_dict` (HDF5 plans do not round-trip)."""
-        if d.get("h5"):
-            raise ValueError("a plan with h5 blocks cannot be rebuilt from JSON: plan the spec")
+        """A plan of ``files`` blocks from :meth:`to_dict` (other kinds do not round-trip)."""
+        if d.get("h5") or d.get("outputs"):
+            raise ValueError("a plan with blocks other than files cannot be rebuilt from "
+                             "JSON: plan the spec")
         return cls(spec_path=d["spec"], blocks=tuple(BlockPlan(**b) for b in d["blocks"]),
-                   files=tuple(FileEntry(**e) for e in d["entries"]),
+                   outputs={"files": tuple(FileEntry(**e) for e in d["entries"])},
                    spec_key=d.get("spec_key", ""),
                    areas=tuple(SourceArea(**a) for a in d.get("areas", ())),
                    skipped_links=tuple(d.get("skipped_links", ())))
@@ -221,8 +236,9 @@ class Plan:
     @classmethod
     def from_entries(cls, spec_path: str, blocks: Iterable[BlockPlan],
                      entries: Iterable[FileEntry], h5: Iterable[Any] = ()) -> Plan:
-        return cls(spec_path=spec_path, blocks=tuple(blocks), files=tuple(entries),
-                   h5=tuple(h5))
+        return cls(spec_path=spec_path, blocks=tuple(blocks),
+                   outputs={k: v for k, v in (("files", tuple(entries)), ("h5", tuple(h5)))
+                            if v})
 
 
 def describe_size(n: Optional[int]) -> str:

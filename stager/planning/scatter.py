@@ -67,7 +67,7 @@ def place(sizes: Sequence[int], replicas: Sequence[int], nodes: int,
 def placement(plan, nodes: int) -> Dict[Tuple[str, int], Tuple[int, ...]]:
     """Holders of every output of the plan's scatter blocks: ``(kind, index) -> nodes``.
 
-    ``kind`` is ``"files"`` or ``"h5"``, ``index`` the output's index in
+    ``kind`` is the block kind's name, ``index`` the output's index in
     ``plan.units(kind)``. Pure; every rank computes the same result from the broadcast
     plan. Outputs of broadcast blocks are absent (every node holds them). HDF5
     outputs are placed as given: split the plan into frame ranges first
@@ -83,7 +83,7 @@ def placement(plan, nodes: int) -> Dict[Tuple[str, int], Tuple[int, ...]]:
             raise PlanError(f"{b.location}: 'scatter ... replicas {b.replicas}' needs at least "
                             f"{b.replicas} nodes, and this job has {nodes}: lower replicas or "
                             "run on more nodes")
-    keys = [(k, i) for k in ("files", "h5") for i, u in enumerate(plan.units(k))
+    keys = [(k, i) for k in plan.outputs for i, u in enumerate(plan.units(k))
             if plan.blocks[u.block].mode == "scatter"]
     units = [plan.units(k)[i] for k, i in keys]
     ranges: Dict[Tuple[str, int], List[int]] = {}  # the frame ranges of one HDF5 output

@@ -57,8 +57,9 @@ class NodeRecords:
 
     def __init__(self, units: Sequence[Any], dests: Sequence[str], roots: Sequence[str],
                  rels: Sequence[str], key: str, spec: str, run: str, node: str,
-                 fsync: bool = False) -> None:
+                 fsync: bool = False, kinds: Sequence[str] = ()) -> None:
         self.units, self.dests, self.roots, self.rels = units, dests, roots, rels
+        self.kinds = kinds  # each unit's block kind, recorded with its copy
         self.key, self.spec, self.run, self.node, self.fsync = key, spec, run, node, fsync
         self.states: Dict[str, RootState] = {}
         self.shared: Dict[str, str] = {}        # root -> node of this run that writes it
@@ -184,7 +185,7 @@ class NodeRecords:
             return
         u = self.units[g]
         entry = records.new_entry(u.key, unit_source_id(u), st, _stat.S_IMODE(st.st_mode),
-                                  digest)
+                                  digest, self.kinds[g] if self.kinds else "")
         root, rel = self.roots[g], self.rels[g]
         self._journal(root).copy(rel, entry)  # before the rename: no unrecorded final copy
         self.recs[root].files[rel] = entry

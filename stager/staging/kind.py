@@ -1,21 +1,20 @@
-"""What a block kind must bring to the one staging pipeline: its transfer, nothing else.
+"""What a block kind's transfer is given, and what it returns, on one leader.
 
 Every kind plans its outputs as *units* (:class:`stager.planning.plan.Unit`:
 destination, block, source key, size, mtime, mode, bytes on disk) and moves
-them with its own :meth:`Kind.transfer`. Everything else -- resume, capacity,
-directories, records, agreement, the report -- is written once, in
-:mod:`stager.staging.pipeline`, for all kinds. The table of kinds is
-:mod:`stager.staging.kinds`.
+them with its own ``transfer`` (:class:`stager.planning.kinds.Kind`). Everything
+else -- resume, capacity, directories, records, agreement, the report -- is
+written once, in :mod:`stager.staging.pipeline`, for all kinds.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from stager.options import StageOptions
 from stager.staging.report import Progress, SourceMeter
 
-__all__ = ["Kind", "Transfer", "Moved"]
+__all__ = ["Transfer", "Moved"]
 
 
 @dataclass
@@ -95,17 +94,3 @@ class Moved:
     error: Optional[BaseException] = None
     bytes_written: int = 0
     extra: Dict[str, Any] = field(default_factory=dict)
-
-
-class Kind(Protocol):
-    """One block kind's part of the pipeline."""
-
-    name: str
-    what: str  # for messages: "the files", "the HDF5 selections"
-
-    def check(self, node: str) -> None:
-        """Local check on a leader before anything is written (a missing capability)."""
-
-    def transfer(self, t: Transfer) -> Moved:
-        """Collective over ``t.comm``: move ``t.moved``; never raise, return the error."""
-

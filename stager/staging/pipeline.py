@@ -1,7 +1,8 @@
 """``stage``: replicate a plan into every node's local storage, reading each byte once.
 
 Collective over a communicator. The phases are written once, for every block
-kind; a kind (files, h5) only brings its transfer (:mod:`stager.staging.kinds`).
+kind; a kind (files, h5, ...) brings its own part through the table of
+:mod:`stager.planning.kinds` (its transfer, its check, whether it copies whole files).
 Every local step that precedes a collective runs inside
 ``stager.mpi.agreed``, so a failure on one rank is the same ``StagerError``
 on all (never a hang):
@@ -50,14 +51,13 @@ from stager.nodelocal.state import STATE_DIR
 from stager.options import StageOptions, resolve_options
 from stager.planning.api import plan as plan_spec
 from stager.planning.plan import Plan, describe_size, expand_node
-from stager.planning.frames import split
+from stager.planning.kinds import Kind, kinds, split
 from stager.planning.scatter import node_bytes, placement
 from stager.planning.sources import check_disjoint, real_dest
 from stager.staging import interrupt
 from stager.staging.capacity import check_capacity
 from stager.staging.commits import NodeRecords
-from stager.staging.kind import Kind, Moved, Transfer
-from stager.staging.kinds import KINDS
+from stager.staging.kind import Moved, Transfer
 from stager.staging.report import Progress, Report, SourceMeter
 from stager.staging.sourcecheck import verify_sources
 
@@ -215,9 +215,9 @@ def _run(plan: Plan, comm: Any, layout: NodeLayout, opts: StageOptions,
     # scatter h5 blocks: each output split into frame ranges, one per node (pure: the
     # same on every rank, so a PlanError here is raised by every rank at once)
     plan = split(plan, len(layout.names))
-    units: List[Tuple[Kind, int, Any]] = [(k, i, u) for k in KINDS
+    units: List[Tuple[Kind, int, Any]] = [(k, i, u) for k in kinds()
                                           for i, u in enumerate(plan.units(k.name))]
-    used = [k for k in KINDS if plan.units(k.name)]
+    used = [k for k in kinds() if plan.units(k.name)]
     n = len(units)
     node = layout.name
     # scatter blocks: which nodes hold which files (pure: the same on every rank, so a
@@ -239,7 +239,8 @@ def _run(plan: Plan, comm: Any, layout: NodeLayout, opts: StageOptions,
                 _check_roots(plan, targets, node)
                 recs = ctx.records = NodeRecords(
                     [u for _, _, u in units], targets.dests, targets.roots, targets.rels,
-                    plan.spec_key, _spec_name(plan), run_id, node, fsync=opts.fsync)
+                    plan.spec_key, _spec_name(plan), run_id, node, fsync=opts.fsync,
+                    kinds=[k.name for k, _, _ in units])
                 recs.open(wait=opts.wait)
                 for g in range(n):
                     kind, i, _ = units[g]
@@ -293,7 +294,7 @@ def _run(plan: Plan, comm: Any, layout: NodeLayout, opts: StageOptions,
             with agreed(comm, "checking the sources again", default=TransferError,
                         node=node, quiet=True):
                 if recs is not None:
-                    files = [g for g, (k, _, _) in enumerate(units) if k.name == "files"]
+                    files = [g for g, (k, _, _) in enumerate(units) if k.whole_files]
                     checked = verify_sources(layout.leader_comm, files, units, recs)
 
         # -- records: compact, unlock ------------------------------------------------
@@ -327,6 +328,8 @@ def _run(plan: Plan, comm: Any, layout: NodeLayout, opts: StageOptions,
                        if comm.rank == 0 else None, root=0)
     for k in used:
         extra.setdefault(k.name, {})["outputs"] = len(plan.units(k.name))
+        if k.label:
+            extra[k.name]["label"] = k.label
     extra["records"] = {
         "leftovers_removed": sum(x.get("leftovers_removed", 0) for _, _, x in sums),
         "locks_taken_over": [t for _, _, x in sums for t in x.get("locks_taken_over", [])],
@@ -336,7 +339,7 @@ def _run(plan: Plan, comm: Any, layout: NodeLayout, opts: StageOptions,
         extra["verify_source"] = comm.bcast(checked if layout.index == 0 and layout.is_leader
                                             else None, root=0)
     moved = [g for g in range(n) if need_any[g]]
-    moved_file_bytes = sum(units[g][2].size for g in moved if units[g][0].name == "files")
+    moved_file_bytes = sum(units[g][2].size for g in moved if units[g][0].whole_files)
     amp = (source_bytes / moved_file_bytes) if (source_bytes is not None and moved_file_bytes) \
         else None
     return Report(

@@ -107,8 +107,9 @@ class Report:
     plan_seconds : float
         Time of the planning + broadcast step.
     extra : dict
-        Per block kind, what its transfer reports (``extra["h5"]``: files,
-        datasets, collective pieces, largest piece, memory cap, read path).
+        Per block kind, what its transfer reports (``Moved.extra``; for ``h5``:
+        files, datasets, collective pieces, largest piece, memory cap, read path),
+        with its ``outputs`` and the kind's ``label`` (``Kind.label``).
     """
 
     method: str
@@ -148,8 +149,9 @@ class Report:
     def summary(self) -> str:
         """One line for logs and non-terminal output."""
         amp = "n/a" if self.amplification is None else f"{self.amplification:.2f}"
-        h5 = self.extra.get("h5", {}).get("outputs") if self.extra else None
-        kinds = f", {h5} of them HDF5 selections" if h5 else ""
+        kinds = "".join(f", {v['outputs']} of them {v['label']}"
+                        for v in (self.extra or {}).values()
+                        if isinstance(v, dict) and v.get("label") and v.get("outputs"))
         return (f"staged {self.files} files{kinds} ({_human(self.bytes_per_node)}) "
                 f"to {len(self.nodes)} node(s) with {self.method}: "
                 f"{self.files_transferred} transferred, {self.files_skipped} skipped, "

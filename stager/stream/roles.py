@@ -11,10 +11,10 @@ holds it. A node with no spare rank processes its partitions on the receiver.
 Receiver index r (the producers' ``frame mod R``) follows the rank order of the
 receivers, so ``receivers[r]`` in the rendezvous file is receiver r.
 
-The merge of the partial results is a fixed binary tree over ranks in order
-(:func:`tree_schedule`): ``merge(lower, higher)`` at every step, so an analysis
-whose merge is associative but not commutative, or not exactly associative
-(floating-point sums), gives the same bits at every run -- as
+The merge of the partial results is the project's one fixed binary tree over
+ranks in order (:func:`stager.mpi.tree.tree_schedule`): ``merge(lower, higher)``
+at every step, so an analysis whose merge is associative but not commutative,
+or not exactly associative (floating-point sums), gives the same bits at every run -- as
 ``workflows.reduce_tree(ordered=True)`` does on the staged path.
 
 Partition size: LiberTEM sizes partitions for roughly 100 ms of work;
@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-__all__ = ["Roles", "assign_roles", "tree_schedule", "partition_frames",
+__all__ = ["Roles", "assign_roles", "partition_frames",
            "DEFAULT_PARTITION_BYTES", "DEFAULT_PARTITION_SECONDS"]
 
 #: Byte target of one partition when no frame rate is given (16 MiB: 50 frames of
@@ -126,24 +126,6 @@ def assign_roles(node_of_rank: Sequence[int], receivers_per_node: int = 1) -> Ro
         raise AssertionError("receivers must be numbered in rank order")
     return Roles(len(node_of_rank), tuple(receivers), tuple(receiver_of),
                  tuple(tuple(w) for w in workers), tuple(node_of_rank))
-
-
-def tree_schedule(n: int) -> List[List[Tuple[int, int]]]:
-    """Rounds of an ordered binary merge tree over positions ``0..n-1``. Pure.
-
-    Round k pairs ``(dst, src)`` with ``src = dst + 2**k``; position ``dst`` merges
-    ``merge(own, received)`` (lower position first). After the last round
-    position 0 holds the merge of all, in position order::
-
-        >>> tree_schedule(5)
-        [[(0, 1), (2, 3)], [(0, 2)], [(0, 4)]]
-    """
-    rounds: List[List[Tuple[int, int]]] = []
-    step = 1
-    while step < n:
-        rounds.append([(d, d + step) for d in range(0, n, 2 * step) if d + step < n])
-        step *= 2
-    return rounds
 
 
 def partition_frames(frame_bytes: int, receivers: int = 1, *, rate: Optional[float] = None,

@@ -13,7 +13,7 @@ rank. Collective over `comm`:
 3. the loop (:class:`stager.stream.ranks.RankLoop`) until ``scans`` scans are
    finalized (or the overall ``timeout`` closed what was open);
 4. per scan, collectively: the partials merged per node, then across node
-   leaders, each in a fixed tree (:func:`tree_reduce`); the receivers' reports
+   leaders, each in the fixed tree (:func:`stager.mpi.tree.tree_reduce`); the receivers' reports
    gathered and merged; rank 0 writes ``<scan>.h5`` and ``<scan>.json`` to its
    node-local directory and the caller's ``on_written`` drains them to the
    shared output; a final live message.
@@ -32,6 +32,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from stager.mpi.agree import agree, agreed, bcast_result
 from stager.mpi.job import Job, acquire_job, comm_and_job
+from stager.mpi.tree import TreeMergeError, tree_reduce
 from stager.nodelocal import localfs
 from stager.options import Option, parse_int, parse_size, parse_text, resolve
 from stager.planning.plan import expand_node
@@ -39,9 +40,9 @@ from stager.stream.accounting import ScanReport
 from stager.stream.analysis import load_analysis
 from stager.stream.errors import StreamError
 from stager.stream.output import scan_ok, write_report, write_scan
-from stager.stream.roles import assign_roles, partition_frames, tree_schedule
+from stager.stream.roles import assign_roles, partition_frames
 
-__all__ = ["SessionOptions", "SESSION_OPTIONS", "receive_scans", "tree_reduce", "ScanOutcome"]
+__all__ = ["SessionOptions", "SESSION_OPTIONS", "receive_scans", "ScanOutcome"]
 
 
 @dataclass
@@ -206,36 +207,6 @@ class ScanOutcome:
     ok: bool
     files: Dict[str, str]
     timing: Dict[str, Any]
-
-
-def tree_reduce(comm: Any, ranks: Sequence[int], value: Any, merge: Callable[[Any, Any], Any],
-                tag: int = 7201) -> Any:
-    """Point-to-point over `comm` among ``ranks`` (every one of them must call): merge
-    their values in the fixed tree of :func:`tree_schedule` (lower position first).
-
-    Returns the merged value at ``ranks[0]``, None elsewhere. An error at any step
-    travels up the tree as text and is raised at ``ranks[0]``; the caller agrees
-    on it afterwards (every rank of ``ranks`` has finished its sends by then).
-    """
-    pos = list(ranks).index(comm.rank)
-    mine: Any = ("ok", value)
-    for rnd in tree_schedule(len(ranks)):
-        for dst, src in rnd:
-            if pos == src:
-                comm.send(mine, dest=ranks[dst], tag=tag)
-                return None
-            if pos == dst:
-                other = comm.recv(source=ranks[src], tag=tag)
-                if mine[0] == "ok" and other[0] == "ok":
-                    try:
-                        mine = ("ok", merge(mine[1], other[1]))
-                    except Exception as e:   # carried up the tree
-                        mine = ("err", f"rank {comm.rank}: merge failed: {e!r}")
-                elif mine[0] == "ok":
-                    mine = other
-    if mine[0] == "err":
-        raise StreamError(mine[1])
-    return mine[1]
 
 
 def _resolve(options: SessionOptions) -> SessionOptions:
@@ -427,14 +398,14 @@ def _finalize(comm: Any, layout: Any, roles: Any, loop: Any, analysis: Any,
     merged = None
     try:
         merged = tree_reduce(comm, node_ranks, partial, analysis.merge)
-    except StreamError as e:
-        err = e
+    except TreeMergeError as e:
+        err = StreamError(str(e))
     if layout.is_leader:
         try:
             merged = tree_reduce(comm, list(layout.leader_ranks),
                                  merged if err is None else analysis.empty(), analysis.merge)
-        except StreamError as e:
-            err = err or e
+        except TreeMergeError as e:
+            err = err or StreamError(str(e))
     agree(comm, err, f"merging scan {scan}", default=StreamError, node=layout.name)
     t_merge = time.monotonic()
     mine = loop.closed_reports.pop(scan, None) if loop.is_receiver else None

@@ -9,6 +9,7 @@ the rest is real. Every test has a deadline (pytest-timeout), so a regression
 fails instead of hanging the suite.
 """
 import os
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -61,9 +62,10 @@ def test_spec_hook_that_cannot_load_the_stager_on_one_rank(comm, tmp, monkeypatc
     comm.Barrier()
     if comm.rank == _odd_rank(comm):  # e.g. a node whose install is broken
         monkeypatch.delitem(stager.__dict__, "stage", raising=False)
-        monkeypatch.setitem(stager._LAZY, "stage", "stager.no_such_module")
+        monkeypatch.setitem(sys.modules, "stager.staging.pipeline", None)  # cannot import
     got = _outcome(lambda: run_leader_hook(spec, comm, "startup", emulate_nodes=comm.size))
-    _same_everywhere(comm, got, "HookError", f"rank {_odd_rank(comm)}", "no_such_module")
+    _same_everywhere(comm, got, "HookError", f"rank {_odd_rank(comm)}",
+                     "stager.staging.pipeline")
 
 
 # -- hole 4: drain and the capacity check, with an exception type nobody expected -------

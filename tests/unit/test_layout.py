@@ -4,19 +4,22 @@ Every ``import``/``from ... import`` in the project's packages is read with
 ``ast`` -- including those inside functions, which hide dependencies from a
 reader of the module's head -- and resolved to a package. The rules:
 
-* ``hooks`` (the spec language) and ``kernels`` (numba kernels) import nothing
-  of this project;
+* ``hooks`` (the spec language) and ``kernels`` (numba kernels, detector readers)
+  import nothing of this project; the stager uses the readers' HDF5 filter table;
 * no two packages import each other, directly or through others (the
   package graph has no cycle);
 * inside ``stager`` the subpackages follow the data path: ``mpi`` and
   ``planning`` are independent of everything after them, ``nodelocal`` does not
   reach into ``staging``, nothing but the command line imports the command line;
-* the application (``hedm``) is imported by nobody.
+* the application (``hedm``) is imported by nobody;
+* a block kind is one module plus one row of ``stager.planning.kinds``: nothing
+  outside a kind's own modules and the tables branches on a kind's name.
 """
 from __future__ import annotations
 
 import ast
 import os
+import re
 from collections import defaultdict
 from typing import Dict, Iterator, Set, Tuple
 
@@ -110,7 +113,7 @@ def _cycle(edges: Dict[str, Set[str]]) -> list:
 
 def test_the_reader_sees_imports_inside_functions(graph):
     # the rules below are only as good as the reading: a function-level import counts
-    assert "stager.planning.files" in graph["stager.planning"]  # imported inside build_plan
+    assert "stager.nodelocal.h5check" in graph["stager.kinds.h5"]  # inside H5Kind.verify
     assert any(d.startswith("stager") for d in graph["workflows.leader"])
 
 
@@ -127,7 +130,7 @@ def test_no_two_packages_import_each_other(graph):
     assert not _cycle(edges), f"package cycle: {' -> '.join(_cycle(edges))}"
     assert "hedm" not in {d for deps in edges.values() for d in deps}, \
         "the HEDM application must not be imported by the library"
-    assert edges["stager"] <= {"hooks"}, f"stager imports {sorted(edges['stager'])}"
+    assert edges["stager"] <= {"hooks", "kernels"}, f"stager imports {sorted(edges['stager'])}"
     assert edges["workflows"] <= {"stager", "hooks"}, \
         f"workflows imports {sorted(edges['workflows'])}"
 
@@ -135,12 +138,16 @@ def test_no_two_packages_import_each_other(graph):
 # What each stager subpackage may import (besides itself, stager.errors and stager.options).
 STAGER_LAYERS = {
     "stager.mpi": set(),
-    "stager.planning": {"hooks"},
+    "stager.planning": {"hooks", "kernels"},  # kernels.io.h5filters: the one filter table
     "stager.nodelocal": {"stager.mpi", "stager.planning"},
     "stager.staging": {"stager.mpi", "stager.planning", "stager.nodelocal", "hooks"},
     "stager.stageout": {"stager.mpi", "stager.planning", "stager.nodelocal", "stager.drainlog"},
     "stager.drainlog": {"stager.nodelocal"},
     "stager.stream": {"stager.mpi", "stager.planning", "stager.nodelocal", "stager.staging"},
+    # the block kinds: plug-ins above the machinery that asks them through the table
+    # (stager.planning.kinds names each by "module:Class", imported when first asked)
+    "stager.kinds": {"stager.mpi", "stager.planning", "stager.nodelocal", "stager.staging",
+                     "hooks"},
 }
 
 
@@ -154,3 +161,34 @@ def test_stager_subpackages_follow_the_data_path(graph):
         assert not extra, f"{layer} imports {sorted(extra)}; allowed: {sorted(allowed)}"
     users = {a for a, deps in edges.items() if deps & {"stager.commands", "stager.cli"}}
     assert users <= {"stager.cli", "stager.commands", "stager.__main__"}, users
+
+
+# A kind's own modules (its module in stager/kinds/ and the library code only it uses),
+# and the tables. plan.py keeps accessors of the built-in kinds' units for callers
+# (Plan.files, Plan.h5, and the historical keys of a plan's JSON).
+KIND_OWNED = ("stager/kinds/", "stager/planning/kinds.py", "hooks/kinds.py",
+              "stager/planning/files.py", "stager/planning/h5", "stager/planning/frames.py",
+              "stager/staging/h5/", "stager/staging/transfer/", "stager/planning/plan.py")
+# comparing with a kind's name, a (kind, index) key, asking the plan for one kind
+_BRANCH = re.compile(r"""(==|!=)\s*["'](files|h5)["']|["'](files|h5)["']\s*(==|!=|in\b)"""
+                     r"""|\(\s*["'](files|h5)["']\s*,\s*\w+\s*\)|units\(\s*["']"""
+                     r"""|kind\s*=\s*["'](files|h5)["']""")
+
+
+def test_a_block_kind_is_one_module_plus_one_row():
+    found = []
+    for mod, path in _modules():
+        rel = os.path.relpath(path, ROOT)
+        if not mod.startswith("stager") or rel.startswith(KIND_OWNED):
+            continue
+        with open(path, encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                if _BRANCH.search(line):
+                    found.append(f"{rel}:{n}: {line.strip()}")
+    assert not found, ("code branching on a block kind's name outside the kind's module "
+                       "(ask the kind through stager.planning.kinds): " + "; ".join(found))
+    # every row names one module of stager/kinds/, and every such module has its row
+    from stager.planning.kinds import ROWS
+    builtin = {r.partition(":")[0] for r in ROWS.values() if isinstance(r, str)}
+    modules = {m for m, _ in _modules() if m.startswith("stager.kinds.")}
+    assert builtin == modules, (builtin, modules)

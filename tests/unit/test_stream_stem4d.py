@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from stager.stream.protocol import ScanGeometry
-from stager.stream.roles import assign_roles, partition_frames, tree_schedule
+from stager.mpi.tree import tree_schedule
+from stager.stream.roles import assign_roles, partition_frames
 
 pytest.importorskip("numba")
 h5py = pytest.importorskip("h5py")
@@ -28,7 +29,6 @@ def _frames(shape=(32, 32), k=6):
 
 
 def test_sums_virtual_detectors_and_electrons_match_references():
-    from kernels import ring_mask
     from stem4d.analysis import Stem4D
 
     a = Stem4D()
@@ -38,12 +38,18 @@ def test_sums_virtual_detectors_and_electrons_match_references():
     p = a.process_partition(frames, np.arange(6), np.ones(6, bool))
     img = a.images(p, g)
     assert np.array_equal(img["sum_image"].ravel(), frames.reshape(6, -1).sum(1))
-    d = a.detector((32, 32))
-    bf = ring_mask((32, 32), d["center"], 0.0, d["bf_radius"]).astype(bool)
-    adf = ring_mask((32, 32), d["center"], d["adf_inner"], d["adf_outer"]).astype(bool)
+    # the masks now follow LiberTEM's convention (r <= R, centre (cx, cy) in x, y order)
+    d = {m.name: m for m in a.masks((32, 32))}
+    yy, xx = np.indices((32, 32))
+    r = np.hypot(xx - 15.5, yy - 15.5)          # default centre: the frame centre
+    bf = r <= d["bright_field"].attrs["r"]
+    adf = (r > d["annular_dark_field"].attrs["ri"]) & (r <= d["annular_dark_field"].attrs["ro"])
+    assert np.array_equal(d["bright_field"].weights.astype(bool), bf)
+    assert np.array_equal(d["annular_dark_field"].weights.astype(bool), adf)
     assert bf.any() and adf.any() and not (bf & adf).any()
-    assert np.allclose(img["bright_field"].ravel(), [fr[bf].sum() for fr in frames.astype(float)])
-    assert np.allclose(img["annular_dark_field"].ravel(),
+    assert np.allclose(img["virtual/bright_field"].ravel(),
+                       [fr[bf].sum() for fr in frames.astype(float)])
+    assert np.allclose(img["virtual/annular_dark_field"].ravel(),
                        [fr[adf].sum() for fr in frames.astype(float)])
     assert list(img["electron_counts"].ravel()) == [len(hits[i]) for i in range(6)]
 

@@ -1,25 +1,20 @@
 """The exchange of leaders that share one host: a shared-memory window instead of messages.
 
-When every leader of a run is on one host -- emulated nodes, or a node id that splits
-one machine -- their chunk buffers can be one MPI-3 shared-memory window
-(``MPI_Win_allocate_shared``): each leader reads its pieces of a chunk into its own
-segment, the leaders agree the round is read (the small status ``Iallreduce`` that
-carries each piece's digest and the error flag, as in the message exchange), and each
-writes the whole chunk straight from the owners' segments. No data byte travels
-through MPI, so nothing depends on Open MPI's shared-memory transport.
+When every leader of a run is on one host -- emulated nodes -- their chunk buffers
+can be one MPI-3 shared-memory window (``MPI_Win_allocate_shared``): each leader
+reads its pieces of a chunk into its own segment, the leaders agree the round is
+read (the small status ``Iallreduce`` that carries each piece's digest and the error
+flag, as in the message exchange), and each writes the whole chunk straight from the
+owners' segments. No data byte travels through MPI, so nothing depends on Open
+MPI's shared-memory transport.
 
-Why (issue 18, the single-large-file anomaly; ``bench/large_file_bench.py``): the
-message exchange (:mod:`~stager.staging.transfer.engine`) moves a chunk with
-``Iallgatherv``, which progresses only while both leaders are inside MPI at once.
-With the transport's single-copy mechanism (CMA) that is one ``process_vm_readv`` per
-piece; without it (``btl_vader_single_copy_mechanism=none``: containers set it, and
-so did this project's tests) a 32 MiB chunk is ~1,000 fragment round trips. On two
-shared cores the leaders are rarely inside MPI together: one 2 GiB file to 2
-emulated nodes took 1.9-7.3 s with CMA and 2.7-33 s without, against a steady
-3.4-4.6 s for ``naive`` (6 interleaved runs each, load average 4-6). Here the only
-per-round synchronisation is that small status reduction, waited for without
-spinning: the rank that waits is waiting for its peer to finish writing, and on
-shared cores a spinning waiter takes the core that peer needs.
+Only emulated nodes take this path (``stager.staging.transfer``): leaders on separate
+hosts, as on a cluster, always exchange with messages. It exists because the message
+exchange progresses only while both leaders are inside MPI at once, which two leaders
+sharing a few cores rarely are; here the only per-round synchronisation is the small
+status reduction, waited for without spinning (a spinning waiter would take the core
+its peer needs). Figures and history: ``bench/results/large_file.md``,
+``bench/results/history.md``.
 
 Round ``k`` uses slot ``k % 2`` of every segment::
 

@@ -8,8 +8,10 @@ file atomically on every node that needs it.
 """
 from __future__ import annotations
 
-from typing import Any, List
+from typing import Any, Dict, List, Optional, Tuple
 
+from stager.planning.kinds import PlanContext
+from stager.planning.plan import describe_size
 from stager.staging.kind import Moved, Transfer
 from stager.staging.transfer import FileJob, Sink, SourceReader, run_method
 
@@ -21,9 +23,38 @@ class FilesKind:
 
     name = "files"
     what = "the files"
+    label = ""
+    whole_files = True
+    entries = None  # plain file patterns
+
+    def plan(self, block: Any, index: int, ctx: PlanContext) -> Tuple[Any, List[Any]]:
+        from stager.planning.files import plan_files
+
+        return plan_files(block, index, ctx.claimed, ctx.stat, ctx.trees, ctx.skipped)
+
+    def split(self, plan: Any, nodes: int) -> Any:
+        return plan  # a whole file is placed whole
 
     def check(self, node: str) -> None:
         return None
+
+    def verify(self, path: str, source: str) -> Optional[str]:
+        return None  # identity, size and checksum say it all
+
+    def describe_block(self, b: Any) -> str:
+        if b.mode == "scatter":
+            return (f"scatter, {b.files} file(s), {describe_size(b.bytes)} in all, "
+                    f"each file on {b.replicas} node(s)")
+        return f"{b.files} file(s), {describe_size(b.bytes)}"
+
+    def describe_unit(self, e: Any) -> str:
+        return (f"{e.source} -> {e.dest.replace(chr(0), '%')}  {e.size} B  "
+                f"mode {e.mode:04o}")
+
+    def unit_dict(self, e: Any) -> Dict[str, Any]:
+        from dataclasses import asdict
+
+        return asdict(e)
 
     def transfer(self, t: Transfer) -> Moved:
         """Collective over ``t.comm`` (except ``naive``): move the files, return what was done.
@@ -60,7 +91,8 @@ class FilesKind:
         info: dict = {}
         try:
             err = run_method(method, comm, jobs, reader, sink, t.opts.chunk_size,
-                             t.opts.small_file_threshold, t.opts.shared_exchange, info)
+                             t.opts.small_file_threshold, t.opts.shared_exchange
+                             and bool(t.opts.emulate_nodes), info)
         except Exception as e:
             err = e
         finally:

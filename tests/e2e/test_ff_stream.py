@@ -1,0 +1,74 @@
+"""FF-HEDM peak search live on a detector stream: the same peaks as the file flow.
+
+The FF frames of a synthetic sweep (a GE file and a GE dark, as ``hedm/ff.py``
+reads them) are streamed by the detector simulator (2 producers x 2 sectors, bslz4)
+into ``stager stream receive --analysis hedm.ffpeaks --set params=ff.params`` on 2
+emulated nodes; the streamed ``/peaks`` and ``/frames`` tables must equal those of
+``python -m workflows run hedm/ff.py`` on the same files -- no FF code written for
+the stream (issue 27: an analysis runs on any source).
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.e2e.test_stream_receive import ROOT, Job, _datasets, _env
+
+pytestmark = pytest.mark.slow
+
+
+def _ff_dataset(folder: str, frames: int = 8):
+    from hedm.synth import make_ff_dataset
+    from kernels.synth import DetectorModel
+
+    make_ff_dataset(folder, DetectorModel(shape=(96, 80), n_frames=frames, n_spots=40, seed=3,
+                                          frames_per_spot=1))
+    return os.path.join(folder, "ff.params")
+
+
+def test_ff_peaks_streamed_equal_the_file_flow(tmp_path):
+    from kernels import open_frames
+    from stager.stream import ScanGeometry, SimulatedScan
+    from stager.stream.simulate import array_source, run_producers
+
+    params = _ff_dataset(str(tmp_path / "ff"))
+    files = tmp_path / "files"
+    r = subprocess.run([sys.executable, "-m", "workflows", "run", str(ROOT / "hedm/ff.py"),
+                        "--executor", "inline", "--out", str(files), "--", "--params", params],
+                       env=_env(), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    reference = _datasets(files / "ff_peaks.h5")
+
+    reader = open_frames(str(tmp_path / "ff" / "ff_000001.ge3"), shape=(96, 80))
+    stack = np.stack([reader.read(i) for i in range(reader.n_frames)])
+    assert stack.dtype == np.uint16
+    job = Job(tmp_path, "--analysis", "hedm.ffpeaks", "--set", f"params={params}",
+              "--partition-frames", "2")
+    rv = job.rendezvous()
+    g = ScanGeometry("ff1", 2, len(stack), 2, stack.shape[1:], "<u2", (1, len(stack)))
+    run_producers(SimulatedScan(g, source=array_source(stack), encoding="bslz4"), rv.receivers)
+    rc, out, err = job.wait()
+    assert rc == 0, out + err
+    assert job.report("ff1")["ok"]
+    streamed = _datasets(job.out / "ff1.h5")
+    assert len(reference["peaks"]) > 20        # the comparison compares something
+    assert np.array_equal(streamed["peaks"], reference["peaks"])
+    assert np.array_equal(streamed["frames"], reference["frames"])
+    assert np.array_equal(streamed["dark"], reference["dark"])
+    assert streamed["n_peaks_image"].sum() == len(reference["peaks"])
+
+
+def test_ff_peaks_refuses_frames_it_cannot_search(tmp_path):
+    from stager.stream.analysis import load_analysis
+    from stager.stream.errors import StreamError
+    from stager.stream.protocol import ScanGeometry
+
+    a = load_analysis("hedm.ffpeaks", {"threshold": 10.0})
+    with pytest.raises(StreamError, match="uint16.*float32"):
+        a.prepare(ScanGeometry("s", 1, 4, 1, (8, 8), "<f4", (1, 4)))
+    with pytest.raises(StreamError, match="dark file .* does not exist"):
+        load_analysis("hedm.ffpeaks", {"dark": str(tmp_path / "missing.ge3")})
