@@ -114,7 +114,8 @@ def is_series(source: str) -> bool:
     return bool(_SERIES.search(os.path.basename(source)))
 
 
-def frame_reader(source: str, first: int, n_frames: int, shape: Tuple[int, int]):
+def frame_reader(source: str, first: int, n_frames: int, shape: Tuple[int, int],
+                 transforms: Tuple[int, ...] = ()):
     """A :mod:`kernels.io` reader for ``source``, cached per worker.
 
     ``source`` with a ``%d`` field is a TIFF series (file ``source % frame``);
@@ -122,18 +123,30 @@ def frame_reader(source: str, first: int, n_frames: int, shape: Tuple[int, int])
     (a GE raw file, which has no signature, gets ``shape``). Frames come as
     uint16, what the HEDM kernels take: a uint32 detector file whose values do
     not fit is a ``ReaderError`` naming the frame, never a silent wrap-around.
+    ``transforms`` (``ImTransOpt`` codes, :mod:`hedm.imtrans`) orient each raw
+    frame; ``shape`` is the frame's (Z, Y) after them.
     Returns ``(reader, index_of)`` where ``index_of(frame)`` is the reader's index.
     """
     from kernels import open_frames
+
+    from hedm.imtrans import OrientedFrames, raw_shape
 
     if is_series(source):
         def load(_: str):
             return open_frames(source, first=first, n_frames=n_frames, dtype="uint16")
         probe = source % first
         reader, _ = cached(probe, load, kind=f"tiff-series:{source}:{first}:{n_frames}")
-        return reader, (lambda frame: frame - first)
-    reader, _ = cached(source, lambda p: open_frames(p, **raw_options(p, shape)), kind="frames")
-    return reader, (lambda frame: frame)
+        offset = first
+    else:
+        raw = raw_shape(shape, transforms)
+        reader, _ = cached(source, lambda p: open_frames(p, **raw_options(p, raw)), kind="frames")
+        offset = 0
+
+    def index_of(frame: int) -> int:
+        return frame - offset
+    if any(transforms):
+        reader = OrientedFrames(reader, transforms)
+    return reader, index_of
 
 
 def raw_options(path: str, shape: Tuple[int, int]) -> Dict[str, Any]:

@@ -38,8 +38,14 @@ is drained. In a batch job rendered from the ``stage-run-drain`` template
 
 The parameter file is the layer's one MIDAS-style file: stage 2's keys and
 every MIDAS NF key are accepted and left to their readers
-(:mod:`hedm.params`). ``OUT/nf_run.json`` records the stage report, phase
-times, tasks and cache hits. File layout: :mod:`hedm.output`.
+(:mod:`hedm.params`). The frames are ``InputPattern`` or MIDAS's
+``OrigFileName_%06d.extOrig``; each raw frame is oriented by ``ImTransOpt``
+(:mod:`hedm.imtrans`; default none, MIDAS's NF reading is codes 1 and 2)
+before anything else. A distance whose frames hold no spot at all fails the
+run (exit 1, after the outputs are written): stage 2 could fit nothing from
+it. Staging hooks for any frame names: :mod:`hedm.nfhook`.
+``OUT/nf_run.json`` records the stage report, phase times, tasks and cache
+hits. File layout: :mod:`hedm.output`.
 """
 from __future__ import annotations
 
@@ -55,7 +61,7 @@ from hedm.common import (as_records, cached, frame_reader, is_series,
                                    worker_name)
 from hedm.output import (NF_CENTROID_DTYPE, NF_FRAME_DTYPE, NF_PIXEL_DTYPE, plot_nf,
                                    write_h5)
-from hedm.run import drain_results, log_summary, stage_dict, write_json
+from hedm.run import ResultError, drain_results, log_summary, stage_dict, write_json
 from hedm.params import BINARY_SUFFIX
 from hedm.nfparams import REDUCE_SCHEMA as SCHEMA
 from hedm.nfparams import read_nf_params
@@ -80,13 +86,14 @@ def add_arguments(parser) -> None:
 # -- tasks ---------------------------------------------------------------------------
 @app
 def background_band(source: str, first: int, n_files: int, shape, r0: int, r1: int,
-                    start: int, count: int) -> Dict[str, Any]:
+                    start: int, count: int, transforms: tuple = ()) -> Dict[str, Any]:
     """Per-pixel lower median and maximum of rows ``r0:r1`` over files ``start`` ..
-    ``start + count - 1`` (one distance) of the ``n_files`` from ``first``."""
+    ``start + count - 1`` (one distance) of the ``n_files`` from ``first`` (frames
+    oriented by the ``ImTransOpt`` codes ``transforms``)."""
     from kernels.nf import median_background
 
     t0 = time.perf_counter()
-    reader, index_of = frame_reader(on_this_node(source), first, n_files, shape)
+    reader, index_of = frame_reader(on_this_node(source), first, n_files, shape, transforms)
     stack = np.empty((count, r1 - r0, shape[1]), np.uint16)
     for k in range(count):
         reader.read_rows(index_of(start + k), r0, r1, out=stack[k])
@@ -165,7 +172,8 @@ def reduce_nf_frame(number: int, source: str, first: int, n_files: int, shape,
     from kernels.nf import reduce_frame
 
     t0 = time.perf_counter()
-    reader, index_of = frame_reader(on_this_node(source), first, n_files, shape)
+    reader, index_of = frame_reader(on_this_node(source), first, n_files, shape,
+                                    tuple(params["ImTransOpt"]))
     image = reader.read(index_of(number))
     background, hit = cached(images["background"], np.load, kind="nf-background")
     t1 = time.perf_counter()
@@ -254,8 +262,37 @@ def _check_frames(source: str, first: int, n: int) -> None:
                          "check DataDirectory/InputPattern or stage them (--stage SPEC)")
 
 
+def _check_shape(source: str, first: int, n: int, shape, transforms) -> None:
+    """The first frame's shape against NrPixelsZ x NrPixelsY (after ImTransOpt)."""
+    from hedm.imtrans import describe, raw_shape
+
+    reader, index_of = frame_reader(source, first, n, shape, transforms)
+    got = tuple(reader.read(index_of(first)).shape)
+    if got != tuple(shape):
+        raw = raw_shape(shape, transforms)
+        raise ParamError(f"{source if not is_series(source) else source % first}: frames of "
+                         f"{got[0]} rows x {got[1]} columns after {describe(transforms)}, but "
+                         f"NrPixelsZ x NrPixelsY is {shape[0]} x {shape[1]} (raw frames of "
+                         f"{raw[0]} x {raw[1]}); check NrPixelsY/NrPixelsZ and ImTransOpt")
+
+
+def empty_distances(frames: np.ndarray, n_distances: int) -> List[int]:
+    """The distances whose frames (``NF_FRAME_DTYPE`` rows) hold no spot pixel at all."""
+    found = np.bincount(frames["distance"].astype(np.int64), weights=frames["n_pixels"],
+                        minlength=n_distances)
+    return [d for d in range(n_distances) if found[d] == 0]
+
+
 def main(args):
-    """Build and run the NF graph; return the write task's future (already done)."""
+    """Build and run the NF graph; return the write task's future (already done).
+
+    Raises
+    ------
+    ResultError
+        After writing the outputs, when a distance yielded no spot pixel in any
+        frame: stage 2 could not fit anything from it (exit 1, message says
+        what to check).
+    """
     t_origin = time.time()
     params_path = on_this_node(args.params)
     p = read_nf_params(params_path, flag_overrides(args, SCHEMA))
@@ -264,7 +301,9 @@ def main(args):
     first, n, n_dist = p["RawStartNr"], p["NrFilesPerDistance"], p["nDistances"]
     n_files = n * n_dist
     shape = (p["NrPixelsZ"], p["NrPixelsY"])
+    transforms = tuple(p["ImTransOpt"])
     _check_frames(on_this_node(source), first, n_files)
+    _check_shape(on_this_node(source), first, n_files, shape, transforms)
     out = getattr(args, "out", None) or os.getcwd()
     results = args.results or out
 
@@ -274,7 +313,7 @@ def main(args):
     per_frame: List[Any] = []
     for d in range(n_dist):
         start = first + d * n
-        mine = [background_band(source, first, n_files, shape, r0, r1, start, n)
+        mine = [background_band(source, first, n_files, shape, r0, r1, start, n, transforms)
                 for r0, r1 in split_rows(shape[0], n_bands)]
         images.append(assemble_background(mine, os.path.join(out, "work"), d))
         bands += mine
@@ -296,7 +335,20 @@ def main(args):
         "frame_log": log_summary(table["log"], "background"),
         "background_bands": [b for i in images for b in i.result()["bands"]],
     }
+    empty = empty_distances(table["frames"], n_dist)
+    record["empty_distances"] = empty
     write_json(os.path.join(out, "nf_run.json"), record)
+    if empty:
+        files = ", ".join(f"{first + d * n}..{first + (d + 1) * n - 1}" for d in empty)
+        raise ResultError(
+            f"no spot found at distance(s) {', '.join(map(str, empty))} in any of its "
+            f"{n} frames (files {files} of {p['InputPattern']}): stage 2 cannot fit from "
+            "empty images. Check that "
+            "these files hold the layer's diffraction frames (DataDirectory, InputPattern, "
+            "RawStartNr, NrFilesPerDistance, nDistances), that BlanketSubtraction "
+            f"({p['BlanketSubtraction']}) is below the spots' height above the median "
+            "background, and the LoG settings (GaussFiltRadius, LoGMaskRadius); the "
+            f"outputs were written to {results} for inspection")
     return written
 
 

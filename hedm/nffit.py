@@ -32,10 +32,18 @@ same, bit for bit, whatever the blocks, workers, nodes or executor.
 Parameters: the layer's one parameter file (:mod:`hedm.params`): the geometry
 and fit tolerances are read by :meth:`kernels.NFGeometry.from_params`
 (``Lsd``, ``BC``, ``OrientTol``, ``MinFracAccept``, ...), the keys of
-:data:`SCHEMA` here, stage 1's keys and MIDAS's other keys are accepted.
+:data:`SCHEMA` here -- among them the fit controls ``NrCandidatesRefined``,
+``MaxEvaluations``, ``NrRestarts`` (:func:`fit_options`) -- and stage 1's
+keys and MIDAS's other keys are accepted.
 Paths in it are relative to the parameter file's folder, so the staged copy
 finds its staged neighbours; ``--ReducedDirectory DIR`` points an unstaged
 run at stage 1's output.
+
+A fit that places fewer than ``MinMappedFraction`` (default 0.1) of the grid
+points at ``MinFracAccept`` fails the run (exit 1) after writing the map, with
+a diagnosis naming the likely causes, frame orientation (``ImTransOpt``)
+first (:func:`placement`); images with a distance without any spot pixel are
+refused before any task.
 """
 from __future__ import annotations
 
@@ -51,11 +59,12 @@ from hedm.common import (as_records, cached, merge_tables, phase_spans, recordin
 from hedm.nfparams import FIT_SCHEMA as SCHEMA
 from hedm.nfparams import read_fit_params
 from hedm.params import ParamError, add_flow_arguments, flag_overrides, relative_to
-from hedm.run import drain_results, stage_dict, write_json
+from hedm.run import ResultError, drain_results, stage_dict, write_json
 from workflows import app, on_this_node, reduce_tree, this_node
 
 __all__ = ["SCHEMA", "TASK_DTYPE", "add_arguments", "main", "finalize", "read_fit_params",
-           "read_seeds", "write_seeds", "input_paths", "fit_block", "blocks"]
+           "read_seeds", "write_seeds", "input_paths", "fit_block", "blocks", "fit_options",
+           "placement"]
 
 #: One row per fitting task (for the run record): rows, worker, times, cache hits.
 TASK_DTYPE = np.dtype([("start", np.int64), ("stop", np.int64), ("worker", "U24"),
@@ -143,16 +152,25 @@ def _inputs(paths: Dict[str, str], n_orientations: int) -> Tuple[Any, Any, Any, 
     return geometry, images, grid, spots, int(h1) + int(h2) + int(h3) + int(h4)
 
 
+def fit_options(p: Dict[str, Any]):
+    """The :class:`kernels.nffit.FitOptions` of a stage-2 parameter set (its fit controls)."""
+    from kernels.nffit import FitOptions
+
+    return FitOptions(n_refine=p["NrCandidatesRefined"], max_evals=p["MaxEvaluations"],
+                      restarts=p["NrRestarts"])
+
+
 @app
 def fit_block(start: int, stop: int, paths: Dict[str, str],
-              n_orientations: int = 0) -> Dict[str, Any]:
+              n_orientations: int = 0, options: Any = None) -> Dict[str, Any]:
     """Fit grid rows ``start:stop`` on this node's staged images; FIT rows + a task row."""
     from kernels import fit_points
+    from kernels.nffit import FitOptions
 
     t0 = time.perf_counter()
     geometry, images, grid, spots, hits = _inputs(paths, n_orientations)
     t1 = time.perf_counter()
-    fit = fit_points(grid[start:stop], geometry, images, spots)
+    fit = fit_points(grid[start:stop], geometry, images, spots, options or FitOptions())
     t2 = time.perf_counter()
     task = as_records([(start, stop, worker_name(), round(t1 - t0, 6), round(t2 - t1, 6),
                         hits, int(fit["n_evals"].sum()))], TASK_DTYPE)
@@ -224,8 +242,57 @@ def _check_inputs(paths: Dict[str, str], p: Dict[str, Any]):
                          f"({images.dtype}), but {local['params']} describes {want} (nDistances, "
                          "frames, NrPixelsZ, ceil(NrPixelsY / 8)) uint8: were they reduced with "
                          "this parameter file?")
+    empty = [d for d in range(images.shape[0]) if not images[d].any()]
+    if empty:
+        raise ParamError(f"{local['images']}: no spot pixel at distance(s) "
+                         f"{', '.join(map(str, empty))}: nothing can be fitted; rerun stage 1 "
+                         "(hedm/nf.py), which says why a distance has no spots")
     seeds = read_seeds(local["seeds"], p["NrOrientations"])
+    try:
+        fit_options(p).resolve(geometry)
+    except KernelArgumentError as exc:
+        raise ParamError(f"{local['params']}: {exc}") from exc
     return len(grid), geometry, len(seeds)
+
+
+def placement(fit: np.ndarray, geometry, p: Dict[str, Any], params_path: str,
+              seeds_path: str, n_seeds: int) -> Dict[str, Any]:
+    """How much of the grid the fit placed, and (``"diagnosis"``) why so little, if it is
+    below ``MinMappedFraction``: the likely causes, most common first."""
+    from hedm.imtrans import describe
+    from hedm.nfparams import image_transforms
+
+    n = len(fit)
+    placed = int(np.count_nonzero((fit["confidence"] > 0)
+                                  & (fit["confidence"] >= geometry.min_frac_accept)))
+    need = p["MinMappedFraction"] * n
+    out: Dict[str, Any] = {"points": n, "placed": placed,
+                           "placed_fraction": round(placed / n, 4) if n else None,
+                           "min_mapped_fraction": p["MinMappedFraction"], "diagnosis": None}
+    if n == 0 or placed >= need or p["MinMappedFraction"] == 0:
+        return out
+    try:
+        transforms = describe(image_transforms(params_path))
+    except ParamError:
+        transforms = "the ImTransOpt of the parameter file"
+    best = float(fit["confidence"].max())
+    with_candidates = int(np.count_nonzero(fit["n_candidates"] > 0))
+    out["diagnosis"] = (
+        f"only {placed} of {n} grid points ({100.0 * placed / n:.1f}%) were fitted with "
+        f"confidence >= MinFracAccept {geometry.min_frac_accept:g} (best {best:.3f}; "
+        f"{with_candidates} points had any candidate seed), fewer than MinMappedFraction "
+        f"{p['MinMappedFraction']:g} of the grid: this map is not a reconstruction. Likely "
+        "causes, most common first: (1) raw-frame orientation: the parameter file sets "
+        f"{transforms}; frames oriented as MIDAS's NF programs read them (flipped in y and z) "
+        "need 'ImTransOpt 1' and 'ImTransOpt 2', frames in the model's orientation none "
+        "(docs/nf-files.md); fix it and run stage 1 again; (2) geometry: Lsd, BC, px, "
+        "tx/ty/tz, Wedge, Wavelength, LatticeParameter, OmegaStart/OmegaStep/OmegaRange, "
+        "BoxSize do not match the experiment; (3) seeds: the "
+        f"{n_seeds} orientations of {seeds_path} (SeedOrientations) may hold none within "
+        f"OrientTol {geometry.orient_tol:g} deg of the grains; (4) the grid (GridFileName) "
+        "lies mostly outside the illuminated sample. If the grid really is mostly empty, "
+        "lower MinMappedFraction")
+    return out
 
 
 def main(args):
@@ -238,19 +305,24 @@ def main(args):
     results = args.results or out
     workers = getattr(args, "workers", None) or 1
 
-    fits = [fit_block(a, b, paths, p["NrOrientations"])
+    options = fit_options(p)
+    fits = [fit_block(a, b, paths, p["NrOrientations"], options)
             for a, b in blocks(n_rows, p["GridPointsPerTask"], workers)]
     merge, merges = recording(merge_fits)
     merged = reduce_tree(merge, fits, ordered=True)
     written = write_map(merged, paths, p, results)
     summary = written.result()  # wait here so the phase times below are complete
-    tasks = merged.result()["tasks"]
+    table = merged.result()
+    tasks = table["tasks"]
+    verdict = placement(table["fit"], geometry, p, on_this_node(paths["params"]),
+                        on_this_node(paths["seeds"]), n_seeds)
     phases = phase_spans({"fit": fits, "reduce": merges, "write": [written]}, t_origin)
     busy = float(tasks["fit_s"].sum())
     record = {
         "workflow": "hedm_nffit", "executor": getattr(args, "executor", None),
         "ranks": getattr(args, "ranks", None), "workers": workers,
-        "params": p, "inputs": paths, "result": summary, "stage": stage_dict(args),
+        "params": p, "inputs": paths, "result": summary, "placement": verdict,
+        "stage": stage_dict(args),
         "geometry": {"distances": geometry.n_distances, "frames": geometry.n_frames,
                      "pixels": [geometry.n_pixels_z, geometry.n_pixels_y],
                      "hkls": int(len(geometry.hkls.ring)), "seeds": n_seeds},
@@ -265,6 +337,9 @@ def main(args):
                     "per_task": [dict(zip(TASK_DTYPE.names, row)) for row in tasks.tolist()]},
     }
     write_json(os.path.join(out, "nffit_run.json"), record)
+    if verdict["diagnosis"]:
+        raise ResultError(f"{verdict['diagnosis']}. The map was written to {results} for "
+                          "inspection")
     return written
 
 

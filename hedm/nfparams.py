@@ -14,14 +14,23 @@ from typing import Any, Dict
 from hedm.params import (MIDAS_NF_KEYS, Param, ParamError, at_least, load_params, one_of,
                          resolve_params)
 
-__all__ = ["REDUCE_SCHEMA", "FIT_SCHEMA", "read_nf_params", "read_fit_params"]
+__all__ = ["REDUCE_SCHEMA", "FIT_SCHEMA", "read_nf_params", "read_fit_params", "input_pattern",
+           "image_transforms"]
 
 #: Stage 1's keys (reduction of the frames to binary images).
 REDUCE_SCHEMA = (
     Param("DataDirectory", str, ".", "folder of the frames; relative to the parameter file's "
           "folder, %n = node name"),
-    Param("InputPattern", str, "stem_%06d.tif", "frame file name with a %d field (TIFF series), "
-          "or one GE/HDF5 file holding every frame"),
+    Param("InputPattern", str, "", "frame file name with a %d field (TIFF series), or one "
+          "GE/HDF5 file holding every frame; default OrigFileName_%06d.extOrig (MIDAS's "
+          "names) if OrigFileName is set, else stem_%06d.tif"),
+    Param("OrigFileName", str, "", "MIDAS's name of the frames: files OrigFileName_NNNNNN."
+          "extOrig (used when InputPattern is not set)"),
+    Param("extOrig", str, "tif", "MIDAS's extension of the frames (with OrigFileName)"),
+    Param("ImTransOpt", int, (), "raw-frame transforms, applied in order (MIDAS's codes): "
+          "0 none, 1 flip y (columns), 2 flip z (rows), 3 transpose; several per line or "
+          "one per line; frames MIDAS's NF programs read need 1 and 2 (hedm/imtrans.py)",
+          one_of(0, 1, 2, 3), multi=True),
     Param("RawStartNr", int, 0, "number of the first frame", at_least(0)),
     Param("NrFilesPerDistance", int, None, "number of frames (per detector distance)",
           at_least(1)),
@@ -62,6 +71,17 @@ FIT_SCHEMA = (
     Param("GlobalPosition", float, 0.0, "layer position written in the .mic header (um)"),
     Param("GridPointsPerTask", int, 0, "grid rows per fitting task; 0: about 8 tasks per "
           "worker, 16 to 512 rows each", at_least(0)),
+    # Fit controls (kernels.nffit.FitOptions; MIDAS has no keys for them: FitOrientationOMP
+    # refines every candidate with at most 5000 evaluations and no restart).
+    Param("NrCandidatesRefined", int, 8, "most distinct candidate seeds refined per grid "
+          "point (FitOptions.n_refine)", at_least(1)),
+    Param("MaxEvaluations", int, 1500, "confidence evaluations per refined candidate "
+          "(FitOptions.max_evals; MIDAS: 5000)", at_least(10)),
+    Param("NrRestarts", int, 4, "Nelder-Mead restarts from the best point, each with half "
+          "the simplex (FitOptions.restarts)", at_least(0)),
+    Param("MinMappedFraction", float, 0.1, "fraction of the grid points that must be fitted "
+          "(confidence >= MinFracAccept); fewer fails the run with a diagnosis; 0: no check",
+          lambda v: None if 0 <= v <= 1 else "must be in [0, 1]"),
 )
 
 
@@ -77,7 +97,32 @@ def read_nf_params(path: str, flags: Dict[str, Any] | None = None) -> Dict[str, 
     if "/" in values["ReducedFileName"] or not values["ReducedFileName"]:
         raise ParamError(f"{path}: ReducedFileName must be a plain file name, "
                          f"got {values['ReducedFileName']!r}")
+    values["InputPattern"] = input_pattern(values, path)
     return values
+
+
+def input_pattern(values: Dict[str, Any], path: str = "<params>") -> str:
+    """The frames' file name: ``InputPattern``, else MIDAS's ``OrigFileName_%06d.extOrig``
+    (``ProcessImagesCombined``'s names), else ``stem_%06d.tif``. Both given and different
+    is a ParamError (which one would be read is not for us to guess)."""
+    given = values.get("InputPattern") or ""
+    orig = values.get("OrigFileName") or ""
+    if orig:
+        midas = f"{orig}_%06d.{values.get('extOrig') or 'tif'}"
+        if given and given != midas:
+            raise ParamError(f"{path}: InputPattern {given} and OrigFileName/extOrig "
+                             f"({midas}) name different frames; keep one")
+        return midas
+    return given or "stem_%06d.tif"
+
+
+def image_transforms(path: str) -> tuple:
+    """The ``ImTransOpt`` codes of the layer's parameter file (stage 2 reports them when
+    the fit places nothing); () if the file does not set them."""
+    param = next(q for q in REDUCE_SCHEMA if q.key == "ImTransOpt")
+    foreign = (MIDAS_NF_KEYS | {q.key for q in REDUCE_SCHEMA} | {q.key for q in FIT_SCHEMA}) \
+        - {"ImTransOpt"}
+    return tuple(load_params(path, (param,), foreign).get("ImTransOpt", ()))
 
 
 def read_fit_params(path: str, flags: Dict[str, Any] | None = None) -> Dict[str, Any]:

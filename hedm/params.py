@@ -107,7 +107,12 @@ class Param:
     help : str
         One line for ``--help`` and error messages.
     check : callable, optional
-        ``check(value) -> str | None``: a reason the value is invalid, or None.
+        ``check(value) -> str | None``: a reason the value is invalid, or None
+        (for ``multi`` keys: called on each value).
+    multi : bool
+        The value is a tuple of ``type``: one or more values per line, and the
+        key may be given on several lines, which add up in order (as MIDAS's
+        repeatable keys, e.g. ``ImTransOpt``).
     """
 
     key: str
@@ -115,16 +120,21 @@ class Param:
     default: Any
     help: str
     check: Optional[Callable[[Any], Optional[str]]] = None
+    multi: bool = False
 
     @property
     def required(self) -> bool:
         return self.default is None
 
     def convert(self, text: str) -> Any:
-        """Parse ``text`` to this parameter's type and check it; raise ValueError saying why."""
+        """Parse ``text`` to this parameter's type and check it; raise ValueError saying why
+        (``multi``: a tuple of the line's values)."""
         text = text.strip()
         if not text:
             raise ValueError(f"{self.key} needs a value ({self.help})")
+        if self.multi:
+            one = Param(self.key, self.type, None, self.help, self.check)
+            return tuple(one.convert(word) for word in text.replace(",", " ").split())
         if self.type in (int, float) and len(text.split()) > 1:
             raise ValueError(f"{self.key} takes one value, got {text!r}")
         if self.type is int:
@@ -209,6 +219,12 @@ def parse_params(text: str, schema: Schema, path: str = "<string>",
             continue
         if param is None:
             raise ParamError(f"{where}: {_unknown(key, schema, foreign)}")
+        if key in seen and param.multi:
+            try:
+                values[key] = values[key] + param.convert(rest)
+            except ValueError as exc:
+                raise ParamError(f"{where}: {exc}") from None
+            continue
         if key in seen:
             raise ParamError(
                 f"{where}: {key} is already set on line {seen[key]}; give each parameter once"
@@ -317,7 +333,13 @@ def resolve_params(
 def format_params(values: Mapping[str, Any], schema: Sequence[Param]) -> str:
     """Render values as a parameter file (schema order), parseable by :func:`parse_params`."""
     width = max(len(p.key) for p in schema)
-    lines = [f"{p.key:<{width}}  {values[p.key]}" for p in schema if values.get(p.key) is not None]
+    lines = []
+    for p in schema:
+        value = values.get(p.key)
+        if value is None or value == "" or (p.multi and not value):
+            continue  # unset: a blank value would not parse back
+        text = " ".join(map(str, value)) if p.multi else value
+        lines.append(f"{p.key:<{width}}  {text}")
     return "\n".join(lines) + "\n"
 
 

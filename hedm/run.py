@@ -20,8 +20,14 @@ from stager.mpi.agree import agreed
 from stager.mpi.job import job_for
 from stager.planning.plan import expand_node
 from workflows import on_this_node
+from workflows.errors import WorkflowError
 
-__all__ = ["stage_dict", "log_summary", "write_json", "drain_results"]
+__all__ = ["stage_dict", "log_summary", "write_json", "drain_results", "ResultError"]
+
+
+class ResultError(WorkflowError):
+    """A run finished but its result is empty or not a reconstruction (the message says
+    why and what to check); the workflow exits 1 after writing what it has."""
 
 
 def stage_dict(args: Any) -> Any:

@@ -3,7 +3,11 @@
 The first bytes say what a file is (:func:`~kernels.io.signatures.sniff`, which
 lists the signatures; re-exported here as ``kernels.io.detect.sniff``); extensions
 do not.  Each kind maps to a reader: hdf5 and tiff to ours, cbf and edf to fabio,
-mib, dm and ser to RosettaSciIO.
+mib, dm and ser to RosettaSciIO.  An HDF5 file is ours (NeXus, Eiger, plain HDF5)
+unless it says it is another program's layout that RosettaSciIO reads
+(:func:`~kernels.io.signatures.hdf5_flavour`: Thermo Fisher Velox EMD, Berkeley
+EMD, HyperSpy); then, when no ``dataset=``/``frame_axis=`` asks for one of its
+datasets, RosettaSciIO reads it, frames oriented as it returns them.
 
 A ``%d`` field in the name is a TIFF series (one file per frame).  Anything
 else is read as GE raw (no signature: its size must fit the frame shape).
@@ -53,6 +57,13 @@ def open_frames(source: str, format: str | None = None, **options) -> FrameSourc
             kind = sniff(source)
             format = {"hdf5": "hdf5", "tiff": "tiff", "cbf": "fabio", "edf": "fabio",
                       "mib": "rsciio", "dm": "rsciio", "ser": "rsciio"}.get(kind, "ge")
+            if kind == "hdf5" and not {"dataset", "frame_axis"} & set(options):
+                from .signatures import hdf5_flavour
+
+                flavour = hdf5_flavour(source)
+                if flavour != "hdf5":
+                    format = "rsciio"
+                    options.setdefault("kind", flavour)
     reader: Callable[..., FrameSource]
     if format == "fabio":
         from .fabio_frames import FabioFrames

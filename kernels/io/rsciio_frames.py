@@ -28,9 +28,16 @@ __all__ = ["RsciioFrames", "PLUGINS"]
 
 # sniffed kind -> RosettaSciIO plugin module
 PLUGINS = {"mib": "quantumdetector", "dm": "digitalmicrograph", "ser": "tia", "emd": "emd",
-           "empad": "empad"}
+           "empad": "empad", "hspy": "hspy"}
 EXTRA_HINT = ("install the optional reader RosettaSciIO: pip install -c constraints.txt "
               "rosettasciio (without its hdf5 extra)")
+
+
+def _image_axes(sig) -> list | None:
+    """The signal axes of a RosettaSciIO signal if they are the last two (frames), else None."""
+    nd = len(sig["data"].shape)
+    image = [i for i, ax in enumerate(sig["axes"]) if not ax.get("navigate", False)]
+    return image if image == [nd - 2, nd - 1] else None
 
 
 class RsciioFrames(FrameSource):
@@ -41,16 +48,19 @@ class RsciioFrames(FrameSource):
     path : str
     kind : str, optional
         Plugin key of :data:`PLUGINS`; default from the file's bytes or name.
-    signal : int
-        Which of the file's signals (a file may hold several), default 0.
+    signal : int, optional
+        Which of the file's signals (a file may hold several: a Velox EMD holds
+        one per detector, HAADF, BF, ...).  Default: the only signal that holds
+        frames (two signal axes, last); several are a ``ReaderError`` listing
+        them (index, title, shape), never a guess.
     dtype, overflow : output dtype and overflow rule (:mod:`kernels.io.convert`)
     """
 
-    def __init__(self, path, kind: str | None = None, signal: int = 0, dtype=None,
+    def __init__(self, path, kind: str | None = None, signal: int | None = None, dtype=None,
                  overflow: str = "error"):
         self.path = os.fspath(path)
         self.kind = kind or self._kind()
-        self.signal = int(signal)
+        self.signal = None if signal is None else int(signal)
         self._data = None
         data = self._frames()
         self.n_frames = int(data.shape[0])
@@ -84,15 +94,32 @@ class RsciioFrames(FrameSource):
         try:
             signals = plugin.file_reader(self.path, lazy=True)
         except Exception as exc:
+            hint = (" (an HDF5 file: pass dataset= and frame_axis= to read one of its "
+                    "datasets with the HDF5 reader)" if self.kind in ("emd", "hspy") else "")
             raise ReaderError(f"{self.path!r} cannot be read by RosettaSciIO "
-                              f"({self.kind}): {exc}") from exc
+                              f"({self.kind}): {exc}{hint}") from exc
+        if self.signal is None:
+            frames = [i for i, s in enumerate(signals) if _image_axes(s) is not None]
+            listed = "; ".join(
+                f"signal={i}: {s.get('metadata', {}).get('General', {}).get('title', '?')} "
+                f"{tuple(s['data'].shape)}" for i, s in enumerate(signals)) or "no signal"
+            if len(frames) > 1:
+                raise ReaderError(f"{self.path!r} holds {len(frames)} signals of frames "
+                                  f"({listed}); pass signal=N")
+            if not frames:
+                hint = (": pass dataset= and frame_axis= to read one of its datasets with the "
+                        "HDF5 reader" if self.kind in ("emd", "hspy") else "")
+                raise ReaderError(f"{self.path!r}: none of its signals ({listed}) has frames "
+                                  "(two signal axes, the last two, as RosettaSciIO reads "
+                                  f"it){hint}")
+            self.signal = frames[0]
         if not 0 <= self.signal < len(signals):
             raise ReaderError(f"{self.path!r} has {len(signals)} signals; signal={self.signal}")
         sig = signals[self.signal]
-        data, axes = sig["data"], sig["axes"]
-        image = [i for i, ax in enumerate(axes) if not ax.get("navigate", False)]
-        nd = len(data.shape)
-        if image != [nd - 2, nd - 1]:
+        data = sig["data"]
+        image = _image_axes(sig)
+        if image is None:
+            image = [i for i, ax in enumerate(sig["axes"]) if not ax.get("navigate", False)]
             raise ReaderError(f"{self.path!r} signal {self.signal} has signal axes {image} of "
                               f"shape {tuple(data.shape)}; frames need the last two")
         n = int(np.prod(data.shape[:-2], dtype=np.int64))

@@ -25,7 +25,7 @@ import os
 
 from ..errors import ReaderError
 
-__all__ = ["sniff", "HDF5_SIGNATURE"]
+__all__ = ["sniff", "hdf5_flavour", "HDF5_SIGNATURE"]
 
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 _TIFF = (b"II*\0", b"MM\0*", b"II+\0", b"MM\0+")
@@ -71,3 +71,55 @@ def sniff(path: str) -> str:
     if head[:2] == b"II" and int.from_bytes(head[2:4], "little") == 0x0197:
         return "ser"
     return "unknown"
+
+
+def _json_format(dset) -> str | None:
+    """The ``format`` of a Velox ``/Version`` dataset (JSON text in its first element)."""
+    import json
+
+    try:
+        raw = dset[0] if dset.shape else dset[()]
+        text = raw.decode("utf-8") if isinstance(raw, bytes) else str(raw)
+        value = json.loads(text.rstrip("\x00"))
+    except (ValueError, TypeError, IndexError, OSError, AttributeError):
+        return None
+    return value.get("format") if isinstance(value, dict) else None
+
+
+def hdf5_flavour(path: str) -> str:
+    """Which program's layout an HDF5 file has: ``emd`` (Thermo Fisher Velox EMD, or
+    Berkeley/NCEM EMD), ``hspy`` (HyperSpy), else ``hdf5`` (NeXus or plain HDF5, read by
+    :class:`~kernels.io.hdf5.HDF5Stack`).
+
+    From what the file says about itself, as RosettaSciIO decides: Velox writes a
+    ``/Version`` dataset whose JSON ``format`` is ``Velox`` (or ``DevelopersKit``)
+    and keeps its images in ``/Data/Image/<uuid>/Data``; Berkeley EMD marks the
+    root or a top-level group with ``version_major``/``version_minor`` attributes;
+    HyperSpy writes ``@file_format = "HyperSpy"``.  A file with any NeXus
+    ``NX_class`` at its root or top level, a root ``@default``, or an ``/entry``
+    stays ``hdf5``, as does one that cannot be opened (the HDF5 reader says why).
+    """
+    import h5py
+
+    try:
+        f = h5py.File(path, "r")
+    except (OSError, ValueError):
+        return "hdf5"
+    with f:
+        def nx(obj) -> bool:
+            return "NX_class" in obj.attrs
+
+        tops = [f[k] for k in f.keys() if f.get(k, getlink=True).__class__ is h5py.HardLink]
+        if nx(f) or "default" in f.attrs or "entry" in f or any(nx(g) for g in tops):
+            return "hdf5"
+        version = f.get("Version")
+        if isinstance(version, h5py.Dataset) and _json_format(version) in ("Velox",
+                                                                           "DevelopersKit"):
+            return "emd"
+        if any("version_major" in g.attrs for g in [f] + [g for g in tops
+                                                          if isinstance(g, h5py.Group)]):
+            return "emd"
+        fmt = f.attrs.get("file_format")
+        if (fmt.decode() if isinstance(fmt, bytes) else fmt) == "HyperSpy":
+            return "hspy"
+    return "hdf5"

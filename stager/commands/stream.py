@@ -20,7 +20,7 @@ import os
 import signal
 import sys
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 HELP = "receive live detector streams (under mpirun) or watch a running job"
 
@@ -43,7 +43,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="an option of the analysis (repeatable; JSON values)")
     r.add_argument("--bind", metavar="HOST",
-                   help="interface to bind (default all; 127.0.0.1 for loopback)")
+                   help="interface to bind (default all; 127.0.0.1 for loopback); with "
+                        "--stream2 also the address to connect to the detector from")
     r.add_argument("--advertise", metavar="HOST", help="host name to publish")
     r.add_argument("--receivers-per-node", metavar="M", help="default 1")
     r.add_argument("--partition-frames", metavar="K",
@@ -70,12 +71,34 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--outbox", type=float, metavar="MiB",
                    help="partitions a receiver holds for its workers before it stops reading "
                         "(default 64)")
+    _add_security_arguments(r)
     w = sub.add_parser("watch", help="show the live progress of a receiving job")
     w.add_argument("source", metavar="RENDEZVOUS", help="rendezvous file or tcp:// live endpoint")
     w.add_argument("--png", metavar="FILE", help="write the current image here on request")
     w.add_argument("--once", action="store_true", help="exit after the first image")
     w.add_argument("--final", action="store_true", help="exit after a scan's final image")
     w.add_argument("--timeout", type=float, default=None, metavar="S")
+    w.add_argument("--certificate", metavar="FILE", help="CURVE client certificate "
+                   "(.key_secret; default: the one the rendezvous file names)")
+
+
+def _add_security_arguments(r: argparse.ArgumentParser) -> None:
+    """Issue 25: CURVE by default; ``--insecure``, ``--authorized-keys``, ``--allow-from``."""
+    r.add_argument("--insecure", action="store_true",
+                   help="plain ZeroMQ sockets: anyone who reaches a port may send frames "
+                        "(the report says so); default: CURVE with the job's keys")
+    r.add_argument("--authorized-keys", metavar="DIR",
+                   help="accept the CURVE clients whose public certificates (*.key) are in "
+                        "DIR, instead of writing a client certificate beside the rendezvous")
+    r.add_argument("--allow-from", metavar="ADDR[,ADDR]",
+                   help="Stream V2: accept only the detector at these IP addresses (ZAP)")
+    r.add_argument("--rendezvous-mode", type=lambda v: int(v, 8), default=0o600,
+                   metavar="OCTAL", help="file mode of the rendezvous file (default 600)")
+    r.add_argument("--handshake-timeout", type=float, default=10.0, metavar="S",
+                   help="drop a connection that completes no ZeroMQ handshake in S seconds")
+    r.add_argument("--io-threads", type=int, default=4, metavar="N",
+                   help="ZeroMQ I/O threads per receiver (default 4; CURVE decrypts there, "
+                        "one producer's connection per thread: several decrypt in parallel)")
 
 
 def _mib(value: Optional[float]) -> Optional[int]:
@@ -123,7 +146,10 @@ def _receive(args: argparse.Namespace) -> int:
             allow_loss=args.allow_loss, live_interval=args.live_interval,
             spill=args.spill, stream2=args.stream2, v2_grace=args.v2_grace,
             analysis=args.analysis, analysis_options=_parse_set(args.set),
-            rcvhwm=args.hwm, outbox_bytes=_mib(args.outbox))
+            rcvhwm=args.hwm, outbox_bytes=_mib(args.outbox),
+            insecure=args.insecure, authorized_keys=args.authorized_keys,
+            allow_from=args.allow_from, rendezvous_mode=args.rendezvous_mode,
+            handshake_timeout=args.handshake_timeout, io_threads=args.io_threads)
     except ValueError as e:
         if comm.rank == 0:
             print(f"stager stream receive: {e}", file=sys.stderr)
@@ -137,6 +163,9 @@ def _receive(args: argparse.Namespace) -> int:
     def ready(info: Dict[str, Any]) -> None:
         print(f"stager stream: {len(info['receivers'])} receiver(s) ({info['roles']}); "
               f"live {info['live']}; rendezvous {opts.rendezvous}", file=sys.stderr, flush=True)
+        sec = info.get("security") or {}
+        if sec.get("warning"):
+            print(f"stager stream: WARNING: {sec['warning']}", file=sys.stderr, flush=True)
 
     try:
         job = job_of(args, comm)
@@ -166,26 +195,29 @@ def _receive(args: argparse.Namespace) -> int:
     return status if comm.rank == 0 else 0
 
 
-def _endpoint(source: str) -> str:
+def _endpoint(source: str) -> Tuple[str, Optional[str], Optional[str]]:
+    """The live endpoint, the CURVE server key and client certificate (None: plain)."""
     if source.startswith("tcp://"):
-        return source
+        return source, None, None
     with open(source) as f:
         d = json.load(f)
     live = d.get("live")
     if not live:
         raise ValueError(f"{source}: the job publishes no live endpoint")
-    return live
+    return live, d.get("curve_serverkey"), d.get("client_certificate")
 
 
 def _watch(args: argparse.Namespace) -> int:
     from stager.stream.live import LiveView
 
+    from stager.stream.errors import StreamError
+
     try:
-        ep = _endpoint(args.source)
-    except (OSError, ValueError) as e:
+        ep, key, cert = _endpoint(args.source)
+        view = LiveView(ep, key, args.certificate or cert)
+    except (OSError, ValueError, StreamError) as e:
         print(f"stager stream watch: {e}", file=sys.stderr)
         return 2
-    view = LiveView(ep)
     want = {"png": False}
 
     def on_usr1(signum: int, frame: Any) -> None:
@@ -251,4 +283,5 @@ def _line(msg: Any, prev: Dict[str, Any]) -> str:
             f"{p.get('incomplete', 0)} incomplete, {p.get('not_arrived', 0)} "
             f"{'missing' if msg.final else 'not arrived'}, {fps:.0f} frames/s, {gbs:.3f} GB/s, "
             f"last frame {'-' if idle is None else f'{idle:.1f} s'} ago, "
-            f"{p.get('rejected', 0)} rejected{' [final]' if msg.final else ''}")
+            f"{p.get('rejected', 0)} rejected, {p.get('refused', 0)} connections refused"
+            f"{' [final]' if msg.final else ''}")

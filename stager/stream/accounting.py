@@ -69,6 +69,10 @@ class ScanReport:
     rejected_unattributed : Counter
         Rejections that named no open scan (malformed, unknown scan), counted while
         this scan was open.
+    refused : Counter
+        Connection attempts refused (ZAP or handshake: never data) while this scan was
+        open at this receiver, or before it, since the previous scan closed, by reason
+        (:data:`stager.stream.security.REASONS`).
     buffer_bytes : int
         Partition memory the assembler allocated for this scan (its high-water mark).
     ended_by : str
@@ -90,6 +94,7 @@ class ScanReport:
     rejected_unattributed: Counter = field(default_factory=Counter)
     examples: List[str] = field(default_factory=list)
     evicted_partitions: int = 0
+    refused: Counter = field(default_factory=Counter)
     buffer_bytes: int = 0
     ended_by: str = "end"
     first_message: float = 0.0
@@ -172,6 +177,7 @@ class ScanReport:
             rejected_unattributed=self.rejected_unattributed + other.rejected_unattributed,
             examples=(self.examples + other.examples)[:MAX_EXAMPLES],
             evicted_partitions=self.evicted_partitions + other.evicted_partitions,
+            refused=self.refused + other.refused,
             buffer_bytes=max(self.buffer_bytes, other.buffer_bytes),
             ended_by=max(self.ended_by, other.ended_by, key=order.index),
             first_message=min(self.first_message, other.first_message),
@@ -199,6 +205,7 @@ class ScanReport:
                          "rejected": dict(sorted((str(k), v) for k, v in self.rejected.items())),
                          "rejected_unattributed": dict(sorted(
                              (str(k), v) for k, v in self.rejected_unattributed.items()))},
+            "connections_refused": dict(sorted((str(k), v) for k, v in self.refused.items())),
             "rejection_examples": list(self.examples),
             "evicted_partitions": self.evicted_partitions,
             "buffer_bytes": self.buffer_bytes,
@@ -219,4 +226,6 @@ class ScanReport:
         lost = self.lost_in_transport
         if lost:
             s += f", {lost} messages lost in transport"
+        if self.refused:
+            s += f", {sum(self.refused.values())} connection attempts refused"
         return s

@@ -208,6 +208,8 @@ class Assembler:
         else:
             for st in self.scans.values():
                 st.report.rejected_unattributed[reason] += 1
+                if len(st.report.examples) < MAX_EXAMPLES:   # named in the report too
+                    st.report.examples.append(f"(no scan of its own) {text}")
 
     # ---- native messages ----
     def feed(self, parts: List[Any]) -> None:
@@ -258,6 +260,8 @@ class Assembler:
             return
         st = self.scans.get(g.scan)
         if st is None:
+            if self._too_large(g):
+                return
             if len(self.scans) >= self.max_scans:
                 self.reject(Reason.BUSY, f"begin for scan {g.scan} while {len(self.scans)} "
                             f"scans are open (max_scans={self.max_scans})")
@@ -277,6 +281,21 @@ class Assembler:
             return
         st.begins.add(b.producer)
         st.last = st.report.last_message = now
+
+    def _too_large(self, g: ScanGeometry) -> bool:
+        """Reject (``too_large``) a scan whose minimum memory here exceeds the bound:
+        checked at ``begin``, before anything of the scan is allocated."""
+        K = self.frames_per_partition(g)
+        local = -(-g.frames // self.receivers) if self.routing == "modulo" else g.frames
+        parts = min(2, max(1, -(-local // K))) * K * g.frame_bytes
+        accounting = g.frames * (g.sectors + 3)
+        if max(parts, accounting) <= self.memory_bytes:
+            return False
+        self.reject(Reason.TOO_LARGE, f"begin for scan {g.scan}: {g.frames} frames of "
+                    f"{g.shape[0]}x{g.shape[1]} {g.dtype} need {max(parts, accounting)} bytes "
+                    f"here ({'partitions' if parts >= accounting else 'accounting'}), more "
+                    f"than the receiver's memory bound of {self.memory_bytes} (--memory)")
+        return True
 
     def end(self, e: End) -> None:
         """A producer is done with this receiver; the scan closes after the last one."""

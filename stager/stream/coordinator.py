@@ -162,6 +162,7 @@ class Coordinator:
                 "not_arrived": int((exp & (n == 0)).sum()), "bytes": int(rep.accepted_bytes
                                                                        or _bytes(rep)),
                 "rejected": int(sum(rep.rejected.values())),
+                "refused": int(sum(rep.refused.values())),
                 "idle_s": None if idle is None else round(idle, 3),
                 "receivers_closed": len(st.closed), "receivers": self.roles.count,
                 "live_updates": st.live_updates}

@@ -11,7 +11,14 @@ scan and, every ``interval`` seconds (and when a scan closes), publishes:
   frame's result is in);
 - ``<dir>/<scan>.live.h5`` (each image, ``/valid``, progress as attributes) and
   ``<dir>/<scan>.live.png`` (the images side by side; positions not yet valid in
-  purple), each replaced atomically.
+  purple), each replaced atomically, mode 0600, in a directory of the user's own
+  (made 0700 when missing; a symlink there, or a directory of another user, is refused
+  as for staged copies: :func:`stager.nodelocal.localfs.ensure_dir`).
+
+With the job's :class:`~stager.stream.security.StreamSecurity` the PUB socket is
+a CURVE server with the receivers' keys: a viewer connects as a CURVE client with
+the client certificate of the rendezvous file (:class:`LiveView`), anyone else is
+refused by ZAP.
 
 :class:`LiveView` is the other end (``stager stream watch``). The PNG encoder is
 written here (zlib + the PNG chunk format, ~20 lines) rather than imported from
@@ -103,7 +110,7 @@ def write_snapshot(path: str, images: Dict[str, np.ndarray], valid: np.ndarray,
 
 
 def _replace(path: str, data: bytes) -> None:
-    with localfs.AtomicFile(path, mode=0o644, hash=False) as af:
+    with localfs.AtomicFile(path, mode=0o600, hash=False) as af:
         af.write(data)
         af.commit()
 
@@ -119,18 +126,31 @@ class LivePublisher:
         Where ``<scan>.live.h5`` / ``.png`` go (None: no files).
     advertise : str, optional
         Host name to publish when binding every interface.
+    security : StreamSecurity, optional
+        The job's keys (CURVE server, ZAP domain ``mpistage-live``); None: plain.
     """
 
     def __init__(self, bind: str, directory: Optional[str] = None,
-                 advertise: Optional[str] = None) -> None:
+                 advertise: Optional[str] = None, security: Any = None) -> None:
         import zmq
 
         from stager.stream.receiver import resolve_endpoint
+        from stager.stream.security import DOMAIN_LIVE
 
+        if directory:
+            directory = localfs.ensure_dir(directory, directory, strict=False)
         self._ctx: Any = zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.PUB)
         self._sock.setsockopt(zmq.SNDHWM, 10)     # a slow viewer loses old images, never blocks
         self._sock.setsockopt(zmq.LINGER, 0)
+        self._zap: Any = None
+        self.refused: Dict[str, int] = {}     # viewers refused by ZAP, by reason
+        if security is not None:
+            security.serve(self._sock, DOMAIN_LIVE)
+            if security.curve:
+                from stager.stream.security import zap_handler
+
+                self._zap = zap_handler(self._ctx)
         self._sock.bind(bind[:-2] + ":*" if bind.endswith(":0") else bind)
         self.endpoint = resolve_endpoint(self._sock.getsockopt(zmq.LAST_ENDPOINT).decode(),
                                          advertise)
@@ -145,6 +165,12 @@ class LivePublisher:
 
         imgs = {n: np.ascontiguousarray(a, a.dtype.newbyteorder("<"))
                 for n, a in images.items()}
+        if self._zap is not None:
+            from stager.stream.security import DOMAIN_LIVE
+
+            for reason, _ in self._zap.drain(DOMAIN_LIVE):
+                self.refused[reason] = self.refused.get(reason, 0) + 1
+            progress = dict(progress, live_refused=sum(self.refused.values()))
         header = {"scan": scan, "t": time.time(), "final": final, "progress": progress,
                   "images": [{"name": n, "shape": list(a.shape), "dtype": a.dtype.str}
                              for n, a in imgs.items()]}
@@ -196,9 +222,15 @@ class LiveMessage:
 
 
 class LiveView:
-    """A subscriber to a job's live endpoint (``stager stream watch``)."""
+    """A subscriber to a job's live endpoint (``stager stream watch``).
 
-    def __init__(self, endpoint: str) -> None:
+    ``server_key`` (Z85) and ``certificate`` (a client certificate with its secret
+    key): connect as a CURVE client, as the job's live socket requires unless it
+    runs ``--insecure``.
+    """
+
+    def __init__(self, endpoint: str, server_key: Optional[str] = None,
+                 certificate: Optional[str] = None) -> None:
         import zmq
 
         self._zmq = zmq
@@ -206,6 +238,19 @@ class LiveView:
         self._sock = self._ctx.socket(zmq.SUB)
         self._sock.setsockopt(zmq.SUBSCRIBE, TOPIC)
         self._sock.setsockopt(zmq.LINGER, 0)
+        if server_key is not None:
+            from stager.stream.errors import StreamError
+            from stager.stream.security import client_keys
+
+            if certificate is None:
+                self._sock.close()
+                raise StreamError(f"the live socket {endpoint} uses CURVE: give a client "
+                                  "certificate (--certificate FILE)")
+            try:
+                client_keys(self._sock, server_key, certificate)
+            except StreamError:
+                self._sock.close()
+                raise
         self._sock.connect(endpoint)
         self.endpoint = endpoint
 

@@ -7,6 +7,13 @@ ZeroMQ would deal a socket's messages round-robin over its peers, and the
 sectors of a frame must all reach receiver ``frame mod R``. Sends block while a
 receiver's queue is at its high-water mark; nothing is dropped. zmq is imported
 when a producer is built.
+
+Security: given a :class:`~stager.stream.rendezvous.Rendezvous` that names a
+CURVE server key (the default of a receiving job), every socket is a CURVE
+client with the key pair of the rendezvous' ``client_certificate`` (or of
+``certificate``). A producer the job does not authorise is refused at the
+handshake: its sends then block at the high-water mark (``send_timeout`` turns
+that into an error); nothing it sends is received.
 """
 from __future__ import annotations
 
@@ -42,17 +49,37 @@ class Producer:
     linger : float
         Seconds :meth:`close` waits for queued messages to leave.
     context : zmq.Context, optional
+    server_key : str, optional
+        The receivers' CURVE public key (Z85); default: the rendezvous' ``curve_serverkey``.
+        None and none in the rendezvous: plain ZeroMQ.
+    certificate : str, optional
+        A :mod:`zmq.auth` client certificate with its secret key; default: the
+        rendezvous' ``client_certificate``.
     """
 
     def __init__(self, receivers: Union[Rendezvous, Sequence[str]], producer: int = 0, *,
                  sndhwm: int = DEFAULT_HWM, sndbuf: int = 0,
                  send_timeout: Optional[float] = None, linger: float = 60.0,
-                 context: Any = None) -> None:
+                 context: Any = None, server_key: Optional[str] = None,
+                 certificate: Optional[str] = None) -> None:
         import zmq
 
-        eps = list(receivers.receivers if isinstance(receivers, Rendezvous) else receivers)
+        from stager.stream.security import client_keys, load_client_certificate
+
+        rv = receivers if isinstance(receivers, Rendezvous) else None
+        eps = list(rv.receivers) if rv is not None else list(receivers)  # type: ignore[arg-type]
         if not eps:
             raise ValueError("expecting at least one receiver endpoint")
+        if rv is not None:
+            server_key = server_key or rv.server_key
+            certificate = certificate or rv.client_certificate
+        if server_key is not None:
+            if certificate is None:
+                raise StreamError("the receivers use CURVE and the rendezvous names no client "
+                                  "certificate (the job has --authorized-keys): give "
+                                  "certificate= (a .key_secret file whose key is authorised)")
+            load_client_certificate(certificate)      # a clear error before any connect
+        self.server_key, self.certificate = server_key, certificate
         self._zmq = zmq
         self.endpoints = eps
         self.producer = producer
@@ -66,6 +93,8 @@ class Producer:
                 s.setsockopt(zmq.SNDBUF, sndbuf)
             if send_timeout is not None:
                 s.setsockopt(zmq.SNDTIMEO, int(send_timeout * 1000))
+            if server_key is not None:
+                client_keys(s, server_key, certificate)  # type: ignore[arg-type]
             s.connect(ep)
             self.sockets.append(s)
         self.geometry: Dict[str, ScanGeometry] = {}
@@ -84,7 +113,9 @@ class Producer:
         except self._zmq.Again:
             raise StreamError(f"producer {self.producer}: receiver {receiver} "
                               f"({self.endpoints[receiver]}) accepted nothing for the send "
-                              "timeout: is it running and reading?") from None
+                              "timeout: is it running and reading, and does it accept this "
+                              "producer's CURVE certificate (see its report's "
+                              "connections_refused)?") from None
         finally:
             self.blocked_s += time.perf_counter() - t
 

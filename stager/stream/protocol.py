@@ -68,6 +68,10 @@ class Reason(str, Enum):
     """An ``lz4``/``bslz4`` payload that does not decode."""
     BUSY = "busy"
     """A ``begin`` for a new scan while the receiver already holds its maximum of open scans."""
+    TOO_LARGE = "too_large"
+    """A ``begin`` for a scan this receiver cannot hold within its memory bound: two
+    partitions of its frames, or its accounting (``frames x (sectors + 3)`` bytes), are
+    more than ``--memory``. Refused before anything is allocated."""
 
     def __str__(self) -> str:
         return self.value
@@ -193,9 +197,14 @@ def route(frame: int, receivers: int) -> int:
 
 
 def check_scan_name(scan: Any) -> str:
-    if not isinstance(scan, str) or not _SCAN_RE.match(scan):
-        raise ProtocolError(Reason.MALFORMED, f"scan name {scan!r} is not 1-128 characters "
-                            "of letters, digits, '.', '_', '-' starting with a letter or digit")
+    """A scan name names files: 1-128 of ``[A-Za-z0-9._-]``, starting alphanumeric, no
+    ``..`` (so never ``/``, never a path that climbs)."""
+    if not isinstance(scan, str) or not _SCAN_RE.match(scan) or ".." in scan:
+        shown = scan if not isinstance(scan, str) or len(scan) <= 40 else \
+            f"{scan[:40]}... ({len(scan)} characters)"
+        raise ProtocolError(Reason.MALFORMED, f"scan name {shown!r} is not 1-128 characters "
+                            "of letters, digits, '.', '_', '-' starting with a letter or digit "
+                            "(and without '..')")
     return scan
 
 
@@ -269,7 +278,7 @@ def decode_header(buf: Any) -> Header:
                             "not a map")
     kind = h.get("kind")
     scan = h.get("scan")
-    scan_ok = isinstance(scan, str) and _SCAN_RE.match(scan) is not None
+    scan_ok = isinstance(scan, str) and _SCAN_RE.match(scan) is not None and ".." not in scan
     try:
         if kind == "data":
             scan = check_scan_name(scan)

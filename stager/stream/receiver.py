@@ -11,6 +11,13 @@ the plain loop.
 Memory: besides the assembler's bound (see :mod:`stager.stream.assemble`),
 ZeroMQ queues at most ``rcvhwm`` messages per connected producer, plus what the
 kernel's TCP buffers hold (``rcvbuf`` caps them; 0 leaves the OS default).
+
+Security: given a :class:`~stager.stream.security.StreamSecurity` in CURVE mode,
+the socket is a CURVE server whose ZAP handler admits only authorised client
+keys; without one it is plain (what ``--insecure`` asks for). Either way a
+socket monitor counts failed handshakes, and every refused connection attempt
+is counted, by reason, in the reports of the scans open at this receiver
+(:meth:`SocketLoop.refusals`); refused peers' messages never reach the socket.
 zmq is imported when a receiver is built, never by ``import stager.stream``.
 """
 from __future__ import annotations
@@ -18,9 +25,10 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from typing import Any, Callable, List, Optional, Union
+from collections import Counter
+from typing import Any, Callable, List, Optional, Tuple, Union
 
-from stager.stream.accounting import ScanReport
+from stager.stream.accounting import MAX_EXAMPLES, ScanReport
 from stager.stream.assemble import DEFAULT_MEMORY_BYTES, Assembler, Partition
 from stager.stream.errors import StreamError
 from stager.stream.protocol import ScanGeometry
@@ -61,8 +69,56 @@ class SocketLoop:
         self.reports: List[ScanReport] = []
         self._user_on_close = on_close
         self.messages = 0
+        self._monitor: Any = None
+        self._zap: Any = None
+        self._zap_domain = ""
+        self._pending_refused: List[Tuple[str, str]] = []
+        self.refused: Counter = Counter()     # every refused connection attempt, by reason
+
+    def _secure(self, security: Any, domain: str, server: bool = True) -> None:
+        """Apply ``security`` to the new socket (before bind/connect); watch handshakes."""
+        from stager.stream.security import HandshakeMonitor, zap_handler
+
+        if security is not None:
+            if server:
+                security.serve(self._sock, domain)
+            else:
+                security.allow_list(self._sock, domain)
+            if security.curve or security.allow_from:
+                self._zap, self._zap_domain = zap_handler(self._sock.context), domain
+        self._monitor = HandshakeMonitor(self._sock)
+
+    def refusals(self, closing: Optional[ScanReport] = None) -> int:
+        """Count the connection attempts refused since the last call into the reports.
+
+        Each goes to every scan open here; with none open, it waits for the next scan
+        that is open at a call, or closes (``closing``). Returns how many were new.
+        """
+        new: List[Tuple[str, str]] = []
+        if self._monitor is not None:
+            new += self._monitor.drain()
+        if self._zap is not None:
+            new += self._zap.drain(self._zap_domain)
+        for reason, _ in new:
+            self.refused[reason] += 1
+        reps = [st.report for st in self.assembler.scans.values()]
+        if closing is not None:
+            reps.append(closing)
+        if not reps:
+            self._pending_refused += new
+            return len(new)
+        items, self._pending_refused = self._pending_refused + new, []
+        for rep in reps:
+            for reason, detail in items:
+                rep.refused[reason] += 1
+                head = f"refused {reason}:"
+                if len(rep.examples) < MAX_EXAMPLES and \
+                        not any(e.startswith(head) for e in rep.examples):
+                    rep.examples.append(f"{head} {detail}")
+        return len(new)
 
     def _closed(self, rep: ScanReport) -> None:
+        self.refusals(closing=rep)
         self.reports.append(rep)
         if self._user_on_close is not None:
             self._user_on_close(rep)
@@ -83,6 +139,7 @@ class SocketLoop:
         if self._sock.poll(int(timeout * 1000), self._zmq.POLLIN):
             n = self._read(max_messages)
         self.messages += n
+        self.refusals()
         self._expire()
         return n
 
@@ -121,6 +178,9 @@ class SocketLoop:
 
     def close(self) -> None:
         """Close the socket; unread messages are dropped."""
+        if self._monitor is not None:
+            self._monitor.close()
+            self._monitor = None
         self._sock.close(linger=0)
 
     def __enter__(self) -> SocketLoop:
@@ -153,6 +213,8 @@ class Receiver(SocketLoop):
     on_close : callable(ScanReport), optional
         Called when a scan closes.
     context : zmq.Context, optional
+    security : StreamSecurity, optional
+        CURVE keys and the ZAP policy (:mod:`stager.stream.security`); None: plain.
     """
 
     def __init__(self, deliver: Callable[[Partition], Any], *, index: int = 0, count: int = 1,
@@ -162,7 +224,7 @@ class Receiver(SocketLoop):
                  memory_bytes: int = DEFAULT_MEMORY_BYTES, max_scans: int = 4,
                  idle_timeout: float = 30.0,
                  on_close: Optional[Callable[[ScanReport], Any]] = None,
-                 context: Any = None) -> None:
+                 context: Any = None, security: Any = None) -> None:
         super().__init__(on_close)
         zmq = self._zmq
         self.assembler = Assembler(deliver, receiver=index, receivers=count,
@@ -175,6 +237,9 @@ class Receiver(SocketLoop):
         if rcvbuf:
             self._sock.setsockopt(zmq.RCVBUF, rcvbuf)
         self._sock.setsockopt(zmq.LINGER, 0)
+        from stager.stream.security import DOMAIN_DATA
+
+        self._secure(security, DOMAIN_DATA)
         self._bind_addr = bind[:-2] + ":*" if bind.endswith(":0") else bind
         self.advertise = advertise
         self.endpoint: Optional[str] = None

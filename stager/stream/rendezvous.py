@@ -7,12 +7,18 @@ file::
 
     {"protocol": "mpistage-stream/1",
      "receivers": ["tcp://HOST:PORT", ...],
-     "live": "tcp://HOST:PORT"}
+     "live": "tcp://HOST:PORT",
+     "curve_serverkey": "<40 characters of Z85>",
+     "client_certificate": "/path/rv.json.client.key_secret"}
 
 ``receivers[r]`` is receiver r: a producer sends every sector of frame f to
 ``receivers[f mod len(receivers)]``. ``live`` is the PUB endpoint of live results
-(``null`` when the job publishes none). Readers ignore keys they do not know.
-Pure stdlib; no sockets.
+(``null`` when the job publishes none). ``curve_serverkey`` is the receivers' (and
+the live socket's) CURVE public key: connect as a CURVE client with it and the
+key pair of ``client_certificate`` (a :mod:`zmq.auth` certificate file; ``null``
+when the job accepts ``--authorized-keys`` instead: use your own certificate).
+Both keys absent or ``null``: plain ZeroMQ (``--insecure``). The file is mode 0600
+by default (``mode``). Readers ignore keys they do not know. Pure stdlib; no sockets.
 """
 from __future__ import annotations
 
@@ -30,6 +36,7 @@ from stager.stream.protocol import PROTOCOL
 
 __all__ = ["Rendezvous", "write_rendezvous", "read_rendezvous", "wait_for_rendezvous"]
 
+_Z85_KEY = re.compile(r"[0-9A-Za-z.\-:+=^!/*?&<>()\[\]{}@%$#]{40}\Z")
 _ENDPOINT = re.compile(r"tcp://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):([0-9]{1,5})\Z")
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -41,9 +48,18 @@ class Rendezvous:
     receivers: Tuple[str, ...]
     live: Optional[str] = None
     protocol: str = PROTOCOL
+    server_key: Optional[str] = None
+    client_certificate: Optional[str] = None
+
+    @property
+    def curve(self) -> bool:
+        """True when the job's sockets are CURVE servers (connect with keys)."""
+        return self.server_key is not None
 
     def to_dict(self) -> dict:
-        return {"protocol": self.protocol, "receivers": list(self.receivers), "live": self.live}
+        return {"protocol": self.protocol, "receivers": list(self.receivers), "live": self.live,
+                "curve_serverkey": self.server_key,
+                "client_certificate": self.client_certificate}
 
 
 def _check_endpoint(ep: Any, what: str, where: str) -> str:
@@ -69,11 +85,18 @@ def _validate(d: Any, where: str) -> Rendezvous:
     live = d.get("live")
     if live is not None:
         _check_endpoint(live, "live", where)
-    return Rendezvous(eps, live)
+    key = d.get("curve_serverkey")
+    if key is not None and (not isinstance(key, str) or not _Z85_KEY.match(key)):
+        raise RendezvousError(f"{where}: curve_serverkey {key!r} is not 40 characters of Z85")
+    cert = d.get("client_certificate")
+    if cert is not None and (not isinstance(cert, str) or not os.path.isabs(cert)):
+        raise RendezvousError(f"{where}: client_certificate {cert!r} is not an absolute path")
+    return Rendezvous(eps, live, PROTOCOL, key, cert)
 
 
-def write_rendezvous(path: PathLike, receivers: Sequence[str], live: Optional[str] = None
-                     ) -> Rendezvous:
+def write_rendezvous(path: PathLike, receivers: Sequence[str], live: Optional[str] = None,
+                     server_key: Optional[str] = None, client_certificate: Optional[str] = None,
+                     mode: int = 0o600) -> Rendezvous:
     """Write the rendezvous file atomically; return what was written.
 
     Parameters
@@ -84,6 +107,13 @@ def write_rendezvous(path: PathLike, receivers: Sequence[str], live: Optional[st
         Bound endpoints ``tcp://HOST:PORT``, in receiver-index order.
     live : str, optional
         PUB endpoint of live results.
+    server_key : str, optional
+        The job's CURVE public key (Z85); None: plain sockets.
+    client_certificate : str, optional
+        Absolute path of the client certificate producers use.
+    mode : int
+        File mode (0600: only this user's producers read it; the key it names is
+        public, but endpoints need not be).
 
     Raises
     ------
@@ -91,7 +121,9 @@ def write_rendezvous(path: PathLike, receivers: Sequence[str], live: Optional[st
         An endpoint is not ``tcp://HOST:PORT``; the directory is not writable.
     """
     p = Path(path)
-    rv = _validate({"protocol": PROTOCOL, "receivers": list(receivers), "live": live}, str(p))
+    rv = _validate({"protocol": PROTOCOL, "receivers": list(receivers), "live": live,
+                    "curve_serverkey": server_key, "client_certificate": client_certificate},
+                   str(p))
     text = json.dumps(rv.to_dict(), indent=1) + "\n"
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
@@ -102,7 +134,7 @@ def write_rendezvous(path: PathLike, receivers: Sequence[str], live: Optional[st
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
+        os.chmod(tmp, mode)
         os.replace(tmp, p)
     except BaseException:
         try:

@@ -34,7 +34,7 @@ from stager.mpi.agree import agree, agreed, bcast_result
 from stager.mpi.job import Job, acquire_job, comm_and_job
 from stager.mpi.tree import TreeMergeError, tree_reduce
 from stager.nodelocal import localfs
-from stager.options import Option, parse_int, parse_size, parse_text, resolve
+from stager.options import Option, parse_bool, parse_int, parse_size, parse_text, resolve
 from stager.planning.plan import expand_node
 from stager.stream.accounting import ScanReport
 from stager.stream.analysis import load_analysis
@@ -93,6 +93,21 @@ class SessionOptions:
     heartbeat, credit, outbox_bytes, batch
         Loop tuning: heartbeat period, partitions a worker may hold, the receiver's
         outbox bound in bytes, messages read per socket step.
+    insecure : bool
+        Plain ZeroMQ sockets (no CURVE, no ZAP): anyone who reaches a port may send.
+    authorized_keys : str, optional
+        Directory of public client certificates to accept instead of the job's own
+        client certificate (:mod:`stager.stream.security`).
+    allow_from : str, optional
+        Stream V2: comma-separated peer addresses ZAP accepts.
+    rendezvous_mode : int
+        File mode of the rendezvous file (default 0600).
+    handshake_timeout : float
+        Seconds a connection has to complete the ZeroMQ handshake before it is dropped.
+    io_threads : int
+        ZeroMQ I/O threads per receiving process: CURVE decrypts in them, one
+        connection (producer) per thread at a time, so several producers decrypt in
+        parallel with more threads (idle threads cost nothing).
     """
 
     rendezvous: str
@@ -120,6 +135,12 @@ class SessionOptions:
     credit: int = 2
     outbox_bytes: int = 64 << 20
     batch: int = 200
+    insecure: bool = False
+    authorized_keys: Optional[str] = None
+    allow_from: Optional[str] = None
+    rendezvous_mode: int = 0o600
+    handshake_timeout: float = 10.0
+    io_threads: int = 4
 
     @classmethod
     def resolve(cls, env: Optional[Mapping[str, str]] = None, **kwargs: Any) -> SessionOptions:
@@ -156,6 +177,7 @@ class SessionOptions:
             raise ValueError("credit and batch must be >= 1")
         if self.spill is not None and not os.path.isabs(self.spill.replace("%n", "x")):
             raise ValueError(f"--spill {self.spill}: give an absolute directory")
+        _check_security_options(self)
 
 
 def _number(lo: float, strict: bool = False) -> Callable[[Any, str], float]:
@@ -179,6 +201,15 @@ def _mapping(value: Any, name: str) -> Dict[str, Any]:
     return dict(value)
 
 
+def _octal(value: Any, name: str) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    try:
+        return int(str(value), 8)
+    except ValueError:
+        raise ValueError(f"{name} must be an octal file mode like 600, got {value!r}") from None
+
+
 _POSITIVE, _INT1 = _number(0, strict=True), parse_int(1)
 _SESSION_PARSERS: Dict[str, Callable[[Any, str], Any]] = {
     "scans": _INT1, "receivers_per_node": _INT1, "partition_frames": _INT1, "rcvhwm": _INT1,
@@ -186,6 +217,8 @@ _SESSION_PARSERS: Dict[str, Callable[[Any, str], Any]] = {
     "rate": _POSITIVE, "idle_timeout": _POSITIVE, "timeout": _POSITIVE,
     "close_wait": _POSITIVE, "live_interval": _POSITIVE, "heartbeat": _POSITIVE,
     "v2_grace": _POSITIVE, "allow_loss": _number(0), "analysis_options": _mapping,
+    "insecure": parse_bool, "rendezvous_mode": _octal, "handshake_timeout": _POSITIVE,
+    "io_threads": _INT1,
 }
 #: The receiving job's options, each once: keyword > ``STAGER_STREAM_<NAME>`` > default
 #: (``analysis_options`` only as a keyword).
@@ -217,7 +250,42 @@ def _resolve(options: SessionOptions) -> SessionOptions:
     return options
 
 
-def _rendezvous(options: SessionOptions, endpoints: List[str], live: Optional[str]) -> None:
+def _check_security_options(o: SessionOptions) -> None:
+    if o.insecure and o.authorized_keys:
+        raise ValueError("--insecure and --authorized-keys contradict each other")
+    if o.stream2 and o.authorized_keys:
+        raise ValueError("--authorized-keys: a Stream V2 detector cannot use CURVE; "
+                         "restrict it with --allow-from ADDR and --bind HOST")
+    if o.allow_from is not None and not o.stream2:
+        raise ValueError("--allow-from is for Stream V2 (--stream2); native producers "
+                         "authenticate with CURVE keys")
+    if o.io_threads < 1:
+        raise ValueError("--io-threads must be >= 1")
+    if o.handshake_timeout <= 0:
+        raise ValueError("--handshake-timeout must be positive")
+    if not 0 <= o.rendezvous_mode <= 0o777:
+        raise ValueError(f"--rendezvous-mode {o.rendezvous_mode:o} is not a file mode")
+
+
+def _security(o: SessionOptions) -> Any:
+    """Rank 0: the job's :class:`~stager.stream.security.StreamSecurity`.
+
+    CURVE for the native protocol unless ``--insecure``; Stream V2 data is plain
+    (the detector cannot do CURVE), restricted by ``--allow-from``, but the job's
+    own live socket still uses CURVE.
+    """
+    from stager.stream.security import StreamSecurity
+
+    allow = tuple(a.strip() for a in (o.allow_from or "").split(",") if a.strip())
+    if o.insecure:
+        return StreamSecurity.insecure(allow, o.handshake_timeout)
+    d = os.path.dirname(os.path.abspath(o.rendezvous))
+    os.makedirs(d, mode=0o700, exist_ok=True)
+    return StreamSecurity.for_job(o.rendezvous, o.authorized_keys, allow, o.handshake_timeout)
+
+
+def _rendezvous(options: SessionOptions, endpoints: List[str], live: Optional[str],
+                sec: Any = None) -> None:
     from stager.stream.rendezvous import write_rendezvous
 
     d = os.path.dirname(os.path.abspath(options.rendezvous))
@@ -225,11 +293,17 @@ def _rendezvous(options: SessionOptions, endpoints: List[str], live: Optional[st
     if options.stream2:
         # Nothing for a native producer to connect to: a protocol it refuses.
         text = json.dumps({"protocol": "dectris-stream2", "detector": options.stream2,
-                           "live": live}, indent=1) + "\n"
+                           "live": live,
+                           "curve_serverkey": sec.server_public if sec is not None else None,
+                           "client_certificate": sec.client_certificate
+                           if sec is not None else None}, indent=1) + "\n"
         localfs.write_bytes_atomic(os.path.abspath(options.rendezvous), text.encode(),
-                                   mode=0o644)
+                                   mode=options.rendezvous_mode)
     else:
-        write_rendezvous(options.rendezvous, endpoints, live)
+        write_rendezvous(options.rendezvous, endpoints, live,
+                         sec.server_public if sec is not None else None,
+                         sec.client_certificate if sec is not None else None,
+                         mode=options.rendezvous_mode)
 
 
 def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional[int] = None,
@@ -275,6 +349,8 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
 
     comm, job = comm_and_job(comm, job)
     opts: SessionOptions = bcast_result(comm, _resolve, options)
+    sec = bcast_result(comm, _security, opts)
+    _io_threads(opts.io_threads)
     job, made = acquire_job(comm, job, emulate_nodes=emulate_nodes, node_id_env=node_id_env)
     layout = job.layout    # only its names and ranks: collectives go over fcomm
     fcomm = comm.Dup()     # collectives of the finalize, apart from the loop's messages
@@ -296,8 +372,9 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
             if comm.rank == 0:
                 from stager.stream.live import LivePublisher
 
-                os.makedirs(opts.out, exist_ok=True)
-                publisher = LivePublisher(f"tcp://{opts.bind_host}:*", opts.out, opts.advertise)
+                os.makedirs(opts.out, mode=0o700, exist_ok=True)
+                publisher = LivePublisher(f"tcp://{opts.bind_host}:*", opts.out, opts.advertise,
+                                          security=sec)
                 loop.publisher = publisher
             if opts.spill is not None and index is not None:
                 from stager.stream.spill import SPEC_NAME, Spill
@@ -305,12 +382,12 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
                 loop.spill = Spill(opts.spill, layout.name, index,
                                    os.path.join(opts.out, SPEC_NAME))
             if index is not None:
-                endpoint = _make_socket(loop, opts, index, roles.count)
+                endpoint = _make_socket(loop, opts, index, roles.count, sec)
         endpoints = fcomm.gather(endpoint, root=0)
         with agreed(fcomm, "writing the rendezvous file", default=StreamError):
             if comm.rank == 0:
                 eps = [e for e in endpoints if e is not None]
-                _rendezvous(opts, eps, publisher.endpoint if publisher else None)
+                _rendezvous(opts, eps, publisher.endpoint if publisher else None, sec)
                 if opts.spill is not None:
                     from stager.stream.spill import SPEC_NAME, spill_spec_text
 
@@ -318,7 +395,7 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
                                                spill_spec_text(opts.spill).encode(), mode=0o644)
                 if on_ready is not None:
                     on_ready({"receivers": eps, "live": publisher.endpoint if publisher else None,
-                              "roles": roles.describe()})
+                              "roles": roles.describe(), "security": sec.describe()})
         outcomes: List[ScanOutcome] = []
         deadline = None if opts.timeout is None else time.monotonic() + opts.timeout
         old = _terminate_handler(loop, opts, layout.names) if comm.rank == 0 else None
@@ -326,7 +403,8 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
             err: Optional[BaseException] = None
             try:
                 loop.run(lambda scan: outcomes.append(
-                    _finalize(fcomm, layout, roles, loop, analysis, opts, scan, on_written)),
+                    _finalize(fcomm, layout, roles, loop, analysis, opts, scan, on_written,
+                              sec)),
                     deadline=deadline)
             except StreamError as e:
                 err = e
@@ -357,7 +435,7 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
         del MPI
 
 
-def _make_socket(loop: Any, o: SessionOptions, index: int, count: int) -> str:
+def _make_socket(loop: Any, o: SessionOptions, index: int, count: int, sec: Any = None) -> str:
     def kfn(g: Any) -> int:
         if o.partition_frames:
             return o.partition_frames
@@ -370,7 +448,8 @@ def _make_socket(loop: Any, o: SessionOptions, index: int, count: int) -> str:
                                 memory_bytes=o.memory_bytes, idle_timeout=o.idle_timeout,
                                 rcvhwm=o.rcvhwm, on_close=loop.on_close,
                                 on_start=lambda s: loop.share_v2("v2start", s),
-                                on_end=lambda e: loop.share_v2("v2end", e))
+                                on_end=lambda e: loop.share_v2("v2end", e),
+                                security=sec, source=_v2_source(o.bind_host))
         v2.connect()
         loop.socket = v2
         return f"stream2:{o.stream2}"
@@ -379,13 +458,27 @@ def _make_socket(loop: Any, o: SessionOptions, index: int, count: int) -> str:
     sock = Receiver(loop.deliver, index=index, count=count, bind=f"tcp://{o.bind_host}:*",
                     advertise=o.advertise, rcvhwm=o.rcvhwm, partition_frames=kfn,
                     memory_bytes=o.memory_bytes, idle_timeout=o.idle_timeout,
-                    on_close=loop.on_close)
+                    on_close=loop.on_close, security=sec)
     loop.socket = sock
     return sock.bind()
 
 
+def _io_threads(n: int) -> None:
+    """ZeroMQ I/O threads of this process's shared context (before its first socket;
+    later, libzmq keeps the threads it started)."""
+    import zmq
+
+    zmq.Context.instance().set(zmq.IO_THREADS, n)
+
+
+def _v2_source(bind_host: str) -> Optional[str]:
+    """Stream V2: the local interface to connect from (``--bind``; None: any)."""
+    return None if bind_host in ("*", "", "0.0.0.0") else bind_host
+
+
 def _finalize(comm: Any, layout: Any, roles: Any, loop: Any, analysis: Any,
-              o: SessionOptions, scan: str, on_written: Optional[Callable]) -> ScanOutcome:
+              o: SessionOptions, scan: str, on_written: Optional[Callable],
+              sec: Any = None) -> ScanOutcome:
     """Collective over `comm`: merge, gather, write and drain one scan."""
     t0 = time.monotonic()
     partial = loop.partial_of(scan)
@@ -448,7 +541,8 @@ def _finalize(comm: Any, layout: Any, roles: Any, loop: Any, analysis: Any,
                          {"analysis": analysis.name, "outputs": files, "timing": timing,
                           "h5_bytes": size, "roles": roles.describe(), "memory": memory,
                           "allow_loss": o.allow_loss,
-                          "served": scan_ok(report, o.allow_loss)})
+                          "served": scan_ok(report, o.allow_loss),
+                          "security": sec.describe() if sec is not None else None})
             loop.publish(scan, time.monotonic(), final=True, partial=merged)
     if on_written is not None:
         on_written(comm, scan, os.path.join(o.local, scan))

@@ -16,11 +16,12 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from stager.stream.protocol import Reason, ScanGeometry, encode_data
+from stager.stream.rendezvous import Rendezvous
 
 __all__ = ["SimulatedScan", "synthetic_frame", "run_producer", "run_producers",
            "malformed_messages", "array_source", "hdf5_source", "StreamV2Simulator", "main"]
@@ -160,11 +161,14 @@ def malformed_messages(scan: str, geometry: ScanGeometry
     }
 
 
-def run_producer(scan: SimulatedScan, endpoints: Sequence[str], producer: int,
+def run_producer(scan: SimulatedScan, endpoints: Union[Rendezvous, Sequence[str]], producer: int,
                  t0: Optional[float] = None, **options: Any) -> Dict[str, Any]:
     """Be producer ``producer`` of ``scan``: begin, its sectors in frame order, end.
 
-    ``options`` go to :class:`~stager.stream.producer.Producer` (``sndhwm``, ...).
+    ``endpoints``: a :class:`~stager.stream.rendezvous.Rendezvous` (CURVE with its
+    keys when it names them) or plain endpoints (plain ZeroMQ: a CURVE job refuses
+    them). ``options`` go to :class:`~stager.stream.producer.Producer` (``sndhwm``,
+    ``certificate``, ...).
     Returns what it sent: messages per receiver, seconds, seconds blocked in sends.
     """
     from stager.stream.producer import Producer
@@ -196,7 +200,8 @@ def run_producer(scan: SimulatedScan, endpoints: Sequence[str], producer: int,
             "blocked_s": blocked}
 
 
-def run_producers(scan: SimulatedScan, endpoints: Sequence[str], wait: bool = True,
+def run_producers(scan: SimulatedScan, endpoints: Union[Rendezvous, Sequence[str]],
+                  wait: bool = True,
                   **options: Any) -> Any:
     """Run every producer of ``scan`` in its own thread.
 
@@ -317,6 +322,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--withhold", type=int, nargs="*", default=(), metavar="FRAME")
     ap.add_argument("--drop", nargs="*", default=(), metavar="FRAME:SECTOR")
     ap.add_argument("--wait", type=float, default=600.0, help="seconds to wait for rendezvous")
+    ap.add_argument("--certificate", metavar="FILE", help="CURVE client certificate "
+                    "(.key_secret; default: the one the rendezvous file names)")
     a = ap.parse_args(argv)
     source = None
     if a.hdf5:
@@ -338,7 +345,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     scan = SimulatedScan(g, source, a.encoding, a.rate, frozenset(a.withhold),
                          drop)  # type: ignore[arg-type]
     rv = wait_for_rendezvous(a.rendezvous, timeout=a.wait)
-    for r in run_producers(scan, rv.receivers):
+    for r in run_producers(scan, rv, certificate=a.certificate):
         print(f"producer {r['producer']}: sent {r['sent']} in {r['seconds']:.2f} s "
               f"({r['blocked_s']:.2f} s in sends)", flush=True)
     return 0

@@ -132,18 +132,42 @@ class Spill:
             f.flush()
             image = f.id.get_file_image()
         dest = os.path.join(d, os.path.basename(rel))
-        with localfs.AtomicFile(dest, mode=0o600) as af:
-            af.write(image)
-            digest = af.hexdigest()
-            af.commit()
-        st = os.lstat(dest)
-        source = f"stream:{g.scan}:r{self.receiver}:p{part.index}"
-        self._journal.copy(rel, records.new_entry(source, (st.st_size, -1, -1, -1), st,
-                                                  0o600, digest))
+        try:
+            with localfs.AtomicFile(dest, mode=0o600) as af:
+                af.write(image)
+                digest = af.hexdigest()
+                af.commit()
+            st = os.lstat(dest)
+            source = f"stream:{g.scan}:r{self.receiver}:p{part.index}"
+            self._journal.copy(rel, records.new_entry(source, (st.st_size, -1, -1, -1), st,
+                                                      0o600, digest))
+        except OSError as e:
+            raise self._failed(part, dest, len(image), e) from e
         self.counts[g.scan] = self.counts.get(g.scan, 0) + 1
         self.bytes += len(image)
         self.seconds += time.perf_counter() - t
         return dest
+
+    def _failed(self, part: Any, dest: str, size: int, e: OSError) -> StreamError:
+        """The error of a spill write that failed (ENOSPC above all): node, frames, what to do.
+
+        The temporary file is gone (``AtomicFile`` removes it); the job stops, so no
+        partition is ever silently left out of the spill.
+        """
+        import errno
+
+        from stager.stream.accounting import ranges
+
+        frames = ", ".join(f"{a}" if b == a + 1 else f"{a}-{b - 1}"
+                           for a, b in ranges(np.sort(part.frames)))
+        what = "no space left" if e.errno in (errno.ENOSPC, errno.EDQUOT) else \
+            f"write failed ({e.strerror or e})"
+        return StreamError(f"spill on node {self.node}: {what} in {self.root} writing "
+                           f"{dest} ({size} bytes: scan {part.geometry.scan}, receiver "
+                           f"{self.receiver}, partition {part.index}, frames {frames}); "
+                           f"{sum(self.counts.values())} partition(s) were spilled before it. "
+                           "The job stops rather than drop spilled frames: free space on "
+                           "the node or give --spill a larger directory")
 
     def finish(self, scan: str) -> int:
         """Compact the record once ``scan`` closed; return how many files it spilled."""

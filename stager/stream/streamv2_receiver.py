@@ -58,6 +58,11 @@ class StreamV2Receiver(SocketLoop):
         Called with each :class:`Start` / :class:`End` this client receives.
     partition_frames, memory_bytes, max_scans, idle_timeout, rcvhwm, on_close, context
         As for :class:`~stager.stream.receiver.Receiver`.
+    security : StreamSecurity, optional
+        Its ``allow_from``: ZAP accepts only these detector addresses (refusals
+        counted as for the native receiver); the detector cannot do CURVE.
+    source : str, optional
+        Local interface address to connect from (``tcp://SOURCE:0;HOST:PORT``).
     """
 
     def __init__(self, deliver: Callable[[Partition], Any], endpoint: str, *,
@@ -69,9 +74,11 @@ class StreamV2Receiver(SocketLoop):
                  on_start: Optional[Callable[[Start], Any]] = None,
                  on_end: Optional[Callable[[End], Any]] = None,
                  on_close: Optional[Callable[[ScanReport], Any]] = None,
-                 context: Any = None) -> None:
+                 context: Any = None, security: Any = None,
+                 source: Optional[str] = None) -> None:
         super().__init__(on_close)
         zmq = self._zmq
+        self._source = source
         self.assembler = Assembler(deliver, routing="any", partition_frames=partition_frames,
                                    memory_bytes=memory_bytes, max_scans=max_scans,
                                    idle_timeout=idle_timeout, on_close=self._closed)
@@ -89,12 +96,18 @@ class StreamV2Receiver(SocketLoop):
         self._sock = self._ctx.socket(zmq.PULL)
         self._sock.setsockopt(zmq.RCVHWM, rcvhwm)
         self._sock.setsockopt(zmq.LINGER, 0)
+        from stager.stream.security import DOMAIN_STREAM2
+
+        self._secure(security, DOMAIN_STREAM2, server=False)   # issue 25: ZAP allow-list
         self._connected = False
 
     def connect(self) -> None:
         """Connect to the detector (ZeroMQ retries until it is there)."""
         try:
-            self._sock.connect(self.endpoint)
+            ep = self.endpoint
+            if self._source:           # connect from the interface the user named
+                ep = ep.replace("tcp://", f"tcp://{self._source}:0;", 1)
+            self._sock.connect(ep)
         except self._zmq.ZMQError as e:
             raise StreamError(f"cannot connect to the Stream V2 endpoint {self.endpoint}: "
                               f"{e}") from e

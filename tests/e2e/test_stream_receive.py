@@ -120,7 +120,7 @@ def test_streamed_scan_equals_the_same_frames_processed_offline(tmp_path):
     job = Job(tmp_path, "--analysis", "stem4d.flow", "--partition-frames", "3")
     rv = job.rendezvous()
     assert len(rv.receivers) == 2 and rv.live
-    run_producers(_scan(scan_shape=(8, 12), encoding="bslz4"), rv.receivers)
+    run_producers(_scan(scan_shape=(8, 12), encoding="bslz4"), rv)
     rc, out, err = job.wait()
     assert rc == 0, out + err
     rep = job.report("s1")
@@ -145,7 +145,7 @@ def test_withheld_frames_and_a_dropped_sector_are_reported_exactly(tmp_path):
 
     job = Job(tmp_path)
     rv = job.rendezvous()
-    run_producers(_scan(withhold=frozenset({5, 6, 40}), drop=frozenset({(17, 2)})), rv.receivers)
+    run_producers(_scan(withhold=frozenset({5, 6, 40}), drop=frozenset({(17, 2)})), rv)
     rc, out, err = job.wait()
     assert rc == 1, out + err
     rep = job.report("s1")
@@ -168,7 +168,7 @@ def test_allow_loss_relaxes_the_exit_status(tmp_path):
 
     job = Job(tmp_path, "--allow-loss", "0.05")
     rv = job.rendezvous()
-    run_producers(_scan(withhold=frozenset({3})), rv.receivers)
+    run_producers(_scan(withhold=frozenset({3})), rv)
     rc, out, err = job.wait()
     assert rc == 0, out + err
     assert job.report("s1")["frames_missing"] == 1
@@ -181,7 +181,7 @@ def test_malformed_messages_are_counted_and_skipped(tmp_path):
            "unknown_scan", "corrupt_lz4")
     job = Job(tmp_path)
     rv = job.rendezvous()
-    run_producers(_scan(inject=bad), rv.receivers)
+    run_producers(_scan(inject=bad), rv)
     rc, out, err = job.wait()
     assert rc == 0, out + err
     rep = job.report("s1")
@@ -209,7 +209,7 @@ def test_a_slow_consumer_makes_producers_block_and_nothing_is_lost(tmp_path):
     t = time.monotonic()
     # 128 MiB: more than ZeroMQ's queues and the kernel's socket buffers hold
     res = run_producers(_scan(scan_shape=(16, 16), shape=(512, 512), source=lambda i: frame),
-                        rv.receivers, sndhwm=2)
+                        rv, sndhwm=2)
     took = time.monotonic() - t
     rc, out, err = job.wait()
     assert rc == 0, out + err
@@ -247,7 +247,7 @@ def test_a_scan_whose_end_never_arrives_ends_after_the_idle_timeout(tmp_path):
 
     job = Job(tmp_path, "--idle-timeout", "2")
     rv = job.rendezvous()
-    run_producers(_scan(no_end=frozenset({1}), withhold=frozenset({9})), rv.receivers)
+    run_producers(_scan(no_end=frozenset({1}), withhold=frozenset({9})), rv)
     rc, out, err = job.wait()
     assert rc == 1, out + err
     rep = job.report("s1")
@@ -265,8 +265,8 @@ def test_several_scans_in_a_row_and_watch(tmp_path):
                           "--png", str(png), "--final", "--timeout", "60"],
                          env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(0.5)
-    run_producers(_scan("a1", rate=200.0), rv.receivers)
-    run_producers(_scan("a2"), rv.receivers)
+    run_producers(_scan("a1", rate=200.0), rv)
+    run_producers(_scan("a2"), rv)
     rc, out, err = job.wait()
     assert rc == 0, out + err
     assert job.report("a1")["ok"] and job.report("a2")["ok"]
@@ -283,7 +283,7 @@ def test_spilled_partitions_verify_clean_and_rerun_offline(tmp_path):
     job = Job(tmp_path, "--spill", str(spill), "--analysis", "stem4d.flow",
               "--partition-frames", "4")
     rv = job.rendezvous()
-    run_producers(_scan(drop=frozenset({(3, 1)})), rv.receivers)
+    run_producers(_scan(drop=frozenset({(3, 1)})), rv)
     rc, out, err = job.wait()
     assert rc == 1, out + err          # one incomplete frame
     spec = job.out / "spill.hook"
@@ -338,7 +338,7 @@ def test_a_receiver_killed_mid_scan_ends_the_job_and_the_report_names_the_loss(t
     job = Job(tmp_path, "--idle-timeout", "30", "--timeout", "90", marker=f"kill-{tmp_path}")
     rv = job.rendezvous()
     threads, results, errors = run_producers(_scan(scan_shape=(16, 16), rate=100.0),
-                                             rv.receivers, wait=False, send_timeout=5.0)
+                                             rv, wait=False, send_timeout=5.0)
     time.sleep(1.0)
     pid = _rank_pid(f"kill-{tmp_path}", 2, time.monotonic() + 10)   # node1's receiver
     os.kill(pid, signal.SIGKILL)

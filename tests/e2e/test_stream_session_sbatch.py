@@ -51,7 +51,7 @@ def test_a_session_script_serves_two_scans_drains_the_spill_and_cleans(tmp_path)
         assert r.receivers != ["tcp://stale:1"]
         for name in ("b1", "b2"):
             g = ScanGeometry(name, 4, 64, 4, (64, 64), "<u2", (8, 8))
-            run_producers(SimulatedScan(g), r.receivers, send_timeout=30.0)
+            run_producers(SimulatedScan(g), r, send_timeout=30.0)
         stdout, stderr = p.communicate(timeout=120)
     finally:
         if p.poll() is None:       # the script, its mpirun and the ranks: one session
@@ -62,7 +62,7 @@ def test_a_session_script_serves_two_scans_drains_the_spill_and_cleans(tmp_path)
     for name in ("b1", "b2"):
         assert json.loads((out / f"{name}.json").read_text())["ok"]
         assert (out / f"{name}.h5").exists()
-    assert not rv.exists()                                   # removed at exit
+    assert not rv.exists() and not list(tmp_path.glob("rv.json.client*"))  # removed at exit
     drained = sorted(str(q.relative_to(out / "spill")) for q in (out / "spill").rglob("*.h5"))
     # one partition per receiver and scan (64 small frames fit one)
     assert drained == [f"node{r}/{s}/part-r{r}-000000.h5" for r in (0, 1) for s in ("b1", "b2")]

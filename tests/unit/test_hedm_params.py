@@ -81,10 +81,17 @@ def test_flags_override_file_and_are_checked(tmp_path):
         flag_overrides(bad, NF_SCHEMA)
 
 
-def test_format_round_trip():
+def test_format_round_trip(tmp_path):
     values = parse_params(GOOD, NF_SCHEMA)
     again = parse_params(format_params(values, NF_SCHEMA), NF_SCHEMA)
     assert again == values
+    # repeatable keys and resolved values (defaults, empty names) round-trip too
+    values = parse_params(GOOD + "ImTransOpt 1\nImTransOpt 2 3\n", NF_SCHEMA)
+    assert values["ImTransOpt"] == (1, 2, 3)
+    assert parse_params(format_params(values, NF_SCHEMA), NF_SCHEMA) == values
+    full = read_nf_params(write(tmp_path, GOOD))
+    assert full["OrigFileName"] == "" and full["ImTransOpt"] == ()
+    assert read_nf_params(write(tmp_path, format_params(full, NF_SCHEMA), "again")) == full
 
 
 def test_ff_cross_checks(tmp_path):

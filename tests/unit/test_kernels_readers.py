@@ -233,3 +233,86 @@ def test_missing_optional_reader_names_the_extra(corpus, monkeypatch, name, modu
     monkeypatch.setitem(sys.modules, module, None)      # import now raises ImportError
     with pytest.raises(ReaderError, match=hint):
         open_frames(os.path.join(corpus["root"], e["path"]))
+
+
+# -- HDF5 files of other programs: RosettaSciIO reads them unaided ------------------------
+def test_velox_emd_is_read_as_rosettasciio_reads_it(tmp_path):
+    """A Thermo Fisher Velox EMD (layout of tests/data/layouts.write_velox_emd, what
+    RosettaSciIO's Velox reader reads): without dataset= its frames are RosettaSciIO's,
+    equal to ``rsciio.emd.file_reader``; two detectors are listed, never guessed."""
+    pytest.importorskip("rsciio", reason="RosettaSciIO (optional reader) is not installed")
+    from rsciio.emd import file_reader
+
+    from kernels.io import HDF5Stack, RsciioFrames
+    from kernels.io.signatures import hdf5_flavour
+    from tests.data.layouts import write_velox_emd
+
+    rng = np.random.default_rng(5)
+    haadf = rng.integers(0, 60000, (4, 24, 20)).astype(np.uint16)
+    bf = rng.integers(0, 60000, (4, 24, 20)).astype(np.uint16)
+    one = str(tmp_path / "haadf.emd")
+    write_velox_emd(one, {"HAADF": haadf})
+    assert hdf5_flavour(one) == "emd"
+    with open_frames(one) as r:
+        assert isinstance(r, RsciioFrames) and (r.n_frames, r.shape) == (4, (24, 20))
+        got = np.stack([r.read(i) for i in range(r.n_frames)])
+        assert got.dtype == np.uint16                     # the file's dtype, not float
+        assert np.array_equal(r.read_rows(2, 5, 9), got[2, 5:9])
+        clone = pickle.loads(pickle.dumps(r))
+        assert np.array_equal(clone.read(3), got[3])
+    ref = file_reader(one)
+    assert len(ref) == 1 and np.array_equal(got, ref[0]["data"]) and np.array_equal(got, haadf)
+
+    two = str(tmp_path / "two.emd")
+    keys = write_velox_emd(two, {"HAADF": haadf, "BF": bf})
+    with pytest.raises(ReaderError, match=r"holds 2 signals of frames .*pass signal=N") as err:
+        open_frames(two)
+    assert "HAADF (4, 24, 20)" in str(err.value) and "BF (4, 24, 20)" in str(err.value)
+    ref = file_reader(two)
+    titles = [s["metadata"]["General"]["title"] for s in ref]
+    for i, want in enumerate(ref):
+        with open_frames(two, signal=i) as r:
+            frames = np.stack([r.read(k) for k in range(r.n_frames)])
+        assert np.array_equal(frames, want["data"])
+        assert np.array_equal(frames, {"HAADF": haadf, "BF": bf}[titles[i]])
+    # a dataset asked for is read by the HDF5 reader (frame axis from Velox's chunks)
+    with open_frames(two, dataset=f"/Data/Image/{keys[1]}/Data") as r:
+        assert isinstance(r, HDF5Stack) and r.frame_axis == 2
+        assert np.array_equal(np.stack([r.read(k) for k in range(r.n_frames)]), bf)
+
+
+def test_other_programs_hdf5_is_routed_only_when_it_says_so(tmp_path):
+    """Berkeley EMD (written by RosettaSciIO) goes to RosettaSciIO, which refuses a stack
+    without navigation axes naming what to do; NeXus and plain HDF5 stay ours."""
+    pytest.importorskip("rsciio", reason="RosettaSciIO (optional reader) is not installed")
+    import h5py
+    from rsciio.emd import file_writer
+
+    from kernels.io import HDF5Stack
+    from kernels.io.signatures import hdf5_flavour
+
+    stack = np.arange(3 * 6 * 5, dtype=np.uint16).reshape(3, 6, 5)
+
+    def axis(name, size, nav):
+        return {"name": name, "size": size, "navigate": nav, "offset": 0.0, "scale": 1.0,
+                "units": "nm"}
+    path = str(tmp_path / "berkeley.emd")
+    file_writer(path, {"data": stack, "axes": [axis("t", 3, True), axis("y", 6, False),
+                                               axis("x", 5, False)],
+                       "metadata": {"General": {"title": "stack"}, "Signal": {}},
+                       "original_metadata": {}})
+    assert hdf5_flavour(path) == "emd"
+    with pytest.raises(ReaderError, match="none of its signals .* has frames.*pass dataset= "
+                                          "and frame_axis="):
+        open_frames(path)
+    with h5py.File(path, "r") as f:                   # Berkeley EMD stores axes reversed
+        stored = f["/signals/stack/data"][()]
+    assert np.array_equal(stored, stack.T)
+    with open_frames(path, dataset="/signals/stack/data", frame_axis=2) as r:
+        assert np.array_equal(np.stack([r.read(i) for i in range(3)]),
+                              np.moveaxis(stored, 2, 0))
+    nexus = str(tmp_path / "nexus.emd")
+    with h5py.File(nexus, "w") as f:
+        f.create_dataset("Version", data=np.array([b'{"format": "Velox"}']))
+        f.create_dataset("entry/data/data", data=stack, chunks=(1, 6, 5))
+    assert hdf5_flavour(nexus) == "hdf5" and isinstance(open_frames(nexus), HDF5Stack)

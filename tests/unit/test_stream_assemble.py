@@ -108,7 +108,8 @@ def test_every_rejection_reason_is_counted_and_attributed():
                                   "malformed_header": 1}
     assert dict(rep.rejected_unattributed) == {"busy": 1, "unknown_scan": 1,
                                                "malformed_header": 1}
-    assert sum(a.rejected.values()) == 13 and len(rep.examples) == 10
+    assert sum(a.rejected.values()) == 13 and len(rep.examples) == 13
+    assert sum(e.startswith("(no scan of its own) ") for e in rep.examples) == 3
     assert rep.received_data == 8
     a.end(End("s", 0, 8))
     a.end(End("s", 0, 8))                                         # duplicate end
@@ -201,3 +202,19 @@ def test_arguments_are_checked():
         Assembler(print, receiver=2, receivers=2)
     with pytest.raises(ValueError):
         Assembler(print, routing="random")
+
+
+def test_a_begin_too_large_for_the_memory_bound_is_refused_before_any_allocation():
+    g = ScanGeometry("ok", 1, 8, 2, (16, 16), "<u2", (2, 4))
+    huge = ScanGeometry("huge", 1, 4000, 2, (2048, 2048), "<u4", (40, 100))
+    many = ScanGeometry("many", 1, 10**6, 2, (2, 2), "|u1", (1000, 1000))
+    a, sink, _ = make(g, memory_bytes=1 << 20, partition_frames=1)
+    for bad in (huge, many):
+        a.begin(Begin(0, bad))
+        assert bad.scan not in a.scans and bad.scan not in a.closed
+    assert a.rejected == {"too_large": 2}
+    assert any("huge" in e and "partitions" in e for e in a.examples)
+    assert any("many" in e and "accounting" in e for e in a.examples)
+    # the open scan is unharmed and counts them as not its own
+    assert a.scans["ok"].report.rejected_unattributed == {"too_large": 2}
+    assert not a.scans["ok"].pool

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from stager.stream import Receiver, write_rendezvous
+from stager.stream.security import StreamSecurity
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "stream-protocol.md"
 
@@ -27,7 +28,9 @@ def test_the_documented_producer_streams_a_complete_scan(tmp_path):
         for f, img in zip(part.frames, part.data):
             frames[int(f)] = img.copy()
 
-    rxs = [Receiver(deliver, index=i, count=2, partition_frames=4) for i in range(2)]
+    sec = StreamSecurity.for_job(str(rv))        # CURVE, as a receiving job sets it up
+    rxs = [Receiver(deliver, index=i, count=2, partition_frames=4, security=sec)
+           for i in range(2)]
     reports = []
     threads = [threading.Thread(target=lambda rx=rx: reports.extend(rx.serve(1, timeout=90)))
                for rx in rxs]
@@ -37,7 +40,7 @@ def test_the_documented_producer_streams_a_complete_scan(tmp_path):
     eps = [rx.bind() for rx in rxs]
     for t in threads:
         t.start()
-    write_rendezvous(rv, eps)
+    write_rendezvous(rv, eps, None, sec.server_public, sec.client_certificate)
     out, _ = prod.communicate(timeout=90)
     assert prod.returncode == 0, out
     for t in threads:
@@ -45,7 +48,7 @@ def test_the_documented_producer_streams_a_complete_scan(tmp_path):
     for rx in rxs:
         rx.close()
     assert len(reports) == 2 and all(r.ok and r.ended_by == "end" for r in reports)
-    assert all(r.lost_in_transport == 0 and not r.rejected for r in reports)
+    assert all(r.lost_in_transport == 0 and not r.rejected and not r.refused for r in reports)
     assert sorted(frames) == list(range(64))
     assert all((frames[f] == f).all() and frames[f].shape == (256, 256) for f in frames)
     assert frames[5].dtype == np.dtype("<u2")

@@ -118,3 +118,17 @@ def test_import_loads_no_wire_library():
             "print(bad); sys.exit(1 if bad else 0)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("name", ["a/b", "..", "a..b", "../etc", "x" * 129, ".hidden", ""])
+def test_scan_names_that_could_name_other_files_are_refused(name):
+    from stager.stream.errors import ProtocolError
+    from stager.stream.protocol import check_scan_name, decode_header
+
+    with pytest.raises(ProtocolError, match="scan name"):
+        check_scan_name(name)
+    with pytest.raises(ProtocolError) as e:
+        decode_header(msgpack.packb({"kind": "data", "scan": name, "frame": 0, "sector": 0,
+                                     "rows": [0, 1], "encoding": "raw"}))
+    assert e.value.reason == "malformed_header" and e.value.scan is None
+    assert check_scan_name("x" * 128) and check_scan_name("a.b_c-1")

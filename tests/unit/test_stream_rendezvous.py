@@ -1,6 +1,7 @@
 """The rendezvous file: atomic write, strict read, waiting for it, stale files."""
 import json
 import os
+import stat
 import threading
 import time
 
@@ -17,9 +18,23 @@ def test_write_read_round_trip(tmp_path):
     p = tmp_path / "rv.json"
     rv = write_rendezvous(p, EPS, "tcp://node1:40100")
     assert json.loads(p.read_text()) == {"protocol": "mpistage-stream/1", "receivers": EPS,
-                                         "live": "tcp://node1:40100"}
+                                         "live": "tcp://node1:40100", "curve_serverkey": None,
+                                         "client_certificate": None}
     assert read_rendezvous(p) == rv == Rendezvous(tuple(EPS), "tcp://node1:40100")
     assert os.listdir(tmp_path) == ["rv.json"]            # no temporary file left
+    assert stat.S_IMODE(os.stat(p).st_mode) == 0o600 and not rv.curve
+
+
+def test_curve_keys_round_trip_and_mode(tmp_path):
+    import zmq
+
+    key = zmq.curve_keypair()[0].decode()
+    p = tmp_path / "rv.json"
+    rv = write_rendezvous(p, EPS, None, key, "/x/rv.json.client.key_secret", mode=0o640)
+    d = json.loads(p.read_text())
+    assert d["curve_serverkey"] == key and d["client_certificate"].endswith(".key_secret")
+    assert read_rendezvous(p) == rv and rv.curve and rv.server_key == key
+    assert stat.S_IMODE(os.stat(p).st_mode) == 0o640
 
 
 @pytest.mark.parametrize("content", [
@@ -29,7 +44,11 @@ def test_write_read_round_trip(tmp_path):
     '{"protocol": "mpistage-stream/1", "receivers": ["tcp://a:*"]}',
     '{"protocol": "mpistage-stream/1", "receivers": ["ipc:///tmp/x"]}',
     '{"protocol": "mpistage-stream/1", "receivers": ["tcp://a:1", "tcp://a:1"]}',
-    '{"protocol": "mpistage-stream/1", "receivers": ["tcp://a:1"], "live": 5}'])
+    '{"protocol": "mpistage-stream/1", "receivers": ["tcp://a:1"], "live": 5}',
+    '{"protocol": "mpistage-stream/1", "receivers": ["tcp://a:1"], "curve_serverkey": "short"}',
+    '{"protocol": "mpistage-stream/1", "receivers": ["tcp://a:1"], "curve_serverkey": 5}',
+    '{"protocol": "mpistage-stream/1", "receivers": ["tcp://a:1"], '
+    '"client_certificate": "relative/c.key_secret"}'])
 def test_invalid_files_are_refused(tmp_path, content):
     p = tmp_path / "rv.json"
     p.write_text(content)

@@ -115,7 +115,8 @@ def test_malformed_messages_are_counted_by_reason_and_the_receiver_keeps_going()
     assert dict(rep.rejected_unattributed) == {"malformed_header": 3, "unknown_scan": 1}
     assert rep.ok and rep.lost_in_transport == 0 and rep.complete_frames.size == 24
     assert np.array_equal(sink.frames[0], scan.frame(0))   # frame 0 survived the attacks
-    assert len(rep.examples) == 4 and all(":" in e for e in rep.examples)
+    assert len(rep.examples) == 8 and all(":" in e for e in rep.examples)
+    assert sum(e.startswith("(no scan of its own) ") for e in rep.examples) == 4
 
 
 def test_slow_consumer_blocks_producers_at_the_hwm_and_nothing_is_lost():

@@ -1,0 +1,441 @@
+"""Who may write into a receiving job: CURVE keys, ZAP, refusals counted.
+
+By default a receiving job secures its native sockets with ZeroMQ's CURVE
+mechanism (RFC 26/CurveZMQ: every connection encrypted, the client proving it
+holds a secret key) and decides *which* clients may connect through ZAP (RFC
+27, the ZeroMQ Authentication Protocol: libzmq asks a handler on
+``inproc://zeromq.zap.01`` about every new connection):
+
+* the job makes one server key pair in memory (rank 0, broadcast over MPI;
+  never written anywhere);
+* by default it also makes one client key pair and writes it as a certificate in
+  :mod:`zmq.auth`'s file format beside the rendezvous file
+  (``<rendezvous>.client.key_secret``, mode 0600, with the public half in
+  ``<rendezvous>.client.key``): the same user's producers and viewers read it and
+  connect, nobody else can; ``--authorized-keys DIR`` accepts the public
+  certificates in DIR instead (no client certificate is written then);
+* the rendezvous file carries the server's public key (Z85) and the path of the
+  client certificate (``docs/stream-protocol.md``, section 2);
+* every refused connection attempt is counted by reason (:data:`REASONS`): the
+  :class:`ZapHandler` thread counts what ZAP refuses (a key not authorised, an
+  address not allowed), a :class:`HandshakeMonitor` on each socket what fails
+  before ZAP is asked (a client without CURVE, a wrong server key, a handshake
+  that never completes). The receiving loop drains both into the reports of its
+  open scans (:meth:`stager.stream.receiver.SocketLoop.step`). A refused peer's
+  messages never reach the socket's queue, so never the assembler.
+
+DECTRIS Stream V2 cannot do CURVE (the detector speaks plain ZeroMQ): there the
+job connects from an interface the user names and ZAP accepts only the
+addresses of ``--allow-from`` (:attr:`StreamSecurity.allow_from`).
+
+``--insecure`` keeps plain sockets (:meth:`StreamSecurity.insecure`), and the
+report says so. zmq is imported where used.
+"""
+from __future__ import annotations
+
+import dataclasses
+import errno
+import os
+import stat
+import tempfile
+import threading
+from collections import Counter, deque
+from dataclasses import dataclass
+from typing import Any, Deque, Dict, FrozenSet, List, Optional, Tuple
+
+from stager.stream.errors import StreamError
+
+__all__ = ["StreamSecurity", "ZapHandler", "HandshakeMonitor", "REASONS", "zap_handler",
+           "client_certificate_path", "write_client_certificate", "load_client_certificate",
+           "load_authorized_keys", "DOMAIN_DATA", "DOMAIN_LIVE", "DOMAIN_STREAM2"]
+
+#: ZAP domains of the job's sockets (each has its own policy in the handler).
+DOMAIN_DATA = "mpistage-stream"
+DOMAIN_LIVE = "mpistage-live"
+DOMAIN_STREAM2 = "mpistage-stream2"
+
+#: Why a connection attempt was refused (names in reports and ``stager stream watch``).
+REASONS = {
+    "not_curve": "the client did not use CURVE (a plain ZeroMQ peer, or no client "
+                 "certificate): give it the client certificate named in the rendezvous file",
+    "bad_handshake": "the CURVE handshake failed (the client used another server key: "
+                     "a rendezvous file of an earlier job?)",
+    "unauthorised_key": "the client's CURVE key is not authorised (not the job's client "
+                        "certificate, not in --authorized-keys)",
+    "address_not_allowed": "the peer's address is not in --allow-from",
+    "handshake_timeout": "a TCP connection that did not complete the ZeroMQ handshake "
+                         "in time (sent nothing, or not ZeroMQ)",
+    "handshake_aborted": "the peer hung up during the handshake (broken pipe, reset): "
+                         "often the same attempt as a refusal above, counted again when "
+                         "the peer left before the refusal reached it",
+    "handshake_failed": "the ZeroMQ handshake failed for another reason",
+}
+
+#: Seconds a peer has to complete the ZeroMQ handshake (ZMQ_HANDSHAKE_IVL).
+HANDSHAKE_S = 10.0
+
+
+@dataclass(frozen=True)
+class StreamSecurity:
+    """The security of one receiving job (picklable: rank 0 makes it, MPI broadcasts it).
+
+    Attributes
+    ----------
+    mode : {"curve", "insecure"}
+    server_public, server_secret : str
+        The job's CURVE key pair (Z85 text), in memory only.
+    authorized : frozenset of str, optional
+        Z85 public keys of the clients allowed to connect.
+    client_certificate : str, optional
+        Path of the client certificate the job wrote (None with ``--authorized-keys``).
+    authorized_keys : str, optional
+        The ``--authorized-keys`` directory.
+    allow_from : tuple of str
+        Stream V2: peer IP addresses ZAP accepts (empty: any).
+    handshake_s : float
+        Seconds a peer has to complete the ZeroMQ handshake (``ZMQ_HANDSHAKE_IVL``): a
+        connection that sends nothing is dropped then, counted ``handshake_timeout``.
+    """
+
+    mode: str = "curve"
+    server_public: Optional[str] = None
+    server_secret: Optional[str] = None
+    authorized: Optional[FrozenSet[str]] = None
+    client_certificate: Optional[str] = None
+    authorized_keys: Optional[str] = None
+    allow_from: Tuple[str, ...] = ()
+    handshake_s: float = HANDSHAKE_S
+
+    @property
+    def curve(self) -> bool:
+        return self.mode == "curve"
+
+    @classmethod
+    def insecure(cls, allow_from: Tuple[str, ...] = (), handshake_s: float = HANDSHAKE_S
+                 ) -> StreamSecurity:
+        """Plain sockets (``--insecure``): anyone who reaches the port may send."""
+        return cls(mode="insecure", allow_from=tuple(allow_from), handshake_s=handshake_s)
+
+    @classmethod
+    def for_job(cls, rendezvous: str, authorized_keys: Optional[str] = None,
+                allow_from: Tuple[str, ...] = (), handshake_s: float = HANDSHAKE_S
+                ) -> StreamSecurity:
+        """A server key pair, and either the client certificate written beside
+        ``rendezvous`` or the public keys of ``authorized_keys``.
+
+        Raises
+        ------
+        StreamError
+            The certificate cannot be written; the directory holds no public key.
+        """
+        import zmq
+
+        pub, sec = zmq.curve_keypair()
+        if authorized_keys is not None:
+            keys = load_authorized_keys(authorized_keys)
+            return cls("curve", pub.decode(), sec.decode(), frozenset(keys), None,
+                       os.path.abspath(authorized_keys), tuple(allow_from), handshake_s)
+        path, client_pub = write_client_certificate(rendezvous)
+        return cls("curve", pub.decode(), sec.decode(), frozenset({client_pub}), path, None,
+                   tuple(allow_from), handshake_s)
+
+    def describe(self) -> Dict[str, Any]:
+        """What the report says about the job's security (never a secret)."""
+        if not self.curve:
+            return {"mode": "insecure",
+                    "warning": "--insecure: the receivers accepted plain ZeroMQ connections "
+                               "from anyone who could reach their ports; frames were not "
+                               "authenticated nor encrypted",
+                    "allow_from": list(self.allow_from)}
+        return {"mode": "curve", "server_key": self.server_public,
+                "client_certificate": self.client_certificate,
+                "authorized_keys": self.authorized_keys,
+                "authorized": len(self.authorized or ()),
+                "allow_from": list(self.allow_from)}
+
+    # ---- sockets ----
+    def serve(self, sock: Any, domain: str) -> None:
+        """Make ``sock`` (before bind) a CURVE server of ``domain``, or a plain one."""
+        import zmq
+
+        sock.setsockopt(zmq.HANDSHAKE_IVL, int(self.handshake_s * 1000))
+        if self.curve:
+            # keys decide here; --allow-from is the Stream V2 detector's, not viewers'
+            zap_handler(sock.context).policy(domain, dataclasses.replace(self, allow_from=()))
+            sock.setsockopt(zmq.CURVE_SERVER, 1)
+            sock.setsockopt(zmq.CURVE_SECRETKEY, self.server_secret.encode())  # type: ignore
+            sock.setsockopt(zmq.ZAP_DOMAIN, domain.encode())
+
+    def allow_list(self, sock: Any, domain: str = DOMAIN_STREAM2) -> None:
+        """Plain socket (Stream V2): ZAP accepts only the peers of :attr:`allow_from`."""
+        import zmq
+
+        if self.allow_from:
+            # the detector speaks plain ZeroMQ: only the address is checked, never a key
+            plain = dataclasses.replace(self, mode="insecure")
+            zap_handler(sock.context).policy(domain, plain)
+            sock.setsockopt(zmq.ZAP_DOMAIN, domain.encode())
+
+
+def client_keys(sock: Any, server_key: str, certificate: str) -> None:
+    """Make ``sock`` (before connect) a CURVE client of ``server_key`` with ``certificate``."""
+    import zmq
+
+    pub, sec = load_client_certificate(certificate)
+    sock.setsockopt(zmq.CURVE_SERVERKEY, server_key.encode())
+    sock.setsockopt(zmq.CURVE_PUBLICKEY, pub)
+    sock.setsockopt(zmq.CURVE_SECRETKEY, sec)
+
+
+# ---- certificate files ----
+def client_certificate_path(rendezvous: str) -> str:
+    """``<rendezvous>.client.key_secret``: where the job writes its client certificate."""
+    return os.path.abspath(rendezvous) + ".client.key_secret"
+
+
+def write_client_certificate(rendezvous: str) -> Tuple[str, str]:
+    """Write a new client certificate beside ``rendezvous``, mode 0600.
+
+    :func:`zmq.auth.create_certificates` writes the pair into a private (0700)
+    temporary directory in the same directory; both files are made 0600 and
+    renamed over ``<rendezvous>.client.key_secret`` / ``.key`` (a symlink there is
+    replaced, never followed).
+
+    Returns
+    -------
+    (path, public_key)
+        The secret certificate's path and its public key (Z85 text).
+    """
+    import zmq.auth
+
+    secret_path = client_certificate_path(rendezvous)
+    public_path = secret_path[:-len("_secret")]
+    d = os.path.dirname(secret_path)
+    try:
+        tmp = tempfile.mkdtemp(prefix=".mpistage-cert-", dir=d)   # 0700
+    except OSError as e:
+        raise StreamError(f"cannot write the client certificate beside {rendezvous}: {e}") \
+            from e
+    try:
+        pub_tmp, sec_tmp = zmq.auth.create_certificates(tmp, "client")
+        for p in (pub_tmp, sec_tmp):
+            os.chmod(p, 0o600)
+        public, _ = zmq.auth.load_certificate(sec_tmp)
+        os.replace(pub_tmp, public_path)
+        os.replace(sec_tmp, secret_path)
+    except OSError as e:
+        raise StreamError(f"cannot write the client certificate {secret_path}: {e}") from e
+    finally:
+        for n in os.listdir(tmp):
+            os.unlink(os.path.join(tmp, n))
+        os.rmdir(tmp)
+    return secret_path, public.decode()
+
+
+def load_client_certificate(path: str) -> Tuple[bytes, bytes]:
+    """(public, secret) Z85 keys of a client certificate with its secret half.
+
+    Raises
+    ------
+    StreamError
+        Missing, unreadable, no secret key, or readable by group or others.
+    """
+    import zmq.auth
+
+    try:
+        st = os.stat(path)
+        pub, sec = zmq.auth.load_certificate(path)
+    except (OSError, ValueError) as e:
+        raise StreamError(f"cannot read the client certificate {path}: {e} (the receiving "
+                          "job writes it beside its rendezvous file)") from None
+    if sec is None:
+        raise StreamError(f"{path} holds a public key only: a producer needs the "
+                          "certificate with its secret key (the .key_secret file)")
+    if stat.S_IMODE(st.st_mode) & 0o077:
+        raise StreamError(f"{path} is readable by others (mode "
+                          f"{stat.S_IMODE(st.st_mode):04o}): chmod 600 it; a secret key "
+                          "others can read authorises them too")
+    return pub, sec
+
+
+def load_authorized_keys(directory: str) -> List[str]:
+    """Z85 public keys of the certificates (``*.key``, ``*.key_secret``) in ``directory``."""
+    import zmq.auth
+
+    if not os.path.isdir(directory):
+        raise StreamError(f"--authorized-keys {directory}: not a directory")
+    try:
+        keys = zmq.auth.load_certificates(directory)
+    except (OSError, ValueError) as e:
+        raise StreamError(f"--authorized-keys {directory}: {e}") from None
+    if not keys:
+        raise StreamError(f"--authorized-keys {directory}: no certificate (*.key) in it; "
+                          "make them with zmq.auth.create_certificates")
+    return sorted(k.decode() for k in keys)
+
+
+# ---- ZAP ----
+class ZapHandler:
+    """The ZAP handler of one ZeroMQ context: a thread answering on ``inproc://zeromq.zap.01``.
+
+    Each socket's ZAP domain has a policy (a :class:`StreamSecurity`): CURVE
+    clients must present an authorised key, plain peers an allowed address
+    (when ``allow_from`` is set). Requests of an unknown domain are refused.
+    Refusals are kept per domain until :meth:`drain` takes them, at most
+    :attr:`KEEP` per domain (older ones are dropped from the list, never from
+    :attr:`totals`): a domain nobody drains cannot grow memory.
+    """
+
+    KEEP = 10000
+
+    ENDPOINT = "inproc://zeromq.zap.01"
+
+    def __init__(self, context: Any) -> None:
+        import zmq
+
+        self._zmq = zmq
+        self._lock = threading.Lock()
+        self._policies: Dict[str, StreamSecurity] = {}
+        self._refused: Dict[str, Deque[Tuple[str, str]]] = {}
+        self.totals: Counter = Counter()
+        self._stop = threading.Event()
+        self._sock = context.socket(zmq.REP)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        try:
+            self._sock.bind(self.ENDPOINT)
+        except zmq.ZMQError as e:
+            self._sock.close()
+            raise StreamError(f"cannot start the ZAP handler: {e} (another ZAP handler "
+                              "runs in this ZeroMQ context)") from e
+        self._thread = threading.Thread(target=self._run, name="zap-handler", daemon=True)
+        self._thread.start()
+
+    def policy(self, domain: str, security: StreamSecurity) -> None:
+        with self._lock:
+            self._policies[domain] = security
+
+    def drain(self, domain: str) -> List[Tuple[str, str]]:
+        """The refusals of ``domain`` since the last call: ``[(reason, detail), ...]``."""
+        with self._lock:
+            return list(self._refused.pop(domain, ()))
+
+    def _decide(self, domain: str, address: str, mechanism: str,
+                credentials: List[bytes]) -> Optional[Tuple[str, str]]:
+        with self._lock:
+            pol = self._policies.get(domain)
+        if pol is None:
+            return "handshake_failed", f"ZAP request for unknown domain {domain!r}"
+        if pol.allow_from and address not in pol.allow_from:
+            return "address_not_allowed", (f"{mechanism} connection from {address}, allowed: "
+                                           f"{', '.join(pol.allow_from)}")
+        if pol.curve:
+            if mechanism != "CURVE" or not credentials:
+                return "not_curve", f"{mechanism} connection from {address}"
+            from zmq.utils.z85 import encode
+
+            key = encode(credentials[0]).decode()
+            if key not in (pol.authorized or ()):
+                return "unauthorised_key", (f"CURVE key {key[:10]}... from {address} is not "
+                                            "authorised")
+        return None
+
+    def _run(self) -> None:
+        zmq, sock = self._zmq, self._sock
+        try:
+            while not self._stop.is_set():
+                if not sock.poll(200):
+                    continue
+                msg = sock.recv_multipart()
+                if len(msg) < 6:
+                    continue
+                version, request_id = msg[0], msg[1]
+                domain, address = msg[2].decode(errors="replace"), msg[3].decode(
+                    errors="replace")
+                mechanism = msg[5].decode(errors="replace")
+                refusal = self._decide(domain, address, mechanism, msg[6:])
+                if refusal is None:
+                    sock.send_multipart([version, request_id, b"200", b"OK", b"", b""])
+                    continue
+                with self._lock:
+                    self._refused.setdefault(domain, deque(maxlen=self.KEEP)).append(refusal)
+                    self.totals[refusal[0]] += 1
+                sock.send_multipart([version, request_id, b"400", refusal[0].encode(), b"",
+                                     b""])
+        except zmq.ZMQError:
+            pass                # the context is terminating
+        finally:
+            sock.close(linger=0)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(2.0)
+
+
+_HANDLERS: Dict[int, ZapHandler] = {}
+_HLOCK = threading.Lock()
+
+
+def zap_handler(context: Any) -> ZapHandler:
+    """The :class:`ZapHandler` of ``context`` (started on first use, one per context)."""
+    with _HLOCK:
+        h = _HANDLERS.get(id(context))
+        if h is None or not h._thread.is_alive():
+            h = _HANDLERS[id(context)] = ZapHandler(context)
+        return h
+
+
+class HandshakeMonitor:
+    """Counts the handshakes of one socket that fail before ZAP is asked.
+
+    A socket monitor (``zmq_socket_monitor``) reports
+    ``HANDSHAKE_FAILED_PROTOCOL`` (a plain peer on a CURVE socket: mechanism
+    mismatch; a wrong server key: cryptographic error) and
+    ``HANDSHAKE_FAILED_NO_DETAIL`` (timeout, garbage). Refusals by ZAP are left
+    to :class:`ZapHandler`, which knows the key and address.
+    """
+
+    def __init__(self, sock: Any) -> None:
+        import zmq
+
+        self._zmq = zmq
+        self._mon = sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+                                            | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
+        self._sock = sock
+
+    def drain(self) -> List[Tuple[str, str]]:
+        """The failures since the last call: ``[(reason, detail), ...]`` (non-blocking)."""
+        from zmq.utils.monitor import recv_monitor_message
+
+        zmq = self._zmq
+        out: List[Tuple[str, str]] = []
+        while True:
+            try:
+                ev = recv_monitor_message(self._mon, zmq.NOBLOCK)
+            except zmq.Again:
+                return out
+            value, where = ev["value"], ev["endpoint"].decode(errors="replace")
+            if ev["event"] == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
+                if value == zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH:
+                    out.append(("not_curve", f"a peer without CURVE connected to {where}"))
+                elif value == zmq.PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC:
+                    out.append(("bad_handshake", f"a CURVE handshake on {where} failed "
+                                "(another server key?)"))
+                else:
+                    out.append(("handshake_failed", f"ZMTP protocol error {value:#x} on "
+                                f"{where}"))
+            elif value in (errno.EPIPE, errno.ECONNRESET):
+                out.append(("handshake_aborted", f"a peer of {where} hung up during the "
+                            f"handshake ({os.strerror(value)})"))
+            elif value in (errno.EAGAIN, errno.ETIMEDOUT):
+                out.append(("handshake_timeout", f"a connection to {where} completed no "
+                            "ZeroMQ handshake in time (sent nothing?)"))
+            else:
+                out.append(("handshake_failed", f"handshake on {where} failed "
+                            f"({os.strerror(value) if value < 200 else value})"))
+
+    def close(self) -> None:
+        try:
+            self._sock.disable_monitor()
+        except self._zmq.ZMQError:
+            pass
+        self._mon.close(linger=0)
