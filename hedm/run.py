@@ -17,7 +17,7 @@ from typing import Any, Dict, Iterable, Mapping
 from hedm.common import replacing
 from stager import drain
 from stager.mpi.agree import agreed
-from stager.mpi.nodes import node_layout
+from stager.mpi.job import job_for
 from stager.planning.plan import expand_node
 from workflows import on_this_node
 from workflows.errors import WorkflowError
@@ -73,8 +73,10 @@ def drain_results(args: Any, comm: Any, run_json: str) -> None:
     """
     if not getattr(args, "results", None) or not getattr(args, "drain", True):
         return
-    emulate_nodes = getattr(args, "emulate_nodes", None)
-    node_id_env = getattr(args, "node_id_env", None)
+    # how the runner identified nodes (one value), else the older two flags
+    node_kw = {"node_id": args.node_id} if getattr(args, "node_id", None) else {
+        "emulate_nodes": getattr(args, "emulate_nodes", None),
+        "node_id_env": getattr(args, "node_id_env", None)}
     if comm is None:
         from mpi4py import MPI
         comm = MPI.COMM_WORLD
@@ -85,15 +87,11 @@ def drain_results(args: Any, comm: Any, run_json: str) -> None:
     if not comm.allreduce(here):
         return
     t0 = time.perf_counter()
-    report = drain(args.results, args.out, comm, emulate_nodes=emulate_nodes,
-                   node_id_env=node_id_env, merge=True, overwrite=True)
-    seconds = time.perf_counter() - t0
-    layout = node_layout(comm, emulate_nodes, node_id_env)
-    try:
-        if layout.is_leader:
-            shutil.rmtree(expand_node(args.results, layout.name), ignore_errors=True)
-    finally:
-        layout.free()
+    with job_for(comm, **node_kw) as job:   # one node layout for the drain and the removal
+        report = drain(args.results, args.out, job=job, merge=True, overwrite=True)
+        seconds = time.perf_counter() - t0
+        if job.is_leader:
+            shutil.rmtree(expand_node(args.results, job.name), ignore_errors=True)
     if comm.rank == 0:
         path = os.path.join(args.out, run_json)
         try:

@@ -22,7 +22,7 @@ import lazy_loader
 from stager.errors import CapacityError, PlanError, StagerError, TransferError, VerifyError
 
 __all__ = [
-    "plan", "stage", "verify", "clean", "drain", "where",
+    "plan", "stage", "verify", "clean", "drain", "where", "Job",
     "Plan", "Where", "StagedCopyMissing", "Report", "VerifyReport", "CleanReport", "DrainReport",
     "StagerError", "PlanError", "CapacityError", "TransferError", "VerifyError",
 ]
@@ -38,4 +38,5 @@ __getattr__, __dir__, _ = lazy_loader.attach(__name__, submod_attrs={
     "nodelocal.clean": ["clean", "CleanReport"],
     "stageout": ["drain", "DrainReport"],
     "locality": ["where", "Where", "StagedCopyMissing"],
+    "mpi.job": ["Job"],
 })

@@ -1,10 +1,16 @@
-"""Staging options: keyword argument > ``STAGER_*`` environment variable > default.
+"""Options, resolved one way everywhere: keyword argument > environment variable > default.
 
-Parsed strictly. Under MPI, rank 0 alone resolves them -- keywords and ITS
-environment -- and broadcasts the result (``stager.mpi.bcast_result``), so a
-variable set differently on one rank (a chunk size) cannot make ranks
-disagree, and a bad value is the same ``ValueError`` on every rank. Sizes
-accept a plain byte count or a binary suffix: ``33554432``, ``32M``,
+As ``mpi4py.futures`` resolves ``MPI4PY_FUTURES_*``: each option is declared
+once (:class:`Option`: name, environment variable, default, strict parser
+that also checks the value), and :func:`resolve` walks a table of them. Under
+MPI, rank 0 alone resolves -- keywords and ITS environment -- and broadcasts
+the result (``stager.mpi.bcast_result(comm, resolve, ...)``), so a variable set differently on one
+rank cannot make ranks disagree, and a bad value is the same ``ValueError``
+on every rank. Tables using it: :data:`STAGE_OPTIONS` (``STAGER_*``, the
+staging options below), :data:`NODE_ID` (how ranks form nodes, used by
+:class:`stager.mpi.job.Job`), the mpi executor's ``WORKFLOWS_MPI_*``.
+
+Sizes accept a plain byte count or a binary suffix: ``33554432``, ``32M``,
 ``32MiB``, ``1G``.
 """
 from __future__ import annotations
@@ -12,10 +18,11 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, fields
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
-__all__ = ["StageOptions", "resolve_options", "parse_size", "parse_bool", "parse_seconds",
-           "ENV_PREFIX"]
+__all__ = ["Option", "resolve", "StageOptions", "STAGE_OPTIONS", "resolve_options", "NODE_ID",
+           "parse_node_id", "node_id_of", "split_node_id", "resolve_node_id", "parse_size",
+           "parse_bool", "parse_seconds", "parse_int", "parse_choice", "parse_text", "ENV_PREFIX"]
 
 ENV_PREFIX = "STAGER_"
 #: The transfer methods, one row each: name -> its function (stager.staging.transfer),
@@ -34,6 +41,7 @@ MIN_H5_MEMORY = 64 << 10
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
+# -- strict parsers: (value, label) -> value, ValueError naming the label ------------------
 def parse_size(text: Any, name: str = "size") -> int:
     """Bytes from ``int`` or ``"32M"``/``"32MiB"``/``"4096"``; strict."""
     if isinstance(text, bool):
@@ -47,6 +55,7 @@ def parse_size(text: Any, name: str = "size") -> int:
 
 
 def parse_bool(text: Any, name: str = "flag") -> bool:
+    """True/False from a bool or ``1/0``, ``true/false``, ``yes/no``, ``on/off``; strict."""
     if isinstance(text, bool):
         return text
     t = str(text).strip().lower()
@@ -76,6 +85,155 @@ def parse_seconds(text: Any, name: str = "seconds") -> float:
     return v
 
 
+def parse_int(lo: int = 0, hi: Optional[int] = None) -> Callable[[Any, str], int]:
+    """A parser of integers in ``lo..hi`` (decimal text or int; bools refused)."""
+    def parse(value: Any, name: str) -> int:
+        try:
+            if isinstance(value, bool):
+                raise ValueError
+            n = value if isinstance(value, int) else int(str(value).strip(), 10)
+        except ValueError:
+            raise ValueError(f"{name} must be an integer, got {value!r}") from None
+        if n < lo or (hi is not None and n > hi):
+            upper = "" if hi is None else f" and <= {hi}"
+            raise ValueError(f"{name} must be >= {lo}{upper}, got {value!r}")
+        return n
+    return parse
+
+
+def parse_choice(*choices: str) -> Callable[[Any, str], str]:
+    """A parser accepting exactly one of ``choices``."""
+    def parse(value: Any, name: str) -> str:
+        if str(value) not in choices:
+            raise ValueError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
+        return str(value)
+    return parse
+
+
+def parse_text(value: Any, name: str) -> Optional[str]:
+    """A string, or None for an empty one."""
+    return None if value in (None, "") else str(value)
+
+
+# -- the resolver ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Option:
+    """One option, declared once.
+
+    Attributes
+    ----------
+    name : str
+        Keyword name.
+    default : Any
+        Used when neither keyword nor environment give a value (not parsed).
+    parse : callable(value, label) -> value
+        Strict parser and check; raises ``ValueError`` naming ``label``.
+    env : str, optional
+        Environment variable read when the keyword is absent or None (an empty
+        value counts as unset).
+    """
+
+    name: str
+    default: Any
+    parse: Callable[[Any, str], Any]
+    env: Optional[str] = None
+
+
+def resolve(table: Sequence[Option], kwargs: Mapping[str, Any],
+            env: Optional[Mapping[str, str]] = None, what: str = "option") -> Dict[str, Any]:
+    """Values of ``table``: keyword > environment > default, parsed strictly. Local, pure.
+
+    Raises
+    ------
+    TypeError
+        A keyword not in ``table``.
+    ValueError
+        A keyword or environment value that does not parse (the message names
+        the keyword or the variable).
+    """
+    env = os.environ if env is None else env
+    names = [o.name for o in table]
+    unknown = sorted(set(kwargs) - set(names))
+    if unknown:
+        raise TypeError(f"unknown {what}(s): {', '.join(unknown)}; known: {', '.join(names)}")
+    out: Dict[str, Any] = {}
+    for o in table:
+        if kwargs.get(o.name) is not None:
+            out[o.name] = o.parse(kwargs[o.name], o.name)
+        elif o.env and env.get(o.env) not in (None, ""):
+            out[o.name] = o.parse(env[o.env], f"{o.name} (${o.env})")
+        else:
+            out[o.name] = o.default
+    return out
+
+
+# -- how ranks form nodes: one value ----------------------------------------------------------
+def parse_node_id(value: Any, name: str = "node_id") -> str:
+    """``host`` | ``env:VAR`` | ``emulate:N`` (canonical text); strict.
+
+    * ``host``: ranks sharing memory form a node, named by host name;
+    * ``env:VAR``: ranks with the same value of environment variable ``VAR``;
+    * ``emulate:N``: ``N`` contiguous blocks of ranks, ``node0`` .. (one-machine tests).
+    """
+    text = str(value).strip()
+    kind, _, arg = text.partition(":")
+    if text == "host":
+        return text
+    if kind == "env" and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", arg):
+        return text
+    if kind == "emulate":
+        return f"emulate:{parse_int(1)(arg, name)}"
+    raise ValueError(f"{name} must be 'host', 'env:VAR' or 'emulate:N', got {value!r}")
+
+
+def node_id_of(node_id: Any = None, emulate_nodes: Any = None,
+               node_id_env: Any = None) -> Optional[str]:
+    """The one ``node_id`` value from it or the older keywords (None if none is given). Pure.
+
+    ``emulate_nodes=K`` is ``emulate:K`` and ``node_id_env=VAR`` is ``env:VAR``.
+
+    Raises
+    ------
+    ValueError
+        More than one given, or a value that does not parse.
+    """
+    given = [(k, v) for k, v in (("node_id", node_id), ("emulate_nodes", emulate_nodes),
+                                 ("node_id_env", node_id_env)) if v not in (None, "")]
+    if len(given) > 1:
+        raise ValueError(f"use either {' or '.join(k for k, _ in given)}, not both")
+    if not given:
+        return None
+    key, value = given[0]
+    if key == "emulate_nodes":
+        return f"emulate:{parse_int(1)(value, 'emulate_nodes')}"
+    if key == "node_id_env":
+        return parse_node_id(f"env:{value}", "node_id_env")
+    return parse_node_id(value)
+
+
+def split_node_id(node_id: str) -> Tuple[Optional[int], Optional[str]]:
+    """``(N, None)`` for ``emulate:N``, ``(None, VAR)`` for ``env:VAR``, else ``(None, None)``."""
+    kind, _, arg = node_id.partition(":")
+    return (int(arg) if kind == "emulate" else None), (arg if kind == "env" else None)
+
+
+#: How ranks form nodes: keyword > ``$STAGER_NODE_ID`` > ``host``.
+NODE_ID = Option("node_id", "host", parse_node_id, ENV_PREFIX + "NODE_ID")
+
+
+def resolve_node_id(env: Optional[Mapping[str, str]] = None, node_id: Any = None,
+                    emulate_nodes: Any = None, node_id_env: Any = None) -> str:
+    """``node_id`` from keywords, ``$STAGER_NODE_ID`` (or the older ``$STAGER_EMULATE_NODES``,
+    ``$STAGER_NODE_ID_ENV``), else ``host``. Local; collective callers run it on rank 0."""
+    env = os.environ if env is None else env
+    given = node_id_of(node_id, emulate_nodes, node_id_env)
+    if given is None and not env.get(NODE_ID.env or ""):
+        given = node_id_of(None, env.get(ENV_PREFIX + "EMULATE_NODES"),
+                           env.get(ENV_PREFIX + "NODE_ID_ENV"))
+    return str(resolve([NODE_ID], {"node_id": given}, env)["node_id"])
+
+
+# -- the staging options -----------------------------------------------------------------------
 @dataclass(frozen=True)
 class StageOptions:
     """Resolved options of one ``stage`` call (see :func:`stager.stage`)."""
@@ -83,8 +241,8 @@ class StageOptions:
     method: str = "stripe"
     chunk_size: int = 32 << 20
     small_file_threshold: int = 1 << 20
-    emulate_nodes: Optional[int] = None
-    node_id_env: Optional[str] = None
+    #: how ranks form nodes (:func:`parse_node_id`)
+    node_id: str = "host"
     force: bool = False
     json: Optional[str] = None
     progress: bool = True
@@ -100,52 +258,52 @@ class StageOptions:
     #: emulated nodes exchange chunks through a shared-memory window (transfer.shmem)
     shared_exchange: bool = True
 
+    @property
+    def emulate_nodes(self) -> Optional[int]:
+        """``N`` when nodes are emulated (``node_id`` ``emulate:N``), else None."""
+        return split_node_id(self.node_id)[0]
 
-def _parse(name: str, value: Any) -> Any:
-    if name == "method":
-        if str(value) not in METHODS:
-            raise ValueError(f"method must be one of {', '.join(METHODS)}, got {value!r}")
-        return str(value)
-    if name in ("chunk_size", "small_file_threshold"):
+
+def _chunk(lo: int) -> Callable[[Any, str], int]:
+    def parse(value: Any, name: str) -> int:
         size = parse_size(value, name)
-        lo = 1 if name == "chunk_size" else 0
         if not lo <= size <= MAX_CHUNK:
             raise ValueError(f"{name} must be between {lo} and {MAX_CHUNK} bytes, got {size}")
         return size
-    if name == "emulate_nodes":
-        if value is None or value == "":
-            return None
-        try:
-            is_int = isinstance(value, int) and not isinstance(value, bool)
-            k: int = value if is_int else int(str(value), 10)
-        except ValueError:
-            raise ValueError(f"emulate_nodes must be a positive integer, got {value!r}") from None
-        if isinstance(value, bool) or k < 1:
-            raise ValueError(f"emulate_nodes must be a positive integer, got {value!r}")
-        return k
-    if name in ("node_id_env", "json"):
-        return None if value in (None, "") else str(value)
-    if name == "h5_memory":
-        cap = parse_size(value, "h5 memory cap (h5_memory, STAGER_H5_MEMORY)")
-        if cap < MIN_H5_MEMORY:
-            raise ValueError(f"h5 memory cap must be at least {MIN_H5_MEMORY} bytes, got {cap}")
-        return cap
-    if name == "h5_inline_bytes":
-        return parse_size(value, "h5_inline_bytes")
-    if name == "wait":
-        return parse_seconds(value, "wait (STAGER_WAIT)")
-    if name == "interrupt_grace":
-        g = parse_seconds(value, "interrupt_grace (STAGER_INTERRUPT_GRACE)")
-        if g < 0:
-            raise ValueError("interrupt_grace must be a finite number of seconds")
-        return g
-    return parse_bool(value, name)
+    return parse
+
+
+def _h5_memory(value: Any, name: str) -> int:
+    cap = parse_size(value, f"h5 memory cap ({name})")
+    if cap < MIN_H5_MEMORY:
+        raise ValueError(f"h5 memory cap must be at least {MIN_H5_MEMORY} bytes, got {cap}")
+    return cap
+
+
+def _grace(value: Any, name: str) -> float:
+    g = parse_seconds(value, name)
+    if g < 0:
+        raise ValueError(f"{name} must be a finite number of seconds")
+    return g
+
+
+_PARSERS: Dict[str, Callable[[Any, str], Any]] = {
+    "method": parse_choice(*METHODS), "chunk_size": _chunk(1),
+    "small_file_threshold": _chunk(0), "node_id": parse_node_id, "json": parse_text,
+    "h5_memory": _h5_memory, "h5_inline_bytes": parse_size, "wait": parse_seconds,
+    "interrupt_grace": _grace,
+}
+#: The staging options: each falls back to ``STAGER_<NAME>``, then to its default.
+STAGE_OPTIONS = tuple(Option(f.name, f.default, _PARSERS.get(f.name, parse_bool),
+                             ENV_PREFIX + f.name.upper()) for f in fields(StageOptions))
 
 
 def resolve_options(env: Optional[Mapping[str, str]] = None, **kwargs: Any) -> StageOptions:
-    """Options from keywords, then ``STAGER_<NAME>`` variables, then defaults. Local.
+    """Staging options from keywords, then ``STAGER_<NAME>`` variables, then defaults. Local.
 
-    Collective callers run it on rank 0 only and broadcast the result.
+    ``emulate_nodes=K`` and ``node_id_env=VAR`` are accepted for ``node_id``
+    (:func:`node_id_of`). Collective callers run it on rank 0 only and
+    broadcast the result.
 
     Raises
     ------
@@ -155,18 +313,8 @@ def resolve_options(env: Optional[Mapping[str, str]] = None, **kwargs: Any) -> S
         A value that does not parse.
     """
     env = os.environ if env is None else env
-    names = [f.name for f in fields(StageOptions)]
-    unknown = sorted(set(kwargs) - set(names))
-    if unknown:
-        raise TypeError(f"unknown staging option(s): {', '.join(unknown)}; "
-                        f"known: {', '.join(names)}")
-    values = {}
-    for name in names:
-        if kwargs.get(name) is not None:
-            values[name] = _parse(name, kwargs[name])
-        elif env.get(ENV_PREFIX + name.upper()) not in (None, ""):
-            values[name] = _parse(name, env[ENV_PREFIX + name.upper()])
-    opts = StageOptions(**values)
-    if opts.emulate_nodes is not None and opts.node_id_env is not None:
-        raise ValueError("use either emulate_nodes or node_id_env, not both")
-    return opts
+    kwargs = dict(kwargs)
+    node_kw = {k: kwargs.pop(k, None) for k in ("node_id", "emulate_nodes", "node_id_env")}
+    values = resolve(STAGE_OPTIONS, kwargs, env, what="staging option")
+    values["node_id"] = resolve_node_id(env, **node_kw)
+    return StageOptions(**values)

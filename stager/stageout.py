@@ -53,7 +53,7 @@ from typing import Any
 from stager.drainlog import RECORD_PREFIX, DrainLog
 from stager.errors import StagerError, TransferError
 from stager.mpi.agree import agreed
-from stager.mpi.nodes import node_layout
+from stager.mpi.job import Job, comm_and_job, job_for
 from stager.nodelocal import checksum, commit, localfs
 from stager.planning.plan import expand_node
 
@@ -192,7 +192,7 @@ def _fail(message: str, items: list[str], hint: str) -> TransferError:
 
 def drain(src: str, dest: str, comm: Any = None, *, emulate_nodes: int | None = None,
           node_id_env: str | None = None, merge: bool = False, overwrite: bool = False,
-          verify: bool = True) -> DrainReport:
+          verify: bool = True, job: Job | None = None) -> DrainReport:
     """Collective over `comm`: every rank must call. Copy each node's results to ``dest``.
 
     Parameters
@@ -201,10 +201,10 @@ def drain(src: str, dest: str, comm: Any = None, *, emulate_nodes: int | None = 
         Node-local results directory; ``%n`` is replaced by each node's name.
     dest : str
         Directory on the shared filesystem (created if missing, must be ours).
-    comm : mpi4py.MPI.Comm, optional
-        Default ``MPI.COMM_WORLD``.
+    comm : mpi4py.MPI.Comm or Job, optional
+        Default ``job.comm``, else ``MPI.COMM_WORLD``.
     emulate_nodes, node_id_env
-        How ranks form nodes (see :func:`stager.mpi.nodes.node_layout`).
+        How ranks form nodes when no ``job`` is given (see :class:`stager.mpi.job.Job`).
     merge : bool
         Put every node's files directly under ``dest``; relative paths must be
         unique across nodes.
@@ -212,6 +212,8 @@ def drain(src: str, dest: str, comm: Any = None, *, emulate_nodes: int | None = 
         Replace files already at their destination (atomically).
     verify : bool
         Read every shared copy back and compare checksums.
+    job : stager.mpi.job.Job, optional
+        The job's node layout, made once; without it one is made here.
 
     Returns
     -------
@@ -233,16 +235,11 @@ def drain(src: str, dest: str, comm: Any = None, *, emulate_nodes: int | None = 
     if "%n" in dest:
         raise ValueError(f"dest {dest!r} contains %n: dest is one shared directory; "
                          "per-node subdirectories are made unless merge=True")
-    if comm is None:
-        from mpi4py import MPI
-        comm = MPI.COMM_WORLD
+    comm, job = comm_and_job(comm, job)
     src, dest = os.path.abspath(src), os.path.abspath(dest)
     t0 = time.perf_counter()
-    layout = node_layout(comm, emulate_nodes=emulate_nodes, node_id_env=node_id_env)
-    try:
-        return _drain(comm, layout, src, dest, merge, overwrite, verify, t0)
-    finally:
-        layout.free()
+    with job_for(comm, job, emulate_nodes=emulate_nodes, node_id_env=node_id_env) as j:
+        return _drain(comm, j.layout, src, dest, merge, overwrite, verify, t0)
 
 
 def _drain(comm: Any, layout: Any, src: str, dest: str, merge: bool, overwrite: bool,

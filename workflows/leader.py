@@ -12,8 +12,8 @@ Here a hook is named by a string (flag ``--leader-hook-startup`` /
   ``stager.stage`` (whose transfers run on the leaders only: one copy per
   node), at shutdown what it staged is removed with ``stager.clean``.
 
-Which ranks form a node comes from :func:`stager.mpi.nodes.node_layout` (host,
-``emulate_nodes`` or ``node_id_env``). Every rank calls
+Which ranks form a node comes from the job (:class:`stager.mpi.job.Job`: host,
+``env:VAR`` or ``emulate:N``). Every rank calls
 :func:`run_leader_hook`; a failure on any leader is raised on every rank as
 the same :class:`~workflows.errors.HookError` (resolving the hook, agreeing on
 its kind and running it are each agreed before the next collective).
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Union
 
 from stager.mpi.agree import agreed
-from stager.mpi.nodes import node_layout
+from stager.mpi.job import Job, job_for
 
 from .errors import HookError, WorkflowError
 
@@ -114,6 +114,7 @@ def run_leader_hook(
     emulate_nodes: Optional[int] = None,
     node_id_env: Optional[str] = None,
     stage_options: Optional[Mapping[str, Any]] = None,
+    job: Optional[Job] = None,
 ) -> Optional[HookContext]:
     """Collective over `comm`: every rank must call. Run ``hook`` once per node, then barrier.
 
@@ -125,9 +126,11 @@ def run_leader_hook(
     phase : str
         ``"startup"`` or ``"shutdown"``.
     emulate_nodes, node_id_env
-        How ranks form nodes (see :func:`stager.mpi.nodes.node_layout`).
+        How ranks form nodes when no ``job`` is given (see :class:`stager.mpi.job.Job`).
     stage_options : mapping, optional
         Extra keyword arguments for ``stager.stage`` / ``stager.clean`` (spec-file hooks).
+    job : stager.mpi.job.Job, optional
+        The job's node layout, made once; without it one is made here.
 
     Returns
     -------
@@ -155,7 +158,7 @@ def run_leader_hook(
 
             target = (target, stager.stage if phase == "startup" else stager.clean)
     # A spec file visible on some nodes only would send ranks down different
-    # collective paths (stage() versus node_layout()): agree on the kind first.
+    # collective paths (stage() versus the layout): agree on the kind first.
     kinds = comm.allgather(isinstance(target, tuple))
     if len(set(kinds)) > 1:
         seen = [r for r, k in enumerate(kinds) if k]
@@ -164,30 +167,21 @@ def run_leader_hook(
             f"module:function elsewhere; put the hook spec on a filesystem every node sees"
         )
 
-    if isinstance(target, tuple):
-        path, fn = target
-        options = dict(stage_options or {})
-        if emulate_nodes is not None:
-            options.setdefault("emulate_nodes", emulate_nodes)
-        if node_id_env is not None:
-            options.setdefault("node_id_env", node_id_env)
-        # Collective and agreed inside: the spec is read and planned on rank 0 only.
-        fn(path, comm=comm, **options)
-        return None
-
-    layout = node_layout(comm, emulate_nodes=emulate_nodes, node_id_env=node_id_env)
     ctx = None
-    try:
+    with job_for(comm, job, emulate_nodes=emulate_nodes, node_id_env=node_id_env) as job:
+        if isinstance(target, tuple):
+            path, fn = target
+            # Collective and agreed inside: the spec is read and planned on rank 0 only.
+            fn(path, comm=comm, job=job, **dict(stage_options or {}))
+            return None
         # Ranks wait (sleeping, not spinning) while the leaders run the hook.
-        with agreed(comm, what, base=WorkflowError, default=HookError, node=layout.name,
+        with agreed(comm, what, base=WorkflowError, default=HookError, node=job.name,
                     quiet=True):
-            if layout.is_leader:
-                ctx = HookContext(phase, layout.name, layout.index, layout.n_nodes,
+            if job.is_leader:
+                ctx = HookContext(phase, job.name, job.index, job.n_nodes,
                                   comm.Get_rank(), socket.gethostname())
                 try:
                     target(ctx)
                 except Exception as exc:
                     raise HookError(f"{type(exc).__name__}: {exc}") from exc
-    finally:
-        layout.free()
     return ctx

@@ -1,9 +1,9 @@
 """Which node a task runs on: the name the stager gave that node (what ``%n`` stands for).
 
-The runner (``python -m workflows run``) builds the node layout once, with the
-stager's own rules (:func:`stager.mpi.nodes.node_layout`: ``--emulate-nodes``,
-``--node-id-env``, else host names), and exports each rank's node name as
-``WORKFLOWS_NODE`` before any task runs. Worker ranks, processes forked from
+The runner (``python -m workflows run``) builds the job's node layout once
+(:meth:`stager.mpi.job.Job.from_comm`: ``--emulate-nodes``, ``--node-id-env``,
+else host names), and exports each rank's node name as ``WORKFLOWS_NODE``
+before any task runs. Worker ranks, processes forked from
 them (the ``local`` executor) and command tasks inherit it, so a task asks
 :func:`this_node` instead of knowing how nodes are formed: a flow never sees
 node options (as LiberTEM's analyses never see executors).

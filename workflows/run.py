@@ -51,7 +51,9 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import stager
 from stager.mpi.agree import agree, quiet_barrier
-from stager.mpi.nodes import local_node_name, node_layout
+from stager.mpi.job import Job
+from stager.mpi.nodes import local_node_name
+from stager.options import resolve_node_id, split_node_id
 
 from .errors import FlowError, WorkflowError
 from .executors import NAMES, Executor, make
@@ -103,6 +105,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SPEC",
         default=None,
         help="hook spec file to stage collectively before the workflow",
+    )
+    p.add_argument(
+        "--node-id",
+        default=None,
+        metavar="HOW",
+        help="how ranks form nodes: host (default, or $STAGER_NODE_ID), env:VAR or emulate:K",
     )
     p.add_argument(
         "--emulate-nodes",
@@ -247,10 +255,9 @@ def _flow_namespace(module: Any, flow: str, flow_argv: List[str]) -> argparse.Na
     return ns
 
 
-def _executor_options(opts: argparse.Namespace, name: str) -> Dict[str, Any]:
+def _executor_options(opts: argparse.Namespace, name: str, job: Any = None) -> Dict[str, Any]:
     if name == "mpi":
-        return {"dispatch": opts.dispatch, "emulate_nodes": opts.emulate_nodes,
-                "node_id_env": opts.node_id_env, "abort_on_lost": False}
+        return {"dispatch": opts.dispatch, "job": job, "abort_on_lost": False}
     if name == "local":
         return {"max_workers": opts.workers}
     if name == "parsl":
@@ -375,55 +382,52 @@ def main(argv: Optional[List[str]] = None) -> int:
     ns.stage_spec = None
     # Flows that address node-local copies (%n) need the node layout the stager used.
     ns.emulate_nodes, ns.node_id_env = opts.emulate_nodes, opts.node_id_env
+    ns.node_id = None  # the runner's job sets it: how ranks form nodes, one value
     return _run(opts, module, ns, name, comm, hooks)
-
-
-def _name_node(comm: Any, emulate_nodes: Optional[int], node_id_env: Optional[str]) -> None:
-    """Collective over `comm` (if any): tell every rank (and its tasks) its node's name.
-
-    The stager's own layout decides, so ``%n`` in a task's paths is the
-    directory the stager wrote on that node (:mod:`workflows.node`).
-    """
-    if comm is None:
-        set_node(local_node_name(emulate_nodes, node_id_env))
-        return
-    layout = node_layout(comm, emulate_nodes, node_id_env)
-    try:
-        set_node(layout.name)
-    finally:
-        layout.free()
 
 
 def _run(opts, module, ns, name: str, comm: Any, hooks) -> int:
     rank = comm.Get_rank() if comm is not None else 0
     times: Dict[str, float] = {}
-    node_opts = {"emulate_nodes": opts.emulate_nodes, "node_id_env": opts.node_id_env}
     t_start = time.perf_counter()
     status: Dict[str, Any] = {"ok": False, "error": None}
+    job: Optional[Job] = None
     try:
+        # The node layout, once for the whole run: staging, the node name every task
+        # sees (%n: the directory the stager wrote), leader hooks, the executor, drain.
+        if comm is None:
+            ns.node_id = resolve_node_id(None, opts.node_id, opts.emulate_nodes,
+                                         opts.node_id_env)
+            set_node(local_node_name(*split_node_id(ns.node_id)))
+        else:
+            job = Job.from_comm(comm, opts.node_id, emulate_nodes=opts.emulate_nodes,
+                                node_id_env=opts.node_id_env)
+            set_node(job.name)
+            ns.node_id = job.node_id
         if opts.stage:
             t = time.perf_counter()
             # The spec is read and planned on rank 0 only, inside stage().
-            ns.stage_report = stager.stage(opts.stage, comm=comm, **node_opts)
+            ns.stage_report = stager.stage(opts.stage, comm=comm, job=job)
             ns.stage_spec = opts.stage
             times["stage"] = time.perf_counter() - t
             if rank == 0:
                 print(ns.stage_report.summary())
-        _name_node(comm, opts.emulate_nodes, opts.node_id_env)
         if hooks.startup:
             t = time.perf_counter()
-            run_leader_hook(hooks.startup, comm, "startup", **node_opts)
+            run_leader_hook(hooks.startup, comm, "startup", job=job)
             times["startup_hook"] = time.perf_counter() - t
-    except Exception as exc:
+    except Exception as exc:  # agreed: raised on every rank
         if rank == 0:
             print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        if job is not None:
+            job.free()
         return 1
 
     t = time.perf_counter()
     if name == "mpi":
         from .executors.mpi import MPIExecutor
 
-        mpi_ex = MPIExecutor(comm, **_executor_options(opts, name))
+        mpi_ex = MPIExecutor(comm, **_executor_options(opts, name, job))
         with mpi_ex as ex:
             if ex is not None:
                 status = _drive(module, ns, ex, opts)
@@ -460,13 +464,15 @@ def _run(opts, module, ns, name: str, comm: Any, hooks) -> int:
     if hooks.shutdown:
         t = time.perf_counter()
         try:
-            run_leader_hook(hooks.shutdown, comm, "shutdown", **node_opts)
+            run_leader_hook(hooks.shutdown, comm, "shutdown", job=job)
         except Exception as exc:
             if rank == 0:
                 print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
             code = 1
         times["shutdown_hook"] = time.perf_counter() - t
     times["total"] = time.perf_counter() - t_start
+    if job is not None:
+        job.free()
     if rank == 0:
         _report(opts, ns, name, status, times, code)
     return code

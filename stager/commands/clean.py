@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 import stager
-from stager.commands.stage import add_node_arguments, run_collective
+from stager.commands.stage import add_node_arguments, job_of, run_collective
 
 HELP = "remove exactly what was staged (run under mpirun)"
 
@@ -25,8 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     def body(comm: Any) -> int:
-        rep = stager.clean(args.spec, comm, emulate_nodes=args.emulate_nodes,
-                    node_id_env=args.node_id_env, wait=args.wait)
+        rep = stager.clean(args.spec, job_of(args, comm), wait=args.wait)
         if comm.rank == 0:
             print(f"removed {rep.files_removed} staged file(s) and {rep.dirs_removed} "
                   f"director{'y' if rep.dirs_removed == 1 else 'ies'} on {len(rep.nodes)} node(s)")

@@ -12,6 +12,7 @@ import os
 import sys
 
 import stager
+from stager.commands.stage import add_node_id_arguments, job_of
 from stager.errors import StagerError
 
 HELP = "copy node-local results to the shared filesystem (run under mpirun)"
@@ -30,12 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(default: refuse, before copying anything)")
     p.add_argument("--no-verify", dest="verify", action="store_false",
                    help="do not read the shared copies back to compare checksums")
-    nodes = p.add_mutually_exclusive_group()
-    nodes.add_argument("--emulate-nodes", type=int, metavar="K",
-                       help="split the ranks into K emulated nodes node0..node{K-1}")
-    nodes.add_argument("--node-id-env", metavar="VAR",
-                       help="ranks with the same value of environment variable VAR form a node "
-                            "(e.g. SLURMD_NODENAME)")
+    add_node_id_arguments(p)
     p.add_argument("--json", metavar="FILE",
                    help="write the report (with checksums) as JSON to FILE")
 
@@ -45,9 +41,8 @@ def run(args: argparse.Namespace) -> int:
 
     comm = MPI.COMM_WORLD
     try:
-        report = stager.drain(args.src, args.dest, comm, emulate_nodes=args.emulate_nodes,
-                       node_id_env=args.node_id_env, merge=args.merge,
-                       overwrite=args.overwrite, verify=args.verify)
+        report = stager.drain(args.src, args.dest, job=job_of(args, comm), merge=args.merge,
+                              overwrite=args.overwrite, verify=args.verify)
     except ValueError as e:
         if comm.rank == 0:
             print(f"stager drain: {e}", file=sys.stderr)

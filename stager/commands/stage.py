@@ -37,14 +37,31 @@ def _wait_value(text: str) -> str:
     return text
 
 
-def add_node_arguments(p: argparse.ArgumentParser) -> None:
-    """``--emulate-nodes`` / ``--node-id-env`` and ``--wait`` (shared with verify and clean)."""
+def add_node_id_arguments(p: argparse.ArgumentParser) -> None:
+    """How ranks form nodes: ``--node-id`` or its two older spellings (one of them)."""
     g = p.add_mutually_exclusive_group()
+    g.add_argument("--node-id", metavar="HOW", default=None,
+                   help="host (default, or $STAGER_NODE_ID), env:VAR (ranks with the same "
+                        "value of VAR form a node) or emulate:K (K blocks of ranks)")
     g.add_argument("--emulate-nodes", type=int, metavar="K", default=None,
                    help="treat contiguous blocks of ranks as K nodes named node0..node{K-1}")
     g.add_argument("--node-id-env", metavar="VAR", default=None,
                    help="ranks with the same value of environment variable VAR form a node "
                         "(e.g. SLURMD_NODENAME)")
+
+
+def job_of(args: argparse.Namespace, comm: Any) -> Any:
+    """Collective over `comm`: every rank must call. The command's one job context."""
+    from stager.mpi.job import Job
+
+    return Job.from_comm(comm, getattr(args, "node_id", None),
+                         emulate_nodes=getattr(args, "emulate_nodes", None),
+                         node_id_env=getattr(args, "node_id_env", None))
+
+
+def add_node_arguments(p: argparse.ArgumentParser) -> None:
+    """The node arguments and ``--wait`` (shared with verify and clean)."""
+    add_node_id_arguments(p)
     p.add_argument("--wait", nargs="?", const="forever", default=None, metavar="SECONDS",
                    type=_wait_value,
                    help="if another stager run is using a destination, wait for it (for at "
@@ -116,9 +133,8 @@ def _interrupted(name: str, comm: Any, e: Interrupted) -> int:
 
 def run(args: argparse.Namespace) -> int:
     def body(comm: Any) -> int:
-        report = stager.stage(args.spec, comm, method=args.method, chunk_size=args.chunk_size,
-                       small_file_threshold=args.small_file_threshold,
-                       emulate_nodes=args.emulate_nodes, node_id_env=args.node_id_env,
+        report = stager.stage(args.spec, job_of(args, comm), method=args.method,
+                       chunk_size=args.chunk_size, small_file_threshold=args.small_file_threshold,
                        json=args.json, force=args.force, progress=args.progress,
                        wait=args.wait, verify_source=args.verify_source, fsync=args.fsync)
         if comm.rank == 0:

@@ -26,18 +26,16 @@ HELP = "receive live detector streams (under mpirun) or watch a running job"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from stager.commands.stage import add_node_id_arguments
+
     sub = p.add_subparsers(dest="stream_command", metavar="{receive,watch}")
     sub.required = True
     r = sub.add_parser("receive", help="receive scans into the nodes of this MPI job")
     r.add_argument("--rendezvous", required=True, metavar="FILE",
                    help="write the endpoints here (producers read it)")
     r.add_argument("--out", required=True, metavar="DIR", help="shared output directory")
-    r.add_argument("--scans", type=int, default=1, metavar="K", help="scans to serve in a row")
-    g = r.add_mutually_exclusive_group()
-    g.add_argument("--emulate-nodes", type=int, metavar="K", default=None,
-                   help="treat contiguous blocks of ranks as K nodes node0..node{K-1}")
-    g.add_argument("--node-id-env", metavar="VAR", default=None,
-                   help="ranks with the same value of VAR form a node (e.g. SLURMD_NODENAME)")
+    r.add_argument("--scans", metavar="K", help="scans to serve in a row (default 1)")
+    add_node_id_arguments(r)
     r.add_argument("--stream2", metavar="ENDPOINT",
                    help="receive DECTRIS Stream V2 from this detector endpoint instead")
     r.add_argument("--analysis", metavar="SPEC",
@@ -48,34 +46,35 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--analysis-params", metavar="JSON",
                    help="the analysis's options as one JSON object (a list: one object per "
                         "UDF of udf:A,B); instead of --set")
-    r.add_argument("--bind", default="*", metavar="HOST",
+    r.add_argument("--bind", metavar="HOST",
                    help="interface to bind (default all; 127.0.0.1 for loopback); with "
                         "--stream2 also the address to connect to the detector from")
     r.add_argument("--advertise", metavar="HOST", help="host name to publish")
-    r.add_argument("--receivers-per-node", type=int, default=1, metavar="M")
-    r.add_argument("--partition-frames", type=int, metavar="K",
+    r.add_argument("--receivers-per-node", metavar="M", help="default 1")
+    r.add_argument("--partition-frames", metavar="K",
                    help="frames per partition (default: 100 ms at --rate, else 16 MiB)")
-    r.add_argument("--rate", type=float, metavar="HZ", help="expected detector frame rate")
-    r.add_argument("--memory", type=float, default=256, metavar="MiB",
-                   help="partition memory per open scan per receiver")
-    r.add_argument("--idle-timeout", type=float, default=30.0, metavar="S",
-                   help="close a scan after S seconds without any of its messages")
-    r.add_argument("--close-wait", type=float, default=None, metavar="S",
+    r.add_argument("--rate", metavar="HZ", help="expected detector frame rate")
+    r.add_argument("--memory", type=float, metavar="MiB",
+                   help="partition memory per open scan per receiver (default 256)")
+    r.add_argument("--idle-timeout", metavar="S",
+                   help="close a scan after S seconds without any of its messages (default 30)")
+    r.add_argument("--close-wait", metavar="S",
                    help="after one receiver closed a scan, wait S s for the others "
                         "(default: the idle timeout)")
-    r.add_argument("--timeout", type=float, metavar="S", help="end the job after S seconds")
-    r.add_argument("--allow-loss", type=float, default=0.0, metavar="FRACTION",
+    r.add_argument("--timeout", metavar="S", help="end the job after S seconds")
+    r.add_argument("--allow-loss", metavar="FRACTION",
                    help="exit 0 even if up to FRACTION of a scan's frames are missing")
-    r.add_argument("--live-interval", type=float, default=1.0, metavar="S")
+    r.add_argument("--live-interval", metavar="S", help="default 1")
     r.add_argument("--spill", metavar="DIR", help="also write partitions to node-local DIR "
                    "(%%n = node), recorded for stager verify/clean/drain")
     r.add_argument("--local", metavar="DIR", help="node-local directory for outputs before "
                    "the drain (%%n = node; default /tmp/mpistage-stream-UID-PID/%%n)")
-    r.add_argument("--v2-grace", type=float, default=1.0, metavar="S")
-    r.add_argument("--hwm", type=int, default=100, metavar="N",
-                   help="ZeroMQ receive high-water mark (messages per producer)")
-    r.add_argument("--outbox", type=float, default=64, metavar="MiB",
-                   help="partitions a receiver holds for its workers before it stops reading")
+    r.add_argument("--v2-grace", metavar="S", help="default 1")
+    r.add_argument("--hwm", metavar="N",
+                   help="ZeroMQ receive high-water mark (messages per producer, default 100)")
+    r.add_argument("--outbox", type=float, metavar="MiB",
+                   help="partitions a receiver holds for its workers before it stops reading "
+                        "(default 64)")
     _add_security_arguments(r)
     w = sub.add_parser("watch", help="show the live progress of a receiving job")
     w.add_argument("source", metavar="RENDEZVOUS", help="rendezvous file or tcp:// live endpoint")
@@ -104,6 +103,10 @@ def _add_security_arguments(r: argparse.ArgumentParser) -> None:
     r.add_argument("--io-threads", type=int, default=4, metavar="N",
                    help="ZeroMQ I/O threads per receiver (default 4; CURVE decrypts there, "
                         "one producer's connection per thread: several decrypt in parallel)")
+
+
+def _mib(value: Optional[float]) -> Optional[int]:
+    return None if value is None else int(value * (1 << 20))
 
 
 def _parse_set(items: Any) -> Dict[str, Any]:
@@ -146,33 +149,35 @@ def _receive(args: argparse.Namespace) -> int:
     import stager
     from stager.errors import StagerError
     from stager.stream.output import exit_status
+    from stager.commands.stage import job_of
     from stager.stream.session import SessionOptions, receive_scans
 
     comm = MPI.COMM_WORLD
     try:
-        opts = SessionOptions(
+        # given flags, then STAGER_STREAM_* (rank 0's, as the job broadcasts them), defaults
+        opts = SessionOptions.resolve(
             rendezvous=os.path.abspath(args.rendezvous), out=os.path.abspath(args.out),
-            local=args.local or "", scans=args.scans, bind_host=args.bind,
+            local=args.local, scans=args.scans, bind_host=args.bind,
             advertise=args.advertise, receivers_per_node=args.receivers_per_node,
             partition_frames=args.partition_frames, rate=args.rate,
-            memory_bytes=int(args.memory * (1 << 20)), idle_timeout=args.idle_timeout,
-            close_wait=args.close_wait or args.idle_timeout, timeout=args.timeout,
+            memory_bytes=_mib(args.memory), idle_timeout=args.idle_timeout,
+            close_wait=args.close_wait, timeout=args.timeout,
             allow_loss=args.allow_loss, live_interval=args.live_interval,
             spill=args.spill, stream2=args.stream2, v2_grace=args.v2_grace,
             analysis=args.analysis, analysis_options=_analysis_options(args),
-            rcvhwm=args.hwm, outbox_bytes=int(args.outbox * (1 << 20)),
+            rcvhwm=args.hwm, outbox_bytes=_mib(args.outbox),
             insecure=args.insecure, authorized_keys=args.authorized_keys,
             allow_from=args.allow_from, rendezvous_mode=args.rendezvous_mode,
             handshake_timeout=args.handshake_timeout, io_threads=args.io_threads)
-        opts.check()
     except ValueError as e:
         if comm.rank == 0:
             print(f"stager stream receive: {e}", file=sys.stderr)
         return 2
 
+    job: Any = None
+
     def drain(c: Any, scan: str, local_template: str) -> None:
-        stager.drain(local_template, opts.out, c, emulate_nodes=args.emulate_nodes,
-                     node_id_env=args.node_id_env, merge=True)
+        stager.drain(local_template, opts.out, c, job=job, merge=True)
 
     def ready(info: Dict[str, Any]) -> None:
         print(f"stager stream: {len(info['receivers'])} receiver(s) ({info['roles']}); "
@@ -182,8 +187,8 @@ def _receive(args: argparse.Namespace) -> int:
             print(f"stager stream: WARNING: {sec['warning']}", file=sys.stderr, flush=True)
 
     try:
-        outcomes = receive_scans(comm, opts, emulate_nodes=args.emulate_nodes,
-                                 node_id_env=args.node_id_env, on_written=drain, on_ready=ready)
+        job = job_of(args, comm)
+        outcomes = receive_scans(comm, opts, job=job, on_written=drain, on_ready=ready)
     except ValueError as e:
         if comm.rank == 0:
             print(f"stager stream receive: {e}", file=sys.stderr)

@@ -11,7 +11,7 @@ import sys
 from typing import Any
 
 import stager
-from stager.commands.stage import add_node_arguments, run_collective
+from stager.commands.stage import add_node_arguments, job_of, run_collective
 from stager.errors import VerifyError
 
 HELP = "re-checksum every node's staged copies (run under mpirun)"
@@ -25,8 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     def body(comm: Any) -> int:
         try:
-            rep = stager.verify(args.spec, comm, emulate_nodes=args.emulate_nodes,
-                         node_id_env=args.node_id_env, wait=args.wait)
+            rep = stager.verify(args.spec, job_of(args, comm), wait=args.wait)
         except VerifyError as e:
             if comm.rank == 0:
                 for m in getattr(e, "mismatches", []):

@@ -3,14 +3,16 @@
 * :mod:`stager.mpi.agree` -- the one way ranks agree on failure (``agreed``),
   rank-0 results broadcast to all (``bcast_result``), the sleeping barrier;
 * :mod:`stager.mpi.nodes` -- which ranks form a node, its leader, the leader
-  communicator, and the one function that names nodes (``%n``).
+  communicator, and the one function that names nodes (``%n``);
+* :mod:`stager.mpi.job` -- the job context: made once (``Job.from_comm``), passed down.
 
 Every function here that communicates says so ("Collective over `comm`") and
 takes the communicator as a parameter. Used by the stager and by the workflow
 runtime; nothing here imports mpi4py at module level.
 """
 from stager.mpi.agree import agree, agreed, any_true, bcast_result, quiet_barrier
+from stager.mpi.job import Job, job_for
 from stager.mpi.nodes import NodeLayout, name_nodes, node_layout
 
-__all__ = ["agree", "agreed", "any_true", "bcast_result", "quiet_barrier", "NodeLayout",
-           "name_nodes", "node_layout"]
+__all__ = ["agree", "agreed", "any_true", "bcast_result", "quiet_barrier", "Job", "job_for",
+           "NodeLayout", "name_nodes", "node_layout"]

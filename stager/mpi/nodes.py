@@ -17,13 +17,15 @@ Three ways to decide which ranks form a node:
 :func:`name_nodes` is the ONE function that turns those inputs into node
 names: :func:`node_layout` (MPI) and the workflow runtime (which tells each
 task the name of the node it runs on) both use it, so ``%n`` means the same
-directory everywhere. Nodes are numbered by their leader's rank. Use::
+directory everywhere. Nodes are numbered by their leader's rank. Code does
+not call :func:`node_layout` itself: it is made once per job by
+:meth:`stager.mpi.job.Job.from_comm` (``node_id="emulate:2"`` is
+``emulate_nodes=2``), and the job is passed down::
 
-    from stager.mpi.nodes import node_layout
-    layout = node_layout(comm, emulate_nodes=2)
-    if layout.is_leader:
-        layout.leader_comm.Barrier()   # one rank per node
-    layout.free()
+    job = Job.from_comm(comm, node_id="emulate:2")
+    if job.is_leader:
+        job.leader_comm.Barrier()   # one rank per node
+    job.free()
 
 The naming and assignment rules are pure functions (:func:`name_nodes`,
 :func:`emulated_ids`, :func:`assign_nodes`) tested without MPI.
@@ -64,6 +66,8 @@ class NodeLayout:
         This rank is its node's leader.
     leader_ranks : tuple of int
         Rank in ``comm`` of each node's leader, by node index.
+    node_of : tuple of int
+        Node index of every rank of ``comm``, by rank.
     """
 
     name: str
@@ -74,6 +78,7 @@ class NodeLayout:
     leader_comm: Optional[Any]
     is_leader: bool
     leader_ranks: Tuple[int, ...]
+    node_of: Tuple[int, ...] = ()
 
     def free(self) -> None:
         """Free the communicators this layout created (call once, on every rank)."""
@@ -260,4 +265,4 @@ def node_layout(comm: Any, emulate_nodes: Optional[int] = None,
     leader_comm = None if lc == MPI.COMM_NULL else lc
     return NodeLayout(name=names[my], index=my, n_nodes=len(names), names=tuple(names),
                       node_comm=node_comm, leader_comm=leader_comm, is_leader=is_leader,
-                      leader_ranks=tuple(leaders))
+                      leader_ranks=tuple(leaders), node_of=tuple(idx))

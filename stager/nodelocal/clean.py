@@ -125,7 +125,8 @@ def _clean_root(state: RootState, key: str) -> Tuple[int, int, List[str], List[s
 
 
 def clean(spec: Any, comm: Any = None, emulate_nodes: Optional[int] = None,
-          node_id_env: Optional[str] = None, wait: Any = None) -> CleanReport:
+          node_id_env: Optional[str] = None, wait: Any = None, *,
+          job: Any = None) -> CleanReport:
     """Collective over `comm`: every rank must call. Remove every node's copies of ``spec``.
 
     Parameters are those of :func:`stager.verify`; ``wait`` as for :func:`stager.stage`
@@ -142,7 +143,7 @@ def clean(spec: Any, comm: Any = None, emulate_nodes: Optional[int] = None,
     StagerError
         Removal failed somewhere, or a run holds a root (agreed on all ranks).
     """
-    staged = open_roots(spec, comm, emulate_nodes, node_id_env, wait)
+    staged = open_roots(spec, comm, emulate_nodes, node_id_env, wait, job=job)
     comm, layout = staged.comm, staged.layout
     held: List[Any] = []
     try:
@@ -167,7 +168,7 @@ def clean(spec: Any, comm: Any = None, emulate_nodes: Optional[int] = None,
         gathered = comm.allgather((files, dirs, skipped, temps))
     finally:
         release(held)
-        layout.free()
+        staged.free()
     return CleanReport(nodes=layout.names, files_removed=sum(g[0] for g in gathered),
                        dirs_removed=sum(g[1] for g in gathered),
                        skipped=tuple(p for g in gathered for p in g[2]),

@@ -7,12 +7,16 @@ from dataclasses import dataclass
 from typing import Any, List, Optional, Tuple
 
 from stager.mpi.agree import bcast_result
-from stager.mpi.nodes import NodeLayout, check_node_options, node_layout
+from stager.mpi.job import Job, acquire_job, comm_and_job
+from stager.mpi.nodes import NodeLayout
 from stager.nodelocal.lock import Holder
 from stager.nodelocal.state import RootState
-from stager.options import resolve_options
+from stager.options import STAGE_OPTIONS, resolve
 from stager.planning.api import load
 from stager.planning.plan import expand_node
+
+#: ``wait``, declared once with the staging options (keyword > ``STAGER_WAIT`` > 0).
+WAIT = next(o for o in STAGE_OPTIONS if o.name == "wait")
 
 __all__ = ["node_roots", "open_roots", "Staged", "lock_roots", "release"]
 
@@ -33,6 +37,13 @@ class Staged:
     spec: str
     run: str
     wait: float
+    job: Job
+    owned: bool = False
+
+    def free(self) -> None:
+        """Free the job's communicators if :func:`open_roots` made it (on every rank)."""
+        if self.owned:
+            self.job.free()
 
 
 def _describe(spec: Any) -> Tuple[List[str], str, str]:
@@ -44,32 +55,28 @@ def _describe(spec: Any) -> Tuple[List[str], str, str]:
     return [b.dest for b in s.blocks], spec_key(s), shown
 
 
-def _node_options(emulate_nodes: Optional[int], node_id_env: Optional[str],
-                  wait: Any) -> Tuple[Any, Any, float]:
-    opts = resolve_options(emulate_nodes=emulate_nodes, node_id_env=node_id_env, wait=wait)
-    return opts.emulate_nodes, opts.node_id_env, opts.wait
+def _wait(wait: Any) -> float:
+    return float(resolve([WAIT], {"wait": wait})["wait"])
 
 
 def open_roots(spec: Any, comm: Any, emulate_nodes: Optional[int],
-               node_id_env: Optional[str], wait: Any = None) -> Staged:
+               node_id_env: Optional[str], wait: Any = None, *, job: Optional[Job] = None
+               ) -> Staged:
     """Collective over `comm`: every rank must call. The set-up ``verify`` and ``clean`` share.
 
-    Rank 0 resolves the node options and ``wait`` (keyword > ``STAGER_*``
-    environment) and reads the spec's destination templates and record key (no
-    globbing: ``verify`` and ``clean`` work from the records, not from the
-    sources); every rank gets them, then the node layout is built. The caller
-    frees ``layout``.
+    Rank 0 resolves ``wait`` (keyword > ``STAGER_WAIT``) and reads the spec's
+    destination templates and record key (no globbing: ``verify`` and
+    ``clean`` work from the records, not the sources); every rank gets them.
+    The job (``job``, or one made here from the node keywords) says where each
+    rank is. The caller calls ``free()`` on the result.
     """
-    if comm is None:
-        from mpi4py import MPI
-        comm = MPI.COMM_WORLD
-    emulate, env_var, wait_s = bcast_result(comm, _node_options, emulate_nodes, node_id_env,
-                                            wait)
-    check_node_options(comm.size, emulate, env_var)
+    comm, job = comm_and_job(comm, job)
+    wait_s = bcast_result(comm, _wait, wait)
     templates, key, shown = bcast_result(comm, _describe, spec)
     run = comm.bcast(secrets.token_hex(6) if comm.rank == 0 else None, root=0)
-    layout = node_layout(comm, emulate, env_var)
-    return Staged(comm, node_roots(templates, layout.name), layout, key, shown, run, wait_s)
+    job, owned = acquire_job(comm, job, emulate_nodes=emulate_nodes, node_id_env=node_id_env)
+    return Staged(comm, node_roots(templates, job.name), job.layout, key, shown, run, wait_s,
+                  job, owned)
 
 
 def lock_roots(staged: Staged) -> List[Tuple[str, Optional[RootState], Optional[str]]]:

@@ -145,20 +145,24 @@ def _check_node(node: str, key: str, held: List[Any]) -> Tuple[int, int, List[Mi
 
 
 def verify(spec: Any, comm: Any = None, emulate_nodes: Optional[int] = None,
-           node_id_env: Optional[str] = None, wait: Any = None) -> VerifyReport:
+           node_id_env: Optional[str] = None, wait: Any = None, *,
+           job: Any = None) -> VerifyReport:
     """Collective over `comm`: every rank must call. Re-checksum every node's copies.
 
     Parameters
     ----------
     spec : str, os.PathLike, hooks.Spec or Plan
         Only its destinations and record key are used (read on rank 0).
-    comm : mpi4py.MPI.Comm, optional
-        Default ``MPI.COMM_WORLD``.
+    comm : mpi4py.MPI.Comm or Job, optional
+        Default ``job.comm``, else ``MPI.COMM_WORLD``.
     emulate_nodes, node_id_env
-        As for :func:`stager.stage` (environment fallbacks ``STAGER_*``);
-        must match the staging run so ``%n`` names the same directories.
+        As for :func:`stager.stage` (``node_id``, environment fallback
+        ``STAGER_NODE_ID``); must match the staging run so ``%n`` names the same
+        directories.
     wait : float, optional
         Seconds to wait for a run that holds a root (default: fail at once, naming it).
+    job : stager.mpi.job.Job, optional
+        The job's node layout, made once; without it one is made here.
 
     Returns
     -------
@@ -173,7 +177,7 @@ def verify(spec: Any, comm: Any = None, emulate_nodes: Optional[int] = None,
         A record is unreadable, a run holds a root, or another failure (agreed on
         all ranks).
     """
-    staged = open_roots(spec, comm, emulate_nodes, node_id_env, wait)
+    staged = open_roots(spec, comm, emulate_nodes, node_id_env, wait, job=job)
     comm, layout = staged.comm, staged.layout
     held: List[Any] = []
     try:
@@ -188,7 +192,7 @@ def verify(spec: Any, comm: Any = None, emulate_nodes: Optional[int] = None,
         gathered = comm.allgather((files, nbytes, bad))
     finally:
         release(held)
-        layout.free()
+        staged.free()
     mismatches = [m for _, _, ms in gathered for m in ms]
     if mismatches:
         shown = "; ".join(str(m) for m in mismatches[:20])

@@ -39,12 +39,13 @@ import socket
 import sys
 import time
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from stager.errors import Interrupted, StagerError, TransferError
 from stager.mpi.agree import agreed, any_true, bcast_result
-from stager.mpi.nodes import NodeLayout, check_node_options, node_layout
+from stager.mpi.job import NODE_KEYWORDS, Job, check_node_id, comm_and_job, job_for
+from stager.mpi.nodes import NodeLayout
 from stager.nodelocal import commit, localfs
 from stager.nodelocal.state import STATE_DIR
 from stager.options import StageOptions, resolve_options
@@ -136,18 +137,21 @@ class _Run:
                   "the same command again", file=sys.stderr, flush=True)
 
 
-def stage(spec: Any, comm: Any = None, **options: Any) -> Report:
+def stage(spec: Any, comm: Any = None, *, job: Optional[Job] = None, **options: Any) -> Report:
     """Collective over `comm`: every rank must call. Stage ``spec`` to every node.
 
     Parameters
     ----------
     spec : str, os.PathLike, hooks.Spec or Plan
         The hook spec (read and planned on rank 0 only) or a ready plan.
-    comm : mpi4py.MPI.Comm, optional
-        Default ``MPI.COMM_WORLD``.
+    comm : mpi4py.MPI.Comm or Job, optional
+        Default ``job.comm``, else ``MPI.COMM_WORLD``.
+    job : stager.mpi.job.Job, optional
+        The job's node layout, made once (:meth:`Job.from_comm`); without it one
+        is made here from ``node_id`` (or ``emulate_nodes``/``node_id_env``).
     **options
         ``method`` ("stripe" | "readall" | "bcast" | "naive"), ``chunk_size``,
-        ``small_file_threshold``, ``emulate_nodes``, ``node_id_env``,
+        ``small_file_threshold``, ``node_id`` (or ``emulate_nodes``, ``node_id_env``),
         ``force``, ``json`` (report path, written by rank 0), ``progress``,
         ``fsync``, ``h5_memory``, ``h5_inline_bytes``, ``wait`` (seconds to wait
         for another run holding a destination; negative: forever),
@@ -177,22 +181,22 @@ def stage(spec: Any, comm: Any = None, **options: Any) -> Report:
     Interrupted
         SIGINT or SIGTERM: the ranks stopped together; as for ``TransferError``.
     """
-    if comm is None:
-        from mpi4py import MPI
-        comm = MPI.COMM_WORLD
+    comm, job = comm_and_job(comm, job)
     opts: StageOptions = bcast_result(comm, resolve_options, **options)
-    check_node_options(comm.size, opts.emulate_nodes, opts.node_id_env)
+    if job is None:
+        check_node_id(comm.size, opts.node_id)  # before any work, alike on every rank
+        node_kw: Dict[str, Any] = {"node_id": opts.node_id}
+    else:  # the job's node_id; keywords given beside it must agree with it
+        node_kw = {k: options[k] for k in NODE_KEYWORDS if options.get(k) is not None}
+        opts = replace(opts, node_id=job.node_id)
     run_id = comm.bcast(secrets.token_hex(6) if comm.rank == 0 else None, root=0)
     ctx = _Run(comm, opts.interrupt_grace)
     with interrupt.Handling(grace=opts.interrupt_grace, emergency=ctx.emergency):
         t_plan = time.perf_counter()
         plan = bcast_result(comm, _plan, spec, opts.h5_inline_bytes)
         plan_seconds = time.perf_counter() - t_plan
-        layout = node_layout(comm, opts.emulate_nodes, opts.node_id_env)
-        try:
-            report = _run(plan, comm, layout, opts, plan_seconds, run_id, ctx)
-        finally:
-            layout.free()
+        with job_for(comm, job, **node_kw) as j:
+            report = _run(plan, comm, j.layout, opts, plan_seconds, run_id, ctx)
     if opts.json and comm.rank == 0:
         report.write_json(opts.json)
     return report

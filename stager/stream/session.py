@@ -3,9 +3,9 @@
 :func:`receive_scans` is what ``mpirun -n N stager stream receive`` runs on every
 rank. Collective over `comm`:
 
-1. options from rank 0 (one broadcast); the node layout
-   (:func:`stager.mpi.nodes.node_layout`: ``emulate_nodes``, ``node_id_env``) and
-   the roles (:func:`stager.stream.roles.assign_roles`);
+1. options from rank 0 (one broadcast); the job's node layout
+   (``job=``, else :meth:`stager.mpi.job.Job.from_comm`) and the roles
+   (:func:`stager.stream.roles.assign_roles`);
 2. every receiver binds its PULL socket (or, with Stream V2, connects to the
    detector); rank 0 binds the live PUB socket, gathers the endpoints and writes
    the rendezvous file atomically -- each step agreed, so a failed bind on one
@@ -27,13 +27,14 @@ import os
 import shutil
 import signal
 import time
-from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from stager.mpi.agree import agree, agreed, bcast_result
-from stager.mpi.nodes import check_node_options, node_layout
+from stager.mpi.job import Job, acquire_job, comm_and_job
 from stager.mpi.tree import TreeMergeError, tree_reduce
 from stager.nodelocal import localfs
+from stager.options import Option, parse_bool, parse_int, parse_size, parse_text, resolve
 from stager.planning.plan import expand_node
 from stager.stream.accounting import ScanReport
 from stager.stream.analysis import load_analysis
@@ -41,12 +42,15 @@ from stager.stream.errors import StreamError
 from stager.stream.output import scan_ok, write_report, write_scan
 from stager.stream.roles import assign_roles, partition_frames
 
-__all__ = ["SessionOptions", "receive_scans", "ScanOutcome"]
+__all__ = ["SessionOptions", "SESSION_OPTIONS", "receive_scans", "ScanOutcome"]
 
 
 @dataclass
 class SessionOptions:
     """Options of a receiving job (plain data, resolved on rank 0 and broadcast).
+
+    :meth:`resolve` fills what is not given from ``STAGER_STREAM_<NAME>``, then the
+    defaults below (:data:`SESSION_OPTIONS`, the shared resolver of ``stager.options``).
 
     Attributes
     ----------
@@ -85,7 +89,7 @@ class SessionOptions:
         Stream V2: seconds without images before a shared ``end`` closes a series.
     analysis : str, optional
         ``pkg.module:NAME`` or ``FILE.py[:NAME]`` (default: the per-frame sum).
-    analysis_options : dict
+    analysis_options : dict or list of dict
     heartbeat, credit, outbox_bytes, batch
         Loop tuning: heartbeat period, partitions a worker may hold, the receiver's
         outbox bound in bytes, messages read per socket step.
@@ -126,7 +130,7 @@ class SessionOptions:
     stream2: Optional[str] = None
     v2_grace: float = 1.0
     analysis: Optional[str] = None
-    analysis_options: Dict[str, Any] = field(default_factory=dict)
+    analysis_options: Any = field(default_factory=dict)
     heartbeat: float = 0.25
     credit: int = 2
     outbox_bytes: int = 64 << 20
@@ -138,8 +142,27 @@ class SessionOptions:
     handshake_timeout: float = 10.0
     io_threads: int = 4
 
+    @classmethod
+    def resolve(cls, env: Optional[Mapping[str, str]] = None, **kwargs: Any) -> SessionOptions:
+        """Keyword > ``STAGER_STREAM_<NAME>`` > default, parsed strictly, then checked. Local.
+
+        ``close_wait`` defaults to ``idle_timeout``. Raises ``ValueError`` (a value that
+        does not parse, naming it) or ``TypeError`` (an unknown keyword).
+        """
+        values = resolve(SESSION_OPTIONS, kwargs, env, what="stream option")
+        if values["close_wait"] is None:
+            values["close_wait"] = values["idle_timeout"]
+        values["analysis_options"] = _mapping(values["analysis_options"],  # a copy
+                                              "analysis_options")
+        values["local"] = values["local"] or ""
+        opts = cls(**values)
+        opts.check()
+        return opts
+
     def check(self) -> None:
         """Reject impossible values (pure; raises ValueError naming the option)."""
+        if not self.rendezvous or not self.out:
+            raise ValueError("a receiving job needs a rendezvous file and an output directory")
         if self.scans < 1:
             raise ValueError(f"--scans must be >= 1, got {self.scans}")
         if not 0 <= self.allow_loss < 1:
@@ -156,6 +179,60 @@ class SessionOptions:
         if self.spill is not None and not os.path.isabs(self.spill.replace("%n", "x")):
             raise ValueError(f"--spill {self.spill}: give an absolute directory")
         _check_security_options(self)
+
+
+def _number(lo: float, strict: bool = False) -> Callable[[Any, str], float]:
+    def parse(value: Any, name: str) -> float:
+        try:
+            if isinstance(value, bool):
+                raise ValueError
+            v = float(value)
+        except ValueError:
+            raise ValueError(f"{name} must be a number, got {value!r}") from None
+        if not (v > lo if strict else v >= lo) or v == float("inf"):
+            raise ValueError(f"{name} must be a finite number {'>' if strict else '>='} {lo}, "
+                             f"got {value!r}")
+        return v
+    return parse
+
+
+def _mapping(value: Any, name: str) -> Any:
+    """A mapping of keyword arguments, or a list of them (one per UDF of ``udf:A,B``)."""
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, (list, tuple)) and all(isinstance(v, Mapping) for v in value):
+        return [dict(v) for v in value]
+    raise ValueError(f"{name} must be a mapping (or a list of mappings), got {value!r}")
+
+
+def _octal(value: Any, name: str) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    try:
+        return int(str(value), 8)
+    except ValueError:
+        raise ValueError(f"{name} must be an octal file mode like 600, got {value!r}") from None
+
+
+_POSITIVE, _INT1 = _number(0, strict=True), parse_int(1)
+_SESSION_PARSERS: Dict[str, Callable[[Any, str], Any]] = {
+    "scans": _INT1, "receivers_per_node": _INT1, "partition_frames": _INT1, "rcvhwm": _INT1,
+    "credit": _INT1, "batch": _INT1, "memory_bytes": parse_size, "outbox_bytes": parse_size,
+    "rate": _POSITIVE, "idle_timeout": _POSITIVE, "timeout": _POSITIVE,
+    "close_wait": _POSITIVE, "live_interval": _POSITIVE, "heartbeat": _POSITIVE,
+    "v2_grace": _POSITIVE, "allow_loss": _number(0), "analysis_options": _mapping,
+    "insecure": parse_bool, "rendezvous_mode": _octal, "handshake_timeout": _POSITIVE,
+    "io_threads": _INT1,
+}
+#: The receiving job's options, each once: keyword > ``STAGER_STREAM_<NAME>`` > default
+#: (``analysis_options`` only as a keyword).
+SESSION_OPTIONS = tuple(
+    Option(f.name, None if f.name == "close_wait" else
+           ({} if f.name == "analysis_options" else
+            (None if f.default is MISSING else f.default)),
+           _SESSION_PARSERS.get(f.name, parse_text),
+           None if f.name == "analysis_options" else "STAGER_STREAM_" + f.name.upper())
+    for f in fields(SessionOptions))
 
 
 @dataclass(frozen=True)
@@ -236,23 +313,25 @@ def _rendezvous(options: SessionOptions, endpoints: List[str], live: Optional[st
 def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional[int] = None,
                   node_id_env: Optional[str] = None,
                   on_written: Optional[Callable[[Any, str, str], None]] = None,
-                  on_ready: Optional[Callable[[Dict[str, Any]], None]] = None
-                  ) -> List[ScanOutcome]:
+                  on_ready: Optional[Callable[[Dict[str, Any]], None]] = None,
+                  job: Optional[Job] = None) -> List[ScanOutcome]:
     """Collective over `comm`: every rank must call. Receive ``options.scans`` scans.
 
     Parameters
     ----------
-    comm : mpi4py.MPI.Comm
+    comm : mpi4py.MPI.Comm or Job
     options : SessionOptions
         Rank 0's value is used (broadcast).
     emulate_nodes, node_id_env
-        How ranks form nodes (:func:`stager.mpi.nodes.node_layout`).
+        How ranks form nodes when no ``job`` is given (:class:`stager.mpi.job.Job`).
     on_written : callable(comm, scan, local_template), optional
         Collective: called on every rank after rank 0 wrote a scan's files into its
         node-local ``local_template`` (``%n`` = node): the command drains them to
         ``options.out`` here. The local files are removed afterwards.
     on_ready : callable(dict), optional
         Rank 0: called after the rendezvous file is written (endpoints, roles).
+    job : stager.mpi.job.Job, optional
+        The job's node layout, made once; without it one is made here.
 
     Returns
     -------
@@ -272,18 +351,18 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
     from stager.stream.coordinator import Coordinator
     from stager.stream.ranks import RankLoop
 
+    comm, job = comm_and_job(comm, job)
     opts: SessionOptions = bcast_result(comm, _resolve, options)
     sec = bcast_result(comm, _security, opts)
     _io_threads(opts.io_threads)
-    emulate, env_var = bcast_result(comm, lambda: (emulate_nodes, node_id_env))
-    check_node_options(comm.size, emulate, env_var)
+    job, made = acquire_job(comm, job, emulate_nodes=emulate_nodes, node_id_env=node_id_env)
+    layout = job.layout    # only its names and ranks: collectives go over fcomm
     fcomm = comm.Dup()     # collectives of the finalize, apart from the loop's messages
-    layout = node_layout(fcomm, emulate, env_var)
     # before the try: the finally below reads them whatever failed first
     loop: Any = None
     publisher: Any = None
     try:
-        node_of = fcomm.allgather(layout.index)
+        node_of = list(job.node_of)
         roles = assign_roles(node_of, opts.receivers_per_node)
         index = roles.index(comm.rank)
         with agreed(fcomm, "loading the analysis", default=StreamError, node=layout.name):
@@ -354,7 +433,8 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
             publisher.close()
         if loop is not None and loop.spill is not None:
             loop.spill.close()
-        layout.free()
+        if made:
+            job.free()
         fcomm.Free()
         del MPI
 

@@ -37,6 +37,8 @@ import threading
 import traceback
 from typing import Any, List, Optional, Union
 
+from stager.options import Option, parse_bool, parse_choice, parse_int, resolve
+
 from ...errors import ExecutorError
 from ...runtime import push_active
 from ...tasks import TaskCall
@@ -46,8 +48,8 @@ from .server import NodeServer, Options
 from .term import TermReport
 from .wire import Link
 
-__all__ = ["MPIExecutor", "ENV_DISPATCH", "ENV_MAX_CHUNK", "ENV_LOCALITY_WAIT",
-           "LOCALITY_WAIT", "ENV_ARRAYS"]
+__all__ = ["MPIExecutor", "OPTIONS", "resolve_options", "ENV_DISPATCH", "ENV_MAX_CHUNK",
+           "ENV_LOCALITY_WAIT", "LOCALITY_WAIT", "ENV_ARRAYS"]
 
 ENV_DISPATCH = "WORKFLOWS_MPI_DISPATCH"
 ENV_MAX_CHUNK = "WORKFLOWS_MPI_MAX_CHUNK"
@@ -81,8 +83,8 @@ class MPIExecutor(Executor):
         server per node, fed by the root; see :mod:`.roles`). Default:
         ``$WORKFLOWS_MPI_DISPATCH``, else ``central``.
     emulate_nodes, node_id_env : optional
-        How ranks form nodes (as for the stager: ``stager.mpi.nodes.node_layout``);
-        used by ``nodes`` dispatch and by placement (``app.on(node)``).
+        How ranks form nodes when no ``job`` is given (as for the stager); used by
+        ``nodes`` dispatch and by placement (``app.on(node)``).
     max_chunk : int, optional
         Most tasks in one batch to a worker (default ``$WORKFLOWS_MPI_MAX_CHUNK``,
         else 64).
@@ -101,6 +103,8 @@ class MPIExecutor(Executor):
         tasks never move; free tasks never wait; 0 lets others take soft tasks
         at once. Default ``$MPISTAGE_LOCALITY_WAIT``, else :data:`LOCALITY_WAIT`
         (1 s, why: see there).
+    job : stager.mpi.job.Job, optional
+        The job's node layout, made once (``comm`` may be the job itself).
     abort_on_lost : bool
         When a worker had to be given up (stuck past its time limit), end the
         job with ``MPI_Abort(1)`` on leaving the context (the stuck rank can
@@ -122,11 +126,12 @@ class MPIExecutor(Executor):
         locality_wait: Optional[float] = None,
         abort_on_lost: bool = True,
         arrays: Optional[bool] = None,
+        job: Any = None,
     ):
         super().__init__()
-        from mpi4py import MPI
+        from stager.mpi.job import comm_and_job
 
-        comm = MPI.COMM_WORLD if comm is None else comm
+        comm, job = comm_and_job(comm, job)
         if comm.Is_inter():
             raise ExecutorError("MPIExecutor needs an intracommunicator")
         if not (0 <= root < comm.Get_size()):
@@ -143,7 +148,7 @@ class MPIExecutor(Executor):
         self.root = root
         self._dispatch = dispatch
         self._locality_wait = locality_wait
-        self._emulate_nodes, self._node_id_env = emulate_nodes, node_id_env
+        self._emulate_nodes, self._node_id_env, self._job = emulate_nodes, node_id_env, job
         self._max_chunk, self._window = max_chunk, window
         self.abort_on_lost = abort_on_lost
         self._arrays_kw = arrays
@@ -210,7 +215,7 @@ class MPIExecutor(Executor):
         mode, max_chunk, window, locality_wait, self.arrays = options
         self._dup = comm.Dup()
         self.roles = roles = layout_roles(self._dup, self.root, mode, self._emulate_nodes,
-                                          self._node_id_env)
+                                          self._node_id_env, job=self._job)
         link = self._link = Link(self._dup)
         opts = Options(max_chunk=max_chunk, window=window, locality_wait=locality_wait)
         rank = comm.Get_rank()
@@ -247,18 +252,10 @@ class MPIExecutor(Executor):
 
     def _resolve_options(self):
         # Rank 0 resolves keyword > environment > default; every rank gets its answer.
-        mode = self._dispatch or os.environ.get(ENV_DISPATCH) or "central"
-        if mode not in MODES:
-            raise ExecutorError(f"{ENV_DISPATCH}={mode!r}: expected one of {', '.join(MODES)}")
-        arrays = self._arrays_kw
-        if arrays is None:
-            text = os.environ.get(ENV_ARRAYS, "1").strip().lower()
-            if text not in ("0", "1", "false", "true", "no", "yes", "off", "on"):
-                raise ExecutorError(f"{ENV_ARRAYS}={text!r}: expected 0 or 1")
-            arrays = text in ("1", "true", "yes", "on")
-        return (mode, _env_int(self._max_chunk, ENV_MAX_CHUNK, 64),
-                _env_int(self._window, ENV_WINDOW, 0), _env_wait(self._locality_wait),
-                bool(arrays))
+        o = resolve_options(dispatch=self._dispatch, max_chunk=self._max_chunk,
+                            window=self._window, locality_wait=self._locality_wait,
+                            arrays=self._arrays_kw)
+        return o["dispatch"], o["max_chunk"], o["window"], o["locality_wait"], o["arrays"]
 
     def _serve_or_abort(self, loop, lines) -> None:
         term = None
@@ -411,29 +408,40 @@ def _check_wait(value: Any, label: str) -> float:
     return float(value)
 
 
+def _seconds(value: Any, label: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise ValueError(f"{label}={value!r} is not a number of seconds") from None
+    try:
+        return _check_wait(seconds, label)
+    except ExecutorError as e:
+        raise ValueError(str(e)) from None
+
+
+#: The executor's options, each declared once: keyword > environment variable > default.
+OPTIONS = (
+    Option("dispatch", "central", parse_choice(*MODES), ENV_DISPATCH),
+    Option("max_chunk", 64, parse_int(1), ENV_MAX_CHUNK),
+    Option("window", 0, parse_int(1), ENV_WINDOW),  # 0: 8 per worker, at least 64
+    Option("locality_wait", LOCALITY_WAIT, _seconds, ENV_LOCALITY_WAIT),
+    Option("arrays", True, parse_bool, ENV_ARRAYS),
+)
+
+
+def resolve_options(env: Optional[Any] = None, **kwargs: Any) -> dict:
+    """:data:`OPTIONS` from keywords, then environment, then defaults. Local.
+
+    Raises
+    ------
+    ExecutorError
+        A value that does not parse (naming the keyword or variable).
+    """
+    try:
+        return resolve(OPTIONS, kwargs, env, what="mpi executor option")
+    except ValueError as e:
+        raise ExecutorError(str(e)) from None
+
+
 def _env_wait(value: Optional[float]) -> float:
-    if value is not None:
-        return float(value)
-    text = os.environ.get(ENV_LOCALITY_WAIT, "").strip()
-    if not text:
-        return LOCALITY_WAIT
-    try:
-        seconds = float(text)
-    except ValueError:
-        raise ExecutorError(f"{ENV_LOCALITY_WAIT}={text!r} is not a number of seconds") from None
-    return _check_wait(seconds, ENV_LOCALITY_WAIT)
-
-
-def _env_int(value: Optional[int], var: str, default: int) -> int:
-    if value is not None:
-        return value
-    text = os.environ.get(var, "")
-    if not text:
-        return default
-    try:
-        out = int(text)
-    except ValueError:
-        raise ExecutorError(f"{var}={text!r} is not an integer") from None
-    if out < 1:
-        raise ExecutorError(f"{var}={text!r}: expected an integer >= 1")
-    return out
+    return float(resolve_options(locality_wait=value)["locality_wait"])

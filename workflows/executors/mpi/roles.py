@@ -26,7 +26,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 # The one place the mpi executor uses the stager's MPI plumbing; issue 13 moves
 # both modules to stager.mpi.*: these two lines are all that changes.
 from stager.mpi.agree import agreed, bcast_result
-from stager.mpi.nodes import assign_nodes, emulated_ids, node_layout
+from stager.mpi.job import Job, acquire_job
+from stager.mpi.nodes import assign_nodes, emulated_ids
 
 __all__ = [
     "Roles",
@@ -138,8 +139,10 @@ def emulated_roles(ranks: int, nodes: int, mode: str, root: int = 0) -> Roles:
 
 
 def layout_roles(comm: Any, root: int, mode: str, emulate_nodes: Optional[int] = None,
-                 node_id_env: Optional[str] = None) -> Roles:
-    """Collective over `comm`: every rank must call. Roles from the stager's node layout.
+                 node_id_env: Optional[str] = None, job: Optional[Job] = None) -> Roles:
+    """Collective over `comm` unless ``job`` is given. Roles from the job's node layout.
+
+    Without ``job``, one is made here (from the node keywords) and freed.
 
     Raises
     ------
@@ -148,14 +151,12 @@ def layout_roles(comm: Any, root: int, mode: str, emulate_nodes: Optional[int] =
     """
     from ...errors import ExecutorError
 
-    layout = None
+    made = None
     with agreed(comm, "mpi executor: node layout", base=ExecutorError, default=ExecutorError):
-        layout = node_layout(comm, emulate_nodes=emulate_nodes, node_id_env=node_id_env)
-    assert layout is not None
+        job, made = acquire_job(comm, job, emulate_nodes=emulate_nodes, node_id_env=node_id_env)
+    assert job is not None
     try:
-        node_of = comm.allgather(layout.index)
-        names = layout.names
+        return plan_roles(job.node_of, job.names, root, mode)
     finally:
-        layout.free()
-    return plan_roles(node_of, names, root, mode)
-
+        if made:
+            job.free()
