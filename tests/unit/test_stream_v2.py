@@ -58,7 +58,7 @@ def test_round_trip(compression, image_dtype, dt):
     s = decode_message(encode_start(9, "U9", 4, (5, 7), image_dtype, ("t1", "t2"),
                                     user_data={"scan_shape": [2, 2]}))
     assert isinstance(s, Start) and s.number_of_images == 4 and s.channels == ("t1", "t2")
-    assert s.geometry() == ScanGeometry("series-9", 1, 4, 1, (5, 7), dt, (2, 2))
+    assert s.geometry() == ScanGeometry("series-9-U9", 1, 4, 1, (5, 7), dt, (2, 2))
     assert s.fields["arm_date"].tzinfo is not None and s.fields["pixel_size_x"] == 75e-6
     rng = np.random.default_rng(0)
     a = rng.integers(0, 200, (5, 7)).astype(dt)
