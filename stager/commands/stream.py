@@ -66,7 +66,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "(%%n = node), recorded for stager verify/clean/drain")
     r.add_argument("--local", metavar="DIR", help="node-local directory for outputs before "
                    "the drain (%%n = node; default /tmp/mpistage-stream-UID-PID/%%n)")
-    r.add_argument("--v2-grace", type=float, default=1.0, metavar="S")
+    r.add_argument("--v2-grace", type=float, default=1.0, metavar="S",
+                   help="Stream V2: seconds without images before an end another client "
+                        "received closes a series here")
+    r.add_argument("--v2-pixel-mask", action="store_true",
+                   help="Stream V2: zero the pixels the start's pixel_mask marks before the "
+                        "analysis (needs SIMPLON header_detail all)")
     r.add_argument("--hwm", type=int, default=100, metavar="N",
                    help="ZeroMQ receive high-water mark (messages per producer)")
     r.add_argument("--outbox", type=float, default=64, metavar="MiB",
@@ -117,6 +122,7 @@ def _receive(args: argparse.Namespace) -> int:
             close_wait=args.close_wait or args.idle_timeout, timeout=args.timeout,
             allow_loss=args.allow_loss, live_interval=args.live_interval,
             spill=args.spill, stream2=args.stream2, v2_grace=args.v2_grace,
+            v2_pixel_mask=args.v2_pixel_mask,
             analysis=args.analysis, analysis_options=_parse_set(args.set),
             rcvhwm=args.hwm, outbox_bytes=int(args.outbox * (1 << 20)))
         opts.check()
@@ -133,9 +139,11 @@ def _receive(args: argparse.Namespace) -> int:
         print(f"stager stream: {len(info['receivers'])} receiver(s) ({info['roles']}); "
               f"live {info['live']}; rendezvous {opts.rendezvous}", file=sys.stderr, flush=True)
 
+    job: Dict[str, Any] = {}
     try:
         outcomes = receive_scans(comm, opts, emulate_nodes=args.emulate_nodes,
-                                 node_id_env=args.node_id_env, on_written=drain, on_ready=ready)
+                                 node_id_env=args.node_id_env, on_written=drain, on_ready=ready,
+                                 on_rejections=job.update)
     except ValueError as e:
         if comm.rank == 0:
             print(f"stager stream receive: {e}", file=sys.stderr)
@@ -154,11 +162,28 @@ def _receive(args: argparse.Namespace) -> int:
         if len(outcomes) < opts.scans:
             print(f"stager stream receive: {len(outcomes)} of {opts.scans} scan(s) served "
                   "before the timeout", file=sys.stderr)
+        if job:
+            print(_rejections_line(job, opts.out), flush=True)
     # Only rank 0 says how the job went. A rank that left with a non-zero code before rank 0
     # had written the reports made mpirun kill rank 0 mid-write ("1 process returned a
     # non-zero exit code ... the job has been aborted"): the scan's report was lost.
     status = exit_status([o.report for o in outcomes], opts.scans, opts.allow_loss)
     return status if comm.rank == 0 else 0
+
+
+def _rejections_line(job: Dict[str, Any], out: str) -> str:
+    """The job's summary of every rejected message (tied to a scan or not)."""
+    n = job.get("rejected", 0)
+    line = f"job: {n} messages rejected"
+    if n:
+        line += " (" + ", ".join(f"{k} {v}" for k, v in job["by_reason"].items()) + ")"
+        if job.get("examples"):
+            line += f"; e.g. {job['examples'][0]}"
+    never = job.get("series_never_started") or {}
+    if never:
+        line += "; series that never started: " + ", ".join(
+            f"{s} ({d['images']} images, {d['ends']} ends)" for s, d in never.items())
+    return line + f" -> {os.path.join(out, 'rejections.json')}"
 
 
 def _endpoint(source: str) -> str:
@@ -246,4 +271,22 @@ def _line(msg: Any, prev: Dict[str, Any]) -> str:
             f"{p.get('incomplete', 0)} incomplete, {p.get('not_arrived', 0)} "
             f"{'missing' if msg.final else 'not arrived'}, {fps:.0f} frames/s, {gbs:.3f} GB/s, "
             f"last frame {'-' if idle is None else f'{idle:.1f} s'} ago, "
-            f"{p.get('rejected', 0)} rejected{' [final]' if msg.final else ''}")
+            f"{p.get('rejected', 0)} rejected{_why(p)}{' [final]' if msg.final else ''}")
+
+
+def _why(p: Dict[str, Any]) -> str:
+    """Rejections by reason with an example, and the job's (any scan or none)."""
+    parts = []
+    by = p.get("rejected_by_reason") or {}
+    if by:
+        parts.append(", ".join(f"{k} {v}" for k, v in sorted(by.items())))
+    if p.get("rejection_example"):
+        parts.append(f"e.g. {p['rejection_example']}")
+    job = p.get("job_rejected") or {}
+    if job.get("total"):
+        text = f"job: {job['total']} rejected (" + ", ".join(
+            f"{k} {v}" for k, v in job.get("by_reason", {}).items()) + ")"
+        if job.get("examples"):
+            text += f" e.g. {job['examples'][0]}"
+        parts.append(text)
+    return f" [{'; '.join(parts)}]" if parts else ""

@@ -286,9 +286,11 @@ class RankLoop:
         elif tag == TAG_CTRL:
             kind = msg[0]
             if kind == "hb":
-                _, r, snaps = msg
+                _, r, snaps, rejects = msg
                 for rep, idle in snaps:
                     self.coord.snapshot(r, rep, idle, now)
+                if rejects is not None:
+                    self.coord.rejections(r, *rejects)
             elif kind == "closed":
                 _, r, rep = msg
                 self.coord.closed(r, rep, now)
@@ -299,17 +301,22 @@ class RankLoop:
             return
         self.next_heartbeat = now + self.o.heartbeat
         snaps = []
+        rejects = None
         if self.socket is not None:
-            prog = self.socket.assembler.progress()
-            for scan, st in self.socket.assembler.scans.items():
+            asm = self.socket.assembler
+            prog = asm.progress()
+            for scan, st in asm.scans.items():
                 snaps.append((st.report, prog[scan]["idle_s"]))
+            rejects = (dict(asm.rejected), list(asm.examples))
         if self.rank == 0:
             assert self.coord is not None
             self.coord.heard_from(0, now)
             for rep, idle in snaps:
                 self.coord.snapshot(self.index or 0, rep, idle, now)
+            if rejects is not None:
+                self.coord.rejections(self.index or 0, *rejects)
         else:
-            self._isend(("hb", self.index, snaps), 0, TAG_CTRL)
+            self._isend(("hb", self.index, snaps, rejects), 0, TAG_CTRL)
 
     # ---- rank 0: decisions and live publishing ----
     def _coordinate(self, now: float, deadline: Optional[float]) -> None:

@@ -82,6 +82,9 @@ class SessionOptions:
         Receive DECTRIS Stream V2 from this endpoint instead of the native protocol.
     v2_grace : float
         Stream V2: seconds without images before a shared ``end`` closes a series.
+    v2_pixel_mask : bool
+        Stream V2: zero the pixels the start's ``pixel_mask`` marks in every frame
+        before the analysis sees it (needs SIMPLON ``header_detail: all``).
     analysis : str, optional
         ``pkg.module:NAME`` or ``FILE.py[:NAME]`` (default: the per-frame sum).
     analysis_options : dict
@@ -109,6 +112,7 @@ class SessionOptions:
     spill: Optional[str] = None
     stream2: Optional[str] = None
     v2_grace: float = 1.0
+    v2_pixel_mask: bool = False
     analysis: Optional[str] = None
     analysis_options: Dict[str, Any] = field(default_factory=dict)
     heartbeat: float = 0.25
@@ -202,7 +206,8 @@ def _rendezvous(options: SessionOptions, endpoints: List[str], live: Optional[st
 def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional[int] = None,
                   node_id_env: Optional[str] = None,
                   on_written: Optional[Callable[[Any, str, str], None]] = None,
-                  on_ready: Optional[Callable[[Dict[str, Any]], None]] = None
+                  on_ready: Optional[Callable[[Dict[str, Any]], None]] = None,
+                  on_rejections: Optional[Callable[[Dict[str, Any]], None]] = None
                   ) -> List[ScanOutcome]:
     """Collective over `comm`: every rank must call. Receive ``options.scans`` scans.
 
@@ -219,6 +224,10 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
         ``options.out`` here. The local files are removed afterwards.
     on_ready : callable(dict), optional
         Rank 0: called after the rendezvous file is written (endpoints, roles).
+    on_rejections : callable(dict), optional
+        Rank 0: called at the end with every message the receivers rejected during
+        the job (tied to a scan or not; Stream V2 series that never started),
+        also written to ``<out>/rejections.json``.
 
     Returns
     -------
@@ -308,6 +317,9 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
             if old is not None:
                 old.__exit__(None, None, None)
         agree(fcomm, None, "receiving")
+        summary = _job_rejections(fcomm, loop, opts)
+        if summary is not None and on_rejections is not None:
+            on_rejections(summary)
         return outcomes
     finally:
         if loop is not None and loop.socket is not None:
@@ -319,6 +331,44 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
         layout.free()
         fcomm.Free()
         del MPI
+
+
+def _job_rejections(comm: Any, loop: Any, o: SessionOptions) -> Optional[Dict[str, Any]]:
+    """Collective over `comm`: every rank must call. Every receiver's rejections of
+    the whole job (Stream V2: what is still held for series that never started is
+    rejected first), summed on rank 0 and written to ``<out>/rejections.json``.
+    Returns the summary on rank 0, None elsewhere."""
+    mine = None
+    if loop.socket is not None:
+        never = loop.socket.never_started() if hasattr(loop.socket, "never_started") else {}
+        asm = loop.socket.assembler
+        mine = (loop.index, dict(asm.rejected), list(asm.examples), never)
+    got = comm.gather(mine, root=0)
+    if comm.rank != 0:
+        return None
+    total: Dict[str, int] = {}
+    examples: List[str] = []
+    never_started: Dict[str, Dict[str, int]] = {}
+    for item in got:
+        if item is None:
+            continue
+        r, counts, ex, never = item
+        for k, v in counts.items():
+            total[str(k)] = total.get(str(k), 0) + int(v)
+        examples.extend(f"receiver {r}: {e}" for e in ex)
+        for series, d in never.items():
+            acc = never_started.setdefault(series, {"images": 0, "ends": 0})
+            for k, v in d.items():
+                acc[k] += v
+    summary = {"rejected": sum(total.values()), "by_reason": dict(sorted(total.items())),
+               "examples": examples[:40], "series_never_started": never_started}
+    try:
+        os.makedirs(o.out, exist_ok=True)
+        localfs.write_bytes_atomic(os.path.join(o.out, "rejections.json"),
+                                   (json.dumps(summary, indent=1) + "\n").encode(), mode=0o644)
+    except OSError as e:   # the scans are written; say so rather than fail the job
+        summary["write_error"] = f"{o.out}/rejections.json: {e}"
+    return summary
 
 
 def _make_socket(loop: Any, o: SessionOptions, index: int, count: int) -> str:
@@ -333,6 +383,7 @@ def _make_socket(loop: Any, o: SessionOptions, index: int, count: int) -> str:
         v2 = StreamV2Receiver(loop.deliver, o.stream2, partition_frames=kfn,
                                 memory_bytes=o.memory_bytes, idle_timeout=o.idle_timeout,
                                 rcvhwm=o.rcvhwm, on_close=loop.on_close,
+                                apply_pixel_mask=o.v2_pixel_mask,
                                 on_start=lambda s: loop.share_v2("v2start", s),
                                 on_end=lambda e: loop.share_v2("v2end", e))
         v2.connect()
@@ -396,7 +447,8 @@ def _finalize(comm: Any, layout: Any, roles: Any, loop: Any, analysis: Any,
                 merged = merged.compact()
             os.makedirs(local_dir, mode=0o700, exist_ok=True)
             h5 = os.path.join(local_dir, f"{scan}.h5")
-            size = write_scan(h5, analysis, merged, report)
+            start = getattr(loop.socket, "starts_by_scan", {}).get(scan)
+            size = write_scan(h5, analysis, merged, report, detector=_detector(start, loop, o))
             pub = loop.publisher
             first_live = pub.first_published.get(scan) if pub is not None else None
             timing = {"merge_s": round(t_merge - t0, 4),
@@ -422,6 +474,14 @@ def _finalize(comm: Any, layout: Any, roles: Any, loop: Any, analysis: Any,
     out = bcast_result(comm, lambda: ScanOutcome(scan, report, scan_ok(report, o.allow_loss),
                                                  files, timing))
     return out
+
+
+def _detector(start: Any, loop: Any, o: SessionOptions) -> Optional[Dict[str, Any]]:
+    """Stream V2: what the series' start says of the detector, for ``/detector``."""
+    if start is None:
+        return None
+    channel = loop.socket._channel.get(start.key) if loop.socket is not None else None
+    return {"start": start, "channel": channel, "pixel_mask_applied": o.v2_pixel_mask}
 
 
 def _remove_empty_parents(local_dir: str, template: str) -> None:
