@@ -233,3 +233,251 @@ def test_images_before_their_start_are_held_then_assembled_or_rejected():
     rx.handle(encode_image(5, "U", 1, {"other": a}))
     assert rx.assembler.rejected["late"] == 2
     rx.close()
+
+
+# ---- issue 28: full headers, bad copies, early ends, every rejection named ----
+
+@pytest.mark.parametrize("array_compression", [None, "bslz4", "lz4"])
+@pytest.mark.parametrize("detail", ["all", "basic", "none"])
+def test_start_arrays_decode_to_numpy_and_pickle(detail, array_compression):
+    """SIMPLON header_detail all puts flatfield, pixel mask (tag 40 over typed arrays)
+    and the count-rate table (a typed array) in the start: they come out as NumPy, with
+    no CBOR tag left anywhere, so the start pickles to the other receivers."""
+    import pickle
+
+    from cbor2 import CBORTag
+
+    rng = np.random.default_rng(1)
+    ff = {c: rng.random((5, 7)).astype("<f4") for c in ("t1", "t2")}
+    mask = {c: (rng.random((5, 7)) < 0.2).astype("<u4") * 4 for c in ("t1", "t2")}
+    table = rng.integers(0, 1 << 20, 300).astype("<u4")
+    s = decode_message(encode_start(1, "U", 4, (5, 7), "uint16", ("t1", "t2"),
+                                    header_detail=detail, flatfield=ff, pixel_mask=mask,
+                                    countrate_table=table,
+                                    array_compression=array_compression))
+
+    def tags(v):
+        if isinstance(v, CBORTag):
+            return 1
+        if isinstance(v, dict):
+            return sum(tags(x) for x in v.values())
+        if isinstance(v, (list, tuple)):
+            return sum(tags(x) for x in v)
+        return 0
+
+    back = pickle.loads(pickle.dumps(s))
+    assert tags(back.fields) == 0
+    arrays = back.arrays()
+    if detail == "all":
+        assert np.array_equal(arrays["flatfield"]["t2"], ff["t2"])
+        assert arrays["flatfield"]["t2"].dtype == np.float32
+        assert np.array_equal(arrays["pixel_mask"]["t1"], mask["t1"])
+        assert np.array_equal(arrays["countrate_correction_lookup_table"], table)
+        assert back.arrays("t1")["flatfield"].keys() == {"t1"}
+    else:   # basic / none leave the arrays out; a pixel mask given is still sent
+        assert "flatfield" not in arrays and "countrate_correction_lookup_table" not in arrays
+        assert np.array_equal(arrays["pixel_mask"]["t2"], mask["t2"])
+
+
+def test_an_undecodable_start_array_is_one_error_naming_the_field():
+    from cbor2 import CBORTag, dumps
+
+    from stager.stream.streamv2 import SELF_DESCRIBE
+
+    good = decode_message(encode_start(1, "U", 4, (5, 7), header_detail="all"))
+    assert "flatfield" in good.fields
+    import cbor2
+
+    m = dict(cbor2.loads(encode_start(1, "U", 4, (5, 7), header_detail="all")))
+    # a flatfield whose typed array holds 13 bytes for 5 x 7 float32
+    m["flatfield"] = {"threshold_1": CBORTag(40, [[5, 7], CBORTag(85, bytes(13))])}
+    with pytest.raises(ProtocolError) as e:
+        decode_message(dumps(CBORTag(SELF_DESCRIBE, m)))
+    assert e.value.reason == "malformed_header" and "flatfield.threshold_1" in e.value.detail
+    m["flatfield"] = {"threshold_1": CBORTag(40, [[5, 7], CBORTag(
+        85, CBORTag(56500, ["bslz4", 4, b"\x00" * 12 + b"junk"]))])}
+    with pytest.raises(ProtocolError) as e:
+        decode_message(dumps(CBORTag(SELF_DESCRIBE, m)))
+    assert "flatfield.threshold_1" in e.value.detail
+
+
+def _rx(frames, **kw):
+    return StreamV2Receiver(collect(frames), "tcp://127.0.0.1:1", idle_timeout=30, **kw)
+
+
+def _corrupt(buf: bytes, payload: bytes) -> bytes:
+    """The same image message with its compressed payload's last bytes flipped."""
+    i = buf.rindex(payload)
+    bad = payload[:-8] + bytes(b ^ 0xFF for b in payload[-8:])
+    return buf[:i] + bad + buf[i + len(payload):]
+
+
+def test_a_corrupt_copy_never_hides_or_overwrites_a_good_frame():
+    """Image 1: corrupt copy first, then the good one; image 2: good first, then corrupt;
+    image 3 twice. Every frame is committed once, decoded; each bad copy is named."""
+    from stager.stream.codecs import bslz4_encode as enc
+
+    frames = {}
+    rx = _rx(frames, partition_frames=2)
+    imgs = [np.full((6, 8), 10 + i, "<u2") for i in range(5)]
+    rx.handle(encode_start(4, "U", 5, (6, 8)))
+    good = [encode_image(4, "U", i, {"threshold_1": a}) for i, a in enumerate(imgs)]
+    bad = {i: _corrupt(good[i], enc(imgs[i])) for i in (1, 2)}
+    for m in (good[0], bad[1], good[1], good[2], bad[2], good[3], good[3], good[4]):
+        rx.handle(m)
+    rx.handle(encode_end(4, "U"))
+    (rep,) = rx.reports
+    assert rep.ok and sorted(frames) == [0, 1, 2, 3, 4]
+    assert all((frames[i] == 10 + i).all() for i in frames)
+    # the corrupt copy of image 1 fails to decode; the one of image 2 comes after a good
+    # copy and is a duplicate, rejected before it is decoded: it cannot overwrite
+    assert rep.rejected["corrupt_payload"] + rep.rejected["wrong_payload_size"] == 1
+    assert rep.rejected["duplicate"] == 2
+    text = " | ".join(rep.examples)
+    assert "series series-4-U image 1: " in text
+    assert "series series-4-U image 2 arrived twice" in text
+    assert "series series-4-U image 3 arrived twice" in text
+    rx.close()
+
+
+def test_an_end_before_the_start_is_held_and_closes_the_series_when_it_arrives():
+    frames = {}
+    rx = _rx(frames)
+    a = np.ones((4, 4), "<u2")
+    for i in range(3):
+        rx.handle(encode_image(5, "U", i, {"threshold_1": a * i}))
+    rx.handle(encode_end(5, "U"))
+    assert not rx.reports and not rx.assembler.rejected
+    rx.handle(encode_start(5, "U", 3, (4, 4)))
+    (rep,) = rx.reports          # closed by its end at once, not by the idle timeout
+    assert rep.ended_by == "end" and rep.ok and (frames[2] == 2).all()
+    rx.close()
+
+
+def test_series_are_keyed_by_unique_id_and_id():
+    """A detector that restarts its numbering: two series 1 with different unique ids."""
+    frames = {}
+    rx = _rx(frames)
+    a = np.ones((4, 4), "<u2")
+    for uid, k in (("first", 1), ("second", 2)):
+        rx.handle(encode_start(1, uid, 2, (4, 4)))
+        for i in range(2):
+            rx.handle(encode_image(1, uid, i, {"threshold_1": a * k}))
+    rx.handle(encode_end(1, "second"))
+    rx.handle(encode_end(1, "first"))
+    scans = [r.scan for r in rx.reports]
+    assert scans == ["series-1-second", "series-1-first"]
+    assert all(r.ok for r in rx.reports) and not rx.assembler.rejected
+    rx.close()
+
+
+def test_a_series_that_never_starts_is_reported():
+    rx = _rx({})
+    a = np.ones((4, 4), "<u2")
+    rx.handle(encode_image(8, "X", 0, {"threshold_1": a}))
+    rx.handle(encode_image(8, "X", 1, {"threshold_1": a}))
+    rx.handle(encode_end(8, "X"))
+    never = rx.never_started()
+    assert never == {"series-8-X": {"images": 2, "ends": 1}}
+    assert rx.assembler.rejected["unknown_scan"] == 3
+    assert any("series-8-X image 1: its start never arrived" in e for e in rx.assembler.examples)
+    rx.close()
+
+
+def test_rejections_outside_any_series_have_text_and_are_counted_in_the_summary():
+    rx = _rx({})
+    rx.handle(encode_start(2, "U", 2, (4, 4)))
+    for name in ("garbage", "unknown type", "not a map", "not tag 40"):
+        rx.handle(BAD[name][0])
+    rx.handle(encode_end(2, "U"))
+    (rep,) = rx.reports
+    assert sum(rx.assembler.rejected.values()) == 4 == len(rx.assembler.examples)
+    assert all(e.startswith("malformed_header: ") and len(e) > 25 for e in rx.assembler.examples)
+    assert rep.rejected_unattributed["malformed_header"] == 4
+    assert "4 messages rejected (malformed_header 4; 4 naming no open scan" in rep.summary()
+    rx.close()
+
+
+def test_the_pixel_mask_is_applied_when_asked():
+    mask = np.zeros((4, 4), "<u4")
+    mask[1, 2] = mask[3, 0] = 1
+    for apply in (False, True):
+        frames = {}
+        rx = _rx(frames, apply_pixel_mask=apply)
+        rx.handle(encode_start(3, "U", 1, (4, 4), header_detail="all",
+                               pixel_mask={"threshold_1": mask}))
+        rx.handle(encode_image(3, "U", 0, {"threshold_1": np.full((4, 4), 7, "<u2")}))
+        rx.handle(encode_end(3, "U"))
+        want = np.where(mask != 0, 0, 7) if apply else np.full((4, 4), 7)
+        assert np.array_equal(frames[0], want)
+        rx.close()
+
+
+def test_reports_count_an_image_accepted_by_two_receivers():
+    g = ScanGeometry("s", 1, 6, 1, (2, 2), "<u2", (1, 6))
+    a, b = ScanReport.empty(g), ScanReport.empty(g)
+    a.got[[0, 1, 2], 0] = True
+    b.got[[2, 3, 4, 5], 0] = True
+    m = a.merge(b)
+    assert m.ok and m.rejected["duplicate"] == 1
+    assert any("frame(s) 2 accepted by two receivers" in e for e in m.examples)
+
+
+def test_scan_file_keeps_the_detector_arrays(tmp_path):
+    import h5py
+
+    from stager.stream.analysis import FrameSum
+    from stager.stream.output import write_scan
+
+    rng = np.random.default_rng(2)
+    ff = {"t1": rng.random((4, 4)).astype("<f4"), "t2": np.ones((4, 4), "<f4")}
+    mask = {"t1": np.eye(4, dtype="<u4"), "t2": np.zeros((4, 4), "<u4")}
+    s = decode_message(encode_start(6, "U", 2, (4, 4), "uint16", ("t1", "t2"),
+                                    header_detail="all", flatfield=ff, pixel_mask=mask,
+                                    countrate_table=np.arange(10, dtype="<u4")))
+    rep = ScanReport.empty(s.geometry())
+    path = tmp_path / "s.h5"
+    write_scan(str(path), FrameSum(), FrameSum().empty(), rep,
+               detector={"start": s, "channel": "t2", "pixel_mask_applied": True})
+    with h5py.File(path, "r") as f:
+        d = f["detector"]
+        assert d.attrs["NX_class"] == "NXdetector" and d.attrs["channel"] == "t2"
+        assert np.array_equal(d["pixel_mask"][()], mask["t2"])
+        assert np.array_equal(d["t1_channel/pixel_mask"][()], mask["t1"])
+        assert np.array_equal(d["t1_channel/flatfield"][()], ff["t1"])
+        assert np.array_equal(d["countrate_correction_lookup_table"][()], np.arange(10))
+        assert d["threshold_energy"][()] == 8000.0 and bool(d["pixel_mask_applied"][()])
+        assert d["x_pixel_size"][()] == 75e-6
+
+
+@pytest.mark.timeout(120)
+def test_hostile_messages_over_a_real_socket_do_not_stop_the_client():
+    """Multi-part, garbage, a truncated image, a corrupt copy: over real ZeroMQ sockets
+    on 127.0.0.1 the series still closes whole, every rejection counted and named."""
+    from stager.stream.codecs import bslz4_encode as enc
+
+    imgs = [np.full((8, 8), i, "<u2") for i in range(6)]
+    with StreamV2Simulator(sndhwm=1000) as sim:
+        rxs, threads, got, reports = serve_v2(sim, idle_timeout=20)
+        time.sleep(0.3)
+        for t_ in threads:
+            t_.start()
+        sim.send(encode_start(11, "H", 6, (8, 8)))
+        sim.send_parts([b"\xd9\xd9\xf7", b"second part"])
+        for i, a in enumerate(imgs):
+            m = encode_image(11, "H", i, {"threshold_1": a})
+            if i == 2:
+                sim.send(m[: len(m) // 2])                      # truncated message
+                sim.send(_corrupt(m, enc(a)))                    # a corrupt copy
+            sim.send(m)
+        sim.send(b"\xd9\xd9\xf7\xff")
+        sim.send(encode_end(11, "H"))
+        for t_ in threads:
+            t_.join(60)
+        rxs[0].close()
+    (rep,) = reports[0]
+    assert rep.ok and rep.ended_by == "end" and sorted(got) == list(range(6))
+    asm = rxs[0].assembler
+    assert sum(asm.rejected.values()) == 4 and asm.rejected["malformed_header"] == 3
+    assert any("series series-11-H image 2" in e for e in asm.examples)
+    assert any("2 parts" in e for e in asm.examples)
