@@ -481,7 +481,8 @@ def _detector(start: Any, loop: Any, o: SessionOptions) -> Optional[Dict[str, An
     if start is None:
         return None
     channel = loop.socket._channel.get(start.key) if loop.socket is not None else None
-    return {"start": start, "channel": channel, "pixel_mask_applied": o.v2_pixel_mask}
+    applied = bool(loop.socket is not None and loop.socket.masked(start.scan))
+    return {"start": start, "channel": channel, "pixel_mask_applied": applied}
 
 
 def _remove_empty_parents(local_dir: str, template: str) -> None:

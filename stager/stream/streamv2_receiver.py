@@ -189,11 +189,8 @@ class StreamV2Receiver(SocketLoop):
             mask = start.arrays(channel).get("pixel_mask", {}).get(channel)
             if mask is not None and mask.shape == (start.image_size_y, start.image_size_x):
                 self._mask[scan] = mask != 0
-            else:
-                self.assembler.reject(Reason.MALFORMED, f"start of series {scan}: no "
-                                      f"{start.image_size_y}x{start.image_size_x} pixel_mask "
-                                      f"for channel {channel!r} (SIMPLON header_detail must "
-                                      "be 'all'): frames are delivered unmasked")
+            # else: no mask to apply (SIMPLON header_detail basic/none); the scan's file
+            # says so (/detector attribute pixel_mask_applied_by_receiver false)
         if start.image_dtype is None:
             self._deferred[key] = start
         else:
@@ -267,6 +264,10 @@ class StreamV2Receiver(SocketLoop):
             grace = self._ending[scan][0]
             self._ending[scan] = (grace, self.assembler.clock() + grace)
 
+    def masked(self, scan: str) -> bool:
+        """True when this client zeroes the masked pixels of ``scan``'s frames."""
+        return scan in self._mask
+
     def _masked(self, part: Partition) -> None:
         mask = self._mask.get(part.scan)
         if mask is not None:
@@ -292,7 +293,9 @@ class StreamV2Receiver(SocketLoop):
             self.assembler.reject(Reason.UNKNOWN_SCAN, f"series {_name(im)} image "
                                   f"{im.image_id}: its start never arrived")
         self._pending.clear()
-        for key in list(self._pending_ends):
+        for key, (_, grace) in list(self._pending_ends.items()):
+            if grace > 0:
+                continue     # a copy shared by the client that received it: it reports it
             d = out.setdefault(_key_name(key), {"images": 0, "ends": 0})
             d["ends"] += 1
             self.assembler.reject(Reason.UNKNOWN_SCAN, f"end of series {_key_name(key)}: its "
@@ -309,11 +312,11 @@ class StreamV2Receiver(SocketLoop):
             self.assembler.reject(Reason.UNKNOWN_SCAN, f"series {_name(im)} image "
                                   f"{im.image_id}: no start within "
                                   f"{self.assembler.idle_timeout:g} s")
-        for key, (t, _) in list(self._pending_ends.items()):
+        for key, (t, grace) in list(self._pending_ends.items()):
             if now - t >= self.assembler.idle_timeout:
                 del self._pending_ends[key]
-                if self._deferred.pop(key, None) is not None:
-                    continue     # started without image_dtype, and no image came here
+                if self._deferred.pop(key, None) is not None or grace > 0:
+                    continue     # no image came here / a shared copy: not this client's
                 self.assembler.reject(Reason.UNKNOWN_SCAN, f"end of series {_key_name(key)}: "
                                       f"no start within {self.assembler.idle_timeout:g} s")
         for scan, (_, deadline) in list(self._ending.items()):
