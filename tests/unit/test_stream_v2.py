@@ -135,6 +135,45 @@ def test_real_dectris_messages():
     assert images >= 2
 
 
+@pytest.mark.skipif(not REAL, reason="set MPISTAGE_STREAM2_TEST_DATA to the stream_v2/test_data "
+                    "folder of DECTRIS's documentation repository (branch stream2-test_data); "
+                    "it is not redistributable here (no licence)")
+@pytest.mark.timeout(120)
+def test_real_dectris_messages_replayed_through_a_client():
+    """Each captured series replayed over a real socket into a StreamV2Receiver (its own
+    start if captured, else one made from its first image): every frame delivered equals
+    the image decoded on its own, and the series closes whole by its end."""
+    for folder in sorted(p for p in Path(REAL).iterdir() if p.is_dir()):
+        msgs = [p.read_bytes() for p in sorted(folder.glob("*.cbor")) if p.stat().st_size]
+        decoded = [decode_message(m) for m in msgs]
+        images = [m for m in decoded if isinstance(m, Image)]
+        if not images:
+            continue
+        starts = [m for m in msgs if isinstance(decode_message(m), Start)]
+        first = images[0].data["threshold_1"]
+        dt = {"|u1": "uint8", "<u2": "uint16", "<u4": "uint32"}[first.dtype]
+        start = starts[0] if starts else encode_start(
+            images[0].series_id, images[0].series_unique_id,
+            max(m.image_id for m in images) + 1, first.shape, dt,
+            tuple(images[0].data))
+        body = [m for m in msgs if not isinstance(decode_message(m), Start)]
+        if not any(isinstance(m, End) for m in decoded):
+            body.append(encode_end(images[0].series_id, images[0].series_unique_id))
+        with StreamV2Simulator(sndhwm=1000) as sim:
+            rxs, threads, got, reports = serve_v2(sim, idle_timeout=30)
+            time.sleep(0.3)
+            threads[0].start()
+            sim.send(start)
+            for m in body:
+                sim.send(m)
+            threads[0].join(60)
+            rxs[0].close()
+        (rep,) = reports[0]
+        assert rep.ended_by == "end" and not rep.rejected, (folder, rep.summary())
+        for im in images:
+            assert np.array_equal(got[im.image_id], im.data["threshold_1"].decode()), folder
+
+
 def collect(frames):
     lock = threading.Lock()
 
