@@ -200,8 +200,12 @@ def _plain(v: Any, what: str) -> Any:
     ProtocolError
         ``malformed_header`` naming the field when an array does not decode.
     """
-    from cbor2 import CBORTag
+    from cbor2 import CBORSimpleValue, CBORTag, undefined
 
+    if v is undefined:          # neither pickles: plain values
+        return None
+    if isinstance(v, CBORSimpleValue):
+        return int(v.value)
     if isinstance(v, CBORTag):
         if v.tag == MULTI_DIM or v.tag in TYPED_ARRAY_TAGS or v.tag == COMPRESSION:
             return decode_array(v, what)

@@ -163,7 +163,13 @@ class StreamV2Receiver(SocketLoop):
             self._image(msg)
         elif isinstance(msg, Start):
             if self.on_start is not None:
-                self.on_start(msg)
+                try:    # the MPI layer pickles it for the other clients
+                    self.on_start(msg)
+                except Exception as e:
+                    self.assembler.reject(Reason.MALFORMED, f"start of series {msg.scan} "
+                                          f"cannot be shared with the other receivers "
+                                          f"({type(e).__name__}: {e})")
+                    return
             self.apply_start(msg)
         else:
             if self.on_end is not None:

@@ -318,6 +318,15 @@ def test_start_arrays_decode_to_numpy_and_pickle(detail, array_compression):
         assert np.array_equal(arrays["pixel_mask"]["t2"], mask["t2"])
 
 
+def test_undefined_and_simple_values_in_a_start_pickle():
+    import pickle
+
+    s = decode_message(encode_start(1, "U", 2, (4, 4), user_data={"a": [1, 2]})
+                       .replace(b"\x82\x01\x02", b"\x82\xf7\xf0"))   # [undefined, simple(16)]
+    back = pickle.loads(pickle.dumps(s))
+    assert list(back.fields["user_data"]["a"]) == [None, 16]
+
+
 def test_an_undecodable_start_array_is_one_error_naming_the_field():
     from cbor2 import CBORTag, dumps
 
