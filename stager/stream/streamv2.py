@@ -55,6 +55,9 @@ IMAGE_DTYPES = {"uint8": "|u1", "uint16": "<u2", "uint32": "<u4"}
 #: (``basic`` and ``none`` leave them out): channel -> 2-D array, or one typed array.
 START_ARRAYS = ("flatfield", "pixel_mask", "countrate_correction_lookup_table")
 _UID_KEEP = re.compile(r"[^A-Za-z0-9._-]")
+#: Largest array a start message may carry once decoded (a hostile size is refused
+#: before any memory is taken; a 16M-pixel float32 flatfield is 64 MiB).
+MAX_ARRAY_BYTES = 1 << 30
 
 
 def scan_name(series_id: int, series_unique_id: str = "") -> str:
@@ -260,6 +263,9 @@ def decode_array(v: Any, what: str) -> np.ndarray:
             n = decoded_size(payload) // dtype.itemsize
         if dims is not None and int(np.prod(dims, dtype=np.int64)) != n:
             raise CodecError("wrong_payload_size", f"{n} elements, dimensions {list(dims)}")
+        if n * dtype.itemsize > MAX_ARRAY_BYTES:
+            raise CodecError("wrong_payload_size", f"{n * dtype.itemsize} bytes decoded, "
+                             f"more than {MAX_ARRAY_BYTES}")
         out = np.empty(n, dtype)
         decode_into(encoding, payload, out)
     except CodecError as e:

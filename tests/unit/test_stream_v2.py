@@ -347,6 +347,13 @@ def test_an_undecodable_start_array_is_one_error_naming_the_field():
     with pytest.raises(ProtocolError) as e:
         decode_message(dumps(CBORTag(SELF_DESCRIBE, m)))
     assert "flatfield.threshold_1" in e.value.detail
+    # a compressed table claiming 2**40 bytes: refused before any memory is taken
+    m["countrate_correction_lookup_table"] = CBORTag(70, CBORTag(
+        56500, ["lz4", 0, (1 << 40).to_bytes(8, "big") + (8192).to_bytes(4, "big")]))
+    m["flatfield"] = good.fields["flatfield"]["threshold_1"].tolist()
+    with pytest.raises(ProtocolError) as e:
+        decode_message(dumps(CBORTag(SELF_DESCRIBE, m)))
+    assert "countrate_correction_lookup_table" in e.value.detail
 
 
 def _rx(frames, **kw):
