@@ -466,6 +466,8 @@ def _finalize(comm: Any, layout: Any, roles: Any, loop: Any, analysis: Any,
                           "allow_loss": o.allow_loss,
                           "served": scan_ok(report, o.allow_loss)})
             loop.publish(scan, time.monotonic(), final=True, partial=merged)
+    if loop.socket is not None and hasattr(loop.socket, "forget"):
+        loop.socket.forget(scan)        # Stream V2: the start's arrays are written
     if on_written is not None:
         on_written(comm, scan, os.path.join(o.local, scan))
     if comm.rank == 0:

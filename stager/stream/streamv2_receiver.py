@@ -35,6 +35,7 @@ reports (:meth:`ScanReport.merge`) gives the truth for the series.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections import OrderedDict
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
@@ -269,6 +270,14 @@ class StreamV2Receiver(SocketLoop):
         if scan in self._ending:
             grace = self._ending[scan][0]
             self._ending[scan] = (grace, self.assembler.clock() + grace)
+
+    def forget(self, scan: str) -> None:
+        """Drop what is kept of a finalized series (its start's arrays, its mask);
+        its key stays known, so a late copy of its start is still a duplicate."""
+        start = self.starts_by_scan.pop(scan, None)
+        self._mask.pop(scan, None)
+        if start is not None:
+            self.starts[start.key] = dataclasses.replace(start, fields={})
 
     def masked(self, scan: str) -> bool:
         """True when this client zeroes the masked pixels of ``scan``'s frames."""

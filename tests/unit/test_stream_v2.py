@@ -464,7 +464,11 @@ def test_the_pixel_mask_is_applied_when_asked():
         rx.handle(encode_image(3, "U", 0, {"threshold_1": np.full((4, 4), 7, "<u2")}))
         rx.handle(encode_end(3, "U"))
         want = np.where(mask != 0, 0, 7) if apply else np.full((4, 4), 7)
-        assert np.array_equal(frames[0], want)
+        assert np.array_equal(frames[0], want) and rx.masked("series-3-U") == apply
+        rx.forget("series-3-U")      # finalized: the arrays are dropped, the key stays
+        assert not rx.starts_by_scan and rx.starts[("U", 3)].fields == {}
+        rx.handle(encode_start(3, "U", 1, (4, 4)))
+        assert rx.assembler.rejected["duplicate"] == 1
         rx.close()
 
 
