@@ -181,11 +181,23 @@ class End:
 
 def _untag(v: Any) -> Any:
     """Skip tags in front of a value, as stream2.c does (``cbor_value_skip_tag``)."""
-    from cbor2 import CBORTag
-
+    CBORTag = _cbor_types()[1]
     while isinstance(v, CBORTag):
         v = v.value
     return v
+
+
+_SCALARS = frozenset((int, float, str, bool, bytes, type(None)))
+_CBOR_TYPES: Tuple[Any, ...] = ()
+
+
+def _cbor_types() -> Tuple[Any, ...]:
+    global _CBOR_TYPES
+    if not _CBOR_TYPES:
+        from cbor2 import CBORSimpleValue, CBORTag, undefined
+
+        _CBOR_TYPES = (CBORSimpleValue, CBORTag, undefined)
+    return _CBOR_TYPES
 
 
 def _plain(v: Any, what: str) -> Any:
@@ -203,8 +215,9 @@ def _plain(v: Any, what: str) -> Any:
     ProtocolError
         ``malformed_header`` naming the field when an array does not decode.
     """
-    from cbor2 import CBORSimpleValue, CBORTag, undefined
-
+    if type(v) in _SCALARS:     # most fields: nothing to do (this runs per image)
+        return v
+    CBORSimpleValue, CBORTag, undefined = _cbor_types()
     if v is undefined:          # neither pickles: plain values
         return None
     if isinstance(v, CBORSimpleValue):
@@ -229,7 +242,7 @@ def decode_array(v: Any, what: str) -> np.ndarray:
     ProtocolError
         ``malformed_header`` (or ``unknown_encoding``) naming ``what``.
     """
-    from cbor2 import CBORTag
+    CBORTag = _cbor_types()[1]
 
     from stager.stream.errors import CodecError
 
@@ -291,7 +304,7 @@ def _text(m: Mapping, key: str, what: str, default: Optional[str] = None) -> str
 
 def _bytes_item(v: Any, itemsize: int, what: str) -> Tuple[str, bytes]:
     """A byte string or a DECTRIS compression tag -> (encoding, payload)."""
-    from cbor2 import CBORTag
+    CBORTag = _cbor_types()[1]
 
     if isinstance(v, (bytes, bytearray, memoryview)):
         return "raw", bytes(v)
@@ -315,7 +328,7 @@ def _bytes_item(v: Any, itemsize: int, what: str) -> Tuple[str, bytes]:
 
 
 def _multidim(v: Any, what: str) -> ChannelImage:
-    from cbor2 import CBORTag
+    CBORTag = _cbor_types()[1]
 
     if not isinstance(v, CBORTag) or v.tag != MULTI_DIM:
         raise ProtocolError(Reason.MALFORMED, f"{what}: expected tag 40 (row-major "
