@@ -75,6 +75,9 @@ class ScanReport:
     rejected_unattributed : Counter
         Rejections that named no open scan (malformed, unknown scan), counted while
         this scan was open.
+    duplicates_across : int
+        Frames accepted by two receivers (found when their reports merge; also
+        counted in ``rejected["duplicate"]``).
     buffer_bytes : int
         Partition memory the assembler allocated for this scan (its high-water mark).
     ended_by : str
@@ -96,6 +99,7 @@ class ScanReport:
     rejected_unattributed: Counter = field(default_factory=Counter)
     examples: List[str] = field(default_factory=list)
     evicted_partitions: int = 0
+    duplicates_across: int = 0
     buffer_bytes: int = 0
     ended_by: str = "end"
     first_message: float = 0.0
@@ -189,6 +193,8 @@ class ScanReport:
             rejected_unattributed=self.rejected_unattributed + other.rejected_unattributed,
             examples=examples[:MAX_EXAMPLES],
             evicted_partitions=self.evicted_partitions + other.evicted_partitions,
+            duplicates_across=self.duplicates_across + other.duplicates_across
+            + int(both.size),
             buffer_bytes=max(self.buffer_bytes, other.buffer_bytes),
             ended_by=max(self.ended_by, other.ended_by, key=order.index),
             first_message=min(self.first_message, other.first_message),
@@ -214,6 +220,7 @@ class ScanReport:
                          "sent": self.sent, "lost_in_transport": self.lost_in_transport,
                          "ends": [self.ends_received, self.ends_expected],
                          "rejected": dict(sorted((str(k), v) for k, v in self.rejected.items())),
+                         "duplicates_across_receivers": self.duplicates_across,
                          "rejected_unattributed": dict(sorted(
                              (str(k), v) for k, v in self.rejected_unattributed.items()))},
             "rejection_examples": list(self.examples),

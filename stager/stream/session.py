@@ -317,7 +317,7 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
             if old is not None:
                 old.__exit__(None, None, None)
         agree(fcomm, None, "receiving")
-        summary = _job_rejections(fcomm, loop, opts)
+        summary = _job_rejections(fcomm, loop, opts, outcomes)
         if summary is not None and on_rejections is not None:
             on_rejections(summary)
         return outcomes
@@ -333,11 +333,13 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
         del MPI
 
 
-def _job_rejections(comm: Any, loop: Any, o: SessionOptions) -> Optional[Dict[str, Any]]:
+def _job_rejections(comm: Any, loop: Any, o: SessionOptions,
+                    outcomes: Sequence[ScanOutcome]) -> Optional[Dict[str, Any]]:
     """Collective over `comm`: every rank must call. Every receiver's rejections of
     the whole job (Stream V2: what is still held for series that never started is
-    rejected first), summed on rank 0 and written to ``<out>/rejections.json``.
-    Returns the summary on rank 0, None elsewhere."""
+    rejected first), summed on rank 0 with the duplicates found only when the
+    scans' reports merged (a frame accepted by two receivers), and written to
+    ``<out>/rejections.json``. Returns the summary on rank 0, None elsewhere."""
     mine = None
     if loop.socket is not None:
         never = loop.socket.never_started() if hasattr(loop.socket, "never_started") else {}
@@ -360,6 +362,11 @@ def _job_rejections(comm: Any, loop: Any, o: SessionOptions) -> Optional[Dict[st
             acc = never_started.setdefault(series, {"images": 0, "ends": 0})
             for k, v in d.items():
                 acc[k] += v
+    across = sum(out.report.duplicates_across for out in outcomes)
+    if across:
+        total["duplicate"] = total.get("duplicate", 0) + across
+        examples.extend(e for out in outcomes for e in out.report.examples
+                        if "accepted by two receivers" in e)
     summary = {"rejected": sum(total.values()), "by_reason": dict(sorted(total.items())),
                "examples": examples[:40], "series_never_started": never_started}
     try:

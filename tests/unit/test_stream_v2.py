@@ -478,7 +478,8 @@ def test_reports_count_an_image_accepted_by_two_receivers():
     a.got[[0, 1, 2], 0] = True
     b.got[[2, 3, 4, 5], 0] = True
     m = a.merge(b)
-    assert m.ok and m.rejected["duplicate"] == 1
+    assert m.ok and m.rejected["duplicate"] == 1 == m.duplicates_across
+    assert m.to_dict()["messages"]["duplicates_across_receivers"] == 1
     assert any("frame(s) 2 accepted by two receivers" in e for e in m.examples)
 
 
