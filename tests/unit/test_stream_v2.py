@@ -541,3 +541,38 @@ def test_hostile_messages_over_a_real_socket_do_not_stop_the_client():
     assert sum(asm.rejected.values()) == 4 and asm.rejected["malformed_header"] == 3
     assert any("series series-11-H image 2" in e for e in asm.examples)
     assert any("2 parts" in e for e in asm.examples)
+
+
+def test_job_rejections_reach_the_live_progress_and_the_watch_line():
+    """Rank 0 sums every receiver's rejections (any scan or none) from the heartbeats;
+    the live progress carries them and `stager stream watch` prints reason and example."""
+    from stager.commands.stream import _line, _rejections_line
+    from stager.stream.coordinator import Coordinator
+    from stager.stream.roles import assign_roles
+
+    c = Coordinator(assign_roles([0, 0, 1, 1], 1), "any")
+    c.rejections(0, {"malformed_header": 2}, ["malformed_header: not CBOR (x)"])
+    c.rejections(1, {"malformed_header": 1, "unknown_scan": 3}, ["unknown_scan: series-9 ..."])
+    c.rejections(1, {"malformed_header": 1, "unknown_scan": 4}, ["unknown_scan: series-9 ..."])
+    job = c.job_rejections()
+    assert job["total"] == 7 and job["by_reason"] == {"malformed_header": 3, "unknown_scan": 4}
+    g = ScanGeometry("series-1-A", 1, 4, 1, (2, 2), "<u2", (2, 2))
+    rep = ScanReport.empty(g)
+    rep.rejected["corrupt_payload"] += 1
+    rep.examples.append("corrupt_payload: series series-1-A image 3: ...")
+    c.snapshot(0, rep, 0.0, 0.0)
+    p = c.progress("series-1-A", 1.0)
+    assert p["rejected"] == 1 and p["rejected_by_reason"] == {"corrupt_payload": 1}
+    assert p["job_rejected"]["total"] == 7
+
+    class Msg:
+        scan, final, header, progress = "series-1-A", False, {"t": 1.0}, p
+
+    line = _line(Msg, {})
+    assert "1 rejected [corrupt_payload 1; e.g. corrupt_payload: series series-1-A image 3" \
+        in line and "job: 7 rejected (malformed_header 3, unknown_scan 4)" in line
+    summary = {"rejected": 7, "by_reason": job["by_reason"], "examples": job["examples"],
+               "series_never_started": {"series-9-X": {"images": 3, "ends": 1}}}
+    text = _rejections_line(summary, "/out")
+    assert text.startswith("job: 7 messages rejected (malformed_header 3, unknown_scan 4)")
+    assert "series-9-X (3 images, 1 ends)" in text and "/out/rejections.json" in text
