@@ -223,6 +223,9 @@ def test_a_slow_consumer_makes_producers_block_and_nothing_is_lost(tmp_path):
 
 def test_stream_v2_from_the_simulator_gives_the_same_result(tmp_path):
     from stager.stream.simulate import StreamV2Simulator, synthetic_frame
+    from stager.stream.streamv2 import scan_name
+
+    name = scan_name(7, f"SIM{7:023d}")     # the simulator's series_unique_id
 
     with StreamV2Simulator(send_timeout=30) as sim:
         job = Job(tmp_path, "--stream2", sim.endpoint, "--analysis", "stem4d.flow",
@@ -234,21 +237,22 @@ def test_stream_v2_from_the_simulator_gives_the_same_result(tmp_path):
                         compression="bslz4", scan_shape=(8, 8))
         rc, out, err = job.wait()
     assert rc == 0, out + err
-    rep = job.report("series-7")
+    rep = job.report(name)
     assert rep["ok"] and rep["frames_complete"] == 64 and rep["receivers"] == 2
-    streamed = _datasets(job.out / "series-7.h5")
-    offline = _datasets(_offline(tmp_path, (8, 8), (64, 64), scan="series-7"))
-    for name in ("sum_image", "electron_counts", "virtual/bright_field"):
-        assert np.array_equal(streamed[name], offline[name]), name
+    streamed = _datasets(job.out / f"{name}.h5")
+    offline = _datasets(_offline(tmp_path, (8, 8), (64, 64), scan=name))
+    for ds in ("sum_image", "electron_counts", "virtual/bright_field"):
+        assert np.array_equal(streamed[ds], offline[ds]), ds
 
 
 def test_stream_v2_as_a_real_detector_speaks_it(tmp_path):
     """Issue 28, one job (4 receivers: two clients on each of 2 emulated nodes): a start
     with header_detail all (arrays compressed) whose pixel mask is applied; a truncated
     message, a corrupt copy before the good one, an image sent twice, garbage, an
-    unknown type, a non-map and a multi-part message; a series whose start has an
-    undecodable flatfield (never starts); a second series with the same series_id and
-    another unique id whose end and images come before its start. The job ends by the
+    unknown type, a non-map, a multi-part message and a wrong typed-array tag; a
+    series whose start has an undecodable flatfield (never starts); a second series
+    with the same series_id and another unique id whose end and images come before
+    its start. The job ends by the
     ends (not the 60 s idle timeout), keeps every good frame, and names every rejection
     in the reports, rejections.json, its summary and ``stager stream watch``."""
     import cbor2
@@ -304,6 +308,10 @@ def test_stream_v2_as_a_real_detector_speaks_it(tmp_path):
                 sim.send(b"\xd9\xd9\xf7\xa1\x64type\x65frame")           # unknown type
                 sim.send(b"\xd9\xd9\xf7\x82\x01\x02")                    # not a map
                 sim.send_parts([img(1, "A", 0), b"second part"])        # multi-part
+                sim.send(cbor2.dumps(cbor2.CBORTag(SELF_DESCRIBE, {     # typed-array tag 76
+                    "type": "image", "series_id": 1, "series_unique_id": "A", "image_id": 1,
+                    "data": {"threshold_1": cbor2.CBORTag(40, [[32, 32], cbor2.CBORTag(
+                        76, bytes(2048))])}})))
         sim.send(encode_end(1, "A"))
         # series 1 "B" (numbering restarted): images and end before the start
         for i in range(n_b):
@@ -340,7 +348,7 @@ def test_stream_v2_as_a_real_detector_speaks_it(tmp_path):
         assert "pixel_mask" not in f["detector"]        # header_detail none: no arrays
     job_rej = json.loads((job.out / "rejections.json").read_text())
     by = job_rej["by_reason"]
-    assert by["malformed_header"] == 6 and by["unknown_scan"] == 4 and \
+    assert by["malformed_header"] == 7 and by["unknown_scan"] == 4 and \
         by["corrupt_payload"] == 1 and by["duplicate"] >= 1, job_rej
     assert job_rej["series_never_started"] == {"series-9-NEVER": {"images": 3, "ends": 1}}
     text = " | ".join(job_rej["examples"])
