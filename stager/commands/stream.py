@@ -232,6 +232,9 @@ def _watch(args: argparse.Namespace) -> int:
                     _write_png(args.png, last)
                     want["png"] = False
                 continue
+            if msg.job:     # the job's rejections: a line, no image
+                print(_line(msg, prev), flush=True)
+                continue
             last = msg
             print(_line(msg, prev), flush=True)
             if want["png"] or (args.once and args.png and msg.valid.any()):
@@ -259,6 +262,8 @@ def _write_png(path: Optional[str], msg: Any) -> None:
 
 def _line(msg: Any, prev: Dict[str, Any]) -> str:
     p = msg.progress
+    if getattr(msg, "job", False):     # the job's rejections, no scan
+        return _why(p)[2:-1] or "job: nothing rejected"
     t = msg.header.get("t", time.time())
     old = prev.get(msg.scan)
     fps = gbs = 0.0
@@ -289,4 +294,7 @@ def _why(p: Dict[str, Any]) -> str:
         if job.get("examples"):
             text += f" e.g. {job['examples'][0]}"
         parts.append(text)
+    if job.get("held_before_start"):
+        parts.append("held before their start: " + ", ".join(
+            f"{s} {n}" for s, n in sorted(job["held_before_start"].items())))
     return f" [{'; '.join(parts)}]" if parts else ""

@@ -73,6 +73,7 @@ class Coordinator:
         # or none: messages naming no open scan (garbage, a series that never started)
         # are counted here only
         self.job_rejects: Dict[int, Tuple[Dict[str, int], List[str]]] = {}
+        self.held: Dict[int, Dict[str, int]] = {}   # receiver -> series -> messages held
 
     # ---- input ----
     def _state(self, g: ScanGeometry) -> ScanState:
@@ -100,9 +101,12 @@ class Coordinator:
         if st.first_closed is None:
             st.first_closed = now
 
-    def rejections(self, receiver: int, counts: Dict[str, int], examples: List[str]) -> None:
-        """Every rejection at ``receiver`` so far (from its heartbeat)."""
+    def rejections(self, receiver: int, counts: Dict[str, int], examples: List[str],
+                   held: Optional[Dict[str, int]] = None) -> None:
+        """Every rejection at ``receiver`` so far, and the Stream V2 messages it holds
+        for series whose start it does not know (from its heartbeat)."""
         self.job_rejects[receiver] = (dict(counts), list(examples))
+        self.held[receiver] = dict(held or {})
 
     def job_rejections(self) -> Dict[str, Any]:
         """Rejections of the whole job so far: total, by reason, examples."""
@@ -113,8 +117,12 @@ class Coordinator:
             for k, v in counts.items():
                 total[k] = total.get(k, 0) + int(v)
             examples.extend(f"receiver {r}: {e}" for e in ex[:5])
+        held: Dict[str, int] = {}
+        for h in self.held.values():
+            for series, n in h.items():
+                held[series] = held.get(series, 0) + n
         return {"total": sum(total.values()), "by_reason": dict(sorted(total.items())),
-                "examples": examples[:20]}
+                "examples": examples[:20], "held_before_start": held}
 
     def live(self, scan: str, partial: Any, merge: Any) -> None:
         """A live delta of ``scan`` (merged into what rank 0 holds)."""

@@ -298,6 +298,16 @@ class StreamV2Receiver(SocketLoop):
                                   f"{old.image_id}: no start within {self.pending_max} "
                                   "held images")
 
+    def held(self) -> Dict[str, int]:
+        """Series -> images (and ends received here) held because their start is unknown."""
+        out: Dict[str, int] = {}
+        for _, im in self._pending.values():
+            out[_name(im)] = out.get(_name(im), 0) + 1
+        for key, (_, grace) in self._pending_ends.items():
+            if grace == 0 and key not in self.starts:
+                out[_key_name(key)] = out.get(_key_name(key), 0) + 1
+        return out
+
     def never_started(self) -> Dict[str, Dict[str, int]]:
         """Reject what is still held for series whose start never arrived (the job is
         ending): one rejection per held image and end. Returns series -> counts."""

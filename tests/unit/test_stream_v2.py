@@ -432,6 +432,7 @@ def test_a_series_that_never_starts_is_reported():
     rx.handle(encode_image(8, "X", 0, {"threshold_1": a}))
     rx.handle(encode_image(8, "X", 1, {"threshold_1": a}))
     rx.handle(encode_end(8, "X"))
+    assert rx.held() == {"series-8-X": 3}
     never = rx.never_started()
     assert never == {"series-8-X": {"images": 2, "ends": 1}}
     assert rx.assembler.rejected["unknown_scan"] == 3
@@ -571,6 +572,16 @@ def test_job_rejections_reach_the_live_progress_and_the_watch_line():
     line = _line(Msg, {})
     assert "1 rejected [corrupt_payload 1; e.g. corrupt_payload: series series-1-A image 3" \
         in line and "job: 7 rejected (malformed_header 3, unknown_scan 4)" in line
+    c.rejections(1, {"malformed_header": 1, "unknown_scan": 4}, [], {"series-9-X": 2})
+    assert c.job_rejections()["held_before_start"] == {"series-9-X": 2}
+
+    class JobMsg:
+        job, scan, final, header = True, "", False, {"t": 2.0}
+        progress = {"job_rejected": c.job_rejections()}
+
+    jl = _line(JobMsg, {})
+    assert jl.startswith("job: 7 rejected (malformed_header 3, unknown_scan 4) e.g. ")
+    assert "held before their start: series-9-X 2" in jl and "unknown_scan 4" in jl
     summary = {"rejected": 7, "by_reason": job["by_reason"], "examples": job["examples"],
                "series_never_started": {"series-9-X": {"images": 3, "ends": 1}}}
     text = _rejections_line(summary, "/out")
