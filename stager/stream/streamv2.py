@@ -58,6 +58,8 @@ _UID_KEEP = re.compile(r"[^A-Za-z0-9._-]")
 #: Largest array a start message may carry once decoded (a hostile size is refused
 #: before any memory is taken; a 16M-pixel float32 flatfield is 64 MiB).
 MAX_ARRAY_BYTES = 1 << 30
+#: Most images a series may announce (the loss accounting takes 4 bytes per image).
+MAX_IMAGES = 1 << 28
 
 
 def scan_name(series_id: int, series_unique_id: str = "") -> str:
@@ -140,6 +142,11 @@ class Start:
         if scan_shape is None and isinstance(ud, Mapping) and "scan_shape" in ud:
             scan_shape = tuple(ud["scan_shape"])  # type: ignore[assignment]
         dt = dtype or IMAGE_DTYPES.get(self.image_dtype or "")
+        if self.number_of_images > MAX_IMAGES:
+            raise ProtocolError(Reason.OUT_OF_RANGE, f"start of series {self.scan}: "
+                                f"number_of_images {self.number_of_images} is over "
+                                f"{MAX_IMAGES} (the accounting alone would take "
+                                f"{self.number_of_images * 4 >> 20} MiB)")
         if dt is None:
             raise ProtocolError(Reason.MALFORMED, f"start of series {self.scan}: "
                                 f"image_dtype {self.image_dtype!r} is not one of "

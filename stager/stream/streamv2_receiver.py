@@ -209,6 +209,10 @@ class StreamV2Receiver(SocketLoop):
         except ProtocolError as e:
             self.assembler.reject(e.reason, e.detail)
             return
+        except Exception as e:    # e.g. a user_data scan_shape that is no pair of ints
+            self.assembler.reject(Reason.MALFORMED, f"start of series {start.scan}: no scan "
+                                  f"geometry ({type(e).__name__}: {e})")
+            return
         self.assembler.begin(Begin(0, g))
         for k in [k for k, (_, im) in self._pending.items() if im.key == start.key]:
             _, im = self._pending.pop(k)

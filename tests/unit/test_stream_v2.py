@@ -426,6 +426,20 @@ def test_series_are_keyed_by_unique_id_and_id():
     rx.close()
 
 
+def test_a_hostile_start_is_a_rejection_and_the_client_keeps_going():
+    rx = _rx({})
+    rx.handle(encode_start(1, "U", 4, (4, 4), user_data={"scan_shape": 5}))
+    rx.handle(encode_start(2, "U", 4, (4, 4), user_data={"scan_shape": [3, 3]}))
+    rx.handle(encode_start(3, "U", 1 << 40, (4, 4)))
+    assert rx.assembler.rejected == {"malformed_header": 2, "out_of_range": 1}
+    assert "series-1-U: no scan geometry (TypeError" in rx.assembler.examples[0]
+    rx.handle(encode_start(4, "U", 1, (4, 4)))
+    rx.handle(encode_image(4, "U", 0, {"threshold_1": np.ones((4, 4), "<u2")}))
+    rx.handle(encode_end(4, "U"))
+    assert [r.ok for r in rx.reports] == [True]
+    rx.close()
+
+
 def test_a_series_that_never_starts_is_reported():
     rx = _rx({})
     a = np.ones((4, 4), "<u2")
