@@ -10,6 +10,8 @@ image messages of ROWS x COLS uint16, bslz4-compressed (sparse counts, as in
 - ``decode x1``: one process that receives, parses the CBOR
   (:func:`stager.stream.streamv2.decode_message`) and decodes each payload into a
   frame buffer -- the "single decoding client" of issue 28;
+- ``StreamV2Receiver x1, 2 decode threads``: one receiver whose payloads are decoded
+  on 2 threads (``--v2-decode-threads 2``);
 - ``StreamV2Receiver x1`` / ``x2`` (/ ``x3``): 1, 2 (3) processes each running the
   receiver of ``stager stream receive --stream2`` (decode, check, assemble,
   deliver to a no-op): what 1 or 2 receiving ranks on a node run
@@ -95,7 +97,8 @@ def sender(endpoint_q, go, n: int, shape, hwm: int) -> None:
     ctx.term()
 
 
-def client(kind: str, endpoint: str, ready, results, shape, frames: int, hwm: int) -> None:
+def client(kind: str, endpoint: str, ready, results, shape, frames: int, hwm: int,
+           threads: int = 0) -> None:
     """One receiving process; puts (count, t_first, t_last, cpu_s) in ``results``."""
     import zmq
 
@@ -111,7 +114,7 @@ def client(kind: str, endpoint: str, ready, results, shape, frames: int, hwm: in
             got[0] += len(part.frames)
 
         rx = StreamV2Receiver(deliver, endpoint, partition_frames=16, rcvhwm=hwm,
-                              idle_timeout=600)
+                              idle_timeout=600, decode_threads=threads)
         rx.apply_start(decode_message(encode_start(1, UID, frames, shape)))
         rx.connect()
         ready.put(1)
@@ -160,13 +163,14 @@ def client(kind: str, endpoint: str, ready, results, shape, frames: int, hwm: in
     results.put((count, first, last, cpu))
 
 
-def run_once(kind: str, clients: int, frames: int, shape, hwm: int):
+def run_once(kind: str, clients: int, frames: int, shape, hwm: int, threads: int = 0):
     ctx = mp.get_context("fork")
     eq, go, ready, results = ctx.Queue(), ctx.Event(), ctx.Queue(), ctx.Queue()
     snd = ctx.Process(target=sender, args=(eq, go, frames, shape, hwm))
     snd.start()
     ep = eq.get(timeout=120)
-    procs = [ctx.Process(target=client, args=(kind, ep, ready, results, shape, frames, hwm))
+    procs = [ctx.Process(target=client, args=(kind, ep, ready, results, shape, frames, hwm,
+                                              threads))
              for _ in range(clients)]
     for p in procs:
         p.start()
@@ -254,8 +258,10 @@ def gil_check(shape, n: int = 400):
             "speedup": one / two}
 
 
-CONFIGS = [("bare x1", "bare", 1), ("bare x2", "bare", 2), ("decode x1", "decode", 1),
-           ("StreamV2Receiver x1", "rx", 1), ("StreamV2Receiver x2", "rx", 2)]
+CONFIGS = [("bare x1", "bare", 1, 0), ("bare x2", "bare", 2, 0),
+           ("decode x1", "decode", 1, 0), ("StreamV2Receiver x1", "rx", 1, 0),
+           ("StreamV2Receiver x2", "rx", 2, 0),
+           ("StreamV2Receiver x1, 2 decode threads", "rx", 1, 2)]
 
 
 def main() -> int:
@@ -272,13 +278,13 @@ def main() -> int:
     ap.add_argument("--out", default=str(HERE / "results"))
     a = ap.parse_args()
     shape = tuple(a.shape)
-    configs = CONFIGS + ([("StreamV2Receiver x3", "rx", 3)] if a.three else [])
+    configs = CONFIGS + ([("StreamV2Receiver x3", "rx", 3, 0)] if a.three else [])
     _, mean_payload = messages(1, shape)
-    runs = {name: [] for name, _, _ in configs}
+    runs = {name: [] for name, _, _, _ in configs}
     with LoadSampler(interval=2.0) as load:
         for _ in range(a.repeat):
-            for name, kind, k in configs:
-                runs[name].append(run_once(kind, k, a.frames, shape, a.hwm))
+            for name, kind, k, threads in configs:
+                runs[name].append(run_once(kind, k, a.frames, shape, a.hwm, threads))
             if a.jobs:
                 import tempfile
 
@@ -303,7 +309,9 @@ def main() -> int:
         "rx2 / decode1": med["StreamV2Receiver x2"] / med["decode x1"],
         "rx1 / decode1": med["StreamV2Receiver x1"] / med["decode x1"],
         "rx2 / bare1": med["StreamV2Receiver x2"] / med["bare x1"],
-        "rx2 / rx1": med["StreamV2Receiver x2"] / med["StreamV2Receiver x1"]}
+        "rx2 / rx1": med["StreamV2Receiver x2"] / med["StreamV2Receiver x1"],
+        "rx1 2 threads / decode1": med["StreamV2Receiver x1, 2 decode threads"] /
+        med["decode x1"]}
     if a.jobs:
         res["ratios"]["job 2 receivers / decode1"] = \
             med["job -n 2, 2 receiver(s)"] / med["decode x1"]

@@ -69,6 +69,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--v2-grace", type=float, default=1.0, metavar="S",
                    help="Stream V2: seconds without images before an end another client "
                         "received closes a series here")
+    r.add_argument("--v2-decode-threads", type=int, default=0, metavar="N",
+                   help="Stream V2: decode payloads on N threads per receiver, off the "
+                        "receiving thread (default 0; --receivers-per-node also scales)")
     r.add_argument("--v2-pixel-mask", action="store_true",
                    help="Stream V2: zero the pixels the start's pixel_mask marks before the "
                         "analysis (needs SIMPLON header_detail all)")
@@ -122,7 +125,7 @@ def _receive(args: argparse.Namespace) -> int:
             close_wait=args.close_wait or args.idle_timeout, timeout=args.timeout,
             allow_loss=args.allow_loss, live_interval=args.live_interval,
             spill=args.spill, stream2=args.stream2, v2_grace=args.v2_grace,
-            v2_pixel_mask=args.v2_pixel_mask,
+            v2_pixel_mask=args.v2_pixel_mask, v2_decode_threads=args.v2_decode_threads,
             analysis=args.analysis, analysis_options=_parse_set(args.set),
             rcvhwm=args.hwm, outbox_bytes=int(args.outbox * (1 << 20)))
         opts.check()

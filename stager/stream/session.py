@@ -82,6 +82,9 @@ class SessionOptions:
         Receive DECTRIS Stream V2 from this endpoint instead of the native protocol.
     v2_grace : float
         Stream V2: seconds without images before a shared ``end`` closes a series.
+    v2_decode_threads : int
+        Stream V2: threads per receiver that decode payloads off the receiving
+        thread (0: none).
     v2_pixel_mask : bool
         Stream V2: zero the pixels the start's ``pixel_mask`` marks in every frame
         before the analysis sees it (needs SIMPLON ``header_detail: all``).
@@ -113,6 +116,7 @@ class SessionOptions:
     stream2: Optional[str] = None
     v2_grace: float = 1.0
     v2_pixel_mask: bool = False
+    v2_decode_threads: int = 0
     analysis: Optional[str] = None
     analysis_options: Dict[str, Any] = field(default_factory=dict)
     heartbeat: float = 0.25
@@ -133,6 +137,8 @@ class SessionOptions:
                 raise ValueError(f"{name} must be positive")
         if self.timeout is not None and self.timeout <= 0:
             raise ValueError("--timeout must be positive")
+        if self.v2_decode_threads < 0:
+            raise ValueError(f"--v2-decode-threads must be >= 0, got {self.v2_decode_threads}")
         if self.credit < 1 or self.batch < 1:
             raise ValueError("credit and batch must be >= 1")
         if self.spill is not None and not os.path.isabs(self.spill.replace("%n", "x")):
@@ -391,6 +397,7 @@ def _make_socket(loop: Any, o: SessionOptions, index: int, count: int) -> str:
                                 memory_bytes=o.memory_bytes, idle_timeout=o.idle_timeout,
                                 rcvhwm=o.rcvhwm, on_close=loop.on_close,
                                 apply_pixel_mask=o.v2_pixel_mask,
+                                decode_threads=o.v2_decode_threads,
                                 on_start=lambda s: loop.share_v2("v2start", s),
                                 on_end=lambda e: loop.share_v2("v2end", e))
         v2.connect()

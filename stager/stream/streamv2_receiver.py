@@ -48,8 +48,8 @@ from stager.stream.errors import ProtocolError, StreamError
 from stager.stream.protocol import Begin, Data, Reason, ScanGeometry
 from stager.stream.protocol import End as NativeEnd
 from stager.stream.receiver import DEFAULT_HWM, SocketLoop
-from stager.stream.streamv2 import (End, Image, Start, decode_message, scan_name,
-                                    series_key)
+from stager.stream.streamv2 import (ChannelImage, End, Image, Start, decode_message,
+                                    scan_name, series_key)
 
 __all__ = ["StreamV2Receiver"]
 
@@ -70,6 +70,10 @@ class StreamV2Receiver(SocketLoop):
         message if present, else ``(1, number_of_images)``).
     pending_max : int
         Images held while their start is unknown.
+    decode_threads : int
+        Decode the payloads of each batch of messages on this many threads (0: on
+        the receiving thread). dectris-compression releases the GIL while it
+        decompresses, so threads can use cores a second client would otherwise need.
     apply_pixel_mask : bool
         Zero the pixels the start's ``pixel_mask`` of the kept channel marks (!= 0)
         in every frame before delivery (needs ``header_detail: all``).
@@ -85,6 +89,7 @@ class StreamV2Receiver(SocketLoop):
                  memory_bytes: int = DEFAULT_MEMORY_BYTES,
                  max_scans: int = 4, idle_timeout: float = 30.0, rcvhwm: int = DEFAULT_HWM,
                  pending_max: int = 256, apply_pixel_mask: bool = False,
+                 decode_threads: int = 0,
                  on_start: Optional[Callable[[Start], Any]] = None,
                  on_end: Optional[Callable[[End], Any]] = None,
                  on_close: Optional[Callable[[ScanReport], Any]] = None,
@@ -116,6 +121,11 @@ class StreamV2Receiver(SocketLoop):
         self._sock.setsockopt(zmq.RCVHWM, rcvhwm)
         self._sock.setsockopt(zmq.LINGER, 0)
         self._connected = False
+        self._pool: Any = None
+        if decode_threads > 0:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(decode_threads, thread_name_prefix="v2-decode")
 
     def connect(self) -> None:
         """Connect to the detector (ZeroMQ retries until it is there)."""
@@ -130,9 +140,17 @@ class StreamV2Receiver(SocketLoop):
         if not self._connected:
             self.connect()
 
+    def close(self) -> None:
+        """Close the socket and stop the decode threads."""
+        super().close()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
     def _read(self, max_messages: int) -> int:
         zmq, sock = self._zmq, self._sock
         n = 0
+        batch: List[Any] = []
         while n < max_messages:
             try:
                 parts = [sock.recv(zmq.NOBLOCK, copy=False)]
@@ -145,21 +163,55 @@ class StreamV2Receiver(SocketLoop):
                 self.assembler.reject(Reason.MALFORMED, f"Stream V2 message of {len(parts)} "
                                       "parts, expected 1")
                 continue
-            self.handle(parts[0].buffer)
+            if self._pool is None:
+                self.handle(parts[0].buffer)
+            else:
+                batch.append(self._decode(parts[0].buffer))
+        if batch:
+            self._handle_batch(batch)
         return n
 
     # ---- messages ----
     def handle(self, buf: Any) -> None:
         """Decode and apply one message (bytes); rejections are counted, never raised."""
+        msg = self._decode(buf)
+        if msg is not None:
+            self._apply(msg)
+
+    def _decode(self, buf: Any) -> Any:
         try:
-            msg = decode_message(buf)
+            return decode_message(buf)
         except ProtocolError as e:
             self.assembler.reject(e.reason, e.detail)
-            return
         except Exception as e:    # a decoder's bug must not end the job: name it
             self.assembler.reject(Reason.MALFORMED, f"Stream V2 message does not decode "
                                   f"({type(e).__name__}: {e})")
-            return
+        return None
+
+    def _handle_batch(self, msgs: List[Any]) -> None:
+        """Decode the kept channel's payloads of a batch on the decode threads (the
+        decompressors release the GIL), then apply the messages in arrival order. A
+        payload that fails there goes on encoded: applying it rejects it as usual."""
+        assert self._pool is not None
+        futures: Dict[int, Any] = {}
+        for i, m in enumerate(msgs):
+            if isinstance(m, Image):
+                ch = m.data.get(self._channel.get(m.key, ""))
+                if ch is not None and ch.encoding != "raw":
+                    futures[i] = self._pool.submit(_predecode, ch)
+        for i, m in enumerate(msgs):
+            if m is None:
+                continue
+            f = futures.get(i)
+            if f is not None:
+                raw = f.result()
+                if raw is not None:
+                    c = self._channel[m.key]
+                    ch = m.data[c]
+                    m.data[c] = ChannelImage(ch.shape, ch.dtype, "raw", raw)
+            self._apply(m)
+
+    def _apply(self, msg: Any) -> None:
         if isinstance(msg, Image):
             self._image(msg)
         elif isinstance(msg, Start):
@@ -357,6 +409,21 @@ class StreamV2Receiver(SocketLoop):
 
 
 Key = Tuple[str, int]
+
+
+def _predecode(ch: ChannelImage) -> Optional[bytes]:
+    """A decode thread: the payload decoded (checked against the shape), or None."""
+    from stager.stream.codecs import bslz4_decode, decoded_size, lz4_decode
+
+    want = ch.shape[0] * ch.shape[1] * int(ch.dtype[-1])
+    try:
+        if decoded_size(ch.payload) != want:
+            return None
+        out = (lz4_decode(ch.payload) if ch.encoding == "lz4"
+               else bslz4_decode(ch.payload, int(ch.dtype[-1])))
+    except Exception:
+        return None
+    return out if len(out) == want else None
 
 
 def _key_name(key: Key) -> str:

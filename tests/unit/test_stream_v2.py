@@ -601,3 +601,33 @@ def test_job_rejections_reach_the_live_progress_and_the_watch_line():
     text = _rejections_line(summary, "/out")
     assert text.startswith("job: 7 messages rejected (malformed_header 3, unknown_scan 4)")
     assert "series-9-X (3 images, 1 ends)" in text and "/out/rejections.json" in text
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("threads", [0, 2])
+def test_decode_threads_give_the_same_frames_and_rejections(threads):
+    """Payloads decoded on threads: the same frames, the same rejections (a corrupt copy,
+    a duplicate) as on the receiving thread, over a real socket."""
+    from stager.stream.codecs import bslz4_encode as enc
+
+    imgs = [(np.arange(64).reshape(8, 8) * (i + 1)).astype("<u2") for i in range(30)]
+    with StreamV2Simulator(sndhwm=1000) as sim:
+        rxs, ths, got, reports = serve_v2(sim, idle_timeout=20, decode_threads=threads)
+        time.sleep(0.3)
+        ths[0].start()
+        sim.send(encode_start(12, "T", 30, (8, 8)))
+        for i, a in enumerate(imgs):
+            m = encode_image(12, "T", i, {"threshold_1": a}, "lz4" if i % 2 else "bslz4")
+            if i == 4:
+                sim.send(_corrupt(m, enc(a)))
+            sim.send(m)
+            if i == 9:
+                sim.send(m)
+        sim.send(encode_end(12, "T"))
+        ths[0].join(60)
+        rxs[0].close()
+    (rep,) = reports[0]
+    assert rep.ok and sorted(got) == list(range(30))
+    assert all(np.array_equal(got[i], imgs[i]) for i in got)
+    assert rep.rejected["duplicate"] == 1 and \
+        rep.rejected["corrupt_payload"] + rep.rejected["wrong_payload_size"] == 1
