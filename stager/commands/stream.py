@@ -71,7 +71,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "received closes a series here")
     r.add_argument("--v2-decode-threads", type=int, default=0, metavar="N",
                    help="Stream V2: decode payloads on N threads per receiver, off the "
-                        "receiving thread (default 0; --receivers-per-node also scales)")
+                        "receiving thread (default 0; --receivers-per-node scaled better "
+                        "where measured)")
     r.add_argument("--v2-pixel-mask", action="store_true",
                    help="Stream V2: zero the pixels the start's pixel_mask marks before the "
                         "analysis (needs SIMPLON header_detail all)")
