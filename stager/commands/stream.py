@@ -69,7 +69,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "(%%n = node), recorded for stager verify/clean/drain")
     r.add_argument("--local", metavar="DIR", help="node-local directory for outputs before "
                    "the drain (%%n = node; default /tmp/mpistage-stream-UID-PID/%%n)")
-    r.add_argument("--v2-grace", metavar="S", help="default 1")
+    r.add_argument("--v2-grace", metavar="S",
+                   help="Stream V2: seconds without images before an end another client "
+                        "received closes a series here (default 1)")
+    r.add_argument("--v2-decode-threads", metavar="N",
+                   help="Stream V2: decode payloads on N threads per receiver, off the "
+                        "receiving thread (default 0; --receivers-per-node scaled better "
+                        "where measured)")
+    r.add_argument("--v2-pixel-mask", action="store_true", default=None,
+                   help="Stream V2: zero the pixels the start's pixel_mask marks before the "
+                        "analysis (needs SIMPLON header_detail all)")
     r.add_argument("--hwm", metavar="N",
                    help="ZeroMQ receive high-water mark (messages per producer, default 100)")
     r.add_argument("--outbox", type=float, metavar="MiB",
@@ -164,6 +173,7 @@ def _receive(args: argparse.Namespace) -> int:
             close_wait=args.close_wait, timeout=args.timeout,
             allow_loss=args.allow_loss, live_interval=args.live_interval,
             spill=args.spill, stream2=args.stream2, v2_grace=args.v2_grace,
+            v2_pixel_mask=args.v2_pixel_mask, v2_decode_threads=args.v2_decode_threads,
             analysis=args.analysis, analysis_options=_analysis_options(args),
             rcvhwm=args.hwm, outbox_bytes=_mib(args.outbox),
             insecure=args.insecure, authorized_keys=args.authorized_keys,
@@ -186,9 +196,11 @@ def _receive(args: argparse.Namespace) -> int:
         if sec.get("warning"):
             print(f"stager stream: WARNING: {sec['warning']}", file=sys.stderr, flush=True)
 
+    rejections: Dict[str, Any] = {}
     try:
         job = job_of(args, comm)
-        outcomes = receive_scans(comm, opts, job=job, on_written=drain, on_ready=ready)
+        outcomes = receive_scans(comm, opts, job=job, on_written=drain, on_ready=ready,
+                                 on_rejections=rejections.update)
     except ValueError as e:
         if comm.rank == 0:
             print(f"stager stream receive: {e}", file=sys.stderr)
@@ -207,11 +219,28 @@ def _receive(args: argparse.Namespace) -> int:
         if len(outcomes) < opts.scans:
             print(f"stager stream receive: {len(outcomes)} of {opts.scans} scan(s) served "
                   "before the timeout", file=sys.stderr)
+        if rejections:
+            print(_rejections_line(rejections, opts.out), flush=True)
     # Only rank 0 says how the job went. A rank that left with a non-zero code before rank 0
     # had written the reports made mpirun kill rank 0 mid-write ("1 process returned a
     # non-zero exit code ... the job has been aborted"): the scan's report was lost.
     status = exit_status([o.report for o in outcomes], opts.scans, opts.allow_loss)
     return status if comm.rank == 0 else 0
+
+
+def _rejections_line(job: Dict[str, Any], out: str) -> str:
+    """The job's summary of every rejected message (tied to a scan or not)."""
+    n = job.get("rejected", 0)
+    line = f"job: {n} messages rejected"
+    if n:
+        line += " (" + ", ".join(f"{k} {v}" for k, v in job["by_reason"].items()) + ")"
+        if job.get("examples"):
+            line += f"; e.g. {job['examples'][0]}"
+    never = job.get("series_never_started") or {}
+    if never:
+        line += "; series that never started: " + ", ".join(
+            f"{s} ({d['images']} images, {d['ends']} ends)" for s, d in never.items())
+    return line + f" -> {os.path.join(out, 'rejections.json')}"
 
 
 def _endpoint(source: str) -> Tuple[str, Optional[str], Optional[str]]:
@@ -263,6 +292,9 @@ def _watch(args: argparse.Namespace) -> int:
                     _write_png(args.png, last)
                     want["png"] = False
                 continue
+            if msg.job:     # the job's rejections: a line, no image
+                print(_line(msg, prev), flush=True)
+                continue
             last = msg
             print(_line(msg, prev), flush=True)
             if want["png"] or (args.once and args.png and msg.valid.any()):
@@ -290,6 +322,8 @@ def _write_png(path: Optional[str], msg: Any) -> None:
 
 def _line(msg: Any, prev: Dict[str, Any]) -> str:
     p = msg.progress
+    if getattr(msg, "job", False):     # the job's rejections, no scan
+        return _why(p)[2:-1] or "job: nothing rejected"
     t = msg.header.get("t", time.time())
     old = prev.get(msg.scan)
     fps = gbs = 0.0
@@ -302,5 +336,26 @@ def _line(msg: Any, prev: Dict[str, Any]) -> str:
             f"{p.get('incomplete', 0)} incomplete, {p.get('not_arrived', 0)} "
             f"{'missing' if msg.final else 'not arrived'}, {fps:.0f} frames/s, {gbs:.3f} GB/s, "
             f"last frame {'-' if idle is None else f'{idle:.1f} s'} ago, "
-            f"{p.get('rejected', 0)} rejected, {p.get('refused', 0)} connections refused"
-            f"{' [final]' if msg.final else ''}")
+            f"{p.get('rejected', 0)} rejected{_why(p)}, {p.get('refused', 0)} connections "
+            f"refused{' [final]' if msg.final else ''}")
+
+
+def _why(p: Dict[str, Any]) -> str:
+    """Rejections by reason with an example, and the job's (any scan or none)."""
+    parts = []
+    by = p.get("rejected_by_reason") or {}
+    if by:
+        parts.append(", ".join(f"{k} {v}" for k, v in sorted(by.items())))
+    if p.get("rejection_example"):
+        parts.append(f"e.g. {p['rejection_example']}")
+    job = p.get("job_rejected") or {}
+    if job.get("total"):
+        text = f"job: {job['total']} rejected (" + ", ".join(
+            f"{k} {v}" for k, v in job.get("by_reason", {}).items()) + ")"
+        if job.get("examples"):
+            text += f" e.g. {job['examples'][0]}"
+        parts.append(text)
+    if job.get("held_before_start"):
+        parts.append("held before their start: " + ", ".join(
+            f"{s} {n}" for s, n in sorted(job["held_before_start"].items())))
+    return f" [{'; '.join(parts)}]" if parts else ""

@@ -32,6 +32,12 @@ __all__ = ["ScanReport", "ranges"]
 MAX_EXAMPLES = 20
 
 
+def _runs(indices: np.ndarray, most: int = 8) -> str:
+    rs = ranges(indices)
+    text = ", ".join(str(a) if b == a + 1 else f"{a}-{b - 1}" for a, b in rs[:most])
+    return text + (", ..." if len(rs) > most else "")
+
+
 def ranges(indices: np.ndarray) -> List[Tuple[int, int]]:
     """Sorted integer indices as half-open runs ``[(start, stop), ...]``."""
     idx = np.asarray(indices, dtype=np.int64)
@@ -73,6 +79,9 @@ class ScanReport:
         Connection attempts refused (ZAP or handshake: never data) while this scan was
         open at this receiver, or before it, since the previous scan closed, by reason
         (:data:`stager.stream.security.REASONS`).
+    duplicates_across : int
+        Frames accepted by two receivers (found when their reports merge; also
+        counted in ``rejected["duplicate"]``).
     buffer_bytes : int
         Partition memory the assembler allocated for this scan (its high-water mark).
     ended_by : str
@@ -95,6 +104,7 @@ class ScanReport:
     examples: List[str] = field(default_factory=list)
     evicted_partitions: int = 0
     refused: Counter = field(default_factory=Counter)
+    duplicates_across: int = 0
     buffer_bytes: int = 0
     ended_by: str = "end"
     first_message: float = 0.0
@@ -165,6 +175,17 @@ class ScanReport:
         if other.geometry != self.geometry:
             raise ValueError(f"cannot merge reports of {self.geometry} and {other.geometry}")
         order = ("end", "timeout", "stopped")
+        rejected = self.rejected + other.rejected
+        examples = self.examples + other.examples
+        # The same sector accepted by two receivers: a source that sent it twice (Stream
+        # V2 deals each image to one client). Counted and named; both copies decoded.
+        both = np.flatnonzero((self.got & other.got).any(axis=1)
+                              & self.expected & other.expected)
+        if both.size:
+            rejected["duplicate"] += int(both.size)
+            examples.append(f"duplicate: scan {self.scan} frame(s) "
+                            f"{_runs(both)} accepted by two receivers (the source sent "
+                            "them twice; counted once)")
         return ScanReport(
             geometry=self.geometry, expected=self.expected | other.expected,
             got=self.got | other.got, receivers=self.receivers + other.receivers,
@@ -173,11 +194,13 @@ class ScanReport:
             sent=self.sent + other.sent, ends_uncounted=self.ends_uncounted + other.ends_uncounted,
             received_data=self.received_data + other.received_data,
             accepted_bytes=self.accepted_bytes + other.accepted_bytes,
-            rejected=self.rejected + other.rejected,
+            rejected=rejected,
             rejected_unattributed=self.rejected_unattributed + other.rejected_unattributed,
-            examples=(self.examples + other.examples)[:MAX_EXAMPLES],
+            examples=examples[:MAX_EXAMPLES],
             evicted_partitions=self.evicted_partitions + other.evicted_partitions,
             refused=self.refused + other.refused,
+            duplicates_across=self.duplicates_across + other.duplicates_across
+            + int(both.size),
             buffer_bytes=max(self.buffer_bytes, other.buffer_bytes),
             ended_by=max(self.ended_by, other.ended_by, key=order.index),
             first_message=min(self.first_message, other.first_message),
@@ -203,6 +226,7 @@ class ScanReport:
                          "sent": self.sent, "lost_in_transport": self.lost_in_transport,
                          "ends": [self.ends_received, self.ends_expected],
                          "rejected": dict(sorted((str(k), v) for k, v in self.rejected.items())),
+                         "duplicates_across_receivers": self.duplicates_across,
                          "rejected_unattributed": dict(sorted(
                              (str(k), v) for k, v in self.rejected_unattributed.items()))},
             "connections_refused": dict(sorted((str(k), v) for k, v in self.refused.items())),
@@ -220,9 +244,17 @@ class ScanReport:
         """One line for a log: counts and what went wrong."""
         d = self.to_dict()
         rej = sum(self.rejected.values())
+        out = sum(self.rejected_unattributed.values())
         s = (f"scan {self.scan}: {d['frames_complete']}/{d['frames_expected']} frames complete, "
              f"{d['frames_incomplete']} incomplete, {d['frames_missing']} missing, "
-             f"{rej} messages rejected, ended by {self.ended_by}")
+             f"{rej + out} messages rejected")
+        if rej + out:
+            why = self.rejected + self.rejected_unattributed
+            s += " (" + ", ".join(f"{k} {v}" for k, v in sorted(why.items()))
+            if out:
+                s += f"; {out} naming no open scan, while this one was open"
+            s += ")"
+        s += f", ended by {self.ended_by}"
         lost = self.lost_in_transport
         if lost:
             s += f", {lost} messages lost in transport"

@@ -319,8 +319,15 @@ class Assembler:
         if len(st.ends) >= st.report.ends_expected:
             self.close(e.scan, "end")
 
-    def data(self, d: Data, payload: Any) -> None:
-        """One sector: check it, decode it into its partition, deliver when complete."""
+    def data(self, d: Data, payload: Any, where: Optional[str] = None) -> None:
+        """One sector: check it, decode it into its partition, deliver when complete.
+
+        A sector is committed (counted, its frame's row kept) only once its payload
+        decoded: a corrupt copy is rejected and leaves nothing behind, so a good
+        copy arriving later is kept, and a good copy is never overwritten (a
+        second one is rejected ``duplicate``). ``where`` names the message in
+        rejections (default ``scan S frame F sector K``).
+        """
         st = self._known(d.scan, f"data (frame {d.frame}, sector {d.sector})")
         if st is None:
             return
@@ -328,7 +335,7 @@ class Assembler:
         st.last = st.report.last_message = self.clock()
         st.report.received_data += 1
         f, s = d.frame, d.sector
-        where = f"scan {d.scan} frame {f} sector {s}"
+        where = where or f"scan {d.scan} frame {f} sector {s}"
         if f >= g.frames or s >= g.sectors:
             self.reject(Reason.OUT_OF_RANGE, f"{where}: the scan has {g.frames} frames of "
                         f"{g.sectors} sectors", d.scan)
@@ -343,7 +350,8 @@ class Assembler:
                         f"holds rows [{r0}, {r1}]", d.scan)
             return
         if st.report.got[f, s]:
-            self.reject(Reason.DUPLICATE, f"{where} arrived twice", d.scan)
+            self.reject(Reason.DUPLICATE, f"{where} arrived twice (the first copy is kept)",
+                        d.scan)
             return
         place = self._place(st, f)
         if place is None:
@@ -354,8 +362,11 @@ class Assembler:
         try:
             decode_into(d.encoding, payload, st.pool[op.slot][row, r0:r1])
         except CodecError as e:
+            # routing any: the row was only proposed (see _place); nothing to undo
             self.reject(e.reason, f"{where}: {e.detail}", d.scan)
             return
+        if self.routing == "any":
+            self._commit_any(st, op, row, f)
         st.report.got[f, s] = True
         st.bytes += (r1 - r0) * g.shape[1] * g.itemsize
         n = st.nsect[f] = st.nsect[f] + 1
@@ -382,21 +393,26 @@ class Assembler:
                                                                 dtype=np.int64)
             op = self._open(st, key, frames, n * S)
             return op, row
+        # Routing any: propose the next free row; _commit_any takes it only after the
+        # payload decoded, so a corrupt copy leaves no reserved, zeroed row behind.
         if f in st.placed:
             key, row = st.placed[f]
             op = st.open.get(key)
             return None if op is None else (op, row)
         op = st.open.get(st.next_key)
         if op is None:
-            n = min(K, st.local - len(st.placed))
-            op = self._open(st, st.next_key, np.full(max(n, 1), -1, np.int64), max(n, 1) * S)
-        row = op.filled
+            n = min(K, max(st.local - len(st.placed), 1))
+            op = self._open(st, st.next_key, np.full(n, -1, np.int64), n * S)
+        return op, op.filled
+
+    def _commit_any(self, st: _Scan, op: _Open, row: int, f: int) -> None:
+        if f in st.placed:
+            return
         op.frames[row] = f
         op.filled += 1
         st.placed[f] = (op.key, row)
         if op.filled == len(op.frames):
             st.next_key += 1
-        return op, row
 
     def _open(self, st: _Scan, key: int, frames: np.ndarray, remaining: int) -> _Open:
         if not st.free:

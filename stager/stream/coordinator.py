@@ -69,6 +69,11 @@ class Coordinator:
         self.order: List[str] = []            # finalize order
         self.finalized: List[str] = []
         self.heard: Dict[int, float] = {}     # rank -> last time heard (rank 0's clock)
+        # receiver -> (rejections by reason, examples) since the job started, any scan
+        # or none: messages naming no open scan (garbage, a series that never started)
+        # are counted here only
+        self.job_rejects: Dict[int, Tuple[Dict[str, int], List[str]]] = {}
+        self.held: Dict[int, Dict[str, int]] = {}   # receiver -> series -> messages held
 
     # ---- input ----
     def _state(self, g: ScanGeometry) -> ScanState:
@@ -95,6 +100,29 @@ class Coordinator:
         st.snap_idle[receiver] = (max(0.0, report.closed_at - report.last_message), now)
         if st.first_closed is None:
             st.first_closed = now
+
+    def rejections(self, receiver: int, counts: Dict[str, int], examples: List[str],
+                   held: Optional[Dict[str, int]] = None) -> None:
+        """Every rejection at ``receiver`` so far, and the Stream V2 messages it holds
+        for series whose start it does not know (from its heartbeat)."""
+        self.job_rejects[receiver] = (dict(counts), list(examples))
+        self.held[receiver] = dict(held or {})
+
+    def job_rejections(self) -> Dict[str, Any]:
+        """Rejections of the whole job so far: total, by reason, examples."""
+        total: Dict[str, int] = {}
+        examples: List[str] = []
+        for r in sorted(self.job_rejects):
+            counts, ex = self.job_rejects[r]
+            for k, v in counts.items():
+                total[k] = total.get(k, 0) + int(v)
+            examples.extend(f"receiver {r}: {e}" for e in ex[:5])
+        held: Dict[str, int] = {}
+        for h in self.held.values():
+            for series, n in h.items():
+                held[series] = held.get(series, 0) + n
+        return {"total": sum(total.values()), "by_reason": dict(sorted(total.items())),
+                "examples": examples[:20], "held_before_start": held}
 
     def live(self, scan: str, partial: Any, merge: Any) -> None:
         """A live delta of ``scan`` (merged into what rank 0 holds)."""
@@ -161,7 +189,12 @@ class Coordinator:
                 "incomplete": int((exp & (n > 0) & (n < S)).sum()),
                 "not_arrived": int((exp & (n == 0)).sum()), "bytes": int(rep.accepted_bytes
                                                                        or _bytes(rep)),
-                "rejected": int(sum(rep.rejected.values())),
+                "rejected": int(sum(rep.rejected.values())
+                                + sum(rep.rejected_unattributed.values())),
+                "rejected_by_reason": {str(k): int(v) for k, v in
+                                       (rep.rejected + rep.rejected_unattributed).items()},
+                "rejection_example": rep.examples[0] if rep.examples else None,
+                "job_rejected": self.job_rejections(),
                 "refused": int(sum(rep.refused.values())),
                 "idle_s": None if idle is None else round(idle, 3),
                 "receivers_closed": len(st.closed), "receivers": self.roles.count,

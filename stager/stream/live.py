@@ -190,6 +190,16 @@ class LivePublisher:
             write_snapshot(base + ".h5", imgs, valid, attrs)
             _replace(base + ".png", render_png(imgs, valid))
 
+    def publish_job(self, progress: Dict[str, Any]) -> None:
+        """A message about the job, not a scan (``scan`` empty, ``job`` true, no images):
+        its rejections and held messages, also while no scan is open. No files."""
+        import msgpack
+
+        header = {"scan": "", "job": True, "t": time.time(), "final": False,
+                  "progress": progress, "images": []}
+        self._sock.send_multipart([TOPIC, msgpack.packb(header), b""], copy=False)
+        self.published += 1
+
     def close(self) -> None:
         self._sock.close(linger=0)
 
@@ -205,6 +215,7 @@ class LiveMessage:
         self.progress: Dict[str, Any] = header.get("progress", {})
         self.images = images
         self.valid = valid
+        self.job: bool = bool(header.get("job"))
 
     @classmethod
     def decode(cls, parts: List[bytes]) -> LiveMessage:

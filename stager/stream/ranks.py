@@ -115,6 +115,7 @@ class RankLoop:
         self.next_publish = now + options.live_interval
         self.first_frame: Optional[float] = None
         self._closing = False
+        self._job_published: Any = None
 
     # ---- sending (non-blocking, requests kept until complete) ----
     def _isend(self, obj: Any, dest: int, tag: int) -> None:
@@ -286,9 +287,11 @@ class RankLoop:
         elif tag == TAG_CTRL:
             kind = msg[0]
             if kind == "hb":
-                _, r, snaps = msg
+                _, r, snaps, rejects = msg
                 for rep, idle in snaps:
                     self.coord.snapshot(r, rep, idle, now)
+                if rejects is not None:
+                    self.coord.rejections(r, *rejects)
             elif kind == "closed":
                 _, r, rep = msg
                 self.coord.closed(r, rep, now)
@@ -299,17 +302,23 @@ class RankLoop:
             return
         self.next_heartbeat = now + self.o.heartbeat
         snaps = []
+        rejects = None
         if self.socket is not None:
-            prog = self.socket.assembler.progress()
-            for scan, st in self.socket.assembler.scans.items():
+            asm = self.socket.assembler
+            prog = asm.progress()
+            for scan, st in asm.scans.items():
                 snaps.append((st.report, prog[scan]["idle_s"]))
+            held = self.socket.held() if hasattr(self.socket, "held") else {}
+            rejects = (dict(asm.rejected), list(asm.examples), held)
         if self.rank == 0:
             assert self.coord is not None
             self.coord.heard_from(0, now)
             for rep, idle in snaps:
                 self.coord.snapshot(self.index or 0, rep, idle, now)
+            if rejects is not None:
+                self.coord.rejections(self.index or 0, *rejects)
         else:
-            self._isend(("hb", self.index, snaps), 0, TAG_CTRL)
+            self._isend(("hb", self.index, snaps, rejects), 0, TAG_CTRL)
 
     # ---- rank 0: decisions and live publishing ----
     def _coordinate(self, now: float, deadline: Optional[float]) -> None:
@@ -318,6 +327,7 @@ class RankLoop:
             self.next_publish = now + self.o.live_interval
             for scan in self.coord.open_scans():
                 self.publish(scan, now)
+            self._publish_job()
         if deadline is not None and now >= deadline and not self._closing:
             self._closing = True
             for r in range(self.comm.size):
@@ -335,6 +345,17 @@ class RankLoop:
             self._handle(dest, TAG_FIN, msg)
         else:
             self._isend(msg, dest, TAG_FIN)
+
+    def _publish_job(self) -> None:
+        """The job's rejections and held messages, when they changed: seen by viewers
+        also while no scan is open (garbage, a series that never starts)."""
+        assert self.coord is not None
+        job = self.coord.job_rejections()
+        state = (job["total"], sorted(job["held_before_start"].items()))
+        if self.publisher is not None and state != self._job_published \
+                and (job["total"] or job["held_before_start"]):
+            self._job_published = state
+            self.publisher.publish_job({"job_rejected": job})
 
     def publish(self, scan: str, now: float, final: bool = False, partial: Any = None) -> None:
         assert self.coord is not None

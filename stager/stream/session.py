@@ -87,6 +87,12 @@ class SessionOptions:
         Receive DECTRIS Stream V2 from this endpoint instead of the native protocol.
     v2_grace : float
         Stream V2: seconds without images before a shared ``end`` closes a series.
+    v2_decode_threads : int
+        Stream V2: threads per receiver that decode payloads off the receiving
+        thread (0: none).
+    v2_pixel_mask : bool
+        Stream V2: zero the pixels the start's ``pixel_mask`` marks in every frame
+        before the analysis sees it (needs SIMPLON ``header_detail: all``).
     analysis : str, optional
         ``pkg.module:NAME`` or ``FILE.py[:NAME]`` (default: the per-frame sum).
     analysis_options : dict or list of dict
@@ -129,6 +135,8 @@ class SessionOptions:
     spill: Optional[str] = None
     stream2: Optional[str] = None
     v2_grace: float = 1.0
+    v2_pixel_mask: bool = False
+    v2_decode_threads: int = 0
     analysis: Optional[str] = None
     analysis_options: Any = field(default_factory=dict)
     heartbeat: float = 0.25
@@ -174,6 +182,8 @@ class SessionOptions:
                 raise ValueError(f"{name} must be positive")
         if self.timeout is not None and self.timeout <= 0:
             raise ValueError("--timeout must be positive")
+        if self.v2_decode_threads < 0:
+            raise ValueError(f"--v2-decode-threads must be >= 0, got {self.v2_decode_threads}")
         if self.credit < 1 or self.batch < 1:
             raise ValueError("credit and batch must be >= 1")
         if self.spill is not None and not os.path.isabs(self.spill.replace("%n", "x")):
@@ -222,7 +232,7 @@ _SESSION_PARSERS: Dict[str, Callable[[Any, str], Any]] = {
     "close_wait": _POSITIVE, "live_interval": _POSITIVE, "heartbeat": _POSITIVE,
     "v2_grace": _POSITIVE, "allow_loss": _number(0), "analysis_options": _mapping,
     "insecure": parse_bool, "rendezvous_mode": _octal, "handshake_timeout": _POSITIVE,
-    "io_threads": _INT1,
+    "io_threads": _INT1, "v2_pixel_mask": parse_bool, "v2_decode_threads": parse_int(0),
 }
 #: The receiving job's options, each once: keyword > ``STAGER_STREAM_<NAME>`` > default
 #: (``analysis_options`` only as a keyword).
@@ -314,7 +324,9 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
                   node_id_env: Optional[str] = None,
                   on_written: Optional[Callable[[Any, str, str], None]] = None,
                   on_ready: Optional[Callable[[Dict[str, Any]], None]] = None,
-                  job: Optional[Job] = None) -> List[ScanOutcome]:
+                  job: Optional[Job] = None,
+                  on_rejections: Optional[Callable[[Dict[str, Any]], None]] = None
+                  ) -> List[ScanOutcome]:
     """Collective over `comm`: every rank must call. Receive ``options.scans`` scans.
 
     Parameters
@@ -332,6 +344,10 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
         Rank 0: called after the rendezvous file is written (endpoints, roles).
     job : stager.mpi.job.Job, optional
         The job's node layout, made once; without it one is made here.
+    on_rejections : callable(dict), optional
+        Rank 0: called at the end with every message the receivers rejected during
+        the job (tied to a scan or not; Stream V2 series that never started),
+        also written to ``<out>/rejections.json``.
 
     Returns
     -------
@@ -425,6 +441,9 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
             if old is not None:
                 old.__exit__(None, None, None)
         agree(fcomm, None, "receiving")
+        summary = _job_rejections(fcomm, loop, opts, outcomes)
+        if summary is not None and on_rejections is not None:
+            on_rejections(summary)
         return outcomes
     finally:
         if loop is not None and loop.socket is not None:
@@ -439,6 +458,51 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
         del MPI
 
 
+def _job_rejections(comm: Any, loop: Any, o: SessionOptions,
+                    outcomes: Sequence[ScanOutcome]) -> Optional[Dict[str, Any]]:
+    """Collective over `comm`: every rank must call. Every receiver's rejections of
+    the whole job (Stream V2: what is still held for series that never started is
+    rejected first), summed on rank 0 with the duplicates found only when the
+    scans' reports merged (a frame accepted by two receivers), and written to
+    ``<out>/rejections.json``. Returns the summary on rank 0, None elsewhere."""
+    mine = None
+    if loop.socket is not None:
+        never = loop.socket.never_started() if hasattr(loop.socket, "never_started") else {}
+        asm = loop.socket.assembler
+        mine = (loop.index, dict(asm.rejected), list(asm.examples), never)
+    got = comm.gather(mine, root=0)
+    if comm.rank != 0:
+        return None
+    total: Dict[str, int] = {}
+    examples: List[str] = []
+    never_started: Dict[str, Dict[str, int]] = {}
+    for item in got:
+        if item is None:
+            continue
+        r, counts, ex, never = item
+        for k, v in counts.items():
+            total[str(k)] = total.get(str(k), 0) + int(v)
+        examples.extend(f"receiver {r}: {e}" for e in ex)
+        for series, d in never.items():
+            acc = never_started.setdefault(series, {"images": 0, "ends": 0})
+            for k, v in d.items():
+                acc[k] += v
+    across = sum(out.report.duplicates_across for out in outcomes)
+    if across:
+        total["duplicate"] = total.get("duplicate", 0) + across
+        examples.extend(e for out in outcomes for e in out.report.examples
+                        if "accepted by two receivers" in e)
+    summary = {"rejected": sum(total.values()), "by_reason": dict(sorted(total.items())),
+               "examples": examples[:40], "series_never_started": never_started}
+    try:
+        os.makedirs(o.out, exist_ok=True)
+        localfs.write_bytes_atomic(os.path.join(o.out, "rejections.json"),
+                                   (json.dumps(summary, indent=1) + "\n").encode(), mode=0o644)
+    except OSError as e:   # the scans are written; say so rather than fail the job
+        summary["write_error"] = f"{o.out}/rejections.json: {e}"
+    return summary
+
+
 def _make_socket(loop: Any, o: SessionOptions, index: int, count: int, sec: Any = None) -> str:
     def kfn(g: Any) -> int:
         if o.partition_frames:
@@ -451,6 +515,8 @@ def _make_socket(loop: Any, o: SessionOptions, index: int, count: int, sec: Any 
         v2 = StreamV2Receiver(loop.deliver, o.stream2, partition_frames=kfn,
                                 memory_bytes=o.memory_bytes, idle_timeout=o.idle_timeout,
                                 rcvhwm=o.rcvhwm, on_close=loop.on_close,
+                                apply_pixel_mask=o.v2_pixel_mask,
+                                decode_threads=o.v2_decode_threads,
                                 on_start=lambda s: loop.share_v2("v2start", s),
                                 on_end=lambda e: loop.share_v2("v2end", e),
                                 security=sec, source=_v2_source(o.bind_host))
@@ -529,7 +595,8 @@ def _finalize(comm: Any, layout: Any, roles: Any, loop: Any, analysis: Any,
                 merged = merged.compact()
             os.makedirs(local_dir, mode=0o700, exist_ok=True)
             h5 = os.path.join(local_dir, f"{scan}.h5")
-            size = write_scan(h5, analysis, merged, report)
+            start = getattr(loop.socket, "starts_by_scan", {}).get(scan)
+            size = write_scan(h5, analysis, merged, report, detector=_detector(start, loop, o))
             pub = loop.publisher
             first_live = pub.first_published.get(scan) if pub is not None else None
             timing = {"merge_s": round(t_merge - t0, 4),
@@ -548,6 +615,8 @@ def _finalize(comm: Any, layout: Any, roles: Any, loop: Any, analysis: Any,
                           "served": scan_ok(report, o.allow_loss),
                           "security": sec.describe() if sec is not None else None})
             loop.publish(scan, time.monotonic(), final=True, partial=merged)
+    if loop.socket is not None and hasattr(loop.socket, "forget"):
+        loop.socket.forget(scan)        # Stream V2: the start's arrays are written
     if on_written is not None:
         on_written(comm, scan, os.path.join(o.local, scan))
     if comm.rank == 0:
@@ -556,6 +625,15 @@ def _finalize(comm: Any, layout: Any, roles: Any, loop: Any, analysis: Any,
     out = bcast_result(comm, lambda: ScanOutcome(scan, report, scan_ok(report, o.allow_loss),
                                                  files, timing))
     return out
+
+
+def _detector(start: Any, loop: Any, o: SessionOptions) -> Optional[Dict[str, Any]]:
+    """Stream V2: what the series' start says of the detector, for ``/detector``."""
+    if start is None:
+        return None
+    channel = loop.socket._channel.get(start.key) if loop.socket is not None else None
+    applied = bool(loop.socket is not None and loop.socket.masked(start.scan))
+    return {"start": start, "channel": channel, "pixel_mask_applied": applied}
 
 
 def _remove_empty_parents(local_dir: str, template: str) -> None:

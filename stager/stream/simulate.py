@@ -263,19 +263,32 @@ class StreamV2Simulator:
         self._sock.send(message, copy=False)
         self.sent += 1
 
+    def send_parts(self, parts: Sequence[bytes]) -> None:
+        """Send a multi-part ZeroMQ message (which Stream V2 never is: to test rejection)."""
+        self._sock.send_multipart(list(parts))
+        self.sent += 1
+
     def send_series(self, series_id: int, frames: Callable[[int], np.ndarray],
                     number_of_images: int, shape: Tuple[int, int],
                     image_dtype: str = "uint16", compression: Optional[str] = "bslz4",
                     channels: Sequence[str] = ("threshold_1",),
                     scan_shape: Optional[Tuple[int, int]] = None, rate: Optional[float] = None,
-                    withhold: FrozenSet[int] = frozenset(), send_end: bool = True) -> None:
-        """Send start, the images, end. Channel c of image i is ``frames(i) + c``."""
+                    withhold: FrozenSet[int] = frozenset(), send_end: bool = True,
+                    series_unique_id: Optional[str] = None, header_detail: str = "basic",
+                    **start: Any) -> None:
+        """Send start, the images, end. Channel c of image i is ``frames(i) + c``.
+
+        ``header_detail`` and ``start`` (``pixel_mask``, ``flatfield``,
+        ``countrate_table``, ``array_compression``) go to
+        :func:`~stager.stream.streamv2.encode_start`.
+        """
         from stager.stream.streamv2 import encode_end, encode_image, encode_start
 
-        uid = f"SIM{series_id:023d}"
+        uid = f"SIM{series_id:023d}" if series_unique_id is None else series_unique_id
         user = {"scan_shape": list(scan_shape)} if scan_shape else None
         self.send(encode_start(series_id, uid, number_of_images, shape, image_dtype,
-                               tuple(channels), user_data=user))
+                               tuple(channels), user_data=user, header_detail=header_detail,
+                               **start))
         t0 = time.perf_counter()
         for i in range(number_of_images):
             if i in withhold:

@@ -24,6 +24,7 @@ decodes them straight into frame memory. cbor2 is imported inside the functions.
 from __future__ import annotations
 
 import datetime as _dt
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Tuple
@@ -35,7 +36,8 @@ from stager.stream.errors import ProtocolError
 from stager.stream.protocol import Reason, ScanGeometry
 
 __all__ = ["MAGIC", "Start", "Image", "End", "ChannelImage", "decode_message",
-           "encode_start", "encode_image", "encode_end", "scan_name", "TYPED_ARRAY_TAGS"]
+           "encode_start", "encode_image", "encode_end", "scan_name", "series_key",
+           "TYPED_ARRAY_TAGS", "decode_array", "START_ARRAYS"]
 
 MAGIC = b"\xd9\xd9\xf7"
 SELF_DESCRIBE, MULTI_DIM, COMPRESSION = 55799, 40, 56500
@@ -49,9 +51,32 @@ _DTYPE_TAG = {v: k for k, v in TYPED_ARRAY_TAGS.items() if k != 68}
 IMAGE_DTYPES = {"uint8": "|u1", "uint16": "<u2", "uint32": "<u4"}
 
 
-def scan_name(series_id: int) -> str:
-    """The scan name a Stream V2 series gets in reports and files."""
-    return f"series-{series_id}"
+#: Start-message fields that hold arrays with SIMPLON ``header_detail: all``
+#: (``basic`` and ``none`` leave them out): channel -> 2-D array, or one typed array.
+START_ARRAYS = ("flatfield", "pixel_mask", "countrate_correction_lookup_table")
+_UID_KEEP = re.compile(r"[^A-Za-z0-9._-]")
+#: Largest array a start message may carry once decoded (a hostile size is refused
+#: before any memory is taken; a 16M-pixel float32 flatfield is 64 MiB).
+MAX_ARRAY_BYTES = 1 << 30
+#: Most images a series may announce (the loss accounting takes 4 bytes per image).
+MAX_IMAGES = 1 << 28
+
+
+def scan_name(series_id: int, series_unique_id: str = "") -> str:
+    """The scan name a Stream V2 series gets in reports and files.
+
+    ``series-<series_id>`` when the detector sends no ``series_unique_id``, else
+    ``series-<series_id>-<series_unique_id>`` (characters other than letters,
+    digits, ``.``, ``_``, ``-`` replaced by ``_``, cut to 100): a detector that
+    restarts its numbering does not overwrite an earlier series' files.
+    """
+    uid = _UID_KEEP.sub("_", series_unique_id)[:100]
+    return f"series-{series_id}-{uid}" if uid else f"series-{series_id}"
+
+
+def series_key(msg: Any) -> Tuple[str, int]:
+    """``(series_unique_id, series_id)`` of a Start, Image or End: what names a series."""
+    return (msg.series_unique_id, msg.series_id)
 
 
 @dataclass(frozen=True)
@@ -82,6 +107,30 @@ class Start:
     channels: Tuple[str, ...]
     fields: Dict[str, Any] = field(default_factory=dict, compare=False)
 
+    @property
+    def key(self) -> Tuple[str, int]:
+        return (self.series_unique_id, self.series_id)
+
+    @property
+    def scan(self) -> str:
+        return scan_name(self.series_id, self.series_unique_id)
+
+    def arrays(self, channel: Optional[str] = None) -> Dict[str, Any]:
+        """The start's arrays (``header_detail: all``), decoded: ``flatfield`` and
+        ``pixel_mask`` as channel -> 2-D array (only ``channel`` when given) and
+        ``countrate_correction_lookup_table`` as a 1-D array; absent ones left out."""
+        out: Dict[str, Any] = {}
+        for name in START_ARRAYS:
+            v = self.fields.get(name)
+            if isinstance(v, Mapping):
+                per = {str(c): a for c, a in v.items() if isinstance(a, np.ndarray)
+                       and (channel is None or c == channel)}
+                if per:
+                    out[name] = per
+            elif isinstance(v, np.ndarray):
+                out[name] = v
+        return out
+
     def geometry(self, scan_shape: Optional[Tuple[int, int]] = None,
                  dtype: Optional[str] = None) -> ScanGeometry:
         """The series as a scan: one producer, one sector per image.
@@ -93,11 +142,16 @@ class Start:
         if scan_shape is None and isinstance(ud, Mapping) and "scan_shape" in ud:
             scan_shape = tuple(ud["scan_shape"])  # type: ignore[assignment]
         dt = dtype or IMAGE_DTYPES.get(self.image_dtype or "")
+        if self.number_of_images > MAX_IMAGES:
+            raise ProtocolError(Reason.OUT_OF_RANGE, f"start of series {self.scan}: "
+                                f"number_of_images {self.number_of_images} is over "
+                                f"{MAX_IMAGES} (the accounting alone would take "
+                                f"{self.number_of_images * 4 >> 20} MiB)")
         if dt is None:
-            raise ProtocolError(Reason.MALFORMED, f"start of series {self.series_id}: "
+            raise ProtocolError(Reason.MALFORMED, f"start of series {self.scan}: "
                                 f"image_dtype {self.image_dtype!r} is not one of "
                                 f"{', '.join(IMAGE_DTYPES)}")
-        return ScanGeometry(scan=scan_name(self.series_id), producers=1,
+        return ScanGeometry(scan=self.scan, producers=1,
                             frames=self.number_of_images, sectors=1,
                             shape=(self.image_size_y, self.image_size_x), dtype=dt,
                             scan_shape=scan_shape or (1, self.number_of_images))
@@ -113,6 +167,10 @@ class Image:
     data: Dict[str, ChannelImage]
     fields: Dict[str, Any] = field(default_factory=dict, compare=False)
 
+    @property
+    def key(self) -> Tuple[str, int]:
+        return (self.series_unique_id, self.series_id)
+
 
 @dataclass(frozen=True)
 class End:
@@ -121,26 +179,119 @@ class End:
     series_id: int
     series_unique_id: str
 
+    @property
+    def key(self) -> Tuple[str, int]:
+        return (self.series_unique_id, self.series_id)
+
 
 # ---- decoding ----
 
 def _untag(v: Any) -> Any:
     """Skip tags in front of a value, as stream2.c does (``cbor_value_skip_tag``)."""
-    from cbor2 import CBORTag
-
+    CBORTag = _cbor_types()[1]
     while isinstance(v, CBORTag):
         v = v.value
     return v
 
 
-def _plain(v: Any) -> Any:
-    """Nested maps as plain dicts: cbor2 6 decodes nested maps to ``cbor2.frozendict``,
-    which does not pickle, and the start message travels to every receiver over MPI."""
+_SCALARS = frozenset((int, float, str, bool, bytes, type(None)))
+_CBOR_TYPES: Tuple[Any, ...] = ()
+
+
+def _cbor_types() -> Tuple[Any, ...]:
+    global _CBOR_TYPES
+    if not _CBOR_TYPES:
+        from cbor2 import CBORSimpleValue, CBORTag, undefined
+
+        _CBOR_TYPES = (CBORSimpleValue, CBORTag, undefined)
+    return _CBOR_TYPES
+
+
+def _plain(v: Any, what: str) -> Any:
+    """A field as plain Python and NumPy values, without a CBOR tag left anywhere.
+
+    The start message travels to every receiver over MPI (pickled): cbor2 6 decodes
+    nested maps to ``cbor2.frozendict`` and leaves unknown tags as ``CBORTag``,
+    neither of which pickles. Typed arrays (RFC 8746 tags 64-87, also compressed
+    with tag 56500) and multi-dimensional arrays (tag 40) become NumPy arrays
+    (``header_detail: all``: flatfield, pixel mask, count-rate table); any other
+    tag is skipped, as stream2.c does. ``what`` names the field in errors.
+
+    Raises
+    ------
+    ProtocolError
+        ``malformed_header`` naming the field when an array does not decode.
+    """
+    if type(v) in _SCALARS:     # most fields: nothing to do (this runs per image)
+        return v
+    CBORSimpleValue, CBORTag, undefined = _cbor_types()
+    if v is undefined:          # neither pickles: plain values
+        return None
+    if isinstance(v, CBORSimpleValue):
+        return int(v.value)
+    if isinstance(v, CBORTag):
+        if v.tag == MULTI_DIM or v.tag in TYPED_ARRAY_TAGS or v.tag == COMPRESSION:
+            return decode_array(v, what)
+        return _plain(v.value, what)
     if isinstance(v, Mapping):
-        return {k: _plain(x) for k, x in v.items()}
+        return {k: _plain(x, f"{what}.{k}") for k, x in v.items()}
     if isinstance(v, (list, tuple)):
-        return type(v)(_plain(x) for x in v)
+        return type(v)(_plain(x, f"{what}[{i}]") for i, x in enumerate(v))
     return v
+
+
+def decode_array(v: Any, what: str) -> np.ndarray:
+    """A typed array (tag 64-87 over a byte string or tag 56500), a tag 40 [dims,
+    typed array] (row-major, any rank), or a bare tag 56500 (bytes) -> a NumPy array.
+
+    Raises
+    ------
+    ProtocolError
+        ``malformed_header`` (or ``unknown_encoding``) naming ``what``.
+    """
+    CBORTag = _cbor_types()[1]
+
+    from stager.stream.errors import CodecError
+
+    dims: Optional[Tuple[int, ...]] = None
+    if isinstance(v, CBORTag) and v.tag == MULTI_DIM:
+        c = v.value
+        if not isinstance(c, Sequence) or len(c) != 2 or not isinstance(c[0], Sequence) \
+                or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
+                           for d in c[0]):
+            raise ProtocolError(Reason.MALFORMED, f"{what}: tag 40 must hold [dimensions, "
+                                "typed array]")
+        dims, v = tuple(int(d) for d in c[0]), c[1]
+    if isinstance(v, CBORTag) and v.tag in TYPED_ARRAY_TAGS:
+        dtype = np.dtype(TYPED_ARRAY_TAGS[v.tag])
+        encoding, payload = _bytes_item(v.value, dtype.itemsize, what)
+    elif isinstance(v, CBORTag) and v.tag == COMPRESSION and dims is None:
+        dtype = np.dtype("|u1")
+        encoding, payload = _bytes_item(v, 1, what)
+    else:
+        raise ProtocolError(Reason.MALFORMED, f"{what}: expected a typed array (tags 64-87 "
+                            "of RFC 8746, no half floats)")
+    try:
+        if encoding == "raw":
+            n = len(payload) // dtype.itemsize
+            if n * dtype.itemsize != len(payload):
+                raise CodecError("wrong_payload_size", f"{len(payload)} bytes is not a "
+                                 f"multiple of {dtype.itemsize}")
+        else:
+            from stager.stream.codecs import decoded_size
+
+            n = decoded_size(payload) // dtype.itemsize
+        if dims is not None and int(np.prod(dims, dtype=np.int64)) != n:
+            raise CodecError("wrong_payload_size", f"{n} elements, dimensions {list(dims)}")
+        if n * dtype.itemsize > MAX_ARRAY_BYTES:
+            raise CodecError("wrong_payload_size", f"{n * dtype.itemsize} bytes decoded, "
+                             f"more than {MAX_ARRAY_BYTES}")
+        out = np.empty(n, dtype)
+        decode_into(encoding, payload, out)
+    except CodecError as e:
+        raise ProtocolError(Reason.MALFORMED, f"{what}: {e.reason}: {e.detail}") from None
+    out = out.astype(dtype.newbyteorder("="), copy=False)
+    return out.reshape(dims) if dims is not None else out
 
 
 def _uint(m: Mapping, key: str, what: str) -> int:
@@ -160,7 +311,7 @@ def _text(m: Mapping, key: str, what: str, default: Optional[str] = None) -> str
 
 def _bytes_item(v: Any, itemsize: int, what: str) -> Tuple[str, bytes]:
     """A byte string or a DECTRIS compression tag -> (encoding, payload)."""
-    from cbor2 import CBORTag
+    CBORTag = _cbor_types()[1]
 
     if isinstance(v, (bytes, bytearray, memoryview)):
         return "raw", bytes(v)
@@ -184,7 +335,7 @@ def _bytes_item(v: Any, itemsize: int, what: str) -> Tuple[str, bytes]:
 
 
 def _multidim(v: Any, what: str) -> ChannelImage:
-    from cbor2 import CBORTag
+    CBORTag = _cbor_types()[1]
 
     if not isinstance(v, CBORTag) or v.tag != MULTI_DIM:
         raise ProtocolError(Reason.MALFORMED, f"{what}: expected tag 40 (row-major "
@@ -243,7 +394,7 @@ def decode_message(buf: Any) -> Any:
                      _uint(m, "number_of_images", what), _uint(m, "image_size_x", what),
                      _uint(m, "image_size_y", what),
                      None if dtype is None else _text(m, "image_dtype", what),
-                     tuple(channels), _plain(m))
+                     tuple(channels), {k: _plain(v, f"{what}: field {k}") for k, v in m.items()})
     if kind == "image":
         data = _untag(m.get("data"))
         if not isinstance(data, Mapping):
@@ -251,7 +402,8 @@ def decode_message(buf: Any) -> Any:
         image_id = _uint(m, "image_id", what)
         chans = {str(k): _multidim(v, f"{what} {image_id} channel {k}")
                  for k, v in data.items()}
-        fields = {k: _plain(v) for k, v in m.items() if k != "data"}
+        fields = {k: _plain(v, f"{what} {image_id} field {k}") for k, v in m.items()
+                  if k != "data"}
         return Image(_uint(m, "series_id", what), _text(m, "series_unique_id", what, ""),
                      image_id, chans, fields)
     raise ProtocolError(Reason.MALFORMED, f"Stream V2 type {kind!r} is not start, image or end")
@@ -259,7 +411,7 @@ def decode_message(buf: Any) -> Any:
 
 # ---- encoding (the simulator; tests) ----
 
-def _typed(array: np.ndarray, compression: Optional[str]) -> Any:
+def _typed(array: np.ndarray, compression: Optional[str], multidim: bool = True) -> Any:
     from cbor2 import CBORTag
 
     a = np.ascontiguousarray(array)
@@ -277,6 +429,8 @@ def _typed(array: np.ndarray, compression: Optional[str]) -> Any:
                                                            LZ4_BLOCK)])
     else:
         raise ValueError(f"compression must be None, 'bslz4' or 'lz4', not {compression!r}")
+    if not multidim:
+        return CBORTag(tag, inner)
     return CBORTag(MULTI_DIM, [list(a.shape), CBORTag(tag, inner)])
 
 
@@ -290,8 +444,23 @@ def encode_start(series_id: int, series_unique_id: str, number_of_images: int,
                  shape: Tuple[int, int], image_dtype: str = "uint16",
                  channels: Tuple[str, ...] = ("threshold_1",),
                  pixel_mask: Optional[Dict[str, np.ndarray]] = None,
-                 user_data: Any = None, **extra: Any) -> bytes:
-    """A ``start`` message with every field of the specification's table."""
+                 user_data: Any = None, header_detail: str = "basic",
+                 flatfield: Optional[Dict[str, np.ndarray]] = None,
+                 countrate_table: Optional[np.ndarray] = None,
+                 array_compression: Optional[str] = None, **extra: Any) -> bytes:
+    """A ``start`` message with every field of the specification's table.
+
+    ``header_detail`` as SIMPLON's: ``"all"`` adds ``flatfield`` (channel -> float32
+    image), ``pixel_mask`` (channel -> uint32 image) and
+    ``countrate_correction_lookup_table`` (uint32, 1-D) as DECTRIS encodes them
+    (tag 40 over an RFC 8746 typed array; the table a bare typed array), made up
+    when not given; ``"basic"`` and ``"none"`` leave them out (a ``pixel_mask``
+    given is still sent). ``array_compression`` (None, ``"bslz4"``, ``"lz4"``)
+    wraps their bytes in tag 56500, which the specification allows anywhere a
+    byte string is expected.
+    """
+    if header_detail not in ("all", "basic", "none"):
+        raise ValueError(f"header_detail must be all, basic or none, not {header_detail!r}")
     now = _dt.datetime.now(_dt.timezone.utc)
     m: Dict[str, Any] = {
         "type": "start", "arm_date": now, "beam_center_x": shape[1] / 2.0,
@@ -311,8 +480,23 @@ def encode_start(series_id: int, series_unique_id: str, number_of_images: int,
         "series_unique_id": series_unique_id,
         "threshold_energy": {c: 4000.0 * (i + 1) for i, c in enumerate(channels)},
         "user_data": user_data, "virtual_pixel_interpolation_enabled": False}
+    if header_detail == "all":
+        ny, nx = int(shape[0]), int(shape[1])
+        if flatfield is None:
+            flatfield = {c: np.ones((ny, nx), "<f4") for c in channels}
+        if pixel_mask is None:
+            pixel_mask = {c: np.zeros((ny, nx), "<u4") for c in channels}
+        if countrate_table is None:
+            countrate_table = np.arange(1 << 12, dtype="<u4")
+        m["flatfield"] = {c: _typed(np.asarray(v, "<f4"), array_compression)
+                          for c, v in flatfield.items()}
+        m["countrate_correction_lookup_table"] = _typed(
+            np.asarray(countrate_table, "<u4").reshape(-1), array_compression, multidim=False)
+        m["pixel_mask_enabled"] = m["flatfield_enabled"] = True
+        m["countrate_correction_enabled"] = True
     if pixel_mask is not None:
-        m["pixel_mask"] = {c: _typed(np.asarray(v, "<u4"), None) for c, v in pixel_mask.items()}
+        m["pixel_mask"] = {c: _typed(np.asarray(v, "<u4"), array_compression)
+                           for c, v in pixel_mask.items()}
     m.update(extra)
     return _dumps(m)
 

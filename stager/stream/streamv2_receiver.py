@@ -14,18 +14,33 @@ its images. This client therefore:
   without an image of it: the end reached another client, and this client's
   last images may still be in flight (measured: without the grace, images
   queued behind a shared end were rejected ``late``);
-- keeps images that arrive before their series' start is known (at most
-  ``pending_max``, each at most ``idle_timeout`` seconds; beyond either they are
-  rejected ``unknown_scan``).
+- keeps images *and ends* that arrive before their series' start is known (at
+  most ``pending_max`` images, each at most ``idle_timeout`` seconds; beyond
+  either they are rejected ``unknown_scan``, naming the series) and applies them
+  when the start arrives; :meth:`never_started` rejects what is still held when
+  the job ends, so a series that never started is reported;
+- names a series by ``(series_unique_id, series_id)`` (:func:`series_key`): a
+  detector that restarts its numbering does not collide with an earlier series;
+- commits an image only once its payload decoded (the assembler decodes before
+  it reserves the frame's row): a corrupt copy is rejected naming series, image
+  and reason, and a later good copy is kept; a second good copy is rejected
+  ``duplicate``;
+- keeps each start's arrays (``header_detail: all``: flatfield, pixel mask,
+  count-rate table, decoded to NumPy by :mod:`stager.stream.streamv2`) in
+  :attr:`starts_by_scan` for the scan's output, and with ``apply_pixel_mask``
+  zeroes the masked pixels (mask != 0) of every frame before delivery.
 
 A client's own report expects every image of the series; merging the clients'
 reports (:meth:`ScanReport.merge`) gives the truth for the series.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections import OrderedDict
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+
+import numpy as np
 
 from stager.stream.accounting import ScanReport
 from stager.stream.assemble import DEFAULT_MEMORY_BYTES, Assembler, Partition
@@ -33,7 +48,8 @@ from stager.stream.errors import ProtocolError, StreamError
 from stager.stream.protocol import Begin, Data, Reason, ScanGeometry
 from stager.stream.protocol import End as NativeEnd
 from stager.stream.receiver import DEFAULT_HWM, SocketLoop
-from stager.stream.streamv2 import End, Image, Start, decode_message, scan_name
+from stager.stream.streamv2 import (ChannelImage, End, Image, Start, decode_message,
+                                    scan_name, series_key)
 
 __all__ = ["StreamV2Receiver"]
 
@@ -54,6 +70,13 @@ class StreamV2Receiver(SocketLoop):
         message if present, else ``(1, number_of_images)``).
     pending_max : int
         Images held while their start is unknown.
+    decode_threads : int
+        Decode the payloads of each batch of messages on this many threads (0: on
+        the receiving thread). dectris-compression releases the GIL while it
+        decompresses, so threads can use cores a second client would otherwise need.
+    apply_pixel_mask : bool
+        Zero the pixels the start's ``pixel_mask`` of the kept channel marks (!= 0)
+        in every frame before delivery (needs ``header_detail: all``).
     on_start, on_end : callable, optional
         Called with each :class:`Start` / :class:`End` this client receives.
     partition_frames, memory_bytes, max_scans, idle_timeout, rcvhwm, on_close, context
@@ -70,7 +93,8 @@ class StreamV2Receiver(SocketLoop):
                  partition_frames: Union[int, Callable[[ScanGeometry], int]] = 1,
                  memory_bytes: int = DEFAULT_MEMORY_BYTES,
                  max_scans: int = 4, idle_timeout: float = 30.0, rcvhwm: int = DEFAULT_HWM,
-                 pending_max: int = 256,
+                 pending_max: int = 256, apply_pixel_mask: bool = False,
+                 decode_threads: int = 0,
                  on_start: Optional[Callable[[Start], Any]] = None,
                  on_end: Optional[Callable[[End], Any]] = None,
                  on_close: Optional[Callable[[ScanReport], Any]] = None,
@@ -79,17 +103,24 @@ class StreamV2Receiver(SocketLoop):
         super().__init__(on_close)
         zmq = self._zmq
         self._source = source
-        self.assembler = Assembler(deliver, routing="any", partition_frames=partition_frames,
+        self._deliver = deliver
+        self.assembler = Assembler(self._masked, routing="any",
+                                   partition_frames=partition_frames,
                                    memory_bytes=memory_bytes, max_scans=max_scans,
                                    idle_timeout=idle_timeout, on_close=self._closed)
         self.endpoint = endpoint
         self.channel, self.scan_shape = channel, scan_shape
+        self.apply_pixel_mask = apply_pixel_mask
         self.on_start, self.on_end = on_start, on_end
         self.pending_max = pending_max
-        self.starts: Dict[int, Start] = {}
-        self._channel: Dict[int, str] = {}
-        self._deferred: Dict[int, Start] = {}   # start without image_dtype: open at 1st image
+        self.starts: Dict[Key, Start] = {}
+        self.starts_by_scan: Dict[str, Start] = {}
+        self._scan: Dict[Key, str] = {}
+        self._channel: Dict[Key, str] = {}
+        self._mask: Dict[str, np.ndarray] = {}
+        self._deferred: Dict[Key, Start] = {}   # start without image_dtype: open at 1st image
         self._pending: OrderedDict[int, Tuple[float, Image]] = OrderedDict()
+        self._pending_ends: Dict[Key, Tuple[float, float]] = {}   # key -> (arrived, grace)
         self._held = itertools.count()
         self._ending: Dict[str, Tuple[float, float]] = {}   # scan -> (grace, deadline)
         self._ctx = context or zmq.Context.instance()
@@ -100,6 +131,11 @@ class StreamV2Receiver(SocketLoop):
 
         self._secure(security, DOMAIN_STREAM2, server=False)   # issue 25: ZAP allow-list
         self._connected = False
+        self._pool: Any = None
+        if decode_threads > 0:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(decode_threads, thread_name_prefix="v2-decode")
 
     def connect(self) -> None:
         """Connect to the detector (ZeroMQ retries until it is there)."""
@@ -117,9 +153,17 @@ class StreamV2Receiver(SocketLoop):
         if not self._connected:
             self.connect()
 
+    def close(self) -> None:
+        """Close the socket and stop the decode threads."""
+        super().close()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
     def _read(self, max_messages: int) -> int:
         zmq, sock = self._zmq, self._sock
         n = 0
+        batch: List[Any] = []
         while n < max_messages:
             try:
                 parts = [sock.recv(zmq.NOBLOCK, copy=False)]
@@ -132,22 +176,66 @@ class StreamV2Receiver(SocketLoop):
                 self.assembler.reject(Reason.MALFORMED, f"Stream V2 message of {len(parts)} "
                                       "parts, expected 1")
                 continue
-            self.handle(parts[0].buffer)
+            if self._pool is None:
+                self.handle(parts[0].buffer)
+            else:
+                batch.append(self._decode(parts[0].buffer))
+        if batch:
+            self._handle_batch(batch)
         return n
 
     # ---- messages ----
     def handle(self, buf: Any) -> None:
         """Decode and apply one message (bytes); rejections are counted, never raised."""
+        msg = self._decode(buf)
+        if msg is not None:
+            self._apply(msg)
+
+    def _decode(self, buf: Any) -> Any:
         try:
-            msg = decode_message(buf)
+            return decode_message(buf)
         except ProtocolError as e:
             self.assembler.reject(e.reason, e.detail)
-            return
+        except Exception as e:    # a decoder's bug must not end the job: name it
+            self.assembler.reject(Reason.MALFORMED, f"Stream V2 message does not decode "
+                                  f"({type(e).__name__}: {e})")
+        return None
+
+    def _handle_batch(self, msgs: List[Any]) -> None:
+        """Decode the kept channel's payloads of a batch on the decode threads (the
+        decompressors release the GIL), then apply the messages in arrival order. A
+        payload that fails there goes on encoded: applying it rejects it as usual."""
+        assert self._pool is not None
+        futures: Dict[int, Any] = {}
+        for i, m in enumerate(msgs):
+            if isinstance(m, Image):
+                ch = m.data.get(self._channel.get(m.key, ""))
+                if ch is not None and ch.encoding != "raw":
+                    futures[i] = self._pool.submit(_predecode, ch)
+        for i, m in enumerate(msgs):
+            if m is None:
+                continue
+            f = futures.get(i)
+            if f is not None:
+                raw = f.result()
+                if raw is not None:
+                    c = self._channel[m.key]
+                    ch = m.data[c]
+                    m.data[c] = ChannelImage(ch.shape, ch.dtype, "raw", raw)
+            self._apply(m)
+
+    def _apply(self, msg: Any) -> None:
         if isinstance(msg, Image):
             self._image(msg)
         elif isinstance(msg, Start):
             if self.on_start is not None:
-                self.on_start(msg)
+                try:    # the MPI layer pickles it for the other clients
+                    self.on_start(msg)
+                except Exception as e:
+                    self.assembler.reject(Reason.MALFORMED, f"start of series {msg.scan} "
+                                          f"cannot be shared with the other receivers "
+                                          f"({type(e).__name__}: {e})")
+                    return
             self.apply_start(msg)
         else:
             if self.on_end is not None:
@@ -156,20 +244,27 @@ class StreamV2Receiver(SocketLoop):
 
     def apply_start(self, start: Start) -> None:
         """Open the series (a start received here or shared by another client)."""
-        sid = start.series_id
-        if sid in self.starts:
-            self.assembler.reject(Reason.DUPLICATE, f"second start of series {sid}",
-                                  scan_name(sid))
+        key, scan = start.key, start.scan
+        if key in self.starts:
+            self.assembler.reject(Reason.DUPLICATE, f"second start of series {scan}", scan)
             return
-        self.starts[sid] = start
+        self.starts[key] = start
+        self.starts_by_scan[scan] = start
+        self._scan[key] = scan
         chans = start.channels
         channel = self.channel or (chans[0] if chans else "threshold_1")
         if chans and channel not in chans:
-            self.assembler.reject(Reason.CONFLICT, f"series {sid} has channels {list(chans)}, "
+            self.assembler.reject(Reason.CONFLICT, f"series {scan} has channels {list(chans)}, "
                                   f"not {channel!r}: choose one of them")
-        self._channel[sid] = channel
+        self._channel[key] = channel
+        if self.apply_pixel_mask:
+            mask = start.arrays(channel).get("pixel_mask", {}).get(channel)
+            if mask is not None and mask.shape == (start.image_size_y, start.image_size_x):
+                self._mask[scan] = mask != 0
+            # else: no mask to apply (SIMPLON header_detail basic/none); the scan's file
+            # says so (/detector attribute pixel_mask_applied_by_receiver false)
         if start.image_dtype is None:
-            self._deferred[sid] = start
+            self._deferred[key] = start
         else:
             self._open(start, None)
 
@@ -179,18 +274,36 @@ class StreamV2Receiver(SocketLoop):
         except ProtocolError as e:
             self.assembler.reject(e.reason, e.detail)
             return
+        except Exception as e:    # e.g. a user_data scan_shape that is no pair of ints
+            self.assembler.reject(Reason.MALFORMED, f"start of series {start.scan}: no scan "
+                                  f"geometry ({type(e).__name__}: {e})")
+            return
         self.assembler.begin(Begin(0, g))
-        for key in [k for k, (_, im) in self._pending.items() if im.series_id == start.series_id]:
-            _, im = self._pending.pop(key)
+        for k in [k for k, (_, im) in self._pending.items() if im.key == start.key]:
+            _, im = self._pending.pop(k)
             self._image(im)
+        held = self._pending_ends.pop(start.key, None)
+        if held is not None:     # an end that came first: every image before it is in
+            self.apply_end(End(start.series_id, start.series_unique_id), grace=held[1])
 
     def apply_end(self, end: End, grace: float = 0.0) -> None:
         """Close the series: now (``grace`` 0: the end reached this client, after every
         image the detector sent it), or once no image of it came for ``grace`` seconds
         (an end shared by another client: this client's last images may still be on
-        their way)."""
-        self._deferred.pop(end.series_id, None)
-        scan = scan_name(end.series_id)
+        their way). An end of a series whose start is not known here is held until
+        the start arrives."""
+        key = end.key
+        if key in self._deferred and grace == 0:
+            self._deferred.pop(key)      # the end reached this client: no image came here
+            return
+        if key not in self.starts or key in self._deferred:
+            if key in self._pending_ends:
+                self.assembler.reject(Reason.DUPLICATE, f"second end of series "
+                                      f"{_name(end)}, held before its start")
+                return
+            self._pending_ends[key] = (self.assembler.clock(), grace)
+            return
+        scan = self._scan[key]
         if grace > 0 and scan in self.assembler.scans:
             self._ending[scan] = (grace, self.assembler.clock() + grace)
             return
@@ -198,41 +311,91 @@ class StreamV2Receiver(SocketLoop):
         self.assembler.end(NativeEnd(scan, 0, None))
 
     def _image(self, im: Image) -> None:
-        sid, scan = im.series_id, scan_name(im.series_id)
-        if sid in self._deferred and self._channel[sid] in im.data:
-            self._open(self._deferred.pop(sid), im.data[self._channel[sid]].dtype)
-        if scan in self.assembler.closed:
-            self.assembler.reject(Reason.LATE, f"series {sid} image {im.image_id} arrived "
-                                  "after the series closed here")
-            return
-        if scan not in self.assembler.scans:
+        key = im.key
+        if key in self._deferred and self._channel[key] in im.data:
+            self._open(self._deferred.pop(key), im.data[self._channel[key]].dtype)
+        scan = self._scan.get(key)
+        if scan is None or (scan not in self.assembler.scans and
+                            scan not in self.assembler.closed):
             self._hold(im)
             return
-        channel = self._channel.get(sid, self.channel or "")
+        where = f"series {scan} image {im.image_id}"
+        if scan in self.assembler.closed:
+            self.assembler.reject(Reason.LATE, f"{where} arrived after the series closed here")
+            return
+        channel = self._channel.get(key, self.channel or "")
         ch = im.data.get(channel)
-        where = f"series {sid} image {im.image_id}"
         if ch is None:
             self.assembler.reject(Reason.MALFORMED, f"{where} has no channel {channel!r} "
                                   f"(it has {sorted(im.data)})", scan)
             return
-        st = self.assembler.scans.get(scan)
-        if st is not None and (ch.shape != st.g.shape or ch.dtype != st.g.dtype):
+        st = self.assembler.scans[scan]
+        if ch.shape != st.g.shape or ch.dtype != st.g.dtype:
             self.assembler.reject(Reason.CONFLICT, f"{where}: {ch.shape} {ch.dtype}, the "
                                   f"start said {st.g.shape} {st.g.dtype}", scan)
             return
-        self.assembler.data(Data(scan, im.image_id, 0, 0, ch.shape[0], ch.encoding), ch.payload)
+        self.assembler.data(Data(scan, im.image_id, 0, 0, ch.shape[0], ch.encoding), ch.payload,
+                            where=where)
         if scan in self._ending:
             grace = self._ending[scan][0]
             self._ending[scan] = (grace, self.assembler.clock() + grace)
+
+    def forget(self, scan: str) -> None:
+        """Drop what is kept of a finalized series (its start's arrays, its mask);
+        its key stays known, so a late copy of its start is still a duplicate."""
+        start = self.starts_by_scan.pop(scan, None)
+        self._mask.pop(scan, None)
+        if start is not None:
+            self.starts[start.key] = dataclasses.replace(start, fields={})
+
+    def masked(self, scan: str) -> bool:
+        """True when this client zeroes the masked pixels of ``scan``'s frames."""
+        return scan in self._mask
+
+    def _masked(self, part: Partition) -> None:
+        mask = self._mask.get(part.scan)
+        if mask is not None:
+            part.data[:, mask] = 0
+        self._deliver(part)
 
     def _hold(self, im: Image) -> None:
         key = next(self._held)
         self._pending[key] = (self.assembler.clock(), im)
         while len(self._pending) > self.pending_max:
             _, (_, old) = self._pending.popitem(last=False)
-            self.assembler.reject(Reason.UNKNOWN_SCAN, f"series {old.series_id} image "
+            self.assembler.reject(Reason.UNKNOWN_SCAN, f"series {_name(old)} image "
                                   f"{old.image_id}: no start within {self.pending_max} "
                                   "held images")
+
+    def held(self) -> Dict[str, int]:
+        """Series -> images (and ends received here) held because their start is unknown."""
+        out: Dict[str, int] = {}
+        for _, im in self._pending.values():
+            out[_name(im)] = out.get(_name(im), 0) + 1
+        for key, (_, grace) in self._pending_ends.items():
+            if grace == 0 and key not in self.starts:
+                out[_key_name(key)] = out.get(_key_name(key), 0) + 1
+        return out
+
+    def never_started(self) -> Dict[str, Dict[str, int]]:
+        """Reject what is still held for series whose start never arrived (the job is
+        ending): one rejection per held image and end. Returns series -> counts."""
+        out: Dict[str, Dict[str, int]] = {}
+        for _, im in list(self._pending.values()):
+            d = out.setdefault(_name(im), {"images": 0, "ends": 0})
+            d["images"] += 1
+            self.assembler.reject(Reason.UNKNOWN_SCAN, f"series {_name(im)} image "
+                                  f"{im.image_id}: its start never arrived")
+        self._pending.clear()
+        for key, (_, grace) in list(self._pending_ends.items()):
+            if grace > 0:
+                continue     # a copy shared by the client that received it: it reports it
+            d = out.setdefault(_key_name(key), {"images": 0, "ends": 0})
+            d["ends"] += 1
+            self.assembler.reject(Reason.UNKNOWN_SCAN, f"end of series {_key_name(key)}: its "
+                                  "start never arrived")
+        self._pending_ends.clear()
+        return out
 
     def _expire(self) -> None:
         now = self.assembler.clock()
@@ -240,12 +403,45 @@ class StreamV2Receiver(SocketLoop):
                             if now - t >= self.assembler.idle_timeout]
         for k in stale:
             _, im = self._pending.pop(k)
-            self.assembler.reject(Reason.UNKNOWN_SCAN, f"series {im.series_id} image "
+            self.assembler.reject(Reason.UNKNOWN_SCAN, f"series {_name(im)} image "
                                   f"{im.image_id}: no start within "
                                   f"{self.assembler.idle_timeout:g} s")
+        for key, (t, grace) in list(self._pending_ends.items()):
+            if now - t >= self.assembler.idle_timeout:
+                del self._pending_ends[key]
+                if self._deferred.pop(key, None) is not None or grace > 0:
+                    continue     # no image came here / a shared copy: not this client's
+                self.assembler.reject(Reason.UNKNOWN_SCAN, f"end of series {_key_name(key)}: "
+                                      f"no start within {self.assembler.idle_timeout:g} s")
         for scan, (_, deadline) in list(self._ending.items()):
             if now >= deadline:
                 del self._ending[scan]
                 if scan in self.assembler.scans:
                     self.assembler.end(NativeEnd(scan, 0, None))
         self.assembler.expire()
+
+
+Key = Tuple[str, int]
+
+
+def _predecode(ch: ChannelImage) -> Optional[bytes]:
+    """A decode thread: the payload decoded (checked against the shape), or None."""
+    from stager.stream.codecs import bslz4_decode, decoded_size, lz4_decode
+
+    want = ch.shape[0] * ch.shape[1] * int(ch.dtype[-1])
+    try:
+        if decoded_size(ch.payload) != want:
+            return None
+        out = (lz4_decode(ch.payload) if ch.encoding == "lz4"
+               else bslz4_decode(ch.payload, int(ch.dtype[-1])))
+    except Exception:
+        return None
+    return out if len(out) == want else None
+
+
+def _key_name(key: Key) -> str:
+    return scan_name(key[1], key[0])
+
+
+def _name(msg: Any) -> str:
+    return _key_name(series_key(msg))

@@ -223,6 +223,9 @@ def test_a_slow_consumer_makes_producers_block_and_nothing_is_lost(tmp_path):
 
 def test_stream_v2_from_the_simulator_gives_the_same_result(tmp_path):
     from stager.stream.simulate import StreamV2Simulator, synthetic_frame
+    from stager.stream.streamv2 import scan_name
+
+    name = scan_name(7, f"SIM{7:023d}")     # the simulator's series_unique_id
 
     with StreamV2Simulator(send_timeout=30) as sim:
         job = Job(tmp_path, "--stream2", sim.endpoint, "--analysis", "stem4d.flow",
@@ -234,12 +237,124 @@ def test_stream_v2_from_the_simulator_gives_the_same_result(tmp_path):
                         compression="bslz4", scan_shape=(8, 8))
         rc, out, err = job.wait()
     assert rc == 0, out + err
-    rep = job.report("series-7")
+    rep = job.report(name)
     assert rep["ok"] and rep["frames_complete"] == 64 and rep["receivers"] == 2
-    streamed = _datasets(job.out / "series-7.h5")
-    offline = _datasets(_offline(tmp_path, (8, 8), (64, 64), scan="series-7"))
-    for name in ("sum_image", "electron_counts", "virtual/bright_field"):
-        assert np.array_equal(streamed[name], offline[name]), name
+    streamed = _datasets(job.out / f"{name}.h5")
+    offline = _datasets(_offline(tmp_path, (8, 8), (64, 64), scan=name))
+    for ds in ("sum_image", "electron_counts", "virtual/bright_field"):
+        assert np.array_equal(streamed[ds], offline[ds]), ds
+
+
+def test_stream_v2_as_a_real_detector_speaks_it(tmp_path):
+    """Issue 28, one job (4 receivers: two clients on each of 2 emulated nodes): a start
+    with header_detail all (arrays compressed) whose pixel mask is applied; a truncated
+    message, a corrupt copy before the good one, an image sent twice, garbage, an
+    unknown type, a non-map, a multi-part message and a wrong typed-array tag; a
+    series whose start has an undecodable flatfield (never starts); a second series
+    with the same series_id and another unique id whose end and images come before
+    its start. The job ends by the
+    ends (not the 60 s idle timeout), keeps every good frame, and names every rejection
+    in the reports, rejections.json, its summary and ``stager stream watch``."""
+    import cbor2
+
+    from stager.stream.codecs import bslz4_encode
+    from stager.stream.simulate import StreamV2Simulator
+    from stager.stream.streamv2 import SELF_DESCRIBE, encode_end, encode_image, encode_start
+
+    shape, n_a, n_b = (32, 32), 16, 8
+    rng = np.random.default_rng(5)
+    mask = (rng.random(shape) < 0.05).astype("<u4")
+    flat = rng.random(shape).astype("<f4")
+    table = np.arange(1000, dtype="<u4") * 3
+    frame = lambda i: (np.arange(32 * 32).reshape(shape) % 7 + i).astype("<u2")  # noqa: E731
+
+    def img(sid, uid, i):
+        return encode_image(sid, uid, i, {"threshold_1": frame(i)})
+
+    with StreamV2Simulator(send_timeout=30, sndhwm=1000) as sim:
+        job = Job(tmp_path, "--stream2", sim.endpoint, "--scans", "2", "--receivers-per-node",
+                  "2", "--v2-pixel-mask", "--v2-grace", "1", "--idle-timeout", "60",
+                  "--partition-frames", "4")
+        job.started()
+        w = subprocess.Popen([sys.executable, "-m", "stager", "stream", "watch", str(job.rv),
+                              "--final", "--timeout", "90"], env=_env(),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(1.5)     # every client connected: the detector deals round-robin
+        # a series that never starts: its start's flatfield does not decode
+        m = dict(cbor2.loads(encode_start(9, "NEVER", 3, shape, header_detail="all")))
+        m["flatfield"] = {"threshold_1": cbor2.CBORTag(40, [[32, 32], cbor2.CBORTag(85,
+                                                                                  bytes(13))])}
+        sim.send(cbor2.dumps(cbor2.CBORTag(SELF_DESCRIBE, m)))
+        for i in range(3):
+            sim.send(img(9, "NEVER", i))
+        sim.send(encode_end(9, "NEVER"))
+        # series 1 "A": everything a detector with header_detail all sends, and hostile copies
+        sim.send(encode_start(1, "A", n_a, shape, header_detail="all",
+                              pixel_mask={"threshold_1": mask}, flatfield={"threshold_1": flat},
+                              countrate_table=table, array_compression="bslz4",
+                              user_data={"scan_shape": [4, 4]}))
+        for i in range(n_a):
+            good = img(1, "A", i)
+            if i == 3:
+                sim.send(good[: len(good) // 2])                       # truncated
+                p = bslz4_encode(frame(3))
+                k = good.rindex(p)
+                sim.send(good[:k] + p[:-8] + bytes(8) + good[k + len(p):])   # corrupt copy
+            sim.send(good)
+            if i == 5:
+                sim.send(good)                                          # twice
+            if i == 7:
+                sim.send(b"\xd9\xd9\xf7\xff\xff")                       # garbage
+                sim.send(b"\xd9\xd9\xf7\xa1\x64type\x65frame")           # unknown type
+                sim.send(b"\xd9\xd9\xf7\x82\x01\x02")                    # not a map
+                sim.send_parts([img(1, "A", 0), b"second part"])        # multi-part
+                sim.send(cbor2.dumps(cbor2.CBORTag(SELF_DESCRIBE, {     # typed-array tag 76
+                    "type": "image", "series_id": 1, "series_unique_id": "A", "image_id": 1,
+                    "data": {"threshold_1": cbor2.CBORTag(40, [[32, 32], cbor2.CBORTag(
+                        76, bytes(2048))])}})))
+        sim.send(encode_end(1, "A"))
+        # series 1 "B" (numbering restarted): images and end before the start
+        for i in range(n_b):
+            sim.send(img(1, "B", i))
+        sim.send(encode_end(1, "B"))
+        time.sleep(0.5)
+        sim.send(encode_start(1, "B", n_b, shape, header_detail="none",
+                              user_data={"scan_shape": [2, 4]}))
+        rc, out, err = job.wait(timeout=150)
+    wout, werr = w.communicate(timeout=90)
+    assert rc == 0, out + err
+    a, b = job.report("series-1-A"), job.report("series-1-B")
+    assert a["ok"] and a["frames_complete"] == n_a and a["ended_by"] == "end", a
+    assert b["ok"] and b["frames_complete"] == n_b and b["ended_by"] == "end", b
+    assert a["receivers"] == 4
+    rej = a["messages"]["rejected"]
+    assert rej.get("duplicate", 0) >= 1 and rej.get("corrupt_payload", 0) == 1, a
+    ex = " | ".join(a["rejection_examples"])
+    assert "series series-1-A image 3: " in ex, ex
+    # image 5 twice: at one client ("arrived twice") or at two (counted at the merge)
+    assert "series-1-A image 5 arrived twice" in ex or "frame(s) 5 accepted by two" in ex, ex
+    import h5py
+
+    with h5py.File(job.out / "series-1-A.h5", "r") as f:
+        d = f["detector"]
+        assert np.array_equal(d["pixel_mask"][()], mask)
+        assert np.array_equal(d["flatfield"][()], flat)
+        assert np.array_equal(d["countrate_correction_lookup_table"][()], table)
+        assert d.attrs["pixel_mask_applied_by_receiver"]
+        sums = f["sum_image"][()].reshape(-1)
+    want = [np.where(mask != 0, 0, frame(i)).sum() for i in range(n_a)]
+    assert np.array_equal(sums, want)       # every frame, masked, image 3 included
+    with h5py.File(job.out / "series-1-B.h5", "r") as f:
+        assert "pixel_mask" not in f["detector"]        # header_detail none: no arrays
+    job_rej = json.loads((job.out / "rejections.json").read_text())
+    by = job_rej["by_reason"]
+    assert by["malformed_header"] == 7 and by["unknown_scan"] == 4 and \
+        by["corrupt_payload"] == 1 and by["duplicate"] >= 1, job_rej
+    assert job_rej["series_never_started"] == {"series-9-NEVER": {"images": 3, "ends": 1}}
+    text = " | ".join(job_rej["examples"])
+    assert "field flatfield.threshold_1" in text and "2 parts" in text, text
+    assert "job: " in out and "series-9-NEVER (3 images, 1 ends)" in out, out
+    assert "malformed_header" in wout and "job: " in wout, wout
 
 
 def test_a_scan_whose_end_never_arrives_ends_after_the_idle_timeout(tmp_path):

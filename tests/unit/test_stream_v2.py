@@ -58,7 +58,7 @@ def test_round_trip(compression, image_dtype, dt):
     s = decode_message(encode_start(9, "U9", 4, (5, 7), image_dtype, ("t1", "t2"),
                                     user_data={"scan_shape": [2, 2]}))
     assert isinstance(s, Start) and s.number_of_images == 4 and s.channels == ("t1", "t2")
-    assert s.geometry() == ScanGeometry("series-9", 1, 4, 1, (5, 7), dt, (2, 2))
+    assert s.geometry() == ScanGeometry("series-9-U9", 1, 4, 1, (5, 7), dt, (2, 2))
     assert s.fields["arm_date"].tzinfo is not None and s.fields["pixel_size_x"] == 75e-6
     rng = np.random.default_rng(0)
     a = rng.integers(0, 200, (5, 7)).astype(dt)
@@ -133,6 +133,45 @@ def test_real_dectris_messages():
         assert np.array_equal(df, np.where(t1 >= t2, t1 - t2, top)), p
         images += 1
     assert images >= 2
+
+
+@pytest.mark.skipif(not REAL, reason="set MPISTAGE_STREAM2_TEST_DATA to the stream_v2/test_data "
+                    "folder of DECTRIS's documentation repository (branch stream2-test_data); "
+                    "it is not redistributable here (no licence)")
+@pytest.mark.timeout(120)
+def test_real_dectris_messages_replayed_through_a_client():
+    """Each captured series replayed over a real socket into a StreamV2Receiver (its own
+    start if captured, else one made from its first image): every frame delivered equals
+    the image decoded on its own, and the series closes whole by its end."""
+    for folder in sorted(p for p in Path(REAL).iterdir() if p.is_dir()):
+        msgs = [p.read_bytes() for p in sorted(folder.glob("*.cbor")) if p.stat().st_size]
+        decoded = [decode_message(m) for m in msgs]
+        images = [m for m in decoded if isinstance(m, Image)]
+        if not images:
+            continue
+        starts = [m for m in msgs if isinstance(decode_message(m), Start)]
+        first = images[0].data["threshold_1"]
+        dt = {"|u1": "uint8", "<u2": "uint16", "<u4": "uint32"}[first.dtype]
+        start = starts[0] if starts else encode_start(
+            images[0].series_id, images[0].series_unique_id,
+            max(m.image_id for m in images) + 1, first.shape, dt,
+            tuple(images[0].data))
+        body = [m for m in msgs if not isinstance(decode_message(m), Start)]
+        if not any(isinstance(m, End) for m in decoded):
+            body.append(encode_end(images[0].series_id, images[0].series_unique_id))
+        with StreamV2Simulator(sndhwm=1000) as sim:
+            rxs, threads, got, reports = serve_v2(sim, idle_timeout=30)
+            time.sleep(0.3)
+            threads[0].start()
+            sim.send(start)
+            for m in body:
+                sim.send(m)
+            threads[0].join(60)
+            rxs[0].close()
+        (rep,) = reports[0]
+        assert rep.ended_by == "end" and not rep.rejected, (folder, rep.summary())
+        for im in images:
+            assert np.array_equal(got[im.image_id], im.data["threshold_1"].decode()), folder
 
 
 def collect(frames):
@@ -233,3 +272,362 @@ def test_images_before_their_start_are_held_then_assembled_or_rejected():
     rx.handle(encode_image(5, "U", 1, {"other": a}))
     assert rx.assembler.rejected["late"] == 2
     rx.close()
+
+
+# ---- issue 28: full headers, bad copies, early ends, every rejection named ----
+
+@pytest.mark.parametrize("array_compression", [None, "bslz4", "lz4"])
+@pytest.mark.parametrize("detail", ["all", "basic", "none"])
+def test_start_arrays_decode_to_numpy_and_pickle(detail, array_compression):
+    """SIMPLON header_detail all puts flatfield, pixel mask (tag 40 over typed arrays)
+    and the count-rate table (a typed array) in the start: they come out as NumPy, with
+    no CBOR tag left anywhere, so the start pickles to the other receivers."""
+    import pickle
+
+    from cbor2 import CBORTag
+
+    rng = np.random.default_rng(1)
+    ff = {c: rng.random((5, 7)).astype("<f4") for c in ("t1", "t2")}
+    mask = {c: (rng.random((5, 7)) < 0.2).astype("<u4") * 4 for c in ("t1", "t2")}
+    table = rng.integers(0, 1 << 20, 300).astype("<u4")
+    s = decode_message(encode_start(1, "U", 4, (5, 7), "uint16", ("t1", "t2"),
+                                    header_detail=detail, flatfield=ff, pixel_mask=mask,
+                                    countrate_table=table,
+                                    array_compression=array_compression))
+
+    def tags(v):
+        if isinstance(v, CBORTag):
+            return 1
+        if isinstance(v, dict):
+            return sum(tags(x) for x in v.values())
+        if isinstance(v, (list, tuple)):
+            return sum(tags(x) for x in v)
+        return 0
+
+    back = pickle.loads(pickle.dumps(s))
+    assert tags(back.fields) == 0
+    arrays = back.arrays()
+    if detail == "all":
+        assert np.array_equal(arrays["flatfield"]["t2"], ff["t2"])
+        assert arrays["flatfield"]["t2"].dtype == np.float32
+        assert np.array_equal(arrays["pixel_mask"]["t1"], mask["t1"])
+        assert np.array_equal(arrays["countrate_correction_lookup_table"], table)
+        assert back.arrays("t1")["flatfield"].keys() == {"t1"}
+    else:   # basic / none leave the arrays out; a pixel mask given is still sent
+        assert "flatfield" not in arrays and "countrate_correction_lookup_table" not in arrays
+        assert np.array_equal(arrays["pixel_mask"]["t2"], mask["t2"])
+
+
+def test_undefined_and_simple_values_in_a_start_pickle():
+    import pickle
+
+    s = decode_message(encode_start(1, "U", 2, (4, 4), user_data={"a": [1, 2]})
+                       .replace(b"\x82\x01\x02", b"\x82\xf7\xf0"))   # [undefined, simple(16)]
+    back = pickle.loads(pickle.dumps(s))
+    assert list(back.fields["user_data"]["a"]) == [None, 16]
+
+
+def test_an_undecodable_start_array_is_one_error_naming_the_field():
+    from cbor2 import CBORTag, dumps
+
+    from stager.stream.streamv2 import SELF_DESCRIBE
+
+    good = decode_message(encode_start(1, "U", 4, (5, 7), header_detail="all"))
+    assert "flatfield" in good.fields
+    import cbor2
+
+    m = dict(cbor2.loads(encode_start(1, "U", 4, (5, 7), header_detail="all")))
+    # a flatfield whose typed array holds 13 bytes for 5 x 7 float32
+    m["flatfield"] = {"threshold_1": CBORTag(40, [[5, 7], CBORTag(85, bytes(13))])}
+    with pytest.raises(ProtocolError) as e:
+        decode_message(dumps(CBORTag(SELF_DESCRIBE, m)))
+    assert e.value.reason == "malformed_header" and "flatfield.threshold_1" in e.value.detail
+    m["flatfield"] = {"threshold_1": CBORTag(40, [[5, 7], CBORTag(
+        85, CBORTag(56500, ["bslz4", 4, b"\x00" * 12 + b"junk"]))])}
+    with pytest.raises(ProtocolError) as e:
+        decode_message(dumps(CBORTag(SELF_DESCRIBE, m)))
+    assert "flatfield.threshold_1" in e.value.detail
+    # a compressed table claiming 2**40 bytes: refused before any memory is taken
+    m["countrate_correction_lookup_table"] = CBORTag(70, CBORTag(
+        56500, ["lz4", 0, (1 << 40).to_bytes(8, "big") + (8192).to_bytes(4, "big")]))
+    m["flatfield"] = good.fields["flatfield"]["threshold_1"].tolist()
+    with pytest.raises(ProtocolError) as e:
+        decode_message(dumps(CBORTag(SELF_DESCRIBE, m)))
+    assert "countrate_correction_lookup_table" in e.value.detail
+
+
+def _rx(frames, **kw):
+    return StreamV2Receiver(collect(frames), "tcp://127.0.0.1:1", idle_timeout=30, **kw)
+
+
+def _corrupt(buf: bytes, payload: bytes) -> bytes:
+    """The same image message with its compressed payload's last bytes flipped."""
+    i = buf.rindex(payload)
+    bad = payload[:-8] + bytes(b ^ 0xFF for b in payload[-8:])
+    return buf[:i] + bad + buf[i + len(payload):]
+
+
+def test_a_corrupt_copy_never_hides_or_overwrites_a_good_frame():
+    """Image 1: corrupt copy first, then the good one; image 2: good first, then corrupt;
+    image 3 twice. Every frame is committed once, decoded; each bad copy is named."""
+    from stager.stream.codecs import bslz4_encode as enc
+
+    frames = {}
+    rx = _rx(frames, partition_frames=2)
+    imgs = [np.full((6, 8), 10 + i, "<u2") for i in range(5)]
+    rx.handle(encode_start(4, "U", 5, (6, 8)))
+    good = [encode_image(4, "U", i, {"threshold_1": a}) for i, a in enumerate(imgs)]
+    bad = {i: _corrupt(good[i], enc(imgs[i])) for i in (1, 2)}
+    for m in (good[0], bad[1], good[1], good[2], bad[2], good[3], good[3], good[4]):
+        rx.handle(m)
+    rx.handle(encode_end(4, "U"))
+    (rep,) = rx.reports
+    assert rep.ok and sorted(frames) == [0, 1, 2, 3, 4]
+    assert all((frames[i] == 10 + i).all() for i in frames)
+    # the corrupt copy of image 1 fails to decode; the one of image 2 comes after a good
+    # copy and is a duplicate, rejected before it is decoded: it cannot overwrite
+    assert rep.rejected["corrupt_payload"] + rep.rejected["wrong_payload_size"] == 1
+    assert rep.rejected["duplicate"] == 2
+    text = " | ".join(rep.examples)
+    assert "series series-4-U image 1: " in text
+    assert "series series-4-U image 2 arrived twice" in text
+    assert "series series-4-U image 3 arrived twice" in text
+    rx.close()
+
+
+def test_an_end_before_the_start_is_held_and_closes_the_series_when_it_arrives():
+    frames = {}
+    rx = _rx(frames)
+    a = np.ones((4, 4), "<u2")
+    for i in range(3):
+        rx.handle(encode_image(5, "U", i, {"threshold_1": a * i}))
+    rx.handle(encode_end(5, "U"))
+    assert not rx.reports and not rx.assembler.rejected
+    rx.handle(encode_start(5, "U", 3, (4, 4)))
+    (rep,) = rx.reports          # closed by its end at once, not by the idle timeout
+    assert rep.ended_by == "end" and rep.ok and (frames[2] == 2).all()
+    rx.close()
+
+
+def test_series_are_keyed_by_unique_id_and_id():
+    """A detector that restarts its numbering: two series 1 with different unique ids."""
+    frames = {}
+    rx = _rx(frames)
+    a = np.ones((4, 4), "<u2")
+    for uid, k in (("first", 1), ("second", 2)):
+        rx.handle(encode_start(1, uid, 2, (4, 4)))
+        for i in range(2):
+            rx.handle(encode_image(1, uid, i, {"threshold_1": a * k}))
+    rx.handle(encode_end(1, "second"))
+    rx.handle(encode_end(1, "first"))
+    scans = [r.scan for r in rx.reports]
+    assert scans == ["series-1-second", "series-1-first"]
+    assert all(r.ok for r in rx.reports) and not rx.assembler.rejected
+    rx.close()
+
+
+def test_a_hostile_start_is_a_rejection_and_the_client_keeps_going():
+    rx = _rx({})
+    rx.handle(encode_start(1, "U", 4, (4, 4), user_data={"scan_shape": 5}))
+    rx.handle(encode_start(2, "U", 4, (4, 4), user_data={"scan_shape": [3, 3]}))
+    rx.handle(encode_start(3, "U", 1 << 40, (4, 4)))
+    assert rx.assembler.rejected == {"malformed_header": 2, "out_of_range": 1}
+    assert "series-1-U: no scan geometry (TypeError" in rx.assembler.examples[0]
+    rx.handle(encode_start(4, "U", 1, (4, 4)))
+    rx.handle(encode_image(4, "U", 0, {"threshold_1": np.ones((4, 4), "<u2")}))
+    rx.handle(encode_end(4, "U"))
+    assert [r.ok for r in rx.reports] == [True]
+    rx.close()
+
+
+def test_a_series_that_never_starts_is_reported():
+    rx = _rx({})
+    a = np.ones((4, 4), "<u2")
+    rx.handle(encode_image(8, "X", 0, {"threshold_1": a}))
+    rx.handle(encode_image(8, "X", 1, {"threshold_1": a}))
+    rx.handle(encode_end(8, "X"))
+    assert rx.held() == {"series-8-X": 3}
+    never = rx.never_started()
+    assert never == {"series-8-X": {"images": 2, "ends": 1}}
+    assert rx.assembler.rejected["unknown_scan"] == 3
+    assert any("series-8-X image 1: its start never arrived" in e for e in rx.assembler.examples)
+    rx.close()
+
+
+def test_rejections_outside_any_series_have_text_and_are_counted_in_the_summary():
+    rx = _rx({})
+    rx.handle(encode_start(2, "U", 2, (4, 4)))
+    for name in ("garbage", "unknown type", "not a map", "not tag 40"):
+        rx.handle(BAD[name][0])
+    rx.handle(encode_end(2, "U"))
+    (rep,) = rx.reports
+    assert sum(rx.assembler.rejected.values()) == 4 == len(rx.assembler.examples)
+    assert all(e.startswith("malformed_header: ") and len(e) > 25 for e in rx.assembler.examples)
+    assert rep.rejected_unattributed["malformed_header"] == 4
+    assert "4 messages rejected (malformed_header 4; 4 naming no open scan" in rep.summary()
+    rx.close()
+
+
+def test_the_pixel_mask_is_applied_when_asked():
+    mask = np.zeros((4, 4), "<u4")
+    mask[1, 2] = mask[3, 0] = 1
+    for apply in (False, True):
+        frames = {}
+        rx = _rx(frames, apply_pixel_mask=apply)
+        rx.handle(encode_start(3, "U", 1, (4, 4), header_detail="all",
+                               pixel_mask={"threshold_1": mask}))
+        rx.handle(encode_image(3, "U", 0, {"threshold_1": np.full((4, 4), 7, "<u2")}))
+        rx.handle(encode_end(3, "U"))
+        want = np.where(mask != 0, 0, 7) if apply else np.full((4, 4), 7)
+        assert np.array_equal(frames[0], want) and rx.masked("series-3-U") == apply
+        rx.forget("series-3-U")      # finalized: the arrays are dropped, the key stays
+        assert not rx.starts_by_scan and rx.starts[("U", 3)].fields == {}
+        rx.handle(encode_start(3, "U", 1, (4, 4)))
+        assert rx.assembler.rejected["duplicate"] == 1
+        rx.close()
+
+
+def test_reports_count_an_image_accepted_by_two_receivers():
+    g = ScanGeometry("s", 1, 6, 1, (2, 2), "<u2", (1, 6))
+    a, b = ScanReport.empty(g), ScanReport.empty(g)
+    a.got[[0, 1, 2], 0] = True
+    b.got[[2, 3, 4, 5], 0] = True
+    m = a.merge(b)
+    assert m.ok and m.rejected["duplicate"] == 1 == m.duplicates_across
+    assert m.to_dict()["messages"]["duplicates_across_receivers"] == 1
+    assert any("frame(s) 2 accepted by two receivers" in e for e in m.examples)
+
+
+def test_scan_file_keeps_the_detector_arrays(tmp_path):
+    import h5py
+
+    from stager.stream.analysis import FrameSum
+    from stager.stream.output import write_scan
+
+    rng = np.random.default_rng(2)
+    ff = {"t1": rng.random((4, 4)).astype("<f4"), "t2": np.ones((4, 4), "<f4")}
+    mask = {"t1": np.eye(4, dtype="<u4"), "t2": np.zeros((4, 4), "<u4")}
+    s = decode_message(encode_start(6, "U", 2, (4, 4), "uint16", ("t1", "t2"),
+                                    header_detail="all", flatfield=ff, pixel_mask=mask,
+                                    countrate_table=np.arange(10, dtype="<u4")))
+    rep = ScanReport.empty(s.geometry())
+    path = tmp_path / "s.h5"
+    write_scan(str(path), FrameSum(), FrameSum().empty(), rep,
+               detector={"start": s, "channel": "t2", "pixel_mask_applied": True})
+    with h5py.File(path, "r") as f:
+        d = f["detector"]
+        assert d.attrs["NX_class"] == "NXdetector" and d.attrs["channel"] == "t2"
+        assert np.array_equal(d["pixel_mask"][()], mask["t2"])
+        assert np.array_equal(d["t1_channel/pixel_mask"][()], mask["t1"])
+        assert np.array_equal(d["t1_channel/flatfield"][()], ff["t1"])
+        assert np.array_equal(d["countrate_correction_lookup_table"][()], np.arange(10))
+        assert d["threshold_energy"][()] == 8000.0 and bool(d["pixel_mask_applied"][()])
+        assert d["x_pixel_size"][()] == 75e-6
+
+
+@pytest.mark.timeout(120)
+def test_hostile_messages_over_a_real_socket_do_not_stop_the_client():
+    """Multi-part, garbage, a truncated image, a corrupt copy: over real ZeroMQ sockets
+    on 127.0.0.1 the series still closes whole, every rejection counted and named."""
+    from stager.stream.codecs import bslz4_encode as enc
+
+    imgs = [np.full((8, 8), i, "<u2") for i in range(6)]
+    with StreamV2Simulator(sndhwm=1000) as sim:
+        rxs, threads, got, reports = serve_v2(sim, idle_timeout=20)
+        time.sleep(0.3)
+        for t_ in threads:
+            t_.start()
+        sim.send(encode_start(11, "H", 6, (8, 8)))
+        sim.send_parts([b"\xd9\xd9\xf7", b"second part"])
+        for i, a in enumerate(imgs):
+            m = encode_image(11, "H", i, {"threshold_1": a})
+            if i == 2:
+                sim.send(m[: len(m) // 2])                      # truncated message
+                sim.send(_corrupt(m, enc(a)))                    # a corrupt copy
+            sim.send(m)
+        sim.send(b"\xd9\xd9\xf7\xff")
+        sim.send(encode_end(11, "H"))
+        for t_ in threads:
+            t_.join(60)
+        rxs[0].close()
+    (rep,) = reports[0]
+    assert rep.ok and rep.ended_by == "end" and sorted(got) == list(range(6))
+    asm = rxs[0].assembler
+    assert sum(asm.rejected.values()) == 4 and asm.rejected["malformed_header"] == 3
+    assert any("series series-11-H image 2" in e for e in asm.examples)
+    assert any("2 parts" in e for e in asm.examples)
+
+
+def test_job_rejections_reach_the_live_progress_and_the_watch_line():
+    """Rank 0 sums every receiver's rejections (any scan or none) from the heartbeats;
+    the live progress carries them and `stager stream watch` prints reason and example."""
+    from stager.commands.stream import _line, _rejections_line
+    from stager.stream.coordinator import Coordinator
+    from stager.stream.roles import assign_roles
+
+    c = Coordinator(assign_roles([0, 0, 1, 1], 1), "any")
+    c.rejections(0, {"malformed_header": 2}, ["malformed_header: not CBOR (x)"])
+    c.rejections(1, {"malformed_header": 1, "unknown_scan": 3}, ["unknown_scan: series-9 ..."])
+    c.rejections(1, {"malformed_header": 1, "unknown_scan": 4}, ["unknown_scan: series-9 ..."])
+    job = c.job_rejections()
+    assert job["total"] == 7 and job["by_reason"] == {"malformed_header": 3, "unknown_scan": 4}
+    g = ScanGeometry("series-1-A", 1, 4, 1, (2, 2), "<u2", (2, 2))
+    rep = ScanReport.empty(g)
+    rep.rejected["corrupt_payload"] += 1
+    rep.examples.append("corrupt_payload: series series-1-A image 3: ...")
+    c.snapshot(0, rep, 0.0, 0.0)
+    p = c.progress("series-1-A", 1.0)
+    assert p["rejected"] == 1 and p["rejected_by_reason"] == {"corrupt_payload": 1}
+    assert p["job_rejected"]["total"] == 7
+
+    class Msg:
+        scan, final, header, progress = "series-1-A", False, {"t": 1.0}, p
+
+    line = _line(Msg, {})
+    assert "1 rejected [corrupt_payload 1; e.g. corrupt_payload: series series-1-A image 3" \
+        in line and "job: 7 rejected (malformed_header 3, unknown_scan 4)" in line
+    c.rejections(1, {"malformed_header": 1, "unknown_scan": 4}, [], {"series-9-X": 2})
+    assert c.job_rejections()["held_before_start"] == {"series-9-X": 2}
+
+    class JobMsg:
+        job, scan, final, header = True, "", False, {"t": 2.0}
+        progress = {"job_rejected": c.job_rejections()}
+
+    jl = _line(JobMsg, {})
+    assert jl.startswith("job: 7 rejected (malformed_header 3, unknown_scan 4) e.g. ")
+    assert "held before their start: series-9-X 2" in jl and "unknown_scan 4" in jl
+    summary = {"rejected": 7, "by_reason": job["by_reason"], "examples": job["examples"],
+               "series_never_started": {"series-9-X": {"images": 3, "ends": 1}}}
+    text = _rejections_line(summary, "/out")
+    assert text.startswith("job: 7 messages rejected (malformed_header 3, unknown_scan 4)")
+    assert "series-9-X (3 images, 1 ends)" in text and "/out/rejections.json" in text
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("threads", [0, 2])
+def test_decode_threads_give_the_same_frames_and_rejections(threads):
+    """Payloads decoded on threads: the same frames, the same rejections (a corrupt copy,
+    a duplicate) as on the receiving thread, over a real socket."""
+    from stager.stream.codecs import bslz4_encode as enc
+
+    imgs = [(np.arange(64).reshape(8, 8) * (i + 1)).astype("<u2") for i in range(30)]
+    with StreamV2Simulator(sndhwm=1000) as sim:
+        rxs, ths, got, reports = serve_v2(sim, idle_timeout=20, decode_threads=threads)
+        time.sleep(0.3)
+        ths[0].start()
+        sim.send(encode_start(12, "T", 30, (8, 8)))
+        for i, a in enumerate(imgs):
+            m = encode_image(12, "T", i, {"threshold_1": a}, "lz4" if i % 2 else "bslz4")
+            if i == 4:
+                sim.send(_corrupt(m, enc(a)))
+            sim.send(m)
+            if i == 9:
+                sim.send(m)
+        sim.send(encode_end(12, "T"))
+        ths[0].join(60)
+        rxs[0].close()
+    (rep,) = reports[0]
+    assert rep.ok and sorted(got) == list(range(30))
+    assert all(np.array_equal(got[i], imgs[i]) for i in got)
+    assert rep.rejected["duplicate"] == 1 and \
+        rep.rejected["corrupt_payload"] + rep.rejected["wrong_payload_size"] == 1
