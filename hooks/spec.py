@@ -49,7 +49,7 @@ class Pattern:
 
 @dataclass(frozen=True)
 class Block:
-    """``broadcast to DEST KIND { patterns }`` or ``scatter to DEST KIND [replicas R] { ... }``.
+    """``broadcast to DEST KIND {...}`` or ``scatter to DEST KIND [replicas R] {...}``.
 
     Attributes
     ----------

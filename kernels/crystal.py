@@ -177,7 +177,7 @@ def euler_to_matrix(phi1: ArrayLike, Phi: ArrayLike, phi2: ArrayLike) -> np.ndar
 
     Returns
     -------
-    (*S, 3, 3) float64 ``U = Rz(phi1) Rx(Phi) Rz(phi2)`` (crystal -> sample).
+    ``(*S, 3, 3)`` float64 ``U = Rz(phi1) Rx(Phi) Rz(phi2)`` (crystal -> sample).
     """
     e = np.stack(np.broadcast_arrays(*(np.asarray(a, dtype=np.float64)
                                        for a in (phi1, Phi, phi2))), axis=-1)

@@ -72,19 +72,28 @@ FIT_DTYPE = np.dtype([
 class FitOptions:
     """How hard to fit.
 
-    orient_tol, min_frac_accept : None takes the geometry's OrientTol / MinFracAccept.
-    n_refine : most distinct candidates refined per grid point (MIDAS: all).
-    max_evals : confidence evaluations per candidate (MIDAS: 5000).
-    xtol_deg : a Nelder-Mead run stops when the simplex is this small (degrees).
-    step_frac : first simplex edge as a fraction of OrientTol.
-    restarts, shrink : Nelder-Mead restarts from the best point, each with a
-        simplex ``shrink`` times the previous one.
-    centre, centre_span_deg : passes moving the result to the middle of its
-        plateau of equal confidence, searched within +-span (0: no pass).
-
     The defaults were chosen on the demo geometry (``tests/data/nf_demo_ps.txt``,
     module docstring): with them every voxel two grid steps inside a grain
     of the microstructures tried came within 0.25 deg.
+
+    Attributes
+    ----------
+    orient_tol, min_frac_accept
+        None takes the geometry's OrientTol / MinFracAccept.
+    n_refine
+        Most distinct candidates refined per grid point (MIDAS: all).
+    max_evals
+        Confidence evaluations per candidate (MIDAS: 5000).
+    xtol_deg
+        A Nelder-Mead run stops when the simplex is this small (degrees).
+    step_frac
+        First simplex edge as a fraction of OrientTol.
+    restarts, shrink
+        Nelder-Mead restarts from the best point, each with a simplex ``shrink``
+        times the previous one.
+    centre, centre_span_deg
+        Passes moving the result to the middle of its plateau of equal confidence,
+        searched within +-span (0: no pass).
     """
 
     orient_tol: float | None = None

@@ -25,7 +25,7 @@ from stager.planning.plan import BlockPlan, FileEntry, Plan, describe_size, expa
 from stager.planning.sources import (SourceArea, StatFn, check_disjoint, real_dest,
                                      source_areas)
 
-__all__ = ["build_plan", "destination_templates", "spec_key", "check_destinations", "Plan",
+__all__ = ["build_plan", "spec_key", "check_destinations", "Plan",
            "BlockPlan", "FileEntry", "expand_node", "describe_size"]
 
 

@@ -98,7 +98,7 @@ class SimulatedScan:
         Producers that never send ``end`` (a crashed producer).
     inject : tuple of str
         Names from :func:`malformed_messages`, sent by producer 0 to receiver 0
-        right after its ``begin``s.
+        right after its ``begin`` messages.
     """
 
     geometry: ScanGeometry
