@@ -20,11 +20,13 @@ APT_PACKAGES := openmpi-bin libopenmpi-dev libhdf5-openmpi-dev python3-h5py-mpi 
                 python3-mpi4py python3-venv slurm-wlm munge fuse3 procps
 
 .PHONY: help setup system demo test test-serial test-mpi lint lint-check bench clean-demo bench-pfs \
-        serial-venv serial-venv-maybe
+        serial-venv serial-venv-maybe docs test-fast
 
 help:
 	@echo "make demo   - set up (if needed) and run the main job"
-	@echo "make test   - set up (if needed) and run the whole test suite"
+	@echo "make test   - set up (if needed) and run the whole test suite (docs build included)"
+	@echo "make test-fast - unit tests and the quick end-to-end ones (~1.5 min): the edit-run loop"
+	@echo "make docs   - the user guide and API reference (Sphinx, HTML in docs/_build/html)"
 	@echo "make setup  - only the set-up (apt packages, .venv, editable install)"
 	@echo "make lint   - ruff + mypy"
 	@echo "make bench  - the benchmarks (bench/results/); make bench-pfs - over a simulated PFS"
@@ -51,7 +53,7 @@ $(STAMP): setup.cfg pyproject.toml constraints.txt tools/debian_h5py.py
 	@# stempy, LiberTEM) pulls PyPI's serial build, which shadows it (tools/debian_h5py.py)
 	$(PY) tools/debian_h5py.py $(VENV)/h5py-constraint.txt
 	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -c $(VENV)/h5py-constraint.txt \
-	  -e '.[kernels,plot,parsl,hedm,stream,stream-fast,em,libertem,test,bench]'
+	  -e '.[kernels,plot,parsl,hedm,stream,stream-fast,em,libertem,test,bench,docs]'
 	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -c $(VENV)/h5py-constraint.txt \
 	  hdf5plugin fabio
 	@H5PY_ALWAYS_USE_MPI=1 $(PY) -c "import h5py, mpi4py, numba, numpy; \
@@ -61,9 +63,11 @@ $(STAMP): setup.cfg pyproject.toml constraints.txt tools/debian_h5py.py
 	@touch $(STAMP)
 
 # A cluster user's install (README, "Real detector files"): a plain venv from the pyenv
-# python3 (no Debian packages), the project + PyPI's serial h5py + mpi4py + hdf5plugin.
-# tests/e2e/test_h5_serial.py runs the h5 staging tests in it (and skips, saying why,
-# when it could not be built). Cached: rebuilt only when setup.cfg changes (~15 s).
+# python3 (no Debian packages), the project + PyPI's serial h5py + mpi4py + hdf5plugin,
+# and whatever NumPy and numba pip picks today (NumPy 2: no constraints.txt here).
+# tests/e2e/test_h5_serial.py runs the h5 staging tests in it, tests/e2e/test_serial_venv.py
+# the staging, workflow and kernel tests (both skip, saying why, when it could not be
+# built). Cached: rebuilt only when setup.cfg changes (~1 min).
 SERIAL_VENV ?= .venv-serial
 SERIAL_PY   ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.1[1-3]*/bin/python3 \
                  /root/.pyenv/versions/3.1[1-3]*/bin/python3))
@@ -74,9 +78,10 @@ serial-venv: $(SERIAL_STAMP)
 $(SERIAL_STAMP): setup.cfg pyproject.toml
 	@test -n "$(SERIAL_PY)" || { echo "no pyenv python3 >= 3.11 found: set SERIAL_PY"; exit 1; }
 	@test -x $(SERIAL_VENV)/bin/python || $(SERIAL_PY) -m venv $(SERIAL_VENV)
-	$(SERIAL_VENV)/bin/python -m pip install -q --disable-pip-version-check -e '.[hdf5,filters]' \
-	  pytest pytest-mpi pytest-timeout tifffile
-	@$(SERIAL_VENV)/bin/python -c "import h5py; assert not h5py.get_config().mpi, h5py.__file__"
+	$(SERIAL_VENV)/bin/python -m pip install -q --disable-pip-version-check -e '.[hdf5,filters,kernels]' \
+	  pytest pytest-mpi pytest-timeout tifffile scipy
+	@$(SERIAL_VENV)/bin/python -c "import h5py, numpy; assert not h5py.get_config().mpi, h5py.__file__; \
+	  assert int(numpy.__version__.split('.')[0]) >= 2, 'numpy ' + numpy.__version__"
 	@touch $@
 
 # `make test` tries it; a failure only makes the serial-h5py test skip with the reason.
@@ -86,10 +91,26 @@ serial-venv-maybe:
 demo: setup
 	$(PY) -m hedm.demo --np $(NP) --out demo-out
 
-test: setup serial-venv-maybe lint-check test-serial test-mpi
+test: setup serial-venv-maybe lint-check docs test-serial test-mpi
 
 test-serial:
 	timeout -k 30 $(SERIAL_TIMEOUT) $(PY) -m pytest -m "not mpi" -q --color=no
+
+# The edit-run loop: every unit test and the end-to-end files that take seconds, serially;
+# the MPI suite, the slow/Slurm/FUSE/OS-node tests and the demo are left to `make test`.
+# FAST_PATHS lists the quick end-to-end files (measured: see docs/contributing.md).
+FAST_E2E := test_agreement test_cli_plan test_guards_cli test_h5_cli test_stage_cli \
+            test_startup test_workflows_failures test_workflows_run test_arrays_failures
+FAST_PATHS := tests/unit $(foreach f,$(FAST_E2E),tests/e2e/$(f).py)
+test-fast: setup
+	timeout -k 30 600 $(PY) -m pytest -m "not mpi and not slow and not slurm and not fuse and not osnodes" \
+	  -q --color=no -p no:cacheprovider $(FAST_PATHS)
+
+# The user guide and API reference; warnings are errors, so a broken reference fails
+# `make test`. Needs no MPI (docs/conf.py mocks mpi4py).
+DOCS_OUT ?= docs/_build/html
+docs: setup
+	$(PY) -m sphinx -W --keep-going -q -b html docs $(DOCS_OUT)
 
 # pytest-mpi: every rank runs the same tests; tests/mpi_pytest.sh keeps rank 0's
 # output on the terminal (its summary line is the last thing printed) and the
