@@ -35,7 +35,7 @@ def _sources(tmp: Path) -> Path:
     src = tmp / "src"
     src.mkdir()
     rng = __import__("random").Random(26)
-    for i in range(120):  # small files: batches; a 64 KiB file is 64 rounds at 1K chunks
+    for i in range(240):  # small files: batches; a 64 KiB file is 64 rounds at 1K chunks
         (src / f"f{i:03d}.bin").write_bytes(rng.randbytes(64 << 10))
     (src / "big.bin").write_bytes(rng.randbytes(3 << 20))  # several chunks of 1M
     return src
@@ -97,7 +97,7 @@ def test_stage_every_method_verify_resume_clean(tmp_path):
             "--no-progress", "--json", str(rep)]
     job = nodes.popen([sys.executable, "-m", "stager", *slow])
     try:
-        wait_for(lambda: journal_lines(nodes.node_dir("nodeD") / "data") >= 5
+        wait_for(lambda: journal_lines(nodes.node_dir("nodeD") / "data") >= 3
                  or job.poll() is not None, timeout=60, what="the first copies on nodeD")
         assert job.poll() is None, "the run ended before it could be interrupted"
         job.send_signal(signal.SIGINT)
@@ -112,7 +112,7 @@ def test_stage_every_method_verify_resume_clean(tmp_path):
     for h, names in have.items():  # whatever is there under its final name is whole
         assert all(_copies(nodes, h)[n] == want[n] for n in names), h
     on_all = set.intersection(*have.values())
-    assert len(on_all) < len(want), "nothing was left to resume"
+    assert 0 < len(on_all) < len(want), f"{len(on_all)} of {len(want)} complete on every node"
     r = nodes.stager(*slow[:2], "--no-progress", "--json", str(rep))
     assert r.returncode == 0, r.stderr
     data = _report(rep)
