@@ -9,7 +9,7 @@ mpi4py, NumPy and numba, no Debian packages) is that environment; here it runs
   ones marked ``slow``: ``test_kernels_cache`` alone takes minutes of compilation;
   nor the timing tests of ``test_workflows_limits`` and ``test_kernels_startup``,
   which do not depend on NumPy);
-* under ``mpirun -n 2``, the MPI tests of staging, scatter and the workflow executor
+* under ``mpirun -n 4``, the MPI tests of staging, scatter and the workflow executor
   (not its parallel-HDF5 result writers, which need Debian's MPI h5py).
 
 ``tests/e2e/test_h5_serial.py`` runs the HDF5 staging tests in the same venv. Both
@@ -78,7 +78,7 @@ def test_unit_tests_pass_with_numpy2():
 def test_mpi_staging_and_workflow_tests_pass_with_numpy2():
     py = _numpy2_python()
     files = [f"tests/mpi/{name}.py" for name in MPI]
-    r = subprocess.run(["mpirun", "-n", "2", "--oversubscribe", py, "-m", "pytest",
+    r = subprocess.run(["mpirun", "-n", "4", "--oversubscribe", py, "-m", "pytest",
                         "--with-mpi", "-m", "mpi and not slow", "-k", NEEDS_MPI_H5PY, "-q",
                         "-p", "no:cacheprovider", "--color=no", *files],
                        cwd=REPO, env=_env(), capture_output=True, text=True, timeout=900)
