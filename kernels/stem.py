@@ -17,7 +17,7 @@
   their values after the thresholds blanked (set to 0) everything at or
   below the background and at or above the X-ray threshold, as stempy's
   ``electronCount`` does (in float32; integer frames without a gain map:
-  ``frame - trunc(dark)``, the dark reference truncated to an integer first,
+  ``trunc(frame - dark)``, the difference stored back into the integer frame
   as stempy 3.6 does).
 """
 from __future__ import annotations
@@ -179,15 +179,15 @@ def count_electrons_kernel(frame, dark, inv_gain, bg_threshold, xray_threshold, 
     """Write events (uint8 0/1) into ``out``; return their number.
 
     ``work`` (float64, frame shape) receives ``v = (frame - dark) * inv_gain``
-    (in float32 if ``single``; ``frame - trunc(dark)`` if ``truncate``); with
+    (in float32 if ``single``; ``trunc(frame - dark)`` if ``truncate``); with
     ``blank`` the values outside the thresholds are set to 0 before the
     local-maximum test (stempy's rule).
     """
     h, w = frame.shape
     for r in range(h):
         for c in range(w):
-            if truncate:    # stempy's integer path: the dark truncated, exact difference
-                v = np.float64(frame[r, c]) - np.trunc(dark[r, c])
+            if truncate:    # stempy's integer path: the difference stored as an integer
+                v = np.trunc(np.float64(frame[r, c]) - dark[r, c])
             elif single:    # stempy's float32 arithmetic
                 v32 = (np.float32(frame[r, c]) - np.float32(dark[r, c])) * \
                     np.float32(inv_gain[r, c])
@@ -231,9 +231,9 @@ def count_electrons(frame: np.ndarray, dark, background_threshold: float,
     rule : ``"raw"`` or ``"stempy"``
         The neighbours of the local-maximum test: their values as they are, or
         blanked outside the thresholds first (stempy). With ``"stempy"`` the
-        value is computed in float32 as stempy does, and integer frames without
-        a gain subtract the dark truncated to an integer, as stempy 3.6 does
-        (``"raw"``: float64, exact).
+        value is computed in float32 as stempy does, and for integer frames
+        without a gain the difference is truncated to an integer (stempy stores
+        ``frame - dark`` back into the integer frame) (``"raw"``: float64, exact).
     work : (H, W) float64, optional scratch array
 
     Returns
