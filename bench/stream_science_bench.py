@@ -82,11 +82,11 @@ def _wait_file(path: Path, proc: subprocess.Popen, timeout: float) -> float:
 class Subscriber(threading.Thread):
     """Times of live messages (perf_counter), and the image when ``half`` is reached."""
 
-    def __init__(self, endpoint: str, half: Optional[int]) -> None:
+    def __init__(self, rv: Any, half: Optional[int]) -> None:
         super().__init__(daemon=True)
         from stager.stream.live import LiveView
 
-        self.view = LiveView(endpoint)
+        self.view = LiveView(rv.live, rv.server_key, rv.client_certificate)
         self.half = half
         self.times: List[float] = []
         self.png: Optional[bytes] = None
@@ -129,13 +129,13 @@ def streamed(a: Any, frames: np.ndarray, tmp: Path, rate: Optional[float],
         raise SystemExit(f"no rendezvous: {job.communicate()}") from None
     t_ready = time.perf_counter()
     ny, nx = a.scan
-    sub = Subscriber(r.live, ny * nx // 2 if picture else None)
+    sub = Subscriber(r, ny * nx // 2 if picture else None)
     sub.start()
     time.sleep(0.5)             # the subscription reaches the publisher
     g = ScanGeometry("s1", 4, ny * nx, 4, tuple(frames.shape[1:]), "<u2", (ny, nx))
     scan = SimulatedScan(g, source=lambda i: frames[i], rate=rate)
     t0 = time.perf_counter()
-    run_producers(scan, r.receivers, send_timeout=120.0)
+    run_producers(scan, r, send_timeout=120.0)
     t_sent = time.perf_counter()
     t_done = _wait_file(out / "s1.json", job, 300)
     try:

@@ -236,7 +236,7 @@ def first_live(a: Any, tmp: Path) -> Dict[str, Any]:
              "udf:libertem.udf.sumsigudf:SumSigUDF,libertem.udf.sum:SumUDF"],
             env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         r = wait_for_rendezvous(rv, timeout=300)
-        view = LiveView(r.live)
+        view = LiveView(r.live, r.server_key, r.client_certificate)
         time.sleep(0.5)     # the SUB socket's subscription reaches the publisher
         g = ScanGeometry(f"s{i}", 2, a.scan[0] * a.scan[1], 2, tuple(a.frame), "<u2",
                          tuple(a.scan))
@@ -250,7 +250,7 @@ def first_live(a: Any, tmp: Path) -> Dict[str, Any]:
         th = threading.Thread(target=watch, daemon=True)
         th.start()
         t0 = time.perf_counter()
-        run_producers(SimulatedScan(g, rate=a.rate), r.receivers)
+        run_producers(SimulatedScan(g, rate=a.rate), r)
         t_sent = time.perf_counter() - t0
         jout, jerr = job.communicate(timeout=300)
         th.join(5)

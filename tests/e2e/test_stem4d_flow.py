@@ -148,7 +148,7 @@ def test_a_streamed_uint32_scan_keeps_its_values_and_a_bad_dark_fails_the_job(tm
         try:
             info = wait_for_rendezvous(rv, timeout=60)
             g = ScanGeometry("s", 2, len(f), 2, SHAPE, "<u4", SCAN)
-            run_producers(SimulatedScan(g, source=array_source(f)), info.receivers)
+            run_producers(SimulatedScan(g, source=array_source(f)), info)
             o, e = p.communicate(timeout=120)
         finally:
             if p.poll() is None:
