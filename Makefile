@@ -62,7 +62,7 @@ $(STAMP): setup.cfg pyproject.toml constraints.txt tools/debian_h5py.py
 	  import libertem, stempy"
 	@touch $(STAMP)
 
-# A cluster user's install (README, "Real detector files"): a plain venv from the pyenv
+# A cluster user's install (docs/guide/staging.md, "Real detector files"): a plain venv from the pyenv
 # python3 (no Debian packages), the project + PyPI's serial h5py + mpi4py + hdf5plugin,
 # and whatever NumPy and numba pip picks today (NumPy 2: no constraints.txt here).
 # tests/e2e/test_h5_serial.py runs the h5 staging tests in it, tests/e2e/test_serial_venv.py

@@ -1,6 +1,6 @@
 """The h5 staging tests again, with the serial h5py that ``pip install`` gives.
 
-A cluster user's install (README, "Real detector files"): a plain venv made from
+A cluster user's install (docs/guide/staging.md, "Real detector files"): a plain venv made from
 the pyenv python3 -- no Debian packages -- with this project, PyPI's h5py
 (serial: ``h5py.get_config().mpi`` is False), mpi4py from PyPI and hdf5plugin.
 ``make serial-venv`` builds it (cached, ``.venv-serial``; ``make test`` tries it).
