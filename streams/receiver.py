@@ -8,17 +8,17 @@ can interleave it with its own communication (one receiver per node leader, the
 Stream V2 start/end shared over MPI) without threads; :meth:`Receiver.serve` is
 the plain loop.
 
-Memory: besides the assembler's bound (see :mod:`stager.stream.assemble`),
+Memory: besides the assembler's bound (see :mod:`streams.assemble`),
 ZeroMQ queues at most ``rcvhwm`` messages per connected producer, plus what the
 kernel's TCP buffers hold (``rcvbuf`` caps them; 0 leaves the OS default).
 
-Security: given a :class:`~stager.stream.security.StreamSecurity` in CURVE mode,
+Security: given a :class:`~streams.security.StreamSecurity` in CURVE mode,
 the socket is a CURVE server whose ZAP handler admits only authorised client
 keys; without one it is plain (what ``--insecure`` asks for). Either way a
 socket monitor counts failed handshakes, and every refused connection attempt
 is counted, by reason, in the reports of the scans open at this receiver
 (:meth:`SocketLoop.refusals`); refused peers' messages never reach the socket.
-zmq is imported when a receiver is built, never by ``import stager.stream``.
+zmq is imported when a receiver is built, never by ``import streams``.
 """
 from __future__ import annotations
 
@@ -28,10 +28,10 @@ import time
 from collections import Counter
 from typing import Any, Callable, List, Optional, Tuple, Union
 
-from stager.stream.accounting import MAX_EXAMPLES, ScanReport
-from stager.stream.assemble import DEFAULT_MEMORY_BYTES, Assembler, Partition
-from stager.stream.errors import StreamError
-from stager.stream.protocol import ScanGeometry
+from streams.accounting import MAX_EXAMPLES, ScanReport
+from streams.assemble import DEFAULT_MEMORY_BYTES, Assembler, Partition
+from streams.errors import StreamError
+from streams.protocol import ScanGeometry
 
 __all__ = ["Receiver", "SocketLoop", "DEFAULT_HWM", "resolve_endpoint"]
 
@@ -77,7 +77,7 @@ class SocketLoop:
 
     def _secure(self, security: Any, domain: str, server: bool = True) -> None:
         """Apply ``security`` to the new socket (before bind/connect); watch handshakes."""
-        from stager.stream.security import HandshakeMonitor, zap_handler
+        from streams.security import HandshakeMonitor, zap_handler
 
         if security is not None:
             if server:
@@ -196,7 +196,7 @@ class Receiver(SocketLoop):
     Parameters
     ----------
     deliver : callable(Partition)
-        Gets every finished partition (see :class:`~stager.stream.assemble.Partition`);
+        Gets every finished partition (see :class:`~streams.assemble.Partition`);
         its memory is reused when the call returns. A slow ``deliver`` slows the
         loop, queues fill, and producers block: nothing is dropped.
     index, count : int
@@ -209,12 +209,12 @@ class Receiver(SocketLoop):
         ZeroMQ receive high-water mark (messages per producer) and kernel buffer
         (bytes, 0 = OS default).
     partition_frames, memory_bytes, max_scans, idle_timeout
-        Passed to :class:`~stager.stream.assemble.Assembler`.
+        Passed to :class:`~streams.assemble.Assembler`.
     on_close : callable(ScanReport), optional
         Called when a scan closes.
     context : zmq.Context, optional
     security : StreamSecurity, optional
-        CURVE keys and the ZAP policy (:mod:`stager.stream.security`); None: plain.
+        CURVE keys and the ZAP policy (:mod:`streams.security`); None: plain.
     """
 
     def __init__(self, deliver: Callable[[Partition], Any], *, index: int = 0, count: int = 1,
@@ -237,7 +237,7 @@ class Receiver(SocketLoop):
         if rcvbuf:
             self._sock.setsockopt(zmq.RCVBUF, rcvbuf)
         self._sock.setsockopt(zmq.LINGER, 0)
-        from stager.stream.security import DOMAIN_DATA
+        from streams.security import DOMAIN_DATA
 
         self._secure(security, DOMAIN_DATA)
         self._bind_addr = bind[:-2] + ":*" if bind.endswith(":0") else bind

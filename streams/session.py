@@ -5,12 +5,12 @@ rank. Collective over `comm`:
 
 1. options from rank 0 (one broadcast); the job's node layout
    (``job=``, else :meth:`stager.mpi.job.Job.from_comm`) and the roles
-   (:func:`stager.stream.roles.assign_roles`);
+   (:func:`streams.roles.assign_roles`);
 2. every receiver binds its PULL socket (or, with Stream V2, connects to the
    detector); rank 0 binds the live PUB socket, gathers the endpoints and writes
    the rendezvous file atomically -- each step agreed, so a failed bind on one
    node is the same error on every rank;
-3. the loop (:class:`stager.stream.ranks.RankLoop`) until ``scans`` scans are
+3. the loop (:class:`streams.ranks.RankLoop`) until ``scans`` scans are
    finalized (or the overall ``timeout`` closed what was open);
 4. per scan, collectively: the partials merged per node, then across node
    leaders, each in the fixed tree (:func:`stager.mpi.tree.tree_reduce`); the receivers' reports
@@ -36,11 +36,11 @@ from stager.mpi.tree import TreeMergeError, tree_reduce
 from stager.nodelocal import localfs
 from stager.options import Option, parse_bool, parse_int, parse_size, parse_text, resolve
 from stager.planning.plan import expand_node
-from stager.stream.accounting import ScanReport
-from stager.stream.analysis import load_analysis
-from stager.stream.errors import StreamError
-from stager.stream.output import scan_ok, write_report, write_scan
-from stager.stream.roles import assign_roles, partition_frames
+from streams.accounting import ScanReport
+from streams.analysis import load_analysis
+from streams.errors import StreamError
+from streams.output import scan_ok, write_report, write_scan
+from streams.roles import assign_roles, partition_frames
 
 __all__ = ["SessionOptions", "SESSION_OPTIONS", "receive_scans", "ScanOutcome"]
 
@@ -72,7 +72,7 @@ class SessionOptions:
     rate : float, optional
         Expected frames/s of the detector (sizes partitions).
     memory_bytes, idle_timeout, rcvhwm
-        Per receiver (see :class:`~stager.stream.receiver.Receiver`).
+        Per receiver (see :class:`~streams.receiver.Receiver`).
     timeout : float, optional
         Overall seconds; then open scans close as ``stopped`` and the job ends.
     close_wait : float
@@ -103,7 +103,7 @@ class SessionOptions:
         Plain ZeroMQ sockets (no CURVE, no ZAP): anyone who reaches a port may send.
     authorized_keys : str, optional
         Directory of public client certificates to accept instead of the job's own
-        client certificate (:mod:`stager.stream.security`).
+        client certificate (:mod:`streams.security`).
     allow_from : str, optional
         Stream V2: comma-separated peer addresses ZAP accepts.
     rendezvous_mode : int
@@ -282,13 +282,13 @@ def _check_security_options(o: SessionOptions) -> None:
 
 
 def _security(o: SessionOptions) -> Any:
-    """Rank 0: the job's :class:`~stager.stream.security.StreamSecurity`.
+    """Rank 0: the job's :class:`~streams.security.StreamSecurity`.
 
     CURVE for the native protocol unless ``--insecure``; Stream V2 data is plain
     (the detector cannot do CURVE), restricted by ``--allow-from``, but the job's
     own live socket still uses CURVE.
     """
-    from stager.stream.security import StreamSecurity
+    from streams.security import StreamSecurity
 
     allow = tuple(a.strip() for a in (o.allow_from or "").split(",") if a.strip())
     if o.insecure:
@@ -300,7 +300,7 @@ def _security(o: SessionOptions) -> Any:
 
 def _rendezvous(options: SessionOptions, endpoints: List[str], live: Optional[str],
                 sec: Any = None) -> None:
-    from stager.stream.rendezvous import write_rendezvous
+    from streams.rendezvous import write_rendezvous
 
     d = os.path.dirname(os.path.abspath(options.rendezvous))
     os.makedirs(d, exist_ok=True)
@@ -364,8 +364,8 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
     """
     from mpi4py import MPI
 
-    from stager.stream.coordinator import Coordinator
-    from stager.stream.ranks import RankLoop
+    from streams.coordinator import Coordinator
+    from streams.ranks import RankLoop
 
     comm, job = comm_and_job(comm, job)
     opts: SessionOptions = bcast_result(comm, _resolve, options)
@@ -390,14 +390,14 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
         with agreed(fcomm, "binding the receivers", default=StreamError, node=layout.name):
             loop = RankLoop(comm, roles, analysis, opts, coordinator=coordinator)
             if comm.rank == 0:
-                from stager.stream.live import LivePublisher
+                from streams.live import LivePublisher
 
                 os.makedirs(opts.out, mode=0o700, exist_ok=True)
                 publisher = LivePublisher(f"tcp://{opts.bind_host}:*", opts.out, opts.advertise,
                                           security=sec)
                 loop.publisher = publisher
             if opts.spill is not None and index is not None:
-                from stager.stream.spill import SPEC_NAME, Spill
+                from streams.spill import SPEC_NAME, Spill
 
                 loop.spill = Spill(opts.spill, layout.name, index,
                                    os.path.join(opts.out, SPEC_NAME))
@@ -409,7 +409,7 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
                 eps = [e for e in endpoints if e is not None]
                 _rendezvous(opts, eps, publisher.endpoint if publisher else None, sec)
                 if opts.spill is not None:
-                    from stager.stream.spill import SPEC_NAME, spill_spec_text
+                    from streams.spill import SPEC_NAME, spill_spec_text
 
                     localfs.write_bytes_atomic(os.path.join(opts.out, SPEC_NAME),
                                                spill_spec_text(opts.spill).encode(), mode=0o644)
@@ -510,7 +510,7 @@ def _make_socket(loop: Any, o: SessionOptions, index: int, count: int, sec: Any 
         return partition_frames(g.frame_bytes, count, rate=o.rate, frames=g.frames)
 
     if o.stream2:
-        from stager.stream.streamv2_receiver import StreamV2Receiver
+        from streams.streamv2_receiver import StreamV2Receiver
 
         v2 = StreamV2Receiver(loop.deliver, o.stream2, partition_frames=kfn,
                                 memory_bytes=o.memory_bytes, idle_timeout=o.idle_timeout,
@@ -523,7 +523,7 @@ def _make_socket(loop: Any, o: SessionOptions, index: int, count: int, sec: Any 
         v2.connect()
         loop.socket = v2
         return f"stream2:{o.stream2}"
-    from stager.stream.receiver import Receiver
+    from streams.receiver import Receiver
 
     sock = Receiver(loop.deliver, index=index, count=count, bind=f"tcp://{o.bind_host}:*",
                     advertise=o.advertise, rcvhwm=o.rcvhwm, partition_frames=kfn,

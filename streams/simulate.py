@@ -9,7 +9,7 @@ omitted and malformed messages injected on request. The same frames can be
 served by :class:`StreamV2Simulator`, which binds a PUSH socket as a DECTRIS
 detector does.
 
-``python -m stager.stream.simulate --help`` runs either from the shell.
+``python -m streams.simulate --help`` runs either from the shell.
 """
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Tup
 
 import numpy as np
 
-from stager.stream.protocol import Reason, ScanGeometry, encode_data
-from stager.stream.rendezvous import Rendezvous
+from streams.protocol import Reason, ScanGeometry, encode_data
+from streams.rendezvous import Rendezvous
 
 __all__ = ["SimulatedScan", "synthetic_frame", "run_producer", "run_producers",
            "malformed_messages", "array_source", "hdf5_source", "StreamV2Simulator", "main"]
@@ -165,13 +165,13 @@ def run_producer(scan: SimulatedScan, endpoints: Union[Rendezvous, Sequence[str]
                  t0: Optional[float] = None, **options: Any) -> Dict[str, Any]:
     """Be producer ``producer`` of ``scan``: begin, its sectors in frame order, end.
 
-    ``endpoints``: a :class:`~stager.stream.rendezvous.Rendezvous` (CURVE with its
+    ``endpoints``: a :class:`~streams.rendezvous.Rendezvous` (CURVE with its
     keys when it names them) or plain endpoints (plain ZeroMQ: a CURVE job refuses
-    them). ``options`` go to :class:`~stager.stream.producer.Producer` (``sndhwm``,
+    them). ``options`` go to :class:`~streams.producer.Producer` (``sndhwm``,
     ``certificate``, ...).
     Returns what it sent: messages per receiver, seconds, seconds blocked in sends.
     """
-    from stager.stream.producer import Producer
+    from streams.producer import Producer
 
     g = scan.geometry
     t0 = time.perf_counter() if t0 is None else t0
@@ -280,9 +280,9 @@ class StreamV2Simulator:
 
         ``header_detail`` and ``start`` (``pixel_mask``, ``flatfield``,
         ``countrate_table``, ``array_compression``) go to
-        :func:`~stager.stream.streamv2.encode_start`.
+        :func:`~streams.streamv2.encode_start`.
         """
-        from stager.stream.streamv2 import encode_end, encode_image, encode_start
+        from streams.streamv2 import encode_end, encode_image, encode_start
 
         uid = f"SIM{series_id:023d}" if series_unique_id is None else series_unique_id
         user = {"scan_shape": list(scan_shape)} if scan_shape else None
@@ -314,12 +314,12 @@ class StreamV2Simulator:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """``python -m stager.stream.simulate``: stream a synthetic or recorded scan."""
+    """``python -m streams.simulate``: stream a synthetic or recorded scan."""
     import argparse
 
-    from stager.stream.rendezvous import wait_for_rendezvous
+    from streams.rendezvous import wait_for_rendezvous
 
-    ap = argparse.ArgumentParser(prog="python -m stager.stream.simulate", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m streams.simulate", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rendezvous", help="native protocol: the receivers' rendezvous file")
     ap.add_argument("--stream2-bind", help="Stream V2 instead: bind this PUSH address")

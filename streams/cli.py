@@ -157,9 +157,9 @@ def _receive(args: argparse.Namespace) -> int:
 
     import stager
     from stager.errors import StagerError
-    from stager.stream.output import exit_status
+    from streams.output import exit_status
     from stager.commands.stage import job_of
-    from stager.stream.session import SessionOptions, receive_scans
+    from streams.session import SessionOptions, receive_scans
 
     comm = MPI.COMM_WORLD
     try:
@@ -256,9 +256,9 @@ def _endpoint(source: str) -> Tuple[str, Optional[str], Optional[str]]:
 
 
 def _watch(args: argparse.Namespace) -> int:
-    from stager.stream.live import LiveView
+    from streams.live import LiveView
 
-    from stager.stream.errors import StreamError
+    from streams.errors import StreamError
 
     try:
         ep, key, cert = _endpoint(args.source)

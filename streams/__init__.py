@@ -6,7 +6,7 @@ Two wire protocols end in the same :class:`Assembler` and the same loss accounti
 - the native ``mpistage-stream/1`` (``docs/stream-protocol.md``): ZeroMQ PUSH
   producers -> PULL :class:`Receiver`, msgpack header + payload, frames routed to
   receiver ``frame mod R``, found through a rendezvous file;
-- DECTRIS Stream V2 (CBOR start/image/end, :mod:`stager.stream.streamv2`).
+- DECTRIS Stream V2 (CBOR start/image/end, :mod:`streams.streamv2`).
 
 Importing this package loads none of zmq, msgpack, cbor2 or numpy: the names
 below are resolved on first use.
@@ -16,7 +16,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from stager.stream.errors import (CodecError, MissingDependency, ProtocolError,
+from streams.errors import (CodecError, MissingDependency, ProtocolError,
                                   RendezvousError, StreamError)
 
 __all__ = [
@@ -54,8 +54,8 @@ _WHERE = {
 def __getattr__(name: str) -> Any:
     mod = _WHERE.get(name)
     if mod is None:
-        raise AttributeError(f"module 'stager.stream' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"stager.stream.{mod}"), name)
+        raise AttributeError(f"module 'streams' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"streams.{mod}"), name)
     globals()[name] = value
     return value
 
