@@ -84,7 +84,7 @@ class Subscriber(threading.Thread):
 
     def __init__(self, endpoint: str, half: Optional[int]) -> None:
         super().__init__(daemon=True)
-        from streams.live import LiveView
+        from streams.job.live import LiveView
 
         self.view = LiveView(endpoint)
         self.half = half
@@ -110,7 +110,7 @@ class Subscriber(threading.Thread):
 def streamed(a: Any, frames: np.ndarray, tmp: Path, rate: Optional[float],
              picture: bool) -> Dict[str, Any]:
     from streams import ScanGeometry, SimulatedScan
-    from streams.rendezvous import wait_for_rendezvous
+    from streams.protocols.native.rendezvous import wait_for_rendezvous
     from streams.simulate import run_producers
 
     out, rv = tmp / "out", tmp / "rv.json"

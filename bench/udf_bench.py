@@ -219,9 +219,9 @@ def whole_job(a: Any, tmp: Path, path: Path) -> Dict[str, Any]:
 
 
 def first_live(a: Any, tmp: Path) -> Dict[str, Any]:
-    from streams.live import LiveView
+    from streams.job.live import LiveView
     from streams.protocol import ScanGeometry
-    from streams.rendezvous import wait_for_rendezvous
+    from streams.protocols.native.rendezvous import wait_for_rendezvous
     from streams.simulate import SimulatedScan, run_producers
 
     rows = []

@@ -67,7 +67,7 @@ def merge(a: Any, b: Any) -> Any:
 @app
 def write(partial: Any, geometry: Any, params: Dict[str, Any], path: str) -> str:
     from streams.offline import offline_report
-    from streams.output import write_scan
+    from streams.job.output import write_scan
 
     partial = partial.compact()
     rep = offline_report(geometry, partial.complete(geometry.frames),
@@ -117,7 +117,7 @@ def main(args: Any) -> Any:
             os.path.basename(path))[0], args.scan_shape)
         refs = dataset_partitions(path, dset, g.frames, args.partition_frames)
     elif args.spilled:
-        from streams.spill import read_partition_file, spilled_partitions
+        from streams.job.spill import read_partition_file, spilled_partitions
 
         if not args.scan:
             raise ValueError("--spilled needs --scan NAME")

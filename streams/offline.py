@@ -7,7 +7,7 @@ an analysis written once runs on both. A :class:`PartitionRef` is plain data
 (picklable: it travels to the workflow's workers, which open the file on their
 node); :func:`read_partition` reads it; :func:`offline_report` is the accounting
 of frames read from files (present = complete), so the offline output file has
-the same layout as the streamed one (:func:`streams.output.write_scan`).
+the same layout as the streamed one (:func:`streams.job.output.write_scan`).
 """
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ def read_partition(ref: PartitionRef) -> Tuple[np.ndarray, np.ndarray, np.ndarra
     import h5py
 
     if ref.kind == "spill":
-        from streams.spill import read_partition_file
+        from streams.job.spill import read_partition_file
 
         data, index, complete, _ = read_partition_file(ref.path)
         return data, index, complete

@@ -21,7 +21,7 @@ holds a secret key) and decides *which* clients may connect through ZAP (RFC
   address not allowed), a :class:`HandshakeMonitor` on each socket what fails
   before ZAP is asked (a client without CURVE, a wrong server key, a handshake
   that never completes). The receiving loop drains both into the reports of its
-  open scans (:meth:`streams.receiver.SocketLoop.step`). A refused peer's
+  open scans (:meth:`streams.protocols.native.receiver.SocketLoop.step`). A refused peer's
   messages never reach the socket's queue, so never the assembler.
 
 DECTRIS Stream V2 cannot do CURVE (the detector speaks plain ZeroMQ): there the

@@ -50,7 +50,7 @@ def test_ff_peaks_streamed_equal_the_file_flow(tmp_path):
               "--partition-frames", "2")
     rv = job.rendezvous()
     g = ScanGeometry("ff1", 2, len(stack), 2, stack.shape[1:], "<u2", (1, len(stack)))
-    run_producers(SimulatedScan(g, source=array_source(stack), encoding="bslz4"), rv.receivers)
+    run_producers(SimulatedScan(g, source=array_source(stack), encoding="bslz4"), rv)
     rc, out, err = job.wait()
     assert rc == 0, out + err
     assert job.report("ff1")["ok"]

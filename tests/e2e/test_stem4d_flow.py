@@ -130,7 +130,7 @@ def test_bad_inputs_end_non_zero_with_the_reason(tmp_path, case):
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun is not installed")
 def test_a_streamed_uint32_scan_keeps_its_values_and_a_bad_dark_fails_the_job(tmp_path):
     from streams import ScanGeometry, SimulatedScan
-    from streams.rendezvous import wait_for_rendezvous
+    from streams.protocols.native.rendezvous import wait_for_rendezvous
     from streams.simulate import array_source, run_producers
 
     f = _uint32_scan(tmp_path)
@@ -148,7 +148,7 @@ def test_a_streamed_uint32_scan_keeps_its_values_and_a_bad_dark_fails_the_job(tm
         try:
             info = wait_for_rendezvous(rv, timeout=60)
             g = ScanGeometry("s", 2, len(f), 2, SHAPE, "<u4", SCAN)
-            run_producers(SimulatedScan(g, source=array_source(f)), info.receivers)
+            run_producers(SimulatedScan(g, source=array_source(f)), info)
             o, e = p.communicate(timeout=120)
         finally:
             if p.poll() is None:

@@ -155,7 +155,7 @@ def test_hostile_messages_are_refused_counted_and_the_scan_stays_exact(tmp_path)
     accepted when it arrives right), and a duplicate of one of its sectors with other
     content after -- while a silent TCP connection sits on receiver 0. The scan is exact,
     each case counted under its reason, memory within --memory."""
-    from streams.producer import Producer
+    from streams.protocols.native.producer import Producer
     from streams.simulate import run_producer
 
     job = Job(tmp_path, "--memory", "16", "--handshake-timeout", "1")
@@ -251,7 +251,8 @@ def test_a_full_spill_directory_stops_the_job_naming_node_and_frames(tmp_path):
 def test_stream_v2_from_the_named_interface_and_allowed_address(tmp_path):
     """Stream V2 cannot use CURVE: the clients connect from --bind's address and ZAP
     admits only --allow-from; the series arrives whole, the report says so."""
-    from streams.simulate import StreamV2Simulator, synthetic_frame
+    from streams.protocols.stream2.simulator import StreamV2Simulator
+    from streams.simulate import synthetic_frame
 
     with StreamV2Simulator(send_timeout=30) as sim:
         job = Job(tmp_path, "--stream2", sim.endpoint, "--allow-from", "127.0.0.1",

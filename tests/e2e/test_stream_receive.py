@@ -51,7 +51,7 @@ class Job:
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def rendezvous(self, timeout: float = 60.0):
-        from streams.rendezvous import wait_for_rendezvous
+        from streams.protocols.native.rendezvous import wait_for_rendezvous
 
         try:
             return wait_for_rendezvous(self.rv, timeout=timeout)
@@ -222,8 +222,9 @@ def test_a_slow_consumer_makes_producers_block_and_nothing_is_lost(tmp_path):
 
 
 def test_stream_v2_from_the_simulator_gives_the_same_result(tmp_path):
-    from streams.simulate import StreamV2Simulator, synthetic_frame
-    from streams.streamv2 import scan_name
+    from streams.protocols.stream2.simulator import StreamV2Simulator
+    from streams.simulate import synthetic_frame
+    from streams.protocols.stream2.streamv2 import scan_name
 
     name = scan_name(7, f"SIM{7:023d}")     # the simulator's series_unique_id
 
@@ -258,8 +259,9 @@ def test_stream_v2_as_a_real_detector_speaks_it(tmp_path):
     import cbor2
 
     from streams.codecs import bslz4_encode
-    from streams.simulate import StreamV2Simulator
-    from streams.streamv2 import SELF_DESCRIBE, encode_end, encode_image, encode_start
+    from streams.protocols.stream2.simulator import StreamV2Simulator
+    from streams.protocols.stream2.streamv2 import (SELF_DESCRIBE, encode_end, encode_image,
+                                                    encode_start)
 
     shape, n_a, n_b = (32, 32), 16, 8
     rng = np.random.default_rng(5)

@@ -28,7 +28,7 @@ WITHHELD = (0, 3, 10, 11, 40, 63)
 def _serve(comm, tmp, nodes, specs, data):
     import stager
     from streams.protocol import ScanGeometry
-    from streams.session import SessionOptions, receive_scans
+    from streams.job.session import SessionOptions, receive_scans
     from streams.simulate import SimulatedScan, array_source, run_producers
 
     out = os.path.join(tmp, f"out{nodes}")
@@ -53,7 +53,7 @@ def _serve(comm, tmp, nodes, specs, data):
     threads = []
 
     def ready(info):
-        from streams.rendezvous import read_rendezvous
+        from streams.protocols.native.rendezvous import read_rendezvous
 
         # the rendezvous carries the job's CURVE server key and client certificate
         rv = read_rendezvous(opts.rendezvous)

@@ -17,7 +17,9 @@ reader of the module's head -- and resolved to a package. The rules:
   flows (``workflows.flows``, the offline twin of a stream job) do;
 * the application (``hedm``) is imported by nobody;
 * a block kind is one module plus one row of ``stager.planning.kinds``: nothing
-  outside a kind's own modules and the tables branches on a kind's name.
+  outside a kind's own modules and the tables branches on a kind's name;
+* a stream protocol is one folder of ``streams/protocols/`` plus one row of its
+  table: nothing outside them branches on a protocol's name (or on ``stream2``).
 """
 from __future__ import annotations
 
@@ -211,3 +213,31 @@ def test_a_block_kind_is_one_module_plus_one_row():
     builtin = {r.partition(":")[0] for r in ROWS.values() if isinstance(r, str)}
     modules = {m for m, _ in _modules() if m.startswith("stager.kinds.")}
     assert builtin == modules, (builtin, modules)
+
+
+# The simulators' command line (python -m streams.simulate) picks the Stream V2
+# simulator with --stream2-bind: a front door, like the table.
+PROTOCOL_OWNED = ("streams/protocols/", "streams/simulate.py")
+_PROTOCOL_BRANCH = re.compile(r"""(==|!=)\s*["'](native|stream2|dectris-stream2)["']"""
+                              r"""|["'](native|stream2|dectris-stream2)["']\s*(==|!=|in\b)"""
+                              r"""|\b(if|elif|and|or|not)\b[^#]*\bstream2\b""")
+
+
+def test_a_stream_protocol_is_one_folder_plus_one_row():
+    found = []
+    for mod, path in _modules():
+        rel = os.path.relpath(path, ROOT)
+        if not mod.startswith("streams") or rel.startswith(PROTOCOL_OWNED):
+            continue
+        with open(path, encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                if _PROTOCOL_BRANCH.search(line):
+                    found.append(f"{rel}:{n}: {line.strip()}")
+    assert not found, ("code branching on a stream protocol outside its folder (ask the "
+                       "protocol through streams.protocols): " + "; ".join(found))
+    # every row names one folder of streams/protocols/, and every folder has its row
+    from streams.protocols import ROWS
+    builtin = {r.partition(":")[0] for r in ROWS.values() if isinstance(r, str)}
+    folders = {m for m, _ in _modules() if m.count(".") == 2
+               and m.startswith("streams.protocols.")}
+    assert builtin == folders, (builtin, folders)

@@ -113,7 +113,7 @@ def test_every_public_name_resolves():
 
 
 def test_import_loads_no_wire_library():
-    code = ("import sys, streams, streams.protocol, streams.rendezvous;"
+    code = ("import sys, streams, streams.protocol, streams.protocols.native.rendezvous;"
             "bad = [m for m in ('zmq', 'msgpack', 'cbor2', 'lz4', 'dectris') if m in sys.modules];"
             "print(bad); sys.exit(1 if bad else 0)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -16,7 +16,7 @@ import pytest
 from streams import (Receiver, ScanGeometry, SimulatedScan, read_rendezvous,
                            run_producers, write_rendezvous)
 from streams.errors import StreamError
-from streams.producer import Producer
+from streams.protocols.native.producer import Producer
 from streams.security import StreamSecurity, load_client_certificate
 
 pytestmark = pytest.mark.timeout(120)
@@ -190,7 +190,7 @@ def test_a_silent_tcp_connection_is_dropped_and_counted(tmp_path):
 
 
 def test_live_socket_needs_the_client_certificate(tmp_path):
-    from streams.live import LivePublisher, LiveView
+    from streams.job.live import LivePublisher, LiveView
 
     # a Stream V2 job's --allow-from names the detector: viewers are admitted by key
     sec = StreamSecurity.for_job(str(tmp_path / "rv.json"), allow_from=("10.99.0.1",))
@@ -231,7 +231,7 @@ def test_live_socket_needs_the_client_certificate(tmp_path):
 
 def test_live_snapshots_refuse_a_symlinked_directory(tmp_path):
     from stager.nodelocal.localfs import UnsafePathError
-    from streams.live import LivePublisher
+    from streams.job.live import LivePublisher
 
     (tmp_path / "elsewhere").mkdir()
     os.symlink(tmp_path / "elsewhere", tmp_path / "out")
@@ -243,7 +243,7 @@ def test_stream2_allow_list_refuses_other_addresses(tmp_path):
     """Stream V2 is plain ZeroMQ: ZAP accepts only --allow-from addresses."""
     import zmq
 
-    from streams.streamv2_receiver import StreamV2Receiver
+    from streams.protocols.stream2.receiver import StreamV2Receiver
 
     ctx = zmq.Context.instance()
     det = ctx.socket(zmq.PUSH)

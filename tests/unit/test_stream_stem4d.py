@@ -6,7 +6,7 @@ import pytest
 
 from streams.protocol import ScanGeometry
 from stager.mpi.tree import tree_schedule
-from streams.roles import assign_roles, partition_frames
+from streams.job.roles import assign_roles, partition_frames
 
 pytest.importorskip("numba")
 h5py = pytest.importorskip("h5py")

@@ -13,7 +13,7 @@ from streams import (Receiver, ScanGeometry, ScanReport, SimulatedScan,
                            StreamV2Receiver, StreamV2Simulator, run_producers)
 from streams.codecs import bslz4_encode
 from streams.errors import ProtocolError
-from streams.streamv2 import (End, Image, Start, decode_message, encode_end,
+from streams.protocols.stream2.streamv2 import (End, Image, Start, decode_message, encode_end,
                                     encode_image, encode_start)
 
 
@@ -330,7 +330,7 @@ def test_undefined_and_simple_values_in_a_start_pickle():
 def test_an_undecodable_start_array_is_one_error_naming_the_field():
     from cbor2 import CBORTag, dumps
 
-    from streams.streamv2 import SELF_DESCRIBE
+    from streams.protocols.stream2.streamv2 import SELF_DESCRIBE
 
     good = decode_message(encode_start(1, "U", 4, (5, 7), header_detail="all"))
     assert "flatfield" in good.fields
@@ -502,7 +502,7 @@ def test_scan_file_keeps_the_detector_arrays(tmp_path):
     import h5py
 
     from streams.analysis import FrameSum
-    from streams.output import write_scan
+    from streams.job.output import write_scan
 
     rng = np.random.default_rng(2)
     ff = {"t1": rng.random((4, 4)).astype("<f4"), "t2": np.ones((4, 4), "<f4")}
@@ -562,8 +562,8 @@ def test_job_rejections_reach_the_live_progress_and_the_watch_line():
     """Rank 0 sums every receiver's rejections (any scan or none) from the heartbeats;
     the live progress carries them and `stager stream watch` prints reason and example."""
     from streams.cli import _line, _rejections_line
-    from streams.coordinator import Coordinator
-    from streams.roles import assign_roles
+    from streams.job.coordinator import Coordinator
+    from streams.job.roles import assign_roles
 
     c = Coordinator(assign_roles([0, 0, 1, 1], 1), "any")
     c.rejections(0, {"malformed_header": 2}, ["malformed_header: not CBOR (x)"])

@@ -84,7 +84,7 @@ def test_single_udf_from_json_and_output_file(tmp_path):
     import h5py
 
     from streams.offline import offline_report
-    from streams.output import write_scan
+    from streams.job.output import write_scan
 
     data = uc.frames()
     valid = np.ones(F, bool)

@@ -6,7 +6,7 @@ per-frame sum, ``pkg.module:NAME``, ``FILE.py[:NAME]``, or LiberTEM UDFs as
 receiving job spilled: one task per partition of K frames (``foreach``), the
 ordered tree merge with the analysis's own ``merge`` (``reduce_tree``), one task
 that writes ``OUT/<scan>.h5`` in the stream's layout
-(:func:`streams.output.write_scan`)::
+(:func:`streams.job.output.write_scan`)::
 
     python -m workflows run workflows.flows.analysis --out OUT -- \\
         --frames scan.h5:/frames --analysis udf:libertem.udf.sum:SumUDF
@@ -96,7 +96,7 @@ def merge(a: Any, b: Any) -> Any:
 @app
 def write(keyed: Any, geometry: Any, path: str) -> str:
     from streams.offline import offline_report
-    from streams.output import write_scan
+    from streams.job.output import write_scan
 
     (spec, params), partial = keyed
     analysis = _analysis(spec, params, geometry)
@@ -123,7 +123,7 @@ def main(args: Any) -> Any:
             os.path.basename(path))[0], args.scan_shape)
         refs = dataset_partitions(path, dset, g.frames, args.partition_frames)
     elif args.spilled:
-        from streams.spill import read_partition_file, spilled_partitions
+        from streams.job.spill import read_partition_file, spilled_partitions
 
         if not args.scan:
             raise ValueError("--spilled needs --scan NAME")

@@ -136,7 +136,7 @@ class LivePublisher:
                  advertise: Optional[str] = None, security: Any = None) -> None:
         import zmq
 
-        from streams.receiver import resolve_endpoint
+        from streams.socketloop import resolve_endpoint
         from streams.security import DOMAIN_LIVE
 
         if directory:

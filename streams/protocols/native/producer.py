@@ -8,7 +8,7 @@ sectors of a frame must all reach receiver ``frame mod R``. Sends block while a
 receiver's queue is at its high-water mark; nothing is dropped. zmq is imported
 when a producer is built.
 
-Security: given a :class:`~streams.rendezvous.Rendezvous` that names a
+Security: given a :class:`~streams.protocols.native.rendezvous.Rendezvous` that names a
 CURVE server key (the default of a receiving job), every socket is a CURVE
 client with the key pair of the rendezvous' ``client_certificate`` (or of
 ``certificate``). A producer the job does not authorise is refused at the
@@ -25,8 +25,8 @@ import numpy as np
 from streams.codecs import encode
 from streams.errors import StreamError
 from streams.protocol import ScanGeometry, encode_begin, encode_data, encode_end, route
-from streams.receiver import DEFAULT_HWM
-from streams.rendezvous import Rendezvous
+from streams.socketloop import DEFAULT_HWM
+from streams.protocols.native.rendezvous import Rendezvous
 
 __all__ = ["Producer"]
 

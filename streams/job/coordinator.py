@@ -26,7 +26,7 @@ import numpy as np
 
 from streams.accounting import ScanReport, ranges
 from streams.protocol import ScanGeometry
-from streams.roles import Roles
+from streams.job.roles import Roles
 
 __all__ = ["Coordinator", "ScanState"]
 

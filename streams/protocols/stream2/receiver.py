@@ -26,7 +26,7 @@ its images. This client therefore:
   and reason, and a later good copy is kept; a second good copy is rejected
   ``duplicate``;
 - keeps each start's arrays (``header_detail: all``: flatfield, pixel mask,
-  count-rate table, decoded to NumPy by :mod:`streams.streamv2`) in
+  count-rate table, decoded to NumPy by :mod:`streams.protocols.stream2.streamv2`) in
   :attr:`starts_by_scan` for the scan's output, and with ``apply_pixel_mask``
   zeroes the masked pixels (mask != 0) of every frame before delivery.
 
@@ -47,8 +47,8 @@ from streams.assemble import DEFAULT_MEMORY_BYTES, Assembler, Partition
 from streams.errors import ProtocolError, StreamError
 from streams.protocol import Begin, Data, Reason, ScanGeometry
 from streams.protocol import End as NativeEnd
-from streams.receiver import DEFAULT_HWM, SocketLoop
-from streams.streamv2 import (ChannelImage, End, Image, Start, decode_message,
+from streams.socketloop import DEFAULT_HWM, SocketLoop
+from streams.protocols.stream2.streamv2 import (ChannelImage, End, Image, Start, decode_message,
                                     scan_name, series_key)
 
 __all__ = ["StreamV2Receiver"]
@@ -60,7 +60,7 @@ class StreamV2Receiver(SocketLoop):
     Parameters
     ----------
     deliver : callable(Partition)
-        As for :class:`~streams.receiver.Receiver`.
+        As for :class:`~streams.protocols.native.receiver.Receiver`.
     endpoint : str
         The detector's ``tcp://HOST:PORT`` (DECTRIS: port 31001).
     channel : str, optional
@@ -80,7 +80,7 @@ class StreamV2Receiver(SocketLoop):
     on_start, on_end : callable, optional
         Called with each :class:`Start` / :class:`End` this client receives.
     partition_frames, memory_bytes, max_scans, idle_timeout, rcvhwm, on_close, context
-        As for :class:`~streams.receiver.Receiver`.
+        As for :class:`~streams.protocols.native.receiver.Receiver`.
     security : StreamSecurity, optional
         Its ``allow_from``: ZAP accepts only these detector addresses (refusals
         counted as for the native receiver); the detector cannot do CURVE.

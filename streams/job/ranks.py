@@ -1,10 +1,10 @@
 """The loop every rank of a receiving job runs: receive, hand out, process, report.
 
-One loop, three roles (:mod:`streams.roles`), no threads:
+One loop, three roles (:mod:`streams.job.roles`), no threads:
 
 receiver
-    steps its socket (:class:`~streams.receiver.Receiver`, or a
-    :class:`~streams.streamv2_receiver.StreamV2Receiver`), gets finished
+    steps its socket (:class:`~streams.protocols.native.receiver.Receiver`, or a
+    :class:`~streams.protocols.stream2.receiver.StreamV2Receiver`), gets finished
     partitions from the assembler and either processes them itself (no workers on
     its node) or copies them into a bounded *outbox* and hands them to its
     workers, each holding at most ``credit`` unacknowledged partitions. While the
@@ -18,7 +18,7 @@ worker
     ``analysis.process_partition`` and merges the result into its partial of the
     scan; acknowledges each one.
 rank 0 (also a receiver)
-    the :class:`~streams.coordinator.Coordinator`: merges live deltas and
+    the :class:`~streams.job.coordinator.Coordinator`: merges live deltas and
     publishes them, decides when a scan is finalized and tells every rank.
 
 Every processing rank sends rank 0 a live delta of what it processed at most every
@@ -27,7 +27,7 @@ ready once nothing of X is left with it (receiver: X closed, its outbox and
 unacknowledged partitions free of X; worker: the "finish X" marker, which its
 receiver queues behind X's last partition); it then joins a non-blocking barrier
 and keeps looping, so a slow rank never blocks another's socket; when the barrier
-completes, every rank runs the collective finalize (:mod:`streams.session`).
+completes, every rank runs the collective finalize (:mod:`streams.job.session`).
 
 An exception on any rank is sent to every rank (``TAG_ABORT``) and raised
 there: the loop never waits for a rank that failed. A rank that *died* cannot
@@ -46,10 +46,10 @@ import numpy as np
 from streams.accounting import ScanReport
 from streams.analysis import Analysis
 from streams.assemble import Partition
-from streams.coordinator import Coordinator
+from streams.job.coordinator import Coordinator
 from streams.errors import StreamError
 from streams.protocol import ScanGeometry
-from streams.roles import Roles
+from streams.job.roles import Roles
 
 __all__ = ["RankLoop", "TAGS"]
 
