@@ -20,11 +20,9 @@ The application on top of mpistage (nothing in the library imports it):
 """
 from __future__ import annotations
 
+import lazy_loader
+
 __all__ = ["Stem4D"]
 
-
-def __getattr__(name: str):
-    if name == "Stem4D":
-        from stem4d.analysis import Stem4D
-        return Stem4D
-    raise AttributeError(f"module 'stem4d' has no attribute {name!r}")
+# loaded on first use (lazy_loader): ``import stem4d`` loads no numpy or numba
+__getattr__, __dir__, _ = lazy_loader.attach(__name__, submod_attrs={"analysis": ["Stem4D"]})
