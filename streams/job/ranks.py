@@ -10,9 +10,9 @@ receiver
     workers, each holding at most ``credit`` unacknowledged partitions. While the
     outbox is full it stops reading its socket: ZeroMQ's queues fill, producers
     block, nothing is dropped. It sends rank 0 a heartbeat with a snapshot of
-    every open scan's report, and each scan's final report when it closes; with
-    Stream V2 it shares every ``start``/``end`` it receives with the other
-    receivers.
+    every open scan's report, and each scan's final report when it closes; when
+    its protocol deals a scan's start and end to one receiver only (Stream V2),
+    it shares each it receives with the other receivers (:meth:`RankLoop.share`).
 worker
     receives partitions from its receiver (same node), runs
     ``analysis.process_partition`` and merges the result into its partial of the
@@ -53,9 +53,9 @@ from streams.job.roles import Roles
 
 __all__ = ["RankLoop", "TAGS"]
 
-TAG_WORK, TAG_ACK, TAG_LIVE, TAG_CTRL, TAG_V2, TAG_ABORT, TAG_FIN = range(7101, 7108)
-TAGS = {"work": TAG_WORK, "ack": TAG_ACK, "live": TAG_LIVE, "ctrl": TAG_CTRL, "v2": TAG_V2,
-        "abort": TAG_ABORT, "finalize": TAG_FIN}
+TAG_WORK, TAG_ACK, TAG_LIVE, TAG_CTRL, TAG_SHARE, TAG_ABORT, TAG_FIN = range(7101, 7108)
+TAGS = {"work": TAG_WORK, "ack": TAG_ACK, "live": TAG_LIVE, "ctrl": TAG_CTRL,
+        "share": TAG_SHARE, "abort": TAG_ABORT, "finalize": TAG_FIN}
 
 
 class RankLoop:
@@ -167,11 +167,12 @@ class RankLoop:
             if self.workers:
                 self.outbox.append(("finish", scan, None))
 
-    def share_v2(self, kind: str, msg: Any) -> None:
-        """Stream V2: a start/end reached this client; tell the other receivers."""
+    def share(self, kind: str, msg: Any) -> None:
+        """A scan's start or end (``kind``) reached this receiver only (the protocol
+        calls this); tell the other receivers, whose sockets apply it."""
         for rank in self.roles.receivers:
             if rank != self.rank:
-                self._isend((kind, msg), rank, TAG_V2)
+                self._isend((kind, msg), rank, TAG_SHARE)
 
     # ---- processing ----
     def _process(self, g: ScanGeometry, data: np.ndarray, frames: np.ndarray,
@@ -261,9 +262,9 @@ class RankLoop:
             self.credit[src] -= 1
             self.unacked[msg[1]] -= 1
             return
-        if tag == TAG_V2:
+        if tag == TAG_SHARE:
             kind, m = msg
-            if kind == "v2start":
+            if kind == "start":
                 self.socket.apply_start(m)
             else:
                 self.socket.apply_end(m, grace=self.o.v2_grace)

@@ -38,7 +38,7 @@ class StreamProtocol(Protocol):
         """Make receiver ``index`` of ``count``'s socket feeding ``loop.deliver`` (and
         ``loop.on_close``), set ``loop.socket``, bind or connect it; return what the
         rendezvous file lists for it. A protocol whose scans' starts and ends reach
-        one receiver only shares them here (``loop.share_v2``) with the others."""
+        one receiver only shares them here (``loop.share``) with the others."""
 
     def rendezvous(self, options: Any, endpoints: List[str], live: Optional[str],
                    security: Any) -> None:

@@ -3,7 +3,7 @@
 The detector binds a PUSH socket and deals its messages round-robin over the
 connected clients: every receiver *connects* (``--stream2 ENDPOINT``), may get any
 image (routing ``any``), and a series' start and end reach one client only, so the
-job shares them between receivers (``loop.share_v2``). The detector cannot do
+job shares them between receivers (``loop.share``). The detector cannot do
 CURVE: ``--allow-from`` and ``--bind`` restrict it. Here:
 :mod:`~streams.protocols.stream2.streamv2` (the messages),
 :mod:`~streams.protocols.stream2.receiver` (the socket),
@@ -40,8 +40,8 @@ class StreamV2:
                               rcvhwm=o.rcvhwm, on_close=loop.on_close,
                               apply_pixel_mask=o.v2_pixel_mask,
                               decode_threads=o.v2_decode_threads,
-                              on_start=lambda s: loop.share_v2("v2start", s),
-                              on_end=lambda e: loop.share_v2("v2end", e),
+                              on_start=lambda s: loop.share("start", s),
+                              on_end=lambda e: loop.share("end", e),
                               security=security, source=_source(o.bind_host))
         v2.connect()
         loop.socket = v2
