@@ -6,7 +6,7 @@ of F frames of ROWS x COLS uint16 in S sectors, raw) to
 - a bare PULL socket that only receives (``recv_multipart(copy=False)``) and counts,
 - the same, plus one copy of each payload into a frame buffer (what any receiver
   that keeps the data must do: it separates the protocol's cost from the copy's),
-- a :class:`stager.stream.Receiver` that checks every header, assembles every
+- a :class:`streams.Receiver` that checks every header, assembles every
   sector into its partition and delivers the partitions (to a no-op consumer),
 
 alternating, ``--repeat`` times each, in the same run. Reported: GB/s and
@@ -41,7 +41,7 @@ def produce(endpoint: str, frames: int, shape, sectors: int, hwm: int) -> None:
     """The sender (own process): begin, F x S data messages, end -- built once, sent raw."""
     import zmq
 
-    from stager.stream.protocol import ScanGeometry, encode_begin, encode_data, encode_end
+    from streams.protocol import ScanGeometry, encode_begin, encode_data, encode_end
 
     g = ScanGeometry("bench", 1, frames, sectors, tuple(shape), "<u2", (1, frames))
     rng = np.random.default_rng(0)
@@ -92,7 +92,7 @@ def run_bare(a, copy: bool = False) -> float:
 
 
 def run_receiver(a) -> tuple:
-    from stager.stream import Receiver
+    from streams import Receiver
 
     delivered = [0]
 
@@ -112,7 +112,7 @@ def run_receiver(a) -> tuple:
 
 
 def codec_times(shape, reps: int = 20) -> dict:
-    from stager.stream import codecs
+    from streams import codecs
 
     rng = np.random.default_rng(1)
     img = (rng.poisson(0.05, shape) * 100).astype("<u2")
@@ -184,7 +184,7 @@ def main() -> int:
         f"{res['bare_frames_per_s']:.0f} |",
         f"| bare pyzmq PULL + one copy of each payload into a frame buffer | "
         f"{res['bare_copy_GBps']:.2f} | {res['bare_copy_frames_per_s']:.0f} |",
-        f"| stager.stream.Receiver (check, assemble, deliver) | {res['receiver_GBps']:.2f} | "
+        f"| streams.Receiver (check, assemble, deliver) | {res['receiver_GBps']:.2f} | "
         f"{res['receiver_frames_per_s']:.0f} |", "",
         f"Receiver / bare: **{res['ratio']:.2f}** (target >= 0.70); receiver / bare with the "
         f"copy: {res['ratio_to_bare_copy']:.2f}. Partition memory the "

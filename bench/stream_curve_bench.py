@@ -5,7 +5,7 @@ frames of ROWS x COLS uint16 in S sectors, raw) over loopback to
 
 - a bare pyzmq PULL socket that only receives, plain and CURVE (what libsodium's
   encryption costs ZeroMQ itself, with no protocol work), and
-- a :class:`stager.stream.Receiver` (check, assemble, deliver to a no-op), built
+- a :class:`streams.Receiver` (check, assemble, deliver to a no-op), built
   with ``--insecure``'s security (plain) and with a job's CURVE security (server
   key pair, the client certificate written as the job writes it, ZAP, the
   handshake monitor),
@@ -47,8 +47,8 @@ def produce(endpoint: str, frames: int, shape, sectors: int, hwm: int,
     ``me, me + P, ...``, end; a CURVE client if ``keys`` (server public key, certificate)."""
     import zmq
 
-    from stager.stream.protocol import ScanGeometry, encode_begin, encode_data, encode_end
-    from stager.stream.security import client_keys
+    from streams.protocol import ScanGeometry, encode_begin, encode_data, encode_end
+    from streams.security import client_keys
 
     g = ScanGeometry("bench", producers, frames, sectors, tuple(shape), "<u2", (1, frames))
     rng = np.random.default_rng(0)
@@ -134,7 +134,7 @@ def _children_cpu() -> float:
 
 
 def run_receiver(a: Any, sec: Any) -> tuple:
-    from stager.stream import Receiver
+    from streams import Receiver
 
     delivered = [0]
 
@@ -164,7 +164,7 @@ def run_receiver(a: Any, sec: Any) -> tuple:
 def main() -> int:
     import zmq
 
-    from stager.stream.security import StreamSecurity
+    from streams.security import StreamSecurity
 
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -244,7 +244,7 @@ def main() -> int:
         f"| bare pyzmq PULL (receive only) | {g['bare_plain']:.2f} | {fps['bare_plain']:.0f} | "
         f"{g['bare_curve']:.2f} | {fps['bare_curve']:.0f} | "
         f"{res['ratio_bare_curve_to_plain']:.2f} |",
-        f"| stager.stream.Receiver (check, assemble, deliver) | {g['receiver_plain']:.2f} | "
+        f"| streams.Receiver (check, assemble, deliver) | {g['receiver_plain']:.2f} | "
         f"{fps['receiver_plain']:.0f} | {g['receiver_curve']:.2f} | "
         f"{fps['receiver_curve']:.0f} | **{rr:.2f}** |", "",
         f"Target: CURVE >= 0.8x plain for the receiver: **{'met' if rr >= 0.8 else 'NOT met'}**"
@@ -257,7 +257,7 @@ def main() -> int:
     ]
     rc_, pc_ = res["receiver_cpu_s_per_GB"], res["producer_cpu_s_per_GB"]
     bt = res["busiest_thread_cpu_s_per_GB"]
-    for kind, label in (("bare", "bare pyzmq PULL"), ("receiver", "stager.stream.Receiver")):
+    for kind, label in (("bare", "bare pyzmq PULL"), ("receiver", "streams.Receiver")):
         md.append(f"| {label} | {rc_[kind + '_plain']:.2f} | {rc_[kind + '_curve']:.2f} | "
                   f"{pc_[kind + '_plain']:.2f} | {pc_[kind + '_curve']:.2f} |")
     res["ratio_receiver_busiest_thread"] = bt["receiver_plain"] / bt["receiver_curve"]

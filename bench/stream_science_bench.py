@@ -84,7 +84,7 @@ class Subscriber(threading.Thread):
 
     def __init__(self, rv: Any, half: Optional[int]) -> None:
         super().__init__(daemon=True)
-        from stager.stream.live import LiveView
+        from streams.job.live import LiveView
 
         self.view = LiveView(rv.live, rv.server_key, rv.client_certificate)
         self.half = half
@@ -109,9 +109,9 @@ class Subscriber(threading.Thread):
 
 def streamed(a: Any, frames: np.ndarray, tmp: Path, rate: Optional[float],
              picture: bool) -> Dict[str, Any]:
-    from stager.stream import ScanGeometry, SimulatedScan
-    from stager.stream.rendezvous import wait_for_rendezvous
-    from stager.stream.simulate import run_producers
+    from streams import ScanGeometry, SimulatedScan
+    from streams.protocols.native.rendezvous import wait_for_rendezvous
+    from streams.simulate import run_producers
 
     out, rv = tmp / "out", tmp / "rv.json"
     t_launch = time.perf_counter()

@@ -8,7 +8,7 @@ image messages of ROWS x COLS uint16, bslz4-compressed (sparse counts, as in
 - ``bare x1`` / ``bare x2``: 1 or 2 processes with a bare pyzmq PULL socket that
   only receive (the transport's ceiling);
 - ``decode x1``: one process that receives, parses the CBOR
-  (:func:`stager.stream.streamv2.decode_message`) and decodes each payload into a
+  (:func:`streams.protocols.stream2.streamv2.decode_message`) and decodes each payload into a
   frame buffer -- the "single decoding client" of issue 28;
 - ``StreamV2Receiver x1, 2 decode threads``: one receiver whose payloads are decoded
   on 2 threads (``--v2-decode-threads 2``);
@@ -65,8 +65,8 @@ def messages(n: int, shape):
     """n image messages (bytes), payloads built once for ``distinct`` frames."""
     import cbor2
 
-    from stager.stream.codecs import bslz4_encode
-    from stager.stream.streamv2 import COMPRESSION, MULTI_DIM, SELF_DESCRIBE
+    from streams.codecs import bslz4_encode
+    from streams.protocols.stream2.streamv2 import COMPRESSION, MULTI_DIM, SELF_DESCRIBE
 
     payloads = [bslz4_encode(a) for a in frames_cache(shape)]
     out = []
@@ -102,11 +102,11 @@ def client(kind: str, endpoint: str, ready, results, shape, frames: int, hwm: in
     """One receiving process; puts (count, t_first, t_last, cpu_s) in ``results``."""
     import zmq
 
-    from stager.stream.streamv2 import decode_message, encode_start
+    from streams.protocols.stream2.streamv2 import decode_message, encode_start
 
     count, first, last = 0, None, None
     if kind == "rx":
-        from stager.stream.streamv2_receiver import StreamV2Receiver
+        from streams.protocols.stream2.receiver import StreamV2Receiver
 
         got = [0]
 
@@ -152,7 +152,7 @@ def client(kind: str, endpoint: str, ready, results, shape, frames: int, hwm: in
         if kind == "decode":
             im = decode_message(m.buffer)
             ch = im.data["threshold_1"]
-            from stager.stream.codecs import decode_into
+            from streams.codecs import decode_into
 
             decode_into(ch.encoding, ch.payload, buf)
         last = time.perf_counter()
@@ -196,7 +196,7 @@ def job_once(np_: int, per_node: int, frames: int, shape, hwm: int, tmp: Path):
 
     import zmq
 
-    from stager.stream.streamv2 import encode_end, encode_start
+    from streams.protocols.stream2.streamv2 import encode_end, encode_start
 
     msgs, _ = messages(frames, shape)
     ctx = zmq.Context()
@@ -235,7 +235,7 @@ def job_once(np_: int, per_node: int, frames: int, shape, hwm: int, tmp: Path):
 
 def gil_check(shape, n: int = 400):
     """Decode the same payloads in 1 thread, then split over 2 threads."""
-    from stager.stream.codecs import bslz4_encode, decode_into
+    from streams.codecs import bslz4_encode, decode_into
 
     payloads = [bslz4_encode(a) for a in frames_cache(shape)]
 

@@ -4,7 +4,7 @@ Three figures, each a ratio measured in the same run (alternating, ``--repeat``
 times, median):
 
 1. **per-core throughput** (frames/s on one process): our path
-   (:mod:`stager.stream.udf`: ``read_partition`` + LiberTEM's part runner per
+   (:mod:`streams.udf`: ``read_partition`` + LiberTEM's part runner per
    partition of K frames + the tree merge + ``get_results``) vs LiberTEM's
    ``Context.make_with("inline").run_udf`` on the same HDF5 file (its HDF5
    dataset, read by LiberTEM), for SumUDF, SumSigUDF, StdDevUDF and
@@ -65,7 +65,7 @@ def _env() -> Dict[str, str]:
 def _make_file(tmp: Path, scan: List[int], frame: List[int]) -> Path:
     import h5py
 
-    from stager.stream.simulate import synthetic_frame
+    from streams.simulate import synthetic_frame
 
     path = tmp / "scan.h5"
     F = scan[0] * scan[1]
@@ -88,8 +88,8 @@ def ours(spec: str, params: Dict[str, Any], path: Path, k: int,
          frames: Any = None) -> Dict[str, Any]:
     """One process: read (unless ``frames`` are given), process, merge (pairwise tree),
     results."""
-    from stager.stream.analysis import load_analysis
-    from stager.stream.offline import dataset_geometry, dataset_partitions, read_partition
+    from streams.analysis import load_analysis
+    from streams.offline import dataset_geometry, dataset_partitions, read_partition
 
     g = dataset_geometry(str(path), "/frames", "bench")
     t0 = time.perf_counter()
@@ -219,10 +219,10 @@ def whole_job(a: Any, tmp: Path, path: Path) -> Dict[str, Any]:
 
 
 def first_live(a: Any, tmp: Path) -> Dict[str, Any]:
-    from stager.stream.live import LiveView
-    from stager.stream.protocol import ScanGeometry
-    from stager.stream.rendezvous import wait_for_rendezvous
-    from stager.stream.simulate import SimulatedScan, run_producers
+    from streams.job.live import LiveView
+    from streams.protocol import ScanGeometry
+    from streams.protocols.native.rendezvous import wait_for_rendezvous
+    from streams.simulate import SimulatedScan, run_producers
 
     rows = []
     for i in range(a.repeat):

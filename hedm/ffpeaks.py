@@ -2,7 +2,7 @@
 
 The same kernel (:func:`kernels.ff.find_peaks`), the same parameter file and the
 same dark as the file flow, behind the analysis contract
-(:mod:`stager.stream.analysis`), so a receiving job runs it on frames as they
+(:mod:`streams.analysis`), so a receiving job runs it on frames as they
 arrive -- no new code::
 
     mpirun -n 4 stager stream receive --analysis hedm.ffpeaks \\
@@ -21,9 +21,9 @@ from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
-from stager.stream.analysis import Analysis, Chunk, PerFrame
-from stager.stream.errors import StreamError
-from stager.stream.protocol import ScanGeometry
+from streams.analysis import Analysis, Chunk, PerFrame
+from streams.errors import StreamError
+from streams.protocol import ScanGeometry
 
 __all__ = ["FFPeaks", "ANALYSIS"]
 

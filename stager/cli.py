@@ -1,5 +1,9 @@
 """``stager`` command line: one subcommand per module in ``stager/commands/``.
 
+``stager stream`` is the verb of the streaming package, which sits on stager: its
+module (``streams.cli``) is named in :data:`COMMANDS` as a string and imported only
+when the verb runs, so nothing in ``stager`` imports ``streams``.
+
 Each command module defines ``HELP`` (one line), ``add_arguments(parser)`` and
 ``run(args) -> int``. Modules are imported only when their command runs, so
 ``stager plan`` never imports MPI.
@@ -24,7 +28,7 @@ COMMANDS = {
     "verify": ("stager.commands.verify", "re-checksum every node's staged copies (under mpirun)"),
     "clean": ("stager.commands.clean", "remove exactly what was staged (run under mpirun)"),
     "drain": ("stager.commands.drain", "copy node results to the shared filesystem (under mpirun)"),
-    "stream": ("stager.commands.stream", "receive live detector streams (under mpirun), or watch"),
+    "stream": ("streams.cli", "receive live detector streams (under mpirun), or watch"),
     "sbatch": ("stager.commands.sbatch", "render an sbatch template from slurm/"),
 }
 

@@ -2,7 +2,7 @@
 
 The application on top of mpistage (nothing in the library imports it):
 
-- :class:`stem4d.analysis.Stem4D` -- the analysis (``stager.stream.analysis``
+- :class:`stem4d.analysis.Stem4D` -- the analysis (``streams.analysis``
   contract): per frame, on the frames' own dtype, the pixel sum, one virtual
   detector value per mask (``kernels.virtual_detector``) and the counted
   electron events (``kernels.count_electrons``), merged by concatenation;
@@ -20,11 +20,9 @@ The application on top of mpistage (nothing in the library imports it):
 """
 from __future__ import annotations
 
+import lazy_loader
+
 __all__ = ["Stem4D"]
 
-
-def __getattr__(name: str):
-    if name == "Stem4D":
-        from stem4d.analysis import Stem4D
-        return Stem4D
-    raise AttributeError(f"module 'stem4d' has no attribute {name!r}")
+# loaded on first use (lazy_loader): ``import stem4d`` loads no numpy or numba
+__getattr__, __dir__, _ = lazy_loader.attach(__name__, submod_attrs={"analysis": ["Stem4D"]})

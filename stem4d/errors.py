@@ -1,8 +1,8 @@
-"""stem4d's errors: one class, a :class:`stager.stream.errors.StreamError` (so a
+"""stem4d's errors: one class, a :class:`streams.errors.StreamError` (so a
 receiving job reports it like any analysis error) and a ``ValueError``."""
 from __future__ import annotations
 
-from stager.stream.errors import StreamError
+from streams.errors import StreamError
 
 __all__ = ["Stem4DError"]
 

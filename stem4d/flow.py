@@ -53,7 +53,7 @@ def add_arguments(parser: Any) -> None:
 @app
 def process(ref: Any, params: Dict[str, Any]) -> Any:
     """One partition -> its partial (on whichever worker runs it)."""
-    from stager.stream.offline import read_partition
+    from streams.offline import read_partition
 
     frames, positions, complete = read_partition(ref)
     return _analysis(params).process_partition(frames, positions, complete)
@@ -66,8 +66,8 @@ def merge(a: Any, b: Any) -> Any:
 
 @app
 def write(partial: Any, geometry: Any, params: Dict[str, Any], path: str) -> str:
-    from stager.stream.offline import offline_report
-    from stager.stream.output import write_scan
+    from streams.offline import offline_report
+    from streams.job.output import write_scan
 
     partial = partial.compact()
     rep = offline_report(geometry, partial.complete(geometry.frames),
@@ -91,7 +91,7 @@ def _samples(refs: List[Any], frames: int, samples: int) -> Any:
     """The frames sampled for the thresholds (``stem4d.counting.sample_indices``)."""
     import numpy as np
 
-    from stager.stream.offline import read_partition
+    from streams.offline import read_partition
     from stem4d.counting import sample_indices
 
     want = set(sample_indices(frames, samples).tolist())
@@ -105,9 +105,9 @@ def _samples(refs: List[Any], frames: int, samples: int) -> Any:
 
 
 def main(args: Any) -> Any:
-    from stager.stream.offline import (dataset_geometry, dataset_partitions, parse_source,
+    from streams.offline import (dataset_geometry, dataset_partitions, parse_source,
                                        spill_partitions)
-    from stager.stream.protocol import ScanGeometry
+    from streams.protocol import ScanGeometry
 
     params = _params(getattr(args, "param", []))
     a = Stem4D(**params)    # bad parameters fail here, before any task
@@ -117,7 +117,7 @@ def main(args: Any) -> Any:
             os.path.basename(path))[0], args.scan_shape)
         refs = dataset_partitions(path, dset, g.frames, args.partition_frames)
     elif args.spilled:
-        from stager.stream.spill import read_partition_file, spilled_partitions
+        from streams.job.spill import read_partition_file, spilled_partitions
 
         if not args.scan:
             raise ValueError("--spilled needs --scan NAME")

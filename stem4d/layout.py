@@ -14,7 +14,7 @@ The scan-shaped images, and the electron events in stempy's sparse layout
     (root attribute version = 3)
 
 plus ``/frames_complete`` and ``/frames_received`` written by the receiving job
-(:mod:`stager.stream.output`). :func:`read_events` reads the events back, from
+(:mod:`streams.job.output`). :func:`read_events` reads the events back, from
 our files and from stempy's (several frames per scan position too).
 """
 from __future__ import annotations
@@ -23,8 +23,8 @@ from typing import Any, Dict, List, Tuple, Union
 
 import numpy as np
 
-from stager.stream.analysis import PerFrame
-from stager.stream.protocol import ScanGeometry
+from streams.analysis import PerFrame
+from streams.protocol import ScanGeometry
 from stem4d.errors import Stem4DError
 
 __all__ = ["write_stem", "read_events", "STEMPY_VERSION"]

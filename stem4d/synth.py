@@ -1,8 +1,8 @@
 """A synthetic 4D-STEM scan as an HDF5 file: the frames the detector simulator streams.
 
 ``write_scan_file(path, scan_shape, shape)`` writes ``/frames`` (ny, nx, rows,
-cols) uint16 with :func:`stager.stream.simulate.synthetic_frame` -- the same
-frames ``python -m stager.stream.simulate`` sends by default, so a streamed scan
+cols) uint16 with :func:`streams.simulate.synthetic_frame` -- the same
+frames ``python -m streams.simulate`` sends by default, so a streamed scan
 and the file processed offline can be compared bit for bit.
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ def write_scan_file(path: str, scan_shape: Tuple[int, int] = (16, 16),
     """Write the synthetic scan to ``path`` (dataset ``/frames``); return ``path``."""
     import h5py
 
-    from stager.stream.simulate import synthetic_frame
+    from streams.simulate import synthetic_frame
 
     ny, nx = scan_shape
     with h5py.File(path, "w") as f:
@@ -27,7 +27,7 @@ def write_scan_file(path: str, scan_shape: Tuple[int, int] = (16, 16),
                              chunks=(1, 1, *shape))
         for i in range(ny * nx):
             d[divmod(i, nx)] = synthetic_frame(i, shape, scan_shape, "<u2", seed)
-        f.attrs["source"] = "stager.stream.simulate.synthetic_frame"
+        f.attrs["source"] = "streams.simulate.synthetic_frame"
         f.attrs["seed"] = seed
     return path
 
@@ -35,7 +35,7 @@ def write_scan_file(path: str, scan_shape: Tuple[int, int] = (16, 16),
 def frames_array(scan_shape: Tuple[int, int], shape: Tuple[int, int], seed: int = 0
                  ) -> np.ndarray:
     """The same frames in memory, (ny*nx, rows, cols)."""
-    from stager.stream.simulate import synthetic_frame
+    from streams.simulate import synthetic_frame
 
     return np.stack([synthetic_frame(i, shape, scan_shape, "<u2", seed)
                      for i in range(scan_shape[0] * scan_shape[1])])

@@ -91,7 +91,7 @@ class PartUDF(UDF):
 
 def frames(seed: int = 0) -> np.ndarray:
     """(ny*nx, rows, cols) uint16 synthetic 4D-STEM frames."""
-    from stager.stream.simulate import synthetic_frame
+    from streams.simulate import synthetic_frame
 
     F = SCAN[0] * SCAN[1]
     return np.stack([synthetic_frame(i, FRAME, SCAN, seed=seed) for i in range(F)])
@@ -109,7 +109,7 @@ def make_udf(spec: str, params: Dict[str, Any]) -> Any:
     """The LiberTEM UDF object of ``spec`` for LiberTEM's own run."""
     import importlib
 
-    from stager.stream.udf import _kwargs_for
+    from streams.udf import _kwargs_for
 
     mod, _, name = spec.rpartition(":")
     cls = getattr(importlib.import_module(mod), name)

@@ -1,7 +1,7 @@
 """A deliberately slow analysis for the back-pressure test: the per-frame sum, plus a sleep."""
 import time
 
-from stager.stream.analysis import FrameSum
+from streams.analysis import FrameSum
 
 
 class Slow(FrameSum):

@@ -32,8 +32,8 @@ def _ff_dataset(folder: str, frames: int = 8):
 
 def test_ff_peaks_streamed_equal_the_file_flow(tmp_path):
     from kernels import open_frames
-    from stager.stream import ScanGeometry, SimulatedScan
-    from stager.stream.simulate import array_source, run_producers
+    from streams import ScanGeometry, SimulatedScan
+    from streams.simulate import array_source, run_producers
 
     params = _ff_dataset(str(tmp_path / "ff"))
     files = tmp_path / "files"
@@ -63,9 +63,9 @@ def test_ff_peaks_streamed_equal_the_file_flow(tmp_path):
 
 
 def test_ff_peaks_refuses_frames_it_cannot_search(tmp_path):
-    from stager.stream.analysis import load_analysis
-    from stager.stream.errors import StreamError
-    from stager.stream.protocol import ScanGeometry
+    from streams.analysis import load_analysis
+    from streams.errors import StreamError
+    from streams.protocol import ScanGeometry
 
     a = load_analysis("hedm.ffpeaks", {"threshold": 10.0})
     with pytest.raises(StreamError, match="uint16.*float32"):

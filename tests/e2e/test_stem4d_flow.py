@@ -129,9 +129,9 @@ def test_bad_inputs_end_non_zero_with_the_reason(tmp_path, case):
 
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun is not installed")
 def test_a_streamed_uint32_scan_keeps_its_values_and_a_bad_dark_fails_the_job(tmp_path):
-    from stager.stream import ScanGeometry, SimulatedScan
-    from stager.stream.rendezvous import wait_for_rendezvous
-    from stager.stream.simulate import array_source, run_producers
+    from streams import ScanGeometry, SimulatedScan
+    from streams.protocols.native.rendezvous import wait_for_rendezvous
+    from streams.simulate import array_source, run_producers
 
     f = _uint32_scan(tmp_path)
     np.save(tmp_path / "bad_dark.npy", np.zeros((5, 5)))

@@ -42,7 +42,7 @@ def _mode(path):
 def test_producers_without_the_certificate_are_refused_and_the_scan_is_exact(tmp_path):
     import zmq.auth
 
-    from stager.stream.simulate import run_producers
+    from streams.simulate import run_producers
 
     job = Job(tmp_path)
     rv = job.rendezvous()
@@ -92,7 +92,7 @@ def test_producers_without_the_certificate_are_refused_and_the_scan_is_exact(tmp
 
 
 def test_insecure_keeps_plain_sockets_and_says_so(tmp_path):
-    from stager.stream.simulate import run_producers
+    from streams.simulate import run_producers
 
     job = Job(tmp_path, "--insecure")
     rv = job.rendezvous()
@@ -113,7 +113,7 @@ def _hostile_messages(g, f0, s0):
     """(name, parts, counted, reason, attributed to the scan) aimed at receiver 0."""
     import msgpack
 
-    from stager.stream.protocol import ScanGeometry, encode_begin, encode_data
+    from streams.protocol import ScanGeometry, encode_begin, encode_data
 
     r0, r1 = g.sector_rows(s0)
     good = (r1 - r0) * g.shape[1] * g.itemsize
@@ -155,8 +155,8 @@ def test_hostile_messages_are_refused_counted_and_the_scan_stays_exact(tmp_path)
     accepted when it arrives right), and a duplicate of one of its sectors with other
     content after -- while a silent TCP connection sits on receiver 0. The scan is exact,
     each case counted under its reason, memory within --memory."""
-    from stager.stream.producer import Producer
-    from stager.stream.simulate import run_producer
+    from streams.protocols.native.producer import Producer
+    from streams.simulate import run_producer
 
     job = Job(tmp_path, "--memory", "16", "--handshake-timeout", "1")
     rv = job.rendezvous()
@@ -211,8 +211,8 @@ def test_hostile_messages_are_refused_counted_and_the_scan_stays_exact(tmp_path)
 
 def test_a_full_spill_directory_stops_the_job_naming_node_and_frames(tmp_path):
     """ENOSPC on a real 1 MiB tmpfs: a clear error, exit non-zero, nothing silently dropped."""
-    from stager.stream.errors import StreamError
-    from stager.stream.simulate import run_producers
+    from streams.errors import StreamError
+    from streams.simulate import run_producers
 
     if os.geteuid() != 0:
         pytest.skip("mounting a small tmpfs needs root")
@@ -251,7 +251,8 @@ def test_a_full_spill_directory_stops_the_job_naming_node_and_frames(tmp_path):
 def test_stream_v2_from_the_named_interface_and_allowed_address(tmp_path):
     """Stream V2 cannot use CURVE: the clients connect from --bind's address and ZAP
     admits only --allow-from; the series arrives whole, the report says so."""
-    from stager.stream.simulate import StreamV2Simulator, synthetic_frame
+    from streams.protocols.stream2.simulator import StreamV2Simulator
+    from streams.simulate import synthetic_frame
 
     with StreamV2Simulator(send_timeout=30) as sim:
         job = Job(tmp_path, "--stream2", sim.endpoint, "--allow-from", "127.0.0.1",
@@ -278,7 +279,7 @@ def test_authorized_keys_admit_a_beamline_s_own_certificates(tmp_path):
     DIR streams the scan exactly, the job's rendezvous names no certificate."""
     import zmq.auth
 
-    from stager.stream.simulate import run_producers
+    from streams.simulate import run_producers
 
     keys, mine = tmp_path / "keys", tmp_path / "mine"
     keys.mkdir()

@@ -51,7 +51,7 @@ class Job:
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def rendezvous(self, timeout: float = 60.0):
-        from stager.stream.rendezvous import wait_for_rendezvous
+        from streams.protocols.native.rendezvous import wait_for_rendezvous
 
         try:
             return wait_for_rendezvous(self.rv, timeout=timeout)
@@ -83,7 +83,7 @@ class Job:
 
 
 def _scan(name="s1", scan_shape=(8, 8), shape=(64, 64), producers=4, sectors=4, **kw):
-    from stager.stream import ScanGeometry, SimulatedScan
+    from streams import ScanGeometry, SimulatedScan
 
     g = ScanGeometry(name, producers, scan_shape[0] * scan_shape[1], sectors, shape, "<u2",
                      scan_shape)
@@ -115,7 +115,7 @@ def _datasets(path):
 
 
 def test_streamed_scan_equals_the_same_frames_processed_offline(tmp_path):
-    from stager.stream.simulate import run_producers
+    from streams.simulate import run_producers
 
     job = Job(tmp_path, "--analysis", "stem4d.flow", "--partition-frames", "3")
     rv = job.rendezvous()
@@ -141,7 +141,7 @@ def test_streamed_scan_equals_the_same_frames_processed_offline(tmp_path):
 
 
 def test_withheld_frames_and_a_dropped_sector_are_reported_exactly(tmp_path):
-    from stager.stream.simulate import run_producers
+    from streams.simulate import run_producers
 
     job = Job(tmp_path)
     rv = job.rendezvous()
@@ -164,7 +164,7 @@ def test_withheld_frames_and_a_dropped_sector_are_reported_exactly(tmp_path):
 
 
 def test_allow_loss_relaxes_the_exit_status(tmp_path):
-    from stager.stream.simulate import run_producers
+    from streams.simulate import run_producers
 
     job = Job(tmp_path, "--allow-loss", "0.05")
     rv = job.rendezvous()
@@ -175,7 +175,7 @@ def test_allow_loss_relaxes_the_exit_status(tmp_path):
 
 
 def test_malformed_messages_are_counted_and_skipped(tmp_path):
-    from stager.stream.simulate import malformed_messages, run_producers
+    from streams.simulate import malformed_messages, run_producers
 
     bad = ("not_msgpack", "missing_field", "wrong_payload_size", "unknown_encoding",
            "unknown_scan", "corrupt_lz4")
@@ -199,7 +199,7 @@ def test_malformed_messages_are_counted_and_skipped(tmp_path):
 
 
 def test_a_slow_consumer_makes_producers_block_and_nothing_is_lost(tmp_path):
-    from stager.stream.simulate import run_producers
+    from streams.simulate import run_producers
 
     # one rank per node: the receivers run the (slow) analysis themselves
     job = Job(tmp_path, "--analysis", f"{SLOW}:Slow", "--set", "seconds=0.03",
@@ -222,8 +222,9 @@ def test_a_slow_consumer_makes_producers_block_and_nothing_is_lost(tmp_path):
 
 
 def test_stream_v2_from_the_simulator_gives_the_same_result(tmp_path):
-    from stager.stream.simulate import StreamV2Simulator, synthetic_frame
-    from stager.stream.streamv2 import scan_name
+    from streams.protocols.stream2.simulator import StreamV2Simulator
+    from streams.simulate import synthetic_frame
+    from streams.protocols.stream2.streamv2 import scan_name
 
     name = scan_name(7, f"SIM{7:023d}")     # the simulator's series_unique_id
 
@@ -257,9 +258,10 @@ def test_stream_v2_as_a_real_detector_speaks_it(tmp_path):
     in the reports, rejections.json, its summary and ``stager stream watch``."""
     import cbor2
 
-    from stager.stream.codecs import bslz4_encode
-    from stager.stream.simulate import StreamV2Simulator
-    from stager.stream.streamv2 import SELF_DESCRIBE, encode_end, encode_image, encode_start
+    from streams.codecs import bslz4_encode
+    from streams.protocols.stream2.simulator import StreamV2Simulator
+    from streams.protocols.stream2.streamv2 import (SELF_DESCRIBE, encode_end, encode_image,
+                                                    encode_start)
 
     shape, n_a, n_b = (32, 32), 16, 8
     rng = np.random.default_rng(5)
@@ -358,7 +360,7 @@ def test_stream_v2_as_a_real_detector_speaks_it(tmp_path):
 
 
 def test_a_scan_whose_end_never_arrives_ends_after_the_idle_timeout(tmp_path):
-    from stager.stream.simulate import run_producers
+    from streams.simulate import run_producers
 
     job = Job(tmp_path, "--idle-timeout", "2")
     rv = job.rendezvous()
@@ -371,7 +373,7 @@ def test_a_scan_whose_end_never_arrives_ends_after_the_idle_timeout(tmp_path):
 
 
 def test_several_scans_in_a_row_and_watch(tmp_path):
-    from stager.stream.simulate import run_producers
+    from streams.simulate import run_producers
 
     job = Job(tmp_path, "--scans", "2")
     rv = job.rendezvous()
@@ -392,7 +394,7 @@ def test_several_scans_in_a_row_and_watch(tmp_path):
 
 
 def test_spilled_partitions_verify_clean_and_rerun_offline(tmp_path):
-    from stager.stream.simulate import run_producers
+    from streams.simulate import run_producers
 
     spill = tmp_path / "spill" / "%n"
     job = Job(tmp_path, "--spill", str(spill), "--analysis", "stem4d.flow",
@@ -448,7 +450,7 @@ def _rank_pid(marker: str, rank: int, deadline: float) -> int:
 
 
 def test_a_receiver_killed_mid_scan_ends_the_job_and_the_report_names_the_loss(tmp_path):
-    from stager.stream.simulate import run_producers
+    from streams.simulate import run_producers
 
     job = Job(tmp_path, "--idle-timeout", "30", "--timeout", "90", marker=f"kill-{tmp_path}")
     rv = job.rendezvous()

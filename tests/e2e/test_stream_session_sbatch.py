@@ -25,9 +25,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_a_session_script_serves_two_scans_drains_the_spill_and_cleans(tmp_path):
     from stager import sbatch
-    from stager.stream import ScanGeometry, SimulatedScan
-    from stager.stream.rendezvous import wait_for_rendezvous
-    from stager.stream.simulate import run_producers
+    from streams import ScanGeometry, SimulatedScan
+    from streams.protocols.native.rendezvous import wait_for_rendezvous
+    from streams.simulate import run_producers
     from tests.e2e.test_stream_receive import _env
 
     rv, out, spill = tmp_path / "rv.json", tmp_path / "out", tmp_path / "spill" / "%n"

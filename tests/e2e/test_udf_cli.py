@@ -5,7 +5,7 @@
   --analysis udf:... --analysis-params JSON`` at 1 and 4 emulated nodes (2: the
   spilled partitions below);
 * live: ``mpirun -n 4 stager stream receive --emulate-nodes 2 --analysis udf:...
-  --analysis-params JSON --spill DIR`` fed by ``python -m stager.stream.simulate
+  --analysis-params JSON --spill DIR`` fed by ``python -m streams.simulate
   --withhold ...``, then the same flow on the spilled partitions.
 
 Every ``OUT/<scan>.h5`` must hold ``/udf/<UDF>/<buffer>`` equal to
@@ -92,7 +92,7 @@ def test_udfs_live_from_the_simulator_then_offline_on_the_spill(tmp_path):
          "--allow-loss", "0.1", *args],
         cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     sim = subprocess.run(
-        [sys.executable, "-m", "stager.stream.simulate", "--rendezvous",
+        [sys.executable, "-m", "streams.simulate", "--rendezvous",
          str(tmp_path / "rv.json"), "--scan", "s1", "--producers", "2", "--sectors", "2",
          "--scan-shape", *map(str, uc.SCAN), "--shape", *map(str, uc.FRAME), "--withhold",
          *map(str, WITHHELD), "--wait", "120"],

@@ -27,9 +27,9 @@ WITHHELD = (0, 3, 10, 11, 40, 63)
 
 def _serve(comm, tmp, nodes, specs, data):
     import stager
-    from stager.stream.protocol import ScanGeometry
-    from stager.stream.session import SessionOptions, receive_scans
-    from stager.stream.simulate import SimulatedScan, array_source, run_producers
+    from streams.protocol import ScanGeometry
+    from streams.job.session import SessionOptions, receive_scans
+    from streams.simulate import SimulatedScan, array_source, run_producers
 
     out = os.path.join(tmp, f"out{nodes}")
     opts = SessionOptions(rendezvous=os.path.join(tmp, f"rv{nodes}.json"), out=out,
@@ -53,7 +53,7 @@ def _serve(comm, tmp, nodes, specs, data):
     threads = []
 
     def ready(info):
-        from stager.stream.rendezvous import read_rendezvous
+        from streams.protocols.native.rendezvous import read_rendezvous
 
         # the rendezvous carries the job's CURVE server key and client certificate
         rv = read_rendezvous(opts.rendezvous)

@@ -11,9 +11,15 @@ reader of the module's head -- and resolved to a package. The rules:
 * inside ``stager`` the subpackages follow the data path: ``mpi`` and
   ``planning`` are independent of everything after them, ``nodelocal`` does not
   reach into ``staging``, nothing but the command line imports the command line;
+* streaming (``streams``) sits beside staging, on the shared base: ``stager``,
+  ``hooks`` and ``kernels`` never import it (``stager stream`` reaches it through
+  a string in ``stager.cli.COMMANDS``), and in ``workflows`` only the ready-made
+  flows (``workflows.flows``, the offline twin of a stream job) do;
 * the application (``hedm``) is imported by nobody;
 * a block kind is one module plus one row of ``stager.planning.kinds``: nothing
-  outside a kind's own modules and the tables branches on a kind's name.
+  outside a kind's own modules and the tables branches on a kind's name;
+* a stream protocol is one folder of ``streams/protocols/`` plus one row of its
+  table: nothing outside them branches on a protocol's name (or on ``stream2``).
 """
 from __future__ import annotations
 
@@ -26,7 +32,7 @@ from typing import Dict, Iterator, Set, Tuple
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PACKAGES = ("hooks", "stager", "workflows", "kernels", "hedm")
+PACKAGES = ("hooks", "stager", "streams", "workflows", "kernels", "hedm")
 
 
 def _modules() -> Iterator[Tuple[str, str]]:
@@ -131,8 +137,22 @@ def test_no_two_packages_import_each_other(graph):
     assert "hedm" not in {d for deps in edges.values() for d in deps}, \
         "the HEDM application must not be imported by the library"
     assert edges["stager"] <= {"hooks", "kernels"}, f"stager imports {sorted(edges['stager'])}"
-    assert edges["workflows"] <= {"stager", "hooks"}, \
+    assert edges["workflows"] <= {"stager", "hooks", "streams"}, \
         f"workflows imports {sorted(edges['workflows'])}"
+    assert edges["streams"] <= {"stager", "hooks", "kernels"}, \
+        f"streams imports {sorted(edges['streams'])}"
+
+
+def test_streaming_sits_beside_staging(graph):
+    # stager is the shared base: streams sits on it, never the other way round
+    # (the applications, hedm here and stem4d, sit on streams)
+    users = sorted(m for m, deps in graph.items()
+                   if any(d.split(".")[0] == "streams" for d in deps)
+                   and m.split(".")[0] in ("stager", "hooks", "kernels", "workflows"))
+    allowed = [m for m in users if m.startswith("workflows.flows.")]
+    assert users == allowed, f"{sorted(set(users) - set(allowed))} import streams"
+    from stager.cli import COMMANDS
+    assert COMMANDS["stream"][0] == "streams.cli"
 
 
 # What each stager subpackage may import (besides itself, stager.errors and stager.options).
@@ -143,7 +163,7 @@ STAGER_LAYERS = {
     "stager.staging": {"stager.mpi", "stager.planning", "stager.nodelocal", "hooks"},
     "stager.stageout": {"stager.mpi", "stager.planning", "stager.nodelocal", "stager.drainlog"},
     "stager.drainlog": {"stager.nodelocal"},
-    "stager.stream": {"stager.mpi", "stager.planning", "stager.nodelocal", "stager.staging"},
+    "streams": {"stager.mpi", "stager.planning", "stager.nodelocal", "stager.staging"},
     # the block kinds: plug-ins above the machinery that asks them through the table
     # (stager.planning.kinds names each by "module:Class", imported when first asked)
     "stager.kinds": {"stager.mpi", "stager.planning", "stager.nodelocal", "stager.staging",
@@ -160,7 +180,8 @@ def test_stager_subpackages_follow_the_data_path(graph):
         extra = edges.get(layer, set()) - allowed - {"stager.errors", "stager.options"}
         assert not extra, f"{layer} imports {sorted(extra)}; allowed: {sorted(allowed)}"
     users = {a for a, deps in edges.items() if deps & {"stager.commands", "stager.cli"}}
-    assert users <= {"stager.cli", "stager.commands", "stager.__main__"}, users
+    # streams.cli is the command line of the verb ``stager stream``
+    assert users <= {"stager.cli", "stager.commands", "stager.__main__", "streams.cli"}, users
 
 
 # A kind's own modules (its module in stager/kinds/ and the library code only it uses),
@@ -192,3 +213,31 @@ def test_a_block_kind_is_one_module_plus_one_row():
     builtin = {r.partition(":")[0] for r in ROWS.values() if isinstance(r, str)}
     modules = {m for m, _ in _modules() if m.startswith("stager.kinds.")}
     assert builtin == modules, (builtin, modules)
+
+
+# The simulators' command line (python -m streams.simulate) picks the Stream V2
+# simulator with --stream2-bind: a front door, like the table.
+PROTOCOL_OWNED = ("streams/protocols/", "streams/simulate.py")
+_PROTOCOL_BRANCH = re.compile(r"""(==|!=)\s*["'](native|stream2|dectris-stream2)["']"""
+                              r"""|["'](native|stream2|dectris-stream2)["']\s*(==|!=|in\b)"""
+                              r"""|\b(if|elif|and|or|not)\b[^#]*\bstream2\b""")
+
+
+def test_a_stream_protocol_is_one_folder_plus_one_row():
+    found = []
+    for mod, path in _modules():
+        rel = os.path.relpath(path, ROOT)
+        if not mod.startswith("streams") or rel.startswith(PROTOCOL_OWNED):
+            continue
+        with open(path, encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                if _PROTOCOL_BRANCH.search(line):
+                    found.append(f"{rel}:{n}: {line.strip()}")
+    assert not found, ("code branching on a stream protocol outside its folder (ask the "
+                       "protocol through streams.protocols): " + "; ".join(found))
+    # every row names one folder of streams/protocols/, and every folder has its row
+    from streams.protocols import ROWS
+    builtin = {r.partition(":")[0] for r in ROWS.values() if isinstance(r, str)}
+    folders = {m for m, _ in _modules() if m.count(".") == 2
+               and m.startswith("streams.protocols.")}
+    assert builtin == folders, (builtin, folders)

@@ -93,7 +93,7 @@ def test_mpi_executor_options_use_the_resolver():
 
 
 def test_stream_session_options_use_the_resolver():
-    from stager.stream.session import SESSION_OPTIONS, SessionOptions
+    from streams.job.session import SESSION_OPTIONS, SessionOptions
 
     assert {o.name for o in SESSION_OPTIONS} == set(SessionOptions.__dataclass_fields__)
     env = {"STAGER_STREAM_CREDIT": "4", "STAGER_STREAM_MEMORY_BYTES": "1M",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from stager.stream.protocol import ScanGeometry
+from streams.protocol import ScanGeometry
 
 pytest.importorskip("numba")
 lt_api = pytest.importorskip("libertem.api", reason="LiberTEM is the reference here")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from stager.stream.protocol import ScanGeometry
+from streams.protocol import ScanGeometry
 
 pytest.importorskip("numba")
 h5py = pytest.importorskip("h5py")

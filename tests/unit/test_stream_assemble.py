@@ -5,10 +5,10 @@ import json
 import numpy as np
 import pytest
 
-from stager.stream.accounting import ScanReport, ranges
-from stager.stream.assemble import Assembler
-from stager.stream.codecs import encode
-from stager.stream.protocol import (Begin, Data, End, ScanGeometry, encode_begin,
+from streams.accounting import ScanReport, ranges
+from streams.assemble import Assembler
+from streams.codecs import encode
+from streams.protocol import (Begin, Data, End, ScanGeometry, encode_begin,
                                     encode_data, encode_end)
 
 

@@ -5,8 +5,8 @@ import struct
 import numpy as np
 import pytest
 
-from stager.stream import codecs
-from stager.stream.errors import CodecError
+from streams import codecs
+from streams.errors import CodecError
 
 SIZES = [1, 7, 8, 9, 100, 2047, 2048, 4096, 4100, 8200, 40000]
 DTYPES = ["|u1", "<u2", "<u4", "<i4", "<f4", "<u8", "<f8"]

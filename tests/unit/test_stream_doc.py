@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from stager.stream import Receiver, write_rendezvous
-from stager.stream.security import StreamSecurity
+from streams import Receiver, write_rendezvous
+from streams.security import StreamSecurity
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "stream-protocol.md"
 

@@ -5,8 +5,8 @@ import sys
 import msgpack
 import pytest
 
-from stager.stream.errors import ProtocolError
-from stager.stream.protocol import (MAX_HEADER_BYTES, Begin, Data, End, Reason, ScanGeometry,
+from streams.errors import ProtocolError
+from streams.protocol import (MAX_HEADER_BYTES, Begin, Data, End, Reason, ScanGeometry,
                                     decode_header, encode_begin, encode_data, encode_end,
                                     route, sector_rows)
 
@@ -107,13 +107,13 @@ def test_encoders_refuse_what_receivers_would_reject():
 
 
 def test_every_public_name_resolves():
-    import stager.stream as ss
+    import streams as ss
 
     assert all(getattr(ss, name) is not None for name in ss.__all__)
 
 
 def test_import_loads_no_wire_library():
-    code = ("import sys, stager.stream, stager.stream.protocol, stager.stream.rendezvous;"
+    code = ("import sys, streams, streams.protocol, streams.protocols.native.rendezvous;"
             "bad = [m for m in ('zmq', 'msgpack', 'cbor2', 'lz4', 'dectris') if m in sys.modules];"
             "print(bad); sys.exit(1 if bad else 0)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
@@ -122,8 +122,8 @@ def test_import_loads_no_wire_library():
 
 @pytest.mark.parametrize("name", ["a/b", "..", "a..b", "../etc", "x" * 129, ".hidden", ""])
 def test_scan_names_that_could_name_other_files_are_refused(name):
-    from stager.stream.errors import ProtocolError
-    from stager.stream.protocol import check_scan_name, decode_header
+    from streams.errors import ProtocolError
+    from streams.protocol import check_scan_name, decode_header
 
     with pytest.raises(ProtocolError, match="scan name"):
         check_scan_name(name)

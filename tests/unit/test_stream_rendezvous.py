@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from stager.stream.errors import RendezvousError
-from stager.stream.rendezvous import (Rendezvous, read_rendezvous, wait_for_rendezvous,
+from streams.errors import RendezvousError
+from streams.protocols.native.rendezvous import (Rendezvous, read_rendezvous, wait_for_rendezvous,
                                       write_rendezvous)
 
 EPS = ["tcp://node1:40001", "tcp://node2:40002"]

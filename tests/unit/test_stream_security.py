@@ -1,7 +1,7 @@
 """CURVE, ZAP and refusal counting on real ZeroMQ sockets on 127.0.0.1 (no mocks).
 
 Receivers run in threads of this process with the job's security
-(:class:`stager.stream.security.StreamSecurity`: a server key pair in memory, a
+(:class:`streams.security.StreamSecurity`: a server key pair in memory, a
 client certificate written beside the rendezvous file); producers connect with
 it, without it (plain ZeroMQ), or with a certificate of their own.
 """
@@ -13,11 +13,11 @@ import time
 import numpy as np
 import pytest
 
-from stager.stream import (Receiver, ScanGeometry, SimulatedScan, read_rendezvous,
+from streams import (Receiver, ScanGeometry, SimulatedScan, read_rendezvous,
                            run_producers, write_rendezvous)
-from stager.stream.errors import StreamError
-from stager.stream.producer import Producer
-from stager.stream.security import StreamSecurity, load_client_certificate
+from streams.errors import StreamError
+from streams.protocols.native.producer import Producer
+from streams.security import StreamSecurity, load_client_certificate
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -190,7 +190,7 @@ def test_a_silent_tcp_connection_is_dropped_and_counted(tmp_path):
 
 
 def test_live_socket_needs_the_client_certificate(tmp_path):
-    from stager.stream.live import LivePublisher, LiveView
+    from streams.job.live import LivePublisher, LiveView
 
     # a Stream V2 job's --allow-from names the detector: viewers are admitted by key
     sec = StreamSecurity.for_job(str(tmp_path / "rv.json"), allow_from=("10.99.0.1",))
@@ -231,7 +231,7 @@ def test_live_socket_needs_the_client_certificate(tmp_path):
 
 def test_live_snapshots_refuse_a_symlinked_directory(tmp_path):
     from stager.nodelocal.localfs import UnsafePathError
-    from stager.stream.live import LivePublisher
+    from streams.job.live import LivePublisher
 
     (tmp_path / "elsewhere").mkdir()
     os.symlink(tmp_path / "elsewhere", tmp_path / "out")
@@ -243,7 +243,7 @@ def test_stream2_allow_list_refuses_other_addresses(tmp_path):
     """Stream V2 is plain ZeroMQ: ZAP accepts only --allow-from addresses."""
     import zmq
 
-    from stager.stream.streamv2_receiver import StreamV2Receiver
+    from streams.protocols.stream2.receiver import StreamV2Receiver
 
     ctx = zmq.Context.instance()
     det = ctx.socket(zmq.PUSH)

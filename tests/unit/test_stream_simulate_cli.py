@@ -1,4 +1,4 @@
-"""``python -m stager.stream.simulate`` from the shell: the native path through a rendezvous
+"""``python -m streams.simulate`` from the shell: the native path through a rendezvous
 file, and the Stream V2 path, each with a withheld frame."""
 import subprocess
 import sys
@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from stager.stream import Receiver, StreamV2Receiver, synthetic_frame, write_rendezvous
+from streams import Receiver, StreamV2Receiver, synthetic_frame, write_rendezvous
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -16,7 +16,7 @@ def test_native_simulator_cli(tmp_path):
     rx = Receiver(lambda p: None, idle_timeout=30)
     out = []
     th = threading.Thread(target=lambda: out.extend(rx.serve(1, timeout=90)))
-    cmd = [sys.executable, "-m", "stager.stream.simulate", "--rendezvous", str(rv),
+    cmd = [sys.executable, "-m", "streams.simulate", "--rendezvous", str(rv),
            "--producers", "2", "--sectors", "3", "--scan-shape", "2", "3", "--shape", "24", "16",
            "--encoding", "bslz4", "--withhold", "4", "--drop", "1:2", "--wait", "60"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -45,7 +45,7 @@ def test_stream_v2_simulator_cli(tmp_path):
     out = []
     th = threading.Thread(target=lambda: out.extend(rx.serve(1, timeout=90)))
     th.start()
-    cmd = [sys.executable, "-m", "stager.stream.simulate", "--stream2-bind", ep,
+    cmd = [sys.executable, "-m", "streams.simulate", "--stream2-bind", ep,
            "--scan-shape", "2", "2", "--shape", "32", "32", "--encoding", "lz4",
            "--withhold", "2"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=90)

@@ -10,9 +10,9 @@ import time
 import numpy as np
 import pytest
 
-from stager.stream import (Receiver, ScanGeometry, ScanReport, SimulatedScan, run_producers,
+from streams import (Receiver, ScanGeometry, ScanReport, SimulatedScan, run_producers,
                            wait_for_rendezvous, write_rendezvous)
-from stager.stream.simulate import malformed_messages
+from streams.simulate import malformed_messages
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from stager.stream.protocol import ScanGeometry
+from streams.protocol import ScanGeometry
 from stager.mpi.tree import tree_schedule
-from stager.stream.roles import assign_roles, partition_frames
+from streams.job.roles import assign_roles, partition_frames
 
 pytest.importorskip("numba")
 h5py = pytest.importorskip("h5py")

@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from stager.stream import (Receiver, ScanGeometry, ScanReport, SimulatedScan,
+from streams import (Receiver, ScanGeometry, ScanReport, SimulatedScan,
                            StreamV2Receiver, StreamV2Simulator, run_producers)
-from stager.stream.codecs import bslz4_encode
-from stager.stream.errors import ProtocolError
-from stager.stream.streamv2 import (End, Image, Start, decode_message, encode_end,
+from streams.codecs import bslz4_encode
+from streams.errors import ProtocolError
+from streams.protocols.stream2.streamv2 import (End, Image, Start, decode_message, encode_end,
                                     encode_image, encode_start)
 
 
@@ -330,7 +330,7 @@ def test_undefined_and_simple_values_in_a_start_pickle():
 def test_an_undecodable_start_array_is_one_error_naming_the_field():
     from cbor2 import CBORTag, dumps
 
-    from stager.stream.streamv2 import SELF_DESCRIBE
+    from streams.protocols.stream2.streamv2 import SELF_DESCRIBE
 
     good = decode_message(encode_start(1, "U", 4, (5, 7), header_detail="all"))
     assert "flatfield" in good.fields
@@ -370,7 +370,7 @@ def _corrupt(buf: bytes, payload: bytes) -> bytes:
 def test_a_corrupt_copy_never_hides_or_overwrites_a_good_frame():
     """Image 1: corrupt copy first, then the good one; image 2: good first, then corrupt;
     image 3 twice. Every frame is committed once, decoded; each bad copy is named."""
-    from stager.stream.codecs import bslz4_encode as enc
+    from streams.codecs import bslz4_encode as enc
 
     frames = {}
     rx = _rx(frames, partition_frames=2)
@@ -501,8 +501,8 @@ def test_reports_count_an_image_accepted_by_two_receivers():
 def test_scan_file_keeps_the_detector_arrays(tmp_path):
     import h5py
 
-    from stager.stream.analysis import FrameSum
-    from stager.stream.output import write_scan
+    from streams.analysis import FrameSum
+    from streams.job.output import write_scan
 
     rng = np.random.default_rng(2)
     ff = {"t1": rng.random((4, 4)).astype("<f4"), "t2": np.ones((4, 4), "<f4")}
@@ -529,7 +529,7 @@ def test_scan_file_keeps_the_detector_arrays(tmp_path):
 def test_hostile_messages_over_a_real_socket_do_not_stop_the_client():
     """Multi-part, garbage, a truncated image, a corrupt copy: over real ZeroMQ sockets
     on 127.0.0.1 the series still closes whole, every rejection counted and named."""
-    from stager.stream.codecs import bslz4_encode as enc
+    from streams.codecs import bslz4_encode as enc
 
     imgs = [np.full((8, 8), i, "<u2") for i in range(6)]
     with StreamV2Simulator(sndhwm=1000) as sim:
@@ -561,9 +561,9 @@ def test_hostile_messages_over_a_real_socket_do_not_stop_the_client():
 def test_job_rejections_reach_the_live_progress_and_the_watch_line():
     """Rank 0 sums every receiver's rejections (any scan or none) from the heartbeats;
     the live progress carries them and `stager stream watch` prints reason and example."""
-    from stager.commands.stream import _line, _rejections_line
-    from stager.stream.coordinator import Coordinator
-    from stager.stream.roles import assign_roles
+    from streams.cli import _line, _rejections_line
+    from streams.job.coordinator import Coordinator
+    from streams.job.roles import assign_roles
 
     c = Coordinator(assign_roles([0, 0, 1, 1], 1), "any")
     c.rejections(0, {"malformed_header": 2}, ["malformed_header: not CBOR (x)"])
@@ -608,7 +608,7 @@ def test_job_rejections_reach_the_live_progress_and_the_watch_line():
 def test_decode_threads_give_the_same_frames_and_rejections(threads):
     """Payloads decoded on threads: the same frames, the same rejections (a corrupt copy,
     a duplicate) as on the receiving thread, over a real socket."""
-    from stager.stream.codecs import bslz4_encode as enc
+    from streams.codecs import bslz4_encode as enc
 
     imgs = [(np.arange(64).reshape(8, 8) * (i + 1)).astype("<u2") for i in range(30)]
     with StreamV2Simulator(sndhwm=1000) as sim:

@@ -1,4 +1,4 @@
-"""LiberTEM UDFs through :mod:`stager.stream.udf`, against LiberTEM's own inline run.
+"""LiberTEM UDFs through :mod:`streams.udf`, against LiberTEM's own inline run.
 
 The frames of one 8x8 scan (32x32 uint16) are cut as a stream cuts them (N
 receivers, strided frames, partitions of K) and merged in per-node trees then
@@ -15,9 +15,9 @@ import pytest
 
 pytest.importorskip("libertem")
 
-from stager.stream.analysis import load_analysis
-from stager.stream.protocol import ScanGeometry
-from stager.stream.udf import UDFError
+from streams.analysis import load_analysis
+from streams.protocol import ScanGeometry
+from streams.udf import UDFError
 from tests import udf_cases as uc
 
 F = uc.SCAN[0] * uc.SCAN[1]
@@ -83,8 +83,8 @@ def test_single_udf_from_json_and_output_file(tmp_path):
     """``--analysis-params`` JSON, one UDF: /udf/<buffer> with dtype, /udf/valid."""
     import h5py
 
-    from stager.stream.offline import offline_report
-    from stager.stream.output import write_scan
+    from streams.offline import offline_report
+    from streams.job.output import write_scan
 
     data = uc.frames()
     valid = np.ones(F, bool)
@@ -152,7 +152,7 @@ def test_refused_with_a_message_naming_udf_and_feature(spec, params, words):
 def test_analysis_params_option():
     from types import SimpleNamespace
 
-    from stager.commands.stream import _analysis_options
+    from streams.cli import _analysis_options
 
     assert _analysis_options(SimpleNamespace(analysis_params='{"a": [1, 2]}', set=[])) == \
         {"a": [1, 2]}

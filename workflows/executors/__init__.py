@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import lazy_loader
+
 from ..errors import ExecutorError
 from .base import Executor
 from .inline import InlineExecutor
@@ -49,14 +51,6 @@ def make(name: str, **options: Any) -> Executor:
     raise ExecutorError(f"unknown executor {name!r}: expected one of {', '.join(NAMES)}")
 
 
-def __getattr__(name: str) -> Any:
-    # MPIExecutor and ParslExecutor without importing mpi4py or parsl up front.
-    if name == "MPIExecutor":
-        from .mpi import MPIExecutor
-
-        return MPIExecutor
-    if name == "ParslExecutor":
-        from .parsl import ParslExecutor
-
-        return ParslExecutor
-    raise AttributeError(name)
+# MPIExecutor and ParslExecutor on first use (lazy_loader): without mpi4py or parsl up front
+__getattr__, __dir__, _ = lazy_loader.attach(__name__, submod_attrs={
+    "mpi": ["MPIExecutor"], "parsl": ["ParslExecutor"]})

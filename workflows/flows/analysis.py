@@ -6,7 +6,7 @@ per-frame sum, ``pkg.module:NAME``, ``FILE.py[:NAME]``, or LiberTEM UDFs as
 receiving job spilled: one task per partition of K frames (``foreach``), the
 ordered tree merge with the analysis's own ``merge`` (``reduce_tree``), one task
 that writes ``OUT/<scan>.h5`` in the stream's layout
-(:func:`stager.stream.output.write_scan`)::
+(:func:`streams.job.output.write_scan`)::
 
     python -m workflows run workflows.flows.analysis --out OUT -- \\
         --frames scan.h5:/frames --analysis udf:libertem.udf.sum:SumUDF
@@ -31,7 +31,7 @@ _PREPARED: Dict[str, Any] = {}      # key -> the geometry its analysis was prepa
 
 def _analysis(spec: Optional[str], params: Any, geometry: Any = None) -> Any:
     """The analysis of (spec, params), loaded once per worker (and prepared for ``geometry``)."""
-    from stager.stream.analysis import load_analysis
+    from streams.analysis import load_analysis
 
     key = json.dumps([spec, params], sort_keys=True)
     a = _CACHE.get(key)
@@ -62,7 +62,7 @@ def add_arguments(parser: Any) -> None:
 def _read(ref: Any, valid: Optional[Tuple[str, str]]) -> Tuple[Any, Any, Any]:
     import numpy as np
 
-    from stager.stream.offline import read_partition
+    from streams.offline import read_partition
 
     frames, positions, complete = read_partition(ref)
     if valid is not None:
@@ -95,8 +95,8 @@ def merge(a: Any, b: Any) -> Any:
 
 @app
 def write(keyed: Any, geometry: Any, path: str) -> str:
-    from stager.stream.offline import offline_report
-    from stager.stream.output import write_scan
+    from streams.offline import offline_report
+    from streams.job.output import write_scan
 
     (spec, params), partial = keyed
     analysis = _analysis(spec, params, geometry)
@@ -110,9 +110,9 @@ def write(keyed: Any, geometry: Any, path: str) -> str:
 
 
 def main(args: Any) -> Any:
-    from stager.stream.offline import (dataset_geometry, dataset_partitions, parse_source,
+    from streams.offline import (dataset_geometry, dataset_partitions, parse_source,
                                        spill_partitions)
-    from stager.stream.protocol import ScanGeometry
+    from streams.protocol import ScanGeometry
 
     params = json.loads(args.analysis_params) if args.analysis_params else None
     _analysis(args.analysis, params)     # a bad analysis fails here, before any task
@@ -123,7 +123,7 @@ def main(args: Any) -> Any:
             os.path.basename(path))[0], args.scan_shape)
         refs = dataset_partitions(path, dset, g.frames, args.partition_frames)
     elif args.spilled:
-        from stager.stream.spill import read_partition_file, spilled_partitions
+        from streams.job.spill import read_partition_file, spilled_partitions
 
         if not args.scan:
             raise ValueError("--spilled needs --scan NAME")

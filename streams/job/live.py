@@ -15,7 +15,7 @@ scan and, every ``interval`` seconds (and when a scan closes), publishes:
   (made 0700 when missing; a symlink there, or a directory of another user, is refused
   as for staged copies: :func:`stager.nodelocal.localfs.ensure_dir`).
 
-With the job's :class:`~stager.stream.security.StreamSecurity` the PUB socket is
+With the job's :class:`~streams.security.StreamSecurity` the PUB socket is
 a CURVE server with the receivers' keys: a viewer connects as a CURVE client with
 the client certificate of the rendezvous file (:class:`LiveView`), anyone else is
 refused by ZAP.
@@ -136,8 +136,8 @@ class LivePublisher:
                  advertise: Optional[str] = None, security: Any = None) -> None:
         import zmq
 
-        from stager.stream.receiver import resolve_endpoint
-        from stager.stream.security import DOMAIN_LIVE
+        from streams.socketloop import resolve_endpoint
+        from streams.security import DOMAIN_LIVE
 
         if directory:
             directory = localfs.ensure_dir(directory, directory, strict=False)
@@ -150,7 +150,7 @@ class LivePublisher:
         if security is not None:
             security.serve(self._sock, DOMAIN_LIVE)
             if security.curve:
-                from stager.stream.security import zap_handler
+                from streams.security import zap_handler
 
                 self._zap = zap_handler(self._ctx)
         self._sock.bind(bind[:-2] + ":*" if bind.endswith(":0") else bind)
@@ -168,7 +168,7 @@ class LivePublisher:
         imgs = {n: np.ascontiguousarray(a, a.dtype.newbyteorder("<"))
                 for n, a in images.items()}
         if self._zap is not None:
-            from stager.stream.security import DOMAIN_LIVE
+            from streams.security import DOMAIN_LIVE
 
             for reason, _ in self._zap.drain(DOMAIN_LIVE):
                 self.refused[reason] = self.refused.get(reason, 0) + 1
@@ -254,8 +254,8 @@ class LiveView:
         self._sock.setsockopt(zmq.SUBSCRIBE, TOPIC)
         self._sock.setsockopt(zmq.LINGER, 0)
         if server_key is not None:
-            from stager.stream.errors import StreamError
-            from stager.stream.security import client_keys
+            from streams.errors import StreamError
+            from streams.security import client_keys
 
             if certificate is None:
                 self._sock.close()

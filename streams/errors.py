@@ -1,7 +1,7 @@
 """Errors of the live-stream layer, rooted in the stager's hierarchy.
 
 A message a receiver cannot use is *not* an error: it is rejected, counted with
-its reason (``stager.stream.protocol.Reason``) and the receiver keeps running.
+its reason (``streams.protocol.Reason``) and the receiver keeps running.
 These exceptions are for the caller's mistakes and for conditions that stop a
 producer or a receiver (no rendezvous file, a receiver that stopped reading).
 """
@@ -20,7 +20,7 @@ class ProtocolError(StreamError):
     """A message or a value does not follow docs/stream-protocol.md.
 
     Raised by the encoders (a producer asked to send something invalid) and by
-    :func:`stager.stream.protocol.decode_header`; receivers turn it into a
+    :func:`streams.protocol.decode_header`; receivers turn it into a
     rejection with its ``reason`` instead of letting it escape.
     """
 

@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from stager.stream.protocol import ScanGeometry
+from streams.protocol import ScanGeometry
 
 __all__ = ["ScanReport", "ranges"]
 
@@ -78,7 +78,7 @@ class ScanReport:
     refused : Counter
         Connection attempts refused (ZAP or handshake: never data) while this scan was
         open at this receiver, or before it, since the previous scan closed, by reason
-        (:data:`stager.stream.security.REASONS`).
+        (:data:`streams.security.REASONS`).
     duplicates_across : int
         Frames accepted by two receivers (found when their reports merge; also
         counted in ``rejected["duplicate"]``).

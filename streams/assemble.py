@@ -1,10 +1,10 @@
 """Frames assembled from sectors into preallocated memory, with exact loss accounting.
 
 The :class:`Assembler` is the receiver's brain without the socket: it takes typed
-headers (``begin``/``data``/``end`` from :mod:`stager.stream.protocol`, or the same
+headers (``begin``/``data``/``end`` from :mod:`streams.protocol`, or the same
 values made from Stream V2 messages) and payloads, writes each sector straight into
 its place in a *partition buffer*, hands every finished partition to a callback,
-and keeps a :class:`~stager.stream.accounting.ScanReport` per scan. It is pure
+and keeps a :class:`~streams.accounting.ScanReport` per scan. It is pure
 (numpy only): tests drive it without ZeroMQ, and the MPI layer can run one per
 receiving rank.
 
@@ -39,10 +39,10 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple, Union
 
 import numpy as np
 
-from stager.stream.accounting import MAX_EXAMPLES, ScanReport
-from stager.stream.codecs import decode_into
-from stager.stream.errors import CodecError, ProtocolError
-from stager.stream.protocol import Begin, Data, End, Reason, ScanGeometry, decode_header
+from streams.accounting import MAX_EXAMPLES, ScanReport
+from streams.codecs import decode_into
+from streams.errors import CodecError, ProtocolError
+from streams.protocol import Begin, Data, End, Reason, ScanGeometry, decode_header
 
 __all__ = ["Assembler", "Partition", "DEFAULT_MEMORY_BYTES"]
 

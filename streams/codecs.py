@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from stager.stream.errors import CodecError, MissingDependency
+from streams.errors import CodecError, MissingDependency
 
 __all__ = ["decode_into", "encode", "decoded_size", "lz4_encode", "lz4_decode",
            "bslz4_encode", "bslz4_decode", "bitshuffle_block", "bitunshuffle_block",

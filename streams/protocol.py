@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, NamedTuple, Optional, Tuple, Union
 
-from stager.stream.errors import ProtocolError
+from streams.errors import ProtocolError
 
 __all__ = [
     "PROTOCOL", "ENCODINGS", "MAX_HEADER_BYTES", "Reason", "ScanGeometry", "Begin", "Data",

@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence, Tuple, Union
 
-from stager.stream.errors import RendezvousError
-from stager.stream.protocol import PROTOCOL
+from streams.errors import RendezvousError
+from streams.protocol import PROTOCOL
 
 __all__ = ["Rendezvous", "write_rendezvous", "read_rendezvous", "wait_for_rendezvous"]
 

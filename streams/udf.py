@@ -3,7 +3,7 @@
 ``--analysis udf:MODULE:CLASS`` (or ``udf:path/file.py:CLASS``; several UDFs
 separated by commas run in one pass over the frames, as LiberTEM's
 ``run_udf(udf=[...])`` does) wraps LiberTEM user-defined functions in the
-:class:`stager.stream.analysis.Analysis` contract, so the receiving job and the
+:class:`streams.analysis.Analysis` contract, so the receiving job and the
 offline flow run them where the frames are. How a partition reaches the UDF:
 
 1. ``process_partition(frames, positions, complete)``: the complete frames
@@ -45,9 +45,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from stager.stream.analysis import Analysis
-from stager.stream.errors import StreamError
-from stager.stream.protocol import ScanGeometry
+from streams.analysis import Analysis
+from streams.errors import StreamError
+from streams.protocol import ScanGeometry
 
 __all__ = ["UDFError", "UDFAnalysis", "UDFPartial", "load_udf_analysis", "parse_udf_spec",
            "check_udf", "MaskFactory", "PREFIX"]
@@ -81,7 +81,7 @@ def _import_class(where: str, name: str) -> Any:
         if where.endswith(".py"):
             if not os.path.isfile(where):
                 raise UDFError(f"UDF file {where} does not exist")
-            from stager.stream.analysis import _load_file
+            from streams.analysis import _load_file
 
             mod = _load_file(os.path.abspath(where))
         else:
@@ -111,7 +111,7 @@ def _load_masks(value: Any, udf_name: str) -> np.ndarray:
         if value.endswith(".npy"):
             arr = np.load(value)
         else:
-            from stager.stream.offline import parse_source
+            from streams.offline import parse_source
             import h5py
 
             path, dset = parse_source(value)

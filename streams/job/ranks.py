@@ -1,24 +1,24 @@
 """The loop every rank of a receiving job runs: receive, hand out, process, report.
 
-One loop, three roles (:mod:`stager.stream.roles`), no threads:
+One loop, three roles (:mod:`streams.job.roles`), no threads:
 
 receiver
-    steps its socket (:class:`~stager.stream.receiver.Receiver`, or a
-    :class:`~stager.stream.streamv2_receiver.StreamV2Receiver`), gets finished
+    steps its socket (:class:`~streams.protocols.native.receiver.Receiver`, or a
+    :class:`~streams.protocols.stream2.receiver.StreamV2Receiver`), gets finished
     partitions from the assembler and either processes them itself (no workers on
     its node) or copies them into a bounded *outbox* and hands them to its
     workers, each holding at most ``credit`` unacknowledged partitions. While the
     outbox is full it stops reading its socket: ZeroMQ's queues fill, producers
     block, nothing is dropped. It sends rank 0 a heartbeat with a snapshot of
-    every open scan's report, and each scan's final report when it closes; with
-    Stream V2 it shares every ``start``/``end`` it receives with the other
-    receivers.
+    every open scan's report, and each scan's final report when it closes; when
+    its protocol deals a scan's start and end to one receiver only (Stream V2),
+    it shares each it receives with the other receivers (:meth:`RankLoop.share`).
 worker
     receives partitions from its receiver (same node), runs
     ``analysis.process_partition`` and merges the result into its partial of the
     scan; acknowledges each one.
 rank 0 (also a receiver)
-    the :class:`~stager.stream.coordinator.Coordinator`: merges live deltas and
+    the :class:`~streams.job.coordinator.Coordinator`: merges live deltas and
     publishes them, decides when a scan is finalized and tells every rank.
 
 Every processing rank sends rank 0 a live delta of what it processed at most every
@@ -27,7 +27,7 @@ ready once nothing of X is left with it (receiver: X closed, its outbox and
 unacknowledged partitions free of X; worker: the "finish X" marker, which its
 receiver queues behind X's last partition); it then joins a non-blocking barrier
 and keeps looping, so a slow rank never blocks another's socket; when the barrier
-completes, every rank runs the collective finalize (:mod:`stager.stream.session`).
+completes, every rank runs the collective finalize (:mod:`streams.job.session`).
 
 An exception on any rank is sent to every rank (``TAG_ABORT``) and raised
 there: the loop never waits for a rank that failed. A rank that *died* cannot
@@ -43,19 +43,19 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple
 
 import numpy as np
 
-from stager.stream.accounting import ScanReport
-from stager.stream.analysis import Analysis
-from stager.stream.assemble import Partition
-from stager.stream.coordinator import Coordinator
-from stager.stream.errors import StreamError
-from stager.stream.protocol import ScanGeometry
-from stager.stream.roles import Roles
+from streams.accounting import ScanReport
+from streams.analysis import Analysis
+from streams.assemble import Partition
+from streams.job.coordinator import Coordinator
+from streams.errors import StreamError
+from streams.protocol import ScanGeometry
+from streams.job.roles import Roles
 
 __all__ = ["RankLoop", "TAGS"]
 
-TAG_WORK, TAG_ACK, TAG_LIVE, TAG_CTRL, TAG_V2, TAG_ABORT, TAG_FIN = range(7101, 7108)
-TAGS = {"work": TAG_WORK, "ack": TAG_ACK, "live": TAG_LIVE, "ctrl": TAG_CTRL, "v2": TAG_V2,
-        "abort": TAG_ABORT, "finalize": TAG_FIN}
+TAG_WORK, TAG_ACK, TAG_LIVE, TAG_CTRL, TAG_SHARE, TAG_ABORT, TAG_FIN = range(7101, 7108)
+TAGS = {"work": TAG_WORK, "ack": TAG_ACK, "live": TAG_LIVE, "ctrl": TAG_CTRL,
+        "share": TAG_SHARE, "abort": TAG_ABORT, "finalize": TAG_FIN}
 
 
 class RankLoop:
@@ -167,11 +167,12 @@ class RankLoop:
             if self.workers:
                 self.outbox.append(("finish", scan, None))
 
-    def share_v2(self, kind: str, msg: Any) -> None:
-        """Stream V2: a start/end reached this client; tell the other receivers."""
+    def share(self, kind: str, msg: Any) -> None:
+        """A scan's start or end (``kind``) reached this receiver only (the protocol
+        calls this); tell the other receivers, whose sockets apply it."""
         for rank in self.roles.receivers:
             if rank != self.rank:
-                self._isend((kind, msg), rank, TAG_V2)
+                self._isend((kind, msg), rank, TAG_SHARE)
 
     # ---- processing ----
     def _process(self, g: ScanGeometry, data: np.ndarray, frames: np.ndarray,
@@ -261,9 +262,9 @@ class RankLoop:
             self.credit[src] -= 1
             self.unacked[msg[1]] -= 1
             return
-        if tag == TAG_V2:
+        if tag == TAG_SHARE:
             kind, m = msg
-            if kind == "v2start":
+            if kind == "start":
                 self.socket.apply_start(m)
             else:
                 self.socket.apply_end(m, grace=self.o.v2_grace)

@@ -5,12 +5,12 @@ rank. Collective over `comm`:
 
 1. options from rank 0 (one broadcast); the job's node layout
    (``job=``, else :meth:`stager.mpi.job.Job.from_comm`) and the roles
-   (:func:`stager.stream.roles.assign_roles`);
+   (:func:`streams.job.roles.assign_roles`);
 2. every receiver binds its PULL socket (or, with Stream V2, connects to the
    detector); rank 0 binds the live PUB socket, gathers the endpoints and writes
    the rendezvous file atomically -- each step agreed, so a failed bind on one
    node is the same error on every rank;
-3. the loop (:class:`stager.stream.ranks.RankLoop`) until ``scans`` scans are
+3. the loop (:class:`streams.job.ranks.RankLoop`) until ``scans`` scans are
    finalized (or the overall ``timeout`` closed what was open);
 4. per scan, collectively: the partials merged per node, then across node
    leaders, each in the fixed tree (:func:`stager.mpi.tree.tree_reduce`); the receivers' reports
@@ -36,11 +36,12 @@ from stager.mpi.tree import TreeMergeError, tree_reduce
 from stager.nodelocal import localfs
 from stager.options import Option, parse_bool, parse_int, parse_size, parse_text, resolve
 from stager.planning.plan import expand_node
-from stager.stream.accounting import ScanReport
-from stager.stream.analysis import load_analysis
-from stager.stream.errors import StreamError
-from stager.stream.output import scan_ok, write_report, write_scan
-from stager.stream.roles import assign_roles, partition_frames
+from streams.accounting import ScanReport
+from streams.analysis import load_analysis
+from streams.errors import StreamError
+from streams.job.output import scan_ok, write_report, write_scan
+from streams.job.roles import assign_roles, partition_frames
+from streams.protocols import chosen
 
 __all__ = ["SessionOptions", "SESSION_OPTIONS", "receive_scans", "ScanOutcome"]
 
@@ -72,7 +73,7 @@ class SessionOptions:
     rate : float, optional
         Expected frames/s of the detector (sizes partitions).
     memory_bytes, idle_timeout, rcvhwm
-        Per receiver (see :class:`~stager.stream.receiver.Receiver`).
+        Per receiver (see :class:`~streams.protocols.native.receiver.Receiver`).
     timeout : float, optional
         Overall seconds; then open scans close as ``stopped`` and the job ends.
     close_wait : float
@@ -84,7 +85,11 @@ class SessionOptions:
     spill : str, optional
         Node-local directory (``%n``) for spilled partitions.
     stream2 : str, optional
-        Receive DECTRIS Stream V2 from this endpoint instead of the native protocol.
+        Receive DECTRIS Stream V2 from this endpoint instead of the native protocol
+        (the shorthand of ``protocol="stream2"`` and the endpoint it connects to).
+    protocol : str, optional
+        The stream protocol, a name of :data:`streams.protocols.ROWS` (default:
+        ``stream2`` with ``stream2``, else ``native``).
     v2_grace : float
         Stream V2: seconds without images before a shared ``end`` closes a series.
     v2_decode_threads : int
@@ -103,7 +108,7 @@ class SessionOptions:
         Plain ZeroMQ sockets (no CURVE, no ZAP): anyone who reaches a port may send.
     authorized_keys : str, optional
         Directory of public client certificates to accept instead of the job's own
-        client certificate (:mod:`stager.stream.security`).
+        client certificate (:mod:`streams.security`).
     allow_from : str, optional
         Stream V2: comma-separated peer addresses ZAP accepts.
     rendezvous_mode : int
@@ -134,6 +139,7 @@ class SessionOptions:
     live_interval: float = 1.0
     spill: Optional[str] = None
     stream2: Optional[str] = None
+    protocol: Optional[str] = None
     v2_grace: float = 1.0
     v2_pixel_mask: bool = False
     v2_decode_threads: int = 0
@@ -267,12 +273,7 @@ def _resolve(options: SessionOptions) -> SessionOptions:
 def _check_security_options(o: SessionOptions) -> None:
     if o.insecure and o.authorized_keys:
         raise ValueError("--insecure and --authorized-keys contradict each other")
-    if o.stream2 and o.authorized_keys:
-        raise ValueError("--authorized-keys: a Stream V2 detector cannot use CURVE; "
-                         "restrict it with --allow-from ADDR and --bind HOST")
-    if o.allow_from is not None and not o.stream2:
-        raise ValueError("--allow-from is for Stream V2 (--stream2); native producers "
-                         "authenticate with CURVE keys")
+    chosen(o.protocol, o.stream2).check(o)   # what the protocol cannot honour
     if o.io_threads < 1:
         raise ValueError("--io-threads must be >= 1")
     if o.handshake_timeout <= 0:
@@ -282,13 +283,13 @@ def _check_security_options(o: SessionOptions) -> None:
 
 
 def _security(o: SessionOptions) -> Any:
-    """Rank 0: the job's :class:`~stager.stream.security.StreamSecurity`.
+    """Rank 0: the job's :class:`~streams.security.StreamSecurity`.
 
     CURVE for the native protocol unless ``--insecure``; Stream V2 data is plain
     (the detector cannot do CURVE), restricted by ``--allow-from``, but the job's
     own live socket still uses CURVE.
     """
-    from stager.stream.security import StreamSecurity
+    from streams.security import StreamSecurity
 
     allow = tuple(a.strip() for a in (o.allow_from or "").split(",") if a.strip())
     if o.insecure:
@@ -296,28 +297,6 @@ def _security(o: SessionOptions) -> Any:
     d = os.path.dirname(os.path.abspath(o.rendezvous))
     os.makedirs(d, mode=0o700, exist_ok=True)
     return StreamSecurity.for_job(o.rendezvous, o.authorized_keys, allow, o.handshake_timeout)
-
-
-def _rendezvous(options: SessionOptions, endpoints: List[str], live: Optional[str],
-                sec: Any = None) -> None:
-    from stager.stream.rendezvous import write_rendezvous
-
-    d = os.path.dirname(os.path.abspath(options.rendezvous))
-    os.makedirs(d, exist_ok=True)
-    if options.stream2:
-        # Nothing for a native producer to connect to: a protocol it refuses.
-        text = json.dumps({"protocol": "dectris-stream2", "detector": options.stream2,
-                           "live": live,
-                           "curve_serverkey": sec.server_public if sec is not None else None,
-                           "client_certificate": sec.client_certificate
-                           if sec is not None else None}, indent=1) + "\n"
-        localfs.write_bytes_atomic(os.path.abspath(options.rendezvous), text.encode(),
-                                   mode=options.rendezvous_mode)
-    else:
-        write_rendezvous(options.rendezvous, endpoints, live,
-                         sec.server_public if sec is not None else None,
-                         sec.client_certificate if sec is not None else None,
-                         mode=options.rendezvous_mode)
 
 
 def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional[int] = None,
@@ -364,8 +343,8 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
     """
     from mpi4py import MPI
 
-    from stager.stream.coordinator import Coordinator
-    from stager.stream.ranks import RankLoop
+    from streams.job.coordinator import Coordinator
+    from streams.job.ranks import RankLoop
 
     comm, job = comm_and_job(comm, job)
     opts: SessionOptions = bcast_result(comm, _resolve, options)
@@ -383,33 +362,35 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
         index = roles.index(comm.rank)
         with agreed(fcomm, "loading the analysis", default=StreamError, node=layout.name):
             analysis = load_analysis(opts.analysis, opts.analysis_options)
-        coordinator = Coordinator(roles, "any" if opts.stream2 else "modulo",
+        proto = chosen(opts.protocol, opts.stream2)
+        coordinator = Coordinator(roles, proto.routing,
                                   close_wait=opts.close_wait, heartbeat=opts.heartbeat) \
             if comm.rank == 0 else None
         endpoint = None
         with agreed(fcomm, "binding the receivers", default=StreamError, node=layout.name):
             loop = RankLoop(comm, roles, analysis, opts, coordinator=coordinator)
             if comm.rank == 0:
-                from stager.stream.live import LivePublisher
+                from streams.job.live import LivePublisher
 
                 os.makedirs(opts.out, mode=0o700, exist_ok=True)
                 publisher = LivePublisher(f"tcp://{opts.bind_host}:*", opts.out, opts.advertise,
                                           security=sec)
                 loop.publisher = publisher
             if opts.spill is not None and index is not None:
-                from stager.stream.spill import SPEC_NAME, Spill
+                from streams.job.spill import SPEC_NAME, Spill
 
                 loop.spill = Spill(opts.spill, layout.name, index,
                                    os.path.join(opts.out, SPEC_NAME))
             if index is not None:
-                endpoint = _make_socket(loop, opts, index, roles.count, sec)
+                endpoint = _make_socket(proto, loop, opts, index, roles.count, sec)
         endpoints = fcomm.gather(endpoint, root=0)
         with agreed(fcomm, "writing the rendezvous file", default=StreamError):
             if comm.rank == 0:
                 eps = [e for e in endpoints if e is not None]
-                _rendezvous(opts, eps, publisher.endpoint if publisher else None, sec)
+                os.makedirs(os.path.dirname(os.path.abspath(opts.rendezvous)), exist_ok=True)
+                proto.rendezvous(opts, eps, publisher.endpoint if publisher else None, sec)
                 if opts.spill is not None:
-                    from stager.stream.spill import SPEC_NAME, spill_spec_text
+                    from streams.job.spill import SPEC_NAME, spill_spec_text
 
                     localfs.write_bytes_atomic(os.path.join(opts.out, SPEC_NAME),
                                                spill_spec_text(opts.spill).encode(), mode=0o644)
@@ -503,34 +484,15 @@ def _job_rejections(comm: Any, loop: Any, o: SessionOptions,
     return summary
 
 
-def _make_socket(loop: Any, o: SessionOptions, index: int, count: int, sec: Any = None) -> str:
+def _make_socket(proto: Any, loop: Any, o: SessionOptions, index: int, count: int,
+                 sec: Any = None) -> str:
+    """Receiver ``index`` of ``count``: its protocol's socket, bound or connected."""
     def kfn(g: Any) -> int:
         if o.partition_frames:
             return o.partition_frames
         return partition_frames(g.frame_bytes, count, rate=o.rate, frames=g.frames)
 
-    if o.stream2:
-        from stager.stream.streamv2_receiver import StreamV2Receiver
-
-        v2 = StreamV2Receiver(loop.deliver, o.stream2, partition_frames=kfn,
-                                memory_bytes=o.memory_bytes, idle_timeout=o.idle_timeout,
-                                rcvhwm=o.rcvhwm, on_close=loop.on_close,
-                                apply_pixel_mask=o.v2_pixel_mask,
-                                decode_threads=o.v2_decode_threads,
-                                on_start=lambda s: loop.share_v2("v2start", s),
-                                on_end=lambda e: loop.share_v2("v2end", e),
-                                security=sec, source=_v2_source(o.bind_host))
-        v2.connect()
-        loop.socket = v2
-        return f"stream2:{o.stream2}"
-    from stager.stream.receiver import Receiver
-
-    sock = Receiver(loop.deliver, index=index, count=count, bind=f"tcp://{o.bind_host}:*",
-                    advertise=o.advertise, rcvhwm=o.rcvhwm, partition_frames=kfn,
-                    memory_bytes=o.memory_bytes, idle_timeout=o.idle_timeout,
-                    on_close=loop.on_close, security=sec)
-    loop.socket = sock
-    return sock.bind()
+    return proto.socket(loop, o, index, count, kfn, sec)
 
 
 def _io_threads(n: int) -> None:
@@ -539,11 +501,6 @@ def _io_threads(n: int) -> None:
     import zmq
 
     zmq.Context.instance().set(zmq.IO_THREADS, n)
-
-
-def _v2_source(bind_host: str) -> Optional[str]:
-    """Stream V2: the local interface to connect from (``--bind``; None: any)."""
-    return None if bind_host in ("*", "", "0.0.0.0") else bind_host
 
 
 def _finalize(comm: Any, layout: Any, roles: Any, loop: Any, analysis: Any,

@@ -8,7 +8,7 @@ sectors of a frame must all reach receiver ``frame mod R``. Sends block while a
 receiver's queue is at its high-water mark; nothing is dropped. zmq is imported
 when a producer is built.
 
-Security: given a :class:`~stager.stream.rendezvous.Rendezvous` that names a
+Security: given a :class:`~streams.protocols.native.rendezvous.Rendezvous` that names a
 CURVE server key (the default of a receiving job), every socket is a CURVE
 client with the key pair of the rendezvous' ``client_certificate`` (or of
 ``certificate``). A producer the job does not authorise is refused at the
@@ -22,11 +22,11 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
-from stager.stream.codecs import encode
-from stager.stream.errors import StreamError
-from stager.stream.protocol import ScanGeometry, encode_begin, encode_data, encode_end, route
-from stager.stream.receiver import DEFAULT_HWM
-from stager.stream.rendezvous import Rendezvous
+from streams.codecs import encode
+from streams.errors import StreamError
+from streams.protocol import ScanGeometry, encode_begin, encode_data, encode_end, route
+from streams.socketloop import DEFAULT_HWM
+from streams.protocols.native.rendezvous import Rendezvous
 
 __all__ = ["Producer"]
 
@@ -64,7 +64,7 @@ class Producer:
                  certificate: Optional[str] = None) -> None:
         import zmq
 
-        from stager.stream.security import client_keys, load_client_certificate
+        from streams.security import client_keys, load_client_certificate
 
         rv = receivers if isinstance(receivers, Rendezvous) else None
         eps = list(rv.receivers) if rv is not None else list(receivers)  # type: ignore[arg-type]

@@ -24,7 +24,7 @@ and root attributes ``scan``, ``frames``, ``scan_shape``, ``frame_shape``,
 ``loss_fraction``. The file is built in memory (``driver='core'``) and written
 to a temporary name then renamed: it appears whole, once.
 
-``<scan>.json`` is the merged :class:`~stager.stream.accounting.ScanReport`
+``<scan>.json`` is the merged :class:`~streams.accounting.ScanReport`
 (``to_dict``) plus ``outputs``, ``timing`` and ``lost_receivers`` when ranks were
 lost. :func:`exit_status` is the job's verdict over all scans.
 """
@@ -37,8 +37,8 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from stager.nodelocal import localfs
-from stager.stream.accounting import ScanReport
-from stager.stream.analysis import Analysis
+from streams.accounting import ScanReport
+from streams.analysis import Analysis
 
 __all__ = ["write_scan", "write_report", "scan_ok", "exit_status"]
 

@@ -37,7 +37,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--scans", metavar="K", help="scans to serve in a row (default 1)")
     add_node_id_arguments(r)
     r.add_argument("--stream2", metavar="ENDPOINT",
-                   help="receive DECTRIS Stream V2 from this detector endpoint instead")
+                   help="receive DECTRIS Stream V2 from this detector endpoint instead "
+                        "(short for --protocol stream2 and its endpoint)")
+    r.add_argument("--protocol", metavar="NAME",
+                   help="the stream protocol: native (default), stream2, or a plug-in's "
+                        "module:Class (streams.protocols)")
     r.add_argument("--analysis", metavar="SPEC",
                    help="pkg.module:NAME, FLOW.py[:NAME] or udf:MODULE:CLASS[,...] (LiberTEM "
                         "UDFs, docs/udf.md); default: per-frame sum")
@@ -157,9 +161,9 @@ def _receive(args: argparse.Namespace) -> int:
 
     import stager
     from stager.errors import StagerError
-    from stager.stream.output import exit_status
+    from streams.job.output import exit_status
     from stager.commands.stage import job_of
-    from stager.stream.session import SessionOptions, receive_scans
+    from streams.job.session import SessionOptions, receive_scans
 
     comm = MPI.COMM_WORLD
     try:
@@ -172,7 +176,8 @@ def _receive(args: argparse.Namespace) -> int:
             memory_bytes=_mib(args.memory), idle_timeout=args.idle_timeout,
             close_wait=args.close_wait, timeout=args.timeout,
             allow_loss=args.allow_loss, live_interval=args.live_interval,
-            spill=args.spill, stream2=args.stream2, v2_grace=args.v2_grace,
+            spill=args.spill, stream2=args.stream2, protocol=args.protocol,
+            v2_grace=args.v2_grace,
             v2_pixel_mask=args.v2_pixel_mask, v2_decode_threads=args.v2_decode_threads,
             analysis=args.analysis, analysis_options=_analysis_options(args),
             rcvhwm=args.hwm, outbox_bytes=_mib(args.outbox),
@@ -256,9 +261,9 @@ def _endpoint(source: str) -> Tuple[str, Optional[str], Optional[str]]:
 
 
 def _watch(args: argparse.Namespace) -> int:
-    from stager.stream.live import LiveView
+    from streams.job.live import LiveView
 
-    from stager.stream.errors import StreamError
+    from streams.errors import StreamError
 
     try:
         ep, key, cert = _endpoint(args.source)

@@ -38,8 +38,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from stager.stream.errors import StreamError
-from stager.stream.protocol import ScanGeometry
+from streams.errors import StreamError
+from streams.protocol import ScanGeometry
 
 __all__ = ["Analysis", "PerFrame", "Chunk", "FrameSum", "load_analysis", "DEFAULT_NAME"]
 
@@ -213,7 +213,7 @@ def load_analysis(spec: Optional[str], options: Any = None) -> Analysis:
     spec : str, optional
         ``pkg.module:NAME``, ``pkg.module`` (its ``ANALYSIS``), ``path/flow.py`` or
         ``path/flow.py:NAME``; ``udf:MODULE:CLASS`` for LiberTEM UDFs
-        (:mod:`stager.stream.udf`). ``NAME`` is an :class:`Analysis` instance, or a
+        (:mod:`streams.udf`). ``NAME`` is an :class:`Analysis` instance, or a
         callable (a class) returning one, called with ``options`` as keywords.
     options : dict, optional
 
@@ -224,7 +224,7 @@ def load_analysis(spec: Optional[str], options: Any = None) -> Analysis:
     """
     if spec is not None and spec.startswith("udf:"):
         # LiberTEM UDFs: options are their keyword arguments (a list for several UDFs)
-        from stager.stream.udf import load_udf_analysis
+        from streams.udf import load_udf_analysis
 
         return load_udf_analysis(spec, options)
     options = dict(options or {})

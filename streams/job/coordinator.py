@@ -24,9 +24,9 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from stager.stream.accounting import ScanReport, ranges
-from stager.stream.protocol import ScanGeometry
-from stager.stream.roles import Roles
+from streams.accounting import ScanReport, ranges
+from streams.protocol import ScanGeometry
+from streams.job.roles import Roles
 
 __all__ = ["Coordinator", "ScanState"]
 

@@ -21,7 +21,7 @@ holds a secret key) and decides *which* clients may connect through ZAP (RFC
   address not allowed), a :class:`HandshakeMonitor` on each socket what fails
   before ZAP is asked (a client without CURVE, a wrong server key, a handshake
   that never completes). The receiving loop drains both into the reports of its
-  open scans (:meth:`stager.stream.receiver.SocketLoop.step`). A refused peer's
+  open scans (:meth:`streams.protocols.native.receiver.SocketLoop.step`). A refused peer's
   messages never reach the socket's queue, so never the assembler.
 
 DECTRIS Stream V2 cannot do CURVE (the detector speaks plain ZeroMQ): there the
@@ -43,7 +43,7 @@ from collections import Counter, deque
 from dataclasses import dataclass
 from typing import Any, Deque, Dict, FrozenSet, List, Optional, Tuple
 
-from stager.stream.errors import StreamError
+from streams.errors import StreamError
 
 __all__ = ["StreamSecurity", "ZapHandler", "HandshakeMonitor", "REASONS", "zap_handler",
            "client_certificate_path", "write_client_certificate", "load_client_certificate",

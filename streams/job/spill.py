@@ -43,7 +43,7 @@ import numpy as np
 from stager.nodelocal import localfs
 from stager.nodelocal import record as records
 from stager.planning.plan import expand_node
-from stager.stream.errors import StreamError
+from streams.errors import StreamError
 
 __all__ = ["Spill", "spill_spec_text", "read_partition_file", "spilled_partitions",
            "SPEC_NAME"]
@@ -109,7 +109,7 @@ class Spill:
         self._state = state
 
     def write(self, part: Any) -> str:
-        """Write one :class:`~stager.stream.assemble.Partition`; return its path."""
+        """Write one :class:`~streams.assemble.Partition`; return its path."""
         import h5py
 
         t = time.perf_counter()
@@ -156,7 +156,7 @@ class Spill:
         """
         import errno
 
-        from stager.stream.accounting import ranges
+        from streams.accounting import ranges
 
         frames = ", ".join(f"{a}" if b == a + 1 else f"{a}-{b - 1}"
                            for a, b in ranges(np.sort(part.frames)))

@@ -26,7 +26,7 @@ its images. This client therefore:
   and reason, and a later good copy is kept; a second good copy is rejected
   ``duplicate``;
 - keeps each start's arrays (``header_detail: all``: flatfield, pixel mask,
-  count-rate table, decoded to NumPy by :mod:`stager.stream.streamv2`) in
+  count-rate table, decoded to NumPy by :mod:`streams.protocols.stream2.streamv2`) in
   :attr:`starts_by_scan` for the scan's output, and with ``apply_pixel_mask``
   zeroes the masked pixels (mask != 0) of every frame before delivery.
 
@@ -42,13 +42,13 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
-from stager.stream.accounting import ScanReport
-from stager.stream.assemble import DEFAULT_MEMORY_BYTES, Assembler, Partition
-from stager.stream.errors import ProtocolError, StreamError
-from stager.stream.protocol import Begin, Data, Reason, ScanGeometry
-from stager.stream.protocol import End as NativeEnd
-from stager.stream.receiver import DEFAULT_HWM, SocketLoop
-from stager.stream.streamv2 import (ChannelImage, End, Image, Start, decode_message,
+from streams.accounting import ScanReport
+from streams.assemble import DEFAULT_MEMORY_BYTES, Assembler, Partition
+from streams.errors import ProtocolError, StreamError
+from streams.protocol import Begin, Data, Reason, ScanGeometry
+from streams.protocol import End as NativeEnd
+from streams.socketloop import DEFAULT_HWM, SocketLoop
+from streams.protocols.stream2.streamv2 import (ChannelImage, End, Image, Start, decode_message,
                                     scan_name, series_key)
 
 __all__ = ["StreamV2Receiver"]
@@ -60,7 +60,7 @@ class StreamV2Receiver(SocketLoop):
     Parameters
     ----------
     deliver : callable(Partition)
-        As for :class:`~stager.stream.receiver.Receiver`.
+        As for :class:`~streams.protocols.native.receiver.Receiver`.
     endpoint : str
         The detector's ``tcp://HOST:PORT`` (DECTRIS: port 31001).
     channel : str, optional
@@ -80,7 +80,7 @@ class StreamV2Receiver(SocketLoop):
     on_start, on_end : callable, optional
         Called with each :class:`Start` / :class:`End` this client receives.
     partition_frames, memory_bytes, max_scans, idle_timeout, rcvhwm, on_close, context
-        As for :class:`~stager.stream.receiver.Receiver`.
+        As for :class:`~streams.protocols.native.receiver.Receiver`.
     security : StreamSecurity, optional
         Its ``allow_from``: ZAP accepts only these detector addresses (refusals
         counted as for the native receiver); the detector cannot do CURVE.
@@ -127,7 +127,7 @@ class StreamV2Receiver(SocketLoop):
         self._sock = self._ctx.socket(zmq.PULL)
         self._sock.setsockopt(zmq.RCVHWM, rcvhwm)
         self._sock.setsockopt(zmq.LINGER, 0)
-        from stager.stream.security import DOMAIN_STREAM2
+        from streams.security import DOMAIN_STREAM2
 
         self._secure(security, DOMAIN_STREAM2, server=False)   # issue 25: ZAP allow-list
         self._connected = False
@@ -426,7 +426,7 @@ Key = Tuple[str, int]
 
 def _predecode(ch: ChannelImage) -> Optional[bytes]:
     """A decode thread: the payload decoded (checked against the shape), or None."""
-    from stager.stream.codecs import bslz4_decode, decoded_size, lz4_decode
+    from streams.codecs import bslz4_decode, decoded_size, lz4_decode
 
     want = ch.shape[0] * ch.shape[1] * int(ch.dtype[-1])
     try:

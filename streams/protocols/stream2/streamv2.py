@@ -18,7 +18,7 @@ Checked against DECTRIS's own captured messages (branch ``stream2-test_data`` of
 that repository, a 514 x 1030 detector, 8/16/32-bit, bslz4 and lz4): image ids
 start at 0, dimensions are ``[514, 1030]``, lz4 blocks are 8192 bytes, channels
 ``threshold_1``, ``threshold_2``, ``difference``. Decoding here validates and
-returns payloads still compressed: :class:`~stager.stream.assemble.Assembler`
+returns payloads still compressed: :class:`~streams.assemble.Assembler`
 decodes them straight into frame memory. cbor2 is imported inside the functions.
 """
 from __future__ import annotations
@@ -31,9 +31,9 @@ from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
-from stager.stream.codecs import LZ4_BLOCK, bslz4_encode, decode_into, lz4_encode
-from stager.stream.errors import ProtocolError
-from stager.stream.protocol import Reason, ScanGeometry
+from streams.codecs import LZ4_BLOCK, bslz4_encode, decode_into, lz4_encode
+from streams.errors import ProtocolError
+from streams.protocol import Reason, ScanGeometry
 
 __all__ = ["MAGIC", "Start", "Image", "End", "ChannelImage", "decode_message",
            "encode_start", "encode_image", "encode_end", "scan_name", "series_key",
@@ -251,7 +251,7 @@ def decode_array(v: Any, what: str) -> np.ndarray:
     """
     CBORTag = _cbor_types()[1]
 
-    from stager.stream.errors import CodecError
+    from streams.errors import CodecError
 
     dims: Optional[Tuple[int, ...]] = None
     if isinstance(v, CBORTag) and v.tag == MULTI_DIM:
@@ -278,7 +278,7 @@ def decode_array(v: Any, what: str) -> np.ndarray:
                 raise CodecError("wrong_payload_size", f"{len(payload)} bytes is not a "
                                  f"multiple of {dtype.itemsize}")
         else:
-            from stager.stream.codecs import decoded_size
+            from streams.codecs import decoded_size
 
             n = decoded_size(payload) // dtype.itemsize
         if dims is not None and int(np.prod(dims, dtype=np.int64)) != n:

@@ -7,7 +7,7 @@ an analysis written once runs on both. A :class:`PartitionRef` is plain data
 (picklable: it travels to the workflow's workers, which open the file on their
 node); :func:`read_partition` reads it; :func:`offline_report` is the accounting
 of frames read from files (present = complete), so the offline output file has
-the same layout as the streamed one (:func:`stager.stream.output.write_scan`).
+the same layout as the streamed one (:func:`streams.job.output.write_scan`).
 """
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from stager.stream.accounting import ScanReport
-from stager.stream.errors import StreamError
-from stager.stream.protocol import ScanGeometry
+from streams.accounting import ScanReport
+from streams.errors import StreamError
+from streams.protocol import ScanGeometry
 
 __all__ = ["PartitionRef", "dataset_partitions", "spill_partitions", "read_partition",
            "dataset_geometry", "offline_report", "parse_source"]
@@ -79,7 +79,7 @@ def read_partition(ref: PartitionRef) -> Tuple[np.ndarray, np.ndarray, np.ndarra
     import h5py
 
     if ref.kind == "spill":
-        from stager.stream.spill import read_partition_file
+        from streams.job.spill import read_partition_file
 
         data, index, complete, _ = read_partition_file(ref.path)
         return data, index, complete

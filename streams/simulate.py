@@ -6,10 +6,10 @@ P producers that each send some sectors of every frame (sector s of frame f goes
 from producer ``(f * S + s) mod P``, so P = S is the NCEM layout: one producer per
 sector); a chosen rate; frames withheld, sectors dropped, ``end`` messages
 omitted and malformed messages injected on request. The same frames can be
-served by :class:`StreamV2Simulator`, which binds a PUSH socket as a DECTRIS
-detector does.
+served by :class:`streams.protocols.stream2.simulator.StreamV2Simulator`, which
+binds a PUSH socket as a DECTRIS detector does.
 
-``python -m stager.stream.simulate --help`` runs either from the shell.
+``python -m streams.simulate --help`` runs either from the shell.
 """
 from __future__ import annotations
 
@@ -20,11 +20,11 @@ from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Tup
 
 import numpy as np
 
-from stager.stream.protocol import Reason, ScanGeometry, encode_data
-from stager.stream.rendezvous import Rendezvous
+from streams.protocol import Reason, ScanGeometry, encode_data
+from streams.protocols.native.rendezvous import Rendezvous
 
 __all__ = ["SimulatedScan", "synthetic_frame", "run_producer", "run_producers",
-           "malformed_messages", "array_source", "hdf5_source", "StreamV2Simulator", "main"]
+           "malformed_messages", "array_source", "hdf5_source", "main"]
 
 
 def synthetic_frame(index: int, shape: Tuple[int, int] = (64, 64),
@@ -165,13 +165,13 @@ def run_producer(scan: SimulatedScan, endpoints: Union[Rendezvous, Sequence[str]
                  t0: Optional[float] = None, **options: Any) -> Dict[str, Any]:
     """Be producer ``producer`` of ``scan``: begin, its sectors in frame order, end.
 
-    ``endpoints``: a :class:`~stager.stream.rendezvous.Rendezvous` (CURVE with its
+    ``endpoints``: a :class:`~streams.protocols.native.rendezvous.Rendezvous` (CURVE with its
     keys when it names them) or plain endpoints (plain ZeroMQ: a CURVE job refuses
-    them). ``options`` go to :class:`~stager.stream.producer.Producer` (``sndhwm``,
+    them). ``options`` go to :class:`~streams.protocols.native.producer.Producer` (``sndhwm``,
     ``certificate``, ...).
     Returns what it sent: messages per receiver, seconds, seconds blocked in sends.
     """
-    from stager.stream.producer import Producer
+    from streams.protocols.native.producer import Producer
 
     g = scan.geometry
     t0 = time.perf_counter() if t0 is None else t0
@@ -231,95 +231,13 @@ def run_producers(scan: SimulatedScan, endpoints: Union[Rendezvous, Sequence[str
     return results
 
 
-class StreamV2Simulator:
-    """A DECTRIS-like Stream V2 source: binds a PUSH socket and sends series.
-
-    Parameters
-    ----------
-    bind : str
-        Address to bind (``tcp://127.0.0.1:*`` picks a free port; DECTRIS uses 31001).
-    sndhwm : int
-    send_timeout : float, optional
-        Seconds a send may block (no receiver, or all at the high-water mark) before
-        ``zmq.Again`` is raised; default: block for ever, as a detector does.
-    context : zmq.Context, optional
-    """
-
-    def __init__(self, bind: str = "tcp://127.0.0.1:*", sndhwm: int = 100,
-                 send_timeout: Optional[float] = None, context: Any = None) -> None:
-        import zmq
-
-        self._ctx = context or zmq.Context.instance()
-        self._sock = self._ctx.socket(zmq.PUSH)
-        self._sock.setsockopt(zmq.SNDHWM, sndhwm)
-        if send_timeout is not None:
-            self._sock.setsockopt(zmq.SNDTIMEO, int(send_timeout * 1000))
-        self._sock.bind(bind)
-        self.endpoint = self._sock.getsockopt(zmq.LAST_ENDPOINT).decode()
-        self.sent = 0
-
-    def send(self, message: bytes) -> None:
-        """Send one raw message (also used to inject broken ones)."""
-        self._sock.send(message, copy=False)
-        self.sent += 1
-
-    def send_parts(self, parts: Sequence[bytes]) -> None:
-        """Send a multi-part ZeroMQ message (which Stream V2 never is: to test rejection)."""
-        self._sock.send_multipart(list(parts))
-        self.sent += 1
-
-    def send_series(self, series_id: int, frames: Callable[[int], np.ndarray],
-                    number_of_images: int, shape: Tuple[int, int],
-                    image_dtype: str = "uint16", compression: Optional[str] = "bslz4",
-                    channels: Sequence[str] = ("threshold_1",),
-                    scan_shape: Optional[Tuple[int, int]] = None, rate: Optional[float] = None,
-                    withhold: FrozenSet[int] = frozenset(), send_end: bool = True,
-                    series_unique_id: Optional[str] = None, header_detail: str = "basic",
-                    **start: Any) -> None:
-        """Send start, the images, end. Channel c of image i is ``frames(i) + c``.
-
-        ``header_detail`` and ``start`` (``pixel_mask``, ``flatfield``,
-        ``countrate_table``, ``array_compression``) go to
-        :func:`~stager.stream.streamv2.encode_start`.
-        """
-        from stager.stream.streamv2 import encode_end, encode_image, encode_start
-
-        uid = f"SIM{series_id:023d}" if series_unique_id is None else series_unique_id
-        user = {"scan_shape": list(scan_shape)} if scan_shape else None
-        self.send(encode_start(series_id, uid, number_of_images, shape, image_dtype,
-                               tuple(channels), user_data=user, header_detail=header_detail,
-                               **start))
-        t0 = time.perf_counter()
-        for i in range(number_of_images):
-            if i in withhold:
-                continue
-            if rate:
-                delay = t0 + i / rate - time.perf_counter()
-                if delay > 0:
-                    time.sleep(delay)
-            img = frames(i)
-            data = {c: (img + k).astype(img.dtype) for k, c in enumerate(channels)}
-            self.send(encode_image(series_id, uid, i, data, compression))
-        if send_end:
-            self.send(encode_end(series_id, uid))
-
-    def close(self, linger: float = 30.0) -> None:
-        self._sock.close(linger=int(linger * 1000))
-
-    def __enter__(self) -> StreamV2Simulator:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """``python -m stager.stream.simulate``: stream a synthetic or recorded scan."""
+    """``python -m streams.simulate``: stream a synthetic or recorded scan."""
     import argparse
 
-    from stager.stream.rendezvous import wait_for_rendezvous
+    from streams.protocols.native.rendezvous import wait_for_rendezvous
 
-    ap = argparse.ArgumentParser(prog="python -m stager.stream.simulate", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m streams.simulate", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rendezvous", help="native protocol: the receivers' rendezvous file")
     ap.add_argument("--stream2-bind", help="Stream V2 instead: bind this PUSH address")
@@ -344,6 +262,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         source = hdf5_source(path, dset)
     ny, nx = a.scan_shape
     if a.stream2_bind:
+        from streams.protocols.stream2.simulator import StreamV2Simulator
+
         with StreamV2Simulator(a.stream2_bind) as sim:
             print(f"Stream V2 on {sim.endpoint}", flush=True)
             gen = source or (lambda i: synthetic_frame(i, tuple(a.shape), (ny, nx), "<u2"))

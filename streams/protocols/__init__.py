@@ -1,0 +1,91 @@
+"""The table of stream protocols: what a protocol brings, and the one row that registers it.
+
+A stream protocol is one folder of this package (``native/``, ``stream2/``): its
+decoder, its receiving socket, its simulator, and a class implementing
+:class:`StreamProtocol` in the folder's ``__init__.py``, plus one row of
+:data:`ROWS`. The receiving job (:mod:`streams.job.session`) and the command line
+(``stager stream receive --protocol NAME``) ask the protocol through this table
+-- its routing rule, its socket, its option checks, its rendezvous file -- and
+nothing else branches on a protocol's name. As with the block kinds
+(:mod:`stager.planning.kinds`), a row names its class ``"module:Class"``, imported
+when first asked for, so ``import streams`` loads no protocol.
+
+To add a protocol: a module with a class implementing :class:`StreamProtocol` and a
+row here, or :func:`register` for a protocol from outside the package (the toy
+protocol of ``tests/toyprotocol.py``).
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any, Dict, List, Optional, Protocol, Union
+
+__all__ = ["StreamProtocol", "ROWS", "register", "protocol", "names", "chosen"]
+
+
+class StreamProtocol(Protocol):
+    """One stream protocol, as the receiving job asks it."""
+
+    name: str       # the word of ``--protocol`` and of the reports
+    routing: str    # "modulo": frame f reaches receiver f mod R (the producers route);
+                    # "any": any receiver may get any frame (a detector deals them out)
+
+    def check(self, options: Any) -> None:
+        """Rank 0, before anything is bound: raise ``ValueError`` naming the option
+        this protocol cannot honour (``options`` is the job's ``SessionOptions``)."""
+
+    def socket(self, loop: Any, options: Any, index: int, count: int,
+               partition_frames: Any, security: Any) -> str:
+        """Make receiver ``index`` of ``count``'s socket feeding ``loop.deliver`` (and
+        ``loop.on_close``), set ``loop.socket``, bind or connect it; return what the
+        rendezvous file lists for it. A protocol whose scans' starts and ends reach
+        one receiver only shares them here (``loop.share``) with the others."""
+
+    def rendezvous(self, options: Any, endpoints: List[str], live: Optional[str],
+                   security: Any) -> None:
+        """Rank 0: write ``options.rendezvous``, what a producer or a viewer reads to
+        find the job (``endpoints``: every receiver's :meth:`socket` answer)."""
+
+
+#: name -> "module:Class" (or an instance)
+ROWS: Dict[str, Union[str, StreamProtocol]] = {
+    "native": "streams.protocols.native:Native",
+    "stream2": "streams.protocols.stream2:StreamV2",
+}
+_LOADED: Dict[str, StreamProtocol] = {}
+
+
+def register(name: str, row: Union[str, StreamProtocol]) -> None:
+    """Add (or replace) protocol ``name``: ``"module:Class"`` or an instance."""
+    ROWS[name] = row
+    _LOADED.pop(name, None)
+
+
+def names() -> List[str]:
+    """The protocols of the table, in its order."""
+    return list(ROWS)
+
+
+def protocol(name: str) -> StreamProtocol:
+    """The protocol called ``name`` (its module imported on first use), or named by
+    ``"module:Class"`` (a plug-in not in the table, as ``--protocol`` takes it)."""
+    got = _LOADED.get(name)
+    if got is not None:
+        return got
+    row = ROWS.get(name, name if ":" in name else None)
+    if row is None:
+        raise ValueError(f"unknown stream protocol {name!r}; known: {', '.join(ROWS)} "
+                         "(a plug-in registers with streams.protocols.register)")
+    if isinstance(row, str):
+        module, _, cls = row.partition(":")
+        row = getattr(importlib.import_module(module), cls)()
+    _LOADED[name] = row
+    return row
+
+
+def chosen(name: Optional[str], stream2: Optional[str]) -> StreamProtocol:
+    """The job's protocol: ``--protocol NAME``, else ``stream2`` when ``--stream2
+    ENDPOINT`` (its shorthand) is given, else the native protocol."""
+    if stream2 and name not in (None, "stream2"):
+        raise ValueError(f"--stream2 is the Stream V2 protocol; --protocol {name} "
+                         "contradicts it")
+    return protocol(name or ("stream2" if stream2 else "native"))

@@ -1,0 +1,66 @@
+"""DECTRIS Stream V2 (SIMPLON 1.8+, Jungfraujoch): CBOR start/image/end messages.
+
+The detector binds a PUSH socket and deals its messages round-robin over the
+connected clients: every receiver *connects* (``--stream2 ENDPOINT``), may get any
+image (routing ``any``), and a series' start and end reach one client only, so the
+job shares them between receivers (``loop.share``). The detector cannot do
+CURVE: ``--allow-from`` and ``--bind`` restrict it. Here:
+:mod:`~streams.protocols.stream2.streamv2` (the messages),
+:mod:`~streams.protocols.stream2.receiver` (the socket),
+:mod:`~streams.protocols.stream2.simulator` (a detector for tests).
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, List, Optional
+
+__all__ = ["StreamV2"]
+
+
+class StreamV2:
+    """The row ``stream2`` of :data:`streams.protocols.ROWS`."""
+
+    name = "stream2"
+    routing = "any"
+
+    def check(self, o: Any) -> None:
+        if not o.stream2:
+            raise ValueError("Stream V2 connects to the detector: give --stream2 ENDPOINT")
+        if o.authorized_keys:
+            raise ValueError("--authorized-keys: a Stream V2 detector cannot use CURVE; "
+                             "restrict it with --allow-from ADDR and --bind HOST")
+
+    def socket(self, loop: Any, o: Any, index: int, count: int, partition_frames: Any,
+               security: Any) -> str:
+        from streams.protocols.stream2.receiver import StreamV2Receiver
+
+        v2 = StreamV2Receiver(loop.deliver, o.stream2, partition_frames=partition_frames,
+                              memory_bytes=o.memory_bytes, idle_timeout=o.idle_timeout,
+                              rcvhwm=o.rcvhwm, on_close=loop.on_close,
+                              apply_pixel_mask=o.v2_pixel_mask,
+                              decode_threads=o.v2_decode_threads,
+                              on_start=lambda s: loop.share("start", s),
+                              on_end=lambda e: loop.share("end", e),
+                              security=security, source=_source(o.bind_host))
+        v2.connect()
+        loop.socket = v2
+        return f"stream2:{o.stream2}"
+
+    def rendezvous(self, o: Any, endpoints: List[str], live: Optional[str],
+                   security: Any) -> None:
+        from stager.nodelocal import localfs
+
+        # Nothing for a native producer to connect to: a protocol it refuses.
+        text = json.dumps({"protocol": "dectris-stream2", "detector": o.stream2, "live": live,
+                           "curve_serverkey": security.server_public
+                           if security is not None else None,
+                           "client_certificate": security.client_certificate
+                           if security is not None else None}, indent=1) + "\n"
+        localfs.write_bytes_atomic(os.path.abspath(o.rendezvous), text.encode(),
+                                   mode=o.rendezvous_mode)
+
+
+def _source(bind_host: str) -> Optional[str]:
+    """The local interface to connect from (``--bind``; None: any)."""
+    return None if bind_host in ("*", "", "0.0.0.0") else bind_host
