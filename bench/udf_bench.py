@@ -88,7 +88,7 @@ def ours(spec: str, params: Dict[str, Any], path: Path, k: int,
          frames: Any = None) -> Dict[str, Any]:
     """One process: read (unless ``frames`` are given), process, merge (pairwise tree),
     results."""
-    from streams.analysis import load_analysis
+    from streams.loading import load_analysis
     from streams.offline import dataset_geometry, dataset_partitions, read_partition
 
     g = dataset_geometry(str(path), "/frames", "bench")

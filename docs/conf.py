@@ -3,7 +3,7 @@
 ``make docs`` builds it with warnings as errors (``-W --keep-going``); Read the Docs
 builds it from ``.readthedocs.yaml``. The Markdown pages are read through MyST. The
 API reference is generated at every build from the ``__all__`` of each public package
-of ``stager``, ``workflows``, ``kernels`` and ``hooks`` (``docs/api/generated/``, not
+of ``stager``, ``workflows``, ``streams``, ``kernels`` and ``hooks`` (``docs/api/generated/``, not
 committed), so it follows the code when modules move. No MPI is needed: ``mpi4py`` is
 always mocked, and so is any other heavy import that is not installed (on Read the
 Docs: the parallel h5py, numba, ...).
@@ -67,7 +67,7 @@ autodoc_mock_imports = _ALWAYS_MOCK + [
     m for m in _MOCK_IF_MISSING if importlib.util.find_spec(m) is None]
 
 # The packages whose public names (``__all__``) get an API page.
-API_PACKAGES = ["stager", "workflows", "kernels", "hooks"]
+API_PACKAGES = ["stager", "workflows", "streams", "kernels", "hooks"]
 GENERATED = DOCS / "api" / "generated"
 
 

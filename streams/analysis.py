@@ -25,26 +25,19 @@ order-free once expanded over the scan grid (every frame is in exactly one chunk
 :class:`FrameSum` is the one analysis the library ships: the per-frame pixel sum
 (``/sum_image``), the minimum anyone needs to see that data arrived. Application
 analyses live in application packages (``stem4d``) and are loaded by name with
-:func:`load_analysis` (``pkg.module:NAME`` or ``path/flow.py[:NAME]``).
+:func:`streams.loading.load_analysis` (``pkg.module:NAME`` or ``path/flow.py[:NAME]``).
 """
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import os
-import sys
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
-from streams.errors import StreamError
 from streams.protocol import ScanGeometry
 
-__all__ = ["Analysis", "PerFrame", "Chunk", "FrameSum", "load_analysis", "DEFAULT_NAME"]
+__all__ = ["Analysis", "PerFrame", "Chunk", "FrameSum"]
 
-#: Name looked up in a flow file when ``--analysis FILE.py`` names no object.
-DEFAULT_NAME = "ANALYSIS"
 
 
 @dataclass
@@ -192,64 +185,3 @@ class FrameSum(Analysis):
         sums = frames.reshape(len(frames), -1).sum(axis=1, dtype=np.float64)
         return PerFrame([Chunk(np.asarray(positions, np.int64).copy(),
                                np.asarray(complete, bool).copy(), {"sum": sums})])
-
-
-def _load_file(path: str) -> Any:
-    name = "mpistage_flow_" + os.path.splitext(os.path.basename(path))[0].replace("-", "_")
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise StreamError(f"cannot load analysis file {path}: not a Python file")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def load_analysis(spec: Optional[str], options: Any = None) -> Analysis:
-    """The analysis named by ``spec``; :class:`FrameSum` when ``spec`` is None.
-
-    Parameters
-    ----------
-    spec : str, optional
-        ``pkg.module:NAME``, ``pkg.module`` (its ``ANALYSIS``), ``path/flow.py`` or
-        ``path/flow.py:NAME``; ``udf:MODULE:CLASS`` for LiberTEM UDFs
-        (:mod:`streams.udf`). ``NAME`` is an :class:`Analysis` instance, or a
-        callable (a class) returning one, called with ``options`` as keywords.
-    options : dict, optional
-
-    Raises
-    ------
-    StreamError
-        The module, file or name does not exist, or is not an analysis.
-    """
-    if spec is not None and spec.startswith("udf:"):
-        # LiberTEM UDFs: options are their keyword arguments (a list for several UDFs)
-        from streams.udf import load_udf_analysis
-
-        return load_udf_analysis(spec, options)
-    options = dict(options or {})
-    if spec is None or spec in ("sum", "FrameSum"):
-        obj: Any = FrameSum
-    else:
-        where, _, name = spec.partition(":")
-        if where.endswith(".py") and ":" not in spec and os.sep not in spec and \
-                not os.path.exists(where):
-            raise StreamError(f"analysis file {where} does not exist")
-        try:
-            mod = _load_file(where) if where.endswith(".py") else importlib.import_module(where)
-        except (ImportError, OSError) as e:
-            raise StreamError(f"cannot load analysis {spec!r}: {e}") from e
-        obj = getattr(mod, name or DEFAULT_NAME, None)
-        if obj is None:
-            raise StreamError(f"analysis {spec!r}: {where} defines no {name or DEFAULT_NAME} "
-                              "(give FILE.py:NAME or define ANALYSIS in it)")
-    if not isinstance(obj, Analysis):
-        if not callable(obj):
-            raise StreamError(f"analysis {spec!r} is neither an Analysis nor a callable")
-        obj = obj(**options)
-    elif options:
-        raise StreamError(f"analysis {spec!r} is an instance: options {sorted(options)} "
-                          "cannot be applied (name a class instead)")
-    if not isinstance(obj, Analysis):
-        raise StreamError(f"analysis {spec!r} returned {type(obj).__name__}, not an Analysis")
-    return obj

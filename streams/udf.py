@@ -81,9 +81,9 @@ def _import_class(where: str, name: str) -> Any:
         if where.endswith(".py"):
             if not os.path.isfile(where):
                 raise UDFError(f"UDF file {where} does not exist")
-            from streams.analysis import _load_file
+            from streams.pyfile import load_file
 
-            mod = _load_file(os.path.abspath(where))
+            mod = load_file(os.path.abspath(where))
         else:
             mod = importlib.import_module(where)
     except UDFError:

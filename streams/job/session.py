@@ -37,7 +37,7 @@ from stager.nodelocal import localfs
 from stager.options import Option, parse_bool, parse_int, parse_size, parse_text, resolve
 from stager.planning.plan import expand_node
 from streams.accounting import ScanReport
-from streams.analysis import load_analysis
+from streams.loading import load_analysis
 from streams.errors import StreamError
 from streams.job.output import scan_ok, write_report, write_scan
 from streams.job.roles import assign_roles, partition_frames

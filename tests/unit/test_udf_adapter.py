@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("libertem")
 
-from streams.analysis import load_analysis
+from streams.loading import load_analysis
 from streams.protocol import ScanGeometry
 from streams.udf import UDFError
 from tests import udf_cases as uc

@@ -31,7 +31,7 @@ _PREPARED: Dict[str, Any] = {}      # key -> the geometry its analysis was prepa
 
 def _analysis(spec: Optional[str], params: Any, geometry: Any = None) -> Any:
     """The analysis of (spec, params), loaded once per worker (and prepared for ``geometry``)."""
-    from streams.analysis import load_analysis
+    from streams.loading import load_analysis
 
     key = json.dumps([spec, params], sort_keys=True)
     a = _CACHE.get(key)

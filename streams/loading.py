@@ -1,0 +1,70 @@
+"""Loading an analysis by name: ``pkg.module:NAME``, ``FILE.py[:NAME]``, ``udf:MODULE:CLASS``.
+
+Apart from the contract (:mod:`streams.analysis`) so that the contract does not
+import the LiberTEM adapter (:mod:`streams.udf`), which builds on it.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+from typing import Any, Optional
+
+from streams.analysis import Analysis, FrameSum
+from streams.errors import StreamError
+from streams.pyfile import load_file
+
+__all__ = ["load_analysis", "DEFAULT_NAME"]
+
+#: Name looked up in a flow file when ``--analysis FILE.py`` names no object.
+DEFAULT_NAME = "ANALYSIS"
+
+
+def load_analysis(spec: Optional[str], options: Any = None) -> Analysis:
+    """The analysis named by ``spec``; :class:`FrameSum` when ``spec`` is None.
+
+    Parameters
+    ----------
+    spec : str, optional
+        ``pkg.module:NAME``, ``pkg.module`` (its ``ANALYSIS``), ``path/flow.py`` or
+        ``path/flow.py:NAME``; ``udf:MODULE:CLASS`` for LiberTEM UDFs
+        (:mod:`streams.udf`). ``NAME`` is an :class:`Analysis` instance, or a
+        callable (a class) returning one, called with ``options`` as keywords.
+    options : dict, optional
+
+    Raises
+    ------
+    StreamError
+        The module, file or name does not exist, or is not an analysis.
+    """
+    if spec is not None and spec.startswith("udf:"):
+        # LiberTEM UDFs: options are their keyword arguments (a list for several UDFs)
+        from streams.udf import load_udf_analysis
+
+        return load_udf_analysis(spec, options)
+    options = dict(options or {})
+    if spec is None or spec in ("sum", "FrameSum"):
+        obj: Any = FrameSum
+    else:
+        where, _, name = spec.partition(":")
+        if where.endswith(".py") and ":" not in spec and os.sep not in spec and \
+                not os.path.exists(where):
+            raise StreamError(f"analysis file {where} does not exist")
+        try:
+            mod = load_file(where) if where.endswith(".py") else importlib.import_module(where)
+        except (ImportError, OSError) as e:
+            raise StreamError(f"cannot load analysis {spec!r}: {e}") from e
+        obj = getattr(mod, name or DEFAULT_NAME, None)
+        if obj is None:
+            raise StreamError(f"analysis {spec!r}: {where} defines no {name or DEFAULT_NAME} "
+                              "(give FILE.py:NAME or define ANALYSIS in it)")
+    if not isinstance(obj, Analysis):
+        if not callable(obj):
+            raise StreamError(f"analysis {spec!r} is neither an Analysis nor a callable")
+        obj = obj(**options)
+    elif options:
+        raise StreamError(f"analysis {spec!r} is an instance: options {sorted(options)} "
+                          "cannot be applied (name a class instead)")
+    if not isinstance(obj, Analysis):
+        raise StreamError(f"analysis {spec!r} returned {type(obj).__name__}, not an Analysis")
+    return obj
