@@ -82,6 +82,10 @@ class ScanReport:
     duplicates_across : int
         Frames accepted by two receivers (found when their reports merge; also
         counted in ``rejected["duplicate"]``).
+    invalid : str
+        Why the analysis's result cannot be trusted although frames arrived (set by the
+        receiving job: an analysis that sums over frames got a frame twice); a scan
+        with it is not served.
     buffer_bytes : int
         Partition memory the assembler allocated for this scan (its high-water mark).
     ended_by : str
@@ -105,6 +109,7 @@ class ScanReport:
     evicted_partitions: int = 0
     refused: Counter = field(default_factory=Counter)
     duplicates_across: int = 0
+    invalid: str = ""
     buffer_bytes: int = 0
     ended_by: str = "end"
     first_message: float = 0.0
@@ -201,6 +206,7 @@ class ScanReport:
             refused=self.refused + other.refused,
             duplicates_across=self.duplicates_across + other.duplicates_across
             + int(both.size),
+            invalid="; ".join(x for x in (self.invalid, other.invalid) if x),
             buffer_bytes=max(self.buffer_bytes, other.buffer_bytes),
             ended_by=max(self.ended_by, other.ended_by, key=order.index),
             first_message=min(self.first_message, other.first_message),
@@ -227,6 +233,7 @@ class ScanReport:
                          "ends": [self.ends_received, self.ends_expected],
                          "rejected": dict(sorted((str(k), v) for k, v in self.rejected.items())),
                          "duplicates_across_receivers": self.duplicates_across,
+                         "result_invalid": self.invalid or None,
                          "rejected_unattributed": dict(sorted(
                              (str(k), v) for k, v in self.rejected_unattributed.items()))},
             "connections_refused": dict(sorted((str(k), v) for k, v in self.refused.items())),
@@ -260,4 +267,6 @@ class ScanReport:
             s += f", {lost} messages lost in transport"
         if self.refused:
             s += f", {sum(self.refused.values())} connection attempts refused"
+        if self.invalid:
+            s += f"; RESULT INVALID: {self.invalid}"
         return s

@@ -137,6 +137,12 @@ class Analysis:
     #: Short name (reports, live messages).
     name = "analysis"
 
+    #: Whether a frame analysed twice leaves the result as it is. A detector that sends
+    #: an image twice can reach two Stream V2 clients, and both analyse it: per-frame
+    #: values (:class:`PerFrame`: the last copy wins) are unchanged, a sum over frames
+    #: is not. The receiving job refuses to call such a scan served when it is False.
+    duplicates_safe = True
+
     def prepare(self, geometry: ScanGeometry) -> None:
         """Called once per scan on every rank that processes its partitions."""
 

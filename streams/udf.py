@@ -431,6 +431,14 @@ class UDFAnalysis(Analysis):
             self._main[key] = m
         return m
 
+    @property
+    def duplicates_safe(self) -> bool:  # type: ignore[override]
+        """Only ``nav`` buffers: a frame analysed twice is placed twice at its position."""
+        if self._geometry is None:
+            return False
+        return all(b.kind == "nav" for udf in self.mains(self._geometry)
+                   for b in udf.get_result_buffers().values())
+
     # ---- the hooks ----
     def prepare(self, geometry: ScanGeometry) -> None:
         if len(geometry.shape) != 2:

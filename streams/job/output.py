@@ -136,7 +136,10 @@ def _plain(x: Any) -> Any:
 
 
 def scan_ok(report: ScanReport, allow_loss: float = 0.0) -> bool:
-    """True when the scan lost at most ``allow_loss`` of its frames (0: nothing missing)."""
+    """True when the scan lost at most ``allow_loss`` of its frames (0: nothing missing)
+    and its result is not invalid (:attr:`ScanReport.invalid`)."""
+    if report.invalid:
+        return False
     if allow_loss <= 0:
         return report.ok
     return report.loss_fraction() <= allow_loss

@@ -548,6 +548,11 @@ def _finalize(comm: Any, layout: Any, roles: Any, loop: Any, analysis: Any,
                 if rep is not None:
                     coord.closed(r, rep, time.monotonic())
             report = coord.merged(scan, final=True)
+            if report.duplicates_across and not analysis.duplicates_safe:
+                report.invalid = (
+                    f"{report.duplicates_across} frame(s) reached two receivers and were "
+                    f"both analysed; {analysis.name} sums over frames, so its result counts "
+                    "them twice (the source sent them twice: see the rejection examples)")
             if hasattr(partial, "compact") and merged is not None:
                 merged = merged.compact()
             os.makedirs(local_dir, mode=0o700, exist_ok=True)

@@ -181,3 +181,32 @@ def test_refused_at_prepare_gpu_only_and_aux_data():
     aux = UDF.aux_data(np.zeros(F, np.float32), kind="nav")
     with pytest.raises(UDFError, match="PosUDF.*aux data"):
         load_analysis("udf:tests.udf_cases:PosUDF", {"scale": 1.0, "extra": aux}).prepare(GEOM)
+
+
+def test_a_frame_analysed_twice_makes_a_summing_udf_result_invalid():
+    """Stream V2: an image the detector sent twice can reach two clients and be analysed
+    twice. Per-position buffers are unchanged by that; a sum over frames is not, so the
+    job marks such a scan's result invalid and does not call it served (exit 1)."""
+    import numpy as np
+
+    from streams.accounting import ScanReport
+    from streams.job.output import exit_status, scan_ok
+
+    summing = load_analysis("udf:libertem.udf.sum:SumUDF")      # a sig buffer: the sum
+    summing.prepare(GEOM)
+    assert summing.duplicates_safe is False
+    nav = load_analysis("udf:libertem.udf.sumsigudf:SumSigUDF")  # one value per position
+    nav.prepare(GEOM)
+    assert nav.duplicates_safe is True
+    assert load_analysis("sum").duplicates_safe is True           # per-frame columns
+    a = ScanReport.empty(GEOM)
+    a.got[:] = True
+    assert scan_ok(a) and exit_status([a], 1) == 0
+    b = ScanReport.empty(GEOM)
+    b.invalid = "2 frame(s) reached two receivers"
+    merged = a.merge(b)
+    assert merged.invalid == b.invalid and merged.ok
+    assert not scan_ok(merged) and exit_status([merged], 1) == 1
+    assert "RESULT INVALID: 2 frame(s)" in merged.summary()
+    assert merged.to_dict()["messages"]["result_invalid"] == b.invalid
+    assert np.all(merged.got)
