@@ -15,6 +15,7 @@ Every ``OUT/<scan>.h5`` must hold ``/udf/<UDF>/<buffer>`` equal to
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -25,7 +26,16 @@ import pytest
 pytest.importorskip("libertem")
 
 from tests import udf_cases as uc
-from tests.e2e.test_stream_receive import _env
+from tests.e2e.test_stream_receive import ROOT
+from tests.e2e.test_stream_receive import _env as _job_env
+
+
+def _env():
+    """The jobs import the tests' UDFs (``udf:tests.udf_cases:...``) from this checkout."""
+    env = _job_env()
+    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"]
+                                     if env.get("PYTHONPATH") else "")
+    return env
 
 pytestmark = pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun is not installed")
 
