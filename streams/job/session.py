@@ -353,6 +353,11 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
     job, made = acquire_job(comm, job, emulate_nodes=emulate_nodes, node_id_env=node_id_env)
     layout = job.layout    # only its names and ranks: collectives go over fcomm
     fcomm = comm.Dup()     # collectives of the finalize, apart from the loop's messages
+    # The loop's own point-to-point traffic (partitions, live deltas, heartbeats, aborts)
+    # on a communicator of this job alone: a message still in flight when a job ends
+    # must never reach the next job run on the caller's communicator (measured: a
+    # previous job's live delta reached the next job's rank 0 and failed its merge).
+    lcomm = comm.Dup()
     # before the try: the finally below reads them whatever failed first
     loop: Any = None
     publisher: Any = None
@@ -368,7 +373,7 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
             if comm.rank == 0 else None
         endpoint = None
         with agreed(fcomm, "binding the receivers", default=StreamError, node=layout.name):
-            loop = RankLoop(comm, roles, analysis, opts, coordinator=coordinator)
+            loop = RankLoop(lcomm, roles, analysis, opts, coordinator=coordinator)
             if comm.rank == 0:
                 from streams.job.live import LivePublisher
 
@@ -436,6 +441,7 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
         if made:
             job.free()
         fcomm.Free()
+        lcomm.Free()
         del MPI
 
 
