@@ -11,6 +11,7 @@ the same layout as the streamed one (:func:`streams.job.output.write_scan`).
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
@@ -21,7 +22,7 @@ from streams.errors import StreamError
 from streams.protocol import ScanGeometry
 
 __all__ = ["PartitionRef", "dataset_partitions", "spill_partitions", "read_partition",
-           "dataset_geometry", "offline_report", "parse_source"]
+           "dataset_geometry", "offline_report", "parse_source", "source_partitions"]
 
 
 @dataclass(frozen=True)
@@ -111,3 +112,29 @@ def offline_report(geometry: ScanGeometry, complete: np.ndarray,
         rep.got[np.asarray(received, bool) & ~complete, 0] = True
     rep.ended_by = "end"
     return rep
+
+
+def source_partitions(frames: Optional[str], spilled: Optional[str], scan: Optional[str],
+                      scan_shape: Optional[Sequence[int]], k: int
+                      ) -> Tuple[ScanGeometry, List[PartitionRef]]:
+    """The geometry and partitions of an offline run's source: ``FILE.h5:/DATASET``
+    (``frames``) or a receiving job's spill directory (``spilled`` with ``scan``)."""
+    if frames:
+        path, dset = parse_source(frames)
+        g = dataset_geometry(path, dset, scan or os.path.splitext(os.path.basename(path))[0],
+                             scan_shape)
+        return g, dataset_partitions(path, dset, g.frames, k)
+    if spilled:
+        from streams.job.spill import read_partition_file, spilled_partitions
+
+        if not scan:
+            raise ValueError("--spilled needs --scan NAME")
+        paths = spilled_partitions(spilled, scan)
+        if not paths:
+            raise ValueError(f"no spilled partitions of scan {scan} under {spilled}")
+        data, _, _, attrs = read_partition_file(paths[0])
+        g = ScanGeometry(scan, 1, int(attrs["frames"]), int(attrs["sectors"]),
+                         (int(data.shape[1]), int(data.shape[2])), str(attrs["dtype"]),
+                         (int(attrs["scan_shape"][0]), int(attrs["scan_shape"][1])))
+        return g, spill_partitions(paths)
+    raise ValueError("give --frames FILE.h5:/DATASET or --spilled DIR --scan NAME")

@@ -110,33 +110,13 @@ def write(keyed: Any, geometry: Any, path: str) -> str:
 
 
 def main(args: Any) -> Any:
-    from streams.offline import (dataset_geometry, dataset_partitions, parse_source,
-                                       spill_partitions)
-    from streams.protocol import ScanGeometry
+    from streams.offline import parse_source, source_partitions
 
     params = json.loads(args.analysis_params) if args.analysis_params else None
     _analysis(args.analysis, params)     # a bad analysis fails here, before any task
     valid = parse_source(args.valid) if args.valid else None
-    if args.frames:
-        path, dset = parse_source(args.frames)
-        g = dataset_geometry(path, dset, args.scan or os.path.splitext(
-            os.path.basename(path))[0], args.scan_shape)
-        refs = dataset_partitions(path, dset, g.frames, args.partition_frames)
-    elif args.spilled:
-        from streams.job.spill import read_partition_file, spilled_partitions
-
-        if not args.scan:
-            raise ValueError("--spilled needs --scan NAME")
-        paths = spilled_partitions(args.spilled, args.scan)
-        if not paths:
-            raise ValueError(f"no spilled partitions of scan {args.scan} under {args.spilled}")
-        data, _, _, attrs = read_partition_file(paths[0])
-        g = ScanGeometry(args.scan, 1, int(attrs["frames"]), int(attrs["sectors"]),
-                         (int(data.shape[1]), int(data.shape[2])), str(attrs["dtype"]),
-                         (int(attrs["scan_shape"][0]), int(attrs["scan_shape"][1])))
-        refs = spill_partitions(paths)
-    else:
-        raise ValueError("give --frames FILE.h5:/DATASET or --spilled DIR --scan NAME")
+    g, refs = source_partitions(args.frames, args.spilled, args.scan, args.scan_shape,
+                                args.partition_frames)
     os.makedirs(args.out, exist_ok=True)
     parts = foreach(process, refs, args.analysis, params, g, valid)
     total = reduce_tree(merge, parts)
