@@ -76,8 +76,12 @@ def test_producers_without_the_certificate_are_refused_and_the_scan_is_exact(tmp
     assert m["lost_in_transport"] == 0 and m["received_data"] == m["sent"] == 64 * 4
     assert not m["rejected"] and not m["rejected_unattributed"]
     refused = rep["connections_refused"]
-    assert refused.get("not_curve", 0) >= 1 and refused.get("unauthorised_key", 0) >= 1, refused
-    # a hostile client that hangs up after its refusal may count again as handshake_aborted
+    # The plain producer is refused as not_curve, or as handshake_aborted when it saw the
+    # mechanism mismatch first and hung up before this end read its greeting (a race of
+    # the two ends: under load every attempt can go that way; tests/unit/
+    # test_stream_security.py waits for the not_curve classification itself).
+    assert refused.get("not_curve", 0) + refused.get("handshake_aborted", 0) >= 1, refused
+    assert refused.get("unauthorised_key", 0) >= 1, refused
     assert set(refused) <= {"not_curve", "unauthorised_key", "handshake_aborted"}, refused
     assert rep["security"]["mode"] == "curve" and rep["security"]["server_key"] == rv.server_key
     assert "refused" in out     # the summary line says so

@@ -114,7 +114,8 @@ def test_unauthenticated_producers_are_refused_and_never_counted(tmp_path):
     assert rep.received_data == rep.sent == 16 * 2 and not rep.rejected
     assert not rep.rejected_unattributed
     assert rep.refused["not_curve"] >= 1 and rep.refused["unauthorised_key"] >= 1
-    assert set(rep.refused) <= {"not_curve", "unauthorised_key"}
+    # a refused plain peer that hangs up first may also count as handshake_aborted
+    assert set(rep.refused) <= {"not_curve", "unauthorised_key", "handshake_aborted"}
     assert any(e.startswith("refused unauthorised_key: CURVE key") for e in rep.examples)
     assert rep.to_dict()["connections_refused"] == dict(sorted(rep.refused.items()))
     for f in range(16):
