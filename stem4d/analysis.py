@@ -178,6 +178,19 @@ class Stem4D(Analysis):
             t.x_ray_threshold
         return t
 
+    def samples(self, geometry: ScanGeometry) -> Optional[np.ndarray]:
+        """Offline, sampled thresholds with no ``threshold_frames``: the scan's own frames
+        (``samples`` of them, evenly spaced, as stempy samples)."""
+        from stem4d.counting import sample_indices
+
+        p = self.params
+        if self.counting and self._thresholds is None and p["threshold_frames"] is None:
+            return sample_indices(geometry.frames, p["samples"])
+        return None
+
+    def use_samples(self, frames: np.ndarray) -> Dict[str, Any]:
+        return {"threshold_stats": self.sample_thresholds(frames).as_dict()}
+
     def prepare(self, geometry: ScanGeometry) -> None:
         """Check the frames' dtype, build the masks, load dark and gain, resolve thresholds.
 

@@ -5,6 +5,9 @@ or executors:
 
 ``prepare(geometry)``
     once per scan on every rank that processes partitions (masks, dark frames);
+``samples(geometry)`` / ``use_samples(frames)``
+    offline only: frames to see before any partition (thresholds sampled from
+    the scan), read by the library, turned into parameters for every worker;
 ``process_partition(frames, positions, complete) -> partial``
     K consecutive frames ``(k, rows, cols)``, their scan positions (flat frame
     indices f; the position is ``divmod(f, nx)``) and which of them are complete;
@@ -30,7 +33,7 @@ analyses live in application packages (``stem4d``) and are loaded by name with
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -145,6 +148,21 @@ class Analysis:
 
     def prepare(self, geometry: ScanGeometry) -> None:
         """Called once per scan on every rank that processes its partitions."""
+
+    def samples(self, geometry: ScanGeometry) -> Optional[np.ndarray]:
+        """Flat frame indices this analysis must see before any partition, or None.
+
+        Offline, the library reads those frames from the source before any task and
+        gives them to :meth:`use_samples` (stem4d's thresholds sampled from the scan,
+        as stempy does); the parameters it returns travel to every worker with the
+        others. A stream has no such first pass: there the analysis takes what it
+        needs from its parameters, and ``prepare`` says what to give.
+        """
+        return None
+
+    def use_samples(self, frames: np.ndarray) -> Dict[str, Any]:
+        """Learn from the frames :meth:`samples` asked for; return the parameters to add."""
+        return {}
 
     def process_partition(self, frames: np.ndarray, positions: np.ndarray,
                           complete: np.ndarray) -> Any:

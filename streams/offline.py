@@ -22,7 +22,8 @@ from streams.errors import StreamError
 from streams.protocol import ScanGeometry
 
 __all__ = ["PartitionRef", "dataset_partitions", "spill_partitions", "read_partition",
-           "dataset_geometry", "offline_report", "parse_source", "source_partitions"]
+           "dataset_geometry", "offline_report", "parse_source", "source_partitions",
+           "read_frames"]
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,24 @@ def read_partition(ref: PartitionRef) -> Tuple[np.ndarray, np.ndarray, np.ndarra
             data = d[ref.start:ref.stop]
     k = ref.stop - ref.start
     return data, np.arange(ref.start, ref.stop, dtype=np.int64), np.ones(k, bool)
+
+
+def read_frames(refs: Sequence[PartitionRef], indices: Sequence[int]) -> np.ndarray:
+    """The frames at flat ``indices`` (k, rows, cols), in index order, from ``refs``
+    (a dataset partition that holds none of them is not read)."""
+    want = set(int(i) for i in indices)
+    got = {}
+    for ref in refs:
+        if ref.kind == "dataset" and not any(ref.start <= i < ref.stop for i in want):
+            continue
+        data, positions, _ = read_partition(ref)
+        for j, p in enumerate(positions.tolist()):
+            if p in want:
+                got[p] = data[j]
+    missing = sorted(want - set(got))
+    if missing:
+        raise StreamError(f"frames {missing[:5]} asked for are not in the source")
+    return np.stack([got[i] for i in sorted(got)])
 
 
 def offline_report(geometry: ScanGeometry, complete: np.ndarray,

@@ -110,13 +110,17 @@ def write(keyed: Any, geometry: Any, path: str) -> str:
 
 
 def main(args: Any) -> Any:
-    from streams.offline import parse_source, source_partitions
+    from streams.offline import parse_source, read_frames, source_partitions
 
     params = json.loads(args.analysis_params) if args.analysis_params else None
-    _analysis(args.analysis, params)     # a bad analysis fails here, before any task
+    a = _analysis(args.analysis, params)     # a bad analysis fails here, before any task
     valid = parse_source(args.valid) if args.valid else None
     g, refs = source_partitions(args.frames, args.spilled, args.scan, args.scan_shape,
                                 args.partition_frames)
+    wanted = a.samples(g)
+    if wanted is not None:      # e.g. thresholds sampled from the scan, once, here
+        params = {**(params or {}), **a.use_samples(read_frames(refs, wanted))}
+    _analysis(args.analysis, params, g)      # dtype, masks, calibration: before any task
     os.makedirs(args.out, exist_ok=True)
     parts = foreach(process, refs, args.analysis, params, g, valid)
     total = reduce_tree(merge, parts)
