@@ -19,12 +19,16 @@ The graph (paper, section V), for each detector distance ``d`` of
    background through the per-worker cache (read once per worker, then from
    memory), and reduces it with :func:`kernels.nf.reduce_frame` to sparse
    spot pixels plus per-spot centroids;
-3. **reduce**: an ordered ``reduce_tree`` concatenates the per-frame tables
-   (merges start while frames are still being reduced), distance by distance;
+3. **reduce**: an ordered ``reduce_tree`` merges the per-frame partials
+   (merges start while frames are still being reduced);
 4. **write**: one task writes ``<ReducedFileName>.h5``, ``.png`` and the
    bit-packed binary images ``<ReducedFileName>_binary.npy`` (the input of
    stage 2, layout in ``docs/nf-files.md``) to the node-local results
    directory (``--results``, ``%n`` = its node);
+
+Steps 2-4 are the analysis :class:`hedm.nfreduce.NFReduce` (its ``reduce``,
+``merge``, ``tables`` and ``binary``), the one a receiving job runs on a live
+stream (``--analysis hedm.nfreduce``) with the backgrounds of step 1 given;
 5. **drain** (``finalize``, every rank): ``stager.drain`` copies each node's
    results to ``OUT`` (merged) and the node-local results are removed.
 
