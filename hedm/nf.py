@@ -138,6 +138,7 @@ def reduce_nf_frame(number: int, source: str, first: int, n_files: int, shape,
     reader, index_of = frame_reader(on_this_node(source), first, n_files, shape,
                                     tuple(params["ImTransOpt"]))
     image = reader.read(index_of(number))
+    # every frame of this task is of one distance: its background serves them all
     analysis = _analysis(params, [images["background"]] * params["nDistances"])
     _, hit = analysis.background(distance)
     t1 = time.perf_counter()

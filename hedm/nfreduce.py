@@ -12,33 +12,17 @@ written for the stream::
         --set params=LAYER/nf.params --set background=REDUCED/work \\
         --rendezvous RV --out OUT
 
-**The background.** ``hedm/nf.py`` subtracts the per-pixel median over *all*
-frames of a distance, which a live stream cannot wait for. So the background is
-an input here, never computed: ``background=`` (required)
-
-* a folder holding ``nf_background_d<d>.npy`` per distance -- the ``work/``
-  folder of an earlier file-flow run on the same layer (``REDUCED/work``);
-* one ``.npy`` file: ``(NrPixelsZ, NrPixelsY)`` for every distance, or
-  ``(nDistances, NrPixelsZ, NrPixelsY)``, in the frames' orientation after
-  ``ImTransOpt`` (as the file flow writes them);
-* any other file (TIFF series frame, GE, HDF5: :func:`kernels.open_frames`) of
-  raw dark or background frames: their per-pixel lower median, oriented by
-  ``ImTransOpt``, for every distance.
-
-Without one the analysis is refused when loaded, with a message saying what to
-pass.
-
-Frame ``f`` of the stream is file ``RawStartNr + f`` of the layer: distance
-``f // NrFilesPerDistance``, frame ``RawStartNr + f % NrFilesPerDistance``. The
-frames are raw uint16 detector frames of the raw shape (before ``ImTransOpt``).
-``OUT/<scan>.h5`` holds ``/spots``, ``/spot_centroids``, ``/frames`` and
-``/background`` in the layout of ``<ReducedFileName>.h5`` (:mod:`hedm.output`;
-no ``/max_projection``: that is a pass over all frames too), ``/binary_images``
-(the array of ``<ReducedFileName>_binary.npy``, gzip-compressed) and
-``/n_pixels_image``, ``/n_spots_image`` (per scan position; the live view shows
-``n_pixels`` and ``n_spots``). With ``reduced_dir=DIR`` the writer also saves
-``DIR/<ReducedFileName>_binary.npy``, stage 2's input. Any other option
-(``--set BlanketSubtraction=80``) overrides that key of the parameter file.
+**The background is an input** (``background=``, required): ``hedm/nf.py``
+subtracts each distance's per-pixel median over *all* its frames, which a live
+stream cannot wait for. It is a folder of ``nf_background_d<d>.npy`` (the file
+flow's ``work/``), one ``.npy`` ((Z, Y) or (nDistances, Z, Y), oriented as after
+``ImTransOpt``), or a file of raw dark frames (their lower median); without one the
+analysis refuses to load, saying what to pass. Frame ``f`` of the stream is file
+``RawStartNr + f`` of the layer (raw uint16 frames, oriented here). ``OUT/<scan>.h5``
+holds the tables of ``<ReducedFileName>.h5``, ``/binary_images`` and per-position
+``n_pixels``/``n_spots`` images; ``reduced_dir=DIR`` also writes
+``DIR/<ReducedFileName>_binary.npy``; other options override stage-1 keys.
+Layout and reasons: ``docs/nf-files.md`` ("Stage 1 on a live stream").
 """
 from __future__ import annotations
 
