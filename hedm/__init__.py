@@ -8,7 +8,9 @@ workflow runner, staged by the hook specs beside them::
         --emulate-nodes 2 --out OUT -- --params '$HEDM_STAGE/%n/nf/nf.params' ...
 
 Modules: ``nf`` (NF stage 1, reduction), ``nffit`` (NF stage 2, orientation
-fitting) and ``ff`` (the flows), ``micmap`` (the NF map: grains, IPF colours,
+fitting) and ``ff`` (the flows), ``nfreduce`` and ``ffpeaks`` (NF stage 1's
+per-frame reduction and FF peak search as stream analyses: live with ``stager
+stream receive --analysis``), ``micmap`` (the NF map: grains, IPF colours,
 HDF5, MIDAS's ``.mic``, PNG), ``params`` (MIDAS-like parameter files, one file
 for both NF stages), ``common`` (per-worker caches, tables, phases), ``output``
 (HDF5, CSV, PNG), ``run`` (run record, drain), ``synth`` and ``nfsynth``

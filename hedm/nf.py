@@ -19,12 +19,16 @@ The graph (paper, section V), for each detector distance ``d`` of
    background through the per-worker cache (read once per worker, then from
    memory), and reduces it with :func:`kernels.nf.reduce_frame` to sparse
    spot pixels plus per-spot centroids;
-3. **reduce**: an ordered ``reduce_tree`` concatenates the per-frame tables
-   (merges start while frames are still being reduced), distance by distance;
+3. **reduce**: an ordered ``reduce_tree`` merges the per-frame partials
+   (merges start while frames are still being reduced);
 4. **write**: one task writes ``<ReducedFileName>.h5``, ``.png`` and the
    bit-packed binary images ``<ReducedFileName>_binary.npy`` (the input of
    stage 2, layout in ``docs/nf-files.md``) to the node-local results
    directory (``--results``, ``%n`` = its node);
+
+Steps 2-4 are the analysis :class:`hedm.nfreduce.NFReduce` (its ``reduce``,
+``merge``, ``tables`` and ``binary``), the one a receiving job runs on a live
+stream (``--analysis hedm.nfreduce``) with the backgrounds of step 1 given;
 5. **drain** (``finalize``, every rank): ``stager.drain`` copies each node's
    results to ``OUT`` (merged) and the node-local results are removed.
 
@@ -56,27 +60,18 @@ from typing import Any, Dict, List
 import numpy as np
 
 from workflows import app, on_this_node, reduce_tree, this_node
-from hedm.common import (as_records, cached, frame_reader, is_series,
-                                   merge_tables, phase_spans, recording, replacing, split_rows,
-                                   worker_name)
-from hedm.output import (NF_CENTROID_DTYPE, NF_FRAME_DTYPE, NF_PIXEL_DTYPE, plot_nf,
-                                   write_h5)
-from hedm.run import ResultError, drain_results, log_summary, stage_dict, write_json
-from hedm.params import BINARY_SUFFIX
+from hedm.common import (frame_reader, is_series, phase_spans, recording, replacing,
+                         split_rows, worker_name)
 from hedm.nfparams import REDUCE_SCHEMA as SCHEMA
 from hedm.nfparams import read_nf_params
-from hedm.params import ParamError, add_flow_arguments, flag_overrides, relative_to
+from hedm.nfreduce import BACKGROUND_NAME, binary_images, kernel_params, spot_tables
+from hedm.output import plot_nf, write_h5
+from hedm.params import (BINARY_SUFFIX, ParamError, add_flow_arguments, flag_overrides,
+                         relative_to)
+from hedm.run import ResultError, drain_results, log_summary, stage_dict, write_json
 
 __all__ = ["SCHEMA", "BINARY_SUFFIX", "add_arguments", "main", "finalize", "read_nf_params",
-           "binary_images"]
-
-
-def kernel_params(p: Dict[str, Any]):
-    """The :class:`kernels.nf.NFParams` of a parameter set."""
-    from kernels.nf import NFParams
-
-    return NFParams(offset=p["BlanketSubtraction"], median_size=2 * p["MedFiltRadius"] + 1,
-                    log_sigma=p["GaussFiltRadius"], log_radius=p["LoGMaskRadius"])
+           "binary_images", "kernel_params", "spot_tables"]
 
 
 def add_arguments(parser) -> None:
@@ -118,7 +113,7 @@ def assemble_background(bands, work_dir: str, distance: int = 0) -> Dict[str, An
     bands = sorted(bands, key=lambda b: b["r0"])
     os.makedirs(work_dir, exist_ok=True)
     paths: Dict[str, Any] = {
-        "background": os.path.join(work_dir, f"nf_background_d{distance}.npy"),
+        "background": os.path.join(work_dir, BACKGROUND_NAME.format(d=distance)),
         "max_projection": os.path.join(work_dir, f"nf_max_projection_d{distance}.npy")}
     _save_npy(paths["background"], np.vstack([b["median"] for b in bands]))
     _save_npy(paths["max_projection"], np.vstack([b["max"] for b in bands]))
@@ -128,108 +123,46 @@ def assemble_background(bands, work_dir: str, distance: int = 0) -> Dict[str, An
     return paths
 
 
-_WORKSPACES: Dict[tuple, Any] = {}
+def _analysis(params: Dict[str, Any], backgrounds: List[str]):
+    from hedm.nfreduce import NFReduce
 
-
-def _workspace(shape):
-    from kernels.nf import NFWorkspace
-
-    shape = tuple(shape)
-    if shape not in _WORKSPACES:
-        _WORKSPACES.clear()
-        _WORKSPACES[shape] = NFWorkspace(shape)
-    return _WORKSPACES[shape]
-
-
-def spot_tables(frame: int, spots, distance: int = 0) -> Dict[str, np.ndarray]:
-    """Pixel, centroid and per-frame tables of one frame's :class:`kernels.nf.NFSpots`
-    (``frame`` counts from RawStartNr within its ``distance``)."""
-    pixels = np.empty(len(spots.rows), NF_PIXEL_DTYPE)
-    pixels["distance"] = distance
-    pixels["frame"], pixels["y"], pixels["z"] = frame, spots.cols, spots.rows
-    pixels["intensity"], pixels["label"] = spots.intensity, spots.labels
-    n = spots.n_labels
-    cent = np.empty(n, NF_CENTROID_DTYPE)
-    if n:
-        rc = spots.centroids()
-        idx = spots.labels - 1
-        cent["distance"], cent["frame"], cent["label"] = distance, frame, np.arange(1, n + 1)
-        cent["z"], cent["y"] = rc[:, 0], rc[:, 1]
-        cent["n_pixels"] = np.bincount(idx, None, n)
-        cent["intensity_sum"] = np.bincount(idx, spots.intensity.astype(np.float64), n)
-        mx = np.zeros(n, np.uint16)
-        np.maximum.at(mx, idx, spots.intensity)
-        cent["intensity_max"] = mx
-    frames = as_records([(distance, frame, len(pixels), n)], NF_FRAME_DTYPE)
-    return {"pixels": pixels, "centroids": cent, "frames": frames}
+    return NFReduce(params, background=backgrounds)
 
 
 @app
 def reduce_nf_frame(number: int, source: str, first: int, n_files: int, shape,
                     images: Dict[str, str], params: Dict[str, Any],
                     distance: int = 0) -> Dict[str, Any]:
-    """File ``number`` from this node's staged copy -> sparse spot tables (+ a log row)."""
-    from kernels.nf import reduce_frame
-
+    """File ``number`` from this node's staged copy -> the analysis's partial (+ a log row)."""
     t0 = time.perf_counter()
     reader, index_of = frame_reader(on_this_node(source), first, n_files, shape,
                                     tuple(params["ImTransOpt"]))
     image = reader.read(index_of(number))
-    background, hit = cached(images["background"], np.load, kind="nf-background")
+    # every frame of this task is of one distance: its background serves them all
+    analysis = _analysis(params, [images["background"]] * params["nDistances"])
+    _, hit = analysis.background(distance)
     t1 = time.perf_counter()
-    spots = reduce_frame(image, background, kernel_params(params), _workspace(image.shape))
-    frame = number - distance * params["NrFilesPerDistance"]
-    out: Dict[str, Any] = spot_tables(frame, spots, distance)
-    out["log"] = [(number, worker_name(), round(t1 - t0, 6),
-                   round(time.perf_counter() - t1, 6), bool(hit))]
-    return out
+    partial = analysis.reduce([image], [number - first], [True])
+    return {"partial": partial, "log": [(number, worker_name(), round(t1 - t0, 6),
+                                         round(time.perf_counter() - t1, 6), bool(hit))]}
 
 
 @app
 def merge_nf(a: Dict[str, Any], b: Dict[str, Any]) -> Dict[str, Any]:
-    """Concatenate two partial results (ordered: frames stay in order)."""
-    return merge_tables(a, b)
-
-
-def binary_images(pixels: np.ndarray, n_distances: int, n_frames: int, shape,
-                  first: int = 0) -> np.ndarray:
-    """The bit-packed binary images of spot pixels (``NF_PIXEL_DTYPE`` rows).
-
-    Layout of :func:`kernels.nfconfidence.pack_images` (``docs/nf-files.md``):
-    uint8 ``(n_distances, n_frames, NrPixelsZ, ceil(NrPixelsY / 8))``, pixel
-    ``(y, z)`` of frame ``f`` at distance ``d`` is bit ``y & 7`` of byte
-    ``[d, f, z, y >> 3]``. Built without the unpacked stack (which would be 8
-    times larger): the bits of one byte are summed with ``bincount`` over the
-    distinct (byte, bit) pairs.
-    """
-    h, w = int(shape[0]), int(shape[1])
-    wb = (w + 7) // 8
-    out = np.zeros((n_distances, n_frames, h, wb), np.uint8)
-    if len(pixels) == 0:
-        return out
-    d = pixels["distance"].astype(np.int64)
-    f = pixels["frame"].astype(np.int64) - first
-    y = pixels["y"].astype(np.int64)
-    z = pixels["z"].astype(np.int64)
-    if (d.min() < 0 or d.max() >= n_distances or f.min() < 0 or f.max() >= n_frames
-            or y.min() < 0 or y.max() >= w or z.min() < 0 or z.max() >= h):
-        raise ParamError(f"spot pixels outside {n_distances} distances x {n_frames} frames of "
-                         f"{h}x{w}: check nDistances, NrFilesPerDistance, NrPixelsY/Z")
-    byte = ((d * n_frames + f) * h + z) * wb + (y >> 3)
-    key = np.unique(byte * 8 + (y & 7))
-    cells, inverse = np.unique(key >> 3, return_inverse=True)
-    values = np.bincount(inverse, weights=np.left_shift(1, key & 7)).astype(np.uint8)
-    out.reshape(-1)[cells] = values
-    return out
+    """Merge two partials (the analysis's merge) and their log rows."""
+    return {"partial": a["partial"].merge(b["partial"]), "log": a["log"] + b["log"]}
 
 
 @app
-def write_nf(table: Dict[str, Any], images: List[Dict[str, str]], params: Dict[str, Any],
+def write_nf(merged: Dict[str, Any], images: List[Dict[str, str]], params: Dict[str, Any],
              results: str) -> Dict[str, Any]:
     """Write the HDF5 file, the PNG and the binary images into this node's results directory."""
     out_dir = on_this_node(results)
     os.makedirs(out_dir, exist_ok=True)
-    background = np.stack([np.load(i["background"]) for i in images])
+    analysis = _analysis(params, [i["background"] for i in images])
+    n_files = params["nDistances"] * params["NrFilesPerDistance"]
+    table = analysis.tables(merged["partial"], n_files)
+    background = analysis.backgrounds()
     max_projection = np.stack([np.load(i["max_projection"]) for i in images])
     base = os.path.join(out_dir, params["ReducedFileName"])
     n_frames = len(table["frames"])
@@ -239,14 +172,11 @@ def write_nf(table: Dict[str, Any], images: List[Dict[str, str]], params: Dict[s
                   params, {"workflow": "hedm_nf", "n_frames": n_frames})
     png = plot_nf(base + ".png", max_projection, background, table["centroids"],
                   params["NrFilesPerDistance"])
-    packed = binary_images(table["pixels"], params["nDistances"], params["NrFilesPerDistance"],
-                           background.shape[1:], params["RawStartNr"])
-    binary = base + BINARY_SUFFIX
-    with replacing(binary, ".npy") as tmp:
-        np.save(tmp, packed)
+    binary = analysis.save_binary(out_dir, analysis.binary(table["pixels"]))
     return {"node": this_node(), "h5": h5, "png": png, "binary": binary,
             "spot_pixels": len(table["pixels"]), "spots": len(table["centroids"]),
-            "frames": n_frames}
+            "frames": n_frames, "empty_distances": empty_distances(table["frames"],
+                                                                  params["nDistances"])}
 
 
 # -- the graph -------------------------------------------------------------------------
@@ -324,6 +254,7 @@ def main(args):
     merged = reduce_tree(merge, per_frame, ordered=True)
     written = write_nf(merged, images, p, results)
     summary = written.result()  # wait here so the phase times below are complete
+    empty = summary.pop("empty_distances")
     table = merged.result()
     record = {
         "workflow": "hedm_nf", "executor": getattr(args, "executor", None),
@@ -335,7 +266,6 @@ def main(args):
         "frame_log": log_summary(table["log"], "background"),
         "background_bands": [b for i in images for b in i.result()["bands"]],
     }
-    empty = empty_distances(table["frames"], n_dist)
     record["empty_distances"] = empty
     write_json(os.path.join(out, "nf_run.json"), record)
     if empty:
