@@ -410,7 +410,7 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
             try:
                 loop.run(lambda scan: outcomes.append(
                     _finalize(fcomm, layout, roles, loop, analysis, opts, scan, on_written,
-                              sec)),
+                              sec, proto)),
                     deadline=deadline)
             except StreamError as e:
                 err = e
@@ -454,7 +454,7 @@ def _job_rejections(comm: Any, loop: Any, o: SessionOptions,
     ``<out>/rejections.json``. Returns the summary on rank 0, None elsewhere."""
     mine = None
     if loop.socket is not None:
-        never = loop.socket.never_started() if hasattr(loop.socket, "never_started") else {}
+        never = loop.socket.never_started()
         asm = loop.socket.assembler
         mine = (loop.index, dict(asm.rejected), list(asm.examples), never)
     got = comm.gather(mine, root=0)
@@ -511,7 +511,7 @@ def _io_threads(n: int) -> None:
 
 def _finalize(comm: Any, layout: Any, roles: Any, loop: Any, analysis: Any,
               o: SessionOptions, scan: str, on_written: Optional[Callable],
-              sec: Any = None) -> ScanOutcome:
+              sec: Any, proto: Any) -> ScanOutcome:
     """Collective over `comm`: merge, gather, write and drain one scan."""
     t0 = time.monotonic()
     partial = loop.partial_of(scan)
@@ -563,8 +563,8 @@ def _finalize(comm: Any, layout: Any, roles: Any, loop: Any, analysis: Any,
                 merged = merged.compact()
             os.makedirs(local_dir, mode=0o700, exist_ok=True)
             h5 = os.path.join(local_dir, f"{scan}.h5")
-            start = getattr(loop.socket, "starts_by_scan", {}).get(scan)
-            size = write_scan(h5, analysis, merged, report, detector=_detector(start, loop, o))
+            size = write_scan(h5, analysis, merged, report,
+                              detector=proto.detector_metadata(loop.socket, scan))
             pub = loop.publisher
             first_live = pub.first_published.get(scan) if pub is not None else None
             timing = {"merge_s": round(t_merge - t0, 4),
@@ -583,8 +583,8 @@ def _finalize(comm: Any, layout: Any, roles: Any, loop: Any, analysis: Any,
                           "served": scan_ok(report, o.allow_loss),
                           "security": sec.describe() if sec is not None else None})
             loop.publish(scan, time.monotonic(), final=True, partial=merged)
-    if loop.socket is not None and hasattr(loop.socket, "forget"):
-        loop.socket.forget(scan)        # Stream V2: the start's arrays are written
+    if loop.socket is not None:
+        loop.socket.forget(scan)        # e.g. a Stream V2 start's arrays: written now
     if on_written is not None:
         on_written(comm, scan, os.path.join(o.local, scan))
     if comm.rank == 0:
@@ -593,15 +593,6 @@ def _finalize(comm: Any, layout: Any, roles: Any, loop: Any, analysis: Any,
     out = bcast_result(comm, lambda: ScanOutcome(scan, report, scan_ok(report, o.allow_loss),
                                                  files, timing))
     return out
-
-
-def _detector(start: Any, loop: Any, o: SessionOptions) -> Optional[Dict[str, Any]]:
-    """Stream V2: what the series' start says of the detector, for ``/detector``."""
-    if start is None:
-        return None
-    channel = loop.socket._channel.get(start.key) if loop.socket is not None else None
-    applied = bool(loop.socket is not None and loop.socket.masked(start.scan))
-    return {"start": start, "channel": channel, "pixel_mask_applied": applied}
 
 
 def _remove_empty_parents(local_dir: str, template: str) -> None:

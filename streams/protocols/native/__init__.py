@@ -13,10 +13,12 @@ from __future__ import annotations
 
 from typing import Any, List, Optional
 
+from streams.protocols import StreamProtocol
+
 __all__ = ["Native"]
 
 
-class Native:
+class Native(StreamProtocol):
     """The row ``native`` of :data:`streams.protocols.ROWS`."""
 
     name = "native"

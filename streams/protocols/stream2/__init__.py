@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
+
+from streams.protocols import StreamProtocol
 
 __all__ = ["StreamV2"]
 
 
-class StreamV2:
+class StreamV2(StreamProtocol):
     """The row ``stream2`` of :data:`streams.protocols.ROWS`."""
 
     name = "stream2"
@@ -59,6 +61,12 @@ class StreamV2:
                            if security is not None else None}, indent=1) + "\n"
         localfs.write_bytes_atomic(os.path.abspath(o.rendezvous), text.encode(),
                                    mode=o.rendezvous_mode)
+
+
+    def detector_metadata(self, socket: Any, scan: str) -> Optional[Dict[str, Any]]:
+        """What the series' start said of the detector (the start, the kept channel,
+        whether this client zeroed the masked pixels), for ``/detector``."""
+        return socket.detector(scan) if socket is not None else None
 
 
 def _source(bind_host: str) -> Optional[str]:

@@ -348,6 +348,15 @@ class StreamV2Receiver(SocketLoop):
         if start is not None:
             self.starts[start.key] = dataclasses.replace(start, fields={})
 
+    def detector(self, scan: str) -> Optional[Dict[str, Any]]:
+        """What ``scan``'s start said of the detector, for its ``/detector`` group
+        (:func:`streams.job.output.write_scan`); None when no start of it is kept."""
+        start = self.starts_by_scan.get(scan)
+        if start is None:
+            return None
+        return {"start": start, "channel": self._channel.get(start.key),
+                "pixel_mask_applied": self.masked(scan)}
+
     def masked(self, scan: str) -> bool:
         """True when this client zeroes the masked pixels of ``scan``'s frames."""
         return scan in self._mask
