@@ -27,14 +27,15 @@ import os
 import shutil
 import signal
 import time
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from stager.mpi.agree import agree, agreed, bcast_result
 from stager.mpi.job import Job, acquire_job, comm_and_job
 from stager.mpi.tree import TreeMergeError, tree_reduce
 from stager.nodelocal import localfs
-from stager.options import Option, parse_bool, parse_int, parse_size, parse_text, resolve
+from stager.options import (Option, parse_bool, parse_int, parse_number, parse_size,
+                            parse_text, resolve)
 from stager.planning.plan import expand_node
 from streams.accounting import ScanReport
 from streams.loading import load_analysis
@@ -90,14 +91,11 @@ class SessionOptions:
     protocol : str, optional
         The stream protocol, a name of :data:`streams.protocols.ROWS` (default:
         ``stream2`` with ``stream2``, else ``native``).
-    v2_grace : float
-        Stream V2: seconds without images before a shared ``end`` closes a series.
-    v2_decode_threads : int
-        Stream V2: threads per receiver that decode payloads off the receiving
-        thread (0: none).
-    v2_pixel_mask : bool
-        Stream V2: zero the pixels the start's ``pixel_mask`` marks in every frame
-        before the analysis sees it (needs SIMPLON ``header_detail: all``).
+    protocol_options : dict
+        The chosen protocol's own options (its
+        :attr:`~streams.protocols.StreamProtocol.options`: Stream V2's ``v2_grace``,
+        ``v2_decode_threads``, ``v2_pixel_mask``), resolved like the others; given
+        to :meth:`resolve` as keywords of their own.
     analysis : str, optional
         ``pkg.module:NAME`` or ``FILE.py[:NAME]`` (default: the per-frame sum).
     analysis_options : dict or list of dict
@@ -140,9 +138,7 @@ class SessionOptions:
     spill: Optional[str] = None
     stream2: Optional[str] = None
     protocol: Optional[str] = None
-    v2_grace: float = 1.0
-    v2_pixel_mask: bool = False
-    v2_decode_threads: int = 0
+    protocol_options: Dict[str, Any] = field(default_factory=dict)
     analysis: Optional[str] = None
     analysis_options: Any = field(default_factory=dict)
     heartbeat: float = 0.25
@@ -160,10 +156,16 @@ class SessionOptions:
     def resolve(cls, env: Optional[Mapping[str, str]] = None, **kwargs: Any) -> SessionOptions:
         """Keyword > ``STAGER_STREAM_<NAME>`` > default, parsed strictly, then checked. Local.
 
-        ``close_wait`` defaults to ``idle_timeout``. Raises ``ValueError`` (a value that
-        does not parse, naming it) or ``TypeError`` (an unknown keyword).
+        ``close_wait`` defaults to ``idle_timeout``. A keyword that is not an option of
+        the job is one of the chosen protocol's (:attr:`protocol_options`). Raises
+        ``ValueError`` (a value that does not parse, naming it; an option of another
+        protocol) or ``TypeError`` (an unknown keyword).
         """
-        values = resolve(SESSION_OPTIONS, kwargs, env, what="stream option")
+        own = {o.name for o in SESSION_OPTIONS}
+        values = resolve(SESSION_OPTIONS, {k: v for k, v in kwargs.items() if k in own}, env,
+                         what="stream option")
+        values["protocol_options"] = _protocol_options(
+            values, {k: v for k, v in kwargs.items() if k not in own}, env)
         if values["close_wait"] is None:
             values["close_wait"] = values["idle_timeout"]
         values["analysis_options"] = _mapping(values["analysis_options"],  # a copy
@@ -188,28 +190,11 @@ class SessionOptions:
                 raise ValueError(f"{name} must be positive")
         if self.timeout is not None and self.timeout <= 0:
             raise ValueError("--timeout must be positive")
-        if self.v2_decode_threads < 0:
-            raise ValueError(f"--v2-decode-threads must be >= 0, got {self.v2_decode_threads}")
         if self.credit < 1 or self.batch < 1:
             raise ValueError("credit and batch must be >= 1")
         if self.spill is not None and not os.path.isabs(self.spill.replace("%n", "x")):
             raise ValueError(f"--spill {self.spill}: give an absolute directory")
         _check_security_options(self)
-
-
-def _number(lo: float, strict: bool = False) -> Callable[[Any, str], float]:
-    def parse(value: Any, name: str) -> float:
-        try:
-            if isinstance(value, bool):
-                raise ValueError
-            v = float(value)
-        except ValueError:
-            raise ValueError(f"{name} must be a number, got {value!r}") from None
-        if not (v > lo if strict else v >= lo) or v == float("inf"):
-            raise ValueError(f"{name} must be a finite number {'>' if strict else '>='} {lo}, "
-                             f"got {value!r}")
-        return v
-    return parse
 
 
 def _mapping(value: Any, name: str) -> Any:
@@ -230,15 +215,15 @@ def _octal(value: Any, name: str) -> int:
         raise ValueError(f"{name} must be an octal file mode like 600, got {value!r}") from None
 
 
-_POSITIVE, _INT1 = _number(0, strict=True), parse_int(1)
+_POSITIVE, _INT1 = parse_number(0, strict=True), parse_int(1)
 _SESSION_PARSERS: Dict[str, Callable[[Any, str], Any]] = {
     "scans": _INT1, "receivers_per_node": _INT1, "partition_frames": _INT1, "rcvhwm": _INT1,
     "credit": _INT1, "batch": _INT1, "memory_bytes": parse_size, "outbox_bytes": parse_size,
     "rate": _POSITIVE, "idle_timeout": _POSITIVE, "timeout": _POSITIVE,
     "close_wait": _POSITIVE, "live_interval": _POSITIVE, "heartbeat": _POSITIVE,
-    "v2_grace": _POSITIVE, "allow_loss": _number(0), "analysis_options": _mapping,
+    "allow_loss": parse_number(0), "analysis_options": _mapping,
     "insecure": parse_bool, "rendezvous_mode": _octal, "handshake_timeout": _POSITIVE,
-    "io_threads": _INT1, "v2_pixel_mask": parse_bool, "v2_decode_threads": parse_int(0),
+    "io_threads": _INT1,
 }
 #: The receiving job's options, each once: keyword > ``STAGER_STREAM_<NAME>`` > default
 #: (``analysis_options`` only as a keyword).
@@ -248,7 +233,27 @@ SESSION_OPTIONS = tuple(
             (None if f.default is MISSING else f.default)),
            _SESSION_PARSERS.get(f.name, parse_text),
            None if f.name == "analysis_options" else "STAGER_STREAM_" + f.name.upper())
-    for f in fields(SessionOptions))
+    for f in fields(SessionOptions) if f.name != "protocol_options")
+
+
+def _protocol_options(values: Mapping[str, Any], given: Mapping[str, Any],
+                      env: Optional[Mapping[str, str]]) -> Dict[str, Any]:
+    """The chosen protocol's options from ``given`` (keywords; None: not given), its
+    ``STAGER_STREAM_<NAME>`` variables and its defaults. Local, pure.
+
+    Raises ``ValueError`` for a given option of another protocol of the table, and
+    ``TypeError`` for a keyword that no protocol declares."""
+    from streams import protocols
+
+    proto = chosen(values["protocol"], values["stream2"])
+    given = {k: v for k, v in given.items() if v is not None}
+    mine = {o.name for o in proto.options}
+    theirs = {o.name: o for o in protocols.options()}
+    foreign = sorted(k for k in given if k not in mine and k in theirs)
+    if foreign:
+        raise ValueError(f"{', '.join(theirs[k].flag for k in foreign)}: not an option of "
+                         f"the {proto.name} protocol")
+    return resolve(proto.options, given, env, what=f"stream option ({proto.name} protocol)")
 
 
 @dataclass(frozen=True)
@@ -264,6 +269,9 @@ class ScanOutcome:
 
 def _resolve(options: SessionOptions) -> SessionOptions:
     options.check()
+    # made without resolve(): the protocol's options parsed, the missing ones defaulted
+    options.protocol_options = _protocol_options(
+        {"protocol": options.protocol, "stream2": options.stream2}, options.protocol_options, {})
     if not options.local:
         options.local = os.path.join("/tmp", f"mpistage-stream-{os.getuid()}-{os.getpid()}",
                                      "%n")
@@ -648,6 +656,3 @@ def _terminate_handler(loop: Any, o: SessionOptions, nodes: Sequence[str]) -> An
     handling = Handling(grace=0.0, emergency=write_reports)
     return handling.__enter__()
 
-
-def options_dict(o: SessionOptions) -> Dict[str, Any]:
-    return asdict(o)

@@ -5,7 +5,9 @@ decoder, its receiving socket, its simulator, and a subclass of
 :class:`StreamProtocol` in the folder's ``__init__.py``, plus one row of
 :data:`ROWS`. The receiving job (:mod:`streams.job.session`) and the command line
 (``stager stream receive --protocol NAME``) ask the protocol through this table
--- its routing rule, its socket, its option checks, its rendezvous file, what it
+-- its routing rule, its own options (:class:`ProtocolOption` rows: keyword,
+``STAGER_STREAM_<NAME>``, default, parser, and the ``stager stream receive`` flag
+made from them), its socket, its option checks, its rendezvous file, what it
 knows of the detector -- and nothing else branches on a protocol's name. As with the block kinds
 (:mod:`stager.planning.kinds`), a row names its class ``"module:Class"``, imported
 when first asked for, so ``import streams`` loads no protocol.
@@ -17,9 +19,32 @@ protocol of ``tests/toyprotocol.py``).
 from __future__ import annotations
 
 import importlib
-from typing import Any, Dict, List, Optional, Union
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Tuple, Union
 
-__all__ = ["StreamProtocol", "ROWS", "register", "protocol", "names", "chosen"]
+from stager.options import Option
+
+__all__ = ["StreamProtocol", "ProtocolOption", "ROWS", "register", "protocol", "names",
+           "chosen", "options"]
+
+
+@dataclass(frozen=True)
+class ProtocolOption(Option):
+    """One option of a protocol (:class:`stager.options.Option`: keyword name, default,
+    strict parser, ``STAGER_STREAM_<NAME>``) and its ``stager stream receive`` flag,
+    ``--NAME`` with ``_`` as ``-`` (a boolean's flag takes no value).
+
+    The job resolves the chosen protocol's options like its own (keyword > environment
+    > default, on rank 0) into ``SessionOptions.protocol_options``, which the protocol
+    reads (:meth:`StreamProtocol.socket`).
+    """
+
+    help: str = ""
+    metavar: Optional[str] = None
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
 
 
 class StreamProtocol:
@@ -30,6 +55,8 @@ class StreamProtocol:
     name: str       # the word of ``--protocol`` and of the reports
     routing: str    # "modulo": frame f reaches receiver f mod R (the producers route);
                     # "any": any receiver may get any frame (a detector deals them out)
+    #: the protocol's own options (its values: ``options.protocol_options[NAME]``)
+    options: Tuple[ProtocolOption, ...] = ()
 
     def check(self, options: Any) -> None:
         """Rank 0, before anything is bound: raise ``ValueError`` naming the option
@@ -93,6 +120,12 @@ def protocol(name: str) -> StreamProtocol:
         row = getattr(importlib.import_module(module), cls)()
     _LOADED[name] = row
     return row
+
+
+def options() -> List[ProtocolOption]:
+    """The options of every protocol of the table, in its order (each protocol's
+    module imported): the flags ``stager stream receive`` offers."""
+    return [o for name in ROWS for o in protocol(name).options]
 
 
 def chosen(name: Optional[str], stream2: Optional[str]) -> StreamProtocol:

@@ -15,7 +15,8 @@ import json
 import os
 from typing import Any, Dict, List, Optional
 
-from streams.protocols import StreamProtocol
+from stager.options import parse_bool, parse_int, parse_number
+from streams.protocols import ProtocolOption, StreamProtocol
 
 __all__ = ["StreamV2"]
 
@@ -25,6 +26,18 @@ class StreamV2(StreamProtocol):
 
     name = "stream2"
     routing = "any"
+    options = (
+        ProtocolOption("v2_grace", 1.0, parse_number(0, strict=True), "STAGER_STREAM_V2_GRACE",
+                       "Stream V2: seconds without images before an end another client "
+                       "received closes a series here (default 1)", "S"),
+        ProtocolOption("v2_decode_threads", 0, parse_int(0), "STAGER_STREAM_V2_DECODE_THREADS",
+                       "Stream V2: decode payloads on N threads per receiver, off the "
+                       "receiving thread (default 0; --receivers-per-node scaled better "
+                       "where measured)", "N"),
+        ProtocolOption("v2_pixel_mask", False, parse_bool, "STAGER_STREAM_V2_PIXEL_MASK",
+                       "Stream V2: zero the pixels the start's pixel_mask marks before the "
+                       "analysis (needs SIMPLON header_detail all)"),
+    )
 
     def check(self, o: Any) -> None:
         if not o.stream2:
@@ -37,11 +50,13 @@ class StreamV2(StreamProtocol):
                security: Any) -> str:
         from streams.protocols.stream2.receiver import StreamV2Receiver
 
+        mine = o.protocol_options
         v2 = StreamV2Receiver(loop.deliver, o.stream2, partition_frames=partition_frames,
                               memory_bytes=o.memory_bytes, idle_timeout=o.idle_timeout,
                               rcvhwm=o.rcvhwm, on_close=loop.on_close,
-                              apply_pixel_mask=o.v2_pixel_mask,
-                              decode_threads=o.v2_decode_threads,
+                              apply_pixel_mask=mine["v2_pixel_mask"],
+                              decode_threads=mine["v2_decode_threads"],
+                              shared_grace=mine["v2_grace"],
                               on_start=lambda s: loop.share("start", s),
                               on_end=lambda e: loop.share("end", e),
                               security=security, source=_source(o.bind_host))
