@@ -18,7 +18,7 @@ protocol of ``tests/toyprotocol.py``).
 """
 from __future__ import annotations
 
-import importlib
+import pkgutil
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple, Union
 
@@ -116,8 +116,7 @@ def protocol(name: str) -> StreamProtocol:
         raise ValueError(f"unknown stream protocol {name!r}; known: {', '.join(ROWS)} "
                          "(a plug-in registers with streams.protocols.register)")
     if isinstance(row, str):
-        module, _, cls = row.partition(":")
-        row = getattr(importlib.import_module(module), cls)()
+        row = pkgutil.resolve_name(row)()
     _LOADED[name] = row
     return row
 
