@@ -17,10 +17,9 @@ the native protocol and Stream V2:
 
 Decoding uses ``dectris-compression`` (DECTRIS's own C implementation, MIT) when it
 is installed. Without it, a numpy + ``lz4`` fallback decodes the same bytes, so a
-receiver still works where no C compiler could build it -- but slowly: one 576x576
-uint16 frame of sparse counts took 12.5 ms against 0.1 ms for dectris-compression
-(this machine, 2026-11-23; ``bench/stream_bench.py --codecs`` measures it
-again). Encoding (only producers and the simulators
+receiver still works where no C compiler could build it -- but about a hundred times
+more slowly (``bench/stream_bench.py --codecs`` measures it; figures in
+``bench/results/history.md``). Encoding (only producers and the simulators
 encode) is numpy + ``lz4.block``: no maintained Python package exposes the
 bitshuffle+LZ4 *encoder* without building HDF5 plugins.
 """

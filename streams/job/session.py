@@ -363,8 +363,8 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
     fcomm = comm.Dup()     # collectives of the finalize, apart from the loop's messages
     # The loop's own point-to-point traffic (partitions, live deltas, heartbeats, aborts)
     # on a communicator of this job alone: a message still in flight when a job ends
-    # must never reach the next job run on the caller's communicator (measured: a
-    # previous job's live delta reached the next job's rank 0 and failed its merge).
+    # must never reach the next job run on the caller's communicator (it did once:
+    # bench/results/history.md).
     lcomm = comm.Dup()
     # before the try: the finally below reads them whatever failed first
     loop: Any = None
@@ -633,11 +633,10 @@ def _terminate_handler(loop: Any, o: SessionOptions, nodes: Sequence[str]) -> An
     restore the previous handlers. The reports are written by its watchdog thread,
     woken through ``signal.set_wakeup_fd``, not by a Python signal handler: when a rank
     dies, rank 0's main thread may be blocked in an MPI call with it, where no handler
-    runs. Writing takes a few ms (measured 2-5 ms), but Open MPI's ``mpirun`` sometimes
-    sent SIGKILL within milliseconds of SIGTERM after a rank was killed (the report
-    was lost in 2-4 of 8 runs of ``test_stream_receive``'s killed-receiver test, none
-    with ``--mca odls_base_sigkill_timeout 5``): launch the receiver with that option
-    (``slurm/stream-session.sbatch`` does).
+    runs. Writing takes milliseconds, but Open MPI's ``mpirun`` may send SIGKILL about
+    as soon after SIGTERM once a rank was killed: launch the receiver with ``--mca
+    odls_base_sigkill_timeout 5`` (``slurm/stream-session.sbatch`` does; the figures
+    are in ``bench/results/history.md``).
     """
     from stager.staging.interrupt import Handling
 

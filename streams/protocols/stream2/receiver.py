@@ -12,8 +12,8 @@ its images. This client therefore:
   that is how the MPI layer (phase 2) shares them, so every client opens and
   closes the series. A shared end closes a series only after ``shared_grace`` seconds
   without an image of it: the end reached another client, and this client's
-  last images may still be in flight (measured: without the grace, images
-  queued behind a shared end were rejected ``late``);
+  last images may still be in flight behind it (without the grace they were
+  rejected ``late``: ``bench/results/history.md``);
 - keeps images *and ends* that arrive before their series' start is known (at
   most ``pending_max`` images, each at most ``idle_timeout`` seconds; beyond
   either they are rejected ``unknown_scan``, naming the series) and applies them
