@@ -162,14 +162,18 @@ def encode(encoding: str, array: np.ndarray) -> bytes:
 
 # ---- decoders (receivers) ----
 
+def _by_dectris(dec: Any, payload: Any, encoding: str, **kw: Any) -> bytes:
+    try:
+        return bytes(dec(payload, encoding, **kw))
+    except Exception as err:
+        raise CodecError(CORRUPT, f"{encoding} payload does not decode: {err}") from None
+
+
 def lz4_decode(payload: Any) -> bytes:
     """Decode an HDF5-framed LZ4 payload (dectris-compression, else numpy+lz4)."""
     dec = _dectris()
     if dec is not None:
-        try:
-            return bytes(dec(payload, "lz4"))
-        except Exception as err:
-            raise CodecError(CORRUPT, f"lz4 payload does not decode: {err}") from None
+        return _by_dectris(dec, payload, "lz4")
     lz4b = _lz4_block()
     mv = memoryview(payload).cast("B")
     total, bs = _HEADER.unpack_from(mv)
@@ -196,10 +200,7 @@ def bslz4_decode(payload: Any, itemsize: int) -> bytes:
     """Decode a bitshuffle+LZ4 payload with element size ``itemsize``."""
     dec = _dectris()
     if dec is not None:
-        try:
-            return bytes(dec(payload, "bslz4", elem_size=itemsize))
-        except Exception as err:
-            raise CodecError(CORRUPT, f"bslz4 payload does not decode: {err}") from None
+        return _by_dectris(dec, payload, "bslz4", elem_size=itemsize)
     lz4b = _lz4_block()
     mv = memoryview(payload).cast("B")
     total, bbytes = _HEADER.unpack_from(mv)

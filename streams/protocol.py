@@ -18,7 +18,7 @@ from typing import Any, NamedTuple, Optional, Tuple, Union
 from streams.errors import ProtocolError
 
 __all__ = ["Reason", "ScanGeometry", "Begin", "Data", "End", "Header", "sector_rows",
-           "check_scan_name", "check_dtype", "SCAN_RE"]
+           "check_scan_name", "check_dtype", "check_int", "SCAN_RE"]
 
 #: Largest frame a receiver accepts (bytes): a sanity bound, not a tuning knob.
 MAX_FRAME_BYTES = 1 << 31
@@ -201,14 +201,16 @@ def check_dtype(dtype: Any) -> str:
     return dtype
 
 
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+def check_int(name: str, v: Any, lo: int = 0) -> int:
+    """``v`` as an int ``>= lo`` (bools refused), else ``malformed_header`` naming ``name``."""
+    if not isinstance(v, int) or isinstance(v, bool) or v < lo:
+        what = "a positive integer" if lo == 1 else f"an integer >= {lo}"
+        raise ProtocolError(Reason.MALFORMED, f"{name} must be {what}, not {v!r}")
+    return int(v)
 
 
 def _positive(name: str, v: Any) -> int:
-    if not _is_int(v) or v < 1:
-        raise ProtocolError(Reason.MALFORMED, f"{name} must be a positive integer, not {v!r}")
-    return int(v)
+    return check_int(name, v, 1)
 
 
 def _pair(name: str, v: Any) -> Tuple[int, int]:

@@ -18,7 +18,7 @@ from typing import Any, List, Tuple
 
 from streams.errors import ProtocolError
 from streams.protocol import (SCAN_RE, Begin, Data, End, Header, Reason, ScanGeometry,
-                              check_scan_name)
+                              check_int, check_scan_name)
 
 __all__ = ["PROTOCOL", "ENCODINGS", "MAX_HEADER_BYTES", "decode_header", "encode_begin",
            "encode_data", "encode_end", "route", "feed"]
@@ -32,16 +32,6 @@ MAX_HEADER_BYTES = 4096
 def route(frame: int, receivers: int) -> int:
     """Index of the receiver that gets every sector of ``frame``: ``frame mod R``."""
     return frame % receivers
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _index(name: str, v: Any) -> int:
-    if not _is_int(v) or v < 0:
-        raise ProtocolError(Reason.MALFORMED, f"{name} must be an integer >= 0, not {v!r}")
-    return int(v)
 
 
 def _field(h: dict, key: str) -> Any:
@@ -90,12 +80,12 @@ def decode_header(buf: Any) -> Header:
         if kind == "data":
             scan = check_scan_name(scan)
             encoding = _field(h, "encoding")
-            frame = _index("frame", _field(h, "frame"))
-            sector = _index("sector", _field(h, "sector"))
+            frame = check_int("frame", _field(h, "frame"))
+            sector = check_int("sector", _field(h, "sector"))
             rows = _field(h, "rows")
             if not isinstance(rows, list) or len(rows) != 2:
                 raise ProtocolError(Reason.MALFORMED, f"rows must be [r0, r1], not {rows!r}")
-            r0, r1 = _index("rows[0]", rows[0]), _index("rows[1]", rows[1])
+            r0, r1 = check_int("rows[0]", rows[0]), check_int("rows[1]", rows[1])
             if r1 <= r0:
                 raise ProtocolError(Reason.MALFORMED, f"rows [{r0}, {r1}] is empty")
             if not isinstance(encoding, str):
@@ -112,10 +102,10 @@ def decode_header(buf: Any) -> Header:
                 frames=_field(h, "frames"), sectors=_field(h, "sectors"),
                 shape=_field(h, "shape"), dtype=_field(h, "dtype"),
                 scan_shape=_field(h, "scan_shape"))
-            return Begin(_index("producer", _field(h, "producer")), geometry)
+            return Begin(check_int("producer", _field(h, "producer")), geometry)
         if kind == "end":
-            return End(check_scan_name(scan), _index("producer", _field(h, "producer")),
-                       _index("sent", _field(h, "sent")))
+            return End(check_scan_name(scan), check_int("producer", _field(h, "producer")),
+                       check_int("sent", _field(h, "sent")))
     except ProtocolError as e:
         if e.scan is None and scan_ok:
             e.scan = scan
@@ -133,7 +123,8 @@ def _pack(h: dict) -> bytes:
 
 def encode_begin(geometry: ScanGeometry, producer: int) -> bytes:
     """Header of a ``begin`` message from ``producer`` (payload: empty)."""
-    if not _is_int(producer) or not 0 <= producer < geometry.producers:
+    if isinstance(producer, bool) or not isinstance(producer, int) \
+            or not 0 <= producer < geometry.producers:
         raise ProtocolError(Reason.OUT_OF_RANGE, f"producer {producer!r} not in "
                             f"[0, {geometry.producers})", geometry.scan)
     g = geometry
