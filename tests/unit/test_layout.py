@@ -241,6 +241,12 @@ def test_a_stream_protocol_is_one_folder_plus_one_row():
     folders = {m for m, _ in _modules() if m.count(".") == 2
                and m.startswith("streams.protocols.")}
     assert builtin == folders, (builtin, folders)
+    # a protocol's options are rows of its own, not fields of the job's options
+    from streams import protocols
+    from streams.job.session import SessionOptions
+    own = {o.name: o for o in protocols.options()}
+    assert not set(own) & set(SessionOptions.__dataclass_fields__), own
+    assert all(o.env == "STAGER_STREAM_" + o.name.upper() for o in own.values()), own
 
 
 # The workflows' command line (workflows/run.py) maps its flags to each executor's
