@@ -41,7 +41,8 @@ def produce(endpoint: str, frames: int, shape, sectors: int, hwm: int) -> None:
     """The sender (own process): begin, F x S data messages, end -- built once, sent raw."""
     import zmq
 
-    from streams.protocol import ScanGeometry, encode_begin, encode_data, encode_end
+    from streams.protocol import ScanGeometry
+    from streams.protocols.native.headers import encode_begin, encode_data, encode_end
 
     g = ScanGeometry("bench", 1, frames, sectors, tuple(shape), "<u2", (1, frames))
     rng = np.random.default_rng(0)

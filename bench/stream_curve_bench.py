@@ -47,7 +47,8 @@ def produce(endpoint: str, frames: int, shape, sectors: int, hwm: int,
     ``me, me + P, ...``, end; a CURVE client if ``keys`` (server public key, certificate)."""
     import zmq
 
-    from streams.protocol import ScanGeometry, encode_begin, encode_data, encode_end
+    from streams.protocol import ScanGeometry
+    from streams.protocols.native.headers import encode_begin, encode_data, encode_end
     from streams.security import client_keys
 
     g = ScanGeometry("bench", producers, frames, sectors, tuple(shape), "<u2", (1, frames))

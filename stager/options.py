@@ -85,6 +85,22 @@ def parse_seconds(text: Any, name: str = "seconds") -> float:
     return v
 
 
+def parse_number(lo: float = 0, strict: bool = False) -> Callable[[Any, str], float]:
+    """A parser of finite numbers ``>= lo`` (``> lo`` when ``strict``; bools refused)."""
+    def parse(value: Any, name: str) -> float:
+        try:
+            if isinstance(value, bool):
+                raise ValueError
+            v = float(value)
+        except ValueError:
+            raise ValueError(f"{name} must be a number, got {value!r}") from None
+        if not (v > lo if strict else v >= lo) or v == float("inf"):
+            raise ValueError(f"{name} must be a finite number {'>' if strict else '>='} {lo}, "
+                             f"got {value!r}")
+        return v
+    return parse
+
+
 def parse_int(lo: int = 0, hi: Optional[int] = None) -> Callable[[Any, str], int]:
     """A parser of integers in ``lo..hi`` (decimal text or int; bools refused)."""
     def parse(value: Any, name: str) -> int:

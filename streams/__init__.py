@@ -25,9 +25,10 @@ from streams.errors import (CodecError, MissingDependency, ProtocolError, Rendez
 
 __all__ = [
     "StreamError", "ProtocolError", "RendezvousError", "CodecError", "MissingDependency",
-    # protocol
-    "PROTOCOL", "Reason", "ScanGeometry", "Begin", "Data", "End", "decode_header",
-    "encode_begin", "encode_data", "encode_end", "sector_rows", "route",
+    # what every protocol hands the assembler
+    "Reason", "ScanGeometry", "Begin", "Data", "End", "sector_rows",
+    # the native protocol's headers
+    "PROTOCOL", "decode_header", "encode_begin", "encode_data", "encode_end", "route",
     # rendezvous
     "Rendezvous", "write_rendezvous", "read_rendezvous", "wait_for_rendezvous",
     # memory and accounting
@@ -45,9 +46,9 @@ __all__ = [
 # loaded on first use (lazy_loader, scientific-python's PEP 562 helper): ``import streams``
 # loads none of zmq, msgpack, cbor2 or numpy
 __getattr__, __dir__, _ = lazy_loader.attach(__name__, submod_attrs={
-    "protocol": ["PROTOCOL", "Reason", "ScanGeometry", "Begin", "Data", "End",
-                 "decode_header", "encode_begin", "encode_data", "encode_end",
-                 "sector_rows", "route"],
+    "protocol": ["Reason", "ScanGeometry", "Begin", "Data", "End", "sector_rows"],
+    "protocols.native.headers": ["PROTOCOL", "decode_header", "encode_begin", "encode_data",
+                                 "encode_end", "route"],
     "protocols": ["protocol", "register"],
     "protocols.native.rendezvous": ["Rendezvous", "write_rendezvous", "read_rendezvous",
                                     "wait_for_rendezvous"],

@@ -1,8 +1,8 @@
 """Frames assembled from sectors into preallocated memory, with exact loss accounting.
 
 The :class:`Assembler` is the receiver's brain without the socket: it takes typed
-headers (``begin``/``data``/``end`` from :mod:`streams.protocol`, or the same
-values made from Stream V2 messages) and payloads, writes each sector straight into
+headers (:mod:`streams.protocol`'s ``Begin``/``Data``/``End``, which every
+protocol's socket makes from its messages) and payloads, writes each sector straight into
 its place in a *partition buffer*, hands every finished partition to a callback,
 and keeps a :class:`~streams.accounting.ScanReport` per scan. It is pure
 (numpy only): tests drive it without ZeroMQ, and the MPI layer can run one per
@@ -41,8 +41,8 @@ import numpy as np
 
 from streams.accounting import MAX_EXAMPLES, ScanReport
 from streams.codecs import decode_into
-from streams.errors import CodecError, ProtocolError
-from streams.protocol import Begin, Data, End, Reason, ScanGeometry, decode_header
+from streams.errors import CodecError
+from streams.protocol import Begin, Data, End, Reason, ScanGeometry
 
 __all__ = ["Assembler", "Partition", "DEFAULT_MEMORY_BYTES"]
 
@@ -193,8 +193,10 @@ class Assembler:
         return max(1, int(pf(g) if callable(pf) else pf))
 
     # ---- rejection ----
-    def reject(self, reason: str, detail: str, scan: Optional[str] = None) -> None:
-        """Count one rejected message; attribute it to ``scan`` when that scan is open."""
+    def reject(self, reason: str, detail: str, scan: Optional[str] = None,
+               received: bool = False) -> None:
+        """Count one rejected message; attribute it to ``scan`` when that scan is open
+        (``received``: it was a data message of that scan, counted as received too)."""
         reason = str(reason)
         self.rejected[reason] += 1
         text = f"{reason}: {detail}"
@@ -202,6 +204,8 @@ class Assembler:
             self.examples.append(text)
         st = self.scans.get(scan) if scan is not None else None
         if st is not None:
+            if received:
+                st.report.received_data += 1
             st.report.rejected[reason] += 1
             if len(st.report.examples) < MAX_EXAMPLES:
                 st.report.examples.append(text)
@@ -210,31 +214,6 @@ class Assembler:
                 st.report.rejected_unattributed[reason] += 1
                 if len(st.report.examples) < MAX_EXAMPLES:   # named in the report too
                     st.report.examples.append(f"(no scan of its own) {text}")
-
-    # ---- native messages ----
-    def feed(self, parts: List[Any]) -> None:
-        """Handle one native message (its ZeroMQ frames: bytes or buffers)."""
-        if len(parts) != 2:
-            self.reject(Reason.MALFORMED, f"message of {len(parts)} frames, expected 2 "
-                        "(header, payload)")
-            return
-        try:
-            h = decode_header(parts[0])
-        except ProtocolError as e:
-            st = self.scans.get(e.scan) if e.scan is not None else None
-            if st is not None and e.kind == "data":   # a data message of this scan, unusable
-                st.report.received_data += 1
-            self.reject(e.reason, e.detail, e.scan)
-            return
-        if isinstance(h, Data):
-            self.data(h, parts[1])
-        elif len(parts[1]):
-            self.reject(Reason.MALFORMED, f"{type(h).__name__.lower()} of scan {h.scan} with "
-                        f"a {len(parts[1])}-byte payload (must be empty)", h.scan)
-        elif isinstance(h, Begin):
-            self.begin(h)
-        else:
-            self.end(h)
 
     def _known(self, scan: str, what: str) -> Optional[_Scan]:
         st = self.scans.get(scan)

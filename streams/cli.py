@@ -27,6 +27,7 @@ HELP = "receive live detector streams (under mpirun) or watch a running job"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from stager.commands.stage import add_node_id_arguments
+    from streams import protocols
 
     sub = p.add_subparsers(dest="stream_command", metavar="{receive,watch}")
     sub.required = True
@@ -73,16 +74,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "(%%n = node), recorded for stager verify/clean/drain")
     r.add_argument("--local", metavar="DIR", help="node-local directory for outputs before "
                    "the drain (%%n = node; default /tmp/mpistage-stream-UID-PID/%%n)")
-    r.add_argument("--v2-grace", metavar="S",
-                   help="Stream V2: seconds without images before an end another client "
-                        "received closes a series here (default 1)")
-    r.add_argument("--v2-decode-threads", metavar="N",
-                   help="Stream V2: decode payloads on N threads per receiver, off the "
-                        "receiving thread (default 0; --receivers-per-node scaled better "
-                        "where measured)")
-    r.add_argument("--v2-pixel-mask", action="store_true", default=None,
-                   help="Stream V2: zero the pixels the start's pixel_mask marks before the "
-                        "analysis (needs SIMPLON header_detail all)")
+    for o in protocols.options():     # each protocol's own options, declared there
+        if o.metavar is None:
+            r.add_argument(o.flag, dest=o.name, action="store_true", default=None, help=o.help)
+        else:
+            r.add_argument(o.flag, dest=o.name, metavar=o.metavar, help=o.help)
     r.add_argument("--hwm", metavar="N",
                    help="ZeroMQ receive high-water mark (messages per producer, default 100)")
     r.add_argument("--outbox", type=float, metavar="MiB",
@@ -163,6 +159,7 @@ def _receive(args: argparse.Namespace) -> int:
     from stager.errors import StagerError
     from streams.job.output import exit_status
     from stager.commands.stage import job_of
+    from streams import protocols
     from streams.job.session import SessionOptions, receive_scans
 
     comm = MPI.COMM_WORLD
@@ -177,8 +174,7 @@ def _receive(args: argparse.Namespace) -> int:
             close_wait=args.close_wait, timeout=args.timeout,
             allow_loss=args.allow_loss, live_interval=args.live_interval,
             spill=args.spill, stream2=args.stream2, protocol=args.protocol,
-            v2_grace=args.v2_grace,
-            v2_pixel_mask=args.v2_pixel_mask, v2_decode_threads=args.v2_decode_threads,
+            **{o.name: getattr(args, o.name) for o in protocols.options()},
             analysis=args.analysis, analysis_options=_analysis_options(args),
             rcvhwm=args.hwm, outbox_bytes=_mib(args.outbox),
             insecure=args.insecure, authorized_keys=args.authorized_keys,

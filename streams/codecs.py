@@ -17,10 +17,9 @@ the native protocol and Stream V2:
 
 Decoding uses ``dectris-compression`` (DECTRIS's own C implementation, MIT) when it
 is installed. Without it, a numpy + ``lz4`` fallback decodes the same bytes, so a
-receiver still works where no C compiler could build it -- but slowly: one 576x576
-uint16 frame of sparse counts took 12.5 ms against 0.1 ms for dectris-compression
-(this machine, 2026-11-23; ``bench/stream_bench.py --codecs`` measures it
-again). Encoding (only producers and the simulators
+receiver still works where no C compiler could build it -- but about a hundred times
+more slowly (``bench/stream_bench.py --codecs`` measures it; figures in
+``bench/results/history.md``). Encoding (only producers and the simulators
 encode) is numpy + ``lz4.block``: no maintained Python package exposes the
 bitshuffle+LZ4 *encoder* without building HDF5 plugins.
 """
@@ -163,14 +162,18 @@ def encode(encoding: str, array: np.ndarray) -> bytes:
 
 # ---- decoders (receivers) ----
 
+def _by_dectris(dec: Any, payload: Any, encoding: str, **kw: Any) -> bytes:
+    try:
+        return bytes(dec(payload, encoding, **kw))
+    except Exception as err:
+        raise CodecError(CORRUPT, f"{encoding} payload does not decode: {err}") from None
+
+
 def lz4_decode(payload: Any) -> bytes:
     """Decode an HDF5-framed LZ4 payload (dectris-compression, else numpy+lz4)."""
     dec = _dectris()
     if dec is not None:
-        try:
-            return bytes(dec(payload, "lz4"))
-        except Exception as err:
-            raise CodecError(CORRUPT, f"lz4 payload does not decode: {err}") from None
+        return _by_dectris(dec, payload, "lz4")
     lz4b = _lz4_block()
     mv = memoryview(payload).cast("B")
     total, bs = _HEADER.unpack_from(mv)
@@ -197,10 +200,7 @@ def bslz4_decode(payload: Any, itemsize: int) -> bytes:
     """Decode a bitshuffle+LZ4 payload with element size ``itemsize``."""
     dec = _dectris()
     if dec is not None:
-        try:
-            return bytes(dec(payload, "bslz4", elem_size=itemsize))
-        except Exception as err:
-            raise CodecError(CORRUPT, f"bslz4 payload does not decode: {err}") from None
+        return _by_dectris(dec, payload, "bslz4", elem_size=itemsize)
     lz4b = _lz4_block()
     mv = memoryview(payload).cast("B")
     total, bbytes = _HEADER.unpack_from(mv)

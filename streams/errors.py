@@ -20,7 +20,7 @@ class ProtocolError(StreamError):
     """A message or a value does not follow docs/stream-protocol.md.
 
     Raised by the encoders (a producer asked to send something invalid) and by
-    :func:`streams.protocol.decode_header`; receivers turn it into a
+    :func:`streams.protocols.native.headers.decode_header`; receivers turn it into a
     rejection with its ``reason`` instead of letting it escape.
     """
 

@@ -1,15 +1,12 @@
-"""The native wire protocol ``mpistage-stream/1``: header schema, encoding, validation.
+"""What every stream protocol's socket hands the assembler: scan geometry, headers, reasons.
 
-Every message is two ZeroMQ frames: a msgpack header and a payload. This module
-turns header bytes into typed values (:class:`Begin`, :class:`Data`, :class:`End`)
-and back, and names the reasons a receiver may reject a message
-(:class:`Reason`). It is pure: no sockets, no numpy; msgpack is imported by the
-functions that use it. ``docs/stream-protocol.md`` is the normative text; the
-rules below implement it one to one.
-
-Range checks that need the scan's geometry (frame < frames, a sector's rows)
-belong to the assembler, which knows the geometry from ``begin``; this module
-checks what one header alone can tell.
+Whatever its wire format, a protocol's socket turns its messages into these
+values -- :class:`Begin` (a producer announces a scan's :class:`ScanGeometry`),
+:class:`Data` (rows of a sector of a frame), :class:`End` -- and names a rejected
+message's :class:`Reason`; the :class:`~streams.assemble.Assembler` takes nothing
+else. The native protocol's msgpack headers are
+:mod:`streams.protocols.native.headers`, Stream V2's CBOR messages
+:mod:`streams.protocols.stream2.streamv2`. Pure: no sockets, no numpy, no wire library.
 """
 from __future__ import annotations
 
@@ -20,20 +17,14 @@ from typing import Any, NamedTuple, Optional, Tuple, Union
 
 from streams.errors import ProtocolError
 
-__all__ = [
-    "PROTOCOL", "ENCODINGS", "MAX_HEADER_BYTES", "Reason", "ScanGeometry", "Begin", "Data",
-    "End", "Header", "decode_header", "encode_begin", "encode_data", "encode_end",
-    "sector_rows", "route", "check_scan_name", "check_dtype",
-]
+__all__ = ["Reason", "ScanGeometry", "Begin", "Data", "End", "Header", "sector_rows",
+           "check_scan_name", "check_dtype", "check_int", "SCAN_RE"]
 
-PROTOCOL = "mpistage-stream/1"
-ENCODINGS = ("raw", "lz4", "bslz4")
-#: A header longer than this is rejected unread (``malformed_header``).
-MAX_HEADER_BYTES = 4096
 #: Largest frame a receiver accepts (bytes): a sanity bound, not a tuning knob.
 MAX_FRAME_BYTES = 1 << 31
 
-_SCAN_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
+#: What a scan name may be (:func:`check_scan_name` adds: no ``..``).
+SCAN_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 # numpy type strings of the element types a detector sends; multi-byte types
 # must state their byte order, so a receiver never guesses it.
 _DTYPE_RE = re.compile(r"(?:[<>|]?[ui]1|[<>](?:[ui][248]|f[48]))\Z")
@@ -191,15 +182,10 @@ def sector_rows(rows: int, sectors: int, sector: int) -> Tuple[int, int]:
     return sector * rows // sectors, (sector + 1) * rows // sectors
 
 
-def route(frame: int, receivers: int) -> int:
-    """Index of the receiver that gets every sector of ``frame``: ``frame mod R``."""
-    return frame % receivers
-
-
 def check_scan_name(scan: Any) -> str:
     """A scan name names files: 1-128 of ``[A-Za-z0-9._-]``, starting alphanumeric, no
     ``..`` (so never ``/``, never a path that climbs)."""
-    if not isinstance(scan, str) or not _SCAN_RE.match(scan) or ".." in scan:
+    if not isinstance(scan, str) or not SCAN_RE.match(scan) or ".." in scan:
         shown = scan if not isinstance(scan, str) or len(scan) <= 40 else \
             f"{scan[:40]}... ({len(scan)} characters)"
         raise ProtocolError(Reason.MALFORMED, f"scan name {shown!r} is not 1-128 characters "
@@ -215,139 +201,19 @@ def check_dtype(dtype: Any) -> str:
     return dtype
 
 
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+def check_int(name: str, v: Any, lo: int = 0) -> int:
+    """``v`` as an int ``>= lo`` (bools refused), else ``malformed_header`` naming ``name``."""
+    if not isinstance(v, int) or isinstance(v, bool) or v < lo:
+        what = "a positive integer" if lo == 1 else f"an integer >= {lo}"
+        raise ProtocolError(Reason.MALFORMED, f"{name} must be {what}, not {v!r}")
+    return int(v)
 
 
 def _positive(name: str, v: Any) -> int:
-    if not _is_int(v) or v < 1:
-        raise ProtocolError(Reason.MALFORMED, f"{name} must be a positive integer, not {v!r}")
-    return int(v)
-
-
-def _index(name: str, v: Any) -> int:
-    if not _is_int(v) or v < 0:
-        raise ProtocolError(Reason.MALFORMED, f"{name} must be an integer >= 0, not {v!r}")
-    return int(v)
+    return check_int(name, v, 1)
 
 
 def _pair(name: str, v: Any) -> Tuple[int, int]:
     if not isinstance(v, (list, tuple)) or len(v) != 2:
         raise ProtocolError(Reason.MALFORMED, f"{name} must be a list of two integers, not {v!r}")
     return _positive(f"{name}[0]", v[0]), _positive(f"{name}[1]", v[1])
-
-
-def _field(h: dict, key: str) -> Any:
-    try:
-        return h[key]
-    except KeyError:
-        raise ProtocolError(Reason.MALFORMED, f"{h.get('kind')} header has no {key!r}",
-                            h.get("scan") if isinstance(h.get("scan"), str) else None) from None
-
-
-def decode_header(buf: Any) -> Header:
-    """Parse and check one header frame.
-
-    Parameters
-    ----------
-    buf : bytes-like
-        The first frame of a message.
-
-    Returns
-    -------
-    Begin | Data | End
-
-    Raises
-    ------
-    ProtocolError
-        With ``reason`` ``malformed_header`` or ``unknown_encoding`` and, when the
-        header names a well-formed scan, ``scan``.
-    """
-    import msgpack
-
-    if len(buf) > MAX_HEADER_BYTES:
-        raise ProtocolError(Reason.MALFORMED, f"header of {len(buf)} bytes (max "
-                            f"{MAX_HEADER_BYTES})")
-    try:
-        h = msgpack.unpackb(buf, raw=False, use_list=True, strict_map_key=True)
-    except Exception as e:  # msgpack raises several unrelated types on garbage
-        raise ProtocolError(Reason.MALFORMED, f"header is not msgpack ({type(e).__name__}: "
-                            f"{e})") from None
-    if not isinstance(h, dict):
-        raise ProtocolError(Reason.MALFORMED, f"header is a msgpack {type(h).__name__}, "
-                            "not a map")
-    kind = h.get("kind")
-    scan = h.get("scan")
-    scan_ok = isinstance(scan, str) and _SCAN_RE.match(scan) is not None and ".." not in scan
-    try:
-        if kind == "data":
-            scan = check_scan_name(scan)
-            encoding = _field(h, "encoding")
-            frame = _index("frame", _field(h, "frame"))
-            sector = _index("sector", _field(h, "sector"))
-            rows = _field(h, "rows")
-            if not isinstance(rows, list) or len(rows) != 2:
-                raise ProtocolError(Reason.MALFORMED, f"rows must be [r0, r1], not {rows!r}")
-            r0, r1 = _index("rows[0]", rows[0]), _index("rows[1]", rows[1])
-            if r1 <= r0:
-                raise ProtocolError(Reason.MALFORMED, f"rows [{r0}, {r1}] is empty")
-            if not isinstance(encoding, str):
-                raise ProtocolError(Reason.MALFORMED, f"encoding must be a string, not "
-                                    f"{encoding!r}")
-            if encoding not in ENCODINGS:
-                raise ProtocolError(Reason.ENCODING, f"encoding {encoding!r} is not one of "
-                                    f"{', '.join(ENCODINGS)}")
-            return Data(scan, frame, sector, r0, r1, encoding)
-        if kind == "begin":
-            geometry = ScanGeometry(
-                scan=check_scan_name(scan),
-                producers=_positive("producers", _field(h, "producers")),
-                frames=_positive("frames", _field(h, "frames")),
-                sectors=_positive("sectors", _field(h, "sectors")),
-                shape=_pair("shape", _field(h, "shape")),
-                dtype=check_dtype(_field(h, "dtype")),
-                scan_shape=_pair("scan_shape", _field(h, "scan_shape")))
-            return Begin(_index("producer", _field(h, "producer")), geometry)
-        if kind == "end":
-            return End(check_scan_name(scan), _index("producer", _field(h, "producer")),
-                       _index("sent", _field(h, "sent")))
-    except ProtocolError as e:
-        if e.scan is None and scan_ok:
-            e.scan = scan
-        e.kind = kind if isinstance(kind, str) else None
-        raise
-    raise ProtocolError(Reason.MALFORMED, f"kind {kind!r} is not 'begin', 'data' or 'end'",
-                        scan if scan_ok else None)
-
-
-def _pack(h: dict) -> bytes:
-    import msgpack
-
-    return msgpack.packb(h, use_bin_type=True)
-
-
-def encode_begin(geometry: ScanGeometry, producer: int) -> bytes:
-    """Header of a ``begin`` message from ``producer`` (payload: empty)."""
-    if not _is_int(producer) or not 0 <= producer < geometry.producers:
-        raise ProtocolError(Reason.OUT_OF_RANGE, f"producer {producer!r} not in "
-                            f"[0, {geometry.producers})", geometry.scan)
-    g = geometry
-    return _pack({"kind": "begin", "scan": g.scan, "producer": int(producer),
-                  "producers": g.producers, "frames": g.frames, "sectors": g.sectors,
-                  "shape": [int(g.shape[0]), int(g.shape[1])], "dtype": g.dtype,
-                  "scan_shape": [int(g.scan_shape[0]), int(g.scan_shape[1])]})
-
-
-def encode_data(scan: str, frame: int, sector: int, rows: Tuple[int, int],
-                encoding: str = "raw") -> bytes:
-    """Header of a ``data`` message (payload: rows ``rows[0]:rows[1]``, encoded)."""
-    if encoding not in ENCODINGS:
-        raise ProtocolError(Reason.ENCODING, f"encoding {encoding!r} is not one of "
-                            f"{', '.join(ENCODINGS)}", scan)
-    return _pack({"kind": "data", "scan": scan, "frame": int(frame), "sector": int(sector),
-                  "rows": [int(rows[0]), int(rows[1])], "encoding": encoding})
-
-
-def encode_end(scan: str, producer: int, sent: int) -> bytes:
-    """Header of an ``end`` message (payload: empty)."""
-    return _pack({"kind": "end", "scan": scan, "producer": int(producer), "sent": int(sent)})

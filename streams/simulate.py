@@ -20,7 +20,8 @@ from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Tup
 
 import numpy as np
 
-from streams.protocol import Reason, ScanGeometry, encode_data
+from streams.protocol import Reason, ScanGeometry
+from streams.protocols.native.headers import encode_data
 from streams.protocols.native.rendezvous import Rendezvous
 
 __all__ = ["SimulatedScan", "synthetic_frame", "run_producer", "run_producers",

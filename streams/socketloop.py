@@ -19,7 +19,7 @@ import socket
 import threading
 import time
 from collections import Counter
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from streams.accounting import MAX_EXAMPLES, ScanReport
 from streams.assemble import Assembler
@@ -122,6 +122,14 @@ class SocketLoop:
 
     def _ready(self) -> None:
         """Called by :meth:`serve` before its loop (bind or connect if not done)."""
+
+    def forget(self, scan: str) -> None:
+        """Drop what is kept of ``scan`` once it is written (default: nothing is kept)."""
+
+    def never_started(self) -> Dict[str, Dict[str, int]]:
+        """The job ends: reject what is held for scans that never started; return scan ->
+        counts (default: nothing is held)."""
+        return {}
 
     def step(self, timeout: float = 0.1, max_messages: int = 1000) -> int:
         """Wait up to ``timeout`` s for messages, handle at most ``max_messages``, close

@@ -19,7 +19,7 @@ import numpy as np
 from stager.nodelocal import localfs
 from streams.assemble import Assembler
 from streams.protocol import Begin, Data, End, Reason, ScanGeometry
-from streams.protocols import register
+from streams.protocols import StreamProtocol, register
 from streams.socketloop import SocketLoop, resolve_endpoint
 
 
@@ -68,7 +68,7 @@ class LinesSocket(SocketLoop):
         return n
 
 
-class Lines:
+class Lines(StreamProtocol):
     """The row ``lines`` of :data:`streams.protocols.ROWS`."""
 
     name = "lines"

@@ -263,11 +263,7 @@ class RankLoop:
             self.unacked[msg[1]] -= 1
             return
         if tag == TAG_SHARE:
-            kind, m = msg
-            if kind == "start":
-                self.socket.apply_start(m)
-            else:
-                self.socket.apply_end(m, grace=self.o.v2_grace)
+            self.socket.apply_shared(*msg)     # a start or end another receiver got
             return
         if tag == TAG_FIN:
             kind, arg = msg

@@ -27,14 +27,15 @@ import os
 import shutil
 import signal
 import time
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from stager.mpi.agree import agree, agreed, bcast_result
 from stager.mpi.job import Job, acquire_job, comm_and_job
 from stager.mpi.tree import TreeMergeError, tree_reduce
 from stager.nodelocal import localfs
-from stager.options import Option, parse_bool, parse_int, parse_size, parse_text, resolve
+from stager.options import (Option, parse_bool, parse_int, parse_number, parse_size,
+                            parse_text, resolve)
 from stager.planning.plan import expand_node
 from streams.accounting import ScanReport
 from streams.loading import load_analysis
@@ -90,14 +91,11 @@ class SessionOptions:
     protocol : str, optional
         The stream protocol, a name of :data:`streams.protocols.ROWS` (default:
         ``stream2`` with ``stream2``, else ``native``).
-    v2_grace : float
-        Stream V2: seconds without images before a shared ``end`` closes a series.
-    v2_decode_threads : int
-        Stream V2: threads per receiver that decode payloads off the receiving
-        thread (0: none).
-    v2_pixel_mask : bool
-        Stream V2: zero the pixels the start's ``pixel_mask`` marks in every frame
-        before the analysis sees it (needs SIMPLON ``header_detail: all``).
+    protocol_options : dict
+        The chosen protocol's own options (its
+        :attr:`~streams.protocols.StreamProtocol.options`: Stream V2's ``v2_grace``,
+        ``v2_decode_threads``, ``v2_pixel_mask``), resolved like the others; given
+        to :meth:`resolve` as keywords of their own.
     analysis : str, optional
         ``pkg.module:NAME`` or ``FILE.py[:NAME]`` (default: the per-frame sum).
     analysis_options : dict or list of dict
@@ -140,9 +138,7 @@ class SessionOptions:
     spill: Optional[str] = None
     stream2: Optional[str] = None
     protocol: Optional[str] = None
-    v2_grace: float = 1.0
-    v2_pixel_mask: bool = False
-    v2_decode_threads: int = 0
+    protocol_options: Dict[str, Any] = field(default_factory=dict)
     analysis: Optional[str] = None
     analysis_options: Any = field(default_factory=dict)
     heartbeat: float = 0.25
@@ -160,10 +156,16 @@ class SessionOptions:
     def resolve(cls, env: Optional[Mapping[str, str]] = None, **kwargs: Any) -> SessionOptions:
         """Keyword > ``STAGER_STREAM_<NAME>`` > default, parsed strictly, then checked. Local.
 
-        ``close_wait`` defaults to ``idle_timeout``. Raises ``ValueError`` (a value that
-        does not parse, naming it) or ``TypeError`` (an unknown keyword).
+        ``close_wait`` defaults to ``idle_timeout``. A keyword that is not an option of
+        the job is one of the chosen protocol's (:attr:`protocol_options`). Raises
+        ``ValueError`` (a value that does not parse, naming it; an option of another
+        protocol) or ``TypeError`` (an unknown keyword).
         """
-        values = resolve(SESSION_OPTIONS, kwargs, env, what="stream option")
+        own = {o.name for o in SESSION_OPTIONS}
+        values = resolve(SESSION_OPTIONS, {k: v for k, v in kwargs.items() if k in own}, env,
+                         what="stream option")
+        values["protocol_options"] = _protocol_options(
+            values, {k: v for k, v in kwargs.items() if k not in own}, env)
         if values["close_wait"] is None:
             values["close_wait"] = values["idle_timeout"]
         values["analysis_options"] = _mapping(values["analysis_options"],  # a copy
@@ -188,28 +190,11 @@ class SessionOptions:
                 raise ValueError(f"{name} must be positive")
         if self.timeout is not None and self.timeout <= 0:
             raise ValueError("--timeout must be positive")
-        if self.v2_decode_threads < 0:
-            raise ValueError(f"--v2-decode-threads must be >= 0, got {self.v2_decode_threads}")
         if self.credit < 1 or self.batch < 1:
             raise ValueError("credit and batch must be >= 1")
         if self.spill is not None and not os.path.isabs(self.spill.replace("%n", "x")):
             raise ValueError(f"--spill {self.spill}: give an absolute directory")
         _check_security_options(self)
-
-
-def _number(lo: float, strict: bool = False) -> Callable[[Any, str], float]:
-    def parse(value: Any, name: str) -> float:
-        try:
-            if isinstance(value, bool):
-                raise ValueError
-            v = float(value)
-        except ValueError:
-            raise ValueError(f"{name} must be a number, got {value!r}") from None
-        if not (v > lo if strict else v >= lo) or v == float("inf"):
-            raise ValueError(f"{name} must be a finite number {'>' if strict else '>='} {lo}, "
-                             f"got {value!r}")
-        return v
-    return parse
 
 
 def _mapping(value: Any, name: str) -> Any:
@@ -230,15 +215,15 @@ def _octal(value: Any, name: str) -> int:
         raise ValueError(f"{name} must be an octal file mode like 600, got {value!r}") from None
 
 
-_POSITIVE, _INT1 = _number(0, strict=True), parse_int(1)
+_POSITIVE, _INT1 = parse_number(0, strict=True), parse_int(1)
 _SESSION_PARSERS: Dict[str, Callable[[Any, str], Any]] = {
     "scans": _INT1, "receivers_per_node": _INT1, "partition_frames": _INT1, "rcvhwm": _INT1,
     "credit": _INT1, "batch": _INT1, "memory_bytes": parse_size, "outbox_bytes": parse_size,
     "rate": _POSITIVE, "idle_timeout": _POSITIVE, "timeout": _POSITIVE,
     "close_wait": _POSITIVE, "live_interval": _POSITIVE, "heartbeat": _POSITIVE,
-    "v2_grace": _POSITIVE, "allow_loss": _number(0), "analysis_options": _mapping,
+    "allow_loss": parse_number(0), "analysis_options": _mapping,
     "insecure": parse_bool, "rendezvous_mode": _octal, "handshake_timeout": _POSITIVE,
-    "io_threads": _INT1, "v2_pixel_mask": parse_bool, "v2_decode_threads": parse_int(0),
+    "io_threads": _INT1,
 }
 #: The receiving job's options, each once: keyword > ``STAGER_STREAM_<NAME>`` > default
 #: (``analysis_options`` only as a keyword).
@@ -248,7 +233,27 @@ SESSION_OPTIONS = tuple(
             (None if f.default is MISSING else f.default)),
            _SESSION_PARSERS.get(f.name, parse_text),
            None if f.name == "analysis_options" else "STAGER_STREAM_" + f.name.upper())
-    for f in fields(SessionOptions))
+    for f in fields(SessionOptions) if f.name != "protocol_options")
+
+
+def _protocol_options(values: Mapping[str, Any], given: Mapping[str, Any],
+                      env: Optional[Mapping[str, str]]) -> Dict[str, Any]:
+    """The chosen protocol's options from ``given`` (keywords; None: not given), its
+    ``STAGER_STREAM_<NAME>`` variables and its defaults. Local, pure.
+
+    Raises ``ValueError`` for a given option of another protocol of the table, and
+    ``TypeError`` for a keyword that no protocol declares."""
+    from streams import protocols
+
+    proto = chosen(values["protocol"], values["stream2"])
+    given = {k: v for k, v in given.items() if v is not None}
+    mine = {o.name for o in proto.options}
+    theirs = {o.name: o for o in protocols.options()}
+    foreign = sorted(k for k in given if k not in mine and k in theirs)
+    if foreign:
+        raise ValueError(f"{', '.join(theirs[k].flag for k in foreign)}: not an option of "
+                         f"the {proto.name} protocol")
+    return resolve(proto.options, given, env, what=f"stream option ({proto.name} protocol)")
 
 
 @dataclass(frozen=True)
@@ -264,6 +269,9 @@ class ScanOutcome:
 
 def _resolve(options: SessionOptions) -> SessionOptions:
     options.check()
+    # made without resolve(): the protocol's options parsed, the missing ones defaulted
+    options.protocol_options = _protocol_options(
+        {"protocol": options.protocol, "stream2": options.stream2}, options.protocol_options, {})
     if not options.local:
         options.local = os.path.join("/tmp", f"mpistage-stream-{os.getuid()}-{os.getpid()}",
                                      "%n")
@@ -355,8 +363,8 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
     fcomm = comm.Dup()     # collectives of the finalize, apart from the loop's messages
     # The loop's own point-to-point traffic (partitions, live deltas, heartbeats, aborts)
     # on a communicator of this job alone: a message still in flight when a job ends
-    # must never reach the next job run on the caller's communicator (measured: a
-    # previous job's live delta reached the next job's rank 0 and failed its merge).
+    # must never reach the next job run on the caller's communicator (it did once:
+    # bench/results/history.md).
     lcomm = comm.Dup()
     # before the try: the finally below reads them whatever failed first
     loop: Any = None
@@ -410,7 +418,7 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
             try:
                 loop.run(lambda scan: outcomes.append(
                     _finalize(fcomm, layout, roles, loop, analysis, opts, scan, on_written,
-                              sec)),
+                              sec, proto)),
                     deadline=deadline)
             except StreamError as e:
                 err = e
@@ -454,7 +462,7 @@ def _job_rejections(comm: Any, loop: Any, o: SessionOptions,
     ``<out>/rejections.json``. Returns the summary on rank 0, None elsewhere."""
     mine = None
     if loop.socket is not None:
-        never = loop.socket.never_started() if hasattr(loop.socket, "never_started") else {}
+        never = loop.socket.never_started()
         asm = loop.socket.assembler
         mine = (loop.index, dict(asm.rejected), list(asm.examples), never)
     got = comm.gather(mine, root=0)
@@ -511,7 +519,7 @@ def _io_threads(n: int) -> None:
 
 def _finalize(comm: Any, layout: Any, roles: Any, loop: Any, analysis: Any,
               o: SessionOptions, scan: str, on_written: Optional[Callable],
-              sec: Any = None) -> ScanOutcome:
+              sec: Any, proto: Any) -> ScanOutcome:
     """Collective over `comm`: merge, gather, write and drain one scan."""
     t0 = time.monotonic()
     partial = loop.partial_of(scan)
@@ -563,8 +571,8 @@ def _finalize(comm: Any, layout: Any, roles: Any, loop: Any, analysis: Any,
                 merged = merged.compact()
             os.makedirs(local_dir, mode=0o700, exist_ok=True)
             h5 = os.path.join(local_dir, f"{scan}.h5")
-            start = getattr(loop.socket, "starts_by_scan", {}).get(scan)
-            size = write_scan(h5, analysis, merged, report, detector=_detector(start, loop, o))
+            size = write_scan(h5, analysis, merged, report,
+                              detector=proto.detector_metadata(loop.socket, scan))
             pub = loop.publisher
             first_live = pub.first_published.get(scan) if pub is not None else None
             timing = {"merge_s": round(t_merge - t0, 4),
@@ -583,8 +591,8 @@ def _finalize(comm: Any, layout: Any, roles: Any, loop: Any, analysis: Any,
                           "served": scan_ok(report, o.allow_loss),
                           "security": sec.describe() if sec is not None else None})
             loop.publish(scan, time.monotonic(), final=True, partial=merged)
-    if loop.socket is not None and hasattr(loop.socket, "forget"):
-        loop.socket.forget(scan)        # Stream V2: the start's arrays are written
+    if loop.socket is not None:
+        loop.socket.forget(scan)        # e.g. a Stream V2 start's arrays: written now
     if on_written is not None:
         on_written(comm, scan, os.path.join(o.local, scan))
     if comm.rank == 0:
@@ -593,15 +601,6 @@ def _finalize(comm: Any, layout: Any, roles: Any, loop: Any, analysis: Any,
     out = bcast_result(comm, lambda: ScanOutcome(scan, report, scan_ok(report, o.allow_loss),
                                                  files, timing))
     return out
-
-
-def _detector(start: Any, loop: Any, o: SessionOptions) -> Optional[Dict[str, Any]]:
-    """Stream V2: what the series' start says of the detector, for ``/detector``."""
-    if start is None:
-        return None
-    channel = loop.socket._channel.get(start.key) if loop.socket is not None else None
-    applied = bool(loop.socket is not None and loop.socket.masked(start.scan))
-    return {"start": start, "channel": channel, "pixel_mask_applied": applied}
 
 
 def _remove_empty_parents(local_dir: str, template: str) -> None:
@@ -634,11 +633,10 @@ def _terminate_handler(loop: Any, o: SessionOptions, nodes: Sequence[str]) -> An
     restore the previous handlers. The reports are written by its watchdog thread,
     woken through ``signal.set_wakeup_fd``, not by a Python signal handler: when a rank
     dies, rank 0's main thread may be blocked in an MPI call with it, where no handler
-    runs. Writing takes a few ms (measured 2-5 ms), but Open MPI's ``mpirun`` sometimes
-    sent SIGKILL within milliseconds of SIGTERM after a rank was killed (the report
-    was lost in 2-4 of 8 runs of ``test_stream_receive``'s killed-receiver test, none
-    with ``--mca odls_base_sigkill_timeout 5``): launch the receiver with that option
-    (``slurm/stream-session.sbatch`` does).
+    runs. Writing takes milliseconds, but Open MPI's ``mpirun`` may send SIGKILL about
+    as soon after SIGTERM once a rank was killed: launch the receiver with ``--mca
+    odls_base_sigkill_timeout 5`` (``slurm/stream-session.sbatch`` does; the figures
+    are in ``bench/results/history.md``).
     """
     from stager.staging.interrupt import Handling
 
@@ -657,6 +655,3 @@ def _terminate_handler(loop: Any, o: SessionOptions, nodes: Sequence[str]) -> An
     handling = Handling(grace=0.0, emergency=write_reports)
     return handling.__enter__()
 
-
-def options_dict(o: SessionOptions) -> Dict[str, Any]:
-    return asdict(o)

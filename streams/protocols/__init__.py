@@ -1,49 +1,89 @@
 """The table of stream protocols: what a protocol brings, and the one row that registers it.
 
 A stream protocol is one folder of this package (``native/``, ``stream2/``): its
-decoder, its receiving socket, its simulator, and a class implementing
+decoder, its receiving socket, its simulator, and a subclass of
 :class:`StreamProtocol` in the folder's ``__init__.py``, plus one row of
 :data:`ROWS`. The receiving job (:mod:`streams.job.session`) and the command line
 (``stager stream receive --protocol NAME``) ask the protocol through this table
--- its routing rule, its socket, its option checks, its rendezvous file -- and
-nothing else branches on a protocol's name. As with the block kinds
+-- its routing rule, its own options (:class:`ProtocolOption` rows: keyword,
+``STAGER_STREAM_<NAME>``, default, parser, and the ``stager stream receive`` flag
+made from them), its socket, its option checks, its rendezvous file, what it
+knows of the detector -- and nothing else branches on a protocol's name. As with the block kinds
 (:mod:`stager.planning.kinds`), a row names its class ``"module:Class"``, imported
 when first asked for, so ``import streams`` loads no protocol.
 
-To add a protocol: a module with a class implementing :class:`StreamProtocol` and a
+To add a protocol: a module with a subclass of :class:`StreamProtocol` and a
 row here, or :func:`register` for a protocol from outside the package (the toy
 protocol of ``tests/toyprotocol.py``).
 """
 from __future__ import annotations
 
-import importlib
-from typing import Any, Dict, List, Optional, Protocol, Union
+import pkgutil
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Tuple, Union
 
-__all__ = ["StreamProtocol", "ROWS", "register", "protocol", "names", "chosen"]
+from stager.options import Option
+
+__all__ = ["StreamProtocol", "ProtocolOption", "ROWS", "register", "protocol", "names",
+           "chosen", "options"]
 
 
-class StreamProtocol(Protocol):
-    """One stream protocol, as the receiving job asks it."""
+@dataclass(frozen=True)
+class ProtocolOption(Option):
+    """One option of a protocol (:class:`stager.options.Option`: keyword name, default,
+    strict parser, ``STAGER_STREAM_<NAME>``) and its ``stager stream receive`` flag,
+    ``--NAME`` with ``_`` as ``-`` (a boolean's flag takes no value).
+
+    The job resolves the chosen protocol's options like its own (keyword > environment
+    > default, on rank 0) into ``SessionOptions.protocol_options``, which the protocol
+    reads (:meth:`StreamProtocol.socket`).
+    """
+
+    help: str = ""
+    metavar: Optional[str] = None
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+class StreamProtocol:
+    """One stream protocol, as the receiving job asks it: subclass it, set
+    :attr:`name` and :attr:`routing`, implement :meth:`socket` and :meth:`rendezvous`
+    (the other methods have defaults)."""
 
     name: str       # the word of ``--protocol`` and of the reports
     routing: str    # "modulo": frame f reaches receiver f mod R (the producers route);
                     # "any": any receiver may get any frame (a detector deals them out)
+    #: the protocol's own options (its values: ``options.protocol_options[NAME]``)
+    options: Tuple[ProtocolOption, ...] = ()
 
     def check(self, options: Any) -> None:
         """Rank 0, before anything is bound: raise ``ValueError`` naming the option
-        this protocol cannot honour (``options`` is the job's ``SessionOptions``)."""
+        this protocol cannot honour (``options`` is the job's ``SessionOptions``).
+        Default: everything is honoured."""
 
     def socket(self, loop: Any, options: Any, index: int, count: int,
                partition_frames: Any, security: Any) -> str:
-        """Make receiver ``index`` of ``count``'s socket feeding ``loop.deliver`` (and
+        """Make receiver ``index`` of ``count``'s socket (a
+        :class:`~streams.socketloop.SocketLoop`) feeding ``loop.deliver`` (and
         ``loop.on_close``), set ``loop.socket``, bind or connect it; return what the
         rendezvous file lists for it. A protocol whose scans' starts and ends reach
         one receiver only shares them here (``loop.share``) with the others."""
+        raise NotImplementedError(f"stream protocol {self.name!r} makes no socket")
 
     def rendezvous(self, options: Any, endpoints: List[str], live: Optional[str],
                    security: Any) -> None:
         """Rank 0: write ``options.rendezvous``, what a producer or a viewer reads to
         find the job (``endpoints``: every receiver's :meth:`socket` answer)."""
+        raise NotImplementedError(f"stream protocol {self.name!r} writes no rendezvous file")
+
+    def detector_metadata(self, socket: Any, scan: str) -> Optional[Dict[str, Any]]:
+        """Rank 0, when ``scan`` is written: what the stream said of the detector, the
+        keywords of :func:`streams.job.output.write_scan`'s ``/detector`` (``socket``:
+        rank 0's receiving socket, None when rank 0 receives nothing). Default: None,
+        no ``/detector`` group."""
+        return None
 
 
 #: name -> "module:Class" (or an instance)
@@ -76,10 +116,15 @@ def protocol(name: str) -> StreamProtocol:
         raise ValueError(f"unknown stream protocol {name!r}; known: {', '.join(ROWS)} "
                          "(a plug-in registers with streams.protocols.register)")
     if isinstance(row, str):
-        module, _, cls = row.partition(":")
-        row = getattr(importlib.import_module(module), cls)()
+        row = pkgutil.resolve_name(row)()
     _LOADED[name] = row
     return row
+
+
+def options() -> List[ProtocolOption]:
+    """The options of every protocol of the table, in its order (each protocol's
+    module imported): the flags ``stager stream receive`` offers."""
+    return [o for name in ROWS for o in protocol(name).options]
 
 
 def chosen(name: Optional[str], stream2: Optional[str]) -> StreamProtocol:

@@ -117,7 +117,8 @@ def _hostile_messages(g, f0, s0):
     """(name, parts, counted, reason, attributed to the scan) aimed at receiver 0."""
     import msgpack
 
-    from streams.protocol import ScanGeometry, encode_begin, encode_data
+    from streams.protocol import ScanGeometry
+    from streams.protocols.native.headers import encode_begin, encode_data
 
     r0, r1 = g.sector_rows(s0)
     good = (r1 - r0) * g.shape[1] * g.itemsize

@@ -241,3 +241,42 @@ def test_a_stream_protocol_is_one_folder_plus_one_row():
     folders = {m for m, _ in _modules() if m.count(".") == 2
                and m.startswith("streams.protocols.")}
     assert builtin == folders, (builtin, folders)
+    # a protocol's options are rows of its own, not fields of the job's options
+    from streams import protocols
+    from streams.job.session import SessionOptions
+    own = {o.name: o for o in protocols.options()}
+    assert not set(own) & set(SessionOptions.__dataclass_fields__), own
+    assert all(o.env == "STAGER_STREAM_" + o.name.upper() for o in own.values()), own
+
+
+# The workflows' command line (workflows/run.py) maps its flags to each executor's
+# keywords and runs the collective MPI executor on every rank itself: a front door,
+# like the table. Nothing else branches on an executor's name.
+EXECUTOR_OWNED = ("workflows/executors/", "workflows/run.py")
+_EXECUTOR_BRANCH = re.compile(r"""(==|!=)\s*["'](inline|local|mpi|parsl)["']"""
+                              r"""|["'](inline|local|mpi|parsl)["']\s*(==|!=|in\b)""")
+
+
+def test_an_executor_is_one_module_plus_one_row():
+    found = []
+    for _mod, path in _modules():
+        rel = os.path.relpath(path, ROOT)
+        if rel.startswith(EXECUTOR_OWNED):
+            continue
+        with open(path, encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                if _EXECUTOR_BRANCH.search(line):
+                    found.append(f"{rel}:{n}: {line.strip()}")
+    assert not found, ("code branching on an executor's name outside workflows/executors/ "
+                       "(ask workflows.executors.make): " + "; ".join(found))
+    with open(os.path.join(ROOT, "workflows", "executors", "__init__.py"),
+              encoding="utf-8") as f:
+        assert not _EXECUTOR_BRANCH.search(f.read()), "make() branches: use the table"
+    # every row names a module of workflows/executors/ whose class exists
+    import pkgutil
+
+    from workflows.executors import ROWS
+    for name, row in ROWS.items():
+        module, _, cls = row.partition(":")
+        assert module.startswith("workflows.executors.") and cls, (name, row)
+        assert callable(pkgutil.resolve_name(row)), row   # engines load only when built

@@ -8,8 +8,8 @@ import pytest
 from streams.accounting import ScanReport, ranges
 from streams.assemble import Assembler
 from streams.codecs import encode
-from streams.protocol import (Begin, Data, End, ScanGeometry, encode_begin,
-                                    encode_data, encode_end)
+from streams.protocol import Begin, Data, End, ScanGeometry
+from streams.protocols.native.headers import encode_begin, encode_data, encode_end, feed
 
 
 class Clock:
@@ -71,13 +71,13 @@ def test_native_messages_fed_as_frames():
     sink = Sink()
     a = Assembler(sink, partition_frames=5)
     for p in range(2):
-        a.feed([encode_begin(G, p), b""])
+        feed(a, [encode_begin(G, p), b""])
     for f in range(12):
         for s in range(3):
             r = G.sector_rows(s)
-            a.feed([encode_data("s", f, s, r), imgs[f][r[0]:r[1]].tobytes()])
-    a.feed([encode_end("s", 0, 20), b""])
-    a.feed([encode_end("s", 1, 16), b""])
+            feed(a, [encode_data("s", f, s, r), imgs[f][r[0]:r[1]].tobytes()])
+    feed(a, [encode_end("s", 0, 20), b""])
+    feed(a, [encode_end("s", 1, 16), b""])
     rep = a.closed["s"]
     assert rep.ok and rep.received_data == 36 and rep.lost_in_transport == 0
     assert [p[1] for p in sink.parts] == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9], [10, 11]]
@@ -100,8 +100,8 @@ def test_every_rejection_reason_is_counted_and_attributed():
     a.begin(Begin(0, ScanGeometry("s", 2, 12, 3, (9, 5), "<u4", (3, 4))))   # conflict
     a.begin(Begin(0, ScanGeometry("t", 1, 1, 1, (9, 5), "<u2", (1, 1))))    # busy
     a.data(Data("nope", 0, 0, r0, r1, "raw"), ok)                 # unknown_scan
-    a.feed([encode_begin(G, 1)])                                  # malformed: one frame
-    a.feed([encode_end("s", 1, 0), b"x"])                         # malformed: payload
+    feed(a, [encode_begin(G, 1)])                                  # malformed: one frame
+    feed(a, [encode_end("s", 1, 0), b"x"])                         # malformed: payload
     rep = a.scans["s"].report
     assert dict(rep.rejected) == {"wrong_receiver": 1, "out_of_range": 3,
                                   "wrong_payload_size": 2, "duplicate": 2, "conflict": 1,

@@ -6,9 +6,9 @@ import msgpack
 import pytest
 
 from streams.errors import ProtocolError
-from streams.protocol import (MAX_HEADER_BYTES, Begin, Data, End, Reason, ScanGeometry,
-                                    decode_header, encode_begin, encode_data, encode_end,
-                                    route, sector_rows)
+from streams.protocol import Begin, Data, End, Reason, ScanGeometry, sector_rows
+from streams.protocols.native.headers import (MAX_HEADER_BYTES, decode_header, encode_begin,
+                                              encode_data, encode_end, route)
 
 G = ScanGeometry("scan-1", 4, 12, 4, (576, 576), "<u2", (3, 4))
 BEGIN = {"kind": "begin", "scan": "scan-1", "producer": 2, "producers": 4, "frames": 12,
@@ -113,7 +113,8 @@ def test_every_public_name_resolves():
 
 
 def test_import_loads_no_wire_library():
-    code = ("import sys, streams, streams.protocol, streams.protocols.native.rendezvous;"
+    code = ("import sys, streams, streams.protocol, streams.protocols.native.headers,"
+            " streams.protocols.native.rendezvous;"
             "bad = [m for m in ('zmq', 'msgpack', 'cbor2', 'lz4', 'dectris') if m in sys.modules];"
             "print(bad); sys.exit(1 if bad else 0)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
@@ -123,7 +124,8 @@ def test_import_loads_no_wire_library():
 @pytest.mark.parametrize("name", ["a/b", "..", "a..b", "../etc", "x" * 129, ".hidden", ""])
 def test_scan_names_that_could_name_other_files_are_refused(name):
     from streams.errors import ProtocolError
-    from streams.protocol import check_scan_name, decode_header
+    from streams.protocol import check_scan_name
+    from streams.protocols.native.headers import decode_header
 
     with pytest.raises(ProtocolError, match="scan name"):
         check_scan_name(name)

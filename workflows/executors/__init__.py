@@ -1,12 +1,15 @@
 """Executors: one interface (``submit -> Future``, ``shutdown``, ``with``) over existing engines.
 
-``make(name, **options)`` builds one by name: ``inline``, ``local``, ``mpi``,
-``parsl``. Each module imports its engine lazily (Parsl takes a second).
+``make(name, **options)`` builds one by name, a row of :data:`ROWS` (``inline``,
+``local``, ``mpi``, ``parsl``: name -> ``"module:Class"``, resolved with the
+standard library's :func:`pkgutil.resolve_name` when first asked for). Each module
+imports its engine lazily (Parsl takes a second).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import pkgutil
+from typing import Any, Dict
 
 import lazy_loader
 
@@ -21,34 +24,34 @@ __all__ = [
     "LocalExecutor",
     "MPIExecutor",
     "ParslExecutor",
+    "ROWS",
     "NAMES",
     "make",
 ]
 
-NAMES = ("inline", "local", "mpi", "parsl")
+#: executor name -> "module:Class", imported when first asked for (Parsl takes a second;
+#: mpi4py only under MPI): adding an executor is one module and one row
+ROWS: Dict[str, str] = {
+    "inline": "workflows.executors.inline:InlineExecutor",
+    "local": "workflows.executors.local:LocalExecutor",
+    "mpi": "workflows.executors.mpi:MPIExecutor",
+    "parsl": "workflows.executors.parsl:ParslExecutor",
+}
+NAMES = tuple(ROWS)
 
 
 def make(name: str, **options: Any) -> Executor:
-    """Build the executor called ``name`` with its keyword options.
+    """Build the executor called ``name`` (a row of :data:`ROWS`) with its keyword options.
 
     Raises
     ------
     ExecutorError
         For an unknown name.
     """
-    if name == "inline":
-        return InlineExecutor(**options)
-    if name == "local":
-        return LocalExecutor(**options)
-    if name == "mpi":
-        from .mpi import MPIExecutor
-
-        return MPIExecutor(**options)
-    if name == "parsl":
-        from .parsl import ParslExecutor
-
-        return ParslExecutor(**options)
-    raise ExecutorError(f"unknown executor {name!r}: expected one of {', '.join(NAMES)}")
+    row = ROWS.get(name)
+    if row is None:
+        raise ExecutorError(f"unknown executor {name!r}: expected one of {', '.join(ROWS)}")
+    return pkgutil.resolve_name(row)(**options)
 
 
 # MPIExecutor and ParslExecutor on first use (lazy_loader): without mpi4py or parsl up front

@@ -151,9 +151,8 @@ class Executor(abc.ABC):
 #: active in the submitting process (``WORKFLOWS_GC_THRESHOLD``; 0 keeps Python's
 #: 700). Each task allocates a dozen tracked objects (its future, condition,
 #: lists, closures), so with 700 a collection runs every ~60 tasks and walks
-#: them: measured here, 17 µs of rank 0's CPU per launched task with 700, 8 µs
-#: with 20,000 (10 µs with the collector off) -- half the root's per-task cost
-#: (``bench/dispatch_model.md``). Garbage cycles wait a little longer, that is all.
+#: them, about half the root's per-task cost (figures: ``bench/results/history.md``).
+#: Garbage cycles wait a little longer, that is all.
 GC_THRESHOLD = 20000
 
 

@@ -3,19 +3,22 @@
 Producers PUSH msgpack headers + payloads to every receiver's bound PULL socket,
 sector s of frame f from producer ``(f * S + s) mod P`` to receiver ``f mod R``
 (routing ``modulo``), found through the rendezvous file; CURVE by default. Here:
+:mod:`~streams.protocols.native.headers` (the msgpack headers, turned into
+:mod:`streams.protocol`'s values that every protocol's socket hands the assembler),
 :mod:`~streams.protocols.native.receiver` (the socket),
 :mod:`~streams.protocols.native.producer`, :mod:`~streams.protocols.native.rendezvous`;
-the headers are :mod:`streams.protocol` (the vocabulary every protocol's socket
-speaks to the assembler) and the simulator is :mod:`streams.simulate`.
+the simulator is :mod:`streams.simulate`.
 """
 from __future__ import annotations
 
 from typing import Any, List, Optional
 
+from streams.protocols import StreamProtocol
+
 __all__ = ["Native"]
 
 
-class Native:
+class Native(StreamProtocol):
     """The row ``native`` of :data:`streams.protocols.ROWS`."""
 
     name = "native"

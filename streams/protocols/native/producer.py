@@ -24,7 +24,8 @@ import numpy as np
 
 from streams.codecs import encode
 from streams.errors import StreamError
-from streams.protocol import ScanGeometry, encode_begin, encode_data, encode_end, route
+from streams.protocol import ScanGeometry
+from streams.protocols.native.headers import encode_begin, encode_data, encode_end, route
 from streams.socketloop import DEFAULT_HWM
 from streams.protocols.native.rendezvous import Rendezvous
 

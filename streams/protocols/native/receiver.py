@@ -29,6 +29,7 @@ from streams.accounting import ScanReport
 from streams.assemble import DEFAULT_MEMORY_BYTES, Assembler, Partition
 from streams.errors import StreamError
 from streams.protocol import ScanGeometry
+from streams.protocols.native.headers import feed
 from streams.socketloop import DEFAULT_HWM, SocketLoop, resolve_endpoint
 
 __all__ = ["Receiver"]
@@ -105,7 +106,7 @@ class Receiver(SocketLoop):
             self.bind()
 
     def _read(self, max_messages: int) -> int:
-        zmq, sock, feed = self._zmq, self._sock, self.assembler.feed
+        zmq, sock, assembler = self._zmq, self._sock, self.assembler
         n = 0
         while n < max_messages:
             try:
@@ -114,6 +115,6 @@ class Receiver(SocketLoop):
                 break
             while sock.rcvmore:
                 parts.append(sock.recv(copy=False))
-            feed(parts)
+            feed(assembler, parts)
             n += 1
         return n

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence, Tuple, Union
 
 from streams.errors import RendezvousError
-from streams.protocol import PROTOCOL
+from streams.protocols.native.headers import PROTOCOL
 
 __all__ = ["Rendezvous", "write_rendezvous", "read_rendezvous", "wait_for_rendezvous"]
 

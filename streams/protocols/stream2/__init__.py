@@ -13,16 +13,31 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
+
+from stager.options import parse_bool, parse_int, parse_number
+from streams.protocols import ProtocolOption, StreamProtocol
 
 __all__ = ["StreamV2"]
 
 
-class StreamV2:
+class StreamV2(StreamProtocol):
     """The row ``stream2`` of :data:`streams.protocols.ROWS`."""
 
     name = "stream2"
     routing = "any"
+    options = (
+        ProtocolOption("v2_grace", 1.0, parse_number(0, strict=True), "STAGER_STREAM_V2_GRACE",
+                       "Stream V2: seconds without images before an end another client "
+                       "received closes a series here (default 1)", "S"),
+        ProtocolOption("v2_decode_threads", 0, parse_int(0), "STAGER_STREAM_V2_DECODE_THREADS",
+                       "Stream V2: decode payloads on N threads per receiver, off the "
+                       "receiving thread (default 0; --receivers-per-node scaled better "
+                       "where measured)", "N"),
+        ProtocolOption("v2_pixel_mask", False, parse_bool, "STAGER_STREAM_V2_PIXEL_MASK",
+                       "Stream V2: zero the pixels the start's pixel_mask marks before the "
+                       "analysis (needs SIMPLON header_detail all)"),
+    )
 
     def check(self, o: Any) -> None:
         if not o.stream2:
@@ -35,11 +50,13 @@ class StreamV2:
                security: Any) -> str:
         from streams.protocols.stream2.receiver import StreamV2Receiver
 
+        mine = o.protocol_options
         v2 = StreamV2Receiver(loop.deliver, o.stream2, partition_frames=partition_frames,
                               memory_bytes=o.memory_bytes, idle_timeout=o.idle_timeout,
                               rcvhwm=o.rcvhwm, on_close=loop.on_close,
-                              apply_pixel_mask=o.v2_pixel_mask,
-                              decode_threads=o.v2_decode_threads,
+                              apply_pixel_mask=mine["v2_pixel_mask"],
+                              decode_threads=mine["v2_decode_threads"],
+                              shared_grace=mine["v2_grace"],
                               on_start=lambda s: loop.share("start", s),
                               on_end=lambda e: loop.share("end", e),
                               security=security, source=_source(o.bind_host))
@@ -59,6 +76,12 @@ class StreamV2:
                            if security is not None else None}, indent=1) + "\n"
         localfs.write_bytes_atomic(os.path.abspath(o.rendezvous), text.encode(),
                                    mode=o.rendezvous_mode)
+
+
+    def detector_metadata(self, socket: Any, scan: str) -> Optional[Dict[str, Any]]:
+        """What the series' start said of the detector (the start, the kept channel,
+        whether this client zeroed the masked pixels), for ``/detector``."""
+        return socket.detector(scan) if socket is not None else None
 
 
 def _source(bind_host: str) -> Optional[str]:

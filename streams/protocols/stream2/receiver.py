@@ -8,12 +8,12 @@ its images. This client therefore:
 - assembles whatever images reach it (routing ``any``: no image is "wrong" here),
   one frame per image, one sector per frame, the chosen ``channel`` only;
 - calls ``on_start`` / ``on_end`` with the decoded messages it receives, and
-  accepts :meth:`StreamV2Receiver.apply_start` / :meth:`apply_end` from outside:
+  accepts them from outside (:meth:`StreamV2Receiver.apply_shared`):
   that is how the MPI layer (phase 2) shares them, so every client opens and
-  closes the series. A shared end closes a series only after ``grace`` seconds
+  closes the series. A shared end closes a series only after ``shared_grace`` seconds
   without an image of it: the end reached another client, and this client's
-  last images may still be in flight (measured: without the grace, images
-  queued behind a shared end were rejected ``late``);
+  last images may still be in flight behind it (without the grace they were
+  rejected ``late``: ``bench/results/history.md``);
 - keeps images *and ends* that arrive before their series' start is known (at
   most ``pending_max`` images, each at most ``idle_timeout`` seconds; beyond
   either they are rejected ``unknown_scan``, naming the series) and applies them
@@ -77,6 +77,9 @@ class StreamV2Receiver(SocketLoop):
     apply_pixel_mask : bool
         Zero the pixels the start's ``pixel_mask`` of the kept channel marks (!= 0)
         in every frame before delivery (needs ``header_detail: all``).
+    shared_grace : float
+        Seconds without images before an end another client received
+        (:meth:`apply_shared`) closes a series here.
     on_start, on_end : callable, optional
         Called with each :class:`Start` / :class:`End` this client receives.
     partition_frames, memory_bytes, max_scans, idle_timeout, rcvhwm, on_close, context
@@ -94,7 +97,7 @@ class StreamV2Receiver(SocketLoop):
                  memory_bytes: int = DEFAULT_MEMORY_BYTES,
                  max_scans: int = 4, idle_timeout: float = 30.0, rcvhwm: int = DEFAULT_HWM,
                  pending_max: int = 256, apply_pixel_mask: bool = False,
-                 decode_threads: int = 0,
+                 decode_threads: int = 0, shared_grace: float = 1.0,
                  on_start: Optional[Callable[[Start], Any]] = None,
                  on_end: Optional[Callable[[End], Any]] = None,
                  on_close: Optional[Callable[[ScanReport], Any]] = None,
@@ -111,6 +114,7 @@ class StreamV2Receiver(SocketLoop):
         self.endpoint = endpoint
         self.channel, self.scan_shape = channel, scan_shape
         self.apply_pixel_mask = apply_pixel_mask
+        self.shared_grace = shared_grace
         self.on_start, self.on_end = on_start, on_end
         self.pending_max = pending_max
         self.starts: Dict[Key, Start] = {}
@@ -286,6 +290,15 @@ class StreamV2Receiver(SocketLoop):
         if held is not None:     # an end that came first: every image before it is in
             self.apply_end(End(start.series_id, start.series_unique_id), grace=held[1])
 
+    def apply_shared(self, kind: str, msg: Any) -> None:
+        """A ``start`` or ``end`` another client received and shared (``on_start``,
+        ``on_end``); a shared end closes the series after ``shared_grace`` s without
+        images (see :meth:`apply_end`)."""
+        if kind == "start":
+            self.apply_start(msg)
+        else:
+            self.apply_end(msg, grace=self.shared_grace)
+
     def apply_end(self, end: End, grace: float = 0.0) -> None:
         """Close the series: now (``grace`` 0: the end reached this client, after every
         image the detector sent it), or once no image of it came for ``grace`` seconds
@@ -347,6 +360,15 @@ class StreamV2Receiver(SocketLoop):
         self._mask.pop(scan, None)
         if start is not None:
             self.starts[start.key] = dataclasses.replace(start, fields={})
+
+    def detector(self, scan: str) -> Optional[Dict[str, Any]]:
+        """What ``scan``'s start said of the detector, for its ``/detector`` group
+        (:func:`streams.job.output.write_scan`); None when no start of it is kept."""
+        start = self.starts_by_scan.get(scan)
+        if start is None:
+            return None
+        return {"start": start, "channel": self._channel.get(start.key),
+                "pixel_mask_applied": self.masked(scan)}
 
     def masked(self, scan: str) -> bool:
         """True when this client zeroes the masked pixels of ``scan``'s frames."""

@@ -95,21 +95,27 @@ class ChannelImage:
 
 
 @dataclass(frozen=True)
-class Start:
-    """A ``start`` message: the series configuration (all fields kept in ``fields``)."""
+class _Series:
+    """What every message of a series names: its id and unique id (:attr:`key`)."""
 
     series_id: int
     series_unique_id: str
+
+    @property
+    def key(self) -> Tuple[str, int]:
+        return (self.series_unique_id, self.series_id)
+
+
+@dataclass(frozen=True)
+class Start(_Series):
+    """A ``start`` message: the series configuration (all fields kept in ``fields``)."""
+
     number_of_images: int
     image_size_x: int
     image_size_y: int
     image_dtype: Optional[str]
     channels: Tuple[str, ...]
     fields: Dict[str, Any] = field(default_factory=dict, compare=False)
-
-    @property
-    def key(self) -> Tuple[str, int]:
-        return (self.series_unique_id, self.series_id)
 
     @property
     def scan(self) -> str:
@@ -158,30 +164,17 @@ class Start:
 
 
 @dataclass(frozen=True)
-class Image:
+class Image(_Series):
     """An ``image`` message: ``data`` maps channel name -> :class:`ChannelImage`."""
 
-    series_id: int
-    series_unique_id: str
     image_id: int
     data: Dict[str, ChannelImage]
     fields: Dict[str, Any] = field(default_factory=dict, compare=False)
 
-    @property
-    def key(self) -> Tuple[str, int]:
-        return (self.series_unique_id, self.series_id)
-
 
 @dataclass(frozen=True)
-class End:
+class End(_Series):
     """An ``end`` message."""
-
-    series_id: int
-    series_unique_id: str
-
-    @property
-    def key(self) -> Tuple[str, int]:
-        return (self.series_unique_id, self.series_id)
 
 
 # ---- decoding ----

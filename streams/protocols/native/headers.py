@@ -1,0 +1,178 @@
+"""The native protocol's headers (``mpistage-stream/1``): schema, encoding, validation.
+
+Every message is two ZeroMQ frames: a msgpack header and a payload. This module
+turns header bytes into the values every protocol hands the assembler
+(:class:`~streams.protocol.Begin`, :class:`~streams.protocol.Data`,
+:class:`~streams.protocol.End`) and back, and :func:`feed` hands one whole message
+to an :class:`~streams.assemble.Assembler`. It is pure: no sockets, no numpy;
+msgpack is imported by the functions that use it. ``docs/stream-protocol.md`` is
+the normative text; the rules below implement it one to one.
+
+Range checks that need the scan's geometry (frame < frames, a sector's rows)
+belong to the assembler, which knows the geometry from ``begin``; this module
+checks what one header alone can tell.
+"""
+from __future__ import annotations
+
+from typing import Any, List, Tuple
+
+from streams.errors import ProtocolError
+from streams.protocol import (SCAN_RE, Begin, Data, End, Header, Reason, ScanGeometry,
+                              check_int, check_scan_name)
+
+__all__ = ["PROTOCOL", "ENCODINGS", "MAX_HEADER_BYTES", "decode_header", "encode_begin",
+           "encode_data", "encode_end", "route", "feed"]
+
+PROTOCOL = "mpistage-stream/1"
+ENCODINGS = ("raw", "lz4", "bslz4")
+#: A header longer than this is rejected unread (``malformed_header``).
+MAX_HEADER_BYTES = 4096
+
+
+def route(frame: int, receivers: int) -> int:
+    """Index of the receiver that gets every sector of ``frame``: ``frame mod R``."""
+    return frame % receivers
+
+
+def _field(h: dict, key: str) -> Any:
+    try:
+        return h[key]
+    except KeyError:
+        raise ProtocolError(Reason.MALFORMED, f"{h.get('kind')} header has no {key!r}",
+                            h.get("scan") if isinstance(h.get("scan"), str) else None) from None
+
+
+def decode_header(buf: Any) -> Header:
+    """Parse and check one header frame.
+
+    Parameters
+    ----------
+    buf : bytes-like
+        The first frame of a message.
+
+    Returns
+    -------
+    Begin | Data | End
+
+    Raises
+    ------
+    ProtocolError
+        With ``reason`` ``malformed_header`` or ``unknown_encoding`` and, when the
+        header names a well-formed scan, ``scan``.
+    """
+    import msgpack
+
+    if len(buf) > MAX_HEADER_BYTES:
+        raise ProtocolError(Reason.MALFORMED, f"header of {len(buf)} bytes (max "
+                            f"{MAX_HEADER_BYTES})")
+    try:
+        h = msgpack.unpackb(buf, raw=False, use_list=True, strict_map_key=True)
+    except Exception as e:  # msgpack raises several unrelated types on garbage
+        raise ProtocolError(Reason.MALFORMED, f"header is not msgpack ({type(e).__name__}: "
+                            f"{e})") from None
+    if not isinstance(h, dict):
+        raise ProtocolError(Reason.MALFORMED, f"header is a msgpack {type(h).__name__}, "
+                            "not a map")
+    kind = h.get("kind")
+    scan = h.get("scan")
+    scan_ok = isinstance(scan, str) and SCAN_RE.match(scan) is not None and ".." not in scan
+    try:
+        if kind == "data":
+            scan = check_scan_name(scan)
+            encoding = _field(h, "encoding")
+            frame = check_int("frame", _field(h, "frame"))
+            sector = check_int("sector", _field(h, "sector"))
+            rows = _field(h, "rows")
+            if not isinstance(rows, list) or len(rows) != 2:
+                raise ProtocolError(Reason.MALFORMED, f"rows must be [r0, r1], not {rows!r}")
+            r0, r1 = check_int("rows[0]", rows[0]), check_int("rows[1]", rows[1])
+            if r1 <= r0:
+                raise ProtocolError(Reason.MALFORMED, f"rows [{r0}, {r1}] is empty")
+            if not isinstance(encoding, str):
+                raise ProtocolError(Reason.MALFORMED, f"encoding must be a string, not "
+                                    f"{encoding!r}")
+            if encoding not in ENCODINGS:
+                raise ProtocolError(Reason.ENCODING, f"encoding {encoding!r} is not one of "
+                                    f"{', '.join(ENCODINGS)}")
+            return Data(scan, frame, sector, r0, r1, encoding)
+        if kind == "begin":
+            # ScanGeometry checks every field (names in its messages)
+            geometry = ScanGeometry(
+                scan=check_scan_name(scan), producers=_field(h, "producers"),
+                frames=_field(h, "frames"), sectors=_field(h, "sectors"),
+                shape=_field(h, "shape"), dtype=_field(h, "dtype"),
+                scan_shape=_field(h, "scan_shape"))
+            return Begin(check_int("producer", _field(h, "producer")), geometry)
+        if kind == "end":
+            return End(check_scan_name(scan), check_int("producer", _field(h, "producer")),
+                       check_int("sent", _field(h, "sent")))
+    except ProtocolError as e:
+        if e.scan is None and scan_ok:
+            e.scan = scan
+        e.kind = kind if isinstance(kind, str) else None
+        raise
+    raise ProtocolError(Reason.MALFORMED, f"kind {kind!r} is not 'begin', 'data' or 'end'",
+                        scan if scan_ok else None)
+
+
+def _pack(h: dict) -> bytes:
+    import msgpack
+
+    return msgpack.packb(h, use_bin_type=True)
+
+
+def encode_begin(geometry: ScanGeometry, producer: int) -> bytes:
+    """Header of a ``begin`` message from ``producer`` (payload: empty)."""
+    if isinstance(producer, bool) or not isinstance(producer, int) \
+            or not 0 <= producer < geometry.producers:
+        raise ProtocolError(Reason.OUT_OF_RANGE, f"producer {producer!r} not in "
+                            f"[0, {geometry.producers})", geometry.scan)
+    g = geometry
+    return _pack({"kind": "begin", "scan": g.scan, "producer": int(producer),
+                  "producers": g.producers, "frames": g.frames, "sectors": g.sectors,
+                  "shape": [int(g.shape[0]), int(g.shape[1])], "dtype": g.dtype,
+                  "scan_shape": [int(g.scan_shape[0]), int(g.scan_shape[1])]})
+
+
+def encode_data(scan: str, frame: int, sector: int, rows: Tuple[int, int],
+                encoding: str = "raw") -> bytes:
+    """Header of a ``data`` message (payload: rows ``rows[0]:rows[1]``, encoded)."""
+    if encoding not in ENCODINGS:
+        raise ProtocolError(Reason.ENCODING, f"encoding {encoding!r} is not one of "
+                            f"{', '.join(ENCODINGS)}", scan)
+    return _pack({"kind": "data", "scan": scan, "frame": int(frame), "sector": int(sector),
+                  "rows": [int(rows[0]), int(rows[1])], "encoding": encoding})
+
+
+def encode_end(scan: str, producer: int, sent: int) -> bytes:
+    """Header of an ``end`` message (payload: empty)."""
+    return _pack({"kind": "end", "scan": scan, "producer": int(producer), "sent": int(sent)})
+
+
+def feed(assembler: Any, parts: List[Any]) -> None:
+    """Hand one native message (its ZeroMQ frames: bytes or buffers) to ``assembler``.
+
+    A message that is not a header and a payload, whose header does not decode, or
+    whose ``begin``/``end`` carries a payload, is rejected into the assembler's
+    accounting (a ``data`` header of an open scan that does not decode still counts
+    as received data of that scan).
+    """
+    if len(parts) != 2:
+        assembler.reject(Reason.MALFORMED, f"message of {len(parts)} frames, expected 2 "
+                         "(header, payload)")
+        return
+    try:
+        h = decode_header(parts[0])
+    except ProtocolError as e:
+        # a data message of an open scan, unusable: received, then rejected
+        assembler.reject(e.reason, e.detail, e.scan, received=e.kind == "data")
+        return
+    if isinstance(h, Data):
+        assembler.data(h, parts[1])
+    elif len(parts[1]):
+        assembler.reject(Reason.MALFORMED, f"{type(h).__name__.lower()} of scan {h.scan} "
+                         f"with a {len(parts[1])}-byte payload (must be empty)", h.scan)
+    elif isinstance(h, Begin):
+        assembler.begin(h)
+    else:
+        assembler.end(h)
