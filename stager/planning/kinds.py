@@ -14,7 +14,7 @@ To add a kind: a module with a class implementing :class:`Kind`, and a row here
 """
 from __future__ import annotations
 
-import importlib
+import pkgutil
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Protocol, Tuple, Union
 
@@ -93,8 +93,7 @@ def kind(name: str) -> Kind:
         if name not in ROWS:
             raise ValueError(f"unknown block kind {name!r}: use one of {', '.join(ROWS)}")
         row = ROWS[name]
-        module, _, cls = row.partition(":") if isinstance(row, str) else ("", "", "")
-        _loaded[name] = getattr(importlib.import_module(module), cls)()
+        _loaded[name] = pkgutil.resolve_name(row)() if isinstance(row, str) else row
     return _loaded[name]
 
 

@@ -22,7 +22,7 @@ a test-machine path that real nodes, on separate hosts, never take.
 """
 from __future__ import annotations
 
-import importlib
+import pkgutil
 from typing import Any, Dict, Optional, Sequence
 
 from stager.mpi.agree import any_true
@@ -52,8 +52,7 @@ def run_method(method: str, comm: Any, jobs: Sequence[FileJob], reader: SourceRe
     """
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
-    module, _, name = METHODS[method].partition(":")
-    return getattr(importlib.import_module(module), name)(
+    return pkgutil.resolve_name(METHODS[method])(
         comm, jobs, reader, sink, chunk_size, small_file_threshold, shared_exchange,
         {} if info is None else info)
 
