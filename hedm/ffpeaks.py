@@ -124,7 +124,7 @@ class FFPeaks(Analysis):
         shape = tuple(shape)
         if self.dark_path is None:
             return np.zeros(shape, np.float32), False
-        arr, hit = cached(self.dark_path, lambda p: load_dark(p, shape), kind="dark")
+        arr, hit = cached(self.dark_path, lambda p: load_dark(p, shape), kind=f"dark:{shape}")
         if arr.shape != shape:
             raise StreamError(f"ff_peaks: dark {self.dark_path} is {arr.shape}, frames are "
                               f"{shape}")
