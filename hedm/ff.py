@@ -9,14 +9,15 @@ Run it like the NF workflow::
 The graph:
 
 1. **frames**: one task per frame reads it from its node's staged copy (a GE
-   or HDF5 file holding every frame, or a TIFF series), and the dark -- the
-   mean of the dark file's frames -- through the per-worker cache (computed
-   once per worker, then from memory); :func:`kernels.ff.find_peaks` gives
-   the frame's peak table;
-2. **reduce**: an ordered ``reduce_tree`` concatenates the peak tables;
-3. **write**: one task writes ``<OutputFileName>.h5``, ``.csv`` and ``.png``
-   into the node-local results directory (``--results``);
+   or HDF5 file holding every frame, or a TIFF series) and searches it with
+   the analysis :class:`hedm.ffpeaks.FFPeaks` (the dark through the per-worker
+   cache: read once per worker);
+2. **reduce**: an ordered ``reduce_tree`` merges the partials (the analysis's merge);
+3. **write**: one task writes the analysis's tables as ``<OutputFileName>.h5``,
+   ``.csv`` and ``.png`` into the node-local results directory (``--results``);
 4. **drain** (``finalize``): results to ``OUT``, node-local copies removed.
+
+Steps 1-3 are what ``stager stream receive --analysis hedm.ffpeaks`` runs live.
 
 On a **scatter** block (``hedm/hooks/ff_scatter.hook``: each frame file of a TIFF
 series on one node, for datasets larger than one node's storage), each frame's
@@ -39,52 +40,14 @@ from typing import Any, Dict, Optional, Tuple
 import numpy as np
 
 from workflows import app, on_this_node, reduce_tree, this_node
-from hedm.common import (as_records, cached, frame_reader, is_series, raw_options,
-                                   merge_tables, phase_spans, recording, worker_name)
-from hedm.output import FF_FRAME_DTYPE, plot_ff, write_csv, write_h5
-from hedm.params import (Param, add_flow_arguments, at_least, flag_overrides, load_params,
-                                   relative_to, resolve_params)
+from hedm.common import frame_reader, is_series, phase_spans, recording, worker_name
+from hedm.ffpeaks import SCHEMA, FFPeaks, kernel_params, load_dark, read_ff_params
+from hedm.output import plot_ff, write_csv, write_h5
+from hedm.params import ParamError, add_flow_arguments, flag_overrides, relative_to
 from hedm.run import drain_results, log_summary, stage_dict, write_json
 
-__all__ = ["SCHEMA", "add_arguments", "main", "finalize", "read_ff_params", "load_dark"]
-
-SCHEMA = (
-    Param("DataDirectory", str, ".", "folder of frames and dark; relative to the parameter "
-          "file's folder, %n = node name"),
-    Param("InputPattern", str, "ff_000001.ge3", "one GE/HDF5 file holding every frame, or a "
-          "TIFF series name with a %d field"),
-    Param("Dark", str, None, "dark file (GE/HDF5, or one TIFF); the mean of its frames is used"),
-    Param("RawStartNr", int, 0, "first frame (index in the file, or TIFF file number)",
-          at_least(0)),
-    Param("NrFilesPerSweep", int, None, "number of frames", at_least(1)),
-    Param("NrPixelsY", int, None, "frame width (detector columns)", at_least(1)),
-    Param("NrPixelsZ", int, None, "frame height (detector rows)", at_least(1)),
-    Param("Threshold", float, 50.0, "counts above the dark for a pixel to count", at_least(0)),
-    Param("MinNrPx", int, 2, "smallest region (pixels) kept", at_least(1)),
-    Param("MaxNrPx", int, 10000, "largest region (pixels) kept", at_least(1)),
-    Param("OutputFileName", str, "ff_peaks", "base name of the result files (.h5, .csv, .png)"),
-)
-
-
-def read_ff_params(path: str, flags: Dict[str, Any] | None = None) -> Dict[str, Any]:
-    """Parameters from the file ``path`` and flag overrides, checked together."""
-    from hedm.params import ParamError
-
-    values = resolve_params(SCHEMA, load_params(path, SCHEMA), flags or {}, path)
-    if values["MinNrPx"] > values["MaxNrPx"]:
-        raise ParamError(f"{path}: MinNrPx ({values['MinNrPx']}) must not exceed MaxNrPx "
-                         f"({values['MaxNrPx']})")
-    if "/" in values["OutputFileName"] or not values["OutputFileName"]:
-        raise ParamError(f"{path}: OutputFileName must be a plain file name, "
-                         f"got {values['OutputFileName']!r}")
-    return values
-
-
-def kernel_params(p: Dict[str, Any]):
-    """The :class:`kernels.ff.FFParams` of a parameter set."""
-    from kernels.ff import FFParams
-
-    return FFParams(threshold=p["Threshold"], min_pixels=p["MinNrPx"], max_pixels=p["MaxNrPx"])
+__all__ = ["SCHEMA", "add_arguments", "main", "finalize", "read_ff_params", "load_dark",
+           "kernel_params"]
 
 
 def add_arguments(parser) -> None:
@@ -95,29 +58,16 @@ def add_arguments(parser) -> None:
                              "reading the shared copy)")
 
 
-def load_dark(path: str, shape) -> np.ndarray:
-    """Mean of every frame of the dark file (float32), read frame by frame."""
-    from kernels import open_frames
-
-    reader = open_frames(path, **raw_options(path, shape))
-    total = np.zeros(reader.shape, np.float64)
-    for i in range(reader.n_frames):
-        total += reader.read(i)
-    return (total / reader.n_frames).astype(np.float32)
-
-
 # -- tasks ---------------------------------------------------------------------------
 @app
 def find_ff_peaks(frame: int, source: str, first: int, n: int, shape, dark: str,
                   params: Dict[str, Any], shared: Optional[str] = None,
                   hard: bool = False) -> Dict[str, Any]:
-    """One frame from this node's staged copy -> its peak table (+ a log row).
+    """One frame from this node's staged copy -> the analysis's partial (+ a log row).
 
     ``shared``: the frame was scattered (its own file, on some nodes only); the
     task reads this node's copy, else the shared file (soft) or fails (``hard``).
     """
-    from kernels.ff import find_peaks
-
     t0 = time.perf_counter()
     fell = False
     if shared is None:
@@ -130,32 +80,33 @@ def find_ff_peaks(frame: int, source: str, first: int, n: int, shape, dark: str,
         path, fell = read_path(on_this_node(frame_file(source, frame)), shared, this_node(),
                                hard)
         image = open_frames(path, dtype="uint16").read(0)
-    dark_image, hit = cached(on_this_node(dark), lambda p: load_dark(p, shape), kind="dark")
+    analysis = FFPeaks(params, dark=on_this_node(dark))
+    _, hit = analysis.dark(shape)
     t1 = time.perf_counter()
-    peaks = find_peaks(image, dark_image, kernel_params(params), frame_index=frame)
-    return {"peaks": peaks, "frames": as_records([(frame, len(peaks))], FF_FRAME_DTYPE),
-            "log": [(frame, worker_name(), round(t1 - t0, 6), round(time.perf_counter() - t1, 6),
-                     bool(hit))],
-            "shared_reads": [frame] if fell else []}
+    partial = analysis.process_partition(image[None], np.array([frame - first]), np.ones(1, bool))
+    log = (frame, worker_name(), round(t1 - t0, 6), round(time.perf_counter() - t1, 6), bool(hit))
+    return {"partial": partial, "log": [log], "shared_reads": [frame] if fell else []}
 
 
 @app
 def merge_ff(a: Dict[str, Any], b: Dict[str, Any]) -> Dict[str, Any]:
-    """Concatenate two partial peak tables (ordered: frames stay in order)."""
-    return merge_tables(a, b)
+    """Merge two partials (the analysis's merge) and their log rows."""
+    return {"partial": a["partial"].merge(b["partial"]), "log": a["log"] + b["log"],
+            "shared_reads": a["shared_reads"] + b["shared_reads"]}
 
 
 @app
-def write_ff(table: Dict[str, Any], params: Dict[str, Any], dark: str, shape,
+def write_ff(merged: Dict[str, Any], params: Dict[str, Any], dark: str, shape,
              results: str) -> Dict[str, Any]:
     """Write the HDF5 table, the CSV and the PNG into this node's results directory."""
     out_dir = on_this_node(results)
     os.makedirs(out_dir, exist_ok=True)
-    dark_image, _ = cached(on_this_node(dark), lambda p: load_dark(p, shape), kind="dark")
+    analysis = FFPeaks(params, dark=on_this_node(dark))
+    table = analysis.tables(merged["partial"], params["NrFilesPerSweep"])
     base = os.path.join(out_dir, params["OutputFileName"])
     n_frames = len(table["frames"])
     h5 = write_h5(base + ".h5", {"peaks": table["peaks"], "frames": table["frames"],
-                                 "dark": dark_image},
+                                 "dark": analysis.dark(shape)[0]},
                   params, {"workflow": "hedm_ff", "n_frames": n_frames})
     csv = write_csv(base + ".csv", table["peaks"])
     png = plot_ff(base + ".png", table["peaks"], tuple(shape), table["frames"])
@@ -166,8 +117,6 @@ def write_ff(table: Dict[str, Any], params: Dict[str, Any], dark: str, shape,
 # -- the graph -------------------------------------------------------------------------
 def main(args):
     """Build and run the FF graph; return the write task's future (already done)."""
-    from hedm.params import ParamError
-
     t_origin = time.time()
     p = read_ff_params(on_this_node(args.params), flag_overrides(args, SCHEMA))
     folder = relative_to(p["DataDirectory"], args.params)
@@ -225,8 +174,6 @@ def scattered_frames(args, source: str, frames) -> Dict[int, Tuple[str, str]]:
     Empty when the run staged nothing or only broadcast blocks. Plans the staged spec
     again on this one process (what ``stager.where`` does) to learn the placement.
     """
-    from hedm.params import ParamError
-
     rep, spec = getattr(args, "stage_report", None), getattr(args, "stage_spec", None)
     if rep is None or not spec:
         return {}

@@ -1,31 +1,80 @@
-"""FF-HEDM peak search as an analysis: the per-frame work of ``hedm/ff.py`` on a live stream.
+"""FF-HEDM peak search as an analysis: one implementation for staged files and live streams.
 
-The same kernel (:func:`kernels.ff.find_peaks`), the same parameter file and the
-same dark as the file flow, behind the analysis contract
-(:mod:`streams.analysis`), so a receiving job runs it on frames as they
-arrive -- no new code::
+:data:`SCHEMA` (the parameter file), the dark (the mean of a dark file's frames) and
+:func:`kernels.ff.find_peaks` behind :mod:`streams.analysis`: ``hedm/ff.py`` runs it
+on staged frames, a receiving job on frames as they arrive -- no new code::
 
     mpirun -n 4 stager stream receive --analysis hedm.ffpeaks \\
         --set params=/path/ff.params --rendezvous RV --out OUT
 
-``params`` is the FF parameter file ``hedm/ff.py`` reads (``Threshold``,
-``MinNrPx``, ``MaxNrPx``, ``RawStartNr``, ``Dark`` relative to ``DataDirectory``).
-Frame ``f`` of the stream is frame ``RawStartNr + f`` of the sweep. ``OUT/<scan>.h5``
-holds ``/peaks`` and ``/frames`` in the layout of the file flow's
-``<OutputFileName>.h5`` (:mod:`hedm.output`), plus ``/dark`` and
-``/n_peaks_image`` (peaks per scan position); the live view shows ``n_peaks``.
+Frame ``f`` of a stream is frame ``RawStartNr + f`` of the sweep. ``OUT/<scan>.h5``
+holds ``/peaks`` and ``/frames`` as the file flow's ``<OutputFileName>.h5``
+(:mod:`hedm.output`), ``/dark`` and ``/n_peaks_image``; the live view shows ``n_peaks``.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Tuple
+import os
+from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
+from hedm.common import cached, raw_options
+from hedm.params import Param, ParamError, at_least, load_params, relative_to, resolve_params
 from streams.analysis import Analysis, Chunk, PerFrame
 from streams.errors import StreamError
 from streams.protocol import ScanGeometry
 
-__all__ = ["FFPeaks", "ANALYSIS"]
+__all__ = ["FFPeaks", "ANALYSIS", "SCHEMA", "read_ff_params", "kernel_params", "load_dark"]
+
+SCHEMA = (
+    Param("DataDirectory", str, ".", "folder of frames and dark; relative to the parameter "
+          "file's folder, %n = node name"),
+    Param("InputPattern", str, "ff_000001.ge3", "one GE/HDF5 file holding every frame, or a "
+          "TIFF series name with a %d field"),
+    Param("Dark", str, None, "dark file (GE/HDF5, or one TIFF); the mean of its frames is used"),
+    Param("RawStartNr", int, 0, "first frame (index in the file, or TIFF file number)",
+          at_least(0)),
+    Param("NrFilesPerSweep", int, None, "number of frames", at_least(1)),
+    Param("NrPixelsY", int, None, "frame width (detector columns)", at_least(1)),
+    Param("NrPixelsZ", int, None, "frame height (detector rows)", at_least(1)),
+    Param("Threshold", float, 50.0, "counts above the dark for a pixel to count", at_least(0)),
+    Param("MinNrPx", int, 2, "smallest region (pixels) kept", at_least(1)),
+    Param("MaxNrPx", int, 10000, "largest region (pixels) kept", at_least(1)),
+    Param("OutputFileName", str, "ff_peaks", "base name of the result files (.h5, .csv, .png)"),
+)
+
+
+def _checked(values: Dict[str, Any], path: str) -> Dict[str, Any]:
+    if values["MinNrPx"] > values["MaxNrPx"]:
+        raise ParamError(f"{path}: MinNrPx ({values['MinNrPx']}) must not exceed MaxNrPx "
+                         f"({values['MaxNrPx']})")
+    if "/" in values["OutputFileName"] or not values["OutputFileName"]:
+        raise ParamError(f"{path}: OutputFileName must be a plain file name, "
+                         f"got {values['OutputFileName']!r}")
+    return values
+
+
+def read_ff_params(path: str, flags: Dict[str, Any] | None = None) -> Dict[str, Any]:
+    """Parameters from the file ``path`` and flag overrides, checked together."""
+    return _checked(resolve_params(SCHEMA, load_params(path, SCHEMA), flags or {}, path), path)
+
+
+def kernel_params(p: Mapping[str, Any]):
+    """The :class:`kernels.ff.FFParams` of a parameter set."""
+    from kernels.ff import FFParams
+
+    return FFParams(threshold=p["Threshold"], min_pixels=p["MinNrPx"], max_pixels=p["MaxNrPx"])
+
+
+def load_dark(path: str, shape) -> np.ndarray:
+    """Mean of every frame of the dark file (float32), read frame by frame."""
+    from kernels import open_frames
+
+    reader = open_frames(path, **raw_options(path, shape))
+    total = np.zeros(reader.shape, np.float64)
+    for i in range(reader.n_frames):
+        total += reader.read(i)
+    return (total / reader.n_frames).astype(np.float32)
 
 
 class FFPeaks(Analysis):
@@ -33,72 +82,70 @@ class FFPeaks(Analysis):
 
     Parameters
     ----------
-    params : str, optional
-        The FF parameter file (as ``hedm/ff.py --params``); its values are the defaults
-        of the keywords below.
+    params : str or dict, optional
+        The FF parameter file (as ``hedm/ff.py --params``), or its values as
+        :func:`read_ff_params` returns them; default the defaults of :data:`SCHEMA`.
     dark : str, optional
-        Dark file (GE/HDF5/TIFF; the mean of its frames); default ``Dark`` of ``params``,
-        else no dark (zeros).
+        Dark file (GE/HDF5/TIFF; the mean of its frames); default ``Dark`` of a
+        parameter file, else no dark (zeros).
     threshold, min_pixels, max_pixels, first_frame : optional
         ``Threshold``, ``MinNrPx``, ``MaxNrPx``, ``RawStartNr``.
+
+    Raises
+    ------
+    ParamError
+        A bad parameter file, ``min_pixels`` above ``max_pixels``.
+    StreamError
+        The dark file does not exist.
     """
 
     name = "ff_peaks"
 
-    def __init__(self, params: Optional[str] = None, dark: Optional[str] = None,
-                 threshold: Optional[float] = None, min_pixels: Optional[int] = None,
-                 max_pixels: Optional[int] = None, first_frame: Optional[int] = None) -> None:
-        import os
-
-        from hedm.ff import read_ff_params
-        from hedm.params import relative_to
-
-        p: Dict[str, Any] = read_ff_params(params) if params else {
-            "Threshold": 50.0, "MinNrPx": 2, "MaxNrPx": 10000, "RawStartNr": 0, "Dark": None}
-        for key, value in (("Threshold", threshold), ("MinNrPx", min_pixels),
-                           ("MaxNrPx", max_pixels), ("RawStartNr", first_frame)):
-            if value is not None:
-                p[key] = value
-        if p["MinNrPx"] > p["MaxNrPx"]:
-            raise StreamError(f"ff_peaks: min_pixels {p['MinNrPx']} exceeds max_pixels "
-                              f"{p['MaxNrPx']}")
-        if dark is None and params and p.get("Dark"):
-            dark = os.path.join(relative_to(p["DataDirectory"], params), p["Dark"])
+    def __init__(self, params: Union[str, Mapping[str, Any], None] = None,
+                 dark: Optional[str] = None, threshold: Optional[float] = None,
+                 min_pixels: Optional[int] = None, max_pixels: Optional[int] = None,
+                 first_frame: Optional[int] = None) -> None:
+        given = {k: v for k, v in (("Threshold", threshold), ("MinNrPx", min_pixels),
+                                   ("MaxNrPx", max_pixels), ("RawStartNr", first_frame))
+                 if v is not None}
+        if isinstance(params, str):
+            p = read_ff_params(params, given)
+            if dark is None and p["Dark"]:
+                dark = os.path.join(relative_to(p["DataDirectory"], params), p["Dark"])
+        else:
+            p = _checked({**{q.key: q.default for q in SCHEMA}, **(params or {}), **given},
+                         "ff_peaks")
         if dark is not None and not os.path.isfile(dark):
             raise StreamError(f"ff_peaks: dark file {dark} does not exist on this node")
         self.p, self.dark_path = p, dark
-        self._dark: Optional[np.ndarray] = None
+
+    def dark(self, shape: Tuple[int, ...]) -> Tuple[np.ndarray, bool]:
+        """The dark for frames of ``shape`` and whether this worker had it cached."""
+        shape = tuple(shape)
+        if self.dark_path is None:
+            return np.zeros(shape, np.float32), False
+        arr, hit = cached(self.dark_path, lambda p: load_dark(p, shape), kind=f"dark:{shape}")
+        if arr.shape != shape:
+            raise StreamError(f"ff_peaks: dark {self.dark_path} is {arr.shape}, frames are "
+                              f"{shape}")
+        return arr, hit
 
     def prepare(self, geometry: ScanGeometry) -> None:
         if np.dtype(geometry.dtype) != np.dtype(np.uint16):
             raise StreamError(f"ff_peaks searches uint16 detector frames; scan {geometry.scan} "
                               f"sends {np.dtype(geometry.dtype).name}")
-        self._setup(tuple(geometry.shape))
-
-    def _setup(self, shape: Tuple[int, ...]) -> np.ndarray:
-        if self._dark is None or self._dark.shape != shape:
-            if self.dark_path is None:
-                self._dark = np.zeros(shape, np.float32)
-            else:
-                from hedm.ff import load_dark
-
-                self._dark = load_dark(self.dark_path, shape)
-                if self._dark.shape != shape:
-                    raise StreamError(f"ff_peaks: dark {self.dark_path} is {self._dark.shape}, "
-                                      f"frames are {shape}")
-        return self._dark
+        self.dark(geometry.shape)
 
     def columns(self) -> Tuple[str, ...]:
         return ("n_peaks",)
 
     def process_partition(self, frames: np.ndarray, positions: np.ndarray,
                           complete: np.ndarray) -> PerFrame:
-        from hedm.ff import kernel_params
+        """Frames at sweep positions ``positions`` (frame ``RawStartNr + position``)."""
         from kernels.ff import PEAK_DTYPE, find_peaks
 
-        dark = self._setup(tuple(frames.shape[1:]))
-        kp = kernel_params(self.p)
-        first = int(self.p["RawStartNr"])
+        dark = self.dark(frames.shape[1:])[0]
+        kp, first = kernel_params(self.p), int(self.p["RawStartNr"])
         tables = [find_peaks(np.ascontiguousarray(f), dark, kp, frame_index=first + int(pos))
                   for f, pos in zip(frames, positions)]
         counts = np.array([len(t) for t in tables], np.int64)
@@ -107,23 +154,26 @@ class FFPeaks(Analysis):
                                np.asarray(complete, bool).copy(), {"n_peaks": counts},
                                {"peaks": (counts.copy(), flat)})])
 
-    def write(self, h5: Any, partial: PerFrame, geometry: ScanGeometry) -> None:
+    def tables(self, partial: PerFrame, n_frames: int) -> Dict[str, np.ndarray]:
+        """``peaks`` and ``frames`` (``FF_FRAME_DTYPE``) of the frames seen, in frame order
+        (whatever order the partials were merged in)."""
         from hedm.output import FF_FRAME_DTYPE
         from kernels.ff import PEAK_DTYPE
 
-        F = geometry.frames
-        counts, peaks = partial.ragged("peaks", F, PEAK_DTYPE) if partial.chunks else \
-            (np.zeros(F, np.int64), np.zeros(0, PEAK_DTYPE))
-        seen = partial.seen(F)
-        table = np.zeros(int(seen.sum()), FF_FRAME_DTYPE)
-        table["frame"] = np.flatnonzero(seen) + int(self.p["RawStartNr"])
-        table["n_peaks"] = counts[seen]
-        h5.create_dataset("peaks", data=peaks.astype(PEAK_DTYPE, copy=False))
-        h5.create_dataset("frames", data=table)
-        h5.create_dataset("dark", data=self._setup(tuple(geometry.shape)))
-        h5.create_dataset("n_peaks_image", data=counts.reshape(geometry.scan_shape))
-        for k in ("Threshold", "MinNrPx", "MaxNrPx", "RawStartNr"):
-            h5.attrs[k] = self.p[k]
+        seen = np.flatnonzero(partial.seen(n_frames))
+        frames = np.zeros(len(seen), FF_FRAME_DTYPE)
+        frames["frame"] = seen + int(self.p["RawStartNr"])
+        frames["n_peaks"] = partial.column("n_peaks", n_frames)[seen]
+        return {"peaks": partial.ragged("peaks", n_frames, PEAK_DTYPE)[1], "frames": frames}
+
+    def write(self, h5: Any, partial: PerFrame, geometry: ScanGeometry) -> None:
+        t = self.tables(partial, geometry.frames)
+        h5.create_dataset("peaks", data=t["peaks"])
+        h5.create_dataset("frames", data=t["frames"])
+        h5.create_dataset("dark", data=self.dark(geometry.shape)[0])
+        for name, image in self.images(partial, geometry).items():
+            h5.create_dataset(name, data=image)
+        h5.attrs.update({k: self.p[k] for k in ("Threshold", "MinNrPx", "MaxNrPx", "RawStartNr")})
         h5.attrs["workflow"] = "hedm_ff_stream"
 
 

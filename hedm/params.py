@@ -278,7 +278,7 @@ def add_param_flags(parser: argparse.ArgumentParser, schema: Schema) -> None:
             dest=f"param_{p.key}",
             metavar=p.type.__name__.upper(),
             default=None,
-            help=p.help,
+            help=p.help.replace("%", "%%"),  # argparse formats help with %
         )
 
 

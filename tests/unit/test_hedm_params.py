@@ -107,3 +107,13 @@ def test_ff_cross_checks(tmp_path):
 def test_relative_to_keeps_node_placeholder():
     assert relative_to(".", "/dev/shm/x/%n/nf/nf.params") == "/dev/shm/x/%n/nf/."
     assert relative_to("/abs", "/a/b.params") == "/abs"
+
+
+@pytest.mark.parametrize("schema", [FF_SCHEMA, NF_SCHEMA], ids=["ff", "nf"])
+def test_flow_help_shows_percent_fields(schema):
+    from hedm.params import add_flow_arguments
+
+    parser = argparse.ArgumentParser()
+    add_flow_arguments(parser, "X", schema)
+    text = " ".join(parser.format_help().split())  # --help used to fail on the '%n' of a key
+    assert "%n = node name" in text and "--DataDirectory" in text
