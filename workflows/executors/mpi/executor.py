@@ -37,6 +37,7 @@ import threading
 import traceback
 from typing import Any, List, Optional, Union
 
+from stager.mpi.link import Link
 from stager.options import Option, parse_bool, parse_choice, parse_int, resolve
 
 from ...errors import ExecutorError
@@ -46,7 +47,6 @@ from ..base import Executor, raise_gc_threshold
 from .roles import MODES, Roles, bcast_result, layout_roles
 from .server import NodeServer, Options
 from .term import TermReport
-from .wire import Link
 
 __all__ = ["MPIExecutor", "OPTIONS", "resolve_options", "ENV_DISPATCH", "ENV_MAX_CHUNK",
            "ENV_LOCALITY_WAIT", "LOCALITY_WAIT", "ENV_ARRAYS"]
@@ -216,7 +216,7 @@ class MPIExecutor(Executor):
         self._dup = comm.Dup()
         self.roles = roles = layout_roles(self._dup, self.root, mode, self._emulate_nodes,
                                           self._node_id_env, job=self._job)
-        link = self._link = Link(self._dup)
+        link = self._link = Link(self._dup, "executor")
         opts = Options(max_chunk=max_chunk, window=window, locality_wait=locality_wait)
         rank = comm.Get_rank()
         role = roles.role(rank)

@@ -9,7 +9,8 @@ Two dispatch modes:
 * ``central`` -- the root serves every other rank (one dispatcher; each
   message of every worker goes through rank ``root``).
 * ``nodes`` -- one task server per node (Swift/T ADLB's servers, one per
-  node here): the lowest rank of a node serves that node's other ranks; the
+  node here; the rule is :func:`stager.mpi.roles.serve_nodes`): the lowest
+  rank of a node serves that node's other ranks; the
   root serves the workers of its own node and of nodes with a single rank
   (a server there would have no worker), and feeds the other servers in
   batches. With one rank per node, ``nodes`` is ``central``.
@@ -23,11 +24,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-# The one place the mpi executor uses the stager's MPI plumbing; issue 13 moves
-# both modules to stager.mpi.*: these two lines are all that changes.
 from stager.mpi.agree import agreed, bcast_result
 from stager.mpi.job import Job, acquire_job
 from stager.mpi.nodes import assign_nodes, emulated_ids
+from stager.mpi.roles import serve_nodes
 
 __all__ = [
     "Roles",
@@ -113,22 +113,12 @@ def plan_roles(node_of: Sequence[int], names: Sequence[str], root: int, mode: st
     size = len(node_of)
     if not 0 <= root < size:
         raise ValueError(f"root={root}: expecting root in range({size})")
-    server_of = [root] * size
-    server_of[root] = -1
-    servers = [root]
-    if mode == "nodes":
-        by_node: Dict[int, List[int]] = {}
-        for r, k in enumerate(node_of):
-            by_node.setdefault(k, []).append(r)
-        for k in sorted(by_node):
-            ranks = by_node[k]
-            if root in ranks or len(ranks) < 2:
-                continue  # served by the root
-            server = ranks[0]
-            server_of[server] = -1
-            servers.append(server)
-            for r in ranks[1:]:
-                server_of[r] = server
+    # central: every rank on one node, served by the root; nodes: the role rule, the
+    # root serving its own node and the ranks of nodes with no spare rank
+    one = [0] * size if mode == "central" else node_of
+    rule = serve_nodes(one, 1, lone="work", first=root)
+    server_of = [-1 if s == r else (root if s < 0 else s) for r, s in enumerate(rule.server_of)]
+    servers = [root] + [s for s in rule.servers if s != root]
     return Roles(root, mode, tuple(node_of), tuple(names), tuple(server_of), tuple(servers))
 
 

@@ -27,7 +27,9 @@ from ...errors import RemoteError
 from ...tasks import Outcome, execute, where_cached
 from .arrays import ArrayCall, run_array
 from .queues import MAX_BATCH_BYTES, Entry
-from .wire import DONE, STOP, TASKS, Backoff, Link, dumps
+from stager.mpi.link import Backoff, Link, dumps
+
+from .wire import DONE, STOP, TASKS
 
 __all__ = ["serve_worker", "CREDITS", "FLUSH_SECONDS"]
 
