@@ -25,6 +25,13 @@ TAGS: Dict[str, Dict[str, int]] = {
 }
 
 
+#: Arrays (any PickleBuffer) of at least this many bytes travel out of band: pickle
+#: protocol 5 leaves them out of the message, each goes as a message of its own
+#: straight from its memory, received straight into the new array's -- no copy
+#: into or out of a pickle (``bench/results/link.md``). Smaller ones ride inside.
+OUT_OF_BAND = 1 << 16
+
+
 def dumps(obj: Any) -> bytes:
     """``obj`` pickled as a :class:`Link` sends it (highest protocol: one copy of an array)."""
     return pickle.dumps(obj, pickle.HIGHEST_PROTOCOL)
@@ -33,11 +40,13 @@ def dumps(obj: Any) -> bytes:
 class Link:
     """One rank's messages in ``loop`` (a key of :data:`TAGS`) on ``comm``, counted.
 
-    A send keeps its buffer until it completed (:meth:`reap`); a message whose
-    tag is not the loop's is an error naming rank, source and tag.
+    A send keeps its buffers until it completed (:meth:`reap`); a message whose
+    tag is not the loop's is an error naming rank, source and tag. Large arrays
+    follow their message out of band, with the same tag (``out_of_band`` bytes
+    and more; None: never), so MPI's order between two ranks keeps them together.
     """
 
-    def __init__(self, comm: Any, loop: str):
+    def __init__(self, comm: Any, loop: str, out_of_band: Optional[int] = OUT_OF_BAND):
         from mpi4py import MPI
 
         self._MPI = MPI
@@ -45,18 +54,26 @@ class Link:
         self.loop = loop
         self.names = {n: name for name, n in TAGS[loop].items()}
         self._status = MPI.Status()
-        self._pending: List[Tuple[Any, bytes]] = []
+        self.out_of_band = out_of_band
+        self._pending: List[Tuple[Any, Any]] = []
         self.sent = self.received = self.bytes_sent = self.bytes_received = 0
 
     def send(self, dest: int, tag: int, obj: Any) -> None:
         """Send ``obj`` without waiting."""
-        self.send_bytes(dest, tag, dumps(obj))
+        apart: List[Any] = []
 
-    def send_bytes(self, dest: int, tag: int, data: bytes) -> None:
-        req = self.comm.Isend([data, self._MPI.BYTE], dest, tag)
-        self._pending.append((req, data))
+        def aside(buf: pickle.PickleBuffer) -> bool:   # False: out of band
+            raw = buf.raw()
+            if self.out_of_band is None or raw.nbytes < self.out_of_band:
+                return True
+            apart.append(raw)
+            return False
+
+        data = pickle.dumps(obj, pickle.HIGHEST_PROTOCOL, buffer_callback=aside)
+        for part in [data, *apart]:
+            self._pending.append((self.comm.Isend([part, self._MPI.BYTE], dest, tag), part))
+            self.bytes_sent += len(part) if isinstance(part, bytes) else part.nbytes
         self.sent += 1
-        self.bytes_sent += len(data)
         if len(self._pending) >= 64:
             self.reap()
 
@@ -81,7 +98,22 @@ class Link:
                                f"from rank {src} on the {self.loop} loop's communicator")
         self.received += 1
         self.bytes_received += n
-        return src, tag, pickle.loads(buf)
+        return src, tag, pickle.loads(buf, buffers=self._apart(src, tag))
+
+    def _apart(self, src: int, tag: int) -> Iterator[bytearray]:
+        """The out-of-band buffers that follow a message, as its unpickling asks for them."""
+        status = self._MPI.Status()
+        while True:
+            msg = self.comm.mprobe(src, tag, status)
+            buf = bytearray(status.Get_count(self._MPI.BYTE))
+            msg.Recv([buf, self._MPI.BYTE])
+            self.bytes_received += len(buf)
+            yield buf
+
+    def messages(self) -> Iterator[Tuple[int, int, Any]]:
+        """Every message arrived so far, as :meth:`poll` gives them."""
+        while (msg := self.poll()) is not None:
+            yield msg
 
     def reap(self) -> None:
         """Forget sends that completed."""
@@ -141,8 +173,9 @@ class Credits:
     that freed a place first gets the next item.
     """
 
-    def __init__(self) -> None:
-        self._queue: Deque[int] = collections.deque()
+    def __init__(self, workers: Iterable[int] = (), window: int = 0) -> None:
+        """``window`` credits to each of ``workers``, dealt round them."""
+        self._queue: Deque[int] = collections.deque(list(workers) * window)
 
     def grant(self, worker: int, n: int = 1) -> None:
         self._queue.extend([worker] * n)

@@ -1,21 +1,11 @@
-"""Who serves whom on a node: the one role rule of every MPI loop here. Pure (no MPI).
+"""Who serves whom on a node: the one role rule of the project's MPI loops. Pure (no MPI).
 
-On every node the first ``per_node`` ranks *serve* and the node's other ranks
-*work* for them, dealt round-robin over the node's servers (worker i of a node
-belongs to its server ``i mod per_node``), so work and data stay on their node
-(Swift/T's ADLB servers; the leader communicator's lowest rank per host).
-``first`` puts one rank at the head of its node (the mpi executor's root
-serves its own node wherever it sits in it).
-
-A node with no spare rank (``per_node`` ranks or fewer) has no worker: with
-``lone="serve"`` its ranks serve nobody but themselves (a stream receiver
-analyses its own partitions), with ``lone="work"`` they have no server here
-(``server_of`` -1) and the caller hands them to another (the mpi executor's
-root serves them).
-
-Both loops derive their roles from :func:`serve_nodes`:
-:func:`streams.job.roles.assign_roles` (receivers and their workers) and
-:func:`workflows.executors.mpi.roles.plan_roles` (task servers and workers).
+On every node the first ``per_node`` ranks *serve*; the node's other ranks
+*work* for them, dealt round-robin (worker i of a node to its server
+``i mod per_node``), so work and data stay on their node (Swift/T's ADLB
+servers). A stream job's receivers (:func:`streams.job.roles.assign_roles`)
+and the mpi executor's task servers (:func:`workflows.executors.mpi.roles.plan_roles`)
+both follow it.
 """
 from __future__ import annotations
 
@@ -27,17 +17,8 @@ __all__ = ["Serving", "serve_nodes"]
 
 @dataclass(frozen=True)
 class Serving:
-    """The outcome of the role rule (identical on every rank).
-
-    Attributes
-    ----------
-    servers : tuple of int
-        Serving ranks, node by node (nodes by their lowest rank), each node's
-        in its order (``first`` ahead, then by rank).
-    server_of : tuple of int
-        For every rank: the rank serving it; a server: itself; -1: none (a
-        node without worker under ``lone="work"``).
-    """
+    """The rule's outcome: ``servers``, node by node (nodes by their lowest rank),
+    and ``server_of`` every rank (a server: itself; -1: none, see ``lone``)."""
 
     servers: Tuple[int, ...]
     server_of: Tuple[int, ...]
@@ -58,9 +39,12 @@ def serve_nodes(node_of: Sequence[int], per_node: int = 1, *, lone: str = "serve
     per_node : int
         Serving ranks on every node with a spare rank.
     lone : {"serve", "work"}
-        What the ranks of a node with no spare rank do.
+        A node with no spare rank has no worker: its ranks serve themselves
+        (``serve``: a receiver analyses its own partitions) or have no server
+        (``work``: the caller hands them to one, the executor's root).
     first : int, optional
-        A rank that serves its node ahead of the others (always, even alone).
+        A rank that serves its node ahead of the others, even alone (the
+        executor's root).
     what : str
         What the serving ranks are called, in messages.
 

@@ -102,10 +102,7 @@ class RankLoop:
         # receiver state
         self.outbox: Deque[Tuple[str, str, Any]] = deque()    # (kind, scan, payload)
         self.outbox_bytes = 0
-        self.credits = Credits()   # interleaved: the first partitions go round the workers
-        for _ in range(options.credit):
-            for w in self.workers:
-                self.credits.grant(w)
+        self.credits = Credits(self.workers, options.credit)
         self.unacked: Counter = Counter()
         self.open_reports: Dict[str, ScanReport] = {}
         self.closed_reports: Dict[str, ScanReport] = {}
@@ -326,21 +323,20 @@ class RankLoop:
             self._publish_job()
         if deadline is not None and now >= deadline and not self._closing:
             self._closing = True
-            for r in range(self.comm.size):
-                self._send_fin(("close", None), r)
+            self._fin_all(("close", None))
         for scan in self.coord.ready(now):
-            for r in range(self.comm.size):
-                self._send_fin(("finalize", scan), r)
+            self._fin_all(("finalize", scan))
         if self._closing and not self.coord.open_scans() and not self.to_finalize \
                 and self.stop_reason is None:
-            for r in range(self.comm.size):
-                self._send_fin(("stop", "deadline"), r)
+            self._fin_all(("stop", "deadline"))
 
-    def _send_fin(self, msg: Any, dest: int) -> None:
-        if dest == self.rank:
-            self._handle(dest, TAG_FIN, msg)
-        else:
-            self.link.send(dest, TAG_FIN, msg)
+    def _fin_all(self, msg: Any) -> None:
+        """Rank 0's decision ``msg`` to every rank, itself included."""
+        for dest in range(self.comm.size):
+            if dest == self.rank:
+                self._handle(dest, TAG_FIN, msg)
+            else:
+                self.link.send(dest, TAG_FIN, msg)
 
     def _publish_job(self) -> None:
         """The job's rejections and held messages, when they changed: seen by viewers

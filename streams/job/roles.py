@@ -1,13 +1,10 @@
 """Who does what in a receiving job: receivers, workers, the merge tree. Pure (no MPI).
 
-A receiving job is one MPI job over many nodes (:func:`stager.mpi.nodes.node_layout`
-decides the nodes), its roles the project's one role rule
-(:func:`stager.mpi.roles.serve_nodes`). On every node the first ``receivers_per_node`` ranks are
-**receivers** (the node's leader first): each binds one PULL socket and assembles
-the frames routed to it. The node's other ranks are **workers**: each serves the
-receiver of its node given by round-robin, and runs the analysis on the
-partitions that receiver hands it, so a partition is processed on the node that
-holds it. A node with no spare rank processes its partitions on the receiver.
+The project's role rule (:func:`stager.mpi.roles.serve_nodes`) over the job's nodes:
+the first ``receivers_per_node`` ranks of a node are **receivers** (each binds one
+socket and assembles the frames routed to it), its other ranks **workers** of its
+receivers, round-robin, analysing the partitions on the node that holds them. A
+node with no spare rank processes its partitions on the receiver.
 
 Receiver index r (the producers' ``frame mod R``) follows the rank order of the
 receivers, so ``receivers[r]`` in the rendezvous file is receiver r.
@@ -67,9 +64,6 @@ class Roles:
     def count(self) -> int:
         """R, the number of receivers."""
         return len(self.receivers)
-
-    def is_receiver(self, rank: int) -> bool:
-        return self.receivers[self.receiver_of[rank]] == rank
 
     def index(self, rank: int) -> Optional[int]:
         """Receiver index of ``rank``, or None for a worker."""

@@ -1,8 +1,9 @@
-"""stager.mpi.link.Link on a real communicator: arrays round trip, a foreign tag is named."""
+"""stager.mpi.link.Link on a real communicator: arrays round trip (large ones out of band), a
+foreign tag is named."""
 import numpy as np
 import pytest
 
-from stager.mpi.link import TAGS, Link
+from stager.mpi.link import OUT_OF_BAND, TAGS, Link
 from tests.mpiutil import assert_all
 
 pytestmark = pytest.mark.mpi
@@ -14,15 +15,22 @@ def test_link_round_trip_and_foreign_tag():
     comm = MPI.COMM_WORLD.Dup()
     try:
         link = Link(comm, "stream")
+        assert OUT_OF_BAND <= 200_000   # the large arrays below go apart
         rank, size = comm.rank, comm.size
-        data = np.arange(1000, dtype=np.uint16).reshape(10, 100) + rank
-        link.send((rank + 1) % size, TAGS["stream"]["WORK"], ("part", data))
+
+        def parts(r):   # two arrays out of band (>= OUT_OF_BAND bytes), one inside
+            big = np.arange(100_000, dtype=np.uint16).reshape(100, 1000) + r
+            return [big, np.arange(10) + r, np.full((300, 300), r, np.float64)]
+
+        link.send((rank + 1) % size, TAGS["stream"]["WORK"], ("part", parts(rank)))
+        apart = link.unsent == 3    # the message and its two large arrays, each sent alone
         got = None
         while got is None:
             got = link.poll()
-        src, tag, (kind, arr) = got
-        ok = (src == (rank - 1) % size and tag == TAGS["stream"]["WORK"] and kind == "part"
-              and np.array_equal(arr, np.arange(1000, dtype=np.uint16).reshape(10, 100) + src))
+        src, tag, (kind, arrays) = got
+        ok = (apart and src == (rank - 1) % size and tag == TAGS["stream"]["WORK"]
+              and kind == "part" and all(np.array_equal(a, b) and a.flags.writeable
+                      for a, b in zip(arrays, parts(src))))
         ok = ok and link.flush(10.0) and link.unsent == 0 and link.sent == link.received == 1
         # a tag of another loop reaching this one is an error naming rank, source and tag
         link.send(rank, TAGS["executor"]["TASKS"], None)

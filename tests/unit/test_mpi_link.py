@@ -19,10 +19,7 @@ def test_both_loops_take_their_tags_from_the_table():
 
 
 def test_credits_bound_each_worker_and_go_first_to_who_freed_a_place_first():
-    c = Credits()
-    for _ in range(2):
-        for w in (5, 6):
-            c.grant(w)
+    c = Credits((5, 6), 2)
     taken = [c.take() for _ in range(5)]
     assert taken == [5, 6, 5, 6, None]          # two each, then none free
     c.grant(6)

@@ -286,7 +286,3 @@ class TaskQueue:
         for k in [k for k, q in self.hard.items() if not q]:
             del self.hard[k]
 
-    def hard_nodes(self) -> List[int]:
-        """Nodes with hard-placed entries waiting."""
-        return [k for k, q in self.hard.items() if q]
-

@@ -1,19 +1,13 @@
 """Who does what in the mpi executor: the root, task servers, workers -- from the node layout.
 
-Pure (``plan_roles``) plus one collective (``layout_roles``), which is the only
-place this package reads the stager's node layout, so that the layout's
-module can move (issue 13: ``stager.mpi.nodes``) by changing one import.
+Pure (``plan_roles``, by the project's role rule :func:`stager.mpi.roles.serve_nodes`)
+plus one collective (``layout_roles``: from the job's node layout). Two dispatch modes:
 
-Two dispatch modes:
-
-* ``central`` -- the root serves every other rank (one dispatcher; each
-  message of every worker goes through rank ``root``).
-* ``nodes`` -- one task server per node (Swift/T ADLB's servers, one per
-  node here; the rule is :func:`stager.mpi.roles.serve_nodes`): the lowest
-  rank of a node serves that node's other ranks; the
-  root serves the workers of its own node and of nodes with a single rank
-  (a server there would have no worker), and feeds the other servers in
-  batches. With one rank per node, ``nodes`` is ``central``.
+* ``central`` -- the root serves every other rank (one dispatcher).
+* ``nodes`` -- one task server per node (Swift/T ADLB's servers): the lowest
+  rank of a node serves its other ranks; the root serves its own node and the
+  ranks alone on theirs, and feeds the other servers in batches. With one
+  rank per node, ``nodes`` is ``central``.
 
 A node with no worker (the root alone on its node) cannot take hard-placed
 tasks; soft-placed ones run elsewhere.

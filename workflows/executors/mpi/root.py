@@ -183,10 +183,7 @@ class RootServer(Server):
         while True:
             self.term_poll()
             progress = self._take_inbox()
-            while True:
-                msg = link.poll()
-                if msg is None:
-                    break
+            for msg in link.messages():
                 progress = True
                 self._handle(*msg)
             if self.local_only:
@@ -238,7 +235,7 @@ class RootServer(Server):
             elif self.stop_requested:
                 time.sleep(backoff.pause)
             self._sleeping = False
-            backoff.pause = min(backoff.max_sleep, max(1e-5, backoff.pause * 2))
+            backoff.grow()
 
     def _take_inbox(self) -> bool:
         inbox = self.inbox
