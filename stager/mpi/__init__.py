@@ -18,8 +18,8 @@ from stager.mpi.agree import agree, agreed, any_true, bcast_result, quiet_barrie
 from stager.mpi.job import Job, job_for
 from stager.mpi.link import TAGS, Backoff, Credits, Link
 from stager.mpi.nodes import NodeLayout, name_nodes, node_layout
-from stager.mpi.roles import Serving, serve_nodes
+from stager.mpi.roles import serve_nodes, workers_of
 
 __all__ = ["agree", "agreed", "any_true", "bcast_result", "quiet_barrier", "Job", "job_for",
            "NodeLayout", "name_nodes", "node_layout", "TAGS", "Backoff", "Credits", "Link",
-           "Serving", "serve_nodes"]
+           "serve_nodes", "workers_of"]

@@ -9,28 +9,15 @@ both follow it.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-__all__ = ["Serving", "serve_nodes"]
-
-
-@dataclass(frozen=True)
-class Serving:
-    """The rule's outcome: ``servers``, node by node (nodes by their lowest rank),
-    and ``server_of`` every rank (a server: itself; -1: none, see ``lone``)."""
-
-    servers: Tuple[int, ...]
-    server_of: Tuple[int, ...]
-
-    def workers_of(self, server: int) -> Tuple[int, ...]:
-        """The ranks ``server`` serves, ascending (not itself)."""
-        return tuple(r for r, s in enumerate(self.server_of) if s == server and r != server)
+__all__ = ["serve_nodes", "workers_of"]
 
 
 def serve_nodes(node_of: Sequence[int], per_node: int = 1, *, lone: str = "serve",
-                first: Optional[int] = None, what: str = "servers") -> Serving:
-    """The role rule (see the module docstring). Pure.
+                first: Optional[int] = None, what: str = "servers") -> Tuple[int, ...]:
+    """The role rule (see the module docstring): the rank serving each rank, by rank
+    (a server: itself; -1: none, see ``lone``). Pure.
 
     Parameters
     ----------
@@ -55,13 +42,12 @@ def serve_nodes(node_of: Sequence[int], per_node: int = 1, *, lone: str = "serve
         fewer than ``per_node`` ranks.
     """
     if not isinstance(per_node, int) or per_node < 1:
-        raise ValueError(f"per_node must be a positive integer, got {per_node!r}")
+        raise ValueError(f"{what} per node must be a positive integer, got {per_node!r}")
     if lone not in ("serve", "work"):
         raise ValueError(f"lone={lone!r}: expected 'serve' or 'work'")
     by_node: Dict[int, List[int]] = {}
     for rank, n in enumerate(node_of):
         by_node.setdefault(n, []).append(rank)
-    servers: List[int] = []
     server_of = [-1] * len(node_of)
     for ranks in sorted(by_node.values(), key=lambda rs: rs[0]):
         if first in ranks:
@@ -75,7 +61,11 @@ def serve_nodes(node_of: Sequence[int], per_node: int = 1, *, lone: str = "serve
         mine = ranks[:per_node]
         for rk in mine:
             server_of[rk] = rk
-        servers.extend(mine)
         for i, rk in enumerate(ranks[per_node:]):
             server_of[rk] = mine[i % len(mine)]
-    return Serving(tuple(servers), tuple(server_of))
+    return tuple(server_of)
+
+
+def workers_of(server_of: Sequence[int], server: int) -> Tuple[int, ...]:
+    """The ranks ``server`` serves (not itself), ascending."""
+    return tuple(r for r, s in enumerate(server_of) if s == server and r != server)

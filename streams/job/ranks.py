@@ -193,10 +193,7 @@ class RankLoop:
             return
         self.next_live = now + self.o.live_interval / 2
         for scan, lv in self.live_pending.items():
-            if self.rank == 0:
-                self._live_in(scan, self.geoms[scan], lv)
-            else:
-                self.link.send(0, TAG_LIVE, ("live", scan, self.geoms[scan], lv))
+            self._send(0, TAG_LIVE, ("live", scan, self.geoms[scan], lv))
         self.live_pending = {}
 
     def _live_in(self, scan: str, g: ScanGeometry, lv: Any) -> None:
@@ -303,15 +300,7 @@ class RankLoop:
                 snaps.append((st.report, prog[scan]["idle_s"]))
             held = self.socket.held() if hasattr(self.socket, "held") else {}
             rejects = (dict(asm.rejected), list(asm.examples), held)
-        if self.rank == 0:
-            assert self.coord is not None
-            self.coord.heard_from(0, now)
-            for rep, idle in snaps:
-                self.coord.snapshot(self.index or 0, rep, idle, now)
-            if rejects is not None:
-                self.coord.rejections(self.index or 0, *rejects)
-        else:
-            self.link.send(0, TAG_CTRL, ("hb", self.index, snaps, rejects))
+        self._send(0, TAG_CTRL, ("hb", self.index, snaps, rejects))
 
     # ---- rank 0: decisions and live publishing ----
     def _coordinate(self, now: float, deadline: Optional[float]) -> None:
@@ -333,10 +322,14 @@ class RankLoop:
     def _fin_all(self, msg: Any) -> None:
         """Rank 0's decision ``msg`` to every rank, itself included."""
         for dest in range(self.comm.size):
-            if dest == self.rank:
-                self._handle(dest, TAG_FIN, msg)
-            else:
-                self.link.send(dest, TAG_FIN, msg)
+            self._send(dest, TAG_FIN, msg)
+
+    def _send(self, dest: int, tag: int, msg: Any) -> None:
+        """``msg`` to ``dest``; to this rank itself: handled at once, not sent."""
+        if dest == self.rank:
+            self._handle(dest, tag, msg)
+        else:
+            self.link.send(dest, tag, msg)
 
     def _publish_job(self) -> None:
         """The job's rejections and held messages, when they changed: seen by viewers

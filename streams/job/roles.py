@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple
 
-from stager.mpi.roles import serve_nodes
+from stager.mpi.roles import serve_nodes, workers_of
 
 __all__ = ["Roles", "assign_roles", "partition_frames",
            "DEFAULT_PARTITION_BYTES", "DEFAULT_PARTITION_SECONDS"]
@@ -91,17 +91,11 @@ def assign_roles(node_of_rank: Sequence[int], receivers_per_node: int = 1) -> Ro
     ValueError
         ``receivers_per_node`` < 1 or more than the ranks of some node.
     """
-    if not isinstance(receivers_per_node, int) or receivers_per_node < 1:
-        raise ValueError(f"receivers_per_node must be a positive integer, got "
-                         f"{receivers_per_node!r}")
-    rule = serve_nodes(node_of_rank, receivers_per_node, what="receivers")
-    receivers = rule.servers
-    if list(receivers) != sorted(receivers):   # by rank order: receiver r is the r-th
-        raise AssertionError("receivers must be numbered in rank order")
+    server_of = serve_nodes(node_of_rank, receivers_per_node, what="receivers")
+    receivers = tuple(rk for rk, s in enumerate(server_of) if s == rk)   # in rank order
     index = {rk: r for r, rk in enumerate(receivers)}
-    receiver_of = tuple(index[s] for s in rule.server_of)
-    return Roles(len(node_of_rank), receivers, receiver_of,
-                 tuple(rule.workers_of(rk) for rk in receivers), tuple(node_of_rank))
+    return Roles(len(node_of_rank), receivers, tuple(index[s] for s in server_of),
+                 tuple(workers_of(server_of, rk) for rk in receivers), tuple(node_of_rank))
 
 
 

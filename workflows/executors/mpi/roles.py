@@ -111,8 +111,8 @@ def plan_roles(node_of: Sequence[int], names: Sequence[str], root: int, mode: st
     # root serving its own node and the ranks of nodes with no spare rank
     one = [0] * size if mode == "central" else node_of
     rule = serve_nodes(one, 1, lone="work", first=root)
-    server_of = [-1 if s == r else (root if s < 0 else s) for r, s in enumerate(rule.server_of)]
-    servers = [root] + [s for s in rule.servers if s != root]
+    server_of = [-1 if s == r else (root if s < 0 else s) for r, s in enumerate(rule)]
+    servers = [root] + [r for r, s in enumerate(rule) if s == r and r != root]
     return Roles(root, mode, tuple(node_of), tuple(names), tuple(server_of), tuple(servers))
 
 
