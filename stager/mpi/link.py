@@ -43,7 +43,8 @@ class Link:
     A send keeps its buffers until it completed (:meth:`reap`); a message whose
     tag is not the loop's is an error naming rank, source and tag. Large arrays
     follow their message out of band, with the same tag (``out_of_band`` bytes
-    and more; None: never), so MPI's order between two ranks keeps them together.
+    and more), so MPI's order between two ranks keeps them together; None: never,
+    and no cost for it (every rank of a loop must say the same).
     """
 
     def __init__(self, comm: Any, loop: str, out_of_band: Optional[int] = OUT_OF_BAND):
@@ -61,15 +62,8 @@ class Link:
     def send(self, dest: int, tag: int, obj: Any) -> None:
         """Send ``obj`` without waiting."""
         apart: List[Any] = []
-
-        def aside(buf: pickle.PickleBuffer) -> bool:   # False: out of band
-            raw = buf.raw()
-            if self.out_of_band is None or raw.nbytes < self.out_of_band:
-                return True
-            apart.append(raw)
-            return False
-
-        data = pickle.dumps(obj, pickle.HIGHEST_PROTOCOL, buffer_callback=aside)
+        data = dumps(obj) if self.out_of_band is None else pickle.dumps(
+            obj, pickle.HIGHEST_PROTOCOL, buffer_callback=lambda b: self._aside(b, apart))
         for part in [data, *apart]:
             self._pending.append((self.comm.Isend([part, self._MPI.BYTE], dest, tag), part))
             self.bytes_sent += len(part) if isinstance(part, bytes) else part.nbytes
@@ -98,7 +92,17 @@ class Link:
                                f"from rank {src} on the {self.loop} loop's communicator")
         self.received += 1
         self.bytes_received += n
+        if self.out_of_band is None:
+            return src, tag, pickle.loads(buf)
         return src, tag, pickle.loads(buf, buffers=self._apart(src, tag))
+
+    def _aside(self, buf: pickle.PickleBuffer, apart: List[Any]) -> bool:
+        """False (out of band) for a large buffer, kept in ``apart`` to send."""
+        raw = buf.raw()
+        if raw.nbytes < (self.out_of_band or 0):
+            return True
+        apart.append(raw)
+        return False
 
     def _apart(self, src: int, tag: int) -> Iterator[bytearray]:
         """The out-of-band buffers that follow a message, as its unpickling asks for them."""

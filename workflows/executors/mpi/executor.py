@@ -216,7 +216,8 @@ class MPIExecutor(Executor):
         self._dup = comm.Dup()
         self.roles = roles = layout_roles(self._dup, self.root, mode, self._emulate_nodes,
                                           self._node_id_env, job=self._job)
-        link = self._link = Link(self._dup, "executor")
+        # its messages hold pickled tasks and results (bytes), never arrays to send apart
+        link = self._link = Link(self._dup, "executor", out_of_band=None)
         opts = Options(max_chunk=max_chunk, window=window, locality_wait=locality_wait)
         rank = comm.Get_rank()
         role = roles.role(rank)
