@@ -37,6 +37,7 @@ import threading
 import traceback
 from typing import Any, List, Optional, Union
 
+from stager.mpi.agree import bcast_result
 from stager.mpi.link import Link
 from stager.options import Option, parse_bool, parse_choice, parse_int, resolve
 
@@ -44,7 +45,7 @@ from ...errors import ExecutorError
 from ...runtime import push_active
 from ...tasks import TaskCall
 from ..base import Executor, raise_gc_threshold
-from .roles import MODES, Roles, bcast_result, layout_roles
+from .roles import MODES, Roles, layout_roles
 from .server import NodeServer, Options
 from .term import TermReport
 

@@ -18,20 +18,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from stager.mpi.agree import agreed, bcast_result
+from stager.mpi.agree import agreed
 from stager.mpi.job import Job, acquire_job
 from stager.mpi.nodes import assign_nodes, emulated_ids
 from stager.mpi.roles import serve_nodes
 
-__all__ = [
-    "Roles",
-    "plan_roles",
-    "emulated_roles",
-    "layout_roles",
-    "MODES",
-    "agreed",
-    "bcast_result",
-]
+__all__ = ["Roles", "plan_roles", "emulated_roles", "layout_roles", "MODES"]
 
 MODES = ("central", "nodes")
 
