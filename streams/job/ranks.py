@@ -210,12 +210,12 @@ class RankLoop:
                 for w in self.workers:
                     self.link.send(w, TAG_WORK, ("finish", scan, None))
                 continue
-            w = self.credits.take()
-            if w is None:
+            worker = self.credits.take()
+            if worker is None:
                 return
             self.outbox.popleft()
             self.outbox_bytes -= item[4].nbytes
-            self.link.send(w, TAG_WORK, ("part", scan, item))
+            self.link.send(worker, TAG_WORK, ("part", scan, item))
 
     def outbox_full(self) -> bool:
         return bool(self.outbox) and self.outbox_bytes >= self.o.outbox_bytes
