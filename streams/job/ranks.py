@@ -36,13 +36,14 @@ last heartbeats on its way out (:meth:`RankLoop.on_terminate`).
 """
 from __future__ import annotations
 
-import pickle
 import time
 from collections import Counter, deque
-from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Deque, Dict, Optional, Set, Tuple
 
 import numpy as np
 
+from stager.mpi.link import TAGS as ALL_TAGS
+from stager.mpi.link import Backoff, Credits, Link
 from streams.accounting import ScanReport
 from streams.analysis import Analysis
 from streams.assemble import Partition
@@ -53,9 +54,13 @@ from streams.job.roles import Roles
 
 __all__ = ["RankLoop", "TAGS"]
 
-TAG_WORK, TAG_ACK, TAG_LIVE, TAG_CTRL, TAG_SHARE, TAG_ABORT, TAG_FIN = range(7101, 7108)
-TAGS = {"work": TAG_WORK, "ack": TAG_ACK, "live": TAG_LIVE, "ctrl": TAG_CTRL,
-        "share": TAG_SHARE, "abort": TAG_ABORT, "finalize": TAG_FIN}
+#: This loop's tags (numbers from :data:`stager.mpi.link.TAGS`): WORK receiver -> worker
+#: (a partition, or "finish" a scan), ACK worker -> receiver, LIVE deltas and CTRL
+#: heartbeats/closed reports to rank 0, SHARE a scan's start or end between
+#: receivers, ABORT to every rank, FIN rank 0's finalize/close/stop to every rank.
+TAGS = ALL_TAGS["stream"]
+TAG_WORK, TAG_ACK, TAG_LIVE, TAG_CTRL, TAG_SHARE, TAG_ABORT, TAG_FIN = (
+    TAGS[n] for n in ("WORK", "ACK", "LIVE", "CTRL", "SHARE", "ABORT", "FIN"))
 
 
 class RankLoop:
@@ -97,7 +102,7 @@ class RankLoop:
         # receiver state
         self.outbox: Deque[Tuple[str, str, Any]] = deque()    # (kind, scan, payload)
         self.outbox_bytes = 0
-        self.credit: Dict[int, int] = {w: 0 for w in self.workers}
+        self.credits = Credits(self.workers, options.credit)
         self.unacked: Counter = Counter()
         self.open_reports: Dict[str, ScanReport] = {}
         self.closed_reports: Dict[str, ScanReport] = {}
@@ -108,7 +113,7 @@ class RankLoop:
         self.to_finalize: Deque[str] = deque()
         self.barrier: Any = None
         self.stop_reason: Optional[str] = None
-        self.requests: List[Any] = []
+        self.link = Link(comm, "stream")   # pickled messages, sends kept until complete
         now = time.monotonic()
         self.next_heartbeat = now
         self.next_live = now + options.live_interval / 2
@@ -117,20 +122,12 @@ class RankLoop:
         self._closing = False
         self._job_published: Any = None
 
-    # ---- sending (non-blocking, requests kept until complete) ----
-    def _isend(self, obj: Any, dest: int, tag: int) -> None:
-        self.requests.append(self.comm.isend(obj, dest=dest, tag=tag))
-
-    def _reap(self) -> None:
-        if self.requests:
-            self.requests = [r for r in self.requests if not r.Test()]
-
     def abort_all(self, message: str) -> None:
         """Tell every other rank to stop with ``message`` (best effort, non-blocking)."""
         for r in range(self.comm.size):
             if r != self.rank:
                 try:
-                    self._isend(("abort", message), r, TAG_ABORT)
+                    self.link.send(r, TAG_ABORT, ("abort", message))
                 except Exception:   # already failing; the launcher ends us
                     pass
 
@@ -159,7 +156,7 @@ class RankLoop:
         self._mark_finished(scan)
         if self.spill is not None:
             self.spill.finish(scan)
-        self._isend(("closed", self.index, report), 0, TAG_CTRL)
+        self.link.send(0, TAG_CTRL, ("closed", self.index, report))
 
     def _mark_finished(self, scan: str) -> None:
         if scan not in self.marked:
@@ -172,7 +169,7 @@ class RankLoop:
         calls this); tell the other receivers, whose sockets apply it."""
         for rank in self.roles.receivers:
             if rank != self.rank:
-                self._isend((kind, msg), rank, TAG_SHARE)
+                self.link.send(rank, TAG_SHARE, (kind, msg))
 
     # ---- processing ----
     def _process(self, g: ScanGeometry, data: np.ndarray, frames: np.ndarray,
@@ -196,10 +193,7 @@ class RankLoop:
             return
         self.next_live = now + self.o.live_interval / 2
         for scan, lv in self.live_pending.items():
-            if self.rank == 0:
-                self._live_in(scan, self.geoms[scan], lv)
-            else:
-                self._isend(("live", scan, self.geoms[scan], lv), 0, TAG_LIVE)
+            self._send(0, TAG_LIVE, ("live", scan, self.geoms[scan], lv))
         self.live_pending = {}
 
     def _live_in(self, scan: str, g: ScanGeometry, lv: Any) -> None:
@@ -214,16 +208,14 @@ class RankLoop:
             if kind == "finish":
                 self.outbox.popleft()
                 for w in self.workers:
-                    self._isend(("finish", scan, None), w, TAG_WORK)
+                    self.link.send(w, TAG_WORK, ("finish", scan, None))
                 continue
-            free = [w for w in self.workers if self.credit[w] < self.o.credit]
-            if not free:
+            worker = self.credits.take()
+            if worker is None:
                 return
-            w = min(free, key=lambda x: self.credit[x])
             self.outbox.popleft()
             self.outbox_bytes -= item[4].nbytes
-            self.credit[w] += 1
-            self._isend(("part", scan, item), w, TAG_WORK)
+            self.link.send(worker, TAG_WORK, ("part", scan, item))
 
     def outbox_full(self) -> bool:
         return bool(self.outbox) and self.outbox_bytes >= self.o.outbox_bytes
@@ -231,19 +223,16 @@ class RankLoop:
     # ---- incoming MPI messages ----
     def _poll(self) -> bool:
         """Handle every waiting MPI message; True if any."""
-        from mpi4py import MPI
-
-        st = MPI.Status()
         got = False
-        while self.comm.Iprobe(source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG, status=st):
-            src, tag = st.Get_source(), st.Get_tag()
-            if tag not in TAGS.values():
-                raise StreamError(f"rank {self.rank}: unexpected message tag {tag} from rank "
-                                  f"{src} on the receiving communicator")
-            msg = self.comm.recv(source=src, tag=tag)
+        while True:
+            try:
+                msg = self.link.poll()
+            except RuntimeError as e:   # a tag not of this loop
+                raise StreamError(str(e)) from e
+            if msg is None:
+                return got
             got = True
-            self._handle(src, tag, msg)
-        return got
+            self._handle(*msg)
 
     def _handle(self, src: int, tag: int, msg: Any) -> None:
         now = time.monotonic()
@@ -256,10 +245,10 @@ class RankLoop:
             else:
                 g, _idx, frames, complete, data = item
                 self._process(g, data, frames, complete)
-                self._isend(("ack", scan), src, TAG_ACK)
+                self.link.send(src, TAG_ACK, ("ack", scan))
             return
         if tag == TAG_ACK:
-            self.credit[src] -= 1
+            self.credits.grant(src)
             self.unacked[msg[1]] -= 1
             return
         if tag == TAG_SHARE:
@@ -307,15 +296,7 @@ class RankLoop:
                 snaps.append((st.report, prog[scan]["idle_s"]))
             held = self.socket.held() if hasattr(self.socket, "held") else {}
             rejects = (dict(asm.rejected), list(asm.examples), held)
-        if self.rank == 0:
-            assert self.coord is not None
-            self.coord.heard_from(0, now)
-            for rep, idle in snaps:
-                self.coord.snapshot(self.index or 0, rep, idle, now)
-            if rejects is not None:
-                self.coord.rejections(self.index or 0, *rejects)
-        else:
-            self._isend(("hb", self.index, snaps, rejects), 0, TAG_CTRL)
+        self._send(0, TAG_CTRL, ("hb", self.index, snaps, rejects))
 
     # ---- rank 0: decisions and live publishing ----
     def _coordinate(self, now: float, deadline: Optional[float]) -> None:
@@ -327,21 +308,24 @@ class RankLoop:
             self._publish_job()
         if deadline is not None and now >= deadline and not self._closing:
             self._closing = True
-            for r in range(self.comm.size):
-                self._send_fin(("close", None), r)
+            self._fin_all(("close", None))
         for scan in self.coord.ready(now):
-            for r in range(self.comm.size):
-                self._send_fin(("finalize", scan), r)
+            self._fin_all(("finalize", scan))
         if self._closing and not self.coord.open_scans() and not self.to_finalize \
                 and self.stop_reason is None:
-            for r in range(self.comm.size):
-                self._send_fin(("stop", "deadline"), r)
+            self._fin_all(("stop", "deadline"))
 
-    def _send_fin(self, msg: Any, dest: int) -> None:
+    def _fin_all(self, msg: Any) -> None:
+        """Rank 0's decision ``msg`` to every rank, itself included."""
+        for dest in range(self.comm.size):
+            self._send(dest, TAG_FIN, msg)
+
+    def _send(self, dest: int, tag: int, msg: Any) -> None:
+        """``msg`` to ``dest``; to this rank itself: handled at once, not sent."""
         if dest == self.rank:
-            self._handle(dest, TAG_FIN, msg)
+            self._handle(dest, tag, msg)
         else:
-            self._isend(msg, dest, TAG_FIN)
+            self.link.send(dest, tag, msg)
 
     def _publish_job(self) -> None:
         """The job's rejections and held messages, when they changed: seen by viewers
@@ -385,7 +369,7 @@ class RankLoop:
     def run(self, finalize: Callable[[str], None], deadline: Optional[float] = None) -> None:
         """Loop until ``options.scans`` scans are finalized or rank 0 says stop."""
         done = 0
-        pause = 1e-4
+        pause = Backoff(max_sleep=0.005, min_sleep=1e-4)
         # a rank told to stop still finishes the finalizations already announced:
         # every other rank is about to enter them
         while (done < self.o.scans and self.stop_reason is None) or self.to_finalize \
@@ -393,11 +377,11 @@ class RankLoop:
             now = time.monotonic()
             busy = False
             if self.socket is not None and not self.outbox_full():
-                busy = self.socket.step(timeout=0 if self.outbox else pause,
+                busy = self.socket.step(timeout=0 if self.outbox else pause.pause,
                                         max_messages=self.o.batch) > 0
             self._dispatch()
             busy = self._poll() or busy
-            self._reap()
+            self.link.reap()
             self._heartbeat(now)
             self._send_live(now)
             if self.coord is not None:
@@ -412,20 +396,16 @@ class RankLoop:
                 done += 1
                 busy = True
             if busy:
-                pause = 1e-4
+                pause.reset()
+            elif self.socket is None:
+                pause.sleep()
             else:
-                if self.socket is None:
-                    time.sleep(pause)
-                pause = min(pause * 2, 0.005)
+                pause.grow()   # the socket's poll waited
         self._send_live(time.monotonic(), force=True)
 
     def drain_requests(self, timeout: float = 5.0) -> None:
         """Wait (bounded) for this rank's outstanding sends."""
-        end = time.monotonic() + timeout
-        while self.requests and time.monotonic() < end:
-            self._reap()
-            self._poll_quiet()
-            time.sleep(0.001)
+        self.link.flush(timeout, between=self._poll_quiet)
 
     def _poll_quiet(self) -> None:
         try:
@@ -436,6 +416,3 @@ class RankLoop:
     def partial_of(self, scan: str) -> Any:
         self.geoms.pop(scan, None)
         return self.partials.pop(scan, None)
-
-    def pickled_size(self, obj: Any) -> int:
-        return len(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))

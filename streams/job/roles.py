@@ -1,12 +1,10 @@
 """Who does what in a receiving job: receivers, workers, the merge tree. Pure (no MPI).
 
-A receiving job is one MPI job over many nodes (:func:`stager.mpi.nodes.node_layout`
-decides the nodes). On every node the first ``receivers_per_node`` ranks are
-**receivers** (the node's leader first): each binds one PULL socket and assembles
-the frames routed to it. The node's other ranks are **workers**: each serves the
-receiver of its node given by round-robin, and runs the analysis on the
-partitions that receiver hands it, so a partition is processed on the node that
-holds it. A node with no spare rank processes its partitions on the receiver.
+The project's role rule (:func:`stager.mpi.roles.serve_nodes`) over the job's nodes:
+the first ``receivers_per_node`` ranks of a node are **receivers** (each binds one
+socket and assembles the frames routed to it), its other ranks **workers** of its
+receivers, round-robin, analysing the partitions on the node that holds them. A
+node with no spare rank processes its partitions on the receiver.
 
 Receiver index r (the producers' ``frame mod R``) follows the rank order of the
 receivers, so ``receivers[r]`` in the rendezvous file is receiver r.
@@ -24,7 +22,9 @@ from a byte target, within the bounds the assembler's memory allows.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Optional, Sequence, Tuple
+
+from stager.mpi.roles import serve_nodes, workers_of
 
 __all__ = ["Roles", "assign_roles", "partition_frames",
            "DEFAULT_PARTITION_BYTES", "DEFAULT_PARTITION_SECONDS"]
@@ -65,9 +65,6 @@ class Roles:
         """R, the number of receivers."""
         return len(self.receivers)
 
-    def is_receiver(self, rank: int) -> bool:
-        return self.receivers[self.receiver_of[rank]] == rank
-
     def index(self, rank: int) -> Optional[int]:
         """Receiver index of ``rank``, or None for a worker."""
         r = self.receiver_of[rank]
@@ -94,38 +91,12 @@ def assign_roles(node_of_rank: Sequence[int], receivers_per_node: int = 1) -> Ro
     ValueError
         ``receivers_per_node`` < 1 or more than the ranks of some node.
     """
-    if not isinstance(receivers_per_node, int) or receivers_per_node < 1:
-        raise ValueError(f"receivers_per_node must be a positive integer, got "
-                         f"{receivers_per_node!r}")
-    by_node: Dict[int, List[int]] = {}
-    for rank, n in enumerate(node_of_rank):
-        by_node.setdefault(n, []).append(rank)
-    small = {n: len(r) for n, r in by_node.items() if len(r) < receivers_per_node}
-    if small:
-        n, k = next(iter(small.items()))
-        raise ValueError(f"{receivers_per_node} receivers per node, but node {n} has only "
-                         f"{k} rank(s): start more ranks per node or lower "
-                         "--receivers-per-node")
-    receivers: List[int] = []
-    receiver_of = [0] * len(node_of_rank)
-    workers: List[List[int]] = []
-    for n in sorted(by_node, key=lambda k: by_node[k][0]):
-        ranks = by_node[n]
-        mine = ranks[:receivers_per_node]
-        first = len(receivers)
-        for rk in mine:
-            receiver_of[rk] = len(receivers)
-            receivers.append(rk)
-            workers.append([])
-        for i, rk in enumerate(ranks[receivers_per_node:]):
-            r = first + i % receivers_per_node
-            receiver_of[rk] = r
-            workers[r].append(rk)
-    order = sorted(range(len(receivers)), key=lambda r: receivers[r])
-    if order != list(range(len(receivers))):   # by rank order: receiver r is the r-th
-        raise AssertionError("receivers must be numbered in rank order")
-    return Roles(len(node_of_rank), tuple(receivers), tuple(receiver_of),
-                 tuple(tuple(w) for w in workers), tuple(node_of_rank))
+    server_of = serve_nodes(node_of_rank, receivers_per_node, what="receivers")
+    receivers = tuple(rk for rk, s in enumerate(server_of) if s == rk)   # in rank order
+    index = {rk: r for r, rk in enumerate(receivers)}
+    return Roles(len(node_of_rank), receivers, tuple(index[s] for s in server_of),
+                 tuple(workers_of(server_of, rk) for rk in receivers), tuple(node_of_rank))
+
 
 
 def partition_frames(frame_bytes: int, receivers: int = 1, *, rate: Optional[float] = None,

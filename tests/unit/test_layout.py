@@ -19,7 +19,10 @@ reader of the module's head -- and resolved to a package. The rules:
 * a block kind is one module plus one row of ``stager.planning.kinds``: nothing
   outside a kind's own modules and the tables branches on a kind's name;
 * a stream protocol is one folder of ``streams/protocols/`` plus one row of its
-  table: nothing outside them branches on a protocol's name (or on ``stream2``).
+  table: nothing outside them branches on a protocol's name (or on ``stream2``);
+* one role model and message loop: ``streams`` and ``workflows`` take their MPI
+  roles, link and tags from ``stager.mpi`` and make no point-to-point MPI call
+  of their own.
 """
 from __future__ import annotations
 
@@ -280,3 +283,26 @@ def test_an_executor_is_one_module_plus_one_row():
         module, _, cls = row.partition(":")
         assert module.startswith("workflows.executors.") and cls, (name, row)
         assert callable(pkgutil.resolve_name(row)), row   # engines load only when built
+
+
+# point-to-point MPI calls (and matched probes): only stager.mpi makes them
+_P2P = re.compile(r"""\.(isend|irecv|Isend|Irecv|Iprobe|iprobe|improbe|mprobe|Probe)\("""
+                  r"""|\bcomm\w*\.(send|recv|Send|Recv|probe)\(""")
+
+
+def test_streams_and_workflows_take_their_mpi_link_from_stager_mpi(graph):
+    found = []
+    for mod, path in _modules():
+        if mod.split(".")[0] not in ("streams", "workflows"):
+            continue
+        with open(path, encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                if _P2P.search(line):
+                    found.append(f"{os.path.relpath(path, ROOT)}:{n}: {line.strip()}")
+    assert not found, ("point-to-point MPI outside stager.mpi (send through "
+                       "stager.mpi.link.Link): " + "; ".join(found))
+    # both loops use the one link and the one role rule
+    for loop in ("streams.job.ranks", "workflows.executors.mpi.executor"):
+        assert "stager.mpi.link" in graph[loop], f"{loop} does not use stager.mpi.link"
+    for roles in ("streams.job.roles", "workflows.executors.mpi.roles"):
+        assert "stager.mpi.roles" in graph[roles], f"{roles} does not use stager.mpi.roles"

@@ -34,11 +34,12 @@ import pickle
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from stager.mpi.link import dumps
+
 from ...errors import RemoteError
 from ...futures import trampoline
 from ...limits import Limits
 from ...tasks import Outcome, TaskCall, execute
-from .wire import dumps
 
 __all__ = ["ArrayCall", "ArrayDone", "array_chunks", "chunk_cap", "run_array",
            "CHUNKS_PER_WORKER", "BACKSTOP_SECONDS"]

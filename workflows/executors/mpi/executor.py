@@ -37,16 +37,17 @@ import threading
 import traceback
 from typing import Any, List, Optional, Union
 
+from stager.mpi.agree import bcast_result
+from stager.mpi.link import Link
 from stager.options import Option, parse_bool, parse_choice, parse_int, resolve
 
 from ...errors import ExecutorError
 from ...runtime import push_active
 from ...tasks import TaskCall
 from ..base import Executor, raise_gc_threshold
-from .roles import MODES, Roles, bcast_result, layout_roles
+from .roles import MODES, Roles, layout_roles
 from .server import NodeServer, Options
 from .term import TermReport
-from .wire import Link
 
 __all__ = ["MPIExecutor", "OPTIONS", "resolve_options", "ENV_DISPATCH", "ENV_MAX_CHUNK",
            "ENV_LOCALITY_WAIT", "LOCALITY_WAIT", "ENV_ARRAYS"]
@@ -216,7 +217,8 @@ class MPIExecutor(Executor):
         self._dup = comm.Dup()
         self.roles = roles = layout_roles(self._dup, self.root, mode, self._emulate_nodes,
                                           self._node_id_env, job=self._job)
-        link = self._link = Link(self._dup)
+        # its messages hold pickled tasks and results (bytes), never arrays to send apart
+        link = self._link = Link(self._dup, "executor", out_of_band=None)
         opts = Options(max_chunk=max_chunk, window=window, locality_wait=locality_wait)
         rank = comm.Get_rank()
         role = roles.role(rank)

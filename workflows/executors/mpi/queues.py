@@ -29,7 +29,7 @@ tasks before soft ones past their wait, at most half of what is stealable
 in its batch, so its server knows when it started (for the give-up backstop).
 
 Waiting costs no CPU: servers poll their messages anyway (sleeping up to
-1 ms between turns, :class:`~.wire.Backoff`), and each turn gives a hungry
+1 ms between turns, :class:`stager.mpi.link.Backoff`), and each turn gives a hungry
 worker whatever became takeable; a thief's empty steals back off to 50 ms.
 """
 
@@ -285,8 +285,4 @@ class TaskQueue:
             del self.soft[k]
         for k in [k for k, q in self.hard.items() if not q]:
             del self.hard[k]
-
-    def hard_nodes(self) -> List[int]:
-        """Nodes with hard-placed entries waiting."""
-        return [k for k, q in self.hard.items() if q]
 

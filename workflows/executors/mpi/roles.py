@@ -1,18 +1,13 @@
 """Who does what in the mpi executor: the root, task servers, workers -- from the node layout.
 
-Pure (``plan_roles``) plus one collective (``layout_roles``), which is the only
-place this package reads the stager's node layout, so that the layout's
-module can move (issue 13: ``stager.mpi.nodes``) by changing one import.
+Pure (``plan_roles``, by the project's role rule :func:`stager.mpi.roles.serve_nodes`)
+plus one collective (``layout_roles``: from the job's node layout). Two dispatch modes:
 
-Two dispatch modes:
-
-* ``central`` -- the root serves every other rank (one dispatcher; each
-  message of every worker goes through rank ``root``).
-* ``nodes`` -- one task server per node (Swift/T ADLB's servers, one per
-  node here): the lowest rank of a node serves that node's other ranks; the
-  root serves the workers of its own node and of nodes with a single rank
-  (a server there would have no worker), and feeds the other servers in
-  batches. With one rank per node, ``nodes`` is ``central``.
+* ``central`` -- the root serves every other rank (one dispatcher).
+* ``nodes`` -- one task server per node (Swift/T ADLB's servers): the lowest
+  rank of a node serves its other ranks; the root serves its own node and the
+  ranks alone on theirs, and feeds the other servers in batches. With one
+  rank per node, ``nodes`` is ``central``.
 
 A node with no worker (the root alone on its node) cannot take hard-placed
 tasks; soft-placed ones run elsewhere.
@@ -23,21 +18,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-# The one place the mpi executor uses the stager's MPI plumbing; issue 13 moves
-# both modules to stager.mpi.*: these two lines are all that changes.
-from stager.mpi.agree import agreed, bcast_result
+from stager.mpi.agree import agreed
 from stager.mpi.job import Job, acquire_job
 from stager.mpi.nodes import assign_nodes, emulated_ids
+from stager.mpi.roles import serve_nodes
 
-__all__ = [
-    "Roles",
-    "plan_roles",
-    "emulated_roles",
-    "layout_roles",
-    "MODES",
-    "agreed",
-    "bcast_result",
-]
+__all__ = ["Roles", "plan_roles", "emulated_roles", "layout_roles", "MODES"]
 
 MODES = ("central", "nodes")
 
@@ -113,22 +99,12 @@ def plan_roles(node_of: Sequence[int], names: Sequence[str], root: int, mode: st
     size = len(node_of)
     if not 0 <= root < size:
         raise ValueError(f"root={root}: expecting root in range({size})")
-    server_of = [root] * size
-    server_of[root] = -1
-    servers = [root]
-    if mode == "nodes":
-        by_node: Dict[int, List[int]] = {}
-        for r, k in enumerate(node_of):
-            by_node.setdefault(k, []).append(r)
-        for k in sorted(by_node):
-            ranks = by_node[k]
-            if root in ranks or len(ranks) < 2:
-                continue  # served by the root
-            server = ranks[0]
-            server_of[server] = -1
-            servers.append(server)
-            for r in ranks[1:]:
-                server_of[r] = server
+    # central: every rank on one node, served by the root; nodes: the role rule, the
+    # root serving its own node and the ranks of nodes with no spare rank
+    one = [0] * size if mode == "central" else node_of
+    rule = serve_nodes(one, 1, lone="work", first=root)
+    server_of = [-1 if s == r else (root if s < 0 else s) for r, s in enumerate(rule)]
+    servers = [root] + [r for r, s in enumerate(rule) if s == r and r != root]
     return Roles(root, mode, tuple(node_of), tuple(names), tuple(server_of), tuple(servers))
 
 

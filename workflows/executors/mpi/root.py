@@ -29,6 +29,8 @@ import threading
 import time
 from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple
 
+from stager.mpi.link import Backoff, Link, dumps
+
 from ...errors import ExecutorError, RemoteError
 from ...runtime import capture_executor_error
 from ...tasks import Outcome, TaskCall, execute, where_cached
@@ -36,7 +38,7 @@ from .arrays import ArrayCall, ArrayDone, array_chunks, chunk_cap, same_array
 from .queues import MAX_BATCH_BYTES, Entry
 from .roles import Roles
 from .server import Options, Result, Server
-from .wire import (BYE, DONE, FEED, FINAL, STEAL, STOLEN, STOP, UP, Backoff, Link, dumps)
+from .wire import BYE, DONE, FEED, FINAL, STEAL, STOLEN, STOP, UP
 from .worker import run_entry, unpack
 
 __all__ = ["RootServer"]
@@ -181,10 +183,7 @@ class RootServer(Server):
         while True:
             self.term_poll()
             progress = self._take_inbox()
-            while True:
-                msg = link.poll()
-                if msg is None:
-                    break
+            for msg in link.messages():
                 progress = True
                 self._handle(*msg)
             if self.local_only:
@@ -236,7 +235,7 @@ class RootServer(Server):
             elif self.stop_requested:
                 time.sleep(backoff.pause)
             self._sleeping = False
-            backoff.pause = min(backoff.max_sleep, max(1e-5, backoff.pause * 2))
+            backoff.grow()
 
     def _take_inbox(self) -> bool:
         inbox = self.inbox

@@ -32,13 +32,14 @@ import socket
 import time
 from typing import Any, Deque, Dict, List, Optional, Tuple
 
+from stager.mpi.link import Backoff, Credits, Link, dumps
+
 from ...errors import RemoteError
 from ...limits import grace_seconds
 from ...tasks import where_cached
 from .queues import MAX_BATCH_BYTES, Entry, TaskQueue, guided_chunk
 from .roles import Roles
-from .wire import (BYE, DONE, FEED, FINAL, STEAL, STOLEN, STOP, TAG_NAMES, TASKS, UP, Backoff,
-                   Link, dumps)
+from .wire import BYE, DONE, FEED, FINAL, STEAL, STOLEN, STOP, TASKS, UP
 
 __all__ = ["Server", "NodeServer", "Options", "Batch", "Slot"]
 
@@ -139,7 +140,7 @@ class Server:
         self.queue = TaskQueue(wait=options.locality_wait)
         self.slots: Dict[int, Slot] = {r: Slot(r, roles.node_of[r]) for r in roles.workers_of(rank)}
         self._served_changed()
-        self.hungry: Deque[int] = collections.deque()  # one entry per free credit
+        self.hungry = Credits()  # the workers' free credits (batches they may take)
         self.task_seconds = 0.0  # running mean of a task's time (from finished batches)
         self.peers = [s for s in roles.servers if s != rank]
         self.grace = grace_seconds()
@@ -171,8 +172,9 @@ class Server:
         """A message this rank should never get (a protocol bug): say so once, drop it."""
         if not self._warned:
             self._warned = True
-            self.say(f"{self.who}: dropped an unexpected message (tag {TAG_NAMES.get(tag, tag)} "
-                     f"from rank {src}); please report this as a bug")
+            name = self.link.names.get(tag, tag)
+            self.say(f"{self.who}: dropped an unexpected message (tag {name} from rank {src}); "
+                     "please report this as a bug")
 
     _warned = False
 
@@ -203,7 +205,7 @@ class Server:
                 if slot.batches:
                     slot.batches[0].start = now
             if not slot.lost:
-                self.hungry.extend([src] * credit)
+                self.hungry.grant(src, credit)
 
     def on_steal(self, src: int, want: int) -> None:
         entries = self.queue.steal(want) if not self.stopping_now() else []
@@ -243,8 +245,7 @@ class Server:
         long_tasks = self.task_seconds >= LONG_TASK
         max_chunk = 1 if long_tasks else self.options.max_chunk
         queue = self.queue
-        while self.hungry and queue:
-            rank = self.hungry.popleft()
+        while queue and (rank := self.hungry.take()) is not None:
             slot = self.slots[rank]
             if slot.lost:
                 continue
@@ -259,11 +260,8 @@ class Server:
             slot.batches.append(Batch(batch, None if slot.batches else time.time()))
             self.link.send(rank, TASKS, batch)
             sent = True
-        self.hungry.extendleft(reversed(starved))
+        self.hungry.give_back(starved)
         return sent
-
-    def idle_workers(self) -> bool:
-        return bool(self.hungry)
 
     def maybe_steal(self) -> None:
         """Ask a random other server for tasks when a worker is idle and nothing is here for it.
@@ -299,10 +297,19 @@ class Server:
             if expires is not None and now > expires:
                 self.lose(slot, now)
 
-    def lose(self, slot: Slot, now: float) -> None:
+    def _give_up(self, slot: Slot) -> Tuple[Batch, List[Entry]]:
+        """Never serve ``slot`` again; its running batch, and the entries it had not started."""
         slot.lost = True
         self._served_changed()
+        self.hungry.drop(slot.rank)
         head = slot.batches[0]
+        rest = [e for i, b in enumerate(slot.batches)
+                for e in b.entries[(b.done + 1) if i == 0 else 0:]]
+        slot.batches.clear()
+        return head, rest
+
+    def lose(self, slot: Slot, now: float) -> None:
+        head, rest = self._give_up(slot)
         stuck = head.entries[head.done]
         message = (
             f"ran past its time limit and did not stop within the {self.grace:g} s grace "
@@ -314,13 +321,7 @@ class Server:
         self.lost[slot.rank] = f"{slot.where}: stuck in task {stuck.name}"
         self.note(("lost", slot.rank, self.lost[slot.rank]))
         self.deliver([(stuck.tid, slot.rank, blob)])
-        # What it had not started goes to the other workers.
-        rest = head.entries[head.done + 1:]
-        for b in list(slot.batches)[1:]:
-            rest.extend(b.entries)
-        slot.batches.clear()
-        self.queue.extend(rest)
-        self.hungry = collections.deque(r for r in self.hungry if r != slot.rank)
+        self.queue.extend(rest)   # what it had not started goes to the other workers
 
     def check_dead(self) -> None:
         """Notice at once a worker on this host whose process is gone (every 50 ms at most).
@@ -344,9 +345,7 @@ class Server:
     def died(self, slot: Slot) -> None:
         lines = [f"{name} ({state})" for name, state, _ in self.in_flight()
                  if _ == slot.where]
-        slot.lost = True
-        self._served_changed()
-        head = slot.batches[0]
+        head, rest = self._give_up(slot)
         running = head.entries[head.done] if head.done < len(head.entries) else None
         text = (f"{self.who}: worker {slot.where} died (its process is gone: a signal or "
                 f"os._exit; mpirun's message names which) while it held: "
@@ -354,11 +353,6 @@ class Server:
         self.say(text)
         self.lost[slot.rank] = f"{slot.where}: died"
         self.note(("died", slot.rank, text))
-        rest: List[Entry] = []
-        for i, b in enumerate(slot.batches):
-            rest.extend(b.entries[(b.done + 1) if i == 0 else 0:])
-        slot.batches.clear()
-        self.hungry = collections.deque(r for r in self.hungry if r != slot.rank)
         if running is not None:
             err = RemoteError("TaskCrashed", f"its worker, {slot.where}, died while running it "
                               "(killed by a signal or os._exit; use @app(isolate=True) to "
@@ -399,11 +393,6 @@ class Server:
                     state = "running" if i == 0 and j == 0 and batch.start else "queued"
                     out.append((entry.name, state, slot.where))
         return out
-
-    def in_hand(self) -> int:
-        """Tasks in live workers' hands."""
-        return sum(len(b.entries) - b.done for s in self.slots.values() if not s.lost
-                   for b in s.batches)
 
     def busy(self) -> bool:
         """Tasks queued here or in live workers' hands."""
@@ -484,12 +473,8 @@ class NodeServer(Server):
         final = False
         while not final:
             progress = False
-            while True:
-                msg = link.poll()
-                if msg is None:
-                    break
+            for src, tag, payload in link.messages():
                 progress = True
-                src, tag, payload = msg
                 if tag == DONE:
                     self.on_done(src, payload)
                 elif tag == FEED:

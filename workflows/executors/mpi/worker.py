@@ -21,13 +21,15 @@ import pickle
 import socket
 import sys
 import time
-from typing import Any, Deque, List, Optional, Tuple
+from typing import Deque, List, Optional, Tuple
 
 from ...errors import RemoteError
 from ...tasks import Outcome, execute, where_cached
 from .arrays import ArrayCall, run_array
 from .queues import MAX_BATCH_BYTES, Entry
-from .wire import DONE, STOP, TASKS, Backoff, Link, dumps
+from stager.mpi.link import Backoff, Link, dumps
+
+from .wire import DONE, STOP, TASKS
 
 __all__ = ["serve_worker", "CREDITS", "FLUSH_SECONDS"]
 
@@ -118,10 +120,3 @@ def unpack(blob: bytes, where: str, node: Optional[int]) -> Outcome:
                           f"root: {exc}", "", where)
         return Outcome(None, err, where, 0.0, 0.0, node)
     return Outcome(value, error, where, start, end, node)
-
-
-def worker_env() -> Any:
-    """Mark this process as a worker while it serves (Ctrl-C in a task is its failure)."""
-    old = os.environ.get("WORKFLOWS_WORKER")
-    os.environ["WORKFLOWS_WORKER"] = "1"
-    return old

@@ -1,0 +1,47 @@
+"""stager.mpi.link.Link on a real communicator: arrays round trip (large ones out of band), a
+foreign tag is named."""
+import numpy as np
+import pytest
+
+from stager.mpi.link import OUT_OF_BAND, TAGS, Link
+from tests.mpiutil import assert_all
+
+pytestmark = pytest.mark.mpi
+
+
+def test_link_round_trip_and_foreign_tag():
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD.Dup()
+    try:
+        link = Link(comm, "stream")
+        assert OUT_OF_BAND <= 200_000   # the large arrays below go apart
+        rank, size = comm.rank, comm.size
+
+        def parts(r):   # two arrays out of band (>= OUT_OF_BAND bytes), one inside
+            big = np.arange(100_000, dtype=np.uint16).reshape(100, 1000) + r
+            return [big, np.arange(10) + r, np.full((300, 300), r, np.float64)]
+
+        link.send((rank + 1) % size, TAGS["stream"]["WORK"], ("part", parts(rank)))
+        apart = link.unsent == 3    # the message and its two large arrays, each sent alone
+        got = None
+        while got is None:
+            got = link.poll()
+        src, tag, (kind, arrays) = got
+        ok = (apart and src == (rank - 1) % size and tag == TAGS["stream"]["WORK"]
+              and kind == "part" and all(np.array_equal(a, b) and a.flags.writeable
+                      for a, b in zip(arrays, parts(src))))
+        ok = ok and link.flush(10.0) and link.unsent == 0 and link.sent == link.received == 1
+        # a tag of another loop reaching this one is an error naming rank, source and tag
+        link.send(rank, TAGS["executor"]["TASKS"], None)
+        err = ""
+        try:
+            while link.poll() is None:
+                pass
+        except RuntimeError as e:
+            err = str(e)
+        link.flush(10.0)
+        ok = ok and f"rank {rank}: unexpected message tag 1 from rank {rank}" in err
+        assert_all(comm, ok, f"rank {rank}: round trip or tag check failed ({err!r})")
+    finally:
+        comm.Free()
