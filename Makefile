@@ -93,14 +93,14 @@ demo: setup
 
 test: setup serial-venv-maybe lint-check docs test-serial test-mpi
 
-# The serial suite in $(XDIST_N) pytest-xdist workers (--dist loadgroup). Most of its
-# time is spent waiting on mpirun subprocesses, so more workers than the 2 cores pays.
-# tests/conftest.py groups what must share one worker: the tests marked slurm, fuse or
-# osnodes (machine-wide: one after the other) and the files whose module or session
-# fixtures are expensive (built once). XDIST_N=0 runs it in one process, as before.
+# The serial suite in $(XDIST_N) pytest-xdist workers. Most of its time is spent waiting
+# on mpirun subprocesses, so more workers than the 2 cores pays. tests/conftest.py
+# schedules each file on one worker (module fixtures built once) and the files that
+# must share one worker together (SHARED_WORKER: Slurm/FUSE/OS-node tests, the NF
+# jobs). XDIST_N=0 runs it in one process, as before.
 # Measured 2026-11-25: see docs/contributing.md, "Running the tests".
 XDIST_N ?= 4
-XDIST   := -n $(XDIST_N) --dist loadgroup
+XDIST   := -n $(XDIST_N)
 test-serial:
 	timeout -k 30 $(SERIAL_TIMEOUT) $(PY) -m pytest -m "not mpi" -q --color=no $(XDIST)
 

@@ -11,9 +11,8 @@
 never initialise MPI.
 
 ``make test-serial`` runs the serial tiers in parallel workers (pytest-xdist,
-``--dist loadgroup``); :func:`pytest_collection_modifyitems` below puts each test in
-the ``xdist_group`` that says which tests must share a worker (docs/contributing.md,
-"Running the tests").
+``-n 4``): each file on one worker, and the files of :data:`SHARED_WORKER` together
+(docs/contributing.md, "Running the tests").
 """
 from __future__ import annotations
 
@@ -21,60 +20,48 @@ import shutil
 
 import pytest
 
-#: Marks of tests that use one machine-wide thing (the local Slurm cluster's
-#: daemons, FUSE mounts, host names in namespaces): one worker runs them all, one
-#: after the other, in the group ``machine``.
+#: Files that must share one pytest-xdist worker, by group (``make test-serial`` runs
+#: ``-n 4``; :func:`pytest_xdist_make_scheduler`). ``machine``: tests of one
+#: machine-wide thing (the local Slurm cluster's daemons, FUSE mounts, host names in
+#: namespaces), one after the other. ``nf-jobs``: mpirun jobs that compile the NF
+#: kernels (numba, minutes of CPU with a cold cache, as in CI); side by side on the
+#: 2 cores the demo took more than the 300 s test timeout in a fresh clone.
+SHARED_WORKER = {
+    "machine": ("tests/e2e/test_slurm.py", "tests/e2e/test_osnodes.py",
+                "tests/e2e/test_pfs.py", "tests/e2e/test_pfs_stage.py"),
+    "nf-jobs": ("tests/e2e/test_demo.py", "tests/e2e/test_hedm_e2e.py",
+                "tests/e2e/test_hedm_nffit_e2e.py"),
+}
+#: Marks of the ``machine`` group's tests: a file with one must be listed there.
 MACHINE_MARKS = ("slurm", "fuse", "osnodes")
+_GROUP_OF = {path: group for group, paths in SHARED_WORKER.items() for path in paths}
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_xdist_make_scheduler(config, log):
+    """xdist's ``loadfile`` (each file's tests on one worker: its module fixtures are
+    built once), with the files of :data:`SHARED_WORKER` merged into one unit per
+    group. (``--dist loadgroup`` and ``xdist_group`` marks do nothing with pytest 9.2
+    and xdist 3.8: xdist renames ``item._nodeid``, which pytest 9.2 no longer reads.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Scheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return _GROUP_OF.get(path, path)
+
+    return Scheduling(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
-    """Give tests an ``xdist_group`` for ``--dist loadgroup`` (no effect without xdist).
-
-    * tests marked ``slurm``, ``fuse`` or ``osnodes`` (:data:`MACHINE_MARKS`): the
-      group ``machine``, and with them every test of their file if the file has a
-      module fixture;
-    * the tests of a file that uses a session fixture of this suite (``nf_layer``,
-      ``corpus``): a group named after the fixture, so it is built once, not once per
-      worker;
-    * the tests of a file that has a module fixture: a group per file, so the fixture
-      is built once (the NF fits' fixtures take tens of seconds);
-    * every other test: no group; each goes to whichever worker is free.
-
-    A test given an ``xdist_group`` by hand keeps it. Nothing is done unless the run
-    is ``--dist loadgroup`` (the MPI suite and the plain venv of
-    tests/e2e/test_serial_venv.py have no xdist).
-    """
-    if config.getoption("dist", "no") != "loadgroup":
-        return
-    files: dict = {}
+    """A test marked ``slurm``, ``fuse`` or ``osnodes`` outside the ``machine`` files
+    is a usage error: it would run beside the others under xdist."""
     for item in items:
-        path = item.nodeid.split("::")[0]
-        f = files.setdefault(path, {"session": set(), "module": False, "machine": False})
-        f["machine"] |= any(item.get_closest_marker(m) for m in MACHINE_MARKS)
-        for defs in item._fixtureinfo.name2fixturedefs.values():
-            fixdef = defs[-1]  # the one this test gets (a closer definition overrides)
-            if not getattr(fixdef.func, "__module__", "").startswith("tests."):
-                continue  # pytest's own (tmp_path_factory, ...) are cheap
-            if fixdef.scope == "session":
-                f["session"].add(fixdef.argname)
-            elif fixdef.scope != "function":
-                f["module"] = True
-    for item in items:
-        if item.get_closest_marker("xdist_group"):
-            continue
-        path = item.nodeid.split("::")[0]
-        f = files[path]
-        if any(item.get_closest_marker(m) for m in MACHINE_MARKS) or \
-                (f["machine"] and f["module"]):
-            group = "machine"
-        elif f["session"]:
-            group = "session-" + min(f["session"])
-        elif f["module"]:
-            group = path
-        else:
-            continue
-        item.add_marker(pytest.mark.xdist_group(group))
+        path = item.nodeid.split("::", 1)[0]
+        if any(item.get_closest_marker(m) for m in MACHINE_MARKS) and \
+                _GROUP_OF.get(path) != "machine":
+            raise pytest.UsageError(f"{item.nodeid} is marked {'/'.join(MACHINE_MARKS)}: "
+                                    "add its file to SHARED_WORKER['machine'] in "
+                                    "tests/conftest.py")
 
 
 @pytest.fixture
