@@ -97,10 +97,12 @@ test: setup serial-venv-maybe lint-check docs test-serial test-mpi
 # on mpirun subprocesses, so more workers than the 2 cores pays. tests/conftest.py
 # schedules each file on one worker (module fixtures built once) and the files that
 # must share one worker together (SHARED_WORKER: Slurm/FUSE/OS-node tests, the NF
-# jobs). XDIST_N=0 runs it in one process, as before.
+# jobs), in collection order (--no-loadscope-reorder: the long end-to-end files first;
+# xdist's default, most tests first, left the NF jobs for last). XDIST_N=0 runs it in
+# one process, as before.
 # Measured 2026-11-25: see docs/contributing.md, "Running the tests".
 XDIST_N ?= 4
-XDIST   := -n $(XDIST_N)
+XDIST   := -n $(XDIST_N) --no-loadscope-reorder
 test-serial:
 	timeout -k 30 $(SERIAL_TIMEOUT) $(PY) -m pytest -m "not mpi" -q --color=no $(XDIST)
 

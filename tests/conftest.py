@@ -37,6 +37,7 @@ MACHINE_MARKS = ("slurm", "fuse", "osnodes")
 _GROUP_OF = {path: group for group, paths in SHARED_WORKER.items() for path in paths}
 
 
+@pytest.hookimpl(optionalhook=True)  # the NumPy 2 venv (test_serial_venv) has no xdist
 def pytest_xdist_make_scheduler(config, log):
     """xdist's ``loadfile`` (each file's tests on one worker: its module fixtures are
     built once), with the files of :data:`SHARED_WORKER` merged into one unit per
