@@ -93,8 +93,19 @@ demo: setup
 
 test: setup serial-venv-maybe lint-check docs test-serial test-mpi
 
+# The serial suite in $(XDIST_N) pytest-xdist workers. Most of its time is spent waiting
+# on mpirun subprocesses, so more workers than the 2 cores pays. tests/conftest.py
+# schedules each file on one worker (module fixtures built once) and the files that
+# must share one worker together (SHARED_WORKER: Slurm/FUSE/OS-node tests, the NF
+# jobs), in collection order (--no-loadscope-reorder: the long end-to-end files first;
+# xdist's default, most tests first, left the NF jobs for last). XDIST_N=0 runs it in
+# one process, as before.
+# Measured 2026-11-25 (load 3-7 from other sessions): make test in a fresh clone 808 s,
+# its serial suite 589 s (one process: 957 s); docs/contributing.md, "Running the tests".
+XDIST_N ?= 4
+XDIST   := -n $(XDIST_N) --no-loadscope-reorder
 test-serial:
-	timeout -k 30 $(SERIAL_TIMEOUT) $(PY) -m pytest -m "not mpi" -q --color=no
+	timeout -k 30 $(SERIAL_TIMEOUT) $(PY) -m pytest -m "not mpi" -q --color=no $(XDIST)
 
 # The edit-run loop: the unit tests and the end-to-end files that take seconds, serially.
 # Left to `make test`: the MPI suite, tests marked slow/slurm/fuse/osnodes, the other

@@ -9,12 +9,60 @@
 
 ``comm`` imports mpi4py only when an MPI test asks for it, so the serial tiers
 never initialise MPI.
+
+``make test-serial`` runs the serial tiers in parallel workers (pytest-xdist,
+``-n 4``): each file on one worker, and the files of :data:`SHARED_WORKER` together
+(docs/contributing.md, "Running the tests").
 """
 from __future__ import annotations
 
 import shutil
 
 import pytest
+
+#: Files that must share one pytest-xdist worker, by group (``make test-serial`` runs
+#: ``-n 4``; :func:`pytest_xdist_make_scheduler`). ``machine``: tests of one
+#: machine-wide thing (the local Slurm cluster's daemons, FUSE mounts, host names in
+#: namespaces), one after the other. ``nf-jobs``: mpirun jobs that compile the NF
+#: kernels (numba, minutes of CPU with a cold cache, as in CI); side by side on the
+#: 2 cores the demo took more than the 300 s test timeout in a fresh clone.
+SHARED_WORKER = {
+    "machine": ("tests/e2e/test_slurm.py", "tests/e2e/test_osnodes.py",
+                "tests/e2e/test_pfs.py", "tests/e2e/test_pfs_stage.py"),
+    "nf-jobs": ("tests/e2e/test_demo.py", "tests/e2e/test_hedm_e2e.py",
+                "tests/e2e/test_hedm_nffit_e2e.py"),
+}
+#: Marks of the ``machine`` group's tests: a file with one must be listed there.
+MACHINE_MARKS = ("slurm", "fuse", "osnodes")
+_GROUP_OF = {path: group for group, paths in SHARED_WORKER.items() for path in paths}
+
+
+@pytest.hookimpl(optionalhook=True)  # the NumPy 2 venv (test_serial_venv) has no xdist
+def pytest_xdist_make_scheduler(config, log):
+    """xdist's ``loadfile`` (each file's tests on one worker: its module fixtures are
+    built once), with the files of :data:`SHARED_WORKER` merged into one unit per
+    group. (``--dist loadgroup`` and ``xdist_group`` marks do nothing with pytest 9.2
+    and xdist 3.8: xdist renames ``item._nodeid``, which pytest 9.2 no longer reads.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Scheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return _GROUP_OF.get(path, path)
+
+    return Scheduling(config, log)
+
+
+def pytest_collection_modifyitems(config, items):
+    """A test marked ``slurm``, ``fuse`` or ``osnodes`` outside the ``machine`` files
+    is a usage error: it would run beside the others under xdist."""
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        if any(item.get_closest_marker(m) for m in MACHINE_MARKS) and \
+                _GROUP_OF.get(path) != "machine":
+            raise pytest.UsageError(f"{item.nodeid} is marked {'/'.join(MACHINE_MARKS)}: "
+                                    "add its file to SHARED_WORKER['machine'] in "
+                                    "tests/conftest.py")
 
 
 @pytest.fixture

@@ -38,7 +38,7 @@ def _env(**extra):
     return env
 
 
-def run(flow, out, flow_args, *, np=None, stage=None, env=None, executor=None, timeout=120):
+def run(flow, out, flow_args, *, np=None, stage=None, env=None, executor=None, timeout=300):
     cmd = [sys.executable, "-m", "workflows", "run", os.path.join(ROOT, "hedm", flow),
            "--out", str(out)]
     if executor:

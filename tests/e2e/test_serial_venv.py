@@ -51,11 +51,14 @@ def _numpy2_python() -> str:
     return PY
 
 
-def _env():
+def _env(tmp_path):
     from tests.e2e.stagerun import mpi_env
 
     env = mpi_env()
     env.pop("PYTHONPATH", None)  # the venv's editable install, not the Debian venv's path
+    # its own numba cache: in the tree's __pycache__ another numba version (the main
+    # venv's, in a test running beside this one) overwrites the same cache files
+    env["NUMBA_CACHE_DIR"] = str(tmp_path / "numba-cache")
     return env
 
 
@@ -65,21 +68,21 @@ def _check(r: subprocess.CompletedProcess) -> None:
     assert " passed" in r.stdout and " failed" not in r.stdout, tail
 
 
-def test_unit_tests_pass_with_numpy2():
+def test_unit_tests_pass_with_numpy2(tmp_path):
     py = _numpy2_python()
     files = [f"tests/unit/test_{name}.py" for name in UNIT]
     r = subprocess.run([py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--color=no",
                         "-m", "not mpi and not slow", *files],
-                       cwd=REPO, env=_env(), capture_output=True, text=True, timeout=900)
+                       cwd=REPO, env=_env(tmp_path), capture_output=True, text=True, timeout=900)
     _check(r)
 
 
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun is not installed")
-def test_mpi_staging_and_workflow_tests_pass_with_numpy2():
+def test_mpi_staging_and_workflow_tests_pass_with_numpy2(tmp_path):
     py = _numpy2_python()
     files = [f"tests/mpi/{name}.py" for name in MPI]
     r = subprocess.run(["mpirun", "-n", "4", "--oversubscribe", py, "-m", "pytest",
                         "--with-mpi", "-m", "mpi and not slow", "-k", NEEDS_MPI_H5PY, "-q",
                         "-p", "no:cacheprovider", "--color=no", *files],
-                       cwd=REPO, env=_env(), capture_output=True, text=True, timeout=900)
+                       cwd=REPO, env=_env(tmp_path), capture_output=True, text=True, timeout=900)
     _check(r)

@@ -378,16 +378,24 @@ def test_several_scans_in_a_row_and_watch(tmp_path):
     job = Job(tmp_path, "--scans", "2")
     rv = job.rendezvous()
     png = tmp_path / "watch.png"
-    w = subprocess.Popen([sys.executable, "-m", "stager", "stream", "watch", str(job.rv),
-                          "--png", str(png), "--final", "--timeout", "60"],
-                         env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(0.5)
+    werr_file = tmp_path / "watch.err"
+    with open(werr_file, "w") as werr_fd:
+        w = subprocess.Popen([sys.executable, "-m", "stager", "stream", "watch", str(job.rv),
+                              "--png", str(png), "--final", "--timeout", "60"],
+                             env=_env(), stdout=subprocess.PIPE, stderr=werr_fd, text=True)
+    # a1 lasts 0.3 s: start it only once the watcher is subscribed (its start-up is
+    # seconds on a loaded machine, and it prints "watching" once connected)
+    from tests.e2e.stagerun import wait_for
+    wait_for(lambda: "watching" in werr_file.read_text() or w.poll() is not None, 60,
+             "the watcher to connect")
+    time.sleep(0.5)   # the subscription reaches the publisher
     run_producers(_scan("a1", rate=200.0), rv)
     run_producers(_scan("a2"), rv)
     rc, out, err = job.wait()
     assert rc == 0, out + err
     assert job.report("a1")["ok"] and job.report("a2")["ok"]
-    wout, werr = w.communicate(timeout=60)
+    wout, _ = w.communicate(timeout=60)
+    werr = werr_file.read_text()
     assert w.returncode == 0, wout + werr
     assert "a1: 64/64 complete" in wout and "frames/s" in wout and "GB/s" in wout
     assert png.read_bytes()[:4] == b"\x89PNG"
