@@ -126,6 +126,10 @@ class SocketLoop:
     def forget(self, scan: str) -> None:
         """Drop what is kept of ``scan`` once it is written (default: nothing is kept)."""
 
+    def held(self) -> Dict[str, int]:
+        """Scan -> messages held because its start is unknown (default: nothing is held)."""
+        return {}
+
     def never_started(self) -> Dict[str, Dict[str, int]]:
         """The job ends: reject what is held for scans that never started; return scan ->
         counts (default: nothing is held)."""

@@ -294,7 +294,7 @@ class RankLoop:
             prog = asm.progress()
             for scan, st in asm.scans.items():
                 snaps.append((st.report, prog[scan]["idle_s"]))
-            held = self.socket.held() if hasattr(self.socket, "held") else {}
+            held = self.socket.held()
             rejects = (dict(asm.rejected), list(asm.examples), held)
         self._send(0, TAG_CTRL, ("hb", self.index, snaps, rejects))
 
