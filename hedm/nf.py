@@ -64,7 +64,8 @@ from hedm.common import (frame_reader, is_series, phase_spans, recording, replac
                          split_rows, worker_name)
 from hedm.nfparams import REDUCE_SCHEMA as SCHEMA
 from hedm.nfparams import read_nf_params
-from hedm.nfreduce import BACKGROUND_NAME, binary_images, kernel_params, spot_tables
+from hedm.nfreduce import (BACKGROUND_NAME, binary_images, empty_distances, kernel_params,
+                           spot_tables)
 from hedm.output import plot_nf, write_h5
 from hedm.params import (BINARY_SUFFIX, ParamError, add_flow_arguments, flag_overrides,
                          relative_to)
@@ -175,8 +176,10 @@ def write_nf(merged: Dict[str, Any], images: List[Dict[str, str]], params: Dict[
     binary = analysis.save_binary(out_dir, analysis.binary(table["pixels"]))
     return {"node": this_node(), "h5": h5, "png": png, "binary": binary,
             "spot_pixels": len(table["pixels"]), "spots": len(table["centroids"]),
-            "frames": n_frames, "empty_distances": empty_distances(table["frames"],
-                                                                  params["nDistances"])}
+            "frames": n_frames,
+            "empty_distances": empty_distances(table["frames"]["distance"],
+                                               table["frames"]["n_pixels"],
+                                               params["nDistances"])}
 
 
 # -- the graph -------------------------------------------------------------------------
@@ -204,13 +207,6 @@ def _check_shape(source: str, first: int, n: int, shape, transforms) -> None:
                          f"{got[0]} rows x {got[1]} columns after {describe(transforms)}, but "
                          f"NrPixelsZ x NrPixelsY is {shape[0]} x {shape[1]} (raw frames of "
                          f"{raw[0]} x {raw[1]}); check NrPixelsY/NrPixelsZ and ImTransOpt")
-
-
-def empty_distances(frames: np.ndarray, n_distances: int) -> List[int]:
-    """The distances whose frames (``NF_FRAME_DTYPE`` rows) hold no spot pixel at all."""
-    found = np.bincount(frames["distance"].astype(np.int64), weights=frames["n_pixels"],
-                        minlength=n_distances)
-    return [d for d in range(n_distances) if found[d] == 0]
 
 
 def main(args):

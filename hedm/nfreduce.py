@@ -39,7 +39,7 @@ from streams.errors import StreamError
 from streams.protocol import ScanGeometry
 
 __all__ = ["NFReduce", "ANALYSIS", "BACKGROUND_NAME", "kernel_params", "spot_tables",
-           "binary_images"]
+           "binary_images", "empty_distances"]
 
 #: The file flow's background of distance ``d`` in ``OUT/work/`` (``.format(d=d)``).
 BACKGROUND_NAME = "nf_background_d{d}.npy"
@@ -87,6 +87,14 @@ def spot_tables(frame: int, spots, distance: int = 0) -> Dict[str, np.ndarray]:
         cent["intensity_max"] = mx
     frames = as_records([(distance, frame, len(pixels), n)], NF_FRAME_DTYPE)
     return {"pixels": pixels, "centroids": cent, "frames": frames}
+
+
+def empty_distances(distance: np.ndarray, n_pixels: np.ndarray, n_distances: int) -> List[int]:
+    """The distances whose frames (each frame's ``distance`` and ``n_pixels``) hold no
+    spot pixel at all, or were never seen: stage 2 can fit nothing from them."""
+    found = np.bincount(np.asarray(distance, np.int64), weights=n_pixels,
+                        minlength=n_distances)
+    return [d for d in range(n_distances) if found[d] == 0]
 
 
 def binary_images(pixels: np.ndarray, n_distances: int, n_frames: int, shape,
@@ -308,6 +316,19 @@ class NFReduce(Analysis):
         with replacing(path, ".npy") as tmp:
             np.save(tmp, packed)
         return path
+
+    def problem(self, partial: PerFrame, geometry: ScanGeometry) -> str:
+        """A distance with no spot pixel in any frame received: as the file flow, a failure
+        (stage 2 can fit nothing from it)."""
+        seen = np.flatnonzero(partial.seen(geometry.frames))
+        n_pixels = partial.column("n_pixels", geometry.frames)[seen] if len(seen) else seen
+        empty = empty_distances(seen // self.per_distance, n_pixels, self.n_distances)
+        if not empty:
+            return ""
+        return (f"nf_reduce: no spot found at distance(s) {', '.join(map(str, empty))} in "
+                f"any frame of scan {geometry.scan}: check the background given, "
+                f"BlanketSubtraction ({self.p['BlanketSubtraction']}), the LoG settings "
+                "(GaussFiltRadius, LoGMaskRadius) and ImTransOpt")
 
     def write(self, h5: Any, partial: PerFrame, geometry: ScanGeometry) -> None:
         from hedm.output import _attr

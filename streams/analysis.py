@@ -18,7 +18,9 @@ or executors:
     what is worth publishing while the scan runs (default: the partial without its
     per-frame ragged arrays) and the scan-shaped images made of it;
 ``write(h5, partial, geometry)``
-    the final datasets, written once into the scan's HDF5 file.
+    the final datasets, written once into the scan's HDF5 file;
+``problem(partial, geometry)``
+    why that result is of no use ("" if it is): the run then fails, never exit 0.
 
 Partials are usually :class:`PerFrame` values: per-frame columns (a number or a
 small vector per frame) and ragged per-frame arrays (electron events), kept as
@@ -170,6 +172,14 @@ class Analysis:
 
     def merge(self, a: Any, b: Any) -> Any:
         return a.merge(b)
+
+    def problem(self, partial: Any, geometry: ScanGeometry) -> str:
+        """Why the merged result, written as it is, is of no use (e.g. no spot at all), or "".
+
+        A receiving job then marks the scan's result invalid (not served, exit 1); the
+        offline flow fails after writing. The file is kept for inspection either way.
+        """
+        return ""
 
     def empty(self) -> Any:
         return PerFrame()

@@ -569,6 +569,9 @@ def _finalize(comm: Any, layout: Any, roles: Any, loop: Any, analysis: Any,
                     "them twice (the source sent them twice: see the rejection examples)")
             if hasattr(partial, "compact") and merged is not None:
                 merged = merged.compact()
+            why = analysis.problem(merged, report.geometry) if merged is not None else ""
+            if why:
+                report.invalid = "; ".join(x for x in (report.invalid, why) if x)
             os.makedirs(local_dir, mode=0o700, exist_ok=True)
             h5 = os.path.join(local_dir, f"{scan}.h5")
             size = write_scan(h5, analysis, merged, report,

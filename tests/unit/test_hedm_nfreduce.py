@@ -137,3 +137,17 @@ def _geometry(shape, frames=2, dtype="<u2"):
     from streams.protocol import ScanGeometry
 
     return ScanGeometry("s", 1, frames, 1, shape, dtype, (1, frames))
+
+
+def test_a_distance_without_any_spot_is_a_problem_not_a_result(layer):
+    """As the file flow fails on it, a stream whose frames hold no spot is not served."""
+    a = _analysis(layer)
+    stack = layer["stack"]
+    g = _geometry(stack.shape[1:], frames=len(stack))
+    spots = a.process_partition(stack, np.arange(len(stack)), np.ones(len(stack), bool))
+    assert a.problem(spots, g) == ""
+    flat = np.repeat(layer["bg"].astype(stack.dtype)[None], len(stack), axis=0)
+    dark = a.process_partition(flat, np.arange(len(stack)), np.ones(len(stack), bool))
+    assert "no spot found at distance(s) 0" in a.problem(dark, g)
+    # frames never received count as empty too
+    assert "distance(s) 0" in a.problem(a.empty(), g)

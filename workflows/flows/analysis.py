@@ -106,6 +106,11 @@ def write(keyed: Any, geometry: Any, path: str) -> str:
     received = partial.received(F) if hasattr(partial, "received") else partial.seen(F)
     rep = offline_report(geometry, partial.complete(F), received)
     write_scan(path, analysis, partial, rep)
+    why = analysis.problem(partial, geometry)
+    if why:
+        from streams.errors import StreamError
+
+        raise StreamError(f"{path}: {why} (the file is written for inspection)")
     return path
 
 
