@@ -218,6 +218,7 @@ class ScanReport:
         g = self.geometry
         return {
             "scan": g.scan, "ok": self.ok, "ended_by": self.ended_by,
+            "result_invalid": self.invalid or None,
             "geometry": {"producers": g.producers, "frames": g.frames, "sectors": g.sectors,
                          "shape": list(g.shape), "dtype": g.dtype,
                          "scan_shape": list(g.scan_shape)},
@@ -233,7 +234,6 @@ class ScanReport:
                          "ends": [self.ends_received, self.ends_expected],
                          "rejected": dict(sorted((str(k), v) for k, v in self.rejected.items())),
                          "duplicates_across_receivers": self.duplicates_across,
-                         "result_invalid": self.invalid or None,
                          "rejected_unattributed": dict(sorted(
                              (str(k), v) for k, v in self.rejected_unattributed.items()))},
             "connections_refused": dict(sorted((str(k), v) for k, v in self.refused.items())),

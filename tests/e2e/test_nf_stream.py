@@ -62,3 +62,31 @@ def test_nf_reduce_streamed_equals_the_file_flow(tmp_path):
     assert streamed["n_pixels_image"].shape == (d, n)
     assert streamed["n_pixels_image"].sum() == len(reference["spots"])
     assert np.array_equal(streamed["n_spots_image"].ravel(), reference["frames"]["n_spots"])
+
+
+def test_a_live_scan_without_any_spot_fails(tmp_path):
+    """A background above every pixel leaves no spot: the scan's file is written, but the
+    job says why the result is useless and exits 1 (the file flow's rule), never 0."""
+    from kernels import TiffSeries
+    from hedm.nfsynth import make_layer
+    from streams import ScanGeometry, SimulatedScan
+    from streams.simulate import array_source, run_producers
+
+    layer = tmp_path / "layer"
+    made = make_layer(str(layer), frames=2, grains=2, rsample=30.0)
+    d, n = made["distances"], made["frames_per_distance"]
+    reader = TiffSeries(str(layer / "stem_%06d.tif"), 0, d * n)
+    stack = np.stack([reader.read(i) for i in range(reader.n_frames)])
+    np.save(tmp_path / "bright.npy", np.full(stack.shape[1:], 65535, np.uint16))
+    job = Job(tmp_path, "--analysis", "hedm.nfreduce", "--set",
+              f"params={layer / 'nf.params'}", "--set", f"background={tmp_path / 'bright.npy'}")
+    rv = job.rendezvous()
+    g = ScanGeometry("nf0", 1, len(stack), 1, stack.shape[1:], "<u2", (d, n))
+    run_producers(SimulatedScan(g, source=array_source(stack)), rv)
+    rc, out, err = job.wait()
+    assert rc == 1, out + err
+    rep = job.report("nf0")
+    assert rep["frames_complete"] == len(stack)       # every frame arrived: not a loss
+    assert "no spot found at distance(s) 0, 1" in rep["result_invalid"], rep
+    assert "RESULT INVALID" in out + err
+    assert (job.out / "nf0.h5").exists()               # kept for inspection

@@ -208,5 +208,5 @@ def test_a_frame_analysed_twice_makes_a_summing_udf_result_invalid():
     assert merged.invalid == b.invalid and merged.ok
     assert not scan_ok(merged) and exit_status([merged], 1) == 1
     assert "RESULT INVALID: 2 frame(s)" in merged.summary()
-    assert merged.to_dict()["messages"]["result_invalid"] == b.invalid
+    assert merged.to_dict()["result_invalid"] == b.invalid
     assert np.all(merged.got)
