@@ -44,6 +44,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pkgutil
 import sys
 import time
 import traceback
@@ -56,7 +57,7 @@ from stager.mpi.nodes import local_node_name
 from stager.options import resolve_node_id, split_node_id
 
 from .errors import FlowError, WorkflowError
-from .executors import NAMES, Executor, make
+from .executors import NAMES, ROWS, Executor, make
 from .futures import exception_of, find_futures, wait_all
 from .leader import leader_hooks_from, run_leader_hook
 from .node import set_node
@@ -256,15 +257,8 @@ def _flow_namespace(module: Any, flow: str, flow_argv: List[str]) -> argparse.Na
 
 
 def _executor_options(opts: argparse.Namespace, name: str, job: Any = None) -> Dict[str, Any]:
-    if name == "mpi":
-        return {"dispatch": opts.dispatch, "job": job, "abort_on_lost": False}
-    if name == "local":
-        return {"max_workers": opts.workers}
-    if name == "parsl":
-        return {"workers": opts.workers, "config": opts.parsl_config}
-    if name == "inline":
-        return {"debug": True} if opts.debug else {}
-    return {}
+    """The keyword options of executor ``name`` (its own ``run_options``)."""
+    return pkgutil.resolve_name(ROWS[name]).run_options(opts, job)
 
 
 def _drive(module: Any, ns: argparse.Namespace, ex: Executor, opts: Any = None) -> Dict[str, Any]:

@@ -15,7 +15,7 @@ import gc
 import os
 import socket
 from concurrent.futures import Future
-from typing import Any, Callable, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Optional, Tuple, Union
 
 from ..errors import ExecutorError
 from ..futures import exception_of
@@ -38,6 +38,13 @@ class Executor(abc.ABC):
     def __init__(self) -> None:
         self.runtime = Runtime(self)
         self._closed = False
+
+    @classmethod
+    def run_options(cls, opts: Any, job: Any = None) -> Dict[str, Any]:
+        """This executor's keyword options from ``workflows run``'s parsed options
+        (``--workers``, ``--dispatch``, ...) and the job: each executor picks its own,
+        so adding one is its module and a row of ``ROWS``, not a branch in the runner."""
+        return {}
 
     @abc.abstractmethod
     def submit(self, fn: Callable, *args: Any, **kwargs: Any) -> Future:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import pickle
 from concurrent.futures import Future
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Dict, Optional
 
 from ..errors import ExecutorError
 from .base import Executor
@@ -30,6 +30,10 @@ class InlineExecutor(Executor):
     """
 
     name = "inline"
+
+    @classmethod
+    def run_options(cls, opts: Any, job: Any = None) -> Dict[str, Any]:
+        return {"debug": True} if getattr(opts, "debug", False) else {}
 
     def __init__(self, debug: Optional[bool] = None):
         super().__init__()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 from concurrent.futures import Future, ProcessPoolExecutor
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Dict, Optional
 
 from ..errors import ExecutorError, RemoteError
 from ..tasks import Outcome, TaskCall
@@ -38,6 +38,10 @@ class LocalExecutor(Executor):
     """
 
     name = "local"
+
+    @classmethod
+    def run_options(cls, opts: Any, job: Any = None) -> Dict[str, Any]:
+        return {"max_workers": opts.workers}
 
     def __init__(self, max_workers: Optional[int] = None, start_method: Optional[str] = None):
         super().__init__()

@@ -14,7 +14,7 @@ import shutil
 import sys
 import tempfile
 from concurrent.futures import Future
-from typing import Any, Callable, Optional, Union, cast
+from typing import Any, Callable, Dict, Optional, Union, cast
 
 from ..errors import ExecutorError
 from .base import Executor, env_int
@@ -106,6 +106,10 @@ class ParslExecutor(Executor):
     """
 
     name = "parsl"
+
+    @classmethod
+    def run_options(cls, opts: Any, job: Any = None) -> Dict[str, Any]:
+        return {"workers": opts.workers, "config": opts.parsl_config}
 
     def __init__(
         self,

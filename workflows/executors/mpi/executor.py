@@ -35,7 +35,7 @@ import os
 import sys
 import threading
 import traceback
-from typing import Any, List, Optional, Union
+from typing import Any, Dict, List, Optional, Union
 
 from stager.mpi.agree import bcast_result
 from stager.mpi.link import Link
@@ -114,6 +114,11 @@ class MPIExecutor(Executor):
     """
 
     name = "mpi"
+
+    @classmethod
+    def run_options(cls, opts: Any, job: Any = None) -> Dict[str, Any]:
+        # workflows run aborts itself, after its summary, when a worker was lost
+        return {"dispatch": opts.dispatch, "job": job, "abort_on_lost": False}
 
     def __init__(
         self,
