@@ -12,7 +12,7 @@ import pickle
 import time
 from typing import Any, Callable, Deque, Dict, Iterable, Iterator, List, Optional, Tuple
 
-__all__ = ["TAGS", "Link", "Backoff", "Credits", "dumps"]
+__all__ = ["TAGS", "Link", "TagError", "Backoff", "Credits", "dumps"]
 
 #: Every point-to-point tag of the project: loop -> {name -> number}, unique
 #: across loops. Their messages: ``docs/DISPATCH.md`` (``executor``, the mpi
@@ -30,6 +30,10 @@ TAGS: Dict[str, Dict[str, int]] = {
 #: straight from its memory, received straight into the new array's -- no copy
 #: into or out of a pickle (``bench/results/link.md``). Smaller ones ride inside.
 OUT_OF_BAND = 1 << 16
+
+
+class TagError(RuntimeError):
+    """A message whose tag is not one of the link's loop (a protocol bug)."""
 
 
 def dumps(obj: Any) -> bytes:
@@ -76,7 +80,7 @@ class Link:
 
         Raises
         ------
-        RuntimeError
+        TagError
             The message's tag is not one of this loop's.
         """
         status = self._status
@@ -88,7 +92,7 @@ class Link:
         msg.Recv([buf, self._MPI.BYTE])
         src, tag = status.Get_source(), status.Get_tag()
         if tag not in self.names:
-            raise RuntimeError(f"rank {self.comm.Get_rank()}: unexpected message tag {tag} "
+            raise TagError(f"rank {self.comm.Get_rank()}: unexpected message tag {tag} "
                                f"from rank {src} on the {self.loop} loop's communicator")
         self.received += 1
         self.bytes_received += n
