@@ -1,20 +1,9 @@
-"""The one message loop of the project's MPI roles: answer messages, work, reap, back off.
-
-Every rank of the mpi executor (root, task servers, workers) and of a receiving
-job (receivers, workers, rank 0) runs a :class:`Loop` over its
-:class:`~stager.mpi.link.Link`. A role is a subclass with
-
-* one handler per tag it takes, named after the tag in :data:`~stager.mpi.link.TAGS`
-  (``recv_done(src, payload)`` for ``DONE``); a message whose tag has no handler
-  on this rank is a protocol bug, said once on stderr and dropped
-  (:meth:`Loop.unexpected`);
-* :meth:`Loop.step`, one turn of its own work, which calls :meth:`Loop.poll`
-  (every waiting message to its handler) where its messages belong in the turn;
-* :meth:`Loop.until`, when to leave, and :meth:`Loop.idle`, how to wait when a
-  turn did nothing (sleep, backing off; a rank whose socket waited in
-  :meth:`step` only lengthens the next wait).
-
-Nothing here imports mpi4py: the link is a parameter.
+"""The one message loop of every MPI role (the executor's root, task servers, workers; a
+receiving job's receivers, workers, rank 0): a :class:`Loop` over a :class:`Link` with a
+handler per tag it takes, named after it (``recv_done(src, payload)`` for ``DONE``; a tag
+without one is a protocol bug, said once and dropped), its work in :meth:`Loop.step`
+(which calls :meth:`Loop.poll` where its messages belong), :meth:`Loop.until` and
+:meth:`Loop.idle`. Nothing here imports mpi4py.
 """
 from __future__ import annotations
 
@@ -25,26 +14,18 @@ from stager.mpi.link import TAGS, Backoff, Link
 
 __all__ = ["Loop", "handlers"]
 
-#: A handler's name is this plus the tag's name in lower case.
-PREFIX = "recv_"
-
 
 def handlers(obj: Any, loop: str) -> Dict[int, Callable[[int, Any], None]]:
-    """Tag number -> ``obj``'s bound handler, for the tags of ``loop`` it has one for. Pure.
+    """Tag number -> ``obj``'s bound handler (``recv_<tag name>``) in ``loop``. Pure.
 
-    Raises
-    ------
-    ValueError
-        An unknown loop, or a handler named after no tag of the loop (a typo would
-        leave its messages unhandled).
+    Raises ValueError for a handler named after no tag of the loop (a typo would
+    leave its messages unhandled); KeyError for an unknown loop.
     """
-    if loop not in TAGS:
-        raise ValueError(f"no message loop {loop!r}: expected one of {', '.join(TAGS)}")
     tags = {name.lower(): tag for name, tag in TAGS[loop].items()}
     out = {}
     for attr in dir(type(obj)):
-        if attr.startswith(PREFIX):
-            name = attr[len(PREFIX):]
+        if attr.startswith("recv_"):
+            name = attr[5:]
             if name not in tags:
                 raise ValueError(f"{type(obj).__name__}.{attr}: the {loop} loop has no tag "
                                  f"{name.upper()} (its tags: {', '.join(TAGS[loop])})")
@@ -75,9 +56,11 @@ class Loop:
         """One turn of the role's work, :meth:`poll` included; True if anything happened."""
         return self.poll()
 
+    over = False   # set when the loop is over (see :meth:`until`)
+
     def until(self) -> bool:
-        """True when the loop is over."""
-        raise NotImplementedError
+        """True when the loop is over (by default: :attr:`over`)."""
+        return self.over
 
     def idle(self) -> None:
         """Wait after a turn that did nothing."""
@@ -86,7 +69,7 @@ class Loop:
     def poll(self) -> bool:
         """Every waiting message to its handler; True if there was any."""
         got = False
-        while (msg := self.link.poll()) is not None:
+        for msg in iter(self.link.poll, None):
             got = True
             self.handle(*msg)
         return got
@@ -103,9 +86,9 @@ class Loop:
         """A message this rank should never get (a protocol bug): said once, dropped."""
         if not self._warned:
             self._warned = True
-            name = self.link.names.get(tag, tag)
-            self.say(f"{self.who}: dropped an unexpected message (tag {name} from rank {src}); "
-                     "please report this as a bug")
+            tag_name = self.link.names.get(tag, tag)
+            self.say(f"{self.who}: dropped an unexpected message (tag {tag_name} from rank "
+                     f"{src}); please report this as a bug")
 
     @property
     def who(self) -> str:

@@ -17,26 +17,14 @@ __all__ = ["Roles", "serve_nodes", "workers_of"]
 
 @dataclass(frozen=True)
 class Roles:
-    """Who serves whom in one MPI loop, identical on every rank (made by
-    ``plan_roles``/``assign_roles``).
+    """Who serves whom in one MPI loop, identical on every rank.
 
-    Attributes
-    ----------
-    server_of : tuple of int
-        For every rank, the rank that serves it (a serving rank: itself).
-    servers : tuple of int
-        The serving ranks by server index: the executor's root first, then the
-        node servers; a stream job's receivers in rank order (receiver index r
-        gets the producers' ``frame mod R``).
-    node_of : tuple of int
-        Node index of every rank.
-    names : tuple of str
-        Node names by index (empty when the loop does not need them).
-    root : int, optional
-        The rank that owns the work (the executor's root; a stream job has none).
-    mode : str
-        How servers were chosen: ``nodes`` (the role rule) or ``central`` (the root
-        serves every rank).
+    ``server_of``: per rank, the rank serving it (a server: itself); ``servers``:
+    the serving ranks by server index (the executor's root first; a stream job's
+    receivers in rank order, receiver r getting the producers' ``frame mod R``);
+    ``node_of``/``names``: node index of every rank, node names by index (empty
+    if unused); ``root``: the rank owning the work (the executor's; a stream job
+    has none); ``mode``: ``nodes`` (the role rule) or ``central`` (the root serves all).
     """
 
     server_of: Tuple[int, ...]

@@ -207,9 +207,8 @@ class Coordinator:
             last = self.heard.get(rank)
             if rank == 0 or (last is not None and now - last < 3 * self.heartbeat):
                 continue
-            r = self.roles.index(rank)
             node = self.roles.node_of[rank]
-            out.append({"rank": rank, "role": "receiver" if r is not None else "worker",
+            out.append({"rank": rank, "role": self.roles.role(rank).replace("server", "receiver"),
                         "receiver": self.roles.index(self.roles.server_of[rank]),
                         "node": nodes[node] if nodes else node,
                         "last_heard_s": None if last is None else round(now - last, 3)})

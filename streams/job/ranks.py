@@ -43,7 +43,7 @@ from typing import Any, Callable, Deque, Dict, Optional, Set, Tuple
 import numpy as np
 
 from stager.mpi.link import TAGS as ALL_TAGS
-from stager.mpi.link import Backoff, Credits, Link, TagError
+from stager.mpi.link import Backoff, Credits, Link
 from stager.mpi.loop import Loop
 from streams.accounting import ScanReport
 from streams.analysis import Analysis
@@ -86,14 +86,13 @@ class RankLoop(Loop):
     def __init__(self, comm: Any, roles: Roles, analysis: Analysis, options: Any,
                  coordinator: Optional[Coordinator] = None, publisher: Any = None,
                  spill: Any = None) -> None:
-        # pickled messages, sends kept until complete; the socket's poll waits, up to 5 ms
-        super().__init__(Link(comm, "stream"), Backoff(max_sleep=0.005, min_sleep=1e-4))
+        # sends kept until complete; idle: the socket's poll waits (0.1 to 5 ms)
+        super().__init__(Link(comm, "stream", error=StreamError), Backoff(0.005, 1e-4))
         self.comm, self.roles, self.analysis, self.o = comm, roles, analysis, options
         self.rank = comm.rank
         self.index = roles.index(self.rank)
         self.is_receiver = self.index is not None
         self.workers: Tuple[int, ...] = roles.workers_of(self.rank)
-        self.my_receiver = roles.server_of[self.rank]
         self.coord, self.publisher, self.spill = coordinator, publisher, spill
         self.socket: Any = None
         # processing state (every rank that processes partitions)
@@ -198,11 +197,6 @@ class RankLoop(Loop):
             self._send(0, TAG_LIVE, ("live", scan, self.geoms[scan], lv))
         self.live_pending = {}
 
-    def _live_in(self, scan: str, g: ScanGeometry, lv: Any) -> None:
-        assert self.coord is not None
-        self.coord.geometry(g)
-        self.coord.live(scan, lv, self.analysis.merge)
-
     # ---- the outbox ----
     def _dispatch(self) -> None:
         while self.outbox:
@@ -223,12 +217,6 @@ class RankLoop(Loop):
         return bool(self.outbox) and self.outbox_bytes >= self.o.outbox_bytes
 
     # ---- incoming MPI messages ----
-    def poll(self) -> bool:
-        try:
-            return super().poll()
-        except TagError as e:   # a tag not of this loop
-            raise StreamError(str(e)) from e
-
     def recv_abort(self, src: int, msg: Any) -> None:
         raise StreamError(msg[1])
 
@@ -263,7 +251,8 @@ class RankLoop(Loop):
         assert self.coord is not None
         self.coord.heard_from(src, time.monotonic())
         _, scan, g, lv = msg
-        self._live_in(scan, g, lv)
+        self.coord.geometry(g)
+        self.coord.live(scan, lv, self.analysis.merge)
 
     def recv_ctrl(self, src: int, msg: Any) -> None:
         assert self.coord is not None

@@ -65,7 +65,6 @@ class RootServer(Server):
         self.byes: Dict[int, List[int]] = {}
         self.stop_requested = False
         self.stopping = False  # STOP sent to the node servers
-        self.final = False
         self.cancel = False
         self.stopped: set = set()  # the root's workers told to STOP
         self.finished = threading.Event()
@@ -179,9 +178,6 @@ class RootServer(Server):
         finally:
             self.finished.set()
 
-    def until(self) -> bool:
-        return self.final
-
     def step(self) -> bool:
         link = self.link
         self.term_poll()
@@ -191,7 +187,7 @@ class RootServer(Server):
             progress |= self._run_here()
         else:
             for e in self.unservable():
-                self._fail_entry(e, "placed on a node (hard) that has no live worker left")
+                self._fail_tid(e.tid, "placed on a node (hard) that has no live worker left")
         progress |= self.serve_workers()
         progress |= self._feed_servers()
         self.maybe_steal()
@@ -200,7 +196,7 @@ class RootServer(Server):
         if self.stop_requested and not self.stopping and not self.inbox:
             if self.cancel:
                 for e in self.queue.drain():
-                    self._fail_entry(e, "cancelled: the executor was shut down")
+                    self._fail_tid(e.tid, "cancelled: the executor was shut down")
             if not self.records or self.cancel:
                 self.stopping = True
                 for s in self.asks:
@@ -224,7 +220,7 @@ class RootServer(Server):
                 link.flush(timeout=2.0 if self.lost or self.lost_notes else 60.0)
                 if self.cancel:
                     self._fail_all("cancelled: the executor was shut down")
-                self.final = True
+                self.over = True
         return progress
 
     def idle(self) -> None:
@@ -258,8 +254,7 @@ class RootServer(Server):
 
     def recv_up(self, src: int, payload: Any) -> None:
         if src not in self.asks:
-            self.unexpected(src, UP)
-            return
+            return self.unexpected(src, UP)
         results, ask, notes = payload
         for n in notes:
             self.note(n)
@@ -360,9 +355,6 @@ class RootServer(Server):
             # Its server said what it held; the root adds the run's counts.
             self.say(f"workflow run (root): worker rank {note[1]} died"
                      + (f"; so far: {counts}" if counts else ""))
-
-    def _fail_entry(self, entry: Entry, message: str) -> None:
-        self._fail_tid(entry.tid, message)
 
     def _fail_tid(self, tid: int, message: str) -> None:
         rec = self.records.pop(tid, None)

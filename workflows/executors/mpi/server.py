@@ -131,8 +131,7 @@ def process_gone(pid: int) -> bool:
 
 
 class Server(Loop):
-    """What every task server does (see the module docstring): handlers of DONE, STEAL
-    and STOLEN, and the steps of a turn."""
+    """What every task server does (see the module docstring)."""
 
     def __init__(self, link: Link, roles: Roles, rank: int, options: Options):
         super().__init__(link)
@@ -174,8 +173,7 @@ class Server(Loop):
         results, credit, hello = payload
         slot = self.slots.get(src)
         if slot is None:
-            self.unexpected(src, DONE)
-            return
+            return self.unexpected(src, DONE)
         if slot.lost:  # given up: what it sends now was failed or handed to others already
             return
         if hello is not None:
@@ -405,7 +403,6 @@ class NodeServer(Server):
             0.002, len(roles.servers) / ROOT_BUDGET)
         self.stopping = False
         self.cancel = False
-        self.final = False
         self.dropped: List[int] = []
         self.notes.append(("hello", rank, where_cached()))
 
@@ -459,10 +456,7 @@ class NodeServer(Server):
             self.dropped.extend(e.tid for e in self.queue.drain())
 
     def recv_final(self, src: int, payload: None) -> None:
-        self.final = True
-
-    def until(self) -> bool:
-        return self.final
+        self.over = True
 
     def run(self) -> None:
         """Serve until the root's FINAL (the rank's main thread)."""
@@ -478,22 +472,16 @@ class NodeServer(Server):
         self.check_stuck()
         self.check_dead()
         progress |= self.send_up(force=any(n[0] == "died" for n in self.notes))
-        if self.stopping and not self.busy() and not self.steal_out and self.slots_open():
-            self._stop_workers()
+        if self.stopping and not self.busy() and not self.steal_out and not self._closed:
+            for slot in self.slots.values():
+                if not slot.lost:
+                    self.link.send(slot.rank, STOP, None)
             self.send_up(force=bool(self.results or self.notes))
             self.link.send(self.root, BYE, self.dropped)
             self._closed = True
         return progress
 
-    _closed = False
-
-    def slots_open(self) -> bool:
-        return not self._closed
-
-    def _stop_workers(self) -> None:
-        for slot in self.slots.values():
-            if not slot.lost:
-                self.link.send(slot.rank, STOP, None)
+    _closed = False   # BYE sent
 
     def _fail_unservable(self, entry: Entry) -> None:
         err = RemoteError("ExecutorError", f"placed on node {entry.node} (hard), which has no "

@@ -56,20 +56,16 @@ class Worker(Loop):
         super().__init__(link)
         self.server = server
         self.batches: Deque[List[Entry]] = collections.deque()
-        self.stopped = False
 
     def recv_tasks(self, src: int, batch: List[Entry]) -> None:
         self.batches.append(batch)
 
     def recv_stop(self, src: int, payload: None) -> None:
-        self.stopped = True
-
-    def until(self) -> bool:
-        return self.stopped
+        self.over = True
 
     def step(self) -> bool:
         got = self.poll()
-        if self.stopped or not self.batches:
+        if self.over or not self.batches:
             return got
         _run_batch(self.link, self.server, self.batches.popleft())
         return True
