@@ -1,6 +1,6 @@
 """The loop every rank of a receiving job runs: receive, hand out, process, report.
 
-One loop, three roles (:mod:`streams.job.roles`), no threads:
+One loop (a :class:`stager.mpi.loop.Loop`), three roles (:mod:`streams.job.roles`), no threads:
 
 receiver
     steps its socket (:class:`~streams.protocols.native.receiver.Receiver`, or a
