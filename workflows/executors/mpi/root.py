@@ -179,7 +179,6 @@ class RootServer(Server):
             self.finished.set()
 
     def step(self) -> bool:
-        link = self.link
         self.term_poll()
         progress = self._take_inbox()
         progress |= self.poll()
@@ -200,13 +199,13 @@ class RootServer(Server):
             if not self.records or self.cancel:
                 self.stopping = True
                 for s in self.asks:
-                    link.send(s, STOP, self.cancel)
+                    self.link.send(s, STOP, self.cancel)
         if self.stopping:
             # Stop each live worker of the root's once its hands are empty (with
             # cancel, what it runs still finishes: it is bounded by its limits).
             for slot in self.slots.values():
                 if not slot.lost and not slot.batches and slot.rank not in self.stopped:
-                    link.send(slot.rank, STOP, None)
+                    self.link.send(slot.rank, STOP, None)
                     self.stopped.add(slot.rank)
             live = sum(1 for slot in self.slots.values() if not slot.lost)
             # Not before the answer to our own STEAL came: an unreceived message
@@ -214,10 +213,10 @@ class RootServer(Server):
             if (len(self.byes) == len(self.asks) and len(self.stopped) >= live
                     and not self.steal_out):
                 for s in self.asks:
-                    link.send(s, FINAL, None)
+                    self.link.send(s, FINAL, None)
                 # A batch sent to a worker that was then given up is never received
                 # (a large one never completes): do not wait for it (the job aborts).
-                link.flush(timeout=2.0 if self.lost or self.lost_notes else 60.0)
+                self.link.flush(timeout=2.0 if self.lost or self.lost_notes else 60.0)
                 if self.cancel:
                     self._fail_all("cancelled: the executor was shut down")
                 self.over = True
