@@ -347,9 +347,7 @@ class RankLoop(Loop):
             if scan in asm.scans:
                 asm.close(scan, "timeout")     # finalized elsewhere: stop waiting here
             self._mark_finished(scan)
-            if any(s == scan for _, s, _ in self.outbox) or self.unacked[scan] > 0:
-                return False
-            return True
+            return not (any(s == scan for _, s, _ in self.outbox) or self.unacked[scan] > 0)
         return scan in self.finished
 
     # ---- the loop ----
