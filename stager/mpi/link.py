@@ -91,7 +91,7 @@ class Link:
         src, tag = status.Get_source(), status.Get_tag()
         if tag not in self.names:
             raise self.error(f"rank {self.comm.Get_rank()}: unexpected message tag {tag} "
-                               f"from rank {src} on the {self.loop} loop's communicator")
+                             f"from rank {src} on the {self.loop} loop's communicator")
         self.received += 1
         self.bytes_received += n
         if self.out_of_band is None:
