@@ -45,7 +45,7 @@ def one_way(comm, link: Link, mib: int, count: int) -> float:
                 link.send(1, WORK, ("part", "scan", item))
                 sent += 1
                 held += 1
-            for _src, tag, _msg in link.messages():
+            for _src, tag, _msg in iter(link.poll, None):
                 assert tag == ACK
                 held -= 1
                 acked += 1
@@ -53,7 +53,7 @@ def one_way(comm, link: Link, mib: int, count: int) -> float:
     else:
         got = 0
         while got < count:
-            for src, _tag, (_kind, _scan, item) in link.messages():
+            for src, _tag, (_kind, _scan, item) in iter(link.poll, None):
                 assert int(item[4][-1].sum()) == int(reused[-1].sum())
                 link.send(src, ACK, ("ack", "scan"))
                 got += 1

@@ -5,7 +5,8 @@
 * :mod:`stager.mpi.nodes` -- which ranks form a node, its leader, the leader
   communicator, and the one function that names nodes (``%n``);
 * :mod:`stager.mpi.job` -- the job context: made once (``Job.from_comm``), passed down;
-* :mod:`stager.mpi.roles` -- the one role rule: per node, who serves and whom;
+* :mod:`stager.mpi.roles` -- the one role rule (per node, who serves and whom) and ``Roles``;
+* :mod:`stager.mpi.loop` -- the one message loop of every MPI role (``Loop``);
 * :mod:`stager.mpi.link` -- the one message link of the MPI loops (``Link``), every
   tag of the project (``TAGS``), a worker's window (``Credits``);
 * :mod:`stager.mpi.tree` -- the one merge tree.

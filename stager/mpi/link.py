@@ -10,7 +10,8 @@ from __future__ import annotations
 import collections
 import pickle
 import time
-from typing import Any, Callable, Deque, Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import (Any, Callable, Deque, Dict, Iterable, Iterator, List, Optional, Tuple,
+                    Type)
 
 __all__ = ["TAGS", "Link", "Backoff", "Credits", "dumps"]
 
@@ -41,18 +42,19 @@ class Link:
     """One rank's messages in ``loop`` (a key of :data:`TAGS`) on ``comm``, counted.
 
     A send keeps its buffers until it completed (:meth:`reap`); a message whose
-    tag is not the loop's is an error naming rank, source and tag. Large arrays
+    tag is not the loop's is an ``error`` naming rank, source and tag. Large arrays
     follow their message out of band, with the same tag (``out_of_band`` bytes
     and more), so MPI's order between two ranks keeps them together; None: never,
     and no cost for it (every rank of a loop must say the same).
     """
 
-    def __init__(self, comm: Any, loop: str, out_of_band: Optional[int] = OUT_OF_BAND):
+    def __init__(self, comm: Any, loop: str, out_of_band: Optional[int] = OUT_OF_BAND,
+                 error: Type[Exception] = RuntimeError):
         from mpi4py import MPI
 
         self._MPI = MPI
         self.comm = comm
-        self.loop = loop
+        self.loop, self.error = loop, error
         self.names = {n: name for name, n in TAGS[loop].items()}
         self._status = MPI.Status()
         self.out_of_band = out_of_band
@@ -76,7 +78,7 @@ class Link:
 
         Raises
         ------
-        RuntimeError
+        RuntimeError (or the link's ``error``)
             The message's tag is not one of this loop's.
         """
         status = self._status
@@ -88,8 +90,8 @@ class Link:
         msg.Recv([buf, self._MPI.BYTE])
         src, tag = status.Get_source(), status.Get_tag()
         if tag not in self.names:
-            raise RuntimeError(f"rank {self.comm.Get_rank()}: unexpected message tag {tag} "
-                               f"from rank {src} on the {self.loop} loop's communicator")
+            raise self.error(f"rank {self.comm.Get_rank()}: unexpected message tag {tag} "
+                             f"from rank {src} on the {self.loop} loop's communicator")
         self.received += 1
         self.bytes_received += n
         if self.out_of_band is None:
@@ -113,11 +115,6 @@ class Link:
             msg.Recv([buf, self._MPI.BYTE])
             self.bytes_received += len(buf)
             yield buf
-
-    def messages(self) -> Iterator[Tuple[int, int, Any]]:
-        """Every message arrived so far, as :meth:`poll` gives them."""
-        while (msg := self.poll()) is not None:
-            yield msg
 
     def reap(self) -> None:
         """Forget sends that completed."""

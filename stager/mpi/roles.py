@@ -1,17 +1,78 @@
-"""Who serves whom on a node: the one role rule of the project's MPI loops. Pure (no MPI).
+"""Who serves whom: the one role rule and the one ``Roles`` of the project's MPI loops. Pure.
 
 On every node the first ``per_node`` ranks *serve*; the node's other ranks
 *work* for them, dealt round-robin (worker i of a node to its server
 ``i mod per_node``), so work and data stay on their node (Swift/T's ADLB
 servers). A stream job's receivers (:func:`streams.job.roles.assign_roles`)
 and the mpi executor's task servers (:func:`workflows.executors.mpi.roles.plan_roles`)
-both follow it.
+both follow it, and both describe the outcome with one :class:`Roles`.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-__all__ = ["serve_nodes", "workers_of"]
+__all__ = ["Roles", "serve_nodes", "workers_of"]
+
+
+@dataclass(frozen=True)
+class Roles:
+    """Who serves whom in one MPI loop, identical on every rank.
+
+    ``server_of``: per rank, the rank serving it (a server: itself); ``servers``:
+    the serving ranks by server index (the executor's root first; a stream job's
+    receivers in rank order, receiver r getting the producers' ``frame mod R``);
+    ``node_of``/``names``: node index of every rank, node names by index (empty
+    if unused); ``root``: the rank owning the work (the executor's; a stream job
+    has none); ``mode``: ``nodes`` (the role rule) or ``central`` (the root serves all).
+    """
+
+    server_of: Tuple[int, ...]
+    servers: Tuple[int, ...]
+    node_of: Tuple[int, ...]
+    names: Tuple[str, ...] = ()
+    root: Optional[int] = None
+    mode: str = "nodes"
+
+    @property
+    def size(self) -> int:
+        return len(self.node_of)
+
+    def role(self, rank: int) -> str:
+        """``root``, ``server`` or ``worker``."""
+        if rank == self.root:
+            return "root"
+        return "server" if self.server_of[rank] == rank else "worker"
+
+    def index(self, rank: int) -> Optional[int]:
+        """Server index of ``rank`` (its place in :attr:`servers`), None for a worker."""
+        return self.servers.index(rank) if self.server_of[rank] == rank else None
+
+    def workers_of(self, server: int) -> Tuple[int, ...]:
+        """Ranks served by ``server`` (not itself), ascending."""
+        return workers_of(self.server_of, server)
+
+    @property
+    def workers(self) -> Tuple[int, ...]:
+        """Every rank that serves none, ascending."""
+        return tuple(r for r, s in enumerate(self.server_of) if s != r)
+
+    def server_of_node(self) -> Dict[int, int]:
+        """Node index -> the server whose workers are on it (nodes without workers: absent)."""
+        out: Dict[int, int] = {}
+        for r, s in enumerate(self.server_of):
+            if s != r:
+                out.setdefault(self.node_of[r], s)
+        return out
+
+    def nodes_with_workers(self) -> List[int]:
+        return sorted(self.server_of_node())
+
+    def describe(self, what: str = "server") -> str:
+        """One line: every server (``what``: its name in the loop) with its node and workers."""
+        return "; ".join(f"{what} {i}: rank {rk} (node {self.node_of[rk]}), workers "
+                         f"{list(self.workers_of(rk)) or 'none'}"
+                         for i, rk in enumerate(self.servers))
 
 
 def serve_nodes(node_of: Sequence[int], per_node: int = 1, *, lone: str = "serve",

@@ -142,7 +142,7 @@ class Coordinator:
         for scan, st in self.scans.items():
             if st.finalize_sent or st.first_closed is None and not force:
                 continue
-            every = len(st.closed) >= self.roles.count
+            every = len(st.closed) >= len(self.roles.servers)
             waited = st.first_closed is not None and now - st.first_closed >= self.close_wait
             if every or waited or force:
                 st.finalize_sent = True
@@ -155,7 +155,7 @@ class Coordinator:
 
     def expected_at(self, g: ScanGeometry, receiver: int) -> np.ndarray:
         if self.routing == "modulo":
-            return (np.arange(g.frames) % self.roles.count) == receiver
+            return (np.arange(g.frames) % len(self.roles.servers)) == receiver
         return np.ones(g.frames, bool)
 
     def merged(self, scan: str, final: bool = False) -> ScanReport:
@@ -164,7 +164,7 @@ class Coordinator:
         st = self.scans[scan]
         g = st.geometry
         reps = []
-        for r in range(self.roles.count):
+        for r in range(len(self.roles.servers)):
             rep = st.closed.get(r) if final else st.snaps.get(r)
             if rep is None:
                 rep = st.snaps.get(r)
@@ -197,7 +197,7 @@ class Coordinator:
                 "job_rejected": self.job_rejections(),
                 "refused": int(sum(rep.refused.values())),
                 "idle_s": None if idle is None else round(idle, 3),
-                "receivers_closed": len(st.closed), "receivers": self.roles.count,
+                "receivers_closed": len(st.closed), "receivers": len(self.roles.servers),
                 "live_updates": st.live_updates}
 
     def lost_ranks(self, now: float, nodes: Optional[List[str]] = None) -> List[Dict[str, Any]]:
@@ -207,10 +207,9 @@ class Coordinator:
             last = self.heard.get(rank)
             if rank == 0 or (last is not None and now - last < 3 * self.heartbeat):
                 continue
-            r = self.roles.index(rank)
             node = self.roles.node_of[rank]
-            out.append({"rank": rank, "role": "receiver" if r is not None else "worker",
-                        "receiver": r if r is not None else self.roles.receiver_of[rank],
+            out.append({"rank": rank, "role": self.roles.role(rank).replace("server", "receiver"),
+                        "receiver": self.roles.index(self.roles.server_of[rank]),
                         "node": nodes[node] if nodes else node,
                         "last_heard_s": None if last is None else round(now - last, 3)})
         return out

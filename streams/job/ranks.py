@@ -1,6 +1,6 @@
 """The loop every rank of a receiving job runs: receive, hand out, process, report.
 
-One loop, three roles (:mod:`streams.job.roles`), no threads:
+One loop (a :class:`stager.mpi.loop.Loop`), three roles (:mod:`streams.job.roles`), no threads:
 
 receiver
     steps its socket (:class:`~streams.protocols.native.receiver.Receiver`, or a
@@ -44,6 +44,7 @@ import numpy as np
 
 from stager.mpi.link import TAGS as ALL_TAGS
 from stager.mpi.link import Backoff, Credits, Link
+from stager.mpi.loop import Loop
 from streams.accounting import ScanReport
 from streams.analysis import Analysis
 from streams.assemble import Partition
@@ -63,8 +64,8 @@ TAG_WORK, TAG_ACK, TAG_LIVE, TAG_CTRL, TAG_SHARE, TAG_ABORT, TAG_FIN = (
     TAGS[n] for n in ("WORK", "ACK", "LIVE", "CTRL", "SHARE", "ABORT", "FIN"))
 
 
-class RankLoop:
-    """State and loop of one rank (see the module docstring).
+class RankLoop(Loop):
+    """State and loop of one rank (see the module docstring); one handler per tag.
 
     Parameters
     ----------
@@ -85,12 +86,13 @@ class RankLoop:
     def __init__(self, comm: Any, roles: Roles, analysis: Analysis, options: Any,
                  coordinator: Optional[Coordinator] = None, publisher: Any = None,
                  spill: Any = None) -> None:
+        # sends kept until complete; idle: the socket's poll waits (0.1 to 5 ms)
+        super().__init__(Link(comm, "stream", error=StreamError), Backoff(0.005, 1e-4))
         self.comm, self.roles, self.analysis, self.o = comm, roles, analysis, options
         self.rank = comm.rank
         self.index = roles.index(self.rank)
         self.is_receiver = self.index is not None
-        self.workers: Tuple[int, ...] = () if self.index is None else roles.workers[self.index]
-        self.my_receiver = roles.receivers[roles.receiver_of[self.rank]]
+        self.workers: Tuple[int, ...] = roles.workers_of(self.rank)
         self.coord, self.publisher, self.spill = coordinator, publisher, spill
         self.socket: Any = None
         # processing state (every rank that processes partitions)
@@ -113,7 +115,6 @@ class RankLoop:
         self.to_finalize: Deque[str] = deque()
         self.barrier: Any = None
         self.stop_reason: Optional[str] = None
-        self.link = Link(comm, "stream")   # pickled messages, sends kept until complete
         now = time.monotonic()
         self.next_heartbeat = now
         self.next_live = now + options.live_interval / 2
@@ -167,7 +168,7 @@ class RankLoop:
     def share(self, kind: str, msg: Any) -> None:
         """A scan's start or end (``kind``) reached this receiver only (the protocol
         calls this); tell the other receivers, whose sockets apply it."""
-        for rank in self.roles.receivers:
+        for rank in self.roles.servers:
             if rank != self.rank:
                 self.link.send(rank, TAG_SHARE, (kind, msg))
 
@@ -196,11 +197,6 @@ class RankLoop:
             self._send(0, TAG_LIVE, ("live", scan, self.geoms[scan], lv))
         self.live_pending = {}
 
-    def _live_in(self, scan: str, g: ScanGeometry, lv: Any) -> None:
-        assert self.coord is not None
-        self.coord.geometry(g)
-        self.coord.live(scan, lv, self.analysis.merge)
-
     # ---- the outbox ----
     def _dispatch(self) -> None:
         while self.outbox:
@@ -221,66 +217,57 @@ class RankLoop:
         return bool(self.outbox) and self.outbox_bytes >= self.o.outbox_bytes
 
     # ---- incoming MPI messages ----
-    def _poll(self) -> bool:
-        """Handle every waiting MPI message; True if any."""
-        got = False
-        while True:
-            try:
-                msg = self.link.poll()
-            except RuntimeError as e:   # a tag not of this loop
-                raise StreamError(str(e)) from e
-            if msg is None:
-                return got
-            got = True
-            self._handle(*msg)
+    def recv_abort(self, src: int, msg: Any) -> None:
+        raise StreamError(msg[1])
 
-    def _handle(self, src: int, tag: int, msg: Any) -> None:
-        now = time.monotonic()
-        if tag == TAG_ABORT:
-            raise StreamError(msg[1])
-        if tag == TAG_WORK:
-            kind, scan, item = msg
-            if kind == "finish":
-                self.finished.add(scan)
-            else:
-                g, _idx, frames, complete, data = item
-                self._process(g, data, frames, complete)
-                self.link.send(src, TAG_ACK, ("ack", scan))
-            return
-        if tag == TAG_ACK:
-            self.credits.grant(src)
-            self.unacked[msg[1]] -= 1
-            return
-        if tag == TAG_SHARE:
-            self.socket.apply_shared(*msg)     # a start or end another receiver got
-            return
-        if tag == TAG_FIN:
-            kind, arg = msg
-            if kind == "finalize":
-                self.to_finalize.append(arg)
-            elif kind == "close":     # rank 0's deadline: close whatever is open
-                if self.socket is not None:
-                    self.socket.assembler.close_all("stopped")
-            elif kind == "stop":
-                self.stop_reason = arg
-            return
-        # rank 0 only from here
+    def recv_work(self, src: int, msg: Any) -> None:
+        kind, scan, item = msg
+        if kind == "finish":
+            self.finished.add(scan)
+        else:
+            g, _idx, frames, complete, data = item
+            self._process(g, data, frames, complete)
+            self.link.send(src, TAG_ACK, ("ack", scan))
+
+    def recv_ack(self, src: int, msg: Any) -> None:
+        self.credits.grant(src)
+        self.unacked[msg[1]] -= 1
+
+    def recv_share(self, src: int, msg: Any) -> None:
+        self.socket.apply_shared(*msg)     # a start or end another receiver got
+
+    def recv_fin(self, src: int, msg: Any) -> None:
+        kind, arg = msg
+        if kind == "finalize":
+            self.to_finalize.append(arg)
+        elif kind == "close":     # rank 0's deadline: close whatever is open
+            if self.socket is not None:
+                self.socket.assembler.close_all("stopped")
+        elif kind == "stop":
+            self.stop_reason = arg
+
+    # rank 0 only
+    def recv_live(self, src: int, msg: Any) -> None:
         assert self.coord is not None
+        self.coord.heard_from(src, time.monotonic())
+        _, scan, g, lv = msg
+        self.coord.geometry(g)
+        self.coord.live(scan, lv, self.analysis.merge)
+
+    def recv_ctrl(self, src: int, msg: Any) -> None:
+        assert self.coord is not None
+        now = time.monotonic()
         self.coord.heard_from(src, now)
-        if tag == TAG_LIVE:
-            _, scan, g, lv = msg
-            self._live_in(scan, g, lv)
-        elif tag == TAG_CTRL:
-            kind = msg[0]
-            if kind == "hb":
-                _, r, snaps, rejects = msg
-                for rep, idle in snaps:
-                    self.coord.snapshot(r, rep, idle, now)
-                if rejects is not None:
-                    self.coord.rejections(r, *rejects)
-            elif kind == "closed":
-                _, r, rep = msg
-                self.coord.closed(r, rep, now)
+        kind = msg[0]
+        if kind == "hb":
+            _, r, snaps, rejects = msg
+            for rep, idle in snaps:
+                self.coord.snapshot(r, rep, idle, now)
+            if rejects is not None:
+                self.coord.rejections(r, *rejects)
+        elif kind == "closed":
+            _, r, rep = msg
+            self.coord.closed(r, rep, now)
 
     # ---- heartbeats (every rank) ----
     def _heartbeat(self, now: float) -> None:
@@ -323,7 +310,7 @@ class RankLoop:
     def _send(self, dest: int, tag: int, msg: Any) -> None:
         """``msg`` to ``dest``; to this rank itself: handled at once, not sent."""
         if dest == self.rank:
-            self._handle(dest, tag, msg)
+            self.handle(dest, tag, msg)
         else:
             self.link.send(dest, tag, msg)
 
@@ -360,48 +347,50 @@ class RankLoop:
             if scan in asm.scans:
                 asm.close(scan, "timeout")     # finalized elsewhere: stop waiting here
             self._mark_finished(scan)
-            if any(s == scan for _, s, _ in self.outbox) or self.unacked[scan] > 0:
-                return False
-            return True
+            return not (any(s == scan for _, s, _ in self.outbox) or self.unacked[scan] > 0)
         return scan in self.finished
 
     # ---- the loop ----
-    def run(self, finalize: Callable[[str], None], deadline: Optional[float] = None) -> None:
+    def run(self, finalize: Callable[[str], None],  # type: ignore[override]
+            deadline: Optional[float] = None) -> None:
         """Loop until ``options.scans`` scans are finalized or rank 0 says stop."""
-        done = 0
-        pause = Backoff(max_sleep=0.005, min_sleep=1e-4)
+        self._finalize, self._deadline, self._done = finalize, deadline, 0
+        super().run()
+        self._send_live(time.monotonic(), force=True)
+
+    def until(self) -> bool:
         # a rank told to stop still finishes the finalizations already announced:
         # every other rank is about to enter them
-        while (done < self.o.scans and self.stop_reason is None) or self.to_finalize \
-                or self.barrier is not None:
-            now = time.monotonic()
-            busy = False
-            if self.socket is not None and not self.outbox_full():
-                busy = self.socket.step(timeout=0 if self.outbox else pause.pause,
-                                        max_messages=self.o.batch) > 0
-            self._dispatch()
-            busy = self._poll() or busy
-            self.link.reap()
-            self._heartbeat(now)
-            self._send_live(now)
-            if self.coord is not None:
-                self._coordinate(now, deadline)
-            if self.barrier is None and self.to_finalize and self._ready_for(self.to_finalize[0]):
-                self._send_live(now, force=True)
-                self.barrier = self.comm.Ibarrier()
-            if self.barrier is not None and self.barrier.Test():
-                self.barrier = None
-                scan = self.to_finalize.popleft()
-                finalize(scan)
-                done += 1
-                busy = True
-            if busy:
-                pause.reset()
-            elif self.socket is None:
-                pause.sleep()
-            else:
-                pause.grow()   # the socket's poll waited
-        self._send_live(time.monotonic(), force=True)
+        return not ((self._done < self.o.scans and self.stop_reason is None)
+                    or self.to_finalize or self.barrier is not None)
+
+    def step(self) -> bool:
+        now = time.monotonic()
+        busy = False
+        if self.socket is not None and not self.outbox_full():
+            busy = self.socket.step(timeout=0 if self.outbox else self.backoff.pause,
+                                    max_messages=self.o.batch) > 0
+        self._dispatch()
+        busy = self.poll() or busy
+        self._heartbeat(now)
+        self._send_live(now)
+        if self.coord is not None:
+            self._coordinate(now, self._deadline)
+        if self.barrier is None and self.to_finalize and self._ready_for(self.to_finalize[0]):
+            self._send_live(now, force=True)
+            self.barrier = self.comm.Ibarrier()
+        if self.barrier is not None and self.barrier.Test():
+            self.barrier = None
+            self._finalize(self.to_finalize.popleft())
+            self._done += 1
+            busy = True
+        return busy
+
+    def idle(self) -> None:
+        if self.socket is None:
+            self.backoff.sleep()
+        else:
+            self.backoff.grow()   # the socket's poll waited
 
     def drain_requests(self, timeout: float = 5.0) -> None:
         """Wait (bounded) for this rank's outstanding sends."""
@@ -409,7 +398,7 @@ class RankLoop:
 
     def _poll_quiet(self) -> None:
         try:
-            self._poll()
+            self.poll()
         except StreamError:
             pass
 

@@ -7,7 +7,7 @@ receivers, round-robin, analysing the partitions on the node that holds them. A
 node with no spare rank processes its partitions on the receiver.
 
 Receiver index r (the producers' ``frame mod R``) follows the rank order of the
-receivers, so ``receivers[r]`` in the rendezvous file is receiver r.
+receivers (``Roles.servers``), so ``receivers[r]`` in the rendezvous file is receiver r.
 
 The merge of the partial results is the project's one fixed binary tree over
 ranks in order (:func:`stager.mpi.tree.tree_schedule`): ``merge(lower, higher)``
@@ -21,10 +21,9 @@ from a byte target, within the bounds the assembler's memory allows.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional, Sequence, Tuple
+from typing import Optional, Sequence
 
-from stager.mpi.roles import serve_nodes, workers_of
+from stager.mpi.roles import Roles, serve_nodes
 
 __all__ = ["Roles", "assign_roles", "partition_frames",
            "DEFAULT_PARTITION_BYTES", "DEFAULT_PARTITION_SECONDS"]
@@ -34,46 +33,6 @@ __all__ = ["Roles", "assign_roles", "partition_frames",
 DEFAULT_PARTITION_BYTES = 16 << 20
 #: LiberTEM's partition length in time.
 DEFAULT_PARTITION_SECONDS = 0.1
-
-
-@dataclass(frozen=True)
-class Roles:
-    """The roles of every rank of a receiving job (identical on every rank).
-
-    Attributes
-    ----------
-    size : int
-        Ranks in the job.
-    receivers : tuple of int
-        Rank of receiver r, by receiver index.
-    receiver_of : tuple of int
-        For every rank: the receiver index it belongs to (receivers: their own).
-    workers : tuple of tuple of int
-        For every receiver index: the ranks of its workers (may be empty).
-    node_of : tuple of int
-        Node index of every rank.
-    """
-
-    size: int
-    receivers: Tuple[int, ...]
-    receiver_of: Tuple[int, ...]
-    workers: Tuple[Tuple[int, ...], ...]
-    node_of: Tuple[int, ...]
-
-    @property
-    def count(self) -> int:
-        """R, the number of receivers."""
-        return len(self.receivers)
-
-    def index(self, rank: int) -> Optional[int]:
-        """Receiver index of ``rank``, or None for a worker."""
-        r = self.receiver_of[rank]
-        return r if self.receivers[r] == rank else None
-
-    def describe(self) -> str:
-        return "; ".join(f"receiver {r}: rank {rk} (node {self.node_of[rk]}), workers "
-                         f"{list(self.workers[r]) or 'none'}"
-                         for r, rk in enumerate(self.receivers))
 
 
 def assign_roles(node_of_rank: Sequence[int], receivers_per_node: int = 1) -> Roles:
@@ -93,10 +52,7 @@ def assign_roles(node_of_rank: Sequence[int], receivers_per_node: int = 1) -> Ro
     """
     server_of = serve_nodes(node_of_rank, receivers_per_node, what="receivers")
     receivers = tuple(rk for rk, s in enumerate(server_of) if s == rk)   # in rank order
-    index = {rk: r for r, rk in enumerate(receivers)}
-    return Roles(len(node_of_rank), receivers, tuple(index[s] for s in server_of),
-                 tuple(workers_of(server_of, rk) for rk in receivers), tuple(node_of_rank))
-
+    return Roles(server_of, receivers, tuple(node_of_rank))
 
 
 def partition_frames(frame_bytes: int, receivers: int = 1, *, rate: Optional[float] = None,

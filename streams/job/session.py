@@ -395,7 +395,7 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
                 loop.spill = Spill(opts.spill, layout.name, index,
                                    os.path.join(opts.out, SPEC_NAME))
             if index is not None:
-                endpoint = _make_socket(proto, loop, opts, index, roles.count, sec)
+                endpoint = _make_socket(proto, loop, opts, index, len(roles.servers), sec)
         endpoints = fcomm.gather(endpoint, root=0)
         with agreed(fcomm, "writing the rendezvous file", default=StreamError):
             if comm.rank == 0:
@@ -409,7 +409,7 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
                                                spill_spec_text(opts.spill).encode(), mode=0o644)
                 if on_ready is not None:
                     on_ready({"receivers": eps, "live": publisher.endpoint if publisher else None,
-                              "roles": roles.describe(), "security": sec.describe()})
+                              "roles": roles.describe("receiver"), "security": sec.describe()})
         outcomes: List[ScanOutcome] = []
         deadline = None if opts.timeout is None else time.monotonic() + opts.timeout
         old = _terminate_handler(loop, opts, layout.names) if comm.rank == 0 else None
@@ -554,10 +554,10 @@ def _finalize(comm: Any, layout: Any, roles: Any, loop: Any, analysis: Any,
             reports = [m for m, _ in gathered]
             rss = [r for _, r in gathered]
             memory = {"peak_rss_mib": rss,
-                      "receiver_peak_rss_mib": max(rss[rk] for rk in roles.receivers),
+                      "receiver_peak_rss_mib": max(rss[rk] for rk in roles.servers),
                       "assembler_bound_mib": round(o.memory_bytes / 2**20, 1),
                       "outbox_bound_mib": round(o.outbox_bytes / 2**20, 1)}
-            recv_reports = [reports[rk] for rk in roles.receivers]
+            recv_reports = [reports[rk] for rk in roles.servers]
             for r, rep in enumerate(recv_reports):
                 if rep is not None:
                     coord.closed(r, rep, time.monotonic())
@@ -589,7 +589,7 @@ def _finalize(comm: Any, layout: Any, roles: Any, loop: Any, analysis: Any,
             files = {"h5": f"{scan}.h5", "report": f"{scan}.json"}
             write_report(os.path.join(local_dir, f"{scan}.json"), report,
                          {"analysis": analysis.name, "outputs": files, "timing": timing,
-                          "h5_bytes": size, "roles": roles.describe(), "memory": memory,
+                          "h5_bytes": size, "roles": roles.describe("receiver"), "memory": memory,
                           "allow_loss": o.allow_loss,
                           "served": scan_ok(report, o.allow_loss),
                           "security": sec.describe() if sec is not None else None})

@@ -45,3 +45,37 @@ def test_link_round_trip_and_foreign_tag():
         assert_all(comm, ok, f"rank {rank}: round trip or tag check failed ({err!r})")
     finally:
         comm.Free()
+
+
+def test_loop_hands_each_message_to_its_handler_until_over(capfd):
+    from mpi4py import MPI
+
+    from stager.mpi.loop import Loop
+
+    class Echo(Loop):
+        def __init__(self, link):
+            super().__init__(link)
+            self.got = []
+
+        def recv_work(self, src, payload):
+            self.got.append((src, payload))
+
+        def recv_fin(self, src, payload):
+            self.over = True
+
+    comm = MPI.COMM_WORLD.Dup()
+    try:
+        rank, size = comm.rank, comm.size
+        link, tags = Link(comm, "stream"), TAGS["stream"]
+        loop = Echo(link)
+        nxt, prev = (rank + 1) % size, (rank - 1) % size
+        for tag, payload in [("WORK", "a"), ("ACK", 1), ("ACK", 2), ("WORK", "b"), ("FIN", None)]:
+            link.send(nxt, tags[tag], payload)   # ACK: no handler on this loop
+        loop.run()
+        ok = link.flush(10.0) and loop.got == [(prev, "a"), (prev, "b")]
+        err = capfd.readouterr().err
+        said = f"dropped an unexpected message (tag ACK from rank {prev})"
+        ok = ok and err.count(said) == 1 and f"rank {rank} of the stream loop" in err
+        assert_all(comm, ok, f"rank {rank}: got {loop.got}, stderr {err!r}")
+    finally:
+        comm.Free()

@@ -21,13 +21,14 @@ reader of the module's head -- and resolved to a package. The rules:
 * a stream protocol is one folder of ``streams/protocols/`` plus one row of its
   table: nothing outside them branches on a protocol's name (or on ``stream2``);
 * one role model and message loop: ``streams`` and ``workflows`` take their MPI
-  roles, link and tags from ``stager.mpi`` and make no point-to-point MPI call
-  of their own.
+  roles (one ``Roles``), loop (``stager.mpi.loop``), link and tags from ``stager.mpi``
+  and make no point-to-point MPI call of their own.
 """
 from __future__ import annotations
 
 import ast
 import os
+import pathlib
 import re
 from collections import defaultdict
 from typing import Dict, Iterator, Set, Tuple
@@ -301,8 +302,15 @@ def test_streams_and_workflows_take_their_mpi_link_from_stager_mpi(graph):
                     found.append(f"{os.path.relpath(path, ROOT)}:{n}: {line.strip()}")
     assert not found, ("point-to-point MPI outside stager.mpi (send through "
                        "stager.mpi.link.Link): " + "; ".join(found))
-    # both loops use the one link and the one role rule
+    # both loops use the one link, the one loop and the one role rule and Roles
     for loop in ("streams.job.ranks", "workflows.executors.mpi.executor"):
         assert "stager.mpi.link" in graph[loop], f"{loop} does not use stager.mpi.link"
+    for loop in ("streams.job.ranks", "workflows.executors.mpi.server",
+                 "workflows.executors.mpi.worker"):
+        assert "stager.mpi.loop" in graph[loop], f"{loop} does not use stager.mpi.loop"
     for roles in ("streams.job.roles", "workflows.executors.mpi.roles"):
         assert "stager.mpi.roles" in graph[roles], f"{roles} does not use stager.mpi.roles"
+    others = [f"{mod}:{n}" for mod, path in _modules() if mod != "stager.mpi.roles"
+              for n, line in enumerate(pathlib.Path(path).read_text("utf-8").splitlines(), 1)
+              if re.match(r"class Roles\b", line)]
+    assert not others, "a second Roles (the one is stager.mpi.roles.Roles): " + "; ".join(others)

@@ -3,7 +3,7 @@ import random
 
 import pytest
 
-from stager.mpi.roles import serve_nodes, workers_of
+from stager.mpi.roles import Roles, serve_nodes, workers_of
 from streams.job.roles import assign_roles
 from workflows.executors.mpi.roles import plan_roles
 
@@ -54,10 +54,22 @@ def test_both_loops_take_their_roles_from_the_rule():
     node_of = [0, 0, 0, 1, 1, 2]
     stream = assign_roles(node_of, 1)
     rule = serve_nodes(node_of, 1)
-    assert stream.receivers == (0, 3, 5)
-    assert stream.workers == tuple(workers_of(rule, r) for r in stream.receivers)
+    assert stream.servers == (0, 3, 5) and stream.server_of == rule
+    assert [stream.workers_of(r) for r in stream.servers] == [workers_of(rule, r)
+                                                              for r in stream.servers]
     tasks = plan_roles(node_of, ["a", "b", "c"], 0, "nodes")
     assert tasks.servers == (0, 3)                 # node 2's lone rank: a worker of the root
     assert tasks.workers_of(0) == (1, 2, 5) and tasks.workers_of(3) == (4,)
+    assert tasks.server_of == (0, 0, 0, 3, 3, 0)   # a serving rank serves itself
     # receivers are numbered in rank order, also when a node's ranks are not contiguous
-    assert assign_roles([0, 1, 0, 1], 1).receivers == (0, 1)
+    assert assign_roles([0, 1, 0, 1], 1).servers == (0, 1)
+
+
+def test_one_roles_class_for_both_loops():
+    stream, tasks = assign_roles([0, 0, 1], 1), plan_roles([0, 0, 1, 1], ["a", "b"], 1, "nodes")
+    assert type(stream) is type(tasks) is Roles
+    assert stream.root is None and tasks.root == 1 and tasks.servers == (1, 2)
+    assert [tasks.role(r) for r in range(4)] == ["worker", "root", "server", "worker"]
+    assert [tasks.index(r) for r in range(4)] == [None, 0, 1, None]
+    assert stream.describe("receiver") == ("receiver 0: rank 0 (node 0), workers [1]; "
+                                           "receiver 1: rank 2 (node 1), workers none")

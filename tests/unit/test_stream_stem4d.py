@@ -79,12 +79,14 @@ def test_merge_order_does_not_change_the_images_and_events_round_trip(tmp_path):
 
 def test_roles_one_receiver_per_node_and_workers_of_the_same_node():
     r = assign_roles([0, 0, 1, 1])
-    assert r.receivers == (0, 2) and r.workers == ((1,), (3,)) and r.count == 2
+    assert r.servers == (0, 2) and [r.workers_of(s) for s in r.servers] == [(1,), (3,)]
     assert [r.index(k) for k in range(4)] == [0, None, 1, None]
+    assert [r.role(k) for k in range(4)] == ["server", "worker"] * 2   # no root
     r2 = assign_roles([0, 0, 0, 1, 1, 1], receivers_per_node=2)
-    assert r2.receivers == (0, 1, 3, 4) and r2.workers == ((2,), (), (5,), ())
+    assert r2.servers == (0, 1, 3, 4)
+    assert [r2.workers_of(s) for s in r2.servers] == [(2,), (), (5,), ()]
     lone = assign_roles([0, 1])                    # no spare rank: the receiver analyses
-    assert lone.workers == ((), ())
+    assert lone.workers == () and lone.servers == (0, 1)
     with pytest.raises(ValueError, match="node 1 has only 1 rank"):
         assign_roles([0, 0, 1], receivers_per_node=2)
 

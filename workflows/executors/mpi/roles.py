@@ -15,79 +15,21 @@ tasks; soft-placed ones run elsewhere.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Optional, Sequence
 
 from stager.mpi.agree import agreed
 from stager.mpi.job import Job, acquire_job
 from stager.mpi.nodes import assign_nodes, emulated_ids
-from stager.mpi.roles import serve_nodes
+from stager.mpi.roles import Roles, serve_nodes
 
 __all__ = ["Roles", "plan_roles", "emulated_roles", "layout_roles", "MODES"]
 
 MODES = ("central", "nodes")
 
 
-@dataclass(frozen=True)
-class Roles:
-    """The dispatch topology, identical on every rank.
-
-    Attributes
-    ----------
-    root : int
-        The rank that runs the flow and owns the task records.
-    mode : str
-        ``central`` or ``nodes``.
-    node_of : tuple of int
-        Node index of every rank.
-    names : tuple of str
-        Node names by index (the stager's names: ``node0``..., hosts, or
-        ``--node-id-env`` values).
-    server_of : tuple of int
-        For every rank, the rank that serves it tasks; -1 for serving ranks.
-    servers : tuple of int
-        Serving ranks, the root first.
-    """
-
-    root: int
-    mode: str
-    node_of: Tuple[int, ...]
-    names: Tuple[str, ...]
-    server_of: Tuple[int, ...]
-    servers: Tuple[int, ...]
-
-    @property
-    def size(self) -> int:
-        return len(self.node_of)
-
-    def role(self, rank: int) -> str:
-        """``root``, ``server`` or ``worker``."""
-        if rank == self.root:
-            return "root"
-        return "server" if self.server_of[rank] < 0 else "worker"
-
-    def workers_of(self, server: int) -> Tuple[int, ...]:
-        """Ranks served by ``server``, ascending."""
-        return tuple(r for r, s in enumerate(self.server_of) if s == server)
-
-    @property
-    def workers(self) -> Tuple[int, ...]:
-        return tuple(r for r, s in enumerate(self.server_of) if s >= 0)
-
-    def server_of_node(self) -> Dict[int, int]:
-        """Node index -> the server whose workers are on it (nodes without workers: absent)."""
-        out: Dict[int, int] = {}
-        for r, s in enumerate(self.server_of):
-            if s >= 0:
-                out.setdefault(self.node_of[r], s)
-        return out
-
-    def nodes_with_workers(self) -> List[int]:
-        return sorted(self.server_of_node())
-
-
 def plan_roles(node_of: Sequence[int], names: Sequence[str], root: int, mode: str) -> Roles:
-    """The topology for ranks on ``node_of`` (node index per rank).
+    """The dispatch topology for ranks on ``node_of`` (node index per rank): the
+    root and the serving ranks serve themselves, the root first in ``servers``.
 
     Raises
     ------
@@ -103,9 +45,9 @@ def plan_roles(node_of: Sequence[int], names: Sequence[str], root: int, mode: st
     # root serving its own node and the ranks of nodes with no spare rank
     one = [0] * size if mode == "central" else node_of
     rule = serve_nodes(one, 1, lone="work", first=root)
-    server_of = [-1 if s == r else (root if s < 0 else s) for r, s in enumerate(rule)]
-    servers = [root] + [r for r, s in enumerate(rule) if s == r and r != root]
-    return Roles(root, mode, tuple(node_of), tuple(names), tuple(server_of), tuple(servers))
+    server_of = tuple(root if s < 0 else s for s in rule)
+    servers = (root,) + tuple(r for r, s in enumerate(rule) if s == r and r != root)
+    return Roles(server_of, servers, tuple(node_of), tuple(names), root, mode)
 
 
 def emulated_roles(ranks: int, nodes: int, mode: str, root: int = 0) -> Roles:

@@ -29,7 +29,7 @@ import threading
 import time
 from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple
 
-from stager.mpi.link import Backoff, Link, dumps
+from stager.mpi.link import Link, dumps
 
 from ...errors import ExecutorError, RemoteError
 from ...runtime import capture_executor_error
@@ -38,7 +38,7 @@ from .arrays import ArrayCall, ArrayDone, array_chunks, chunk_cap, same_array
 from .queues import MAX_BATCH_BYTES, Entry
 from .roles import Roles
 from .server import Options, Result, Server
-from .wire import BYE, DONE, FEED, FINAL, STEAL, STOLEN, STOP, UP
+from .wire import FEED, FINAL, STOP, UP
 from .worker import run_entry, unpack
 
 __all__ = ["RootServer"]
@@ -50,6 +50,7 @@ class RootServer(Server):
     """The root rank's dispatcher (see the module docstring)."""
 
     def __init__(self, link: Link, roles: Roles, options: Options):
+        assert roles.root is not None   # plan_roles names one
         super().__init__(link, roles, roles.root, options)
         self._ids = itertools.count(1)
         self.records: Dict[int, Tuple[Done, str]] = {}
@@ -63,6 +64,7 @@ class RootServer(Server):
         self.assigned: Dict[int, int] = {}  # tid -> node server it was fed to
         self.byes: Dict[int, List[int]] = {}
         self.stop_requested = False
+        self.stopping = False  # STOP sent to the node servers
         self.cancel = False
         self.stopped: set = set()  # the root's workers told to STOP
         self.finished = threading.Event()
@@ -164,7 +166,7 @@ class RootServer(Server):
         # polls the wakeup pipe, in case the main thread is blocked and never runs it.
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
         try:
-            self._loop()
+            super().run()
         except BaseException as exc:  # pragma: no cover - a bug: fail loudly, never hang
             self.error = exc
             import traceback
@@ -176,66 +178,60 @@ class RootServer(Server):
         finally:
             self.finished.set()
 
-    def _loop(self) -> None:
-        link = self.link
-        backoff = Backoff()
-        stopping = False
-        while True:
-            self.term_poll()
-            progress = self._take_inbox()
-            for msg in link.messages():
-                progress = True
-                self._handle(*msg)
-            if self.local_only:
-                progress |= self._run_here()
-            else:
-                for e in self.unservable():
-                    self._fail_entry(e, "placed on a node (hard) that has no live worker left")
-            progress |= self.serve_workers()
-            progress |= self._feed_servers()
-            self.maybe_steal()
-            self.check_stuck()
-            self.check_dead()
-            if self.stop_requested and not stopping and not self.inbox:
+    def step(self) -> bool:
+        self.term_poll()
+        progress = self._take_inbox()
+        progress |= self.poll()
+        if self.local_only:
+            progress |= self._run_here()
+        else:
+            for e in self.unservable():
+                self._fail_tid(e.tid, "placed on a node (hard) that has no live worker left")
+        progress |= self.serve_workers()
+        progress |= self._feed_servers()
+        self.maybe_steal()
+        self.check_stuck()
+        self.check_dead()
+        if self.stop_requested and not self.stopping and not self.inbox:
+            if self.cancel:
+                for e in self.queue.drain():
+                    self._fail_tid(e.tid, "cancelled: the executor was shut down")
+            if not self.records or self.cancel:
+                self.stopping = True
+                for s in self.asks:
+                    self.link.send(s, STOP, self.cancel)
+        if self.stopping:
+            # Stop each live worker of the root's once its hands are empty (with
+            # cancel, what it runs still finishes: it is bounded by its limits).
+            for slot in self.slots.values():
+                if not slot.lost and not slot.batches and slot.rank not in self.stopped:
+                    self.link.send(slot.rank, STOP, None)
+                    self.stopped.add(slot.rank)
+            live = sum(1 for slot in self.slots.values() if not slot.lost)
+            # Not before the answer to our own STEAL came: an unreceived message
+            # could be matched by the next executor on a reused communicator.
+            if (len(self.byes) == len(self.asks) and len(self.stopped) >= live
+                    and not self.steal_out):
+                for s in self.asks:
+                    self.link.send(s, FINAL, None)
+                # A batch sent to a worker that was then given up is never received
+                # (a large one never completes): do not wait for it (the job aborts).
+                self.link.flush(timeout=2.0 if self.lost or self.lost_notes else 60.0)
                 if self.cancel:
-                    for e in self.queue.drain():
-                        self._fail_entry(e, "cancelled: the executor was shut down")
-                if not self.records or self.cancel:
-                    stopping = True
-                    for s in self.asks:
-                        link.send(s, STOP, self.cancel)
-            if stopping:
-                # Stop each live worker of the root's once its hands are empty (with
-                # cancel, what it runs still finishes: it is bounded by its limits).
-                for slot in self.slots.values():
-                    if not slot.lost and not slot.batches and slot.rank not in self.stopped:
-                        link.send(slot.rank, STOP, None)
-                        self.stopped.add(slot.rank)
-                live = sum(1 for slot in self.slots.values() if not slot.lost)
-                # Not before the answer to our own STEAL came: an unreceived message
-                # could be matched by the next executor on a reused communicator.
-                if (len(self.byes) == len(self.asks) and len(self.stopped) >= live
-                        and not self.steal_out):
-                    for s in self.asks:
-                        link.send(s, FINAL, None)
-                    # A batch sent to a worker that was then given up is never received
-                    # (a large one never completes): do not wait for it (the job aborts).
-                    link.flush(timeout=2.0 if self.lost or self.lost_notes else 60.0)
-                    if self.cancel:
-                        self._fail_all("cancelled: the executor was shut down")
-                    return
-            link.reap()
-            if progress:
-                backoff.reset()
-                continue
-            self._sleeping = True
-            if not self.inbox and not self.stop_requested:
-                self._wake.wait(backoff.pause)
-                self._wake.clear()
-            elif self.stop_requested:
-                time.sleep(backoff.pause)
-            self._sleeping = False
-            backoff.grow()
+                    self._fail_all("cancelled: the executor was shut down")
+                self.over = True
+        return progress
+
+    def idle(self) -> None:
+        """Sleep until :meth:`launch` wakes this thread or the pause ends."""
+        self._sleeping = True
+        if not self.inbox and not self.stop_requested:
+            self._wake.wait(self.backoff.pause)
+            self._wake.clear()
+        elif self.stop_requested:
+            time.sleep(self.backoff.pause)
+        self._sleeping = False
+        self.backoff.grow()
 
     def _take_inbox(self) -> bool:
         inbox = self.inbox
@@ -255,32 +251,23 @@ class RootServer(Server):
             self.queue.push(entry)
         return True
 
-    def _handle(self, src: int, tag: int, payload: Any) -> None:
-        if tag == DONE:
-            if src in self.slots:
-                self.on_done(src, payload)
-            else:
-                self.unexpected(src, tag)
-        elif tag == UP and src in self.asks:
-            results, ask, notes = payload
-            for n in notes:
-                self.note(n)
-            if results:
-                self.deliver(results)
-            if ask:
-                self.asks[src] += ask
-                self.asking.add(src)
-                self.dry_unsaid.add(src)
-        elif tag == STEAL:
-            self.on_steal(src, payload)
-        elif tag == STOLEN:
-            self.on_stolen(payload)
-        elif tag == BYE:
-            self.byes[src] = payload
-            for tid in payload:
-                self._fail_tid(tid, "cancelled: the executor was shut down")
-        else:
-            self.unexpected(src, tag)
+    def recv_up(self, src: int, payload: Any) -> None:
+        if src not in self.asks:
+            return self.unexpected(src, UP)
+        results, ask, notes = payload
+        for n in notes:
+            self.note(n)
+        if results:
+            self.deliver(results)
+        if ask:
+            self.asks[src] += ask
+            self.asking.add(src)
+            self.dry_unsaid.add(src)
+
+    def recv_bye(self, src: int, tids: List[int]) -> None:
+        self.byes[src] = tids
+        for tid in tids:
+            self._fail_tid(tid, "cancelled: the executor was shut down")
 
     def _feed_servers(self) -> bool:
         """FEED the servers with pending asks or pushed tasks (only those: O(busy servers))."""
@@ -367,9 +354,6 @@ class RootServer(Server):
             # Its server said what it held; the root adds the run's counts.
             self.say(f"workflow run (root): worker rank {note[1]} died"
                      + (f"; so far: {counts}" if counts else ""))
-
-    def _fail_entry(self, entry: Entry, message: str) -> None:
-        self._fail_tid(entry.tid, message)
 
     def _fail_tid(self, tid: int, message: str) -> None:
         rec = self.records.pop(tid, None)

@@ -32,14 +32,15 @@ import socket
 import time
 from typing import Any, Deque, Dict, List, Optional, Tuple
 
-from stager.mpi.link import Backoff, Credits, Link, dumps
+from stager.mpi.link import Credits, Link, dumps
+from stager.mpi.loop import Loop
 
 from ...errors import RemoteError
 from ...limits import grace_seconds
 from ...tasks import where_cached
 from .queues import MAX_BATCH_BYTES, Entry, TaskQueue, guided_chunk
 from .roles import Roles
-from .wire import BYE, DONE, FEED, FINAL, STEAL, STOLEN, STOP, TASKS, UP
+from .wire import BYE, DONE, STEAL, STOLEN, STOP, TASKS, UP
 
 __all__ = ["Server", "NodeServer", "Options", "Batch", "Slot"]
 
@@ -129,11 +130,11 @@ def process_gone(pid: int) -> bool:
     return state in (b"Z", b"X")
 
 
-class Server:
+class Server(Loop):
     """What every task server does (see the module docstring)."""
 
     def __init__(self, link: Link, roles: Roles, rank: int, options: Options):
-        self.link = link
+        super().__init__(link)
         self.roles = roles
         self.rank = rank
         self.options = options
@@ -168,22 +169,11 @@ class Server:
         return True
 
     # -- messages from workers and peers ----------------------------------------
-    def unexpected(self, src: int, tag: int) -> None:
-        """A message this rank should never get (a protocol bug): say so once, drop it."""
-        if not self._warned:
-            self._warned = True
-            name = self.link.names.get(tag, tag)
-            self.say(f"{self.who}: dropped an unexpected message (tag {name} from rank {src}); "
-                     "please report this as a bug")
-
-    _warned = False
-
-    def on_done(self, src: int, payload: Any) -> None:
+    def recv_done(self, src: int, payload: Any) -> None:
         results, credit, hello = payload
         slot = self.slots.get(src)
         if slot is None:
-            self.unexpected(src, DONE)
-            return
+            return self.unexpected(src, DONE)
         if slot.lost:  # given up: what it sends now was failed or handed to others already
             return
         if hello is not None:
@@ -207,12 +197,12 @@ class Server:
             if not slot.lost:
                 self.hungry.grant(src, credit)
 
-    def on_steal(self, src: int, want: int) -> None:
+    def recv_steal(self, src: int, want: int) -> None:
         entries = self.queue.steal(want) if not self.stopping_now() else []
         self.given_tasks += len(entries)
         self.link.send(src, STOLEN, entries)
 
-    def on_stolen(self, entries: List[Entry]) -> None:
+    def recv_stolen(self, src: int, entries: List[Entry]) -> None:
         self.steal_out = False
         now = time.monotonic()
         if entries:
@@ -366,13 +356,6 @@ class Server:
     def who(self) -> str:
         return f"task server rank {self.rank}"
 
-    def say(self, text: str) -> None:
-        """One message on stderr, written at once (not through Python's buffers)."""
-        try:
-            os.write(2, (text.rstrip("\n") + "\n").encode(errors="replace"))
-        except OSError:
-            pass
-
     def unservable(self) -> List[Entry]:
         """Hard-placed entries whose node has no live worker here (they would wait forever)."""
         live = {s.node for s in self.slots.values() if not s.lost}
@@ -406,6 +389,7 @@ class NodeServer(Server):
 
     def __init__(self, link: Link, roles: Roles, rank: int, options: Options):
         super().__init__(link, roles, rank, options)
+        assert roles.root is not None   # plan_roles names one
         self.root = roles.root
         n = max(1, len(self.slots))
         self.window = options.window or max(64, 8 * n)
@@ -457,7 +441,7 @@ class NodeServer(Server):
         self.results, self.notes, self.results_bytes = [], [], 0
         return True
 
-    def on_feed(self, payload: Any) -> None:
+    def recv_feed(self, src: int, payload: Any) -> None:
         entries, pulled, dry = payload
         self.requested -= pulled
         self.dry = dry
@@ -466,59 +450,38 @@ class NodeServer(Server):
             return
         self.queue.extend(entries)
 
+    def recv_stop(self, src: int, cancel: bool) -> None:
+        self.stopping, self.cancel = True, bool(cancel)
+        if self.cancel:
+            self.dropped.extend(e.tid for e in self.queue.drain())
+
+    def recv_final(self, src: int, payload: None) -> None:
+        self.over = True
+
     def run(self) -> None:
         """Serve until the root's FINAL (the rank's main thread)."""
-        link = self.link
-        backoff = Backoff()
-        final = False
-        while not final:
-            progress = False
-            for src, tag, payload in link.messages():
-                progress = True
-                if tag == DONE:
-                    self.on_done(src, payload)
-                elif tag == FEED:
-                    self.on_feed(payload)
-                elif tag == STEAL:
-                    self.on_steal(src, payload)
-                elif tag == STOLEN:
-                    self.on_stolen(payload)
-                elif tag == STOP:
-                    self.stopping, self.cancel = True, bool(payload)
-                    if self.cancel:
-                        self.dropped.extend(e.tid for e in self.queue.drain())
-                elif tag == FINAL:
-                    final = True
-                else:
-                    self.unexpected(src, tag)
-            for e in self.unservable():
-                self._fail_unservable(e)
-            progress |= self.serve_workers()
-            self.maybe_steal()
-            self.check_stuck()
-            self.check_dead()
-            progress |= self.send_up(force=any(n[0] == "died" for n in self.notes))
-            if self.stopping and not self.busy() and not self.steal_out and self.slots_open():
-                self._stop_workers()
-                self.send_up(force=bool(self.results or self.notes))
-                link.send(self.root, BYE, self.dropped)
-                self._closed = True
-            link.reap()
-            if progress:
-                backoff.reset()
-            else:
-                backoff.sleep()
-        link.flush()
+        super().run()
+        self.link.flush()
 
-    _closed = False
+    def step(self) -> bool:
+        progress = self.poll()
+        for e in self.unservable():
+            self._fail_unservable(e)
+        progress |= self.serve_workers()
+        self.maybe_steal()
+        self.check_stuck()
+        self.check_dead()
+        progress |= self.send_up(force=any(n[0] == "died" for n in self.notes))
+        if self.stopping and not self.busy() and not self.steal_out and not self._closed:
+            for slot in self.slots.values():
+                if not slot.lost:
+                    self.link.send(slot.rank, STOP, None)
+            self.send_up(force=bool(self.results or self.notes))
+            self.link.send(self.root, BYE, self.dropped)
+            self._closed = True
+        return progress
 
-    def slots_open(self) -> bool:
-        return not self._closed
-
-    def _stop_workers(self) -> None:
-        for slot in self.slots.values():
-            if not slot.lost:
-                self.link.send(slot.rank, STOP, None)
+    _closed = False   # BYE sent
 
     def _fail_unservable(self, entry: Entry) -> None:
         err = RemoteError("ExecutorError", f"placed on node {entry.node} (hard), which has no "

@@ -27,11 +27,12 @@ from ...errors import RemoteError
 from ...tasks import Outcome, execute, where_cached
 from .arrays import ArrayCall, run_array
 from .queues import MAX_BATCH_BYTES, Entry
-from stager.mpi.link import Backoff, Link, dumps
+from stager.mpi.link import Link, dumps
+from stager.mpi.loop import Loop
 
-from .wire import DONE, STOP, TASKS
+from .wire import DONE
 
-__all__ = ["serve_worker", "CREDITS", "FLUSH_SECONDS"]
+__all__ = ["serve_worker", "Worker", "CREDITS", "FLUSH_SECONDS"]
 
 #: Batches a worker may hold (one running, the rest waiting).
 CREDITS = 2
@@ -43,28 +44,31 @@ def serve_worker(link: Link, server: int) -> None:
     """Run tasks from ``server`` until it says STOP (the rank's main thread)."""
     if not faulthandler.is_enabled():
         faulthandler.enable(file=sys.stderr, all_threads=False)
-    batches: Deque[List[Entry]] = collections.deque()
     link.send(server, DONE, ([], CREDITS, (where_cached(), socket.gethostname(), os.getpid())))
-    backoff = Backoff()
-    while True:
-        # Take in whatever arrived; wait (sleeping) only when there is nothing to run.
-        while True:
-            msg = link.poll()
-            if msg is None:
-                if batches:
-                    break
-                backoff.sleep()
-                continue
-            backoff.reset()
-            _src, tag, payload = msg
-            if tag == TASKS:
-                batches.append(payload)
-            elif tag == STOP:
-                link.flush()
-                return
-            # anything else is not for a worker (a protocol bug): dropped
-        _run_batch(link, server, batches.popleft())
-        link.reap()
+    Worker(link, server).run()
+    link.flush()
+
+
+class Worker(Loop):
+    """Take in whatever arrived, then run one batch; wait (sleeping) only when none is here."""
+
+    def __init__(self, link: Link, server: int):
+        super().__init__(link)
+        self.server = server
+        self.batches: Deque[List[Entry]] = collections.deque()
+
+    def recv_tasks(self, src: int, batch: List[Entry]) -> None:
+        self.batches.append(batch)
+
+    def recv_stop(self, src: int, payload: None) -> None:
+        self.over = True
+
+    def step(self) -> bool:
+        got = self.poll()
+        if self.over or not self.batches:
+            return got
+        _run_batch(self.link, self.server, self.batches.popleft())
+        return True
 
 
 def _run_batch(link: Link, server: int, batch: List[Entry]) -> None:
