@@ -59,9 +59,8 @@ from typing import Any, Dict, List
 
 import numpy as np
 
-from workflows import app, on_this_node, reduce_tree, this_node
-from hedm.common import (frame_reader, is_series, phase_spans, recording, replacing,
-                         split_rows, worker_name)
+from workflows import app, on_this_node, phase_spans, reduce_tree, this_node, worker_name
+from hedm.common import frame_reader, is_series, replacing, split_rows
 from hedm.nfparams import REDUCE_SCHEMA as SCHEMA
 from hedm.nfparams import read_nf_params
 from hedm.nfreduce import (BACKGROUND_NAME, binary_images, empty_distances, kernel_params,
@@ -145,7 +144,7 @@ def reduce_nf_frame(number: int, source: str, first: int, n_files: int, shape,
     t1 = time.perf_counter()
     partial = analysis.reduce([image], [number - first], [True])
     return {"partial": partial, "log": [(number, worker_name(), round(t1 - t0, 6),
-                                         round(time.perf_counter() - t1, 6), bool(hit))]}
+                                         round(time.perf_counter() - t1, 6), not hit)]}
 
 
 @app
@@ -246,8 +245,8 @@ def main(args):
     for d in range(n_dist):
         per_frame += [reduce_nf_frame(k, source, first, n_files, shape, images[d], p, d)
                       for k in range(first + d * n, first + (d + 1) * n)]
-    merge, merges = recording(merge_nf)
-    merged = reduce_tree(merge, per_frame, ordered=True)
+    merges: List[Any] = []
+    merged = reduce_tree(merge_nf, per_frame, ordered=True, launched=merges)
     written = write_nf(merged, images, p, results)
     summary = written.result()  # wait here so the phase times below are complete
     empty = summary.pop("empty_distances")
@@ -259,7 +258,7 @@ def main(args):
         "stage": stage_dict(args),
         "phases": phase_spans({"background": bands + images, "frames": per_frame,
                                "reduce": merges, "write": [written]}, t_origin),
-        "frame_log": log_summary(table["log"], "background"),
+        "frame_log": log_summary(table["log"], "background"),  # (frame, worker, s, s, read)
         "background_bands": [b for i in images for b in i.result()["bands"]],
     }
     record["empty_distances"] = empty

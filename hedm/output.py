@@ -18,12 +18,16 @@ index, ``frame`` counts from RawStartNr within a distance)::
 Beside it, ``<ReducedFileName>_binary.npy`` holds the same spot pixels as
 bit-packed binary images, stage 2's input (``docs/nf-files.md``).
 
-FF file (``<OutputFileName>.h5``)::
+FF file (``<OutputFileName>.h5``, or ``<scan>.h5`` of a stream: one layout,
+:meth:`hedm.ffpeaks.FFPeaks.write` through :func:`streams.job.output.write_scan`)::
 
     /peaks            table of kernels.ff.PEAK_DTYPE (frame, peak, row, col, ...)
     /frames           table (frame, n_peaks)
     /dark             (H, W) float32 dark used
-    attributes of /   every parameter, plus "workflow" and "n_frames"
+    /n_peaks_image    (1, F) peaks per frame position
+    /frames_complete, /frames_received   (1, F) bool: which frames were read / arrived
+    attributes of /   every parameter, "workflow" ("hedm_ff"), and the scan's
+                      (scan, frames, scan_shape, frame_shape, dtype, analysis, ...)
 
 Tables are HDF5 compound datasets: ``f["spots"]["frame"]`` reads one column.
 Figures are drawn with matplotlib's object API on an Agg canvas (no pyplot

@@ -37,20 +37,23 @@ def stage_dict(args: Any) -> Any:
 
 
 def log_summary(log: Iterable[tuple], input_name: str) -> Dict[str, Any]:
-    """Per-worker totals of per-frame log rows ``(frame, worker, read_s, compute_s, cache_hit)``.
+    """Per-worker totals of the partitions' timing rows of
+    :func:`workflows.flows.analysis.run_analysis` (``(position, worker, read_s,
+    compute_s, prepared, read_shared)``).
 
-    ``input_name`` names the cached input (``background``, ``dark``): its
-    reads (cache misses) should equal the number of workers.
+    ``input_name`` names the input an analysis reads when a worker prepares it
+    (``background``, ``dark``): its reads should be at most the number of workers,
+    every other task a cache hit.
     """
     workers: Dict[str, Dict[str, Any]] = {}
     reads, hits = f"{input_name}_reads", f"{input_name}_cache_hits"
-    for _, who, read_s, compute_s, hit in log:
+    for _, who, read_s, compute_s, prepared, *_ in log:
         w = workers.setdefault(who, {"tasks": 0, "read_s": 0.0, "compute_s": 0.0,
                                      reads: 0, hits: 0})
         w["tasks"] += 1
         w["read_s"] = round(w["read_s"] + read_s, 6)
         w["compute_s"] = round(w["compute_s"] + compute_s, 6)
-        w[hits if hit else reads] += 1
+        w[reads if prepared else hits] += 1
     return {"tasks": sum(w["tasks"] for w in workers.values()), "workers": workers,
             reads: sum(w[reads] for w in workers.values()),
             hits: sum(w[hits] for w in workers.values())}
