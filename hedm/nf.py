@@ -15,20 +15,21 @@ The graph (paper, section V), for each detector distance ``d`` of
    of every frame of the distance from their node's staged copy and take the
    per-pixel (lower) median and maximum; one task stacks the bands and writes
    the distance's background image to ``OUT/work/`` (the shared filesystem);
-2. **frames**: one task per frame reads the frame from its node's copy, the
-   background through the per-worker cache (read once per worker, then from
-   memory), and reduces it with :func:`kernels.nf.reduce_frame` to sparse
-   spot pixels plus per-spot centroids;
+Steps 2-4 are the analysis :class:`hedm.nfreduce.NFReduce` (given the backgrounds
+and max projections of step 1) run by the library's runner on the frame files
+(:func:`workflows.flows.analysis.run_analysis`), the one a receiving job runs on a
+live stream (``--analysis hedm.nfreduce``):
+
+2. **frames**: one task per frame reads the raw frame from its node's copy (once
+   its distance's background exists), the backgrounds once per worker, orients it
+   and reduces it with :func:`kernels.nf.reduce_frame` to spot pixels and centroids;
 3. **reduce**: an ordered ``reduce_tree`` merges the per-frame partials
    (merges start while frames are still being reduced);
-4. **write**: one task writes ``<ReducedFileName>.h5``, ``.png`` and the
-   bit-packed binary images ``<ReducedFileName>_binary.npy`` (the input of
-   stage 2, layout in ``docs/nf-files.md``) to the node-local results
-   directory (``--results``, ``%n`` = its node);
-
-Steps 2-4 are the analysis :class:`hedm.nfreduce.NFReduce` (its ``reduce``,
-``merge``, ``tables`` and ``binary``), the one a receiving job runs on a live
-stream (``--analysis hedm.nfreduce``) with the backgrounds of step 1 given;
+4. **write**: one task writes ``<ReducedFileName>.h5`` (the stream's layout, with
+   ``/max_projection``), then the analysis's ``.png`` and the bit-packed binary
+   images ``<ReducedFileName>_binary.npy`` (the input of stage 2, layout in
+   ``docs/nf-files.md``) to the node-local results directory (``--results``,
+   ``%n`` = its node);
 5. **drain** (``finalize``, every rank): ``stager.drain`` copies each node's
    results to ``OUT`` (merged) and the node-local results are removed.
 
@@ -59,15 +60,12 @@ from typing import Any, Dict, List
 
 import numpy as np
 
-from workflows import app, on_this_node, phase_spans, reduce_tree, this_node, worker_name
+from workflows import app, on_this_node, phase_spans, worker_name
 from hedm.common import frame_reader, is_series, replacing, split_rows
 from hedm.nfparams import REDUCE_SCHEMA as SCHEMA
 from hedm.nfparams import read_nf_params
-from hedm.nfreduce import (BACKGROUND_NAME, binary_images, empty_distances, kernel_params,
-                           spot_tables)
-from hedm.output import plot_nf, write_h5
-from hedm.params import (BINARY_SUFFIX, ParamError, add_flow_arguments, flag_overrides,
-                         relative_to)
+from hedm.nfreduce import BACKGROUND_NAME, binary_images, kernel_params, spot_tables
+from hedm.params import BINARY_SUFFIX, ParamError, add_flow_arguments, flag_overrides, relative_to
 from hedm.run import ResultError, drain_results, log_summary, stage_dict, write_json
 
 __all__ = ["SCHEMA", "BINARY_SUFFIX", "add_arguments", "main", "finalize", "read_nf_params",
@@ -123,64 +121,6 @@ def assemble_background(bands, work_dir: str, distance: int = 0) -> Dict[str, An
     return paths
 
 
-def _analysis(params: Dict[str, Any], backgrounds: List[str]):
-    from hedm.nfreduce import NFReduce
-
-    return NFReduce(params, background=backgrounds)
-
-
-@app
-def reduce_nf_frame(number: int, source: str, first: int, n_files: int, shape,
-                    images: Dict[str, str], params: Dict[str, Any],
-                    distance: int = 0) -> Dict[str, Any]:
-    """File ``number`` from this node's staged copy -> the analysis's partial (+ a log row)."""
-    t0 = time.perf_counter()
-    reader, index_of = frame_reader(on_this_node(source), first, n_files, shape,
-                                    tuple(params["ImTransOpt"]))
-    image = reader.read(index_of(number))
-    # every frame of this task is of one distance: its background serves them all
-    analysis = _analysis(params, [images["background"]] * params["nDistances"])
-    _, hit = analysis.background(distance)
-    t1 = time.perf_counter()
-    partial = analysis.reduce([image], [number - first], [True])
-    return {"partial": partial, "log": [(number, worker_name(), round(t1 - t0, 6),
-                                         round(time.perf_counter() - t1, 6), not hit)]}
-
-
-@app
-def merge_nf(a: Dict[str, Any], b: Dict[str, Any]) -> Dict[str, Any]:
-    """Merge two partials (the analysis's merge) and their log rows."""
-    return {"partial": a["partial"].merge(b["partial"]), "log": a["log"] + b["log"]}
-
-
-@app
-def write_nf(merged: Dict[str, Any], images: List[Dict[str, str]], params: Dict[str, Any],
-             results: str) -> Dict[str, Any]:
-    """Write the HDF5 file, the PNG and the binary images into this node's results directory."""
-    out_dir = on_this_node(results)
-    os.makedirs(out_dir, exist_ok=True)
-    analysis = _analysis(params, [i["background"] for i in images])
-    n_files = params["nDistances"] * params["NrFilesPerDistance"]
-    table = analysis.tables(merged["partial"], n_files)
-    background = analysis.backgrounds()
-    max_projection = np.stack([np.load(i["max_projection"]) for i in images])
-    base = os.path.join(out_dir, params["ReducedFileName"])
-    n_frames = len(table["frames"])
-    h5 = write_h5(base + ".h5", {"spots": table["pixels"], "spot_centroids": table["centroids"],
-                                 "frames": table["frames"], "background": background,
-                                 "max_projection": max_projection},
-                  params, {"workflow": "hedm_nf", "n_frames": n_frames})
-    png = plot_nf(base + ".png", max_projection, background, table["centroids"],
-                  params["NrFilesPerDistance"])
-    binary = analysis.save_binary(out_dir, analysis.binary(table["pixels"]))
-    return {"node": this_node(), "h5": h5, "png": png, "binary": binary,
-            "spot_pixels": len(table["pixels"]), "spots": len(table["centroids"]),
-            "frames": n_frames,
-            "empty_distances": empty_distances(table["frames"]["distance"],
-                                               table["frames"]["n_pixels"],
-                                               params["nDistances"])}
-
-
 # -- the graph -------------------------------------------------------------------------
 def _check_frames(source: str, first: int, n: int) -> None:
     if not is_series(source):
@@ -209,7 +149,8 @@ def _check_shape(source: str, first: int, n: int, shape, transforms) -> None:
 
 
 def main(args):
-    """Build and run the NF graph; return the write task's future (already done).
+    """Step 1 (backgrounds), then the NF analysis on the frame files; return the write
+    task's future (already done).
 
     Raises
     ------
@@ -218,6 +159,11 @@ def main(args):
         frame: stage 2 could not fit anything from it (exit 1, message says
         what to check).
     """
+    from hedm.imtrans import raw_shape
+    from streams.offline import frame_partitions
+    from streams.protocol import ScanGeometry
+    from workflows.flows.analysis import place, run_analysis
+
     t_origin = time.time()
     params_path = on_this_node(args.params)
     p = read_nf_params(params_path, flag_overrides(args, SCHEMA))
@@ -235,46 +181,40 @@ def main(args):
     n_bands = p["BackgroundTasks"] or max(1, getattr(args, "workers", None) or 1)
     bands: List[Any] = []
     images: List[Any] = []
-    per_frame: List[Any] = []
     for d in range(n_dist):
         start = first + d * n
         mine = [background_band(source, first, n_files, shape, r0, r1, start, n, transforms)
                 for r0, r1 in split_rows(shape[0], n_bands)]
         images.append(assemble_background(mine, os.path.join(out, "work"), d))
         bands += mine
-    for d in range(n_dist):
-        per_frame += [reduce_nf_frame(k, source, first, n_files, shape, images[d], p, d)
-                      for k in range(first + d * n, first + (d + 1) * n)]
-    merges: List[Any] = []
-    merged = reduce_tree(merge_nf, per_frame, ordered=True, launched=merges)
-    written = write_nf(merged, images, p, results)
-    summary = written.result()  # wait here so the phase times below are complete
-    empty = summary.pop("empty_distances")
-    table = merged.result()
+    refs = frame_partitions(source, first, n_files, 1, raw_shape(shape, transforms), "uint16")
+    g = ScanGeometry(p["ReducedFileName"], 1, n_files, 1, raw_shape(shape, transforms), "<u2",
+                     (n_dist, n))
+    work = os.path.join(out, "work")
+    run = run_analysis("hedm.nfreduce", {
+        "params": p,
+        "background": [os.path.join(work, BACKGROUND_NAME.format(d=d)) for d in range(n_dist)],
+        "max_projection": [os.path.join(work, f"nf_max_projection_d{d}.npy")
+                           for d in range(n_dist)]},
+        place(refs, args), g, os.path.join(results, p["ReducedFileName"] + ".h5"),
+        after=[images[ref.start // n] for ref in refs])   # a frame waits for its background
+    summary = run.written.result()  # wait here so the phase times below are complete
     record = {
         "workflow": "hedm_nf", "executor": getattr(args, "executor", None),
         "ranks": getattr(args, "ranks", None), "workers": getattr(args, "workers", None),
         "params": p, "result": summary,
         "stage": stage_dict(args),
-        "phases": phase_spans({"background": bands + images, "frames": per_frame,
-                               "reduce": merges, "write": [written]}, t_origin),
-        "frame_log": log_summary(table["log"], "background"),  # (frame, worker, s, s, read)
+        "phases": phase_spans({"background": bands + images,
+                               "frames": run.phases["partitions"], "reduce":
+                               run.phases["reduce"], "write": run.phases["write"]}, t_origin),
+        "frame_log": log_summary(run.rows(), "background"),
         "background_bands": [b for i in images for b in i.result()["bands"]],
     }
-    record["empty_distances"] = empty
     write_json(os.path.join(out, "nf_run.json"), record)
-    if empty:
-        files = ", ".join(f"{first + d * n}..{first + (d + 1) * n - 1}" for d in empty)
-        raise ResultError(
-            f"no spot found at distance(s) {', '.join(map(str, empty))} in any of its "
-            f"{n} frames (files {files} of {p['InputPattern']}): stage 2 cannot fit from "
-            "empty images. Check that "
-            "these files hold the layer's diffraction frames (DataDirectory, InputPattern, "
-            "RawStartNr, NrFilesPerDistance, nDistances), that BlanketSubtraction "
-            f"({p['BlanketSubtraction']}) is below the spots' height above the median "
-            "background, and the LoG settings (GaussFiltRadius, LoGMaskRadius); the "
-            f"outputs were written to {results} for inspection")
-    return written
+    if summary["problem"]:
+        raise ResultError(f"{summary['problem']}; the outputs were written to {results} for "
+                          "inspection")
+    return run.written
 
 
 def finalize(args, comm) -> None:

@@ -113,8 +113,9 @@ def _read(ref: Any, valid: Optional[Tuple[str, str]], hard: bool) -> Tuple[Any, 
 
 @app
 def process(ref: Any, spec: Optional[str], params: Any, geometry: Any,
-            valid: Optional[Tuple[str, str]] = None, hard: bool = False) -> Any:
-    """One partition -> its partial (on whichever worker runs it)."""
+            valid: Optional[Tuple[str, str]] = None, hard: bool = False,
+            after: Any = None) -> Any:
+    """One partition -> its partial (on whichever worker runs it; once ``after`` is done)."""
     t0 = time.perf_counter()
     a, fresh = _analysis(spec, params, geometry)
     (frames, positions, complete), fell = _read(ref, valid, hard)
@@ -172,7 +173,7 @@ class Run:
 
 def run_analysis(spec: Optional[str], params: Any, refs: Sequence[Any], geometry: Any,
                  path: str, valid: Optional[Tuple[str, str]] = None,
-                 hard: bool = False) -> Run:
+                 hard: bool = False, after: Optional[Sequence[Any]] = None) -> Run:
     """Run the analysis ``spec`` (``params``: its options) over ``refs``; write ``path``.
 
     One task per ref (placed on ``ref.node`` when set: softly, or only there if
@@ -186,9 +187,11 @@ def run_analysis(spec: Optional[str], params: Any, refs: Sequence[Any], geometry
         ``params`` may hold ``%n``.
     refs : :class:`streams.offline.PartitionRef` (e.g. from :func:`place`).
     geometry : :class:`streams.protocol.ScanGeometry` of the whole source.
+    after : per ref, futures its task waits for (e.g. the input its analysis loads).
     """
     tasks = [(process.on(ref.node, hard=hard) if ref.node else process)(
-        ref, spec, params, geometry, valid, hard) for ref in refs]
+        ref, spec, params, geometry, valid, hard, after[i] if after else None)
+        for i, ref in enumerate(refs)]
     merges: List[Any] = []
     merged = reduce_tree(merge, tasks, ordered=True, launched=merges)
     written = write(merged, geometry, path)
