@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Tuple
 
 import numpy as np
 
-from streams.offline import is_series
+from streams.offline import is_series, open_frame_file
 from workflows.errors import WorkflowError
 
 __all__ = ["replacing", "cached", "cache_stats", "is_series", "merge_tables", "split_rows",
@@ -101,19 +101,17 @@ def frame_reader(source: str, first: int, n_frames: int, shape: Tuple[int, int],
     frame; ``shape`` is the frame's (Z, Y) after them.
     Returns ``(reader, index_of)`` where ``index_of(frame)`` is the reader's index.
     """
-    from kernels import open_frames
-
     from hedm.imtrans import OrientedFrames, raw_shape
 
     if is_series(source):
         def load(_: str):
-            return open_frames(source, first=first, n_frames=n_frames, dtype="uint16")
+            return open_frame_file(source, (), "uint16", first=first, n_frames=n_frames)
         probe = source % first
         reader, _ = cached(probe, load, kind=f"tiff-series:{source}:{first}:{n_frames}")
         offset = first
     else:
         raw = raw_shape(shape, transforms)
-        reader, _ = cached(source, lambda p: open_frames(p, **raw_options(p, raw)), kind="frames")
+        reader, _ = cached(source, lambda p: open_frame_file(p, raw, "uint16"), kind="frames")
         offset = 0
 
     def index_of(frame: int) -> int:
@@ -121,16 +119,6 @@ def frame_reader(source: str, first: int, n_frames: int, shape: Tuple[int, int],
     if any(transforms):
         reader = OrientedFrames(reader, transforms)
     return reader, index_of
-
-
-def raw_options(path: str, shape: Tuple[int, int]) -> Dict[str, Any]:
-    """Reader options for one detector file: uint16 frames, ``shape`` for GE raw files."""
-    from kernels.io import sniff
-
-    opts: Dict[str, Any] = {"dtype": "uint16"}
-    if sniff(path) == "unknown":  # GE raw: a headed file of frames, no signature
-        opts["shape"] = tuple(shape)
-    return opts
 
 
 # -- tables ---------------------------------------------------------------------

@@ -19,10 +19,11 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
-from hedm.common import cached, raw_options
+from hedm.common import cached
 from hedm.output import _attr
 from hedm.params import Param, ParamError, at_least, load_params, relative_to, resolve_params
 from streams.analysis import Analysis, Chunk, PerFrame
+from streams.offline import open_frame_file
 from streams.errors import StreamError
 from streams.protocol import ScanGeometry
 
@@ -70,9 +71,7 @@ def kernel_params(p: Mapping[str, Any]):
 
 def load_dark(path: str, shape) -> np.ndarray:
     """Mean of every frame of the dark file (float32), read frame by frame."""
-    from kernels import open_frames
-
-    reader = open_frames(path, **raw_options(path, shape))
+    reader = open_frame_file(path, shape, "uint16")
     total = np.zeros(reader.shape, np.float64)
     for i in range(reader.n_frames):
         total += reader.read(i)

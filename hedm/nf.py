@@ -15,21 +15,14 @@ The graph (paper, section V), for each detector distance ``d`` of
    of every frame of the distance from their node's staged copy and take the
    per-pixel (lower) median and maximum; one task stacks the bands and writes
    the distance's background image to ``OUT/work/`` (the shared filesystem);
-Steps 2-4 are the analysis :class:`hedm.nfreduce.NFReduce` (given the backgrounds
-and max projections of step 1) run by the library's runner on the frame files
-(:func:`workflows.flows.analysis.run_analysis`), the one a receiving job runs on a
-live stream (``--analysis hedm.nfreduce``):
-
-2. **frames**: one task per frame reads the raw frame from its node's copy (once
-   its distance's background exists), the backgrounds once per worker, orients it
-   and reduces it with :func:`kernels.nf.reduce_frame` to spot pixels and centroids;
-3. **reduce**: an ordered ``reduce_tree`` merges the per-frame partials
-   (merges start while frames are still being reduced);
-4. **write**: one task writes ``<ReducedFileName>.h5`` (the stream's layout, with
-   ``/max_projection``), then the analysis's ``.png`` and the bit-packed binary
-   images ``<ReducedFileName>_binary.npy`` (the input of stage 2, layout in
-   ``docs/nf-files.md``) to the node-local results directory (``--results``,
-   ``%n`` = its node);
+2. **frames**, 3. **reduce**, 4. **write**: the analysis
+   :class:`hedm.nfreduce.NFReduce`, given those backgrounds and maxima, run by the
+   library's runner on the frame files (:func:`workflows.flows.analysis.run_analysis`;
+   ``--analysis hedm.nfreduce`` of a receiving job runs it live): one task per raw
+   frame once every background exists (read once per worker), an ordered tree merge,
+   one task writing ``<ReducedFileName>.h5``, ``.png`` and the bit-packed binary images
+   ``<ReducedFileName>_binary.npy`` (stage 2's input, ``docs/nf-files.md``) to the
+   node-local results directory (``--results``, ``%n``);
 5. **drain** (``finalize``, every rank): ``stager.drain`` copies each node's
    results to ``OUT`` (merged) and the node-local results are removed.
 
@@ -49,8 +42,8 @@ every MIDAS NF key are accepted and left to their readers
 before anything else. A distance whose frames hold no spot at all fails the
 run (exit 1, after the outputs are written): stage 2 could fit nothing from
 it. Staging hooks for any frame names: :mod:`hedm.nfhook`.
-``OUT/nf_run.json`` records the stage report, phase times, tasks and cache
-hits. File layout: :mod:`hedm.output`.
+``OUT/nf_run.json`` records the stage report, phase times, per-worker read/compute
+times and background reads (``frame_log``). File layout: :mod:`hedm.output`.
 """
 from __future__ import annotations
 
@@ -60,13 +53,14 @@ from typing import Any, Dict, List
 
 import numpy as np
 
-from workflows import app, on_this_node, phase_spans, worker_name
-from hedm.common import frame_reader, is_series, replacing, split_rows
+from workflows import app, on_this_node, worker_name
+from hedm.common import frame_reader, replacing, split_rows
 from hedm.nfparams import REDUCE_SCHEMA as SCHEMA
 from hedm.nfparams import read_nf_params
 from hedm.nfreduce import BACKGROUND_NAME, binary_images, kernel_params, spot_tables
-from hedm.params import BINARY_SUFFIX, ParamError, add_flow_arguments, flag_overrides, relative_to
-from hedm.run import ResultError, drain_results, log_summary, stage_dict, write_json
+from hedm.params import (BINARY_SUFFIX, ParamError, add_flow_arguments, check_inputs,
+                         flag_overrides, relative_to)
+from hedm.run import analysis_record, drain_results, finish
 
 __all__ = ["SCHEMA", "BINARY_SUFFIX", "add_arguments", "main", "finalize", "read_nf_params",
            "binary_images", "kernel_params", "spot_tables"]
@@ -122,30 +116,21 @@ def assemble_background(bands, work_dir: str, distance: int = 0) -> Dict[str, An
 
 
 # -- the graph -------------------------------------------------------------------------
-def _check_frames(source: str, first: int, n: int) -> None:
-    if not is_series(source):
-        if not os.path.isfile(source):
-            raise ParamError(f"input file {source} does not exist; check DataDirectory/"
-                             "InputPattern or stage it (--stage SPEC)")
-        return
-    missing = [source % f for f in range(first, first + n) if not os.path.isfile(source % f)]
-    if missing:
-        raise ParamError(f"{len(missing)} of {n} frames missing on this node, first {missing[0]}; "
-                         "check DataDirectory/InputPattern or stage them (--stage SPEC)")
+def _check_frames(refs, shape, transforms) -> None:
+    """Every frame file on this node; the first frame's shape against NrPixelsZ x
+    NrPixelsY (after ImTransOpt)."""
+    from hedm.imtrans import apply, describe, raw_shape
+    from streams.offline import frame_files, read_partition
 
-
-def _check_shape(source: str, first: int, n: int, shape, transforms) -> None:
-    """The first frame's shape against NrPixelsZ x NrPixelsY (after ImTransOpt)."""
-    from hedm.imtrans import describe, raw_shape
-
-    reader, index_of = frame_reader(source, first, n, shape, transforms)
-    got = tuple(reader.read(index_of(first)).shape)
+    files = [f for r in refs for f in frame_files(r)]
+    check_inputs(files, "DataDirectory/InputPattern")
+    got = apply(read_partition(refs[0], [on_this_node(files[0])])[0][0], transforms).shape
     if got != tuple(shape):
         raw = raw_shape(shape, transforms)
-        raise ParamError(f"{source if not is_series(source) else source % first}: frames of "
-                         f"{got[0]} rows x {got[1]} columns after {describe(transforms)}, but "
-                         f"NrPixelsZ x NrPixelsY is {shape[0]} x {shape[1]} (raw frames of "
-                         f"{raw[0]} x {raw[1]}); check NrPixelsY/NrPixelsZ and ImTransOpt")
+        raise ParamError(f"{on_this_node(files[0])}: frames of {got[0]} rows x {got[1]} columns "
+                         f"after {describe(transforms)}, but NrPixelsZ x NrPixelsY is "
+                         f"{shape[0]} x {shape[1]} (raw frames of {raw[0]} x {raw[1]}); check "
+                         "NrPixelsY/NrPixelsZ and ImTransOpt")
 
 
 def main(args):
@@ -160,7 +145,7 @@ def main(args):
         what to check).
     """
     from hedm.imtrans import raw_shape
-    from streams.offline import frame_partitions
+    from streams.offline import partitions
     from streams.protocol import ScanGeometry
     from workflows.flows.analysis import place, run_analysis
 
@@ -173,8 +158,10 @@ def main(args):
     n_files = n * n_dist
     shape = (p["NrPixelsZ"], p["NrPixelsY"])
     transforms = tuple(p["ImTransOpt"])
-    _check_frames(on_this_node(source), first, n_files)
-    _check_shape(on_this_node(source), first, n_files, shape, transforms)
+    refs = partitions(source, n_files, 1, kind="frames", first=first,
+                      shape=raw_shape(shape, transforms), dtype="uint16")
+    _check_frames(refs, shape, transforms)
+    refs = place(refs, args)
     out = getattr(args, "out", None) or os.getcwd()
     results = args.results or out
 
@@ -187,7 +174,6 @@ def main(args):
                 for r0, r1 in split_rows(shape[0], n_bands)]
         images.append(assemble_background(mine, os.path.join(out, "work"), d))
         bands += mine
-    refs = frame_partitions(source, first, n_files, 1, raw_shape(shape, transforms), "uint16")
     g = ScanGeometry(p["ReducedFileName"], 1, n_files, 1, raw_shape(shape, transforms), "<u2",
                      (n_dist, n))
     work = os.path.join(out, "work")
@@ -196,24 +182,12 @@ def main(args):
         "background": [os.path.join(work, BACKGROUND_NAME.format(d=d)) for d in range(n_dist)],
         "max_projection": [os.path.join(work, f"nf_max_projection_d{d}.npy")
                            for d in range(n_dist)]},
-        place(refs, args), g, os.path.join(results, p["ReducedFileName"] + ".h5"),
-        after=[images[ref.start // n] for ref in refs])   # a frame waits for its background
-    summary = run.written.result()  # wait here so the phase times below are complete
-    record = {
-        "workflow": "hedm_nf", "executor": getattr(args, "executor", None),
-        "ranks": getattr(args, "ranks", None), "workers": getattr(args, "workers", None),
-        "params": p, "result": summary,
-        "stage": stage_dict(args),
-        "phases": phase_spans({"background": bands + images,
-                               "frames": run.phases["partitions"], "reduce":
-                               run.phases["reduce"], "write": run.phases["write"]}, t_origin),
-        "frame_log": log_summary(run.rows(), "background"),
-        "background_bands": [b for i in images for b in i.result()["bands"]],
-    }
-    write_json(os.path.join(out, "nf_run.json"), record)
-    if summary["problem"]:
-        raise ResultError(f"{summary['problem']}; the outputs were written to {results} for "
-                          "inspection")
+        refs, g, os.path.join(results, p["ReducedFileName"] + ".h5"),
+        after=images)   # the analysis loads every distance's background
+    record = analysis_record(args, "hedm_nf", p, run, t_origin, "background", refs,
+                             {"background": bands + images})
+    record["background_bands"] = [b for i in images for b in i.result()["bands"]]
+    finish(os.path.join(out, "nf_run.json"), record, results)
     return run.written
 
 

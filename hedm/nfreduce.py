@@ -37,6 +37,7 @@ from hedm.common import as_records, cached, replacing
 from hedm.output import NF_CENTROID_DTYPE, NF_FRAME_DTYPE, NF_PIXEL_DTYPE
 from hedm.params import BINARY_SUFFIX, ParamError
 from streams.analysis import Analysis, Chunk, PerFrame
+from streams.offline import open_frame_file
 from streams.errors import StreamError
 from streams.protocol import ScanGeometry
 
@@ -137,13 +138,11 @@ def _load_background(path: str, shape: Tuple[int, int], transforms: Tuple[int, .
     of its raw frames, oriented (``shape``: Z x Y after ``transforms``)."""
     if path.endswith(".npy"):
         return np.load(path)
-    from kernels import open_frames
     from kernels.nf import median_background
 
-    from hedm.common import raw_options
     from hedm.imtrans import apply, raw_shape
 
-    reader = open_frames(path, **raw_options(path, raw_shape(shape, transforms)))
+    reader = open_frame_file(path, raw_shape(shape, transforms), "uint16")
     stack = np.stack([apply(reader.read(i), transforms) for i in range(reader.n_frames)])
     return median_background(stack)
 

@@ -12,7 +12,7 @@ import json
 import os
 import shutil
 import time
-from typing import Any, Dict, Iterable, Mapping
+from typing import Any, Dict, Iterable, Mapping, Optional, Sequence
 
 from hedm.common import replacing
 from stager import drain
@@ -22,7 +22,8 @@ from stager.planning.plan import expand_node
 from workflows import on_this_node
 from workflows.errors import WorkflowError
 
-__all__ = ["stage_dict", "log_summary", "write_json", "drain_results", "ResultError"]
+__all__ = ["stage_dict", "log_summary", "write_json", "drain_results", "ResultError",
+           "analysis_record", "finish"]
 
 
 class ResultError(WorkflowError):
@@ -57,6 +58,44 @@ def log_summary(log: Iterable[tuple], input_name: str) -> Dict[str, Any]:
     return {"tasks": sum(w["tasks"] for w in workers.values()), "workers": workers,
             reads: sum(w[reads] for w in workers.values()),
             hits: sum(w[hits] for w in workers.values())}
+
+
+def analysis_record(args: Any, workflow: str, params: Mapping[str, Any], run: Any,
+                    origin: float, cached: str, refs: Sequence[Any],
+                    phases: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+    """The run record of a flow on :func:`workflows.flows.analysis.run_analysis` (waits
+    for its write): what ran where, the write's summary, the phases (``phases`` before
+    ``frames``, ``reduce``, ``write``), :func:`log_summary` of the partitions and, when
+    refs were placed on the nodes holding their scattered files, ``scatter``."""
+    from workflows import phase_spans
+
+    summary = run.written.result()      # first: the phase times below are then complete
+    rows = run.rows()
+    record = {"workflow": workflow, "executor": getattr(args, "executor", None),
+              "ranks": getattr(args, "ranks", None), "workers": getattr(args, "workers", None),
+              "params": params, "result": summary, "stage": stage_dict(args),
+              "phases": phase_spans({**(phases or {}), "frames": run.phases["partitions"],
+                                     "reduce": run.phases["reduce"],
+                                     "write": run.phases["write"]}, origin),
+              "frame_log": log_summary(rows, cached)}
+    placed = [r for r in refs if r.node]
+    if placed:
+        from workflows.runtime import active_runtime
+
+        rt = active_runtime()
+        record["scatter"] = {"frames_placed": len(placed), "placed": rt.placed,
+                             "ran_where_placed": rt.placed_here,
+                             "read_shared": [refs[0].first + r[0] for r in rows if r[5]]}
+    return record
+
+
+def finish(path: str, record: Mapping[str, Any], results: str) -> None:
+    """Write ``record`` to ``path``; then a result of no use (its ``problem``) is a
+    :class:`ResultError` (exit 1), the outputs kept in ``results`` for inspection."""
+    write_json(path, record)
+    why = record["result"]["problem"]
+    if why:
+        raise ResultError(f"{why}; the outputs were written to {results} for inspection")
 
 
 def write_json(path: str, record: Mapping[str, Any]) -> None:

@@ -1,25 +1,15 @@
 """The offline path: the same partitions read from files, for the same analysis.
 
 A stream delivers partitions of K frames; files give the same ``(frames,
-positions, complete)`` triples, so an analysis written once runs on both. Three
-kinds of source (``PartitionRef.kind``):
-
-``dataset``
-    an HDF5 dataset of frames ``(F, rows, cols)`` or ``(ny, nx, rows, cols)``;
-``spill``
-    one partition file a receiving job spilled;
-``frames``
-    detector frames as :func:`kernels.open_frames` reads them: one GE/HDF5/TIFF
-    file holding every frame (frame number ``n`` at index ``n``), or a TIFF series
-    (a ``%d`` field in the file name: frame ``n`` in file ``path % n``);
-    position ``p`` is frame number ``first + p`` (``RawStartNr``), raw as the
-    detector wrote it (an analysis orients frames itself, as on a stream).
-
-A :class:`PartitionRef` is plain data (picklable: it travels to the workflow's
-workers, which open the file on their node -- ``%n`` in a path is resolved there,
-by the workflows layer -- and a ref placed on the node holding a scattered copy
-says so, with the shared file to read instead); :func:`frame_files` lists the
-files a ref reads, :func:`read_partition` reads it; :func:`offline_report` is the accounting
+positions, complete)`` triples, so an analysis written once runs on both. The
+sources (``PartitionRef.kind``): ``dataset``, an HDF5 dataset of frames ``(F, rows,
+cols)`` or ``(ny, nx, rows, cols)``; ``spill``, a partition file a receiving job
+spilled; ``frames``, raw detector frames as :func:`kernels.open_frames` reads them --
+one GE/HDF5/TIFF file holding every frame (frame ``n`` at index ``n``) or a TIFF
+series (``%d`` in the file name: frame ``n`` in ``path % n``) -- position ``p`` being
+frame ``first + p``. A :class:`PartitionRef` is plain data (it travels to the
+workers, which resolve ``%n`` and read on their node); :func:`frame_files` lists
+the files it reads, :func:`read_partition` reads it; :func:`offline_report` is the accounting
 of frames read from files (present = complete), so the offline output file has
 the same layout as the streamed one (:func:`streams.job.output.write_scan`).
 """
@@ -36,23 +26,17 @@ from streams.accounting import ScanReport
 from streams.errors import StreamError
 from streams.protocol import ScanGeometry
 
-__all__ = ["PartitionRef", "dataset_partitions", "spill_partitions", "frame_partitions",
-           "frame_files", "is_series", "read_partition", "dataset_geometry", "offline_report",
-           "parse_source", "source_partitions", "read_frames"]
+__all__ = ["PartitionRef", "partitions",
+           "frame_files", "is_series", "open_frame_file", "read_partition", "dataset_geometry",
+           "offline_report", "parse_source", "source_partitions", "read_frames"]
 
 
 @dataclass(frozen=True)
 class PartitionRef:
-    """Positions ``start:stop`` of a source (module docstring): of ``dataset`` in ``path``
-    (``kind='dataset'``), of frame files (``kind='frames'``; ``first``: the frame number
-    of position 0, ``shape``: the frames' (rows, cols) -- a GE file says none --,
-    ``dtype``: what the reader converts to, refusing values that do not fit), or one
-    spilled partition file (``kind='spill'``: the whole file).
-
-    ``node``: the node holding this ref's files (a scatter block's copies), where its
-    task is placed; ``shared``: per file of :func:`frame_files`, the shared file to read
-    where the copy is not there.
-    """
+    """Positions ``start:stop`` of a source (module docstring). ``frames``: ``first``
+    (frame of position 0), ``shape`` and ``dtype`` (:func:`open_frame_file`). ``node``:
+    where a scatter block put its files (its task goes there); ``shared``: per file of
+    :func:`frame_files`, the shared file to read where the copy is not."""
 
     path: str
     dataset: str = "/frames"
@@ -74,14 +58,12 @@ def is_series(path: str) -> bool:
     return bool(_SERIES.search(os.path.basename(path)))
 
 
-def frame_partitions(path: str, first: int, frames: int, k: int = 1,
-                     shape: Sequence[int] = (), dtype: Optional[str] = None
-                     ) -> List[PartitionRef]:
-    """Partitions of ``k`` frames over frame numbers ``first .. first + frames - 1`` of
-    frame files (``kind='frames'``)."""
+def partitions(path: str, frames: int, k: int, **fields: Any) -> List[PartitionRef]:
+    """Partitions of ``k`` consecutive positions over ``frames`` positions of ``path``
+    (``fields``: the refs' other fields, e.g. ``kind='frames', first=1``)."""
     if k < 1:
         raise ValueError("k must be >= 1")
-    return [PartitionRef(path, "", s, min(s + k, frames), "frames", first, tuple(shape), dtype)
+    return [PartitionRef(path, start=s, stop=min(s + k, frames), **fields)
             for s in range(0, frames, k)]
 
 
@@ -93,16 +75,24 @@ def frame_files(ref: PartitionRef) -> List[str]:
     return [ref.path]
 
 
-def _read_frame_files(ref: PartitionRef, files: Sequence[str]) -> np.ndarray:
+def open_frame_file(path: str, shape: Sequence[int] = (), dtype: Optional[str] = None,
+                    **options: Any) -> Any:
+    """:func:`kernels.open_frames` of a detector file (or TIFF series): frames converted
+    to ``dtype`` (values that do not fit are an error, never wrapped), ``shape`` (rows,
+    cols) given to a GE raw file, which has no signature to say it."""
     from kernels import open_frames
     from kernels.io import sniff
 
-    opts: Dict[str, Any] = {"dtype": ref.dtype} if ref.dtype else {}
+    opts: Dict[str, Any] = {"dtype": dtype} if dtype else {}
+    if shape and not is_series(path) and sniff(path) == "unknown":
+        opts["shape"] = tuple(shape)
+    return open_frames(path, **opts, **options)
+
+
+def _read_frame_files(ref: PartitionRef, files: Sequence[str]) -> np.ndarray:
     if is_series(ref.path):
-        return np.stack([open_frames(f, **opts).read(0) for f in files])
-    if ref.shape and sniff(files[0]) == "unknown":    # GE raw: no signature, no shape
-        opts["shape"] = tuple(ref.shape)
-    reader = open_frames(files[0], **opts)
+        return np.stack([open_frame_file(f, (), ref.dtype).read(0) for f in files])
+    reader = open_frame_file(files[0], ref.shape, ref.dtype)
     return np.stack([reader.read(ref.first + p) for p in range(ref.start, ref.stop)])
 
 
@@ -131,17 +121,6 @@ def dataset_geometry(path: str, dataset: str, scan: str = "offline",
                           "(F, rows, cols) or (ny, nx, rows, cols)")
     return ScanGeometry(scan, 1, ss[0] * ss[1], 1, (int(shape[-2]), int(shape[-1])),
                         np.dtype(dtype).str, ss)
-
-
-def dataset_partitions(path: str, dataset: str, frames: int, k: int) -> List[PartitionRef]:
-    """Partitions of ``k`` consecutive frames over a dataset of ``frames`` frames."""
-    if k < 1:
-        raise ValueError("k must be >= 1")
-    return [PartitionRef(path, dataset, s, min(s + k, frames)) for s in range(0, frames, k)]
-
-
-def spill_partitions(paths: Sequence[str]) -> List[PartitionRef]:
-    return [PartitionRef(p, kind="spill") for p in paths]
 
 
 def read_partition(ref: PartitionRef, files: Optional[Sequence[str]] = None
@@ -219,7 +198,7 @@ def source_partitions(frames: Optional[str], spilled: Optional[str], scan: Optio
         path, dset = parse_source(frames)
         g = dataset_geometry(path, dset, scan or os.path.splitext(os.path.basename(path))[0],
                              scan_shape)
-        return g, dataset_partitions(path, dset, g.frames, k)
+        return g, partitions(path, g.frames, k, dataset=dset)
     if spilled:
         from streams.job.spill import read_partition_file, spilled_partitions
 
@@ -232,5 +211,5 @@ def source_partitions(frames: Optional[str], spilled: Optional[str], scan: Optio
         g = ScanGeometry(scan, 1, int(attrs["frames"]), int(attrs["sectors"]),
                          (int(data.shape[1]), int(data.shape[2])), str(attrs["dtype"]),
                          (int(attrs["scan_shape"][0]), int(attrs["scan_shape"][1])))
-        return g, spill_partitions(paths)
+        return g, [PartitionRef(p, kind="spill") for p in paths]
     raise ValueError("give --frames FILE.h5:/DATASET or --spilled DIR --scan NAME")

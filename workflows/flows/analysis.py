@@ -79,6 +79,8 @@ def add_arguments(parser: Any) -> None:
                         help="bool scan mask: frames where it is False are missing")
     parser.add_argument("--analysis", metavar="SPEC", default=None,
                         help="as stager stream receive --analysis (default: per-frame sum)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="an option of the analysis (JSON value), as stager stream receive")
     parser.add_argument("--analysis-params", metavar="JSON", default=None,
                         help="the analysis's options (JSON object; a list for udf:A,B)")
 
@@ -173,7 +175,7 @@ class Run:
 
 def run_analysis(spec: Optional[str], params: Any, refs: Sequence[Any], geometry: Any,
                  path: str, valid: Optional[Tuple[str, str]] = None,
-                 hard: bool = False, after: Optional[Sequence[Any]] = None) -> Run:
+                 hard: bool = False, after: Any = None) -> Run:
     """Run the analysis ``spec`` (``params``: its options) over ``refs``; write ``path``.
 
     One task per ref (placed on ``ref.node`` when set: softly, or only there if
@@ -187,11 +189,10 @@ def run_analysis(spec: Optional[str], params: Any, refs: Sequence[Any], geometry
         ``params`` may hold ``%n``.
     refs : :class:`streams.offline.PartitionRef` (e.g. from :func:`place`).
     geometry : :class:`streams.protocol.ScanGeometry` of the whole source.
-    after : per ref, futures its task waits for (e.g. the input its analysis loads).
+    after : futures every partition's task waits for (e.g. inputs its analysis loads).
     """
     tasks = [(process.on(ref.node, hard=hard) if ref.node else process)(
-        ref, spec, params, geometry, valid, hard, after[i] if after else None)
-        for i, ref in enumerate(refs)]
+        ref, spec, params, geometry, valid, hard, after) for ref in refs]
     merges: List[Any] = []
     merged = reduce_tree(merge, tasks, ordered=True, launched=merges)
     written = write(merged, geometry, path)
@@ -236,9 +237,10 @@ def place(refs: Sequence[Any], args: Any) -> List[Any]:
 
 def main(args: Any) -> Any:
     from streams.errors import StreamError
+    from streams.loading import analysis_options
     from streams.offline import parse_source, read_frames, source_partitions
 
-    params = json.loads(args.analysis_params) if args.analysis_params else None
+    params = analysis_options(args.analysis_params, args.set)
     a, _ = _analysis(args.analysis, params)  # a bad analysis fails here, before any task
     valid = parse_source(args.valid) if args.valid else None
     g, refs = source_partitions(args.frames, args.spilled, args.scan, args.scan_shape,
