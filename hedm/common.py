@@ -1,4 +1,4 @@
-"""What the NF- and FF-HEDM workflows share: per-worker caches, frame readers, tables.
+"""What the NF- and FF-HEDM workflows share: per-worker caches, tables.
 
 * **Node-local paths.** Staged inputs and node-local results live under
   destinations holding ``%n`` (the node name, as in hook specs). A task
@@ -22,11 +22,11 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Tuple
 
 import numpy as np
 
-from streams.offline import is_series, open_frame_file
+from streams.offline import is_series
 from workflows.errors import WorkflowError
 
 __all__ = ["replacing", "cached", "cache_stats", "is_series", "merge_tables", "split_rows",
-           "frame_reader", "as_records"]
+           "as_records"]
 
 
 @contextmanager
@@ -86,39 +86,6 @@ def cache_stats() -> Dict[str, int]:
     """This process's cache hits and misses so far."""
     with _CACHE_LOCK:
         return dict(_STATS)
-
-
-def frame_reader(source: str, first: int, n_frames: int, shape: Tuple[int, int],
-                 transforms: Tuple[int, ...] = ()):
-    """A :mod:`kernels.io` reader for ``source``, cached per worker.
-
-    ``source`` with a ``%d`` field is a TIFF series (file ``source % frame``);
-    otherwise one file holding every frame, its format found from its bytes
-    (a GE raw file, which has no signature, gets ``shape``). Frames come as
-    uint16, what the HEDM kernels take: a uint32 detector file whose values do
-    not fit is a ``ReaderError`` naming the frame, never a silent wrap-around.
-    ``transforms`` (``ImTransOpt`` codes, :mod:`hedm.imtrans`) orient each raw
-    frame; ``shape`` is the frame's (Z, Y) after them.
-    Returns ``(reader, index_of)`` where ``index_of(frame)`` is the reader's index.
-    """
-    from hedm.imtrans import OrientedFrames, raw_shape
-
-    if is_series(source):
-        def load(_: str):
-            return open_frame_file(source, (), "uint16", first=first, n_frames=n_frames)
-        probe = source % first
-        reader, _ = cached(probe, load, kind=f"tiff-series:{source}:{first}:{n_frames}")
-        offset = first
-    else:
-        raw = raw_shape(shape, transforms)
-        reader, _ = cached(source, lambda p: open_frame_file(p, raw, "uint16"), kind="frames")
-        offset = 0
-
-    def index_of(frame: int) -> int:
-        return frame - offset
-    if any(transforms):
-        reader = OrientedFrames(reader, transforms)
-    return reader, index_of
 
 
 # -- tables ---------------------------------------------------------------------

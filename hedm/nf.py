@@ -54,7 +54,8 @@ from typing import Any, Dict, List
 import numpy as np
 
 from workflows import app, on_this_node, worker_name
-from hedm.common import frame_reader, replacing, split_rows
+from hedm.common import is_series, replacing, split_rows
+from streams.offline import open_frame_file
 from hedm.nfparams import REDUCE_SCHEMA as SCHEMA
 from hedm.nfparams import read_nf_params
 from hedm.nfreduce import BACKGROUND_NAME, binary_images, kernel_params, spot_tables
@@ -72,18 +73,23 @@ def add_arguments(parser) -> None:
 
 # -- tasks ---------------------------------------------------------------------------
 @app
-def background_band(source: str, first: int, n_files: int, shape, r0: int, r1: int,
-                    start: int, count: int, transforms: tuple = ()) -> Dict[str, Any]:
-    """Per-pixel lower median and maximum of rows ``r0:r1`` over files ``start`` ..
-    ``start + count - 1`` (one distance) of the ``n_files`` from ``first`` (frames
-    oriented by the ``ImTransOpt`` codes ``transforms``)."""
+def background_band(source: str, shape, r0: int, r1: int, start: int, count: int,
+                    transforms: tuple = ()) -> Dict[str, Any]:
+    """Per-pixel lower median and maximum of rows ``r0:r1`` (of frames oriented by the
+    ``ImTransOpt`` codes ``transforms``) over frames ``start`` .. ``start + count - 1``
+    (one distance; file numbers of a TIFF series, else indices into the file)."""
     from kernels.nf import median_background
 
+    from hedm.imtrans import OrientedFrames, raw_shape
+
     t0 = time.perf_counter()
-    reader, index_of = frame_reader(on_this_node(source), first, n_files, shape, transforms)
+    series = is_series(source)
+    raw = open_frame_file(on_this_node(source), raw_shape(shape, transforms), "uint16",
+                          **({"first": start, "n_frames": count} if series else {}))
+    reader = OrientedFrames(raw, transforms)      # read_rows: bands of the oriented frame
     stack = np.empty((count, r1 - r0, shape[1]), np.uint16)
     for k in range(count):
-        reader.read_rows(index_of(start + k), r0, r1, out=stack[k])
+        reader.read_rows(k if series else start + k, r0, r1, out=stack[k])
     t1 = time.perf_counter()
     median = median_background(stack)
     return {"r0": r0, "median": median, "max": stack.max(axis=0), "read_s": t1 - t0,
@@ -170,7 +176,7 @@ def main(args):
     images: List[Any] = []
     for d in range(n_dist):
         start = first + d * n
-        mine = [background_band(source, first, n_files, shape, r0, r1, start, n, transforms)
+        mine = [background_band(source, shape, r0, r1, start, n, transforms)
                 for r0, r1 in split_rows(shape[0], n_bands)]
         images.append(assemble_background(mine, os.path.join(out, "work"), d))
         bands += mine

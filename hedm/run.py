@@ -70,7 +70,7 @@ def analysis_record(args: Any, workflow: str, params: Mapping[str, Any], run: An
     from workflows import phase_spans
 
     summary = run.written.result()      # first: the phase times below are then complete
-    rows = run.rows()
+    rows = run.merged.result()[2]
     record = {"workflow": workflow, "executor": getattr(args, "executor", None),
               "ranks": getattr(args, "ranks", None), "workers": getattr(args, "workers", None),
               "params": params, "result": summary, "stage": stage_dict(args),

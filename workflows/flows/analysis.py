@@ -1,15 +1,12 @@
 """Any stream analysis on files: the offline twin of ``stager stream receive``.
 
-The analysis a receiving job runs on a live stream (``--analysis SPEC``: the
-per-frame sum, ``pkg.module:NAME``, ``FILE.py[:NAME]``, or LiberTEM UDFs as
-``udf:MODULE:CLASS``) runs here on files -- a staged dataset, the partitions a
-receiving job spilled, or detector frame files (:mod:`streams.offline`) -- by
-:func:`run_analysis`, the one runner of an analysis on files (``stem4d/flow.py``,
-``hedm/ff.py`` and ``hedm/nf.py`` call it): one task per partition of K frames,
-placed on the node holding a scattered partition (:func:`place`); the ordered
-tree merge with the analysis's own ``merge`` (``reduce_tree``); one task that
-writes ``<scan>.h5`` in the stream's layout (:func:`streams.job.output.write_scan`),
-then the files only the application makes (``Analysis.write_files``)::
+The analysis a receiving job runs on a live stream (``--analysis SPEC``, ``--set``)
+runs here on files (:mod:`streams.offline`: a staged dataset, spilled partitions,
+detector frame files) by :func:`run_analysis`, the one runner of an analysis on files
+(``stem4d/flow.py``, ``hedm/ff.py``, ``hedm/nf.py``): one task per partition of K
+frames, placed on the node holding a scattered partition (:func:`place`); the ordered
+tree merge with the analysis's ``merge``; one task that writes ``<scan>.h5`` in the
+stream's layout (:func:`streams.job.output.write_scan`), then ``write_files``::
 
     python -m workflows run workflows.flows.analysis --out OUT -- \\
         --frames scan.h5:/frames --analysis udf:libertem.udf.sum:SumUDF
@@ -28,8 +25,8 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass, replace
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from dataclasses import replace
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from workflows import app, on_this_node, reduce_tree, this_node, worker_name
 from workflows.errors import FlowError
@@ -158,39 +155,24 @@ def write(keyed: Any, geometry: Any, path: str) -> Dict[str, Any]:
             "problem": analysis.problem(partial, geometry)}
 
 
-@dataclass
-class Run:
-    """What :func:`run_analysis` launched: futures of the write and of the merged partial,
-    and each phase's futures (``partitions``, ``reduce``, ``write``) for
-    :func:`workflows.phase_spans`."""
+class Run(NamedTuple):
+    """Futures of the write and of the merged ``(key, partial, rows)`` (rows: see
+    :func:`process`), and each phase's (``partitions``, ``reduce``, ``write``)."""
 
     written: Any
     merged: Any
     phases: Dict[str, List[Any]]
 
-    def rows(self) -> List[Tuple]:
-        """Every partition's timing row (see :func:`process`), in partition order."""
-        return list(self.merged.result()[2])
-
 
 def run_analysis(spec: Optional[str], params: Any, refs: Sequence[Any], geometry: Any,
                  path: str, valid: Optional[Tuple[str, str]] = None,
                  hard: bool = False, after: Any = None) -> Run:
-    """Run the analysis ``spec`` (``params``: its options) over ``refs``; write ``path``.
-
-    One task per ref (placed on ``ref.node`` when set: softly, or only there if
-    ``hard``), the ordered tree merge, one write task (:func:`write`). Returns at once;
-    ``Run.written.result()`` waits: ``{"node", "h5", "bytes", "files", "frames",
-    "problem"}`` -- the caller decides how a ``problem`` fails its run.
-
-    Parameters
-    ----------
-    spec, params : as ``stager stream receive --analysis SPEC --set ...``; strings in
-        ``params`` may hold ``%n``.
-    refs : :class:`streams.offline.PartitionRef` (e.g. from :func:`place`).
-    geometry : :class:`streams.protocol.ScanGeometry` of the whole source.
-    after : futures every partition's task waits for (e.g. inputs its analysis loads).
-    """
+    """Run the analysis ``spec`` (options ``params``, whose strings may hold ``%n``) over
+    ``refs`` (:class:`streams.offline.PartitionRef`) of a scan of ``geometry``; write
+    ``path``. One task per ref (on ``ref.node`` if set: softly, or only there if
+    ``hard``; after the futures ``after``), the ordered tree merge, one :func:`write`.
+    Returns at once; ``Run.written.result()`` is ``{"node", "h5", "bytes", "files",
+    "frames", "problem"}``: the caller decides how a ``problem`` fails its run."""
     tasks = [(process.on(ref.node, hard=hard) if ref.node else process)(
         ref, spec, params, geometry, valid, hard, after) for ref in refs]
     merges: List[Any] = []
@@ -200,10 +182,8 @@ def run_analysis(spec: Optional[str], params: Any, refs: Sequence[Any], geometry
 
 
 def place(refs: Sequence[Any], args: Any) -> List[Any]:
-    """``refs`` with the node holding each one's files where a scatter block of the run's
-    stage (``args.stage_spec``/``stage_report``) put them on some nodes only.
-
-    Plans the staged spec again on this one process (what ``stager.where`` does).
+    """``refs`` placed on the node holding their files where a scatter block of the run's
+    stage (``args.stage_spec``, planned again here as ``stager.where`` does) put them.
 
     Raises
     ------
