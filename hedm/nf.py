@@ -96,29 +96,18 @@ def background_band(source: str, shape, r0: int, r1: int, start: int, count: int
             "compute_s": time.perf_counter() - t1, "worker": worker_name()}
 
 
-def _save_npy(path: str, arr: np.ndarray) -> None:
-    with replacing(path, ".npy") as tmp:
-        np.save(tmp, arr)
-
-
 @app
-def assemble_background(bands, work_dir: str, distance: int = 0) -> Dict[str, Any]:
-    """Stack the bands into the background and max projection of one distance; write
-    both to ``work_dir``.
-
-    Returns the two paths (what frame tasks need) and each band's timings.
-    """
+def assemble_background(bands, paths: List[str], distance: int = 0) -> List[Dict[str, Any]]:
+    """Stack the bands into the background and max projection of one distance, write them
+    to ``paths`` (two ``.npy``); return each band's timings."""
     bands = sorted(bands, key=lambda b: b["r0"])
-    os.makedirs(work_dir, exist_ok=True)
-    paths: Dict[str, Any] = {
-        "background": os.path.join(work_dir, BACKGROUND_NAME.format(d=distance)),
-        "max_projection": os.path.join(work_dir, f"nf_max_projection_d{distance}.npy")}
-    _save_npy(paths["background"], np.vstack([b["median"] for b in bands]))
-    _save_npy(paths["max_projection"], np.vstack([b["max"] for b in bands]))
-    paths["bands"] = [{"distance": distance, "rows": [b["r0"], b["r0"] + len(b["median"])],
-                       "read_s": round(b["read_s"], 4), "compute_s": round(b["compute_s"], 4),
-                       "worker": b["worker"]} for b in bands]
-    return paths
+    for path, key in zip(paths, ("median", "max")):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with replacing(path, ".npy") as tmp:
+            np.save(tmp, np.vstack([b[key] for b in bands]))
+    return [{"distance": distance, "rows": [b["r0"], b["r0"] + len(b["median"])],
+             "read_s": round(b["read_s"], 4), "compute_s": round(b["compute_s"], 4),
+             "worker": b["worker"]} for b in bands]
 
 
 # -- the graph -------------------------------------------------------------------------
@@ -171,6 +160,11 @@ def main(args):
     out = getattr(args, "out", None) or os.getcwd()
     results = args.results or out
 
+    work = os.path.join(out, "work")
+    names = {"background": [os.path.join(work, BACKGROUND_NAME.format(d=d))
+                            for d in range(n_dist)],
+             "max_projection": [os.path.join(work, f"nf_max_projection_d{d}.npy")
+                                for d in range(n_dist)]}
     n_bands = p["BackgroundTasks"] or max(1, getattr(args, "workers", None) or 1)
     bands: List[Any] = []
     images: List[Any] = []
@@ -178,21 +172,17 @@ def main(args):
         start = first + d * n
         mine = [background_band(source, shape, r0, r1, start, n, transforms)
                 for r0, r1 in split_rows(shape[0], n_bands)]
-        images.append(assemble_background(mine, os.path.join(out, "work"), d))
+        images.append(assemble_background(mine, [names["background"][d],
+                                                  names["max_projection"][d]], d))
         bands += mine
     g = ScanGeometry(p["ReducedFileName"], 1, n_files, 1, raw_shape(shape, transforms), "<u2",
                      (n_dist, n))
-    work = os.path.join(out, "work")
-    run = run_analysis("hedm.nfreduce", {
-        "params": p,
-        "background": [os.path.join(work, BACKGROUND_NAME.format(d=d)) for d in range(n_dist)],
-        "max_projection": [os.path.join(work, f"nf_max_projection_d{d}.npy")
-                           for d in range(n_dist)]},
-        refs, g, os.path.join(results, p["ReducedFileName"] + ".h5"),
-        after=images)   # the analysis loads every distance's background
+    run = run_analysis("hedm.nfreduce", {"params": p, **names}, refs, g,
+                       os.path.join(results, p["ReducedFileName"] + ".h5"),
+                       after=images)   # the analysis loads every distance's background
     record = analysis_record(args, "hedm_nf", p, run, t_origin, "background", refs,
                              {"background": bands + images})
-    record["background_bands"] = [b for i in images for b in i.result()["bands"]]
+    record["background_bands"] = [b for i in images for b in i.result()]
     finish(os.path.join(out, "nf_run.json"), record, results)
     return run.written
 
