@@ -58,7 +58,7 @@ from hedm.common import is_series, replacing, split_rows
 from streams.offline import open_frame_file
 from hedm.nfparams import REDUCE_SCHEMA as SCHEMA
 from hedm.nfparams import read_nf_params
-from hedm.nfreduce import BACKGROUND_NAME, binary_images, kernel_params, spot_tables
+from hedm.nfreduce import BACKGROUND_NAME, MAX_NAME, binary_images, kernel_params, spot_tables
 from hedm.params import (BINARY_SUFFIX, ParamError, add_flow_arguments, check_inputs,
                          flag_overrides, relative_to)
 from hedm.run import analysis_record, drain_results, finish
@@ -161,10 +161,6 @@ def main(args):
     results = args.results or out
 
     work = os.path.join(out, "work")
-    names = {"background": [os.path.join(work, BACKGROUND_NAME.format(d=d))
-                            for d in range(n_dist)],
-             "max_projection": [os.path.join(work, f"nf_max_projection_d{d}.npy")
-                                for d in range(n_dist)]}
     n_bands = p["BackgroundTasks"] or max(1, getattr(args, "workers", None) or 1)
     bands: List[Any] = []
     images: List[Any] = []
@@ -172,12 +168,13 @@ def main(args):
         start = first + d * n
         mine = [background_band(source, shape, r0, r1, start, n, transforms)
                 for r0, r1 in split_rows(shape[0], n_bands)]
-        images.append(assemble_background(mine, [names["background"][d],
-                                                  names["max_projection"][d]], d))
+        images.append(assemble_background(mine, [os.path.join(work, name.format(d=d)) for name
+                                                  in (BACKGROUND_NAME, MAX_NAME)], d))
         bands += mine
     g = ScanGeometry(p["ReducedFileName"], 1, n_files, 1, raw_shape(shape, transforms), "<u2",
                      (n_dist, n))
-    run = run_analysis("hedm.nfreduce", {"params": p, **names}, refs, g,
+    run = run_analysis("hedm.nfreduce", {"params": p, "background": work,
+                                         "max_projection": work}, refs, g,
                        os.path.join(results, p["ReducedFileName"] + ".h5"),
                        after=images)   # the analysis loads every distance's background
     record = analysis_record(args, "hedm_nf", p, run, t_origin, "background", refs,

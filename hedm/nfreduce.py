@@ -44,8 +44,8 @@ from streams.protocol import ScanGeometry
 __all__ = ["NFReduce", "ANALYSIS", "BACKGROUND_NAME", "kernel_params", "spot_tables",
            "binary_images", "empty_distances"]
 
-#: The file flow's background of distance ``d`` in ``OUT/work/`` (``.format(d=d)``).
-BACKGROUND_NAME = "nf_background_d{d}.npy"
+#: The file flow's background and max projection of distance ``d`` in ``OUT/work/``.
+BACKGROUND_NAME, MAX_NAME = "nf_background_d{d}.npy", "nf_max_projection_d{d}.npy"
 
 
 def kernel_params(p: Mapping[str, Any]):
@@ -166,9 +166,10 @@ class NFReduce(Analysis):
         path per distance (module docstring). Required.
     reduced_dir : str, optional
         Also write ``<ReducedFileName>_binary.npy`` there (stream runs).
-    max_projection : list of str, optional
-        One ``.npy`` per distance, the maximum over its frames (the file flow's
-        ``work/``): written as ``/max_projection`` and drawn in the PNG.
+    max_projection : str or list of str, optional
+        The maximum over each distance's frames: a folder of ``nf_max_projection_d<d>.npy``
+        (the file flow's ``work/``) or one ``.npy`` per distance; written as
+        ``/max_projection`` and drawn in the PNG.
     **keys
         Stage-1 keys overriding the parameter file (``BlanketSubtraction=80``).
 
@@ -183,7 +184,7 @@ class NFReduce(Analysis):
     def __init__(self, params: Union[str, Mapping[str, Any], None] = None,
                  background: Union[str, Sequence[str], None] = None,
                  reduced_dir: Optional[str] = None,
-                 max_projection: Optional[Sequence[str]] = None, **keys: Any) -> None:
+                 max_projection: Union[str, Sequence[str], None] = None, **keys: Any) -> None:
         from hedm.nfparams import REDUCE_SCHEMA, read_nf_params
 
         if params is None:
@@ -205,7 +206,9 @@ class NFReduce(Analysis):
         self.transforms = tuple(p["ImTransOpt"])
         self.sources = self._sources(background)
         self.reduced_dir = reduced_dir
-        self.max_projection = list(max_projection or [])
+        self.max_projection = ([os.path.join(max_projection, MAX_NAME.format(d=d))
+                                for d in range(self.n_distances)]
+                               if isinstance(max_projection, str) else list(max_projection or []))
 
     def _sources(self, background: Union[str, Sequence[str]]) -> List[str]:
         """One file per distance (the same file for all when one file serves all)."""
