@@ -40,7 +40,7 @@ from loadavg import LoadSampler  # noqa: E402
 
 
 def ours(path: Path, masks: Path, k: int) -> Dict[str, Any]:
-    from streams.offline import dataset_geometry, dataset_partitions, read_partition
+    from streams.offline import dataset_geometry, partitions, read_partition
     from stem4d.analysis import Stem4D
 
     g = dataset_geometry(str(path), "/frames", "bench")
@@ -48,7 +48,7 @@ def ours(path: Path, masks: Path, k: int) -> Dict[str, Any]:
     a = Stem4D(mode="virtual", mask_file=str(masks))
     a.prepare(g)
     parts = [a.process_partition(*read_partition(ref))
-             for ref in dataset_partitions(str(path), "/frames", g.frames, k)]
+             for ref in partitions(str(path), g.frames, k)]
     while len(parts) > 1:
         parts = [a.merge(parts[i], parts[i + 1]) if i + 1 < len(parts) else parts[i]
                  for i in range(0, len(parts), 2)]

@@ -89,14 +89,14 @@ def ours(spec: str, params: Dict[str, Any], path: Path, k: int,
     """One process: read (unless ``frames`` are given), process, merge (pairwise tree),
     results."""
     from streams.loading import load_analysis
-    from streams.offline import dataset_geometry, dataset_partitions, read_partition
+    from streams.offline import dataset_geometry, partitions, read_partition
 
     g = dataset_geometry(str(path), "/frames", "bench")
     t0 = time.perf_counter()
     a = load_analysis("udf:" + spec, params)
     a.prepare(g)
     parts = []
-    for ref in dataset_partitions(str(path), "/frames", g.frames, k):
+    for ref in partitions(str(path), g.frames, k):
         if frames is None:
             parts.append(a.process_partition(*read_partition(ref)))
         else:

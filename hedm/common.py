@@ -1,4 +1,4 @@
-"""What the NF- and FF-HEDM workflows share: per-worker caches, tables, phases.
+"""What the NF- and FF-HEDM workflows share: per-worker caches, tables.
 
 * **Node-local paths.** Staged inputs and node-local results live under
   destinations holding ``%n`` (the node name, as in hook specs). A task
@@ -11,25 +11,22 @@
   size)``, so a changed file is read again and an unchanged one never twice.
 * **Tables.** Per-frame results are dicts of structured arrays;
   :func:`merge_tables` concatenates two (the tree reduction's merge).
-* **Phases.** :func:`phase_spans` turns the futures of each phase into wall
-  times from the tasks' own start/end stamps.
 """
 from __future__ import annotations
 
 import collections
 import os
-import re
 import threading
 from contextlib import contextmanager
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Tuple
 
 import numpy as np
 
-from workflows.apps import App
+from streams.offline import is_series
 from workflows.errors import WorkflowError
 
-__all__ = ["replacing", "cached", "cache_stats", "is_series", "merge_tables", "phase_spans",
-           "recording", "split_rows", "frame_reader", "worker_name", "as_records"]
+__all__ = ["replacing", "cached", "cache_stats", "is_series", "merge_tables", "split_rows",
+           "as_records"]
 
 
 @contextmanager
@@ -49,21 +46,6 @@ def replacing(path: str, suffix: str = "") -> Iterator[str]:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
-
-
-def _launcher_rank() -> Tuple[int, int]:
-    """(rank, size) in the MPI job from the launcher's environment; (0, 1) outside MPI."""
-    for r, s in (("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("PMI_RANK", "PMI_SIZE"),
-                 ("PMIX_RANK", "PMIX_SIZE")):
-        if r in os.environ and s in os.environ:
-            return int(os.environ[r]), int(os.environ[s])
-    return 0, 1
-
-
-def worker_name() -> str:
-    """``rank R`` or ``pid P``: which worker ran a task (for logs, not results)."""
-    rank, size = _launcher_rank()
-    return f"rank {rank}" if size > 1 else f"pid {os.getpid()}"
 
 
 # -- per-worker cache ----------------------------------------------------------
@@ -106,59 +88,6 @@ def cache_stats() -> Dict[str, int]:
         return dict(_STATS)
 
 
-_SERIES = re.compile(r"%0?\d*d")
-
-
-def is_series(source: str) -> bool:
-    """True if ``source`` names a TIFF series (a ``%d`` field in its file name)."""
-    return bool(_SERIES.search(os.path.basename(source)))
-
-
-def frame_reader(source: str, first: int, n_frames: int, shape: Tuple[int, int],
-                 transforms: Tuple[int, ...] = ()):
-    """A :mod:`kernels.io` reader for ``source``, cached per worker.
-
-    ``source`` with a ``%d`` field is a TIFF series (file ``source % frame``);
-    otherwise one file holding every frame, its format found from its bytes
-    (a GE raw file, which has no signature, gets ``shape``). Frames come as
-    uint16, what the HEDM kernels take: a uint32 detector file whose values do
-    not fit is a ``ReaderError`` naming the frame, never a silent wrap-around.
-    ``transforms`` (``ImTransOpt`` codes, :mod:`hedm.imtrans`) orient each raw
-    frame; ``shape`` is the frame's (Z, Y) after them.
-    Returns ``(reader, index_of)`` where ``index_of(frame)`` is the reader's index.
-    """
-    from kernels import open_frames
-
-    from hedm.imtrans import OrientedFrames, raw_shape
-
-    if is_series(source):
-        def load(_: str):
-            return open_frames(source, first=first, n_frames=n_frames, dtype="uint16")
-        probe = source % first
-        reader, _ = cached(probe, load, kind=f"tiff-series:{source}:{first}:{n_frames}")
-        offset = first
-    else:
-        raw = raw_shape(shape, transforms)
-        reader, _ = cached(source, lambda p: open_frames(p, **raw_options(p, raw)), kind="frames")
-        offset = 0
-
-    def index_of(frame: int) -> int:
-        return frame - offset
-    if any(transforms):
-        reader = OrientedFrames(reader, transforms)
-    return reader, index_of
-
-
-def raw_options(path: str, shape: Tuple[int, int]) -> Dict[str, Any]:
-    """Reader options for one detector file: uint16 frames, ``shape`` for GE raw files."""
-    from kernels.io import sniff
-
-    opts: Dict[str, Any] = {"dtype": "uint16"}
-    if sniff(path) == "unknown":  # GE raw: a headed file of frames, no signature
-        opts["shape"] = tuple(shape)
-    return opts
-
-
 # -- tables ---------------------------------------------------------------------
 def merge_tables(a: Mapping[str, Any], b: Mapping[str, Any]) -> Dict[str, Any]:
     """Concatenate two result tables key by key (arrays by ``np.concatenate``, lists by ``+``).
@@ -180,49 +109,6 @@ def split_rows(n_rows: int, parts: int) -> List[Tuple[int, int]]:
     parts = max(1, min(parts, n_rows))
     edges = [n_rows * i // parts for i in range(parts + 1)]
     return [(edges[i], edges[i + 1]) for i in range(parts)]
-
-
-# -- phases -----------------------------------------------------------------------
-def recording(task: Any) -> Tuple[Any, List[Any]]:
-    """``task`` (an App) wrapped so every future it returns is also appended to a list.
-
-    ``reduce_tree`` returns only its final future; passing it the wrapper
-    gives the workflow every merge's future, hence the reduce phase's times.
-    The wrapper sends the same function reference as ``task`` to workers.
-    """
-    futures: List[Any] = []
-
-    class _Recording(App):
-        def __call__(self, *args: Any, **kwargs: Any):
-            fut = super().__call__(*args, **kwargs)
-            futures.append(fut)
-            return fut
-
-    return _Recording(task.fn, name=task.name, retries=task.retries,
-                      timeout=getattr(task, "timeout", None),
-                      isolate=getattr(task, "isolate", False)), futures
-
-
-def phase_spans(phases: Mapping[str, Iterable[Any]], origin: float) -> Dict[str, Dict[str, float]]:
-    """Wall-time span of each phase from its tasks' start/end stamps (worker clocks).
-
-    Returns ``{phase: {"start", "end", "seconds", "tasks", "busy"}}`` with
-    start/end relative to ``origin`` (a ``time.time()`` taken before the
-    first task); ``busy`` sums the tasks' own durations. Phases may overlap:
-    the tree reduction starts while frames are still being reduced.
-    """
-    out: Dict[str, Dict[str, float]] = {}
-    for name, futures in phases.items():
-        infos = [f.task for f in futures if getattr(f, "task", None) is not None
-                 and f.task.start is not None]
-        if not infos:
-            continue
-        start = min(i.start for i in infos) - origin
-        end = max(i.end for i in infos) - origin
-        out[name] = {"start": round(start, 4), "end": round(end, 4),
-                     "seconds": round(end - start, 4), "tasks": len(infos),
-                     "busy": round(sum(i.end - i.start for i in infos), 4)}
-    return out
 
 
 def as_records(rows: List[Tuple], dtype: np.dtype) -> np.ndarray:

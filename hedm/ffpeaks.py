@@ -7,20 +7,23 @@ on staged frames, a receiving job on frames as they arrive -- no new code::
     mpirun -n 4 stager stream receive --analysis hedm.ffpeaks \\
         --set params=/path/ff.params --rendezvous RV --out OUT
 
-Frame ``f`` of a stream is frame ``RawStartNr + f`` of the sweep. ``OUT/<scan>.h5``
-holds ``/peaks`` and ``/frames`` as the file flow's ``<OutputFileName>.h5``
-(:mod:`hedm.output`), ``/dark`` and ``/n_peaks_image``; the live view shows ``n_peaks``.
+Frame ``f`` of a stream is frame ``RawStartNr + f`` of the sweep. ``<scan>.h5`` holds
+``/peaks``, ``/frames``, ``/dark`` and ``/n_peaks_image`` (:mod:`hedm.output`; the file
+flow's scan is ``OutputFileName``), ``write_files`` the CSV and the PNG; the live view
+shows ``n_peaks``.
 """
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
-from hedm.common import cached, raw_options
+from hedm.common import cached
+from hedm.output import _attr
 from hedm.params import Param, ParamError, at_least, load_params, relative_to, resolve_params
 from streams.analysis import Analysis, Chunk, PerFrame
+from streams.offline import open_frame_file
 from streams.errors import StreamError
 from streams.protocol import ScanGeometry
 
@@ -68,9 +71,7 @@ def kernel_params(p: Mapping[str, Any]):
 
 def load_dark(path: str, shape) -> np.ndarray:
     """Mean of every frame of the dark file (float32), read frame by frame."""
-    from kernels import open_frames
-
-    reader = open_frames(path, **raw_options(path, shape))
+    reader = open_frame_file(path, shape, "uint16")
     total = np.zeros(reader.shape, np.float64)
     for i in range(reader.n_frames):
         total += reader.read(i)
@@ -173,8 +174,17 @@ class FFPeaks(Analysis):
         h5.create_dataset("dark", data=self.dark(geometry.shape)[0])
         for name, image in self.images(partial, geometry).items():
             h5.create_dataset(name, data=image)
-        h5.attrs.update({k: self.p[k] for k in ("Threshold", "MinNrPx", "MaxNrPx", "RawStartNr")})
-        h5.attrs["workflow"] = "hedm_ff_stream"
+        h5.attrs.update({k: _attr(v) for k, v in self.p.items() if v is not None})
+        h5.attrs["workflow"] = "hedm_ff"
+
+    def write_files(self, folder: str, partial: PerFrame, geometry: ScanGeometry) -> List[str]:
+        """``<scan>.csv`` (the peaks) and ``<scan>.png`` (peaks on the detector, per frame)."""
+        from hedm.output import plot_ff, write_csv
+
+        t = self.tables(partial, geometry.frames)
+        base = os.path.join(folder, geometry.scan)
+        return [write_csv(base + ".csv", t["peaks"]),
+                plot_ff(base + ".png", t["peaks"], tuple(geometry.shape), t["frames"])]
 
 
 #: What ``stager stream receive --analysis hedm.ffpeaks`` runs (a class: --set gives options).

@@ -54,13 +54,12 @@ from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
-from hedm.common import (as_records, cached, merge_tables, phase_spans, recording, replacing,
-                         worker_name)
+from hedm.common import as_records, cached, merge_tables, replacing
 from hedm.nfparams import FIT_SCHEMA as SCHEMA
 from hedm.nfparams import read_fit_params
 from hedm.params import ParamError, add_flow_arguments, flag_overrides, relative_to
 from hedm.run import ResultError, drain_results, stage_dict, write_json
-from workflows import app, on_this_node, reduce_tree, this_node
+from workflows import app, on_this_node, phase_spans, reduce_tree, this_node, worker_name
 
 __all__ = ["SCHEMA", "TASK_DTYPE", "add_arguments", "main", "finalize", "read_fit_params",
            "read_seeds", "write_seeds", "input_paths", "fit_block", "blocks", "fit_options",
@@ -308,8 +307,8 @@ def main(args):
     options = fit_options(p)
     fits = [fit_block(a, b, paths, p["NrOrientations"], options)
             for a, b in blocks(n_rows, p["GridPointsPerTask"], workers)]
-    merge, merges = recording(merge_fits)
-    merged = reduce_tree(merge, fits, ordered=True)
+    merges: List[Any] = []
+    merged = reduce_tree(merge_fits, fits, ordered=True, launched=merges)
     written = write_map(merged, paths, p, results)
     summary = written.result()  # wait here so the phase times below are complete
     table = merged.result()

@@ -4,9 +4,9 @@ Each frame is oriented (``ImTransOpt``), reduced with :func:`kernels.nf.reduce_f
 against its distance's background and turned into spot tables; partials are
 :class:`streams.analysis.PerFrame` values (merge = concatenation, any order);
 ``write`` gives the tables in frame order and the bit-packed binary images of
-``docs/nf-files.md``. The file flow (:mod:`hedm.nf`) runs its steps 2-4 through
-this class, and a receiving job runs it on a live detector stream -- no NF code
-written for the stream::
+``docs/nf-files.md``. The file flow (:mod:`hedm.nf`) hands this class to the
+library's runner on the frame files for its steps 2-4, and a receiving job runs it on
+a live detector stream -- no NF code written for either::
 
     mpirun -n 4 stager stream receive --analysis hedm.nfreduce \\
         --set params=LAYER/nf.params --set background=REDUCED/work \\
@@ -21,7 +21,9 @@ analysis refuses to load, saying what to pass. Frame ``f`` of the stream is file
 ``RawStartNr + f`` of the layer (raw uint16 frames, oriented here). ``OUT/<scan>.h5``
 holds the tables of ``<ReducedFileName>.h5``, ``/binary_images`` and per-position
 ``n_pixels``/``n_spots`` images; ``reduced_dir=DIR`` also writes
-``DIR/<ReducedFileName>_binary.npy``; other options override stage-1 keys.
+``DIR/<ReducedFileName>_binary.npy``; other options override stage-1 keys. The file
+flow also gives ``max_projection`` (``/max_projection`` and the PNG), and the library
+calls ``write_files``: ``<ReducedFileName>_binary.npy`` and ``<scan>.png`` beside the HDF5.
 Layout and reasons: ``docs/nf-files.md`` ("Stage 1 on a live stream").
 """
 from __future__ import annotations
@@ -35,14 +37,15 @@ from hedm.common import as_records, cached, replacing
 from hedm.output import NF_CENTROID_DTYPE, NF_FRAME_DTYPE, NF_PIXEL_DTYPE
 from hedm.params import BINARY_SUFFIX, ParamError
 from streams.analysis import Analysis, Chunk, PerFrame
+from streams.offline import open_frame_file
 from streams.errors import StreamError
 from streams.protocol import ScanGeometry
 
 __all__ = ["NFReduce", "ANALYSIS", "BACKGROUND_NAME", "kernel_params", "spot_tables",
            "binary_images", "empty_distances"]
 
-#: The file flow's background of distance ``d`` in ``OUT/work/`` (``.format(d=d)``).
-BACKGROUND_NAME = "nf_background_d{d}.npy"
+#: The file flow's background and max projection of distance ``d`` in ``OUT/work/``.
+BACKGROUND_NAME, MAX_NAME = "nf_background_d{d}.npy", "nf_max_projection_d{d}.npy"
 
 
 def kernel_params(p: Mapping[str, Any]):
@@ -135,13 +138,11 @@ def _load_background(path: str, shape: Tuple[int, int], transforms: Tuple[int, .
     of its raw frames, oriented (``shape``: Z x Y after ``transforms``)."""
     if path.endswith(".npy"):
         return np.load(path)
-    from kernels import open_frames
     from kernels.nf import median_background
 
-    from hedm.common import raw_options
     from hedm.imtrans import apply, raw_shape
 
-    reader = open_frames(path, **raw_options(path, raw_shape(shape, transforms)))
+    reader = open_frame_file(path, raw_shape(shape, transforms), "uint16")
     stack = np.stack([apply(reader.read(i), transforms) for i in range(reader.n_frames)])
     return median_background(stack)
 
@@ -165,6 +166,10 @@ class NFReduce(Analysis):
         path per distance (module docstring). Required.
     reduced_dir : str, optional
         Also write ``<ReducedFileName>_binary.npy`` there (stream runs).
+    max_projection : str or list of str, optional
+        The maximum over each distance's frames: a folder of ``nf_max_projection_d<d>.npy``
+        (the file flow's ``work/``) or one ``.npy`` per distance; written as
+        ``/max_projection`` and drawn in the PNG.
     **keys
         Stage-1 keys overriding the parameter file (``BlanketSubtraction=80``).
 
@@ -178,7 +183,8 @@ class NFReduce(Analysis):
 
     def __init__(self, params: Union[str, Mapping[str, Any], None] = None,
                  background: Union[str, Sequence[str], None] = None,
-                 reduced_dir: Optional[str] = None, **keys: Any) -> None:
+                 reduced_dir: Optional[str] = None,
+                 max_projection: Union[str, Sequence[str], None] = None, **keys: Any) -> None:
         from hedm.nfparams import REDUCE_SCHEMA, read_nf_params
 
         if params is None:
@@ -187,7 +193,8 @@ class NFReduce(Analysis):
         unknown = sorted(set(keys) - {q.key for q in REDUCE_SCHEMA})
         if unknown:
             raise StreamError(f"nf_reduce: unknown option(s) {', '.join(unknown)}: give params, "
-                              "background, reduced_dir or stage-1 keys of hedm.nf.SCHEMA")
+                              "background, reduced_dir, max_projection or stage-1 keys of "
+                              "hedm.nf.SCHEMA")
         p = read_nf_params(params, keys) if isinstance(params, str) else dict(params, **keys)
         if background is None:
             raise StreamError("nf_reduce needs a background: a live stream cannot wait for the "
@@ -199,6 +206,9 @@ class NFReduce(Analysis):
         self.transforms = tuple(p["ImTransOpt"])
         self.sources = self._sources(background)
         self.reduced_dir = reduced_dir
+        self.max_projection = ([os.path.join(max_projection, MAX_NAME.format(d=d))
+                                for d in range(self.n_distances)]
+                               if isinstance(max_projection, str) else list(max_projection or []))
 
     def _sources(self, background: Union[str, Sequence[str]]) -> List[str]:
         """One file per distance (the same file for all when one file serves all)."""
@@ -261,18 +271,16 @@ class NFReduce(Analysis):
 
     def process_partition(self, frames: np.ndarray, positions: np.ndarray,
                           complete: np.ndarray) -> PerFrame:
-        from hedm.imtrans import apply
-
-        return self.reduce([apply(f, self.transforms) for f in frames], positions, complete)
-
-    def reduce(self, images: Sequence[np.ndarray], positions: Any, complete: Any) -> PerFrame:
-        """Oriented frames at layer positions ``positions`` (file ``RawStartNr + position``)
-        -> a partial of one chunk."""
+        """Raw frames at layer positions ``positions`` (file ``RawStartNr + position``),
+        oriented here -> a partial of one chunk."""
         from kernels.nf import reduce_frame
+
+        from hedm.imtrans import apply
 
         kp = kernel_params(self.p)
         tables = []
-        for image, pos in zip(images, np.asarray(positions).tolist()):
+        for frame, pos in zip(frames, np.asarray(positions).tolist()):
+            image = apply(frame, self.transforms)
             d, j = divmod(int(pos), self.per_distance)
             spots = reduce_frame(image, self.background(d)[0], kp, _workspace(image.shape))
             tables.append(spot_tables(self.p["RawStartNr"] + j, spots, d))
@@ -325,10 +333,15 @@ class NFReduce(Analysis):
         empty = empty_distances(seen // self.per_distance, n_pixels, self.n_distances)
         if not empty:
             return ""
-        return (f"nf_reduce: no spot found at distance(s) {', '.join(map(str, empty))} in "
-                f"any frame of scan {geometry.scan}: check the background given, "
-                f"BlanketSubtraction ({self.p['BlanketSubtraction']}), the LoG settings "
-                "(GaussFiltRadius, LoGMaskRadius) and ImTransOpt")
+        n, first = self.per_distance, self.p["RawStartNr"]
+        files = ", ".join(f"{first + d * n}..{first + (d + 1) * n - 1}" for d in empty)
+        return (f"no spot found at distance(s) {', '.join(map(str, empty))} in any of its {n} "
+                f"frames (files {files} of {self.p['InputPattern']}) of scan {geometry.scan}: "
+                "stage 2 cannot fit from empty images. Check that these files hold the "
+                "layer's diffraction frames (DataDirectory, InputPattern, RawStartNr, "
+                "NrFilesPerDistance, nDistances), the background, that BlanketSubtraction "
+                f"({self.p['BlanketSubtraction']}) is below the spots' height above the "
+                "background, the LoG settings (GaussFiltRadius, LoGMaskRadius) and ImTransOpt")
 
     def write(self, h5: Any, partial: PerFrame, geometry: ScanGeometry) -> None:
         from hedm.output import _attr
@@ -338,6 +351,8 @@ class NFReduce(Analysis):
         h5.create_dataset("spot_centroids", data=t["centroids"])
         h5.create_dataset("frames", data=t["frames"])
         h5.create_dataset("background", data=self.backgrounds())
+        if self.max_projection:
+            h5.create_dataset("max_projection", data=self._max_projection())
         packed = self.binary(t["pixels"])
         h5.create_dataset("binary_images", data=packed, compression="gzip",
                           chunks=(1, 1) + packed.shape[2:])
@@ -346,9 +361,25 @@ class NFReduce(Analysis):
         for k, v in self.p.items():
             if v is not None:
                 h5.attrs[k] = _attr(v)
-        h5.attrs["workflow"] = "hedm_nf_stream"
+        h5.attrs["workflow"] = "hedm_nf"
         if self.reduced_dir:
             self.save_binary(self.reduced_dir, packed)
+
+    def _max_projection(self) -> np.ndarray:
+        return np.stack([np.load(p) for p in self.max_projection])
+
+    def write_files(self, folder: str, partial: PerFrame, geometry: ScanGeometry) -> List[str]:
+        """``<ReducedFileName>_binary.npy`` (stage 2's input) and, given the max
+        projections, ``<scan>.png`` (spots circled on max projection minus background)."""
+        from hedm.output import plot_nf
+
+        t = self.tables(partial, geometry.frames)
+        out = [self.save_binary(folder, self.binary(t["pixels"]))]
+        if self.max_projection:
+            out.append(plot_nf(os.path.join(folder, geometry.scan + ".png"),
+                               self._max_projection(), self.backgrounds(), t["centroids"],
+                               self.per_distance))
+        return out
 
 
 #: What ``stager stream receive --analysis hedm.nfreduce`` runs (a class: --set gives options).

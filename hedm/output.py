@@ -4,26 +4,37 @@ Every writer writes under a temporary name and renames into place, so a
 drain (or a user) never sees half a file. Detector axes follow NF/FF-HEDM
 usage: ``z`` is the detector row (vertical), ``y`` the column (horizontal).
 
-NF file (``<ReducedFileName>.h5``; ``distance`` is the detector distance
-index, ``frame`` counts from RawStartNr within a distance)::
+NF file (``<ReducedFileName>.h5``, or ``<scan>.h5`` of a stream: one layout,
+:meth:`hedm.nfreduce.NFReduce.write` through :func:`streams.job.output.write_scan`;
+``distance`` is the detector distance index, ``frame`` counts from RawStartNr within
+a distance)::
 
     /spots            table (distance, frame, y, z, intensity, label): every spot pixel
     /spot_centroids   table (distance, frame, label, y, z, n_pixels, intensity_sum,
                       intensity_max)
     /frames           table (distance, frame, n_pixels, n_spots)
     /background       (D, H, W) uint16 per-pixel median background of each distance
-    /max_projection   (D, H, W) uint16 maximum over the frames of each distance
-    attributes of /   every parameter, plus "workflow" and "n_frames"
+    /max_projection   (D, H, W) uint16 maximum over the frames of each distance (file
+                      flow only: a stream cannot wait for the last frame)
+    /binary_images    the array of ``<ReducedFileName>_binary.npy``, gzip-compressed
+    /n_pixels_image, /n_spots_image   (D, F) per frame position
+    /frames_complete, /frames_received   (D, F) bool: which frames were read / arrived
+    attributes of /   every parameter, "workflow" ("hedm_nf"), and the scan's
+                      (scan, frames, scan_shape, frame_shape, dtype, analysis, ...)
 
 Beside it, ``<ReducedFileName>_binary.npy`` holds the same spot pixels as
 bit-packed binary images, stage 2's input (``docs/nf-files.md``).
 
-FF file (``<OutputFileName>.h5``)::
+FF file (``<OutputFileName>.h5``, or ``<scan>.h5`` of a stream: one layout,
+:meth:`hedm.ffpeaks.FFPeaks.write` through :func:`streams.job.output.write_scan`)::
 
     /peaks            table of kernels.ff.PEAK_DTYPE (frame, peak, row, col, ...)
     /frames           table (frame, n_peaks)
     /dark             (H, W) float32 dark used
-    attributes of /   every parameter, plus "workflow" and "n_frames"
+    /n_peaks_image    (1, F) peaks per frame position
+    /frames_complete, /frames_received   (1, F) bool: which frames were read / arrived
+    attributes of /   every parameter, "workflow" ("hedm_ff"), and the scan's
+                      (scan, frames, scan_shape, frame_shape, dtype, analysis, ...)
 
 Tables are HDF5 compound datasets: ``f["spots"]["frame"]`` reads one column.
 Figures are drawn with matplotlib's object API on an Agg canvas (no pyplot

@@ -49,7 +49,7 @@ from typing import AbstractSet, Any, Callable, Dict, Mapping, Optional, Sequence
 
 from workflows.errors import WorkflowError
 
-__all__ = ["BINARY_SUFFIX",
+__all__ = ["BINARY_SUFFIX", "check_inputs",
     "ParamError",
     "Param",
     "Schema",
@@ -253,6 +253,18 @@ def load_params(path: str, schema: Schema,
     except (OSError, UnicodeDecodeError) as exc:
         raise ParamError(f"{path}: cannot read the parameter file: {exc}") from exc
     return parse_params(text, schema, path, foreign)
+
+
+def check_inputs(paths: Sequence[str], keys: str) -> None:
+    """Every one of ``paths`` (``%n``: this node) is a file here, else a ``ParamError``
+    naming how many are missing, the first, and the parameter ``keys`` to check."""
+    from workflows import on_this_node
+
+    files = list(dict.fromkeys(on_this_node(p) for p in paths))
+    missing = [f for f in files if not os.path.isfile(f)]
+    if missing:
+        raise ParamError(f"{len(missing)} of {len(files)} input file(s) missing on this node, "
+                         f"first {missing[0]}; check {keys} or stage them (--stage SPEC)")
 
 
 def add_flow_arguments(parser: argparse.ArgumentParser, kind: str, schema: Schema) -> None:

@@ -12,7 +12,7 @@ import json
 import os
 import shutil
 import time
-from typing import Any, Dict, Iterable, Mapping
+from typing import Any, Dict, Iterable, Mapping, Optional, Sequence
 
 from hedm.common import replacing
 from stager import drain
@@ -22,7 +22,8 @@ from stager.planning.plan import expand_node
 from workflows import on_this_node
 from workflows.errors import WorkflowError
 
-__all__ = ["stage_dict", "log_summary", "write_json", "drain_results", "ResultError"]
+__all__ = ["stage_dict", "log_summary", "write_json", "drain_results", "ResultError",
+           "analysis_record", "finish"]
 
 
 class ResultError(WorkflowError):
@@ -37,23 +38,64 @@ def stage_dict(args: Any) -> Any:
 
 
 def log_summary(log: Iterable[tuple], input_name: str) -> Dict[str, Any]:
-    """Per-worker totals of per-frame log rows ``(frame, worker, read_s, compute_s, cache_hit)``.
+    """Per-worker totals of the partitions' timing rows of
+    :func:`workflows.flows.analysis.run_analysis` (``(position, worker, read_s,
+    compute_s, prepared, read_shared)``).
 
-    ``input_name`` names the cached input (``background``, ``dark``): its
-    reads (cache misses) should equal the number of workers.
+    ``input_name`` names the input an analysis reads when a worker prepares it
+    (``background``, ``dark``): its reads should be at most the number of workers,
+    every other task a cache hit.
     """
     workers: Dict[str, Dict[str, Any]] = {}
     reads, hits = f"{input_name}_reads", f"{input_name}_cache_hits"
-    for _, who, read_s, compute_s, hit in log:
+    for _, who, read_s, compute_s, prepared, *_ in log:
         w = workers.setdefault(who, {"tasks": 0, "read_s": 0.0, "compute_s": 0.0,
                                      reads: 0, hits: 0})
         w["tasks"] += 1
         w["read_s"] = round(w["read_s"] + read_s, 6)
         w["compute_s"] = round(w["compute_s"] + compute_s, 6)
-        w[hits if hit else reads] += 1
+        w[reads if prepared else hits] += 1
     return {"tasks": sum(w["tasks"] for w in workers.values()), "workers": workers,
             reads: sum(w[reads] for w in workers.values()),
             hits: sum(w[hits] for w in workers.values())}
+
+
+def analysis_record(args: Any, workflow: str, params: Mapping[str, Any], run: Any,
+                    origin: float, cached: str, refs: Sequence[Any],
+                    phases: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+    """The run record of a flow on :func:`workflows.flows.analysis.run_analysis` (waits
+    for its write): what ran where, the write's summary, the phases (``phases`` before
+    ``frames``, ``reduce``, ``write``), :func:`log_summary` of the partitions and, when
+    refs were placed on the nodes holding their scattered files, ``scatter``."""
+    from workflows import phase_spans
+
+    summary = run.written.result()      # first: the phase times below are then complete
+    rows = run.merged.result()[2]
+    record = {"workflow": workflow, "executor": getattr(args, "executor", None),
+              "ranks": getattr(args, "ranks", None), "workers": getattr(args, "workers", None),
+              "params": params, "result": summary, "stage": stage_dict(args),
+              "phases": phase_spans({**(phases or {}), "frames": run.phases["partitions"],
+                                     "reduce": run.phases["reduce"],
+                                     "write": run.phases["write"]}, origin),
+              "frame_log": log_summary(rows, cached)}
+    placed = [r for r in refs if r.node]
+    if placed:
+        from workflows.runtime import active_runtime
+
+        rt = active_runtime()
+        record["scatter"] = {"frames_placed": len(placed), "placed": rt.placed,
+                             "ran_where_placed": rt.placed_here,
+                             "read_shared": [refs[0].first + r[0] for r in rows if r[5]]}
+    return record
+
+
+def finish(path: str, record: Mapping[str, Any], results: str) -> None:
+    """Write ``record`` to ``path``; then a result of no use (its ``problem``) is a
+    :class:`ResultError` (exit 1), the outputs kept in ``results`` for inspection."""
+    write_json(path, record)
+    why = record["result"]["problem"]
+    if why:
+        raise ResultError(f"{why}; the outputs were written to {results} for inspection")
 
 
 def write_json(path: str, record: Mapping[str, Any]) -> None:

@@ -19,6 +19,9 @@ or executors:
     per-frame ragged arrays) and the scan-shaped images made of it;
 ``write(h5, partial, geometry)``
     the final datasets, written once into the scan's HDF5 file;
+``write_files(folder, partial, geometry)``
+    files only the application makes (a CSV, a figure, another program's input),
+    written beside ``<scan>.h5`` after it (default: none);
 ``problem(partial, geometry)``
     why that result is of no use ("" if it is): the run then fails, never exit 0.
 
@@ -204,6 +207,11 @@ class Analysis:
     def write(self, h5: Any, partial: Any, geometry: ScanGeometry) -> None:
         for n, img in self.images(partial, geometry).items():
             h5.create_dataset(n, data=img)
+
+    def write_files(self, folder: str, partial: Any, geometry: ScanGeometry) -> List[str]:
+        """Write the files only this application makes into ``folder``, beside
+        ``<scan>.h5`` (named after ``geometry.scan``, atomically); return their paths."""
+        return []
 
 
 class FrameSum(Analysis):

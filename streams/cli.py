@@ -118,34 +118,6 @@ def _mib(value: Optional[float]) -> Optional[int]:
     return None if value is None else int(value * (1 << 20))
 
 
-def _parse_set(items: Any) -> Dict[str, Any]:
-    out: Dict[str, Any] = {}
-    for it in items:
-        k, sep, v = it.partition("=")
-        if not sep or not k:
-            raise ValueError(f"--set {it!r}: expected KEY=VALUE")
-        try:
-            out[k] = json.loads(v)
-        except ValueError:
-            out[k] = v
-    return out
-
-
-def _analysis_options(args: argparse.Namespace) -> Any:
-    """``--analysis-params JSON`` or the ``--set`` options (not both)."""
-    if getattr(args, "analysis_params", None) is None:
-        return _parse_set(args.set)
-    if args.set:
-        raise ValueError("give --set or --analysis-params, not both")
-    try:
-        value = json.loads(args.analysis_params)
-    except ValueError as e:
-        raise ValueError(f"--analysis-params: not JSON: {e}") from e
-    if not isinstance(value, (dict, list)):
-        raise ValueError("--analysis-params: expected a JSON object (or a list of objects)")
-    return value
-
-
 def run(args: argparse.Namespace) -> int:
     if args.stream_command == "watch":
         return _watch(args)
@@ -161,6 +133,7 @@ def _receive(args: argparse.Namespace) -> int:
     from stager.commands.stage import job_of
     from streams import protocols
     from streams.job.session import SessionOptions, receive_scans
+    from streams.loading import analysis_options
 
     comm = MPI.COMM_WORLD
     try:
@@ -175,7 +148,8 @@ def _receive(args: argparse.Namespace) -> int:
             allow_loss=args.allow_loss, live_interval=args.live_interval,
             spill=args.spill, stream2=args.stream2, protocol=args.protocol,
             **{o.name: getattr(args, o.name) for o in protocols.options()},
-            analysis=args.analysis, analysis_options=_analysis_options(args),
+            analysis=args.analysis,
+            analysis_options=analysis_options(args.analysis_params, args.set),
             rcvhwm=args.hwm, outbox_bytes=_mib(args.outbox),
             insecure=args.insecure, authorized_keys=args.authorized_keys,
             allow_from=args.allow_from, rendezvous_mode=args.rendezvous_mode,

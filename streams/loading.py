@@ -7,17 +7,43 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import json
 import os
-from typing import Any, Optional
+from typing import Any, Dict, Optional, Sequence
 
 from streams.analysis import Analysis, FrameSum
 from streams.errors import StreamError
 from streams.pyfile import load_file
 
-__all__ = ["load_analysis", "DEFAULT_NAME"]
+__all__ = ["load_analysis", "analysis_options", "DEFAULT_NAME"]
 
 #: Name looked up in a flow file when ``--analysis FILE.py`` names no object.
 DEFAULT_NAME = "ANALYSIS"
+
+
+def analysis_options(analysis_params: Optional[str], sets: Sequence[str] = ()) -> Any:
+    """An analysis's options from ``--analysis-params JSON`` or ``--set KEY=VALUE`` items
+    (values JSON where they parse, else strings), not both."""
+    if analysis_params is None:
+        out: Dict[str, Any] = {}
+        for it in sets:
+            k, sep, v = it.partition("=")
+            if not sep or not k:
+                raise ValueError(f"--set {it!r}: expected KEY=VALUE")
+            try:
+                out[k] = json.loads(v)
+            except ValueError:
+                out[k] = v
+        return out
+    if sets:
+        raise ValueError("give --set or --analysis-params, not both")
+    try:
+        value = json.loads(analysis_params)
+    except ValueError as e:
+        raise ValueError(f"--analysis-params: not JSON: {e}") from e
+    if not isinstance(value, (dict, list)):
+        raise ValueError("--analysis-params: expected a JSON object (or a list of objects)")
+    return value
 
 
 def load_analysis(spec: Optional[str], options: Any = None) -> Analysis:

@@ -1,19 +1,24 @@
 """The offline path: the same partitions read from files, for the same analysis.
 
-A stream delivers partitions of K frames; a staged dataset (an HDF5 file of
-frames ``(F, rows, cols)`` or ``(ny, nx, rows, cols)``) or the partitions a
-receiving job spilled give the same ``(frames, positions, complete)`` triples, so
-an analysis written once runs on both. A :class:`PartitionRef` is plain data
-(picklable: it travels to the workflow's workers, which open the file on their
-node); :func:`read_partition` reads it; :func:`offline_report` is the accounting
+A stream delivers partitions of K frames; files give the same ``(frames,
+positions, complete)`` triples, so an analysis written once runs on both. The
+sources (``PartitionRef.kind``): ``dataset``, an HDF5 dataset of frames ``(F, rows,
+cols)`` or ``(ny, nx, rows, cols)``; ``spill``, a partition file a receiving job
+spilled; ``frames``, raw detector frames as :func:`kernels.open_frames` reads them --
+one GE/HDF5/TIFF file holding every frame (frame ``n`` at index ``n``) or a TIFF
+series (``%d`` in the file name: frame ``n`` in ``path % n``) -- position ``p`` being
+frame ``first + p``. A :class:`PartitionRef` is plain data (it travels to the
+workers, which resolve ``%n`` and read on their node); :func:`frame_files` lists
+the files it reads, :func:`read_partition` reads it; :func:`offline_report` is the accounting
 of frames read from files (present = complete), so the offline output file has
 the same layout as the streamed one (:func:`streams.job.output.write_scan`).
 """
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -21,21 +26,74 @@ from streams.accounting import ScanReport
 from streams.errors import StreamError
 from streams.protocol import ScanGeometry
 
-__all__ = ["PartitionRef", "dataset_partitions", "spill_partitions", "read_partition",
-           "dataset_geometry", "offline_report", "parse_source", "source_partitions",
-           "read_frames"]
+__all__ = ["PartitionRef", "partitions",
+           "frame_files", "is_series", "open_frame_file", "read_partition", "dataset_geometry",
+           "offline_report", "parse_source", "source_partitions", "read_frames"]
 
 
 @dataclass(frozen=True)
 class PartitionRef:
-    """Frames ``start:stop`` of ``dataset`` in ``path`` (``kind='dataset'``), or one
-    spilled partition file (``kind='spill'``: the whole file)."""
+    """Positions ``start:stop`` of a source (module docstring). ``frames``: ``first``
+    (frame of position 0), ``shape`` and ``dtype`` (:func:`open_frame_file`). ``node``:
+    where a scatter block put its files (its task goes there); ``shared``: per file of
+    :func:`frame_files`, the shared file to read where the copy is not."""
 
     path: str
     dataset: str = "/frames"
     start: int = 0
     stop: int = 0
     kind: str = "dataset"
+    first: int = 0
+    shape: Tuple[int, ...] = ()
+    dtype: Optional[str] = None
+    node: Optional[str] = None
+    shared: Tuple[str, ...] = ()
+
+
+_SERIES = re.compile(r"%0?\d*d")
+
+
+def is_series(path: str) -> bool:
+    """True if ``path`` names a TIFF series (a ``%d`` field in its file name)."""
+    return bool(_SERIES.search(os.path.basename(path)))
+
+
+def partitions(path: str, frames: int, k: int, **fields: Any) -> List[PartitionRef]:
+    """Partitions of ``k`` consecutive positions over ``frames`` positions of ``path``
+    (``fields``: the refs' other fields, e.g. ``kind='frames', first=1``)."""
+    if k < 1:
+        raise ValueError("k must be >= 1")
+    return [PartitionRef(path, start=s, stop=min(s + k, frames), **fields)
+            for s in range(0, frames, k)]
+
+
+def frame_files(ref: PartitionRef) -> List[str]:
+    """The files ``ref`` reads: one per frame of a TIFF series, else its one file."""
+    if ref.kind == "frames" and is_series(ref.path):
+        folder, name = os.path.split(ref.path)   # %d in the name only: a %n may stay
+        return [os.path.join(folder, name % (ref.first + p)) for p in range(ref.start, ref.stop)]
+    return [ref.path]
+
+
+def open_frame_file(path: str, shape: Sequence[int] = (), dtype: Optional[str] = None,
+                    **options: Any) -> Any:
+    """:func:`kernels.open_frames` of a detector file (or TIFF series): frames converted
+    to ``dtype`` (values that do not fit are an error, never wrapped), ``shape`` (rows,
+    cols) given to a GE raw file, which has no signature to say it."""
+    from kernels import open_frames
+    from kernels.io import sniff
+
+    opts: Dict[str, Any] = {"dtype": dtype} if dtype else {}
+    if shape and not is_series(path) and sniff(path) == "unknown":
+        opts["shape"] = tuple(shape)
+    return open_frames(path, **opts, **options)
+
+
+def _read_frame_files(ref: PartitionRef, files: Sequence[str]) -> np.ndarray:
+    if is_series(ref.path):
+        return np.stack([open_frame_file(f, (), ref.dtype).read(0) for f in files])
+    reader = open_frame_file(files[0], ref.shape, ref.dtype)
+    return np.stack([reader.read(ref.first + p) for p in range(ref.start, ref.stop)])
 
 
 def parse_source(text: str) -> Tuple[str, str]:
@@ -65,27 +123,26 @@ def dataset_geometry(path: str, dataset: str, scan: str = "offline",
                         np.dtype(dtype).str, ss)
 
 
-def dataset_partitions(path: str, dataset: str, frames: int, k: int) -> List[PartitionRef]:
-    """Partitions of ``k`` consecutive frames over a dataset of ``frames`` frames."""
-    if k < 1:
-        raise ValueError("k must be >= 1")
-    return [PartitionRef(path, dataset, s, min(s + k, frames)) for s in range(0, frames, k)]
+def read_partition(ref: PartitionRef, files: Optional[Sequence[str]] = None
+                   ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(frames (k, rows, cols), positions (k,), complete (k,))`` of one partition.
 
-
-def spill_partitions(paths: Sequence[str]) -> List[PartitionRef]:
-    return [PartitionRef(p, kind="spill") for p in paths]
-
-
-def read_partition(ref: PartitionRef) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(frames (k, rows, cols), positions (k,), complete (k,))`` of one partition."""
+    ``files``: where to read each of :func:`frame_files` (this node's copies); default
+    those paths as they are.
+    """
     import h5py
 
+    files = list(files) if files is not None else frame_files(ref)
     if ref.kind == "spill":
         from streams.job.spill import read_partition_file
 
-        data, index, complete, _ = read_partition_file(ref.path)
+        data, index, complete, _ = read_partition_file(files[0])
         return data, index, complete
-    with h5py.File(ref.path, "r") as f:
+    k = ref.stop - ref.start
+    if ref.kind == "frames":
+        data = _read_frame_files(ref, files)
+        return data, np.arange(ref.start, ref.stop, dtype=np.int64), np.ones(k, bool)
+    with h5py.File(files[0], "r") as f:
         d = f[ref.dataset]
         if d.ndim == 4:
             # one read of the scan rows that hold the frames (not one read per frame)
@@ -98,17 +155,16 @@ def read_partition(ref: PartitionRef) -> Tuple[np.ndarray, np.ndarray, np.ndarra
                 data = np.zeros((0, *d.shape[2:]), d.dtype)
         else:
             data = d[ref.start:ref.stop]
-    k = ref.stop - ref.start
     return data, np.arange(ref.start, ref.stop, dtype=np.int64), np.ones(k, bool)
 
 
 def read_frames(refs: Sequence[PartitionRef], indices: Sequence[int]) -> np.ndarray:
     """The frames at flat ``indices`` (k, rows, cols), in index order, from ``refs``
-    (a dataset partition that holds none of them is not read)."""
+    (a partition of a dataset or of frame files that holds none of them is not read)."""
     want = set(int(i) for i in indices)
     got = {}
     for ref in refs:
-        if ref.kind == "dataset" and not any(ref.start <= i < ref.stop for i in want):
+        if ref.kind != "spill" and not any(ref.start <= i < ref.stop for i in want):
             continue
         data, positions, _ = read_partition(ref)
         for j, p in enumerate(positions.tolist()):
@@ -142,7 +198,7 @@ def source_partitions(frames: Optional[str], spilled: Optional[str], scan: Optio
         path, dset = parse_source(frames)
         g = dataset_geometry(path, dset, scan or os.path.splitext(os.path.basename(path))[0],
                              scan_shape)
-        return g, dataset_partitions(path, dset, g.frames, k)
+        return g, partitions(path, g.frames, k, dataset=dset)
     if spilled:
         from streams.job.spill import read_partition_file, spilled_partitions
 
@@ -155,5 +211,5 @@ def source_partitions(frames: Optional[str], spilled: Optional[str], scan: Optio
         g = ScanGeometry(scan, 1, int(attrs["frames"]), int(attrs["sectors"]),
                          (int(data.shape[1]), int(data.shape[2])), str(attrs["dtype"]),
                          (int(attrs["scan_shape"][0]), int(attrs["scan_shape"][1])))
-        return g, spill_partitions(paths)
+        return g, [PartitionRef(p, kind="spill") for p in paths]
     raise ValueError("give --frames FILE.h5:/DATASET or --spilled DIR --scan NAME")

@@ -39,8 +39,8 @@ from .errors import (
     TaskTimeout,
     WorkflowError,
 )
-from .futures import AppFuture, wait_all
-from .node import on_this_node, this_node
+from .futures import AppFuture, phase_spans, wait_all
+from .node import on_this_node, this_node, worker_name
 
 __all__ = [
     "App",
@@ -63,7 +63,9 @@ __all__ = [
     "executors",
     "foreach",
     "on_this_node",
+    "phase_spans",
     "reduce_tree",
     "this_node",
     "wait_all",
+    "worker_name",
 ]

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import Future
-from typing import Any, Callable, Iterable, List, Union
+from typing import Any, Callable, Iterable, List, Optional, Union
 
 from stager.mpi.tree import tree_schedule
 
@@ -51,7 +51,8 @@ def foreach(
     return _as_app(fn).map(items, *args, **kwargs)
 
 
-def reduce_tree(merge: Union[App, Callable], items: Iterable[Any], ordered: bool = True) -> Future:
+def reduce_tree(merge: Union[App, Callable], items: Iterable[Any], ordered: bool = True,
+                launched: Optional[List[Any]] = None) -> Future:
     """Reduce ``items`` (values or futures) pairwise with the app ``merge``; return one future.
 
     Parameters
@@ -62,6 +63,9 @@ def reduce_tree(merge: Union[App, Callable], items: Iterable[Any], ordered: bool
         At least one value or future.
     ordered : bool
         Keep the items' order (fixed tree) or merge in completion order.
+    launched : list, optional
+        Every merge's future is appended to it as it is launched (the reduce
+        phase's tasks, e.g. for :func:`~workflows.futures.phase_spans`).
 
     Returns
     -------
@@ -77,7 +81,14 @@ def reduce_tree(merge: Union[App, Callable], items: Iterable[Any], ordered: bool
     level = list(items)
     if not level:
         raise ValueError("reduce_tree needs at least one item")
-    task = _as_app(merge)
+    merge_app = _as_app(merge)
+
+    def task(a: Any, b: Any) -> Any:
+        fut = merge_app(a, b)
+        if launched is not None:
+            launched.append(fut)
+        return fut
+
     if len(level) == 1:
         return level[0] if isinstance(level[0], Future) else _done(level[0])
     if ordered:
@@ -85,7 +96,7 @@ def reduce_tree(merge: Union[App, Callable], items: Iterable[Any], ordered: bool
             for dst, src in rnd:
                 level[dst] = task(level[dst], level[src])
         return level[0]
-    return _Unordered(task, level).result
+    return _Unordered(task, level, merge_app.name).result
 
 
 def _done(value: Any) -> AppFuture:
@@ -98,9 +109,9 @@ def _done(value: Any) -> AppFuture:
 class _Unordered:
     """Merge any two ready results until one is left (``reduce_tree(ordered=False)``)."""
 
-    def __init__(self, merge: App, items: List[Any]):
+    def __init__(self, merge: Callable[..., Any], items: List[Any], name: str):
         self.merge = merge
-        self.result = AppFuture(f"reduce_tree({merge.name})")
+        self.result = AppFuture(f"reduce_tree({name})")
         self.lock = threading.Lock()
         self.ready: List[Any] = []
         self.left = len(items)  # partial results that exist or are being made

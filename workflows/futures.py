@@ -18,7 +18,7 @@ from __future__ import annotations
 import collections
 import threading
 from concurrent.futures import CancelledError, Future
-from typing import Any, Callable, Deque, Iterable, List, Optional
+from typing import Any, Callable, Deque, Dict, Iterable, List, Mapping, Optional
 
 __all__ = [
     "AppFuture",
@@ -29,6 +29,7 @@ __all__ = [
     "trampoline",
     "wait_all",
     "exception_of",
+    "phase_spans",
 ]
 
 _local = threading.local()
@@ -185,3 +186,25 @@ def wait_all(obj: Any, timeout: Optional[float] = None) -> None:
         done, not_done = cf.wait(futures, timeout=timeout)
         if not_done:
             raise TimeoutError(f"{len(not_done)} futures still pending after {timeout} s")
+
+
+def phase_spans(phases: Mapping[str, Iterable[Any]], origin: float) -> Dict[str, Dict[str, float]]:
+    """Wall-time span of each phase from its tasks' start/end stamps (worker clocks).
+
+    Returns ``{phase: {"start", "end", "seconds", "tasks", "busy"}}`` with
+    start/end relative to ``origin`` (a ``time.time()`` taken before the
+    first task); ``busy`` sums the tasks' own durations. Phases may overlap:
+    a tree reduction starts while its inputs are still being made.
+    """
+    out: Dict[str, Dict[str, float]] = {}
+    for name, futures in phases.items():
+        infos = [f.task for f in futures if getattr(f, "task", None) is not None
+                 and f.task.start is not None]
+        if not infos:
+            continue
+        start = min(i.start for i in infos) - origin
+        end = max(i.end for i in infos) - origin
+        out[name] = {"start": round(start, 4), "end": round(end, 4),
+                     "seconds": round(end - start, 4), "tasks": len(infos),
+                     "busy": round(sum(i.end - i.start for i in infos), 4)}
+    return out

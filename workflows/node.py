@@ -20,7 +20,7 @@ from typing import Optional
 from stager.mpi.nodes import local_node_name
 from stager.planning.plan import expand_node
 
-__all__ = ["ENV", "this_node", "on_this_node", "set_node"]
+__all__ = ["ENV", "this_node", "on_this_node", "set_node", "worker_name"]
 
 #: Environment variable holding the node name of this process.
 ENV = "WORKFLOWS_NODE"
@@ -47,3 +47,15 @@ def on_this_node(template: str, node: Optional[str] = None) -> str:
     if "%n" not in template:
         return template
     return expand_node(template, node or this_node())
+
+
+def worker_name() -> str:
+    """``rank R`` or ``pid P``: which worker ran a task (for logs, not results).
+
+    From the launcher's environment (Open MPI, PMI, PMIx): no MPI import in a task.
+    """
+    for r, size in (("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("PMI_RANK", "PMI_SIZE"),
+                    ("PMIX_RANK", "PMIX_SIZE")):
+        if r in os.environ and size in os.environ and int(os.environ[size]) > 1:
+            return f"rank {os.environ[r]}"
+    return f"pid {os.getpid()}"

@@ -41,7 +41,7 @@ def _flow(tmp: Path, frames: str, *params: str, scan="s"):
            "--executor", "inline", "--out", str(tmp / "out"), "--", "--frames", frames,
            "--scan", scan, "--partition-frames", "5"]
     for p in params:
-        cmd += ["--param", p]
+        cmd += ["--set", p]
     r = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=300)
     return r.returncode, r.stdout + r.stderr, tmp / "out" / f"{scan}.h5"
 

@@ -150,18 +150,14 @@ def test_refused_with_a_message_naming_udf_and_feature(spec, params, words):
 
 
 def test_analysis_params_option():
-    from types import SimpleNamespace
+    from streams.loading import analysis_options
 
-    from streams.cli import _analysis_options
-
-    assert _analysis_options(SimpleNamespace(analysis_params='{"a": [1, 2]}', set=[])) == \
-        {"a": [1, 2]}
-    assert _analysis_options(SimpleNamespace(analysis_params="[{}, {}]", set=[])) == [{}, {}]
-    assert _analysis_options(SimpleNamespace(analysis_params=None, set=["a=3"])) == {"a": 3}
+    assert analysis_options('{"a": [1, 2]}', []) == {"a": [1, 2]}
+    assert analysis_options("[{}, {}]", []) == [{}, {}]
+    assert analysis_options(None, ["a=3", "b=x"]) == {"a": 3, "b": "x"}
     for bad, words in (('{"a": 1}', "not both"), ("{nope", "not JSON"), ("3", "JSON object")):
         with pytest.raises(ValueError, match=words):
-            _analysis_options(SimpleNamespace(analysis_params=bad,
-                                              set=["x=1"] if words == "not both" else []))
+            analysis_options(bad, ["x=1"] if words == "not both" else [])
 
 
 class GPUOnly(NoMerge):

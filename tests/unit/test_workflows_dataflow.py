@@ -74,10 +74,15 @@ def test_unordered_reduce_commutative_sum(executor):
 
 def test_reduce_counts_n_minus_1_merges(executor):
     before = executor.runtime.launched
-    reduce_tree(plus, list(range(37)), ordered=False).result()
-    reduce_tree(plus, list(range(37)), ordered=True).result()
+    launched = {True: [], False: []}
+    for ordered in (False, True):
+        reduce_tree(plus, list(range(37)), ordered=ordered, launched=launched[ordered]).result()
     executor.runtime.wait()
     assert executor.runtime.launched - before == 2 * 36
+    # launched= hands back every merge's future (the reduce phase of a run record)
+    for ordered, futures in launched.items():
+        assert len(futures) == 36 and all(f.done() for f in futures), ordered
+        assert max(f.result() for f in futures) == sum(range(37))
 
 
 def test_single_item_and_empty():

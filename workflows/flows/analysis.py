@@ -1,12 +1,12 @@
-"""Any stream analysis on staged files: the offline twin of ``stager stream receive``.
+"""Any stream analysis on files: the offline twin of ``stager stream receive``.
 
-The analysis a receiving job runs on a live stream (``--analysis SPEC``: the
-per-frame sum, ``pkg.module:NAME``, ``FILE.py[:NAME]``, or LiberTEM UDFs as
-``udf:MODULE:CLASS``) runs here on a staged dataset or on the partitions a
-receiving job spilled: one task per partition of K frames (``foreach``), the
-ordered tree merge with the analysis's own ``merge`` (``reduce_tree``), one task
-that writes ``OUT/<scan>.h5`` in the stream's layout
-(:func:`streams.job.output.write_scan`)::
+The analysis a receiving job runs on a live stream (``--analysis SPEC``, ``--set``)
+runs here on files (:mod:`streams.offline`: a staged dataset, spilled partitions,
+detector frame files) by :func:`run_analysis`, the one runner of an analysis on files
+(``stem4d/flow.py``, ``hedm/ff.py``, ``hedm/nf.py``): one task per partition of K
+frames, placed on the node holding a scattered partition (:func:`place`); the ordered
+tree merge with the analysis's ``merge``; one task that writes ``<scan>.h5`` in the
+stream's layout (:func:`streams.job.output.write_scan`), then ``write_files``::
 
     python -m workflows run workflows.flows.analysis --out OUT -- \\
         --frames scan.h5:/frames --analysis udf:libertem.udf.sum:SumUDF
@@ -16,31 +16,52 @@ that writes ``OUT/<scan>.h5`` in the stream's layout
 
 ``--valid FILE.h5:/mask`` (bool, scan-shaped) marks frames as missing where it
 is False: the analysis sees only the others, as on a stream that lost them.
+A result the analysis finds of no use (``Analysis.problem``) fails the run after
+writing. ``%n`` in a path or in a string parameter is this node's name, resolved
+where the task runs.
 """
 from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, Optional, Tuple
+import time
+from dataclasses import replace
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from workflows import app, foreach, reduce_tree
+from workflows import app, on_this_node, reduce_tree, this_node, worker_name
+from workflows.errors import FlowError
+
+__all__ = ["run_analysis", "place", "Run", "add_arguments", "main"]
 
 _CACHE: Dict[str, Any] = {}
 _PREPARED: Dict[str, Any] = {}      # key -> the geometry its analysis was prepared for
 
 
-def _analysis(spec: Optional[str], params: Any, geometry: Any = None) -> Any:
-    """The analysis of (spec, params), loaded once per worker (and prepared for ``geometry``)."""
+def _here(value: Any) -> Any:
+    """``value`` with ``%n`` in every string resolved for this node."""
+    if isinstance(value, str):
+        return on_this_node(value)
+    if isinstance(value, dict):
+        return {k: _here(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_here(v) for v in value)
+    return value
+
+
+def _analysis(spec: Optional[str], params: Any, geometry: Any = None) -> Tuple[Any, bool]:
+    """The analysis of (spec, params), loaded once per worker (and prepared for ``geometry``),
+    and whether this call loaded or prepared it (read its inputs: dark, masks...)."""
     from streams.loading import load_analysis
 
-    key = json.dumps([spec, params], sort_keys=True)
-    a = _CACHE.get(key)
+    key = json.dumps([spec, params], sort_keys=True, default=str)
+    a, fresh = _CACHE.get(key), False
     if a is None:
-        a = _CACHE[key] = load_analysis(spec, params)
+        a, fresh = load_analysis(spec, _here(params)), True
+        _CACHE[key] = a
     if geometry is not None and _PREPARED.get(key) != geometry:
         a.prepare(geometry)
-        _PREPARED[key] = geometry
-    return a
+        _PREPARED[key], fresh = geometry, True
+    return a, fresh
 
 
 def add_arguments(parser: Any) -> None:
@@ -55,16 +76,26 @@ def add_arguments(parser: Any) -> None:
                         help="bool scan mask: frames where it is False are missing")
     parser.add_argument("--analysis", metavar="SPEC", default=None,
                         help="as stager stream receive --analysis (default: per-frame sum)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="an option of the analysis (JSON value), as stager stream receive")
     parser.add_argument("--analysis-params", metavar="JSON", default=None,
                         help="the analysis's options (JSON object; a list for udf:A,B)")
 
 
-def _read(ref: Any, valid: Optional[Tuple[str, str]]) -> Tuple[Any, Any, Any]:
+def _read(ref: Any, valid: Optional[Tuple[str, str]], hard: bool) -> Tuple[Any, bool]:
+    """``(frames, positions, complete)`` of ``ref`` on this node, and whether a scattered
+    file was read from the shared filesystem (its copy not here)."""
     import numpy as np
 
-    from streams.offline import read_partition
+    from streams.offline import frame_files, read_partition
 
-    frames, positions, complete = read_partition(ref)
+    files, fell = [on_this_node(f) for f in frame_files(ref)], False
+    if ref.shared:
+        from stager.locality import read_path
+
+        got = [read_path(c, s, this_node(), hard) for c, s in zip(files, ref.shared)]
+        files, fell = [p for p, _ in got], any(f for _, f in got)
+    frames, positions, complete = read_partition(ref, files)
     if valid is not None:
         import h5py
 
@@ -72,53 +103,125 @@ def _read(ref: Any, valid: Optional[Tuple[str, str]]) -> Tuple[Any, Any, Any]:
             mask = np.asarray(f[valid[1]][()], bool).reshape(-1)
         keep = mask[positions]
         frames, positions, complete = frames[keep], positions[keep], complete[keep]
-    return frames, positions, complete
+    return (frames, positions, complete), fell
 
 
-# Partials travel as ((spec, params), partial): a merge task on any worker knows its analysis.
+# Partials travel as ((spec, params), partial, rows): a merge task on any worker knows its
+# analysis; rows are the partitions' timings, (position, worker, read_s, compute_s,
+# prepared, read_shared) -- prepared: this task loaded the analysis (its inputs) on its worker.
 
 @app
 def process(ref: Any, spec: Optional[str], params: Any, geometry: Any,
-            valid: Optional[Tuple[str, str]]) -> Any:
-    """One partition -> its partial (on whichever worker runs it)."""
-    frames, positions, complete = _read(ref, valid)
-    partial = _analysis(spec, params, geometry).process_partition(frames, positions, complete)
-    return (spec, params), partial
+            valid: Optional[Tuple[str, str]] = None, hard: bool = False,
+            after: Any = None) -> Any:
+    """One partition -> its partial (on whichever worker runs it; once ``after`` is done)."""
+    t0 = time.perf_counter()
+    a, fresh = _analysis(spec, params, geometry)
+    (frames, positions, complete), fell = _read(ref, valid, hard)
+    t1 = time.perf_counter()
+    partial = a.process_partition(frames, positions, complete)
+    row = (ref.start, worker_name(), round(t1 - t0, 6), round(time.perf_counter() - t1, 6),
+           fresh, fell)
+    return (spec, params), partial, [row]
 
 
 @app
 def merge(a: Any, b: Any) -> Any:
     """The analysis's own merge (associative: the tree may group pairs any way)."""
-    (spec, params), pa = a
-    return (spec, params), _analysis(spec, params).merge(pa, b[1])
+    key, pa, rows = a
+    return key, _analysis(*key)[0].merge(pa, b[1]), rows + b[2]
 
 
 @app
-def write(keyed: Any, geometry: Any, path: str) -> str:
+def write(keyed: Any, geometry: Any, path: str) -> Dict[str, Any]:
+    """``path`` (``%n``: this node) in the stream's layout, then the analysis's own files
+    beside it; what was written and the analysis's ``problem`` ("" if none)."""
     from streams.offline import offline_report
     from streams.job.output import write_scan
 
-    (spec, params), partial = keyed
-    analysis = _analysis(spec, params, geometry)
+    (spec, params), partial, _ = keyed
+    analysis, _ = _analysis(spec, params, geometry)
     if hasattr(partial, "compact"):
         partial = partial.compact()
     F = geometry.frames
     received = partial.received(F) if hasattr(partial, "received") else partial.seen(F)
     rep = offline_report(geometry, partial.complete(F), received)
-    write_scan(path, analysis, partial, rep)
-    why = analysis.problem(partial, geometry)
-    if why:
-        from streams.errors import StreamError
+    path = on_this_node(path)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    size = write_scan(path, analysis, partial, rep)
+    files = analysis.write_files(os.path.dirname(os.path.abspath(path)), partial, geometry)
+    return {"node": this_node(), "h5": path, "bytes": size, "files": list(files),
+            "frames": int(rep.frames_complete.sum()),
+            "problem": analysis.problem(partial, geometry)}
 
-        raise StreamError(f"{path}: {why} (the file is written for inspection)")
-    return path
+
+class Run(NamedTuple):
+    """Futures of the write and of the merged ``(key, partial, rows)`` (rows: see
+    :func:`process`), and each phase's (``partitions``, ``reduce``, ``write``)."""
+
+    written: Any
+    merged: Any
+    phases: Dict[str, List[Any]]
+
+
+def run_analysis(spec: Optional[str], params: Any, refs: Sequence[Any], geometry: Any,
+                 path: str, valid: Optional[Tuple[str, str]] = None,
+                 hard: bool = False, after: Any = None) -> Run:
+    """Run the analysis ``spec`` (options ``params``, whose strings may hold ``%n``) over
+    ``refs`` (:class:`streams.offline.PartitionRef`) of a scan of ``geometry``; write
+    ``path``. One task per ref (on ``ref.node`` if set: softly, or only there if
+    ``hard``; after the futures ``after``), the ordered tree merge, one :func:`write`.
+    Returns at once; ``Run.written.result()`` is ``{"node", "h5", "bytes", "files",
+    "frames", "problem"}``: the caller decides how a ``problem`` fails its run."""
+    tasks = [(process.on(ref.node, hard=hard) if ref.node else process)(
+        ref, spec, params, geometry, valid, hard, after) for ref in refs]
+    merges: List[Any] = []
+    merged = reduce_tree(merge, tasks, ordered=True, launched=merges)
+    written = write(merged, geometry, path)
+    return Run(written, merged, {"partitions": tasks, "reduce": merges, "write": [written]})
+
+
+def place(refs: Sequence[Any], args: Any) -> List[Any]:
+    """``refs`` placed on the node holding their files where a scatter block of the run's
+    stage (``args.stage_spec``, planned again here as ``stager.where`` does) put them.
+
+    Raises
+    ------
+    FlowError
+        A scattered file holds frames of several partitions (a scatter block spreads
+        whole files: one file per frame is what it can place).
+    """
+    from streams.offline import frame_files, is_series
+
+    rep, spec = getattr(args, "stage_report", None), getattr(args, "stage_spec", None)
+    if rep is None or not spec:
+        return list(refs)
+    from stager import where
+
+    w = where(spec, rep.nodes)
+    if not w.plan.scatters:
+        return list(refs)
+    out = []
+    for ref in refs:
+        files = frame_files(ref)
+        src = [w.source_at(f) for f in files]
+        held = [s for s in src if s is not None and len(w.nodes(s)) < len(rep.nodes)]
+        if held and not (ref.kind == "frames" and is_series(ref.path)):
+            raise FlowError(f"{ref.path} is scattered, but it holds every frame: a scatter "
+                            "block spreads files, so give one file per frame (a TIFF series, "
+                            "a %d field in the file name) or broadcast it")
+        out.append(replace(ref, node=w.node(held[0]), shared=tuple(
+            s or f for s, f in zip(src, files))) if held else ref)
+    return out
 
 
 def main(args: Any) -> Any:
+    from streams.errors import StreamError
+    from streams.loading import analysis_options
     from streams.offline import parse_source, read_frames, source_partitions
 
-    params = json.loads(args.analysis_params) if args.analysis_params else None
-    a = _analysis(args.analysis, params)     # a bad analysis fails here, before any task
+    params = analysis_options(args.analysis_params, args.set)
+    a, _ = _analysis(args.analysis, params)  # a bad analysis fails here, before any task
     valid = parse_source(args.valid) if args.valid else None
     g, refs = source_partitions(args.frames, args.spilled, args.scan, args.scan_shape,
                                 args.partition_frames)
@@ -126,7 +229,10 @@ def main(args: Any) -> Any:
     if wanted is not None:      # e.g. thresholds sampled from the scan, once, here
         params = {**(params or {}), **a.use_samples(read_frames(refs, wanted))}
     _analysis(args.analysis, params, g)      # dtype, masks, calibration: before any task
-    os.makedirs(args.out, exist_ok=True)
-    parts = foreach(process, refs, args.analysis, params, g, valid)
-    total = reduce_tree(merge, parts)
-    return write(total, g, os.path.join(args.out, f"{g.scan}.h5"))
+    run = run_analysis(args.analysis, params, place(refs, args), g,
+                       os.path.join(args.out, f"{g.scan}.h5"), valid)
+    why = run.written.result()["problem"]
+    if why:
+        raise StreamError(f"{run.written.result()['h5']}: {why} (the file is written for "
+                          "inspection)")
+    return run.written

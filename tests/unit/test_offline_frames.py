@@ -1,0 +1,53 @@
+"""streams.offline frame files: a TIFF series and a GE file read as partitions of the stream's
+shape, frame numbers from ``first``, ``%n``/``%d`` kept apart (issue 27: one runner, any source)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from streams.offline import frame_files, partitions, read_frames, read_partition
+
+
+def _frames(n=7, shape=(12, 10)):
+    rng = np.random.default_rng(3)
+    return rng.integers(0, 60000, (n, *shape), dtype=np.uint16)
+
+
+def test_tiff_series_partitions_read_the_files_of_their_frames(tmp_path):
+    from kernels.io import write_tiff_series
+
+    stack = _frames()
+    write_tiff_series(str(tmp_path / "f_%04d.tif"), stack, first=5)
+    refs = partitions(str(tmp_path / "f_%04d.tif"), 7, 3, kind="frames", first=5,
+                      dtype="uint16")
+    assert [(r.start, r.stop) for r in refs] == [(0, 3), (3, 6), (6, 7)]
+    assert frame_files(refs[1]) == [str(tmp_path / f"f_{i:04d}.tif") for i in (8, 9, 10)]
+    got = [read_partition(r) for r in refs]
+    assert np.array_equal(np.concatenate([g[0] for g in got]), stack)
+    assert np.array_equal(np.concatenate([g[1] for g in got]), np.arange(7))
+    assert all(g[2].all() for g in got)
+    assert np.array_equal(read_frames(refs, [6, 1]), stack[[1, 6]])
+    # where each file is read can be given (a node's copy): here one of another name
+    other = tmp_path / "copy.tif"
+    other.write_bytes((tmp_path / "f_0005.tif").read_bytes())
+    frames, positions, _ = read_partition(refs[0], [str(other)] + frame_files(refs[0])[1:])
+    assert np.array_equal(frames, stack[:3]) and positions.tolist() == [0, 1, 2]
+
+
+def test_a_percent_n_folder_stays_for_the_node_and_percent_d_is_the_frame():
+    ref = partitions("/d/%n/raw/s_%06d.tif", 4, 2, kind="frames", first=10)[1]
+    assert frame_files(ref) == ["/d/%n/raw/s_000012.tif", "/d/%n/raw/s_000013.tif"]
+    assert frame_files(partitions("/x%d/f.ge3", 4, 2, kind="frames")[0]) == ["/x%d/f.ge3"]
+
+
+def test_ge_file_frames_are_indices_from_first_and_need_the_shape(tmp_path):
+    from kernels.io import write_ge
+
+    stack = _frames(6)
+    write_ge(str(tmp_path / "a.ge3"), stack)
+    refs = partitions(str(tmp_path / "a.ge3"), 4, 2, kind="frames", first=2, shape=(12, 10),
+                      dtype="uint16")
+    frames = np.concatenate([read_partition(r)[0] for r in refs])
+    assert np.array_equal(frames, stack[2:6])
+    with pytest.raises(ValueError):
+        partitions(str(tmp_path / "a.ge3"), 4, 0, kind="frames")
