@@ -20,16 +20,17 @@ flow's ``work/``), one ``.npy`` ((Z, Y) or (nDistances, Z, Y), oriented as after
 analysis refuses to load, saying what to pass. Frame ``f`` of the stream is file
 ``RawStartNr + f`` of the layer (raw uint16 frames, oriented here). ``OUT/<scan>.h5``
 holds the tables of ``<ReducedFileName>.h5``, ``/binary_images`` and per-position
-``n_pixels``/``n_spots`` images; ``reduced_dir=DIR`` also writes
-``DIR/<ReducedFileName>_binary.npy``; other options override stage-1 keys. The file
-flow also gives ``max_projection`` (``/max_projection`` and the PNG), and the library
-calls ``write_files``: ``<ReducedFileName>_binary.npy`` and ``<scan>.png`` beside the HDF5.
+``n_pixels``/``n_spots`` images; other options override stage-1 keys. The file
+flow also gives ``max_projection`` (``/max_projection`` and the PNG). On either path
+the library calls ``write_files``: ``<scan>_binary.npy`` (stage 2's input; the file
+flow's scan is ``ReducedFileName``) and, with max projections, ``<scan>.png`` beside
+the HDF5.
 Layout and reasons: ``docs/nf-files.md`` ("Stage 1 on a live stream").
 """
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -164,8 +165,6 @@ class NFReduce(Analysis):
     background : str or list of str
         A folder, a ``.npy`` file, a dark/background frames file, or one ``.npy``
         path per distance (module docstring). Required.
-    reduced_dir : str, optional
-        Also write ``<ReducedFileName>_binary.npy`` there (stream runs).
     max_projection : str or list of str, optional
         The maximum over each distance's frames: a folder of ``nf_max_projection_d<d>.npy``
         (the file flow's ``work/``) or one ``.npy`` per distance; written as
@@ -183,7 +182,6 @@ class NFReduce(Analysis):
 
     def __init__(self, params: Union[str, Mapping[str, Any], None] = None,
                  background: Union[str, Sequence[str], None] = None,
-                 reduced_dir: Optional[str] = None,
                  max_projection: Union[str, Sequence[str], None] = None, **keys: Any) -> None:
         from hedm.nfparams import REDUCE_SCHEMA, read_nf_params
 
@@ -193,7 +191,7 @@ class NFReduce(Analysis):
         unknown = sorted(set(keys) - {q.key for q in REDUCE_SCHEMA})
         if unknown:
             raise StreamError(f"nf_reduce: unknown option(s) {', '.join(unknown)}: give params, "
-                              "background, reduced_dir, max_projection or stage-1 keys of "
+                              "background, max_projection or stage-1 keys of "
                               "hedm.nf.SCHEMA")
         p = read_nf_params(params, keys) if isinstance(params, str) else dict(params, **keys)
         if background is None:
@@ -205,7 +203,6 @@ class NFReduce(Analysis):
         self.shape = (int(p["NrPixelsZ"]), int(p["NrPixelsY"]))
         self.transforms = tuple(p["ImTransOpt"])
         self.sources = self._sources(background)
-        self.reduced_dir = reduced_dir
         self.max_projection = ([os.path.join(max_projection, MAX_NAME.format(d=d))
                                 for d in range(self.n_distances)]
                                if isinstance(max_projection, str) else list(max_projection or []))
@@ -317,14 +314,6 @@ class NFReduce(Analysis):
         return binary_images(pixels, self.n_distances, self.per_distance, self.shape,
                              self.p["RawStartNr"])
 
-    def save_binary(self, folder: str, packed: np.ndarray) -> str:
-        """``folder/<ReducedFileName>_binary.npy`` (atomically); its path."""
-        os.makedirs(folder, exist_ok=True)
-        path = os.path.join(folder, self.p["ReducedFileName"] + BINARY_SUFFIX)
-        with replacing(path, ".npy") as tmp:
-            np.save(tmp, packed)
-        return path
-
     def problem(self, partial: PerFrame, geometry: ScanGeometry) -> str:
         """A distance with no spot pixel in any frame received: as the file flow, a failure
         (stage 2 can fit nothing from it)."""
@@ -362,19 +351,21 @@ class NFReduce(Analysis):
             if v is not None:
                 h5.attrs[k] = _attr(v)
         h5.attrs["workflow"] = "hedm_nf"
-        if self.reduced_dir:
-            self.save_binary(self.reduced_dir, packed)
 
     def _max_projection(self) -> np.ndarray:
         return np.stack([np.load(p) for p in self.max_projection])
 
     def write_files(self, folder: str, partial: PerFrame, geometry: ScanGeometry) -> List[str]:
-        """``<ReducedFileName>_binary.npy`` (stage 2's input) and, given the max
-        projections, ``<scan>.png`` (spots circled on max projection minus background)."""
+        """``<scan>_binary.npy`` (stage 2's input; the file flow's scan is
+        ``ReducedFileName``) and, given the max projections, ``<scan>.png`` (spots circled
+        on max projection minus background)."""
         from hedm.output import plot_nf
 
         t = self.tables(partial, geometry.frames)
-        out = [self.save_binary(folder, self.binary(t["pixels"]))]
+        binary = os.path.join(folder, geometry.scan + BINARY_SUFFIX)
+        with replacing(binary, ".npy") as tmp:
+            np.save(tmp, self.binary(t["pixels"]))
+        out = [binary]
         if self.max_projection:
             out.append(plot_nf(os.path.join(folder, geometry.scan + ".png"),
                                self._max_projection(), self.backgrounds(), t["centroids"],

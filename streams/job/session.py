@@ -576,6 +576,9 @@ def _finalize(comm: Any, layout: Any, roles: Any, loop: Any, analysis: Any,
             h5 = os.path.join(local_dir, f"{scan}.h5")
             size = write_scan(h5, analysis, merged, report,
                               detector=proto.detector_metadata(loop.socket, scan))
+            # files only the application makes (CSV, PNG, stage 2's input), drained with it
+            extra = (analysis.write_files(local_dir, merged, report.geometry)
+                     if merged is not None else [])
             pub = loop.publisher
             first_live = pub.first_published.get(scan) if pub is not None else None
             timing = {"merge_s": round(t_merge - t0, 4),
@@ -586,7 +589,8 @@ def _finalize(comm: Any, layout: Any, roles: Any, loop: Any, analysis: Any,
                           round(first_live - report.first_message, 4),
                       "finalized_after_last_message_s":
                           round(time.monotonic() - report.last_message, 4)}
-            files = {"h5": f"{scan}.h5", "report": f"{scan}.json"}
+            files = {"h5": f"{scan}.h5", "report": f"{scan}.json",
+                     **{os.path.basename(p): os.path.basename(p) for p in extra}}
             write_report(os.path.join(local_dir, f"{scan}.json"), report,
                          {"analysis": analysis.name, "outputs": files, "timing": timing,
                           "h5_bytes": size, "roles": roles.describe("receiver"), "memory": memory,

@@ -60,6 +60,10 @@ def test_ff_peaks_streamed_equal_the_file_flow(tmp_path):
     assert np.array_equal(streamed["frames"], reference["frames"])
     assert np.array_equal(streamed["dark"], reference["dark"])
     assert streamed["n_peaks_image"].sum() == len(reference["peaks"])
+    # the analysis's own files (write_files) beside the scan's HDF5, as from the file flow
+    assert (job.out / "ff1.csv").read_text() == (files / "ff_peaks.csv").read_text()
+    assert (job.out / "ff1.png").stat().st_size > 0
+    assert {"ff1.csv", "ff1.png"} <= set(job.report("ff1")["outputs"].values())
 
 
 def test_ff_peaks_refuses_frames_it_cannot_search(tmp_path):
