@@ -51,3 +51,28 @@ def test_ge_file_frames_are_indices_from_first_and_need_the_shape(tmp_path):
     assert np.array_equal(frames, stack[2:6])
     with pytest.raises(ValueError):
         partitions(str(tmp_path / "a.ge3"), 4, 0, kind="frames")
+
+
+def test_a_series_is_read_by_one_reader_per_process_and_a_gap_still_reads(tmp_path):
+    """The reader of a series is kept (one TIFF open per frame, not two); frames past the
+    files it counted -- a gap in the series -- and files given elsewhere are read one by one."""
+    import os
+
+    from kernels.io import write_tiff_series
+    from streams.offline import _series
+
+    stack = _frames(6)
+    write_tiff_series(str(tmp_path / "g_%02d.tif"), stack, first=0)
+    os.remove(tmp_path / "g_02.tif")       # the reader counts 2 files from frame 0
+    refs = partitions(str(tmp_path / "g_%02d.tif"), 6, 1, kind="frames", dtype="uint16")
+    _series.cache_clear()
+    assert np.array_equal(read_partition(refs[1])[0], stack[1:2])
+    assert _series.cache_info().currsize == 1
+    assert _series(str(tmp_path / "g_%02d.tif"), 0, "uint16").n_frames == 2
+    assert np.array_equal(read_partition(refs[4])[0], stack[4:5])     # past the gap
+    with pytest.raises(Exception, match="g_02.tif"):
+        read_partition(refs[2])
+    # another file given for the frame: that file is read, not the series' own
+    other = tmp_path / "elsewhere.tif"
+    other.write_bytes((tmp_path / "g_05.tif").read_bytes())
+    assert np.array_equal(read_partition(refs[0], [str(other)])[0], stack[5:6])
