@@ -24,7 +24,6 @@ from stager.planning.kinds import kind, split
 from stager.planning.scatter import node_bytes, placement
 from stager.planning.sources import check_disjoint, real_dest
 
-HELP = "expand a hook spec and print what would be staged"
 SHOWN = 50
 
 
