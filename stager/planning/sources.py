@@ -244,10 +244,6 @@ class SourceArea:
     location: str
 
 
-def _real(path: str) -> str:
-    return os.path.realpath(path)
-
-
 def real_dest(path: str) -> str:
     """A destination's real path: symlinks resolved in the part that exists."""
     return os.path.realpath(path.replace("\x00", "%"))
@@ -264,27 +260,26 @@ def source_areas(blocks: Iterable[Block], sources: Iterable[str],
     tree_paths: List[str] = []
     for block in blocks:
         for pattern in block.patterns:
+            prefix = static_prefix(pattern.text)
             if "**" in pattern.text.split("/"):
-                prefix = static_prefix(pattern.text)
                 tree_paths.append(prefix.rstrip("/") + "/")
-                out.append(SourceArea("tree", _real(prefix), str(pattern.location)))
+                out.append(SourceArea("tree", os.path.realpath(prefix), str(pattern.location)))
             else:
-                prefix = static_prefix(pattern.text)
                 rest = pattern.text[len(prefix):].lstrip("/") if has_magic(pattern.text) \
                     else os.path.basename(pattern.text)
                 base = prefix if has_magic(pattern.text) else os.path.dirname(pattern.text)
-                out.append(SourceArea("pattern", os.path.join(_real(base), rest),
+                out.append(SourceArea("pattern", os.path.join(os.path.realpath(base), rest),
                                       str(pattern.location)))
     for path, pattern in trees:
         tree_paths.append(path.rstrip("/") + "/")
-        out.append(SourceArea("tree", _real(path), str(pattern.location)))
+        out.append(SourceArea("tree", os.path.realpath(path), str(pattern.location)))
     seen: Set[str] = set()
     for src in sources:
         d = os.path.dirname(src)
         if d in seen or any(src.startswith(t) for t in tree_paths):
             continue
         seen.add(d)
-        out.append(SourceArea("dir", _real(d), ""))
+        out.append(SourceArea("dir", os.path.realpath(d), ""))
     return tuple(dict.fromkeys(out))
 
 
