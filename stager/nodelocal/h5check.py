@@ -43,7 +43,7 @@ from stager.nodelocal import checksum
 from stager.planning.h5types import raw_dtype, region_summary
 
 __all__ = ["ATTR", "BadDataset", "ChunkDecoder", "check_file", "chunk_grid", "digest_values",
-           "SIGNATURE", "feed_chunk", "is_staged_h5", "read_rows",
+           "SIGNATURE", "is_staged_h5", "read_rows",
            "tag", "target_token"]
 
 #: The attribute holding a staged dataset's digest.
@@ -77,11 +77,6 @@ def digest_values(arr: np.ndarray, h: Optional[checksum.Hasher] = None) -> check
     elif a.size:
         h.update(np.ascontiguousarray(a).reshape(-1).view(np.uint8).data)
     return h
-
-
-def feed_chunk(h: checksum.Hasher, decoded: np.ndarray) -> None:
-    """Add one decoded chunk (clipped to the extent) to a ``chunks`` digest."""
-    h.update(digest_values(decoded).digest())
 
 
 def chunk_grid(shape: Sequence[int], chunks: Sequence[int]) -> Iterator[Tuple[int, ...]]:
@@ -188,7 +183,8 @@ def dataset_digest(obj: Any, scheme: str, rows_per_read: int = 0) -> str:
         chunks = tuple(obj.chunks)
         for off in chunk_grid(shape, chunks):
             ext = tuple(min(c, n - o) for o, c, n in zip(off, chunks, shape))
-            feed_chunk(h, read_rows(dsid, tid, shape, off, ext))
+            # a chunks digest folds the digests of the decoded chunks, clipped to the extent
+            h.update(digest_values(read_rows(dsid, tid, shape, off, ext)).digest())
         return h.hexdigest()
     if not shape:
         buf = np.empty((), raw_dtype(tid.get_size()))

@@ -95,11 +95,6 @@ def _read_holder(state_fd: int, state_path: str) -> Optional[Holder]:
         return None
 
 
-def _write_holder(state_fd: int, holder: Holder) -> None:
-    write_file(HOLDER_NAME, state_fd, json.dumps(asdict(holder)).encode(),
-               f"{HOLDER_NAME}.{holder.run}.{os.getpid()}")
-
-
 class RootLock:
     """A held lock (release it with :meth:`release`, once)."""
 
@@ -201,7 +196,8 @@ def acquire(state_fd: int, state_path: str, holder: Holder, *, wait: float = 0.0
         if fd is not None:
             previous = _read_holder(state_fd, state_path)
             try:
-                _write_holder(state_fd, holder)
+                write_file(HOLDER_NAME, state_fd, json.dumps(asdict(holder)).encode(),
+                           f"{HOLDER_NAME}.{holder.run}.{os.getpid()}")
             except BaseException:
                 os.close(fd)
                 raise

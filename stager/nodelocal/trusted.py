@@ -46,6 +46,7 @@ def check_trusted(st: os.stat_result, path: str, what: str = "directory") -> Non
 
 
 def is_missing(e: OSError) -> bool:
+    """``e`` says a path is not there (it, or a directory on its way, does not exist)."""
     return e.errno in (errno.ENOENT, errno.ENOTDIR)
 
 
