@@ -48,7 +48,7 @@ from stager.planning.h5describe import (INLINE_BYTES, VLEN_LIMIT, Ctx, RefCheck,
 from stager.planning.h5links import LinkedFiles
 from stager.planning.h5types import DatasetPlan, GroupPlan, H5FilePlan, LinkPlan
 from stager.planning.plan import BlockPlan
-from stager.planning.sources import checked_dest, destination_for, glob_matches
+from stager.planning.sources import checked_dest, claim, destination_for, glob_matches
 
 __all__ = ["INLINE_BYTES", "VLEN_LIMIT", "MAX_LINK_HOPS", "plan_h5"]
 
@@ -123,19 +123,10 @@ def plan_h5(block: Block, index: int, claimed: Dict[str, Tuple[str, Pattern]],
                             "or write '?' before the entry to make it optional")
         for src in sources:
             dest = checked_dest(block, destination_for(block.dest, entry.file, src))
-            acc = accs.get(dest)
-            if acc is None:
-                owner = claimed.get(dest)
-                if owner is not None and owner[0] != src:
-                    raise PlanError(f"{entry.where}: {src} and {owner[0]} (at "
-                                    f"{owner[1].location}) would both land at "
-                                    f"{dest.replace(chr(0), '%')}; rename one, or use '**'")
-                claimed[dest] = (src, pattern)
-                acc = accs[dest] = _FileAcc(src, dest, block, index, entry)
-            elif acc.source != src:
-                raise PlanError(f"{entry.where}: {src} and {acc.source} (at "
-                                f"{acc.entry.where}) would both land at "
-                                f"{dest.replace(chr(0), '%')}; rename one, or use '**'")
+            claim(claimed, dest, src, pattern)  # one file in several entries: one output
+            if dest not in accs:
+                accs[dest] = _FileAcc(src, dest, block, index, entry)
+            acc = accs[dest]
             try:
                 f = h5py.File(src, "r")
             except OSError as e:

@@ -28,13 +28,13 @@ import glob as _glob
 import os
 import stat as _stat
 from dataclasses import dataclass
-from typing import Callable, Iterable, List, Optional, Set, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 from hooks.spec import Block, Pattern
 from stager.errors import PlanError
 
 __all__ = ["StatFn", "has_magic", "static_prefix", "destination_for", "glob_matches",
-           "checked_dest", "stat_source", "regular", "source_id", "changed", "SourceArea",
+           "checked_dest", "claim", "stat_source", "regular", "source_id", "changed", "SourceArea",
            "source_areas", "overlap", "check_disjoint", "real_dest"]
 
 _MAGIC = frozenset("*?[")
@@ -185,6 +185,28 @@ def checked_dest(block: Block, dest: str) -> str:
         raise PlanError(f"{block.dest_location}: {dest} would land outside "
                         f"{block.display_dest}; refusing")
     return dest
+
+
+def claim(claimed: Dict[str, Tuple[str, Pattern]], dest: str, source: str,
+          pattern: Pattern) -> bool:
+    """Note that ``source``, matched by ``pattern``, lands at ``dest``: True if that is
+    new, False if it does already (one file named twice). Every block and kind of a
+    plan shares ``claimed``.
+
+    Raises
+    ------
+    PlanError
+        Another source lands at ``dest``.
+    """
+    owner = claimed.get(dest)
+    if owner is None:
+        claimed[dest] = (source, pattern)
+        return True
+    if owner[0] != source:
+        raise PlanError(f"{pattern.location}: {source} and {owner[0]} (matched at "
+                        f"{owner[1].location}) would both land at {dest.replace(chr(0), '%')}: "
+                        "rename one, or use '**' to keep their directories")
+    return False
 
 
 def stat_source(stat: StatFn, source: str, pattern: Pattern) -> os.stat_result:
