@@ -228,10 +228,9 @@ def drain(src: str, dest: str, comm: Any = None, *, emulate_nodes: int | None = 
         On every rank: unreadable results, symlinks, name conflicts under
         ``merge``, existing files without ``overwrite``, a copy or checksum failure.
     """
-    if not isinstance(src, str) or not src:
-        raise ValueError(f"src must be a non-empty path, got {src!r}")
-    if not isinstance(dest, str) or not dest:
-        raise ValueError(f"dest must be a non-empty path, got {dest!r}")
+    for name, path in (("src", src), ("dest", dest)):
+        if not isinstance(path, str) or not path:
+            raise ValueError(f"{name} must be a non-empty path, got {path!r}")
     if "%n" in dest:
         raise ValueError(f"dest {dest!r} contains %n: dest is one shared directory; "
                          "per-node subdirectories are made unless merge=True")

@@ -35,7 +35,7 @@ from __future__ import annotations
 import json
 import os
 import stat
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Dict, List, Optional, Tuple
 
 from stager.errors import StagerError
@@ -133,7 +133,7 @@ class SpecRecord:
             elif op == "sum":
                 old = self.files.get(str(ev["rel"]))
                 if old is not None:
-                    self.files[str(ev["rel"])] = _with_checksum(old, str(ev["checksum"]))
+                    self.files[str(ev["rel"])] = replace(old, checksum=str(ev["checksum"]))
             elif op == "drop":
                 self.files.pop(str(ev["rel"]), None)
             elif op == "run":
@@ -149,12 +149,6 @@ class SpecRecord:
         return {"version": VERSION, "algorithm": self.algorithm, "key": self.key,
                 "spec": self.spec, "root": self.root,
                 "files": {rel: _as_dict(f) for rel, f in sorted(self.files.items())}}
-
-
-def _with_checksum(f: StagedFile, hexd: str) -> StagedFile:
-    d = _as_dict(f)
-    d["checksum"] = hexd
-    return StagedFile(**d)
 
 
 def load(state_fd: int, state_path: str, key: str, root: str) -> SpecRecord:
