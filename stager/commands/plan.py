@@ -70,7 +70,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         doc = plan.to_dict()
         doc["node"] = node
-        doc["largest"] = _largest(plan)
+        big = plan.largest
+        doc["largest"] = None if big is None else {"source": big.source, "size": big.size}
         if per_node is not None:
             doc["bytes_per_node"] = per_node
             doc["holders"] = {}
@@ -129,11 +130,6 @@ def _too_big(plan: Plan, space: List[DestinationSpace], node: str) -> str:
                     "it; free space there, stage it to a larger filesystem, or (HDF5) run on "
                     "more nodes so that each frame range is smaller")
     return ""
-
-
-def _largest(plan: Plan):
-    e = plan.largest
-    return None if e is None else {"source": e.source, "size": e.size}
 
 
 def render_text(plan: Plan, space: List[DestinationSpace], node: str,
