@@ -4,9 +4,9 @@
 module (``streams.cli``) is named in :data:`COMMANDS` as a string and imported only
 when the verb runs, so nothing in ``stager`` imports ``streams``.
 
-Each command module defines ``HELP`` (one line), ``add_arguments(parser)`` and
-``run(args) -> int``. Modules are imported only when their command runs, so
-``stager plan`` never imports MPI.
+Each command module defines ``add_arguments(parser)`` and ``run(args) -> int``;
+its one-line help is in :data:`COMMANDS`. Modules are imported only when their
+command runs, so ``stager plan`` never imports MPI.
 
 Exit codes: 0 success, 1 a runtime failure (staging, verify mismatch), 2 bad
 input (spec error, missing file, bad option).

@@ -33,13 +33,12 @@ from stager.errors import TransferError
 from stager.nodelocal import checksum
 from stager.nodelocal.commit import TEMP_MARK
 from stager.nodelocal.journal import Journal, read_events
-from stager.nodelocal.trusted import Untrusted, read_file
+from stager.nodelocal.trusted import DIR_FLAGS, Untrusted, read_file, write_file
 
 __all__ = ["RECORD_PREFIX", "DrainLog"]
 
 #: ``DEST/.stager-drain-<node>.json`` records what each node drained.
 RECORD_PREFIX = ".stager-drain-"
-_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
 class DrainLog:
@@ -56,7 +55,7 @@ class DrainLog:
 
     def __init__(self, dest: str, node: str, run: str) -> None:
         self.dest, self.node, self.run = dest, node, run
-        self.fd = os.open(dest, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC)
+        self.fd = os.open(dest, DIR_FLAGS)
         self.files: Dict[str, Dict[str, Any]] = {}
         self.runs: List[str] = []
         self.sources: Dict[str, Tuple[str, int]] = {}
@@ -167,17 +166,8 @@ class DrainLog:
         record = {"version": 1, "algorithm": checksum.ALGORITHM, "node": self.node,
                   "files": self.files}
         data = json.dumps(record, indent=1, sort_keys=True).encode()
-        tmp = f"{self.record_name}.tmp-{self.run}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | _CLOEXEC,
-                     0o600, dir_fd=self.fd)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.rename(tmp, self.record_name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+        write_file(self.record_name, self.fd, data, f"{self.record_name}.tmp-{self.run}",
+                   fsync=True)
         if self.journal is not None:
             self.journal.close()
             self.journal = None

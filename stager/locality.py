@@ -215,5 +215,4 @@ def where(spec: Any, nodes: Sequence[str]) -> Where:
     """Plan ``spec`` (on this one process) and place it on ``nodes``: see :class:`Where`."""
     from stager.planning.api import plan as plan_spec
 
-    p = spec if isinstance(spec, Plan) else plan_spec(spec)
-    return Where(p, nodes)
+    return Where(plan_spec(spec), nodes)  # a Plan is taken as it is

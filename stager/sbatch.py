@@ -106,9 +106,6 @@ class TemplateInfo:
     description: str
     params: tuple[Param, ...]
 
-    def param(self, name: str) -> Param | None:
-        return next((p for p in self.params if p.name == name), None)
-
 
 def placeholders(text: str) -> list[str]:
     """Names of the ``${name}`` placeholders in ``text``, in first-use order."""

@@ -228,10 +228,9 @@ def drain(src: str, dest: str, comm: Any = None, *, emulate_nodes: int | None = 
         On every rank: unreadable results, symlinks, name conflicts under
         ``merge``, existing files without ``overwrite``, a copy or checksum failure.
     """
-    if not isinstance(src, str) or not src:
-        raise ValueError(f"src must be a non-empty path, got {src!r}")
-    if not isinstance(dest, str) or not dest:
-        raise ValueError(f"dest must be a non-empty path, got {dest!r}")
+    for name, path in (("src", src), ("dest", dest)):
+        if not isinstance(path, str) or not path:
+            raise ValueError(f"{name} must be a non-empty path, got {path!r}")
     if "%n" in dest:
         raise ValueError(f"dest {dest!r} contains %n: dest is one shared directory; "
                          "per-node subdirectories are made unless merge=True")
@@ -245,6 +244,8 @@ def drain(src: str, dest: str, comm: Any = None, *, emulate_nodes: int | None = 
 def _drain(comm: Any, layout: Any, src: str, dest: str, merge: bool, overwrite: bool,
            verify: bool, t0: float) -> DrainReport:
     """Collective over `comm`: every rank must call. List, check and copy (see :func:`drain`)."""
+    from mpi4py import MPI
+
     node_src = expand_node(src, layout.name)
     node = layout.name
     # Phase 1: every leader lists its node's results.
@@ -300,7 +301,7 @@ def _drain(comm: Any, layout: Any, src: str, dest: str, merge: bool, overwrite: 
         # Phase 3: copy, checksum, verify; each file journaled as it commits.
         done: list[DrainFile] = []
         with agreed(comm, "drain (copying)", default=TransferError, node=node):
-            if layout.is_leader and not _missing(nodes, layout.name):
+            if layout.is_leader and not missing:
                 todo = [i for i in range(len(mine)) if i not in skip]
                 if todo or log is not None:
                     localfs.ensure_dir(dest, dest, strict=False)
@@ -319,7 +320,7 @@ def _drain(comm: Any, layout: Any, src: str, dest: str, merge: bool, overwrite: 
         if log is not None:
             log.close()
 
-    seconds = comm.allreduce(time.perf_counter() - t0, op=_max_op())
+    seconds = comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
     per_node = comm.allgather((layout.name, tuple(done), len(skip)) if layout.is_leader
                               else None)
     detail = {name: files for name, files, _ in (p for p in per_node if p is not None)}
@@ -376,12 +377,3 @@ def _copy_all(dest: str, node_src: str, files: list[DrainFile], dests: list[str]
         raise TransferError(f"drain of{where} to {dest} failed: {e.strerror or e}; every "
                             "file drained before it is recorded: once the cause is fixed, "
                             "the same command drains only the rest") from e
-
-
-def _missing(nodes: list, name: str) -> bool:
-    return next(m for n, _, _, m in nodes if n == name)
-
-
-def _max_op() -> Any:
-    from mpi4py import MPI
-    return MPI.MAX

@@ -13,14 +13,11 @@ import sys
 from typing import Any
 
 import stager
-from stager.commands.stage import add_node_arguments, job_of, run_collective
+from stager.commands import verify
+from stager.commands.stage import job_of, run_collective
 
-HELP = "remove exactly what was staged (run under mpirun)"
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("spec", metavar="SPEC", help="hook spec file used to stage")
-    add_node_arguments(p)
+#: the same arguments as ``stager verify``: the spec used to stage, the nodes, ``--wait``
+add_arguments = verify.add_arguments
 
 
 def run(args: argparse.Namespace) -> int:

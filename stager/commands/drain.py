@@ -10,12 +10,10 @@ import argparse
 import json
 import os
 import sys
+from typing import Any
 
 import stager
-from stager.commands.stage import add_node_id_arguments, job_of
-from stager.errors import StagerError
-
-HELP = "copy node-local results to the shared filesystem (run under mpirun)"
+from stager.commands.stage import add_node_id_arguments, job_of, run_collective
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -37,25 +35,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mpi4py import MPI
-
-    comm = MPI.COMM_WORLD
-    try:
+    def body(comm: Any) -> int:
         report = stager.drain(args.src, args.dest, job=job_of(args, comm), merge=args.merge,
                               overwrite=args.overwrite, verify=args.verify)
-    except ValueError as e:
         if comm.rank == 0:
-            print(f"stager drain: {e}", file=sys.stderr)
-        return 2
-    except StagerError as e:
-        if comm.rank == 0:
-            print(f"stager drain: {e}", file=sys.stderr)
-        return 1
-    if comm.rank == 0:
-        print(report.summary(), file=sys.stderr)
-        if args.json:
-            tmp = f"{args.json}.tmp-{os.getpid()}"
-            with open(tmp, "w") as fh:
-                json.dump(report.to_dict(), fh, indent=1)
-            os.replace(tmp, args.json)
-    return 0
+            print(report.summary(), file=sys.stderr)
+            if args.json:
+                tmp = f"{args.json}.tmp-{os.getpid()}"
+                with open(tmp, "w") as fh:
+                    json.dump(report.to_dict(), fh, indent=1)
+                os.replace(tmp, args.json)
+        return 0
+
+    return run_collective("drain", body)

@@ -24,7 +24,6 @@ from stager.planning.kinds import kind, split
 from stager.planning.scatter import node_bytes, placement
 from stager.planning.sources import check_disjoint, real_dest
 
-HELP = "expand a hook spec and print what would be staged"
 SHOWN = 50
 
 
@@ -42,45 +41,37 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        plan = build_plan(load_spec(args.spec))
-    except SpecError as e:
-        print(e.render(), file=sys.stderr)
-        return 2
-    except PlanError as e:
-        print(f"stager plan: {e}", file=sys.stderr)
-        return 2
+    per_node: Optional[List[int]] = None
+    held: Dict[Tuple[str, int], Tuple[int, ...]] = {}
     node = args.node or socket.gethostname().split(".")[0]
     try:
+        plan = build_plan(load_spec(args.spec))
         for b in plan.blocks:  # with %n, the overlap with the sources depends on the node
             if "%n" in b.dest:
                 dest = expand_node(b.dest, node)
                 check_disjoint(real_dest(dest), plan.areas, f"{b.location} (as node {node})",
                                dest)
-    except PlanError as e:
-        print(f"stager plan: {e}", file=sys.stderr)
-        return 2
-    per_node: Optional[List[int]] = None
-    held: Dict[Tuple[str, int], Tuple[int, ...]] = {}
-    try:
         if args.nodes is not None and args.nodes < 1:
             raise PlanError(f"--nodes {args.nodes}: give the number of nodes, 1 or more")
         if plan.scatters and args.nodes is not None:
             plan = split(plan, args.nodes)
             held = placement(plan, args.nodes)
             per_node = node_bytes(plan, args.nodes)
+        space = destination_space(plan, node, held)
+        too_big = _too_big(plan, space, node)
+        if too_big:
+            raise PlanError(too_big)
+    except SpecError as e:
+        print(e.render(), file=sys.stderr)
+        return 2
     except PlanError as e:
         print(f"stager plan: {e}", file=sys.stderr)
-        return 2
-    space = destination_space(plan, node, held)
-    too_big = _too_big(plan, space, node)
-    if too_big:
-        print(f"stager plan: {too_big}", file=sys.stderr)
         return 2
     if args.json:
         doc = plan.to_dict()
         doc["node"] = node
-        doc["largest"] = _largest(plan)
+        big = plan.largest
+        doc["largest"] = None if big is None else {"source": big.source, "size": big.size}
         if per_node is not None:
             doc["bytes_per_node"] = per_node
             doc["holders"] = {}
@@ -139,11 +130,6 @@ def _too_big(plan: Plan, space: List[DestinationSpace], node: str) -> str:
                     "it; free space there, stage it to a larger filesystem, or (HDF5) run on "
                     "more nodes so that each frame range is smaller")
     return ""
-
-
-def _largest(plan: Plan):
-    e = plan.largest
-    return None if e is None else {"source": e.source, "size": e.size}
 
 
 def render_text(plan: Plan, space: List[DestinationSpace], node: str,

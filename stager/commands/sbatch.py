@@ -20,8 +20,6 @@ from stager.sbatch import (
     template_dirs,
 )
 
-HELP = "render an sbatch template from slurm/ (--list shows them and their parameters)"
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("template", nargs="?", metavar="TEMPLATE",

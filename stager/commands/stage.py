@@ -21,8 +21,6 @@ from hooks import SpecError
 from stager.errors import Interrupted, PlanError, StagerError
 from stager.options import METHODS
 
-HELP = "collectively stage a spec's files to every node (run under mpirun)"
-
 
 def _wait_value(text: str) -> str:
     """``--wait``'s value: seconds or ``forever`` (a spec path after a bare ``--wait`` is
@@ -104,11 +102,7 @@ def run_collective(name: str, body: Callable[[Any], int]) -> int:
         if comm.rank == 0:
             print(e.render() if hasattr(e, "render") else str(e), file=sys.stderr)
         return 2
-    except PlanError as e:
-        if comm.rank == 0:
-            print(f"stager {name}: {e}", file=sys.stderr)
-        return 2
-    except (ValueError, TypeError) as e:
+    except (PlanError, ValueError, TypeError) as e:
         if comm.rank == 0:
             print(f"stager {name}: {e}", file=sys.stderr)
         return 2

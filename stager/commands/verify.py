@@ -14,8 +14,6 @@ import stager
 from stager.commands.stage import add_node_arguments, job_of, run_collective
 from stager.errors import VerifyError
 
-HELP = "re-checksum every node's staged copies (run under mpirun)"
-
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("spec", metavar="SPEC", help="hook spec file used to stage")

@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from stager.planning.kinds import PlanContext
 from stager.planning.plan import describe_size
 from stager.staging.kind import Moved, Transfer
-from stager.staging.transfer import FileJob, Sink, SourceReader, run_method
+from stager.staging.transfer import Sink, SourceReader, run_method
 
 __all__ = ["FilesKind"]
 
@@ -81,10 +81,7 @@ class FilesKind:
 
     def _move(self, t: Transfer, comm: Any, which: List[int], method: str,
               out: Moved) -> None:
-        units = t.units
-        jobs = [FileJob(units[t.moved[k]].source, units[t.moved[k]].size,
-                        units[t.moved[k]].mtime_ns, units[t.moved[k]].mode,
-                        units[t.moved[k]].ctime_ns, units[t.moved[k]].ino) for k in which]
+        jobs = [t.units[t.moved[k]] for k in which]
         sink = Sink(jobs, [t.dests[k] for k in which], progress=t.progress, fsync=t.opts.fsync)
         reader = SourceReader(jobs, t.meter)
         err = None

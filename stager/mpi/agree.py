@@ -24,7 +24,8 @@ packages pass their own roots (``WorkflowError``). The local cause is kept as
 Never use it inside code that only some ranks run: every rank of ``comm`` must
 enter the same number of ``agreed`` blocks. The other helpers here:
 :func:`bcast_result` (rank 0 computes, every rank gets the value or the
-error), :func:`any_true` (a flag agreed inside a loop), :func:`quiet_barrier`.
+error), :func:`any_true` (a flag agreed inside a loop), :func:`quiet_barrier` and
+:func:`wait_quietly` (waits that sleep instead of spinning).
 """
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ from typing import Any, Callable, Iterator, List, Optional, Tuple, Type
 from stager.errors import StagerError
 
 __all__ = ["agree", "agreed", "any_true", "bcast_result", "describe", "format_failures",
-           "quiet_barrier"]
+           "quiet_barrier", "wait_quietly"]
 
 #: At most this many distinct messages are spelled out in the agreed error.
 MAX_MESSAGES = 6
@@ -182,8 +183,18 @@ def quiet_barrier(comm: Any, max_sleep: float = 0.02) -> None:
     doing the work when cores are shared. Polls ``Ibarrier`` with an
     exponential back-off up to ``max_sleep`` seconds.
     """
-    req = comm.Ibarrier()
-    pause = 1e-4
-    while not req.Test():
+    wait_quietly([comm.Ibarrier()], max_sleep)
+
+
+def wait_quietly(reqs: List[Any], max_sleep: float = 5e-4) -> None:
+    """Wait for ``reqs`` testing them with a growing sleep in between, never spinning.
+
+    For small synchronisation messages only: a large message moved in fragments
+    needs both sides to keep progressing (that is the transfer engine's ``Waitall``).
+    """
+    from mpi4py import MPI
+
+    pause = 2e-5
+    while not MPI.Request.Testall(reqs):
         time.sleep(pause)
         pause = min(pause * 2, max_sleep)

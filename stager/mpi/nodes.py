@@ -96,17 +96,9 @@ def emulated_ids(size: int, k: int) -> List[str]:
     if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= size:
         raise ValueError(f"emulate_nodes must be an integer in 1..{size} (the number of ranks), "
                          f"got {k!r}")
-    # rank r is in block i iff i*size//k <= r < (i+1)*size//k
-    return [f"node{_block_of(r, size, k)}" for r in range(size)]
-
-
-def _block_of(rank: int, size: int, k: int) -> int:
-    i = (rank * k) // size
-    while (i + 1) * size // k <= rank:
-        i += 1
-    while i * size // k > rank:
-        i -= 1
-    return i
+    # rank r is in block i iff i*size//k <= r < (i+1)*size//k: the largest i whose
+    # start i*size//k <= r, i.e. i*size < (r+1)*k
+    return [f"node{((r + 1) * k - 1) // size}" for r in range(size)]
 
 
 def assign_nodes(ids: Sequence[str]) -> Tuple[List[int], List[str], List[int]]:

@@ -23,7 +23,6 @@ Other specs' records in the same root, and their files, are not touched.
 """
 from __future__ import annotations
 
-import errno
 import os
 import socket
 import stat
@@ -35,7 +34,7 @@ from stager.mpi.agree import agreed
 from stager.nodelocal import record as records
 from stager.nodelocal.roots import lock_roots, open_roots, release
 from stager.nodelocal.state import RootState
-from stager.nodelocal.trusted import Untrusted, open_below
+from stager.nodelocal.trusted import Untrusted, is_missing, open_below
 
 __all__ = ["clean", "CleanReport", "remove_recorded"]
 
@@ -81,7 +80,7 @@ def remove_recorded(root_fd: int, root: str, rec: records.SpecRecord
             left.append(f"{os.path.join(root, d)}: {e}; its staged files were left")
             continue
         except OSError as e:
-            if e.errno in (errno.ENOENT, errno.ENOTDIR):
+            if is_missing(e):
                 continue  # the directory and its copies are gone already
             raise
         try:

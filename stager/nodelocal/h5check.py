@@ -40,20 +40,16 @@ from typing import Any, Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 
 from stager.nodelocal import checksum
+from stager.planning.h5types import raw_dtype, region_summary
 
 __all__ = ["ATTR", "BadDataset", "ChunkDecoder", "check_file", "chunk_grid", "digest_values",
-           "SIGNATURE", "feed_chunk", "is_staged_h5", "raw_dtype", "read_rows", "region_summary",
+           "SIGNATURE", "is_staged_h5", "read_rows",
            "tag", "target_token"]
 
 #: The attribute holding a staged dataset's digest.
 ATTR = "stager_checksum"
 #: The first 8 bytes of an HDF5 file (without a user block).
 SIGNATURE = b"\x89HDF\r\n\x1a\n"
-
-
-def raw_dtype(size: int) -> np.dtype:
-    """The numpy buffer dtype of raw values of an HDF5 type of ``size`` bytes."""
-    return np.dtype((np.void, max(int(size), 1)))
 
 
 def tag(scheme: str, hexd: str) -> str:
@@ -81,11 +77,6 @@ def digest_values(arr: np.ndarray, h: Optional[checksum.Hasher] = None) -> check
     elif a.size:
         h.update(np.ascontiguousarray(a).reshape(-1).view(np.uint8).data)
     return h
-
-
-def feed_chunk(h: checksum.Hasher, decoded: np.ndarray) -> None:
-    """Add one decoded chunk (clipped to the extent) to a ``chunks`` digest."""
-    h.update(digest_values(decoded).digest())
 
 
 def chunk_grid(shape: Sequence[int], chunks: Sequence[int]) -> Iterator[Tuple[int, ...]]:
@@ -147,34 +138,27 @@ class ChunkDecoder:
         self.fid.close()
 
 
-def target_token(f: Any, path: str, summary: str = "") -> bytes:
-    """What a ``refs`` digest covers for one reference: the address of its target in the
-    copy (so two names of one object agree) and a region's selection summary."""
+def target_token(f: Any, target: Any, summary: str = "") -> bytes:
+    """What a ``refs`` digest covers for one reference: the address of its target (a path
+    or a reference in ``f``) in the copy, so two names of one object agree, and a region's
+    selection summary."""
     from h5py import h5o
 
-    if not path:
+    if not target:
         return b"|"
-    return f"{h5o.get_info(f[path].id).addr}|{summary}".encode()
-
-
-def region_summary(space: Any) -> str:
-    """A library-independent description of a region reference's selection."""
-    return f"{space.get_select_type()}:{space.get_select_npoints()}:{space.get_select_bounds()}"
+    return f"{h5o.get_info(f[target].id).addr}|{summary}".encode()
 
 
 def _ref_tokens(obj: Any) -> np.ndarray:
     import h5py
-    from h5py import h5o, h5r
+    from h5py import h5r
 
     out = []
     for ref in np.asarray(obj[()], dtype=object).ravel():
-        if not ref:
-            out.append(b"|")
-            continue
         summary = ""
-        if isinstance(ref, h5py.RegionReference):
+        if ref and isinstance(ref, h5py.RegionReference):
             summary = region_summary(h5r.get_region(ref, obj.file.id))
-        out.append(f"{h5o.get_info(obj.file[ref].id).addr}|{summary}".encode())
+        out.append(target_token(obj.file, ref, summary))
     arr = np.empty(len(out), dtype=object)
     arr[:] = out
     return arr
@@ -199,7 +183,8 @@ def dataset_digest(obj: Any, scheme: str, rows_per_read: int = 0) -> str:
         chunks = tuple(obj.chunks)
         for off in chunk_grid(shape, chunks):
             ext = tuple(min(c, n - o) for o, c, n in zip(off, chunks, shape))
-            feed_chunk(h, read_rows(dsid, tid, shape, off, ext))
+            # a chunks digest folds the digests of the decoded chunks, clipped to the extent
+            h.update(digest_values(read_rows(dsid, tid, shape, off, ext)).digest())
         return h.hexdigest()
     if not shape:
         buf = np.empty((), raw_dtype(tid.get_size()))

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 from typing import Callable, Optional, Tuple
 
 from stager.errors import StagerError
-from stager.nodelocal.trusted import Untrusted, check_trusted, read_file
+from stager.nodelocal.trusted import Untrusted, check_trusted, read_file, write_file
 
 __all__ = ["LOCK_NAME", "HOLDER_NAME", "Holder", "LockBusy", "RootLock", "acquire"]
 
@@ -93,17 +93,6 @@ def _read_holder(state_fd: int, state_path: str) -> Optional[Holder]:
         return Holder(**json.loads(data))
     except (OSError, ValueError, TypeError, Untrusted):
         return None
-
-
-def _write_holder(state_fd: int, holder: Holder) -> None:
-    tmp = f"{HOLDER_NAME}.{holder.run}.{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | _CLOEXEC, 0o600,
-                 dir_fd=state_fd)
-    try:
-        os.write(fd, json.dumps(asdict(holder)).encode())
-    finally:
-        os.close(fd)
-    os.rename(tmp, HOLDER_NAME, src_dir_fd=state_fd, dst_dir_fd=state_fd)
 
 
 class RootLock:
@@ -207,7 +196,8 @@ def acquire(state_fd: int, state_path: str, holder: Holder, *, wait: float = 0.0
         if fd is not None:
             previous = _read_holder(state_fd, state_path)
             try:
-                _write_holder(state_fd, holder)
+                write_file(HOLDER_NAME, state_fd, json.dumps(asdict(holder)).encode(),
+                           f"{HOLDER_NAME}.{holder.run}.{os.getpid()}")
             except BaseException:
                 os.close(fd)
                 raise

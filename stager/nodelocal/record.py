@@ -35,13 +35,13 @@ from __future__ import annotations
 import json
 import os
 import stat
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Dict, List, Optional, Tuple
 
 from stager.errors import StagerError
 from stager.nodelocal import checksum
 from stager.nodelocal.journal import Journal, read_events
-from stager.nodelocal.trusted import read_file
+from stager.nodelocal.trusted import read_file, write_file
 
 __all__ = ["VERSION", "RECORD_SUFFIX", "JOURNAL_SUFFIX", "StagedFile", "SpecRecord",
            "SourceId", "record_name", "journal_name", "load", "compact", "remove",
@@ -50,7 +50,6 @@ __all__ = ["VERSION", "RECORD_SUFFIX", "JOURNAL_SUFFIX", "StagedFile", "SpecReco
 VERSION = 3
 RECORD_SUFFIX = ".record"
 JOURNAL_SUFFIX = ".journal"
-_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 #: (size, mtime_ns, ctime_ns, inode) of a source when planned; -1 where unknown
 SourceId = Tuple[int, int, int, int]
@@ -134,7 +133,7 @@ class SpecRecord:
             elif op == "sum":
                 old = self.files.get(str(ev["rel"]))
                 if old is not None:
-                    self.files[str(ev["rel"])] = _with_checksum(old, str(ev["checksum"]))
+                    self.files[str(ev["rel"])] = replace(old, checksum=str(ev["checksum"]))
             elif op == "drop":
                 self.files.pop(str(ev["rel"]), None)
             elif op == "run":
@@ -150,12 +149,6 @@ class SpecRecord:
         return {"version": VERSION, "algorithm": self.algorithm, "key": self.key,
                 "spec": self.spec, "root": self.root,
                 "files": {rel: _as_dict(f) for rel, f in sorted(self.files.items())}}
-
-
-def _with_checksum(f: StagedFile, hexd: str) -> StagedFile:
-    d = _as_dict(f)
-    d["checksum"] = hexd
-    return StagedFile(**d)
 
 
 def load(state_fd: int, state_path: str, key: str, root: str) -> SpecRecord:
@@ -212,25 +205,8 @@ def compact(state_fd: int, state_path: str, rec: SpecRecord, fsync: bool = False
     # one call of the C encoder (indent= would switch to the slow pure-Python one;
     # 10,000 entries cost ~20 ms this way)
     data = json.dumps(rec.to_dict(), sort_keys=True).encode()
-    tmp = f"{record_name(rec.key)}.tmp-{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | _CLOEXEC, 0o600,
-                 dir_fd=state_fd)
-    try:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            if fsync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.rename(tmp, record_name(rec.key), src_dir_fd=state_fd, dst_dir_fd=state_fd)
-    except BaseException:
-        try:
-            os.unlink(tmp, dir_fd=state_fd)
-        except OSError:
-            pass
-        raise
+    write_file(record_name(rec.key), state_fd, data, f"{record_name(rec.key)}.tmp-{os.getpid()}",
+               fsync=fsync)
     try:
         os.unlink(journal_name(rec.key), dir_fd=state_fd)
     except FileNotFoundError:

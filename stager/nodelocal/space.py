@@ -14,8 +14,10 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Tuple
 
+from stager.planning.plan import describe_size
+
 __all__ = ["DestinationSpace", "existing_ancestor", "free_bytes", "filesystem_id",
-           "block_size", "allocated", "check_space", "RootNeed", "shortfalls", "mib"]
+           "block_size", "allocated", "check_space", "RootNeed", "shortfalls"]
 
 
 def existing_ancestor(path: str) -> str:
@@ -137,12 +139,9 @@ def shortfalls(rows: Iterable[RootNeed]) -> List[str]:
         need = sum(m.needs for m in members)
         free = min(m.free for m in members)
         if need > free:
-            where = ", ".join(f"node {m.node} -> {m.root} ({mib(m.needs)})" for m in members[:4])
+            where = ", ".join(f"node {m.node} -> {m.root} ({describe_size(m.needs)})"
+                              for m in members[:4])
             more = f" and {len(members) - 4} more" if len(members) > 4 else ""
-            out.append(f"{where}{more}: needs {mib(need)} on host {host} but only "
-                       f"{mib(free)} is free (short by {mib(need - free)})")
+            out.append(f"{where}{more}: needs {describe_size(need)} on host {host} but only "
+                       f"{describe_size(free)} is free (short by {describe_size(need - free)})")
     return out
-
-
-def mib(n: int) -> str:
-    return f"{n / (1 << 20):.1f} MiB"

@@ -263,11 +263,10 @@ class RootState:
             self._dirs.close()
             self._dirs = None
         self.clear_tmp()
-        for name in (TMP_DIR,):
-            try:
-                os.rmdir(name, dir_fd=self.fd)
-            except OSError:
-                pass
+        try:
+            os.rmdir(TMP_DIR, dir_fd=self.fd)
+        except OSError:
+            pass
         for name in os.listdir(self.fd):
             if name in (LOCK_NAME, HOLDER_NAME, TMP_DIR):
                 continue

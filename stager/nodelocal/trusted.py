@@ -26,7 +26,7 @@ from typing import List, Optional
 from stager.nodelocal.localfs import UnsafePathError, describe_untrusted
 
 __all__ = ["Untrusted", "DIR_FLAGS", "describe_untrusted", "check_trusted", "open_dir",
-           "open_below", "read_file", "is_missing"]
+           "open_below", "read_file", "write_file", "is_missing"]
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 #: Flags of every directory the stager opens below a root.
@@ -46,6 +46,7 @@ def check_trusted(st: os.stat_result, path: str, what: str = "directory") -> Non
 
 
 def is_missing(e: OSError) -> bool:
+    """``e`` says a path is not there (it, or a directory on its way, does not exist)."""
     return e.errno in (errno.ENOENT, errno.ENOTDIR)
 
 
@@ -137,3 +138,30 @@ def read_file(name: str, dir_fd: int, path: str, what: str = "file") -> bytes:
             chunks.append(b)
     finally:
         os.close(fd)
+
+
+def write_file(name: str, dir_fd: int, data: bytes, tmp: str, fsync: bool = False) -> None:
+    """Replace file ``name`` in ``dir_fd`` by ``data`` atomically.
+
+    The bytes go to ``tmp`` (created ``0600`` in ``dir_fd`` without following a
+    symlink; flushed to the device with ``fsync``), which is then renamed onto
+    ``name``; if anything fails, ``tmp`` is removed and ``name`` is left as it was.
+    """
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | _CLOEXEC, 0o600,
+                 dir_fd=dir_fd)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            if fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        try:
+            os.unlink(tmp, dir_fd=dir_fd)
+        except OSError:
+            pass
+        raise

@@ -29,7 +29,7 @@ from stager.mpi.agree import agreed
 from stager.nodelocal import checksum
 from stager.nodelocal.roots import lock_roots, open_roots, release
 from stager.nodelocal.state import RootState
-from stager.nodelocal.trusted import Untrusted, open_below
+from stager.nodelocal.trusted import Untrusted, is_missing, open_below
 from stager.planning import kinds
 
 __all__ = ["verify", "VerifyReport", "Mismatch"]
@@ -65,7 +65,7 @@ def _check_copy(node: str, state: RootState, rel: str, rec: Any) -> Tuple[int, O
     except Untrusted as e:
         return 0, Mismatch(node, path, f"its directory cannot be trusted: {e}")
     except OSError as e:
-        if e.errno in (errno.ENOENT, errno.ENOTDIR):
+        if is_missing(e):
             return 0, Mismatch(node, path, "missing")
         raise
     try:

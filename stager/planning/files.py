@@ -18,7 +18,7 @@ from typing import Dict, Iterator, List, Optional, Tuple
 from hooks.spec import Block, Pattern
 from stager.errors import PlanError
 from stager.planning.plan import BlockPlan, FileEntry
-from stager.planning.sources import (StatFn, checked_dest, destination_for, glob_matches,
+from stager.planning.sources import (StatFn, checked_dest, claim, destination_for, glob_matches,
                                      regular, stat_source)
 
 __all__ = ["plan_files"]
@@ -64,16 +64,8 @@ def plan_files(block: Block, index: int, claimed: Dict[str, Tuple[str, Pattern]]
         found = 0
         for source, dest, st in _expand_pattern(block, pattern, stat, trees, skipped):
             found += 1
-            owner = claimed.get(dest)
-            if owner is not None:
-                if owner[0] == source:
-                    continue  # the same file named twice: stage it once
-                raise PlanError(
-                    f"{pattern.location}: {source} and {owner[0]} (matched at "
-                    f"{owner[1].location}) would both land at "
-                    f"{dest.replace(chr(0), '%')}: rename one, or use '**' to keep "
-                    "their directories")
-            claimed[dest] = (source, pattern)
+            if not claim(claimed, dest, source, pattern):
+                continue  # the same file named twice: stage it once
             entries.append(FileEntry(source=source, dest=dest, size=st.st_size,
                                      mode=_stat.S_IMODE(st.st_mode), mtime_ns=st.st_mtime_ns,
                                      block=index, ctime_ns=st.st_ctime_ns, ino=st.st_ino))

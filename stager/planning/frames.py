@@ -87,11 +87,8 @@ def frame_dataset(fp: H5FilePlan) -> Optional[DatasetPlan]:
 
 def _align(split: Sequence[DatasetPlan]) -> int:
     """Frames per range must be a multiple of this: stored chunks stay whole."""
-    a = 1
-    for d in split:
-        if d.layout == "chunked" and d.chunks and d.step == 1 and d.start % d.chunks[0] == 0:
-            a = a * d.chunks[0] // math.gcd(a, d.chunks[0])
-    return a
+    return math.lcm(1, *(d.chunks[0] for d in split if d.layout == "chunked" and d.chunks
+                          and d.step == 1 and d.start % d.chunks[0] == 0))
 
 
 def split_rows(frames: int, parts: int, align: int = 1) -> List[Tuple[int, int]]:
@@ -117,12 +114,11 @@ def _slice(d: DatasetPlan, lo: int, hi: int) -> DatasetPlan:
     inline = None if d.inline is None else d.inline[lo:hi]
     start = d.start + lo * d.step
     stop = d.start + (hi - 1) * d.step + 1
-    part = replace(d, start=start, stop=stop, sliced=True, inline=inline)
     from stager.planning.h5types import OBJECT_OVERHEAD
 
     # the whole selection's estimate, shared by rows, plus one more object's overhead
-    return replace(part, est_bytes=math.ceil(d.est_bytes * (hi - lo) / d.rows) +
-                   OBJECT_OVERHEAD + 64)
+    est = math.ceil(d.est_bytes * (hi - lo) / d.rows) + OBJECT_OVERHEAD + 64
+    return replace(d, start=start, stop=stop, sliced=True, inline=inline, est_bytes=est)
 
 
 def _has_region_refs(fp: H5FilePlan) -> bool:

@@ -48,7 +48,8 @@ from stager.planning.h5describe import (INLINE_BYTES, VLEN_LIMIT, Ctx, RefCheck,
 from stager.planning.h5links import LinkedFiles
 from stager.planning.h5types import DatasetPlan, GroupPlan, H5FilePlan, LinkPlan
 from stager.planning.plan import BlockPlan
-from stager.planning.sources import checked_dest, destination_for, glob_matches
+from stager.planning.sources import (checked_dest, claim, destination_for, glob_matches,
+                                     stat_source)
 
 __all__ = ["INLINE_BYTES", "VLEN_LIMIT", "MAX_LINK_HOPS", "plan_h5"]
 
@@ -123,19 +124,10 @@ def plan_h5(block: Block, index: int, claimed: Dict[str, Tuple[str, Pattern]],
                             "or write '?' before the entry to make it optional")
         for src in sources:
             dest = checked_dest(block, destination_for(block.dest, entry.file, src))
-            acc = accs.get(dest)
-            if acc is None:
-                owner = claimed.get(dest)
-                if owner is not None and owner[0] != src:
-                    raise PlanError(f"{entry.where}: {src} and {owner[0]} (at "
-                                    f"{owner[1].location}) would both land at "
-                                    f"{dest.replace(chr(0), '%')}; rename one, or use '**'")
-                claimed[dest] = (src, pattern)
-                acc = accs[dest] = _FileAcc(src, dest, block, index, entry)
-            elif acc.source != src:
-                raise PlanError(f"{entry.where}: {src} and {acc.source} (at "
-                                f"{acc.entry.where}) would both land at "
-                                f"{dest.replace(chr(0), '%')}; rename one, or use '**'")
+            claim(claimed, dest, src, pattern)  # one file in several entries: one output
+            if dest not in accs:
+                accs[dest] = _FileAcc(src, dest, block, index, entry)
+            acc = accs[dest]
             try:
                 f = h5py.File(src, "r")
             except OSError as e:
@@ -166,11 +158,7 @@ def plan_h5(block: Block, index: int, claimed: Dict[str, Tuple[str, Pattern]],
 def _glob_files(entry: _Entry) -> List[str]:
     found = glob_matches(entry.file)
     for src in found:
-        try:
-            st = os.stat(src)
-        except OSError as e:
-            raise PlanError(f"{entry.where}: cannot stat {src}: {e.strerror}") from e
-        if not _stat.S_ISREG(st.st_mode):
+        if not _stat.S_ISREG(stat_source(os.stat, src, entry.pattern).st_mode):
             raise PlanError(f"{entry.where}: {src} is not a regular file; an h5 entry names "
                             "an HDF5 file (use a 'files' block for directories)")
     return found
@@ -293,9 +281,13 @@ class _Walker:
     # -- following links ---------------------------------------------------------
     def locate(self, ctx: Ctx, path: str, hops: int = 0) -> Tuple[Ctx, str]:
         """The file and path holding the object at ``path`` (of ``ctx``'s file), links
-        followed; the returned context maps the object's paths to the copy's."""
+        followed (``hops`` of them so far); the returned context maps the object's paths
+        to the copy's."""
         import h5py
 
+        if hops > MAX_LINK_HOPS:
+            raise PlanError(f"{self.where(path)}: more than {MAX_LINK_HOPS} links in a row "
+                            "(a loop?); select the target itself")
         ctx0, cur, copy_cur = ctx, "/", "/"
         for name in [p for p in path.split("/") if p]:
             g = ctx.file.get(cur)
@@ -319,9 +311,6 @@ class _Walker:
         return ctx, cur
 
     def _hop(self, ctx: Ctx, target: str, copy_at: str, hops: int) -> Tuple[Ctx, str]:
-        if hops >= MAX_LINK_HOPS:
-            raise PlanError(f"{self.where(copy_at)}: more than {MAX_LINK_HOPS} links in a row "
-                            "(a loop?); select the target itself")
         c2, inner = self.locate(ctx, target, hops + 1)
         if not c2.read_file:
             return c2, inner  # the source file itself: its paths are the copy's paths
@@ -329,9 +318,6 @@ class _Walker:
 
     def external(self, ctx: Ctx, link: Any, copy_at: str, hops: int = 0) -> Tuple[Ctx, str]:
         """Follow an external link that lands at ``copy_at`` in the copy."""
-        if hops >= MAX_LINK_HOPS:
-            raise PlanError(f"{self.where(copy_at)}: more than {MAX_LINK_HOPS} links in a row "
-                            "(a loop?); select the target itself")
         f, path = external_target(ctx, link, copy_at, self.where(copy_at), self.files)
         st = os.stat(path)
         self.acc.linked[path] = (st.st_size, st.st_mtime_ns)

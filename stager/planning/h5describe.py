@@ -31,7 +31,8 @@ from stager.errors import PlanError
 from stager.planning.h5filters import (MissingFilter, ensure_available, lossy_filter,
                                        missing_advice, setup_values, stored_pipeline)
 from stager.planning.h5links import LinkedFiles, find_file, vds_sources, vds_storage
-from stager.planning.h5types import OBJECT_OVERHEAD, Attr, DatasetPlan, RefTarget, raw_dtype
+from stager.planning.h5types import (OBJECT_OVERHEAD, Attr, DatasetPlan, RefTarget, raw_dtype,
+                                     region_summary)
 
 __all__ = ["Ctx", "RefCheck", "Unsupported", "classify", "describe", "read_attrs",
            "INLINE_BYTES", "VLEN_LIMIT", "REF_LIMIT"]
@@ -119,11 +120,6 @@ def _encode(tid: Any) -> bytes:
     return tid.copy().encode()
 
 
-def _region_summary(space: Any) -> str:
-    """As :func:`stager.nodelocal.h5check.region_summary` (which the check recomputes)."""
-    return f"{space.get_select_type()}:{space.get_select_npoints()}:{space.get_select_bounds()}"
-
-
 def _translate(refs: Any, file: Any, ctx: Ctx, where: str, what: str,
                checks: List[RefCheck]) -> Tuple[RefTarget, ...]:
     """References of the source → :class:`RefTarget` in the copy's namespace."""
@@ -147,7 +143,7 @@ def _translate(refs: Any, file: Any, ctx: Ctx, where: str, what: str,
         checks.append(RefCheck(where, label, target, region))
         if region:
             space = h5r.get_region(ref, file.id)
-            out.append(RefTarget(target, space.encode(), _region_summary(space)))
+            out.append(RefTarget(target, space.encode(), region_summary(space)))
         else:
             out.append(RefTarget(target))
     return tuple(out)

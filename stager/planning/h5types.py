@@ -20,7 +20,7 @@ from typing import Any, Dict, Optional, Tuple
 import numpy as np
 
 __all__ = ["FILE_OVERHEAD", "OBJECT_OVERHEAD", "Attr", "Filter", "GroupPlan", "LinkPlan",
-           "RefTarget", "DatasetPlan", "H5FilePlan", "raw_dtype"]
+           "RefTarget", "DatasetPlan", "H5FilePlan", "raw_dtype", "region_summary"]
 
 #: Capacity estimate: bytes of HDF5 metadata per output file and per object.
 FILE_OVERHEAD = 64 << 10
@@ -30,6 +30,12 @@ OBJECT_OVERHEAD = 4 << 10
 def raw_dtype(size: int) -> np.dtype:
     """The numpy buffer dtype of raw values of an HDF5 type of ``size`` bytes."""
     return np.dtype((np.void, max(int(size), 1)))
+
+
+def region_summary(space: Any) -> str:
+    """A library-independent description of a region reference's selection (planned,
+    and recomputed from the copy by :mod:`stager.nodelocal.h5check`)."""
+    return f"{space.get_select_type()}:{space.get_select_npoints()}:{space.get_select_bounds()}"
 
 
 @dataclass(frozen=True)

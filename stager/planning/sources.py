@@ -28,13 +28,13 @@ import glob as _glob
 import os
 import stat as _stat
 from dataclasses import dataclass
-from typing import Callable, Iterable, List, Optional, Set, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 from hooks.spec import Block, Pattern
 from stager.errors import PlanError
 
 __all__ = ["StatFn", "has_magic", "static_prefix", "destination_for", "glob_matches",
-           "checked_dest", "stat_source", "regular", "source_id", "changed", "SourceArea",
+           "checked_dest", "claim", "stat_source", "regular", "source_id", "changed", "SourceArea",
            "source_areas", "overlap", "check_disjoint", "real_dest"]
 
 _MAGIC = frozenset("*?[")
@@ -187,6 +187,28 @@ def checked_dest(block: Block, dest: str) -> str:
     return dest
 
 
+def claim(claimed: Dict[str, Tuple[str, Pattern]], dest: str, source: str,
+          pattern: Pattern) -> bool:
+    """Note that ``source``, matched by ``pattern``, lands at ``dest``: True if that is
+    new, False if it does already (one file named twice). Every block and kind of a
+    plan shares ``claimed``.
+
+    Raises
+    ------
+    PlanError
+        Another source lands at ``dest``.
+    """
+    owner = claimed.get(dest)
+    if owner is None:
+        claimed[dest] = (source, pattern)
+        return True
+    if owner[0] != source:
+        raise PlanError(f"{pattern.location}: {source} and {owner[0]} (matched at "
+                        f"{owner[1].location}) would both land at {dest.replace(chr(0), '%')}: "
+                        "rename one, or use '**' to keep their directories")
+    return False
+
+
 def stat_source(stat: StatFn, source: str, pattern: Pattern) -> os.stat_result:
     try:
         return stat(source)
@@ -244,10 +266,6 @@ class SourceArea:
     location: str
 
 
-def _real(path: str) -> str:
-    return os.path.realpath(path)
-
-
 def real_dest(path: str) -> str:
     """A destination's real path: symlinks resolved in the part that exists."""
     return os.path.realpath(path.replace("\x00", "%"))
@@ -264,27 +282,26 @@ def source_areas(blocks: Iterable[Block], sources: Iterable[str],
     tree_paths: List[str] = []
     for block in blocks:
         for pattern in block.patterns:
+            prefix = static_prefix(pattern.text)
             if "**" in pattern.text.split("/"):
-                prefix = static_prefix(pattern.text)
                 tree_paths.append(prefix.rstrip("/") + "/")
-                out.append(SourceArea("tree", _real(prefix), str(pattern.location)))
+                out.append(SourceArea("tree", os.path.realpath(prefix), str(pattern.location)))
             else:
-                prefix = static_prefix(pattern.text)
                 rest = pattern.text[len(prefix):].lstrip("/") if has_magic(pattern.text) \
                     else os.path.basename(pattern.text)
                 base = prefix if has_magic(pattern.text) else os.path.dirname(pattern.text)
-                out.append(SourceArea("pattern", os.path.join(_real(base), rest),
+                out.append(SourceArea("pattern", os.path.join(os.path.realpath(base), rest),
                                       str(pattern.location)))
     for path, pattern in trees:
         tree_paths.append(path.rstrip("/") + "/")
-        out.append(SourceArea("tree", _real(path), str(pattern.location)))
+        out.append(SourceArea("tree", os.path.realpath(path), str(pattern.location)))
     seen: Set[str] = set()
     for src in sources:
         d = os.path.dirname(src)
         if d in seen or any(src.startswith(t) for t in tree_paths):
             continue
         seen.add(d)
-        out.append(SourceArea("dir", _real(d), ""))
+        out.append(SourceArea("dir", os.path.realpath(d), ""))
     return tuple(dict.fromkeys(out))
 
 

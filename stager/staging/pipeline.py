@@ -64,10 +64,6 @@ from stager.staging.sourcecheck import verify_sources
 __all__ = ["stage", "NodeTargets", "node_targets"]
 
 
-def _plan(spec: Any, inline_bytes: Optional[int]) -> Plan:
-    return plan_spec(spec, h5_inline_bytes=inline_bytes)
-
-
 @dataclass
 class NodeTargets:
     """This node's concrete destinations for a list of units (leaders only).
@@ -193,7 +189,7 @@ def stage(spec: Any, comm: Any = None, *, job: Optional[Job] = None, **options: 
     ctx = _Run(comm, opts.interrupt_grace)
     with interrupt.Handling(grace=opts.interrupt_grace, emergency=ctx.emergency):
         t_plan = time.perf_counter()
-        plan = bcast_result(comm, _plan, spec, opts.h5_inline_bytes)
+        plan = bcast_result(comm, plan_spec, spec, h5_inline_bytes=opts.h5_inline_bytes)
         plan_seconds = time.perf_counter() - t_plan
         with job_for(comm, job, **node_kw) as j:
             report = _run(plan, comm, j.layout, opts, plan_seconds, run_id, ctx)

@@ -20,6 +20,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, Optional, Tuple
 
+from stager.planning.plan import describe_size
+
 __all__ = ["Report", "SourceMeter", "Progress"]
 
 
@@ -152,19 +154,11 @@ class Report:
         kinds = "".join(f", {v['outputs']} of them {v['label']}"
                         for v in (self.extra or {}).values()
                         if isinstance(v, dict) and v.get("label") and v.get("outputs"))
-        return (f"staged {self.files} files{kinds} ({_human(self.bytes_per_node)}) "
+        return (f"staged {self.files} files{kinds} ({describe_size(self.bytes_per_node)}) "
                 f"to {len(self.nodes)} node(s) with {self.method}: "
                 f"{self.files_transferred} transferred, {self.files_skipped} skipped, "
-                f"{_human(self.bytes_written)} written in {self.seconds:.2f} s "
+                f"{describe_size(self.bytes_written)} written in {self.seconds:.2f} s "
                 f"({self.delivered_gbps:.2f} GB/s delivered), amplification {amp}")
-
-
-def _human(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
 
 
 class Progress:

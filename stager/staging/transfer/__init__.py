@@ -27,19 +27,20 @@ from typing import Any, Dict, Optional, Sequence
 
 from stager.mpi.agree import any_true
 from stager.options import METHODS
+from stager.planning.plan import FileEntry
 from stager.staging.transfer.engine import run_pieces
 from stager.staging.transfer.naive import run_naive
 from stager.staging.transfer.readall import run_readall
 from stager.staging.transfer.sink import Sink
-from stager.staging.transfer.source import FileJob, SourceReader
+from stager.staging.transfer.source import SourceReader
 from stager.staging.transfer.tasks import make_tasks
 
-__all__ = ["METHODS", "FileJob", "Sink", "SourceReader", "run_method"]
+__all__ = ["METHODS", "Sink", "SourceReader", "run_method"]
 
 Err = Optional[BaseException]  # a leader's own failure, or None
 
 
-def run_method(method: str, comm: Any, jobs: Sequence[FileJob], reader: SourceReader,
+def run_method(method: str, comm: Any, jobs: Sequence[FileEntry], reader: SourceReader,
                sink: Sink, chunk_size: int, small_file_threshold: int,
                shared_exchange: bool = False,
                info: Optional[Dict[str, Any]] = None) -> Err:
@@ -57,7 +58,7 @@ def run_method(method: str, comm: Any, jobs: Sequence[FileJob], reader: SourceRe
         {} if info is None else info)
 
 
-def naive(comm: Any, jobs: Sequence[FileJob], reader: SourceReader, sink: Sink,
+def naive(comm: Any, jobs: Sequence[FileEntry], reader: SourceReader, sink: Sink,
           chunk_size: int, small: int, shared: bool, info: Dict[str, Any]) -> Err:
     """Every leader reads the files it needs itself (no collective)."""
     info["exchange"] = "none (every leader reads every file)"
@@ -65,7 +66,7 @@ def naive(comm: Any, jobs: Sequence[FileJob], reader: SourceReader, sink: Sink,
                      chunk_size)
 
 
-def readall(comm: Any, jobs: Sequence[FileJob], reader: SourceReader, sink: Sink,
+def readall(comm: Any, jobs: Sequence[FileEntry], reader: SourceReader, sink: Sink,
             chunk_size: int, small: int, shared: bool, info: Dict[str, Any]) -> Err:
     """Small-file batches as in ``stripe``, then each large file by ``Read_at_all``."""
     sizes = [j.size for j in jobs]
@@ -80,7 +81,7 @@ def readall(comm: Any, jobs: Sequence[FileJob], reader: SourceReader, sink: Sink
                        chunk_size)
 
 
-def stripe(comm: Any, jobs: Sequence[FileJob], reader: SourceReader, sink: Sink,
+def stripe(comm: Any, jobs: Sequence[FileEntry], reader: SourceReader, sink: Sink,
            chunk_size: int, small: int, shared: bool, info: Dict[str, Any],
            bcast: bool = False) -> Err:
     """Leaders read disjoint stripes, each chunk completed with ``Iallgatherv``
@@ -97,7 +98,7 @@ def stripe(comm: Any, jobs: Sequence[FileJob], reader: SourceReader, sink: Sink,
     return run_pieces(comm, tasks, reader, sink, chunk_size, broadcast=bcast)
 
 
-def bcast(comm: Any, jobs: Sequence[FileJob], reader: SourceReader, sink: Sink,
+def bcast(comm: Any, jobs: Sequence[FileEntry], reader: SourceReader, sink: Sink,
           chunk_size: int, small: int, shared: bool, info: Dict[str, Any]) -> Err:
     """Leader 0 reads, ``Ibcast`` to the rest (the pipeline of ``stripe``)."""
     return stripe(comm, jobs, reader, sink, chunk_size, small, shared, info, bcast=True)

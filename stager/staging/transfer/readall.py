@@ -17,7 +17,7 @@ of inside MPI-IO.
 """
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from stager.nodelocal.checksum import digest
 from stager.errors import TransferError
@@ -41,27 +41,28 @@ def run_readall(comm: Any, large: Sequence[int], reader: SourceReader, sink: Sin
     from mpi4py import MPI
 
     error: Optional[BaseException] = None
+
+    def failed_after(step: Callable[..., Any], *args: Any) -> bool:
+        """Collective: run ``step(*args)`` unless this leader failed already; has any?"""
+        nonlocal error
+        if error is None:
+            try:
+                step(*args)
+            except Exception as e:
+                error = e
+        return any_true(comm, error is not None)
+
     sink.share_checksums(0, 1)  # every leader read the whole file: each hashes its own copy
     buf = bytearray(max(1, chunk_size))
     view = memoryview(buf)
     for i in large:
         job = reader.jobs[i]
-        if error is None:
-            try:
-                reader.open_check(i)  # POSIX open + planned size/mtime check
-            except Exception as e:
-                error = e
-        if any_true(comm, error is not None):
+        if failed_after(reader.open_check, i):  # POSIX open + planned size/mtime check
             break
         fh = MPI.File.Open(comm, job.source, MPI.MODE_RDONLY)
         try:
             for off, length in chunk_ranges(job.size, chunk_size):
-                if error is None and interrupt.pending() is not None:
-                    try:
-                        interrupt.check()
-                    except Exception as e:
-                        error = e
-                if any_true(comm, error is not None):
+                if failed_after(interrupt.check):
                     break
                 v = view[:length]
                 with reader.metered():
@@ -71,21 +72,11 @@ def run_readall(comm: Any, large: Sequence[int], reader: SourceReader, sink: Sin
                 if error is None and any(x != d for x in digests if x is not None):
                     error = TransferError(f"leaders read different bytes from {job.source} at "
                                           f"offset {off}; the source changed while being staged")
-                if error is None:
-                    try:
-                        sink.write(i, off, v)
-                    except Exception as e:
-                        error = e
-                if any_true(comm, error is not None):
+                if failed_after(sink.write, i, off, v):
                     break
         finally:
             fh.Close()
-        if error is None:
-            try:
-                reader.close(i)
-            except Exception as e:
-                error = e
-        if any_true(comm, error is not None):
+        if failed_after(reader.close, i):
             break
     reader.close_all(check=False)
     return error

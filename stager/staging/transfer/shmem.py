@@ -28,9 +28,9 @@ window (``/dev/shm``-backed).
 """
 from __future__ import annotations
 
-import time
 from typing import Any, List, Optional, Sequence
 
+from stager.mpi.agree import wait_quietly
 from stager.nodelocal.checksum import DIGEST_SIZE
 from stager.staging import interrupt
 from stager.staging.transfer.engine import _finish, _last_pieces, _read_pieces
@@ -38,7 +38,7 @@ from stager.staging.transfer.sink import Sink
 from stager.staging.transfer.source import SourceReader
 from stager.staging.transfer.tasks import Task
 
-__all__ = ["co_located", "run_pieces_shared", "wait_quietly"]
+__all__ = ["co_located", "run_pieces_shared"]
 
 _SLOTS = 2
 
@@ -53,20 +53,6 @@ def co_located(comm: Any) -> bool:
         return bool(comm.allreduce(int(sub.size == comm.size), op=MPI.MIN))
     finally:
         sub.Free()
-
-
-def wait_quietly(reqs: List[Any], max_sleep: float = 5e-4) -> None:
-    """Wait for ``reqs`` testing them with a growing sleep in between, never spinning.
-
-    For small synchronisation messages only: a large message moved in fragments
-    needs both sides to keep progressing (that is :mod:`engine`'s ``Waitall``).
-    """
-    from mpi4py import MPI
-
-    pause = 2e-5
-    while not MPI.Request.Testall(reqs):
-        time.sleep(pause)
-        pause = min(pause * 2, max_sleep)
 
 
 def run_pieces_shared(comm: Any, tasks: Sequence[Task], reader: SourceReader,

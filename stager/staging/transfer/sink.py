@@ -16,8 +16,8 @@ from typing import Dict, List, Optional, Sequence
 from stager.nodelocal import checksum
 from stager.errors import Interrupted, TransferError
 from stager.nodelocal.localfs import AtomicFile
+from stager.planning.plan import FileEntry
 from stager.staging.report import Progress
-from stager.staging.transfer.source import FileJob
 
 __all__ = ["Sink"]
 
@@ -27,7 +27,8 @@ class Sink:
 
     Parameters
     ----------
-    jobs : sequence of FileJob
+    jobs : sequence of FileEntry
+        The planned files (source identity, size, mode, mtime).
     dests : sequence of str or None
         Concrete destination of each job on this node; ``None``: this node
         already has the file (skip).
@@ -44,7 +45,7 @@ class Sink:
     hands the digests to the others with :meth:`take_checksums`.
     """
 
-    def __init__(self, jobs: Sequence[FileJob], dests: Sequence[Optional[str]],
+    def __init__(self, jobs: Sequence[FileEntry], dests: Sequence[Optional[str]],
                  progress: Optional[Progress] = None, fsync: bool = False) -> None:
         self.jobs = jobs
         self.dests = dests

@@ -15,32 +15,20 @@ Every source read goes through :class:`SourceReader`, which
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from typing import Dict, Optional, Sequence
 
 from stager.errors import TransferError
+from stager.planning.plan import FileEntry
 from stager.planning.sources import changed
 from stager.staging.report import SourceMeter
 
-__all__ = ["FileJob", "SourceReader", "changed_error"]
+__all__ = ["SourceReader", "changed_error"]
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _CHECK_OPEN = 1 << 20  # files larger than this are also checked when opened
 
 
-@dataclass(frozen=True)
-class FileJob:
-    """One file to move, as planned on rank 0."""
-
-    source: str
-    size: int
-    mtime_ns: int
-    mode: int
-    ctime_ns: int = -1
-    ino: int = -1
-
-
-def changed_error(job: FileJob, st: os.stat_result, when: str) -> Optional[TransferError]:
+def changed_error(job: FileEntry, st: os.stat_result, when: str) -> Optional[TransferError]:
     """An error if ``st`` differs from the plan (size, mtime, ctime, inode), else ``None``."""
     diff = changed((job.size, job.mtime_ns, job.ctime_ns, job.ino), st)
     if diff is None:
@@ -56,7 +44,7 @@ class SourceReader:
     :meth:`close_before` closes those a caller is done with.
     """
 
-    def __init__(self, jobs: Sequence[FileJob], meter: SourceMeter) -> None:
+    def __init__(self, jobs: Sequence[FileEntry], meter: SourceMeter) -> None:
         self.jobs = jobs
         self.meter = meter
         self._fds: Dict[int, int] = {}
