@@ -142,14 +142,9 @@ class MPIExecutor(Executor):
             raise ExecutorError("MPIExecutor needs an intracommunicator")
         if not (0 <= root < comm.Get_size()):
             raise ExecutorError(f"root={root}: expecting root in range({comm.Get_size()})")
-        if dispatch is not None and dispatch not in MODES:
-            raise ExecutorError(f"dispatch={dispatch!r}: expected one of {', '.join(MODES)}")
-        for label, value in (("max_chunk", max_chunk), ("window", window)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                      or value < 1):
-                raise ExecutorError(f"{label}={value!r}: expected an integer >= 1")
-        if locality_wait is not None:
-            _check_wait(locality_wait, "locality_wait")
+        # the keywords checked here, by the parsers that check the environment's values
+        resolve_options(env={}, dispatch=dispatch, max_chunk=max_chunk, window=window,
+                        locality_wait=locality_wait, arrays=arrays)
         self.comm = comm
         self.root = root
         self._dispatch = dispatch
@@ -406,24 +401,16 @@ def _server_lines(server: NodeServer) -> List[str]:
     return [f"{name} ({state}) on {where}" for name, state, where in server.in_flight()]
 
 
-def _check_wait(value: Any, label: str) -> float:
-    """``value`` as seconds >= 0 (finite), or an ExecutorError naming ``label``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-            0 <= value < float("inf")):
-        raise ExecutorError(f"{label}={value!r}: expected a number of seconds >= 0 "
-                            "(0: soft-placed tasks may run elsewhere at once)")
-    return float(value)
-
-
 def _seconds(value: Any, label: str) -> float:
+    """``value`` (a number or its text) as seconds >= 0, finite; ValueError naming ``label``."""
     try:
-        seconds = float(value)
-    except ValueError:
-        raise ValueError(f"{label}={value!r} is not a number of seconds") from None
-    try:
-        return _check_wait(seconds, label)
-    except ExecutorError as e:
-        raise ValueError(str(e)) from None
+        seconds = -1.0 if isinstance(value, bool) else float(value)
+    except (TypeError, ValueError):
+        seconds = -1.0
+    if not 0 <= seconds < float("inf"):
+        raise ValueError(f"{label}={value!r}: expected a number of seconds >= 0 "
+                         "(0: soft-placed tasks may run elsewhere at once)")
+    return seconds
 
 
 #: The executor's options, each declared once: keyword > environment variable > default.
@@ -449,6 +436,3 @@ def resolve_options(env: Optional[Any] = None, **kwargs: Any) -> dict:
     except ValueError as e:
         raise ExecutorError(str(e)) from None
 
-
-def _env_wait(value: Optional[float]) -> float:
-    return float(resolve_options(locality_wait=value)["locality_wait"])

@@ -83,18 +83,13 @@ class RootServer(Server):
     # -- any thread ---------------------------------------------------------------
     def launch(self, call: TaskCall, done: Done) -> None:
         """Queue one task attempt; ``done(outcome)`` is called from the dispatcher thread."""
-        if self.stop_requested:
-            raise ExecutorError("the mpi executor is shut down: no new tasks can start")
+        self._check_open()
         blob = dumps(call)  # raises here, in the caller, for a task that does not pickle
-        tid = next(self._ids)
         place = call.place
         limits = call.limits
-        entry = Entry(tid, call.name, place[0] if place else -1, bool(place and place[1]),
-                      limits.timeout, limits.deadline, blob)
-        self.records[tid] = (done, call.name)
-        self.inbox.append(entry)
-        if self._sleeping:
-            self._wake.set()
+        entry = Entry(next(self._ids), call.name, place[0] if place else -1,
+                      bool(place and place[1]), limits.timeout, limits.deadline, blob)
+        self._queue([(entry, (done, call.name))])
 
     def launch_array(self, calls: List[TaskCall], dones: List[Done]) -> None:
         """Queue ready tasks of one app as task arrays (:mod:`.arrays`); one ``done`` per call.
@@ -103,8 +98,7 @@ class RootServer(Server):
         any is queued (a call that does not pickle fails them all here, in the
         caller). Calls that cannot share an array go one by one (:meth:`launch`).
         """
-        if self.stop_requested:
-            raise ExecutorError("the mpi executor is shut down: no new tasks can start")
+        self._check_open()
         if not same_array(calls):
             for call, done in zip(calls, dones):
                 self.launch(call, done)
@@ -116,6 +110,14 @@ class RootServer(Server):
         for size in sizes:
             self._array_entries(calls[i:i + size], dones[i:i + size], queued)
             i += size
+        self._queue(queued)
+
+    def _check_open(self) -> None:
+        if self.stop_requested:
+            raise ExecutorError("the mpi executor is shut down: no new tasks can start")
+
+    def _queue(self, queued: List[Tuple[Entry, Tuple[Done, str]]]) -> None:
+        """Record the entries' callbacks and hand the entries to the dispatcher thread."""
         for entry, record in queued:
             self.records[entry.tid] = record
             self.inbox.append(entry)

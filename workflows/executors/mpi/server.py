@@ -307,10 +307,9 @@ class Server(Loop):
             f"{slot.where}, was given up"
         )
         err = RemoteError("TaskTimeout", message, "", slot.where, kind="timeout")
-        blob = dumps((None, err, head.start or now, now))
         self.lost[slot.rank] = f"{slot.where}: stuck in task {stuck.name}"
         self.note(("lost", slot.rank, self.lost[slot.rank]))
-        self.deliver([(stuck.tid, slot.rank, blob)])
+        self.fail(stuck.tid, slot.rank, err, head.start)
         self.queue.extend(rest)   # what it had not started goes to the other workers
 
     def check_dead(self) -> None:
@@ -348,9 +347,13 @@ class Server(Loop):
                               "(killed by a signal or os._exit; use @app(isolate=True) to "
                               "keep the worker and learn the signal)", "", slot.where,
                               kind="crash")
-            now = time.time()
-            self.deliver([(running.tid, slot.rank, dumps((None, err, head.start or now, now)))])
+            self.fail(running.tid, slot.rank, err, head.start)
         self.queue.extend(rest)
+
+    def fail(self, tid: int, rank: int, err: RemoteError, start: Optional[float] = None) -> None:
+        """Deliver ``err`` as the result of task ``tid`` (held by ``rank`` since ``start``)."""
+        now = time.time()
+        self.deliver([(tid, rank, dumps((None, err, start or now, now)))])
 
     @property
     def who(self) -> str:
@@ -466,7 +469,9 @@ class NodeServer(Server):
     def step(self) -> bool:
         progress = self.poll()
         for e in self.unservable():
-            self._fail_unservable(e)
+            err = RemoteError("ExecutorError", f"placed on node {e.node} (hard), which has no "
+                              "live worker left", "", self.who)
+            self.fail(e.tid, self.rank, err)
         progress |= self.serve_workers()
         self.maybe_steal()
         self.check_stuck()
@@ -482,9 +487,3 @@ class NodeServer(Server):
         return progress
 
     _closed = False   # BYE sent
-
-    def _fail_unservable(self, entry: Entry) -> None:
-        err = RemoteError("ExecutorError", f"placed on node {entry.node} (hard), which has no "
-                          "live worker left", "", f"task server rank {self.rank}")
-        now = time.time()
-        self.deliver([(entry.tid, self.rank, dumps((None, err, now, now)))])
