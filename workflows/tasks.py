@@ -230,7 +230,7 @@ def _execute_isolated(call: TaskCall) -> Outcome:
 
     start = time.time()
     left = call.limits.seconds_left(start) if call.limits.bounded else None
-    kind, value = runner(_run_in_child).call(call, left)
+    kind, value = runner(execute).call(call, left)
     if kind == "ok":
         return value
     here = where_cached()
@@ -247,10 +247,6 @@ def _execute_isolated(call: TaskCall) -> Outcome:
         err = RemoteError("TaskCrashed", f"{message} while running the task", "", here,
                           kind="crash")
     return Outcome(None, err, here, start, time.time())
-
-
-def _run_in_child(call: TaskCall) -> Outcome:
-    return execute(call)
 
 
 def _main_thread() -> bool:

@@ -182,19 +182,13 @@ def restore_gc_threshold(old: Optional[Tuple[int, int, int]]) -> None:
         gc.set_threshold(*old)
 
 
-def env_int(value: Optional[int], var: str, default: int, minimum: int = 1) -> int:
-    """Config precedence keyword > environment variable > default, parsed strictly."""
-    if value is None:
-        text = os.environ.get(var)
-        if text is None or text == "":
-            return default
-        try:
-            value = int(text)
-        except ValueError:
-            raise ExecutorError(f"{var}={text!r} is not an integer") from None
-        source = var
-    else:
-        source = "argument"
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ExecutorError(f"{source}: expected an integer >= {minimum}, got {value!r}")
-    return value
+def env_int(value: Optional[int], var: str, default: int, minimum: int = 1,
+            name: str = "workers") -> int:
+    """Config precedence keyword ``name`` > environment variable > default, parsed strictly
+    (:func:`stager.options.resolve`, one option)."""
+    from stager.options import Option, parse_int, resolve
+
+    try:
+        return resolve([Option(name, default, parse_int(minimum), var)], {name: value})[name]
+    except ValueError as e:
+        raise ExecutorError(str(e)) from None

@@ -45,7 +45,8 @@ class LocalExecutor(Executor):
 
     def __init__(self, max_workers: Optional[int] = None, start_method: Optional[str] = None):
         super().__init__()
-        self._workers = env_int(max_workers, "WORKFLOWS_LOCAL_WORKERS", os.cpu_count() or 1)
+        self._workers = env_int(max_workers, "WORKFLOWS_LOCAL_WORKERS", os.cpu_count() or 1,
+                                name="max_workers")
         method = start_method or os.environ.get("WORKFLOWS_LOCAL_START_METHOD") or "fork"
         if method not in _START_METHODS:
             raise ExecutorError(f"start method {method!r}: expected one of {_START_METHODS}")

@@ -42,9 +42,8 @@ from stager.mpi.link import Link
 from stager.options import Option, parse_bool, parse_choice, parse_int, resolve
 
 from ...errors import ExecutorError
-from ...runtime import push_active
 from ...tasks import TaskCall
-from ..base import Executor, raise_gc_threshold
+from ..base import Executor
 from .roles import MODES, Roles, layout_roles
 from .server import NodeServer, Options
 from .term import TermReport
@@ -230,8 +229,7 @@ class MPIExecutor(Executor):
                                             name="workflows-mpi-dispatcher", daemon=True)
             self._thread.start()
             self._install_term_report()
-            self._gc_saved = raise_gc_threshold()
-            push_active(self)
+            super().__enter__()  # active, as every executor (Executor.__enter__)
             return self
         old = os.environ.get("WORKFLOWS_WORKER")
         os.environ["WORKFLOWS_WORKER"] = "1"
