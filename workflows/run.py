@@ -53,6 +53,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import stager
 from stager.mpi.agree import agree, quiet_barrier
 from stager.mpi.job import Job
+from stager.commands.stage import add_node_id_arguments, job_of
 from stager.mpi.nodes import local_node_name
 from stager.options import resolve_node_id, split_node_id
 
@@ -107,25 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="hook spec file to stage collectively before the workflow",
     )
-    p.add_argument(
-        "--node-id",
-        default=None,
-        metavar="HOW",
-        help="how ranks form nodes: host (default, or $STAGER_NODE_ID), env:VAR or emulate:K",
-    )
-    p.add_argument(
-        "--emulate-nodes",
-        type=int,
-        default=None,
-        metavar="K",
-        help="split ranks into K emulated nodes (staging and leader hooks)",
-    )
-    p.add_argument(
-        "--node-id-env",
-        default=None,
-        metavar="VAR",
-        help="ranks with equal $VAR form a node (e.g. SLURMD_NODENAME)",
-    )
+    add_node_id_arguments(p)  # as stager's commands: staging, leader hooks, placement
     p.add_argument(
         "--out",
         default=None,
@@ -394,8 +377,7 @@ def _run(opts, module, ns, name: str, comm: Any, hooks) -> int:
                                          opts.node_id_env)
             set_node(local_node_name(*split_node_id(ns.node_id)))
         else:
-            job = Job.from_comm(comm, opts.node_id, emulate_nodes=opts.emulate_nodes,
-                                node_id_env=opts.node_id_env)
+            job = job_of(opts, comm)
             set_node(job.name)
             ns.node_id = job.node_id
         if opts.stage:

@@ -14,7 +14,7 @@ import shutil
 import sys
 import tempfile
 from concurrent.futures import Future
-from typing import Any, Callable, Dict, Optional, Union, cast
+from typing import Any, Callable, Dict, List, Optional, Union, cast
 
 from ..errors import ExecutorError
 from .base import Executor, env_int
@@ -30,9 +30,17 @@ def _call(fn: Callable, *args: Any, **kwargs: Any) -> Any:
     return fn(*args, **kwargs)
 
 
+def run_config(executors: List[Any], run_dir: str):
+    """A Parsl Config of ``executors`` as every set-up here wants it: no scaling strategy
+    (blocks are fixed), Parsl's logging and usage tracking off."""
+    from parsl.config import Config
+
+    return Config(executors=executors, run_dir=run_dir, strategy="none",
+                  initialize_logging=False, usage_tracking=0)
+
+
 def htex_local_config(workers: int, run_dir: str):
     """A Parsl Config: one HighThroughputExecutor block of ``workers`` on this machine."""
-    from parsl.config import Config
     from parsl.executors import HighThroughputExecutor
     from parsl.providers import LocalProvider
 
@@ -56,27 +64,14 @@ def htex_local_config(workers: int, run_dir: str):
             worker_init=f"export PATH={bindir}:$PATH",
         ),
     )
-    return Config(
-        executors=[htex],
-        run_dir=run_dir,
-        strategy="none",
-        initialize_logging=False,
-        usage_tracking=0,
-    )
+    return run_config([htex], run_dir)
 
 
 def threads_config(workers: int, run_dir: str):
     """A Parsl Config with Parsl's ThreadPoolExecutor (no worker processes)."""
-    from parsl.config import Config
     from parsl.executors.threads import ThreadPoolExecutor
 
-    return Config(
-        executors=[ThreadPoolExecutor(max_threads=workers, label="threads")],
-        run_dir=run_dir,
-        strategy="none",
-        initialize_logging=False,
-        usage_tracking=0,
-    )
+    return run_config([ThreadPoolExecutor(max_threads=workers, label="threads")], run_dir)
 
 
 def _put_interpreter_on_path() -> None:
