@@ -111,9 +111,7 @@ class Limits:
 
     def seconds_left(self, start: float) -> Optional[float]:
         """Seconds the task may still run if it starts at ``start`` (may be <= 0)."""
-        left = None
-        if self.timeout is not None:
-            left = self.timeout
+        left = self.timeout
         if self.deadline is not None:
             to_deadline = self.deadline - start
             left = to_deadline if left is None else min(left, to_deadline)

@@ -36,7 +36,7 @@ from stager.mpi.link import Credits, Link, dumps
 from stager.mpi.loop import Loop
 
 from ...errors import RemoteError
-from ...limits import grace_seconds
+from ...limits import Limits, grace_seconds
 from ...tasks import where_cached
 from .queues import MAX_BATCH_BYTES, Entry, TaskQueue, guided_chunk
 from .roles import Roles
@@ -88,12 +88,8 @@ class Batch:
         if self.start is None or self.done >= len(self.entries):
             return None
         head = self.entries[self.done]
-        limit = None
-        if head.timeout is not None:
-            limit = self.start + head.timeout + grace
-        if head.deadline is not None:
-            limit = min(limit, head.deadline + grace) if limit else head.deadline + grace
-        return limit
+        left = Limits(head.timeout, head.deadline).seconds_left(self.start)
+        return None if left is None else self.start + left + grace
 
 
 class Slot:
