@@ -32,8 +32,8 @@ sent by reference; others are sent by value with ``dill``.
 from __future__ import annotations
 
 import functools
-import importlib
 import inspect
+import pkgutil
 from typing import (Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple,
                     Union)
 
@@ -131,7 +131,7 @@ class App:
         qualname = getattr(self.fn, "__qualname__", "")
         if "<locals>" in qualname:
             raise TypeError(f"app {self.name} is defined inside a function and cannot be pickled")
-        return (_lookup, (self.fn.__module__, qualname))
+        return (pkgutil.resolve_name, (f"{self.fn.__module__}:{qualname}",))
 
     def __repr__(self) -> str:
         extra = f" timeout={self.timeout:g}" if self.timeout else ""
@@ -172,13 +172,6 @@ class CommandApp(App):
             raise TypeError(f"command {self.name}: {exc}") from None
         bound.apply_defaults()
         return dict(bound.arguments)
-
-
-def _lookup(module: str, qualname: str) -> Any:
-    obj: Any = importlib.import_module(module)
-    for part in qualname.split("."):
-        obj = getattr(obj, part)
-    return obj
 
 
 def app(
