@@ -53,7 +53,6 @@ from typing import Any, Dict, List, Optional, Tuple
 import stager
 from stager.mpi.agree import agree, quiet_barrier
 from stager.mpi.job import Job
-from stager.commands.stage import add_node_id_arguments, job_of
 from stager.mpi.nodes import local_node_name
 from stager.options import resolve_node_id, split_node_id
 
@@ -108,7 +107,25 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="hook spec file to stage collectively before the workflow",
     )
-    add_node_id_arguments(p)  # as stager's commands: staging, leader hooks, placement
+    p.add_argument(
+        "--node-id",
+        default=None,
+        metavar="HOW",
+        help="how ranks form nodes: host (default, or $STAGER_NODE_ID), env:VAR or emulate:K",
+    )
+    p.add_argument(
+        "--emulate-nodes",
+        type=int,
+        default=None,
+        metavar="K",
+        help="split ranks into K emulated nodes (staging and leader hooks)",
+    )
+    p.add_argument(
+        "--node-id-env",
+        default=None,
+        metavar="VAR",
+        help="ranks with equal $VAR form a node (e.g. SLURMD_NODENAME)",
+    )
     p.add_argument(
         "--out",
         default=None,
@@ -237,11 +254,6 @@ def _flow_namespace(module: Any, flow: str, flow_argv: List[str]) -> argparse.Na
     ns.argv = list(flow_argv)
     ns.flow = os.path.abspath(flow)
     return ns
-
-
-def _executor_options(opts: argparse.Namespace, name: str, job: Any = None) -> Dict[str, Any]:
-    """The keyword options of executor ``name`` (its own ``run_options``)."""
-    return pkgutil.resolve_name(ROWS[name]).run_options(opts, job)
 
 
 def _drive(module: Any, ns: argparse.Namespace, ex: Executor, opts: Any = None) -> Dict[str, Any]:
@@ -377,7 +389,8 @@ def _run(opts, module, ns, name: str, comm: Any, hooks) -> int:
                                          opts.node_id_env)
             set_node(local_node_name(*split_node_id(ns.node_id)))
         else:
-            job = job_of(opts, comm)
+            job = Job.from_comm(comm, opts.node_id, emulate_nodes=opts.emulate_nodes,
+                                node_id_env=opts.node_id_env)
             set_node(job.name)
             ns.node_id = job.node_id
         if opts.stage:
@@ -400,10 +413,11 @@ def _run(opts, module, ns, name: str, comm: Any, hooks) -> int:
         return 1
 
     t = time.perf_counter()
+    options = pkgutil.resolve_name(ROWS[name]).run_options(opts, job)  # the executor's own
     if name == "mpi":
         from .executors.mpi import MPIExecutor
 
-        mpi_ex = MPIExecutor(comm, **_executor_options(opts, name, job))
+        mpi_ex = MPIExecutor(comm, **options)
         with mpi_ex as ex:
             if ex is not None:
                 status = _drive(module, ns, ex, opts)
@@ -421,7 +435,7 @@ def _run(opts, module, ns, name: str, comm: Any, hooks) -> int:
             comm.Abort(1)
     elif rank == 0:
         try:
-            with make(name, **_executor_options(opts, name)) as active:
+            with make(name, **options) as active:
                 assert active is not None  # only MPIExecutor yields None (on workers)
                 status = _drive(module, ns, active, opts)
         except Exception as exc:
