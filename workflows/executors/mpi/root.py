@@ -35,7 +35,7 @@ from ...errors import ExecutorError, RemoteError
 from ...runtime import capture_executor_error
 from ...tasks import Outcome, TaskCall, execute, where_cached
 from .arrays import ArrayCall, ArrayDone, array_chunks, chunk_cap, same_array
-from .queues import MAX_BATCH_BYTES, Entry
+from .queues import MAX_BATCH_BYTES, Entry, fit_bytes
 from .roles import Roles
 from .server import Options, Result, Server
 from .wire import FEED, FINAL, STOP, UP
@@ -305,12 +305,7 @@ class RootServer(Server):
         waiting = self.pushes.pop(server, None)
         if not waiting:
             return []
-        size, n = 0, 0
-        for e in waiting:
-            if n and size + len(e.blob) > MAX_BATCH_BYTES:
-                break
-            size += len(e.blob)
-            n += 1
+        n = fit_bytes(waiting)
         if n < len(waiting):
             self.pushes[server] = waiting[n:]
         return waiting[:n]

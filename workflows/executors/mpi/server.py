@@ -357,7 +357,7 @@ class Server(Loop):
 
     def unservable(self) -> List[Entry]:
         """Hard-placed entries whose node has no live worker here (they would wait forever)."""
-        live = {s.node for s in self.slots.values() if not s.lost}
+        live = self.queue.served or set()   # kept by _served_changed
         out: List[Entry] = []
         for node in list(self.queue.hard):
             if node not in live:
