@@ -236,7 +236,7 @@ class MPIExecutor(Executor):
         try:
             if role == "server":
                 server = NodeServer(link, roles, rank, opts)
-                self._serve_or_abort(server.run, lambda: _server_lines(server))
+                self._serve_or_abort(server.run, server.in_flight_lines)
             else:
                 from .worker import serve_worker
 
@@ -393,10 +393,6 @@ def _hashable(obj: Any) -> bool:
     except TypeError:
         return False
     return True
-
-
-def _server_lines(server: NodeServer) -> List[str]:
-    return [f"{name} ({state}) on {where}" for name, state, where in server.in_flight()]
 
 
 def _seconds(value: Any, label: str) -> float:

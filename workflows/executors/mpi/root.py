@@ -33,7 +33,7 @@ from stager.mpi.link import Link, dumps
 
 from ...errors import ExecutorError, RemoteError
 from ...runtime import capture_executor_error
-from ...tasks import Outcome, TaskCall, execute, where_cached
+from ...tasks import Outcome, TaskCall, where_cached
 from .arrays import ArrayCall, ArrayDone, array_chunks, chunk_cap, same_array
 from .queues import MAX_BATCH_BYTES, Entry, fit_bytes
 from .roles import Roles
@@ -322,20 +322,23 @@ class RootServer(Server):
 
     # -- results --------------------------------------------------------------------
     def deliver(self, results: List[Result]) -> None:
-        where, node_of, records = self.where, self.roles.node_of, self.records
+        where, node_of = self.where, self.roles.node_of
         for tid, rank, blob in results:
-            rec = records.pop(tid, None)
-            self.assigned.pop(tid, None)
-            if rec is None:
-                continue
-            done = rec[0]
-            if type(done) is ArrayDone:
-                self.tasks_done += done.count
-                done.resolve(blob, where.get(rank, f"rank {rank}"), node_of[rank])
-                continue
+            self._resolve(tid, blob, where.get(rank, f"rank {rank}"), node_of[rank])
+
+    def _resolve(self, tid: int, blob: bytes, where: str, node: Optional[int]) -> None:
+        """Hand task ``tid``'s result blob to its callback(s) (a late or unknown one: dropped)."""
+        rec = self.records.pop(tid, None)
+        self.assigned.pop(tid, None)
+        if rec is None:
+            return
+        done = rec[0]
+        if type(done) is ArrayDone:
+            self.tasks_done += done.count
+            done.resolve(blob, where, node)
+        else:
             self.tasks_done += 1
-            outcome = unpack(blob, where.get(rank, f"rank {rank}"), node_of[rank])
-            done(outcome)
+            done(unpack(blob, where, node))
 
     def note(self, note: Tuple[Any, ...]) -> None:
         if note[0] == "hello":
@@ -370,27 +373,17 @@ class RootServer(Server):
 
     # -- one rank: no workers ---------------------------------------------------
     def _run_here(self) -> bool:
+        """Run one queued entry in this thread, as a worker would (its result pickled too)."""
         if not self.queue:
             return False
-        import pickle
-
         entry = self.queue.take(0, 1)[0]
-        rec = self.records.pop(entry.tid, None)
-        if rec is None:
-            return True
-        done = rec[0]
-        if type(done) is ArrayDone:
-            self.tasks_done += done.count
-            done.resolve(run_entry(entry), where_cached(), None)
-            return True
-        self.tasks_done += 1
-        done(execute(pickle.loads(entry.blob)))
+        self._resolve(entry.tid, run_entry(entry), where_cached(), None)
         return True
 
     # -- reports ------------------------------------------------------------------
     def in_flight_report(self) -> List[str]:
         """One line per task in the hands of the root's workers or fed to a node server."""
-        lines = [f"{name} ({state}) on {where}" for name, state, where in self.in_flight()]
+        lines = self.in_flight_lines()
         by_server: Dict[int, int] = collections.Counter(self.assigned.values())
         for server, n in sorted(by_server.items()):
             lines.append(f"{n} task(s) with the task server on {self.where.get(server, server)}"

@@ -366,6 +366,10 @@ class Server(Loop):
             self.queue._hard_total -= len(out)
         return out
 
+    def in_flight_lines(self) -> List[str]:
+        """One line per task in the hands of this server's workers (for reports)."""
+        return [f"{name} ({state}) on {where}" for name, state, where in self.in_flight()]
+
     def in_flight(self) -> List[Tuple[str, str, str]]:
         """(task name, ``running``/``queued``, worker where) of every task in workers' hands."""
         out = []
