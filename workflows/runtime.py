@@ -20,6 +20,7 @@ The *active* executor -- the one app calls go to -- is a process-wide stack
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import threading
 import time
@@ -440,9 +441,5 @@ def capture_executor_error(exc: BaseException) -> RemoteError:
     err = RemoteError.capture(exc)
     if isinstance(exc, ExecutorError):
         return err
-    return RemoteError(
-        err.type_name,
-        f"executor failed to run the task: {err.message}",
-        err.traceback,
-        "submitting process",
-    )
+    return dataclasses.replace(err, message=f"executor failed to run the task: {err.message}",
+                               where="submitting process", exit_code=None, stderr_tail="")
