@@ -141,17 +141,15 @@ class MPIExecutor(Executor):
             raise ExecutorError("MPIExecutor needs an intracommunicator")
         if not (0 <= root < comm.Get_size()):
             raise ExecutorError(f"root={root}: expecting root in range({comm.Get_size()})")
-        # the keywords checked here, by the parsers that check the environment's values
-        resolve_options(env={}, dispatch=dispatch, max_chunk=max_chunk, window=window,
-                        locality_wait=locality_wait, arrays=arrays)
+        # the keywords, resolved against rank 0's environment on entering
+        self._options: Dict[str, Any] = dict(dispatch=dispatch, max_chunk=max_chunk,
+                                             window=window, locality_wait=locality_wait,
+                                             arrays=arrays)
+        resolve_options(env={}, **self._options)  # checked here, by the environment's parsers
         self.comm = comm
         self.root = root
-        self._dispatch = dispatch
-        self._locality_wait = locality_wait
         self._emulate_nodes, self._node_id_env, self._job = emulate_nodes, node_id_env, job
-        self._max_chunk, self._window = max_chunk, window
         self.abort_on_lost = abort_on_lost
-        self._arrays_kw = arrays
         self.arrays = True
         self.roles: Optional[Roles] = None
         self._dup: Any = None
@@ -172,7 +170,7 @@ class MPIExecutor(Executor):
 
     @property
     def dispatch(self) -> str:
-        return self.roles.mode if self.roles else (self._dispatch or "central")
+        return self.roles.mode if self.roles else (self._options["dispatch"] or "central")
 
     @property
     def nodes(self):
@@ -211,14 +209,16 @@ class MPIExecutor(Executor):
             raise ExecutorError("an MPIExecutor can be entered only once")
         self._entered = True
         comm = self.comm
-        options = bcast_result(comm, self._resolve_options)
-        mode, max_chunk, window, locality_wait, self.arrays = options
+        # keyword > rank 0's environment > default; every rank gets rank 0's answer
+        o = bcast_result(comm, resolve_options, **self._options)
+        self.arrays = o["arrays"]
         self._dup = comm.Dup()
-        self.roles = roles = layout_roles(self._dup, self.root, mode, self._emulate_nodes,
+        self.roles = roles = layout_roles(self._dup, self.root, o["dispatch"], self._emulate_nodes,
                                           self._node_id_env, job=self._job)
         # its messages hold pickled tasks and results (bytes), never arrays to send apart
         link = self._link = Link(self._dup, "executor", out_of_band=None)
-        opts = Options(max_chunk=max_chunk, window=window, locality_wait=locality_wait)
+        opts = Options(max_chunk=o["max_chunk"], window=o["window"],
+                       locality_wait=o["locality_wait"])
         rank = comm.Get_rank()
         role = roles.role(rank)
         if role == "root":
@@ -249,13 +249,6 @@ class MPIExecutor(Executor):
         self._closed = True
         self._free()
         return None
-
-    def _resolve_options(self):
-        # Rank 0 resolves keyword > environment > default; every rank gets its answer.
-        o = resolve_options(dispatch=self._dispatch, max_chunk=self._max_chunk,
-                            window=self._window, locality_wait=self._locality_wait,
-                            arrays=self._arrays_kw)
-        return o["dispatch"], o["max_chunk"], o["window"], o["locality_wait"], o["arrays"]
 
     def _serve_or_abort(self, loop, lines) -> None:
         term = None
