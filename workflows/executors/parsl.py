@@ -17,7 +17,9 @@ from concurrent.futures import Future
 from typing import Any, Callable, Dict, List, Optional, Union, cast
 
 from ..errors import ExecutorError
-from .base import Executor, env_int
+from stager.options import parse_int
+
+from .base import Executor, env_option
 
 __all__ = ["ParslExecutor", "htex_local_config", "threads_config"]
 
@@ -114,7 +116,8 @@ class ParslExecutor(Executor):
     ):
         super().__init__()
         config = config or os.environ.get("WORKFLOWS_PARSL_CONFIG") or "htex-local"
-        self._workers = env_int(workers, "WORKFLOWS_PARSL_WORKERS", os.cpu_count() or 1)
+        self._workers = env_option(workers, "WORKFLOWS_PARSL_WORKERS", os.cpu_count() or 1,
+                                   parse_int(1), "workers")
         self._tmp = None
         if run_dir is None:
             run_dir = self._tmp = tempfile.mkdtemp(prefix="workflows-parsl-")
