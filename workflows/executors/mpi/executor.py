@@ -39,7 +39,7 @@ from typing import Any, Dict, List, Optional, Union
 
 from stager.mpi.agree import bcast_result
 from stager.mpi.link import Link
-from stager.options import Option, parse_bool, parse_choice, parse_int, resolve
+from stager.options import Option, parse_bool, parse_choice, parse_int, parse_number, resolve
 
 from ...errors import ExecutorError
 from ...tasks import TaskCall
@@ -388,24 +388,12 @@ def _hashable(obj: Any) -> bool:
     return True
 
 
-def _seconds(value: Any, label: str) -> float:
-    """``value`` (a number or its text) as seconds >= 0, finite; ValueError naming ``label``."""
-    try:
-        seconds = -1.0 if isinstance(value, bool) else float(value)
-    except (TypeError, ValueError):
-        seconds = -1.0
-    if not 0 <= seconds < float("inf"):
-        raise ValueError(f"{label}={value!r}: expected a number of seconds >= 0 "
-                         "(0: soft-placed tasks may run elsewhere at once)")
-    return seconds
-
-
 #: The executor's options, each declared once: keyword > environment variable > default.
 OPTIONS = (
     Option("dispatch", "central", parse_choice(*MODES), ENV_DISPATCH),
     Option("max_chunk", 64, parse_int(1), ENV_MAX_CHUNK),
     Option("window", 0, parse_int(1), ENV_WINDOW),  # 0: 8 per worker, at least 64
-    Option("locality_wait", LOCALITY_WAIT, _seconds, ENV_LOCALITY_WAIT),
+    Option("locality_wait", LOCALITY_WAIT, parse_number(0), ENV_LOCALITY_WAIT),  # s, finite
     Option("arrays", True, parse_bool, ENV_ARRAYS),
 )
 
