@@ -281,10 +281,11 @@ class Server(Loop):
                 continue
             expires = slot.batches[0].expires(self.grace)
             if expires is not None and now > expires:
-                self.lose(slot, now)
+                self.lose(slot)
 
-    def _give_up(self, slot: Slot) -> Tuple[Batch, List[Entry]]:
-        """Never serve ``slot`` again; its running batch, and the entries it had not started."""
+    def _give_up(self, slot: Slot, lost: str, note: Tuple[Any, ...], err: RemoteError) -> None:
+        """Never serve ``slot`` again: say so (``lost``, ``note``), fail the task it was
+        running with ``err``, give the entries it had not started to the other workers."""
         slot.lost = True
         self._served_changed()
         self.hungry.drop(slot.rank)
@@ -292,21 +293,22 @@ class Server(Loop):
         rest = [e for i, b in enumerate(slot.batches)
                 for e in b.entries[(b.done + 1) if i == 0 else 0:]]
         slot.batches.clear()
-        return head, rest
+        self.lost[slot.rank] = lost
+        self.note(note)
+        if head.done < len(head.entries):
+            self.fail(head.entries[head.done].tid, slot.rank, err, head.start)
+        self.queue.extend(rest)
 
-    def lose(self, slot: Slot, now: float) -> None:
-        head, rest = self._give_up(slot)
-        stuck = head.entries[head.done]
+    def lose(self, slot: Slot) -> None:
+        head = slot.batches[0]
         message = (
             f"ran past its time limit and did not stop within the {self.grace:g} s grace "
             f"(stuck in code an interrupt cannot reach; use @app(isolate=True)); its worker, "
             f"{slot.where}, was given up"
         )
         err = RemoteError("TaskTimeout", message, "", slot.where, kind="timeout")
-        self.lost[slot.rank] = f"{slot.where}: stuck in task {stuck.name}"
-        self.note(("lost", slot.rank, self.lost[slot.rank]))
-        self.fail(stuck.tid, slot.rank, err, head.start)
-        self.queue.extend(rest)   # what it had not started goes to the other workers
+        lost = f"{slot.where}: stuck in task {head.entries[head.done].name}"
+        self._give_up(slot, lost, ("lost", slot.rank, lost), err)
 
     def check_dead(self) -> None:
         """Notice at once a worker on this host whose process is gone (every 50 ms at most).
@@ -330,21 +332,14 @@ class Server(Loop):
     def died(self, slot: Slot) -> None:
         lines = [f"{name} ({state})" for name, state, _ in self.in_flight()
                  if _ == slot.where]
-        head, rest = self._give_up(slot)
-        running = head.entries[head.done] if head.done < len(head.entries) else None
         text = (f"{self.who}: worker {slot.where} died (its process is gone: a signal or "
                 f"os._exit; mpirun's message names which) while it held: "
                 f"{', '.join(lines) or 'nothing'}")
         self.say(text)
-        self.lost[slot.rank] = f"{slot.where}: died"
-        self.note(("died", slot.rank, text))
-        if running is not None:
-            err = RemoteError("TaskCrashed", f"its worker, {slot.where}, died while running it "
-                              "(killed by a signal or os._exit; use @app(isolate=True) to "
-                              "keep the worker and learn the signal)", "", slot.where,
-                              kind="crash")
-            self.fail(running.tid, slot.rank, err, head.start)
-        self.queue.extend(rest)
+        err = RemoteError("TaskCrashed", f"its worker, {slot.where}, died while running it "
+                          "(killed by a signal or os._exit; use @app(isolate=True) to "
+                          "keep the worker and learn the signal)", "", slot.where, kind="crash")
+        self._give_up(slot, f"{slot.where}: died", ("died", slot.rank, text), err)
 
     def fail(self, tid: int, rank: int, err: RemoteError, start: Optional[float] = None) -> None:
         """Deliver ``err`` as the result of task ``tid`` (held by ``rank`` since ``start``)."""
