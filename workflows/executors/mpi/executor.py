@@ -31,6 +31,7 @@ tasks (``@app(isolate=True)``) never take their worker down: they fail as
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -291,10 +292,11 @@ class MPIExecutor(Executor):
 
         self._check_root()
         fut: Future = Future()
-        target = self._refs.get(fn) if _hashable(fn) else None
-        if target is None:
+        try:
+            target = self._refs[fn]
+        except (KeyError, TypeError):  # not seen yet, or unhashable (then made every time)
             target = FunctionRef.of(fn) if hasattr(fn, "__qualname__") else fn
-            if _hashable(fn):
+            with contextlib.suppress(TypeError):
                 self._refs[fn] = target
         call = TaskCall(getattr(fn, "__name__", "task"), target, args, kwargs)
 
@@ -378,14 +380,6 @@ class MPIExecutor(Executor):
         self._term.install(wakeup=True)
         rs.term_poll = self._term.poll
         rs.summary = lambda: self.runtime.summary(limit=0)
-
-
-def _hashable(obj: Any) -> bool:
-    try:
-        hash(obj)
-    except TypeError:
-        return False
-    return True
 
 
 #: The executor's options, each declared once: keyword > environment variable > default.
