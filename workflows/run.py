@@ -358,11 +358,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         local_error = exc
     except SystemExit as exc:  # the flow's own argument parser
         local_error = FlowError(f"bad flow arguments (exit {exc.code})")
-    if comm is not None:
-        errors = comm.allgather(str(local_error) if local_error else None)
-        bad = next((e for e in errors if e), None)
-    else:
-        bad = str(local_error) if local_error else None
+    mine = str(local_error) if local_error else None  # the first rank's error, on every rank
+    bad = next((e for e in comm.allgather(mine) if e), None) if comm is not None else mine
     if bad:
         if rank == 0:
             print(f"error: {bad}", file=sys.stderr)
