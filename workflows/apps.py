@@ -32,8 +32,8 @@ sent by reference; others are sent by value with ``dill``.
 from __future__ import annotations
 
 import functools
-import importlib
 import inspect
+import pkgutil
 from typing import (Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple,
                     Union)
 
@@ -81,8 +81,12 @@ class App:
         return self._ref
 
     def __call__(self, *args: Any, **kwargs: Any) -> AppFuture:
+        return self._launch(args, kwargs)
+
+    def _launch(self, args: Tuple, kwargs: Dict, place: Optional[Tuple[Any, bool]] = None
+                ) -> AppFuture:
         return active_runtime().launch(
-            self.name, self.target, args, kwargs, self.retries, self.timeout, self.isolate
+            self.name, self.target, args, kwargs, self.retries, self.timeout, self.isolate, place
         )
 
     def map(self, items: Iterable[Any], *args: Any, **kwargs: Any) -> List[AppFuture]:
@@ -118,21 +122,16 @@ class App:
         place = (node, bool(hard))
 
         def placed(*args: Any, **kwargs: Any) -> AppFuture:
-            return self._launch_placed(place, args, kwargs)
+            return self._launch(args, kwargs, place)
 
         return placed
-
-    def _launch_placed(self, place: Tuple[Any, bool], args: Tuple, kwargs: Dict) -> AppFuture:
-        return active_runtime().launch(
-            self.name, self.target, args, kwargs, self.retries, self.timeout, self.isolate, place
-        )
 
     def __reduce__(self):
         # Pickle by name, so a worker (or a Parsl serializer) gets the module's App.
         qualname = getattr(self.fn, "__qualname__", "")
         if "<locals>" in qualname:
             raise TypeError(f"app {self.name} is defined inside a function and cannot be pickled")
-        return (_lookup, (self.fn.__module__, qualname))
+        return (pkgutil.resolve_name, (f"{self.fn.__module__}:{qualname}",))
 
     def __repr__(self) -> str:
         extra = f" timeout={self.timeout:g}" if self.timeout else ""
@@ -157,10 +156,10 @@ class CommandApp(App):
     def target(self) -> Any:
         return self.spec
 
-    def __call__(self, *args: Any, **kwargs: Any) -> AppFuture:
-        return active_runtime().launch(
-            self.name, self.spec, (), self._bind(args, kwargs), self.retries
-        )
+    def _launch(self, args: Tuple, kwargs: Dict, place: Optional[Tuple[Any, bool]] = None
+                ) -> AppFuture:
+        # the arguments fill the command's template (no timeout or isolation of its own)
+        return super()._launch((), self._bind(args, kwargs), place)
 
     def map(self, items: Iterable[Any], *args: Any, **kwargs: Any) -> List[AppFuture]:
         """One command per item (each binds its own arguments: never arrayed)."""
@@ -173,18 +172,6 @@ class CommandApp(App):
             raise TypeError(f"command {self.name}: {exc}") from None
         bound.apply_defaults()
         return dict(bound.arguments)
-
-    def _launch_placed(self, place: Tuple[Any, bool], args: Tuple, kwargs: Dict) -> AppFuture:
-        return active_runtime().launch(
-            self.name, self.spec, (), self._bind(args, kwargs), self.retries, None, False, place
-        )
-
-
-def _lookup(module: str, qualname: str) -> Any:
-    obj: Any = importlib.import_module(module)
-    for part in qualname.split("."):
-        obj = getattr(obj, part)
-    return obj
 
 
 def app(

@@ -15,6 +15,7 @@ No shell is involved.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import subprocess
@@ -167,21 +168,9 @@ def _fill(template: str, values: Mapping[str, Any], name: str) -> str:
         ) from None
 
 
-class _open:
+def _open(path: Optional[str]) -> Any:
     """Open ``path`` for writing, or yield None (output captured instead)."""
-
-    def __init__(self, path: Optional[str]):
-        self.path = path
-        self.fh = None
-
-    def __enter__(self):
-        if self.path:
-            self.fh = open(self.path, "wb")
-        return self.fh
-
-    def __exit__(self, *exc):
-        if self.fh is not None:
-            self.fh.close()
+    return open(path, "wb") if path else contextlib.nullcontext()
 
 
 def _tail(path: Optional[str], captured: Optional[bytes]) -> str:

@@ -156,7 +156,8 @@ class TaskFailure(WorkflowError):
         How many times the task ran (1 + retries used).
     """
 
-    def __init__(self, task: str, args: str, remote: RemoteError, attempts: int = 1):
+    def __init__(self, task: str, args: str, remote: RemoteError, attempts: int = 1,
+                 message: Optional[str] = None):
         self.task = task
         self.args_text = args
         self.remote = remote
@@ -164,10 +165,10 @@ class TaskFailure(WorkflowError):
         self.remote_traceback = remote.traceback
         self.attempts = attempts
         tries = f" after {attempts} attempts" if attempts > 1 else ""
-        super().__init__(
+        super().__init__(message or (
             f"task {task}({args}) failed{tries} on {remote.where}: "
             f"{remote.type_name}: {remote.message}"
-        )
+        ))
 
     def __reduce__(self):
         return (type(self), (self.task, self.args_text, self.remote, self.attempts))
@@ -230,15 +231,8 @@ class DependencyFailure(TaskFailure):
             traceback=getattr(root, "remote_traceback", "") or "",
             where=getattr(root, "where", "submitting process"),
         )
-        WorkflowError.__init__(
-            self, f"task {task}({args}) not run: it depends on a failed task: {root}"
-        )
-        self.task = task
-        self.args_text = args
-        self.remote = remote
-        self.where = remote.where
-        self.remote_traceback = remote.traceback
-        self.attempts = 0
+        super().__init__(task, args, remote, 0,
+                         f"task {task}({args}) not run: it depends on a failed task: {root}")
 
     def __reduce__(self):
         return (type(self), (self.task, self.args_text, self.upstream))

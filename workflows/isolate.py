@@ -31,6 +31,7 @@ lives in the child, not the worker.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import signal
@@ -156,24 +157,21 @@ class Runner:
         return status if pid else None
 
     def _forget(self) -> None:
+        self._close_pipe()
+        self.pid = None
+
+    def _close_pipe(self) -> None:
         if self._conn is not None:
-            try:
+            with contextlib.suppress(OSError):
                 self._conn.close()
-            except OSError:
-                pass
-        self.pid, self._conn = None, None
+            self._conn = None
 
     def stop(self) -> None:
         """End the child: close its pipe, SIGTERM, SIGKILL after :data:`KILL_AFTER` s; reap it."""
         if self.pid is None:
             return
         pid = self.pid
-        if self._conn is not None:
-            try:
-                self._conn.close()
-            except OSError:
-                pass
-            self._conn = None
+        self._close_pipe()
         for sig, wait in ((signal.SIGTERM, KILL_AFTER), (signal.SIGKILL, 5.0)):
             try:
                 os.kill(pid, sig)

@@ -77,14 +77,10 @@ def check_seconds(value: Optional[float], what: str) -> Optional[float]:
 
 def grace_seconds() -> float:
     """``WORKFLOWS_TIMEOUT_GRACE`` (seconds, > 0) or :data:`GRACE`."""
+    from stager.options import parse_number
+
     text = os.environ.get("WORKFLOWS_TIMEOUT_GRACE", "")
-    if not text:
-        return GRACE
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError(f"WORKFLOWS_TIMEOUT_GRACE={text!r} is not a number of seconds") from None
-    return check_seconds(value, "WORKFLOWS_TIMEOUT_GRACE") or GRACE
+    return parse_number(0, strict=True)(text, "WORKFLOWS_TIMEOUT_GRACE") if text else GRACE
 
 
 @dataclass(frozen=True)
@@ -111,9 +107,7 @@ class Limits:
 
     def seconds_left(self, start: float) -> Optional[float]:
         """Seconds the task may still run if it starts at ``start`` (may be <= 0)."""
-        left = None
-        if self.timeout is not None:
-            left = self.timeout
+        left = self.timeout
         if self.deadline is not None:
             to_deadline = self.deadline - start
             left = to_deadline if left is None else min(left, to_deadline)

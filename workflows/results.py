@@ -15,6 +15,7 @@ root of a workflow.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any, Mapping, Optional, Sequence
 
@@ -218,13 +219,7 @@ def write_arrays(
             os.replace(target, path)
     except Exception as exc:
         if mode == "w":
-            _unlink(target)
+            with contextlib.suppress(OSError):
+                os.unlink(target)
         raise ResultsError(f"cannot write {path}: {type(exc).__name__}: {exc}") from exc
     return path
-
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass

@@ -256,11 +256,6 @@ def _flow_namespace(module: Any, flow: str, flow_argv: List[str]) -> argparse.Na
     return ns
 
 
-def _executor_options(opts: argparse.Namespace, name: str, job: Any = None) -> Dict[str, Any]:
-    """The keyword options of executor ``name`` (its own ``run_options``)."""
-    return pkgutil.resolve_name(ROWS[name]).run_options(opts, job)
-
-
 def _drive(module: Any, ns: argparse.Namespace, ex: Executor, opts: Any = None) -> Dict[str, Any]:
     """Run the flow's main on the active executor ``ex``; never raises.
 
@@ -363,11 +358,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         local_error = exc
     except SystemExit as exc:  # the flow's own argument parser
         local_error = FlowError(f"bad flow arguments (exit {exc.code})")
-    if comm is not None:
-        errors = comm.allgather(str(local_error) if local_error else None)
-        bad = next((e for e in errors if e), None)
-    else:
-        bad = str(local_error) if local_error else None
+    mine = str(local_error) if local_error else None  # the first rank's error, on every rank
+    bad = next((e for e in comm.allgather(mine) if e), None) if comm is not None else mine
     if bad:
         if rank == 0:
             print(f"error: {bad}", file=sys.stderr)
@@ -418,10 +410,11 @@ def _run(opts, module, ns, name: str, comm: Any, hooks) -> int:
         return 1
 
     t = time.perf_counter()
+    options = pkgutil.resolve_name(ROWS[name]).run_options(opts, job)  # the executor's own
     if name == "mpi":
         from .executors.mpi import MPIExecutor
 
-        mpi_ex = MPIExecutor(comm, **_executor_options(opts, name, job))
+        mpi_ex = MPIExecutor(comm, **options)
         with mpi_ex as ex:
             if ex is not None:
                 status = _drive(module, ns, ex, opts)
@@ -439,7 +432,7 @@ def _run(opts, module, ns, name: str, comm: Any, hooks) -> int:
             comm.Abort(1)
     elif rank == 0:
         try:
-            with make(name, **_executor_options(opts, name)) as active:
+            with make(name, **options) as active:
                 assert active is not None  # only MPIExecutor yields None (on workers)
                 status = _drive(module, ns, active, opts)
         except Exception as exc:

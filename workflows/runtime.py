@@ -20,6 +20,7 @@ The *active* executor -- the one app calls go to -- is a process-wide stack
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import threading
 import time
@@ -190,13 +191,8 @@ class Runtime:
         place: Optional[Tuple[Any, bool]] = None,
     ) -> AppFuture:
         """Create the task's future and submit it once its inputs are done."""
-        number = next(self._ids)
-        fut = AppFuture(f"{name}#{number}")
-        fut.task.number = number
-        with self._cond:
-            self._outstanding += 1
-            self.launched += 1
-            self._live[number] = fut
+        fut = self._new_future(name)
+        self._track([fut])
         limits = self._limits_for(timeout, isolate)
         if place is not None:
             try:
@@ -246,27 +242,42 @@ class Runtime:
             if not all(type(v) in plain for v in a) and find_futures(a):
                 out.append(self.launch(name, target, a, kwargs, retries, timeout, isolate))
                 continue
-            number = next(self._ids)
-            fut = AppFuture(f"{name}#{number}")
-            fut.task.number = number
+            fut = self._new_future(name)
             out.append(fut)
             ready.append((fut, TaskCall(fut.task.name, target, a, kwargs, limits)))
-        with self._cond:
-            self._outstanding += len(ready)
-            self.launched += len(ready)
-            for fut, _ in ready:
-                self._live[fut.task.number] = fut
+        self._track([fut for fut, _ in ready])
         if ready:
             trampoline(lambda: self._submit_array(ready, retries))
         return out
+
+    def _new_future(self, name: str) -> AppFuture:
+        number = next(self._ids)
+        fut = AppFuture(f"{name}#{number}")
+        fut.task.number = number
+        return fut
+
+    def _track(self, futures: List[AppFuture]) -> None:
+        """Count ``futures`` as launched and outstanding (until :meth:`_settle`)."""
+        with self._cond:
+            self._outstanding += len(futures)
+            self.launched += len(futures)
+            for fut in futures:
+                self._live[fut.task.number] = fut
+
+    def _dropped(self, fut: AppFuture) -> bool:
+        """Settle ``fut`` if it is done before it was handed over (cancelled, or expired)."""
+        if not fut.done():
+            return False
+        if self._settle(fut):
+            # concurrent.futures.wait() counts a cancelled future only once notified.
+            fut.set_running_or_notify_cancel()
+        return True
 
     def _submit_array(self, ready: List[Tuple[AppFuture, TaskCall]], retries: int) -> None:
         calls: List[TaskCall] = []
         dones: List[Any] = []
         for fut, call in ready:
-            if fut.done():  # cancelled before it was handed over
-                if self._settle(fut):
-                    fut.set_running_or_notify_cancel()
+            if self._dropped(fut):
                 continue
             fut.task.attempts = 1
             calls.append(call)
@@ -296,16 +307,10 @@ class Runtime:
         self._submit(fut, call, 1, retries)
 
     def _submit(self, fut: AppFuture, call: TaskCall, attempt: int, retries: int) -> None:
-        if fut.done():  # cancelled by the user, or expired by the run's time limit
-            if self._settle(fut):
-                # concurrent.futures.wait() counts a cancelled future only once notified.
-                fut.set_running_or_notify_cancel()
+        if self._dropped(fut):
             return
         fut.task.attempts = attempt
-
-        def done(outcome: Outcome) -> None:
-            trampoline(lambda: self._finished(fut, call, attempt, retries, outcome))
-
+        done = self._on_done(fut, call, attempt, retries)
         try:
             self.executor.launch_call(call, done)
         except BaseException as exc:
@@ -436,9 +441,5 @@ def capture_executor_error(exc: BaseException) -> RemoteError:
     err = RemoteError.capture(exc)
     if isinstance(exc, ExecutorError):
         return err
-    return RemoteError(
-        err.type_name,
-        f"executor failed to run the task: {err.message}",
-        err.traceback,
-        "submitting process",
-    )
+    return dataclasses.replace(err, message=f"executor failed to run the task: {err.message}",
+                               where="submitting process", exit_code=None, stderr_tail="")

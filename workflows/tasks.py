@@ -191,7 +191,8 @@ def execute(call: TaskCall) -> Outcome:
     """
     limits = call.limits
     if os.environ.get("WORKFLOWS_ISOLATED") != "1" and (
-        limits.isolate or (limits.bounded and not _main_thread())
+        limits.isolate
+        or (limits.bounded and threading.current_thread() is not threading.main_thread())
     ):
         # A time limit outside the main thread cannot interrupt a blocked system call
         # (workflows.limits): such a task runs isolated, where a kill ends it.
@@ -230,7 +231,7 @@ def _execute_isolated(call: TaskCall) -> Outcome:
 
     start = time.time()
     left = call.limits.seconds_left(start) if call.limits.bounded else None
-    kind, value = runner(_run_in_child).call(call, left)
+    kind, value = runner(execute).call(call, left)
     if kind == "ok":
         return value
     here = where_cached()
@@ -247,14 +248,6 @@ def _execute_isolated(call: TaskCall) -> Outcome:
         err = RemoteError("TaskCrashed", f"{message} while running the task", "", here,
                           kind="crash")
     return Outcome(None, err, here, start, time.time())
-
-
-def _run_in_child(call: TaskCall) -> Outcome:
-    return execute(call)
-
-
-def _main_thread() -> bool:
-    return threading.current_thread() is threading.main_thread()
 
 
 def _in_worker() -> bool:

@@ -227,17 +227,21 @@ def test_locality_wait_option_keyword_then_environment_then_default(monkeypatch)
     from workflows.errors import ExecutorError
     from workflows.executors.mpi import executor as mx
 
+    def wait(value):
+        return mx.resolve_options(locality_wait=value)["locality_wait"]
+
     monkeypatch.delenv(mx.ENV_LOCALITY_WAIT, raising=False)
-    assert mx._env_wait(None) == mx.LOCALITY_WAIT == 1.0
+    assert wait(None) == mx.LOCALITY_WAIT == 1.0
     monkeypatch.setenv(mx.ENV_LOCALITY_WAIT, "0.25")
-    assert mx._env_wait(None) == 0.25
-    assert mx._env_wait(0) == 0.0  # the keyword wins; 0: no delay
+    assert wait(None) == 0.25
+    assert wait(0) == 0.0  # the keyword wins; 0: no delay
     monkeypatch.setenv(mx.ENV_LOCALITY_WAIT, "0")
-    assert mx._env_wait(None) == 0.0
+    assert wait(None) == 0.0
     for bad in ("soon", "-1", "inf", "nan"):
         monkeypatch.setenv(mx.ENV_LOCALITY_WAIT, bad)
         with pytest.raises(ExecutorError, match="MPISTAGE_LOCALITY_WAIT"):
-            mx._env_wait(None)
-    for bad in (-0.5, True, "1"):
+            wait(None)
+    monkeypatch.delenv(mx.ENV_LOCALITY_WAIT)
+    for bad in (-0.5, True, "soon", float("inf")):
         with pytest.raises(ExecutorError, match="locality_wait"):
-            mx._check_wait(bad, "locality_wait")
+            wait(bad)

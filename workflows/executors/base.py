@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import abc
 import gc
-import os
 import socket
 from concurrent.futures import Future
 from typing import Any, Callable, Dict, Optional, Tuple, Union
@@ -22,7 +21,7 @@ from ..futures import exception_of
 from ..runtime import Runtime, capture_executor_error, pop_active, push_active
 from ..tasks import Outcome, TaskCall, execute
 
-__all__ = ["Executor", "env_int", "raise_gc_threshold", "restore_gc_threshold"]
+__all__ = ["Executor", "env_option", "raise_gc_threshold", "restore_gc_threshold"]
 
 
 class Executor(abc.ABC):
@@ -165,11 +164,9 @@ GC_THRESHOLD = 20000
 
 def raise_gc_threshold() -> Optional[Tuple[int, int, int]]:
     """Raise the collector's thresholds for a run; returns the old ones (None: unchanged)."""
-    text = os.environ.get("WORKFLOWS_GC_THRESHOLD", "")
-    try:
-        value = int(text) if text else GC_THRESHOLD
-    except ValueError:
-        raise ExecutorError(f"WORKFLOWS_GC_THRESHOLD={text!r} is not an integer") from None
+    from stager.options import parse_int
+
+    value = env_option(None, "WORKFLOWS_GC_THRESHOLD", GC_THRESHOLD, parse_int(0), "gc threshold")
     old = gc.get_threshold()
     if value <= old[0]:
         return None
@@ -182,19 +179,13 @@ def restore_gc_threshold(old: Optional[Tuple[int, int, int]]) -> None:
         gc.set_threshold(*old)
 
 
-def env_int(value: Optional[int], var: str, default: int, minimum: int = 1) -> int:
-    """Config precedence keyword > environment variable > default, parsed strictly."""
-    if value is None:
-        text = os.environ.get(var)
-        if text is None or text == "":
-            return default
-        try:
-            value = int(text)
-        except ValueError:
-            raise ExecutorError(f"{var}={text!r} is not an integer") from None
-        source = var
-    else:
-        source = "argument"
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ExecutorError(f"{source}: expected an integer >= {minimum}, got {value!r}")
-    return value
+def env_option(value: Any, var: str, default: Any, parse: Callable[[Any, str], Any],
+               name: str) -> Any:
+    """Keyword ``name`` > environment variable ``var`` > default, parsed strictly by
+    ``parse`` (:func:`stager.options.resolve` of one option); an ExecutorError names it."""
+    from stager.options import Option, resolve
+
+    try:
+        return resolve([Option(name, default, parse, var)], {name: value})[name]
+    except ValueError as e:
+        raise ExecutorError(str(e)) from None

@@ -8,13 +8,14 @@ on a cluster (LiberTEM's InlineJobExecutor does the same).
 
 from __future__ import annotations
 
-import os
 import pickle
 from concurrent.futures import Future
 from typing import Any, Callable, Dict, Optional
 
+from stager.options import parse_bool
+
 from ..errors import ExecutorError
-from .base import Executor
+from .base import Executor, env_option
 
 __all__ = ["InlineExecutor"]
 
@@ -37,12 +38,7 @@ class InlineExecutor(Executor):
 
     def __init__(self, debug: Optional[bool] = None):
         super().__init__()
-        if debug is None:
-            text = os.environ.get("WORKFLOWS_INLINE_DEBUG", "0")
-            if text not in ("0", "1"):
-                raise ExecutorError(f"WORKFLOWS_INLINE_DEBUG={text!r}: expected 0 or 1")
-            debug = text == "1"
-        self.debug = bool(debug)
+        self.debug = bool(env_option(debug, "WORKFLOWS_INLINE_DEBUG", False, parse_bool, "debug"))
 
     @property
     def workers(self) -> int:

@@ -12,9 +12,11 @@ import os
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any, Callable, Dict, Optional
 
-from ..errors import ExecutorError, RemoteError
+from stager.options import parse_choice, parse_int
+
+from ..errors import RemoteError
 from ..tasks import Outcome, TaskCall
-from .base import Executor, env_int
+from .base import Executor, env_option
 
 __all__ = ["LocalExecutor"]
 
@@ -45,10 +47,10 @@ class LocalExecutor(Executor):
 
     def __init__(self, max_workers: Optional[int] = None, start_method: Optional[str] = None):
         super().__init__()
-        self._workers = env_int(max_workers, "WORKFLOWS_LOCAL_WORKERS", os.cpu_count() or 1)
-        method = start_method or os.environ.get("WORKFLOWS_LOCAL_START_METHOD") or "fork"
-        if method not in _START_METHODS:
-            raise ExecutorError(f"start method {method!r}: expected one of {_START_METHODS}")
+        self._workers = env_option(max_workers, "WORKFLOWS_LOCAL_WORKERS", os.cpu_count() or 1,
+                                   parse_int(1), "max_workers")
+        method = env_option(start_method, "WORKFLOWS_LOCAL_START_METHOD", "fork",
+                            parse_choice(*_START_METHODS), "start_method")
         self._pool = ProcessPoolExecutor(
             self._workers,
             mp_context=multiprocessing.get_context(method),

@@ -14,10 +14,12 @@ import shutil
 import sys
 import tempfile
 from concurrent.futures import Future
-from typing import Any, Callable, Dict, Optional, Union, cast
+from typing import Any, Callable, Dict, List, Optional, Union, cast
 
 from ..errors import ExecutorError
-from .base import Executor, env_int
+from stager.options import parse_int
+
+from .base import Executor, env_option
 
 __all__ = ["ParslExecutor", "htex_local_config", "threads_config"]
 
@@ -30,9 +32,17 @@ def _call(fn: Callable, *args: Any, **kwargs: Any) -> Any:
     return fn(*args, **kwargs)
 
 
+def run_config(executors: List[Any], run_dir: str):
+    """A Parsl Config of ``executors`` as every set-up here wants it: no scaling strategy
+    (blocks are fixed), Parsl's logging and usage tracking off."""
+    from parsl.config import Config
+
+    return Config(executors=executors, run_dir=run_dir, strategy="none",
+                  initialize_logging=False, usage_tracking=0)
+
+
 def htex_local_config(workers: int, run_dir: str):
     """A Parsl Config: one HighThroughputExecutor block of ``workers`` on this machine."""
-    from parsl.config import Config
     from parsl.executors import HighThroughputExecutor
     from parsl.providers import LocalProvider
 
@@ -56,27 +66,14 @@ def htex_local_config(workers: int, run_dir: str):
             worker_init=f"export PATH={bindir}:$PATH",
         ),
     )
-    return Config(
-        executors=[htex],
-        run_dir=run_dir,
-        strategy="none",
-        initialize_logging=False,
-        usage_tracking=0,
-    )
+    return run_config([htex], run_dir)
 
 
 def threads_config(workers: int, run_dir: str):
     """A Parsl Config with Parsl's ThreadPoolExecutor (no worker processes)."""
-    from parsl.config import Config
     from parsl.executors.threads import ThreadPoolExecutor
 
-    return Config(
-        executors=[ThreadPoolExecutor(max_threads=workers, label="threads")],
-        run_dir=run_dir,
-        strategy="none",
-        initialize_logging=False,
-        usage_tracking=0,
-    )
+    return run_config([ThreadPoolExecutor(max_threads=workers, label="threads")], run_dir)
 
 
 def _put_interpreter_on_path() -> None:
@@ -119,7 +116,8 @@ class ParslExecutor(Executor):
     ):
         super().__init__()
         config = config or os.environ.get("WORKFLOWS_PARSL_CONFIG") or "htex-local"
-        self._workers = env_int(workers, "WORKFLOWS_PARSL_WORKERS", os.cpu_count() or 1)
+        self._workers = env_option(workers, "WORKFLOWS_PARSL_WORKERS", os.cpu_count() or 1,
+                                   parse_int(1), "workers")
         self._tmp = None
         if run_dir is None:
             run_dir = self._tmp = tempfile.mkdtemp(prefix="workflows-parsl-")

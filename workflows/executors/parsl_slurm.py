@@ -38,6 +38,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .parsl import run_config
+
 __all__ = ["slurm_htex_config", "venv_worker_init"]
 
 REPO = Path(__file__).resolve().parents[2]  # the source tree (workflows/executors/ -> repo)
@@ -103,7 +105,6 @@ def slurm_htex_config(nodes: int, run_dir: str, *, workers_per_node: int = 1,
         raise ValueError(f"nodes must be a positive integer, got {nodes!r}")
     if not isinstance(workers_per_node, int) or workers_per_node < 1:
         raise ValueError(f"workers_per_node must be a positive integer, got {workers_per_node!r}")
-    from parsl.config import Config
     from parsl.executors import HighThroughputExecutor
     from parsl.launchers import SrunLauncher
     from parsl.providers import SlurmProvider
@@ -133,5 +134,4 @@ def slurm_htex_config(nodes: int, run_dir: str, *, workers_per_node: int = 1,
         worker_logdir_root=run_dir,
         provider=provider,
     )
-    return Config(executors=[htex], run_dir=run_dir, strategy="none",
-                  initialize_logging=False, usage_tracking=0)
+    return run_config([htex], run_dir)

@@ -31,6 +31,7 @@ tasks (``@app(isolate=True)``) never take their worker down: they fail as
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -39,12 +40,11 @@ from typing import Any, Dict, List, Optional, Union
 
 from stager.mpi.agree import bcast_result
 from stager.mpi.link import Link
-from stager.options import Option, parse_bool, parse_choice, parse_int, resolve
+from stager.options import Option, parse_bool, parse_choice, parse_int, parse_number, resolve
 
 from ...errors import ExecutorError
-from ...runtime import push_active
 from ...tasks import TaskCall
-from ..base import Executor, raise_gc_threshold
+from ..base import Executor
 from .roles import MODES, Roles, layout_roles
 from .server import NodeServer, Options
 from .term import TermReport
@@ -142,22 +142,15 @@ class MPIExecutor(Executor):
             raise ExecutorError("MPIExecutor needs an intracommunicator")
         if not (0 <= root < comm.Get_size()):
             raise ExecutorError(f"root={root}: expecting root in range({comm.Get_size()})")
-        if dispatch is not None and dispatch not in MODES:
-            raise ExecutorError(f"dispatch={dispatch!r}: expected one of {', '.join(MODES)}")
-        for label, value in (("max_chunk", max_chunk), ("window", window)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                      or value < 1):
-                raise ExecutorError(f"{label}={value!r}: expected an integer >= 1")
-        if locality_wait is not None:
-            _check_wait(locality_wait, "locality_wait")
+        # the keywords, resolved against rank 0's environment on entering
+        self._options: Dict[str, Any] = dict(dispatch=dispatch, max_chunk=max_chunk,
+                                             window=window, locality_wait=locality_wait,
+                                             arrays=arrays)
+        resolve_options(env={}, **self._options)  # checked here, by the environment's parsers
         self.comm = comm
         self.root = root
-        self._dispatch = dispatch
-        self._locality_wait = locality_wait
         self._emulate_nodes, self._node_id_env, self._job = emulate_nodes, node_id_env, job
-        self._max_chunk, self._window = max_chunk, window
         self.abort_on_lost = abort_on_lost
-        self._arrays_kw = arrays
         self.arrays = True
         self.roles: Optional[Roles] = None
         self._dup: Any = None
@@ -178,7 +171,7 @@ class MPIExecutor(Executor):
 
     @property
     def dispatch(self) -> str:
-        return self.roles.mode if self.roles else (self._dispatch or "central")
+        return self.roles.mode if self.roles else (self._options["dispatch"] or "central")
 
     @property
     def nodes(self):
@@ -217,14 +210,16 @@ class MPIExecutor(Executor):
             raise ExecutorError("an MPIExecutor can be entered only once")
         self._entered = True
         comm = self.comm
-        options = bcast_result(comm, self._resolve_options)
-        mode, max_chunk, window, locality_wait, self.arrays = options
+        # keyword > rank 0's environment > default; every rank gets rank 0's answer
+        o = bcast_result(comm, resolve_options, **self._options)
+        self.arrays = o["arrays"]
         self._dup = comm.Dup()
-        self.roles = roles = layout_roles(self._dup, self.root, mode, self._emulate_nodes,
+        self.roles = roles = layout_roles(self._dup, self.root, o["dispatch"], self._emulate_nodes,
                                           self._node_id_env, job=self._job)
         # its messages hold pickled tasks and results (bytes), never arrays to send apart
         link = self._link = Link(self._dup, "executor", out_of_band=None)
-        opts = Options(max_chunk=max_chunk, window=window, locality_wait=locality_wait)
+        opts = Options(max_chunk=o["max_chunk"], window=o["window"],
+                       locality_wait=o["locality_wait"])
         rank = comm.Get_rank()
         role = roles.role(rank)
         if role == "root":
@@ -235,15 +230,14 @@ class MPIExecutor(Executor):
                                             name="workflows-mpi-dispatcher", daemon=True)
             self._thread.start()
             self._install_term_report()
-            self._gc_saved = raise_gc_threshold()
-            push_active(self)
+            super().__enter__()  # active, as every executor (Executor.__enter__)
             return self
         old = os.environ.get("WORKFLOWS_WORKER")
         os.environ["WORKFLOWS_WORKER"] = "1"
         try:
             if role == "server":
                 server = NodeServer(link, roles, rank, opts)
-                self._serve_or_abort(server.run, lambda: _server_lines(server))
+                self._serve_or_abort(server.run, server.in_flight_lines)
             else:
                 from .worker import serve_worker
 
@@ -256,13 +250,6 @@ class MPIExecutor(Executor):
         self._closed = True
         self._free()
         return None
-
-    def _resolve_options(self):
-        # Rank 0 resolves keyword > environment > default; every rank gets its answer.
-        o = resolve_options(dispatch=self._dispatch, max_chunk=self._max_chunk,
-                            window=self._window, locality_wait=self._locality_wait,
-                            arrays=self._arrays_kw)
-        return o["dispatch"], o["max_chunk"], o["window"], o["locality_wait"], o["arrays"]
 
     def _serve_or_abort(self, loop, lines) -> None:
         term = None
@@ -305,10 +292,11 @@ class MPIExecutor(Executor):
 
         self._check_root()
         fut: Future = Future()
-        target = self._refs.get(fn) if _hashable(fn) else None
-        if target is None:
+        try:
+            target = self._refs[fn]
+        except (KeyError, TypeError):  # not seen yet, or unhashable (then made every time)
             target = FunctionRef.of(fn) if hasattr(fn, "__qualname__") else fn
-            if _hashable(fn):
+            with contextlib.suppress(TypeError):
                 self._refs[fn] = target
         call = TaskCall(getattr(fn, "__name__", "task"), target, args, kwargs)
 
@@ -394,44 +382,12 @@ class MPIExecutor(Executor):
         rs.summary = lambda: self.runtime.summary(limit=0)
 
 
-def _hashable(obj: Any) -> bool:
-    try:
-        hash(obj)
-    except TypeError:
-        return False
-    return True
-
-
-def _server_lines(server: NodeServer) -> List[str]:
-    return [f"{name} ({state}) on {where}" for name, state, where in server.in_flight()]
-
-
-def _check_wait(value: Any, label: str) -> float:
-    """``value`` as seconds >= 0 (finite), or an ExecutorError naming ``label``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-            0 <= value < float("inf")):
-        raise ExecutorError(f"{label}={value!r}: expected a number of seconds >= 0 "
-                            "(0: soft-placed tasks may run elsewhere at once)")
-    return float(value)
-
-
-def _seconds(value: Any, label: str) -> float:
-    try:
-        seconds = float(value)
-    except ValueError:
-        raise ValueError(f"{label}={value!r} is not a number of seconds") from None
-    try:
-        return _check_wait(seconds, label)
-    except ExecutorError as e:
-        raise ValueError(str(e)) from None
-
-
 #: The executor's options, each declared once: keyword > environment variable > default.
 OPTIONS = (
     Option("dispatch", "central", parse_choice(*MODES), ENV_DISPATCH),
     Option("max_chunk", 64, parse_int(1), ENV_MAX_CHUNK),
     Option("window", 0, parse_int(1), ENV_WINDOW),  # 0: 8 per worker, at least 64
-    Option("locality_wait", LOCALITY_WAIT, _seconds, ENV_LOCALITY_WAIT),
+    Option("locality_wait", LOCALITY_WAIT, parse_number(0), ENV_LOCALITY_WAIT),  # s, finite
     Option("arrays", True, parse_bool, ENV_ARRAYS),
 )
 
@@ -449,6 +405,3 @@ def resolve_options(env: Optional[Any] = None, **kwargs: Any) -> dict:
     except ValueError as e:
         raise ExecutorError(str(e)) from None
 
-
-def _env_wait(value: Optional[float]) -> float:
-    return float(resolve_options(locality_wait=value)["locality_wait"])

@@ -36,11 +36,12 @@ worker whatever became takeable; a thief's empty steals back off to 50 ms.
 from __future__ import annotations
 
 import collections
+import itertools
 import math
 import time
-from typing import Callable, Deque, Dict, List, NamedTuple, Optional, Set, Tuple
+from typing import Callable, Deque, Dict, Iterable, List, NamedTuple, Optional, Set, Tuple
 
-__all__ = ["Entry", "TaskQueue", "guided_chunk", "MAX_BATCH_BYTES"]
+__all__ = ["Entry", "TaskQueue", "fit_bytes", "guided_chunk", "MAX_BATCH_BYTES"]
 
 
 class Entry(NamedTuple):
@@ -63,6 +64,17 @@ _LONG_AGO = -1e300
 #: Most bytes of pickled tasks in one message (a batch, a pull, a steal) -- far
 #: below MPI's 2 GiB count limit, and small enough not to stall the receiver.
 MAX_BATCH_BYTES = 4 << 20
+
+
+def fit_bytes(entries: Iterable[Entry], max_bytes: int = MAX_BATCH_BYTES) -> int:
+    """How many of ``entries``, in order, fit in one message of ``max_bytes`` (at least one)."""
+    size = n = 0
+    for e in entries:
+        if n and size + len(e.blob) > max_bytes:
+            break
+        size += len(e.blob)
+        n += 1
+    return n
 
 
 def guided_chunk(available: int, workers: int, max_chunk: int) -> int:
@@ -229,15 +241,8 @@ class TaskQueue:
 
     def take_free(self, count: int, max_bytes: int = MAX_BATCH_BYTES) -> List[Entry]:
         """Up to ``count`` free entries, oldest first (what a server's pull gets from the root)."""
-        out: List[Entry] = []
-        size = 0
-        free = self.free
-        while free and len(out) < count:
-            if out and size + len(free[0].blob) > max_bytes:
-                break
-            size += len(free[0].blob)
-            out.append(free.popleft())
-        return out
+        n = fit_bytes(itertools.islice(self.free, count), max_bytes)
+        return [self.free.popleft() for _ in range(n)]
 
     def steal(self, count: int, max_bytes: int = MAX_BATCH_BYTES) -> List[Entry]:
         """At most ``count`` and at most half (rounded up) of what is stealable; newest first.

@@ -33,9 +33,9 @@ from stager.mpi.link import Link, dumps
 
 from ...errors import ExecutorError, RemoteError
 from ...runtime import capture_executor_error
-from ...tasks import Outcome, TaskCall, execute, where_cached
+from ...tasks import Outcome, TaskCall, where_cached
 from .arrays import ArrayCall, ArrayDone, array_chunks, chunk_cap, same_array
-from .queues import MAX_BATCH_BYTES, Entry
+from .queues import MAX_BATCH_BYTES, Entry, fit_bytes
 from .roles import Roles
 from .server import Options, Result, Server
 from .wire import FEED, FINAL, STOP, UP
@@ -83,18 +83,13 @@ class RootServer(Server):
     # -- any thread ---------------------------------------------------------------
     def launch(self, call: TaskCall, done: Done) -> None:
         """Queue one task attempt; ``done(outcome)`` is called from the dispatcher thread."""
-        if self.stop_requested:
-            raise ExecutorError("the mpi executor is shut down: no new tasks can start")
+        self._check_open()
         blob = dumps(call)  # raises here, in the caller, for a task that does not pickle
-        tid = next(self._ids)
         place = call.place
         limits = call.limits
-        entry = Entry(tid, call.name, place[0] if place else -1, bool(place and place[1]),
-                      limits.timeout, limits.deadline, blob)
-        self.records[tid] = (done, call.name)
-        self.inbox.append(entry)
-        if self._sleeping:
-            self._wake.set()
+        entry = Entry(next(self._ids), call.name, place[0] if place else -1,
+                      bool(place and place[1]), limits.timeout, limits.deadline, blob)
+        self._queue([(entry, (done, call.name))])
 
     def launch_array(self, calls: List[TaskCall], dones: List[Done]) -> None:
         """Queue ready tasks of one app as task arrays (:mod:`.arrays`); one ``done`` per call.
@@ -103,8 +98,7 @@ class RootServer(Server):
         any is queued (a call that does not pickle fails them all here, in the
         caller). Calls that cannot share an array go one by one (:meth:`launch`).
         """
-        if self.stop_requested:
-            raise ExecutorError("the mpi executor is shut down: no new tasks can start")
+        self._check_open()
         if not same_array(calls):
             for call, done in zip(calls, dones):
                 self.launch(call, done)
@@ -116,6 +110,14 @@ class RootServer(Server):
         for size in sizes:
             self._array_entries(calls[i:i + size], dones[i:i + size], queued)
             i += size
+        self._queue(queued)
+
+    def _check_open(self) -> None:
+        if self.stop_requested:
+            raise ExecutorError("the mpi executor is shut down: no new tasks can start")
+
+    def _queue(self, queued: List[Tuple[Entry, Tuple[Done, str]]]) -> None:
+        """Record the entries' callbacks and hand the entries to the dispatcher thread."""
         for entry, record in queued:
             self.records[entry.tid] = record
             self.inbox.append(entry)
@@ -303,12 +305,7 @@ class RootServer(Server):
         waiting = self.pushes.pop(server, None)
         if not waiting:
             return []
-        size, n = 0, 0
-        for e in waiting:
-            if n and size + len(e.blob) > MAX_BATCH_BYTES:
-                break
-            size += len(e.blob)
-            n += 1
+        n = fit_bytes(waiting)
         if n < len(waiting):
             self.pushes[server] = waiting[n:]
         return waiting[:n]
@@ -325,20 +322,23 @@ class RootServer(Server):
 
     # -- results --------------------------------------------------------------------
     def deliver(self, results: List[Result]) -> None:
-        where, node_of, records = self.where, self.roles.node_of, self.records
+        where, node_of = self.where, self.roles.node_of
         for tid, rank, blob in results:
-            rec = records.pop(tid, None)
-            self.assigned.pop(tid, None)
-            if rec is None:
-                continue
-            done = rec[0]
-            if type(done) is ArrayDone:
-                self.tasks_done += done.count
-                done.resolve(blob, where.get(rank, f"rank {rank}"), node_of[rank])
-                continue
+            self._resolve(tid, blob, where.get(rank, f"rank {rank}"), node_of[rank])
+
+    def _resolve(self, tid: int, blob: bytes, where: str, node: Optional[int]) -> None:
+        """Hand task ``tid``'s result blob to its callback(s) (a late or unknown one: dropped)."""
+        rec = self.records.pop(tid, None)
+        self.assigned.pop(tid, None)
+        if rec is None:
+            return
+        done = rec[0]
+        if type(done) is ArrayDone:
+            self.tasks_done += done.count
+            done.resolve(blob, where, node)
+        else:
             self.tasks_done += 1
-            outcome = unpack(blob, where.get(rank, f"rank {rank}"), node_of[rank])
-            done(outcome)
+            done(unpack(blob, where, node))
 
     def note(self, note: Tuple[Any, ...]) -> None:
         if note[0] == "hello":
@@ -373,27 +373,17 @@ class RootServer(Server):
 
     # -- one rank: no workers ---------------------------------------------------
     def _run_here(self) -> bool:
+        """Run one queued entry in this thread, as a worker would (its result pickled too)."""
         if not self.queue:
             return False
-        import pickle
-
         entry = self.queue.take(0, 1)[0]
-        rec = self.records.pop(entry.tid, None)
-        if rec is None:
-            return True
-        done = rec[0]
-        if type(done) is ArrayDone:
-            self.tasks_done += done.count
-            done.resolve(run_entry(entry), where_cached(), None)
-            return True
-        self.tasks_done += 1
-        done(execute(pickle.loads(entry.blob)))
+        self._resolve(entry.tid, run_entry(entry), where_cached(), None)
         return True
 
     # -- reports ------------------------------------------------------------------
     def in_flight_report(self) -> List[str]:
         """One line per task in the hands of the root's workers or fed to a node server."""
-        lines = [f"{name} ({state}) on {where}" for name, state, where in self.in_flight()]
+        lines = self.in_flight_lines()
         by_server: Dict[int, int] = collections.Counter(self.assigned.values())
         for server, n in sorted(by_server.items()):
             lines.append(f"{n} task(s) with the task server on {self.where.get(server, server)}"

@@ -36,7 +36,7 @@ from stager.mpi.link import Credits, Link, dumps
 from stager.mpi.loop import Loop
 
 from ...errors import RemoteError
-from ...limits import grace_seconds
+from ...limits import Limits, grace_seconds
 from ...tasks import where_cached
 from .queues import MAX_BATCH_BYTES, Entry, TaskQueue, guided_chunk
 from .roles import Roles
@@ -88,12 +88,8 @@ class Batch:
         if self.start is None or self.done >= len(self.entries):
             return None
         head = self.entries[self.done]
-        limit = None
-        if head.timeout is not None:
-            limit = self.start + head.timeout + grace
-        if head.deadline is not None:
-            limit = min(limit, head.deadline + grace) if limit else head.deadline + grace
-        return limit
+        left = Limits(head.timeout, head.deadline).seconds_left(self.start)
+        return None if left is None else self.start + left + grace
 
 
 class Slot:
@@ -285,10 +281,11 @@ class Server(Loop):
                 continue
             expires = slot.batches[0].expires(self.grace)
             if expires is not None and now > expires:
-                self.lose(slot, now)
+                self.lose(slot)
 
-    def _give_up(self, slot: Slot) -> Tuple[Batch, List[Entry]]:
-        """Never serve ``slot`` again; its running batch, and the entries it had not started."""
+    def _give_up(self, slot: Slot, lost: str, note: Tuple[Any, ...], err: RemoteError) -> None:
+        """Never serve ``slot`` again: say so (``lost``, ``note``), fail the task it was
+        running with ``err``, give the entries it had not started to the other workers."""
         slot.lost = True
         self._served_changed()
         self.hungry.drop(slot.rank)
@@ -296,22 +293,22 @@ class Server(Loop):
         rest = [e for i, b in enumerate(slot.batches)
                 for e in b.entries[(b.done + 1) if i == 0 else 0:]]
         slot.batches.clear()
-        return head, rest
+        self.lost[slot.rank] = lost
+        self.note(note)
+        if head.done < len(head.entries):
+            self.fail(head.entries[head.done].tid, slot.rank, err, head.start)
+        self.queue.extend(rest)
 
-    def lose(self, slot: Slot, now: float) -> None:
-        head, rest = self._give_up(slot)
-        stuck = head.entries[head.done]
+    def lose(self, slot: Slot) -> None:
+        head = slot.batches[0]
         message = (
             f"ran past its time limit and did not stop within the {self.grace:g} s grace "
             f"(stuck in code an interrupt cannot reach; use @app(isolate=True)); its worker, "
             f"{slot.where}, was given up"
         )
         err = RemoteError("TaskTimeout", message, "", slot.where, kind="timeout")
-        blob = dumps((None, err, head.start or now, now))
-        self.lost[slot.rank] = f"{slot.where}: stuck in task {stuck.name}"
-        self.note(("lost", slot.rank, self.lost[slot.rank]))
-        self.deliver([(stuck.tid, slot.rank, blob)])
-        self.queue.extend(rest)   # what it had not started goes to the other workers
+        lost = f"{slot.where}: stuck in task {head.entries[head.done].name}"
+        self._give_up(slot, lost, ("lost", slot.rank, lost), err)
 
     def check_dead(self) -> None:
         """Notice at once a worker on this host whose process is gone (every 50 ms at most).
@@ -335,22 +332,19 @@ class Server(Loop):
     def died(self, slot: Slot) -> None:
         lines = [f"{name} ({state})" for name, state, _ in self.in_flight()
                  if _ == slot.where]
-        head, rest = self._give_up(slot)
-        running = head.entries[head.done] if head.done < len(head.entries) else None
         text = (f"{self.who}: worker {slot.where} died (its process is gone: a signal or "
                 f"os._exit; mpirun's message names which) while it held: "
                 f"{', '.join(lines) or 'nothing'}")
         self.say(text)
-        self.lost[slot.rank] = f"{slot.where}: died"
-        self.note(("died", slot.rank, text))
-        if running is not None:
-            err = RemoteError("TaskCrashed", f"its worker, {slot.where}, died while running it "
-                              "(killed by a signal or os._exit; use @app(isolate=True) to "
-                              "keep the worker and learn the signal)", "", slot.where,
-                              kind="crash")
-            now = time.time()
-            self.deliver([(running.tid, slot.rank, dumps((None, err, head.start or now, now)))])
-        self.queue.extend(rest)
+        err = RemoteError("TaskCrashed", f"its worker, {slot.where}, died while running it "
+                          "(killed by a signal or os._exit; use @app(isolate=True) to "
+                          "keep the worker and learn the signal)", "", slot.where, kind="crash")
+        self._give_up(slot, f"{slot.where}: died", ("died", slot.rank, text), err)
+
+    def fail(self, tid: int, rank: int, err: RemoteError, start: Optional[float] = None) -> None:
+        """Deliver ``err`` as the result of task ``tid`` (held by ``rank`` since ``start``)."""
+        now = time.time()
+        self.deliver([(tid, rank, dumps((None, err, start or now, now)))])
 
     @property
     def who(self) -> str:
@@ -358,7 +352,7 @@ class Server(Loop):
 
     def unservable(self) -> List[Entry]:
         """Hard-placed entries whose node has no live worker here (they would wait forever)."""
-        live = {s.node for s in self.slots.values() if not s.lost}
+        live = self.queue.served or set()   # kept by _served_changed
         out: List[Entry] = []
         for node in list(self.queue.hard):
             if node not in live:
@@ -366,6 +360,10 @@ class Server(Loop):
         if out:
             self.queue._hard_total -= len(out)
         return out
+
+    def in_flight_lines(self) -> List[str]:
+        """One line per task in the hands of this server's workers (for reports)."""
+        return [f"{name} ({state}) on {where}" for name, state, where in self.in_flight()]
 
     def in_flight(self) -> List[Tuple[str, str, str]]:
         """(task name, ``running``/``queued``, worker where) of every task in workers' hands."""
@@ -466,7 +464,9 @@ class NodeServer(Server):
     def step(self) -> bool:
         progress = self.poll()
         for e in self.unservable():
-            self._fail_unservable(e)
+            err = RemoteError("ExecutorError", f"placed on node {e.node} (hard), which has no "
+                              "live worker left", "", self.who)
+            self.fail(e.tid, self.rank, err)
         progress |= self.serve_workers()
         self.maybe_steal()
         self.check_stuck()
@@ -482,9 +482,3 @@ class NodeServer(Server):
         return progress
 
     _closed = False   # BYE sent
-
-    def _fail_unservable(self, entry: Entry) -> None:
-        err = RemoteError("ExecutorError", f"placed on node {entry.node} (hard), which has no "
-                          "live worker left", "", f"task server rank {self.rank}")
-        now = time.time()
-        self.deliver([(entry.tid, self.rank, dumps((None, err, now, now)))])
