@@ -136,6 +136,20 @@ def _receive(args: argparse.Namespace) -> int:
     from streams.loading import analysis_options
 
     comm = MPI.COMM_WORLD
+    opts: Any = None
+    job: Any = None
+
+    def drain(c: Any, scan: str, local_template: str) -> None:
+        stager.drain(local_template, opts.out, c, job=job, merge=True)
+
+    def ready(info: Dict[str, Any]) -> None:
+        print(f"stager stream: {len(info['receivers'])} receiver(s) ({info['roles']}); "
+              f"live {info['live']}; rendezvous {opts.rendezvous}", file=sys.stderr, flush=True)
+        sec = info.get("security") or {}
+        if sec.get("warning"):
+            print(f"stager stream: WARNING: {sec['warning']}", file=sys.stderr, flush=True)
+
+    rejections: Dict[str, Any] = {}
     try:
         # given flags, then STAGER_STREAM_* (rank 0's, as the job broadcasts them), defaults
         opts = SessionOptions.resolve(
@@ -154,25 +168,6 @@ def _receive(args: argparse.Namespace) -> int:
             insecure=args.insecure, authorized_keys=args.authorized_keys,
             allow_from=args.allow_from, rendezvous_mode=args.rendezvous_mode,
             handshake_timeout=args.handshake_timeout, io_threads=args.io_threads)
-    except ValueError as e:
-        if comm.rank == 0:
-            print(f"stager stream receive: {e}", file=sys.stderr)
-        return 2
-
-    job: Any = None
-
-    def drain(c: Any, scan: str, local_template: str) -> None:
-        stager.drain(local_template, opts.out, c, job=job, merge=True)
-
-    def ready(info: Dict[str, Any]) -> None:
-        print(f"stager stream: {len(info['receivers'])} receiver(s) ({info['roles']}); "
-              f"live {info['live']}; rendezvous {opts.rendezvous}", file=sys.stderr, flush=True)
-        sec = info.get("security") or {}
-        if sec.get("warning"):
-            print(f"stager stream: WARNING: {sec['warning']}", file=sys.stderr, flush=True)
-
-    rejections: Dict[str, Any] = {}
-    try:
         job = job_of(args, comm)
         outcomes = receive_scans(comm, opts, job=job, on_written=drain, on_ready=ready,
                                  on_rejections=rejections.update)
@@ -267,11 +262,10 @@ def _watch(args: argparse.Namespace) -> int:
                     _write_png(args.png, last)
                     want["png"] = False
                 continue
+            print(_line(msg, prev), flush=True)
             if msg.job:     # the job's rejections: a line, no image
-                print(_line(msg, prev), flush=True)
                 continue
             last = msg
-            print(_line(msg, prev), flush=True)
             if want["png"] or (args.once and args.png and msg.valid.any()):
                 _write_png(args.png, msg)
                 want["png"] = False
