@@ -257,11 +257,10 @@ class LiveView:
             from streams.errors import StreamError
             from streams.security import client_keys
 
-            if certificate is None:
-                self._sock.close()
-                raise StreamError(f"the live socket {endpoint} uses CURVE: give a client "
-                                  "certificate (--certificate FILE)")
             try:
+                if certificate is None:
+                    raise StreamError(f"the live socket {endpoint} uses CURVE: give a client "
+                                      "certificate (--certificate FILE)")
                 client_keys(self._sock, server_key, certificate)
             except StreamError:
                 self._sock.close()
