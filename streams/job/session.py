@@ -22,6 +22,7 @@ Returns the merged reports on every rank (rank 0's, broadcast).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -413,8 +414,8 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
                               "roles": roles.describe("receiver"), "security": sec.describe()})
         outcomes: List[ScanOutcome] = []
         deadline = None if opts.timeout is None else time.monotonic() + opts.timeout
-        old = _terminate_handler(loop, opts, layout.names) if comm.rank == 0 else None
-        try:
+        with (_terminate_handler(loop, opts, layout.names) if comm.rank == 0
+              else contextlib.nullcontext()):
             err: Optional[BaseException] = None
             try:
                 loop.run(lambda scan: outcomes.append(
@@ -432,9 +433,6 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
                 loop.drain_requests(2.0)
                 raise err
             loop.drain_requests()
-        finally:
-            if old is not None:
-                old.__exit__(None, None, None)
         agree(fcomm, None, "receiving")
         summary = _job_rejections(fcomm, loop, opts, outcomes)
         if summary is not None and on_rejections is not None:
@@ -617,8 +615,8 @@ def _terminate_handler(loop: Any, o: SessionOptions, nodes: Sequence[str]) -> An
     the report of every open scan from the last heartbeats, naming the lost ranks, then
     exit (143, or 130).
 
-    Returns the entered :class:`stager.staging.interrupt.Handling`; call ``__exit__`` to
-    restore the previous handlers. The reports are written by its watchdog thread,
+    Returns the :class:`stager.staging.interrupt.Handling` to enter (``with``); leaving it
+    restores the previous handlers. The reports are written by its watchdog thread,
     woken through ``signal.set_wakeup_fd``, not by a Python signal handler: when a rank
     dies, rank 0's main thread may be blocked in an MPI call with it, where no handler
     runs. Writing takes milliseconds, but Open MPI's ``mpirun`` may send SIGKILL about
@@ -640,6 +638,5 @@ def _terminate_handler(loop: Any, o: SessionOptions, nodes: Sequence[str]) -> An
             except Exception:   # we are being terminated; do what we can
                 pass
 
-    handling = Handling(grace=0.0, emergency=write_reports)
-    return handling.__enter__()
+    return Handling(grace=0.0, emergency=write_reports)
 
