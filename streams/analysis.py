@@ -68,15 +68,6 @@ class PerFrame:
     def merge(self, other: PerFrame) -> PerFrame:
         return PerFrame(self.chunks + other.chunks)
 
-    @property
-    def nframes(self) -> int:
-        return sum(len(c.frames) for c in self.chunks)
-
-    def frames(self) -> np.ndarray:
-        if not self.chunks:
-            return np.zeros(0, np.int64)
-        return np.concatenate([c.frames for c in self.chunks])
-
     def without_ragged(self) -> PerFrame:
         return PerFrame([Chunk(c.frames, c.complete, c.columns) for c in self.chunks])
 

@@ -82,10 +82,6 @@ class Partition:
     geometry: ScanGeometry
     evicted: bool = False
 
-    def positions(self) -> Tuple[np.ndarray, np.ndarray]:
-        """Scan positions (y, x) of the frames."""
-        return np.divmod(self.frames, self.geometry.scan_shape[1])
-
 
 class _Open:
     """A partition being filled."""

@@ -51,7 +51,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--analysis-params", metavar="JSON",
                    help="the analysis's options as one JSON object (a list: one object per "
                         "UDF of udf:A,B); instead of --set")
-    r.add_argument("--bind", metavar="HOST",
+    # a flag's dest is the name of its SessionOptions field (_receive passes them on)
+    r.add_argument("--bind", dest="bind_host", metavar="HOST",
                    help="interface to bind (default all; 127.0.0.1 for loopback); with "
                         "--stream2 also the address to connect to the detector from")
     r.add_argument("--advertise", metavar="HOST", help="host name to publish")
@@ -79,7 +80,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
             r.add_argument(o.flag, dest=o.name, action="store_true", default=None, help=o.help)
         else:
             r.add_argument(o.flag, dest=o.name, metavar=o.metavar, help=o.help)
-    r.add_argument("--hwm", metavar="N",
+    r.add_argument("--hwm", dest="rcvhwm", metavar="N",
                    help="ZeroMQ receive high-water mark (messages per producer, default 100)")
     r.add_argument("--outbox", type=float, metavar="MiB",
                    help="partitions a receiver holds for its workers before it stops reading "
@@ -132,33 +133,11 @@ def _receive(args: argparse.Namespace) -> int:
     from streams.job.output import exit_status
     from stager.commands.stage import job_of
     from streams import protocols
-    from streams.job.session import SessionOptions, receive_scans
+    from streams.job.session import SESSION_OPTIONS, SessionOptions, receive_scans
     from streams.loading import analysis_options
 
     comm = MPI.COMM_WORLD
-    try:
-        # given flags, then STAGER_STREAM_* (rank 0's, as the job broadcasts them), defaults
-        opts = SessionOptions.resolve(
-            rendezvous=os.path.abspath(args.rendezvous), out=os.path.abspath(args.out),
-            local=args.local, scans=args.scans, bind_host=args.bind,
-            advertise=args.advertise, receivers_per_node=args.receivers_per_node,
-            partition_frames=args.partition_frames, rate=args.rate,
-            memory_bytes=_mib(args.memory), idle_timeout=args.idle_timeout,
-            close_wait=args.close_wait, timeout=args.timeout,
-            allow_loss=args.allow_loss, live_interval=args.live_interval,
-            spill=args.spill, stream2=args.stream2, protocol=args.protocol,
-            **{o.name: getattr(args, o.name) for o in protocols.options()},
-            analysis=args.analysis,
-            analysis_options=analysis_options(args.analysis_params, args.set),
-            rcvhwm=args.hwm, outbox_bytes=_mib(args.outbox),
-            insecure=args.insecure, authorized_keys=args.authorized_keys,
-            allow_from=args.allow_from, rendezvous_mode=args.rendezvous_mode,
-            handshake_timeout=args.handshake_timeout, io_threads=args.io_threads)
-    except ValueError as e:
-        if comm.rank == 0:
-            print(f"stager stream receive: {e}", file=sys.stderr)
-        return 2
-
+    opts: Any = None
     job: Any = None
 
     def drain(c: Any, scan: str, local_template: str) -> None:
@@ -173,6 +152,13 @@ def _receive(args: argparse.Namespace) -> int:
 
     rejections: Dict[str, Any] = {}
     try:
+        # given flags, then STAGER_STREAM_* (rank 0's, as the job broadcasts them), defaults
+        given = {o.name: getattr(args, o.name) for o in SESSION_OPTIONS if hasattr(args, o.name)}
+        given.update({o.name: getattr(args, o.name) for o in protocols.options()},
+                     rendezvous=os.path.abspath(args.rendezvous), out=os.path.abspath(args.out),
+                     memory_bytes=_mib(args.memory), outbox_bytes=_mib(args.outbox),
+                     analysis_options=analysis_options(args.analysis_params, args.set))
+        opts = SessionOptions.resolve(**given)
         job = job_of(args, comm)
         outcomes = receive_scans(comm, opts, job=job, on_written=drain, on_ready=ready,
                                  on_rejections=rejections.update)
@@ -267,11 +253,10 @@ def _watch(args: argparse.Namespace) -> int:
                     _write_png(args.png, last)
                     want["png"] = False
                 continue
+            print(_line(msg, prev), flush=True)
             if msg.job:     # the job's rejections: a line, no image
-                print(_line(msg, prev), flush=True)
                 continue
             last = msg
-            print(_line(msg, prev), flush=True)
             if want["png"] or (args.once and args.png and msg.valid.any()):
                 _write_png(args.png, msg)
                 want["png"] = False

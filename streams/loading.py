@@ -6,7 +6,6 @@ import the LiberTEM adapter (:mod:`streams.udf`), which builds on it.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import json
 import os
 from typing import Any, Dict, Optional, Sequence

@@ -155,24 +155,21 @@ def read_partition(ref: PartitionRef, files: Optional[Sequence[str]] = None
 
         data, index, complete, _ = read_partition_file(files[0])
         return data, index, complete
-    k = ref.stop - ref.start
     if ref.kind == "frames":
         data = _read_frame_files(ref, files)
-        return data, np.arange(ref.start, ref.stop, dtype=np.int64), np.ones(k, bool)
-    with h5py.File(files[0], "r") as f:
-        d = f[ref.dataset]
-        if d.ndim == 4:
-            # one read of the scan rows that hold the frames (not one read per frame)
-            nx = d.shape[1]
-            if ref.stop > ref.start:
+    else:
+        with h5py.File(files[0], "r") as f:
+            d = f[ref.dataset]
+            if d.ndim == 4:
+                # one read of the scan rows that hold the frames (not one read per frame)
+                nx = d.shape[1]
                 y0, y1 = ref.start // nx, (ref.stop - 1) // nx + 1
                 rows = d[y0:y1].reshape(-1, *d.shape[2:])
                 data = rows[ref.start - y0 * nx:ref.stop - y0 * nx]
             else:
-                data = np.zeros((0, *d.shape[2:]), d.dtype)
-        else:
-            data = d[ref.start:ref.stop]
-    return data, np.arange(ref.start, ref.stop, dtype=np.int64), np.ones(k, bool)
+                data = d[ref.start:ref.stop]
+    positions = np.arange(ref.start, ref.stop, dtype=np.int64)
+    return data, positions, np.ones(len(positions), bool)
 
 
 def read_frames(refs: Sequence[PartitionRef], indices: Sequence[int]) -> np.ndarray:

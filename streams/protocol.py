@@ -101,9 +101,8 @@ class ScanGeometry:
     def __post_init__(self) -> None:
         check_scan_name(self.scan)
         check_dtype(self.dtype)
-        _positive("producers", self.producers)
-        _positive("frames", self.frames)
-        _positive("sectors", self.sectors)
+        for name in ("producers", "frames", "sectors"):
+            check_int(name, getattr(self, name), 1)
         rows, cols = _pair("shape", self.shape)
         ny, nx = _pair("scan_shape", self.scan_shape)
         # tuples of int, so that geometries from msgpack lists and from code compare equal
@@ -209,11 +208,7 @@ def check_int(name: str, v: Any, lo: int = 0) -> int:
     return int(v)
 
 
-def _positive(name: str, v: Any) -> int:
-    return check_int(name, v, 1)
-
-
 def _pair(name: str, v: Any) -> Tuple[int, int]:
     if not isinstance(v, (list, tuple)) or len(v) != 2:
         raise ProtocolError(Reason.MALFORMED, f"{name} must be a list of two integers, not {v!r}")
-    return _positive(f"{name}[0]", v[0]), _positive(f"{name}[1]", v[1])
+    return check_int(f"{name}[0]", v[0], 1), check_int(f"{name}[1]", v[1], 1)

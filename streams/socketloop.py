@@ -2,8 +2,8 @@
 
 A protocol's socket (:class:`streams.protocols.native.receiver.Receiver`,
 :class:`streams.protocols.stream2.receiver.StreamV2Receiver`) subclasses
-:class:`SocketLoop`: it sets ``self._sock`` and ``self.assembler`` and implements
-``_read``. The loop is split into :meth:`SocketLoop.step` calls so that the MPI job
+:class:`SocketLoop`: it makes ``self._sock`` (``_pull_socket``), sets ``self.assembler``
+and implements ``_read``. The loop is split into :meth:`SocketLoop.step` calls so that the MPI job
 (:mod:`streams.job.ranks`) can interleave it with its own communication without
 threads; :meth:`SocketLoop.serve` is the plain loop.
 
@@ -46,8 +46,8 @@ def resolve_endpoint(bound: str, advertise: Optional[str] = None) -> str:
 class SocketLoop:
     """What every receiving socket shares: the step/serve loop, reports, closing.
 
-    Subclasses set ``self._sock`` and ``self.assembler`` and implement
-    :meth:`_read`, which handles the messages waiting on the socket.
+    Subclasses make ``self._sock`` (:meth:`_pull_socket`), set ``self.assembler`` and
+    implement :meth:`_read`, which handles the messages waiting on the socket.
     """
 
     assembler: Assembler
@@ -66,10 +66,17 @@ class SocketLoop:
         self._pending_refused: List[Tuple[str, str]] = []
         self.refused: Counter = Counter()     # every refused connection attempt, by reason
 
-    def _secure(self, security: Any, domain: str, server: bool = True) -> None:
-        """Apply ``security`` to the new socket (before bind/connect); watch handshakes."""
+    def _pull_socket(self, context: Any, rcvhwm: int, security: Any, domain: str,
+                     server: bool = True) -> None:
+        """Make ``self._sock``: a PULL socket of ``context`` (default: the process's)
+        with ``rcvhwm``, ``security`` applied (before bind/connect), handshakes watched."""
         from streams.security import HandshakeMonitor, zap_handler
 
+        zmq = self._zmq
+        self._ctx = context or zmq.Context.instance()
+        self._sock = self._ctx.socket(zmq.PULL)
+        self._sock.setsockopt(zmq.RCVHWM, rcvhwm)
+        self._sock.setsockopt(zmq.LINGER, 0)
         if security is not None:
             if server:
                 security.serve(self._sock, domain)

@@ -173,8 +173,7 @@ class Coordinator:
                 rep = ScanReport.empty(g, self.expected_at(g, r), ends_expected=ends)
                 rep.ended_by = "timeout"
             reps.append(rep)
-        if self.routing == "any":   # each client's report expects every image: merge is right
-            pass
+        # routing "any": each client's report expects every image, and the merge is right
         return functools.reduce(ScanReport.merge, reps)
 
     def progress(self, scan: str, now: float) -> Dict[str, Any]:

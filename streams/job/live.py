@@ -85,13 +85,9 @@ def render_png(images: Dict[str, np.ndarray], valid: np.ndarray, min_size: int =
     if not tiles:
         return encode_png(np.zeros((1, 1, 3), np.uint8))
     h = max(t.shape[0] for t in tiles)
-    gap = np.full((h, 6, 3), 255, np.uint8)
-    row = []
-    for t in tiles:
-        pad = np.full((h, t.shape[1], 3), 255, np.uint8)
-        pad[:t.shape[0]] = t
-        row += [pad, gap]
-    return encode_png(np.concatenate(row[:-1], axis=1))
+    # side by side on white, 6 columns apart
+    row = [np.pad(t, ((0, h - t.shape[0]), (0, 6), (0, 0)), constant_values=255) for t in tiles]
+    return encode_png(np.concatenate(row, axis=1)[:, :-6])
 
 
 def write_snapshot(path: str, images: Dict[str, np.ndarray], valid: np.ndarray,
@@ -257,11 +253,10 @@ class LiveView:
             from streams.errors import StreamError
             from streams.security import client_keys
 
-            if certificate is None:
-                self._sock.close()
-                raise StreamError(f"the live socket {endpoint} uses CURVE: give a client "
-                                  "certificate (--certificate FILE)")
             try:
+                if certificate is None:
+                    raise StreamError(f"the live socket {endpoint} uses CURVE: give a client "
+                                      "certificate (--certificate FILE)")
                 client_keys(self._sock, server_key, certificate)
             except StreamError:
                 self._sock.close()

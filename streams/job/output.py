@@ -31,7 +31,6 @@ lost. :func:`exit_status` is the job's verdict over all scans.
 from __future__ import annotations
 
 import json
-import os
 from typing import Any, Dict, List, Optional
 
 import numpy as np
@@ -150,7 +149,3 @@ def exit_status(reports: List[ScanReport], wanted: int, allow_loss: float = 0.0)
     if len(reports) < wanted:
         return 1
     return 0 if all(scan_ok(r, allow_loss) for r in reports) else 1
-
-
-def report_path(directory: str, scan: str) -> str:
-    return os.path.join(directory, f"{scan}.json")

@@ -22,6 +22,7 @@ Returns the merged reports on every rank (rank 0's, broadcast).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -185,16 +186,21 @@ class SessionOptions:
             raise ValueError(f"--allow-loss must be a fraction in [0, 1), got {self.allow_loss}")
         if self.partition_frames is not None and self.partition_frames < 1:
             raise ValueError("--partition-frames must be >= 1")
-        for name in ("idle_timeout", "live_interval", "heartbeat", "close_wait"):
+        for name in ("idle_timeout", "live_interval", "heartbeat", "close_wait",
+                     "handshake_timeout"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
         if self.timeout is not None and self.timeout <= 0:
             raise ValueError("--timeout must be positive")
-        if self.credit < 1 or self.batch < 1:
-            raise ValueError("credit and batch must be >= 1")
+        if self.credit < 1 or self.batch < 1 or self.io_threads < 1:
+            raise ValueError("credit, batch and io_threads must be >= 1")
         if self.spill is not None and not os.path.isabs(self.spill.replace("%n", "x")):
             raise ValueError(f"--spill {self.spill}: give an absolute directory")
-        _check_security_options(self)
+        if self.insecure and self.authorized_keys:
+            raise ValueError("--insecure and --authorized-keys contradict each other")
+        if not 0 <= self.rendezvous_mode <= 0o777:
+            raise ValueError(f"--rendezvous-mode {self.rendezvous_mode:o} is not a file mode")
+        chosen(self.protocol, self.stream2).check(self)   # what the protocol cannot honour
 
 
 def _mapping(value: Any, name: str) -> Any:
@@ -278,18 +284,6 @@ def _resolve(options: SessionOptions) -> SessionOptions:
     return options
 
 
-def _check_security_options(o: SessionOptions) -> None:
-    if o.insecure and o.authorized_keys:
-        raise ValueError("--insecure and --authorized-keys contradict each other")
-    chosen(o.protocol, o.stream2).check(o)   # what the protocol cannot honour
-    if o.io_threads < 1:
-        raise ValueError("--io-threads must be >= 1")
-    if o.handshake_timeout <= 0:
-        raise ValueError("--handshake-timeout must be positive")
-    if not 0 <= o.rendezvous_mode <= 0o777:
-        raise ValueError(f"--rendezvous-mode {o.rendezvous_mode:o} is not a file mode")
-
-
 def _security(o: SessionOptions) -> Any:
     """Rank 0: the job's :class:`~streams.security.StreamSecurity`.
 
@@ -349,6 +343,7 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
         A bind, the rendezvous, the analysis, a merge or a write failed anywhere
         (every rank, naming rank, host, node).
     """
+    import zmq
     from mpi4py import MPI
 
     from streams.job.coordinator import Coordinator
@@ -357,7 +352,8 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
     comm, job = comm_and_job(comm, job)
     opts: SessionOptions = bcast_result(comm, _resolve, options)
     sec = bcast_result(comm, _security, opts)
-    _io_threads(opts.io_threads)
+    # this process's ZeroMQ I/O threads: before its first socket (libzmq keeps those it started)
+    zmq.Context.instance().set(zmq.IO_THREADS, opts.io_threads)
     job, made = acquire_job(comm, job, emulate_nodes=emulate_nodes, node_id_env=node_id_env)
     layout = job.layout    # only its names and ranks: collectives go over fcomm
     fcomm = comm.Dup()     # collectives of the finalize, apart from the loop's messages
@@ -394,8 +390,14 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
 
                 loop.spill = Spill(opts.spill, layout.name, index,
                                    os.path.join(opts.out, SPEC_NAME))
-            if index is not None:
-                endpoint = _make_socket(proto, loop, opts, index, len(roles.servers), sec)
+            if index is not None:     # this receiver's socket, bound or connected
+                count = len(roles.servers)
+
+                def kfn(g: Any) -> int:     # frames per partition of a scan
+                    return opts.partition_frames or partition_frames(
+                        g.frame_bytes, count, rate=opts.rate, frames=g.frames)
+
+                endpoint = proto.socket(loop, opts, index, count, kfn, sec)
         endpoints = fcomm.gather(endpoint, root=0)
         with agreed(fcomm, "writing the rendezvous file", default=StreamError):
             if comm.rank == 0:
@@ -412,8 +414,8 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
                               "roles": roles.describe("receiver"), "security": sec.describe()})
         outcomes: List[ScanOutcome] = []
         deadline = None if opts.timeout is None else time.monotonic() + opts.timeout
-        old = _terminate_handler(loop, opts, layout.names) if comm.rank == 0 else None
-        try:
+        with (_terminate_handler(loop, opts, layout.names) if comm.rank == 0
+              else contextlib.nullcontext()):
             err: Optional[BaseException] = None
             try:
                 loop.run(lambda scan: outcomes.append(
@@ -431,9 +433,6 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
                 loop.drain_requests(2.0)
                 raise err
             loop.drain_requests()
-        finally:
-            if old is not None:
-                old.__exit__(None, None, None)
         agree(fcomm, None, "receiving")
         summary = _job_rejections(fcomm, loop, opts, outcomes)
         if summary is not None and on_rejections is not None:
@@ -496,25 +495,6 @@ def _job_rejections(comm: Any, loop: Any, o: SessionOptions,
     except OSError as e:   # the scans are written; say so rather than fail the job
         summary["write_error"] = f"{o.out}/rejections.json: {e}"
     return summary
-
-
-def _make_socket(proto: Any, loop: Any, o: SessionOptions, index: int, count: int,
-                 sec: Any = None) -> str:
-    """Receiver ``index`` of ``count``: its protocol's socket, bound or connected."""
-    def kfn(g: Any) -> int:
-        if o.partition_frames:
-            return o.partition_frames
-        return partition_frames(g.frame_bytes, count, rate=o.rate, frames=g.frames)
-
-    return proto.socket(loop, o, index, count, kfn, sec)
-
-
-def _io_threads(n: int) -> None:
-    """ZeroMQ I/O threads of this process's shared context (before its first socket;
-    later, libzmq keeps the threads it started)."""
-    import zmq
-
-    zmq.Context.instance().set(zmq.IO_THREADS, n)
 
 
 def _finalize(comm: Any, layout: Any, roles: Any, loop: Any, analysis: Any,
@@ -605,9 +585,8 @@ def _finalize(comm: Any, layout: Any, roles: Any, loop: Any, analysis: Any,
     if comm.rank == 0:
         shutil.rmtree(local_dir, ignore_errors=True)
         _remove_empty_parents(local_dir, o.local)
-    out = bcast_result(comm, lambda: ScanOutcome(scan, report, scan_ok(report, o.allow_loss),
-                                                 files, timing))
-    return out
+    return bcast_result(comm, lambda: ScanOutcome(scan, report, scan_ok(report, o.allow_loss),
+                                                  files, timing))
 
 
 def _remove_empty_parents(local_dir: str, template: str) -> None:
@@ -636,8 +615,8 @@ def _terminate_handler(loop: Any, o: SessionOptions, nodes: Sequence[str]) -> An
     the report of every open scan from the last heartbeats, naming the lost ranks, then
     exit (143, or 130).
 
-    Returns the entered :class:`stager.staging.interrupt.Handling`; call ``__exit__`` to
-    restore the previous handlers. The reports are written by its watchdog thread,
+    Returns the :class:`stager.staging.interrupt.Handling` to enter (``with``); leaving it
+    restores the previous handlers. The reports are written by its watchdog thread,
     woken through ``signal.set_wakeup_fd``, not by a Python signal handler: when a rank
     dies, rank 0's main thread may be blocked in an MPI call with it, where no handler
     runs. Writing takes milliseconds, but Open MPI's ``mpirun`` may send SIGKILL about
@@ -659,6 +638,5 @@ def _terminate_handler(loop: Any, o: SessionOptions, nodes: Sequence[str]) -> An
             except Exception:   # we are being terminated; do what we can
                 pass
 
-    handling = Handling(grace=0.0, emergency=write_reports)
-    return handling.__enter__()
+    return Handling(grace=0.0, emergency=write_reports)
 

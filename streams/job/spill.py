@@ -169,20 +169,21 @@ class Spill:
                            "The job stops rather than drop spilled frames: free space on "
                            "the node or give --spill a larger directory")
 
+    def _compact(self) -> None:
+        self._journal.close()
+        records.compact(self._state.fd, self._state.path, self._state.load(self._key))
+
     def finish(self, scan: str) -> int:
         """Compact the record once ``scan`` closed; return how many files it spilled."""
-        n = self.counts.pop(scan, 0)
         if self._state is not None:
-            self._journal.close()
-            records.compact(self._state.fd, self._state.path, self._state.load(self._key))
+            self._compact()
             self._journal = records.SpecJournal(self._state.fd, self._state.path, self._key)
-        return n
+        return self.counts.pop(scan, 0)
 
     def close(self) -> None:
         """Release the root (its lock); the record stays."""
         if self._state is not None:
-            self._journal.close()
-            records.compact(self._state.fd, self._state.path, self._state.load(self._key))
+            self._compact()
             self._state.close()
             self._state = self._journal = None
 
@@ -203,16 +204,11 @@ def spilled_partitions(template: str, scan: str, nodes: Optional[List[str]] = No
     ``nodes``: the node names to look under (default: every directory that
     ``%n`` matches, for a shared view on one machine).
     """
-    if "%n" in template:
-        if nodes is None:
-            pattern = template.replace("%n", "*")
-            roots = sorted(glob.glob(pattern))
-        else:
-            roots = [expand_node(template, n) for n in nodes]
-    else:
+    if "%n" not in template:
         roots = [template]
-    paths: List[str] = []
-    for r in roots:
-        paths.extend(sorted(glob.glob(os.path.join(r, scan, "part-r*-*.h5"))))
-    return paths
+    elif nodes is None:
+        roots = sorted(glob.glob(template.replace("%n", "*")))
+    else:
+        roots = [expand_node(template, n) for n in nodes]
+    return [p for r in roots for p in sorted(glob.glob(os.path.join(r, scan, "part-r*-*.h5")))]
 

@@ -71,20 +71,15 @@ class Receiver(SocketLoop):
                  on_close: Optional[Callable[[ScanReport], Any]] = None,
                  context: Any = None, security: Any = None) -> None:
         super().__init__(on_close)
-        zmq = self._zmq
         self.assembler = Assembler(deliver, receiver=index, receivers=count,
                                    partition_frames=partition_frames,
                                    memory_bytes=memory_bytes, max_scans=max_scans,
                                    idle_timeout=idle_timeout, on_close=self._closed)
-        self._ctx = context or zmq.Context.instance()
-        self._sock = self._ctx.socket(zmq.PULL)
-        self._sock.setsockopt(zmq.RCVHWM, rcvhwm)
-        if rcvbuf:
-            self._sock.setsockopt(zmq.RCVBUF, rcvbuf)
-        self._sock.setsockopt(zmq.LINGER, 0)
         from streams.security import DOMAIN_DATA
 
-        self._secure(security, DOMAIN_DATA)
+        self._pull_socket(context, rcvhwm, security, DOMAIN_DATA)
+        if rcvbuf:
+            self._sock.setsockopt(self._zmq.RCVBUF, rcvbuf)
         self._bind_addr = bind[:-2] + ":*" if bind.endswith(":0") else bind
         self.advertise = advertise
         self.endpoint: Optional[str] = None

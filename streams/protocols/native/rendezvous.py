@@ -18,14 +18,13 @@ the live socket's) CURVE public key: connect as a CURVE client with it and the
 key pair of ``client_certificate`` (a :mod:`zmq.auth` certificate file; ``null``
 when the job accepts ``--authorized-keys`` instead: use your own certificate).
 Both keys absent or ``null``: plain ZeroMQ (``--insecure``). The file is mode 0600
-by default (``mode``). Readers ignore keys they do not know. Pure stdlib; no sockets.
+by default (``mode``). Readers ignore keys they do not know. No sockets here.
 """
 from __future__ import annotations
 
 import json
 import os
 import re
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,24 +123,13 @@ def write_rendezvous(path: PathLike, receivers: Sequence[str], live: Optional[st
     rv = _validate({"protocol": PROTOCOL, "receivers": list(receivers), "live": live,
                     "curve_serverkey": server_key, "client_certificate": client_certificate},
                    str(p))
+    from stager.nodelocal import localfs
+
     text = json.dumps(rv.to_dict(), indent=1) + "\n"
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+        localfs.write_bytes_atomic(os.path.abspath(p), text.encode(), mode=mode, fsync=True)
     except OSError as e:
         raise RendezvousError(f"cannot write the rendezvous file {p}: {e}") from e
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, p)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
     return rv
 
 

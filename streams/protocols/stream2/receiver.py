@@ -104,7 +104,6 @@ class StreamV2Receiver(SocketLoop):
                  context: Any = None, security: Any = None,
                  source: Optional[str] = None) -> None:
         super().__init__(on_close)
-        zmq = self._zmq
         self._source = source
         self._deliver = deliver
         self.assembler = Assembler(self._masked, routing="any",
@@ -127,13 +126,10 @@ class StreamV2Receiver(SocketLoop):
         self._pending_ends: Dict[Key, Tuple[float, float]] = {}   # key -> (arrived, grace)
         self._held = itertools.count()
         self._ending: Dict[str, Tuple[float, float]] = {}   # scan -> (grace, deadline)
-        self._ctx = context or zmq.Context.instance()
-        self._sock = self._ctx.socket(zmq.PULL)
-        self._sock.setsockopt(zmq.RCVHWM, rcvhwm)
-        self._sock.setsockopt(zmq.LINGER, 0)
         from streams.security import DOMAIN_STREAM2
 
-        self._secure(security, DOMAIN_STREAM2, server=False)   # issue 25: ZAP allow-list
+        # issue 25: a ZAP allow-list (the detector cannot do CURVE)
+        self._pull_socket(context, rcvhwm, security, DOMAIN_STREAM2, server=False)
         self._connected = False
         self._pool: Any = None
         if decode_threads > 0:
