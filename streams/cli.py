@@ -22,8 +22,6 @@ import sys
 import time
 from typing import Any, Dict, Optional, Tuple
 
-HELP = "receive live detector streams (under mpirun) or watch a running job"
-
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from stager.commands.stage import add_node_id_arguments
