@@ -91,11 +91,26 @@ def open_frame_file(path: str, shape: Sequence[int] = (), dtype: Optional[str] =
 
 
 @functools.lru_cache(maxsize=8)
-def _series(pattern: str, first: int, dtype: Optional[str]) -> Any:
-    """One reader per TIFF series and process: opening a frame's file as a reader of its
-    own reads it twice (once for its shape), 3.6x the time of a series reader's read
-    (5.4 against 1.5 ms for a 512x288 frame here, load 2-3)."""
+def _series(pattern: str, first: int, dtype: Optional[str], _folder: Any = None) -> Any:
+    """One reader per TIFF series and process (``_folder``: the folder's state, so files
+    added or removed are counted again): opening a frame's file as a reader of its own
+    reads it twice, once for its shape (``bench/results/offline_read.md``)."""
     return open_frame_file(pattern, (), dtype, first=first)
+
+
+@functools.lru_cache(maxsize=4)
+def _dataset(path: str, name: str, _identity: Any) -> Tuple[Any, Any, Tuple[int, ...]]:
+    """One open frames dataset per file and process: the file, the dataset and its shape.
+    Opening the file and the dataset for every partition of 16-64 frames of 128x128 took
+    0.8 ms a partition, 1.8-3.2x the read itself (``bench/results/offline_read.md``).
+    ``_identity`` (this process, the file's inode, time and size) keeps a forked worker
+    off its parent's handle and opens a replaced file anew; a file stays open in the
+    worker until four others were opened after it, or the worker ends."""
+    import h5py
+
+    f = h5py.File(path, "r")
+    d = f[name]
+    return f, d, tuple(d.shape)
 
 
 def _read_frame_files(ref: PartitionRef, files: Sequence[str]) -> np.ndarray:
@@ -105,7 +120,7 @@ def _read_frame_files(ref: PartitionRef, files: Sequence[str]) -> np.ndarray:
             # the series' own files in one folder (this node's copy): its reader (which
             # counts the files from ``first`` there; a frame past them is read on its own)
             series = _series(os.path.join(folder, os.path.basename(ref.path)), ref.first,
-                             ref.dtype)
+                             ref.dtype, os.stat(folder).st_mtime_ns)
             if ref.stop <= series.n_frames:
                 return np.stack([series.read(p) for p in range(ref.start, ref.stop)])
         return np.stack([open_frame_file(f, (), ref.dtype).read(0) for f in files])
@@ -147,8 +162,6 @@ def read_partition(ref: PartitionRef, files: Optional[Sequence[str]] = None
     ``files``: where to read each of :func:`frame_files` (this node's copies); default
     those paths as they are.
     """
-    import h5py
-
     files = list(files) if files is not None else frame_files(ref)
     if ref.kind == "spill":
         from streams.job.spill import read_partition_file
@@ -158,16 +171,17 @@ def read_partition(ref: PartitionRef, files: Optional[Sequence[str]] = None
     if ref.kind == "frames":
         data = _read_frame_files(ref, files)
     else:
-        with h5py.File(files[0], "r") as f:
-            d = f[ref.dataset]
-            if d.ndim == 4:
-                # one read of the scan rows that hold the frames (not one read per frame)
-                nx = d.shape[1]
-                y0, y1 = ref.start // nx, (ref.stop - 1) // nx + 1
-                rows = d[y0:y1].reshape(-1, *d.shape[2:])
-                data = rows[ref.start - y0 * nx:ref.stop - y0 * nx]
-            else:
-                data = d[ref.start:ref.stop]
+        st = os.stat(files[0])
+        _, d, shape = _dataset(files[0], ref.dataset,
+                               (os.getpid(), st.st_ino, st.st_mtime_ns, st.st_size))
+        if len(shape) == 4:
+            # one read of the scan rows that hold the frames (not one read per frame)
+            nx = shape[1]
+            y0, y1 = ref.start // nx, (ref.stop - 1) // nx + 1
+            rows = d[y0:y1].reshape(-1, *shape[2:])
+            data = rows[ref.start - y0 * nx:ref.stop - y0 * nx]
+        else:
+            data = d[ref.start:ref.stop]
     positions = np.arange(ref.start, ref.stop, dtype=np.int64)
     return data, positions, np.ones(len(positions), bool)
 

@@ -67,12 +67,50 @@ def test_a_series_is_read_by_one_reader_per_process_and_a_gap_still_reads(tmp_pa
     refs = partitions(str(tmp_path / "g_%02d.tif"), 6, 1, kind="frames", dtype="uint16")
     _series.cache_clear()
     assert np.array_equal(read_partition(refs[1])[0], stack[1:2])
-    assert _series.cache_info().currsize == 1
-    assert _series(str(tmp_path / "g_%02d.tif"), 0, "uint16").n_frames == 2
+    assert np.array_equal(read_partition(refs[0])[0], stack[0:1])
+    info = _series.cache_info()
+    assert (info.currsize, info.hits) == (1, 1)                        # one reader, kept
     assert np.array_equal(read_partition(refs[4])[0], stack[4:5])     # past the gap
     with pytest.raises(Exception, match="g_02.tif"):
         read_partition(refs[2])
+    # the missing file comes (a copy finished): the folder changed (its time set apart
+    # here, as file times are coarse), so the series is counted again
+    write_tiff_series(str(tmp_path / "g_%02d.tif"), stack[2:3], first=2)
+    st = os.stat(tmp_path)
+    os.utime(tmp_path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    assert np.array_equal(read_partition(refs[2])[0], stack[2:3])
+    assert _series.cache_info().currsize == 2
+    assert np.array_equal(read_partition(refs[3])[0], stack[3:4])
     # another file given for the frame: that file is read, not the series' own
     other = tmp_path / "elsewhere.tif"
     other.write_bytes((tmp_path / "g_05.tif").read_bytes())
     assert np.array_equal(read_partition(refs[0], [str(other)])[0], stack[5:6])
+
+
+def test_an_hdf5_file_is_kept_open_per_process_and_a_new_copy_is_read_anew(tmp_path):
+    """One open dataset per file and process; a file replaced by a new copy (a new inode,
+    as staging renames it into place) is opened again, never read through the old handle."""
+    import os
+
+    import h5py
+
+    from streams.offline import _dataset
+
+    path = str(tmp_path / "scan.h5")
+
+    def write(stack):
+        with h5py.File(path + ".tmp", "w") as f:
+            f.create_dataset("frames", data=stack.reshape(2, 3, *stack.shape[1:]))
+        os.replace(path + ".tmp", path)
+
+    first, second = _frames(6), _frames(6)[::-1].copy()
+    write(first)
+    refs = partitions(path, 6, 4, dataset="/frames")
+    _dataset.cache_clear()
+    got = np.concatenate([read_partition(r)[0] for r in refs])
+    assert np.array_equal(got, first)
+    info = _dataset.cache_info()
+    assert (info.currsize, info.hits) == (1, 1)
+    write(second)
+    assert np.array_equal(np.concatenate([read_partition(r)[0] for r in refs]), second)
+    assert _dataset.cache_info().currsize == 2
