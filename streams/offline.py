@@ -105,7 +105,9 @@ def _dataset(path: str, name: str, _identity: Any) -> Tuple[Any, Any, Tuple[int,
     0.8 ms a partition, 1.8-3.2x the read itself (``bench/results/offline_read.md``).
     ``_identity`` (this process, the file's inode, time and size) keeps a forked worker
     off its parent's handle and opens a replaced file anew; a file stays open in the
-    worker until four others were opened after it, or the worker ends."""
+    worker until four others were opened after it, or the worker ends (HDF5 then refuses
+    to truncate it, ``"w"``, in that process: write a new copy and rename it, as the
+    stager does)."""
     import h5py
 
     f = h5py.File(path, "r")
