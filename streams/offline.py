@@ -118,12 +118,19 @@ def _dataset(path: str, name: str, _identity: Any) -> Tuple[Any, Any, Tuple[int,
 def _read_frame_files(ref: PartitionRef, files: Sequence[str]) -> np.ndarray:
     if is_series(ref.path):
         folder = os.path.dirname(files[0])
-        if list(files) == [os.path.join(folder, os.path.basename(f)) for f in frame_files(ref)]:
-            # the series' own files in one folder (this node's copy): its reader (which
-            # counts the files from ``first`` there; a frame past them is read on its own)
-            series = _series(os.path.join(folder, os.path.basename(ref.path)), ref.first,
-                             ref.dtype, os.stat(folder).st_mtime_ns)
-            if ref.stop <= series.n_frames:
+        if not ref.shared and list(files) == [os.path.join(folder, os.path.basename(f))
+                                              for f in frame_files(ref)]:
+            # the series' own files in one folder, all on this node (not scattered): its
+            # reader (which counts the files from ``first`` there; a frame past them is
+            # read on its own)
+            from kernels.errors import ReaderError
+
+            try:
+                series = _series(os.path.join(folder, os.path.basename(ref.path)), ref.first,
+                                 ref.dtype, os.stat(folder).st_mtime_ns)
+            except ReaderError:     # no frame ``first`` here: each file on its own, below
+                series = None
+            if series is not None and ref.stop <= series.n_frames:
                 return np.stack([series.read(p) for p in range(ref.start, ref.stop)])
         return np.stack([open_frame_file(f, (), ref.dtype).read(0) for f in files])
     reader = open_frame_file(files[0], ref.shape, ref.dtype)

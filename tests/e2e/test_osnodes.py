@@ -191,7 +191,7 @@ def test_scatter_and_a_workflow_with_per_node_task_servers(tmp_path):
     # every task ran on the host holding its file and read that node's copy
     res = json.loads((out / "locality.json").read_text())
     assert res["mode"] == "nodes" and res["names"] == hosts, res
-    assert res["servers"] == [0, 2] and res["server_of"] == [-1, 0, -1, 2], res
+    assert res["servers"] == [0, 2] and res["server_of"] == [0, 0, 2, 2], res   # a server: itself
     assert res["placed"] == res["placed_here"] == len(sources), res
     for t in res["tasks"]:
         assert t["host"] == t["node"] == w.node(t["source"]), t

@@ -114,3 +114,17 @@ def test_an_hdf5_file_is_kept_open_per_process_and_a_new_copy_is_read_anew(tmp_p
     write(second)
     assert np.array_equal(np.concatenate([read_partition(r)[0] for r in refs]), second)
     assert _dataset.cache_info().currsize == 2
+
+
+def test_a_series_without_its_first_frame_here_reads_each_file(tmp_path):
+    """A node that holds only some frames of a series (a scatter block placed the others
+    elsewhere) still reads those it has: no series reader, each file on its own."""
+    import os
+
+    from kernels.io import write_tiff_series
+
+    stack = _frames(4)
+    write_tiff_series(str(tmp_path / "h_%02d.tif"), stack, first=0)
+    os.remove(tmp_path / "h_00.tif")
+    refs = partitions(str(tmp_path / "h_%02d.tif"), 4, 1, kind="frames", dtype="uint16")
+    assert np.array_equal(np.concatenate([read_partition(r)[0] for r in refs[1:]]), stack[1:])
