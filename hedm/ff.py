@@ -70,10 +70,10 @@ def main(args):
     name = p["OutputFileName"]
     g = ScanGeometry(name, 1, n, 1, shape, "<u2", (1, n))
     refs = place(refs, args)
-    run = run_analysis("hedm.ffpeaks", {"params": p, "dark": dark}, refs, g,
-                       os.path.join(args.results or out, name + ".h5"),
-                       hard=bool(getattr(args, "hard_placement", False)))
     results = args.results or out
+    run = run_analysis("hedm.ffpeaks", {"params": p, "dark": dark}, refs, g,
+                       os.path.join(results, name + ".h5"),
+                       hard=bool(getattr(args, "hard_placement", False)))
     finish(os.path.join(out, "ff_run.json"),
            analysis_record(args, "hedm_ff", p, run, t_origin, "dark", refs), results)
     return run.written

@@ -155,6 +155,21 @@ class FFPeaks(Analysis):
                                np.asarray(complete, bool).copy(), {"n_peaks": counts},
                                {"peaks": (counts.copy(), flat)})])
 
+    def problem(self, partial: PerFrame, geometry: ScanGeometry) -> str:
+        """No peak in any frame received: nothing to index, a failure (as NF stage 1's empty
+        distance), not an empty table with exit 0."""
+        seen = np.flatnonzero(partial.seen(geometry.frames))
+        if len(seen) and partial.column("n_peaks", geometry.frames)[seen].any():
+            return ""
+        first = int(self.p["RawStartNr"])
+        frames = (f"{len(seen)} frame(s) received ({first + seen[0]}..{first + seen[-1]})"
+                  if len(seen) else "no frame received")
+        return (f"no peak found in scan {geometry.scan}: {frames}. Check that they are the "
+                "sweep's diffraction frames (DataDirectory, InputPattern, RawStartNr, "
+                f"NrPixelsY/NrPixelsZ), the dark ({self.dark_path or 'none'}), and that "
+                f"Threshold ({self.p['Threshold']}) is below the peaks' height above it and "
+                f"MinNrPx/MaxNrPx ({self.p['MinNrPx']}/{self.p['MaxNrPx']}) admit their size")
+
     def tables(self, partial: PerFrame, n_frames: int) -> Dict[str, np.ndarray]:
         """``peaks`` and ``frames`` (``FF_FRAME_DTYPE``) of the frames seen, in frame order
         (whatever order the partials were merged in)."""

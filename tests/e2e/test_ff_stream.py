@@ -76,3 +76,20 @@ def test_ff_peaks_refuses_frames_it_cannot_search(tmp_path):
         a.prepare(ScanGeometry("s", 1, 4, 1, (8, 8), "<f4", (1, 4)))
     with pytest.raises(StreamError, match="dark file .* does not exist"):
         load_analysis("hedm.ffpeaks", {"dark": str(tmp_path / "missing.ge3")})
+
+
+def test_a_sweep_with_no_peak_fails_the_file_flow_after_writing(tmp_path):
+    """A Threshold above every peak: the file flow writes its outputs for inspection, says
+    why in ff_run.json and on stderr, and exits non-zero -- never an empty table with 0."""
+    import json
+
+    params = _ff_dataset(str(tmp_path / "ff"), frames=3)
+    out = tmp_path / "out"
+    r = subprocess.run([sys.executable, "-m", "workflows", "run", str(ROOT / "hedm/ff.py"),
+                        "--executor", "inline", "--out", str(out), "--", "--params", params,
+                        "--Threshold", "65535"],
+                       env=_env(), capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0, r.stdout + r.stderr
+    assert "no peak found" in r.stderr + r.stdout and "Threshold (65535.0)" in r.stderr + r.stdout
+    assert (out / "ff_peaks.h5").is_file() and (out / "ff_peaks.csv").is_file()
+    assert "no peak found" in json.loads((out / "ff_run.json").read_text())["result"]["problem"]

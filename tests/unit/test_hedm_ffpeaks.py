@@ -84,3 +84,22 @@ def test_refusals(sweep, tmp_path):
     small = write_tiff_series(str(tmp_path / "dark_%d.tif"), [np.ones((32, 32), np.uint16)])[0]
     with pytest.raises(StreamError, match=r"dark .* is \(32, 32\), frames are \(64, 48\)"):
         FFPeaks(sweep["params"], dark=small).dark((64, 48))
+
+
+def test_a_sweep_without_a_peak_is_a_problem_not_an_empty_table(sweep):
+    """No peak in any frame received (a threshold above every peak, dark frames): the
+    analysis says why, so the file flow exits 1 and a stream's scan is not served."""
+    from hedm.ffpeaks import FFPeaks
+    from streams.protocol import ScanGeometry
+
+    stack = sweep["stack"]
+    g = ScanGeometry("sweep", 1, 5, 1, stack.shape[1:], "<u2", (1, 5))
+    a = FFPeaks(sweep["params"])
+    found = a.process_partition(stack, np.arange(5), np.ones(5, bool))
+    assert a.problem(found, g) == ""
+    blind = FFPeaks(sweep["params"], threshold=65535.0)
+    none = blind.process_partition(stack[1:3], np.array([1, 2]), np.ones(2, bool))
+    why = blind.problem(none, g)
+    assert "no peak found in scan sweep" in why and "2 frame(s) received (1..2)" in why
+    assert "Threshold (65535.0)" in why
+    assert "no frame received" in blind.problem(blind.empty(), g)
