@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import ast
 import os
-import pathlib
 import re
 from collections import defaultdict
 from typing import Dict, Iterator, Set, Tuple
@@ -200,16 +199,22 @@ _BRANCH = re.compile(r"""(==|!=)\s*["'](files|h5)["']|["'](files|h5)["']\s*(==|!
                      r"""|kind\s*=\s*["'](files|h5)["']""")
 
 
-def test_a_block_kind_is_one_module_plus_one_row():
+def _lines(pattern: re.Pattern[str], where) -> list:
+    """``rel:line: text`` of every line matching ``pattern`` in the modules
+    ``where(module, relative path)`` selects."""
     found = []
     for mod, path in _modules():
         rel = os.path.relpath(path, ROOT)
-        if not mod.startswith("stager") or rel.startswith(KIND_OWNED):
-            continue
-        with open(path, encoding="utf-8") as f:
-            for n, line in enumerate(f, 1):
-                if _BRANCH.search(line):
-                    found.append(f"{rel}:{n}: {line.strip()}")
+        if where(mod, rel):
+            with open(path, encoding="utf-8") as f:
+                found += [f"{rel}:{n}: {line.strip()}" for n, line in enumerate(f, 1)
+                          if pattern.search(line)]
+    return found
+
+
+def test_a_block_kind_is_one_module_plus_one_row():
+    found = _lines(_BRANCH, lambda mod, rel: mod.startswith("stager")
+                   and not rel.startswith(KIND_OWNED))
     assert not found, ("code branching on a block kind's name outside the kind's module "
                        "(ask the kind through stager.planning.kinds): " + "; ".join(found))
     # every row names one module of stager/kinds/, and every such module has its row
@@ -228,15 +233,8 @@ _PROTOCOL_BRANCH = re.compile(r"""(==|!=)\s*["'](native|stream2|dectris-stream2)
 
 
 def test_a_stream_protocol_is_one_folder_plus_one_row():
-    found = []
-    for mod, path in _modules():
-        rel = os.path.relpath(path, ROOT)
-        if not mod.startswith("streams") or rel.startswith(PROTOCOL_OWNED):
-            continue
-        with open(path, encoding="utf-8") as f:
-            for n, line in enumerate(f, 1):
-                if _PROTOCOL_BRANCH.search(line):
-                    found.append(f"{rel}:{n}: {line.strip()}")
+    found = _lines(_PROTOCOL_BRANCH, lambda mod, rel: mod.startswith("streams")
+                   and not rel.startswith(PROTOCOL_OWNED))
     assert not found, ("code branching on a stream protocol outside its folder (ask the "
                        "protocol through streams.protocols): " + "; ".join(found))
     # every row names one folder of streams/protocols/, and every folder has its row
@@ -253,24 +251,16 @@ def test_a_stream_protocol_is_one_folder_plus_one_row():
     assert all(o.env == "STAGER_STREAM_" + o.name.upper() for o in own.values()), own
 
 
-# The workflows' command line (workflows/run.py) maps its flags to each executor's
-# keywords and runs the collective MPI executor on every rank itself: a front door,
-# like the table. Nothing else branches on an executor's name.
+# The workflows' command line (workflows/run.py) runs the collective MPI executor on every
+# rank itself (each executor picks its own keywords from the flags: run_options): a front
+# door, like the table. Nothing else branches on an executor's name.
 EXECUTOR_OWNED = ("workflows/executors/", "workflows/run.py")
 _EXECUTOR_BRANCH = re.compile(r"""(==|!=)\s*["'](inline|local|mpi|parsl)["']"""
                               r"""|["'](inline|local|mpi|parsl)["']\s*(==|!=|in\b)""")
 
 
 def test_an_executor_is_one_module_plus_one_row():
-    found = []
-    for _mod, path in _modules():
-        rel = os.path.relpath(path, ROOT)
-        if rel.startswith(EXECUTOR_OWNED):
-            continue
-        with open(path, encoding="utf-8") as f:
-            for n, line in enumerate(f, 1):
-                if _EXECUTOR_BRANCH.search(line):
-                    found.append(f"{rel}:{n}: {line.strip()}")
+    found = _lines(_EXECUTOR_BRANCH, lambda mod, rel: not rel.startswith(EXECUTOR_OWNED))
     assert not found, ("code branching on an executor's name outside workflows/executors/ "
                        "(ask workflows.executors.make): " + "; ".join(found))
     with open(os.path.join(ROOT, "workflows", "executors", "__init__.py"),
@@ -292,14 +282,7 @@ _P2P = re.compile(r"""\.(isend|irecv|Isend|Irecv|Iprobe|iprobe|improbe|mprobe|Pr
 
 
 def test_streams_and_workflows_take_their_mpi_link_from_stager_mpi(graph):
-    found = []
-    for mod, path in _modules():
-        if mod.split(".")[0] not in ("streams", "workflows"):
-            continue
-        with open(path, encoding="utf-8") as f:
-            for n, line in enumerate(f, 1):
-                if _P2P.search(line):
-                    found.append(f"{os.path.relpath(path, ROOT)}:{n}: {line.strip()}")
+    found = _lines(_P2P, lambda mod, rel: mod.split(".")[0] in ("streams", "workflows"))
     assert not found, ("point-to-point MPI outside stager.mpi (send through "
                        "stager.mpi.link.Link): " + "; ".join(found))
     # both loops use the one link, the one loop and the one role rule and Roles
@@ -310,7 +293,5 @@ def test_streams_and_workflows_take_their_mpi_link_from_stager_mpi(graph):
         assert "stager.mpi.loop" in graph[loop], f"{loop} does not use stager.mpi.loop"
     for roles in ("streams.job.roles", "workflows.executors.mpi.roles"):
         assert "stager.mpi.roles" in graph[roles], f"{roles} does not use stager.mpi.roles"
-    others = [f"{mod}:{n}" for mod, path in _modules() if mod != "stager.mpi.roles"
-              for n, line in enumerate(pathlib.Path(path).read_text("utf-8").splitlines(), 1)
-              if re.match(r"class Roles\b", line)]
+    others = _lines(re.compile(r"^class Roles\b"), lambda mod, rel: mod != "stager.mpi.roles")
     assert not others, "a second Roles (the one is stager.mpi.roles.Roles): " + "; ".join(others)
