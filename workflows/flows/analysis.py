@@ -22,6 +22,7 @@ where the task runs.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -85,7 +86,6 @@ def add_arguments(parser: Any) -> None:
 def _read(ref: Any, valid: Optional[Tuple[str, str]], hard: bool) -> Tuple[Any, bool]:
     """``(frames, positions, complete)`` of ``ref`` on this node, and whether a scattered
     file was read from the shared filesystem (its copy not here)."""
-    import numpy as np
 
     from streams.offline import frame_files, read_partition
 
@@ -97,13 +97,19 @@ def _read(ref: Any, valid: Optional[Tuple[str, str]], hard: bool) -> Tuple[Any, 
         files, fell = [p for p, _ in got], any(f for _, f in got)
     frames, positions, complete = read_partition(ref, files)
     if valid is not None:
-        import h5py
-
-        with h5py.File(valid[0], "r") as f:
-            mask = np.asarray(f[valid[1]][()], bool).reshape(-1)
-        keep = mask[positions]
+        keep = _mask(*valid, os.stat(valid[0]).st_mtime_ns)[positions]
         frames, positions, complete = frames[keep], positions[keep], complete[keep]
     return (frames, positions, complete), fell
+
+
+@functools.lru_cache(maxsize=2)
+def _mask(path: str, dataset: str, _mtime: int) -> Any:
+    """The ``--valid`` mask, flat, read once per worker (not once per partition)."""
+    import h5py
+    import numpy as np
+
+    with h5py.File(path, "r") as f:
+        return np.asarray(f[dataset][()], bool).reshape(-1)
 
 
 # Partials travel as ((spec, params), partial, rows): a merge task on any worker knows its
