@@ -86,6 +86,10 @@ class ScanReport:
         Why the analysis's result cannot be trusted although frames arrived (set by the
         receiving job: an analysis that sums over frames got a frame twice); a scan
         with it is not served.
+    conflicting : dict of int to list of int
+        Frames of which a sector arrived twice with different content (frame ->
+        sectors): nobody can tell which copy the detector sent, so the result is
+        invalid (:attr:`result_invalid`) and the scan not served.
     buffer_bytes : int
         Partition memory the assembler allocated for this scan (its high-water mark).
     ended_by : str
@@ -110,6 +114,7 @@ class ScanReport:
     refused: Counter = field(default_factory=Counter)
     duplicates_across: int = 0
     invalid: str = ""
+    conflicting: Dict[int, List[int]] = field(default_factory=dict)
     buffer_bytes: int = 0
     ended_by: str = "end"
     first_message: float = 0.0
@@ -165,9 +170,22 @@ class ScanReport:
 
     @property
     def ok(self) -> bool:
-        """True when every expected frame is complete (rejected duplicates do not count)."""
+        """True when every expected frame is complete (rejected duplicates do not count)
+        and no frame is :attr:`conflicting`."""
         n = self._nsect()
-        return bool((n[self.expected] == self.geometry.sectors).all())
+        return bool((n[self.expected] == self.geometry.sectors).all()) and not self.conflicting
+
+    @property
+    def result_invalid(self) -> str:
+        """Why the result cannot be trusted ("" if it can): :attr:`invalid` and the
+        :attr:`conflicting` frames."""
+        why = [self.invalid] if self.invalid else []
+        if self.conflicting:
+            frames = np.array(sorted(self.conflicting), np.int64)
+            why.append(f"{frames.size} frame(s) ({_runs(frames)}) arrived twice with "
+                       "different content: which copy the detector sent cannot be told "
+                       "(another producer with this job's key and token sent frames?)")
+        return "; ".join(why)
 
     def loss_fraction(self) -> float:
         """Fraction of expected frames that are not complete."""
@@ -207,6 +225,7 @@ class ScanReport:
             duplicates_across=self.duplicates_across + other.duplicates_across
             + int(both.size),
             invalid="; ".join(x for x in (self.invalid, other.invalid) if x),
+            conflicting=_union(self.conflicting, other.conflicting),
             buffer_bytes=max(self.buffer_bytes, other.buffer_bytes),
             ended_by=max(self.ended_by, other.ended_by, key=order.index),
             first_message=min(self.first_message, other.first_message),
@@ -218,7 +237,9 @@ class ScanReport:
         g = self.geometry
         return {
             "scan": g.scan, "ok": self.ok, "ended_by": self.ended_by,
-            "result_invalid": self.invalid or None,
+            "result_invalid": self.result_invalid or None,
+            "frames_conflicting": len(self.conflicting),
+            "conflicting": {str(f): s for f, s in sorted(self.conflicting.items())},
             "geometry": {"producers": g.producers, "frames": g.frames, "sectors": g.sectors,
                          "shape": list(g.shape), "dtype": g.dtype,
                          "scan_shape": list(g.scan_shape)},
@@ -267,6 +288,13 @@ class ScanReport:
             s += f", {lost} messages lost in transport"
         if self.refused:
             s += f", {sum(self.refused.values())} connection attempts refused"
-        if self.invalid:
-            s += f"; RESULT INVALID: {self.invalid}"
+        if self.result_invalid:
+            s += f"; RESULT INVALID: {self.result_invalid}"
         return s
+
+
+def _union(a: Dict[int, List[int]], b: Dict[int, List[int]]) -> Dict[int, List[int]]:
+    out = {f: list(s) for f, s in a.items()}
+    for f, s in b.items():
+        out[f] = sorted(set(out.get(f, ())) | set(s))
+    return out

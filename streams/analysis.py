@@ -195,6 +195,14 @@ class Analysis:
         """Names of the scalar columns (for empty results)."""
         return ()
 
+    def scan_bytes(self, geometry: ScanGeometry) -> int:
+        """Bytes of this analysis's state of a whole scan (checked at ``begin`` against
+        ``--memory``, :func:`streams.bounds.scan_cost`). Default: a :class:`PerFrame`
+        of the scalar :meth:`columns` -- per frame its index (8), ``complete`` (1) and
+        8 per column. Override when the state holds more (vectors, ragged arrays,
+        images of the detector's size)."""
+        return geometry.frames * (9 + 8 * max(1, len(self.columns())))
+
     def write(self, h5: Any, partial: Any, geometry: ScanGeometry) -> None:
         for n, img in self.images(partial, geometry).items():
             h5.create_dataset(n, data=img)

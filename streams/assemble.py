@@ -18,20 +18,34 @@ Partitions
     zeroed).
 
 Memory bound
-    Per open scan, at most ``slots`` partition buffers, ``slots = max(2,
-    memory_bytes // (K * frame_bytes))`` (never more than the partitions the scan
+    A ``begin`` is accepted only when the scan's whole cost
+    (:func:`streams.bounds.scan_cost`: two partitions, the accounting, and what the
+    rest of the job holds for it, ``job_bytes``) fits ``memory_bytes``. Per open scan,
+    at most ``slots`` partition buffers, ``slots = max(2, (memory_bytes - accounting -
+    analysis) // (K * frame_bytes))`` (never more than the partitions the scan
     has here), each allocated when first needed and then reused; plus the
-    accounting, ``frames x (sectors + 3)`` bytes. At most
-    ``max_scans`` scans are open at once (a further ``begin`` is rejected ``busy``),
-    so the assembler holds at most ``max_scans x (memory_bytes + accounting)``.
+    accounting, ``frames x (9 sectors + 3)`` bytes. At most
+    ``max_scans`` scans are open at once (a further ``begin`` is rejected ``busy``;
+    the open scans go on), so the assembler holds at most
+    ``max_scans x (memory_bytes + accounting)``.
     The ZeroMQ queues in front of it add ``RCVHWM`` messages (see the receiver).
     When every slot holds an unfinished partition and a sector of a new one
     arrives, the oldest unfinished partition is delivered as it is (counted in
     ``evicted_partitions``); sectors of it that arrive later are rejected ``late``.
     So memory never grows with the scan, and nothing is lost silently.
+
+Duplicates
+    Every accepted sector's decoded rows are digested (``xxh3_64``, keyed with a
+    random seed per assembler: 30+ GB/s, so ingest does not notice it; a producer
+    cannot aim a forged copy at a digest it cannot compute). A second copy of a
+    sector is decoded aside and its digest compared with the first's: equal, it is
+    rejected ``duplicate``; different, ``conflicting_duplicate``, and the frame is
+    marked conflicting in the report (:attr:`~streams.accounting.ScanReport.conflicting`):
+    the scan's result is invalid, never served. The first copy stays in the data.
 """
 from __future__ import annotations
 
+import secrets
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -40,6 +54,7 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple, Union
 import numpy as np
 
 from streams.accounting import MAX_EXAMPLES, ScanReport
+from streams.bounds import ScanCost, scan_cost
 from streams.codecs import decode_into
 from streams.errors import CodecError
 from streams.protocol import Begin, Data, End, Reason, ScanGeometry
@@ -111,8 +126,10 @@ class _Scan:
         self.report = ScanReport.empty(g, expected, ends_expected=ends)
         self.report.first_message = self.report.last_message = now
         self.nsect = np.zeros(F, np.int16 if S < 32768 else np.int32)
+        self.digests = np.zeros((F, S), np.uint64)     # of each accepted sector
         self.partitions = max(1, -(-self.local // K))
-        slots = max(2, a.memory_bytes // max(1, K * g.frame_bytes))
+        c = a.cost(g)     # the partitions get what the rest of the scan leaves
+        slots = max(2, (a.memory_bytes - c.accounting - c.analysis) // max(1, K * g.frame_bytes))
         self.slots = min(slots, self.partitions)
         # Partition buffers are allocated when first needed and reused most-recent
         # first: a stream whose producers keep pace touches 2-3 of them (warm in
@@ -154,6 +171,10 @@ class Assembler:
         Scans open at once.
     idle_timeout : float
         Seconds without a message for a scan after which :meth:`expire` closes it.
+    job_bytes : callable(ScanGeometry) -> int, optional
+        What the rest of the job holds for a scan besides the assembler (the
+        analysis's state: :meth:`streams.analysis.Analysis.scan_bytes`), counted in
+        the cost checked at ``begin``.
     on_close : callable(ScanReport), optional
         Called with each scan's report when it closes.
     clock : callable() -> float
@@ -166,7 +187,8 @@ class Assembler:
                  memory_bytes: int = DEFAULT_MEMORY_BYTES, max_scans: int = 4,
                  idle_timeout: float = 30.0,
                  on_close: Optional[Callable[[ScanReport], Any]] = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 job_bytes: Optional[Callable[[ScanGeometry], int]] = None) -> None:
         if routing not in ("modulo", "any"):
             raise ValueError(f"routing must be 'modulo' or 'any', not {routing!r}")
         if not 0 <= receiver < receivers:
@@ -178,8 +200,15 @@ class Assembler:
         self.receiver, self.receivers, self.routing = receiver, receivers, routing
         self.partition_frames, self.memory_bytes = partition_frames, memory_bytes
         self.max_scans, self.idle_timeout = max_scans, idle_timeout
+        self.job_bytes = job_bytes
         self.scans: Dict[str, _Scan] = {}
         self.closed: Dict[str, ScanReport] = {}
+        #: Why no new scan may open (the job served its scans), or "".
+        self.refuse_new = ""
+        self._seed = secrets.randbits(64)
+        import xxhash    # small, C: the digest of every accepted sector
+
+        self._xxh3 = xxhash.xxh3_64_intdigest
         self.rejected: Counter = Counter()      # every rejection, by reason
         self.examples: List[str] = []
 
@@ -226,8 +255,8 @@ class Assembler:
         """A producer announces a scan (opens it on the first ``begin``)."""
         g, now = b.geometry, self.clock()
         if g.scan in self.closed:
-            self.reject(Reason.LATE, f"begin for scan {g.scan}, already closed here: "
-                        "use a new scan name for every scan")
+            self.reject(Reason.NAME_USED, f"begin for scan {g.scan}: this job has already "
+                        f"served a scan named {g.scan}; give every scan a new name")
             return
         if not b.producer < g.producers:
             self.reject(Reason.OUT_OF_RANGE, f"begin from producer {b.producer} of "
@@ -235,11 +264,15 @@ class Assembler:
             return
         st = self.scans.get(g.scan)
         if st is None:
+            if self.refuse_new:
+                self.reject(Reason.BUSY, f"begin for scan {g.scan}: {self.refuse_new}")
+                return
             if self._too_large(g):
                 return
             if len(self.scans) >= self.max_scans:
                 self.reject(Reason.BUSY, f"begin for scan {g.scan} while {len(self.scans)} "
-                            f"scans are open (max_scans={self.max_scans})")
+                            f"scans are open ({', '.join(self.scans)}; --max-open-scans "
+                            f"{self.max_scans}): refused, the open scans go on")
                 return
             try:
                 st = self.scans[g.scan] = _Scan(g, self, now)
@@ -257,19 +290,21 @@ class Assembler:
         st.begins.add(b.producer)
         st.last = st.report.last_message = now
 
-    def _too_large(self, g: ScanGeometry) -> bool:
-        """Reject (``too_large``) a scan whose minimum memory here exceeds the bound:
-        checked at ``begin``, before anything of the scan is allocated."""
-        K = self.frames_per_partition(g)
+    def cost(self, g: ScanGeometry) -> ScanCost:
+        """What scan ``g`` would cost here and in the rest of the job (no allocation)."""
         local = -(-g.frames // self.receivers) if self.routing == "modulo" else g.frames
-        parts = min(2, max(1, -(-local // K))) * K * g.frame_bytes
-        accounting = g.frames * (g.sectors + 3)
-        if max(parts, accounting) <= self.memory_bytes:
+        return scan_cost(g, self.frames_per_partition(g), local,
+                         self.job_bytes(g) if self.job_bytes is not None else 0)
+
+    def _too_large(self, g: ScanGeometry) -> bool:
+        """Reject (``too_large``) a scan whose whole cost exceeds the bound: checked at
+        ``begin``, before anything of the scan is allocated."""
+        c = self.cost(g)
+        if c.total <= self.memory_bytes:
             return False
         self.reject(Reason.TOO_LARGE, f"begin for scan {g.scan}: {g.frames} frames of "
-                    f"{g.shape[0]}x{g.shape[1]} {g.dtype} need {max(parts, accounting)} bytes "
-                    f"here ({'partitions' if parts >= accounting else 'accounting'}), more "
-                    f"than the receiver's memory bound of {self.memory_bytes} (--memory)")
+                    f"{g.shape[0]}x{g.shape[1]} {g.dtype} need {c.describe()}, more than "
+                    f"the memory bound of {self.memory_bytes} bytes per scan (--memory)")
         return True
 
     def end(self, e: End) -> None:
@@ -325,8 +360,7 @@ class Assembler:
                         f"holds rows [{r0}, {r1}]", d.scan)
             return
         if st.report.got[f, s]:
-            self.reject(Reason.DUPLICATE, f"{where} arrived twice (the first copy is kept)",
-                        d.scan)
+            self._second_copy(st, d, payload, where)
             return
         place = self._place(st, f)
         if place is None:
@@ -342,6 +376,7 @@ class Assembler:
             return
         if self.routing == "any":
             self._commit_any(st, op, row, f)
+        st.digests[f, s] = self._digest(st.pool[op.slot][row, r0:r1])
         st.report.got[f, s] = True
         st.bytes += (r1 - r0) * g.shape[1] * g.itemsize
         n = st.nsect[f] = st.nsect[f] + 1
@@ -350,6 +385,30 @@ class Assembler:
         op.remaining -= 1
         if op.remaining == 0:
             self._deliver(st, op, evicted=False)
+
+    def _digest(self, rows: np.ndarray) -> int:
+        return self._xxh3(rows, seed=self._seed)
+
+    def _second_copy(self, st: _Scan, d: Data, payload: Any, where: str) -> None:
+        """A sector already accepted arrives again: decoded aside and compared."""
+        g, f, s = st.g, d.frame, d.sector
+        r0, r1 = g.sector_rows(s)
+        aside = np.empty((r1 - r0, g.shape[1]), st.dtype)
+        try:
+            decode_into(d.encoding, payload, aside)
+        except CodecError as e:
+            self.reject(e.reason, f"{where} (a second copy): {e.detail}", d.scan)
+            return
+        if self._digest(aside) == int(st.digests[f, s]):
+            self.reject(Reason.DUPLICATE, f"{where} arrived twice, the same content (the "
+                        "first copy is kept)", d.scan)
+            return
+        sectors = st.report.conflicting.setdefault(int(f), [])
+        if int(s) not in sectors:
+            sectors.append(int(s))
+        self.reject(Reason.CONFLICTING_DUPLICATE, f"{where} arrived twice with different "
+                    "content: the frame is marked conflicting, the scan's result invalid",
+                    d.scan)
 
     # ---- partitions ----
     def _place(self, st: _Scan, f: int) -> Optional[Tuple[_Open, int]]:

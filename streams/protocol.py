@@ -53,16 +53,25 @@ class Reason(str, Enum):
     """A sector that already arrived, or a second ``begin``/``end`` from one producer."""
     CONFLICT = "conflict"
     """A ``begin`` whose geometry differs from the scan's first ``begin``."""
+    CONFLICTING_DUPLICATE = "conflicting_duplicate"
+    """A second copy of a sector whose content differs from the first (digests compared):
+    the frame is marked conflicting and the scan's result is invalid (never served)."""
+    TOKEN = "wrong_token"
+    """A ``begin`` without the job's token, or with another job's (a replay of an earlier
+    job's stream, a producer pointed at the wrong job)."""
+    NAME_USED = "scan_name_used"
+    """A ``begin`` for a scan name this job has already served: every scan needs a new name."""
     PAYLOAD_SIZE = "wrong_payload_size"
     """The (decoded) payload is not rows x cols x itemsize bytes."""
     CORRUPT = "corrupt_payload"
     """An ``lz4``/``bslz4`` payload that does not decode."""
     BUSY = "busy"
-    """A ``begin`` for a new scan while the receiver already holds its maximum of open scans."""
+    """A ``begin`` for a new scan while the receiver already holds ``--max-open-scans``
+    open scans, or after the job finalized its ``--scans``; the open scans go on."""
     TOO_LARGE = "too_large"
-    """A ``begin`` for a scan this receiver cannot hold within its memory bound: two
-    partitions of its frames, or its accounting (``frames x (sectors + 3)`` bytes), are
-    more than ``--memory``. Refused before anything is allocated."""
+    """A ``begin`` for a scan whose whole cost here (:func:`streams.bounds.scan_cost`: two
+    partitions, the accounting, the analysis's state, live snapshot and output) is more
+    than ``--memory``. Refused before anything is allocated."""
 
     def __str__(self) -> str:
         return self.value
@@ -136,10 +145,14 @@ class ScanGeometry:
 
 @dataclass(frozen=True)
 class Begin:
-    """A ``begin`` header: one producer announces a scan to one receiver."""
+    """A ``begin`` header: one producer announces a scan to one receiver.
+
+    ``token`` is the receiving job's token as the producer read it from the rendezvous
+    file (None: the protocol carries none, as Stream V2's start)."""
 
     producer: int
     geometry: ScanGeometry
+    token: Optional[str] = None
 
     @property
     def scan(self) -> str:

@@ -136,8 +136,8 @@ def _plain(x: Any) -> Any:
 
 def scan_ok(report: ScanReport, allow_loss: float = 0.0) -> bool:
     """True when the scan lost at most ``allow_loss`` of its frames (0: nothing missing)
-    and its result is not invalid (:attr:`ScanReport.invalid`)."""
-    if report.invalid:
+    and its result is not invalid (:attr:`ScanReport.result_invalid`)."""
+    if report.result_invalid:
         return False
     if allow_loss <= 0:
         return report.ok

@@ -127,8 +127,9 @@ def test_every_rejection_reason_is_counted_and_attributed():
 def test_memory_bound_evicts_oldest_partition_and_counts_it():
     g = ScanGeometry("m", 1, 8, 2, (4, 4), "<u2", (1, 8))
     imgs = frames_of(g)
-    # budget for exactly 2 partitions of 2 frames
-    a, sink, _ = make(g, partition_frames=2, memory_bytes=2 * 2 * g.frame_bytes)
+    # budget for exactly 2 partitions of 2 frames and the accounting
+    a, sink, _ = make(g, partition_frames=2, memory_bytes=2 * 2 * g.frame_bytes
+                      + g.frames * (g.sectors * 9 + 3))
     assert a.scans["m"].slots == 2 and a.scans["m"].pool == []
     send(a, g, imgs, 0, 0)      # partition 0 opens
     send(a, g, imgs, 2, 0)      # partition 1 opens

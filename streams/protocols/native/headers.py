@@ -14,19 +14,22 @@ checks what one header alone can tell.
 """
 from __future__ import annotations
 
-from typing import Any, List, Tuple
+import hmac
+from typing import Any, List, Optional, Tuple
 
 from streams.errors import ProtocolError
 from streams.protocol import (SCAN_RE, Begin, Data, End, Header, Reason, ScanGeometry,
                               check_int, check_scan_name)
 
-__all__ = ["PROTOCOL", "ENCODINGS", "MAX_HEADER_BYTES", "decode_header", "encode_begin",
+__all__ = ["PROTOCOL", "ENCODINGS", "MAX_HEADER_BYTES", "MAX_TOKEN", "decode_header", "encode_begin",
            "encode_data", "encode_end", "route", "feed"]
 
 PROTOCOL = "mpistage-stream/1"
 ENCODINGS = ("raw", "lz4", "bslz4")
 #: A header longer than this is rejected unread (``malformed_header``).
 MAX_HEADER_BYTES = 4096
+#: Longest ``token`` a begin may carry (the job's is 32 hex digits).
+MAX_TOKEN = 64
 
 
 def route(frame: int, receivers: int) -> int:
@@ -102,7 +105,11 @@ def decode_header(buf: Any) -> Header:
                 frames=_field(h, "frames"), sectors=_field(h, "sectors"),
                 shape=_field(h, "shape"), dtype=_field(h, "dtype"),
                 scan_shape=_field(h, "scan_shape"))
-            return Begin(check_int("producer", _field(h, "producer")), geometry)
+            token = h.get("token")
+            if token is not None and (not isinstance(token, str) or len(token) > MAX_TOKEN):
+                raise ProtocolError(Reason.MALFORMED, f"token must be a string of at most "
+                                    f"{MAX_TOKEN} characters")
+            return Begin(check_int("producer", _field(h, "producer")), geometry, token)
         if kind == "end":
             return End(check_scan_name(scan), check_int("producer", _field(h, "producer")),
                        check_int("sent", _field(h, "sent")))
@@ -121,17 +128,21 @@ def _pack(h: dict) -> bytes:
     return msgpack.packb(h, use_bin_type=True)
 
 
-def encode_begin(geometry: ScanGeometry, producer: int) -> bytes:
-    """Header of a ``begin`` message from ``producer`` (payload: empty)."""
+def encode_begin(geometry: ScanGeometry, producer: int, token: Optional[str] = None) -> bytes:
+    """Header of a ``begin`` message from ``producer`` (payload: empty), carrying the
+    receiving job's ``token`` (from its rendezvous file) when given."""
     if isinstance(producer, bool) or not isinstance(producer, int) \
             or not 0 <= producer < geometry.producers:
         raise ProtocolError(Reason.OUT_OF_RANGE, f"producer {producer!r} not in "
                             f"[0, {geometry.producers})", geometry.scan)
     g = geometry
-    return _pack({"kind": "begin", "scan": g.scan, "producer": int(producer),
-                  "producers": g.producers, "frames": g.frames, "sectors": g.sectors,
-                  "shape": [int(g.shape[0]), int(g.shape[1])], "dtype": g.dtype,
-                  "scan_shape": [int(g.scan_shape[0]), int(g.scan_shape[1])]})
+    h = {"kind": "begin", "scan": g.scan, "producer": int(producer),
+         "producers": g.producers, "frames": g.frames, "sectors": g.sectors,
+         "shape": [int(g.shape[0]), int(g.shape[1])], "dtype": g.dtype,
+         "scan_shape": [int(g.scan_shape[0]), int(g.scan_shape[1])]}
+    if token is not None:
+        h["token"] = token
+    return _pack(h)
 
 
 def encode_data(scan: str, frame: int, sector: int, rows: Tuple[int, int],
@@ -149,13 +160,14 @@ def encode_end(scan: str, producer: int, sent: int) -> bytes:
     return _pack({"kind": "end", "scan": scan, "producer": int(producer), "sent": int(sent)})
 
 
-def feed(assembler: Any, parts: List[Any]) -> None:
+def feed(assembler: Any, parts: List[Any], token: Optional[str] = None) -> None:
     """Hand one native message (its ZeroMQ frames: bytes or buffers) to ``assembler``.
 
     A message that is not a header and a payload, whose header does not decode, or
     whose ``begin``/``end`` carries a payload, is rejected into the assembler's
     accounting (a ``data`` header of an open scan that does not decode still counts
-    as received data of that scan).
+    as received data of that scan). With ``token`` (the receiving job's), a ``begin``
+    that does not carry it is rejected ``wrong_token``.
     """
     if len(parts) != 2:
         assembler.reject(Reason.MALFORMED, f"message of {len(parts)} frames, expected 2 "
@@ -173,6 +185,14 @@ def feed(assembler: Any, parts: List[Any]) -> None:
         assembler.reject(Reason.MALFORMED, f"{type(h).__name__.lower()} of scan {h.scan} "
                          f"with a {len(parts[1])}-byte payload (must be empty)", h.scan)
     elif isinstance(h, Begin):
+        # compared in constant time: the token is what tells this job's producers
+        if token is not None and (h.token is None or not hmac.compare_digest(
+                h.token.encode(), token.encode())):
+            whose = "without the job's token" if h.token is None else "with another job's token"
+            assembler.reject(Reason.TOKEN, f"begin for scan {h.scan} from producer "
+                             f"{h.producer} {whose} (a replay of an earlier job's stream, or "
+                             "a producer that read another rendezvous file)", h.scan)
+            return
         assembler.begin(h)
     else:
         assembler.end(h)
