@@ -387,7 +387,7 @@ class Assembler:
             self._deliver(st, op, evicted=False)
 
     def _digest(self, rows: np.ndarray) -> int:
-        return self._xxh3(rows, seed=self._seed)
+        return self._xxh3(rows.data, seed=self._seed)    # C-contiguous rows
 
     def _second_copy(self, st: _Scan, d: Data, payload: Any, where: str) -> None:
         """A sector already accepted arrives again: decoded aside and compared."""

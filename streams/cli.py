@@ -59,7 +59,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="frames per partition (default: 100 ms at --rate, else 16 MiB)")
     r.add_argument("--rate", metavar="HZ", help="expected detector frame rate")
     r.add_argument("--memory", type=float, metavar="MiB",
-                   help="partition memory per open scan per receiver (default 256)")
+                   help="what one open scan may cost a receiver: partitions, accounting, the "
+                        "analysis's state, live snapshot, output (default 256); a begin "
+                        "that costs more is refused too_large")
+    r.add_argument("--max-open-scans", metavar="N",
+                   help="scans open at once per receiver (default 2); a further begin is "
+                        "refused busy, the open ones go on")
     r.add_argument("--idle-timeout", metavar="S",
                    help="close a scan after S seconds without any of its messages (default 30)")
     r.add_argument("--close-wait", metavar="S",
@@ -91,7 +96,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     w.add_argument("--final", action="store_true", help="exit after a scan's final image")
     w.add_argument("--timeout", type=float, default=None, metavar="S")
     w.add_argument("--certificate", metavar="FILE", help="CURVE client certificate "
-                   "(.key_secret; default: the one the rendezvous file names)")
+                   "(.key_secret; default: the viewers' one the rendezvous file names)")
 
 
 def _add_security_arguments(r: argparse.ArgumentParser) -> None:
@@ -100,8 +105,10 @@ def _add_security_arguments(r: argparse.ArgumentParser) -> None:
                    help="plain ZeroMQ sockets: anyone who reaches a port may send frames "
                         "(the report says so); default: CURVE with the job's keys")
     r.add_argument("--authorized-keys", metavar="DIR",
-                   help="accept the CURVE clients whose public certificates (*.key) are in "
-                        "DIR, instead of writing a client certificate beside the rendezvous")
+                   help="accept the producers whose public certificates (*.key) are in DIR, "
+                        "and the viewers (live socket only) whose certificates are in "
+                        "DIR/viewers/, instead of writing a certificate of each role beside "
+                        "the rendezvous")
     r.add_argument("--allow-from", metavar="ADDR[,ADDR]",
                    help="Stream V2: accept only the detector at these IP addresses (ZAP)")
     r.add_argument("--rendezvous-mode", type=lambda v: int(v, 8), default=0o600,
@@ -211,7 +218,9 @@ def _endpoint(source: str) -> Tuple[str, Optional[str], Optional[str]]:
     live = d.get("live")
     if not live:
         raise ValueError(f"{source}: the job publishes no live endpoint")
-    return live, d.get("curve_serverkey"), d.get("client_certificate")
+    # a viewer's certificate suffices; a producer's works too (it may watch)
+    return live, d.get("curve_serverkey"), d.get("viewer_certificate") or \
+        d.get("client_certificate")
 
 
 def _watch(args: argparse.Namespace) -> int:

@@ -8,14 +8,21 @@ holds a secret key) and decides *which* clients may connect through ZAP (RFC
 
 * the job makes one server key pair in memory (rank 0, broadcast over MPI;
   never written anywhere);
-* by default it also makes one client key pair and writes it as a certificate in
-  :mod:`zmq.auth`'s file format beside the rendezvous file
-  (``<rendezvous>.client.key_secret``, mode 0600, with the public half in
-  ``<rendezvous>.client.key``): the same user's producers and viewers read it and
-  connect, nobody else can; ``--authorized-keys DIR`` accepts the public
-  certificates in DIR instead (no client certificate is written then);
-* the rendezvous file carries the server's public key (Z85) and the path of the
-  client certificate (``docs/stream-protocol.md``, section 2);
+* two roles, each with its own keys: **producers** may connect to the data
+  sockets (and watch), **viewers** only to the live socket -- a viewer's key is
+  refused (``unauthorised_key``) on a data socket, so whoever may watch cannot
+  write frames. By default the job makes one key pair per role and writes each
+  as a certificate in :mod:`zmq.auth`'s file format beside the rendezvous file,
+  mode 0600: ``<rendezvous>.client.key_secret`` (producers) and
+  ``<rendezvous>.viewer.key_secret`` (viewers), the public halves in ``.key``.
+  ``--authorized-keys DIR`` accepts the producers' public certificates in DIR
+  instead, and the viewers' in ``DIR/viewers/`` when that directory exists (no
+  certificate of that role is written then);
+* the job's **token** (random, 128 bits, rank 0): every native ``begin`` must carry
+  it, so a stream recorded in or aimed at another job is refused ``wrong_token``
+  even from an authorised key;
+* the rendezvous file carries the server's public key (Z85), the paths of the
+  certificates and the token (``docs/stream-protocol.md``, section 2);
 * every refused connection attempt is counted by reason (:data:`REASONS`): the
   :class:`ZapHandler` thread counts what ZAP refuses (a key not authorised, an
   address not allowed), a :class:`HandshakeMonitor` on each socket what fails
@@ -47,7 +54,8 @@ from streams.errors import StreamError
 
 __all__ = ["StreamSecurity", "ZapHandler", "HandshakeMonitor", "REASONS", "zap_handler",
            "client_certificate_path", "write_client_certificate", "load_client_certificate",
-           "load_authorized_keys", "DOMAIN_DATA", "DOMAIN_LIVE", "DOMAIN_STREAM2"]
+           "load_authorized_keys", "new_token", "DOMAIN_DATA", "DOMAIN_LIVE", "DOMAIN_STREAM2",
+           "VIEWERS_DIR"]
 
 #: ZAP domains of the job's sockets (each has its own policy in the handler).
 DOMAIN_DATA = "mpistage-stream"
@@ -74,6 +82,16 @@ REASONS = {
 #: Seconds a peer has to complete the ZeroMQ handshake (ZMQ_HANDSHAKE_IVL).
 HANDSHAKE_S = 10.0
 
+#: The subdirectory of ``--authorized-keys DIR`` that holds the viewers' public keys.
+VIEWERS_DIR = "viewers"
+
+
+def new_token() -> str:
+    """A job's token: 128 random bits as 32 hex digits."""
+    import secrets
+
+    return secrets.token_hex(16)
+
 
 @dataclass(frozen=True)
 class StreamSecurity:
@@ -85,11 +103,17 @@ class StreamSecurity:
     server_public, server_secret : str
         The job's CURVE key pair (Z85 text), in memory only.
     authorized : frozenset of str, optional
-        Z85 public keys of the clients allowed to connect.
+        Z85 public keys of the producers (allowed on the data and the live sockets).
     client_certificate : str, optional
-        Path of the client certificate the job wrote (None with ``--authorized-keys``).
+        Path of the producers' certificate the job wrote (None with ``--authorized-keys``).
     authorized_keys : str, optional
         The ``--authorized-keys`` directory.
+    viewers : frozenset of str
+        Z85 public keys of the viewers (allowed on the live socket only).
+    viewer_certificate : str, optional
+        Path of the viewers' certificate the job wrote (None with ``DIR/viewers/``).
+    token : str, optional
+        The job's token, which every native ``begin`` must carry (never in a report).
     allow_from : tuple of str
         Stream V2: peer IP addresses ZAP accepts (empty: any).
     handshake_s : float
@@ -105,6 +129,9 @@ class StreamSecurity:
     authorized_keys: Optional[str] = None
     allow_from: Tuple[str, ...] = ()
     handshake_s: float = HANDSHAKE_S
+    viewers: FrozenSet[str] = frozenset()
+    viewer_certificate: Optional[str] = None
+    token: Optional[str] = None
 
     @property
     def curve(self) -> bool:
@@ -113,31 +140,46 @@ class StreamSecurity:
     @classmethod
     def insecure(cls, allow_from: Tuple[str, ...] = (), handshake_s: float = HANDSHAKE_S
                  ) -> StreamSecurity:
-        """Plain sockets (``--insecure``): anyone who reaches the port may send."""
-        return cls(mode="insecure", allow_from=tuple(allow_from), handshake_s=handshake_s)
+        """Plain sockets (``--insecure``): anyone who reaches the port may send (a native
+        ``begin`` still needs the job's token)."""
+        return cls(mode="insecure", allow_from=tuple(allow_from), handshake_s=handshake_s,
+                   token=new_token())
 
     @classmethod
     def for_job(cls, rendezvous: str, authorized_keys: Optional[str] = None,
                 allow_from: Tuple[str, ...] = (), handshake_s: float = HANDSHAKE_S
                 ) -> StreamSecurity:
-        """A server key pair, and either the client certificate written beside
-        ``rendezvous`` or the public keys of ``authorized_keys``.
+        """A server key pair, a token, and per role (producers, viewers) either a
+        certificate written beside ``rendezvous`` or the public keys of
+        ``authorized_keys`` (producers: DIR, viewers: ``DIR/viewers/`` if it exists).
 
         Raises
         ------
         StreamError
-            The certificate cannot be written; the directory holds no public key.
+            A certificate cannot be written; a directory holds no public key.
         """
         import zmq
 
         pub, sec = zmq.curve_keypair()
+        cert: Optional[str] = None
+        viewer_cert: Optional[str] = None
         if authorized_keys is not None:
-            keys = load_authorized_keys(authorized_keys)
-            return cls("curve", pub.decode(), sec.decode(), frozenset(keys), None,
-                       os.path.abspath(authorized_keys), tuple(allow_from), handshake_s)
-        path, client_pub = write_client_certificate(rendezvous)
-        return cls("curve", pub.decode(), sec.decode(), frozenset({client_pub}), path, None,
-                   tuple(allow_from), handshake_s)
+            keys = frozenset(load_authorized_keys(authorized_keys))
+            vdir = os.path.join(authorized_keys, VIEWERS_DIR)
+            viewers = frozenset(load_authorized_keys(vdir)) if os.path.isdir(vdir) else None
+        else:
+            cert, client_pub = write_client_certificate(rendezvous)
+            keys, viewers = frozenset({client_pub}), None
+        if viewers is None:
+            viewer_cert, viewer_pub = write_client_certificate(rendezvous, "viewer")
+            viewers = frozenset({viewer_pub})
+        if keys & viewers:
+            raise StreamError(f"--authorized-keys {authorized_keys}: a key is both a "
+                              f"producer's and a viewer's (in {VIEWERS_DIR}/): a viewer could "
+                              "write frames; keep each key in one role")
+        return cls("curve", pub.decode(), sec.decode(), keys, cert,
+                   None if authorized_keys is None else os.path.abspath(authorized_keys),
+                   tuple(allow_from), handshake_s, viewers, viewer_cert, new_token())
 
     def describe(self) -> Dict[str, Any]:
         """What the report says about the job's security (never a secret)."""
@@ -149,19 +191,29 @@ class StreamSecurity:
                     "allow_from": list(self.allow_from)}
         return {"mode": "curve", "server_key": self.server_public,
                 "client_certificate": self.client_certificate,
+                "viewer_certificate": self.viewer_certificate,
                 "authorized_keys": self.authorized_keys,
                 "authorized": len(self.authorized or ()),
+                "viewers": len(self.viewers),
                 "allow_from": list(self.allow_from)}
 
     # ---- sockets ----
+    def keys_of(self, domain: str) -> FrozenSet[str]:
+        """The keys ZAP admits on a socket of ``domain``: producers everywhere, viewers
+        on the live socket only."""
+        producers = self.authorized or frozenset()
+        return producers | self.viewers if domain == DOMAIN_LIVE else producers
+
     def serve(self, sock: Any, domain: str) -> None:
         """Make ``sock`` (before bind) a CURVE server of ``domain``, or a plain one."""
         import zmq
 
         sock.setsockopt(zmq.HANDSHAKE_IVL, int(self.handshake_s * 1000))
         if self.curve:
-            # keys decide here; --allow-from is the Stream V2 detector's, not viewers'
-            zap_handler(sock.context).policy(domain, dataclasses.replace(self, allow_from=()))
+            # keys decide here, the role's (keys_of); --allow-from is the Stream V2
+            # detector's, not viewers'
+            zap_handler(sock.context).policy(domain, dataclasses.replace(
+                self, allow_from=(), authorized=self.keys_of(domain)))
             sock.setsockopt(zmq.CURVE_SERVER, 1)
             sock.setsockopt(zmq.CURVE_SECRETKEY, self.server_secret.encode())  # type: ignore
             sock.setsockopt(zmq.ZAP_DOMAIN, domain.encode())
@@ -188,17 +240,18 @@ def client_keys(sock: Any, server_key: str, certificate: str) -> None:
 
 
 # ---- certificate files ----
-def client_certificate_path(rendezvous: str) -> str:
-    """``<rendezvous>.client.key_secret``: where the job writes its client certificate."""
-    return os.path.abspath(rendezvous) + ".client.key_secret"
+def client_certificate_path(rendezvous: str, role: str = "client") -> str:
+    """``<rendezvous>.<role>.key_secret``: where the job writes a role's certificate
+    (``client``: the producers', ``viewer``: the viewers')."""
+    return os.path.abspath(rendezvous) + f".{role}.key_secret"
 
 
-def write_client_certificate(rendezvous: str) -> Tuple[str, str]:
-    """Write a new client certificate beside ``rendezvous``, mode 0600.
+def write_client_certificate(rendezvous: str, role: str = "client") -> Tuple[str, str]:
+    """Write a new certificate of ``role`` beside ``rendezvous``, mode 0600.
 
     :func:`zmq.auth.create_certificates` writes the pair into a private (0700)
     temporary directory in the same directory; both files are made 0600 and
-    renamed over ``<rendezvous>.client.key_secret`` / ``.key`` (a symlink there is
+    renamed over ``<rendezvous>.<role>.key_secret`` / ``.key`` (a symlink there is
     replaced, never followed).
 
     Returns
@@ -208,7 +261,7 @@ def write_client_certificate(rendezvous: str) -> Tuple[str, str]:
     """
     import zmq.auth
 
-    secret_path = client_certificate_path(rendezvous)
+    secret_path = client_certificate_path(rendezvous, role)
     public_path = secret_path[:-len("_secret")]
     d = os.path.dirname(secret_path)
     try:
@@ -217,7 +270,7 @@ def write_client_certificate(rendezvous: str) -> Tuple[str, str]:
         raise StreamError(f"cannot write the client certificate beside {rendezvous}: {e}") \
             from e
     try:
-        pub_tmp, sec_tmp = zmq.auth.create_certificates(tmp, "client")
+        pub_tmp, sec_tmp = zmq.auth.create_certificates(tmp, role)
         for p in (pub_tmp, sec_tmp):
             os.chmod(p, 0o600)
         public, _ = zmq.auth.load_certificate(sec_tmp)

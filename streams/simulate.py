@@ -232,6 +232,14 @@ def run_producers(scan: SimulatedScan, endpoints: Union[Rendezvous, Sequence[str
     return results
 
 
+def default_scan_name() -> str:
+    """``sim-YYYYMMDD-HHMMSS-xxxxxx``: a new name at every run (a receiving job refuses a
+    ``begin`` for a name it has already served, so runs into one job need their own)."""
+    import secrets
+
+    return f"sim-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """``python -m streams.simulate``: stream a synthetic or recorded scan."""
     import argparse
@@ -242,7 +250,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rendezvous", help="native protocol: the receivers' rendezvous file")
     ap.add_argument("--stream2-bind", help="Stream V2 instead: bind this PUSH address")
-    ap.add_argument("--scan", default="sim-0001")
+    ap.add_argument("--scan", default=None, help="scan name (default: sim-DATE-TIME-RANDOM, "
+                    "new at every run)")
     ap.add_argument("--producers", type=int, default=4)
     ap.add_argument("--sectors", type=int, default=4)
     ap.add_argument("--scan-shape", type=int, nargs=2, default=(16, 16), metavar=("NY", "NX"))
@@ -274,6 +283,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 0
     if not a.rendezvous:
         ap.error("give --rendezvous FILE (native) or --stream2-bind ADDRESS")
+    a.scan = a.scan or default_scan_name()
+    print(f"scan {a.scan}", flush=True)
     g = ScanGeometry(a.scan, a.producers, ny * nx, a.sectors, tuple(a.shape), a.dtype, (ny, nx))
     drop = frozenset(tuple(int(v) for v in d.split(":")) for d in a.drop)
     scan = SimulatedScan(g, source, a.encoding, a.rate, frozenset(a.withhold),

@@ -29,6 +29,14 @@ receiver queues behind X's last partition); it then joins a non-blocking barrier
 and keeps looping, so a slow rank never blocks another's socket; when the barrier
 completes, every rank runs the collective finalize (:mod:`streams.job.session`).
 
+Every rank leaves the loop on one decision, rank 0's: it announces each
+finalize, and after the ``scans``-th (or the overall timeout) it tells the
+receivers to open no new scan (``enough``), lets what is open finish, and then
+announces ``stop``. MPI keeps one sender's messages in order, so a rank hears
+``stop`` after every finalize announced before it and runs each of them first:
+every rank enters the same collectives, none leaves while another waits in one.
+Scans refused at ``begin`` (``busy``, ``too_large``, ...) never open, never count.
+
 An exception on any rank is sent to every rank (``TAG_ABORT``) and raised
 there: the loop never waits for a rank that failed. A rank that *died* cannot
 say so; Open MPI then terminates the job, and rank 0 writes a report from the
@@ -121,6 +129,8 @@ class RankLoop(Loop):
         self.next_publish = now + options.live_interval
         self.first_frame: Optional[float] = None
         self._closing = False
+        self._announced = 0                 # rank 0: finalizations announced
+        self._last_announced = 0.0
         self._job_published: Any = None
 
     def abort_all(self, message: str) -> None:
@@ -242,7 +252,11 @@ class RankLoop(Loop):
             self.to_finalize.append(arg)
         elif kind == "close":     # rank 0's deadline: close whatever is open
             if self.socket is not None:
+                self.socket.assembler.refuse_new = "the job's --timeout has passed"
                 self.socket.assembler.close_all("stopped")
+        elif kind == "enough":    # rank 0 announced its last finalize: no new scan
+            if self.socket is not None:
+                self.socket.assembler.refuse_new = arg
         elif kind == "stop":
             self.stop_reason = arg
 
@@ -298,9 +312,18 @@ class RankLoop(Loop):
             self._fin_all(("close", None))
         for scan in self.coord.ready(now):
             self._fin_all(("finalize", scan))
-        if self._closing and not self.coord.open_scans() and not self.to_finalize \
-                and self.stop_reason is None:
-            self._fin_all(("stop", "deadline"))
+            self._announced += 1
+            self._last_announced = now
+            if self._announced == self.o.scans:
+                self._fin_all(("enough", f"the job has finalized its --scans {self.o.scans} "
+                               "(a scan still open goes on; no new one)"))
+        # Stop once nothing is open, and no heartbeat could still bring news of a scan a
+        # receiver opened before it heard "enough": then every rank has heard every
+        # finalize it must run before it hears this.
+        if (self._closing or self._announced >= self.o.scans) and self.stop_reason is None \
+                and not self.coord.open_scans() \
+                and now - self._last_announced >= 2 * self.o.heartbeat:
+            self._fin_all(("stop", "deadline" if self._closing else "scans"))
 
     def _fin_all(self, msg: Any) -> None:
         """Rank 0's decision ``msg`` to every rank, itself included."""
@@ -353,16 +376,16 @@ class RankLoop(Loop):
     # ---- the loop ----
     def run(self, finalize: Callable[[str], None],  # type: ignore[override]
             deadline: Optional[float] = None) -> None:
-        """Loop until ``options.scans`` scans are finalized or rank 0 says stop."""
+        """Loop until rank 0 says stop (after ``options.scans`` scans were finalized and
+        nothing is open, or after the deadline)."""
         self._finalize, self._deadline, self._done = finalize, deadline, 0
         super().run()
         self._send_live(time.monotonic(), force=True)
 
     def until(self) -> bool:
-        # a rank told to stop still finishes the finalizations already announced:
-        # every other rank is about to enter them
-        return not ((self._done < self.o.scans and self.stop_reason is None)
-                    or self.to_finalize or self.barrier is not None)
+        # rank 0's "stop" alone ends the loop, and a rank told to stop still finishes the
+        # finalizations announced before it: every other rank is about to enter them
+        return self.stop_reason is not None and not self.to_finalize and self.barrier is None
 
     def step(self) -> bool:
         now = time.monotonic()

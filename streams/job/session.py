@@ -64,7 +64,8 @@ class SessionOptions:
     local : str
         Node-local directory for outputs before the drain (``%n`` = node).
     scans : int
-        Scans to serve, in a row.
+        Scans to serve, in a row: the job ends when this many were finalized (served
+        or failed) and nothing else is open; refused ``begin`` s do not count.
     bind_host : str
         Interface to bind (``*`` = all; ``127.0.0.1`` for tests).
     advertise : str, optional
@@ -74,7 +75,14 @@ class SessionOptions:
         K; default from ``rate`` (100 ms of frames per receiver) or 16 MiB.
     rate : float, optional
         Expected frames/s of the detector (sizes partitions).
-    memory_bytes, idle_timeout, rcvhwm
+    memory_bytes : int
+        What one open scan may cost a receiver, checked at its ``begin``: partitions,
+        accounting, the analysis's state, live snapshot and output
+        (:func:`streams.bounds.scan_cost`); a scan that costs more is refused ``too_large``.
+    max_open_scans : int
+        Scans open at once per receiver; a further ``begin`` is refused ``busy`` (the
+        open ones go on). The job holds about ``max_open_scans x memory_bytes``.
+    idle_timeout, rcvhwm
         Per receiver (see :class:`~streams.protocols.native.receiver.Receiver`).
     timeout : float, optional
         Overall seconds; then open scans close as ``stopped`` and the job ends.
@@ -130,6 +138,7 @@ class SessionOptions:
     partition_frames: Optional[int] = None
     rate: Optional[float] = None
     memory_bytes: int = 256 << 20
+    max_open_scans: int = 2
     idle_timeout: float = 30.0
     rcvhwm: int = 100
     timeout: Optional[float] = None
@@ -194,6 +203,8 @@ class SessionOptions:
             raise ValueError("--timeout must be positive")
         if self.credit < 1 or self.batch < 1 or self.io_threads < 1:
             raise ValueError("credit, batch and io_threads must be >= 1")
+        if self.max_open_scans < 1:
+            raise ValueError(f"--max-open-scans must be >= 1, got {self.max_open_scans}")
         if self.spill is not None and not os.path.isabs(self.spill.replace("%n", "x")):
             raise ValueError(f"--spill {self.spill}: give an absolute directory")
         if self.insecure and self.authorized_keys:
@@ -224,7 +235,8 @@ def _octal(value: Any, name: str) -> int:
 _POSITIVE, _INT1 = parse_number(0, strict=True), parse_int(1)
 _SESSION_PARSERS: Dict[str, Callable[[Any, str], Any]] = {
     "scans": _INT1, "receivers_per_node": _INT1, "partition_frames": _INT1, "rcvhwm": _INT1,
-    "credit": _INT1, "batch": _INT1, "memory_bytes": parse_size, "outbox_bytes": parse_size,
+    "credit": _INT1, "batch": _INT1, "memory_bytes": parse_size, "max_open_scans": _INT1,
+    "outbox_bytes": parse_size,
     "rate": _POSITIVE, "idle_timeout": _POSITIVE, "timeout": _POSITIVE,
     "close_wait": _POSITIVE, "live_interval": _POSITIVE, "heartbeat": _POSITIVE,
     "allow_loss": parse_number(0), "analysis_options": _mapping,

@@ -157,8 +157,8 @@ def _hostile_messages(g, f0, s0):
 def test_hostile_messages_are_refused_counted_and_the_scan_stays_exact(tmp_path):
     """An authorised producer (0) sends, on its own socket to receiver 0, every malformed
     or hostile message of issue 25 -- before its data (so a rejected sector is then
-    accepted when it arrives right), and a duplicate of one of its sectors with other
-    content after -- while a silent TCP connection sits on receiver 0. The scan is exact,
+    accepted when it arrives right), and a second, equal copy of one of its sectors
+    after -- while a silent TCP connection sits on receiver 0. The scan is exact,
     each case counted under its reason, memory within --memory."""
     from streams.protocols.native.producer import Producer
     from streams.simulate import run_producer
@@ -183,8 +183,9 @@ def test_hostile_messages_are_refused_counted_and_the_scan_stays_exact(tmp_path)
                 p.sent[g.scan][0] += counted
             for f, s in scan.sent_by(0):
                 p.send_sector(g.scan, f, s, scan.frame(f))
-            # the same sector again, other content: the first copy is kept
-            p.send_sector(g.scan, f0, s0, scan.frame(f0) + 1)
+            # the same sector again, the same content: a duplicate, the first copy kept
+            # (other content: test_stream_roles.py)
+            p.send_sector(g.scan, f0, s0, scan.frame(f0))
             time.sleep(2.0)     # the silent connection is dropped while the scan is open
             p.end(g.scan)
         for t in others:

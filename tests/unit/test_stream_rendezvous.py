@@ -19,7 +19,8 @@ def test_write_read_round_trip(tmp_path):
     rv = write_rendezvous(p, EPS, "tcp://node1:40100")
     assert json.loads(p.read_text()) == {"protocol": "mpistage-stream/1", "receivers": EPS,
                                          "live": "tcp://node1:40100", "curve_serverkey": None,
-                                         "client_certificate": None}
+                                         "client_certificate": None,
+                                         "viewer_certificate": None, "token": None}
     assert read_rendezvous(p) == rv == Rendezvous(tuple(EPS), "tcp://node1:40100")
     assert os.listdir(tmp_path) == ["rv.json"]            # no temporary file left
     assert stat.S_IMODE(os.stat(p).st_mode) == 0o600 and not rv.curve

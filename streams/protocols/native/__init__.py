@@ -36,7 +36,9 @@ class Native(StreamProtocol):
         sock = Receiver(loop.deliver, index=index, count=count, bind=f"tcp://{o.bind_host}:*",
                         advertise=o.advertise, rcvhwm=o.rcvhwm,
                         partition_frames=partition_frames, memory_bytes=o.memory_bytes,
-                        idle_timeout=o.idle_timeout, on_close=loop.on_close, security=security)
+                        idle_timeout=o.idle_timeout, on_close=loop.on_close, security=security,
+                        max_scans=o.max_open_scans, job_bytes=loop.analysis.scan_bytes,
+                        token=security.token if security is not None else None)
         loop.socket = sock
         return sock.bind()
 
@@ -47,4 +49,7 @@ class Native(StreamProtocol):
         write_rendezvous(o.rendezvous, endpoints, live,
                          security.server_public if security is not None else None,
                          security.client_certificate if security is not None else None,
-                         mode=o.rendezvous_mode)
+                         mode=o.rendezvous_mode,
+                         viewer_certificate=security.viewer_certificate
+                         if security is not None else None,
+                         token=security.token if security is not None else None)

@@ -21,8 +21,8 @@ from streams.errors import ProtocolError
 from streams.protocol import (SCAN_RE, Begin, Data, End, Header, Reason, ScanGeometry,
                               check_int, check_scan_name)
 
-__all__ = ["PROTOCOL", "ENCODINGS", "MAX_HEADER_BYTES", "MAX_TOKEN", "decode_header", "encode_begin",
-           "encode_data", "encode_end", "route", "feed"]
+__all__ = ["PROTOCOL", "ENCODINGS", "MAX_HEADER_BYTES", "MAX_TOKEN", "decode_header",
+           "encode_begin", "encode_data", "encode_end", "route", "feed"]
 
 PROTOCOL = "mpistage-stream/1"
 ENCODINGS = ("raw", "lz4", "bslz4")

@@ -56,13 +56,16 @@ class Producer:
     certificate : str, optional
         A :mod:`zmq.auth` client certificate with its secret key; default: the
         rendezvous' ``client_certificate``.
+    token : str, optional
+        The receiving job's token, carried by every ``begin``; default: the
+        rendezvous' ``token`` (a job refuses a ``begin`` without its token).
     """
 
     def __init__(self, receivers: Union[Rendezvous, Sequence[str]], producer: int = 0, *,
                  sndhwm: int = DEFAULT_HWM, sndbuf: int = 0,
                  send_timeout: Optional[float] = None, linger: float = 60.0,
                  context: Any = None, server_key: Optional[str] = None,
-                 certificate: Optional[str] = None) -> None:
+                 certificate: Optional[str] = None, token: Optional[str] = None) -> None:
         import zmq
 
         from streams.security import client_keys, load_client_certificate
@@ -74,13 +77,14 @@ class Producer:
         if rv is not None:
             server_key = server_key or rv.server_key
             certificate = certificate or rv.client_certificate
+            token = token or rv.token
         if server_key is not None:
             if certificate is None:
                 raise StreamError("the receivers use CURVE and the rendezvous names no client "
                                   "certificate (the job has --authorized-keys): give "
                                   "certificate= (a .key_secret file whose key is authorised)")
             load_client_certificate(certificate)      # a clear error before any connect
-        self.server_key, self.certificate = server_key, certificate
+        self.server_key, self.certificate, self.token = server_key, certificate, token
         self._zmq = zmq
         self.endpoints = eps
         self.producer = producer
@@ -122,7 +126,7 @@ class Producer:
 
     def begin(self, geometry: ScanGeometry) -> None:
         """Announce a scan to every receiver (before any of its data)."""
-        hdr = encode_begin(geometry, self.producer)
+        hdr = encode_begin(geometry, self.producer, self.token)
         self.geometry[geometry.scan] = geometry
         self.sent[geometry.scan] = [0] * self.receivers
         for r in range(self.receivers):

@@ -60,6 +60,10 @@ class Receiver(SocketLoop):
     context : zmq.Context, optional
     security : StreamSecurity, optional
         CURVE keys and the ZAP policy (:mod:`streams.security`); None: plain.
+    job_bytes : callable(ScanGeometry) -> int, optional
+        Passed to :class:`~streams.assemble.Assembler` (the cost checked at ``begin``).
+    token : str, optional
+        The job's token: a ``begin`` without it is rejected ``wrong_token``.
     """
 
     def __init__(self, deliver: Callable[[Partition], Any], *, index: int = 0, count: int = 1,
@@ -69,12 +73,16 @@ class Receiver(SocketLoop):
                  memory_bytes: int = DEFAULT_MEMORY_BYTES, max_scans: int = 4,
                  idle_timeout: float = 30.0,
                  on_close: Optional[Callable[[ScanReport], Any]] = None,
-                 context: Any = None, security: Any = None) -> None:
+                 context: Any = None, security: Any = None,
+                 job_bytes: Optional[Callable[[ScanGeometry], int]] = None,
+                 token: Optional[str] = None) -> None:
         super().__init__(on_close)
+        self.token = token
         self.assembler = Assembler(deliver, receiver=index, receivers=count,
                                    partition_frames=partition_frames,
                                    memory_bytes=memory_bytes, max_scans=max_scans,
-                                   idle_timeout=idle_timeout, on_close=self._closed)
+                                   idle_timeout=idle_timeout, on_close=self._closed,
+                                   job_bytes=job_bytes)
         from streams.security import DOMAIN_DATA
 
         self._pull_socket(context, rcvhwm, security, DOMAIN_DATA)
@@ -110,6 +118,6 @@ class Receiver(SocketLoop):
                 break
             while sock.rcvmore:
                 parts.append(sock.recv(copy=False))
-            feed(assembler, parts)
+            feed(assembler, parts, self.token)
             n += 1
         return n

@@ -9,16 +9,20 @@ file::
      "receivers": ["tcp://HOST:PORT", ...],
      "live": "tcp://HOST:PORT",
      "curve_serverkey": "<40 characters of Z85>",
-     "client_certificate": "/path/rv.json.client.key_secret"}
+     "client_certificate": "/path/rv.json.client.key_secret",
+     "viewer_certificate": "/path/rv.json.viewer.key_secret",
+     "token": "<32 hex digits>"}
 
 ``receivers[r]`` is receiver r: a producer sends every sector of frame f to
 ``receivers[f mod len(receivers)]``. ``live`` is the PUB endpoint of live results
 (``null`` when the job publishes none). ``curve_serverkey`` is the receivers' (and
 the live socket's) CURVE public key: connect as a CURVE client with it and the
-key pair of ``client_certificate`` (a :mod:`zmq.auth` certificate file; ``null``
-when the job accepts ``--authorized-keys`` instead: use your own certificate).
-Both keys absent or ``null``: plain ZeroMQ (``--insecure``). The file is mode 0600
-by default (``mode``). Readers ignore keys they do not know. No sockets here.
+key pair of ``client_certificate`` (producers) or ``viewer_certificate`` (viewers:
+the live socket only) -- :mod:`zmq.auth` certificate files; ``null`` when the job
+accepts ``--authorized-keys`` instead: use your own certificate. Both keys absent
+or ``null``: plain ZeroMQ (``--insecure``). ``token`` is the job's: every ``begin``
+carries it (a stream of another job is refused). The file is mode 0600 by default
+(``mode``). Readers ignore keys they do not know. No sockets here.
 """
 from __future__ import annotations
 
@@ -35,6 +39,7 @@ from streams.protocols.native.headers import PROTOCOL
 
 __all__ = ["Rendezvous", "write_rendezvous", "read_rendezvous", "wait_for_rendezvous"]
 
+_TOKEN = re.compile(r"[0-9a-f]{32}\Z")
 _Z85_KEY = re.compile(r"[0-9A-Za-z.\-:+=^!/*?&<>()\[\]{}@%$#]{40}\Z")
 _ENDPOINT = re.compile(r"tcp://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):([0-9]{1,5})\Z")
 PathLike = Union[str, "os.PathLike[str]"]
@@ -49,6 +54,8 @@ class Rendezvous:
     protocol: str = PROTOCOL
     server_key: Optional[str] = None
     client_certificate: Optional[str] = None
+    viewer_certificate: Optional[str] = None
+    token: Optional[str] = None
 
     @property
     def curve(self) -> bool:
@@ -58,7 +65,8 @@ class Rendezvous:
     def to_dict(self) -> dict:
         return {"protocol": self.protocol, "receivers": list(self.receivers), "live": self.live,
                 "curve_serverkey": self.server_key,
-                "client_certificate": self.client_certificate}
+                "client_certificate": self.client_certificate,
+                "viewer_certificate": self.viewer_certificate, "token": self.token}
 
 
 def _check_endpoint(ep: Any, what: str, where: str) -> str:
@@ -87,15 +95,22 @@ def _validate(d: Any, where: str) -> Rendezvous:
     key = d.get("curve_serverkey")
     if key is not None and (not isinstance(key, str) or not _Z85_KEY.match(key)):
         raise RendezvousError(f"{where}: curve_serverkey {key!r} is not 40 characters of Z85")
-    cert = d.get("client_certificate")
-    if cert is not None and (not isinstance(cert, str) or not os.path.isabs(cert)):
-        raise RendezvousError(f"{where}: client_certificate {cert!r} is not an absolute path")
-    return Rendezvous(eps, live, PROTOCOL, key, cert)
+    certs = []
+    for name in ("client_certificate", "viewer_certificate"):
+        cert = d.get(name)
+        if cert is not None and (not isinstance(cert, str) or not os.path.isabs(cert)):
+            raise RendezvousError(f"{where}: {name} {cert!r} is not an absolute path")
+        certs.append(cert)
+    token = d.get("token")
+    if token is not None and (not isinstance(token, str) or not _TOKEN.match(token)):
+        raise RendezvousError(f"{where}: token {token!r} is not 32 hex digits")
+    return Rendezvous(eps, live, PROTOCOL, key, certs[0], certs[1], token)
 
 
 def write_rendezvous(path: PathLike, receivers: Sequence[str], live: Optional[str] = None,
                      server_key: Optional[str] = None, client_certificate: Optional[str] = None,
-                     mode: int = 0o600) -> Rendezvous:
+                     mode: int = 0o600, viewer_certificate: Optional[str] = None,
+                     token: Optional[str] = None) -> Rendezvous:
     """Write the rendezvous file atomically; return what was written.
 
     Parameters
@@ -112,7 +127,11 @@ def write_rendezvous(path: PathLike, receivers: Sequence[str], live: Optional[st
         Absolute path of the client certificate producers use.
     mode : int
         File mode (0600: only this user's producers read it; the key it names is
-        public, but endpoints need not be).
+        public, but endpoints need not be; the token is the job's).
+    viewer_certificate : str, optional
+        Absolute path of the certificate viewers use (the live socket only).
+    token : str, optional
+        The job's token (32 hex digits) every ``begin`` must carry.
 
     Raises
     ------
@@ -121,7 +140,8 @@ def write_rendezvous(path: PathLike, receivers: Sequence[str], live: Optional[st
     """
     p = Path(path)
     rv = _validate({"protocol": PROTOCOL, "receivers": list(receivers), "live": live,
-                    "curve_serverkey": server_key, "client_certificate": client_certificate},
+                    "curve_serverkey": server_key, "client_certificate": client_certificate,
+                    "viewer_certificate": viewer_certificate, "token": token},
                    str(p))
     from stager.nodelocal import localfs
 

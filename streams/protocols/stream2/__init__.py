@@ -54,12 +54,14 @@ class StreamV2(StreamProtocol):
         v2 = StreamV2Receiver(loop.deliver, o.stream2, partition_frames=partition_frames,
                               memory_bytes=o.memory_bytes, idle_timeout=o.idle_timeout,
                               rcvhwm=o.rcvhwm, on_close=loop.on_close,
+                              max_scans=o.max_open_scans,
                               apply_pixel_mask=mine["v2_pixel_mask"],
                               decode_threads=mine["v2_decode_threads"],
                               shared_grace=mine["v2_grace"],
                               on_start=lambda s: loop.share("start", s),
                               on_end=lambda e: loop.share("end", e),
                               security=security, source=_source(o.bind_host))
+        v2.assembler.job_bytes = loop.analysis.scan_bytes    # a start's whole cost
         v2.connect()
         loop.socket = v2
         return f"stream2:{o.stream2}"
@@ -73,6 +75,8 @@ class StreamV2(StreamProtocol):
                            "curve_serverkey": security.server_public
                            if security is not None else None,
                            "client_certificate": security.client_certificate
+                           if security is not None else None,
+                           "viewer_certificate": security.viewer_certificate
                            if security is not None else None}, indent=1) + "\n"
         localfs.write_bytes_atomic(os.path.abspath(o.rendezvous), text.encode(),
                                    mode=o.rendezvous_mode)
