@@ -103,7 +103,8 @@ def test_insecure_keeps_plain_sockets_and_says_so(tmp_path):
     assert not rv.curve and rv.client_certificate is None and _mode(job.rv) == 0o600
     assert not list(tmp_path.glob("rv.json.client*"))
     good = _scan()
-    run_producers(good, list(rv.receivers))        # a plain producer, as before issue 25
+    # a plain producer, as before issue 25, with the job's token (from the rendezvous)
+    run_producers(good, list(rv.receivers), token=rv.token)
     rc, out, err = job.wait()
     assert rc == 0, out + err
     rep = job.report("s1")
