@@ -214,5 +214,5 @@ def test_simulator_runs_with_default_names_are_scans_of_their_own(tmp_path):
         g = ScanGeometry(n, 2, 16, 2, (32, 32), "<u2", (4, 4))
         _sums_exact(job, SimulatedScan(g))
     rej = _rejections(job)
-    assert rej["by_reason"].get("scan_name_used") == 2, rej
+    assert rej["by_reason"].get("scan_name_used") == 2 * 2, rej     # 2 producers x 2 receivers
     assert any(f"already served a scan named {names[0]}" in e for e in rej["examples"]), rej

@@ -29,8 +29,8 @@ def test_the_documented_producer_streams_a_complete_scan(tmp_path):
             frames[int(f)] = img.copy()
 
     sec = StreamSecurity.for_job(str(rv))        # CURVE, as a receiving job sets it up
-    rxs = [Receiver(deliver, index=i, count=2, partition_frames=4, security=sec)
-           for i in range(2)]
+    rxs = [Receiver(deliver, index=i, count=2, partition_frames=4, security=sec,
+                    token=sec.token) for i in range(2)]     # the job's token, required
     reports = []
     threads = [threading.Thread(target=lambda rx=rx: reports.extend(rx.serve(1, timeout=90)))
                for rx in rxs]
@@ -40,7 +40,8 @@ def test_the_documented_producer_streams_a_complete_scan(tmp_path):
     eps = [rx.bind() for rx in rxs]
     for t in threads:
         t.start()
-    write_rendezvous(rv, eps, None, sec.server_public, sec.client_certificate)
+    write_rendezvous(rv, eps, None, sec.server_public, sec.client_certificate,
+                     viewer_certificate=sec.viewer_certificate, token=sec.token)
     out, _ = prod.communicate(timeout=90)
     assert prod.returncode == 0, out
     for t in threads:
