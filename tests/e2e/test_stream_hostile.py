@@ -114,8 +114,9 @@ def test_insecure_keeps_plain_sockets_and_says_so(tmp_path):
     _sums_exact(job, good)
 
 
-def _hostile_messages(g, f0, s0):
-    """(name, parts, counted, reason, attributed to the scan) aimed at receiver 0."""
+def _hostile_messages(g, f0, s0, token):
+    """(name, parts, counted, reason, attributed to the scan) aimed at receiver 0; the
+    begins carry the job's ``token`` (without it: test_stream_roles.py)."""
     import msgpack
 
     from streams.protocol import ScanGeometry
@@ -132,7 +133,7 @@ def _hostile_messages(g, f0, s0):
                                              "pad": "x" * 5000}), data],
          False, "malformed_header", False),
         ("not_a_map", [msgpack.packb([1, 2, 3]), b""], False, "malformed_header", False),
-        ("begin_too_large", [encode_begin(huge, 0), b""], False, "too_large", False),
+        ("begin_too_large", [encode_begin(huge, 0, token), b""], False, "too_large", False),
         ("payload_length", [encode_data(g.scan, f0, s0, (r0, r1)), data + b"\0"], True,
          "wrong_payload_size", True),
         ("frame_out_of_range", [encode_data(g.scan, g.frames, s0, (r0, r1)), data], True,
@@ -141,7 +142,8 @@ def _hostile_messages(g, f0, s0):
          "out_of_range", True),
         ("rows_out_of_range", [encode_data(g.scan, f0, s0, (r0, r0 + 1)), data], True,
          "out_of_range", True),
-        ("second_begin_other_shape", [encode_begin(other, 0), b""], False, "conflict", True),
+        ("second_begin_other_shape", [encode_begin(other, 0, token), b""], False, "conflict",
+         True),
         ("unknown_scan", [encode_data("no-such-scan", f0, s0, (r0, r1)), data], False,
          "unknown_scan", False),
         ("name_with_slash", [msgpack.packb({"kind": "data", "scan": "a/../../b", "frame": 0,
@@ -170,7 +172,7 @@ def test_hostile_messages_are_refused_counted_and_the_scan_stays_exact(tmp_path)
     g = scan.geometry
     mine = [(f, s) for f, s in scan.sent_by(0) if f % 2 == 0]
     f0, s0 = mine[0]
-    cases = _hostile_messages(g, f0, s0)
+    cases = _hostile_messages(g, f0, s0, rv.token)
     host, port = rv.receivers[0][len("tcp://"):].rsplit(":", 1)
     silent = socket.create_connection((host, int(port)))
     others = [threading.Thread(target=run_producer, args=(scan, rv, p)) for p in (1, 2, 3)]
