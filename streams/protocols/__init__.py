@@ -90,6 +90,7 @@ class StreamProtocol:
 ROWS: Dict[str, Union[str, StreamProtocol]] = {
     "native": "streams.protocols.native:Native",
     "stream2": "streams.protocols.stream2:StreamV2",
+    "dectris-legacy": "streams.protocols.dectris_legacy:DectrisLegacy",
 }
 _LOADED: Dict[str, StreamProtocol] = {}
 
