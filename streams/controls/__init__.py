@@ -1,7 +1,8 @@
 """Detector controls: who arms the detector, and how the job learns the scan.
 
 A control is the detector's command interface beside its data stream
-(``--control simplon://DCU[:PORT]``: DECTRIS's SIMPLON REST API). One kind per
+(``--control simplon://DCU[:PORT]``: DECTRIS's SIMPLON REST API; ``merlin://HOST:6341``:
+a Merlin's control port). One kind per
 URL scheme, one row of :data:`ROWS` each (``"module:Class"``, imported when
 used), as the protocols are (:mod:`streams.protocols`). Two modes:
 
@@ -88,6 +89,7 @@ class Control:
 #: scheme -> "module:Class"
 ROWS: Dict[str, str] = {
     "simplon": "streams.controls.simplon:Simplon",
+    "merlin": "streams.controls.merlin:MerlinControl",
 }
 
 #: the controls' options (flags of ``stager stream receive``)
