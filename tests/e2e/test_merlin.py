@@ -30,8 +30,11 @@ def _write_mib(tmp, depth, raw, n=(4, 4), shape=(64, 64)):
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("depth,raw", [(12, False), (6, True)])
-def test_libertem_live_merlin_simulator_equals_libertems_mib_reading(tmp_path, depth, raw):
+@pytest.mark.parametrize("depth,raw,ranks,nodes", [(12, False, 4, 2), (6, True, 2, 1)])
+def test_libertem_live_merlin_simulator_equals_libertems_mib_reading(tmp_path, depth, raw,
+                                                                    ranks, nodes):
+    """With 2 receivers (4 ranks, 2 nodes) one connects, the other opens and closes the
+    acquisition as it is shared: the scan ends by its last frame, not a timeout."""
     for mod in ("libertem_live", "libertem"):
         pytest.importorskip(mod, reason=f"{mod} is not installed (pip install "
                             "'mpistage[livepeers]'): LiberTEM-live's simulator is the peer")
@@ -52,9 +55,9 @@ def test_libertem_live_merlin_simulator_equals_libertems_mib_reading(tmp_path, d
     sim.wait_for_listen()
     try:
         r = subprocess.run(
-            ["mpirun", "-n", "2", "--oversubscribe", sys.executable, "-m", "stager", "stream",
-             "receive", "--rendezvous", str(tmp_path / "rv.json"), "--out",
-             str(tmp_path / "out"), "--emulate-nodes", "1", "--bind", "127.0.0.1", "--local",
+            ["mpirun", "-n", str(ranks), "--oversubscribe", sys.executable, "-m", "stager",
+             "stream", "receive", "--rendezvous", str(tmp_path / "rv.json"), "--out",
+             str(tmp_path / "out"), "--emulate-nodes", str(nodes), "--bind", "127.0.0.1", "--local",
              str(tmp_path / "local" / "%n"), "--insecure", "--protocol", "merlin",
              "--merlin-endpoint", f"127.0.0.1:{sim.server_t.port}",
              "--control", f"merlin://127.0.0.1:{sim.control_t.port}",
@@ -66,6 +69,7 @@ def test_libertem_live_merlin_simulator_equals_libertems_mib_reading(tmp_path, d
         sim.stop()
     assert r.returncode == 0, r.stdout + r.stderr
     assert "detector merlin://" in r.stderr and "16 images" in r.stderr
+    assert "ended by end" in r.stdout, r.stdout
     (h5,) = [p for p in (tmp_path / "out").glob("acquisition-*.h5") if ".live" not in p.name]
     with h5py.File(h5, "r") as f:
         np.testing.assert_allclose(f["udf/SumUDF/intensity"][()], want[0]["intensity"].data,

@@ -106,3 +106,44 @@ def test_receiver_counts_what_it_refuses_and_keeps_the_acquisition():
     assert r["unknown_scan"] == 1 and r["out_of_range"] == 1 and r["malformed_header"] == 1
     assert r["wrong_payload_size"] == 1
     assert any("1099511627776" in e for e in rx.assembler.examples)
+
+
+def test_a_broken_stream_is_counted_dropped_and_reconnected():
+    """Over a real TCP connection: garbage where a prefix must be, then a length bomb:
+    each rejected with its reason, the connection dropped and made again, and an
+    acquisition sent on the next connection is received whole."""
+    import socket
+    import threading
+
+    srv = socket.create_server(("127.0.0.1", 0))
+    port = srv.getsockname()[1]
+    fr = frames(12, 2)
+    sends = [b"GARBAGE-GARBAGE-GARBAGE",
+             b"MPX,%010d," % (MAX_MESSAGE + 2),
+             encode_message(encode_hdr(2, 2, 12)) + b"".join(
+                 encode_message(encode_frame(i + 1, a, 12)) for i, a in enumerate(fr))]
+
+    def serve():
+        for data in sends:
+            conn, _ = srv.accept()
+            conn.sendall(data)
+            conn.recv(1)          # until the receiver drops it (or the test ends)
+            conn.close()
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    got = {}
+
+    def deliver(part):
+        for f, row in zip(part.frames, part.data):
+            got[int(f)] = row.copy()
+
+    rx = MerlinReceiver(deliver, "127.0.0.1", port, partition_frames=2, idle_timeout=10)
+    reps = rx.serve(1, timeout=20)
+    rx.close()
+    srv.close()
+    assert len(reps) == 1 and reps[0].ok and sorted(got) == [0, 1]
+    assert rx.assembler.rejected["malformed_header"] == 1
+    assert rx.assembler.rejected["too_large"] == 1
+    assert rx.connections == 3
+    assert any("connection dropped" in e for e in rx.assembler.examples)

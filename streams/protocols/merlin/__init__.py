@@ -2,7 +2,8 @@
 
 The detector serves its data port (6342) to one client, so one receiver of the job
 connects (``--merlin-endpoint HOST:6342``) and receives every frame (routing
-``any``; the other receivers stay idle and the job's workers do the analysis). TCP
+``any``; the other receivers stay idle, open and close each acquisition as the
+receiving one shares it, and the job's workers do the analysis). TCP
 from the detector has no CURVE: restrict it by network. Here:
 :mod:`~streams.protocols.merlin.mpx` (the messages), :mod:`~streams.protocols.merlin.receiver`
 (the connection); LiberTEM-live's ``libertem_live.detectors.merlin.sim`` replays MIB
@@ -63,7 +64,8 @@ class Merlin(StreamProtocol):
         sock = MerlinReceiver(loop.deliver, host, int(port) if index == 0 else None,
                               scan_shape=mine["merlin_scan_shape"],
                               partition_frames=partition_frames, memory_bytes=o.memory_bytes,
-                              idle_timeout=o.idle_timeout, on_close=loop.on_close)
+                              idle_timeout=o.idle_timeout, on_close=loop.on_close,
+                              on_share=loop.share)
         loop.socket = sock
         return f"merlin:{mine['merlin_endpoint']}" if index == 0 else "merlin:idle"
 

@@ -46,13 +46,18 @@ class MerlinReceiver(SocketLoop):
         ``(frames / per trigger, per trigger)`` as LiberTEM reads it.
     partition_frames, memory_bytes, idle_timeout, on_close
         As for the other receivers.
+    on_share : callable(kind, msg), optional
+        Called with ``("start", geometry)`` and ``("end", scan)`` of each acquisition
+        (the job shares them: the idle receivers open and close it too, as Stream V2's
+        clients do, instead of waiting for the idle timeout).
     """
 
     def __init__(self, deliver: Callable, host: str, port: Optional[int], *,
                  scan_shape: Optional[Sequence[int]] = None,
                  partition_frames: Any = 1, memory_bytes: int = 256 << 20,
                  idle_timeout: float = 30.0,
-                 on_close: Optional[Callable[[Any], Any]] = None) -> None:
+                 on_close: Optional[Callable[[Any], Any]] = None,
+                 on_share: Optional[Callable[[str, Any], Any]] = None) -> None:
         super().__init__(on_close)
         self.assembler = Assembler(deliver, routing="any", partition_frames=partition_frames,
                                    memory_bytes=memory_bytes, idle_timeout=idle_timeout,
@@ -65,6 +70,7 @@ class MerlinReceiver(SocketLoop):
         self._acq: Optional[Dict[str, Any]] = None     # the open acquisition
         self.headers: Dict[str, Dict[str, str]] = {}   # scan -> its HDR
         self.connections = 0
+        self.on_share = on_share
 
     # ---- the connection ----
     def _ready(self) -> None:
@@ -195,6 +201,8 @@ class MerlinReceiver(SocketLoop):
                 raise ProtocolError(Reason.CONFLICT, f"acquisition {scan}: {e}") from None
             g = ScanGeometry(scan, 1, acq["frames"], 1, h.shape, h.dtype, shape)
             self.assembler.begin(Begin(0, g))
+            if self.on_share is not None:
+                self.on_share("start", g)
         frame = h.sequence - acq["base"]
         pixels = decode_pixels(h, payload[h.header_bytes:])
         st = self.assembler.scans.get(scan)
@@ -206,6 +214,15 @@ class MerlinReceiver(SocketLoop):
                             np.ascontiguousarray(pixels).reshape(-1).view(np.uint8), where=where)
         if frame == acq["frames"] - 1 and scan in self.assembler.scans:
             self.assembler.end(End(scan, 0, None))      # Merlin sends no end: its last frame
+            if self.on_share is not None:
+                self.on_share("end", scan)
+
+    def apply_shared(self, kind: str, msg: Any) -> None:
+        """An acquisition's start (its geometry) or end from the receiving receiver."""
+        if kind == "start":
+            self.assembler.begin(Begin(0, msg))
+        elif msg in self.assembler.scans:
+            self.assembler.end(End(msg, 0, None))
 
     def detector(self, scan: str) -> Optional[Dict[str, Any]]:
         """The acquisition's HDR (for the scan's ``/detector``)."""
