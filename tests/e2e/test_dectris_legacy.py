@@ -52,6 +52,7 @@ def _arm(port: int) -> int:
         return json.loads(r.read())["sequence id"]
 
 
+@pytest.mark.slow          # LiberTEM-live's executor and our job: about 30 s here
 @pytest.mark.timeout(240)
 def test_libertem_live_simulator_into_two_receivers_equals_libertem_live(tmp_path):
     _peers()
