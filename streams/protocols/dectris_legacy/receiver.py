@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import deque
-from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -35,7 +35,10 @@ from streams.protocols.stream2.receiver import StreamV2Receiver
 from streams.protocols.stream2.streamv2 import MAX_IMAGES, Image, Start
 from streams.scanshape import resolve_scan_shape
 
-__all__ = ["LegacyReceiver"]
+__all__ = ["LegacyReceiver", "MAX_TIMES_BYTES"]
+
+#: most memory a scan's per-frame ``dconfig`` times may take here (24 bytes a frame)
+MAX_TIMES_BYTES = 64 << 20
 
 
 class LegacyReceiver(StreamV2Receiver):
@@ -67,7 +70,7 @@ class LegacyReceiver(StreamV2Receiver):
         self.images, self.check_hash, self.on_piece = images, check_hash, on_piece
         self._headers: Deque[HeaderPart] = deque()
         self._configs: Deque[ConfigPart] = deque()
-        self._times: Dict[str, Dict[int, Tuple[float, float, float]]] = {}
+        self._times: Dict[str, np.ndarray] = {}
         # a peer sending a larger part is disconnected before ZeroMQ allocates it
         self._sock.setsockopt(self._zmq.MAXMSGSIZE, MAX_FRAME_BYTES + 4096)
 
@@ -188,14 +191,20 @@ class LegacyReceiver(StreamV2Receiver):
             self._open_deferred(key, ch)
         super()._image(im)
         scan = self._scan.get(key)
-        if scan is not None and im.fields:
-            t = im.fields
-            self._times.setdefault(scan, {})[im.image_id] = (
-                t["start_time"], t["stop_time"], t["real_time"])
+        st = self.assembler.scans.get(scan) if scan is not None else None
+        if scan is not None and st is not None and im.fields and im.image_id < st.g.frames:
+            t = self._times.get(scan)
+            if t is None and st.g.frames * 24 <= MAX_TIMES_BYTES:
+                t = self._times[scan] = np.full((st.g.frames, 3), np.nan)
+            if t is not None:
+                f = im.fields
+                t[im.image_id] = (f["start_time"], f["stop_time"], f["real_time"])
 
-    def times(self, scan: str) -> Dict[int, Tuple[float, float, float]]:
-        """Frame -> (start_time, stop_time, real_time) of the images received here."""
-        return self._times.get(scan, {})
+    def times(self, scan: str) -> Optional[np.ndarray]:
+        """``(frames, 3)``: start_time, stop_time, real_time of each image received
+        here (NaN for the others); None when none came (or the scan has more frames
+        than :data:`MAX_TIMES_BYTES` of times allow)."""
+        return self._times.get(scan)
 
     def forget(self, scan: str) -> None:
         super().forget(scan)
