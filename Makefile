@@ -53,7 +53,7 @@ $(STAMP): setup.cfg pyproject.toml constraints.txt tools/debian_h5py.py
 	@# stempy, LiberTEM) pulls PyPI's serial build, which shadows it (tools/debian_h5py.py)
 	$(PY) tools/debian_h5py.py $(VENV)/h5py-constraint.txt
 	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -c $(VENV)/h5py-constraint.txt \
-	  -e '.[kernels,plot,parsl,hedm,stream,stream-fast,em,libertem,test,bench,docs]'
+	  -e '.[kernels,plot,parsl,hedm,stream,stream-fast,em,libertem,livepeers,test,bench,docs]'
 	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -c $(VENV)/h5py-constraint.txt \
 	  hdf5plugin fabio
 	@H5PY_ALWAYS_USE_MPI=1 $(PY) -c "import h5py, mpi4py, numba, numpy; \

@@ -89,6 +89,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="partitions a receiver holds for its workers before it stops reading "
                         "(default 64)")
     _add_security_arguments(r)
+    from streams.controls import job as control_job
+
+    control_job.add_arguments(r)
     w = sub.add_parser("watch", help="show the live progress of a receiving job")
     w.add_argument("source", metavar="RENDEZVOUS", help="rendezvous file or tcp:// live endpoint")
     w.add_argument("--png", metavar="FILE", help="write the current image here on request")
@@ -141,9 +144,12 @@ def _receive(args: argparse.Namespace) -> int:
     from streams.job.session import SESSION_OPTIONS, SessionOptions, receive_scans
     from streams.loading import analysis_options
 
+    from streams.controls import job as control_job
+
     comm = MPI.COMM_WORLD
     opts: Any = None
     job: Any = None
+    control: Any = None
 
     def drain(c: Any, scan: str, local_template: str) -> None:
         stager.drain(local_template, opts.out, c, job=job, merge=True)
@@ -154,6 +160,7 @@ def _receive(args: argparse.Namespace) -> int:
         sec = info.get("security") or {}
         if sec.get("warning"):
             print(f"stager stream: WARNING: {sec['warning']}", file=sys.stderr, flush=True)
+        control_job.start(control, lambda m: print(m, file=sys.stderr, flush=True))
 
     rejections: Dict[str, Any] = {}
     try:
@@ -163,6 +170,7 @@ def _receive(args: argparse.Namespace) -> int:
                      rendezvous=os.path.abspath(args.rendezvous), out=os.path.abspath(args.out),
                      memory_bytes=_mib(args.memory), outbox_bytes=_mib(args.outbox),
                      analysis_options=analysis_options(args.analysis_params, args.set))
+        control = control_job.prepare(comm, args, given)     # --control: configured here
         opts = SessionOptions.resolve(**given)
         job = job_of(args, comm)
         outcomes = receive_scans(comm, opts, job=job, on_written=drain, on_ready=ready,
@@ -175,8 +183,11 @@ def _receive(args: argparse.Namespace) -> int:
         if comm.rank == 0:
             print(f"stager stream receive: {e}", file=sys.stderr, flush=True)
         sys.stderr.flush()
+        control_job.finish(control)      # disarm before the job ends
         comm.Abort(1)   # a rank may still wait in a non-blocking barrier: end them all
         return 1
+    finally:
+        control_job.finish(control)      # at the end, or on any failure: disarm
     if comm.rank == 0:
         for o in outcomes:
             verdict = "ok" if o.ok else "NOT SERVED"

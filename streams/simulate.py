@@ -246,8 +246,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     from streams.protocols.native.rendezvous import wait_for_rendezvous
 
+    # --protocol NAME: a protocol folder's own simulator (its simulator.main) takes over
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--protocol")
+    known, rest = pre.parse_known_args(argv)
+    if known.protocol not in (None, "native", "stream2"):
+        return _protocol_simulator(known.protocol)(rest)
     ap = argparse.ArgumentParser(prog="python -m streams.simulate", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--protocol", help="native (default), stream2 (as --stream2-bind), or a "
+                    "protocol of streams.protocols with a simulator (dectris-legacy)")
     ap.add_argument("--rendezvous", help="native protocol: the receivers' rendezvous file")
     ap.add_argument("--stream2-bind", help="Stream V2 instead: bind this PUSH address")
     ap.add_argument("--scan", default=None, help="scan name (default: sim-DATE-TIME-RANDOM, "
@@ -294,6 +302,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"producer {r['producer']}: sent {r['sent']} in {r['seconds']:.2f} s "
               f"({r['blocked_s']:.2f} s in sends)", flush=True)
     return 0
+
+
+def _protocol_simulator(name: str) -> Callable[[Sequence[str]], int]:
+    """The ``main`` of the ``simulator`` module beside protocol ``name``'s row."""
+    import importlib
+
+    from streams.protocols import ROWS
+
+    row = ROWS.get(name)
+    if not isinstance(row, str):
+        raise SystemExit(f"--protocol {name}: no simulator (protocols: {', '.join(ROWS)})")
+    package = row.split(":")[0]
+    try:
+        return importlib.import_module(package + ".simulator").main  # type: ignore[no-any-return]
+    except (ImportError, AttributeError):
+        raise SystemExit(f"--protocol {name}: {package} has no simulator") from None
 
 
 if __name__ == "__main__":

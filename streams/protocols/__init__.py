@@ -90,6 +90,8 @@ class StreamProtocol:
 ROWS: Dict[str, Union[str, StreamProtocol]] = {
     "native": "streams.protocols.native:Native",
     "stream2": "streams.protocols.stream2:StreamV2",
+    "dectris-legacy": "streams.protocols.dectris_legacy:DectrisLegacy",
+    "merlin": "streams.protocols.merlin:Merlin",
 }
 _LOADED: Dict[str, StreamProtocol] = {}
 

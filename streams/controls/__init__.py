@@ -1,0 +1,172 @@
+"""Detector controls: who arms the detector, and how the job learns the scan.
+
+A control is the detector's command interface beside its data stream
+(``--control simplon://DCU[:PORT]``: DECTRIS's SIMPLON REST API; ``merlin://HOST:6341``:
+a Merlin's control port). One kind per
+URL scheme, one row of :data:`ROWS` each (``"module:Class"``, imported when
+used), as the protocols are (:mod:`streams.protocols`). Two modes:
+
+active (default)
+    before the receivers start: configure (trigger mode, image and trigger
+    counts from the scan shape, count and frame time, compression, the stream's
+    format and ``header_detail``, only what is given); once every receiver is
+    connected: arm, read back the series id, call the ``--on-ready`` hook (a scan
+    engine starts here), send the triggers an internal trigger mode needs; at the
+    end of the job, or on any failure, disarm. A failed arm leaves the detector
+    disarmed.
+passive
+    another program arms the detector: the control only reads the detector's
+    configuration, from which the scan's image count (and a ``-1`` of the scan
+    shape) follows, and calls the hook once the receivers wait.
+
+Every error of the control interface is a :class:`ControlError` naming the call
+(method, URL) and the detector's answer. Rank 0 of the job alone talks to the
+detector (:func:`streams.cli` runs :class:`Control` from its ``on_ready``).
+"""
+from __future__ import annotations
+
+import pkgutil
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+
+from stager.options import Option, parse_choice, parse_number, parse_text
+from streams.errors import StreamError
+
+__all__ = ["ControlError", "Control", "ControlOption", "ROWS", "OPTIONS", "open_control",
+           "load_hook"]
+
+
+class ControlError(StreamError):
+    """The detector's control interface refused or failed a call (named, with its answer)."""
+
+
+@dataclass(frozen=True)
+class ControlOption(Option):
+    """One option of the controls (keyword, ``STAGER_STREAM_<NAME>``, default, parser)
+    and its ``stager stream receive`` flag ``--NAME`` (``_`` as ``-``)."""
+
+    help: str = ""
+    metavar: Optional[str] = None
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+class Control:
+    """One detector's control interface: subclass it, set :attr:`scheme`.
+
+    Parameters
+    ----------
+    url : str
+        ``SCHEME://HOST[:PORT]``.
+    settings : dict
+        The resolved :data:`OPTIONS` (``control_mode``, ``trigger_mode``, ...).
+    """
+
+    scheme: str = ""
+
+    def __init__(self, url: str, settings: Dict[str, Any]) -> None:
+        self.url, self.settings = url, dict(settings)
+        self.active = settings.get("control_mode", "active") == "active"
+        self.series: Optional[int] = None
+
+    def prepare(self, scan_shape: Optional[Sequence[int]]) -> Tuple[int, ...]:
+        """Before the receivers start: configure the detector for ``scan_shape``
+        (active; no ``-1`` then) or read how many images it takes (passive; one
+        ``-1`` resolved from them). Returns the scan shape."""
+        raise NotImplementedError
+
+    def start(self, hook: Optional[Callable[[Dict[str, Any]], Any]] = None) -> Dict[str, Any]:
+        """Once every receiver waits: arm (active), call ``hook`` with what is known
+        ("ready for data"), trigger (active, internal trigger). Returns that dict."""
+        raise NotImplementedError
+
+    def finish(self) -> None:
+        """At the end of the job, or on any failure: disarm (active). Never raises."""
+
+
+#: scheme -> "module:Class"
+ROWS: Dict[str, str] = {
+    "simplon": "streams.controls.simplon:Simplon",
+    "merlin": "streams.controls.merlin:MerlinControl",
+}
+
+#: the controls' options (flags of ``stager stream receive``)
+OPTIONS = (
+    ControlOption("control_mode", "active", parse_choice("active", "passive"),
+                  "STAGER_STREAM_CONTROL_MODE",
+                  "with --control: active (configure, arm, trigger, disarm) or passive (wait "
+                  "for another program's arm)", "MODE"),
+    ControlOption("trigger_mode", None, parse_choice("exte", "exts", "inte", "ints"),
+                  "STAGER_STREAM_TRIGGER_MODE",
+                  "with --control: the detector's trigger mode (default: leave it)", "MODE"),
+    ControlOption("count_time", None, parse_number(0, strict=True), "STAGER_STREAM_COUNT_TIME",
+                  "with --control: exposure per image, seconds", "S"),
+    ControlOption("frame_time", None, parse_number(0, strict=True), "STAGER_STREAM_FRAME_TIME",
+                  "with --control: time between image starts, seconds (>= count time)", "S"),
+    ControlOption("compression", None, parse_choice("bslz4", "lz4", "none"),
+                  "STAGER_STREAM_COMPRESSION", "with --control: the detector's compression",
+                  "ALG"),
+    ControlOption("stream_format", None, parse_choice("legacy", "cbor"),
+                  "STAGER_STREAM_STREAM_FORMAT",
+                  "with --control: the stream's format (legacy for --protocol dectris-legacy, "
+                  "cbor for stream2)", "FORMAT"),
+    ControlOption("header_detail", None, parse_choice("all", "basic", "none"),
+                  "STAGER_STREAM_HEADER_DETAIL",
+                  "with --control: the stream's header_detail (all: pixel mask, flatfield)",
+                  "DETAIL"),
+    ControlOption("on_ready", None, parse_text, "STAGER_STREAM_ON_READY",
+                  "with --control: a Python hook MODULE:FUNCTION or FILE.py:FUNCTION called "
+                  "with {series, images, scan_shape, detector} once the detector is ready "
+                  "for data (start the scan there)", "HOOK"),
+)
+
+
+def open_control(url: str, settings: Dict[str, Any]) -> Control:
+    """The control for ``url`` (its scheme a row of :data:`ROWS`).
+
+    Raises
+    ------
+    ValueError
+        an unknown scheme or a URL without a host, naming the known schemes.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep or not rest.strip("/"):
+        raise ValueError(f"--control {url!r}: expected SCHEME://HOST[:PORT] "
+                         f"({', '.join(s + '://' for s in ROWS)})")
+    row = ROWS.get(scheme)
+    if row is None:
+        raise ValueError(f"--control {url!r}: unknown scheme {scheme!r}; known: "
+                         f"{', '.join(ROWS)}")
+    return pkgutil.resolve_name(row)(url, settings)  # type: ignore[no-any-return]
+
+
+def load_hook(spec: Optional[str]) -> Optional[Callable[[Dict[str, Any]], Any]]:
+    """``MODULE:FUNCTION`` or ``FILE.py:FUNCTION`` -> the function (None: no hook).
+
+    Raises
+    ------
+    ValueError
+        naming the spec, when it is no importable callable.
+    """
+    if not spec:
+        return None
+    where, sep, name = spec.rpartition(":")
+    if not sep or not where or not name:
+        raise ValueError(f"--on-ready {spec!r}: expected MODULE:FUNCTION or FILE.py:FUNCTION")
+    try:
+        if where.endswith(".py"):
+            from streams.pyfile import load_file
+
+            mod = load_file(where)
+        else:
+            import importlib
+
+            mod = importlib.import_module(where)
+        fn = getattr(mod, name)
+    except (ImportError, AttributeError, OSError, StreamError) as e:
+        raise ValueError(f"--on-ready {spec!r}: {type(e).__name__}: {e}") from None
+    if not callable(fn):
+        raise ValueError(f"--on-ready {spec!r}: {name} is not callable")
+    return fn  # type: ignore[no-any-return]

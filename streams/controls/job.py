@@ -1,0 +1,72 @@
+"""The control in a receiving job: its flags, its preparation before the receivers
+start (collective), its arm once they wait, its disarm at the end (rank 0)."""
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Dict, Optional
+
+from streams.controls import OPTIONS, Control, load_hook, open_control
+
+__all__ = ["add_arguments", "prepare", "start", "finish"]
+
+
+def add_arguments(r: Any) -> None:
+    """``--control URL`` and the controls' options on ``stager stream receive``."""
+    r.add_argument("--control", metavar="URL",
+                   help="arm the detector through its control interface: simplon://HOST[:PORT] "
+                        "(DECTRIS SIMPLON REST); see --control-mode")
+    for o in OPTIONS:
+        r.add_argument(o.flag, dest=o.name, metavar=o.metavar, help=o.help)
+
+
+def _scan_shape_key(args: Any) -> Optional[str]:
+    """The chosen protocol's scan-shape option (``dectris_scan_shape``), if it has one."""
+    from streams import protocols
+
+    proto = protocols.chosen(getattr(args, "protocol", None), getattr(args, "stream2", None))
+    return next((o.name for o in proto.options if o.name.endswith("scan_shape")), None)
+
+
+def _prepare(args: Any, given: Dict[str, Any]) -> Any:
+    from stager.options import resolve
+    from streams.scanshape import parse_scan_shape
+
+    settings = resolve(OPTIONS, {o.name: getattr(args, o.name, None) for o in OPTIONS},
+                       os.environ, what="control option")
+    load_hook(settings["on_ready"])          # a bad hook fails before the detector is touched
+    control = open_control(args.control, settings)
+    key = _scan_shape_key(args)
+    text = given.get(key) if key else None
+    shape = control.prepare(parse_scan_shape(str(text)) if text else None)
+    return control, key, shape
+
+
+def prepare(comm: Any, args: Any, given: Dict[str, Any]) -> Optional[Control]:
+    """Collective over `comm`: every rank must call. Without ``--control``: None.
+    Otherwise rank 0 opens the control and prepares the detector (active: configured;
+    passive: its image count read), every rank gets the scan shape into ``given``
+    (the protocol's scan-shape option) or the same error; rank 0 gets the control."""
+    if not getattr(args, "control", None):
+        return None
+    from stager.mpi import bcast_result
+
+    got = bcast_result(comm, _prepare, args, given)
+    control, key, shape = got
+    if key:
+        given[key] = ",".join(str(n) for n in shape)
+    return control if comm.rank == 0 else None
+
+
+def start(control: Optional[Control], log: Callable[[str], Any]) -> None:
+    """Rank 0, every receiver waiting: arm (active), the hook, triggers."""
+    if control is None:
+        return
+    info = control.start(load_hook(control.settings.get("on_ready")))
+    log(f"stager stream: detector {control.url} {info['mode']}: series {info['series']}, "
+        f"{info['images']} images, scan shape {info['scan_shape']}")
+
+
+def finish(control: Optional[Control]) -> None:
+    """Rank 0, the job over (or failed): disarm (active)."""
+    if control is not None:
+        control.finish()

@@ -1,0 +1,195 @@
+"""DECTRIS SIMPLON REST API (1.8): configure, arm, trigger and disarm a detector.
+
+``--control simplon://DCU[:PORT]`` (port 80 by default). The calls (SIMPLON API
+reference; what LiberTEM-live's ``DEigerClient`` sends): ``GET
+/detector/api/version/``; ``GET`` / ``PUT {"value": V}``
+``/detector/api/1.8.0/config/NAME``; ``PUT /detector/api/1.8.0/command/arm``
+(answer ``{"sequence id": N}``), ``.../trigger``, ``.../disarm``; ``PUT
+/stream/api/1.8.0/config/{mode,format,header_detail}``. HTTP with the standard
+library's ``urllib`` (no dependency); each call has a timeout, and a refusal is a
+:class:`~streams.controls.ControlError` naming method, URL, status and the
+detector's answer.
+"""
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+
+from streams.controls import Control, ControlError
+from streams.scanshape import resolve_scan_shape
+
+__all__ = ["Simplon", "SimplonClient"]
+
+API = "1.8.0"
+#: largest answer read from the detector (a configuration value is a few hundred bytes)
+MAX_ANSWER = 1 << 20
+
+
+class SimplonClient:
+    """The REST calls, each one a method; ``base`` is ``http://HOST:PORT``."""
+
+    def __init__(self, base: str, timeout: float = 10.0) -> None:
+        self.base, self.timeout = base.rstrip("/"), timeout
+
+    def call(self, method: str, path: str, value: Any = None, body: bool = False) -> Any:
+        """One request; the JSON answer (None when empty).
+
+        Raises
+        ------
+        ControlError
+            naming the call, the HTTP status and the detector's answer, or why it
+            could not be reached.
+        """
+        url = self.base + path
+        data = json.dumps({"value": value}).encode() if body else None
+        req = urllib.request.Request(url, data=data, method=method,
+                                     headers={"Content-Type": "application/json"} if body
+                                     else {})
+        what = f"{method} {url}" + (f" {{'value': {value!r}}}" if body else "")
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as r:
+                text = r.read(MAX_ANSWER + 1)
+        except urllib.error.HTTPError as e:
+            answer = e.read(4096).decode(errors="replace").strip()
+            raise ControlError(f"detector refused {what}: HTTP {e.code} {e.reason}: "
+                               f"{answer or '(no answer)'}") from None
+        except (urllib.error.URLError, OSError) as e:
+            reason = getattr(e, "reason", e)
+            raise ControlError(f"detector unreachable for {what}: {reason} (is the DCU at "
+                               f"{self.base}?)") from None
+        if len(text) > MAX_ANSWER:
+            raise ControlError(f"{what}: an answer of more than {MAX_ANSWER} bytes")
+        if not text.strip():
+            return None
+        try:
+            return json.loads(text)
+        except ValueError:
+            raise ControlError(f"{what}: the answer is not JSON: {text[:200]!r}") from None
+
+    def version(self) -> str:
+        v = self.call("GET", "/detector/api/version/")
+        return str(v.get("value") if isinstance(v, dict) else v)
+
+    def config(self, name: str) -> Any:
+        v = self.call("GET", f"/detector/api/{API}/config/{name}")
+        if not isinstance(v, dict) or "value" not in v:
+            raise ControlError(f"GET {self.base}/detector/api/{API}/config/{name}: no value "
+                               f"in the answer {v!r}")
+        return v["value"]
+
+    def set_config(self, name: str, value: Any) -> Any:
+        return self.call("PUT", f"/detector/api/{API}/config/{name}", value, body=True)
+
+    def set_stream(self, name: str, value: Any) -> Any:
+        return self.call("PUT", f"/stream/api/{API}/config/{name}", value, body=True)
+
+    def command(self, name: str) -> Any:
+        return self.call("PUT", f"/detector/api/{API}/command/{name}")
+
+
+def _base(url: str) -> str:
+    host = url.partition("://")[2].strip("/")
+    return "http://" + (host if ":" in host else host + ":80")
+
+
+def images_of(mode: Any, nimages: Any, ntrigger: Any) -> int:
+    """The images a series takes: one per trigger with ``exte``/``inte``, ``nimages``
+    per trigger otherwise."""
+    if mode in ("exte", "inte"):
+        return int(ntrigger)
+    return int(nimages) * int(ntrigger)
+
+
+class Simplon(Control):
+    """``simplon://HOST[:PORT]``: a DECTRIS detector's SIMPLON REST API."""
+
+    scheme = "simplon"
+
+    def __init__(self, url: str, settings: Dict[str, Any]) -> None:
+        super().__init__(url, settings)
+        self.client = SimplonClient(_base(url))
+        self.images = 0
+        self.scan_shape: Tuple[int, ...] = ()
+        self.mode: Optional[str] = None
+        self.armed = False
+
+    def prepare(self, scan_shape: Optional[Sequence[int]]) -> Tuple[int, ...]:
+        c, s = self.client, self.settings
+        c.version()                                  # reachable, speaks SIMPLON
+        if not self.active:
+            self.mode = c.config("trigger_mode")
+            self.images = images_of(self.mode, c.config("nimages"), c.config("ntrigger"))
+            try:
+                self.scan_shape = resolve_scan_shape(scan_shape, self.images)
+            except ValueError as e:
+                raise ControlError(f"{self.url} (passive): the detector is set for "
+                                   f"{self.images} images: {e}") from None
+            return self.scan_shape
+        if scan_shape is None or -1 in scan_shape:
+            raise ControlError(f"{self.url} (active): the control sets the image count from "
+                               f"the scan shape: give it whole (no -1), got {scan_shape}")
+        self.scan_shape = tuple(int(n) for n in scan_shape)
+        self.images = 1
+        for n in self.scan_shape:
+            self.images *= n
+        self.mode = s.get("trigger_mode") or c.config("trigger_mode")
+        # the order LiberTEM-live uses: counts reset first, then the mode, then the count
+        if s.get("trigger_mode"):
+            c.set_config("ntrigger", 1)
+            c.set_config("nimages", 1)
+            c.set_config("trigger_mode", s["trigger_mode"])
+        if self.mode in ("exte", "inte"):
+            c.set_config("ntrigger", self.images)
+        else:
+            c.set_config("nimages", self.images)
+        # count_time before frame_time: the manual's order for the best duty cycle
+        for name in ("count_time", "frame_time", "compression"):
+            if s.get(name) is not None:
+                c.set_config(name, s[name])
+        c.set_stream("mode", "enabled")
+        for name in ("format", "header_detail"):
+            v = s.get("stream_format" if name == "format" else name)
+            if v is not None:
+                c.set_stream(name, v)
+        return self.scan_shape
+
+    def start(self, hook: Optional[Callable[[Dict[str, Any]], Any]] = None) -> Dict[str, Any]:
+        c = self.client
+        if self.active:
+            self.armed = True              # from here on, any failure disarms
+            try:
+                answer = c.command("arm")
+                if not isinstance(answer, dict) or not isinstance(answer.get("sequence id"),
+                                                                  int):
+                    raise ControlError(f"PUT {c.base}/detector/api/{API}/command/arm: no "
+                                       f"'sequence id' in the answer {answer!r}")
+                self.series = answer["sequence id"]
+            except BaseException:
+                self.finish()             # a failed arm leaves the detector disarmed
+                raise
+        info = {"series": self.series, "images": self.images,
+                "scan_shape": list(self.scan_shape), "detector": self.url,
+                "mode": "active" if self.active else "passive", "trigger_mode": self.mode}
+        try:
+            if hook is not None:
+                hook(info)
+            if self.active and self.mode == "ints":
+                c.command("trigger")
+            elif self.active and self.mode == "inte":
+                for _ in range(self.images):
+                    c.command("trigger")
+        except BaseException:
+            self.finish()
+            raise
+        return info
+
+    def finish(self) -> None:
+        if not self.armed:
+            return
+        try:
+            self.client.command("disarm")
+        except ControlError:
+            pass     # the job's own error (or its result) is what the user must see
+        self.armed = False

@@ -1,0 +1,233 @@
+"""A Merlin data-port client: a TCP connection to the detector, MPX messages into an Assembler.
+
+The Merlin serves its data port (6342) to one client at a time, sending every
+acquisition whole to it: one receiver of the job connects and receives (the others
+stay idle; routing ``any``). Each ``HDR`` opens an acquisition (scan
+``acquisition-<K>``, K counting the headers this receiver saw, with the job's time
+in the name so that two jobs never collide); its frames count comes from ``Frames in
+Acquisition``, its frame size and type from the first ``MQ1`` frame; the scan ends
+with its last frame (Merlin sends no end), or by the idle timeout when frames are
+missing. A message that breaks the framing cannot be skipped in a byte stream: it is
+rejected (counted) and the connection is dropped and made again.
+"""
+from __future__ import annotations
+
+import socket
+import time
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+
+import numpy as np
+
+from streams.assemble import Assembler
+from streams.errors import ProtocolError
+from streams.protocol import Begin, Data, End, Reason, ScanGeometry
+from streams.protocols.merlin.mpx import (PREFIX, decode_pixels, images_of, parse_frame_header,
+                                          parse_hdr, parse_prefix)
+from streams.scanshape import resolve_scan_shape
+from streams.socketloop import SocketLoop
+
+__all__ = ["MerlinReceiver"]
+
+#: most frames an acquisition may announce (the accounting takes bytes per frame)
+MAX_IMAGES = 1 << 28
+_CHUNK = 4 << 20
+
+
+class MerlinReceiver(SocketLoop):
+    """Receive a Merlin's data port into partitions.
+
+    Parameters
+    ----------
+    deliver : callable(Partition)
+    host, port : str, int
+        The detector's data port; ``port`` None: this receiver stays idle.
+    scan_shape : sequence of int, optional
+        One side may be ``-1``; default: ``ScanY x ScanX`` of the header, else
+        ``(frames / per trigger, per trigger)`` as LiberTEM reads it.
+    partition_frames, memory_bytes, idle_timeout, on_close
+        As for the other receivers.
+    on_share : callable(kind, msg), optional
+        Called with ``("start", geometry)`` and ``("end", scan)`` of each acquisition
+        (the job shares them: the idle receivers open and close it too, as Stream V2's
+        clients do, instead of waiting for the idle timeout).
+    """
+
+    def __init__(self, deliver: Callable, host: str, port: Optional[int], *,
+                 scan_shape: Optional[Sequence[int]] = None,
+                 partition_frames: Any = 1, memory_bytes: int = 256 << 20,
+                 idle_timeout: float = 30.0,
+                 on_close: Optional[Callable[[Any], Any]] = None,
+                 on_share: Optional[Callable[[str, Any], Any]] = None) -> None:
+        super().__init__(on_close)
+        self.assembler = Assembler(deliver, routing="any", partition_frames=partition_frames,
+                                   memory_bytes=memory_bytes, idle_timeout=idle_timeout,
+                                   on_close=self._closed)
+        self.host, self.port, self.shape_wanted = host, port, scan_shape
+        self._tcp: Optional[socket.socket] = None
+        self._buf = bytearray()
+        self._count = 0
+        self._tag = time.strftime("%Y%m%d-%H%M%S")
+        self._acq: Optional[Dict[str, Any]] = None     # the open acquisition
+        self.headers: Dict[str, Dict[str, str]] = {}   # scan -> its HDR
+        self.connections = 0
+        self.on_share = on_share
+
+    # ---- the connection ----
+    def _ready(self) -> None:
+        self._connect()
+
+    def _connect(self) -> bool:
+        if self._tcp is not None or self.port is None:
+            return self._tcp is not None
+        try:
+            s = socket.create_connection((self.host, self.port), timeout=1.0)
+        except OSError:
+            return False        # not there yet: retried at the next step
+        s.setblocking(False)
+        self._tcp, self._buf = s, bytearray()
+        self.connections += 1
+        return True
+
+    def _drop(self) -> None:
+        if self._tcp is not None:
+            self._tcp.close()
+            self._tcp = None
+        self._buf = bytearray()
+
+    def close(self) -> None:
+        self._drop()
+
+    def step(self, timeout: float = 0.1, max_messages: int = 1000) -> int:
+        import select
+
+        n = 0
+        if not self._connect():
+            time.sleep(min(timeout, 0.1))
+        else:
+            assert self._tcp is not None
+            readable, _, _ = select.select([self._tcp], [], [], timeout)
+            if readable:
+                n = self._read(max_messages)
+        self.messages += n
+        self.assembler.expire()
+        return n
+
+    def _read(self, max_messages: int) -> int:
+        assert self._tcp is not None
+        try:
+            chunk = self._tcp.recv(_CHUNK)
+        except BlockingIOError:
+            return 0
+        except OSError:
+            chunk = b""
+        if not chunk:            # the detector closed the connection
+            self._drop()
+            return 0
+        self._buf += chunk
+        n = 0
+        while len(self._buf) >= PREFIX:
+            try:
+                size = parse_prefix(bytes(self._buf[:PREFIX]))
+                if size > 2 * self.assembler.memory_bytes:
+                    raise ProtocolError(Reason.TOO_LARGE, f"MPX message of {size} bytes, more "
+                                        f"than this receiver's memory bound allows")
+            except ProtocolError as e:
+                self.assembler.reject(e.reason, e.detail + " (connection dropped)")
+                self._drop()
+                return n
+            if len(self._buf) < PREFIX + size:
+                break
+            payload = memoryview(self._buf)[PREFIX:PREFIX + size]
+            try:
+                self.handle(payload)
+            finally:
+                payload.release()
+            del self._buf[:PREFIX + size]
+            n += 1
+        return n
+
+    # ---- messages ----
+    def handle(self, payload: Any) -> None:
+        """One MPX payload (``HDR`` or ``MQ1``); rejections are counted, never raised."""
+        try:
+            head = bytes(payload[:4])
+            if head == b"HDR,":
+                self._header(parse_hdr(payload))
+            elif head == b"MQ1,":
+                self._frame(payload)
+            else:
+                raise ProtocolError(Reason.MALFORMED, f"MPX payload {head!r} is not HDR or MQ1")
+        except ProtocolError as e:
+            scan = self._acq["scan"] if self._acq else None
+            self.assembler.reject(e.reason, e.detail,
+                                  scan if scan in self.assembler.scans else None)
+
+    def _header(self, hdr: Dict[str, str]) -> None:
+        frames = images_of(hdr)
+        if frames == 0:
+            raise ProtocolError(Reason.MALFORMED, "HDR: 0 frames in acquisition (continuous "
+                                "mode) is not supported: acquire a fixed number of frames")
+        if frames > MAX_IMAGES:
+            raise ProtocolError(Reason.OUT_OF_RANGE, f"HDR: {frames} frames in acquisition, "
+                                f"more than {MAX_IMAGES}")
+        if self._acq is not None and self._acq["scan"] in self.assembler.scans:
+            self.assembler.end(End(self._acq["scan"], 0, None))   # a new one began
+        self._count += 1
+        scan = f"acquisition-{self._tag}-{self._count}"
+        self._acq = {"scan": scan, "frames": frames, "hdr": hdr, "base": None}
+        self.headers[scan] = hdr
+
+    def _shape(self, hdr: Dict[str, str], frames: int) -> Tuple[int, int]:
+        want = self.shape_wanted
+        if want is None and "ScanX" in hdr and "ScanY" in hdr:
+            want = (int(hdr["ScanY"]), int(hdr["ScanX"]))
+        if want is None:
+            per = int(hdr.get("Frames per Trigger (Number)", frames) or frames)
+            want = (-1, per) if per > 0 and frames % per == 0 else (1, frames)
+        shape = resolve_scan_shape(want, frames)
+        return (int(np.prod(shape[:-1])), int(shape[-1]))
+
+    def _frame(self, payload: Any) -> None:
+        acq = self._acq
+        if acq is None:
+            raise ProtocolError(Reason.UNKNOWN_SCAN, "MQ1 frame before any HDR")
+        h = parse_frame_header(payload)
+        scan = acq["scan"]
+        if acq["base"] is None:    # the first frame: the scan's frame size and type
+            acq["base"] = 1 if h.sequence <= acq["frames"] else h.sequence
+            try:
+                shape = self._shape(acq["hdr"], acq["frames"])
+            except ValueError as e:
+                raise ProtocolError(Reason.CONFLICT, f"acquisition {scan}: {e}") from None
+            g = ScanGeometry(scan, 1, acq["frames"], 1, h.shape, h.dtype, shape)
+            self.assembler.begin(Begin(0, g))
+            if self.on_share is not None:
+                self.on_share("start", g)
+        frame = h.sequence - acq["base"]
+        pixels = decode_pixels(h, payload[h.header_bytes:])
+        st = self.assembler.scans.get(scan)
+        if st is not None and (st.g.shape != h.shape or st.g.dtype != h.dtype):
+            raise ProtocolError(Reason.CONFLICT, f"MQ1 frame {h.sequence}: {h.shape} {h.dtype}, "
+                                f"the acquisition began with {st.g.shape} {st.g.dtype}")
+        where = f"{scan} frame {h.sequence}"
+        self.assembler.data(Data(scan, frame, 0, 0, h.shape[0], "raw"),
+                            np.ascontiguousarray(pixels).reshape(-1).view(np.uint8), where=where)
+        if frame == acq["frames"] - 1 and scan in self.assembler.scans:
+            self.assembler.end(End(scan, 0, None))      # Merlin sends no end: its last frame
+            if self.on_share is not None:
+                self.on_share("end", scan)
+
+    def apply_shared(self, kind: str, msg: Any) -> None:
+        """An acquisition's start (its geometry) or end from the receiving receiver."""
+        if kind == "start":
+            self.assembler.begin(Begin(0, msg))
+        elif msg in self.assembler.scans:
+            self.assembler.end(End(msg, 0, None))
+
+    def detector(self, scan: str) -> Optional[Dict[str, Any]]:
+        """The acquisition's HDR (for the scan's ``/detector``)."""
+        hdr = self.headers.get(scan)
+        return None if hdr is None else {"hdr": hdr}
+
+    def forget(self, scan: str) -> None:
+        self.headers.pop(scan, None)

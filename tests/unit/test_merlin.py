@@ -1,0 +1,149 @@
+"""Merlin: MPX framing, HDR, MQ1 frames of every counter depth (raw ones checked against
+LiberTEM's own MIB encoders), hostile messages refused and counted by the receiver."""
+import numpy as np
+import pytest
+
+from streams.errors import ProtocolError
+from streams.protocols.merlin.mpx import (MAX_MESSAGE, decode_pixels, encode_frame,
+                                          encode_hdr, encode_message, images_of,
+                                          parse_frame_header, parse_hdr, parse_prefix)
+from streams.protocols.merlin.receiver import MerlinReceiver
+
+DEPTHS = [(1, False), (6, False), (12, False), (24, False), (1, True), (6, True), (12, True)]
+
+
+def frames(depth, n=3, shape=(32, 64), seed=0):
+    hi = {1: 2, 6: 64, 12: 4096, 24: 1 << 24}[depth]
+    return np.random.default_rng(seed).integers(0, hi, (n, *shape))
+
+
+@pytest.mark.parametrize("depth,raw", DEPTHS)
+def test_round_trip(depth, raw):
+    for i, a in enumerate(frames(depth)):
+        msg = encode_frame(i + 1, a, depth, raw)
+        h = parse_frame_header(msg)
+        assert (h.sequence, h.shape, h.depth, h.kind == "R64") == (i + 1, a.shape, depth, raw)
+        got = decode_pixels(h, msg[h.header_bytes:])
+        assert got.dtype == np.dtype(h.dtype) and np.array_equal(got, a)
+
+
+@pytest.mark.parametrize("depth", [1, 6, 12])
+def test_raw_frames_from_libertems_encoders(depth):
+    """LiberTEM's MIB encoders (libertem.io.dataset.mib.encode_r*) make the raw rows."""
+    mib = pytest.importorskip("libertem.io.dataset.mib",
+                              reason="LiberTEM is not installed (pip install mpistage[libertem])")
+    a = frames(depth, 1, (16, 64))[0]
+    enc = {1: mib.encode_r1, 6: mib.encode_r6, 12: mib.encode_r12}[depth]
+    width = {1: 64 // 8, 6: 64, 12: 128}[depth]
+    out = np.zeros((16, width), np.uint8 if depth != 1 else np.uint8)
+    enc(a.astype({1: np.uint8, 6: np.uint8, 12: np.uint16}[depth]), out)
+    ours = encode_frame(1, a, depth, raw=True)
+    h = parse_frame_header(ours)
+    assert ours[h.header_bytes:] == out.tobytes()
+    assert np.array_equal(decode_pixels(h, out.tobytes()), a)
+
+
+def test_framing_and_header():
+    assert encode_message(b"abc")[:15] == b"MPX,0000000004,"
+    assert parse_prefix(b"MPX,0000000004,") == 3
+    hdr = parse_hdr(encode_hdr(64, 8, 12, ScanX=8, ScanY=8))
+    assert images_of(hdr) == 64 and hdr["Counter Depth (number)"] == "12" and hdr["ScanX"] == "8"
+
+
+@pytest.mark.parametrize("prefix,reason", [
+    (b"XPM,0000000004,", "malformed_header"), (b"MPX,00000000x4,", "malformed_header"),
+    (b"MPX,0000000001,", "malformed_header"),
+    (b"MPX,%010d," % (MAX_MESSAGE + 2), "too_large")])
+def test_hostile_prefixes(prefix, reason):
+    with pytest.raises(ProtocolError) as e:
+        parse_prefix(prefix)
+    assert e.value.reason == reason
+
+
+def _frame_with(field, value):
+    msg = bytearray(encode_frame(1, frames(12, 1)[0], 12))
+    head = msg[:384].decode("ascii").split(",")
+    head[field] = value
+    new = ",".join(head).encode()
+    return bytes(new[:384].ljust(384, b"\0")) + bytes(msg[384:])
+
+
+@pytest.mark.parametrize("msg,reason,words", [
+    (_frame_with(2, "99999"), "malformed_header", "header size"),
+    (_frame_with(4, "40000"), "malformed_header", "pixels"),
+    (_frame_with(6, "F32"), "unknown_encoding", "F32"),
+    (encode_frame(1, frames(12, 1)[0], 12)[:-10], "wrong_payload_size", "header says"),
+])
+def test_hostile_frames(msg, reason, words):
+    with pytest.raises(ProtocolError) as e:
+        h = parse_frame_header(msg)
+        decode_pixels(h, msg[h.header_bytes:])
+    assert e.value.reason == reason and words in e.value.detail
+
+
+def test_receiver_counts_what_it_refuses_and_keeps_the_acquisition():
+    got = {}
+
+    def deliver(part):
+        for f, row, ok in zip(part.frames, part.data, part.complete):
+            if ok:
+                got[int(f)] = row.copy()
+
+    rx = MerlinReceiver(deliver, "127.0.0.1", None, partition_frames=2)
+    fr = frames(12, 4)
+    rx.handle(encode_frame(1, fr[0], 12))                         # before any HDR
+    rx.handle(encode_hdr(1 << 40, 8, 12))                          # 2^40 frames
+    rx.handle(b"JUNK,")
+    rx.handle(encode_hdr(4, 2, 12))
+    for i, a in enumerate(fr):
+        if i == 2:
+            rx.handle(encode_frame(3, a, 12)[:-2])                 # cut short
+        rx.handle(encode_frame(i + 1, a, 12))
+    (rep,) = rx.reports
+    assert rep.ok and rep.geometry.scan_shape == (2, 2) and rep.geometry.dtype == "<u2"
+    assert all(np.array_equal(got[i], fr[i]) for i in range(4))
+    r = rx.assembler.rejected
+    assert r["unknown_scan"] == 1 and r["out_of_range"] == 1 and r["malformed_header"] == 1
+    assert r["wrong_payload_size"] == 1
+    assert any("1099511627776" in e for e in rx.assembler.examples)
+
+
+def test_a_broken_stream_is_counted_dropped_and_reconnected():
+    """Over a real TCP connection: garbage where a prefix must be, then a length bomb:
+    each rejected with its reason, the connection dropped and made again, and an
+    acquisition sent on the next connection is received whole."""
+    import socket
+    import threading
+
+    srv = socket.create_server(("127.0.0.1", 0))
+    port = srv.getsockname()[1]
+    fr = frames(12, 2)
+    sends = [b"GARBAGE-GARBAGE-GARBAGE",
+             b"MPX,%010d," % (MAX_MESSAGE + 2),
+             encode_message(encode_hdr(2, 2, 12)) + b"".join(
+                 encode_message(encode_frame(i + 1, a, 12)) for i, a in enumerate(fr))]
+
+    def serve():
+        for data in sends:
+            conn, _ = srv.accept()
+            conn.sendall(data)
+            conn.recv(1)          # until the receiver drops it (or the test ends)
+            conn.close()
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    got = {}
+
+    def deliver(part):
+        for f, row in zip(part.frames, part.data):
+            got[int(f)] = row.copy()
+
+    rx = MerlinReceiver(deliver, "127.0.0.1", port, partition_frames=2, idle_timeout=10)
+    reps = rx.serve(1, timeout=20)
+    rx.close()
+    srv.close()
+    assert len(reps) == 1 and reps[0].ok and sorted(got) == [0, 1]
+    assert rx.assembler.rejected["malformed_header"] == 1
+    assert rx.assembler.rejected["too_large"] == 1
+    assert rx.connections == 3
+    assert any("connection dropped" in e for e in rx.assembler.examples)
