@@ -257,12 +257,14 @@ def test_two_clients_share_start_and_end_and_their_reports_merge():
 
 def test_images_before_their_start_are_held_then_assembled_or_rejected():
     frames = {}
-    rx = StreamV2Receiver(collect(frames), "tcp://127.0.0.1:1", pending_max=2,
-                          idle_timeout=30)
     a = np.ones((4, 4), "<u2")
-    for i in (0, 1, 2):     # three images, room for two: the oldest is rejected
-        rx.handle(encode_image(5, "U", i, {"threshold_1": a * i}))
+    msgs = [encode_image(5, "U", i, {"threshold_1": a * i}) for i in (0, 1, 2)]
+    rx = StreamV2Receiver(collect(frames), "tcp://127.0.0.1:1", idle_timeout=30,
+                          held_bytes=len(msgs[1]) + len(msgs[2]))
+    for m in msgs:     # three images, room for two (by their bytes): the oldest is rejected
+        rx.handle(m)
     assert rx.assembler.rejected["unknown_scan"] == 1
+    assert rx.held_now == rx.held_bytes
     rx.handle(encode_start(5, "U", 3, (4, 4)))
     rx.handle(encode_end(5, "U"))
     (rep,) = rx.reports

@@ -14,6 +14,15 @@ checks of its reference parser (``stream_v2/examples/stream2.c``):
   bytes]`` (DECTRIS compression: ``bslz4`` with the element size as modifier, or
   ``lz4`` with 0) -- the same framings as the native protocol's encodings.
 
+Every value is bounded before it is used: an ``Integer`` of the specification is an
+unsigned integer of 64 bits (a larger one, even as a CBOR bignum, is
+``malformed_header``), any other integer fits 64 bits (int64 or uint64), the
+channels of a start are distinct names, and the typed arrays of one message,
+decoded, take at most ``max_array_bytes`` *in total* -- each array's decoded
+size (its dimensions, or the size a compressed payload declares) is charged
+before it is decompressed, so nothing over the bound is ever allocated
+(``too_large``).
+
 Checked against DECTRIS's own captured messages (branch ``stream2-test_data`` of
 that repository, a 514 x 1030 detector, 8/16/32-bit, bslz4 and lz4): image ids
 start at 0, dimensions are ``[514, 1030]``, lz4 blocks are 8192 bytes, channels
@@ -25,8 +34,9 @@ from __future__ import annotations
 
 import datetime as _dt
 import re
+import reprlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
@@ -37,7 +47,7 @@ from streams.protocol import Reason, ScanGeometry
 
 __all__ = ["MAGIC", "Start", "Image", "End", "ChannelImage", "decode_message",
            "encode_start", "encode_image", "encode_end", "scan_name", "series_key",
-           "TYPED_ARRAY_TAGS", "decode_array", "START_ARRAYS"]
+           "TYPED_ARRAY_TAGS", "decode_array", "START_ARRAYS", "MAX_ARRAY_BYTES", "MAX_UINT"]
 
 MAGIC = b"\xd9\xd9\xf7"
 SELF_DESCRIBE, MULTI_DIM, COMPRESSION = 55799, 40, 56500
@@ -55,9 +65,15 @@ IMAGE_DTYPES = {"uint8": "|u1", "uint16": "<u2", "uint32": "<u4"}
 #: (``basic`` and ``none`` leave them out): channel -> 2-D array, or one typed array.
 START_ARRAYS = ("flatfield", "pixel_mask", "countrate_correction_lookup_table")
 _UID_KEEP = re.compile(r"[^A-Za-z0-9._-]")
-#: Largest array a start message may carry once decoded (a hostile size is refused
-#: before any memory is taken; a 16M-pixel float32 flatfield is 64 MiB).
+#: Default bound of all typed arrays of one message once decoded, together (a hostile
+#: size is refused before any memory is taken; a 16M-pixel float32 flatfield is
+#: 64 MiB). A receiver passes a bound of its own (a share of its ``--memory``).
 MAX_ARRAY_BYTES = 1 << 30
+#: The specification's ``Integer``: "an unsigned integer representable in 64 bits".
+MAX_UINT = (1 << 64) - 1
+#: Any other integer (user data, flags) must fit int64 or uint64: NumPy, HDF5 and the
+#: reports take it as it is.
+MIN_INT = -(1 << 63)
 #: Most images a series may announce (the loss accounting takes 4 bytes per image).
 MAX_IMAGES = 1 << 28
 
@@ -116,6 +132,8 @@ class Start(_Series):
     image_dtype: Optional[str]
     channels: Tuple[str, ...]
     fields: Dict[str, Any] = field(default_factory=dict, compare=False)
+    #: memory the message takes here: its bytes and its decoded arrays
+    nbytes: int = field(default=0, compare=False, repr=False)
 
     @property
     def scan(self) -> str:
@@ -170,14 +188,62 @@ class Image(_Series):
     image_id: int
     data: Dict[str, ChannelImage]
     fields: Dict[str, Any] = field(default_factory=dict, compare=False)
+    #: memory the message takes here: its bytes (the payloads, still encoded) and its
+    #: decoded arrays (user data)
+    nbytes: int = field(default=0, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
 class End(_Series):
     """An ``end`` message."""
 
+    nbytes: int = field(default=0, compare=False, repr=False)
+
 
 # ---- decoding ----
+
+class _Arrays:
+    """The typed arrays of one message: their decoded bytes, charged before each is
+    decompressed and bounded in total by ``limit``."""
+
+    __slots__ = ("limit", "used")
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.used = limit, 0
+
+    def charge(self, nbytes: int, what: str) -> None:
+        """Count ``nbytes`` more, or raise ``too_large`` (nothing was allocated for them)."""
+        self.used += nbytes
+        if self.used > self.limit:
+            raise ProtocolError(Reason.TOO_LARGE, f"{what}: the typed arrays of this message "
+                                f"decode to {_size(self.used)} or more, over the bound of "
+                                f"{_size(self.limit)} for one message")
+
+
+def _size(n: int) -> str:
+    return f"{n} bytes" if n < 1 << 20 else f"{n / (1 << 20):.0f} MiB"
+
+
+def _show(v: Any) -> str:
+    """A short text for a value in an error (never the whole of a hostile one: the
+    text of an integer over 4300 digits is itself an error in Python)."""
+    if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 64:
+        return f"an integer of {v.bit_length()} bits"
+    r = reprlib.repr(v)
+    return r if len(r) <= 80 else r[:77] + "..."
+
+
+def _key(k: Any) -> str:
+    return k if isinstance(k, str) else _show(k)
+
+
+def _text_keys(m: Mapping, what: str) -> None:
+    """A map of the specification (the message, an image's ``data``): text keys only."""
+    for k in m:
+        if not isinstance(k, str):
+            raise ProtocolError(Reason.MALFORMED, f"{what}: key {_show(k)} is not a text "
+                                "string")
+
 
 def _untag(v: Any) -> Any:
     """Skip tags in front of a value, as stream2.c does (``cbor_value_skip_tag``)."""
@@ -187,7 +253,7 @@ def _untag(v: Any) -> Any:
     return v
 
 
-_SCALARS = frozenset((int, float, str, bool, bytes, type(None)))
+_SCALARS = frozenset((float, str, bool, bytes, type(None)))
 _CBOR_TYPES: Tuple[Any, ...] = ()
 
 
@@ -200,22 +266,30 @@ def _cbor_types() -> Tuple[Any, ...]:
     return _CBOR_TYPES
 
 
-def _plain(v: Any, what: str) -> Any:
+def _plain(v: Any, what: str, arrays: _Arrays) -> Any:
     """A field as plain Python and NumPy values, without a CBOR tag left anywhere.
 
     The start message travels to every receiver over MPI (pickled): cbor2 6 decodes
     nested maps to ``cbor2.frozendict`` and leaves unknown tags as ``CBORTag``,
     neither of which pickles. Typed arrays (RFC 8746 tags 64-87, also compressed
     with tag 56500) and multi-dimensional arrays (tag 40) become NumPy arrays
-    (``header_detail: all``: flatfield, pixel mask, count-rate table); any other
-    tag is skipped, as stream2.c does. ``what`` names the field in errors.
+    (``header_detail: all``: flatfield, pixel mask, count-rate table), charged to
+    ``arrays``; any other tag is skipped, as stream2.c does. An integer must fit
+    64 bits. ``what`` names the field in errors.
 
     Raises
     ------
     ProtocolError
-        ``malformed_header`` naming the field when an array does not decode.
+        ``malformed_header`` naming the field when an array does not decode or an
+        integer does not fit 64 bits; ``too_large`` when the message's arrays
+        would exceed their bound.
     """
-    if type(v) in _SCALARS:     # most fields: nothing to do (this runs per image)
+    t = type(v)
+    if t is int:
+        if not MIN_INT <= v <= MAX_UINT:
+            raise ProtocolError(Reason.MALFORMED, f"{what}: {_show(v)} does not fit 64 bits")
+        return v
+    if t in _SCALARS:     # most fields: nothing to do (this runs per image)
         return v
     CBORSimpleValue, CBORTag, undefined = _cbor_types()
     if v is undefined:          # neither pickles: plain values
@@ -224,37 +298,52 @@ def _plain(v: Any, what: str) -> Any:
         return int(v.value)
     if isinstance(v, CBORTag):
         if v.tag == MULTI_DIM or v.tag in TYPED_ARRAY_TAGS or v.tag == COMPRESSION:
-            return decode_array(v, what)
-        return _plain(v.value, what)
+            return decode_array(v, what, arrays)
+        return _plain(v.value, what, arrays)
     if isinstance(v, Mapping):
-        return {k: _plain(x, f"{what}.{k}") for k, x in v.items()}
+        return {_plain(k, what, arrays): _plain(x, f"{what}.{_key(k)}", arrays)
+                for k, x in v.items()}
     if isinstance(v, (list, tuple)):
-        return type(v)(_plain(x, f"{what}[{i}]") for i, x in enumerate(v))
+        return type(v)(_plain(x, f"{what}[{i}]", arrays) for i, x in enumerate(v))
     return v
 
 
-def decode_array(v: Any, what: str) -> np.ndarray:
+def _dims(d: Any, what: str, least: int) -> Tuple[int, ...]:
+    """Dimensions of a tag 40 array: unsigned integers of 64 bits, each >= ``least``."""
+    if not isinstance(d, Sequence) or isinstance(d, (str, bytes)) or not all(
+            isinstance(x, int) and not isinstance(x, bool) and least <= x <= MAX_UINT
+            for x in d):
+        raise ProtocolError(Reason.MALFORMED, f"{what}: dimensions {_show(d)} are not "
+                            f"integers of 64 bits >= {least}")
+    return tuple(int(x) for x in d)
+
+
+def decode_array(v: Any, what: str, arrays: Optional[_Arrays] = None) -> np.ndarray:
     """A typed array (tag 64-87 over a byte string or tag 56500), a tag 40 [dims,
     typed array] (row-major, any rank), or a bare tag 56500 (bytes) -> a NumPy array.
+
+    Its decoded size is charged to ``arrays`` (the message's arrays; default: this
+    one alone, at most :data:`MAX_ARRAY_BYTES`) before anything is allocated.
 
     Raises
     ------
     ProtocolError
-        ``malformed_header`` (or ``unknown_encoding``) naming ``what``.
+        ``malformed_header`` (or ``unknown_encoding``) naming ``what``; ``too_large``
+        when the message's arrays would exceed their bound.
     """
     CBORTag = _cbor_types()[1]
 
     from streams.errors import CodecError
 
+    if arrays is None:
+        arrays = _Arrays(MAX_ARRAY_BYTES)
     dims: Optional[Tuple[int, ...]] = None
     if isinstance(v, CBORTag) and v.tag == MULTI_DIM:
         c = v.value
-        if not isinstance(c, Sequence) or len(c) != 2 or not isinstance(c[0], Sequence) \
-                or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
-                           for d in c[0]):
+        if not isinstance(c, Sequence) or len(c) != 2:
             raise ProtocolError(Reason.MALFORMED, f"{what}: tag 40 must hold [dimensions, "
                                 "typed array]")
-        dims, v = tuple(int(d) for d in c[0]), c[1]
+        dims, v = _dims(c[0], what, 0), c[1]
     if isinstance(v, CBORTag) and v.tag in TYPED_ARRAY_TAGS:
         dtype = np.dtype(TYPED_ARRAY_TAGS[v.tag])
         encoding, payload = _bytes_item(v.value, dtype.itemsize, what)
@@ -274,11 +363,9 @@ def decode_array(v: Any, what: str) -> np.ndarray:
             from streams.codecs import decoded_size
 
             n = decoded_size(payload) // dtype.itemsize
-        if dims is not None and int(np.prod(dims, dtype=np.int64)) != n:
+        if dims is not None and int(np.prod(dims, dtype=object)) != n:
             raise CodecError("wrong_payload_size", f"{n} elements, dimensions {list(dims)}")
-        if n * dtype.itemsize > MAX_ARRAY_BYTES:
-            raise CodecError("wrong_payload_size", f"{n * dtype.itemsize} bytes decoded, "
-                             f"more than {MAX_ARRAY_BYTES}")
+        arrays.charge(n * dtype.itemsize, what)     # before the array exists
         out = np.empty(n, dtype)
         decode_into(encoding, payload, out)
     except CodecError as e:
@@ -288,18 +375,39 @@ def decode_array(v: Any, what: str) -> np.ndarray:
 
 
 def _uint(m: Mapping, key: str, what: str) -> int:
+    """The specification's ``Integer``: unsigned, representable in 64 bits."""
     v = _untag(m.get(key))
-    if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-        raise ProtocolError(Reason.MALFORMED, f"{what}: {key} must be an unsigned integer, "
-                            f"not {v!r}")
+    if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= MAX_UINT:
+        raise ProtocolError(Reason.MALFORMED, f"{what}: {key} must be an unsigned integer "
+                            f"of 64 bits, not {_show(v)}")
     return v
 
 
 def _text(m: Mapping, key: str, what: str, default: Optional[str] = None) -> str:
     v = _untag(m.get(key, default))
     if not isinstance(v, str):
-        raise ProtocolError(Reason.MALFORMED, f"{what}: {key} must be a text string, not {v!r}")
+        raise ProtocolError(Reason.MALFORMED, f"{what}: {key} must be a text string, "
+                            f"not {_show(v)}")
     return v
+
+
+def _channels(m: Mapping, what: str) -> Tuple[str, ...]:
+    """The start's ``channels``: distinct non-empty names without ``/`` (each names the
+    series' group ``<channel>_channel`` in the scan's file and an image's data key)."""
+    channels = _untag(m.get("channels", ()))
+    if not isinstance(channels, Sequence) or isinstance(channels, (str, bytes)) or not all(
+            isinstance(c, str) for c in channels):
+        raise ProtocolError(Reason.MALFORMED, f"{what}: channels must be a list of text")
+    seen = set()
+    for c in channels:
+        if not c or "/" in c:
+            raise ProtocolError(Reason.MALFORMED, f"{what}: channel name {_show(c)} is empty "
+                                "or has a '/'")
+        if c in seen:
+            raise ProtocolError(Reason.MALFORMED, f"{what}: channel {_show(c)} is named "
+                                "twice in channels")
+        seen.add(c)
+    return tuple(channels)
 
 
 def _bytes_item(v: Any, itemsize: int, what: str) -> Tuple[str, bytes]:
@@ -317,17 +425,19 @@ def _bytes_item(v: Any, itemsize: int, what: str) -> Tuple[str, bytes]:
         alg, modifier, payload = c
         if alg == "bslz4":
             if modifier != itemsize:
-                raise ProtocolError(Reason.MALFORMED, f"{what}: bslz4 element size {modifier} "
-                                    f"!= {itemsize} of the typed array")
+                raise ProtocolError(Reason.MALFORMED, f"{what}: bslz4 element size "
+                                    f"{_show(modifier)} != {itemsize} of the typed array")
         elif alg != "lz4":
-            raise ProtocolError(Reason.ENCODING, f"{what}: compression {alg!r} is not bslz4 "
-                                "or lz4")
+            raise ProtocolError(Reason.ENCODING, f"{what}: compression {_show(alg)} is not "
+                                "bslz4 or lz4")
         return alg, bytes(payload)
     raise ProtocolError(Reason.MALFORMED, f"{what}: expected a byte string or tag 56500, got "
                         f"{type(v).__name__}")
 
 
-def _multidim(v: Any, what: str) -> ChannelImage:
+def _multidim(v: Any, what: str, arrays: _Arrays) -> ChannelImage:
+    """One channel of an image, payload kept encoded; its decoded size (rows x cols x
+    item size) is charged to ``arrays``."""
     CBORTag = _cbor_types()[1]
 
     if not isinstance(v, CBORTag) or v.tag != MULTI_DIM:
@@ -337,27 +447,36 @@ def _multidim(v: Any, what: str) -> ChannelImage:
     if not isinstance(c, Sequence) or len(c) != 2:
         raise ProtocolError(Reason.MALFORMED, f"{what}: tag 40 must hold [dimensions, array]")
     dims, typed = c
-    if not isinstance(dims, Sequence) or len(dims) != 2 or not all(
-            isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in dims):
-        raise ProtocolError(Reason.MALFORMED, f"{what}: dimensions {dims!r} are not two "
-                            "positive integers")
+    shape = _dims(dims, what, 1)
+    if len(shape) != 2:
+        raise ProtocolError(Reason.MALFORMED, f"{what}: dimensions {list(shape)} are not "
+                            "two positive integers")
     if not isinstance(typed, CBORTag) or typed.tag not in TYPED_ARRAY_TAGS:
         raise ProtocolError(Reason.MALFORMED, f"{what}: expected a typed array (tags 64-87 "
                             "of RFC 8746, no half floats)")
     dtype = TYPED_ARRAY_TAGS[typed.tag]
-    encoding, payload = _bytes_item(typed.value, int(dtype[-1]), what)
-    return ChannelImage((int(dims[0]), int(dims[1])), dtype, encoding, payload)
+    itemsize = int(dtype[-1])
+    arrays.charge(shape[0] * shape[1] * itemsize, what)
+    encoding, payload = _bytes_item(typed.value, itemsize, what)
+    return ChannelImage((shape[0], shape[1]), dtype, encoding, payload)
 
 
-def decode_message(buf: Any) -> Any:
+def decode_message(buf: Any, max_array_bytes: int = MAX_ARRAY_BYTES) -> Any:
     """Decode one Stream V2 message into :class:`Start`, :class:`Image` or :class:`End`.
+
+    ``max_array_bytes`` bounds the decoded sizes of all typed arrays of the message
+    together (an image's channels by their dimensions, they stay encoded; the
+    arrays of other fields decoded), each charged before it is decompressed.
+    The message's ``nbytes`` is what it takes here: ``len(buf)`` and its decoded
+    arrays.
 
     Raises
     ------
     ProtocolError
         ``malformed_header`` (no self-describe tag, not a CBOR map, ``type`` not the
-        first key or unknown, a required field missing or of the wrong type) or
-        ``unknown_encoding`` (a compression other than bslz4/lz4).
+        first key or unknown, a required field missing or of the wrong type, an
+        integer over 64 bits, a channel named twice), ``unknown_encoding`` (a
+        compression other than bslz4/lz4) or ``too_large`` (the arrays).
     """
     import cbor2
 
@@ -367,39 +486,47 @@ def decode_message(buf: Any) -> Any:
     try:
         m = cbor2.loads(bytes(buf))
     except Exception as e:
-        raise ProtocolError(Reason.MALFORMED, f"not CBOR ({type(e).__name__}: {e})") from None
+        raise ProtocolError(Reason.MALFORMED, f"not CBOR ({type(e).__name__}: "
+                            f"{str(e)[:200]})") from None
     if not isinstance(m, Mapping) or not m:
         raise ProtocolError(Reason.MALFORMED, "a Stream V2 message is a non-empty CBOR map")
     if next(iter(m)) != "type":
         raise ProtocolError(Reason.MALFORMED, "the first key of a Stream V2 message must "
                             "be 'type'")
+    _text_keys(m, "a Stream V2 message")
     kind = _untag(m["type"])
+    if kind not in ("start", "image", "end"):
+        raise ProtocolError(Reason.MALFORMED, f"Stream V2 type {_show(kind)} is not start, "
+                            "image or end")
     what = f"Stream V2 {kind} message"
+    arrays = _Arrays(max_array_bytes)
+    size = len(buf)
     if kind == "end":
-        return End(_uint(m, "series_id", what), _text(m, "series_unique_id", what, ""))
+        return End(_uint(m, "series_id", what), _text(m, "series_unique_id", what, ""),
+                   nbytes=size)
     if kind == "start":
-        channels = _untag(m.get("channels", ()))
-        if not isinstance(channels, Sequence) or isinstance(channels, str) or not all(
-                isinstance(c, str) for c in channels):
-            raise ProtocolError(Reason.MALFORMED, f"{what}: channels must be a list of text")
+        channels = _channels(m, what)
         dtype = m.get("image_dtype")
-        return Start(_uint(m, "series_id", what), _text(m, "series_unique_id", what, ""),
-                     _uint(m, "number_of_images", what), _uint(m, "image_size_x", what),
-                     _uint(m, "image_size_y", what),
-                     None if dtype is None else _text(m, "image_dtype", what),
-                     tuple(channels), {k: _plain(v, f"{what}: field {k}") for k, v in m.items()})
-    if kind == "image":
-        data = _untag(m.get("data"))
-        if not isinstance(data, Mapping):
-            raise ProtocolError(Reason.MALFORMED, f"{what}: data must be a map of channels")
-        image_id = _uint(m, "image_id", what)
-        chans = {str(k): _multidim(v, f"{what} {image_id} channel {k}")
-                 for k, v in data.items()}
-        fields = {k: _plain(v, f"{what} {image_id} field {k}") for k, v in m.items()
-                  if k != "data"}
-        return Image(_uint(m, "series_id", what), _text(m, "series_unique_id", what, ""),
-                     image_id, chans, fields)
-    raise ProtocolError(Reason.MALFORMED, f"Stream V2 type {kind!r} is not start, image or end")
+        start = Start(_uint(m, "series_id", what), _text(m, "series_unique_id", what, ""),
+                      _uint(m, "number_of_images", what), _uint(m, "image_size_x", what),
+                      _uint(m, "image_size_y", what),
+                      None if dtype is None else _text(m, "image_dtype", what),
+                      channels, {k: _plain(v, f"{what}: field {k}", arrays)
+                                 for k, v in m.items()})
+        return replace(start, nbytes=size + arrays.used)
+    data = _untag(m.get("data"))
+    if not isinstance(data, Mapping):
+        raise ProtocolError(Reason.MALFORMED, f"{what}: data must be a map of channels")
+    _text_keys(data, f"{what}: data")
+    image_id = _uint(m, "image_id", what)
+    series_id = _uint(m, "series_id", what)
+    chans = {k: _multidim(v, f"{what} {image_id} channel {k}", arrays)
+             for k, v in data.items()}
+    charged = arrays.used        # the channels stay encoded: len(buf) holds them
+    fields = {k: _plain(v, f"{what} {image_id} field {k}", arrays)
+              for k, v in m.items() if k != "data"}
+    return Image(series_id, _text(m, "series_unique_id", what, ""), image_id, chans, fields,
+                 nbytes=size + arrays.used - charged)
 
 
 # ---- encoding (the simulator; tests) ----
