@@ -227,7 +227,7 @@ def _size(n: int) -> str:
 def _show(v: Any) -> str:
     """A short text for a value in an error (never the whole of a hostile one: the
     text of an integer over 4300 digits is itself an error in Python)."""
-    if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 64:
+    if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 256:
         return f"an integer of {v.bit_length()} bits"
     r = reprlib.repr(v)
     return r if len(r) <= 80 else r[:77] + "..."
