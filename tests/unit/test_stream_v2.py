@@ -787,3 +787,30 @@ def test_a_single_client_rejects_the_oldest_held_images_and_forgets_starts_that_
     assert not rx.starts and not rx.starts_by_scan     # rejected: nothing kept
     assert rx.assembler.rejected == {"too_large": 1, "malformed_header": 2}, rx.assembler.rejected
     rx.close()
+
+
+def test_cbor_s_other_semantic_tags_are_plain_values():
+    """Shared references would let 1 KB name an object 2^29 times over (each level two
+    references to the one below): they, and regular expressions, rationals, sets, are
+    left as tags and skipped, as stream2.c skips tags; a key given twice is malformed."""
+    import pickle
+
+    import cbor2
+
+    levels = 30
+    items = [b"\xd8\x1c\x81\x01"]                     # tag 28 (shareable) [1]
+    for k in range(1, levels):
+        ref = b"\xd8\x1d" + cbor2.dumps(k - 1)       # tag 29 (shared reference) k - 1
+        items.append(b"\xd8\x1c\x82" + ref + ref)
+    laughs = bytes([0x98, levels]) + b"".join(items)
+    buf = _dumps({**START, "user_data": "@"}).replace(cbor2.dumps("@"), laughs)
+    assert len(buf) < 2000
+    s = decode_message(buf)
+    assert len(pickle.dumps(s)) < 4 * len(buf)       # nothing multiplied
+    assert list(s.fields["user_data"][2]) == [1, 1]  # each reference: its index
+    m = decode_message(_dumps({**START, "user_data": [cbor2.CBORTag(35, "(a+)+$"),
+                                                      cbor2.CBORTag(30, [1, 3])]}))
+    regex, rational = m.fields["user_data"]
+    assert regex == "(a+)+$" and list(rational) == [1, 3]   # text, not a compiled pattern
+    with pytest.raises(ProtocolError, match="Duplicate map key"):
+        decode_message(b"\xd9\xd9\xf7\xa2" + t("type") + t("end") + t("type") + t("end"))

@@ -7,7 +7,9 @@ checks of its reference parser (``stream_v2/examples/stream2.c``):
 - a message is one ZeroMQ frame: the CBOR self-describe tag 55799 (bytes
   ``d9 d9 f7``), then a map of text keys whose first key is ``type``;
 - any tag in front of a scalar value is skipped (``series_date`` is tag 0 +
-  text, which cbor2 turns into a datetime);
+  text, which cbor2 turns into a datetime); cbor2's other semantic tags are not
+  interpreted (shared references, regular expressions, ...: :data:`_PLAIN_TAGS`),
+  and a map with a key twice is malformed;
 - image data per channel is ``tag 40 [[rows, cols], typed array]`` (RFC 8746
   row-major multi-dimensional array; ``rows = image_size_y``), the typed array is
   ``tag 64..87`` over a byte string or over ``tag 56500 [algorithm, modifier,
@@ -257,6 +259,25 @@ _SCALARS = frozenset((float, str, bool, bytes, type(None)))
 _CBOR_TYPES: Tuple[Any, ...] = ()
 
 
+#: cbor2's semantic tags that the specification does not use, left as plain tags (which
+#: :func:`_plain` skips, as stream2.c skips every tag): shared references (28, 29) would
+#: let a message of 1 KB name an object 2^20 times over, a regular expression (35) is
+#: compiled, a MIME message (36) parsed, string references (25, 256) shared, and
+#: decimal fractions, rationals, sets and addresses carry numbers past any bound.
+#: Kept: date/time (0, 1), bignums (2, 3: read, then bounded), self-describe (55799).
+_PLAIN_TAGS = (4, 5, 25, 28, 29, 30, 35, 36, 37, 52, 54, 100, 256, 258, 260, 261, 1004)
+_SEMANTIC: Dict[int, Any] = {}
+
+
+def _semantic() -> Dict[int, Any]:
+    """``semantic_decoders`` for cbor2 (>= 6: called with the decoded content)."""
+    if not _SEMANTIC:
+        CBORTag = _cbor_types()[1]
+        for tag in _PLAIN_TAGS:
+            _SEMANTIC[tag] = lambda value, immutable, tag=tag: CBORTag(tag, value)
+    return _SEMANTIC
+
+
 def _cbor_types() -> Tuple[Any, ...]:
     global _CBOR_TYPES
     if not _CBOR_TYPES:
@@ -484,7 +505,7 @@ def decode_message(buf: Any, max_array_bytes: int = MAX_ARRAY_BYTES) -> Any:
         raise ProtocolError(Reason.MALFORMED, "not a Stream V2 message: it does not start "
                             "with the CBOR self-describe tag d9 d9 f7")
     try:
-        m = cbor2.loads(bytes(buf))
+        m = cbor2.loads(bytes(buf), semantic_decoders=_semantic(), allow_duplicate_keys=False)
     except Exception as e:
         raise ProtocolError(Reason.MALFORMED, f"not CBOR ({type(e).__name__}: "
                             f"{str(e)[:200]})") from None
