@@ -814,3 +814,23 @@ def test_cbor_s_other_semantic_tags_are_plain_values():
     assert regex == "(a+)+$" and list(rational) == [1, 3]   # text, not a compiled pattern
     with pytest.raises(ProtocolError, match="Duplicate map key"):
         decode_message(b"\xd9\xd9\xf7\xa2" + t("type") + t("end") + t("type") + t("end"))
+
+
+def test_two_series_whose_names_collide_never_share_a_scan():
+    """Unique ids ``a/b`` and ``a_b`` make the same scan name: the second start is a
+    conflict, and its images never land in the first series' frames."""
+    frames = {}
+    rx = _rx(frames)
+    rx.handle(encode_start(1, "a/b", 2, (4, 4)))
+    rx.handle(encode_start(1, "a_b", 2, (4, 4)))
+    assert rx.assembler.rejected == {"conflict": 1}
+    assert "is that of another series" in rx.assembler.examples[0]
+    for i in range(2):
+        rx.handle(encode_image(1, "a_b", i, {"threshold_1": np.full((4, 4), 9, "<u2")}))
+        rx.handle(encode_image(1, "a/b", i, {"threshold_1": np.full((4, 4), i, "<u2")}))
+    rx.handle(encode_end(1, "a/b"))
+    (rep,) = rx.reports
+    assert rep.scan == "series-1-a_b" and rep.ok
+    assert all((frames[i] == i).all() for i in range(2))
+    assert rx.held() == {"series-1-a_b": 2}
+    rx.close()

@@ -304,6 +304,11 @@ class StreamV2Receiver(SocketLoop):
         if key in self.starts:
             self.assembler.reject(Reason.DUPLICATE, f"second start of series {scan}", scan)
             return
+        if scan in self.starts_by_scan:     # unique ids that differ in replaced characters
+            self.assembler.reject(Reason.CONFLICT, f"start of series {start.series_id} "
+                                  f"{start.series_unique_id[:100]!r}: its scan name {scan} is "
+                                  "that of another series of this job", scan)
+            return
         self.starts[key] = start
         self.starts_by_scan[scan] = start
         self._scan[key] = scan
