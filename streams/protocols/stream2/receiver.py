@@ -60,8 +60,9 @@ from streams.errors import ProtocolError, StreamError
 from streams.protocol import Begin, Data, Reason, ScanGeometry
 from streams.protocol import End as NativeEnd
 from streams.socketloop import DEFAULT_HWM, SocketLoop
-from streams.protocols.stream2.streamv2 import (MAX_ARRAY_BYTES, ChannelImage, End, Image,
-                                                Start, decode_message, scan_name, series_key)
+from streams.protocols.stream2.bounds import MAX_ARRAY_BYTES
+from streams.protocols.stream2.streamv2 import (ChannelImage, End, Image, Start, decode_message,
+                                                scan_name, series_key)
 
 __all__ = ["StreamV2Receiver"]
 

@@ -8,22 +8,23 @@ checks of its reference parser (``stream_v2/examples/stream2.c``):
   ``d9 d9 f7``), then a map of text keys whose first key is ``type``;
 - any tag in front of a scalar value is skipped (``series_date`` is tag 0 +
   text, which cbor2 turns into a datetime); cbor2's other semantic tags are not
-  interpreted (shared references, regular expressions, ...: :data:`_PLAIN_TAGS`),
-  and a map with a key twice is malformed;
+  interpreted (shared references, regular expressions, ...:
+  :data:`~streams.protocols.stream2.bounds.PLAIN_TAGS`), and a map with a key
+  twice is malformed;
 - image data per channel is ``tag 40 [[rows, cols], typed array]`` (RFC 8746
   row-major multi-dimensional array; ``rows = image_size_y``), the typed array is
   ``tag 64..87`` over a byte string or over ``tag 56500 [algorithm, modifier,
   bytes]`` (DECTRIS compression: ``bslz4`` with the element size as modifier, or
   ``lz4`` with 0) -- the same framings as the native protocol's encodings.
 
-Every value is bounded before it is used: an ``Integer`` of the specification is an
-unsigned integer of 64 bits (a larger one, even as a CBOR bignum, is
-``malformed_header``), any other integer fits 64 bits (int64 or uint64), the
-channels of a start are distinct names, and the typed arrays of one message,
-decoded, take at most ``max_array_bytes`` *in total* -- each array's decoded
-size (its dimensions, or the size a compressed payload declares) is charged
-before it is decompressed, so nothing over the bound is ever allocated
-(``too_large``).
+Every value is bounded before it is used (:mod:`~streams.protocols.stream2.bounds`):
+an ``Integer`` of the specification is an unsigned integer of 64 bits (a larger
+one, even as a CBOR bignum, is ``malformed_header``), any other integer fits 64
+bits (int64 or uint64), the channels of a start are distinct names, and the typed
+arrays of one message, decoded, take at most ``max_array_bytes`` *in total* --
+each array's decoded size (its dimensions, or the size a compressed payload
+declares) is charged before it is decompressed, so nothing over the bound is ever
+allocated (``too_large``).
 
 Checked against DECTRIS's own captured messages (branch ``stream2-test_data`` of
 that repository, a 514 x 1030 detector, 8/16/32-bit, bslz4 and lz4): image ids
@@ -36,7 +37,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import re
-import reprlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Dict, Optional, Tuple
@@ -44,6 +44,8 @@ from typing import Any, Dict, Optional, Tuple
 import numpy as np
 
 from streams.codecs import LZ4_BLOCK, bslz4_encode, decode_into, lz4_encode
+from streams.protocols.stream2 import bounds
+from streams.protocols.stream2.bounds import MAX_ARRAY_BYTES, MAX_UINT, MIN_INT
 from streams.errors import ProtocolError
 from streams.protocol import Reason, ScanGeometry
 
@@ -67,15 +69,6 @@ IMAGE_DTYPES = {"uint8": "|u1", "uint16": "<u2", "uint32": "<u4"}
 #: (``basic`` and ``none`` leave them out): channel -> 2-D array, or one typed array.
 START_ARRAYS = ("flatfield", "pixel_mask", "countrate_correction_lookup_table")
 _UID_KEEP = re.compile(r"[^A-Za-z0-9._-]")
-#: Default bound of all typed arrays of one message once decoded, together (a hostile
-#: size is refused before any memory is taken; a 16M-pixel float32 flatfield is
-#: 64 MiB). A receiver passes a bound of its own (a share of its ``--memory``).
-MAX_ARRAY_BYTES = 1 << 30
-#: The specification's ``Integer``: "an unsigned integer representable in 64 bits".
-MAX_UINT = (1 << 64) - 1
-#: Any other integer (user data, flags) must fit int64 or uint64: NumPy, HDF5 and the
-#: reports take it as it is.
-MIN_INT = -(1 << 63)
 #: Most images a series may announce (the loss accounting takes 4 bytes per image).
 MAX_IMAGES = 1 << 28
 
@@ -204,90 +197,11 @@ class End(_Series):
 
 # ---- decoding ----
 
-class _Arrays:
-    """The typed arrays of one message: their decoded bytes, charged before each is
-    decompressed and bounded in total by ``limit``."""
-
-    __slots__ = ("limit", "used")
-
-    def __init__(self, limit: int) -> None:
-        self.limit, self.used = limit, 0
-
-    def charge(self, nbytes: int, what: str) -> None:
-        """Count ``nbytes`` more, or raise ``too_large`` (nothing was allocated for them)."""
-        self.used += nbytes
-        if self.used > self.limit:
-            raise ProtocolError(Reason.TOO_LARGE, f"{what}: the typed arrays of this message "
-                                f"decode to {_size(self.used)} or more, over the bound of "
-                                f"{_size(self.limit)} for one message")
-
-
-def _size(n: int) -> str:
-    return f"{n} bytes" if n < 1 << 20 else f"{n / (1 << 20):.0f} MiB"
-
-
-def _show(v: Any) -> str:
-    """A short text for a value in an error (never the whole of a hostile one: the
-    text of an integer over 4300 digits is itself an error in Python)."""
-    if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 256:
-        return f"an integer of {v.bit_length()} bits"
-    r = reprlib.repr(v)
-    return r if len(r) <= 80 else r[:77] + "..."
-
-
-def _key(k: Any) -> str:
-    return k if isinstance(k, str) else _show(k)
-
-
-def _text_keys(m: Mapping, what: str) -> None:
-    """A map of the specification (the message, an image's ``data``): text keys only."""
-    for k in m:
-        if not isinstance(k, str):
-            raise ProtocolError(Reason.MALFORMED, f"{what}: key {_show(k)} is not a text "
-                                "string")
-
-
-def _untag(v: Any) -> Any:
-    """Skip tags in front of a value, as stream2.c does (``cbor_value_skip_tag``)."""
-    CBORTag = _cbor_types()[1]
-    while isinstance(v, CBORTag):
-        v = v.value
-    return v
-
 
 _SCALARS = frozenset((float, str, bool, bytes, type(None)))
-_CBOR_TYPES: Tuple[Any, ...] = ()
 
 
-#: cbor2's semantic tags that the specification does not use, left as plain tags (which
-#: :func:`_plain` skips, as stream2.c skips every tag): shared references (28, 29) would
-#: let a message of 1 KB name an object 2^20 times over, a regular expression (35) is
-#: compiled, a MIME message (36) parsed, string references (25, 256) shared, and
-#: decimal fractions, rationals, sets and addresses carry numbers past any bound.
-#: Kept: date/time (0, 1), bignums (2, 3: read, then bounded), self-describe (55799).
-_PLAIN_TAGS = (4, 5, 25, 28, 29, 30, 35, 36, 37, 52, 54, 100, 256, 258, 260, 261, 1004)
-_SEMANTIC: Dict[int, Any] = {}
-
-
-def _semantic() -> Dict[int, Any]:
-    """``semantic_decoders`` for cbor2 (>= 6: called with the decoded content)."""
-    if not _SEMANTIC:
-        CBORTag = _cbor_types()[1]
-        for tag in _PLAIN_TAGS:
-            _SEMANTIC[tag] = lambda value, immutable, tag=tag: CBORTag(tag, value)
-    return _SEMANTIC
-
-
-def _cbor_types() -> Tuple[Any, ...]:
-    global _CBOR_TYPES
-    if not _CBOR_TYPES:
-        from cbor2 import CBORSimpleValue, CBORTag, undefined
-
-        _CBOR_TYPES = (CBORSimpleValue, CBORTag, undefined)
-    return _CBOR_TYPES
-
-
-def _plain(v: Any, what: str, arrays: _Arrays) -> Any:
+def _plain(v: Any, what: str, arrays: bounds.Arrays) -> Any:
     """A field as plain Python and NumPy values, without a CBOR tag left anywhere.
 
     The start message travels to every receiver over MPI (pickled): cbor2 6 decodes
@@ -308,11 +222,11 @@ def _plain(v: Any, what: str, arrays: _Arrays) -> Any:
     t = type(v)
     if t is int:
         if not MIN_INT <= v <= MAX_UINT:
-            raise ProtocolError(Reason.MALFORMED, f"{what}: {_show(v)} does not fit 64 bits")
+            raise ProtocolError(Reason.MALFORMED, f"{what}: {bounds.show(v)} does not fit 64 bits")
         return v
     if t in _SCALARS:     # most fields: nothing to do (this runs per image)
         return v
-    CBORSimpleValue, CBORTag, undefined = _cbor_types()
+    CBORSimpleValue, CBORTag, undefined = bounds.cbor_types()
     if v is undefined:          # neither pickles: plain values
         return None
     if isinstance(v, CBORSimpleValue):
@@ -322,24 +236,14 @@ def _plain(v: Any, what: str, arrays: _Arrays) -> Any:
             return decode_array(v, what, arrays)
         return _plain(v.value, what, arrays)
     if isinstance(v, Mapping):
-        return {_plain(k, what, arrays): _plain(x, f"{what}.{_key(k)}", arrays)
+        return {_plain(k, what, arrays): _plain(x, f"{what}.{bounds.key_text(k)}", arrays)
                 for k, x in v.items()}
     if isinstance(v, (list, tuple)):
         return type(v)(_plain(x, f"{what}[{i}]", arrays) for i, x in enumerate(v))
     return v
 
 
-def _dims(d: Any, what: str, least: int) -> Tuple[int, ...]:
-    """Dimensions of a tag 40 array: unsigned integers of 64 bits, each >= ``least``."""
-    if not isinstance(d, Sequence) or isinstance(d, (str, bytes)) or not all(
-            isinstance(x, int) and not isinstance(x, bool) and least <= x <= MAX_UINT
-            for x in d):
-        raise ProtocolError(Reason.MALFORMED, f"{what}: dimensions {_show(d)} are not "
-                            f"integers of 64 bits >= {least}")
-    return tuple(int(x) for x in d)
-
-
-def decode_array(v: Any, what: str, arrays: Optional[_Arrays] = None) -> np.ndarray:
+def decode_array(v: Any, what: str, arrays: Optional[bounds.Arrays] = None) -> np.ndarray:
     """A typed array (tag 64-87 over a byte string or tag 56500), a tag 40 [dims,
     typed array] (row-major, any rank), or a bare tag 56500 (bytes) -> a NumPy array.
 
@@ -352,19 +256,19 @@ def decode_array(v: Any, what: str, arrays: Optional[_Arrays] = None) -> np.ndar
         ``malformed_header`` (or ``unknown_encoding``) naming ``what``; ``too_large``
         when the message's arrays would exceed their bound.
     """
-    CBORTag = _cbor_types()[1]
+    CBORTag = bounds.cbor_types()[1]
 
     from streams.errors import CodecError
 
     if arrays is None:
-        arrays = _Arrays(MAX_ARRAY_BYTES)
+        arrays = bounds.Arrays(MAX_ARRAY_BYTES)
     dims: Optional[Tuple[int, ...]] = None
     if isinstance(v, CBORTag) and v.tag == MULTI_DIM:
         c = v.value
         if not isinstance(c, Sequence) or len(c) != 2:
             raise ProtocolError(Reason.MALFORMED, f"{what}: tag 40 must hold [dimensions, "
                                 "typed array]")
-        dims, v = _dims(c[0], what, 0), c[1]
+        dims, v = bounds.dims(c[0], what, 0), c[1]
     if isinstance(v, CBORTag) and v.tag in TYPED_ARRAY_TAGS:
         dtype = np.dtype(TYPED_ARRAY_TAGS[v.tag])
         encoding, payload = _bytes_item(v.value, dtype.itemsize, what)
@@ -395,45 +299,9 @@ def decode_array(v: Any, what: str, arrays: Optional[_Arrays] = None) -> np.ndar
     return out.reshape(dims) if dims is not None else out
 
 
-def _uint(m: Mapping, key: str, what: str) -> int:
-    """The specification's ``Integer``: unsigned, representable in 64 bits."""
-    v = _untag(m.get(key))
-    if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= MAX_UINT:
-        raise ProtocolError(Reason.MALFORMED, f"{what}: {key} must be an unsigned integer "
-                            f"of 64 bits, not {_show(v)}")
-    return v
-
-
-def _text(m: Mapping, key: str, what: str, default: Optional[str] = None) -> str:
-    v = _untag(m.get(key, default))
-    if not isinstance(v, str):
-        raise ProtocolError(Reason.MALFORMED, f"{what}: {key} must be a text string, "
-                            f"not {_show(v)}")
-    return v
-
-
-def _channels(m: Mapping, what: str) -> Tuple[str, ...]:
-    """The start's ``channels``: distinct non-empty names without ``/`` (each names the
-    series' group ``<channel>_channel`` in the scan's file and an image's data key)."""
-    channels = _untag(m.get("channels", ()))
-    if not isinstance(channels, Sequence) or isinstance(channels, (str, bytes)) or not all(
-            isinstance(c, str) for c in channels):
-        raise ProtocolError(Reason.MALFORMED, f"{what}: channels must be a list of text")
-    seen = set()
-    for c in channels:
-        if not c or "/" in c:
-            raise ProtocolError(Reason.MALFORMED, f"{what}: channel name {_show(c)} is empty "
-                                "or has a '/'")
-        if c in seen:
-            raise ProtocolError(Reason.MALFORMED, f"{what}: channel {_show(c)} is named "
-                                "twice in channels")
-        seen.add(c)
-    return tuple(channels)
-
-
 def _bytes_item(v: Any, itemsize: int, what: str) -> Tuple[str, bytes]:
     """A byte string or a DECTRIS compression tag -> (encoding, payload)."""
-    CBORTag = _cbor_types()[1]
+    CBORTag = bounds.cbor_types()[1]
 
     if isinstance(v, (bytes, bytearray, memoryview)):
         return "raw", bytes(v)
@@ -447,19 +315,19 @@ def _bytes_item(v: Any, itemsize: int, what: str) -> Tuple[str, bytes]:
         if alg == "bslz4":
             if modifier != itemsize:
                 raise ProtocolError(Reason.MALFORMED, f"{what}: bslz4 element size "
-                                    f"{_show(modifier)} != {itemsize} of the typed array")
+                                    f"{bounds.show(modifier)} != {itemsize} of the typed array")
         elif alg != "lz4":
-            raise ProtocolError(Reason.ENCODING, f"{what}: compression {_show(alg)} is not "
+            raise ProtocolError(Reason.ENCODING, f"{what}: compression {bounds.show(alg)} is not "
                                 "bslz4 or lz4")
         return alg, bytes(payload)
     raise ProtocolError(Reason.MALFORMED, f"{what}: expected a byte string or tag 56500, got "
                         f"{type(v).__name__}")
 
 
-def _multidim(v: Any, what: str, arrays: _Arrays) -> ChannelImage:
+def _multidim(v: Any, what: str, arrays: bounds.Arrays) -> ChannelImage:
     """One channel of an image, payload kept encoded; its decoded size (rows x cols x
     item size) is charged to ``arrays``."""
-    CBORTag = _cbor_types()[1]
+    CBORTag = bounds.cbor_types()[1]
 
     if not isinstance(v, CBORTag) or v.tag != MULTI_DIM:
         raise ProtocolError(Reason.MALFORMED, f"{what}: expected tag 40 (row-major "
@@ -468,7 +336,7 @@ def _multidim(v: Any, what: str, arrays: _Arrays) -> ChannelImage:
     if not isinstance(c, Sequence) or len(c) != 2:
         raise ProtocolError(Reason.MALFORMED, f"{what}: tag 40 must hold [dimensions, array]")
     dims, typed = c
-    shape = _dims(dims, what, 1)
+    shape = bounds.dims(dims, what, 1)
     if len(shape) != 2:
         raise ProtocolError(Reason.MALFORMED, f"{what}: dimensions {list(shape)} are not "
                             "two positive integers")
@@ -505,7 +373,7 @@ def decode_message(buf: Any, max_array_bytes: int = MAX_ARRAY_BYTES) -> Any:
         raise ProtocolError(Reason.MALFORMED, "not a Stream V2 message: it does not start "
                             "with the CBOR self-describe tag d9 d9 f7")
     try:
-        m = cbor2.loads(bytes(buf), semantic_decoders=_semantic(), allow_duplicate_keys=False)
+        m = cbor2.loads(bytes(buf), semantic_decoders=bounds.semantic(), allow_duplicate_keys=False)
     except Exception as e:
         raise ProtocolError(Reason.MALFORMED, f"not CBOR ({type(e).__name__}: "
                             f"{str(e)[:200]})") from None
@@ -514,39 +382,40 @@ def decode_message(buf: Any, max_array_bytes: int = MAX_ARRAY_BYTES) -> Any:
     if next(iter(m)) != "type":
         raise ProtocolError(Reason.MALFORMED, "the first key of a Stream V2 message must "
                             "be 'type'")
-    _text_keys(m, "a Stream V2 message")
-    kind = _untag(m["type"])
+    bounds.text_keys(m, "a Stream V2 message")
+    kind = bounds.untag(m["type"])
     if kind not in ("start", "image", "end"):
-        raise ProtocolError(Reason.MALFORMED, f"Stream V2 type {_show(kind)} is not start, "
+        raise ProtocolError(Reason.MALFORMED, f"Stream V2 type {bounds.show(kind)} is not start, "
                             "image or end")
     what = f"Stream V2 {kind} message"
-    arrays = _Arrays(max_array_bytes)
+    arrays = bounds.Arrays(max_array_bytes)
     size = len(buf)
     if kind == "end":
-        return End(_uint(m, "series_id", what), _text(m, "series_unique_id", what, ""),
+        return End(bounds.uint(m, "series_id", what), bounds.text(m, "series_unique_id", what, ""),
                    nbytes=size)
     if kind == "start":
-        channels = _channels(m, what)
+        channels = bounds.channels(m, what)
         dtype = m.get("image_dtype")
-        start = Start(_uint(m, "series_id", what), _text(m, "series_unique_id", what, ""),
-                      _uint(m, "number_of_images", what), _uint(m, "image_size_x", what),
-                      _uint(m, "image_size_y", what),
-                      None if dtype is None else _text(m, "image_dtype", what),
+        uint = bounds.uint
+        start = Start(uint(m, "series_id", what), bounds.text(m, "series_unique_id", what, ""),
+                      uint(m, "number_of_images", what), uint(m, "image_size_x", what),
+                      uint(m, "image_size_y", what),
+                      None if dtype is None else bounds.text(m, "image_dtype", what),
                       channels, {k: _plain(v, f"{what}: field {k}", arrays)
                                  for k, v in m.items()})
         return replace(start, nbytes=size + arrays.used)
-    data = _untag(m.get("data"))
+    data = bounds.untag(m.get("data"))
     if not isinstance(data, Mapping):
         raise ProtocolError(Reason.MALFORMED, f"{what}: data must be a map of channels")
-    _text_keys(data, f"{what}: data")
-    image_id = _uint(m, "image_id", what)
-    series_id = _uint(m, "series_id", what)
+    bounds.text_keys(data, f"{what}: data")
+    image_id = bounds.uint(m, "image_id", what)
+    series_id = bounds.uint(m, "series_id", what)
     chans = {k: _multidim(v, f"{what} {image_id} channel {k}", arrays)
              for k, v in data.items()}
     charged = arrays.used        # the channels stay encoded: len(buf) holds them
     fields = {k: _plain(v, f"{what} {image_id} field {k}", arrays)
               for k, v in m.items() if k != "data"}
-    return Image(series_id, _text(m, "series_unique_id", what, ""), image_id, chans, fields,
+    return Image(series_id, bounds.text(m, "series_unique_id", what, ""), image_id, chans, fields,
                  nbytes=size + arrays.used - charged)
 
 
