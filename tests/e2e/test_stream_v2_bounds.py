@@ -217,3 +217,26 @@ def test_a_burst_right_behind_the_start_loses_nothing_on_a_loaded_machine(tmp_pa
         with h5py.File(job.out / f"{scan}.h5") as f:
             assert np.array_equal(f["sum_image"][()].ravel(), sums), scan
     assert not _rejections(job)["rejected"], _rejections(job)
+
+
+def test_a_hold_smaller_than_the_burst_waits_for_the_shared_start(tmp_path):
+    """--v2-hold-memory 0.05 (50 KiB, one or two images of 256 x 256): the client that
+    did not get the start fills its hold at once and stops reading until the other
+    shares the start; the detector deals the rest to the other meanwhile. Every frame
+    arrives, nothing is rejected."""
+    from streams.protocols.stream2.simulator import StreamV2Simulator
+
+    n = 400
+    msgs, sums = _burst_messages(20, "hold", n, (256, 256))
+    assert len(msgs[1]) > 25 << 10
+    with StreamV2Simulator(send_timeout=60, sndhwm=1000) as sim:
+        job = _job(tmp_path, sim, "--v2-hold-memory", "0.05", "--partition-frames", "50")
+        for m in msgs:
+            sim.send(m)
+        rc, out, err = job.wait()
+    assert rc == 0, out + err
+    rep = job.report("series-20-hold")
+    assert rep["frames_complete"] == n and rep["ok"], rep["messages"]
+    with h5py.File(job.out / "series-20-hold.h5") as f:
+        assert np.array_equal(f["sum_image"][()].ravel(), sums)
+    assert not _rejections(job)["rejected"], _rejections(job)
