@@ -834,3 +834,20 @@ def test_two_series_whose_names_collide_never_share_a_scan():
     assert all((frames[i] == i).all() for i in range(2))
     assert rx.held() == {"series-1-a_b": 2}
     rx.close()
+
+
+def test_a_start_without_image_dtype_is_held_within_the_hold_and_expires():
+    start = {k: v for k, v in START.items() if k != "image_dtype"}
+    rx = StreamV2Receiver(collect({}), "tcp://127.0.0.1:1", idle_timeout=0.2,
+                          held_bytes=2 * len(_dumps(start)))
+    rx.handle(_dumps(start))
+    assert rx.held_now == len(_dumps(start)) and rx.starts
+    rx.handle(_dumps({**start, "series_id": 2}))
+    rx.handle(_dumps({**start, "series_id": 3}))     # no room left: refused, not kept
+    assert rx.assembler.rejected == {"busy": 1} and len(rx.starts) == 2
+    time.sleep(0.3)
+    rx.step(0.01)
+    assert rx.held_now == 0 and not rx.starts
+    assert rx.assembler.rejected == {"busy": 1, "malformed_header": 2}
+    assert "no image of it came within 0.2 s" in rx.assembler.examples[-1]
+    rx.close()
