@@ -130,8 +130,9 @@ def test_a_start_naming_a_channel_twice_never_starts_its_series(tmp_path):
 def test_lz4_bombs_in_user_data_are_refused_before_decompression(tmp_path):
     """Four images whose user_data is a typed array of 256 MiB as an LZ4 bomb (each
     message about 1 MB), sent before their series' start, then the real series: each
-    bomb is refused (too_large) from its declared size, nothing of it decompressed;
-    every rank stays far below what four decoded bombs take."""
+    bomb is refused (too_large) from its declared size, over the 64 MiB an image's
+    user-data arrays may take (the hold: a quarter of the default --memory), nothing
+    of it decompressed; every rank stays far below what four decoded bombs take."""
     import cbor2
 
     from streams.codecs import lz4_encode
@@ -154,7 +155,7 @@ def test_lz4_bombs_in_user_data_are_refused_before_decompression(tmp_path):
     rej = _rejections(job)
     assert rej["by_reason"] == {"too_large": 4}, rej
     assert any("typed arrays of this message decode to 256 MiB or more, over the bound of "
-               "128 MiB" in e for e in rej["examples"]), rej
+               "64 MiB for the arrays of an image's fields" in e for e in rej["examples"]), rej
     # one decoded bomb alone is 256 MiB; four held were about 1 GiB
     assert max(rep["memory"]["peak_rss_mib"]) < 200, rep["memory"]
 

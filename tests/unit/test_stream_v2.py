@@ -715,6 +715,18 @@ def test_the_typed_arrays_of_a_message_are_bounded_in_total():
     assert decode_message(im, max_array_bytes=2 * 8192).nbytes == len(im)
     with pytest.raises(ProtocolError, match="too_large"):
         decode_message(im, max_array_bytes=2 * 8192 - 1)
+    # an image's user-data arrays: also within max_field_bytes (what holding it may take)
+    ud = _dumps({**_fields(im), "user_data": np_typed(np.zeros(4096, "<u2"))})
+    assert decode_message(ud, max_field_bytes=8192).nbytes == len(ud) + 8192
+    with pytest.raises(ProtocolError) as e:
+        decode_message(ud, max_field_bytes=8191)
+    assert e.value.reason == "too_large" and "image's fields" in e.value.detail
+
+
+def np_typed(a):
+    import cbor2
+
+    return cbor2.CBORTag(69, a.tobytes())
 
 
 def test_an_lz4_bomb_is_refused_from_its_declared_size_before_anything_is_allocated():

@@ -74,12 +74,12 @@ def untag(v: Any) -> Any:
 
 class Arrays:
     """The typed arrays of one message: their decoded bytes, charged before each is
-    decompressed and bounded in total by ``limit``."""
+    decompressed and bounded in total by ``limit`` (``bound`` says which, in errors)."""
 
-    __slots__ = ("limit", "used")
+    __slots__ = ("limit", "used", "bound")
 
-    def __init__(self, limit: int) -> None:
-        self.limit, self.used = limit, 0
+    def __init__(self, limit: int, bound: str = "for one message") -> None:
+        self.limit, self.used, self.bound = limit, 0, bound
 
     def charge(self, nbytes: int, what: str) -> None:
         """Count ``nbytes`` more, or raise ``too_large`` (nothing was allocated for them)."""
@@ -87,7 +87,7 @@ class Arrays:
         if self.used > self.limit:
             raise ProtocolError(Reason.TOO_LARGE, f"{what}: the typed arrays of this message "
                                 f"decode to {size_text(self.used)} or more, over the bound of "
-                                f"{size_text(self.limit)} for one message")
+                                f"{size_text(self.limit)} {self.bound}")
 
 
 def size_text(n: int) -> str:

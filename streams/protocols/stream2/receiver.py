@@ -27,7 +27,8 @@ its images. This client therefore:
   (``unknown_scan``, naming the series). :meth:`never_started` rejects what is
   still held when the job ends, so a series that never started is reported;
 - decodes each message within ``max_array_bytes`` for all its typed arrays
-  together (:func:`~streams.protocols.stream2.streamv2.decode_message`), and keeps
+  together, and an image's user-data arrays within ``held_bytes``
+  (:func:`~streams.protocols.stream2.streamv2.decode_message`), and keeps
   a start only while its series is open: a start whose series cannot open is
   rejected and forgotten;
 - names a series by ``(series_unique_id, series_id)`` (:func:`series_key`): a
@@ -89,9 +90,9 @@ class StreamV2Receiver(SocketLoop):
         the hold is full, stop reading until a start arrives or the held messages
         expire (``idle_timeout``), instead of rejecting the oldest held image.
     max_array_bytes : int, optional
-        Bound of all typed arrays of one message, decoded (default half of
-        ``memory_bytes``, at most
-        :data:`~streams.protocols.stream2.streamv2.MAX_ARRAY_BYTES`).
+        Bound of all typed arrays of one message, decoded (default ``memory_bytes``,
+        at most :data:`~streams.protocols.stream2.bounds.MAX_ARRAY_BYTES`); the
+        arrays of an image's fields (user data) are also bounded by ``held_bytes``.
     decode_threads : int
         Decode the payloads of each batch of messages on this many threads (0: on
         the receiving thread). dectris-compression releases the GIL while it
@@ -140,7 +141,7 @@ class StreamV2Receiver(SocketLoop):
         self.on_start, self.on_end = on_start, on_end
         self.held_bytes = memory_bytes // 4 if held_bytes is None else held_bytes
         self.shared_starts = shared_starts
-        self.max_array_bytes = min(MAX_ARRAY_BYTES, memory_bytes // 2) \
+        self.max_array_bytes = min(MAX_ARRAY_BYTES, memory_bytes) \
             if max_array_bytes is None else max_array_bytes
         self.held_now = 0      # bytes held: images, ends and deferred starts
         self._start_here = False
@@ -249,7 +250,7 @@ class StreamV2Receiver(SocketLoop):
 
     def _decode(self, buf: Any) -> Any:
         try:
-            return decode_message(buf, self.max_array_bytes)
+            return decode_message(buf, self.max_array_bytes, self.held_bytes)
         except ProtocolError as e:
             self.assembler.reject(e.reason, e.detail)
         except Exception as e:    # a decoder's bug must not end the job: name it

@@ -350,14 +350,17 @@ def _multidim(v: Any, what: str, arrays: bounds.Arrays) -> ChannelImage:
     return ChannelImage((shape[0], shape[1]), dtype, encoding, payload)
 
 
-def decode_message(buf: Any, max_array_bytes: int = MAX_ARRAY_BYTES) -> Any:
+def decode_message(buf: Any, max_array_bytes: int = MAX_ARRAY_BYTES,
+                   max_field_bytes: Optional[int] = None) -> Any:
     """Decode one Stream V2 message into :class:`Start`, :class:`Image` or :class:`End`.
 
     ``max_array_bytes`` bounds the decoded sizes of all typed arrays of the message
     together (an image's channels by their dimensions, they stay encoded; the
-    arrays of other fields decoded), each charged before it is decompressed.
-    The message's ``nbytes`` is what it takes here: ``len(buf)`` and its decoded
-    arrays.
+    arrays of other fields decoded), each charged before it is decompressed; in an
+    image, the arrays of its other fields (user data) are also bounded by
+    ``max_field_bytes`` (a receiver: what it may hold for an image that arrives
+    before its start). The message's ``nbytes`` is what it takes here: ``len(buf)``
+    and its decoded arrays.
 
     Raises
     ------
@@ -412,11 +415,15 @@ def decode_message(buf: Any, max_array_bytes: int = MAX_ARRAY_BYTES) -> Any:
     series_id = bounds.uint(m, "series_id", what)
     chans = {k: _multidim(v, f"{what} {image_id} channel {k}", arrays)
              for k, v in data.items()}
-    charged = arrays.used        # the channels stay encoded: len(buf) holds them
-    fields = {k: _plain(v, f"{what} {image_id} field {k}", arrays)
+    # the channels stay encoded (len(buf) holds them); the fields' arrays are decoded
+    left = max_array_bytes - arrays.used
+    decoded = bounds.Arrays(left, "for one message") if max_field_bytes is None or \
+        left <= max_field_bytes else bounds.Arrays(max_field_bytes, "for the arrays of an "
+                                                   "image's fields (what holding it may take)")
+    fields = {k: _plain(v, f"{what} {image_id} field {k}", decoded)
               for k, v in m.items() if k != "data"}
     return Image(series_id, bounds.text(m, "series_unique_id", what, ""), image_id, chans, fields,
-                 nbytes=size + arrays.used - charged)
+                 nbytes=size + decoded.used)
 
 
 # ---- encoding (the simulator; tests) ----
