@@ -40,8 +40,9 @@ class StreamV2(StreamProtocol):
         ProtocolOption("v2_hold_memory", None, parse_number(0, strict=True),
                        "STAGER_STREAM_V2_HOLD_MEMORY",
                        "Stream V2: MiB per receiver for images that arrive before their "
-                       "series' start reaches it (default: a quarter of --memory); when "
-                       "full, the receiver stops reading until the start arrives", "MiB"),
+                       "series' start reaches it, and for an image's user-data arrays "
+                       "(default: a quarter of --memory); when full, the receiver stops "
+                       "reading until the start arrives", "MiB"),
     )
 
     def check(self, o: Any) -> None:
