@@ -42,9 +42,9 @@ def test_a_protocol_declares_its_own_options_and_their_flags():
 
     v2 = dict(rendezvous="/x/rv.json", out="/x/o", stream2="tcp://det:31001")
     o = SessionOptions.resolve(env={"STAGER_STREAM_V2_DECODE_THREADS": "3"}, **v2,
-                               v2_grace="2.5", v2_pixel_mask=None)
+                               v2_grace="2.5", v2_pixel_mask=None, v2_hold_memory="48")
     assert o.protocol_options == {"v2_grace": 2.5, "v2_decode_threads": 3,
-                                  "v2_pixel_mask": False}
+                                  "v2_pixel_mask": False, "v2_hold_memory": 48.0}
     assert not hasattr(o, "v2_grace")           # not an option of the job
     with pytest.raises(ValueError, match="v2_grace must be a finite number > 0"):
         SessionOptions.resolve(env={}, **v2, v2_grace=0)
@@ -58,12 +58,13 @@ def test_a_protocol_declares_its_own_options_and_their_flags():
     # options made without resolve(): the job's resolution fills the protocol's defaults
     made = SessionOptions(**v2, protocol_options={"v2_decode_threads": "2"})
     assert _resolve(made).protocol_options == {"v2_grace": 1.0, "v2_decode_threads": 2,
-                                               "v2_pixel_mask": False}
+                                               "v2_pixel_mask": False, "v2_hold_memory": None}
     # the flags of stager stream receive come from the rows
     import argparse
 
     p = argparse.ArgumentParser()
     add_arguments(p)
     args = p.parse_args(["receive", "--rendezvous", "r", "--out", "o", "--v2-pixel-mask",
-                         "--v2-decode-threads", "2"])
-    assert (args.v2_pixel_mask, args.v2_decode_threads, args.v2_grace) == (True, "2", None)
+                         "--v2-decode-threads", "2", "--v2-hold-memory", "32"])
+    assert (args.v2_pixel_mask, args.v2_decode_threads, args.v2_grace,
+            args.v2_hold_memory) == (True, "2", None, "32")

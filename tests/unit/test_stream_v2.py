@@ -257,12 +257,14 @@ def test_two_clients_share_start_and_end_and_their_reports_merge():
 
 def test_images_before_their_start_are_held_then_assembled_or_rejected():
     frames = {}
-    rx = StreamV2Receiver(collect(frames), "tcp://127.0.0.1:1", pending_max=2,
-                          idle_timeout=30)
     a = np.ones((4, 4), "<u2")
-    for i in (0, 1, 2):     # three images, room for two: the oldest is rejected
-        rx.handle(encode_image(5, "U", i, {"threshold_1": a * i}))
+    msgs = [encode_image(5, "U", i, {"threshold_1": a * i}) for i in (0, 1, 2)]
+    rx = StreamV2Receiver(collect(frames), "tcp://127.0.0.1:1", idle_timeout=30,
+                          held_bytes=len(msgs[1]) + len(msgs[2]))
+    for m in msgs:     # three images, room for two (by their bytes): the oldest is rejected
+        rx.handle(m)
     assert rx.assembler.rejected["unknown_scan"] == 1
+    assert rx.held_now == rx.held_bytes
     rx.handle(encode_start(5, "U", 3, (4, 4)))
     rx.handle(encode_end(5, "U"))
     (rep,) = rx.reports
@@ -631,3 +633,233 @@ def test_decode_threads_give_the_same_frames_and_rejections(threads):
     assert all(np.array_equal(got[i], imgs[i]) for i in got)
     assert rep.rejected["duplicate"] == 1 and \
         rep.rejected["corrupt_payload"] + rep.rejected["wrong_payload_size"] == 1
+
+
+# ---- bounded and total: the specification's types, arrays in total, held by bytes ----
+
+def _dumps(m):
+    import cbor2
+
+    return cbor2.dumps(cbor2.CBORTag(55799, m))
+
+
+def _fields(buf):
+    import cbor2
+
+    return dict(cbor2.loads(buf))
+
+
+START = _fields(encode_start(1, "U", 4, (4, 4)))
+IMAGE = _fields(encode_image(1, "U", 0, {"threshold_1": np.ones((4, 4), "<u2")}))
+
+
+@pytest.mark.parametrize("msg,field", [
+    ({**START, "series_id": 1 << 64}, "series_id"),
+    ({**START, "series_id": 10 ** 5000}, "series_id"),       # a CBOR bignum of 2 KB
+    ({**START, "series_id": -(10 ** 5000)}, "series_id"),
+    ({**START, "number_of_images": 1 << 64}, "number_of_images"),
+    ({**START, "image_size_x": 1 << 70}, "image_size_x"),
+    ({**IMAGE, "image_id": 1 << 64}, "image_id"),
+    ({"type": "end", "series_id": -1}, "series_id"),
+    ({**START, "user_data": {"n": -(1 << 63) - 1}}, "user_data.n"),
+    ({**START, "user_data": [0, 10 ** 5000]}, "user_data[1]"),
+    ({**START, "user_data": {10 ** 5000: 1}}, "user_data"),
+    ({**IMAGE, "user_data": {"x": 1 << 64}}, "user_data.x"),
+])
+def test_integers_are_bounded_by_the_specification_s_types(msg, field):
+    """Integer fields are unsigned 64-bit (the specification's ``Integer``), any other
+    integer fits int64 or uint64; beyond, a short malformed_header naming the field --
+    never a ValueError from Python's own limits on the text of a huge integer."""
+    with pytest.raises(ProtocolError) as e:
+        decode_message(_dumps(msg))
+    assert e.value.reason == "malformed_header"
+    assert field in e.value.detail and len(e.value.detail) < 300, e.value.detail
+
+
+def test_integers_at_the_bounds_are_accepted():
+    s = decode_message(_dumps({**START, "series_id": (1 << 64) - 1,
+                               "user_data": {"lo": -(1 << 63), "hi": (1 << 64) - 1}}))
+    assert s.series_id == (1 << 64) - 1 and s.fields["user_data"]["lo"] == -(1 << 63)
+    assert s.scan == f"series-{(1 << 64) - 1}-U"
+
+
+@pytest.mark.parametrize("channels,what", [
+    (["threshold_1", "threshold_1"], "named twice"), ([""], "empty"), (["a/b"], "'/'"),
+    ("threshold_1", "list of text"), ([1], "list of text")])
+def test_a_start_s_channels_are_distinct_names(channels, what):
+    with pytest.raises(ProtocolError) as e:
+        decode_message(_dumps({**START, "channels": channels}))
+    assert e.value.reason == "malformed_header" and what in e.value.detail
+
+
+def test_non_text_keys_of_a_message_or_of_its_data_are_malformed():
+    for m in ({**START, 7: 1}, {**IMAGE, "data": {10 ** 5000: IMAGE["data"]["threshold_1"]}}):
+        with pytest.raises(ProtocolError) as e:
+            decode_message(_dumps(m))
+        assert e.value.reason == "malformed_header" and "is not a text string" in e.value.detail
+
+
+def test_the_typed_arrays_of_a_message_are_bounded_in_total():
+    """header_detail all: two 64x64 arrays of 16 KiB per channel and a 16 KiB table,
+    each within any bound, together over a smaller one."""
+    buf = encode_start(1, "U", 4, (64, 64), channels=("t1", "t2"), header_detail="all",
+                       array_compression="lz4")
+    total = 4 * 64 * 64 * 4 + (1 << 12) * 4
+    s = decode_message(buf, max_array_bytes=total)
+    assert s.nbytes == len(buf) + total
+    with pytest.raises(ProtocolError) as e:
+        decode_message(buf, max_array_bytes=total - 1)
+    assert e.value.reason == "too_large" and "over the bound" in e.value.detail
+    # an image's channels count by their dimensions (they stay encoded)
+    im = encode_image(1, "U", 0, {"a": np.zeros((64, 64), "<u2"), "b": np.zeros((64, 64), "<u2")})
+    assert decode_message(im, max_array_bytes=2 * 8192).nbytes == len(im)
+    with pytest.raises(ProtocolError, match="too_large"):
+        decode_message(im, max_array_bytes=2 * 8192 - 1)
+    # an image's user-data arrays: also within max_field_bytes (what holding it may take)
+    ud = _dumps({**_fields(im), "user_data": np_typed(np.zeros(4096, "<u2"))})
+    assert decode_message(ud, max_field_bytes=8192).nbytes == len(ud) + 8192
+    with pytest.raises(ProtocolError) as e:
+        decode_message(ud, max_field_bytes=8191)
+    assert e.value.reason == "too_large" and "image's fields" in e.value.detail
+
+
+def np_typed(a):
+    import cbor2
+
+    return cbor2.CBORTag(69, a.tobytes())
+
+
+def test_an_lz4_bomb_is_refused_from_its_declared_size_before_anything_is_allocated():
+    """256 MiB of zeros as lz4 (about 1 MB) in an image's user_data: refused with a
+    bound of 128 MiB, and decoding takes no more than a few MiB."""
+    import tracemalloc
+
+    import cbor2
+
+    from streams.codecs import lz4_encode
+
+    bomb = cbor2.CBORTag(64, cbor2.CBORTag(56500, ["lz4", 0, lz4_encode(
+        np.zeros(256 << 20, np.uint8), 0)]))
+    buf = _dumps({**IMAGE, "user_data": {"b": bomb}})
+    assert len(buf) < 2 << 20
+    tracemalloc.start()
+    try:
+        with pytest.raises(ProtocolError) as e:
+            decode_message(buf, max_array_bytes=128 << 20)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert e.value.reason == "too_large" and "user_data.b" in e.value.detail
+    assert peak < 4 * len(buf) + (1 << 20), peak
+    # a tag 40 whose dimensions claim more than the bound, over 4 bytes of payload
+    huge = cbor2.CBORTag(40, [[1 << 31, 1 << 31], cbor2.CBORTag(69, bytes(4))])
+    with pytest.raises(ProtocolError, match="too_large"):
+        decode_message(_dumps({**IMAGE, "data": {"threshold_1": huge}}))
+
+
+def test_held_images_are_bounded_by_bytes_and_a_full_hold_waits_for_the_shared_start():
+    """A client whose peers share starts (``shared_starts``) holds images before the
+    start within ``held_bytes`` (plus the one message that filled it), then stops
+    reading its socket: the rest wait in ZeroMQ's queues, nothing is rejected; the
+    shared start releases the hold and the client reads on -- every frame arrives."""
+    shape, n = (16, 16), 40
+    frames = [np.full(shape, i, "<u2") for i in range(n)]
+    one = len(encode_image(3, "H", 0, {"threshold_1": frames[0]}))
+    got = {}
+    with StreamV2Simulator(sndhwm=1000) as sim:
+        rx = StreamV2Receiver(collect(got), sim.endpoint, idle_timeout=30, shared_starts=True,
+                              held_bytes=5 * one)
+        rx.connect()
+        time.sleep(0.3)
+        start = encode_start(3, "H", n, shape)
+        for i in range(n):
+            sim.send(encode_image(3, "H", i, {"threshold_1": frames[i]}))
+        sim.send(encode_end(3, "H"))
+        t_end = time.monotonic() + 1.0
+        while time.monotonic() < t_end:
+            rx.step(0.01)
+        assert rx.waiting() and 5 * one <= rx.held_now <= 6 * one
+        assert rx.held() == {"series-3-H": rx.held_now // one}
+        assert not rx.assembler.rejected
+        rx.apply_shared("start", decode_message(start))     # as another client shares it
+        assert rx.held_now == 0 and not rx.waiting()
+        reps = rx.serve(1, timeout=20)
+        rx.close()
+    assert reps and reps[0].ok and reps[0].ended_by == "end", reps
+    assert sorted(got) == list(range(n)) and all((got[i] == i).all() for i in got)
+
+
+def test_a_single_client_rejects_the_oldest_held_images_and_forgets_starts_that_do_not_open():
+    rx = _rx({}, held_bytes=1)
+    rx.handle(encode_image(4, "X", 0, {"threshold_1": np.ones((4, 4), "<u2")}))
+    assert rx.assembler.rejected == {"too_large": 1} and rx.held_now == 0
+    assert "more than the 1 bytes for held messages" in rx.assembler.examples[0]
+    rx.handle(encode_start(1, "U", 4, (4, 4), user_data={"scan_shape": [3, 3]}))
+    rx.handle(encode_start(2, "U", 0, (4, 4)))
+    assert not rx.starts and not rx.starts_by_scan     # rejected: nothing kept
+    assert rx.assembler.rejected == {"too_large": 1, "malformed_header": 2}, rx.assembler.rejected
+    rx.close()
+
+
+def test_cbor_s_other_semantic_tags_are_plain_values():
+    """Shared references would let 1 KB name an object 2^29 times over (each level two
+    references to the one below): they, and regular expressions, rationals, sets, are
+    left as tags and skipped, as stream2.c skips tags; a key given twice is malformed."""
+    import pickle
+
+    import cbor2
+
+    levels = 30
+    items = [b"\xd8\x1c\x81\x01"]                     # tag 28 (shareable) [1]
+    for k in range(1, levels):
+        ref = b"\xd8\x1d" + cbor2.dumps(k - 1)       # tag 29 (shared reference) k - 1
+        items.append(b"\xd8\x1c\x82" + ref + ref)
+    laughs = bytes([0x98, levels]) + b"".join(items)
+    buf = _dumps({**START, "user_data": "@"}).replace(cbor2.dumps("@"), laughs)
+    assert len(buf) < 2000
+    s = decode_message(buf)
+    assert len(pickle.dumps(s)) < 4 * len(buf)       # nothing multiplied
+    assert list(s.fields["user_data"][2]) == [1, 1]  # each reference: its index
+    m = decode_message(_dumps({**START, "user_data": [cbor2.CBORTag(35, "(a+)+$"),
+                                                      cbor2.CBORTag(30, [1, 3])]}))
+    regex, rational = m.fields["user_data"]
+    assert regex == "(a+)+$" and list(rational) == [1, 3]   # text, not a compiled pattern
+    with pytest.raises(ProtocolError, match="Duplicate map key"):
+        decode_message(b"\xd9\xd9\xf7\xa2" + t("type") + t("end") + t("type") + t("end"))
+
+
+def test_two_series_whose_names_collide_never_share_a_scan():
+    """Unique ids ``a/b`` and ``a_b`` make the same scan name: the second start is a
+    conflict, and its images never land in the first series' frames."""
+    frames = {}
+    rx = _rx(frames)
+    rx.handle(encode_start(1, "a/b", 2, (4, 4)))
+    rx.handle(encode_start(1, "a_b", 2, (4, 4)))
+    assert rx.assembler.rejected == {"conflict": 1}
+    assert "is that of another series" in rx.assembler.examples[0]
+    for i in range(2):
+        rx.handle(encode_image(1, "a_b", i, {"threshold_1": np.full((4, 4), 9, "<u2")}))
+        rx.handle(encode_image(1, "a/b", i, {"threshold_1": np.full((4, 4), i, "<u2")}))
+    rx.handle(encode_end(1, "a/b"))
+    (rep,) = rx.reports
+    assert rep.scan == "series-1-a_b" and rep.ok
+    assert all((frames[i] == i).all() for i in range(2))
+    assert rx.held() == {"series-1-a_b": 2}
+    rx.close()
+
+
+def test_a_start_without_image_dtype_is_held_within_the_hold_and_expires():
+    start = {k: v for k, v in START.items() if k != "image_dtype"}
+    rx = StreamV2Receiver(collect({}), "tcp://127.0.0.1:1", idle_timeout=0.2,
+                          held_bytes=2 * len(_dumps(start)))
+    rx.handle(_dumps(start))
+    assert rx.held_now == len(_dumps(start)) and rx.starts
+    rx.handle(_dumps({**start, "series_id": 2}))
+    rx.handle(_dumps({**start, "series_id": 3}))     # no room left: refused, not kept
+    assert rx.assembler.rejected == {"busy": 1} and len(rx.starts) == 2
+    time.sleep(0.3)
+    rx.step(0.01)
+    assert rx.held_now == 0 and not rx.starts
+    assert rx.assembler.rejected == {"busy": 1, "malformed_header": 2}
+    assert "no image of it came within 0.2 s" in rx.assembler.examples[-1]
+    rx.close()

@@ -37,6 +37,12 @@ class StreamV2(StreamProtocol):
         ProtocolOption("v2_pixel_mask", False, parse_bool, "STAGER_STREAM_V2_PIXEL_MASK",
                        "Stream V2: zero the pixels the start's pixel_mask marks before the "
                        "analysis (needs SIMPLON header_detail all)"),
+        ProtocolOption("v2_hold_memory", None, parse_number(0, strict=True),
+                       "STAGER_STREAM_V2_HOLD_MEMORY",
+                       "Stream V2: MiB per receiver for images that arrive before their "
+                       "series' start reaches it, and for an image's user-data arrays "
+                       "(default: a quarter of --memory); when full, the receiver stops "
+                       "reading until the start arrives", "MiB"),
     )
 
     def check(self, o: Any) -> None:
@@ -57,6 +63,9 @@ class StreamV2(StreamProtocol):
                               max_scans=o.max_open_scans,
                               apply_pixel_mask=mine["v2_pixel_mask"],
                               decode_threads=mine["v2_decode_threads"],
+                              held_bytes=None if mine["v2_hold_memory"] is None
+                              else int(mine["v2_hold_memory"] * 2**20),
+                              shared_starts=count > 1,
                               shared_grace=mine["v2_grace"],
                               on_start=lambda s: loop.share("start", s),
                               on_end=lambda e: loop.share("end", e),

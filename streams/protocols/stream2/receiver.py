@@ -14,11 +14,23 @@ its images. This client therefore:
   without an image of it: the end reached another client, and this client's
   last images may still be in flight behind it (without the grace they were
   rejected ``late``: ``bench/results/history.md``);
-- keeps images *and ends* that arrive before their series' start is known (at
-  most ``pending_max`` images, each at most ``idle_timeout`` seconds; beyond
-  either they are rejected ``unknown_scan``, naming the series) and applies them
-  when the start arrives; :meth:`never_started` rejects what is still held when
-  the job ends, so a series that never started is reported;
+- keeps images *and ends* that arrive before their series' start is known, and
+  starts without ``image_dtype`` until their first image, within ``held_bytes``
+  (what they take in memory: :attr:`~streams.protocols.stream2.streamv2.Image.nbytes`),
+  each at most ``idle_timeout`` seconds, and applies them when the start arrives.
+  When the hold is full and other clients share starts (``shared_starts``: a
+  detector deals its images right behind the start, round-robin, so this client
+  may read many before the start another client received reaches it), the client
+  stops reading its socket until the start arrives or what it holds expires:
+  the detector deals its messages to the other clients meanwhile, nothing is
+  dropped. A single client instead rejects the oldest held images
+  (``unknown_scan``, naming the series). :meth:`never_started` rejects what is
+  still held when the job ends, so a series that never started is reported;
+- decodes each message within ``max_array_bytes`` for all its typed arrays
+  together, and an image's user-data arrays within ``held_bytes``
+  (:func:`~streams.protocols.stream2.streamv2.decode_message`), and keeps
+  a start only while its series is open: a start whose series cannot open is
+  rejected and forgotten;
 - names a series by ``(series_unique_id, series_id)`` (:func:`series_key`): a
   detector that restarts its numbering does not collide with an earlier series;
 - commits an image only once its payload decoded (the assembler decodes before
@@ -37,6 +49,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import time
 from collections import OrderedDict
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
@@ -48,8 +61,9 @@ from streams.errors import ProtocolError, StreamError
 from streams.protocol import Begin, Data, Reason, ScanGeometry
 from streams.protocol import End as NativeEnd
 from streams.socketloop import DEFAULT_HWM, SocketLoop
+from streams.protocols.stream2.bounds import MAX_ARRAY_BYTES
 from streams.protocols.stream2.streamv2 import (ChannelImage, End, Image, Start, decode_message,
-                                    scan_name, series_key)
+                                                scan_name, series_key)
 
 __all__ = ["StreamV2Receiver"]
 
@@ -68,8 +82,17 @@ class StreamV2Receiver(SocketLoop):
     scan_shape : (int, int), optional
         Scan grid of the series (default: ``user_data["scan_shape"]`` of the start
         message if present, else ``(1, number_of_images)``).
-    pending_max : int
-        Images held while their start is unknown.
+    held_bytes : int, optional
+        Memory for the messages held before their series' start (images, ends,
+        starts without ``image_dtype``); default a quarter of ``memory_bytes``.
+    shared_starts : bool
+        Other clients share the starts they receive (:meth:`apply_shared`): when
+        the hold is full, stop reading until a start arrives or the held messages
+        expire (``idle_timeout``), instead of rejecting the oldest held image.
+    max_array_bytes : int, optional
+        Bound of all typed arrays of one message, decoded (default ``memory_bytes``,
+        at most :data:`~streams.protocols.stream2.bounds.MAX_ARRAY_BYTES`); the
+        arrays of an image's fields (user data) are also bounded by ``held_bytes``.
     decode_threads : int
         Decode the payloads of each batch of messages on this many threads (0: on
         the receiving thread). dectris-compression releases the GIL while it
@@ -96,7 +119,8 @@ class StreamV2Receiver(SocketLoop):
                  partition_frames: Union[int, Callable[[ScanGeometry], int]] = 1,
                  memory_bytes: int = DEFAULT_MEMORY_BYTES,
                  max_scans: int = 4, idle_timeout: float = 30.0, rcvhwm: int = DEFAULT_HWM,
-                 pending_max: int = 256, apply_pixel_mask: bool = False,
+                 held_bytes: Optional[int] = None, shared_starts: bool = False,
+                 max_array_bytes: Optional[int] = None, apply_pixel_mask: bool = False,
                  decode_threads: int = 0, shared_grace: float = 1.0,
                  on_start: Optional[Callable[[Start], Any]] = None,
                  on_end: Optional[Callable[[End], Any]] = None,
@@ -115,15 +139,22 @@ class StreamV2Receiver(SocketLoop):
         self.apply_pixel_mask = apply_pixel_mask
         self.shared_grace = shared_grace
         self.on_start, self.on_end = on_start, on_end
-        self.pending_max = pending_max
+        self.held_bytes = memory_bytes // 4 if held_bytes is None else held_bytes
+        self.shared_starts = shared_starts
+        self.max_array_bytes = min(MAX_ARRAY_BYTES, memory_bytes) \
+            if max_array_bytes is None else max_array_bytes
+        self.held_now = 0      # bytes held: images, ends and deferred starts
+        self._start_here = False
         self.starts: Dict[Key, Start] = {}
         self.starts_by_scan: Dict[str, Start] = {}
         self._scan: Dict[Key, str] = {}
         self._channel: Dict[Key, str] = {}
         self._mask: Dict[str, np.ndarray] = {}
-        self._deferred: Dict[Key, Start] = {}   # start without image_dtype: open at 1st image
+        # start without image_dtype: (arrived, start), opened by its first image
+        self._deferred: Dict[Key, Tuple[float, Start]] = {}
         self._pending: OrderedDict[int, Tuple[float, Image]] = OrderedDict()
-        self._pending_ends: Dict[Key, Tuple[float, float]] = {}   # key -> (arrived, grace)
+        # key -> (arrived, grace, bytes)
+        self._pending_ends: Dict[Key, Tuple[float, float, int]] = {}
         self._held = itertools.count()
         self._ending: Dict[str, Tuple[float, float]] = {}   # scan -> (grace, deadline)
         from streams.security import DOMAIN_STREAM2
@@ -160,11 +191,29 @@ class StreamV2Receiver(SocketLoop):
             self._pool.shutdown(wait=True)
             self._pool = None
 
+    def waiting(self) -> bool:
+        """True while the hold is full and a start another client shares may free it:
+        the socket is not read (:meth:`step`), its messages stay queued."""
+        return self.shared_starts and self.held_now >= self.held_bytes
+
+    def step(self, timeout: float = 0.1, max_messages: int = 1000) -> int:
+        if self.waiting():     # leave the socket alone: the detector deals to the others
+            if timeout > 0:
+                time.sleep(timeout)
+            self.refusals()
+            self._expire()
+            return 0
+        return super().step(timeout, max_messages)
+
     def _read(self, max_messages: int) -> int:
         zmq, sock = self._zmq, self._sock
         n = 0
         batch: List[Any] = []
-        while n < max_messages:
+        batch_bytes = 0
+        self._start_here = False
+        # a start received here ends the batch: the loop sends it on to the other
+        # clients at once (a large one needs MPI progress), whose held images wait for it
+        while n < max_messages and not self.waiting() and not self._start_here:
             try:
                 parts = [sock.recv(zmq.NOBLOCK, copy=False)]
             except zmq.Again:
@@ -176,10 +225,18 @@ class StreamV2Receiver(SocketLoop):
                 self.assembler.reject(Reason.MALFORMED, f"Stream V2 message of {len(parts)} "
                                       "parts, expected 1")
                 continue
-            if self._pool is None:
-                self.handle(parts[0].buffer)
-            else:
-                batch.append(self._decode(parts[0].buffer))
+            buf = parts[0].buffer
+            if self._pool is None or self.held_now:
+                if batch:          # in arrival order, and held bytes counted as they come
+                    self._handle_batch(batch)
+                    batch, batch_bytes = [], 0
+                self.handle(buf)
+                continue
+            batch.append(self._decode(buf))
+            batch_bytes += len(buf)
+            if batch_bytes >= self.held_bytes:     # all of it might have to be held
+                self._handle_batch(batch)
+                batch, batch_bytes = [], 0
         if batch:
             self._handle_batch(batch)
         return n
@@ -193,7 +250,7 @@ class StreamV2Receiver(SocketLoop):
 
     def _decode(self, buf: Any) -> Any:
         try:
-            return decode_message(buf)
+            return decode_message(buf, self.max_array_bytes, self.held_bytes)
         except ProtocolError as e:
             self.assembler.reject(e.reason, e.detail)
         except Exception as e:    # a decoder's bug must not end the job: name it
@@ -228,6 +285,7 @@ class StreamV2Receiver(SocketLoop):
         if isinstance(msg, Image):
             self._image(msg)
         elif isinstance(msg, Start):
+            self._start_here = True
             if self.on_start is not None:
                 try:    # the MPI layer pickles it for the other clients
                     self.on_start(msg)
@@ -248,6 +306,11 @@ class StreamV2Receiver(SocketLoop):
         if key in self.starts:
             self.assembler.reject(Reason.DUPLICATE, f"second start of series {scan}", scan)
             return
+        if scan in self.starts_by_scan:     # unique ids that differ in replaced characters
+            self.assembler.reject(Reason.CONFLICT, f"start of series {start.series_id} "
+                                  f"{start.series_unique_id[:100]!r}: its scan name {scan} is "
+                                  "that of another series of this job", scan)
+            return
         self.starts[key] = start
         self.starts_by_scan[scan] = start
         self._scan[key] = scan
@@ -264,26 +327,48 @@ class StreamV2Receiver(SocketLoop):
             # else: no mask to apply (SIMPLON header_detail basic/none); the scan's file
             # says so (/detector attribute pixel_mask_applied_by_receiver false)
         if start.image_dtype is None:
-            self._deferred[key] = start
+            cost = max(start.nbytes, 1)
+            if self.held_now + cost > self.held_bytes:
+                self._drop_start(start)
+                self.assembler.reject(Reason.BUSY, f"start of series {scan} (no image_dtype: "
+                                      f"held until its first image): no room among the "
+                                      f"{self.held_bytes} bytes of held messages")
+                return
+            self._deferred[key] = (self.assembler.clock(), start)
+            self.held_now += cost
         else:
             self._open(start, None)
+
+    def _drop_start(self, start: Start) -> None:
+        """Forget a start whose series does not open here (nothing of it is kept)."""
+        self.starts.pop(start.key, None)
+        self._scan.pop(start.key, None)
+        self._channel.pop(start.key, None)
+        if self.starts_by_scan.get(start.scan) is start:
+            del self.starts_by_scan[start.scan]
+            self._mask.pop(start.scan, None)
 
     def _open(self, start: Start, dtype: Optional[str]) -> None:
         try:
             g = start.geometry(self.scan_shape, dtype)
         except ProtocolError as e:
+            self._drop_start(start)
             self.assembler.reject(e.reason, e.detail)
             return
         except Exception as e:    # e.g. a user_data scan_shape that is no pair of ints
+            self._drop_start(start)
             self.assembler.reject(Reason.MALFORMED, f"start of series {start.scan}: no scan "
                                   f"geometry ({type(e).__name__}: {e})")
             return
         self.assembler.begin(Begin(0, g))
+        if g.scan not in self.assembler.scans:     # busy or too large: rejected, named
+            self._drop_start(start)
+            return
         for k in [k for k, (_, im) in self._pending.items() if im.key == start.key]:
-            _, im = self._pending.pop(k)
-            self._image(im)
+            self._image(self._unhold(k))
         held = self._pending_ends.pop(start.key, None)
         if held is not None:     # an end that came first: every image before it is in
+            self.held_now -= held[2]
             self.apply_end(End(start.series_id, start.series_unique_id), grace=held[1])
 
     def apply_shared(self, kind: str, msg: Any) -> None:
@@ -303,14 +388,21 @@ class StreamV2Receiver(SocketLoop):
         the start arrives."""
         key = end.key
         if key in self._deferred and grace == 0:
-            self._deferred.pop(key)      # the end reached this client: no image came here
+            self._undefer(key)      # the end reached this client: no image came here
             return
         if key not in self.starts or key in self._deferred:
             if key in self._pending_ends:
                 self.assembler.reject(Reason.DUPLICATE, f"second end of series "
                                       f"{_name(end)}, held before its start")
                 return
-            self._pending_ends[key] = (self.assembler.clock(), grace)
+            cost = max(end.nbytes, 1)
+            if self.held_now + cost > self.held_bytes:
+                self.assembler.reject(Reason.BUSY, f"end of series {_name(end)} before its "
+                                      f"start: no room among the {self.held_bytes} bytes of "
+                                      "held messages")
+                return
+            self._pending_ends[key] = (self.assembler.clock(), grace, cost)
+            self.held_now += cost
             return
         scan = self._scan[key]
         if grace > 0 and scan in self.assembler.scans:
@@ -322,7 +414,7 @@ class StreamV2Receiver(SocketLoop):
     def _image(self, im: Image) -> None:
         key = im.key
         if key in self._deferred and self._channel[key] in im.data:
-            self._open(self._deferred.pop(key), im.data[self._channel[key]].dtype)
+            self._open(self._undefer(key), im.data[self._channel[key]].dtype)
         scan = self._scan.get(key)
         if scan is None or (scan not in self.assembler.scans and
                             scan not in self.assembler.closed):
@@ -377,20 +469,36 @@ class StreamV2Receiver(SocketLoop):
         self._deliver(part)
 
     def _hold(self, im: Image) -> None:
-        key = next(self._held)
-        self._pending[key] = (self.assembler.clock(), im)
-        while len(self._pending) > self.pending_max:
-            _, (_, old) = self._pending.popitem(last=False)
+        cost = max(im.nbytes, 1)
+        if cost > self.held_bytes:
+            self.assembler.reject(Reason.TOO_LARGE, f"series {_name(im)} image {im.image_id} "
+                                  f"before its start: {cost} bytes, more than the "
+                                  f"{self.held_bytes} bytes for held messages")
+            return
+        self._pending[next(self._held)] = (self.assembler.clock(), im)
+        self.held_now += cost
+        while self.held_now > self.held_bytes and self._pending and not self.shared_starts:
+            old = self._unhold(next(iter(self._pending)))
             self.assembler.reject(Reason.UNKNOWN_SCAN, f"series {_name(old)} image "
-                                  f"{old.image_id}: no start within {self.pending_max} "
-                                  "held images")
+                                  f"{old.image_id}: no start before {self.held_bytes} bytes "
+                                  "of messages were held")
+
+    def _unhold(self, k: int) -> Image:
+        _, im = self._pending.pop(k)
+        self.held_now -= max(im.nbytes, 1)
+        return im
+
+    def _undefer(self, key: Key) -> Start:
+        _, start = self._deferred.pop(key)
+        self.held_now -= max(start.nbytes, 1)
+        return start
 
     def held(self) -> Dict[str, int]:
         """Series -> images (and ends received here) held because their start is unknown."""
         out: Dict[str, int] = {}
         for _, im in self._pending.values():
             out[_name(im)] = out.get(_name(im), 0) + 1
-        for key, (_, grace) in self._pending_ends.items():
+        for key, (_, grace, _) in self._pending_ends.items():
             if grace == 0 and key not in self.starts:
                 out[_key_name(key)] = out.get(_key_name(key), 0) + 1
         return out
@@ -405,7 +513,7 @@ class StreamV2Receiver(SocketLoop):
             self.assembler.reject(Reason.UNKNOWN_SCAN, f"series {_name(im)} image "
                                   f"{im.image_id}: its start never arrived")
         self._pending.clear()
-        for key, (_, grace) in list(self._pending_ends.items()):
+        for key, (_, grace, _) in list(self._pending_ends.items()):
             if grace > 0:
                 continue     # a copy shared by the client that received it: it reports it
             d = out.setdefault(_key_name(key), {"images": 0, "ends": 0})
@@ -413,6 +521,7 @@ class StreamV2Receiver(SocketLoop):
             self.assembler.reject(Reason.UNKNOWN_SCAN, f"end of series {_key_name(key)}: its "
                                   "start never arrived")
         self._pending_ends.clear()
+        self.held_now = sum(max(s.nbytes, 1) for _, s in self._deferred.values())
         return out
 
     def _expire(self) -> None:
@@ -420,17 +529,27 @@ class StreamV2Receiver(SocketLoop):
         stale: List[int] = [k for k, (t, _) in self._pending.items()
                             if now - t >= self.assembler.idle_timeout]
         for k in stale:
-            _, im = self._pending.pop(k)
+            im = self._unhold(k)
             self.assembler.reject(Reason.UNKNOWN_SCAN, f"series {_name(im)} image "
                                   f"{im.image_id}: no start within "
                                   f"{self.assembler.idle_timeout:g} s")
-        for key, (t, grace) in list(self._pending_ends.items()):
+        for key, (t, grace, cost) in list(self._pending_ends.items()):
             if now - t >= self.assembler.idle_timeout:
                 del self._pending_ends[key]
-                if self._deferred.pop(key, None) is not None or grace > 0:
-                    continue     # no image came here / a shared copy: not this client's
+                self.held_now -= cost
+                if key in self._deferred:
+                    self._drop_start(self._undefer(key))
+                    continue     # no image came here: not this client's
+                if grace > 0:
+                    continue     # a shared copy: the client that received it reports it
                 self.assembler.reject(Reason.UNKNOWN_SCAN, f"end of series {_key_name(key)}: "
                                       f"no start within {self.assembler.idle_timeout:g} s")
+        for key, (t, start) in list(self._deferred.items()):
+            if now - t >= self.assembler.idle_timeout:
+                self._drop_start(self._undefer(key))
+                self.assembler.reject(Reason.MALFORMED, f"start of series {start.scan} has no "
+                                      "image_dtype, and no image of it came within "
+                                      f"{self.assembler.idle_timeout:g} s to tell it")
         for scan, (_, deadline) in list(self._ending.items()):
             if now >= deadline:
                 del self._ending[scan]

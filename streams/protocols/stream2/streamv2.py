@@ -7,12 +7,24 @@ checks of its reference parser (``stream_v2/examples/stream2.c``):
 - a message is one ZeroMQ frame: the CBOR self-describe tag 55799 (bytes
   ``d9 d9 f7``), then a map of text keys whose first key is ``type``;
 - any tag in front of a scalar value is skipped (``series_date`` is tag 0 +
-  text, which cbor2 turns into a datetime);
+  text, which cbor2 turns into a datetime); cbor2's other semantic tags are not
+  interpreted (shared references, regular expressions, ...:
+  :data:`~streams.protocols.stream2.bounds.PLAIN_TAGS`), and a map with a key
+  twice is malformed;
 - image data per channel is ``tag 40 [[rows, cols], typed array]`` (RFC 8746
   row-major multi-dimensional array; ``rows = image_size_y``), the typed array is
   ``tag 64..87`` over a byte string or over ``tag 56500 [algorithm, modifier,
   bytes]`` (DECTRIS compression: ``bslz4`` with the element size as modifier, or
   ``lz4`` with 0) -- the same framings as the native protocol's encodings.
+
+Every value is bounded before it is used (:mod:`~streams.protocols.stream2.bounds`):
+an ``Integer`` of the specification is an unsigned integer of 64 bits (a larger
+one, even as a CBOR bignum, is ``malformed_header``), any other integer fits 64
+bits (int64 or uint64), the channels of a start are distinct names, and the typed
+arrays of one message, decoded, take at most ``max_array_bytes`` *in total* --
+each array's decoded size (its dimensions, or the size a compressed payload
+declares) is charged before it is decompressed, so nothing over the bound is ever
+allocated (``too_large``).
 
 Checked against DECTRIS's own captured messages (branch ``stream2-test_data`` of
 that repository, a 514 x 1030 detector, 8/16/32-bit, bslz4 and lz4): image ids
@@ -26,18 +38,20 @@ from __future__ import annotations
 import datetime as _dt
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
 from streams.codecs import LZ4_BLOCK, bslz4_encode, decode_into, lz4_encode
+from streams.protocols.stream2 import bounds
+from streams.protocols.stream2.bounds import MAX_ARRAY_BYTES, MAX_UINT, MIN_INT
 from streams.errors import ProtocolError
 from streams.protocol import Reason, ScanGeometry
 
 __all__ = ["MAGIC", "Start", "Image", "End", "ChannelImage", "decode_message",
            "encode_start", "encode_image", "encode_end", "scan_name", "series_key",
-           "TYPED_ARRAY_TAGS", "decode_array", "START_ARRAYS"]
+           "TYPED_ARRAY_TAGS", "decode_array", "START_ARRAYS", "MAX_ARRAY_BYTES", "MAX_UINT"]
 
 MAGIC = b"\xd9\xd9\xf7"
 SELF_DESCRIBE, MULTI_DIM, COMPRESSION = 55799, 40, 56500
@@ -55,9 +69,6 @@ IMAGE_DTYPES = {"uint8": "|u1", "uint16": "<u2", "uint32": "<u4"}
 #: (``basic`` and ``none`` leave them out): channel -> 2-D array, or one typed array.
 START_ARRAYS = ("flatfield", "pixel_mask", "countrate_correction_lookup_table")
 _UID_KEEP = re.compile(r"[^A-Za-z0-9._-]")
-#: Largest array a start message may carry once decoded (a hostile size is refused
-#: before any memory is taken; a 16M-pixel float32 flatfield is 64 MiB).
-MAX_ARRAY_BYTES = 1 << 30
 #: Most images a series may announce (the loss accounting takes 4 bytes per image).
 MAX_IMAGES = 1 << 28
 
@@ -116,6 +127,8 @@ class Start(_Series):
     image_dtype: Optional[str]
     channels: Tuple[str, ...]
     fields: Dict[str, Any] = field(default_factory=dict, compare=False)
+    #: memory the message takes here: its bytes and its decoded arrays
+    nbytes: int = field(default=0, compare=False, repr=False)
 
     @property
     def scan(self) -> str:
@@ -170,91 +183,92 @@ class Image(_Series):
     image_id: int
     data: Dict[str, ChannelImage]
     fields: Dict[str, Any] = field(default_factory=dict, compare=False)
+    #: memory the message takes here: its bytes (the payloads, still encoded) and its
+    #: decoded arrays (user data)
+    nbytes: int = field(default=0, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
 class End(_Series):
     """An ``end`` message."""
 
+    nbytes: int = field(default=0, compare=False, repr=False)
+
 
 # ---- decoding ----
 
-def _untag(v: Any) -> Any:
-    """Skip tags in front of a value, as stream2.c does (``cbor_value_skip_tag``)."""
-    CBORTag = _cbor_types()[1]
-    while isinstance(v, CBORTag):
-        v = v.value
-    return v
+
+_SCALARS = frozenset((float, str, bool, bytes, type(None)))
 
 
-_SCALARS = frozenset((int, float, str, bool, bytes, type(None)))
-_CBOR_TYPES: Tuple[Any, ...] = ()
-
-
-def _cbor_types() -> Tuple[Any, ...]:
-    global _CBOR_TYPES
-    if not _CBOR_TYPES:
-        from cbor2 import CBORSimpleValue, CBORTag, undefined
-
-        _CBOR_TYPES = (CBORSimpleValue, CBORTag, undefined)
-    return _CBOR_TYPES
-
-
-def _plain(v: Any, what: str) -> Any:
+def _plain(v: Any, what: str, arrays: bounds.Arrays) -> Any:
     """A field as plain Python and NumPy values, without a CBOR tag left anywhere.
 
     The start message travels to every receiver over MPI (pickled): cbor2 6 decodes
     nested maps to ``cbor2.frozendict`` and leaves unknown tags as ``CBORTag``,
     neither of which pickles. Typed arrays (RFC 8746 tags 64-87, also compressed
     with tag 56500) and multi-dimensional arrays (tag 40) become NumPy arrays
-    (``header_detail: all``: flatfield, pixel mask, count-rate table); any other
-    tag is skipped, as stream2.c does. ``what`` names the field in errors.
+    (``header_detail: all``: flatfield, pixel mask, count-rate table), charged to
+    ``arrays``; any other tag is skipped, as stream2.c does. An integer must fit
+    64 bits. ``what`` names the field in errors.
 
     Raises
     ------
     ProtocolError
-        ``malformed_header`` naming the field when an array does not decode.
+        ``malformed_header`` naming the field when an array does not decode or an
+        integer does not fit 64 bits; ``too_large`` when the message's arrays
+        would exceed their bound.
     """
-    if type(v) in _SCALARS:     # most fields: nothing to do (this runs per image)
+    t = type(v)
+    if t is int:
+        if not MIN_INT <= v <= MAX_UINT:
+            raise ProtocolError(Reason.MALFORMED, f"{what}: {bounds.show(v)} does not fit 64 bits")
         return v
-    CBORSimpleValue, CBORTag, undefined = _cbor_types()
+    if t in _SCALARS:     # most fields: nothing to do (this runs per image)
+        return v
+    CBORSimpleValue, CBORTag, undefined = bounds.cbor_types()
     if v is undefined:          # neither pickles: plain values
         return None
     if isinstance(v, CBORSimpleValue):
         return int(v.value)
     if isinstance(v, CBORTag):
         if v.tag == MULTI_DIM or v.tag in TYPED_ARRAY_TAGS or v.tag == COMPRESSION:
-            return decode_array(v, what)
-        return _plain(v.value, what)
+            return decode_array(v, what, arrays)
+        return _plain(v.value, what, arrays)
     if isinstance(v, Mapping):
-        return {k: _plain(x, f"{what}.{k}") for k, x in v.items()}
+        return {_plain(k, what, arrays): _plain(x, f"{what}.{bounds.key_text(k)}", arrays)
+                for k, x in v.items()}
     if isinstance(v, (list, tuple)):
-        return type(v)(_plain(x, f"{what}[{i}]") for i, x in enumerate(v))
+        return type(v)(_plain(x, f"{what}[{i}]", arrays) for i, x in enumerate(v))
     return v
 
 
-def decode_array(v: Any, what: str) -> np.ndarray:
+def decode_array(v: Any, what: str, arrays: Optional[bounds.Arrays] = None) -> np.ndarray:
     """A typed array (tag 64-87 over a byte string or tag 56500), a tag 40 [dims,
     typed array] (row-major, any rank), or a bare tag 56500 (bytes) -> a NumPy array.
+
+    Its decoded size is charged to ``arrays`` (the message's arrays; default: this
+    one alone, at most :data:`MAX_ARRAY_BYTES`) before anything is allocated.
 
     Raises
     ------
     ProtocolError
-        ``malformed_header`` (or ``unknown_encoding``) naming ``what``.
+        ``malformed_header`` (or ``unknown_encoding``) naming ``what``; ``too_large``
+        when the message's arrays would exceed their bound.
     """
-    CBORTag = _cbor_types()[1]
+    CBORTag = bounds.cbor_types()[1]
 
     from streams.errors import CodecError
 
+    if arrays is None:
+        arrays = bounds.Arrays(MAX_ARRAY_BYTES)
     dims: Optional[Tuple[int, ...]] = None
     if isinstance(v, CBORTag) and v.tag == MULTI_DIM:
         c = v.value
-        if not isinstance(c, Sequence) or len(c) != 2 or not isinstance(c[0], Sequence) \
-                or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
-                           for d in c[0]):
+        if not isinstance(c, Sequence) or len(c) != 2:
             raise ProtocolError(Reason.MALFORMED, f"{what}: tag 40 must hold [dimensions, "
                                 "typed array]")
-        dims, v = tuple(int(d) for d in c[0]), c[1]
+        dims, v = bounds.dims(c[0], what, 0), c[1]
     if isinstance(v, CBORTag) and v.tag in TYPED_ARRAY_TAGS:
         dtype = np.dtype(TYPED_ARRAY_TAGS[v.tag])
         encoding, payload = _bytes_item(v.value, dtype.itemsize, what)
@@ -274,11 +288,9 @@ def decode_array(v: Any, what: str) -> np.ndarray:
             from streams.codecs import decoded_size
 
             n = decoded_size(payload) // dtype.itemsize
-        if dims is not None and int(np.prod(dims, dtype=np.int64)) != n:
+        if dims is not None and int(np.prod(dims, dtype=object)) != n:
             raise CodecError("wrong_payload_size", f"{n} elements, dimensions {list(dims)}")
-        if n * dtype.itemsize > MAX_ARRAY_BYTES:
-            raise CodecError("wrong_payload_size", f"{n * dtype.itemsize} bytes decoded, "
-                             f"more than {MAX_ARRAY_BYTES}")
+        arrays.charge(n * dtype.itemsize, what)     # before the array exists
         out = np.empty(n, dtype)
         decode_into(encoding, payload, out)
     except CodecError as e:
@@ -287,24 +299,9 @@ def decode_array(v: Any, what: str) -> np.ndarray:
     return out.reshape(dims) if dims is not None else out
 
 
-def _uint(m: Mapping, key: str, what: str) -> int:
-    v = _untag(m.get(key))
-    if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-        raise ProtocolError(Reason.MALFORMED, f"{what}: {key} must be an unsigned integer, "
-                            f"not {v!r}")
-    return v
-
-
-def _text(m: Mapping, key: str, what: str, default: Optional[str] = None) -> str:
-    v = _untag(m.get(key, default))
-    if not isinstance(v, str):
-        raise ProtocolError(Reason.MALFORMED, f"{what}: {key} must be a text string, not {v!r}")
-    return v
-
-
 def _bytes_item(v: Any, itemsize: int, what: str) -> Tuple[str, bytes]:
     """A byte string or a DECTRIS compression tag -> (encoding, payload)."""
-    CBORTag = _cbor_types()[1]
+    CBORTag = bounds.cbor_types()[1]
 
     if isinstance(v, (bytes, bytearray, memoryview)):
         return "raw", bytes(v)
@@ -317,18 +314,20 @@ def _bytes_item(v: Any, itemsize: int, what: str) -> Tuple[str, bytes]:
         alg, modifier, payload = c
         if alg == "bslz4":
             if modifier != itemsize:
-                raise ProtocolError(Reason.MALFORMED, f"{what}: bslz4 element size {modifier} "
-                                    f"!= {itemsize} of the typed array")
+                raise ProtocolError(Reason.MALFORMED, f"{what}: bslz4 element size "
+                                    f"{bounds.show(modifier)} != {itemsize} of the typed array")
         elif alg != "lz4":
-            raise ProtocolError(Reason.ENCODING, f"{what}: compression {alg!r} is not bslz4 "
-                                "or lz4")
+            raise ProtocolError(Reason.ENCODING, f"{what}: compression {bounds.show(alg)} is not "
+                                "bslz4 or lz4")
         return alg, bytes(payload)
     raise ProtocolError(Reason.MALFORMED, f"{what}: expected a byte string or tag 56500, got "
                         f"{type(v).__name__}")
 
 
-def _multidim(v: Any, what: str) -> ChannelImage:
-    CBORTag = _cbor_types()[1]
+def _multidim(v: Any, what: str, arrays: bounds.Arrays) -> ChannelImage:
+    """One channel of an image, payload kept encoded; its decoded size (rows x cols x
+    item size) is charged to ``arrays``."""
+    CBORTag = bounds.cbor_types()[1]
 
     if not isinstance(v, CBORTag) or v.tag != MULTI_DIM:
         raise ProtocolError(Reason.MALFORMED, f"{what}: expected tag 40 (row-major "
@@ -337,27 +336,39 @@ def _multidim(v: Any, what: str) -> ChannelImage:
     if not isinstance(c, Sequence) or len(c) != 2:
         raise ProtocolError(Reason.MALFORMED, f"{what}: tag 40 must hold [dimensions, array]")
     dims, typed = c
-    if not isinstance(dims, Sequence) or len(dims) != 2 or not all(
-            isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in dims):
-        raise ProtocolError(Reason.MALFORMED, f"{what}: dimensions {dims!r} are not two "
-                            "positive integers")
+    shape = bounds.dims(dims, what, 1)
+    if len(shape) != 2:
+        raise ProtocolError(Reason.MALFORMED, f"{what}: dimensions {list(shape)} are not "
+                            "two positive integers")
     if not isinstance(typed, CBORTag) or typed.tag not in TYPED_ARRAY_TAGS:
         raise ProtocolError(Reason.MALFORMED, f"{what}: expected a typed array (tags 64-87 "
                             "of RFC 8746, no half floats)")
     dtype = TYPED_ARRAY_TAGS[typed.tag]
-    encoding, payload = _bytes_item(typed.value, int(dtype[-1]), what)
-    return ChannelImage((int(dims[0]), int(dims[1])), dtype, encoding, payload)
+    itemsize = int(dtype[-1])
+    arrays.charge(shape[0] * shape[1] * itemsize, what)
+    encoding, payload = _bytes_item(typed.value, itemsize, what)
+    return ChannelImage((shape[0], shape[1]), dtype, encoding, payload)
 
 
-def decode_message(buf: Any) -> Any:
+def decode_message(buf: Any, max_array_bytes: int = MAX_ARRAY_BYTES,
+                   max_field_bytes: Optional[int] = None) -> Any:
     """Decode one Stream V2 message into :class:`Start`, :class:`Image` or :class:`End`.
+
+    ``max_array_bytes`` bounds the decoded sizes of all typed arrays of the message
+    together (an image's channels by their dimensions, they stay encoded; the
+    arrays of other fields decoded), each charged before it is decompressed; in an
+    image, the arrays of its other fields (user data) are also bounded by
+    ``max_field_bytes`` (a receiver: what it may hold for an image that arrives
+    before its start). The message's ``nbytes`` is what it takes here: ``len(buf)``
+    and its decoded arrays.
 
     Raises
     ------
     ProtocolError
         ``malformed_header`` (no self-describe tag, not a CBOR map, ``type`` not the
-        first key or unknown, a required field missing or of the wrong type) or
-        ``unknown_encoding`` (a compression other than bslz4/lz4).
+        first key or unknown, a required field missing or of the wrong type, an
+        integer over 64 bits, a channel named twice), ``unknown_encoding`` (a
+        compression other than bslz4/lz4) or ``too_large`` (the arrays).
     """
     import cbor2
 
@@ -365,41 +376,54 @@ def decode_message(buf: Any) -> Any:
         raise ProtocolError(Reason.MALFORMED, "not a Stream V2 message: it does not start "
                             "with the CBOR self-describe tag d9 d9 f7")
     try:
-        m = cbor2.loads(bytes(buf))
+        m = cbor2.loads(bytes(buf), semantic_decoders=bounds.semantic(), allow_duplicate_keys=False)
     except Exception as e:
-        raise ProtocolError(Reason.MALFORMED, f"not CBOR ({type(e).__name__}: {e})") from None
+        raise ProtocolError(Reason.MALFORMED, f"not CBOR ({type(e).__name__}: "
+                            f"{str(e)[:200]})") from None
     if not isinstance(m, Mapping) or not m:
         raise ProtocolError(Reason.MALFORMED, "a Stream V2 message is a non-empty CBOR map")
     if next(iter(m)) != "type":
         raise ProtocolError(Reason.MALFORMED, "the first key of a Stream V2 message must "
                             "be 'type'")
-    kind = _untag(m["type"])
+    bounds.text_keys(m, "a Stream V2 message")
+    kind = bounds.untag(m["type"])
+    if kind not in ("start", "image", "end"):
+        raise ProtocolError(Reason.MALFORMED, f"Stream V2 type {bounds.show(kind)} is not start, "
+                            "image or end")
     what = f"Stream V2 {kind} message"
+    arrays = bounds.Arrays(max_array_bytes)
+    size = len(buf)
     if kind == "end":
-        return End(_uint(m, "series_id", what), _text(m, "series_unique_id", what, ""))
+        return End(bounds.uint(m, "series_id", what), bounds.text(m, "series_unique_id", what, ""),
+                   nbytes=size)
     if kind == "start":
-        channels = _untag(m.get("channels", ()))
-        if not isinstance(channels, Sequence) or isinstance(channels, str) or not all(
-                isinstance(c, str) for c in channels):
-            raise ProtocolError(Reason.MALFORMED, f"{what}: channels must be a list of text")
+        channels = bounds.channels(m, what)
         dtype = m.get("image_dtype")
-        return Start(_uint(m, "series_id", what), _text(m, "series_unique_id", what, ""),
-                     _uint(m, "number_of_images", what), _uint(m, "image_size_x", what),
-                     _uint(m, "image_size_y", what),
-                     None if dtype is None else _text(m, "image_dtype", what),
-                     tuple(channels), {k: _plain(v, f"{what}: field {k}") for k, v in m.items()})
-    if kind == "image":
-        data = _untag(m.get("data"))
-        if not isinstance(data, Mapping):
-            raise ProtocolError(Reason.MALFORMED, f"{what}: data must be a map of channels")
-        image_id = _uint(m, "image_id", what)
-        chans = {str(k): _multidim(v, f"{what} {image_id} channel {k}")
-                 for k, v in data.items()}
-        fields = {k: _plain(v, f"{what} {image_id} field {k}") for k, v in m.items()
-                  if k != "data"}
-        return Image(_uint(m, "series_id", what), _text(m, "series_unique_id", what, ""),
-                     image_id, chans, fields)
-    raise ProtocolError(Reason.MALFORMED, f"Stream V2 type {kind!r} is not start, image or end")
+        uint = bounds.uint
+        start = Start(uint(m, "series_id", what), bounds.text(m, "series_unique_id", what, ""),
+                      uint(m, "number_of_images", what), uint(m, "image_size_x", what),
+                      uint(m, "image_size_y", what),
+                      None if dtype is None else bounds.text(m, "image_dtype", what),
+                      channels, {k: _plain(v, f"{what}: field {k}", arrays)
+                                 for k, v in m.items()})
+        return replace(start, nbytes=size + arrays.used)
+    data = bounds.untag(m.get("data"))
+    if not isinstance(data, Mapping):
+        raise ProtocolError(Reason.MALFORMED, f"{what}: data must be a map of channels")
+    bounds.text_keys(data, f"{what}: data")
+    image_id = bounds.uint(m, "image_id", what)
+    series_id = bounds.uint(m, "series_id", what)
+    chans = {k: _multidim(v, f"{what} {image_id} channel {k}", arrays)
+             for k, v in data.items()}
+    # the channels stay encoded (len(buf) holds them); the fields' arrays are decoded
+    left = max_array_bytes - arrays.used
+    decoded = bounds.Arrays(left, "for one message") if max_field_bytes is None or \
+        left <= max_field_bytes else bounds.Arrays(max_field_bytes, "for the arrays of an "
+                                                   "image's fields (what holding it may take)")
+    fields = {k: _plain(v, f"{what} {image_id} field {k}", decoded)
+              for k, v in m.items() if k != "data"}
+    return Image(series_id, bounds.text(m, "series_unique_id", what, ""), image_id, chans, fields,
+                 nbytes=size + decoded.used)
 
 
 # ---- encoding (the simulator; tests) ----
