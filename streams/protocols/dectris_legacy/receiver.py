@@ -163,7 +163,7 @@ class LegacyReceiver(StreamV2Receiver):
     def _open_deferred(self, key: Any, ch: Any) -> None:
         """Open a deferred series with its first image's size and type (a ROI makes
         the frame smaller than the detector); a pixel mask of another size is dropped."""
-        start = self._deferred.pop(key)
+        _, start = self._deferred.pop(key)
         rows, cols = ch.shape
         if (start.image_size_y, start.image_size_x) != (rows, cols):
             start = dataclasses.replace(start, image_size_x=cols, image_size_y=rows)
