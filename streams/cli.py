@@ -71,7 +71,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--spill", metavar="DIR", help="also write partitions to node-local DIR "
                    "(%%n = node), recorded for stager verify/clean/drain")
     r.add_argument("--local", metavar="DIR", help="node-local directory for outputs before "
-                   "the drain (%%n = node; default /tmp/mpistage-stream-UID-PID/%%n)")
+                   "the drain (%%n = node; default a new private "
+                   "/tmp/mpistage-stream-UID-XXXXXXXX/%%n; given, it must be yours and "
+                   "writable only by you)")
     for o in protocols.options():     # each protocol's own options, declared there
         if o.metavar is None:
             r.add_argument(o.flag, dest=o.name, action="store_true", default=None, help=o.help)

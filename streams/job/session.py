@@ -697,7 +697,7 @@ def _finalize(comm: Any, layout: Any, roles: Any, loop: Any, analysis: Any,
 
 def _remove_empty_parents(local_dir: str, template: str) -> None:
     """rmdir what the scan's ``local_dir`` left: the node's directory, and with the
-    default template (``/tmp/mpistage-stream-UID-PID/%n``) its parent, if empty."""
+    default template (``/tmp/mpistage-stream-UID-XXXXXXXX/%n``) its parent, if empty."""
     node_dir = os.path.dirname(local_dir)
     dirs = [node_dir]
     if os.path.basename(os.path.dirname(template)).startswith("mpistage-stream-"):
