@@ -75,9 +75,8 @@ class Receive:
         end = time.monotonic() + timeout
         while True:
             try:
-                d = json.loads(self.rv.read_text())
-                if d.get("pid"):
-                    return d
+                if self.rv.stat().st_uid == os.getuid():     # not one planted by another
+                    return json.loads(self.rv.read_text())
             except (OSError, ValueError):
                 pass
             if time.monotonic() > end or self.p.poll() is not None:
@@ -136,18 +135,24 @@ def test_another_user_cannot_put_files_into_the_scan_output(base):
     (base / "job1").mkdir()
     job = Receive(base / "job1")
     d = job.started()
-    planted = Path(f"/tmp/mpistage-stream-{os.getuid()}-{d['pid']}")   # the old default
-    as_nobody(PLANT_LOCAL, str(planted))
+    ranks = subprocess.run(["pgrep", "-P", str(job.p.pid)], capture_output=True,
+                           text=True).stdout.split()
+    # the old default, /tmp/mpistage-stream-UID-PID of rank 0: planted for every rank
+    planted = [Path(f"/tmp/mpistage-stream-{os.getuid()}-{pid}")
+               for pid in {*ranks, str(d.get("pid"))}]
+    for p in planted:
+        as_nobody(PLANT_LOCAL, str(p))
     try:
         r = _simulate(job.rv)
         assert r.returncode == 0, r.stdout + r.stderr
         rc, out, err = job.wait()
         assert rc == 0, out + err
         assert not (job.out / "forged.txt").exists(), sorted(os.listdir(job.out))
-        assert (planted / "node0" / "s1" / "forged.txt").exists()    # never touched
+        assert all((p / "node0" / "s1" / "forged.txt").exists() for p in planted)  # untouched
         _sums_exact(job.out)
     finally:
-        shutil.rmtree(planted, ignore_errors=True)
+        for p in planted:
+            shutil.rmtree(p, ignore_errors=True)
 
     # --local naming a directory another user made: refused before anything is bound
     shared = base / "shared"
