@@ -305,9 +305,11 @@ def local_root(template: str) -> str:
 
 
 def node_local_dir(template: str, node: str, create: bool) -> str:
-    """This node's directory of ``template``, created (0700, no link followed) or only
-    checked: its root (:func:`local_root`) and every existing level below must be a
-    directory of the user's that nobody else can write, and the root's parent must not
+    """This node's directory of ``template``, created (missing levels ``0700``, no link
+    followed) or only checked, as staging roots are: it and every level below
+    :func:`local_root` that exists must be a directory of the user's that nobody else can
+    write -- except that a level above the node's directory may be a sticky directory of
+    root's or the user's (``/tmp``: ``--local /tmp/%n``) -- and the root's parent must not
     let anyone replace it (world-writable without the sticky bit).
 
     Raises
@@ -324,19 +326,23 @@ def node_local_dir(template: str, node: str, create: bool) -> str:
         refusal, _ = describe_shared_dir(os.stat(parent))
         if refusal is not None:
             raise localfs.UnsafePathError(f"--local {template}: refusing {parent}: {refusal}")
-    if create:
-        return localfs.ensure_dir(root, path)
-    cur = root
-    for part in [""] + os.path.relpath(path, root).split(os.sep):
-        cur = os.path.normpath(os.path.join(cur, part))
+    rel = os.path.relpath(path, root)
+    levels = [root] + [os.path.join(root, *rel.split(os.sep)[:i + 1])
+                       for i in range(len(rel.split(os.sep))) if rel != "."]
+    for level in levels:
         try:
-            st = os.lstat(cur)
+            st = os.lstat(level)
         except FileNotFoundError:
-            break
+            if not create:
+                break
+            os.makedirs(level, 0o700, exist_ok=True)   # another rank's mkdir: checked next
+            st = os.lstat(level)
         why = localfs.describe_untrusted(st) or \
             (None if stat.S_ISDIR(st.st_mode) else "it is not a directory")
-        if why is not None:
-            raise localfs.UnsafePathError(f"refusing the node-local directory {cur}: {why}")
+        shared = level != path and stat.S_ISDIR(st.st_mode) and \
+            bool(st.st_mode & stat.S_ISVTX) and st.st_uid in (0, os.geteuid())
+        if why is not None and not shared:
+            raise localfs.UnsafePathError(f"refusing the node-local directory {level}: {why}")
     return path
 
 
@@ -430,6 +436,8 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
                     node=layout.name):
             if comm.rank == 0 or layout.is_leader:      # only rank 0 writes there
                 node_local_dir(opts.local, layout.name, create=comm.rank == 0)
+                if opts.spill is not None:      # made at the first spill, refused now
+                    node_local_dir(opts.spill, layout.name, create=False)
         roles = assign_roles(node_of, opts.receivers_per_node)
         index = roles.index(comm.rank)
         with agreed(fcomm, "loading the analysis", default=StreamError, node=layout.name):
@@ -656,7 +664,8 @@ def _finalize(comm: Any, layout: Any, roles: Any, loop: Any, analysis: Any,
             why = analysis.problem(merged, report.geometry) if merged is not None else ""
             if why:
                 report.invalid = "; ".join(x for x in (report.invalid, why) if x)
-            localfs.ensure_dir(local_root(o.local), local_dir)   # ours, 0700, no link
+            node_dir = node_local_dir(o.local, layout.name, create=True)
+            localfs.ensure_dir(node_dir, local_dir)      # ours, 0700, no link followed
             h5 = os.path.join(local_dir, f"{scan}.h5")
             size = write_scan(h5, analysis, merged, report,
                               detector=proto.detector_metadata(loop.socket, scan))
