@@ -415,7 +415,14 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
 
     comm, job = comm_and_job(comm, job)
     opts: SessionOptions = bcast_result(comm, _resolve, options)
-    sec = bcast_result(comm, _security, opts)
+    try:
+        sec = bcast_result(comm, _security, opts)
+    except BaseException:
+        if comm.rank == 0 and os.path.basename(local_root(opts.local)).startswith(
+                "mpistage-stream-"):
+            with contextlib.suppress(OSError):
+                os.rmdir(local_root(opts.local))      # the default directory, still empty
+        raise
     # this process's ZeroMQ I/O threads: before its first socket (libzmq keeps those it started)
     zmq.Context.instance().set(zmq.IO_THREADS, opts.io_threads)
     job, made = acquire_job(comm, job, emulate_nodes=emulate_nodes, node_id_env=node_id_env)
