@@ -27,8 +27,6 @@ import json
 import os
 import shutil
 import signal
-import stat
-import tempfile
 import time
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
@@ -43,12 +41,12 @@ from stager.planning.plan import expand_node
 from streams.accounting import ScanReport
 from streams.loading import load_analysis
 from streams.errors import StreamError
+from streams.job.localdir import default_local, local_root, node_local_dir
 from streams.job.output import scan_ok, write_report, write_scan
 from streams.job.roles import assign_roles, partition_frames
 from streams.protocols import chosen
 
-__all__ = ["SessionOptions", "SESSION_OPTIONS", "receive_scans", "ScanOutcome",
-           "local_root", "node_local_dir"]
+__all__ = ["SessionOptions", "SESSION_OPTIONS", "receive_scans", "ScanOutcome"]
 
 
 @dataclass
@@ -67,7 +65,8 @@ class SessionOptions:
     local : str
         Node-local directory for outputs before the drain (``%n`` = node). Default: a
         new private directory of rank 0 (``mkdtemp``: ``/tmp/mpistage-stream-UID-XXXXXXXX``,
-        0700). Given, it must be the user's own (:func:`node_local_dir`).
+        0700). Given, it must be the user's own
+        (:func:`streams.job.localdir.node_local_dir`).
     scans : int
         Scans to serve, in a row.
     bind_host : str
@@ -288,62 +287,8 @@ def _resolve(options: SessionOptions) -> SessionOptions:
 
         check_authorized_keys(options.authorized_keys)
     if not options.local:
-        # an unpredictable name, made 0700 by this job (mkdir fails on anything planted)
-        made = tempfile.mkdtemp(prefix=f"mpistage-stream-{os.getuid()}-", dir="/tmp")
-        options.local = os.path.join(made, "%n")
+        options.local = default_local()
     return options
-
-
-def local_root(template: str) -> str:
-    """The directory of a node-local template above its first ``%n`` component (the
-    template itself without one): what must be the user's own. Pure."""
-    parts = os.path.abspath(template).split(os.sep)
-    for i, part in enumerate(parts):
-        if "%n" in part:
-            return os.sep.join(parts[:i]) or os.sep
-    return os.path.abspath(template)
-
-
-def node_local_dir(template: str, node: str, create: bool) -> str:
-    """This node's directory of ``template``, created (missing levels ``0700``, no link
-    followed) or only checked, as staging roots are: it and every level below
-    :func:`local_root` that exists must be a directory of the user's that nobody else can
-    write -- except that a level above the node's directory may be a sticky directory of
-    root's or the user's (``/tmp``: ``--local /tmp/%n``) -- and the root's parent must not
-    let anyone replace it (world-writable without the sticky bit).
-
-    Raises
-    ------
-    stager.nodelocal.localfs.UnsafePathError
-        Naming the directory and why.
-    """
-    from stager.nodelocal.trusted import describe_shared_dir
-
-    root = local_root(template)
-    path = localfs.inside(root, expand_node(template, node))
-    parent = os.path.dirname(root)
-    if os.path.isdir(parent):
-        refusal, _ = describe_shared_dir(os.stat(parent))
-        if refusal is not None:
-            raise localfs.UnsafePathError(f"--local {template}: refusing {parent}: {refusal}")
-    rel = os.path.relpath(path, root)
-    levels = [root] + [os.path.join(root, *rel.split(os.sep)[:i + 1])
-                       for i in range(len(rel.split(os.sep))) if rel != "."]
-    for level in levels:
-        try:
-            st = os.lstat(level)
-        except FileNotFoundError:
-            if not create:
-                break
-            os.makedirs(level, 0o700, exist_ok=True)   # another rank's mkdir: checked next
-            st = os.lstat(level)
-        why = localfs.describe_untrusted(st) or \
-            (None if stat.S_ISDIR(st.st_mode) else "it is not a directory")
-        shared = level != path and stat.S_ISDIR(st.st_mode) and \
-            bool(st.st_mode & stat.S_ISVTX) and st.st_uid in (0, os.geteuid())
-        if why is not None and not shared:
-            raise localfs.UnsafePathError(f"refusing the node-local directory {level}: {why}")
-    return path
 
 
 def _security(o: SessionOptions) -> Any:
