@@ -464,10 +464,11 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
             on_rejections(summary)
         return outcomes
     finally:
-        if comm.rank == 0:      # the job's rendezvous ends with it, whatever ended it
+        if comm.rank == 0 and rv_written:   # the job's rendezvous ends with it, however
             from streams.protocols.native.rendezvous import remove_rendezvous
 
-            remove_rendezvous(opts.rendezvous, rv_written[0] if rv_written else None)
+            remove_rendezvous(opts.rendezvous, rv_written[0])
+        if comm.rank == 0:
             _remove_empty_parents(os.path.join(expand_node(opts.local, layout.name), "-"),
                                   opts.local)
         if loop is not None and loop.socket is not None:
