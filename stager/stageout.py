@@ -35,6 +35,12 @@ Guarantees:
   type) becomes the same :class:`~stager.errors.TransferError` on all ranks,
   naming rank, host, node and file.
 
+* **Only one's own results**: a file below ``src`` that the caller does not own
+  is not copied but reported (:attr:`NodeDrain.left`); with ``written`` (a job
+  that knows what it wrote, like a receiving job) only those files are copied and
+  anything else found there is reported the same way -- another user who managed
+  to put a file there cannot get it into DEST.
+
 Directories created under DEST are ``0700`` and DEST must be owned by the
 caller (:func:`stager.nodelocal.localfs.ensure_dir`; a shared project directory
 may be group-writable). Temporary names are short (``.stager-tmp-RUN-N``), so
@@ -48,7 +54,7 @@ import secrets
 import stat
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Collection, Mapping
 
 from stager.drainlog import RECORD_PREFIX, DrainLog
 from stager.errors import StagerError, TransferError
@@ -80,6 +86,7 @@ class NodeDrain:
     bytes: int
     missing: bool = False  # SRC did not exist on this node
     skipped: int = 0       # already drained by an earlier run (same checksum), not copied
+    left: tuple[str, ...] = ()  # found in SRC, not copied: "path: why" (not ours)
 
 
 @dataclass(frozen=True)
@@ -114,6 +121,10 @@ class DrainReport:
         skipped = sum(n.skipped for n in self.nodes)
         if skipped:
             extra += f"; {skipped} already drained (same checksum), skipped"
+        left = [x for n in self.nodes for x in n.left]
+        if left:
+            extra += f"; {len(left)} file(s) left, not copied: {'; '.join(left[:3])}" + \
+                (" ..." if len(left) > 3 else "")
         return (f"drained {self.files} files, {self.bytes} bytes from {len(self.nodes)} nodes "
                 f"to {self.dest}{' (merged)' if self.merge else ''} in {self.seconds:.2f} s "
                 f"({self.bytes / max(self.seconds, 1e-9) / 1e6:.1f} MB/s){extra}")
@@ -127,11 +138,14 @@ class DrainReport:
                               for node, fs in self.files_detail.items()}}
 
 
-def list_results(src: str) -> list[DrainFile]:
+def list_results(src: str, only: Collection[str] | None = None,
+                 left: list[str] | None = None) -> list[DrainFile]:
     """Regular files below ``src`` (relative paths, sorted); no symlink is followed.
 
     Temporary files of an interrupted atomic write (``localfs.TEMP_MARK``) are
-    not results and are left out.
+    not results and are left out. A file of another user, or (``only`` given) one
+    whose relative path is not in ``only``, is left out too and reported in
+    ``left`` (``"path: why"``).
 
     Raises
     ------
@@ -161,7 +175,19 @@ def list_results(src: str) -> list[DrainFile]:
                 kind = "a symlink" if stat.S_ISLNK(s.st_mode) else "not a regular file"
                 raise TransferError(f"{p} is {kind}; drain copies regular files only: "
                                     "replace it by the file or remove it")
-            out.append(DrainFile(os.path.relpath(p, src), s.st_size))
+            rel = os.path.relpath(p, src)
+            why = None
+            if s.st_uid != os.geteuid():
+                why = f"owned by uid {s.st_uid}, not by you (uid {os.geteuid()})"
+            elif only is not None and rel not in only:
+                why = "not written by this job"
+            if why is not None:
+                if left is not None:
+                    left.append(f"{p}: {why}")
+                continue
+            out.append(DrainFile(rel, s.st_size))
+    if left is not None:
+        left.sort()
     return sorted(out, key=lambda f: f.rel)
 
 
@@ -192,7 +218,8 @@ def _fail(message: str, items: list[str], hint: str) -> TransferError:
 
 def drain(src: str, dest: str, comm: Any = None, *, emulate_nodes: int | None = None,
           node_id_env: str | None = None, merge: bool = False, overwrite: bool = False,
-          verify: bool = True, job: Job | None = None) -> DrainReport:
+          verify: bool = True, job: Job | None = None,
+          written: Mapping[str, Collection[str]] | None = None) -> DrainReport:
     """Collective over `comm`: every rank must call. Copy each node's results to ``dest``.
 
     Parameters
@@ -214,6 +241,9 @@ def drain(src: str, dest: str, comm: Any = None, *, emulate_nodes: int | None = 
         Read every shared copy back and compare checksums.
     job : stager.mpi.job.Job, optional
         The job's node layout, made once; without it one is made here.
+    written : mapping of node name to relative paths, optional
+        What the calling job wrote below ``src`` on each node: only those are
+        copied, anything else found is reported (:attr:`NodeDrain.left`).
 
     Returns
     -------
@@ -238,11 +268,12 @@ def drain(src: str, dest: str, comm: Any = None, *, emulate_nodes: int | None = 
     src, dest = os.path.abspath(src), os.path.abspath(dest)
     t0 = time.perf_counter()
     with job_for(comm, job, emulate_nodes=emulate_nodes, node_id_env=node_id_env) as j:
-        return _drain(comm, j.layout, src, dest, merge, overwrite, verify, t0)
+        return _drain(comm, j.layout, src, dest, merge, overwrite, verify, t0, written)
 
 
 def _drain(comm: Any, layout: Any, src: str, dest: str, merge: bool, overwrite: bool,
-           verify: bool, t0: float) -> DrainReport:
+           verify: bool, t0: float,
+           written: Mapping[str, Collection[str]] | None = None) -> DrainReport:
     """Collective over `comm`: every rank must call. List, check and copy (see :func:`drain`)."""
     from mpi4py import MPI
 
@@ -251,10 +282,12 @@ def _drain(comm: Any, layout: Any, src: str, dest: str, merge: bool, overwrite: 
     # Phase 1: every leader lists its node's results.
     listing: list[DrainFile] | None = None
     missing = False
+    left: list[str] = []
     with agreed(comm, "drain (listing results)", default=TransferError, node=node):
         if layout.is_leader:
+            only = None if written is None else set(written.get(node, ()))
             try:
-                listing = list_results(node_src)
+                listing = list_results(node_src, only, left)
             except FileNotFoundError:
                 listing, missing = [], True
             except OSError as e:
@@ -321,14 +354,15 @@ def _drain(comm: Any, layout: Any, src: str, dest: str, merge: bool, overwrite: 
             log.close()
 
     seconds = comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
-    per_node = comm.allgather((layout.name, tuple(done), len(skip)) if layout.is_leader
-                              else None)
-    detail = {name: files for name, files, _ in (p for p in per_node if p is not None)}
-    skipped = {name: n for name, _, n in (p for p in per_node if p is not None)}
+    per_node = comm.allgather((layout.name, tuple(done), len(skip), tuple(left))
+                              if layout.is_leader else None)
+    detail = {name: files for name, files, _, _ in (p for p in per_node if p is not None)}
+    skipped = {name: n for name, _, n, _ in (p for p in per_node if p is not None)}
+    lefts = {name: lf for name, _, _, lf in (p for p in per_node if p is not None)}
     node_reports = tuple(
         NodeDrain(node=name, src=nsrc, files=len(detail[name]),
                   bytes=sum(f.size for f in detail[name]), missing=miss,
-                  skipped=skipped[name])
+                  skipped=skipped[name], left=lefts[name])
         for name, nsrc, _, miss in nodes)
     return DrainReport(dest=dest, merge=merge, nodes=node_reports, seconds=seconds,
                        files_detail=detail)

@@ -15,7 +15,6 @@ when you press Enter or send SIGUSR1 (``--once``: after the first image, then ex
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import sys
@@ -77,7 +76,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--spill", metavar="DIR", help="also write partitions to node-local DIR "
                    "(%%n = node), recorded for stager verify/clean/drain")
     r.add_argument("--local", metavar="DIR", help="node-local directory for outputs before "
-                   "the drain (%%n = node; default /tmp/mpistage-stream-UID-PID/%%n)")
+                   "the drain (%%n = node; default a new private "
+                   "/tmp/mpistage-stream-UID-XXXXXXXX/%%n; given, it must be yours and "
+                   "writable only by you)")
     for o in protocols.options():     # each protocol's own options, declared there
         if o.metavar is None:
             r.add_argument(o.flag, dest=o.name, action="store_true", default=None, help=o.help)
@@ -100,6 +101,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     w.add_argument("--timeout", type=float, default=None, metavar="S")
     w.add_argument("--certificate", metavar="FILE", help="CURVE client certificate "
                    "(.key_secret; default: the viewers' one the rendezvous file names)")
+    w.add_argument("--wait", type=float, default=None, metavar="S",
+                   help="wait up to S s for the rendezvous file to appear, or for a new job's "
+                        "when it names a job that has ended (default: 60 s for a missing "
+                        "file; an ended job's file is an error)")
+    w.add_argument("--trust-owner", metavar="USER", action="append",
+                   help="also trust a rendezvous file of USER (default: only your own)")
+    w.add_argument("--insecure", action="store_true",
+                   help="accept a rendezvous without a CURVE key (a job run --insecure)")
 
 
 def _add_security_arguments(r: argparse.ArgumentParser) -> None:
@@ -151,8 +160,12 @@ def _receive(args: argparse.Namespace) -> int:
     job: Any = None
     control: Any = None
 
-    def drain(c: Any, scan: str, local_template: str) -> None:
-        stager.drain(local_template, opts.out, c, job=job, merge=True)
+    def drain(c: Any, scan: str, local_template: str, written: Any = None) -> None:
+        rep = stager.drain(local_template, opts.out, c, job=job, merge=True, written=written)
+        left = [x for n in rep.nodes for x in n.left]
+        if left and c.rank == 0:    # someone else's files, or files this job did not write
+            print(f"stager stream: WARNING: scan {scan}: not drained (not this job's): "
+                  + "; ".join(left), file=sys.stderr, flush=True)
 
     def ready(info: Dict[str, Any]) -> None:
         print(f"stager stream: {len(info['receivers'])} receiver(s) ({info['roles']}); "
@@ -198,6 +211,12 @@ def _receive(args: argparse.Namespace) -> int:
                   "before the timeout", file=sys.stderr)
         if rejections:
             print(_rejections_line(rejections, opts.out), flush=True)
+        if not any(o.ok for o in outcomes):     # the last line says why, if anything refused
+            why = "; ".join(x for x in (rejections.get("refused"),
+                                        rejections.get("live_refused") and
+                                        f"live viewers: {rejections['live_refused']}") if x)
+            print(f"stager stream receive: nothing served"
+                  f"{': ' + why if why else ''}", file=sys.stderr, flush=True)
     # Only rank 0 says how the job went. A rank that left with a non-zero code before rank 0
     # had written the reports made mpirun kill rank 0 mid-write ("1 process returned a
     # non-zero exit code ... the job has been aborted"): the scan's report was lost.
@@ -217,21 +236,50 @@ def _rejections_line(job: Dict[str, Any], out: str) -> str:
     if never:
         line += "; series that never started: " + ", ".join(
             f"{s} ({d['images']} images, {d['ends']} ends)" for s, d in never.items())
+    if job.get("refused"):
+        line += f"; {job['refused']}"
+    if job.get("live_refused"):
+        line += f"; live viewers: {job['live_refused']}"
     return line + f" -> {os.path.join(out, 'rejections.json')}"
 
 
-def _endpoint(source: str) -> Tuple[str, Optional[str], Optional[str]]:
-    """The live endpoint, the CURVE server key and client certificate (None: plain)."""
+def _endpoint(args: argparse.Namespace) -> Tuple[str, Optional[str], Optional[str], Any]:
+    """The live endpoint, the CURVE server key and client certificate (None: plain), and
+    what tells that the job ended (None for a ``tcp://`` endpoint)."""
+    from streams.protocols.native.rendezvous import read_rendezvous_json, wait_for_rendezvous
+
+    source = args.source
     if source.startswith("tcp://"):
-        return source, None, None
-    with open(source) as f:
-        d = json.load(f)
+        return source, None, None, None
+    d = wait_for_rendezvous(source, timeout=60.0 if args.wait is None else args.wait,
+                            trust_owner=args.trust_owner, wait_ended=args.wait is not None,
+                            reader=read_rendezvous_json)
     live = d.get("live")
     if not live:
         raise ValueError(f"{source}: the job publishes no live endpoint")
+    key = d.get("curve_serverkey")
+    if key is None and not args.insecure:
+        raise ValueError(f"{source} names no CURVE key (a job run --insecure, or a file that "
+                         "is not the job's): watch it in plain text only with --insecure")
+    st = os.stat(source)
     # a viewer's certificate suffices; a producer's works too (it may watch)
-    return live, d.get("curve_serverkey"), d.get("viewer_certificate") or \
-        d.get("client_certificate")
+    return live, key, d.get("viewer_certificate") or d.get("client_certificate"), \
+        (st.st_dev, st.st_ino, d)
+
+
+def _job_ended(source: str, written: Any) -> Optional[str]:
+    """Why the job a viewer watches has ended (its rendezvous file gone, replaced, or
+    naming a process that is gone), or None."""
+    from streams.protocols.native.rendezvous import ended
+
+    dev, ino, d = written
+    try:
+        st = os.stat(source)
+    except FileNotFoundError:
+        return f"the job ended (its rendezvous file {source} was removed)"
+    if (st.st_dev, st.st_ino) != (dev, ino):
+        return f"the job ended ({source} now names another job)"
+    return ended(d)
 
 
 def _watch(args: argparse.Namespace) -> int:
@@ -240,7 +288,7 @@ def _watch(args: argparse.Namespace) -> int:
     from streams.errors import StreamError
 
     try:
-        ep, key, cert = _endpoint(args.source)
+        ep, key, cert, written = _endpoint(args)
         view = LiveView(ep, key, args.certificate or cert)
     except (OSError, ValueError, StreamError) as e:
         print(f"stager stream watch: {e}", file=sys.stderr)
@@ -257,8 +305,20 @@ def _watch(args: argparse.Namespace) -> int:
     prev: Dict[str, Any] = {}
     end = None if args.timeout is None else time.monotonic() + args.timeout
     last = None
+    next_look = time.monotonic() + 1.0
     try:
         while end is None or time.monotonic() < end:
+            if written is not None and time.monotonic() >= next_look:
+                next_look = time.monotonic() + 1.0
+                gone = _job_ended(args.source, written)
+                if gone is not None:
+                    msg = view.receive(0.3)
+                    while msg is not None:      # what it published before it ended
+                        print(_line(msg, prev), flush=True)
+                        last = msg if not msg.job else last
+                        msg = view.receive(0.3)
+                    print(f"stager stream watch: {gone}", file=sys.stderr, flush=True)
+                    break
             if args.png and not args.once and sys.stdin and sys.stdin.isatty():
                 import select
 

@@ -43,6 +43,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import os
+import re
 import stat
 import tempfile
 import threading
@@ -54,8 +55,11 @@ from streams.errors import StreamError
 
 __all__ = ["StreamSecurity", "ZapHandler", "HandshakeMonitor", "REASONS", "zap_handler",
            "client_certificate_path", "write_client_certificate", "load_client_certificate",
-           "load_authorized_keys", "new_token", "DOMAIN_DATA", "DOMAIN_LIVE", "DOMAIN_STREAM2",
+           "load_authorized_keys", "check_authorized_keys", "refusal_address",
+           "refusals_line", "new_token", "DOMAIN_DATA", "DOMAIN_LIVE", "DOMAIN_STREAM2",
            "VIEWERS_DIR"]
+
+_FROM = re.compile(r" from ([^\s,]+)")
 
 #: ZAP domains of the job's sockets (each has its own policy in the handler).
 DOMAIN_DATA = "mpistage-stream"
@@ -78,6 +82,34 @@ REASONS = {
                          "the peer left before the refusal reached it",
     "handshake_failed": "the ZeroMQ handshake failed for another reason",
 }
+
+#: What refused a connection, in the job's summary line ("37 connections from ... refused by").
+REFUSED_BY = {"address_not_allowed": "by --allow-from", "unauthorised_key": "(key not authorised)",
+              "not_curve": "(not CURVE)", "bad_handshake": "(another server key)"}
+
+
+def refusal_address(detail: str) -> Optional[str]:
+    """The peer address a refusal's detail names (ZAP knows it; a failed handshake not)."""
+    m = _FROM.search(detail)
+    return m.group(1) if m else None
+
+
+def refusals_line(by_reason_address: Dict[Tuple[str, str], int]) -> str:
+    """``37 connections from 127.0.0.1 refused by --allow-from; ...`` (pure):
+    refusals counted by (reason, address, "" when unknown)."""
+    per: Dict[str, Dict[str, int]] = {}
+    for (reason, addr), n in by_reason_address.items():
+        per.setdefault(reason, {})
+        per[reason][addr] = per[reason].get(addr, 0) + n
+    parts = []
+    for reason, addrs in sorted(per.items(), key=lambda kv: -sum(kv[1].values())):
+        n = sum(addrs.values())
+        known = ", ".join(sorted(a for a in addrs if a))
+        parts.append(f"{n} connection{'s' if n != 1 else ''}"
+                     f"{f' from {known}' if known else ''} refused "
+                     f"{REFUSED_BY.get(reason, f'({reason})')}")
+    return "; ".join(parts)
+
 
 #: Seconds a peer has to complete the ZeroMQ handshake (ZMQ_HANDSHAKE_IVL).
 HANDSHAKE_S = 10.0
@@ -311,12 +343,39 @@ def load_client_certificate(path: str) -> Tuple[bytes, bytes]:
     return pub, sec
 
 
-def load_authorized_keys(directory: str) -> List[str]:
-    """Z85 public keys of the certificates (``*.key``, ``*.key_secret``) in ``directory``."""
-    import zmq.auth
+def check_authorized_keys(directory: str) -> None:
+    """Refuse an ``--authorized-keys`` directory someone else could add a key to.
+
+    The directory, and every file and directory in it, must be owned by the user
+    or by root and not writable by group or others; no symlink is followed
+    (:func:`stager.nodelocal.trusted.check_tree`). Otherwise whoever can write
+    there can authorise their own key and stream frames the job counts as data.
+
+    Raises
+    ------
+    ValueError
+        Naming the path and why (the command exits 2).
+    """
+    from stager.nodelocal.trusted import Untrusted, check_tree
 
     if not os.path.isdir(directory):
-        raise StreamError(f"--authorized-keys {directory}: not a directory")
+        raise ValueError(f"--authorized-keys {directory}: not a directory")
+    try:
+        check_tree(os.path.abspath(directory), "--authorized-keys directory", owners={0})
+    except Untrusted as e:
+        raise ValueError(f"{e} (anyone who can write there could authorise a key of "
+                         "their own)") from None
+
+
+def load_authorized_keys(directory: str) -> List[str]:
+    """Z85 public keys of the certificates (``*.key``, ``*.key_secret``) in ``directory``
+    (checked first: :func:`check_authorized_keys`)."""
+    import zmq.auth
+
+    try:
+        check_authorized_keys(directory)
+    except ValueError as e:
+        raise StreamError(str(e)) from None
     try:
         keys = zmq.auth.load_certificates(directory)
     except (OSError, ValueError) as e:

@@ -13,6 +13,7 @@ binds a PUSH socket as a DECTRIS detector does.
 """
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -270,9 +271,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--hdf5", metavar="FILE:DATASET", help="replay frames from this dataset")
     ap.add_argument("--withhold", type=int, nargs="*", default=(), metavar="FRAME")
     ap.add_argument("--drop", nargs="*", default=(), metavar="FRAME:SECTOR")
-    ap.add_argument("--wait", type=float, default=600.0, help="seconds to wait for rendezvous")
+    ap.add_argument("--wait", type=float, default=None, metavar="S",
+                    help="seconds to wait for the rendezvous file to appear, or for a new "
+                         "job's when it names a job that has ended (default: 600 for a "
+                         "missing file; an ended job's file is an error)")
     ap.add_argument("--certificate", metavar="FILE", help="CURVE client certificate "
                     "(.key_secret; default: the one the rendezvous file names)")
+    ap.add_argument("--trust-owner", metavar="USER", action="append",
+                    help="also trust a rendezvous file of USER (default: only your own)")
+    ap.add_argument("--insecure", action="store_true",
+                    help="send in plain text to a job run --insecure (without it, a "
+                         "rendezvous naming no CURVE key is refused)")
     a = ap.parse_args(argv)
     source = None
     if a.hdf5:
@@ -297,8 +306,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     drop = frozenset(tuple(int(v) for v in d.split(":")) for d in a.drop)
     scan = SimulatedScan(g, source, a.encoding, a.rate, frozenset(a.withhold),
                          drop)  # type: ignore[arg-type]
-    rv = wait_for_rendezvous(a.rendezvous, timeout=a.wait)
-    for r in run_producers(scan, rv, certificate=a.certificate):
+    from streams.errors import StreamError
+
+    try:
+        rv = wait_for_rendezvous(a.rendezvous, timeout=600.0 if a.wait is None else a.wait,
+                                 trust_owner=a.trust_owner, wait_ended=a.wait is not None)
+        results = run_producers(scan, rv, certificate=a.certificate, insecure=a.insecure)
+    except (StreamError, ValueError) as e:
+        print(f"python -m streams.simulate: {e}", file=sys.stderr, flush=True)
+        return 1
+    for r in results:
         print(f"producer {r['producer']}: sent {r['sent']} in {r['seconds']:.2f} s "
               f"({r['blocked_s']:.2f} s in sends)", flush=True)
     return 0

@@ -23,6 +23,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from streams.accounting import MAX_EXAMPLES, ScanReport
 from streams.assemble import Assembler
+from streams.security import refusal_address
 
 __all__ = ["SocketLoop", "DEFAULT_HWM", "resolve_endpoint"]
 
@@ -52,6 +53,8 @@ class SocketLoop:
 
     assembler: Assembler
     _sock: Any
+    #: refusals kept (with their detail) while no scan is open to count them
+    KEEP_REFUSED = 10000
 
     def __init__(self, on_close: Optional[Callable[[ScanReport], Any]]) -> None:
         import zmq
@@ -65,6 +68,7 @@ class SocketLoop:
         self._zap_domain = ""
         self._pending_refused: List[Tuple[str, str]] = []
         self.refused: Counter = Counter()     # every refused connection attempt, by reason
+        self.refused_from: Counter = Counter()   # ... by (reason, peer address or "")
 
     def _pull_socket(self, context: Any, rcvhwm: int, security: Any, domain: str,
                      server: bool = True) -> None:
@@ -97,13 +101,14 @@ class SocketLoop:
             new += self._monitor.drain()
         if self._zap is not None:
             new += self._zap.drain(self._zap_domain)
-        for reason, _ in new:
+        for reason, detail in new:
             self.refused[reason] += 1
+            self.refused_from[(reason, refusal_address(detail) or "")] += 1
         reps = [st.report for st in self.assembler.scans.values()]
         if closing is not None:
             reps.append(closing)
-        if not reps:
-            self._pending_refused += new
+        if not reps:   # bounded: a flood of refused peers while nothing is open
+            self._pending_refused = (self._pending_refused + new)[-self.KEEP_REFUSED:]
             return len(new)
         items, self._pending_refused = self._pending_refused + new, []
         for rep in reps:
@@ -114,6 +119,12 @@ class SocketLoop:
                         not any(e.startswith(head) for e in rep.examples):
                     rep.examples.append(f"{head} {detail}")
         return len(new)
+
+    @property
+    def refused_outside_scans(self) -> List[Tuple[str, str]]:
+        """Refusals no open scan took yet ((reason, detail)): at the end of a job, those
+        of when no scan was open."""
+        return list(self._pending_refused)
 
     def _closed(self, rep: ScanReport) -> None:
         self.refusals(closing=rep)

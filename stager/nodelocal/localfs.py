@@ -33,7 +33,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from typing import Callable, List, Optional, Union
+from typing import Callable, Collection, List, Optional, Union
 
 from stager.errors import TransferError
 from stager.nodelocal import checksum, commit
@@ -73,16 +73,21 @@ def inside(root: PathLike, path: PathLike) -> str:
     return p
 
 
-def describe_untrusted(st: os.stat_result) -> Optional[str]:
+def describe_untrusted(st: os.stat_result,
+                       owners: Optional[Collection[int]] = None) -> Optional[str]:
     """Why a directory or file with ``st`` cannot be trusted, or ``None``. Pure.
 
-    Trusted: not a symlink, owned by the effective user, not writable by group
-    or others -- nobody else can plant or swap anything in it.
+    Trusted: not a symlink, owned by the effective user (or by one of ``owners``
+    when given: uids whose files are trusted too, like root's or a named
+    ``--trust-owner``), not writable by group or others -- nobody else can plant
+    or swap anything in it.
     """
     if stat.S_ISLNK(st.st_mode):
         return "it is a symlink (possibly planted by another user)"
-    if st.st_uid != os.geteuid():
-        return f"it is owned by uid {st.st_uid}, not by you (uid {os.geteuid()})"
+    if st.st_uid != os.geteuid() and (owners is None or st.st_uid not in owners):
+        others = sorted(set(owners or ()) - {os.geteuid()})
+        also = " nor by " + ", ".join(f"uid {u}" for u in others) if others else ""
+        return f"it is owned by uid {st.st_uid}, not by you (uid {os.geteuid()}){also}"
     if st.st_mode & 0o022:
         who = "group and others" if st.st_mode & 0o022 == 0o022 else \
             ("group" if st.st_mode & 0o020 else "others")

@@ -21,12 +21,13 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from typing import List, Optional
+from typing import Collection, List, Optional, Tuple
 
 from stager.nodelocal.localfs import UnsafePathError, describe_untrusted
 
 __all__ = ["Untrusted", "DIR_FLAGS", "describe_untrusted", "check_trusted", "open_dir",
-           "open_below", "read_file", "write_file", "is_missing"]
+           "open_below", "read_file", "write_file", "is_missing", "describe_shared_dir",
+           "check_tree", "read_trusted"]
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 #: Flags of every directory the stager opens below a root.
@@ -38,9 +39,11 @@ class Untrusted(UnsafePathError):
     writable by others."""
 
 
-def check_trusted(st: os.stat_result, path: str, what: str = "directory") -> None:
-    """Raise :class:`Untrusted` naming ``path`` if ``st`` is not trusted."""
-    why = describe_untrusted(st)
+def check_trusted(st: os.stat_result, path: str, what: str = "directory",
+                  owners: Optional[Collection[int]] = None) -> None:
+    """Raise :class:`Untrusted` naming ``path`` if ``st`` is not trusted (owned by the
+    effective user, or one of ``owners``; not writable by group or others)."""
+    why = describe_untrusted(st, owners)
     if why is not None:
         raise Untrusted(f"refusing to use {what} {path}: {why}")
 
@@ -51,7 +54,7 @@ def is_missing(e: OSError) -> bool:
 
 
 def open_dir(name: str, dir_fd: Optional[int] = None, *, path: Optional[str] = None,
-             what: str = "directory") -> int:
+             what: str = "directory", owners: Optional[Collection[int]] = None) -> int:
     """Open directory ``name`` (relative to ``dir_fd``) without following a symlink; check it.
 
     Returns a descriptor the caller closes.
@@ -78,7 +81,7 @@ def open_dir(name: str, dir_fd: Optional[int] = None, *, path: Optional[str] = N
             raise Untrusted(f"refusing to use {what} {shown}: it is not a directory") from e
         raise
     try:
-        check_trusted(os.fstat(fd), shown, what)
+        check_trusted(os.fstat(fd), shown, what, owners)
     except BaseException:
         os.close(fd)
         raise
@@ -165,3 +168,87 @@ def write_file(name: str, dir_fd: int, data: bytes, tmp: str, fsync: bool = Fals
         except OSError:
             pass
         raise
+
+
+def describe_shared_dir(st: os.stat_result) -> Tuple[Optional[str], Optional[str]]:
+    """(refusal, warning) for a file that lives in a directory with ``st``. Pure.
+
+    A directory anyone may write without the sticky bit lets anyone rename or
+    replace the files in it: refused. With the sticky bit (``/tmp``) only a file's
+    owner may, so its files can be trusted by their own owner and mode, but anyone
+    may create one first under a name not yet taken: warned.
+    """
+    if not st.st_mode & 0o002:
+        return None, None
+    mode = f"{stat.S_IMODE(st.st_mode):04o}"
+    if not st.st_mode & stat.S_ISVTX:
+        return (f"it is writable by everyone without the sticky bit (mode {mode}): anyone "
+                "can replace the files in it; use a directory of your own"), None
+    return None, (f"it is writable by everyone (mode {mode}, sticky): another user can "
+                  "create a file there under a name not yet taken; prefer a directory "
+                  "of your own")
+
+
+def check_tree(path: str, what: str = "directory",
+               owners: Optional[Collection[int]] = None) -> None:
+    """``path`` and everything below it trusted (owned by the effective user or one of
+    ``owners``, not writable by group or others), regular files or directories only;
+    no link followed. Raises :class:`Untrusted` naming the first that is not.
+
+    For a directory a job is about to rely on (``--authorized-keys``, its node-local
+    outputs) that another user could have prepared before it started.
+    """
+    fd = open_dir(path, what=what, owners=owners)
+    try:
+        for name in sorted(os.listdir(fd)):
+            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            shown = os.path.join(path, name)
+            if stat.S_ISDIR(st.st_mode):
+                check_tree(shown, what, owners)
+            elif not stat.S_ISREG(st.st_mode):
+                raise Untrusted(f"refusing to use {what} {path}: {shown} is not a regular "
+                                "file (a symlink?)")
+            else:
+                check_trusted(st, shown, f"a file of {what}", owners)
+    finally:
+        os.close(fd)
+
+
+def read_trusted(path: str, owners: Collection[int] = (), what: str = "file",
+                 limit: int = 1 << 20) -> Tuple[bytes, List[str]]:
+    """The bytes of a small file others hand us (a rendezvous file), and warnings.
+
+    The file is opened without following a symlink and must be a regular file owned
+    by the effective user or one of ``owners``, not writable by group or others; its
+    directory must not let anyone replace it (:func:`describe_shared_dir`: refused
+    without the sticky bit, warned with it). At most ``limit`` bytes are read.
+
+    Raises
+    ------
+    FileNotFoundError
+        It does not exist.
+    Untrusted
+        It, or its directory, is not to be trusted (the message names it and why).
+    """
+    d = os.path.dirname(os.path.abspath(path))
+    refusal, warning = describe_shared_dir(os.stat(d))
+    if refusal is not None:
+        raise Untrusted(f"refusing to use {what} {path}: its directory {d}: {refusal}")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | _CLOEXEC)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise Untrusted(f"refusing to use {what} {path}: it is a symlink (possibly "
+                            "planted by another user)") from e
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise Untrusted(f"refusing to use {what} {path}: not a regular file")
+        check_trusted(st, path, what, owners)
+        data = os.read(fd, limit + 1)
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise Untrusted(f"refusing to use {what} {path}: larger than {limit} bytes")
+    return data, [f"{what} {path}: its directory {d}: {warning}"] if warning else []

@@ -142,13 +142,16 @@ class LivePublisher:
         self._sock.setsockopt(zmq.SNDHWM, 10)     # a slow viewer loses old images, never blocks
         self._sock.setsockopt(zmq.LINGER, 0)
         self._zap: Any = None
-        self.refused: Dict[str, int] = {}     # viewers refused by ZAP, by reason
+        self._monitor: Any = None
+        self.refused: Dict[str, int] = {}     # viewers refused (ZAP or handshake), by reason
+        self.refused_from: Dict[Tuple[str, str], int] = {}    # by (reason, address or "")
         if security is not None:
             security.serve(self._sock, DOMAIN_LIVE)
             if security.curve:
-                from streams.security import zap_handler
+                from streams.security import HandshakeMonitor, zap_handler
 
                 self._zap = zap_handler(self._ctx)
+                self._monitor = HandshakeMonitor(self._sock)   # plain viewers fail there
         self._sock.bind(bind[:-2] + ":*" if bind.endswith(":0") else bind)
         self.endpoint = resolve_endpoint(self._sock.getsockopt(zmq.LAST_ENDPOINT).decode(),
                                          advertise)
@@ -164,10 +167,7 @@ class LivePublisher:
         imgs = {n: np.ascontiguousarray(a, a.dtype.newbyteorder("<"))
                 for n, a in images.items()}
         if self._zap is not None:
-            from streams.security import DOMAIN_LIVE
-
-            for reason, _ in self._zap.drain(DOMAIN_LIVE):
-                self.refused[reason] = self.refused.get(reason, 0) + 1
+            self.refusals()
             progress = dict(progress, live_refused=sum(self.refused.values()))
         header = {"scan": scan, "t": time.time(), "final": final, "progress": progress,
                   "valid_shape": list(np.shape(valid)),
@@ -196,7 +196,25 @@ class LivePublisher:
         self._sock.send_multipart([TOPIC, msgpack.packb(header), b""], copy=False)
         self.published += 1
 
+    def refusals(self) -> Dict[str, int]:
+        """Count the viewers refused since the last call (ZAP: a key not authorised; the
+        handshake: a plain subscriber); returns every refusal so far, by reason."""
+        from streams.security import DOMAIN_LIVE, refusal_address
+
+        new: List[Tuple[str, str]] = []
+        if self._zap is not None:
+            new += self._zap.drain(DOMAIN_LIVE)
+        if self._monitor is not None:
+            new += self._monitor.drain()
+        for reason, detail in new:
+            self.refused[reason] = self.refused.get(reason, 0) + 1
+            key = (reason, refusal_address(detail) or "")
+            self.refused_from[key] = self.refused_from.get(key, 0) + 1
+        return dict(self.refused)
+
     def close(self) -> None:
+        if self._monitor is not None:
+            self._monitor.close()
         self._sock.close(linger=0)
 
 

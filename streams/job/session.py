@@ -41,6 +41,7 @@ from stager.planning.plan import expand_node
 from streams.accounting import ScanReport
 from streams.loading import load_analysis
 from streams.errors import StreamError
+from streams.job.localdir import default_local, local_root, node_local_dir
 from streams.job.output import scan_ok, write_report, write_scan
 from streams.job.roles import assign_roles, partition_frames
 from streams.protocols import chosen
@@ -62,7 +63,10 @@ class SessionOptions:
     out : str
         Shared output directory (``<scan>.h5``, ``<scan>.json``, live snapshots).
     local : str
-        Node-local directory for outputs before the drain (``%n`` = node).
+        Node-local directory for outputs before the drain (``%n`` = node). Default: a
+        new private directory of rank 0 (``mkdtemp``: ``/tmp/mpistage-stream-UID-XXXXXXXX``,
+        0700). Given, it must be the user's own
+        (:func:`streams.job.localdir.node_local_dir`).
     scans : int
         Scans to serve, in a row: the job ends when this many were finalized (served
         or failed) and nothing else is open; refused ``begin`` s do not count.
@@ -290,9 +294,12 @@ def _resolve(options: SessionOptions) -> SessionOptions:
     # made without resolve(): the protocol's options parsed, the missing ones defaulted
     options.protocol_options = _protocol_options(
         {"protocol": options.protocol, "stream2": options.stream2}, options.protocol_options, {})
+    if options.authorized_keys:
+        from streams.security import check_authorized_keys
+
+        check_authorized_keys(options.authorized_keys)
     if not options.local:
-        options.local = os.path.join("/tmp", f"mpistage-stream-{os.getuid()}-{os.getpid()}",
-                                     "%n")
+        options.local = default_local()
     return options
 
 
@@ -329,10 +336,12 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
         Rank 0's value is used (broadcast).
     emulate_nodes, node_id_env
         How ranks form nodes when no ``job`` is given (:class:`stager.mpi.job.Job`).
-    on_written : callable(comm, scan, local_template), optional
+    on_written : callable(comm, scan, local_template, written), optional
         Collective: called on every rank after rank 0 wrote a scan's files into its
         node-local ``local_template`` (``%n`` = node): the command drains them to
-        ``options.out`` here. The local files are removed afterwards.
+        ``options.out`` here, only the files of ``written`` (node name -> relative
+        paths: what this job wrote; ``stager.drain(..., written=written)``). The
+        local files are removed afterwards.
     on_ready : callable(dict), optional
         Rank 0: called after the rendezvous file is written (endpoints, roles).
     job : stager.mpi.job.Job, optional
@@ -363,7 +372,14 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
 
     comm, job = comm_and_job(comm, job)
     opts: SessionOptions = bcast_result(comm, _resolve, options)
-    sec = bcast_result(comm, _security, opts)
+    try:
+        sec = bcast_result(comm, _security, opts)
+    except BaseException:
+        if comm.rank == 0 and os.path.basename(local_root(opts.local)).startswith(
+                "mpistage-stream-"):
+            with contextlib.suppress(OSError):
+                os.rmdir(local_root(opts.local))      # the default directory, still empty
+        raise
     # this process's ZeroMQ I/O threads: before its first socket (libzmq keeps those it started)
     zmq.Context.instance().set(zmq.IO_THREADS, opts.io_threads)
     job, made = acquire_job(comm, job, emulate_nodes=emulate_nodes, node_id_env=node_id_env)
@@ -377,8 +393,15 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
     # before the try: the finally below reads them whatever failed first
     loop: Any = None
     publisher: Any = None
+    rv_written: List[Any] = []     # rank 0: (device, inode) of the rendezvous file it wrote
     try:
         node_of = list(job.node_of)
+        with agreed(fcomm, "checking the node-local directory", default=StreamError,
+                    node=layout.name):
+            if comm.rank == 0 or layout.is_leader:      # only rank 0 writes there
+                node_local_dir(opts.local, layout.name, create=comm.rank == 0)
+                if opts.spill is not None:      # made at the first spill, refused now
+                    node_local_dir(opts.spill, layout.name, create=False)
         roles = assign_roles(node_of, opts.receivers_per_node)
         index = roles.index(comm.rank)
         with agreed(fcomm, "loading the analysis", default=StreamError, node=layout.name):
@@ -416,6 +439,8 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
                 eps = [e for e in endpoints if e is not None]
                 os.makedirs(os.path.dirname(os.path.abspath(opts.rendezvous)), exist_ok=True)
                 proto.rendezvous(opts, eps, publisher.endpoint if publisher else None, sec)
+                st = os.stat(opts.rendezvous)
+                rv_written.append((st.st_dev, st.st_ino))
                 if opts.spill is not None:
                     from streams.job.spill import SPEC_NAME, spill_spec_text
 
@@ -426,7 +451,7 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
                               "roles": roles.describe("receiver"), "security": sec.describe()})
         outcomes: List[ScanOutcome] = []
         deadline = None if opts.timeout is None else time.monotonic() + opts.timeout
-        with (_terminate_handler(loop, opts, layout.names) if comm.rank == 0
+        with (_terminate_handler(loop, opts, layout.names, rv_written) if comm.rank == 0
               else contextlib.nullcontext()):
             err: Optional[BaseException] = None
             try:
@@ -446,11 +471,18 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
                 raise err
             loop.drain_requests()
         agree(fcomm, None, "receiving")
-        summary = _job_rejections(fcomm, loop, opts, outcomes)
+        summary = _job_rejections(fcomm, loop, opts, outcomes, publisher)
         if summary is not None and on_rejections is not None:
             on_rejections(summary)
         return outcomes
     finally:
+        if comm.rank == 0 and rv_written:   # the job's rendezvous ends with it, however
+            from streams.protocols.native.rendezvous import remove_rendezvous
+
+            remove_rendezvous(opts.rendezvous, rv_written[0])
+        if comm.rank == 0:
+            _remove_empty_parents(os.path.join(expand_node(opts.local, layout.name), "-"),
+                                  opts.local)
         if loop is not None and loop.socket is not None:
             loop.socket.close()
         if publisher is not None:
@@ -465,27 +497,43 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
 
 
 def _job_rejections(comm: Any, loop: Any, o: SessionOptions,
-                    outcomes: Sequence[ScanOutcome]) -> Optional[Dict[str, Any]]:
+                    outcomes: Sequence[ScanOutcome], publisher: Any = None
+                    ) -> Optional[Dict[str, Any]]:
     """Collective over `comm`: every rank must call. Every receiver's rejections of
     the whole job (Stream V2: what is still held for series that never started is
     rejected first), summed on rank 0 with the duplicates found only when the
     scans' reports merged (a frame accepted by two receivers), and written to
-    ``<out>/rejections.json``. Returns the summary on rank 0, None elsewhere."""
+    ``<out>/rejections.json`` with every connection refused during the job (the
+    receivers', those while no scan was open among them, and the live socket's
+    viewers). Returns the summary on rank 0, None elsewhere."""
+    from streams.security import refusals_line
+
     mine = None
     if loop.socket is not None:
         never = loop.socket.never_started()
         asm = loop.socket.assembler
-        mine = (loop.index, dict(asm.rejected), list(asm.examples), never)
+        loop.socket.refusals()
+        mine = (loop.index, dict(asm.rejected), list(asm.examples), never,
+                dict(loop.socket.refused_from), loop.socket.refused_outside_scans)
     got = comm.gather(mine, root=0)
     if comm.rank != 0:
         return None
     total: Dict[str, int] = {}
     examples: List[str] = []
     never_started: Dict[str, Dict[str, int]] = {}
+    refused: Dict[Any, int] = {}
+    outside: Dict[str, int] = {}
+    outside_examples: List[str] = []
     for item in got:
         if item is None:
             continue
-        r, counts, ex, never = item
+        r, counts, ex, never, refused_from, pending = item
+        for key, n in refused_from.items():
+            refused[key] = refused.get(key, 0) + n
+        for reason, detail in pending:
+            outside[reason] = outside.get(reason, 0) + 1
+            if len(outside_examples) < 10:
+                outside_examples.append(f"receiver {r}: {reason}: {detail}")
         for k, v in counts.items():
             total[str(k)] = total.get(str(k), 0) + int(v)
         examples.extend(f"receiver {r}: {e}" for e in ex)
@@ -498,8 +546,25 @@ def _job_rejections(comm: Any, loop: Any, o: SessionOptions,
         total["duplicate"] = total.get("duplicate", 0) + across
         examples.extend(e for out in outcomes for e in out.report.examples
                         if "accepted by two receivers" in e)
+    live: Dict[Any, int] = {}
+    if publisher is not None:
+        publisher.refusals()
+        live = dict(publisher.refused_from)
+
+    def by_reason(counts: Dict[Any, int]) -> Dict[str, int]:
+        out: Dict[str, int] = {}
+        for (reason, _), n in counts.items():
+            out[reason] = out.get(reason, 0) + n
+        return dict(sorted(out.items()))
+
     summary = {"rejected": sum(total.values()), "by_reason": dict(sorted(total.items())),
-               "examples": examples[:40], "series_never_started": never_started}
+               "examples": examples[:40], "series_never_started": never_started,
+               "connections_refused": by_reason(refused),
+               "connections_refused_while_no_scan_open": dict(sorted(outside.items())),
+               "connections_refused_examples": outside_examples,
+               "live_viewers_refused": by_reason(live),
+               "refused": refusals_line(refused),
+               "live_refused": refusals_line(live)}
     try:
         os.makedirs(o.out, exist_ok=True)
         localfs.write_bytes_atomic(os.path.join(o.out, "rejections.json"),
@@ -564,7 +629,8 @@ def _finalize(comm: Any, layout: Any, roles: Any, loop: Any, analysis: Any,
             why = analysis.problem(merged, report.geometry) if merged is not None else ""
             if why:
                 report.invalid = "; ".join(x for x in (report.invalid, why) if x)
-            os.makedirs(local_dir, mode=0o700, exist_ok=True)
+            node_dir = node_local_dir(o.local, layout.name, create=True)
+            localfs.ensure_dir(node_dir, local_dir)      # ours, 0700, no link followed
             h5 = os.path.join(local_dir, f"{scan}.h5")
             size = write_scan(h5, analysis, merged, report,
                               detector=proto.detector_metadata(loop.socket, scan))
@@ -593,7 +659,9 @@ def _finalize(comm: Any, layout: Any, roles: Any, loop: Any, analysis: Any,
     if loop.socket is not None:
         loop.socket.forget(scan)        # e.g. a Stream V2 start's arrays: written now
     if on_written is not None:
-        on_written(comm, scan, os.path.join(o.local, scan))
+        written = comm.bcast({layout.name: sorted(files.values())} if comm.rank == 0
+                             else None, root=0)
+        on_written(comm, scan, os.path.join(o.local, scan), written)
     if comm.rank == 0:
         shutil.rmtree(local_dir, ignore_errors=True)
         _remove_empty_parents(local_dir, o.local)
@@ -603,7 +671,7 @@ def _finalize(comm: Any, layout: Any, roles: Any, loop: Any, analysis: Any,
 
 def _remove_empty_parents(local_dir: str, template: str) -> None:
     """rmdir what the scan's ``local_dir`` left: the node's directory, and with the
-    default template (``/tmp/mpistage-stream-UID-PID/%n``) its parent, if empty."""
+    default template (``/tmp/mpistage-stream-UID-XXXXXXXX/%n``) its parent, if empty."""
     node_dir = os.path.dirname(local_dir)
     dirs = [node_dir]
     if os.path.basename(os.path.dirname(template)).startswith("mpistage-stream-"):
@@ -622,10 +690,12 @@ def _peak_rss_mib() -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
-def _terminate_handler(loop: Any, o: SessionOptions, nodes: Sequence[str]) -> Any:
+def _terminate_handler(loop: Any, o: SessionOptions, nodes: Sequence[str],
+                       rv_written: Sequence[Any] = ()) -> Any:
     """Rank 0: on SIGTERM (the launcher ends the job after a rank died) or SIGINT, write
-    the report of every open scan from the last heartbeats, naming the lost ranks, then
-    exit (143, or 130).
+    the report of every open scan from the last heartbeats, naming the lost ranks,
+    remove the rendezvous file (``rv_written``: its device and inode), then exit (143,
+    or 130).
 
     Returns the :class:`stager.staging.interrupt.Handling` to enter (``with``); leaving it
     restores the previous handlers. The reports are written by its watchdog thread,
@@ -639,6 +709,9 @@ def _terminate_handler(loop: Any, o: SessionOptions, nodes: Sequence[str]) -> An
     from stager.staging.interrupt import Handling
 
     def write_reports(signum: int) -> None:
+        from streams.protocols.native.rendezvous import remove_rendezvous
+
+        remove_rendezvous(o.rendezvous, rv_written[0] if rv_written else None)
         now = time.monotonic()
         coord = loop.coord
         for scan in list(coord.open_scans()):

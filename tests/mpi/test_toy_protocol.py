@@ -40,27 +40,32 @@ def test_a_scan_over_a_plugged_in_protocol_is_received_and_written():
         except Exception as e:   # reported by the test
             errors.append(e)
 
+    seen = []
+
     def ready(info):
+        import json
+
+        with open(opts.rendezvous) as f:     # removed when the job ends
+            seen.append(json.load(f)["protocol"])
         assert len(info["receivers"]) == 1
         t = threading.Thread(target=produce, args=(info["receivers"][0],), daemon=True)
         t.start()
         threads.append(t)
 
-    def drain(c, scan, local_template):
+    def drain(c, scan, local_template, written):
         import stager
 
-        stager.drain(local_template, opts.out, c, emulate_nodes=1, merge=True)
+        stager.drain(local_template, opts.out, c, emulate_nodes=1, merge=True, written=written)
 
     outcomes = receive_scans(comm, opts, emulate_nodes=1, on_ready=ready, on_written=drain)
     for t in threads:
         t.join(30)
     bad = [f"producer: {e!r}" for e in errors]
     if comm.rank == 0:
-        import json
-
-        with open(opts.rendezvous) as f:
-            if json.load(f)["protocol"] != "lines":
-                bad.append("the rendezvous file is not the protocol's")
+        if seen != ["lines"]:
+            bad.append(f"the rendezvous file is not the protocol's: {seen}")
+        if os.path.exists(opts.rendezvous):
+            bad.append("the rendezvous file outlived the job")
         if sent != [24] or [o.scan for o in outcomes] != ["toy1"] or not outcomes[0].ok:
             bad.append(f"sent {sent}, outcomes {outcomes}")
         else:

@@ -62,8 +62,8 @@ def _serve(comm, tmp, nodes, specs, data):
         t.start()
         threads.append(t)
 
-    def drain(c, scan, local_template):
-        stager.drain(local_template, out, c, emulate_nodes=nodes, merge=True)
+    def drain(c, scan, local_template, written):
+        stager.drain(local_template, out, c, emulate_nodes=nodes, merge=True, written=written)
 
     outcomes = receive_scans(comm, opts, emulate_nodes=nodes, on_ready=ready, on_written=drain)
     for t in threads:

@@ -62,6 +62,25 @@ def test_list_results_fails_on_a_directory_it_cannot_list(tmp_path: Path) -> Non
         list_results(str(tmp_path))
 
 
+def test_list_results_leaves_files_of_others_and_files_not_written_by_the_job(
+        tmp_path: Path) -> None:
+    (tmp_path / "s1").mkdir()
+    for name in ("s1.h5", "s1.json", "extra.txt", "theirs.txt"):
+        (tmp_path / "s1" / name).write_text(name)
+    if os.geteuid() == 0:      # chown needs root
+        os.chown(tmp_path / "s1" / "theirs.txt", 65534, 65534)
+    left: list = []
+    got = list_results(str(tmp_path / "s1"), {"s1.h5", "s1.json", "theirs.txt"}, left)
+    assert [f.rel for f in got] == ["s1.h5", "s1.json"] + \
+        ([] if os.geteuid() == 0 else ["theirs.txt"])
+    assert any(x.endswith("extra.txt: not written by this job") for x in left), left
+    if os.geteuid() == 0:
+        assert any("theirs.txt: owned by uid 65534" in x for x in left), left
+    left = []
+    assert len(list_results(str(tmp_path / "s1"), None, left)) == \
+        (3 if os.geteuid() == 0 else 4)
+
+
 def test_targets_per_node_and_merged() -> None:
     files = [DrainFile("a", 1), DrainFile("d/b", 2)]
     assert targets("/out", "node3", files, merge=False) == ["/out/node3/a", "/out/node3/d/b"]

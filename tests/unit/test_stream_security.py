@@ -133,7 +133,7 @@ def test_authorised_producer_gets_the_same_result_as_plain(tmp_path):
         sink = Sink()
         rx, t, out, rv = start(d, sec, sink)
         assert rv.curve == (mode == "curve")
-        run_producers(SimulatedScan(geometry(), encoding="bslz4"), rv)
+        run_producers(SimulatedScan(geometry(), encoding="bslz4"), rv, insecure=mode == "insecure")
         t.join(60)
         rx.close()
         rep = out["reports"][0]

@@ -18,7 +18,8 @@ def test_native_simulator_cli(tmp_path):
     th = threading.Thread(target=lambda: out.extend(rx.serve(1, timeout=90)))
     cmd = [sys.executable, "-m", "streams.simulate", "--rendezvous", str(rv),
            "--producers", "2", "--sectors", "3", "--scan-shape", "2", "3", "--shape", "24", "16",
-           "--encoding", "bslz4", "--withhold", "4", "--drop", "1:2", "--wait", "60"]
+           "--encoding", "bslz4", "--withhold", "4", "--drop", "1:2", "--wait", "60",
+           "--insecure"]     # a plain receiver: its rendezvous names no key
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     write_rendezvous(rv, [rx.bind()])
     th.start()

@@ -59,13 +59,18 @@ class Producer:
     token : str, optional
         The receiving job's token, carried by every ``begin``; default: the
         rendezvous' ``token`` (a job refuses a ``begin`` without its token).
+    insecure : bool
+        Accept a rendezvous that names no CURVE key (a job run ``--insecure``) and
+        send in plain text. Without it such a rendezvous is refused: a planted file
+        must not turn a producer into a plain-text sender to someone else's socket.
     """
 
     def __init__(self, receivers: Union[Rendezvous, Sequence[str]], producer: int = 0, *,
                  sndhwm: int = DEFAULT_HWM, sndbuf: int = 0,
                  send_timeout: Optional[float] = None, linger: float = 60.0,
                  context: Any = None, server_key: Optional[str] = None,
-                 certificate: Optional[str] = None, token: Optional[str] = None) -> None:
+                 certificate: Optional[str] = None, token: Optional[str] = None,
+                 insecure: bool = False) -> None:
         import zmq
 
         from streams.security import client_keys, load_client_certificate
@@ -78,6 +83,10 @@ class Producer:
             server_key = server_key or rv.server_key
             certificate = certificate or rv.client_certificate
             token = token or rv.token
+            if server_key is None and not insecure:
+                raise StreamError("the rendezvous file names no CURVE server key: the job "
+                                  "runs --insecure (or the file is not the job's); send in "
+                                  "plain text only if you mean it (insecure=True, --insecure)")
         if server_key is not None:
             if certificate is None:
                 raise StreamError("the receivers use CURVE and the rendezvous names no client "

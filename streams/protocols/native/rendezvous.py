@@ -20,29 +20,52 @@ the live socket's) CURVE public key: connect as a CURVE client with it and the
 key pair of ``client_certificate`` (producers) or ``viewer_certificate`` (viewers:
 the live socket only) -- :mod:`zmq.auth` certificate files; ``null`` when the job
 accepts ``--authorized-keys`` instead: use your own certificate. Both keys absent
-or ``null``: plain ZeroMQ (``--insecure``). ``token`` is the job's: every ``begin``
-carries it (a stream of another job is refused). The file is mode 0600 by default
-(``mode``). Readers ignore keys they do not know. No sockets here.
+or ``null``: plain ZeroMQ (``--insecure``); a producer refuses that unless it was
+given ``insecure`` itself. ``token`` is the job's: every ``begin`` carries it (a
+stream of another job is refused). The file is mode 0600 by default (``mode``). It
+also names the job that wrote it -- ``"host"``, ``"pid"`` (of rank 0) and
+``"started"`` (that process's start, seconds since the epoch) -- and the job
+removes it when it ends; a file whose job is no longer running on this host
+(:func:`ended`) is refused as such (:class:`RendezvousEnded`).
+
+Readers trust it only as :func:`stager.nodelocal.trusted.read_trusted` does: a
+regular file (no symlink followed) of their own user, or of ``trust_owner``, not
+writable by group or others, in a directory that does not let anyone replace it
+(world-writable without the sticky bit: refused; with it: a
+:class:`RendezvousWarning`). Readers ignore keys they do not know. No sockets here.
 """
 from __future__ import annotations
 
 import json
 import os
 import re
+import socket
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Sequence, Tuple, Union
+from typing import Any, Collection, Dict, Optional, Sequence, Tuple, Union
 
 from streams.errors import RendezvousError
 from streams.protocols.native.headers import PROTOCOL
 
-__all__ = ["Rendezvous", "write_rendezvous", "read_rendezvous", "wait_for_rendezvous"]
+__all__ = ["Rendezvous", "write_rendezvous", "read_rendezvous", "wait_for_rendezvous",
+           "RendezvousEnded", "RendezvousWarning", "job_identity", "ended", "owner_uids",
+           "remove_rendezvous", "read_rendezvous_json"]
 
 _TOKEN = re.compile(r"[0-9a-f]{32}\Z")
 _Z85_KEY = re.compile(r"[0-9A-Za-z.\-:+=^!/*?&<>()\[\]{}@%$#]{40}\Z")
 _ENDPOINT = re.compile(r"tcp://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):([0-9]{1,5})\Z")
 PathLike = Union[str, "os.PathLike[str]"]
+
+
+class RendezvousEnded(RendezvousError):
+    """The rendezvous file names a job that is no longer running (its file outlived it)."""
+
+
+class RendezvousWarning(UserWarning):
+    """A rendezvous file that is used, but in a directory where another user could
+    have planted one first (world-writable with the sticky bit, like ``/tmp``)."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +79,9 @@ class Rendezvous:
     client_certificate: Optional[str] = None
     viewer_certificate: Optional[str] = None
     token: Optional[str] = None
+    host: Optional[str] = None
+    pid: Optional[int] = None
+    started: Optional[float] = None
 
     @property
     def curve(self) -> bool:
@@ -66,7 +92,69 @@ class Rendezvous:
         return {"protocol": self.protocol, "receivers": list(self.receivers), "live": self.live,
                 "curve_serverkey": self.server_key,
                 "client_certificate": self.client_certificate,
-                "viewer_certificate": self.viewer_certificate, "token": self.token}
+                "viewer_certificate": self.viewer_certificate, "token": self.token,
+                "host": self.host, "pid": self.pid, "started": self.started}
+
+
+def _process_start(pid: int) -> Optional[float]:
+    """When process ``pid`` of this host started (seconds since the epoch), or None
+    when there is no such process (Linux ``/proc``)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        with open("/proc/stat", "rb") as f:
+            btime = next(int(ln.split()[1]) for ln in f if ln.startswith(b"btime"))
+    except (OSError, StopIteration, IndexError, ValueError):
+        return None
+    # field 22 of stat (the 20th after the command's closing parenthesis): clock ticks
+    return btime + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+
+
+def job_identity() -> Dict[str, Any]:
+    """``host``, ``pid`` and ``started`` of this process, for the rendezvous file."""
+    pid = os.getpid()
+    started = _process_start(pid)
+    return {"host": socket.gethostname(), "pid": pid,
+            "started": round(started if started is not None else time.time(), 2)}
+
+
+def ended(d: Union[Rendezvous, Dict[str, Any]]) -> Optional[str]:
+    """Why the job that wrote a rendezvous is known to have ended, or None.
+
+    Only a job of this host can be checked: its rank 0 (``pid``) must still run and
+    have started when the file says (a pid reused since is another process).
+    """
+    host, pid, started = (d.host, d.pid, d.started) if isinstance(d, Rendezvous) else \
+        (d.get("host"), d.get("pid"), d.get("started"))
+    if host != socket.gethostname() or not isinstance(pid, int) \
+            or not isinstance(started, (int, float)):
+        return None
+    now = _process_start(pid)
+    if now is not None and abs(now - started) < 2.0:
+        return None
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started))
+    return (f"the job that wrote it (pid {pid} on {host}, started {when}) has ended: its "
+            "file outlived it; start the receiving job again")
+
+
+def owner_uids(trust_owner: Union[None, str, int, Collection[Union[str, int]]]) -> Tuple[int, ...]:
+    """The uids of ``trust_owner`` (user names or uids), whose rendezvous files a
+    reader trusts besides its own."""
+    import pwd
+
+    if trust_owner is None:
+        return ()
+    items = [trust_owner] if isinstance(trust_owner, (str, int)) else list(trust_owner)
+    out = []
+    for t in items:
+        if isinstance(t, int) or str(t).isdigit():
+            out.append(int(t))
+            continue
+        try:
+            out.append(pwd.getpwnam(str(t)).pw_uid)
+        except KeyError:
+            raise ValueError(f"--trust-owner {t}: no such user") from None
+    return tuple(out)
 
 
 def _check_endpoint(ep: Any, what: str, where: str) -> str:
@@ -104,7 +192,11 @@ def _validate(d: Any, where: str) -> Rendezvous:
     token = d.get("token")
     if token is not None and (not isinstance(token, str) or not _TOKEN.match(token)):
         raise RendezvousError(f"{where}: token {token!r} is not 32 hex digits")
-    return Rendezvous(eps, live, PROTOCOL, key, certs[0], certs[1], token)
+    host, pid, started = d.get("host"), d.get("pid"), d.get("started")
+    return Rendezvous(eps, live, PROTOCOL, key, certs[0], certs[1], token,
+                      host if isinstance(host, str) else None,
+                      pid if isinstance(pid, int) and not isinstance(pid, bool) else None,
+                      float(started) if isinstance(started, (int, float)) else None)
 
 
 def write_rendezvous(path: PathLike, receivers: Sequence[str], live: Optional[str] = None,
@@ -141,8 +233,8 @@ def write_rendezvous(path: PathLike, receivers: Sequence[str], live: Optional[st
     p = Path(path)
     rv = _validate({"protocol": PROTOCOL, "receivers": list(receivers), "live": live,
                     "curve_serverkey": server_key, "client_certificate": client_certificate,
-                    "viewer_certificate": viewer_certificate, "token": token},
-                   str(p))
+                    "viewer_certificate": viewer_certificate, "token": token,
+                    **job_identity()}, str(p))
     from stager.nodelocal import localfs
 
     text = json.dumps(rv.to_dict(), indent=1) + "\n"
@@ -153,27 +245,77 @@ def write_rendezvous(path: PathLike, receivers: Sequence[str], live: Optional[st
     return rv
 
 
-def read_rendezvous(path: PathLike) -> Rendezvous:
-    """Read and check a rendezvous file.
+def read_rendezvous(path: PathLike, trust_owner: Any = None) -> Rendezvous:
+    """Read and check a rendezvous file (see the module for what is trusted).
+
+    Parameters
+    ----------
+    trust_owner : str or int or list, optional
+        Users (names or uids) whose rendezvous files are trusted besides one's own.
 
     Raises
     ------
     RendezvousError
-        Missing, not JSON, not ``mpistage-stream/1``, or a bad endpoint.
+        Missing, not trusted (naming the file and why), not JSON, not
+        ``mpistage-stream/1``, or a bad endpoint.
+    RendezvousEnded
+        The job that wrote it has ended.
     """
-    p = Path(path)
+    return _validate(read_rendezvous_json(path, trust_owner), str(path))
+
+
+def read_rendezvous_json(path: PathLike, trust_owner: Any = None) -> Dict[str, Any]:
+    """The JSON object of a rendezvous file of any protocol (a Stream V2 job's too),
+    read as a trusted file, its job still running (raises as :func:`read_rendezvous`)."""
+    d = _read_json(path, trust_owner)
+    if not isinstance(d, dict):
+        raise RendezvousError(f"{path}: not a JSON object")
+    why = ended(d)
+    if why is not None:
+        raise RendezvousEnded(f"rendezvous file {path}: {why}")
+    return d
+
+
+def _read_json(path: PathLike, trust_owner: Any = None) -> Any:
+    """The JSON of a rendezvous file, read as a trusted file."""
+    from stager.nodelocal.trusted import Untrusted, read_trusted
+
+    p = os.fspath(path)
     try:
-        d = json.loads(p.read_text())
+        data, warns = read_trusted(p, owner_uids(trust_owner), "rendezvous file")
     except FileNotFoundError:
         raise RendezvousError(f"no rendezvous file {p}: is the receiving job running?") \
             from None
-    except (OSError, ValueError) as e:
+    except Untrusted as e:
+        raise RendezvousError(f"{e}; a file someone else can write could send your frames "
+                              "to them (--trust-owner USER trusts that user's files)") from None
+    except OSError as e:
         raise RendezvousError(f"cannot read the rendezvous file {p}: {e}") from e
-    return _validate(d, str(p))
+    for w in warns:
+        warnings.warn(w, RendezvousWarning, stacklevel=3)
+    try:
+        return json.loads(data)
+    except ValueError as e:
+        raise RendezvousError(f"cannot read the rendezvous file {p}: {e}") from e
+
+
+def remove_rendezvous(path: PathLike, written: Optional[Tuple[int, int]]) -> None:
+    """Remove the rendezvous file a job wrote (``written``: its device and inode), unless
+    it has been replaced meanwhile (another job's file is left alone)."""
+    if written is None:
+        return
+    p = os.fspath(path)
+    try:
+        st = os.lstat(p)
+        if (st.st_dev, st.st_ino) == written:
+            os.unlink(p)
+    except OSError:
+        pass
 
 
 def wait_for_rendezvous(path: PathLike, timeout: float = 600.0, poll: float = 0.2,
-                        newer_than: Optional[float] = None) -> Rendezvous:
+                        newer_than: Optional[float] = None, trust_owner: Any = None,
+                        wait_ended: bool = False, reader: Any = None) -> Any:
     """Wait until the rendezvous file exists (and is newer than ``newer_than``), then read it.
 
     Parameters
@@ -185,24 +327,41 @@ def wait_for_rendezvous(path: PathLike, timeout: float = 600.0, poll: float = 0.
     newer_than : float, optional
         Ignore a file whose modification time is older (a stale file of an
         earlier job): a time from ``time.time()``.
+    trust_owner
+        As for :func:`read_rendezvous`.
+    wait_ended : bool
+        A file of a job that has ended: wait for a new job's (else raise at once).
+    reader : callable(path, trust_owner), optional
+        What reads the file (default :func:`read_rendezvous`, a native producer's
+        :class:`Rendezvous`; :func:`read_rendezvous_json`: any protocol's, a dict).
 
     Raises
     ------
     RendezvousError
-        Not there after ``timeout`` seconds, or invalid.
+        Not there after ``timeout`` seconds, or invalid, or not trusted.
+    RendezvousEnded
+        The file names a job that has ended (without ``wait_ended``; with it, after
+        ``timeout``).
     """
     p = Path(path)
     deadline = time.monotonic() + timeout
+    stale: Optional[RendezvousEnded] = None
     while True:
         try:
             if newer_than is None or p.stat().st_mtime >= newer_than:
-                return read_rendezvous(p)
+                return (reader or read_rendezvous)(p, trust_owner)
         except FileNotFoundError:
             pass
+        except RendezvousEnded as e:
+            if not wait_ended:
+                raise
+            stale = e
         except RendezvousError:
             if p.exists():
                 raise
         if time.monotonic() >= deadline:
+            if stale is not None:
+                raise RendezvousEnded(f"{stale}; no new one after {timeout:g} s")
             raise RendezvousError(f"no rendezvous file {p} after {timeout:g} s: start the "
                                   "receiving job first (or point to its --rendezvous file)")
         time.sleep(poll)

@@ -78,6 +78,7 @@ class StreamV2(StreamProtocol):
     def rendezvous(self, o: Any, endpoints: List[str], live: Optional[str],
                    security: Any) -> None:
         from stager.nodelocal import localfs
+        from streams.protocols.native.rendezvous import job_identity
 
         # Nothing for a native producer to connect to: a protocol it refuses.
         text = json.dumps({"protocol": "dectris-stream2", "detector": o.stream2, "live": live,
@@ -86,7 +87,8 @@ class StreamV2(StreamProtocol):
                            "client_certificate": security.client_certificate
                            if security is not None else None,
                            "viewer_certificate": security.viewer_certificate
-                           if security is not None else None}, indent=1) + "\n"
+                           if security is not None else None, **job_identity()},
+                          indent=1) + "\n"
         localfs.write_bytes_atomic(os.path.abspath(o.rendezvous), text.encode(),
                                    mode=o.rendezvous_mode)
 
