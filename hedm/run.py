@@ -99,7 +99,11 @@ def finish(path: str, record: Mapping[str, Any], results: str) -> None:
 
 
 def write_json(path: str, record: Mapping[str, Any]) -> None:
-    """Write ``record`` as JSON atomically."""
+    """Write ``record`` as JSON atomically (marked as this project's, :mod:`stager.outputs`)."""
+    from stager.outputs import mark
+
+    record = dict(record)
+    mark(record)
     with replacing(path) as tmp, open(tmp, "w") as fh:
         json.dump(record, fh, indent=1, default=str)
 

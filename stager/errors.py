@@ -4,8 +4,8 @@ Messages name the rank, host and file where they apply, and say what to do.
 """
 from __future__ import annotations
 
-__all__ = ["StagerError", "PlanError", "CapacityError", "TransferError", "VerifyError",
-           "Interrupted"]
+__all__ = ["StagerError", "PlanError", "OutputError", "CapacityError", "TransferError",
+           "VerifyError", "Interrupted"]
 
 
 class StagerError(Exception):
@@ -18,6 +18,11 @@ class StagerError(Exception):
 
 class PlanError(StagerError):
     """The spec expanded to an impossible or empty plan (no match, a conflict)."""
+
+
+class OutputError(PlanError):
+    """An output would be written over an input, or over a file this project did not write
+    (:mod:`stager.outputs`); nothing was written. Bad input: commands exit 2."""
 
 
 class CapacityError(StagerError):
