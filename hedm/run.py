@@ -23,7 +23,7 @@ from workflows import on_this_node
 from workflows.errors import WorkflowError
 
 __all__ = ["stage_dict", "log_summary", "write_json", "drain_results", "ResultError",
-           "analysis_record", "finish"]
+           "analysis_record", "finish", "check_outputs_of"]
 
 
 class ResultError(WorkflowError):
@@ -87,6 +87,17 @@ def analysis_record(args: Any, workflow: str, params: Mapping[str, Any], run: An
                              "ran_where_placed": rt.placed_here,
                              "read_shared": [refs[0].first + r[0] for r in rows if r[5]]}
     return record
+
+
+def check_outputs_of(args: Any, out: str, names: Sequence[str], inputs: Sequence[str]) -> None:
+    """Before any task: the run's files in ``out`` (``names``: the run record, and the
+    results the drain brings there) are none of ``inputs`` (``%n``: this node) and replace
+    no file this project did not write (unless ``--overwrite``;
+    :func:`stager.outputs.check_outputs`)."""
+    from stager.outputs import check_outputs
+
+    check_outputs([os.path.join(out, n) for n in names], [on_this_node(i) for i in inputs],
+                  overwrite=bool(getattr(args, "overwrite", False)))
 
 
 def finish(path: str, record: Mapping[str, Any], results: str) -> None:

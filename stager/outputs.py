@@ -13,10 +13,12 @@ writes anything. It refuses, naming both,
 Written by this project means: an HDF5 file whose root attribute
 ``written_by`` is ``mpistage`` (:func:`mark`; every result file the project
 writes carries it), or a JSON record whose top-level ``written_by`` is
-``mpistage``. Result files of earlier versions, without the mark, are still
-recognised by their layout (root attribute ``analysis`` with a dataset
-``frames_complete``, or ``workflow`` of an HEDM flow). Anything else -- a raw
-scan, a user's file of the same name -- is someone else's.
+``mpistage``; any other file (an analysis's CSV or PNG) is ours when the HDF5
+result it is named after (same name, ``.h5``) is. Result files of earlier
+versions, without the mark, are still recognised by their layout (root attribute
+``analysis`` with a dataset ``frames_complete``, or ``workflow`` of an HEDM
+flow). Anything else -- a raw scan, a user's file of the same name -- is
+someone else's.
 
 Commands without ``--out`` write into a new directory named for the run
 (:func:`run_directory`), never into the current directory under an input's name.
@@ -79,8 +81,10 @@ def ours(path: str) -> bool:
                 record = json.load(fh)
         except (OSError, ValueError):
             return False
-        return isinstance(record, dict) and record.get(MARK) == WRITTEN_BY
-    return False
+        return isinstance(record, dict) and (record.get(MARK) == WRITTEN_BY or
+                                             record.get("workflow") in _LEGACY_WORKFLOWS)
+    stem = os.path.splitext(path)[0]
+    return stem != path and ours(stem + ".h5")
 
 
 def _real(path: str) -> str:
@@ -102,7 +106,8 @@ def check_outputs(outputs: Iterable[str], inputs: Iterable[Optional[str]], *,
     outputs : iterable of str
         Every path the command will write (result files, or a directory it fills).
     inputs : iterable of str or None
-        Every path it reads (frame files, a spill or node-local directory, parameters).
+        Every path it reads (frame files, a spill or node-local directory, parameters);
+        one ending in ``/`` is a directory, whether or not it exists yet.
     overwrite : bool
         The caller was given ``--overwrite``: an existing file not written by this
         project may be replaced (an input never may).
@@ -117,16 +122,16 @@ def check_outputs(outputs: Iterable[str], inputs: Iterable[Optional[str]], *,
         An output is an input or inside an input directory; or an output file exists,
         was not written by this project, and ``overwrite`` is false. Nothing was written.
     """
-    reads = [(i, _real(i)) for i in inputs if i]
+    reads = [(i, _real(i), i.endswith("/")) for i in inputs if i]
     for out in outputs:
         real = _real(out)
-        for given, r in reads:
+        for given, r, folder in reads:
             if real == r:
                 raise OutputError(f"{what} {out} is the input {given}: writing it would "
                                   f"destroy the input; {hint}")
-            if _inside(real, r) and os.path.isdir(r):
+            if _inside(real, r) and (folder or os.path.isdir(r)):
                 raise OutputError(f"{what} {out} is inside the input directory {given}: "
-                                  f"{hint} (outside every input)")
+                                  f"{hint}")
         if not overwrite and os.path.isfile(real) and not ours(real):
             raise OutputError(f"{what} {out} exists and was not written by mpistage (no "
                               f"'{MARK}' mark): {hint}, or give --overwrite to replace it")

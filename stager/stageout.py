@@ -55,6 +55,7 @@ from stager.errors import StagerError, TransferError
 from stager.mpi.agree import agreed
 from stager.mpi.job import Job, comm_and_job, job_for
 from stager.nodelocal import checksum, commit, localfs
+from stager.outputs import check_outputs
 from stager.planning.plan import expand_node
 
 __all__ = ["DrainFile", "NodeDrain", "DrainReport", "list_results", "targets",
@@ -283,6 +284,9 @@ def _drain(comm: Any, layout: Any, src: str, dest: str, merge: bool, overwrite: 
         with agreed(comm, "drain (checking destination)", default=TransferError, node=node):
             if layout.is_leader:
                 dests = targets(dest, layout.name, mine, merge)
+                # a target inside SRC (DEST in SRC, or SRC = DEST/<node>) is a result itself
+                check_outputs(dests or [dest], [node_src + "/"], overwrite=True,
+                              what="drain target", hint="drain to a directory outside SRC")
                 log = _open_log(dest, layout.name, dests)
                 existing = []
                 for i, (f, target) in enumerate(zip(mine, dests)):

@@ -58,6 +58,7 @@ import stager
 from stager.errors import StagerError
 from stager.mpi.agree import agree, bcast_result, quiet_barrier
 from stager.mpi.job import Job
+from stager.mpi.launcher import first_rank_speaks
 from stager.mpi.nodes import local_node_name
 from stager.options import resolve_node_id, split_node_id
 from stager.outputs import run_directory
@@ -341,7 +342,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     own, flow_argv = _split_argv(argv)
     parser = build_parser()
-    opts, unknown = parser.parse_known_args(own)
+    with first_rank_speaks():       # under mpirun: a usage error printed once, not per rank
+        opts, unknown = parser.parse_known_args(own)
     flow_argv = unknown + flow_argv
     # Everything up to here, and loading the flow, is identical on every rank.
     name = opts.executor or os.environ.get(ENV_EXECUTOR) or ("mpi" if under_mpirun() else "local")
@@ -360,7 +362,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     rank = comm.Get_rank() if comm is not None else 0
     try:
         module = load_flow(opts.flow)
-        ns = _flow_namespace(module, opts.flow, flow_argv)
+        with first_rank_speaks():
+            ns = _flow_namespace(module, opts.flow, flow_argv)
         out = os.path.abspath(opts.out) if opts.out else ""
         if out:
             os.makedirs(out, exist_ok=True)
