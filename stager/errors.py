@@ -4,8 +4,8 @@ Messages name the rank, host and file where they apply, and say what to do.
 """
 from __future__ import annotations
 
-__all__ = ["StagerError", "PlanError", "OutputError", "CapacityError", "TransferError",
-           "VerifyError", "Interrupted"]
+__all__ = ["StagerError", "OptionError", "PlanError", "OutputError", "CapacityError",
+           "TransferError", "VerifyError", "Interrupted"]
 
 
 class StagerError(Exception):
@@ -14,6 +14,11 @@ class StagerError(Exception):
     Collective functions raise the same ``StagerError`` (same message) on every
     rank of the communicator, so callers may handle it identically everywhere.
     """
+
+
+class OptionError(StagerError):
+    """An option, or the environment it names, cannot be used on some rank (an unset
+    ``--node-id-env`` variable); the same on every rank. Bad input: commands exit 2."""
 
 
 class PlanError(StagerError):

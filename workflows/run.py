@@ -55,7 +55,8 @@ import traceback
 from typing import Any, Dict, List, Optional, Tuple
 
 import stager
-from stager.errors import StagerError
+from hooks import SpecError
+from stager.errors import OptionError, PlanError, StagerError
 from stager.mpi.agree import agree, bcast_result, quiet_barrier
 from stager.mpi.job import Job
 from stager.mpi.launcher import first_rank_speaks
@@ -436,7 +437,8 @@ def _run(opts, module, ns, name: str, comm: Any, hooks) -> int:
             print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         if job is not None:
             job.free()
-        return 1
+        # bad input (an unset --node-id-env variable, a spec error): 2; a failed staging: 1
+        return 2 if isinstance(exc, (OptionError, PlanError, SpecError, ValueError)) else 1
 
     t = time.perf_counter()
     options = pkgutil.resolve_name(ROWS[name]).run_options(opts, job)  # the executor's own
