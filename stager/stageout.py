@@ -56,7 +56,7 @@ from stager.mpi.agree import agreed
 from stager.mpi.job import Job, comm_and_job, job_for
 from stager.nodelocal import checksum, commit, localfs
 from stager.outputs import check_outputs
-from stager.planning.plan import expand_node
+from stager.planning.plan import count, expand_node
 
 __all__ = ["DrainFile", "NodeDrain", "DrainReport", "list_results", "targets",
            "merge_conflicts", "drain", "RECORD_PREFIX"]
@@ -115,7 +115,8 @@ class DrainReport:
         skipped = sum(n.skipped for n in self.nodes)
         if skipped:
             extra += f"; {skipped} already drained (same checksum), skipped"
-        return (f"drained {self.files} files, {self.bytes} bytes from {len(self.nodes)} nodes "
+        return (f"drained {count(self.files, 'file')}, {count(self.bytes, 'byte')} from "
+                f"{count(len(self.nodes), 'node')} "
                 f"to {self.dest}{' (merged)' if self.merge else ''} in {self.seconds:.2f} s "
                 f"({self.bytes / max(self.seconds, 1e-9) / 1e6:.1f} MB/s){extra}")
 

@@ -14,7 +14,7 @@ import argparse
 import shlex
 import signal
 import sys
-from typing import Any, Callable
+from typing import Any, Callable, List
 
 import stager
 from hooks import SpecError
@@ -121,6 +121,17 @@ def run_collective(name: str, body: Callable[[Any], int]) -> int:
         return 1
 
 
+def resume_command(argv: List[str]) -> str:
+    """How to resume an interrupted run of ``stager ARGV``: run it again. Pure.
+
+    Never with ``--force``: a resumed run skips every copy already complete, which
+    ``--force`` would stage all over again."""
+    cmd = " ".join(["stager"] + [shlex.quote(a) for a in argv if a != "--force"])
+    if "--force" in argv:
+        return f"run it again without --force (which would stage everything again): {cmd}"
+    return f"run the same command again: {cmd}"
+
+
 def _interrupted(name: str, comm: Any, e: Interrupted) -> int:
     """One line on rank 0 (what, how much is done, how to resume); exit 128 + signal."""
     from stager.staging import interrupt
@@ -128,9 +139,8 @@ def _interrupted(name: str, comm: Any, e: Interrupted) -> int:
     signum = interrupt.pending() or e.signum or signal.SIGTERM
     if comm.rank == 0:
         note = getattr(e, "progress_note", None) or "nothing was transferred yet"
-        cmd = " ".join(["stager"] + [shlex.quote(a) for a in sys.argv[1:]])
         print(f"stager {name}: interrupted by {interrupt.signal_name(signum)}: {note}; to "
-              f"resume, run the same command again: {cmd}", file=sys.stderr, flush=True)
+              f"resume, {resume_command(sys.argv[1:])}", file=sys.stderr, flush=True)
     return 128 + int(signum)
 
 
