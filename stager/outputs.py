@@ -83,8 +83,8 @@ def ours(path: str) -> bool:
             return False
         return isinstance(record, dict) and (record.get(MARK) == WRITTEN_BY or
                                              record.get("workflow") in _LEGACY_WORKFLOWS)
-    stem = os.path.splitext(path)[0]
-    return stem != path and ours(stem + ".h5")
+    stem, ext = os.path.splitext(path)
+    return ext not in (".h5", ".json", "") and ours(stem + ".h5")
 
 
 def _real(path: str) -> str:
