@@ -119,7 +119,7 @@ def agree(comm: Any, error: Optional[BaseException], what: str = "", *,
         out = cls_out(format_failures(failures, what))
     except Exception:  # a class of ours that needs other arguments
         out = default(format_failures(failures, what))
-    out.agreed_by = comm.Get_size()  # type: ignore[attr-defined]  # every rank raises it
+    out.agreed_by = comm.Get_size()  # type: ignore[union-attr]  # every rank raises it
     raise out from error
 
 
