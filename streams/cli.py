@@ -127,7 +127,7 @@ def _receive(args: argparse.Namespace) -> int:
     from mpi4py import MPI
 
     import stager
-    from stager.errors import PlanError, StagerError
+    from stager.errors import OptionError, PlanError, StagerError
     from stager.mpi.agree import bcast_result
     from streams.job.output import exit_status
     from stager.commands.stage import job_of
@@ -166,7 +166,8 @@ def _receive(args: argparse.Namespace) -> int:
         outcomes = receive_scans(comm, opts, job=job, on_written=drain, on_ready=ready,
                                  on_rejections=rejections.update)
     except (ValueError, StagerError) as e:
-        return _failed(comm, e, 2 if isinstance(e, (ValueError, PlanError)) else 1)
+        return _failed(comm, e, 2 if isinstance(e, (ValueError, PlanError, OptionError))
+                       else 1)
     if comm.rank == 0:
         for o in outcomes:
             verdict = "ok" if o.ok else "NOT SERVED"
@@ -205,11 +206,13 @@ _GRACE_S = 5.0
 def _failed(comm: Any, e: BaseException, code: int) -> int:
     """Rank 0 says what failed, once; the exit status is ``code`` (2: bad input).
 
-    An error every rank raised (agreed, or the same option on all) returns on every
-    rank. One that only some ranks raised (an analysis failing on a receiver while others
-    still serve) ends the job with ``MPI_Abort``: rank 0, told by the loop's abort, says
-    why first; another rank waits for it, and says so itself only if it is not ended."""
-    everyone = isinstance(e, ValueError) or getattr(e, "agreed_by", 0) == comm.size
+    Bad input every rank raised alike (agreed, or the same option on all) returns on
+    every rank: no rank is inside the job yet. Anything else (an analysis failing on a
+    receiver while others still serve, a rank left in a non-blocking barrier) ends the
+    job with ``MPI_Abort``: rank 0, told by the loop's abort, says why first; another
+    rank waits for it, and says so itself only if it is not ended."""
+    everyone = code == 2 and (isinstance(e, ValueError) or
+                              getattr(e, "agreed_by", 0) == comm.size)
     if comm.rank == 0:
         print(f"stager stream receive: {e}", file=sys.stderr, flush=True)
     if everyone:
