@@ -36,7 +36,7 @@ import time
 
 from hedm.ffpeaks import SCHEMA, load_dark, kernel_params, read_ff_params
 from hedm.params import add_flow_arguments, check_inputs, flag_overrides, relative_to
-from hedm.run import analysis_record, drain_results, finish
+from hedm.run import analysis_record, check_outputs_of, drain_results, finish
 from workflows import on_this_node
 
 __all__ = ["SCHEMA", "add_arguments", "main", "finalize", "read_ff_params", "load_dark",
@@ -71,9 +71,12 @@ def main(args):
     g = ScanGeometry(name, 1, n, 1, shape, "<u2", (1, n))
     refs = place(refs, args)
     results = args.results or out
+    check_outputs_of(args, out, ["ff_run.json"] + [name + x for x in (".h5", ".csv", ".png")],
+                     [args.params, dark] + frame_files(refs[0]) + frame_files(refs[-1]))
     run = run_analysis("hedm.ffpeaks", {"params": p, "dark": dark}, refs, g,
                        os.path.join(results, name + ".h5"),
-                       hard=bool(getattr(args, "hard_placement", False)))
+                       hard=bool(getattr(args, "hard_placement", False)),
+                       overwrite=bool(getattr(args, "overwrite", False)))
     finish(os.path.join(out, "ff_run.json"),
            analysis_record(args, "hedm_ff", p, run, t_origin, "dark", refs), results)
     return run.written

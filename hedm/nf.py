@@ -61,7 +61,7 @@ from hedm.nfparams import read_nf_params
 from hedm.nfreduce import BACKGROUND_NAME, MAX_NAME, binary_images, kernel_params, spot_tables
 from hedm.params import (BINARY_SUFFIX, ParamError, add_flow_arguments, check_inputs,
                          flag_overrides, relative_to)
-from hedm.run import analysis_record, drain_results, finish
+from hedm.run import analysis_record, check_outputs_of, drain_results, finish
 
 __all__ = ["SCHEMA", "BINARY_SUFFIX", "add_arguments", "main", "finalize", "read_nf_params",
            "binary_images", "kernel_params", "spot_tables"]
@@ -140,7 +140,7 @@ def main(args):
         what to check).
     """
     from hedm.imtrans import raw_shape
-    from streams.offline import partitions
+    from streams.offline import frame_files, partitions
     from streams.protocol import ScanGeometry
     from workflows.flows.analysis import place, run_analysis
 
@@ -159,6 +159,8 @@ def main(args):
     refs = place(refs, args)
     out = getattr(args, "out", None) or os.getcwd()
     results = args.results or out
+    check_outputs_of(args, out, ["nf_run.json", p["ReducedFileName"] + ".h5"],
+                     [args.params] + frame_files(refs[0]) + frame_files(refs[-1]))
 
     work = os.path.join(out, "work")
     n_bands = p["BackgroundTasks"] or max(1, getattr(args, "workers", None) or 1)
@@ -176,7 +178,8 @@ def main(args):
     run = run_analysis("hedm.nfreduce", {"params": p, "background": work,
                                          "max_projection": work}, refs, g,
                        os.path.join(results, p["ReducedFileName"] + ".h5"),
-                       after=images)   # the analysis loads every distance's background
+                       # the analysis loads every distance's background
+                       after=images, overwrite=bool(getattr(args, "overwrite", False)))
     record = analysis_record(args, "hedm_nf", p, run, t_origin, "background", refs,
                              {"background": bands + images})
     record["background_bands"] = [b for i in images for b in i.result()]

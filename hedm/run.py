@@ -23,7 +23,7 @@ from workflows import on_this_node
 from workflows.errors import WorkflowError
 
 __all__ = ["stage_dict", "log_summary", "write_json", "drain_results", "ResultError",
-           "analysis_record", "finish"]
+           "analysis_record", "finish", "check_outputs_of"]
 
 
 class ResultError(WorkflowError):
@@ -89,6 +89,17 @@ def analysis_record(args: Any, workflow: str, params: Mapping[str, Any], run: An
     return record
 
 
+def check_outputs_of(args: Any, out: str, names: Sequence[str], inputs: Sequence[str]) -> None:
+    """Before any task: the run's files in ``out`` (``names``: the run record, and the
+    results the drain brings there) are none of ``inputs`` (``%n``: this node) and replace
+    no file this project did not write (unless ``--overwrite``;
+    :func:`stager.outputs.check_outputs`)."""
+    from stager.outputs import check_outputs
+
+    check_outputs([os.path.join(out, n) for n in names], [on_this_node(i) for i in inputs],
+                  overwrite=bool(getattr(args, "overwrite", False)))
+
+
 def finish(path: str, record: Mapping[str, Any], results: str) -> None:
     """Write ``record`` to ``path``; then a result of no use (its ``problem``) is a
     :class:`ResultError` (exit 1), the outputs kept in ``results`` for inspection."""
@@ -99,7 +110,11 @@ def finish(path: str, record: Mapping[str, Any], results: str) -> None:
 
 
 def write_json(path: str, record: Mapping[str, Any]) -> None:
-    """Write ``record`` as JSON atomically."""
+    """Write ``record`` as JSON atomically (marked as this project's, :mod:`stager.outputs`)."""
+    from stager.outputs import mark
+
+    record = dict(record)
+    mark(record)
     with replacing(path) as tmp, open(tmp, "w") as fh:
         json.dump(record, fh, indent=1, default=str)
 

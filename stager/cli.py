@@ -18,6 +18,8 @@ import importlib
 import sys
 from typing import List, Optional
 
+from stager.mpi.launcher import first_rank_speaks
+
 __all__ = ["main", "COMMANDS"]
 
 #: subcommand name -> (module, one-line help). Kept here, not discovered, so the
@@ -52,7 +54,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in argv if not a.startswith("-")), None)
     parser = _build_parser(command if command in COMMANDS else None)
-    args = parser.parse_args(argv)
+    with first_rank_speaks():       # under mpirun: a usage error printed once, not per rank
+        args = parser.parse_args(argv)
     module = importlib.import_module(COMMANDS[args.command][0])
     try:
         return int(module.run(args) or 0)

@@ -4,8 +4,8 @@ Messages name the rank, host and file where they apply, and say what to do.
 """
 from __future__ import annotations
 
-__all__ = ["StagerError", "PlanError", "CapacityError", "TransferError", "VerifyError",
-           "Interrupted"]
+__all__ = ["StagerError", "OptionError", "PlanError", "OutputError", "CapacityError",
+           "TransferError", "VerifyError", "Interrupted"]
 
 
 class StagerError(Exception):
@@ -16,8 +16,18 @@ class StagerError(Exception):
     """
 
 
+class OptionError(StagerError):
+    """An option, or the environment it names, cannot be used on some rank (an unset
+    ``--node-id-env`` variable); the same on every rank. Bad input: commands exit 2."""
+
+
 class PlanError(StagerError):
     """The spec expanded to an impossible or empty plan (no match, a conflict)."""
+
+
+class OutputError(PlanError):
+    """An output would be written over an input, or over a file this project did not write
+    (:mod:`stager.outputs`); nothing was written. Bad input: commands exit 2."""
 
 
 class CapacityError(StagerError):

@@ -61,7 +61,8 @@ from stager.errors import StagerError, TransferError
 from stager.mpi.agree import agreed
 from stager.mpi.job import Job, comm_and_job, job_for
 from stager.nodelocal import checksum, commit, localfs
-from stager.planning.plan import expand_node
+from stager.outputs import check_outputs
+from stager.planning.plan import count, expand_node
 
 __all__ = ["DrainFile", "NodeDrain", "DrainReport", "list_results", "targets",
            "merge_conflicts", "drain", "RECORD_PREFIX"]
@@ -123,9 +124,10 @@ class DrainReport:
             extra += f"; {skipped} already drained (same checksum), skipped"
         left = [x for n in self.nodes for x in n.left]
         if left:
-            extra += f"; {len(left)} file(s) left, not copied: {'; '.join(left[:3])}" + \
+            extra += f"; {count(len(left), 'file')} left, not copied: {'; '.join(left[:3])}" + \
                 (" ..." if len(left) > 3 else "")
-        return (f"drained {self.files} files, {self.bytes} bytes from {len(self.nodes)} nodes "
+        return (f"drained {count(self.files, 'file')}, {count(self.bytes, 'byte')} from "
+                f"{count(len(self.nodes), 'node')} "
                 f"to {self.dest}{' (merged)' if self.merge else ''} in {self.seconds:.2f} s "
                 f"({self.bytes / max(self.seconds, 1e-9) / 1e6:.1f} MB/s){extra}")
 
@@ -316,6 +318,9 @@ def _drain(comm: Any, layout: Any, src: str, dest: str, merge: bool, overwrite: 
         with agreed(comm, "drain (checking destination)", default=TransferError, node=node):
             if layout.is_leader:
                 dests = targets(dest, layout.name, mine, merge)
+                # a target inside SRC (DEST in SRC, or SRC = DEST/<node>) is a result itself
+                check_outputs(dests or [dest], [node_src + "/"], overwrite=True,
+                              what="drain target", hint="drain to a directory outside SRC")
                 log = _open_log(dest, layout.name, dests)
                 existing = []
                 for i, (f, target) in enumerate(zip(mine, dests)):

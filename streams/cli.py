@@ -146,7 +146,8 @@ def _receive(args: argparse.Namespace) -> int:
     from mpi4py import MPI
 
     import stager
-    from stager.errors import StagerError
+    from stager.errors import OptionError, PlanError, StagerError
+    from stager.mpi.agree import bcast_result
     from streams.job.output import exit_status
     from stager.commands.stage import job_of
     from streams import protocols
@@ -176,7 +177,7 @@ def _receive(args: argparse.Namespace) -> int:
         control_job.start(control, lambda m: print(m, file=sys.stderr, flush=True))
 
     rejections: Dict[str, Any] = {}
-    try:
+    try:    # refused start: options, the analysis, the output; nothing made yet (exit 2)
         # given flags, then STAGER_STREAM_* (rank 0's, as the job broadcasts them), defaults
         given = {o.name: getattr(args, o.name) for o in SESSION_OPTIONS if hasattr(args, o.name)}
         given.update({o.name: getattr(args, o.name) for o in protocols.options()},
@@ -185,20 +186,18 @@ def _receive(args: argparse.Namespace) -> int:
                      analysis_options=analysis_options(args.analysis_params, args.set))
         control = control_job.prepare(comm, args, given)     # --control: configured here
         opts = SessionOptions.resolve(**given)
+        bcast_result(comm, _check_start, opts)
+    except (ValueError, StagerError) as e:
+        control_job.finish(control)
+        return _failed(comm, e, 2)
+    try:
         job = job_of(args, comm)
         outcomes = receive_scans(comm, opts, job=job, on_written=drain, on_ready=ready,
                                  on_rejections=rejections.update)
-    except ValueError as e:
-        if comm.rank == 0:
-            print(f"stager stream receive: {e}", file=sys.stderr)
-        return 2
-    except StagerError as e:
-        if comm.rank == 0:
-            print(f"stager stream receive: {e}", file=sys.stderr, flush=True)
-        sys.stderr.flush()
+    except (ValueError, StagerError) as e:
         control_job.finish(control)      # disarm before the job ends
-        comm.Abort(1)   # a rank may still wait in a non-blocking barrier: end them all
-        return 1
+        return _failed(comm, e, 2 if isinstance(e, (ValueError, PlanError, OptionError))
+                       else 1)
     finally:
         control_job.finish(control)      # at the end, or on any failure: disarm
     if comm.rank == 0:
@@ -222,6 +221,45 @@ def _receive(args: argparse.Namespace) -> int:
     # non-zero exit code ... the job has been aborted"): the scan's report was lost.
     status = exit_status([o.report for o in outcomes], opts.scans, opts.allow_loss)
     return status if comm.rank == 0 else 0
+
+
+def _check_start(opts: Any) -> None:
+    """Rank 0, before the job makes anything (keys, rendezvous, node-local directories):
+    the analysis loads, and ``--out`` is inside neither ``--local`` nor ``--spill``."""
+    from stager.outputs import check_outputs
+    from streams.loading import load_analysis
+
+    load_analysis(opts.analysis, opts.analysis_options)
+    dirs = [(flag, d) for flag, d in (("--local", opts.local), ("--spill", opts.spill)) if d]
+    for flag, d in dirs:
+        check_outputs([opts.out], [d.split("%n")[0].rstrip("/") + "/"],
+                      what="--out", hint=f"give an --out outside {flag} {d}")
+
+
+#: How long a rank that failed alone waits for rank 0 (told by the loop's abort) to say
+#: why and end the job, before it says so itself.
+_GRACE_S = 5.0
+
+
+def _failed(comm: Any, e: BaseException, code: int) -> int:
+    """Rank 0 says what failed, once; the exit status is ``code`` (2: bad input).
+
+    Bad input every rank raised alike (agreed, or the same option on all) returns on
+    every rank: no rank is inside the job yet. Anything else (an analysis failing on a
+    receiver while others still serve, a rank left in a non-blocking barrier) ends the
+    job with ``MPI_Abort``: rank 0, told by the loop's abort, says why first; another
+    rank waits for it, and says so itself only if it is not ended."""
+    everyone = code == 2 and (isinstance(e, ValueError) or
+                              getattr(e, "agreed_by", 0) == comm.size)
+    if comm.rank == 0:
+        print(f"stager stream receive: {e}", file=sys.stderr, flush=True)
+    if everyone:
+        return code if comm.rank == 0 else 0
+    if comm.rank != 0:
+        time.sleep(_GRACE_S)
+        print(f"stager stream receive: rank {comm.rank}: {e}", file=sys.stderr, flush=True)
+    comm.Abort(code)
+    return code
 
 
 def _rejections_line(job: Dict[str, Any], out: str) -> str:

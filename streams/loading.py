@@ -14,10 +14,21 @@ from streams.analysis import Analysis, FrameSum
 from streams.errors import StreamError
 from streams.pyfile import load_file
 
-__all__ = ["load_analysis", "analysis_options", "DEFAULT_NAME"]
+__all__ = ["load_analysis", "analysis_options", "DEFAULT_NAME", "ANALYSES"]
 
 #: Name looked up in a flow file when ``--analysis FILE.py`` names no object.
 DEFAULT_NAME = "ANALYSIS"
+
+#: The analyses this project ships (``--analysis NAME``), listed when a name is not found.
+ANALYSES = ("sum", "stem4d.flow", "hedm.ffpeaks", "hedm.nfreduce")
+
+
+def _known(where: str) -> str:
+    """What to say after an analysis ``where`` that is not one: a suggestion, the list."""
+    close = [a for a in ANALYSES if a.startswith(where + ".")]
+    hint = f"did you mean {' or '.join(close)}? " if close else ""
+    return (f"{hint}the analyses shipped: {', '.join(ANALYSES)}; or give pkg.module[:NAME], "
+            "FILE.py[:NAME] or udf:MODULE:CLASS")
 
 
 def analysis_options(analysis_params: Optional[str], sets: Sequence[str] = ()) -> Any:
@@ -78,11 +89,11 @@ def load_analysis(spec: Optional[str], options: Any = None) -> Analysis:
         try:
             mod = load_file(where) if where.endswith(".py") else importlib.import_module(where)
         except (ImportError, OSError) as e:
-            raise StreamError(f"cannot load analysis {spec!r}: {e}") from e
+            raise StreamError(f"cannot load analysis {spec!r}: {e}; {_known(where)}") from e
         obj = getattr(mod, name or DEFAULT_NAME, None)
         if obj is None:
-            raise StreamError(f"analysis {spec!r}: {where} defines no {name or DEFAULT_NAME} "
-                              "(give FILE.py:NAME or define ANALYSIS in it)")
+            raise StreamError(f"analysis {spec!r}: {where} defines no {name or DEFAULT_NAME}; "
+                              f"{_known(where)}")
     if not isinstance(obj, Analysis):
         if not callable(obj):
             raise StreamError(f"analysis {spec!r} is neither an Analysis nor a callable")

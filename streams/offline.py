@@ -150,9 +150,23 @@ def dataset_geometry(path: str, dataset: str, scan: str = "offline",
     """The scan geometry of a frames dataset (3-D needs ``scan_shape``, else (1, F))."""
     import h5py
 
-    with h5py.File(path, "r") as f:
-        d = f[dataset]
-        shape, dtype = d.shape, d.dtype
+    if not os.path.isfile(path):
+        raise StreamError(f"--frames {path}:{dataset}: no such file {path}: give an existing "
+                          "HDF5 file (FILE.h5:/DATASET)")
+    try:
+        with h5py.File(path, "r") as f:
+            if not isinstance(f.get(dataset), h5py.Dataset):
+                names: list = []
+                f.visititems(lambda n, o: names.append("/" + n)
+                             if isinstance(o, h5py.Dataset) and len(o.shape) in (3, 4)
+                             else None)
+                raise StreamError(f"--frames {path}:{dataset}: no such dataset in {path}; "
+                                  "frames datasets there: " + (", ".join(names[:8]) or "none"))
+            d = f[dataset]
+            shape, dtype = d.shape, d.dtype
+    except OSError as e:
+        raise StreamError(f"--frames {path}: cannot read it as HDF5 ({e}): give an HDF5 "
+                          "file of frames (FILE.h5:/DATASET)") from e
     if len(shape) == 4:
         ss: Tuple[int, int] = (int(shape[0]), int(shape[1]))
     elif len(shape) == 3:

@@ -11,7 +11,8 @@ Under ``mpirun`` every rank runs this module. All ranks stage collectively
 
 Then the shutdown leader hook runs, and every rank exits with rank 0's status:
 0 if all tasks succeeded, 1 if any failed (a summary naming each failed task
-is printed), 2 for bad input. Every step is collective or agreed, so a failure
+is printed), 2 for bad input (also an error the flow's ``main`` raises before it
+launched any task: its arguments or inputs). Every step is collective or agreed, so a failure
 anywhere ends the job on all ranks instead of hanging it.
 
 Time limits and crashes: ``--timeout S`` bounds the flow (tasks still running
@@ -29,7 +30,10 @@ A flow file defines ``main(args)``, which builds the task graph and returns its
 final future(s) (or a list/dict of them), and optionally ``add_arguments(parser)``
 for its own options (given after ``--``). ``args`` is an ``argparse.Namespace``
 with the flow's options plus ``argv`` (flow arguments), ``out`` (absolute
-output directory: ``--out`` or the current directory), ``executor`` (its
+output directory: ``--out``, else a new directory ``<folder>-<flow>-out-<date>-<time>`` made in
+the current directory, never the current directory itself), ``overwrite``
+(``--overwrite``: results may replace files this project did not write, see
+:mod:`stager.outputs`; never an input), ``executor`` (its
 name), ``workers``, ``ranks``, ``stage_report`` (or ``None``) and ``flow``
 (the flow file).
 
@@ -51,12 +55,16 @@ import traceback
 from typing import Any, Dict, List, Optional, Tuple
 
 import stager
-from stager.mpi.agree import agree, quiet_barrier
+from hooks import SpecError
+from stager.errors import OptionError, PlanError, StagerError
+from stager.mpi.agree import agree, bcast_result, quiet_barrier
 from stager.mpi.job import Job
+from stager.mpi.launcher import first_rank_speaks
 from stager.mpi.nodes import local_node_name
 from stager.options import resolve_node_id, split_node_id
+from stager.outputs import run_directory
 
-from .errors import FlowError, WorkflowError
+from .errors import FlowError, TaskFailure, WorkflowError
 from .executors import NAMES, ROWS, Executor, make
 from .futures import exception_of, find_futures, wait_all
 from .leader import leader_hooks_from, run_leader_hook
@@ -130,7 +138,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--out",
         default=None,
         metavar="DIR",
-        help="output directory (default: the current directory)",
+        help="output directory (default: a new directory FOLDER-FLOW-out-DATE-TIME here)",
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="results may replace existing files mpistage did not write (never an input)",
     )
     p.add_argument(
         "--leader-hook-startup",
@@ -268,6 +281,7 @@ def _drive(module: Any, ns: argparse.Namespace, ex: Executor, opts: Any = None) 
     ns.workers = ex.workers
     t0 = time.perf_counter()
     error = None
+    bad_input = False
     result = None
     rt = ex.runtime
     limit = getattr(opts, "timeout", None)
@@ -278,9 +292,11 @@ def _drive(module: Any, ns: argparse.Namespace, ex: Executor, opts: Any = None) 
     except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt):
             raise
-        if isinstance(exc, (WorkflowError, ValueError)):
-            # A user-facing error (bad parameter, failed task): its message says it all.
+        if isinstance(exc, (WorkflowError, StagerError, ValueError)):
+            # A user-facing error (bad parameter, failed task): its message says it all;
+            # raised by main before any task was launched, it is about the flow's input.
             error = f"{type(exc).__name__}: {exc}"
+            bad_input = rt.launched == 0 and not isinstance(exc, TaskFailure)
         else:
             error = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     rt.wait()
@@ -307,6 +323,7 @@ def _drive(module: Any, ns: argparse.Namespace, ex: Executor, opts: Any = None) 
         "result": _short_result(result, failed_results),
     }
     status["ok"] = error is None and not rt.failures and not rt.skipped and not failed_results
+    status["bad_input"] = bad_input
     return status
 
 
@@ -326,7 +343,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     own, flow_argv = _split_argv(argv)
     parser = build_parser()
-    opts, unknown = parser.parse_known_args(own)
+    with first_rank_speaks():       # under mpirun: a usage error printed once, not per rank
+        opts, unknown = parser.parse_known_args(own)
     flow_argv = unknown + flow_argv
     # Everything up to here, and loading the flow, is identical on every rank.
     name = opts.executor or os.environ.get(ENV_EXECUTOR) or ("mpi" if under_mpirun() else "local")
@@ -345,25 +363,37 @@ def main(argv: Optional[List[str]] = None) -> int:
     rank = comm.Get_rank() if comm is not None else 0
     try:
         module = load_flow(opts.flow)
-        ns = _flow_namespace(module, opts.flow, flow_argv)
-        out = os.path.abspath(opts.out or os.getcwd())
-        os.makedirs(out, exist_ok=True)
+        with first_rank_speaks():
+            ns = _flow_namespace(module, opts.flow, flow_argv)
+        out = os.path.abspath(opts.out) if opts.out else ""
+        if out:
+            os.makedirs(out, exist_ok=True)
         if opts.stage and not os.path.isfile(opts.stage):
             raise FlowError(f"--stage {opts.stage}: no such hook spec file")
         for flag, value in (("--timeout", opts.timeout), ("--task-timeout", opts.task_timeout)):
             if value is not None and not (0 < value < float("inf")):
                 raise FlowError(f"{flag} {value:g}: expected a positive number of seconds")
         local_error: Optional[BaseException] = None
-    except (WorkflowError, OSError) as exc:
+    except (WorkflowError, StagerError, OSError) as exc:
         local_error = exc
     except SystemExit as exc:  # the flow's own argument parser
         local_error = FlowError(f"bad flow arguments (exit {exc.code})")
     mine = str(local_error) if local_error else None  # the first rank's error, on every rank
     bad = next((e for e in comm.allgather(mine) if e), None) if comm is not None else mine
+    if not bad and not out:     # a new directory named for the run, made once (rank 0)
+        flow_file = getattr(module, "__file__", None) or opts.flow
+        path = os.path.splitext(os.path.abspath(flow_file))[0]
+        stem = f"{os.path.basename(os.path.dirname(path))}-{os.path.basename(path)}"
+        try:
+            out = bcast_result(comm, run_directory, stem) if comm is not None \
+                else run_directory(stem)
+        except (StagerError, OSError) as exc:
+            bad = f"cannot make the results directory: {exc}; give --out DIR"
     if bad:
         if rank == 0:
             print(f"error: {bad}", file=sys.stderr)
         return 2
+    ns.overwrite = bool(opts.overwrite)
     ns.out, ns.executor, ns.ranks, ns.stage_report = out, name, comm.Get_size() if comm else 1, None
     ns.stage_spec = None
     # Flows that address node-local copies (%n) need the node layout the stager used.
@@ -407,7 +437,8 @@ def _run(opts, module, ns, name: str, comm: Any, hooks) -> int:
             print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         if job is not None:
             job.free()
-        return 1
+        # bad input (an unset --node-id-env variable, a spec error): 2; a failed staging: 1
+        return 2 if isinstance(exc, (OptionError, PlanError, SpecError, ValueError)) else 1
 
     t = time.perf_counter()
     options = pkgutil.resolve_name(ROWS[name]).run_options(opts, job)  # the executor's own
@@ -445,7 +476,7 @@ def _run(opts, module, ns, name: str, comm: Any, hooks) -> int:
         status = comm.bcast(status if rank == 0 else None, root=0)
     times["flow"] = time.perf_counter() - t
 
-    code = 0 if status.get("ok") else 1
+    code = 0 if status.get("ok") else 2 if status.get("bad_input") else 1
     if callable(getattr(module, "finalize", None)):
         code = max(code, _finalize(module, ns, comm, rank))
     if hooks.shutdown:

@@ -1,7 +1,7 @@
 """``stager drain SRC DEST``: copy every node's node-local results to the shared filesystem.
 
 Run under ``mpirun``/``srun`` with at least one rank per node. Rank 0 prints one
-summary line (files, bytes, seconds, rate). Exit 0 on success, 1 when the drain
+summary line on stdout (files, bytes, seconds, rate). Exit 0 on success, 1 when the drain
 failed on any rank (the same one-line reason on every rank), 2 on bad options.
 """
 from __future__ import annotations
@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from typing import Any
 
 import stager
@@ -39,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
         report = stager.drain(args.src, args.dest, job=job_of(args, comm), merge=args.merge,
                               overwrite=args.overwrite, verify=args.verify)
         if comm.rank == 0:
-            print(report.summary(), file=sys.stderr)
+            print(report.summary())
             if args.json:
                 tmp = f"{args.json}.tmp-{os.getpid()}"
                 with open(tmp, "w") as fh:

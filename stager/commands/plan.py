@@ -2,9 +2,12 @@
 
 Runs on one process, without MPI. Every block kind is shown: whole files, and
 the HDF5 copies of ``h5`` blocks with their selections and estimated size
-(which the space check counts). Exit 0 when the plan is valid (even if a
-destination lacks room here: this machine may not be a compute node), 2 on a
-spec or plan error, with ``FILE:LINE:COL: message`` as the first line on stderr.
+(which the space check counts). The space a destination needs is counted as
+``stager stage`` counts it: every copy rounded up to whole blocks of the
+destination's filesystem. Exit 0 when the plan is valid (even if a destination
+lacks room here: this machine may not be a compute node; ``--check`` makes that
+exit 1), 2 on a spec or plan error, with ``FILE:LINE:COL: message`` as the first
+line on stderr.
 """
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ from typing import Dict, List, Optional, Tuple
 
 from hooks import SpecError, load_spec
 from stager.errors import PlanError
-from stager.nodelocal.space import DestinationSpace, check_space
+from stager.nodelocal.space import DestinationSpace, allocated, block_size, check_space
 from stager.planning import build_plan
 from stager.planning.plan import Plan, describe_size, expand_node
 from stager.planning.kinds import kind, split
@@ -38,6 +41,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="for scatter blocks: place their files (and split their HDF5 "
                         "selections into frame ranges) on N nodes and show each node's "
                         "bytes (without it, the space check counts them whole)")
+    p.add_argument("--check", action="store_true",
+                   help="exit 1 when a destination does not fit on this machine")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -87,7 +92,13 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(render_text(plan, space, node, limit=None if args.all else SHOWN,
                           per_node=per_node))
-    return 0
+    short = [s for s in space if not s.fits]
+    if short:
+        print(f"stager plan: {len(short)} destination(s) do not fit on this machine, first "
+              f"{short[0].dest} (short by {describe_size(short[0].shortfall)})"
+              + ("" if args.check else "; exit 0 as this machine may not be a compute node "
+                 "(--check: exit 1)"), file=sys.stderr)
+    return 1 if short and args.check else 0
 
 
 def destination_space(plan: Plan, node: str,
@@ -96,23 +107,27 @@ def destination_space(plan: Plan, node: str,
     """Free space for each block's destination on this machine, as node ``node``.
 
     A scatter block counts the bytes of the most loaded node when ``held`` (its
-    placement) is given, else its whole size (one node holding everything).
+    placement) is given, else its whole size (one node holding everything). Every
+    copy counts whole blocks of its destination's filesystem, as the capacity check
+    of ``stager stage`` counts it (:func:`stager.nodelocal.space.allocated`).
     """
-    needs: Dict[str, int] = OrderedDict()
+    dests = [expand_node(b.dest, node) for b in plan.blocks]
+    blocks = {d: block_size(d) for d in dict.fromkeys(dests)}
+    needs: Dict[str, int] = OrderedDict((d, 0) for d in dests)
     share: Dict[int, List[int]] = {}
-    if held:
-        nodes = 1 + max(n for hs in held.values() for n in hs)
-        for (kind, i), hs in held.items():
-            u = plan.units(kind)[i]
-            per = share.setdefault(u.block, [0] * nodes)
-            for n in hs:
-                per[n] += u.out_bytes
-    for index, block in enumerate(plan.blocks):
-        dest = expand_node(block.dest, node)
-        nbytes = block.bytes
-        if block.mode == "scatter" and held:
-            nbytes = max(share.get(index, [0]))
-        needs[dest] = needs.get(dest, 0) + nbytes
+    nodes = 1 + max(n for hs in held.values() for n in hs) if held else 1
+    for k in plan.outputs:
+        for i, u in enumerate(plan.units(k)):
+            size = allocated(u.out_bytes, blocks[dests[u.block]])
+            if plan.blocks[u.block].mode == "scatter" and held:
+                per = share.setdefault(u.block, [0] * nodes)
+                for n in held.get((k, i), ()):
+                    per[n] += size
+            else:
+                needs[dests[u.block]] += size
+    for index, d in enumerate(dests):
+        if plan.blocks[index].mode == "scatter" and held:
+            needs[d] += max(share.get(index, [0]))
     return check_space(needs.items())
 
 

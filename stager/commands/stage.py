@@ -14,11 +14,11 @@ import argparse
 import shlex
 import signal
 import sys
-from typing import Any, Callable
+from typing import Any, Callable, List
 
 import stager
 from hooks import SpecError
-from stager.errors import Interrupted, PlanError, StagerError
+from stager.errors import Interrupted, OptionError, PlanError, StagerError
 from stager.options import METHODS
 
 
@@ -46,12 +46,21 @@ def add_node_id_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--node-id-env", metavar="VAR", default=None,
                    help="ranks with the same value of environment variable VAR form a node "
                         "(e.g. SLURMD_NODENAME)")
+    p.add_argument("--quiet", action="store_true",
+                   help="do not say that a command started without mpirun/srun runs as one "
+                        "rank on one node")
 
 
 def job_of(args: argparse.Namespace, comm: Any) -> Any:
     """Collective over `comm`: every rank must call. The command's one job context."""
     from stager.mpi.job import Job
+    from stager.mpi.launcher import launcher_size
 
+    if comm.size == 1 and launcher_size() is None and not getattr(args, "quiet", False):
+        print(f"stager {getattr(args, 'command', '')}: not started by mpirun or srun: running "
+              "as one rank on one node (this machine); start it with mpirun -n N (one rank "
+              "or more per node) to reach every node; --quiet hides this note",
+              file=sys.stderr, flush=True)
     return Job.from_comm(comm, getattr(args, "node_id", None),
                          emulate_nodes=getattr(args, "emulate_nodes", None),
                          node_id_env=getattr(args, "node_id_env", None))
@@ -102,7 +111,7 @@ def run_collective(name: str, body: Callable[[Any], int]) -> int:
         if comm.rank == 0:
             print(e.render() if hasattr(e, "render") else str(e), file=sys.stderr)
         return 2
-    except (PlanError, ValueError, TypeError) as e:
+    except (PlanError, OptionError, ValueError, TypeError) as e:
         if comm.rank == 0:
             print(f"stager {name}: {e}", file=sys.stderr)
         return 2
@@ -112,6 +121,17 @@ def run_collective(name: str, body: Callable[[Any], int]) -> int:
         return 1
 
 
+def resume_command(argv: List[str]) -> str:
+    """How to resume an interrupted run of ``stager ARGV``: run it again. Pure.
+
+    Never with ``--force``: a resumed run skips every copy already complete, which
+    ``--force`` would stage all over again."""
+    cmd = " ".join(["stager"] + [shlex.quote(a) for a in argv if a != "--force"])
+    if "--force" in argv:
+        return f"run it again without --force (which would stage everything again): {cmd}"
+    return f"run the same command again: {cmd}"
+
+
 def _interrupted(name: str, comm: Any, e: Interrupted) -> int:
     """One line on rank 0 (what, how much is done, how to resume); exit 128 + signal."""
     from stager.staging import interrupt
@@ -119,9 +139,8 @@ def _interrupted(name: str, comm: Any, e: Interrupted) -> int:
     signum = interrupt.pending() or e.signum or signal.SIGTERM
     if comm.rank == 0:
         note = getattr(e, "progress_note", None) or "nothing was transferred yet"
-        cmd = " ".join(["stager"] + [shlex.quote(a) for a in sys.argv[1:]])
         print(f"stager {name}: interrupted by {interrupt.signal_name(signum)}: {note}; to "
-              f"resume, run the same command again: {cmd}", file=sys.stderr, flush=True)
+              f"resume, {resume_command(sys.argv[1:])}", file=sys.stderr, flush=True)
     return 128 + int(signum)
 
 

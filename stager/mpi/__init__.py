@@ -9,7 +9,9 @@
 * :mod:`stager.mpi.loop` -- the one message loop of every MPI role (``Loop``);
 * :mod:`stager.mpi.link` -- the one message link of the MPI loops (``Link``), every
   tag of the project (``TAGS``), a worker's window (``Credits``);
-* :mod:`stager.mpi.tree` -- the one merge tree.
+* :mod:`stager.mpi.tree` -- the one merge tree;
+* :mod:`stager.mpi.launcher` -- rank and size as the launcher set them, before MPI
+  starts (an argument error printed once, not once per rank).
 
 Every function here that communicates says so ("Collective over `comm`") and
 takes the communicator as a parameter. Used by the stager and by the workflow

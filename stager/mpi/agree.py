@@ -119,6 +119,7 @@ def agree(comm: Any, error: Optional[BaseException], what: str = "", *,
         out = cls_out(format_failures(failures, what))
     except Exception:  # a class of ours that needs other arguments
         out = default(format_failures(failures, what))
+    out.agreed_by = comm.Get_size()  # type: ignore[union-attr]  # every rank raises it
     raise out from error
 
 
@@ -171,6 +172,7 @@ def bcast_result(comm: Any, fn: Callable[..., Any], *args: Any, **kwargs: Any) -
                 payload = pickle.dumps(("err", StagerError(describe(e))))
     kind, value = pickle.loads(comm.bcast(payload, root=0))
     if kind == "err":
+        value.agreed_by = comm.Get_size()  # every rank raises it
         raise value
     return value
 

@@ -37,7 +37,7 @@ import socket
 from dataclasses import dataclass
 from typing import Any, List, Optional, Sequence, Tuple
 
-from stager.errors import StagerError
+from stager.errors import OptionError, StagerError
 
 __all__ = ["NodeLayout", "node_layout", "name_nodes", "local_node_name", "emulated_ids",
            "assign_nodes", "check_node_name", "check_node_options"]
@@ -168,9 +168,10 @@ def name_nodes(size: int, *, emulate_nodes: Optional[int] = None,
     ------
     ValueError
         ``emulate_nodes`` outside ``1..size``, or lengths that do not match ``size``.
+    OptionError
+        A ``node_id_env`` value missing on some rank (the same on every rank).
     StagerError
-        A ``node_id_env`` value missing on some rank, or a name that cannot be a
-        directory name (it replaces ``%n``); the same on every rank.
+        A name that cannot be a directory name (it replaces ``%n``); the same on every rank.
     """
     if emulate_nodes is not None:
         ids = emulated_ids(size, emulate_nodes)
@@ -179,7 +180,7 @@ def name_nodes(size: int, *, emulate_nodes: Optional[int] = None,
             raise ValueError(f"expected {size} node ids, got {len(env_values)}")
         unset = [r for r, v in enumerate(env_values) if not v]
         if unset:
-            raise StagerError(
+            raise OptionError(
                 f"environment variable {env_name} is unset or empty on rank(s) "
                 f"{', '.join(map(str, unset[:8]))}{' ...' if len(unset) > 8 else ''}; "
                 "set it on every rank or drop --node-id-env")

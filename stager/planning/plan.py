@@ -241,6 +241,11 @@ class Plan:
                             if v})
 
 
+def count(n: int, word: str) -> str:
+    """``1 file``, ``2 files``: a count and its noun, for humans."""
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
 def describe_size(n: Optional[int]) -> str:
     """Bytes in binary units, for humans (``1.5 MiB``)."""
     if n is None:

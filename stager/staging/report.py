@@ -20,7 +20,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, Optional, Tuple
 
-from stager.planning.plan import describe_size
+from stager.planning.plan import count, describe_size
 
 __all__ = ["Report", "SourceMeter", "Progress"]
 
@@ -154,8 +154,9 @@ class Report:
         kinds = "".join(f", {v['outputs']} of them {v['label']}"
                         for v in (self.extra or {}).values()
                         if isinstance(v, dict) and v.get("label") and v.get("outputs"))
-        return (f"staged {self.files} files{kinds} ({describe_size(self.bytes_per_node)}) "
-                f"to {len(self.nodes)} node(s) with {self.method}: "
+        return (f"staged {count(self.files, 'file')}{kinds} "
+                f"({describe_size(self.bytes_per_node)}) "
+                f"to {count(len(self.nodes), 'node')} with {self.method}: "
                 f"{self.files_transferred} transferred, {self.files_skipped} skipped, "
                 f"{describe_size(self.bytes_written)} written in {self.seconds:.2f} s "
                 f"({self.delivered_gbps:.2f} GB/s delivered), amplification {amp}")

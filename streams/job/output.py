@@ -21,8 +21,9 @@ job itself knows about every scan position:
 
 and root attributes ``scan``, ``frames``, ``scan_shape``, ``frame_shape``,
 ``dtype``, ``sectors``, ``producers``, ``ok``, ``ended_by``, ``analysis``,
-``loss_fraction``. The file is built in memory (``driver='core'``) and written
-to a temporary name then renamed: it appears whole, once.
+``loss_fraction`` and ``written_by`` (``mpistage``: :mod:`stager.outputs` tells the
+project's results from other files by it). The file is built in memory
+(``driver='core'``) and written to a temporary name then renamed: it appears whole, once.
 
 ``<scan>.json`` is the merged :class:`~streams.accounting.ScanReport`
 (``to_dict``) plus ``outputs``, ``timing`` and ``lost_receivers`` when ranks were
@@ -36,6 +37,7 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from stager.nodelocal import localfs
+from stager.outputs import mark
 from streams.accounting import ScanReport
 from streams.analysis import Analysis
 
@@ -64,6 +66,7 @@ def write_scan(path: str, analysis: Analysis, partial: Any, report: ScanReport,
                         "producers": g.producers, "ok": report.ok, "ended_by": report.ended_by,
                         "analysis": analysis.name,
                         "loss_fraction": report.loss_fraction()})
+        mark(f.attrs)
         f.flush()
         image = f.id.get_file_image()
     with localfs.AtomicFile(path, mode=0o644, hash=False) as af:
@@ -122,6 +125,7 @@ def write_report(path: str, report: Optional[ScanReport], extra: Dict[str, Any])
     """Write ``<scan>.json`` atomically: the report's dict updated with ``extra``."""
     d: Dict[str, Any] = report.to_dict() if report is not None else {}
     d.update(extra)
+    mark(d)
     localfs.write_bytes_atomic(path, (json.dumps(d, indent=1, default=_plain) + "\n").encode(),
                                mode=0o644)
 

@@ -112,7 +112,7 @@ def test_drain_resumes_after_a_permission_error_without_overwrite():
         os.chmod(blocked, 0o644)  # the cause is fixed
         r = run(base, 2, *args, "--json", str(base / "d.json"), user="nobody")
         assert r.returncode == 0, r.stdout + r.stderr  # no --overwrite needed
-        assert "already drained (same checksum), skipped" in r.stderr, r.stderr
+        assert "already drained (same checksum), skipped" in r.stdout, r.stdout + r.stderr
         rep = json.loads((base / "d.json").read_text())
         copied = {n["node"]: n["files"] for n in rep["nodes"]}
         assert sum(copied.values()) == 8 - len(drained), (copied, drained)

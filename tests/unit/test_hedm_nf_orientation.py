@@ -206,6 +206,6 @@ def test_stage1_distance_without_spots_fails(small, tmp_path):
 
 def test_frame_shape_is_checked_after_the_transforms(small, tmp_path):
     proc = run("nf.py", os.path.join(small, "nf.params"), tmp_path / "o", "--ImTransOpt", "3")
-    assert proc.returncode == 1, proc.stderr
+    assert proc.returncode == 2, proc.stderr      # bad input, found before any task
     assert "frames of 512 rows x 288 columns after ImTransOpt 3 (transpose), but " \
            "NrPixelsZ x NrPixelsY is 288 x 512" in proc.stderr, proc.stderr

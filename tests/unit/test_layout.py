@@ -164,9 +164,13 @@ STAGER_LAYERS = {
     "stager.planning": {"hooks", "kernels"},  # kernels.io.h5filters: the one filter table
     "stager.nodelocal": {"stager.mpi", "stager.planning"},
     "stager.staging": {"stager.mpi", "stager.planning", "stager.nodelocal", "hooks"},
-    "stager.stageout": {"stager.mpi", "stager.planning", "stager.nodelocal", "stager.drainlog"},
+    "stager.stageout": {"stager.mpi", "stager.planning", "stager.nodelocal", "stager.drainlog",
+                        "stager.outputs"},
     "stager.drainlog": {"stager.nodelocal"},
-    "streams": {"stager.mpi", "stager.planning", "stager.nodelocal", "stager.staging"},
+    # no output over an input: the one check of every writer of results, on nothing else
+    "stager.outputs": set(),
+    "streams": {"stager.mpi", "stager.planning", "stager.nodelocal", "stager.staging",
+                "stager.outputs"},
     # the block kinds: plug-ins above the machinery that asks them through the table
     # (stager.planning.kinds names each by "module:Class", imported when first asked)
     "stager.kinds": {"stager.mpi", "stager.planning", "stager.nodelocal", "stager.staging",

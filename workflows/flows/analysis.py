@@ -172,13 +172,26 @@ class Run(NamedTuple):
 
 def run_analysis(spec: Optional[str], params: Any, refs: Sequence[Any], geometry: Any,
                  path: str, valid: Optional[Tuple[str, str]] = None,
-                 hard: bool = False, after: Any = None) -> Run:
+                 hard: bool = False, after: Any = None, overwrite: bool = False) -> Run:
     """Run the analysis ``spec`` (options ``params``, whose strings may hold ``%n``) over
     ``refs`` (:class:`streams.offline.PartitionRef`) of a scan of ``geometry``; write
     ``path``. One task per ref (on ``ref.node`` if set: softly, or only there if
     ``hard``; after the futures ``after``), the ordered tree merge, one :func:`write`.
     Returns at once; ``Run.written.result()`` is ``{"node", "h5", "bytes", "files",
-    "frames", "problem"}``: the caller decides how a ``problem`` fails its run."""
+    "frames", "problem"}``: the caller decides how a ``problem`` fails its run.
+
+    Raises
+    ------
+    stager.errors.OutputError
+        Before any task: ``path`` is one of the frame files or the ``valid`` file, or
+        inside an input directory, or exists and was not written by this project
+        (without ``overwrite``; :func:`stager.outputs.check_outputs`)."""
+    from stager.outputs import check_outputs
+    from streams.offline import frame_files
+
+    inputs = [on_this_node(f) for ref in refs for f in frame_files(ref)]
+    check_outputs([on_this_node(path)], inputs + ([valid[0]] if valid else []),
+                  overwrite=overwrite)
     tasks = [(process.on(ref.node, hard=hard) if ref.node else process)(
         ref, spec, params, geometry, valid, hard, after) for ref in refs]
     merges: List[Any] = []
@@ -236,7 +249,8 @@ def main(args: Any) -> Any:
         params = {**(params or {}), **a.use_samples(read_frames(refs, wanted))}
     _analysis(args.analysis, params, g)      # dtype, masks, calibration: before any task
     run = run_analysis(args.analysis, params, place(refs, args), g,
-                       os.path.join(args.out, f"{g.scan}.h5"), valid)
+                       os.path.join(args.out, f"{g.scan}.h5"), valid,
+                       overwrite=getattr(args, "overwrite", False))
     why = run.written.result()["problem"]
     if why:
         raise StreamError(f"{run.written.result()['h5']}: {why} (the file is written for "
