@@ -399,7 +399,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     # Flows that address node-local copies (%n) need the node layout the stager used.
     ns.emulate_nodes, ns.node_id_env = opts.emulate_nodes, opts.node_id_env
     ns.node_id = None  # the runner's job sets it: how ranks form nodes, one value
-    return _run(opts, module, ns, name, comm, hooks)
+    code = _run(opts, module, ns, name, comm, hooks)
+    if code == 2 and not opts.out and rank == 0:
+        try:        # a refused run leaves nothing behind: not even its empty directory
+            os.rmdir(out)
+        except OSError:
+            pass    # not empty: something was written, keep it
+    return code
 
 
 def _run(opts, module, ns, name: str, comm: Any, hooks) -> int:
