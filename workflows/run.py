@@ -343,7 +343,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     own, flow_argv = _split_argv(argv)
     parser = build_parser()
-    with first_rank_speaks():       # under mpirun: a usage error printed once, not per rank
+    with first_rank_speaks(exit_quietly=True):  # under mpirun: a usage error said once
         opts, unknown = parser.parse_known_args(own)
     flow_argv = unknown + flow_argv
     # Everything up to here, and loading the flow, is identical on every rank.
