@@ -54,7 +54,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in argv if not a.startswith("-")), None)
     parser = _build_parser(command if command in COMMANDS else None)
-    with first_rank_speaks():       # under mpirun: a usage error printed once, not per rank
+    with first_rank_speaks(exit_quietly=True):  # under mpirun: a usage error said once
         args = parser.parse_args(argv)
     module = importlib.import_module(COMMANDS[args.command][0])
     try:

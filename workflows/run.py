@@ -343,7 +343,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     own, flow_argv = _split_argv(argv)
     parser = build_parser()
-    with first_rank_speaks():       # under mpirun: a usage error printed once, not per rank
+    with first_rank_speaks(exit_quietly=True):  # under mpirun: a usage error said once
         opts, unknown = parser.parse_known_args(own)
     flow_argv = unknown + flow_argv
     # Everything up to here, and loading the flow, is identical on every rank.
@@ -399,7 +399,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     # Flows that address node-local copies (%n) need the node layout the stager used.
     ns.emulate_nodes, ns.node_id_env = opts.emulate_nodes, opts.node_id_env
     ns.node_id = None  # the runner's job sets it: how ranks form nodes, one value
-    return _run(opts, module, ns, name, comm, hooks)
+    code = _run(opts, module, ns, name, comm, hooks)
+    if code == 2 and not opts.out and rank == 0:
+        try:        # a refused run leaves nothing behind: not even its empty directory
+            os.rmdir(out)
+        except OSError:
+            pass    # not empty: something was written, keep it
+    return code
 
 
 def _run(opts, module, ns, name: str, comm: Any, hooks) -> int:

@@ -39,10 +39,13 @@ def launcher_size() -> Optional[int]:
 
 
 @contextlib.contextmanager
-def first_rank_speaks() -> Iterator[None]:
+def first_rank_speaks(exit_quietly: bool = False) -> Iterator[None]:
     """Inside the block only the first rank (or a process without a launcher) writes to
     stdout and stderr: what every rank would print alike (argparse's usage and error)
-    is printed once. Exceptions and ``SystemExit`` pass through unchanged."""
+    is printed once. Exceptions pass through unchanged; with ``exit_quietly`` a
+    ``SystemExit`` of another rank becomes exit 0, so that the first rank's status ends
+    the job (one that left first with an error made ``mpirun`` end the job before the
+    first rank had said why)."""
     if (launcher_rank() or 0) == 0:
         yield
         return
@@ -50,5 +53,9 @@ def first_rank_speaks() -> Iterator[None]:
             contextlib.redirect_stdout(null):
         try:
             yield
+        except SystemExit:
+            if exit_quietly:
+                raise SystemExit(0) from None
+            raise
         finally:
             sys.stderr.flush()

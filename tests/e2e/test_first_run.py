@@ -100,12 +100,13 @@ def test_an_output_on_the_input_or_a_foreign_file_is_refused_naming_both(tmp_pat
 
 
 def test_a_missing_frames_file_is_one_line(tmp_path):
-    r = _flow(tmp_path, "--out", str(tmp_path / "o"), "--", "--frames", "nothere.h5:/frames")
+    r = _flow(tmp_path, "--", "--frames", "nothere.h5:/frames")
     assert r.returncode == 2, r.stdout + r.stderr
     assert "Traceback" not in r.stderr, r.stderr
     errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
     assert errors == ["error: StreamError: --frames nothere.h5:/frames: no such file "
                       "nothere.h5: give an existing HDF5 file (FILE.h5:/DATASET)"], r.stderr
+    assert os.listdir(tmp_path) == [], "a refused run left its results directory"
 
 
 def _receive(tmp: Path, *args: str, np: int = 4, timeout: float = 120):
