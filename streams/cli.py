@@ -202,10 +202,20 @@ def _rejections_line(job: Dict[str, Any], out: str) -> str:
     return line + f" -> {os.path.join(out, 'rejections.json')}"
 
 
-def _endpoint(source: str) -> Tuple[str, Optional[str], Optional[str]]:
-    """The live endpoint, the CURVE server key and client certificate (None: plain)."""
+def _endpoint(source: str, wait: float = 600.0) -> Tuple[str, Optional[str], Optional[str]]:
+    """The live endpoint, the CURVE server key and client certificate (None: plain).
+
+    A rendezvous file not written yet is waited for (up to ``wait`` seconds), as the
+    simulator does: the viewer may be started beside the job, before it has bound.
+    """
     if source.startswith("tcp://"):
         return source, None, None
+    deadline = time.monotonic() + wait
+    if not os.path.exists(source):
+        print(f"stager stream watch: waiting for {source} (the receiving job writes it)",
+              file=sys.stderr, flush=True)
+        while not os.path.exists(source) and time.monotonic() < deadline:
+            time.sleep(0.2)
     with open(source) as f:
         d = json.load(f)
     live = d.get("live")
@@ -220,7 +230,7 @@ def _watch(args: argparse.Namespace) -> int:
     from streams.errors import StreamError
 
     try:
-        ep, key, cert = _endpoint(args.source)
+        ep, key, cert = _endpoint(args.source, 600.0 if args.timeout is None else args.timeout)
         view = LiveView(ep, key, args.certificate or cert)
     except (OSError, ValueError, StreamError) as e:
         print(f"stager stream watch: {e}", file=sys.stderr)
