@@ -96,3 +96,17 @@ def nf_layer(tmp_path_factory):
     folder = str(tmp_path_factory.mktemp("layer"))
     make_layer(folder, frames=360, rsample=15.0, grains=3, raw_frames=False)
     return folder
+
+
+def pytest_terminal_summary(terminalreporter):
+    """How many documentation examples ran and were skipped, and why
+    (tests/e2e/test_docs_examples.py)."""
+    reports = [r for key in ("passed", "failed", "skipped", "error")
+               for r in terminalreporter.stats.get(key, [])
+               if "test_docs_examples.py::test_example" in getattr(r, "nodeid", "")]
+    if reports:
+        from tests.docexamples import summary
+
+        terminalreporter.write_sep("-", "documentation examples")
+        for line in summary(reports):
+            terminalreporter.write_line(line)
