@@ -22,8 +22,7 @@ LAST = {e.document: e for e in EXAMPLES}
 @pytest.fixture(scope="module")
 def sandboxes(tmp_path_factory):
     boxes: Dict[str, Sandbox] = {}
-    failed: Dict[str, str] = {}
-    yield boxes, failed
+    yield boxes
     for box in boxes.values():
         box.close()
 
@@ -31,7 +30,7 @@ def sandboxes(tmp_path_factory):
 @pytest.mark.timeout(360)
 @pytest.mark.parametrize("example", EXAMPLES, ids=[e.id for e in EXAMPLES])
 def test_example(example: Example, sandboxes, tmp_path_factory):
-    boxes, failed = sandboxes
+    boxes = sandboxes
     if example.document not in boxes:
         folder = tmp_path_factory.mktemp("docs-" + example.document.replace("/", "-"))
         boxes[example.document] = Sandbox(folder, example.document)
@@ -39,14 +38,7 @@ def test_example(example: Example, sandboxes, tmp_path_factory):
     try:
         if example.skip:
             pytest.skip(example.skip)
-        if example.document in failed:
-            pytest.fail(f"not run: {failed[example.document]} failed before it, and the "
-                        "examples of a document build on each other")
-        try:
-            box.run(example)
-        except BaseException:
-            failed[example.document] = example.id
-            raise
+        box.run(example)
     finally:
         if LAST[example.document] is example:
             box.close()
