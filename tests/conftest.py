@@ -34,6 +34,8 @@ SHARED_WORKER = {
 }
 #: Marks of the ``machine`` group's tests: a file with one must be listed there.
 MACHINE_MARKS = ("slurm", "fuse", "osnodes")
+#: The documentation examples (tests/docexamples.py): scheduled one document per unit.
+DOCS_EXAMPLES = "tests/e2e/test_docs_examples.py"
 _GROUP_OF = {path: group for group, paths in SHARED_WORKER.items() for path in paths}
 
 
@@ -48,6 +50,10 @@ def pytest_xdist_make_scheduler(config, log):
     class Scheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
+            if path == DOCS_EXAMPLES and "[" in nodeid:
+                # one unit per document: its examples in order on one worker, the
+                # documents side by side
+                return path + "::" + nodeid.split("[", 1)[1].rsplit(":", 1)[0]
             return _GROUP_OF.get(path, path)
 
     return Scheduling(config, log)

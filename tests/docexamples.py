@@ -1,4 +1,5 @@
-"""The shell and Python examples of README.md and docs/guide/*.md, as data, and how to run them.
+"""The shell and Python examples of README.md, docs/guide/*.md and docs/api/*.md, as data,
+and how to run them.
 
 Every fenced block whose info string is ``sh`` or ``python`` is an example, and so is an
 unlabelled block preceded by ``<!-- docs-test: hook-spec -->`` (a hook spec, parsed
@@ -34,7 +35,8 @@ from typing import Dict, List, Optional
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCUMENTS = ["README.md"] + sorted(
-    str(p.relative_to(ROOT)) for p in (ROOT / "docs" / "guide").glob("*.md"))
+    str(p.relative_to(ROOT)) for folder in ("guide", "api")
+    for p in (ROOT / "docs" / folder).glob("*.md"))
 DIRECTIVE = re.compile(r"<!--\s*docs-test:\s*(?P<word>[\w-]+)\s*(?P<rest>.*?)\s*-->", re.S)
 FILE_LINE = re.compile(r"#\s*(?P<name>[\w.-]+\.py)\s*$")
 #: Seconds one example may take (the HEDM ones compile numba kernels on a cold cache).
