@@ -160,7 +160,8 @@ class Sandbox:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             out, _ = proc.communicate()
-            raise AssertionError(f"{example.id}: still running after {TIMEOUT} s\n{out[-4000:]}")
+            raise AssertionError(f"{example.id}: still running after {TIMEOUT} s\n"
+                                 f"{out[-4000:]}") from None
         finally:
             try:
                 os.killpg(proc.pid, signal.SIGKILL)  # anything the example left running
