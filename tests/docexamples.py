@@ -158,8 +158,14 @@ class Sandbox:
         try:
             out, _ = proc.communicate(timeout=TIMEOUT)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            out, _ = proc.communicate()
+            # SIGTERM first: mpirun passes it on to its ranks (they have process groups
+            # of their own), then SIGKILL whatever is left
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                out, _ = proc.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                out, _ = proc.communicate()
             raise AssertionError(f"{example.id}: still running after {TIMEOUT} s\n"
                                  f"{out[-4000:]}") from None
         finally:
