@@ -10,7 +10,7 @@ planted (:func:`score`).
 As a command (the HEDM guide's stand-in inputs)::
 
     python -m hedm.synth nf-layer DIR [--frames N --rsample UM --grains G]  # the demo's layer
-    python -m hedm.synth ff DIR [--frames N --size PX]                      # an FF sweep
+    python -m hedm.synth ff DIR [--frames N --size PX --hdf5]               # an FF sweep
     python -m hedm.synth nf DIR [--frames N --size PX]                      # NF frames, spots only
 """
 from __future__ import annotations
@@ -167,6 +167,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         q.add_argument("--size", type=int, default=256, help="frame rows and columns (256)")
         q.add_argument("--spots", type=int, default=40, help="planted spots (40)")
         q.add_argument("--seed", type=int, default=0, help="noise and spot seed (0)")
+        q.add_argument("--hdf5", action="store_true",
+                       help="also write frames.h5:/frames, the same frames for "
+                            "`python -m streams.simulate --hdf5` (a detector stand-in)")
     args = p.parse_args(argv)
     if os.path.isdir(args.folder) and os.listdir(args.folder) and not (
             args.kind == "nf-layer" and os.path.exists(os.path.join(args.folder, "layer.json"))):
@@ -188,6 +191,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         p.error(str(exc))
     make = make_nf_dataset if args.kind == "nf" else make_ff_dataset
     params = make(args.folder, model)
+    if args.hdf5:
+        import h5py
+
+        from kernels.synth import frames
+
+        with h5py.File(os.path.join(args.folder, "frames.h5"), "w") as f:
+            f.create_dataset("frames", data=np.stack(list(frames(model))).astype("<u2"))
     print(f"{params}: {args.kind.upper()} dataset, {args.frames} frames of {args.size} x "
           f"{args.size} px, {args.spots} spots (truth in truth.npy)")
     return 0

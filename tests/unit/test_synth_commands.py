@@ -36,9 +36,18 @@ def test_hedm_synth_ff_writes_a_dataset_and_refuses_a_nonempty_folder(tmp_path, 
     from hedm.synth import load_truth, main
 
     folder = tmp_path / "ff"
-    assert main(["ff", str(folder), "--frames", "8", "--size", "48", "--spots", "3"]) == 0
+    assert main(["ff", str(folder), "--frames", "8", "--size", "48", "--spots", "3",
+                 "--hdf5"]) == 0
     names = sorted(p.name for p in folder.iterdir())
-    assert names == ["dark_000001.ge3", "ff.params", "ff_000001.ge3", "model.json", "truth.npy"]
+    assert names == ["dark_000001.ge3", "ff.params", "ff_000001.ge3", "frames.h5", "model.json",
+                     "truth.npy"]
+    import h5py
+
+    from kernels import open_frames
+
+    ge = open_frames(str(folder / "ff_000001.ge3"), shape=(48, 48))
+    with h5py.File(folder / "frames.h5", "r") as f:   # the simulator's copy: the same frames
+        np.testing.assert_array_equal(f["frames"][()], np.stack([ge.read(i) for i in range(8)]))
     assert len(load_truth(str(folder))) == 3
     with pytest.raises(SystemExit) as exc:
         main(["ff", str(folder)])
