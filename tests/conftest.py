@@ -36,6 +36,8 @@ SHARED_WORKER = {
 MACHINE_MARKS = ("slurm", "fuse", "osnodes")
 #: The documentation examples (tests/docexamples.py): scheduled one document per unit.
 DOCS_EXAMPLES = "tests/e2e/test_docs_examples.py"
+#: Documents whose examples join a SHARED_WORKER group (the HEDM guide runs NF jobs).
+DOCS_GROUP = {"docs/guide/hedm.md": "nf-jobs"}
 _GROUP_OF = {path: group for group, paths in SHARED_WORKER.items() for path in paths}
 
 
@@ -52,8 +54,9 @@ def pytest_xdist_make_scheduler(config, log):
             path = nodeid.split("::", 1)[0]
             if path == DOCS_EXAMPLES and "[" in nodeid:
                 # one unit per document: its examples in order on one worker, the
-                # documents side by side
-                return path + "::" + nodeid.split("[", 1)[1].rsplit(":", 1)[0]
+                # documents side by side (the HEDM guide's NF jobs with the others)
+                document = nodeid.split("[", 1)[1].rsplit(":", 1)[0]
+                return DOCS_GROUP.get(document, path + "::" + document)
             return _GROUP_OF.get(path, path)
 
     return Scheduling(config, log)
