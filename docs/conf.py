@@ -35,7 +35,8 @@ source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 exclude_patterns = ["_build", "README.md"]
 root_doc = "index"
 html_theme = "alabaster"
-html_static_path: list = []
+html_static_path = ["_static"]
+html_css_files = ["wrap.css"]   # wide code blocks wrap
 
 myst_heading_anchors = 3
 myst_enable_extensions = ["colon_fence"]

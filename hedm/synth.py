@@ -6,13 +6,20 @@ layouts: NF as a TIFF series ``stem_%06d.tif``, FF as one GE raw file plus a
 GE dark file. Next to them: the parameter file the workflow reads, and
 ``truth.npy`` / ``model.json`` so a result can be scored against what was
 planted (:func:`score`).
+
+As a command (the HEDM guide's stand-in inputs)::
+
+    python -m hedm.synth nf-layer DIR [--frames N --rsample UM --grains G]  # the demo's layer
+    python -m hedm.synth ff DIR [--frames N --size PX --hdf5]               # an FF sweep
+    python -m hedm.synth nf DIR [--frames N --size PX]                      # NF frames, spots only
 """
 from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import asdict
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 import numpy as np
 
@@ -134,3 +141,67 @@ def score(truth: np.ndarray, found: np.ndarray, first: int = 0, max_dist: float 
             "found": n_found, "false": false,
             "false_fraction": false / n_found if n_found else 0.0,
             "max_dist_px": max_dist, "min_snr": min_snr}
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """``python -m hedm.synth {nf-layer,nf,ff} DIR``: write a synthetic dataset into DIR."""
+    import argparse
+
+    p = argparse.ArgumentParser(
+        prog="python -m hedm.synth",
+        description="Write a synthetic HEDM dataset (frames, parameter file, ground truth).")
+    sub = p.add_subparsers(dest="kind", required=True, metavar="KIND")
+    layer = sub.add_parser(
+        "nf-layer", help="an NF layer as `make demo` makes it (hedm.nfsynth): raw TIFF frames "
+                         "of 2 distances, nf.params, grid.txt, seeds.txt, the truth")
+    layer.add_argument("folder", metavar="DIR")
+    layer.add_argument("--frames", type=int, default=360, help="frames per distance (360)")
+    layer.add_argument("--rsample", type=float, default=50.0, help="sample radius, um (50)")
+    layer.add_argument("--grains", type=int, default=15, help="grains (15)")
+    layer.add_argument("--seed", type=int, default=1, help="microstructure seed (1)")
+    for kind, what in (("nf", "an NF TIFF series with planted spots and nf.params"),
+                       ("ff", "an FF sweep (one GE file, a GE dark) and ff.params")):
+        q = sub.add_parser(kind, help=what)
+        q.add_argument("folder", metavar="DIR")
+        q.add_argument("--frames", type=int, default=20, help="frames (20)")
+        q.add_argument("--size", type=int, default=256, help="frame rows and columns (256)")
+        q.add_argument("--spots", type=int, default=40, help="planted spots (40)")
+        q.add_argument("--seed", type=int, default=0, help="noise and spot seed (0)")
+        q.add_argument("--hdf5", action="store_true",
+                       help="also write frames.h5:/frames, the same frames for "
+                            "`python -m streams.simulate --hdf5` (a detector stand-in)")
+    args = p.parse_args(argv)
+    if os.path.isdir(args.folder) and os.listdir(args.folder) and not (
+            args.kind == "nf-layer" and os.path.exists(os.path.join(args.folder, "layer.json"))):
+        p.error(f"{args.folder} is not empty: give a new folder (nothing was written)")
+    if args.kind == "nf-layer":
+        from hedm.nfsynth import make_layer
+
+        made = make_layer(args.folder, frames=args.frames, rsample=args.rsample,
+                          grains=args.grains, seed=args.seed)
+        print(f"{args.folder}: NF layer ({args.grains} grains, {args.rsample:g} um, 2 x "
+              f"{args.frames} frames){' reused' if made.get('reused') else ''}")
+        return 0
+    from kernels.synth import DetectorModel
+
+    try:
+        model = DetectorModel(shape=(args.size, args.size), n_frames=args.frames,
+                              n_spots=args.spots, seed=args.seed)
+    except ValueError as exc:
+        p.error(str(exc))
+    make = make_nf_dataset if args.kind == "nf" else make_ff_dataset
+    params = make(args.folder, model)
+    if args.hdf5:
+        import h5py
+
+        from kernels.synth import frames
+
+        with h5py.File(os.path.join(args.folder, "frames.h5"), "w") as f:
+            f.create_dataset("frames", data=np.stack(list(frames(model))).astype("<u2"))
+    print(f"{params}: {args.kind.upper()} dataset, {args.frames} frames of {args.size} x "
+          f"{args.size} px, {args.spots} spots (truth in truth.npy)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

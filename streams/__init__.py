@@ -1,4 +1,4 @@
-"""Live detector streams straight into node memory (issue 15, phase 1: the protocols).
+"""Live detector streams straight into node memory (the wire protocols and their internals).
 
 Two wire protocols end in the same :class:`Assembler` and the same loss accounting
 (:class:`ScanReport`):

@@ -112,7 +112,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _add_security_arguments(r: argparse.ArgumentParser) -> None:
-    """Issue 25: CURVE by default; ``--insecure``, ``--authorized-keys``, ``--allow-from``."""
+    """Security options: CURVE by default; ``--insecure``, ``--authorized-keys``,
+    ``--allow-from``."""
     r.add_argument("--insecure", action="store_true",
                    help="plain ZeroMQ sockets: anyone who reaches a port may send frames "
                         "(the report says so); default: CURVE with the job's keys")

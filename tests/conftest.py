@@ -34,6 +34,10 @@ SHARED_WORKER = {
 }
 #: Marks of the ``machine`` group's tests: a file with one must be listed there.
 MACHINE_MARKS = ("slurm", "fuse", "osnodes")
+#: The documentation examples (tests/docexamples.py): scheduled one document per unit.
+DOCS_EXAMPLES = "tests/e2e/test_docs_examples.py"
+#: Documents whose examples join a SHARED_WORKER group (the HEDM guide runs NF jobs).
+DOCS_GROUP = {"docs/guide/hedm.md": "nf-jobs"}
 _GROUP_OF = {path: group for group, paths in SHARED_WORKER.items() for path in paths}
 
 
@@ -48,6 +52,11 @@ def pytest_xdist_make_scheduler(config, log):
     class Scheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
+            if path == DOCS_EXAMPLES and "[" in nodeid:
+                # one unit per document: its examples in order on one worker, the
+                # documents side by side (the HEDM guide's NF jobs with the others)
+                document = nodeid.split("[", 1)[1].rsplit(":", 1)[0]
+                return DOCS_GROUP.get(document, path + "::" + document)
             return _GROUP_OF.get(path, path)
 
     return Scheduling(config, log)
@@ -96,3 +105,17 @@ def nf_layer(tmp_path_factory):
     folder = str(tmp_path_factory.mktemp("layer"))
     make_layer(folder, frames=360, rsample=15.0, grains=3, raw_frames=False)
     return folder
+
+
+def pytest_terminal_summary(terminalreporter):
+    """How many documentation examples ran and were skipped, and why
+    (tests/e2e/test_docs_examples.py)."""
+    reports = [r for key in ("passed", "failed", "skipped", "error")
+               for r in terminalreporter.stats.get(key, [])
+               if "test_docs_examples.py::test_example" in getattr(r, "nodeid", "")]
+    if reports:
+        from tests.docexamples import summary
+
+        terminalreporter.write_sep("-", "documentation examples")
+        for line in summary(reports):
+            terminalreporter.write_line(line)

@@ -57,7 +57,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import stager
 from hooks import SpecError
 from stager.errors import OptionError, PlanError, StagerError
-from stager.mpi.agree import agree, bcast_result, quiet_barrier
+from stager.mpi.agree import agree, agreed, bcast_result, quiet_barrier
 from stager.mpi.job import Job
 from stager.mpi.launcher import first_rank_speaks
 from stager.mpi.nodes import local_node_name
@@ -68,7 +68,7 @@ from .errors import FlowError, TaskFailure, WorkflowError
 from .executors import NAMES, ROWS, Executor, make
 from .futures import exception_of, find_futures, wait_all
 from .leader import leader_hooks_from, run_leader_hook
-from .node import set_node
+from .node import on_this_node, set_node
 from .tasks import load_module_from_path
 
 __all__ = ["main", "load_flow", "build_parser"]
@@ -366,7 +366,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         with first_rank_speaks():
             ns = _flow_namespace(module, opts.flow, flow_argv)
         out = os.path.abspath(opts.out) if opts.out else ""
-        if out:
+        if out and "%n" not in out:  # a per-node template is made on each node once its name is known
             os.makedirs(out, exist_ok=True)
         if opts.stage and not os.path.isfile(opts.stage):
             raise FlowError(f"--stage {opts.stage}: no such hook spec file")
@@ -426,6 +426,14 @@ def _run(opts, module, ns, name: str, comm: Any, hooks) -> int:
                                 node_id_env=opts.node_id_env)
             set_node(job.name)
             ns.node_id = job.node_id
+        if "%n" in ns.out:
+            # Each node's own results directory (the flow resolves the template where it
+            # writes, with workflows.on_this_node), so drain finds one per node.
+            if comm is None:
+                os.makedirs(on_this_node(ns.out), exist_ok=True)
+            else:
+                with agreed(comm, "--out"):
+                    os.makedirs(on_this_node(ns.out), exist_ok=True)
         if opts.stage:
             t = time.perf_counter()
             # The spec is read and planned on rank 0 only, inside stage().

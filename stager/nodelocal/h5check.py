@@ -2,7 +2,7 @@
 
 Comparing stored bytes proves a copy holds what was written, not that it can
 be read: bitshuffle chunks stored under doubled set-up parameters compared
-equal byte for byte and decoded to nothing (issue 14). So every staged HDF5
+equal byte for byte and decoded to nothing. So every staged HDF5
 dataset carries ``stager_checksum = "xxh3_128:SCHEME:HEX"``, a digest of its
 *decoded* values, computed on the leader that read them from the source, and
 this module recomputes it from the copy by reading the values back through

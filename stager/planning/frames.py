@@ -1,6 +1,6 @@
 """``scatter ... h5`` blocks: each HDF5 output split into contiguous frame ranges. Pure.
 
-A ``scatter`` block of HDF5 selections (issue 17) does not place whole output
+A ``scatter`` block of HDF5 selections does not place whole output
 files: each is split along the first axis -- the frames of a detector stack --
 into one contiguous range per node, and each range becomes an output of its own
 (a node-local HDF5 file), which :mod:`stager.planning.scatter` then places like a

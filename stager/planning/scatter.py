@@ -1,7 +1,7 @@
 """Where the outputs of ``scatter`` blocks land: a pure function of the plan and the node count.
 
-A ``scatter`` block puts each output on ``replicas`` nodes instead of every node
-(issue 17): for datasets larger than one node's storage, where each task reads
+A ``scatter`` block puts each output on ``replicas`` nodes instead of every node:
+for datasets larger than one node's storage, where each task reads
 only its own files. The outputs are whole files (``files`` blocks) and frame
 ranges of HDF5 selections (``h5`` blocks, split by :mod:`stager.planning.frames`).
 The placement is computed, identically, by every rank from the broadcast plan and

@@ -14,7 +14,9 @@ file byte for byte::
     cmp /tmp/a/mapreduce.txt /tmp/b/mapreduce.txt
 
 Without ``--inputs DIR`` the flow first makes ``--n`` input files (one task
-each) in ``OUT/inputs``.
+each) in ``OUT/inputs``. ``%n`` in ``--inputs`` or ``--out`` is each node's name
+(:func:`workflows.on_this_node`): a task reads the copy on the node it runs on, and the
+output goes to the node that writes it, as the stager and ``stager drain`` name them.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import glob
 import os
 import random
 
-from workflows import app, foreach, reduce_tree
+from workflows import app, foreach, on_this_node, reduce_tree
 
 
 def add_arguments(parser):
@@ -45,7 +47,7 @@ def make_input(path, index, count):
 @app
 def map_file(path, bins):
     """One partial result: (histogram of value % bins, [summary line of this file])."""
-    with open(path) as fh:
+    with open(on_this_node(path)) as fh:
         values = [int(line) for line in fh if line.strip()]
     hist = [0] * bins
     for v in values:
@@ -63,6 +65,8 @@ def merge(a, b):
 @app
 def write_output(result, path):
     hist, lines = result
+    path = on_this_node(path)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path + ".tmp", "w") as fh:
         fh.write(f"inputs {len(lines)}\n")
         fh.write("histogram " + " ".join(map(str, hist)) + "\n")
@@ -74,9 +78,12 @@ def write_output(result, path):
 def main(args):
     bins = getattr(args, "bins", 16)
     if getattr(args, "inputs", None):
-        inputs = sorted(glob.glob(os.path.join(args.inputs, "*.txt")))
+        # Listed on this node; each task reads its own node's copy (the template kept).
+        here = on_this_node(args.inputs)
+        inputs = [os.path.join(args.inputs, os.path.basename(p))
+                  for p in sorted(glob.glob(os.path.join(here, "*.txt")))]
         if not inputs:
-            raise ValueError(f"no *.txt files in {args.inputs}")
+            raise ValueError(f"no *.txt files in {here}")
     else:
         folder = os.path.join(args.out, "inputs")
         os.makedirs(folder, exist_ok=True)

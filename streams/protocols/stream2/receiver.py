@@ -9,7 +9,7 @@ its images. This client therefore:
   one frame per image, one sector per frame, the chosen ``channel`` only;
 - calls ``on_start`` / ``on_end`` with the decoded messages it receives, and
   accepts them from outside (:meth:`StreamV2Receiver.apply_shared`):
-  that is how the MPI layer (phase 2) shares them, so every client opens and
+  that is how the MPI receiving job shares them, so every client opens and
   closes the series. A shared end closes a series only after ``shared_grace`` seconds
   without an image of it: the end reached another client, and this client's
   last images may still be in flight behind it (without the grace they were
@@ -159,7 +159,7 @@ class StreamV2Receiver(SocketLoop):
         self._ending: Dict[str, Tuple[float, float]] = {}   # scan -> (grace, deadline)
         from streams.security import DOMAIN_STREAM2
 
-        # issue 25: a ZAP allow-list (the detector cannot do CURVE)
+        # a ZAP allow-list (the detector cannot do CURVE)
         self._pull_socket(context, rcvhwm, security, DOMAIN_STREAM2, server=False)
         self._connected = False
         self._pool: Any = None

@@ -1,4 +1,4 @@
-"""Task arrays: many ready tasks of one app in one queue entry (issue 17's rank-0 cost).
+"""Task arrays: many ready tasks of one app in one queue entry (less rank-0 CPU per task).
 
 ``bench/dispatch_model.md`` measured the root's CPU per task at ~27 us of
 runtime work (future, record, *pickling each call*, resolving) plus ~21 us per

@@ -2,7 +2,7 @@
 
 Pure data structures, no MPI (tested in ``tests/unit``). A queued task is an
 :data:`Entry` tuple; the server never unpickles the task itself, so a server
-rank imports no user code. Placement (issue 17's locality hook) is the
+rank imports no user code. Placement (the locality hook) is the
 ``node`` and ``hard`` fields of an entry:
 
 * ``node < 0`` -- free: any worker;
