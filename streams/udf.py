@@ -31,7 +31,19 @@ offline flow run them where the frames are. How a partition reaches the UDF:
 
 Frames that are missing or incomplete are outside the ROI: the result equals
 LiberTEM's ``run_udf(..., roi=valid)`` on the same data, and ``/udf/valid``
-says which positions are in. What is not supported is refused with
+says which positions are in. A user ROI (``roi=``: a boolean scan mask, or a
+``.npy`` file of one) narrows it further: frames outside it never reach the
+UDF, so nav buffers hold values only at ROI positions and sig/single buffers
+sum over ROI frames only, as ``run_udf(..., roi=roi)``.
+
+Corrections (``corrections=``) are LiberTEM's own
+:class:`~libertem.corrections.CorrectionSet`, applied to every tile by the
+partition as LiberTEM's datasets do (excluded pixels *patched* with the mean
+of their good neighbours, not zeroed; the input dtype becomes at least
+float32): ``"detector"`` takes the excluded pixels from the pixel mask the
+detector sent at the scan's start (nonzero = excluded, as LiberTEM-live's
+``get_correction_data`` reads it; :meth:`UDFAnalysis.use_detector`), a file
+or array gives them, a ``CorrectionSet`` is used as it is. What is not supported is refused with
 :class:`UDFError` naming the UDF and the feature (see :func:`check_udf`).
 LiberTEM is imported only where a UDF runs.
 """
@@ -50,11 +62,15 @@ from streams.errors import StreamError
 from streams.protocol import ScanGeometry
 
 __all__ = ["UDFError", "UDFAnalysis", "UDFPartial", "load_udf_analysis", "parse_udf_spec",
-           "check_udf", "MaskFactory", "PREFIX"]
+           "check_udf", "MaskFactory", "PREFIX", "CORRECTIONS", "load_roi"]
 
 #: ``--analysis`` prefix that names LiberTEM UDFs.
 PREFIX = "udf:"
 _KINDS = ("nav", "sig", "single")
+#: The words of ``corrections=`` (``--corrections``); anything else is a mask file.
+CORRECTIONS = ("none", "detector")
+#: Pixel masks kept per scan (``"detector"``): scans served at the same time, at most.
+_MASKS_KEPT = 16
 
 
 class UDFError(StreamError):
@@ -106,19 +122,55 @@ class MaskFactory:
         return self.mask
 
 
-def _load_masks(value: Any, udf_name: str) -> np.ndarray:
-    if isinstance(value, str):
+def _read_array(value: Any, what: str) -> np.ndarray:
+    """``value`` as an array: a ``FILE.npy``, a ``FILE.h5:/dataset``, or array-like."""
+    if not isinstance(value, str):
+        return np.asarray(value)
+    try:
         if value.endswith(".npy"):
-            arr = np.load(value)
-        else:
-            from streams.offline import parse_source
-            import h5py
+            return np.load(value, allow_pickle=False)
+        from streams.offline import parse_source
+        import h5py
 
-            path, dset = parse_source(value)
-            with h5py.File(path, "r") as f:
-                arr = f[dset][()]
-    else:
-        arr = np.asarray(value)
+        path, dset = parse_source(value)
+        with h5py.File(path, "r") as f:
+            return np.asarray(f[dset][()])
+    except UDFError:
+        raise
+    except Exception as e:
+        raise UDFError(f"{what} {value}: cannot read it ({e}); give a FILE.npy or "
+                       "FILE.h5:/dataset") from e
+
+
+def load_roi(value: Any) -> Optional[np.ndarray]:
+    """A user ROI: a boolean scan mask (``(ny, nx)`` or flat), from an array or a
+    ``FILE.npy`` / ``FILE.h5:/dataset``; integers must be 0/1. None stays None.
+
+    Raises
+    ------
+    UDFError
+        The file does not read, or the values are not a boolean mask.
+    """
+    if value is None:
+        return None
+    arr = _read_array(value, "--udf-roi")
+    if arr.dtype != bool:
+        if arr.dtype.kind not in "iu" or not np.isin(arr, (0, 1)).all():
+            raise UDFError(f"--udf-roi {_shown(value)}: {arr.dtype} values; a ROI is a "
+                           "boolean scan mask (True: analyse the frame)")
+        arr = arr.astype(bool)
+    if arr.ndim not in (1, 2):
+        raise UDFError(f"--udf-roi {_shown(value)}: shape {arr.shape}; a ROI is the scan's "
+                       "(ny, nx) or flat (ny*nx,)")
+    return arr
+
+
+def _shown(value: Any) -> str:
+    return value if isinstance(value, str) else f"<array {np.shape(value)}>"
+
+
+def _load_masks(value: Any, udf_name: str) -> np.ndarray:
+    arr = _read_array(value, f"{udf_name} masks")
     if arr.ndim == 2:
         arr = arr[np.newaxis]
     if arr.ndim != 3:
@@ -178,7 +230,8 @@ def _check_instance(udf: Any, name: str) -> None:
         raise UDFError(f"UDF {name}: sig/single buffers but no merge(dest, src)")
 
 
-def load_udf_analysis(spec: str, params: Any = None) -> UDFAnalysis:
+def load_udf_analysis(spec: str, params: Any = None, roi: Any = None,
+                      corrections: Any = None) -> UDFAnalysis:
     """The :class:`UDFAnalysis` of ``udf:MODULE:CLASS[,...]``.
 
     Parameters
@@ -188,12 +241,18 @@ def load_udf_analysis(spec: str, params: Any = None) -> UDFAnalysis:
         Keyword arguments of the UDF (a list: one dict per UDF). For
         ``ApplyMasksUDF``, ``masks`` may be a ``FILE.npy``, ``FILE.h5:/dataset``
         or nested lists ``(n, rows, cols)``.
+    roi : array or str, optional
+        A user ROI (:func:`load_roi`): only frames where it is True reach the UDFs.
+    corrections : str, array or CorrectionSet, optional
+        ``"none"`` (default), ``"detector"`` (the scan's pixel mask, from the
+        detector), a pixel-mask file (``FILE.npy``, ``FILE.h5:/dataset``) or array
+        (nonzero = excluded), or a LiberTEM ``CorrectionSet``.
 
     Raises
     ------
     UDFError
-        The module or class cannot be loaded, the parameters do not fit, or the
-        UDF uses a feature that is not supported.
+        The module or class cannot be loaded, the parameters do not fit, the
+        UDF uses a feature that is not supported, or the ROI or mask does not load.
     """
     try:
         import libertem.udf.base  # noqa: F401
@@ -220,7 +279,8 @@ def load_udf_analysis(spec: str, params: Any = None) -> UDFAnalysis:
             raise UDFError(f"UDF {name}({', '.join(sorted(kw))}): {e!r}") from e
         classes.append(cls)
         kwargs.append(kw)
-    return UDFAnalysis(classes, kwargs, spec=spec, params=params if params is not None else {})
+    return UDFAnalysis(classes, kwargs, spec=spec, params=params if params is not None else {},
+                       roi=roi, corrections=corrections)
 
 
 # -------------------------------------------------------------- partition ----
@@ -384,12 +444,17 @@ class UDFAnalysis(Analysis):
         Keyword arguments of each class.
     spec, params
         What the user gave (recorded in the output file).
+    roi : array or str, optional
+        User ROI (:func:`load_roi`).
+    corrections : str, array or CorrectionSet, optional
+        See :func:`load_udf_analysis`.
     """
 
     name = "udf"
 
     def __init__(self, classes: Sequence[Any], kwargs: Sequence[Dict[str, Any]],
-                 spec: str = "", params: Any = None) -> None:
+                 spec: str = "", params: Any = None, roi: Any = None,
+                 corrections: Any = None) -> None:
         self.classes = list(classes)
         self.kwargs = [dict(k) for k in kwargs]
         self.spec, self.params = spec, params
@@ -397,6 +462,78 @@ class UDFAnalysis(Analysis):
         self._main: Dict[Tuple[Any, ...], List[Any]] = {}
         self._schemes: Dict[Tuple[Any, ...], Any] = {}
         self._geometry: Optional[ScanGeometry] = None
+        self.roi_source = None if roi is None else _shown(roi)
+        self.roi = load_roi(roi)
+        self.corrections_source, self._fixed = _corrections_arg(corrections)
+        self._masks: Dict[str, Optional[np.ndarray]] = {}     # scan -> excluded ("detector")
+        self._corrsets: Dict[Any, Any] = {}
+
+    # ---- ROI and corrections ----
+    @property
+    def needs_detector(self) -> bool:  # type: ignore[override]
+        """``corrections="detector"``: the job hands each scan's pixel mask to
+        :meth:`use_detector` before its first partition."""
+        return self.corrections_source == "detector"
+
+    def use_detector(self, scan: str, pixel_mask: Optional[np.ndarray]) -> None:
+        """The pixel mask the detector sent at ``scan``'s start (None: it sent none)."""
+        self._masks[scan] = None if pixel_mask is None else np.asarray(pixel_mask) > 0
+        while len(self._masks) > _MASKS_KEPT:
+            self._masks.pop(next(iter(self._masks)))
+
+    def _roi_flat(self, g: ScanGeometry) -> Optional[np.ndarray]:
+        if self.roi is None:
+            return None
+        if self.roi.size != g.frames or (self.roi.ndim == 2
+                                         and tuple(self.roi.shape) != tuple(g.scan_shape)):
+            raise UDFError(f"{self.spec}: --udf-roi {self.roi_source} has shape "
+                           f"{self.roi.shape}, scan {g.scan} is {g.scan_shape[0]}x"
+                           f"{g.scan_shape[1]} ({g.frames} frames)")
+        return self.roi.reshape(-1)
+
+    def corrections(self, g: ScanGeometry, strict: bool = True) -> Any:
+        """The LiberTEM ``CorrectionSet`` of scan ``g`` (None: no corrections).
+
+        With ``"detector"`` and no mask known for the scan on this rank: an error when
+        ``strict`` (processing), else an empty set (merging and results need only the
+        dtype the corrections imply).
+        """
+        if self.corrections_source in (None, "none"):
+            return None
+        if self._fixed is not None and not isinstance(self._fixed, np.ndarray):
+            return self._fixed                        # a CorrectionSet given as it is
+        if self._fixed is not None:
+            key: Any = ("fixed", tuple(g.shape))
+            excluded: Optional[np.ndarray] = self._fixed
+        else:
+            excluded = self._masks.get(g.scan)
+            if excluded is None:
+                if strict:
+                    raise UDFError(
+                        f"{self.spec}: --corrections detector, but the start of scan {g.scan} "
+                        "carried no pixel mask (Stream V2 / the legacy stream send it with "
+                        "header_detail all); give --corrections FILE.npy or none")
+                excluded = np.zeros(g.shape, bool)
+            key = ("detector", g.scan, _digest(excluded))
+        got = self._corrsets.get(key)
+        if got is None:
+            if tuple(excluded.shape) != tuple(g.shape):
+                raise UDFError(f"{self.spec}: pixel mask ({self.corrections_source}) of "
+                               f"shape {excluded.shape}, frames of scan {g.scan} are "
+                               f"{g.shape[0]}x{g.shape[1]}")
+            from libertem.corrections import CorrectionSet
+
+            try:
+                got = CorrectionSet(excluded_pixels=excluded)
+            except ValueError as e:     # RepairValueError: a pixel with no good neighbour
+                raise UDFError(f"{self.spec}: pixel mask ({self.corrections_source}) of scan "
+                               f"{g.scan}: {e} -- LiberTEM patches an excluded pixel with its "
+                               "good neighbours and refuses one that has none") from e
+            if len(self._corrsets) > 2 * _MASKS_KEPT:
+                self._corrsets.clear()
+                self._schemes.clear()          # keyed by the sets' ids
+            self._corrsets[key] = got
+        return got
 
     # ---- LiberTEM objects ----
     def _shape(self, g: ScanGeometry) -> Any:
@@ -413,9 +550,10 @@ class UDFAnalysis(Analysis):
     def _udf_meta(self, udf: Any, g: ScanGeometry, roi: Optional[np.ndarray]) -> Any:
         from libertem.udf.base import UDFMeta, _get_dtype
 
-        dtype = _get_dtype([udf], np.dtype(g.dtype), None, ("numpy",))
+        corr = self.corrections(g, strict=False)
+        dtype = _get_dtype([udf], np.dtype(g.dtype), corr, ("numpy",))
         return UDFMeta(partition_slice=None, dataset_shape=self._shape(g), roi=roi,
-                       dataset_dtype=np.dtype(g.dtype), input_dtype=dtype, corrections=None)
+                       dataset_dtype=np.dtype(g.dtype), input_dtype=dtype, corrections=corr)
 
     def mains(self, g: ScanGeometry) -> List[Any]:
         """Main-node instances for ``g`` (``merge`` runs on them), checked once."""
@@ -443,6 +581,8 @@ class UDFAnalysis(Analysis):
     def prepare(self, geometry: ScanGeometry) -> None:
         if len(geometry.shape) != 2:
             raise UDFError(f"{self.spec}: frames of shape {geometry.shape}; only 2-D frames")
+        self._roi_flat(geometry)
+        self.corrections(geometry)            # the mask fits the frames, patches
         self.mains(geometry)
         self._geometry = geometry
 
@@ -460,10 +600,13 @@ class UDFAnalysis(Analysis):
         positions = np.asarray(positions, np.int64)
         complete = np.asarray(complete, bool)
         out = UDFPartial(g, delivered=[positions.copy()], delivered_complete=[complete.copy()])
-        if complete.all() and (len(positions) < 2 or (np.diff(positions) > 0).all()):
+        roi = self._roi_flat(g)
+        take = complete if roi is None else complete & roi[positions]
+        if take.all() and (len(positions) < 2 or (np.diff(positions) > 0).all()):
             # the usual case: the frames are not copied (the positions are: kept)
             pos, data = positions.copy(), np.asarray(frames)
         else:
+            complete = take
             pos = positions[complete]
             order = np.argsort(pos, kind="stable")
             pos, data = pos[order], np.asarray(frames)[complete][order]
@@ -504,8 +647,9 @@ class UDFAnalysis(Analysis):
         part = _PARTITION_CLS(self._meta(g), pslice, data, int(np.count_nonzero(roi[:lo])))
         mains = self.mains(g)
         udfs = [type(m).new_for_partition(m._kwargs, part, roi) for m in mains]
-        scheme = self._scheme(g, len(data), mains)
-        params = UDFParams.from_udfs(udfs=udfs, roi=roi, corrections=None,
+        corr = self.corrections(g)
+        scheme = self._scheme(g, len(data), mains, corr)
+        params = UDFParams.from_udfs(udfs=udfs, roi=roi, corrections=corr,
                                      tiling_scheme=scheme)
         env = Environment(threads_per_worker=1, threaded_executor=False)
         try:
@@ -513,14 +657,15 @@ class UDFAnalysis(Analysis):
         except Exception as e:
             raise UDFError(f"{self.spec}: processing frames {lo}..{hi - 1} failed: {e!r}") from e
 
-    def _scheme(self, g: ScanGeometry, k: int, mains: List[Any]) -> Any:
+    def _scheme(self, g: ScanGeometry, k: int, mains: List[Any], corr: Any = None) -> Any:
         """The tiling scheme of a partition of ``k`` frames: LiberTEM's Negotiator (UDF
-        preferences, cache sizes) unless a UDF processes whole partitions."""
+        preferences, cache sizes; tile edges kept off excluded pixels, as for any
+        LiberTEM dataset) unless a UDF processes whole partitions."""
         from libertem.common import Shape
         from libertem.io.dataset.base import Negotiator, TilingScheme
         from libertem.udf.base import UDFMethod
 
-        key = (tuple(g.shape), g.dtype, k)
+        key = (tuple(g.shape), g.dtype, k, id(corr))
         scheme = self._schemes.get(key)
         if scheme is not None:
             return scheme
@@ -532,7 +677,7 @@ class UDFAnalysis(Analysis):
             scheme = Negotiator().get_scheme(
                 udfs=mains, approx_partition_shape=Shape((k, *g.shape), sig_dims=2),
                 dataset=_NegotiationView(self._shape(g), np.dtype(g.dtype)),
-                read_dtype=mains[0].meta.input_dtype, roi=None, corrections=None)
+                read_dtype=mains[0].meta.input_dtype, roi=None, corrections=corr)
         self._schemes[key] = scheme
         return scheme
 
@@ -643,6 +788,10 @@ class UDFAnalysis(Analysis):
         grp.attrs["spec"] = self.spec
         grp.attrs["params"] = json.dumps(self.params, default=_plain)
         grp.attrs["classes"] = [f"{c.__module__}.{c.__qualname__}" for c in self.classes]
+        grp.attrs["corrections"] = str(self.corrections_source or "none")
+        if self.roi is not None:
+            grp.attrs["roi"] = str(self.roi_source)
+            grp.create_dataset("roi", data=self._roi_flat(geometry).reshape(geometry.scan_shape))
         if partial is None or partial.geometry is None:
             grp.attrs["empty"] = True
             grp.create_dataset("valid", data=np.zeros(geometry.scan_shape, bool))
@@ -652,6 +801,30 @@ class UDFAnalysis(Analysis):
             d.attrs["kind"] = kind
         grp.create_dataset("valid", data=partial.seen(geometry.frames).reshape(
             geometry.scan_shape))
+
+
+def _corrections_arg(value: Any) -> Tuple[Any, Any]:
+    """``corrections=`` -> (what to record, the fixed excluded mask or CorrectionSet)."""
+    if value is None or (isinstance(value, str) and value == "none"):
+        return None, None
+    if isinstance(value, str) and value == "detector":
+        return "detector", None
+    if hasattr(value, "have_corrections"):          # a LiberTEM CorrectionSet
+        return "CorrectionSet", value
+    if isinstance(value, str) and not (value.endswith(".npy") or ":" in value):
+        raise UDFError(f"--corrections {value!r}: expected {' or '.join(CORRECTIONS)}, "
+                       "or a pixel mask FILE.npy / FILE.h5:/dataset")
+    arr = _read_array(value, "--corrections")
+    if arr.ndim != 2:
+        raise UDFError(f"--corrections {_shown(value)}: shape {arr.shape}; a pixel mask is "
+                       "one (rows, cols) image, nonzero = excluded")
+    return _shown(value), arr > 0
+
+
+def _digest(mask: np.ndarray) -> str:
+    import hashlib
+
+    return hashlib.sha1(np.packbits(mask).tobytes()).hexdigest()
 
 
 def _labels(classes: Sequence[Any]) -> List[str]:
