@@ -62,7 +62,7 @@ from streams.errors import StreamError
 from streams.protocol import ScanGeometry
 
 __all__ = ["UDFError", "UDFAnalysis", "UDFPartial", "load_udf_analysis", "parse_udf_spec",
-           "check_udf", "MaskFactory", "PREFIX", "CORRECTIONS", "load_roi"]
+           "check_udf", "MaskFactory", "PREFIX", "CORRECTIONS", "load_roi", "add_arguments"]
 
 #: ``--analysis`` prefix that names LiberTEM UDFs.
 PREFIX = "udf:"
@@ -228,6 +228,18 @@ def _check_instance(udf: Any, name: str) -> None:
                            f"supported: {', '.join(_KINDS)}")
     if udf.requires_custom_merge and type(udf).merge is UDF.merge:
         raise UDFError(f"UDF {name}: sig/single buffers but no merge(dest, src)")
+
+
+def add_arguments(r: Any) -> None:
+    """``--udf-roi`` and ``--corrections``: the same flags on ``stager stream receive``
+    and the offline flow (``workflows.flows.analysis``), so live and offline agree."""
+    r.add_argument("--udf-roi", dest="udf_roi", metavar="FILE.npy",
+                   help="udf: analyses: boolean scan mask (FILE.npy or FILE.h5:/DATASET); "
+                        "only frames where it is True reach the UDFs")
+    r.add_argument("--corrections", metavar="none|detector|MASK",
+                   help="udf: analyses: none (default); detector: the pixel mask of the "
+                        "scan's start as LiberTEM's excluded pixels (patched); or a pixel "
+                        "mask FILE.npy / FILE.h5:/DATASET (nonzero = excluded)")
 
 
 def load_udf_analysis(spec: str, params: Any = None, roi: Any = None,
