@@ -523,8 +523,9 @@ class UDFAnalysis(Analysis):
                 if strict:
                     raise UDFError(
                         f"{self.spec}: --corrections detector, but the start of scan {g.scan} "
-                        "carried no pixel mask (Stream V2 / the legacy stream send it with "
-                        "header_detail all); give --corrections FILE.npy or none")
+                        "carried no pixel mask (DECTRIS streams send it with header_detail "
+                        "all, which --control simplon:// sets; a Merlin sends none): give "
+                        "--corrections FILE.npy or none")
                 excluded = np.zeros(g.shape, bool)
             key = ("detector", g.scan, _digest(excluded))
         got = self._corrsets.get(key)

@@ -91,3 +91,39 @@ def test_detector_mask_and_roi_live_then_offline(tmp_path):
          "--corrections", "detector", *args],
         cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
     assert r.returncode != 0 and "/detector/pixel_mask" in r.stderr + r.stdout
+
+
+from tests.e2e.test_simplon_control import detector  # noqa: E402,F401  (the fixture)
+
+
+SHAPE = {"dectris_scan_shape": "8,8"}     # the dump's 64 images
+
+
+def _control_args(port, **given):
+    import argparse
+
+    from streams.controls import OPTIONS
+
+    ns = argparse.Namespace(control=f"simplon://127.0.0.1:{port}", protocol="dectris-legacy",
+                            stream2=None, corrections="detector",
+                            **{o.name: None for o in OPTIONS})
+    for k, v in given.items():
+        setattr(ns, k, v)
+    return ns
+
+
+@pytest.mark.timeout(120)
+def test_corrections_detector_asks_the_detector_for_its_pixel_mask(detector):  # noqa: F811
+    """Active SIMPLON control with ``--corrections detector`` sets the stream's
+    header_detail to all (the start then carries the pixel mask). LiberTEM-live's mock
+    only takes "basic": its refusal, naming the call, shows the request was made."""
+    from streams.controls import ControlError
+    from streams.controls.job import _prepare
+
+    with pytest.raises(ControlError) as e:
+        _prepare(_control_args(detector.port, trigger_mode="exte"), SHAPE)
+    assert "/stream/api/1.8.0/config/header_detail" in str(e.value)
+    with pytest.raises(ValueError, match="needs the detector's pixel mask: --header-detail all"):
+        _prepare(_control_args(detector.port, header_detail="basic"), SHAPE)
+    control, _, _ = _prepare(_control_args(detector.port, corrections=None), SHAPE)
+    control.finish()
