@@ -516,17 +516,18 @@ class UDFAnalysis(Analysis):
             return self._fixed                        # a CorrectionSet given as it is
         if self._fixed is not None:
             key: Any = ("fixed", tuple(g.shape))
-            excluded: Optional[np.ndarray] = self._fixed
+            excluded: np.ndarray = self._fixed
         else:
-            excluded = self._masks.get(g.scan)
-            if excluded is None:
+            known = self._masks.get(g.scan)
+            if known is None:
                 if strict:
                     raise UDFError(
                         f"{self.spec}: --corrections detector, but the start of scan {g.scan} "
                         "carried no pixel mask (DECTRIS streams send it with header_detail "
                         "all, which --control simplon:// sets; a Merlin sends none): give "
                         "--corrections FILE.npy or none")
-                excluded = np.zeros(g.shape, bool)
+                known = np.zeros(g.shape, bool)
+            excluded = known
             key = ("detector", g.scan, _digest(excluded))
         got = self._corrsets.get(key)
         if got is None:
@@ -802,9 +803,10 @@ class UDFAnalysis(Analysis):
         grp.attrs["params"] = json.dumps(self.params, default=_plain)
         grp.attrs["classes"] = [f"{c.__module__}.{c.__qualname__}" for c in self.classes]
         grp.attrs["corrections"] = str(self.corrections_source or "none")
-        if self.roi is not None:
+        roi = self._roi_flat(geometry)
+        if roi is not None:
             grp.attrs["roi"] = str(self.roi_source)
-            grp.create_dataset("roi", data=self._roi_flat(geometry).reshape(geometry.scan_shape))
+            grp.create_dataset("roi", data=roi.reshape(geometry.scan_shape))
         if partial is None or partial.geometry is None:
             grp.attrs["empty"] = True
             grp.create_dataset("valid", data=np.zeros(geometry.scan_shape, bool))

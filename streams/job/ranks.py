@@ -420,9 +420,9 @@ def _pixel_mask(socket: Any, scan: str) -> Any:
     """The pixel mask ``scan``'s start carried (Stream V2, the legacy stream: the kept
     channel's, with ``header_detail all``), or None."""
     info = socket.detector(scan) if hasattr(socket, "detector") else None
-    start = info.get("start") if isinstance(info, dict) else None
-    if start is None:
+    if not isinstance(info, dict) or info.get("start") is None:
         return None
+    start = info["start"]
     masks = start.arrays(info.get("channel")).get("pixel_mask")
     if isinstance(masks, dict):
         return next(iter(masks.values()), None) if len(masks) == 1 else None
