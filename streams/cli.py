@@ -49,7 +49,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--analysis-params", metavar="JSON",
                    help="the analysis's options as one JSON object (a list: one object per "
                         "UDF of udf:A,B); instead of --set")
-    from streams.udf import add_arguments as add_udf_arguments
+    from streams.udfinputs import add_arguments as add_udf_arguments
 
     add_udf_arguments(r)      # --udf-roi, --corrections
     # a flag's dest is the name of its SessionOptions field (_receive passes them on)

@@ -58,23 +58,16 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from streams.analysis import Analysis
-from streams.errors import StreamError
+from streams.errors import UDFError
+from streams.udfinputs import UDFInputs, read_array
 from streams.protocol import ScanGeometry
 
 __all__ = ["UDFError", "UDFAnalysis", "UDFPartial", "load_udf_analysis", "parse_udf_spec",
-           "check_udf", "MaskFactory", "PREFIX", "CORRECTIONS", "load_roi", "add_arguments"]
+           "check_udf", "MaskFactory", "PREFIX"]
 
 #: ``--analysis`` prefix that names LiberTEM UDFs.
 PREFIX = "udf:"
 _KINDS = ("nav", "sig", "single")
-#: The words of ``corrections=`` (``--corrections``); anything else is a mask file.
-CORRECTIONS = ("none", "detector")
-#: Pixel masks kept per scan (``"detector"``): scans served at the same time, at most.
-_MASKS_KEPT = 16
-
-
-class UDFError(StreamError):
-    """A UDF cannot run here (the message names the UDF and the feature)."""
 
 
 # ---------------------------------------------------------------- loading ----
@@ -122,55 +115,8 @@ class MaskFactory:
         return self.mask
 
 
-def _read_array(value: Any, what: str) -> np.ndarray:
-    """``value`` as an array: a ``FILE.npy``, a ``FILE.h5:/dataset``, or array-like."""
-    if not isinstance(value, str):
-        return np.asarray(value)
-    try:
-        if value.endswith(".npy"):
-            return np.load(value, allow_pickle=False)
-        from streams.offline import parse_source
-        import h5py
-
-        path, dset = parse_source(value)
-        with h5py.File(path, "r") as f:
-            return np.asarray(f[dset][()])
-    except UDFError:
-        raise
-    except Exception as e:
-        raise UDFError(f"{what} {value}: cannot read it ({e}); give a FILE.npy or "
-                       "FILE.h5:/dataset") from e
-
-
-def load_roi(value: Any) -> Optional[np.ndarray]:
-    """A user ROI: a boolean scan mask (``(ny, nx)`` or flat), from an array or a
-    ``FILE.npy`` / ``FILE.h5:/dataset``; integers must be 0/1. None stays None.
-
-    Raises
-    ------
-    UDFError
-        The file does not read, or the values are not a boolean mask.
-    """
-    if value is None:
-        return None
-    arr = _read_array(value, "--udf-roi")
-    if arr.dtype != bool:
-        if arr.dtype.kind not in "iu" or not np.isin(arr, (0, 1)).all():
-            raise UDFError(f"--udf-roi {_shown(value)}: {arr.dtype} values; a ROI is a "
-                           "boolean scan mask (True: analyse the frame)")
-        arr = arr.astype(bool)
-    if arr.ndim not in (1, 2):
-        raise UDFError(f"--udf-roi {_shown(value)}: shape {arr.shape}; a ROI is the scan's "
-                       "(ny, nx) or flat (ny*nx,)")
-    return arr
-
-
-def _shown(value: Any) -> str:
-    return value if isinstance(value, str) else f"<array {np.shape(value)}>"
-
-
 def _load_masks(value: Any, udf_name: str) -> np.ndarray:
-    arr = _read_array(value, f"{udf_name} masks")
+    arr = read_array(value, f"{udf_name} masks")
     if arr.ndim == 2:
         arr = arr[np.newaxis]
     if arr.ndim != 3:
@@ -230,18 +176,6 @@ def _check_instance(udf: Any, name: str) -> None:
         raise UDFError(f"UDF {name}: sig/single buffers but no merge(dest, src)")
 
 
-def add_arguments(r: Any) -> None:
-    """``--udf-roi`` and ``--corrections``: the same flags on ``stager stream receive``
-    and the offline flow (``workflows.flows.analysis``), so live and offline agree."""
-    r.add_argument("--udf-roi", dest="udf_roi", metavar="FILE.npy",
-                   help="udf: analyses: boolean scan mask (FILE.npy or FILE.h5:/DATASET); "
-                        "only frames where it is True reach the UDFs")
-    r.add_argument("--corrections", metavar="none|detector|MASK",
-                   help="udf: analyses: none (default); detector: the pixel mask of the "
-                        "scan's start as LiberTEM's excluded pixels (patched); or a pixel "
-                        "mask FILE.npy / FILE.h5:/DATASET (nonzero = excluded)")
-
-
 def load_udf_analysis(spec: str, params: Any = None, roi: Any = None,
                       corrections: Any = None) -> UDFAnalysis:
     """The :class:`UDFAnalysis` of ``udf:MODULE:CLASS[,...]``.
@@ -254,7 +188,8 @@ def load_udf_analysis(spec: str, params: Any = None, roi: Any = None,
         ``ApplyMasksUDF``, ``masks`` may be a ``FILE.npy``, ``FILE.h5:/dataset``
         or nested lists ``(n, rows, cols)``.
     roi : array or str, optional
-        A user ROI (:func:`load_roi`): only frames where it is True reach the UDFs.
+        A user ROI (:func:`streams.udfinputs.load_roi`): only frames where it is True
+        reach the UDFs.
     corrections : str, array or CorrectionSet, optional
         ``"none"`` (default), ``"detector"`` (the scan's pixel mask, from the
         detector), a pixel-mask file (``FILE.npy``, ``FILE.h5:/dataset``) or array
@@ -457,7 +392,7 @@ class UDFAnalysis(Analysis):
     spec, params
         What the user gave (recorded in the output file).
     roi : array or str, optional
-        User ROI (:func:`load_roi`).
+        User ROI (:func:`streams.udfinputs.load_roi`).
     corrections : str, array or CorrectionSet, optional
         See :func:`load_udf_analysis`.
     """
@@ -474,80 +409,25 @@ class UDFAnalysis(Analysis):
         self._main: Dict[Tuple[Any, ...], List[Any]] = {}
         self._schemes: Dict[Tuple[Any, ...], Any] = {}
         self._geometry: Optional[ScanGeometry] = None
-        self.roi_source = None if roi is None else _shown(roi)
-        self.roi = load_roi(roi)
-        self.corrections_source, self._fixed = _corrections_arg(corrections)
-        self._masks: Dict[str, Optional[np.ndarray]] = {}     # scan -> excluded ("detector")
-        self._corrsets: Dict[Any, Any] = {}
+        self.inputs = UDFInputs(spec, roi, corrections)
 
-    # ---- ROI and corrections ----
+    # ---- ROI and corrections (streams.udfinputs) ----
     @property
     def needs_detector(self) -> bool:  # type: ignore[override]
         """``corrections="detector"``: the job hands each scan's pixel mask to
         :meth:`use_detector` before its first partition."""
-        return self.corrections_source == "detector"
+        return self.inputs.needs_detector
 
     def use_detector(self, scan: str, pixel_mask: Optional[np.ndarray]) -> None:
         """The pixel mask the detector sent at ``scan``'s start (None: it sent none)."""
-        self._masks[scan] = None if pixel_mask is None else np.asarray(pixel_mask) > 0
-        while len(self._masks) > _MASKS_KEPT:
-            self._masks.pop(next(iter(self._masks)))
+        self.inputs.use_detector(scan, pixel_mask)
 
     def _roi_flat(self, g: ScanGeometry) -> Optional[np.ndarray]:
-        if self.roi is None:
-            return None
-        if self.roi.size != g.frames or (self.roi.ndim == 2
-                                         and tuple(self.roi.shape) != tuple(g.scan_shape)):
-            raise UDFError(f"{self.spec}: --udf-roi {self.roi_source} has shape "
-                           f"{self.roi.shape}, scan {g.scan} is {g.scan_shape[0]}x"
-                           f"{g.scan_shape[1]} ({g.frames} frames)")
-        return self.roi.reshape(-1)
+        return self.inputs.roi_flat(g)
 
     def corrections(self, g: ScanGeometry, strict: bool = True) -> Any:
-        """The LiberTEM ``CorrectionSet`` of scan ``g`` (None: no corrections).
-
-        With ``"detector"`` and no mask known for the scan on this rank: an error when
-        ``strict`` (processing), else an empty set (merging and results need only the
-        dtype the corrections imply).
-        """
-        if self.corrections_source in (None, "none"):
-            return None
-        if self._fixed is not None and not isinstance(self._fixed, np.ndarray):
-            return self._fixed                        # a CorrectionSet given as it is
-        if self._fixed is not None:
-            key: Any = ("fixed", tuple(g.shape))
-            excluded: np.ndarray = self._fixed
-        else:
-            known = self._masks.get(g.scan)
-            if known is None:
-                if strict:
-                    raise UDFError(
-                        f"{self.spec}: --corrections detector, but the start of scan {g.scan} "
-                        "carried no pixel mask (DECTRIS streams send it with header_detail "
-                        "all, which --control simplon:// sets; a Merlin sends none): give "
-                        "--corrections FILE.npy or none")
-                known = np.zeros(g.shape, bool)
-            excluded = known
-            key = ("detector", g.scan, _digest(excluded))
-        got = self._corrsets.get(key)
-        if got is None:
-            if tuple(excluded.shape) != tuple(g.shape):
-                raise UDFError(f"{self.spec}: pixel mask ({self.corrections_source}) of "
-                               f"shape {excluded.shape}, frames of scan {g.scan} are "
-                               f"{g.shape[0]}x{g.shape[1]}")
-            from libertem.corrections import CorrectionSet
-
-            try:
-                got = CorrectionSet(excluded_pixels=excluded)
-            except ValueError as e:     # RepairValueError: a pixel with no good neighbour
-                raise UDFError(f"{self.spec}: pixel mask ({self.corrections_source}) of scan "
-                               f"{g.scan}: {e} -- LiberTEM patches an excluded pixel with its "
-                               "good neighbours and refuses one that has none") from e
-            if len(self._corrsets) > 2 * _MASKS_KEPT:
-                self._corrsets.clear()
-                self._schemes.clear()          # keyed by the sets' ids
-            self._corrsets[key] = got
-        return got
+        """LiberTEM's ``CorrectionSet`` of scan ``g`` (:meth:`UDFInputs.corrections`)."""
+        return self.inputs.corrections(g, strict)[1]
 
     # ---- LiberTEM objects ----
     def _shape(self, g: ScanGeometry) -> Any:
@@ -661,8 +541,8 @@ class UDFAnalysis(Analysis):
         part = _PARTITION_CLS(self._meta(g), pslice, data, int(np.count_nonzero(roi[:lo])))
         mains = self.mains(g)
         udfs = [type(m).new_for_partition(m._kwargs, part, roi) for m in mains]
-        corr = self.corrections(g)
-        scheme = self._scheme(g, len(data), mains, corr)
+        ckey, corr = self.inputs.corrections(g)
+        scheme = self._scheme(g, len(data), mains, ckey, corr)
         params = UDFParams.from_udfs(udfs=udfs, roi=roi, corrections=corr,
                                      tiling_scheme=scheme)
         env = Environment(threads_per_worker=1, threaded_executor=False)
@@ -671,7 +551,8 @@ class UDFAnalysis(Analysis):
         except Exception as e:
             raise UDFError(f"{self.spec}: processing frames {lo}..{hi - 1} failed: {e!r}") from e
 
-    def _scheme(self, g: ScanGeometry, k: int, mains: List[Any], corr: Any = None) -> Any:
+    def _scheme(self, g: ScanGeometry, k: int, mains: List[Any], ckey: Any = None,
+                corr: Any = None) -> Any:
         """The tiling scheme of a partition of ``k`` frames: LiberTEM's Negotiator (UDF
         preferences, cache sizes; tile edges kept off excluded pixels, as for any
         LiberTEM dataset) unless a UDF processes whole partitions."""
@@ -679,7 +560,7 @@ class UDFAnalysis(Analysis):
         from libertem.io.dataset.base import Negotiator, TilingScheme
         from libertem.udf.base import UDFMethod
 
-        key = (tuple(g.shape), g.dtype, k, id(corr))
+        key = (tuple(g.shape), g.dtype, k, ckey)
         scheme = self._schemes.get(key)
         if scheme is not None:
             return scheme
@@ -802,10 +683,10 @@ class UDFAnalysis(Analysis):
         grp.attrs["spec"] = self.spec
         grp.attrs["params"] = json.dumps(self.params, default=_plain)
         grp.attrs["classes"] = [f"{c.__module__}.{c.__qualname__}" for c in self.classes]
-        grp.attrs["corrections"] = str(self.corrections_source or "none")
+        grp.attrs["corrections"] = str(self.inputs.corrections_source or "none")
         roi = self._roi_flat(geometry)
         if roi is not None:
-            grp.attrs["roi"] = str(self.roi_source)
+            grp.attrs["roi"] = str(self.inputs.roi_source)
             grp.create_dataset("roi", data=roi.reshape(geometry.scan_shape))
         if partial is None or partial.geometry is None:
             grp.attrs["empty"] = True
@@ -816,30 +697,6 @@ class UDFAnalysis(Analysis):
             d.attrs["kind"] = kind
         grp.create_dataset("valid", data=partial.seen(geometry.frames).reshape(
             geometry.scan_shape))
-
-
-def _corrections_arg(value: Any) -> Tuple[Any, Any]:
-    """``corrections=`` -> (what to record, the fixed excluded mask or CorrectionSet)."""
-    if value is None or (isinstance(value, str) and value == "none"):
-        return None, None
-    if isinstance(value, str) and value == "detector":
-        return "detector", None
-    if hasattr(value, "have_corrections"):          # a LiberTEM CorrectionSet
-        return "CorrectionSet", value
-    if isinstance(value, str) and not (value.endswith(".npy") or ":" in value):
-        raise UDFError(f"--corrections {value!r}: expected {' or '.join(CORRECTIONS)}, "
-                       "or a pixel mask FILE.npy / FILE.h5:/dataset")
-    arr = _read_array(value, "--corrections")
-    if arr.ndim != 2:
-        raise UDFError(f"--corrections {_shown(value)}: shape {arr.shape}; a pixel mask is "
-                       "one (rows, cols) image, nonzero = excluded")
-    return _shown(value), arr > 0
-
-
-def _digest(mask: np.ndarray) -> str:
-    import hashlib
-
-    return hashlib.sha1(np.packbits(mask).tobytes()).hexdigest()
 
 
 def _labels(classes: Sequence[Any]) -> List[str]:

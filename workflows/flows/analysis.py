@@ -87,7 +87,7 @@ def add_arguments(parser: Any) -> None:
                         help="an option of the analysis (JSON value), as stager stream receive")
     parser.add_argument("--analysis-params", metavar="JSON", default=None,
                         help="the analysis's options (JSON object; a list for udf:A,B)")
-    from streams.udf import add_arguments as add_udf_arguments
+    from streams.udfinputs import add_arguments as add_udf_arguments
 
     add_udf_arguments(parser)     # --udf-roi, --corrections: as stager stream receive
 
