@@ -142,6 +142,13 @@ class Analysis:
     #: is not. The receiving job refuses to call such a scan served when it is False.
     duplicates_safe = True
 
+    #: Whether :meth:`use_detector` must see each scan's pixel mask before its first
+    #: partition (a receiving job then hands it from the scan's start to the workers).
+    needs_detector = False
+
+    def use_detector(self, scan: str, pixel_mask: Optional[np.ndarray]) -> None:
+        """The pixel mask the detector sent at ``scan``'s start (None: none was sent)."""
+
     def prepare(self, geometry: ScanGeometry) -> None:
         """Called once per scan on every rank that processes its partitions."""
 

@@ -48,6 +48,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--analysis-params", metavar="JSON",
                    help="the analysis's options as one JSON object (a list: one object per "
                         "UDF of udf:A,B); instead of --set")
+    from streams.udfinputs import add_arguments as add_udf_arguments
+
+    add_udf_arguments(r)      # --udf-roi, --corrections
     # a flag's dest is the name of its SessionOptions field (_receive passes them on)
     r.add_argument("--bind", dest="bind_host", metavar="HOST",
                    help="interface to bind (default all; 127.0.0.1 for loopback); with "

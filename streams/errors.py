@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from stager.errors import StagerError
 
-__all__ = ["StreamError", "ProtocolError", "RendezvousError", "CodecError", "MissingDependency"]
+__all__ = ["StreamError", "ProtocolError", "RendezvousError", "CodecError", "MissingDependency",
+           "UDFError"]
 
 
 class StreamError(StagerError):
@@ -53,3 +54,7 @@ class MissingDependency(StreamError):
         super().__init__(f"{purpose} needs the Python package {package!r}: "
                          f"pip install {package}")
         self.package = package
+
+
+class UDFError(StreamError):
+    """A UDF cannot run here (the message names the UDF and the feature)."""

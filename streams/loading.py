@@ -56,7 +56,8 @@ def analysis_options(analysis_params: Optional[str], sets: Sequence[str] = ()) -
     return value
 
 
-def load_analysis(spec: Optional[str], options: Any = None) -> Analysis:
+def load_analysis(spec: Optional[str], options: Any = None, *, roi: Any = None,
+                  corrections: Any = None) -> Analysis:
     """The analysis named by ``spec``; :class:`FrameSum` when ``spec`` is None.
 
     Parameters
@@ -67,6 +68,9 @@ def load_analysis(spec: Optional[str], options: Any = None) -> Analysis:
         (:mod:`streams.udf`). ``NAME`` is an :class:`Analysis` instance, or a
         callable (a class) returning one, called with ``options`` as keywords.
     options : dict, optional
+    roi, corrections : optional
+        ``--udf-roi`` and ``--corrections`` of a ``udf:`` analysis
+        (:func:`streams.udf.load_udf_analysis`); refused for any other.
 
     Raises
     ------
@@ -77,7 +81,10 @@ def load_analysis(spec: Optional[str], options: Any = None) -> Analysis:
         # LiberTEM UDFs: options are their keyword arguments (a list for several UDFs)
         from streams.udf import load_udf_analysis
 
-        return load_udf_analysis(spec, options)
+        return load_udf_analysis(spec, options, roi=roi, corrections=corrections)
+    if roi is not None or corrections not in (None, "none"):
+        raise StreamError(f"--udf-roi and --corrections apply to udf: analyses (LiberTEM "
+                          f"UDFs), not to {spec or 'the per-frame sum'}")
     options = dict(options or {})
     if spec is None or spec in ("sum", "FrameSum"):
         obj: Any = FrameSum

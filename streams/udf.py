@@ -31,7 +31,19 @@ offline flow run them where the frames are. How a partition reaches the UDF:
 
 Frames that are missing or incomplete are outside the ROI: the result equals
 LiberTEM's ``run_udf(..., roi=valid)`` on the same data, and ``/udf/valid``
-says which positions are in. What is not supported is refused with
+says which positions are in. A user ROI (``roi=``: a boolean scan mask, or a
+``.npy`` file of one) narrows it further: frames outside it never reach the
+UDF, so nav buffers hold values only at ROI positions and sig/single buffers
+sum over ROI frames only, as ``run_udf(..., roi=roi)``.
+
+Corrections (``corrections=``) are LiberTEM's own
+:class:`~libertem.corrections.CorrectionSet`, applied to every tile by the
+partition as LiberTEM's datasets do (excluded pixels *patched* with the mean
+of their good neighbours, not zeroed; the input dtype becomes at least
+float32): ``"detector"`` takes the excluded pixels from the pixel mask the
+detector sent at the scan's start (nonzero = excluded, as LiberTEM-live's
+``get_correction_data`` reads it; :meth:`UDFAnalysis.use_detector`), a file
+or array gives them, a ``CorrectionSet`` is used as it is. What is not supported is refused with
 :class:`UDFError` naming the UDF and the feature (see :func:`check_udf`).
 LiberTEM is imported only where a UDF runs.
 """
@@ -46,7 +58,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from streams.analysis import Analysis
-from streams.errors import StreamError
+from streams.errors import UDFError
+from streams.udfinputs import UDFInputs, read_array
 from streams.protocol import ScanGeometry
 
 __all__ = ["UDFError", "UDFAnalysis", "UDFPartial", "load_udf_analysis", "parse_udf_spec",
@@ -55,10 +68,6 @@ __all__ = ["UDFError", "UDFAnalysis", "UDFPartial", "load_udf_analysis", "parse_
 #: ``--analysis`` prefix that names LiberTEM UDFs.
 PREFIX = "udf:"
 _KINDS = ("nav", "sig", "single")
-
-
-class UDFError(StreamError):
-    """A UDF cannot run here (the message names the UDF and the feature)."""
 
 
 # ---------------------------------------------------------------- loading ----
@@ -107,18 +116,7 @@ class MaskFactory:
 
 
 def _load_masks(value: Any, udf_name: str) -> np.ndarray:
-    if isinstance(value, str):
-        if value.endswith(".npy"):
-            arr = np.load(value)
-        else:
-            from streams.offline import parse_source
-            import h5py
-
-            path, dset = parse_source(value)
-            with h5py.File(path, "r") as f:
-                arr = f[dset][()]
-    else:
-        arr = np.asarray(value)
+    arr = read_array(value, f"{udf_name} masks")
     if arr.ndim == 2:
         arr = arr[np.newaxis]
     if arr.ndim != 3:
@@ -178,7 +176,8 @@ def _check_instance(udf: Any, name: str) -> None:
         raise UDFError(f"UDF {name}: sig/single buffers but no merge(dest, src)")
 
 
-def load_udf_analysis(spec: str, params: Any = None) -> UDFAnalysis:
+def load_udf_analysis(spec: str, params: Any = None, roi: Any = None,
+                      corrections: Any = None) -> UDFAnalysis:
     """The :class:`UDFAnalysis` of ``udf:MODULE:CLASS[,...]``.
 
     Parameters
@@ -188,12 +187,19 @@ def load_udf_analysis(spec: str, params: Any = None) -> UDFAnalysis:
         Keyword arguments of the UDF (a list: one dict per UDF). For
         ``ApplyMasksUDF``, ``masks`` may be a ``FILE.npy``, ``FILE.h5:/dataset``
         or nested lists ``(n, rows, cols)``.
+    roi : array or str, optional
+        A user ROI (:func:`streams.udfinputs.load_roi`): only frames where it is True
+        reach the UDFs.
+    corrections : str, array or CorrectionSet, optional
+        ``"none"`` (default), ``"detector"`` (the scan's pixel mask, from the
+        detector), a pixel-mask file (``FILE.npy``, ``FILE.h5:/dataset``) or array
+        (nonzero = excluded), or a LiberTEM ``CorrectionSet``.
 
     Raises
     ------
     UDFError
-        The module or class cannot be loaded, the parameters do not fit, or the
-        UDF uses a feature that is not supported.
+        The module or class cannot be loaded, the parameters do not fit, the
+        UDF uses a feature that is not supported, or the ROI or mask does not load.
     """
     try:
         import libertem.udf.base  # noqa: F401
@@ -220,7 +226,8 @@ def load_udf_analysis(spec: str, params: Any = None) -> UDFAnalysis:
             raise UDFError(f"UDF {name}({', '.join(sorted(kw))}): {e!r}") from e
         classes.append(cls)
         kwargs.append(kw)
-    return UDFAnalysis(classes, kwargs, spec=spec, params=params if params is not None else {})
+    return UDFAnalysis(classes, kwargs, spec=spec, params=params if params is not None else {},
+                       roi=roi, corrections=corrections)
 
 
 # -------------------------------------------------------------- partition ----
@@ -384,12 +391,17 @@ class UDFAnalysis(Analysis):
         Keyword arguments of each class.
     spec, params
         What the user gave (recorded in the output file).
+    roi : array or str, optional
+        User ROI (:func:`streams.udfinputs.load_roi`).
+    corrections : str, array or CorrectionSet, optional
+        See :func:`load_udf_analysis`.
     """
 
     name = "udf"
 
     def __init__(self, classes: Sequence[Any], kwargs: Sequence[Dict[str, Any]],
-                 spec: str = "", params: Any = None) -> None:
+                 spec: str = "", params: Any = None, roi: Any = None,
+                 corrections: Any = None) -> None:
         self.classes = list(classes)
         self.kwargs = [dict(k) for k in kwargs]
         self.spec, self.params = spec, params
@@ -397,6 +409,25 @@ class UDFAnalysis(Analysis):
         self._main: Dict[Tuple[Any, ...], List[Any]] = {}
         self._schemes: Dict[Tuple[Any, ...], Any] = {}
         self._geometry: Optional[ScanGeometry] = None
+        self.inputs = UDFInputs(spec, roi, corrections)
+
+    # ---- ROI and corrections (streams.udfinputs) ----
+    @property
+    def needs_detector(self) -> bool:  # type: ignore[override]
+        """``corrections="detector"``: the job hands each scan's pixel mask to
+        :meth:`use_detector` before its first partition."""
+        return self.inputs.needs_detector
+
+    def use_detector(self, scan: str, pixel_mask: Optional[np.ndarray]) -> None:
+        """The pixel mask the detector sent at ``scan``'s start (None: it sent none)."""
+        self.inputs.use_detector(scan, pixel_mask)
+
+    def _roi_flat(self, g: ScanGeometry) -> Optional[np.ndarray]:
+        return self.inputs.roi_flat(g)
+
+    def corrections(self, g: ScanGeometry, strict: bool = True) -> Any:
+        """LiberTEM's ``CorrectionSet`` of scan ``g`` (:meth:`UDFInputs.corrections`)."""
+        return self.inputs.corrections(g, strict)[1]
 
     # ---- LiberTEM objects ----
     def _shape(self, g: ScanGeometry) -> Any:
@@ -413,9 +444,10 @@ class UDFAnalysis(Analysis):
     def _udf_meta(self, udf: Any, g: ScanGeometry, roi: Optional[np.ndarray]) -> Any:
         from libertem.udf.base import UDFMeta, _get_dtype
 
-        dtype = _get_dtype([udf], np.dtype(g.dtype), None, ("numpy",))
+        corr = self.corrections(g, strict=False)
+        dtype = _get_dtype([udf], np.dtype(g.dtype), corr, ("numpy",))
         return UDFMeta(partition_slice=None, dataset_shape=self._shape(g), roi=roi,
-                       dataset_dtype=np.dtype(g.dtype), input_dtype=dtype, corrections=None)
+                       dataset_dtype=np.dtype(g.dtype), input_dtype=dtype, corrections=corr)
 
     def mains(self, g: ScanGeometry) -> List[Any]:
         """Main-node instances for ``g`` (``merge`` runs on them), checked once."""
@@ -443,6 +475,8 @@ class UDFAnalysis(Analysis):
     def prepare(self, geometry: ScanGeometry) -> None:
         if len(geometry.shape) != 2:
             raise UDFError(f"{self.spec}: frames of shape {geometry.shape}; only 2-D frames")
+        self._roi_flat(geometry)
+        self.corrections(geometry)            # the mask fits the frames, patches
         self.mains(geometry)
         self._geometry = geometry
 
@@ -460,10 +494,13 @@ class UDFAnalysis(Analysis):
         positions = np.asarray(positions, np.int64)
         complete = np.asarray(complete, bool)
         out = UDFPartial(g, delivered=[positions.copy()], delivered_complete=[complete.copy()])
-        if complete.all() and (len(positions) < 2 or (np.diff(positions) > 0).all()):
+        roi = self._roi_flat(g)
+        take = complete if roi is None else complete & roi[positions]
+        if take.all() and (len(positions) < 2 or (np.diff(positions) > 0).all()):
             # the usual case: the frames are not copied (the positions are: kept)
             pos, data = positions.copy(), np.asarray(frames)
         else:
+            complete = take
             pos = positions[complete]
             order = np.argsort(pos, kind="stable")
             pos, data = pos[order], np.asarray(frames)[complete][order]
@@ -504,8 +541,9 @@ class UDFAnalysis(Analysis):
         part = _PARTITION_CLS(self._meta(g), pslice, data, int(np.count_nonzero(roi[:lo])))
         mains = self.mains(g)
         udfs = [type(m).new_for_partition(m._kwargs, part, roi) for m in mains]
-        scheme = self._scheme(g, len(data), mains)
-        params = UDFParams.from_udfs(udfs=udfs, roi=roi, corrections=None,
+        ckey, corr = self.inputs.corrections(g)
+        scheme = self._scheme(g, len(data), mains, ckey, corr)
+        params = UDFParams.from_udfs(udfs=udfs, roi=roi, corrections=corr,
                                      tiling_scheme=scheme)
         env = Environment(threads_per_worker=1, threaded_executor=False)
         try:
@@ -513,14 +551,16 @@ class UDFAnalysis(Analysis):
         except Exception as e:
             raise UDFError(f"{self.spec}: processing frames {lo}..{hi - 1} failed: {e!r}") from e
 
-    def _scheme(self, g: ScanGeometry, k: int, mains: List[Any]) -> Any:
+    def _scheme(self, g: ScanGeometry, k: int, mains: List[Any], ckey: Any = None,
+                corr: Any = None) -> Any:
         """The tiling scheme of a partition of ``k`` frames: LiberTEM's Negotiator (UDF
-        preferences, cache sizes) unless a UDF processes whole partitions."""
+        preferences, cache sizes; tile edges kept off excluded pixels, as for any
+        LiberTEM dataset) unless a UDF processes whole partitions."""
         from libertem.common import Shape
         from libertem.io.dataset.base import Negotiator, TilingScheme
         from libertem.udf.base import UDFMethod
 
-        key = (tuple(g.shape), g.dtype, k)
+        key = (tuple(g.shape), g.dtype, k, ckey)
         scheme = self._schemes.get(key)
         if scheme is not None:
             return scheme
@@ -532,7 +572,7 @@ class UDFAnalysis(Analysis):
             scheme = Negotiator().get_scheme(
                 udfs=mains, approx_partition_shape=Shape((k, *g.shape), sig_dims=2),
                 dataset=_NegotiationView(self._shape(g), np.dtype(g.dtype)),
-                read_dtype=mains[0].meta.input_dtype, roi=None, corrections=None)
+                read_dtype=mains[0].meta.input_dtype, roi=None, corrections=corr)
         self._schemes[key] = scheme
         return scheme
 
@@ -643,6 +683,11 @@ class UDFAnalysis(Analysis):
         grp.attrs["spec"] = self.spec
         grp.attrs["params"] = json.dumps(self.params, default=_plain)
         grp.attrs["classes"] = [f"{c.__module__}.{c.__qualname__}" for c in self.classes]
+        grp.attrs["corrections"] = str(self.inputs.corrections_source or "none")
+        roi = self._roi_flat(geometry)
+        if roi is not None:
+            grp.attrs["roi"] = str(self.inputs.roi_source)
+            grp.create_dataset("roi", data=roi.reshape(geometry.scan_shape))
         if partial is None or partial.geometry is None:
             grp.attrs["empty"] = True
             grp.create_dataset("valid", data=np.zeros(geometry.scan_shape, bool))

@@ -34,6 +34,12 @@ def _prepare(args: Any, given: Dict[str, Any]) -> Any:
     settings = resolve(OPTIONS, {o.name: getattr(args, o.name, None) for o in OPTIONS},
                        os.environ, what="control option")
     load_hook(settings["on_ready"])          # a bad hook fails before the detector is touched
+    if getattr(args, "corrections", None) == "detector":
+        # the pixel mask comes with the series' start, which carries it with "all" only
+        if settings.get("header_detail") not in (None, "all"):
+            raise ValueError(f"--corrections detector needs the detector's pixel mask: "
+                             f"--header-detail all, not {settings['header_detail']}")
+        settings["header_detail"] = "all"
     control = open_control(args.control, settings)
     key = _scan_shape_key(args)
     text = given.get(key) if key else None

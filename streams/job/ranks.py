@@ -117,6 +117,7 @@ class RankLoop(Loop):
         self.open_reports: Dict[str, ScanReport] = {}
         self.closed_reports: Dict[str, ScanReport] = {}
         self.marked: Set[str] = set()
+        self.marked_detector: Set[str] = set()
         # worker state
         self.finished: Set[str] = set()
         # everyone
@@ -151,6 +152,12 @@ class RankLoop(Loop):
             self.first_frame = time.monotonic()
         if self.spill is not None:
             self.spill.write(part)
+        if self.analysis.needs_detector and scan not in self.marked_detector:
+            self.marked_detector.add(scan)        # the scan's pixel mask, before its frames
+            mask = _pixel_mask(self.socket, scan)
+            self.analysis.use_detector(scan, mask)
+            if self.workers:
+                self.outbox.append(("detector", scan, mask))
         if not self.workers:
             self._process(part.geometry, part.data, part.frames, part.complete)
             return
@@ -211,10 +218,10 @@ class RankLoop(Loop):
     def _dispatch(self) -> None:
         while self.outbox:
             kind, scan, item = self.outbox[0]
-            if kind == "finish":
+            if kind in ("finish", "detector"):      # to every worker
                 self.outbox.popleft()
                 for w in self.workers:
-                    self.link.send(w, TAG_WORK, ("finish", scan, None))
+                    self.link.send(w, TAG_WORK, (kind, scan, item))
                 continue
             worker = self.credits.take()
             if worker is None:
@@ -234,6 +241,8 @@ class RankLoop(Loop):
         kind, scan, item = msg
         if kind == "finish":
             self.finished.add(scan)
+        elif kind == "detector":
+            self.analysis.use_detector(scan, item)
         else:
             g, _idx, frames, complete, data = item
             self._process(g, data, frames, complete)
@@ -428,3 +437,16 @@ class RankLoop(Loop):
     def partial_of(self, scan: str) -> Any:
         self.geoms.pop(scan, None)
         return self.partials.pop(scan, None)
+
+
+def _pixel_mask(socket: Any, scan: str) -> Any:
+    """The pixel mask ``scan``'s start carried (Stream V2, the legacy stream: the kept
+    channel's, with ``header_detail all``), or None."""
+    info = socket.detector(scan) if hasattr(socket, "detector") else None
+    if not isinstance(info, dict) or info.get("start") is None:
+        return None
+    start = info["start"]
+    masks = start.arrays(info.get("channel")).get("pixel_mask")
+    if isinstance(masks, dict):
+        return next(iter(masks.values()), None) if len(masks) == 1 else None
+    return masks

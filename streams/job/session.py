@@ -112,6 +112,13 @@ class SessionOptions:
     analysis : str, optional
         ``pkg.module:NAME`` or ``FILE.py[:NAME]`` (default: the per-frame sum).
     analysis_options : dict or list of dict
+    udf_roi : str, optional
+        ``udf:`` analyses: a boolean scan mask (``FILE.npy`` or ``FILE.h5:/dataset``);
+        only frames where it is True reach the UDFs (:mod:`streams.udf`).
+    corrections : str
+        ``udf:`` analyses: ``none`` (default), ``detector`` (the pixel mask of each
+        scan's start, as LiberTEM's ``CorrectionSet`` excluded pixels) or a pixel-mask
+        ``FILE.npy`` / ``FILE.h5:/dataset``.
     heartbeat, credit, outbox_bytes, batch
         Loop tuning: heartbeat period, partitions a worker may hold, the receiver's
         outbox bound in bytes, messages read per socket step.
@@ -155,6 +162,8 @@ class SessionOptions:
     protocol_options: Dict[str, Any] = field(default_factory=dict)
     analysis: Optional[str] = None
     analysis_options: Any = field(default_factory=dict)
+    udf_roi: Optional[str] = None
+    corrections: str = "none"
     heartbeat: float = 0.25
     credit: int = 2
     outbox_bytes: int = 64 << 20
@@ -405,7 +414,8 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
         roles = assign_roles(node_of, opts.receivers_per_node)
         index = roles.index(comm.rank)
         with agreed(fcomm, "loading the analysis", default=StreamError, node=layout.name):
-            analysis = load_analysis(opts.analysis, opts.analysis_options)
+            analysis = load_analysis(opts.analysis, opts.analysis_options, roi=opts.udf_roi,
+                                     corrections=opts.corrections)
         proto = chosen(opts.protocol, opts.stream2)
         coordinator = Coordinator(roles, proto.routing,
                                   close_wait=opts.close_wait, heartbeat=opts.heartbeat) \

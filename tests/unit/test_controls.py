@@ -74,3 +74,4 @@ def test_the_guide_command_parses_with_the_real_options():
     opts = SessionOptions.resolve(env={}, **given)
     assert opts.protocol_options["dectris_scan_shape"] == (128, 128)
     assert opts.protocol_options["dectris_endpoint"] == "tcp://dcu:9999"
+    assert opts.corrections == "detector" and opts.udf_roi == "roi.npy"

@@ -16,6 +16,9 @@ stream's layout (:func:`streams.job.output.write_scan`), then ``write_files``::
 
 ``--valid FILE.h5:/mask`` (bool, scan-shaped) marks frames as missing where it
 is False: the analysis sees only the others, as on a stream that lost them.
+``--udf-roi FILE.npy`` and ``--corrections MASK`` are those of ``stager stream
+receive`` for ``udf:`` analyses (a file has no detector start message: give the
+pixel mask the receiving job kept, ``OUT/SCAN.h5:/detector/pixel_mask``).
 A result the analysis finds of no use (``Analysis.problem``) fails the run after
 writing. ``%n`` in a path or in a string parameter is this node's name, resolved
 where the task runs.
@@ -57,7 +60,10 @@ def _analysis(spec: Optional[str], params: Any, geometry: Any = None) -> Tuple[A
     key = json.dumps([spec, params], sort_keys=True, default=str)
     a, fresh = _CACHE.get(key), False
     if a is None:
-        a, fresh = load_analysis(spec, _here(params)), True
+        # (spec, --udf-roi, --corrections) when those are given (udf: analyses)
+        name, udf = (spec[0], spec[1:]) if isinstance(spec, (tuple, list)) else (spec, ())
+        a, fresh = load_analysis(name, _here(params),
+                                 **dict(zip(("roi", "corrections"), _here(tuple(udf))))), True
         _CACHE[key] = a
     if geometry is not None and _PREPARED.get(key) != geometry:
         a.prepare(geometry)
@@ -81,6 +87,9 @@ def add_arguments(parser: Any) -> None:
                         help="an option of the analysis (JSON value), as stager stream receive")
     parser.add_argument("--analysis-params", metavar="JSON", default=None,
                         help="the analysis's options (JSON object; a list for udf:A,B)")
+    from streams.udfinputs import add_arguments as add_udf_arguments
+
+    add_udf_arguments(parser)     # --udf-roi, --corrections: as stager stream receive
 
 
 def _read(ref: Any, valid: Optional[Tuple[str, str]], hard: bool) -> Tuple[Any, bool]:
@@ -173,7 +182,8 @@ class Run(NamedTuple):
 def run_analysis(spec: Optional[str], params: Any, refs: Sequence[Any], geometry: Any,
                  path: str, valid: Optional[Tuple[str, str]] = None,
                  hard: bool = False, after: Any = None, overwrite: bool = False) -> Run:
-    """Run the analysis ``spec`` (options ``params``, whose strings may hold ``%n``) over
+    """Run the analysis ``spec`` (options ``params``, whose strings may hold ``%n``; ``spec``
+    may be ``(spec, roi, corrections)`` for a ``udf:`` analysis) over
     ``refs`` (:class:`streams.offline.PartitionRef`) of a scan of ``geometry``; write
     ``path``. One task per ref (on ``ref.node`` if set: softly, or only there if
     ``hard``; after the futures ``after``), the ordered tree merge, one :func:`write`.
@@ -234,21 +244,35 @@ def place(refs: Sequence[Any], args: Any) -> List[Any]:
     return out
 
 
+def _absolute(path: Optional[str]) -> Optional[str]:
+    """A file path the workers read, made absolute (``none``, ``%n``-free names kept)."""
+    if path is None or path == "none":
+        return path
+    return path if os.path.isabs(path) else os.path.abspath(path)
+
+
 def main(args: Any) -> Any:
     from streams.errors import StreamError
     from streams.loading import analysis_options
     from streams.offline import parse_source, read_frames, source_partitions
 
     params = analysis_options(args.analysis_params, args.set)
-    a, _ = _analysis(args.analysis, params)  # a bad analysis fails here, before any task
+    spec = args.analysis
+    if args.corrections == "detector":
+        raise StreamError("--corrections detector: files have no detector start message; give "
+                          "the mask the receiving job kept, --corrections "
+                          "OUT/SCAN.h5:/detector/pixel_mask (or a FILE.npy)")
+    if args.udf_roi is not None or args.corrections not in (None, "none"):
+        spec = (spec, _absolute(args.udf_roi), _absolute(args.corrections))
+    a, _ = _analysis(spec, params)  # a bad analysis fails here, before any task
     valid = parse_source(args.valid) if args.valid else None
     g, refs = source_partitions(args.frames, args.spilled, args.scan, args.scan_shape,
                                 args.partition_frames)
     wanted = a.samples(g)
     if wanted is not None:      # e.g. thresholds sampled from the scan, once, here
         params = {**(params or {}), **a.use_samples(read_frames(refs, wanted))}
-    _analysis(args.analysis, params, g)      # dtype, masks, calibration: before any task
-    run = run_analysis(args.analysis, params, place(refs, args), g,
+    _analysis(spec, params, g)      # dtype, masks, calibration: before any task
+    run = run_analysis(spec, params, place(refs, args), g,
                        os.path.join(args.out, f"{g.scan}.h5"), valid,
                        overwrite=getattr(args, "overwrite", False))
     why = run.written.result()["problem"]
