@@ -366,7 +366,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         with first_rank_speaks():
             ns = _flow_namespace(module, opts.flow, flow_argv)
         out = os.path.abspath(opts.out) if opts.out else ""
-        if out and "%n" not in out:  # a per-node template is made on each node once its name is known
+        if out and "%n" not in out:  # a per-node template: made on each node, once named
             os.makedirs(out, exist_ok=True)
         if opts.stage and not os.path.isfile(opts.stage):
             raise FlowError(f"--stage {opts.stage}: no such hook spec file")
