@@ -138,12 +138,14 @@ def _uniform(obs: Observed, arrays, p: Dict[str, Any], lattice, claimed) -> List
     """The fallback: the fundamental-zone grid scored at the origin, best first, greedily."""
     from kernels.crystal import fundamental_zone_grid
 
+    from kernels.ffindex import score_orientations_kernel
+    from kernels.ffmodel import b_matrix
+
     grid = fundamental_zone_grid(max(float(p["StepSizeOrient"]), 2.0))
     origin = np.zeros(3)
     scores = np.empty(len(grid))
-    for i, u in enumerate(grid):
-        m = match_grain(u, lattice, origin, arrays, obs, _margins(p))
-        scores[i] = m["n_matched"] / max(m["n_predicted"], 1)
+    score_orientations_kernel(grid, b_matrix(lattice), origin, arrays, obs.ring_start, obs.omega,
+                              obs.eta, obs.radius, *_margins(p), scores)
     out: List[Dict[str, Any]] = []
     for i in np.argsort(-scores, kind="stable"):
         if scores[i] < p["Completeness"]:

@@ -24,7 +24,8 @@ from numba import njit
 
 from .ffmodel import ETA, OME, RNG, TTH, ff_spots_kernel
 
-__all__ = ["match_kernel", "fibre_search_kernel", "align_kernel", "orientations_kernel"]
+__all__ = ["match_kernel", "fibre_search_kernel", "align_kernel", "orientations_kernel",
+           "score_orientations_kernel"]
 
 
 @njit(cache=True, nogil=True)
@@ -164,3 +165,18 @@ def fibre_search_kernel(cdirs, s, n_psi, bmat, pos, a, ring_start, obs_ome, obs_
                 best_u[:, :] = us[j]
     return max(bm, 0), bp
 
+
+
+@njit(cache=True, nogil=True)
+def score_orientations_kernel(us, bmat, pos, a, ring_start, obs_ome, obs_eta, obs_rad,
+                              m_ome, m_eta, m_rad, out):
+    """``out[i]`` = matched fraction of orientation ``us[i]`` at ``pos`` (the uniform
+    search's score; 0 when it predicts no spot)."""
+    spots = np.empty((2 * a.hkl.shape[0], 8))
+    ids = np.empty(2 * a.hkl.shape[0], np.int64)
+    dist = np.empty(1)
+    for i in range(us.shape[0]):
+        n = ff_spots_kernel(us[i], bmat, pos, a, spots)
+        k = match_kernel(spots, n, a.lsd, ring_start, obs_ome, obs_eta, obs_rad,
+                         m_ome, m_eta, m_rad, ids, dist) if n else 0
+        out[i] = k / n if n else 0.0
