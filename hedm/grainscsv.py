@@ -9,6 +9,10 @@ ga`` and the column names -- then one tab-separated row per grain, every value `
 :data:`COLUMNS`. Orientation ``O11..O33`` row by row (crystal -> sample); position
 ``X Y Z`` (um); the fitted lattice; strains ``eFab`` and ``eKen`` (sample frame, x 10^6)
 and ``RMSErrorStrain`` (x 10^6); Euler angles (radians, Bunge, :mod:`kernels.crystal`).
+
+FF's grains seed NF (stage 2's ``SeedOrientations``, as at APS 1-ID)::
+
+    python -m hedm.grainscsv OUT/Grains.csv --seeds LAYER/seeds.txt
 """
 from __future__ import annotations
 
@@ -18,7 +22,7 @@ import numpy as np
 
 from hedm.common import replacing
 
-__all__ = ["COLUMNS", "write_grains_csv", "read_grains_csv"]
+__all__ = ["COLUMNS", "write_grains_csv", "read_grains_csv", "seed_orientations", "main"]
 
 #: The 47 columns of MIDAS's Grains.csv, in order.
 COLUMNS = (["GrainID"] + [f"O{i}{j}" for i in (1, 2, 3) for j in (1, 2, 3)]
@@ -82,3 +86,34 @@ def read_grains_csv(path: str) -> Dict[str, Any]:
             rows.append([float(v) for v in vals])
     return {"rows": np.array(rows).reshape(-1, len(COLUMNS)), "header": header,
             "columns": COLUMNS}
+
+
+def seed_orientations(path: str) -> np.ndarray:
+    """(n, 3, 3) orientations of a Grains.csv's grains (its ``O11..O33``), for NF seeds."""
+    rows = read_grains_csv(path)["rows"]
+    return np.ascontiguousarray(rows[:, 1:10].reshape(-1, 3, 3))
+
+
+def main(argv=None) -> int:
+    """``python -m hedm.grainscsv Grains.csv --seeds seeds.txt``: NF's SeedOrientations from
+    FF's grains (MIDAS's quaternion layout, :func:`hedm.nffit.write_seeds`)."""
+    import argparse
+
+    from hedm.nffit import write_seeds
+
+    ap = argparse.ArgumentParser(prog="python -m hedm.grainscsv",
+                                 description="Write NF seed orientations from FF's Grains.csv")
+    ap.add_argument("grains", help="Grains.csv (hedm/ffgrains.py's or MIDAS's)")
+    ap.add_argument("--seeds", required=True, help="SeedOrientations file to write")
+    args = ap.parse_args(argv)
+    u = seed_orientations(args.grains)
+    if not len(u):
+        print(f"{args.grains}: no grain; no seeds written")
+        return 1
+    write_seeds(args.seeds, u)
+    print(f"{len(u)} seed orientations written to {args.seeds} (NrOrientations {len(u)})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

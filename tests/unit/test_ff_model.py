@@ -188,3 +188,39 @@ def test_fibre_search_finds_a_grain_from_one_spot(setup):
                                300.0, best)
     assert n > 50 and k == n                       # every predicted spot found
     assert min(misorientation(best, u) for u in us) < 0.5   # within half a fibre step
+
+
+def test_kernels_equal_the_vectorised_reference(setup):
+    """The NumPy reference bench/ff_grains_bench.py times gives the kernels' numbers."""
+    from kernels.crystal import random_orientations, rotation_matrix
+    from kernels.ffindex import match_kernel
+    from kernels.ffmodel import b_matrix, ff_spots, residuals_kernel
+
+    from tests.unit.ff_reference import ref_match, ref_residuals, ref_spots
+
+    _, arrays = setup
+    lat = np.array([4.081, 4.0795, 4.0802, 90.02, 89.99, 90.01])
+    b = b_matrix(lat)
+    us = random_orientations(3, rng=4)
+    pos = np.array([20.0, -35.0, 12.0])
+    obs = np.concatenate([ff_spots(u, lat, pos, arrays) for u in us])
+    obs = obs[np.lexsort((obs[:, 0], obs[:, 6]))]
+    start = np.searchsorted(obs[:, 6], np.arange(int(arrays.ring.max()) + 2))
+    rad = arrays.lsd * np.tan(np.radians(obs[:, 2]))
+    for u in us:
+        got = ff_spots(u, lat, pos, arrays)
+        want = ref_spots(u, b, pos, arrays)
+        np.testing.assert_allclose(got[np.lexsort((got[:, 0], got[:, 7]))],
+                                   want[np.lexsort((want[:, 0], want[:, 7]))], atol=1e-7)
+        off = rotation_matrix([1, 1, 0], 0.3) @ u
+        pred = ff_spots(off, lat, pos, arrays)
+        ids, dist = np.empty(len(pred), np.int64), np.empty(1)
+        k = match_kernel(pred, len(pred), arrays.lsd, start, obs[:, 0].copy(),
+                         obs[:, 1].copy(), rad, 1.0, 300.0, 300.0, ids, dist)
+        ref = ref_match(pred, arrays.lsd, start, obs[:, 0], obs[:, 1], rad, 1.0, 300.0, 300.0)
+        assert k > len(pred) // 2 and np.array_equal(ids, ref)
+        yzo = np.ascontiguousarray(got[:, [3, 4, 0]] + 0.01)
+        out = np.empty((len(got), 3))
+        residuals_kernel(off, b, pos, arrays, yzo, got[:, 7].astype(np.int64), out)
+        np.testing.assert_allclose(out, ref_residuals(off, b, pos, arrays, yzo,
+                                                      got[:, 7].astype(np.int64)), atol=1e-7)
