@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -43,10 +44,11 @@ def run(flow, out, flow_args, check=True, timeout=600):
 
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):
-    from hedm.ffsynth import make_sweep
-
+    # the commands of docs/guide/hedm.md, "Far field to grains"
     folder = tmp_path_factory.mktemp("ffsweep")
-    info = make_sweep(str(folder / "data"), grains=12, seed=1)
+    subprocess.run([sys.executable, "-m", "hedm.ffsynth", str(folder / "data"), "--grains",
+                    "12"], cwd=ROOT, env=_env(), check=True, capture_output=True, timeout=300)
+    info = {"params": str(folder / "data" / "ff.params")}
     out = folder / "out"
     run("ff.py", out, ["--params", info["params"]])
     return {"info": info, "out": out, "folder": folder}
@@ -100,6 +102,34 @@ def test_raw_frames_to_grains(sweep):
     assert len(set(shared.tolist())) == len(shared) == res["shared_spots"]
     for sid in shared[:5]:
         assert (pairs[:, 1] == sid).sum() >= 2
+    # FF's grains as NF's seeds (MIDAS's SeedOrientations), the guide's last command
+    seeds = sweep["folder"] / "seeds.txt"
+    subprocess.run([sys.executable, "-m", "hedm.grainscsv", str(out / "Grains.csv"),
+                    "--seeds", str(seeds)], cwd=ROOT, env=_env(), check=True, timeout=120)
+    from hedm.nffit import read_seeds
+    from kernels.crystal import misorientation
+    got = read_seeds(str(seeds), 12)
+    assert np.all(misorientation(got, u) < 1e-4)
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun (openmpi-bin) is not installed")
+def test_mpi_executor_gives_the_same_grains(sweep):
+    """The data-dependent refinement tasks on the mpi executor (3 ranks): the same file."""
+    out = sweep["folder"] / "mpi"
+    env = _env()
+    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_rmaps_base_oversubscribe="1")
+    cmd = [shutil.which("mpirun"), "-n", "3", "--oversubscribe", sys.executable, "-m",
+           "workflows", "run", os.path.join(ROOT, "hedm", "ffgrains.py"), "--out", str(out),
+           "--", "--params", sweep["info"]["params"],
+           "--PeaksFile", str(sweep["out"] / "ff_peaks.h5")]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    if not (sweep["out"] / "Grains.csv").exists():
+        pytest.skip("runs after test_raw_frames_to_grains (its Grains.csv is the reference)")
+    assert (out / "Grains.csv").read_bytes() == (sweep["out"] / "Grains.csv").read_bytes()
+    rec = json.load(open(out / "ffgrains_run.json"))
+    assert rec["executor"] == "mpi" and len(rec["refine"]) >= 12
 
 
 def test_wrong_distance_fails_naming_the_cause(sweep):
