@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 import numpy as np
 
@@ -103,6 +103,17 @@ def _grains(n: int, p: Dict[str, Any], strain: float, rng) -> Dict[str, np.ndarr
     return {"u": u, "pos": pos, "lattice": lat, "strain": eps, "orientation": rot}
 
 
+def _given(given: Dict[str, np.ndarray], p: Dict[str, Any]) -> Dict[str, np.ndarray]:
+    from kernels.ffmodel import fable_strain, lattice_rotation
+
+    u = np.asarray(given["u"], float)
+    ref = np.asarray(p["LatticeConstant"], float)
+    lat = np.asarray(given.get("lattice", np.tile(ref, (len(u), 1))), float)
+    return {"u": u, "pos": np.asarray(given["pos"], float), "lattice": lat,
+            "strain": np.array([fable_strain(ref, la, x) for la, x in zip(lat, u)]),
+            "orientation": np.array([lattice_rotation(x, la, ref) for la, x in zip(lat, u)])}
+
+
 def _render(spots: np.ndarray, amp: np.ndarray, n_frames: int, shape, sigma_px: float,
             omega_sigma: float, background: float, rng) -> np.ndarray:
     from scipy.special import erf
@@ -131,11 +142,14 @@ def make_sweep(folder: str, grains: int = 20, seed: int = 1, strain: float = 5e-
                n_frames: int = 360, shape=(192, 192), amplitude=(6000.0, 15000.0),
                sigma_px: float = 1.0, omega_sigma: float = 0.6, background: float = 100.0,
                n_dark: int = 4, noise: float = 1.0, geometry: str = SWEEP_GEOMETRY,
-               extra: str = "") -> Dict[str, Any]:
+               extra: str = "", given: Optional[Dict[str, np.ndarray]] = None
+               ) -> Dict[str, Any]:
     """Write a sweep into ``folder`` (module docstring); return the truth and the paths.
 
-    ``extra`` is appended to the parameter file (e.g. a different ``Lsd`` to check that
-    a sweep at the wrong distance fails). The frames are rendered from ``geometry``.
+    ``extra`` is appended to the parameter file. The frames are rendered from
+    ``geometry``. ``given`` holds the grains instead of random ones: ``u`` (n, 3, 3),
+    ``pos`` (n, 3) um and optionally ``lattice`` (n, 6; default the unstrained one) --
+    e.g. an NF layer's microstructure, so that FF's grains can seed NF's fit.
     """
     from kernels import write_ge
     from kernels.ffmodel import ff_spots
@@ -145,7 +159,8 @@ def make_sweep(folder: str, grains: int = 20, seed: int = 1, strain: float = 5e-
     rng = np.random.default_rng(seed)
     p = _params(geometry, n_frames, shape)
     arrays = ff_arrays(p, n_frames, shape)
-    truth = _grains(grains, p, strain, rng)
+    truth = _grains(grains, p, strain, rng) if given is None else _given(given, p)
+    grains = len(truth["u"])
     rows, amps, owner = [], [], []
     for i in range(grains):
         s = ff_spots(truth["u"][i], truth["lattice"][i], truth["pos"][i], arrays)
