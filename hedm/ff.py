@@ -28,6 +28,9 @@ For a GE/HDF5 input, frame numbers are indices into the file
 sweep, so 1); for a TIFF series they are the file numbers (``NrFilesPerSweep`` files,
 one frame each): :func:`hedm.ffpeaks.sweep_frames`. ``OUT/ff_run.json`` records phases, per-worker
 read/compute times and dark reads (``frame_log``).
+
+Stage 2, grains from these peaks (indexing, refinement, ``Grains.csv``): :mod:`hedm.ffgrains`,
+with the same parameter file.
 """
 
 from __future__ import annotations

@@ -19,8 +19,9 @@
    fundamental_zone_grid`, ``max(StepSizeOrient, 2)`` deg) at the origin, accepting the
    most complete orientations in turn.
 
-Spots matched by two grains are *shared*: :func:`index_spots` lists them; refinement
-leaves them out of both fits and the report counts them once.
+Spots matched by two grains are *shared*: :func:`index_spots` lists them (within the
+indexing tolerances); refinement gives a spot its overlap disturbs less weight (soft-L1),
+and stage 2's report lists the spots two refined grains share and counts them once.
 """
 from __future__ import annotations
 

@@ -2,8 +2,8 @@
 
 One call per grain (stage 2's task, :mod:`hedm.ffgrains`). From the indexed grain:
 
-1. **match** its predicted spots to the observed (:func:`hedm.ffindex.match_grain`), spots
-   shared with another grain left out;
+1. **match** its predicted spots to the observed (:func:`hedm.ffindex.match_grain`), the
+   spot ids in ``exclude`` left out;
 2. **fit** with ``scipy.optimize.least_squares`` (trust region, soft-L1 loss so that a
    spot disturbed by an overlap pulls less beyond 0.1 px) the 12 parameters ``x = (position um,
    rotation vector rad applied to the indexed orientation, a b c A, alpha beta gamma

@@ -16,7 +16,6 @@ radius at ``Lsd`` (``Lsd tan 2theta``, um) and the ring it lies on (the nearest 
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Dict
 
 import numpy as np
@@ -117,8 +116,3 @@ def spots_from_peaks(peaks: np.ndarray, first_frame: int, n_frames: int, p: Dict
         out["ring"] = np.where(on, rings[best, 0].astype(np.int32), 0)
     return out
 
-
-def omega_of_frame(p: Dict[str, Any], frame: float) -> float:
-    """Omega (deg, in (-180, 180]) at continuous sweep position ``frame``."""
-    w = float(p["OmegaStart"]) + frame * float(p["OmegaStep"])
-    return w - 360.0 * math.ceil((w - 180.0) / 360.0)
