@@ -24,9 +24,13 @@ or finds its copy gone reads the frame from the shared filesystem instead, and
 fail, naming node and file. The results equal the broadcast run's.
 
 For a GE/HDF5 input, frame numbers are indices into the file
-(``RawStartNr`` .. ``RawStartNr + NrFilesPerSweep - 1``); for a TIFF series
-they are the file numbers. ``OUT/ff_run.json`` records phases, per-worker
+(``RawStartNr`` .. ``RawStartNr + NrFrames - 1``; ``NrFilesPerSweep`` is MIDAS's files per
+sweep, so 1); for a TIFF series they are the file numbers (``NrFilesPerSweep`` files,
+one frame each): :func:`hedm.ffpeaks.sweep_frames`. ``OUT/ff_run.json`` records phases, per-worker
 read/compute times and dark reads (``frame_log``).
+
+Stage 2, grains from these peaks (indexing, refinement, ``Grains.csv``): :mod:`hedm.ffgrains`,
+with the same parameter file.
 """
 
 from __future__ import annotations
@@ -34,7 +38,8 @@ from __future__ import annotations
 import os
 import time
 
-from hedm.ffpeaks import SCHEMA, load_dark, kernel_params, read_ff_params
+from hedm.common import is_series
+from hedm.ffpeaks import SCHEMA, kernel_params, load_dark, read_ff_params, sweep_frames
 from hedm.params import add_flow_arguments, check_inputs, flag_overrides, relative_to
 from hedm.run import analysis_record, check_outputs_of, drain_results, finish
 from workflows import on_this_node
@@ -61,8 +66,13 @@ def main(args):
     p = read_ff_params(on_this_node(args.params), flag_overrides(args, SCHEMA))
     folder = relative_to(p["DataDirectory"], args.params)
     dark = os.path.join(folder, p["Dark"])
-    first, n = p["RawStartNr"], p["NrFilesPerSweep"]
+    first = p["RawStartNr"]
     shape = (p["NrPixelsZ"], p["NrPixelsY"])
+    pattern = os.path.join(folder, p["InputPattern"])
+    series = is_series(pattern)
+    if not series:
+        check_inputs([pattern], "DataDirectory/InputPattern")
+    n = sweep_frames(p, on_this_node(pattern), series, args.params)
     refs = partitions(os.path.join(folder, p["InputPattern"]), n, 1, kind="frames", first=first,
                       shape=shape, dtype="uint16")
     check_inputs([dark, frame_files(refs[0])[0]], "DataDirectory/InputPattern/Dark")

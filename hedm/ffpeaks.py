@@ -21,13 +21,15 @@ import numpy as np
 
 from hedm.common import cached
 from hedm.output import _attr
-from hedm.params import Param, ParamError, at_least, load_params, relative_to, resolve_params
+from hedm.params import (MIDAS_FF_KEYS, Param, ParamError, at_least, load_params, relative_to,
+                         resolve_params)
 from streams.analysis import Analysis, Chunk, PerFrame
 from streams.offline import open_frame_file
 from streams.errors import StreamError
 from streams.protocol import ScanGeometry
 
-__all__ = ["FFPeaks", "ANALYSIS", "SCHEMA", "read_ff_params", "kernel_params", "load_dark"]
+__all__ = ["FFPeaks", "ANALYSIS", "SCHEMA", "read_ff_params", "kernel_params", "load_dark",
+           "sweep_frames"]
 
 SCHEMA = (
     Param("DataDirectory", str, ".", "folder of frames and dark; relative to the parameter "
@@ -37,7 +39,12 @@ SCHEMA = (
     Param("Dark", str, None, "dark file (GE/HDF5, or one TIFF); the mean of its frames is used"),
     Param("RawStartNr", int, 0, "first frame (index in the file, or TIFF file number)",
           at_least(0)),
-    Param("NrFilesPerSweep", int, None, "number of frames", at_least(1)),
+    Param("NrFilesPerSweep", int, 1, "MIDAS's: files per sweep; a TIFF series has one frame "
+          "per file, so this counts its frames; one GE/HDF5 file holding the sweep: 1",
+          at_least(1)),
+    Param("NrFrames", int, 0, "frames of the sweep in one GE/HDF5 file (0: every frame from "
+          "RawStartNr on); for a TIFF series it must equal NrFilesPerSweep if given",
+          at_least(0)),
     Param("NrPixelsY", int, None, "frame width (detector columns)", at_least(1)),
     Param("NrPixelsZ", int, None, "frame height (detector rows)", at_least(1)),
     Param("Threshold", float, 50.0, "counts above the dark for a pixel to count", at_least(0)),
@@ -58,8 +65,52 @@ def _checked(values: Dict[str, Any], path: str) -> Dict[str, Any]:
 
 
 def read_ff_params(path: str, flags: Dict[str, Any] | None = None) -> Dict[str, Any]:
-    """Parameters from the file ``path`` and flag overrides, checked together."""
-    return _checked(resolve_params(SCHEMA, load_params(path, SCHEMA), flags or {}, path), path)
+    """Parameters from the file ``path`` and flag overrides, checked together.
+
+    Stage 2's keys (:data:`hedm.ffparams.GRAINS_SCHEMA`) and every key of MIDAS's FF
+    programs may be in the file too (one file per sweep, :mod:`hedm.params`); they are
+    left to their readers.
+    """
+    from hedm.ffparams import GRAINS_SCHEMA
+
+    foreign = MIDAS_FF_KEYS | {q.key for q in GRAINS_SCHEMA}
+    return _checked(resolve_params(SCHEMA, load_params(path, SCHEMA, foreign), flags or {}, path),
+                    path)
+
+
+def sweep_frames(p: Mapping[str, Any], first_file: str, series: bool,
+                 path: str = "<params>") -> int:
+    """The number of frames of the sweep, as MIDAS counts them.
+
+    MIDAS's ``NrFilesPerSweep`` counts *files* (a sweep split over several files). A TIFF
+    series has one frame per file: the files are the frames (``NrFrames``, if given, must
+    agree). One GE/HDF5 file holds the whole sweep: ``NrFilesPerSweep`` must be 1 (a sweep
+    over several such files is refused), and the frames are ``NrFrames`` or every frame of
+    the file from ``RawStartNr`` on.
+
+    Raises
+    ------
+    ParamError
+        The two meanings would differ, or the file holds fewer frames than asked.
+    """
+    files, frames = p["NrFilesPerSweep"], p.get("NrFrames", 0)
+    if series:
+        if frames and frames != files:
+            raise ParamError(f"{path}: NrFrames {frames} but NrFilesPerSweep {files}: a TIFF "
+                             "series has one frame per file; give one of them")
+        return int(files)
+    if files != 1:
+        raise ParamError(
+            f"{path}: NrFilesPerSweep {files}, but MIDAS's NrFilesPerSweep counts files per "
+            f"sweep and {first_file} is one file holding the sweep: a sweep split over several "
+            "GE/HDF5 files is not supported. Set NrFilesPerSweep 1 and NrFrames to the frames "
+            "to use (0 or absent: every frame of the file from RawStartNr)")
+    reader = open_frame_file(first_file, (p["NrPixelsZ"], p["NrPixelsY"]), "uint16")
+    have = int(reader.n_frames) - int(p["RawStartNr"])
+    if frames > have or have < 1:
+        raise ParamError(f"{path}: {first_file} holds {reader.n_frames} frames; from RawStartNr "
+                         f"{p['RawStartNr']} there are {max(have, 0)}, NrFrames asks {frames}")
+    return int(frames or have)
 
 
 def kernel_params(p: Mapping[str, Any]):

@@ -61,6 +61,7 @@ __all__ = ["BINARY_SUFFIX", "check_inputs",
     "resolve_params",
     "format_params",
     "MIDAS_NF_KEYS",
+    "MIDAS_FF_KEYS",
 ]
 
 _MISSING = object()
@@ -85,6 +86,43 @@ SaveNSolutions SaveReducedOutput SeedOrientations SeedOrientationsAll Simulation
 SkipImageBinning SpaceGroup StartNr StepSizeOrient TiltsTol TomoImage TomoPixelSize
 WFImages Wavelength Wedge WriteFinImage WriteImage WriteLegacyBin extOrig extReduced
 logDir nDistances p0 px resultFolder tx ty tz
+""".split())
+
+#: Every key MIDAS's FF-HEDM pipeline reads (marinerhemant/MIDAS at commit 0e6e0e54: the keys
+#: of ``manuals/FF_Parameters_Reference.md``), so a MIDAS FF parameter file is accepted whole
+#: by every FF stage; each stage checks the keys it uses.
+MIDAS_FF_KEYS = frozenset("""
+AdaptiveEtaBins AutoDetectPeaks BC BadPxFile BadPxIntensity BeamSize BeamThickness BgNSectors
+BgSubtract BigDetSize BlanketSubtraction BoxSize Completeness ConvergenceThresholdPPM Dark
+DataDirectory DataType Deblur DebugMode DetParams DiscArea DiscModel DistortionFile
+DoDynamicReassignment DoLoGFilter DoPeakFit DoSmoothing DoubletSeparation EResolution EdgeLength
+EndNr EtaBinSize EtaMax EtaMin Ext FileStem FitAllAtOnce FitOrWeightedMean FitParallax FitROIAuto
+FitROIPadding FitWavelength FixPanelID Folder GBAngle GapFile GapIntensity GaussFiltRadius
+GaussWidth GlobalPosition GradientCorrection GrainsFile GridFileName GridPoints GridSize Hbeam
+HeadSize ImTransOpt InFileName InputAllExtraInfoFittingAll IntensitiesFile IsBinary IterOffset
+L2Objective LatticeConstant LatticeParameter LoGMaskRadius LoadNr LocalMaximaOnly Lsd LsdMean
+MargABC MargABG MargStrain MarginEta MarginOme MarginOmega MarginRadial MarginRadius MaskFile
+MaxOmeSpotIDsToIndex MaxOutputIntensity MaxRingNumber MaxRingRad MedFiltRadius MinConfidence
+MinEta ExcludePoleAngle MinFracAccept MinIndicesForFit MinIntegratedIntensity
+MinMatchesToAcceptFrac MinNrSpots MinOmeSpotIDsToIndex MinPeakSNR MultFactor MultiplePeaks NFOutput
+NPanelsY NPanelsZ NoSaveAll Normalize NormalizeRingWeights NrFilesPerDistance NrFilesPerSweep
+NrOrientations NrPixels NrPixelsY NrPixelsZ NumPhases OmeBinSize OmegaEnd OmegaRange OmegaSigma
+OmegaStart OmegaStep OmegaSumFrames OrientTol OutDirPath OutFileName OutlierIterations
+OutputFolder OverAllRingToIndex Padding PanelGapsY PanelGapsZ PanelShiftsFile PanelSizeY
+PanelSizeZ Parallax PeakFitMode PeakIntensity PeakLocation PerPanelDistortion PerPanelLsd PhaseNr
+PolarizationCorrection PolarizationFraction QBinSize RBinDivisions RBinSize RMax RMin RawFolder
+ReFitPeaks RefinementFileName RemoveOutliersBetweenIters ResidualCorrectionMap ResultFolder
+ResumeFromCheckpoint RhoD RingDiagnosticsCSV RingNumbers RingRadii RingThresh RingsToExclude
+RingsToUse Rsample SNIPIterations SaveIndividualFrames ScanStep SeedOrientations SimNoiseSigma
+SimulationBatches SkipFrame SkipImageBinning SkipVerification SolidAngleCorrection SpaceGroup
+StartFileNrFirstLayer StartNr StepSizeOrient StepsizeOrient StepSizePos SubPixelCardinalWidth
+SubPixelLevel SumImages TakeGrainMax TopLayer TrimmedMeanFraction Twins UpdatedOrientations
+UpperBoundThreshold UseFriedelPairs Vsample Wavelength Wedge WeightByFitSNR
+WeightByPositionUncertainty WeightByRadius WeightFitRMSE WeightMask Width WriteImage
+WriteLegacyBin WriteSpots YPixelSize darkDataset dataDataset lineoutRBinSize lineoutRMin
+nDistances nIterations nScans num_lambda_samples p0 p1 p2 p3 p4 p5 p6 p7 p8 p9 p10 p11 p12 p13
+p14 px resultFolder tGap tInt tolBC tolLsd tolLsdPanel tolP tolP0 tolP2Panel tolParallax
+tolRotation tolShifts tolTiltX tolTilts tolWavelength tx txFit ty tz
 """.split())
 
 
@@ -185,8 +223,8 @@ def _unknown(key: str, schema: Schema, foreign: AbstractSet[str] = frozenset()) 
         if close:
             break
     hint = f"did you mean {close[0]!r}? " if close else ""
-    more = (" (and the keys of the other NF stage and of MIDAS's NF programs, "
-            "hedm.params.MIDAS_NF_KEYS)") if foreign else ""
+    more = (" (and the keys of the other stages and of MIDAS's programs, "
+            "hedm.params.MIDAS_NF_KEYS / MIDAS_FF_KEYS)") if foreign else ""
     return (f"unknown parameter {key!r}: {hint}known parameters: {', '.join(sorted(keys))}"
             f"{more}")
 

@@ -85,9 +85,12 @@ def make_ff_dataset(folder: str, model, params: Optional[Mapping[str, Any]] = No
 
     os.makedirs(folder, exist_ok=True)
     values: Dict[str, Any] = dict(FF_DEFAULTS, **(params or {}))
-    values.update(NrFilesPerSweep=model.n_frames, NrPixelsY=model.shape[1],
-                  NrPixelsZ=model.shape[0])
-    if is_series(values["InputPattern"]):  # one TIFF per frame (what a scatter block spreads)
+    values.update(NrPixelsY=model.shape[1], NrPixelsZ=model.shape[0])
+    # MIDAS's NrFilesPerSweep counts files: one per frame of a series, one GE file else
+    series = is_series(values["InputPattern"])
+    values.update(NrFilesPerSweep=model.n_frames if series else 1,
+                  NrFrames=0 if series else model.n_frames)
+    if series:  # one TIFF per frame (what a scatter block spreads)
         from kernels import write_tiff_series
         write_tiff_series(os.path.join(folder, values["InputPattern"]), frames(model),
                           first=values["RawStartNr"])

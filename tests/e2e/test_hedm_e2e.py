@@ -175,7 +175,7 @@ def test_ff_staged_mpi_equals_serial_kernels_and_local(ff_data, stage_root, tmp_
     dark = load_dark(os.path.join(ff_data, p["Dark"]), shape)
     reader = GEFile(os.path.join(ff_data, p["InputPattern"]), shape=shape)
     want = np.concatenate([find_peaks(reader.read(i), dark, kernel_params(p), frame_index=i)
-                           for i in range(p["NrFilesPerSweep"])])
+                           for i in range(p["NrFrames"])])
     assert np.array_equal(got["peaks"], want)
     assert np.array_equal(got["dark"], dark)
     assert got["frames"]["n_peaks"].sum() == len(want)

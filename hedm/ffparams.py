@@ -1,0 +1,198 @@
+"""The keys of FF-HEDM stage 2 (spots, indexing, refinement) and the geometry they give.
+
+A sweep has one parameter file (:mod:`hedm.params`), read by stage 1 (:mod:`hedm.ffpeaks`,
+the peak search) and stage 2 (:mod:`hedm.ffgrains`); each stage checks its own keys and
+accepts the other stage's and every key of MIDAS's FF programs
+(:data:`hedm.params.MIDAS_FF_KEYS`), so a MIDAS FF parameter file runs as it is.
+
+Keys are MIDAS's where MIDAS has them, with MIDAS's units (``manuals/FF_Parameters_Reference.md``):
+lengths in um (``Lsd``, ``px``, ``Rsample``, ``Hbeam``, ``MarginEta`` -- an arc length on the
+detector --, ``MarginRadial``, ``Width``, ``StepSizePos``), angles in degrees, the beam centre
+``BC y z`` in pixels. Aliases MIDAS accepts are accepted (``LatticeParameter``,
+``ExcludePoleAngle`` for ``MinEta``, ``MaxRingRad`` for ``RhoD``, ``MarginOmega``); giving a
+key and its alias both is an error. Keys of ours (MIDAS has none): ``PeaksFile``,
+``MergePixels``, ``MergeAngle``, ``MergeDistance``, ``MinIndexedFraction``, ``MaxRefineRMS``.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, Optional
+
+import numpy as np
+
+from hedm.params import MIDAS_FF_KEYS, Param, ParamError, at_least, load_params, resolve_params
+
+__all__ = ["GRAINS_SCHEMA", "read_grains_params", "ff_arrays", "ring_table"]
+
+
+def _positive(v: float) -> Optional[str]:
+    return None if v > 0 else "must be > 0"
+
+
+def _fraction(v: float) -> Optional[str]:
+    return None if 0 <= v <= 1 else "must be in [0, 1]"
+
+
+#: Stage 2's keys (spots from peaks, indexing, refinement, Grains.csv).
+GRAINS_SCHEMA = (
+    Param("PeaksFile", str, "", "stage 1's peaks (<OutputFileName>.h5); relative to the "
+          "parameter file's folder; default <OutputFileName>.h5 beside it"),
+    Param("OutputFileName", str, "ff_peaks", "stage 1's base name (the default PeaksFile)"),
+    Param("LatticeConstant", float, (), "a b c alpha beta gamma of the unstrained lattice (A, "
+          "deg)", multi=True),
+    Param("LatticeParameter", float, (), "alias of LatticeConstant", multi=True),
+    Param("SpaceGroup", int, 225, "space group (symmorphic cubic: 225 FCC, 229 BCC, 221 SC)"),
+    Param("Wavelength", float, None, "X-ray wavelength (A)", _positive),
+    Param("Lsd", float, None, "sample-detector distance (um)", _positive),
+    Param("BC", float, None, "beam centre 'y z' (pixels)", multi=True),
+    Param("px", float, None, "pixel size (um)", _positive),
+    Param("tx", float, 0.0, "detector tilt about the beam (deg)"),
+    Param("ty", float, 0.0, "detector tilt about y (deg)"),
+    Param("tz", float, 0.0, "detector tilt about z (deg)"),
+    Param("Wedge", float, 0.0, "rotation-axis wedge (deg); only 0 is modelled"),
+    Param("OmegaStart", float, None, "omega of the first frame's start (deg)"),
+    Param("OmegaStep", float, None, "omega per frame (deg; negative: decreasing)"),
+    Param("OmegaRange", float, (), "'min max' omega window used (deg), repeatable; default all",
+          multi=True),
+    Param("BoxSize", float, (), "'ymin ymax zmin zmax' (um) per OmegaRange; default no box",
+          multi=True),
+    Param("MinEta", float, 0.0, "pole exclusion: spots within this of eta 0 or 180 are not "
+          "used (deg)", at_least(0)),
+    Param("ExcludePoleAngle", float, 0.0, "alias of MinEta"),
+    Param("RhoD", float, 0.0, "largest ring radius used (um); 0: the farthest detector corner"),
+    Param("MaxRingRad", float, 0.0, "alias of RhoD"),
+    Param("RingThresh", float, (), "'ring threshold' per ring used, repeatable (MIDAS; the "
+          "thresholds belong to its peak search); default every ring on the detector",
+          multi=True),
+    Param("OverAllRingToIndex", int, 1, "ring whose spots seed the orientations", at_least(1)),
+    Param("Width", float, 1500.0, "half-width (um) of a ring: a spot farther from every ring "
+          "is not used", _positive),
+    Param("Completeness", float, 0.8, "fraction of a candidate's predicted spots that must be "
+          "found to accept it", _fraction),
+    Param("StepSizeOrient", float, 1.0, "step (deg) along each seed spot's fibre", _positive),
+    Param("StepSizePos", float, 100.0, "step (um) of candidate positions in the sample",
+          _positive),
+    Param("Rsample", float, 0.0, "sample radius (um): candidate x, y within it", at_least(0)),
+    Param("Hbeam", float, 0.0, "beam height (um): candidate z within +-Hbeam/2", at_least(0)),
+    Param("MarginOme", float, 1.0, "omega tolerance of a match (deg)", _positive),
+    Param("MarginOmega", float, 0.0, "alias of MarginOme"),
+    Param("MarginEta", float, 500.0, "eta tolerance of a match, as an arc length (um)",
+          _positive),
+    Param("MarginRadial", float, 500.0, "radial tolerance of a match (um)", _positive),
+    Param("MergePixels", float, 2.0, "peaks of consecutive frames closer than this (px) are "
+          "one spot", _positive),
+    Param("MergeAngle", float, 1.0, "candidates closer than this misorientation (deg) and "
+          "MergeDistance are one grain", _positive),
+    Param("MergeDistance", float, 0.0, "see MergeAngle (um); 0: 2 * StepSizePos",
+          at_least(0)),
+    Param("MinIndexedFraction", float, 0.5, "fraction of the ring-assigned spots the grains "
+          "must explain; fewer fails the run", _fraction),
+    Param("MaxRefineRMS", float, 1.0, "a refined grain whose rms residual (px, frames) is "
+          "larger did not converge", _positive),
+    Param("Vsample", float, 0.0, "illuminated volume (um^3): GrainRadius from each grain's "
+          "share of the spot intensity; 0: GrainRadius 0", at_least(0)),
+    Param("NumPhases", int, 1, "written in Grains.csv", at_least(1)),
+    Param("PhaseNr", int, 1, "written in Grains.csv", at_least(0)),
+    Param("BeamThickness", float, 0.0, "written in Grains.csv (um)"),
+    Param("GlobalPosition", float, 0.0, "written in Grains.csv (um)"),
+)
+
+
+def _alias(values: Dict[str, Any], given: Dict[str, Any], key: str, alias: str,
+           path: str) -> None:
+    """``key`` takes ``alias``'s value when only the alias is given; both given and different
+    is an error."""
+    if alias in given:
+        if key in given and given[key] != given[alias]:
+            raise ParamError(f"{path}: {key} and its alias {alias} are both set and differ; "
+                             "keep one")
+        values[key] = given[alias]
+
+
+def read_grains_params(path: str, flags: Dict[str, Any] | None = None) -> Dict[str, Any]:
+    """Stage 2's parameters from the sweep's file ``path`` and flag overrides, checked."""
+    from hedm.ffpeaks import SCHEMA as PEAKS_SCHEMA
+
+    foreign = MIDAS_FF_KEYS | {q.key for q in PEAKS_SCHEMA}
+    raw = load_params(path, GRAINS_SCHEMA, foreign)
+    v = resolve_params(GRAINS_SCHEMA, raw, flags or {}, path)
+    given = {**raw, **(flags or {})}
+    for key, alias in (("LatticeConstant", "LatticeParameter"), ("MinEta", "ExcludePoleAngle"),
+                       ("RhoD", "MaxRingRad"), ("MarginOme", "MarginOmega")):
+        _alias(v, given, key, alias, path)
+    if len(v["LatticeConstant"]) != 6:
+        raise ParamError(f"{path}: LatticeConstant needs 6 values 'a b c alpha beta gamma', "
+                         f"got {len(v['LatticeConstant'])}")
+    if len(v["BC"]) != 2:
+        raise ParamError(f"{path}: BC needs 2 values 'y z' (one detector), got {v['BC']}")
+    if v["Wedge"] != 0:
+        raise ParamError(f"{path}: Wedge {v['Wedge']} is not modelled; only 0 is supported")
+    if v["OmegaStep"] == 0:
+        raise ParamError(f"{path}: OmegaStep must not be 0")
+    if len(v["OmegaRange"]) % 2 or len(v["BoxSize"]) % 4:
+        raise ParamError(f"{path}: OmegaRange takes 2 values and BoxSize 4 per line")
+    if v["BoxSize"] and len(v["BoxSize"]) // 4 != len(v["OmegaRange"]) // 2:
+        raise ParamError(f"{path}: one BoxSize per OmegaRange, got {len(v['BoxSize']) // 4} "
+                         f"and {len(v['OmegaRange']) // 2}")
+    if len(v["RingThresh"]) % 2:
+        raise ParamError(f"{path}: RingThresh takes 'ring threshold' pairs")
+    if v["MergeDistance"] == 0:
+        v["MergeDistance"] = 2.0 * v["StepSizePos"]
+    return v
+
+
+def ring_cutoff(p: Dict[str, Any], shape) -> float:
+    """RhoD, or the farthest detector corner from the beam centre (um)."""
+    if p["RhoD"] > 0:
+        return float(p["RhoD"])
+    ybc, zbc = p["BC"]
+    return p["px"] * max(math.hypot(y - ybc, z - zbc) for y in (0, shape[1]) for z in (0, shape[0]))
+
+
+def ff_arrays(p: Dict[str, Any], n_frames: int, shape, rings: Any = None):
+    """The :class:`kernels.ffmodel.FFArrays` of a parameter set, for ``n_frames`` frames of
+    ``shape`` (rows, columns); ``rings``: ring numbers to keep (default RingThresh's, or all).
+
+    Raises
+    ------
+    ParamError
+        An unsupported lattice or space group, a RingThresh ring not on the detector.
+    """
+    from kernels.errors import KernelArgumentError
+    from kernels.ffmodel import FFArrays
+    from kernels.hkl import hkl_list
+    from kernels.nfgeometry import tilt_matrix
+
+    lat = p["LatticeConstant"]
+    if not (lat[0] == lat[1] == lat[2] and lat[3] == lat[4] == lat[5] == 90):
+        raise ParamError(f"LatticeConstant {lat}: only cubic lattices are indexed (a = b = c, "
+                         "angles 90); the refinement then fits all six")
+    try:
+        h = hkl_list(lat[0], p["Wavelength"], p["Lsd"], ring_cutoff(p, shape), p["SpaceGroup"])
+        if rings is None:
+            rings = [int(r) for r in p["RingThresh"][::2]]
+        if rings:
+            h = h.select_rings(rings)
+    except KernelArgumentError as exc:
+        raise ParamError(str(exc)) from exc
+    ranges = np.array(p["OmegaRange"] or (-180.0, 180.0), np.float64).reshape(-1, 2)
+    boxes = (np.array(p["BoxSize"], np.float64).reshape(-1, 4) if p["BoxSize"] else
+             np.tile([-1e12, 1e12, -1e12, 1e12], (len(ranges), 1)).astype(np.float64))
+    return FFArrays(hkl=np.ascontiguousarray(h.hkl, np.float64),
+                    ring=h.ring.astype(np.int64), tilt=tilt_matrix(p["tx"], p["ty"], p["tz"]),
+                    omega_ranges=ranges, boxes=boxes, lsd=float(p["Lsd"]),
+                    ybc=float(p["BC"][0]), zbc=float(p["BC"][1]), px=float(p["px"]),
+                    wavelength=float(p["Wavelength"]), omega_start=float(p["OmegaStart"]),
+                    omega_step=float(p["OmegaStep"]), n_frames=int(n_frames),
+                    n_pixels_y=int(shape[1]), n_pixels_z=int(shape[0]),
+                    min_eta=float(p["MinEta"]))
+
+
+def ring_table(p: Dict[str, Any], shape) -> np.ndarray:
+    """(ring, two_theta deg, radius um at Lsd) of the rings on the detector."""
+    from kernels.hkl import hkl_list
+
+    lat = p["LatticeConstant"]
+    h = hkl_list(lat[0], p["Wavelength"], p["Lsd"], ring_cutoff(p, shape), p["SpaceGroup"])
+    t = h.ring_table()
+    return np.stack([t["ring"].astype(float), t["two_theta"], t["radius"]], 1)

@@ -1,0 +1,118 @@
+"""FF-HEDM spots: stage 1's per-frame peaks merged across frames, with omega, eta, 2theta.
+
+A grain's reflection crosses the Ewald sphere over an omega interval, so its peak is seen
+on one or a few consecutive frames. :func:`merge_peaks` links a peak of frame ``f`` to
+the nearest peak of frame ``f + 1`` within ``MergePixels`` (mutual nearest neighbours,
+``scipy.spatial.cKDTree``), and each connected chain (``scipy.sparse.csgraph``) is one
+spot. On a full rotation (``n_frames * |OmegaStep| = 360``) the last frame is followed
+by the first, so a spot seen across the end and the start of the sweep is one spot too.
+
+Per spot: the integrated intensity (sum over its peaks), the intensity-weighted centroid
+(pixels), omega as the intensity-weighted circular mean of its frames' centre omegas
+(``OmegaStart + (frame + 0.5) OmegaStep``), and, from the detector geometry
+(:mod:`kernels.ffmodel`), the lab point of the centroid, ``eta``, ``2theta``, the ring
+radius at ``Lsd`` (``Lsd tan 2theta``, um) and the ring it lies on (the nearest within
+``Width``; 0: on none). The table is :data:`SPOT_DTYPE`, ``id`` from 0 in order.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict
+
+import numpy as np
+
+__all__ = ["SPOT_DTYPE", "merge_peaks", "spots_from_peaks"]
+
+#: One row per merged spot.
+SPOT_DTYPE = np.dtype([("id", np.int64), ("omega", np.float64), ("eta", np.float64),
+                       ("two_theta", np.float64), ("radius", np.float64),
+                       ("y", np.float64), ("z", np.float64), ("intensity", np.float64),
+                       ("n_frames", np.int32), ("first_frame", np.int32), ("ring", np.int32),
+                       ("lab_x", np.float64), ("lab_y", np.float64), ("lab_z", np.float64)])
+
+
+def merge_peaks(frame: np.ndarray, y: np.ndarray, z: np.ndarray, n_frames: int,
+                max_px: float, wrap: bool) -> np.ndarray:
+    """Spot label (0..k-1) of each peak: chains of peaks on consecutive frames.
+
+    ``frame`` are sweep positions ``0..n_frames-1``; ``wrap``: frame ``n_frames - 1`` is
+    followed by frame 0 (a full rotation).
+    """
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+    from scipy.spatial import cKDTree
+
+    n = len(frame)
+    if n == 0:
+        return np.zeros(0, np.int64)
+    order = np.argsort(frame, kind="stable")
+    fs = frame[order]
+    bounds = np.searchsorted(fs, np.arange(n_frames + 1))
+    pts = np.c_[y, z]
+    rows, cols = [], []
+    last = n_frames if wrap else n_frames - 1
+    for f in range(last):
+        g = (f + 1) % n_frames
+        a = order[bounds[f]:bounds[f + 1]]
+        b = order[bounds[g]:bounds[g + 1]]
+        if len(a) == 0 or len(b) == 0 or (g == f):
+            continue
+        da, ia = cKDTree(pts[b]).query(pts[a], distance_upper_bound=max_px)
+        db, ib = cKDTree(pts[a]).query(pts[b], distance_upper_bound=max_px)
+        for i, (d, j) in enumerate(zip(da, ia)):
+            if np.isfinite(d) and ib[j] == i:            # mutual nearest neighbours
+                rows.append(a[i])
+                cols.append(b[j])
+    graph = coo_matrix((np.ones(len(rows)), (rows, cols)), shape=(n, n))
+    return connected_components(graph, directed=False)[1].astype(np.int64)
+
+
+def spots_from_peaks(peaks: np.ndarray, first_frame: int, n_frames: int, p: Dict[str, Any],
+                     arrays: Any, rings: np.ndarray) -> np.ndarray:
+    """The spot table of stage 1's ``peaks`` (:data:`kernels.ff.PEAK_DTYPE`, frame numbers
+    from ``first_frame``): merged (:func:`merge_peaks`), located and given a ring.
+
+    ``arrays`` is the sweep's :class:`kernels.ffmodel.FFArrays`, ``rings`` the rows
+    ``(ring, two_theta, radius)`` of :func:`hedm.ffparams.ring_table`.
+    """
+    from kernels.ffmodel import pixel_to_lab_kernel
+
+    pos = peaks["frame"].astype(np.int64) - int(first_frame)
+    keep = (pos >= 0) & (pos < n_frames) & (peaks["integrated"] > 0)
+    pk = peaks[keep]
+    pos = pos[keep]
+    step = float(p["OmegaStep"])
+    wrap = abs(abs(n_frames * step) - 360.0) < 1e-6 * abs(step)
+    label = merge_peaks(pos, pk["col"], pk["row"], n_frames, float(p["MergePixels"]), wrap)
+    k = int(label.max()) + 1 if len(label) else 0
+    w = pk["integrated"].astype(np.float64)
+    tot = np.bincount(label, w, k)
+    yc = np.bincount(label, w * pk["col"], k) / tot
+    zc = np.bincount(label, w * pk["row"], k) / tot
+    ome = np.radians(float(p["OmegaStart"]) + (pos + 0.5) * step)
+    s = np.bincount(label, w * np.sin(ome), k)
+    c = np.bincount(label, w * np.cos(ome), k)
+    out = np.zeros(k, SPOT_DTYPE)
+    out["id"] = np.arange(k)
+    out["omega"] = np.degrees(np.arctan2(s, c))
+    out["intensity"] = tot
+    out["y"] = yc
+    out["z"] = zc
+    out["n_frames"] = np.bincount(label, None, k)
+    first = np.full(k, n_frames, np.int64)
+    np.minimum.at(first, label, pos)
+    out["first_frame"] = first
+    lab = np.empty((k, 3))
+    pixel_to_lab_kernel(np.ascontiguousarray(yc), np.ascontiguousarray(zc), arrays, lab)
+    out["lab_x"], out["lab_y"], out["lab_z"] = lab.T
+    r = np.hypot(lab[:, 1], lab[:, 2])
+    out["two_theta"] = np.degrees(np.arctan2(r, lab[:, 0]))
+    eta = np.degrees(np.arccos(np.clip(lab[:, 2] / np.where(r > 0, r, 1), -1, 1)))
+    out["eta"] = np.where(lab[:, 1] > 0, -eta, eta)
+    out["radius"] = float(p["Lsd"]) * np.tan(np.radians(out["two_theta"]))
+    if len(rings) and k:
+        d = np.abs(out["radius"][:, None] - rings[None, :, 2])
+        best = np.argmin(d, axis=1)
+        on = d[np.arange(k), best] <= float(p["Width"])
+        out["ring"] = np.where(on, rings[best, 0].astype(np.int32), 0)
+    return out
+

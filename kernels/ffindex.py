@@ -1,0 +1,182 @@
+"""FF-HEDM indexing kernels: match a grain's predicted spots to the observed ones, and
+search the orientations along a spot's diffraction fibre.
+
+Observed spots are given sorted by ring, then omega: ``ring_start[r]:ring_start[r + 1]``
+are ring ``r``'s rows; per row its omega (deg), eta (deg) and radius ``Lsd tan 2theta``
+(um). A predicted spot (:func:`kernels.ffmodel.ff_spots_kernel`) *matches* the observed
+spot of its ring within the tolerances -- ``|d omega| <= margin_ome`` (deg, across +-180),
+``|d eta| radius <= margin_eta`` (um of arc, MIDAS's ``MarginEta``), ``|d radius| <=
+margin_rad`` (um) -- that is nearest in the sum of the three differences each divided by
+its tolerance.
+
+The fibre of an observed spot: the orientations ``U`` that bring a crystal reflection
+direction ``c`` onto the spot's sample-frame scattering vector ``s``: ``U = R(s, psi)
+A(c -> s)``, ``A`` the smallest rotation taking ``c`` to ``s``, ``psi`` in
+``[0, 360)`` by ``step``. :func:`fibre_search_kernel` scores every one by its matched
+fraction and keeps the best.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+from .ffmodel import ETA, OME, RNG, TTH, ff_spots_kernel
+
+__all__ = ["match_kernel", "fibre_search_kernel", "align_kernel", "orientations_kernel",
+           "score_orientations_kernel"]
+
+
+@njit(cache=True, nogil=True)
+def _search(ome, lo, hi, obs_ome, obs_eta, obs_rad, p_ome, p_eta, p_rad,
+            m_ome, m_eta, m_rad, best, bestd):
+    """Scan observed rows lo:hi with omega in [ome - m_ome, ome + m_ome]."""
+    i = lo + np.searchsorted(obs_ome[lo:hi], ome - m_ome)
+    while i < hi and obs_ome[i] <= ome + m_ome:
+        d_ome = abs(obs_ome[i] - p_ome)
+        d_ome = min(d_ome, 360.0 - d_ome)
+        d_eta = abs(obs_eta[i] - p_eta)
+        d_eta = min(d_eta, 360.0 - d_eta) * math.pi / 180.0 * p_rad
+        d_rad = abs(obs_rad[i] - p_rad)
+        if d_ome <= m_ome and d_eta <= m_eta and d_rad <= m_rad:
+            d = d_ome / m_ome + d_eta / m_eta + d_rad / m_rad
+            if d < bestd:
+                bestd = d
+                best = i
+        i += 1
+    return best, bestd
+
+
+@njit(cache=True, nogil=True)
+def match_kernel(spots, n_spots, lsd, ring_start, obs_ome, obs_eta, obs_rad,
+                 m_ome, m_eta, m_rad, ids, dist):
+    """``ids[k]`` = the observed row matching predicted spot ``k`` of ``spots[:n_spots]``,
+    or -1; returns the number matched. ``dist[0]`` = the sum over matches of the three
+    differences each divided by its tolerance (how central the matches are)."""
+    n = 0
+    dist[0] = 0.0
+    for k in range(n_spots):
+        r = int(spots[k, RNG])
+        ids[k] = -1
+        if r + 1 >= ring_start.shape[0]:
+            continue
+        lo = ring_start[r]
+        hi = ring_start[r + 1]
+        if hi <= lo:
+            continue
+        ome = spots[k, OME]
+        eta = spots[k, ETA]
+        rad = lsd * math.tan(math.radians(spots[k, TTH]))
+        best, bestd = _search(ome, lo, hi, obs_ome, obs_eta, obs_rad, ome, eta, rad,
+                              m_ome, m_eta, m_rad, -1, 1e30)
+        if ome + m_ome > 180.0:
+            best, bestd = _search(ome - 360.0, lo, hi, obs_ome, obs_eta, obs_rad, ome, eta,
+                                  rad, m_ome, m_eta, m_rad, best, bestd)
+        if ome - m_ome < -180.0:
+            best, bestd = _search(ome + 360.0, lo, hi, obs_ome, obs_eta, obs_rad, ome, eta,
+                                  rad, m_ome, m_eta, m_rad, best, bestd)
+        ids[k] = best
+        if best >= 0:
+            n += 1
+            dist[0] += bestd
+    return n
+
+
+@njit(cache=True, nogil=True)
+def _rotation(ax, ay, az, angle, out):
+    """Rodrigues: rotation by ``angle`` (rad) about the unit axis (ax, ay, az)."""
+    c = math.cos(angle)
+    s = math.sin(angle)
+    t = 1.0 - c
+    out[0, 0] = t * ax * ax + c
+    out[0, 1] = t * ax * ay - s * az
+    out[0, 2] = t * ax * az + s * ay
+    out[1, 0] = t * ax * ay + s * az
+    out[1, 1] = t * ay * ay + c
+    out[1, 2] = t * ay * az - s * ax
+    out[2, 0] = t * ax * az - s * ay
+    out[2, 1] = t * ay * az + s * ax
+    out[2, 2] = t * az * az + c
+
+
+@njit(cache=True, nogil=True)
+def align_kernel(c, s, out):
+    """The smallest rotation taking unit vector ``c`` to unit vector ``s``."""
+    ax = c[1] * s[2] - c[2] * s[1]
+    ay = c[2] * s[0] - c[0] * s[2]
+    az = c[0] * s[1] - c[1] * s[0]
+    sn = math.sqrt(ax * ax + ay * ay + az * az)
+    cs = c[0] * s[0] + c[1] * s[1] + c[2] * s[2]
+    if sn < 1e-12:
+        if cs > 0:
+            _rotation(1.0, 0.0, 0.0, 0.0, out)
+            return
+        # antiparallel: half a turn about any axis perpendicular to c
+        px, py, pz = (0.0, -c[2], c[1]) if abs(c[0]) < 0.9 else (-c[2], 0.0, c[0])
+        pn = math.sqrt(px * px + py * py + pz * pz)
+        _rotation(px / pn, py / pn, pz / pn, math.pi, out)
+        return
+    _rotation(ax / sn, ay / sn, az / sn, math.atan2(sn, cs), out)
+
+
+@njit(cache=True, nogil=True)
+def orientations_kernel(c, s, n_psi, out):
+    """``out[j]`` = ``R(s, 2 pi j / n_psi) A(c -> s)`` for j < n_psi (the fibre)."""
+    a = np.empty((3, 3))
+    r = np.empty((3, 3))
+    align_kernel(c, s, a)
+    for j in range(n_psi):
+        _rotation(s[0], s[1], s[2], 2.0 * math.pi * j / n_psi, r)
+        for i in range(3):
+            for k in range(3):
+                out[j, i, k] = r[i, 0] * a[0, k] + r[i, 1] * a[1, k] + r[i, 2] * a[2, k]
+
+
+@njit(cache=True, nogil=True)
+def fibre_search_kernel(cdirs, s, n_psi, bmat, pos, a, ring_start, obs_ome, obs_eta, obs_rad,
+                        m_ome, m_eta, m_rad, best_u):
+    """Best orientation on the fibres of scattering vector ``s`` for the reflection
+    directions ``cdirs`` (m, 3): writes ``best_u`` and returns ``(n_matched, n_predicted)``
+    of it (most matched fraction; ties: more matches, then the most central matches, as
+    :func:`match_kernel`'s ``dist`` per match)."""
+    us = np.empty((n_psi, 3, 3))
+    spots = np.empty((2 * a.hkl.shape[0], 8))
+    ids = np.empty(2 * a.hkl.shape[0], np.int64)
+    dist = np.empty(1)
+    bm = -1
+    bp = 1
+    bd = 1e30
+    for m in range(cdirs.shape[0]):
+        orientations_kernel(cdirs[m], s, n_psi, us)
+        for j in range(n_psi):
+            n = ff_spots_kernel(us[j], bmat, pos, a, spots)
+            if n == 0:
+                continue
+            k = match_kernel(spots, n, a.lsd, ring_start, obs_ome, obs_eta, obs_rad,
+                             m_ome, m_eta, m_rad, ids, dist)
+            if k == 0:
+                continue
+            d = dist[0] / k
+            if (k * bp > bm * n or (k * bp == bm * n and (k > bm or (k == bm and d < bd)))):
+                bm = k
+                bp = n
+                bd = d
+                best_u[:, :] = us[j]
+    return max(bm, 0), bp
+
+
+
+@njit(cache=True, nogil=True)
+def score_orientations_kernel(us, bmat, pos, a, ring_start, obs_ome, obs_eta, obs_rad,
+                              m_ome, m_eta, m_rad, out):
+    """``out[i]`` = matched fraction of orientation ``us[i]`` at ``pos`` (the uniform
+    search's score; 0 when it predicts no spot)."""
+    spots = np.empty((2 * a.hkl.shape[0], 8))
+    ids = np.empty(2 * a.hkl.shape[0], np.int64)
+    dist = np.empty(1)
+    for i in range(us.shape[0]):
+        n = ff_spots_kernel(us[i], bmat, pos, a, spots)
+        k = match_kernel(spots, n, a.lsd, ring_start, obs_ome, obs_eta, obs_rad,
+                         m_ome, m_eta, m_rad, ids, dist) if n else 0
+        out[i] = k / n if n else 0.0

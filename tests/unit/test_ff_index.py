@@ -1,0 +1,140 @@
+"""hedm.ffindex / hedm.ffrefine / hedm.ffgrains' verdict on spots the forward model predicts
+exactly: the fibre search and the uniform fallback find every grain, refinement gives the
+truth back, and a result of no use says why."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+GEOMETRY = """\
+LatticeConstant 4.08 4.08 4.08 90 90 90
+Wavelength 0.172979
+Lsd 120000
+BC 96.3 95.7
+px 200
+RhoD 18500
+OmegaStart 180
+OmegaStep -1
+MinEta 6
+Rsample 100
+Hbeam 60
+StepSizePos 100
+StepSizeOrient 1
+Completeness 0.7
+MarginOme 1.5
+MarginEta 400
+MarginRadial 300
+Width 400
+"""
+
+
+@pytest.fixture(scope="module")
+def exact():
+    from kernels.crystal import random_orientations
+    from kernels.ffmodel import ff_spots, pixel_to_lab_kernel
+
+    from hedm.ffparams import GRAINS_SCHEMA, ff_arrays
+    from hedm.ffspots import SPOT_DTYPE
+    from hedm.params import parse_params, resolve_params
+
+    p = resolve_params(GRAINS_SCHEMA, parse_params(GEOMETRY, GRAINS_SCHEMA), {})
+    p["MergeDistance"] = 200.0
+    arrays = ff_arrays(p, 360, (192, 192))
+    us = random_orientations(3, rng=21)
+    pos = np.array([[40.0, -30.0, 10.0], [-60.0, 20.0, -20.0], [0.0, 70.0, 25.0]])
+    lat = np.array([[4.0812, 4.0795, 4.0803, 90.02, 89.99, 90.01],
+                    [4.08, 4.0805, 4.0791, 89.98, 90.0, 90.03],
+                    [4.0799, 4.0799, 4.0812, 90.0, 90.02, 89.99]])
+    rows = np.concatenate([ff_spots(u, la, x, arrays) for u, la, x in zip(us, lat, pos)])
+    sp = np.zeros(len(rows), SPOT_DTYPE)
+    sp["id"] = np.arange(len(rows))
+    sp["omega"], sp["eta"], sp["two_theta"], sp["y"], sp["z"] = rows[:, :5].T
+    sp["ring"] = rows[:, 6]
+    sp["intensity"] = 1.0 + np.arange(len(rows)) % 7
+    lab = np.empty((len(rows), 3))
+    pixel_to_lab_kernel(rows[:, 3].copy(), rows[:, 4].copy(), arrays, lab)
+    sp["lab_x"], sp["lab_y"], sp["lab_z"] = lab.T
+    r = np.hypot(lab[:, 1], lab[:, 2])
+    sp["two_theta"] = np.degrees(np.arctan2(r, lab[:, 0]))    # as seen from the origin
+    sp["radius"] = p["Lsd"] * np.tan(np.radians(sp["two_theta"]))
+    return {"p": p, "arrays": arrays, "spots": sp, "u": us, "pos": pos, "lat": lat}
+
+
+@pytest.fixture(scope="module")
+def indexed(exact):
+    from hedm.ffindex import index_spots
+
+    return index_spots(exact["spots"], exact["arrays"], exact["p"])
+
+
+def _nearest(us, u):
+    from kernels.crystal import misorientation
+
+    m = misorientation(us, np.asarray(u)[None])
+    return int(np.argmin(m)), float(np.min(m))
+
+
+def test_fibre_indexing_then_refinement_gives_the_truth(exact, indexed):
+    from hedm.ffrefine import refine_grain
+    from kernels.crystal import misorientation
+    from kernels.ffmodel import fable_strain, lattice_rotation
+
+    res = indexed
+    assert res["method"] == "fibre" and len(res["grains"]) == 3
+    assert res["spots_indexed"] == res["spots_on_rings"] == len(exact["spots"])
+    found = sorted(_nearest(exact["u"], g["u"]) for g in res["grains"])
+    assert [j for j, _ in found] == [0, 1, 2] and max(m for _, m in found) < 0.6
+    ref = exact["p"]["LatticeConstant"]
+    for g in res["grains"]:
+        out = refine_grain(g, res["observed"], exact["arrays"], exact["p"])
+        j, _ = _nearest(exact["u"], out["u"])
+        assert out["converged"] and out["rms"] < 1e-6, out["why"]
+        # the fit may describe the cell after a symmetry operation (lattice permuted):
+        # compare what is free of the setting (eFab: to second order in the strain)
+        assert misorientation(lattice_rotation(out["u"], out["lattice"], ref),
+                              lattice_rotation(exact["u"][j], exact["lat"][j], ref)) < 1e-5
+        np.testing.assert_allclose(out["pos"], exact["pos"][j], atol=1e-3)
+        np.testing.assert_allclose(out["e_fab"], fable_strain(ref, exact["lat"][j],
+                                                              exact["u"][j]), atol=1e-6)
+
+
+def test_uniform_search_when_no_spot_seeds(exact):
+    from hedm.ffindex import index_spots
+
+    # a 3 deg grid (23,000 orientations) and tolerances to match
+    p = dict(exact["p"], OverAllRingToIndex=9, StepSizeOrient=3.0, Completeness=0.5,
+             MergeAngle=4.0, MarginOme=2.5, MarginEta=800.0, MarginRadial=400.0)
+    res = index_spots(exact["spots"], exact["arrays"], p)
+    assert res["method"] == "uniform" and res["seeds_tried"] == 0
+    found = sorted(_nearest(exact["u"], g["u"]) for g in res["grains"])
+    assert [j for j, _ in found] == [0, 1, 2] and max(m for _, m in found) < 3.0
+
+
+def test_refinement_of_a_grain_without_spots_is_reported(exact, indexed):
+    from hedm.ffrefine import refine_grain
+    from kernels.crystal import rotation_matrix
+
+    res = indexed
+    far = dict(res["grains"][0], u=rotation_matrix([1, 0, 0], 20) @ res["grains"][0]["u"])
+    out = refine_grain(far, res["observed"], exact["arrays"], exact["p"])
+    assert not out["converged"] and "matched spots, fewer than" in out["why"]
+
+
+def test_verdict_names_what_is_of_no_use(exact):
+    from hedm.ffgrains import verdict
+
+    p, spots = exact["p"], exact["spots"]
+    found = {"spots": spots, "rings": np.zeros((0, 3)), "peaks": len(spots)}
+    grain = {"spot_ids": spots["id"][:40]}
+    other = {"spot_ids": spots["id"][30:60]}
+    idx = {"grains": [1, 2], "seeds_tried": 3}
+    v = verdict(found, idx, [grain, other], [], dict(p, MinIndexedFraction=0.1))
+    assert v["problem"] == "" and v["shared_spots"] == 10 and v["spots_indexed"] == 60
+    v = verdict(found, idx, [grain], [], dict(p, MinIndexedFraction=0.9))
+    assert "fewer than MinIndexedFraction" in v["problem"]
+    failed = [{"seed": 7, "why": "the optimiser stopped", "n_matched": 3}]
+    v = verdict(found, idx, [], failed, p)
+    assert "none of the 1 indexed grains converged: seed 7: the optimiser stopped" in v["problem"]
+    assert v["not_converged"] == [{"seed": 7, "why": "the optimiser stopped", "n_matched": 3}]
+    v = verdict(found, {"grains": [], "seeds_tried": 5}, [], [], p)
+    assert v["problem"].startswith("no grain indexed")

@@ -1,0 +1,61 @@
+"""hedm.ffspots: peaks of consecutive frames merged into spots, across the end and the start
+of a full rotation, with omega, eta, 2theta and ring from the geometry."""
+from __future__ import annotations
+
+import numpy as np
+
+
+def test_chains_of_consecutive_frames_are_one_spot():
+    from hedm.ffspots import merge_peaks
+
+    frame = np.array([0, 1, 2, 1, 5, 6, 9])
+    y = np.array([10.0, 10.5, 11.0, 40.0, 10.0, 30.0, 10.0])
+    z = np.array([20.0, 20.2, 20.1, 40.0, 20.0, 30.0, 20.0])
+    lab = merge_peaks(frame, y, z, 10, 2.0, wrap=False)
+    assert lab[0] == lab[1] == lab[2]                      # frames 0-1-2, moving < 2 px
+    assert len(set(lab.tolist())) == 5                     # 40,40 alone; 5 and 6 far apart
+    assert lab[4] != lab[0] and lab[6] != lab[0]           # frame 5 and 9: not consecutive
+    # a full rotation: frame 9 is followed by frame 0
+    wrapped = merge_peaks(frame, y, z, 10, 2.0, wrap=True)
+    assert wrapped[6] == wrapped[0] and len(set(wrapped.tolist())) == 4
+
+
+def test_nearest_mutual_neighbours_only():
+    from hedm.ffspots import merge_peaks
+
+    # two peaks on frame 1 near one on frame 0: the nearer continues it, the other is new
+    lab = merge_peaks(np.array([0, 1, 1]), np.array([0.0, 0.5, 1.6]),
+                      np.array([0.0, 0.0, 0.0]), 3, 2.0, wrap=False)
+    assert lab[0] == lab[1] != lab[2]
+
+
+def test_spot_across_the_end_and_start_of_a_rotation(tmp_path):
+    from hedm.ffparams import GRAINS_SCHEMA, ff_arrays, ring_table
+    from hedm.ffspots import spots_from_peaks
+    from hedm.params import parse_params, resolve_params
+    from kernels.ff import PEAK_DTYPE
+
+    text = ("LatticeConstant 4.08 4.08 4.08 90 90 90\nWavelength 0.172979\nLsd 120000\n"
+            "BC 96 96\npx 200\nOmegaStart 180\nOmegaStep -1\nWidth 400\n")
+    p = resolve_params(GRAINS_SCHEMA, parse_params(text, GRAINS_SCHEMA), {})
+    arrays = ff_arrays(p, 360, (192, 192))
+    rings = ring_table(p, (192, 192))
+    r1 = rings[0, 2] / p["px"]                   # {111} radius in px
+    pk = np.zeros(4, PEAK_DTYPE)
+    # one spot on frames 359 and 0 (omega -179.5 and 179.5), equal intensities: omega 180
+    pk["frame"] = [359, 0, 100, 101]
+    pk["col"] = [96.0, 96.0, 96 + r1, 96 + r1]
+    pk["row"] = [96 + r1, 96 + r1, 96.0, 96.0]
+    pk["integrated"] = [1.0, 1.0, 1.0, 3.0]
+    s = spots_from_peaks(pk, 0, 360, p, arrays, rings)
+    assert len(s) == 2
+    a, b = s[np.argsort(s["intensity"])]
+    assert abs(abs(a["omega"]) - 180.0) < 1e-9 and a["n_frames"] == 2
+    # weighted 1:3 toward 101 (a circular mean: equal to the linear one within 1e-5 deg)
+    assert abs(b["omega"] - (180 - 100.5 - 0.75)) < 1e-5
+    assert a["ring"] == b["ring"] == 1
+    assert abs(a["eta"]) < 1e-9 and abs(b["eta"] + 90) < 1e-9   # +z: eta 0; +y: eta -90
+    np.testing.assert_allclose([a["two_theta"], b["two_theta"]], rings[0, 1], rtol=1e-9)
+    # not a full rotation (360 frames of 0.5 deg): frame 359 is not followed by frame 0
+    half = dict(p, OmegaStep=-0.5)
+    assert len(spots_from_peaks(pk[:2], 0, 360, half, arrays, rings)) == 2
