@@ -2,12 +2,12 @@
 
 A :class:`Job` holds the communicator, how nodes were identified (one value,
 ``node_id``: ``host``, ``env:VAR`` or ``emulate:N``, see
-:func:`stager.options.parse_node_id`), and the node layout that follows from
+:func:`core.nodes.parse_node_id`), and the node layout that follows from
 it (node and leader communicators, node names, each rank's node). Build it
 once per MPI job and hand it to ``stage``, ``verify``, ``clean``, ``drain``,
 ``receive_scans``, the workflow executors and runner::
 
-    from stager.mpi.job import Job
+    from core.job import Job
     job = Job.from_comm(comm, node_id="emulate:2")
     stager.stage(spec, job=job)
     stager.drain(src, dest, job=job)
@@ -23,9 +23,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterator, Optional, Tuple
 
-from stager.mpi.agree import bcast_result
-from stager.mpi.nodes import NodeLayout, check_node_options, node_layout
-from stager.options import node_id_of, resolve_node_id, split_node_id
+from core.mpi.agree import bcast_result
+from core.nodes import NodeLayout, check_node_options, node_layout
+from core.nodes import node_id_of, resolve_node_id, split_node_id
 
 __all__ = ["Job", "job_for", "acquire_job", "comm_and_job", "check_node_id", "NODE_KEYWORDS"]
 

@@ -13,7 +13,7 @@ destination is treated as hostile until checked:
 * bytes go to a temporary file (``O_EXCL | O_NOFOLLOW``, mode ``0600``) with a
   short name whatever the final one (``.stager-tmp-...``: NAME_MAX), next to the
   destination or, inside a staging run, in its root's ``.stager/tmp``
-  (:mod:`stager.nodelocal.commit`), and reach the final name by ``rename``, which
+  (:mod:`core.commit`), and reach the final name by ``rename``, which
   is atomic within a filesystem: a reader sees the old file or the whole new one,
   never a partial file. Mode and mtime are set on the temporary file before the
   rename, and a staging run journals the copy just before it.
@@ -36,8 +36,8 @@ import stat
 from typing import Callable, List, Optional, Union
 
 from stager.errors import TransferError
-from stager.nodelocal import checksum, commit
-from stager.nodelocal.commit import TEMP_MARK
+from core import checksum, commit
+from core.commit import TEMP_MARK
 
 __all__ = ["UnsafePathError", "TEMP_MARK", "inside", "describe_untrusted", "ensure_dir",
            "check_dest", "non_files", "AtomicFile", "write_bytes_atomic", "copy_file_atomic"]
@@ -231,7 +231,7 @@ class AtomicFile:
         self.fsync = fsync
         self.hasher = checksum.new() if hash else None
         # a short name whatever the final one (NAME_MAX), unique per process, O_EXCL for
-        # the rest; a staging run puts it in its root's state directory (stager.nodelocal.commit)
+        # the rest; a staging run puts it in its root's state directory (core.commit)
         self.tmp = commit.temp_path(dest)
         # created with its final mode when the umask allows it (saves an fchmod per file);
         # nobody else can reach it meanwhile: the temporary name lives in a 0700 directory of ours
@@ -266,7 +266,7 @@ class AtomicFile:
     def commit(self, checksum: Optional[str] = None) -> None:
         """Set mode and mtime, optionally fsync, and rename onto ``dest``.
 
-        The rename goes through :func:`stager.nodelocal.commit.rename`: inside a
+        The rename goes through :func:`core.commit.rename`: inside a
         staging run the copy is journaled (with ``checksum``, or this file's own
         incremental checksum) before it appears under its final name.
         """

@@ -19,7 +19,7 @@ names: :func:`node_layout` (MPI) and the workflow runtime (which tells each
 task the name of the node it runs on) both use it, so ``%n`` means the same
 directory everywhere. Nodes are numbered by their leader's rank. Code does
 not call :func:`node_layout` itself: it is made once per job by
-:meth:`stager.mpi.job.Job.from_comm` (``node_id="emulate:2"`` is
+:meth:`core.job.Job.from_comm` (``node_id="emulate:2"`` is
 ``emulate_nodes=2``), and the job is passed down::
 
     job = Job.from_comm(comm, node_id="emulate:2")

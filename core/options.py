@@ -4,11 +4,11 @@ As ``mpi4py.futures`` resolves ``MPI4PY_FUTURES_*``: each option is declared
 once (:class:`Option`: name, environment variable, default, strict parser
 that also checks the value), and :func:`resolve` walks a table of them. Under
 MPI, rank 0 alone resolves -- keywords and ITS environment -- and broadcasts
-the result (``stager.mpi.bcast_result(comm, resolve, ...)``), so a variable set differently on one
+the result (``core.mpi.bcast_result(comm, resolve, ...)``), so a variable set differently on one
 rank cannot make ranks disagree, and a bad value is the same ``ValueError``
 on every rank. Tables using it: :data:`STAGE_OPTIONS` (``STAGER_*``, the
 staging options below), :data:`NODE_ID` (how ranks form nodes, used by
-:class:`stager.mpi.job.Job`), the mpi executor's ``WORKFLOWS_MPI_*``.
+:class:`core.job.Job`), the mpi executor's ``WORKFLOWS_MPI_*``.
 
 Sizes accept a plain byte count or a binary suffix: ``33554432``, ``32M``,
 ``32MiB``, ``1G``.
@@ -269,7 +269,7 @@ class StageOptions:
     wait: float = 0.0
     #: read every source again after staging and compare it with its copies
     verify_source: bool = False
-    #: seconds the ranks get to stop together after SIGINT/SIGTERM (stager.staging.interrupt)
+    #: seconds the ranks get to stop together after SIGINT/SIGTERM (core.interrupt)
     interrupt_grace: float = 0.6
     #: emulated nodes exchange chunks through a shared-memory window (transfer.shmem)
     shared_exchange: bool = True

@@ -12,7 +12,7 @@ node's leader walks its own ``src`` and copies every regular file to
 Guarantees:
 
 * **Atomic files**: each file is written under a temporary name in its final
-  directory and renamed into place (:func:`stager.nodelocal.localfs.copy_file_atomic`,
+  directory and renamed into place (:func:`core.localfs.copy_file_atomic`,
   ``fsync`` on: these are the only copies of results), so a reader of DEST
   sees a whole file or none.
 * **Checksums**: the checksum of the bytes read from the node-local file is
@@ -31,12 +31,12 @@ Guarantees:
   file created at DEST by someone else in between is still replaced, as no
   portable no-replace rename exists in Python.
 * **Agreement**: listing, conflict check and copy each run inside
-  :func:`stager.mpi.agree.agreed` over ``comm``; any error on one node (of any
+  :func:`core.mpi.agree.agreed` over ``comm``; any error on one node (of any
   type) becomes the same :class:`~stager.errors.TransferError` on all ranks,
   naming rank, host, node and file.
 
 Directories created under DEST are ``0700`` and DEST must be owned by the
-caller (:func:`stager.nodelocal.localfs.ensure_dir`; a shared project directory
+caller (:func:`core.localfs.ensure_dir`; a shared project directory
 may be group-writable). Temporary names are short (``.stager-tmp-RUN-N``), so
 results with names up to NAME_MAX (255 bytes) drain. Symlinks in ``src`` are refused
 rather than followed or skipped: results are copied as bytes or not at all.
@@ -52,9 +52,9 @@ from typing import Any
 
 from stager.drainlog import RECORD_PREFIX, DrainLog
 from stager.errors import StagerError, TransferError
-from stager.mpi.agree import agreed
-from stager.mpi.job import Job, comm_and_job, job_for
-from stager.nodelocal import checksum, commit, localfs
+from core.mpi.agree import agreed
+from core.job import Job, comm_and_job, job_for
+from core import checksum, commit, localfs
 from stager.planning.plan import expand_node
 
 __all__ = ["DrainFile", "NodeDrain", "DrainReport", "list_results", "targets",
@@ -204,7 +204,7 @@ def drain(src: str, dest: str, comm: Any = None, *, emulate_nodes: int | None = 
     comm : mpi4py.MPI.Comm or Job, optional
         Default ``job.comm``, else ``MPI.COMM_WORLD``.
     emulate_nodes, node_id_env
-        How ranks form nodes when no ``job`` is given (see :class:`stager.mpi.job.Job`).
+        How ranks form nodes when no ``job`` is given (see :class:`core.job.Job`).
     merge : bool
         Put every node's files directly under ``dest``; relative paths must be
         unique across nodes.
@@ -212,7 +212,7 @@ def drain(src: str, dest: str, comm: Any = None, *, emulate_nodes: int | None = 
         Replace files already at their destination (atomically).
     verify : bool
         Read every shared copy back and compare checksums.
-    job : stager.mpi.job.Job, optional
+    job : core.job.Job, optional
         The job's node layout, made once; without it one is made here.
 
     Returns

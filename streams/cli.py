@@ -272,7 +272,7 @@ def _watch(args: argparse.Namespace) -> int:
 def _write_png(path: Optional[str], msg: Any) -> None:
     if not path:
         return
-    from stager.nodelocal import localfs
+    from core import localfs
 
     localfs.write_bytes_atomic(os.path.abspath(path), msg.png(), mode=0o644)
     print(f"wrote {path}", file=sys.stderr, flush=True)

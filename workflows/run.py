@@ -51,10 +51,10 @@ import traceback
 from typing import Any, Dict, List, Optional, Tuple
 
 import stager
-from stager.mpi.agree import agree, quiet_barrier
-from stager.mpi.job import Job
-from stager.mpi.nodes import local_node_name
-from stager.options import resolve_node_id, split_node_id
+from core.mpi.agree import agree, quiet_barrier
+from core.job import Job
+from core.nodes import local_node_name
+from core.nodes import resolve_node_id, split_node_id
 
 from .errors import FlowError, WorkflowError
 from .executors import NAMES, ROWS, Executor, make

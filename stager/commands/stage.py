@@ -18,14 +18,15 @@ from typing import Any, Callable
 
 import stager
 from hooks import SpecError
-from stager.errors import Interrupted, PlanError, StagerError
-from stager.options import METHODS
+from core.errors import Interrupted
+from stager.errors import PlanError, StagerError
+from stager.staging.transfer import METHODS
 
 
 def _wait_value(text: str) -> str:
     """``--wait``'s value: seconds or ``forever`` (a spec path after a bare ``--wait`` is
     refused here rather than taken for a number)."""
-    from stager.options import parse_seconds
+    from core.options import parse_seconds
 
     try:
         parse_seconds(text, "--wait")
@@ -50,7 +51,7 @@ def add_node_id_arguments(p: argparse.ArgumentParser) -> None:
 
 def job_of(args: argparse.Namespace, comm: Any) -> Any:
     """Collective over `comm`: every rank must call. The command's one job context."""
-    from stager.mpi.job import Job
+    from core.job import Job
 
     return Job.from_comm(comm, getattr(args, "node_id", None),
                          emulate_nodes=getattr(args, "emulate_nodes", None),
@@ -114,7 +115,7 @@ def run_collective(name: str, body: Callable[[Any], int]) -> int:
 
 def _interrupted(name: str, comm: Any, e: Interrupted) -> int:
     """One line on rank 0 (what, how much is done, how to resume); exit 128 + signal."""
-    from stager.staging import interrupt
+    from core import interrupt
 
     signum = interrupt.pending() or e.signum or signal.SIGTERM
     if comm.rank == 0:

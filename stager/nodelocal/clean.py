@@ -1,7 +1,7 @@
 """``clean``: remove exactly what ``stage`` put on the nodes for one spec, and nothing else.
 
 Collective over a communicator. ``clean`` deletes files, so it trusts nothing it
-has not checked (:mod:`stager.nodelocal.trusted`). Each leader, for each
+has not checked (:mod:`core.trusted`). Each leader, for each
 destination root of its node:
 
 1. opens the root without following a symlink and requires it to be yours and not
@@ -30,11 +30,11 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
-from stager.mpi.agree import agreed
+from core.mpi.agree import agreed
 from stager.nodelocal import record as records
 from stager.nodelocal.roots import lock_roots, open_roots, release
 from stager.nodelocal.state import RootState
-from stager.nodelocal.trusted import Untrusted, is_missing, open_below
+from core.trusted import Untrusted, is_missing, open_below
 
 __all__ = ["clean", "CleanReport", "remove_recorded"]
 

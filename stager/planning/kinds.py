@@ -4,7 +4,7 @@ A block kind is one module (``stager/kinds/files.py``, ``stager/kinds/h5.py``)
 implementing :class:`Kind`, plus one row of :data:`ROWS`. Planning, scatter
 placement, the staging pipeline, ``verify`` and ``stager plan`` ask the kind
 through this table; nothing else branches on a kind's name. As with
-:class:`stager.nodelocal.commit.Session`, the protocol lives below the code that
+:class:`core.commit.Session`, the protocol lives below the code that
 uses it and the implementations above: a row names its class ``"module:Class"``,
 imported when first asked for, so planning never imports transfer code.
 

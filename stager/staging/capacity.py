@@ -13,8 +13,8 @@ import socket
 from typing import Any, Iterable, List, Mapping
 
 from stager.errors import CapacityError
-from stager.mpi.agree import agreed
-from stager.mpi.nodes import NodeLayout
+from core.mpi.agree import agreed
+from core.nodes import NodeLayout
 from stager.nodelocal.space import (RootNeed, allocated, block_size, filesystem_id,
                                     free_bytes, shortfalls)
 

@@ -4,14 +4,14 @@ Collective over a communicator. The phases are written once, for every block
 kind; a kind (files, h5, ...) brings its own part through the table of
 :mod:`stager.planning.kinds` (its transfer, its check, whether it copies whole files).
 Every local step that precedes a collective runs inside
-``stager.mpi.agreed``, so a failure on one rank is the same ``StagerError``
+``core.mpi.agreed``, so a failure on one rank is the same ``StagerError``
 on all (never a hang):
 
 1. **options** -- rank 0 resolves them (keywords > ITS ``STAGER_*``
    environment > defaults) and broadcasts them;
 2. **plan** -- rank 0 alone loads the spec and plans every block, files and
    HDF5 selections (:func:`stager.planning.build_plan`); one broadcast;
-3. **nodes** -- node identity and the leader communicator (``stager.mpi.nodes``);
+3. **nodes** -- node identity and the leader communicator (``core.nodes``);
 4. **lock and resume** -- each leader checks that its roots stay clear of the
    sources, creates its roots and takes their locks (one run at a time per root;
    a root another node of this run holds is shared, and written once, by that
@@ -22,9 +22,9 @@ on all (never a hang):
    aggregated per filesystem, before any copy is written;
 6. **prepare** -- destination directories (``0700``, journaled before they are made);
 7. **transfer** -- each kind over the leader communicator, in table order, every
-   copy journaled just before its rename (``stager.nodelocal.commit``); leaders
+   copy journaled just before its rename (``core.commit``); leaders
    stop together when any fails or is interrupted (SIGINT/SIGTERM,
-   :mod:`stager.staging.interrupt`);
+   :mod:`core.interrupt`);
 8. **source check** -- with ``verify_source``, every source is read again and
    checksummed against its copies (:mod:`stager.staging.sourcecheck`);
 9. **record** -- each leader compacts its records and releases its locks (also
@@ -42,19 +42,20 @@ from collections import defaultdict
 from dataclasses import dataclass, replace
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from stager.errors import Interrupted, StagerError, TransferError
-from stager.mpi.agree import agreed, any_true, bcast_result
-from stager.mpi.job import NODE_KEYWORDS, Job, check_node_id, comm_and_job, job_for
-from stager.mpi.nodes import NodeLayout
-from stager.nodelocal import commit, localfs
+from core.errors import Interrupted
+from stager.errors import StagerError, TransferError
+from core.mpi.agree import agreed, any_true, bcast_result
+from core.job import NODE_KEYWORDS, Job, check_node_id, comm_and_job, job_for
+from core.nodes import NodeLayout
+from core import commit, localfs
 from stager.nodelocal.state import STATE_DIR
-from stager.options import StageOptions, resolve_options
+from stager.staging.options import StageOptions, resolve_options
 from stager.planning.api import plan as plan_spec
 from stager.planning.plan import Plan, describe_size, expand_node
 from stager.planning.kinds import Kind, kinds, split
 from stager.planning.scatter import node_bytes, placement
 from stager.planning.sources import check_disjoint, real_dest
-from stager.staging import interrupt
+from core import interrupt
 from stager.staging.capacity import check_capacity
 from stager.staging.commits import NodeRecords
 from stager.staging.kind import Moved, Transfer
@@ -142,7 +143,7 @@ def stage(spec: Any, comm: Any = None, *, job: Optional[Job] = None, **options: 
         The hook spec (read and planned on rank 0 only) or a ready plan.
     comm : mpi4py.MPI.Comm or Job, optional
         Default ``job.comm``, else ``MPI.COMM_WORLD``.
-    job : stager.mpi.job.Job, optional
+    job : core.job.Job, optional
         The job's node layout, made once (:meth:`Job.from_comm`); without it one
         is made here from ``node_id`` (or ``emulate_nodes``/``node_id_env``).
     **options
@@ -153,7 +154,7 @@ def stage(spec: Any, comm: Any = None, *, job: Optional[Job] = None, **options: 
         for another run holding a destination; negative: forever),
         ``verify_source`` (read every source again after staging and compare),
         ``interrupt_grace``. Each falls back to ``STAGER_<NAME>`` in rank 0's
-        environment, then to its default (see ``stager.options``).
+        environment, then to its default (see ``core.options``).
 
     Returns
     -------

@@ -22,7 +22,7 @@ import pkgutil
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple, Union
 
-from stager.options import Option
+from core.options import Option
 
 __all__ = ["StreamProtocol", "ProtocolOption", "ROWS", "register", "protocol", "names",
            "chosen", "options"]
@@ -30,7 +30,7 @@ __all__ = ["StreamProtocol", "ProtocolOption", "ROWS", "register", "protocol", "
 
 @dataclass(frozen=True)
 class ProtocolOption(Option):
-    """One option of a protocol (:class:`stager.options.Option`: keyword name, default,
+    """One option of a protocol (:class:`core.options.Option`: keyword name, default,
     strict parser, ``STAGER_STREAM_<NAME>``) and its ``stager stream receive`` flag,
     ``--NAME`` with ``_`` as ``-`` (a boolean's flag takes no value).
 

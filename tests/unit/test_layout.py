@@ -21,7 +21,7 @@ reader of the module's head -- and resolved to a package. The rules:
 * a stream protocol is one folder of ``streams/protocols/`` plus one row of its
   table: nothing outside them branches on a protocol's name (or on ``stream2``);
 * one role model and message loop: ``streams`` and ``workflows`` take their MPI
-  roles (one ``Roles``), loop (``stager.mpi.loop``), link and tags from ``stager.mpi``
+  roles (one ``Roles``), loop (``core.mpi.loop``), link and tags from ``core.mpi``
   and make no point-to-point MPI call of their own.
 """
 from __future__ import annotations
@@ -35,7 +35,7 @@ from typing import Dict, Iterator, Set, Tuple
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PACKAGES = ("hooks", "stager", "streams", "workflows", "kernels", "hedm")
+PACKAGES = ("hooks", "stager", "streams", "workflows", "kernels", "hedm", "core", "stem4d")
 
 
 def _modules() -> Iterator[Tuple[str, str]]:
@@ -158,18 +158,18 @@ def test_streaming_sits_beside_staging(graph):
     assert COMMANDS["stream"][0] == "streams.cli"
 
 
-# What each stager subpackage may import (besides itself, stager.errors and stager.options).
+# What each stager subpackage may import (besides itself, stager.errors and core.options).
 STAGER_LAYERS = {
-    "stager.mpi": set(),
+    "core.mpi": set(),
     "stager.planning": {"hooks", "kernels"},  # kernels.io.h5filters: the one filter table
-    "stager.nodelocal": {"stager.mpi", "stager.planning"},
-    "stager.staging": {"stager.mpi", "stager.planning", "stager.nodelocal", "hooks"},
-    "stager.stageout": {"stager.mpi", "stager.planning", "stager.nodelocal", "stager.drainlog"},
+    "stager.nodelocal": {"core.mpi", "stager.planning"},
+    "stager.staging": {"core.mpi", "stager.planning", "stager.nodelocal", "hooks"},
+    "stager.stageout": {"core.mpi", "stager.planning", "stager.nodelocal", "stager.drainlog"},
     "stager.drainlog": {"stager.nodelocal"},
-    "streams": {"stager.mpi", "stager.planning", "stager.nodelocal", "stager.staging"},
+    "streams": {"core.mpi", "stager.planning", "stager.nodelocal", "stager.staging"},
     # the block kinds: plug-ins above the machinery that asks them through the table
     # (stager.planning.kinds names each by "module:Class", imported when first asked)
-    "stager.kinds": {"stager.mpi", "stager.planning", "stager.nodelocal", "stager.staging",
+    "stager.kinds": {"core.mpi", "stager.planning", "stager.nodelocal", "stager.staging",
                      "hooks"},
 }
 
@@ -180,7 +180,7 @@ def test_stager_subpackages_follow_the_data_path(graph):
                     for m, deps in graph.items()}, 2)
     assert not _cycle(edges), f"stager cycle: {' -> '.join(_cycle(edges))}"
     for layer, allowed in STAGER_LAYERS.items():
-        extra = edges.get(layer, set()) - allowed - {"stager.errors", "stager.options"}
+        extra = edges.get(layer, set()) - allowed - {"stager.errors", "core.options"}
         assert not extra, f"{layer} imports {sorted(extra)}; allowed: {sorted(allowed)}"
     users = {a for a, deps in edges.items() if deps & {"stager.commands", "stager.cli"}}
     # streams.cli is the command line of the verb ``stager stream``
@@ -276,22 +276,22 @@ def test_an_executor_is_one_module_plus_one_row():
         assert callable(pkgutil.resolve_name(row)), row   # engines load only when built
 
 
-# point-to-point MPI calls (and matched probes): only stager.mpi makes them
+# point-to-point MPI calls (and matched probes): only core.mpi makes them
 _P2P = re.compile(r"""\.(isend|irecv|Isend|Irecv|Iprobe|iprobe|improbe|mprobe|Probe)\("""
                   r"""|\bcomm\w*\.(send|recv|Send|Recv|probe)\(""")
 
 
 def test_streams_and_workflows_take_their_mpi_link_from_stager_mpi(graph):
     found = _lines(_P2P, lambda mod, rel: mod.split(".")[0] in ("streams", "workflows"))
-    assert not found, ("point-to-point MPI outside stager.mpi (send through "
-                       "stager.mpi.link.Link): " + "; ".join(found))
+    assert not found, ("point-to-point MPI outside core.mpi (send through "
+                       "core.mpi.link.Link): " + "; ".join(found))
     # both loops use the one link, the one loop and the one role rule and Roles
     for loop in ("streams.job.ranks", "workflows.executors.mpi.executor"):
-        assert "stager.mpi.link" in graph[loop], f"{loop} does not use stager.mpi.link"
+        assert "core.mpi.link" in graph[loop], f"{loop} does not use core.mpi.link"
     for loop in ("streams.job.ranks", "workflows.executors.mpi.server",
                  "workflows.executors.mpi.worker"):
-        assert "stager.mpi.loop" in graph[loop], f"{loop} does not use stager.mpi.loop"
+        assert "core.mpi.loop" in graph[loop], f"{loop} does not use core.mpi.loop"
     for roles in ("streams.job.roles", "workflows.executors.mpi.roles"):
-        assert "stager.mpi.roles" in graph[roles], f"{roles} does not use stager.mpi.roles"
-    others = _lines(re.compile(r"^class Roles\b"), lambda mod, rel: mod != "stager.mpi.roles")
-    assert not others, "a second Roles (the one is stager.mpi.roles.Roles): " + "; ".join(others)
+        assert "core.mpi.roles" in graph[roles], f"{roles} does not use core.mpi.roles"
+    others = _lines(re.compile(r"^class Roles\b"), lambda mod, rel: mod != "core.mpi.roles")
+    assert not others, "a second Roles (the one is core.mpi.roles.Roles): " + "; ".join(others)

@@ -4,7 +4,8 @@ import stat
 
 import pytest
 
-from stager.nodelocal import checksum, localfs, space
+from core import checksum, localfs
+from stager.nodelocal import space
 from stager.errors import TransferError
 
 

@@ -2,7 +2,7 @@
 import pytest
 
 from stager.errors import StagerError
-from stager.mpi.nodes import assign_nodes, check_node_name, emulated_ids
+from core.nodes import assign_nodes, check_node_name, emulated_ids
 
 
 @pytest.mark.parametrize("size", range(1, 9))

@@ -1,11 +1,11 @@
-"""The one options resolver (stager/options.py): keyword > environment > default, strict."""
+"""The one options resolver (core/options.py): keyword > environment > default, strict."""
 from dataclasses import fields
 
 import pytest
 
-from stager.options import (NODE_ID, STAGE_OPTIONS, Option, StageOptions, node_id_of,
-                            parse_int, parse_node_id, resolve, resolve_node_id,
-                            resolve_options)
+from core.nodes import NODE_ID, node_id_of, parse_node_id, resolve_node_id
+from stager.staging.options import STAGE_OPTIONS, StageOptions, resolve_options
+from core.options import Option, parse_int, resolve
 
 TABLE = (Option("count", 3, parse_int(1, 10), "T_COUNT"), Option("name", "x", str))
 

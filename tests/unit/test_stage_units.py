@@ -3,11 +3,12 @@ import os
 
 import pytest
 
-from stager.mpi.agree import describe, format_failures
+from core.mpi.agree import describe, format_failures
 from stager.errors import TransferError
-from stager.nodelocal.localfs import UnsafePathError
+from core.localfs import UnsafePathError
 from stager.planning.plan import BlockPlan, FileEntry as Entry, Plan as Manifest
-from stager.options import StageOptions, parse_size, resolve_options
+from stager.staging.options import StageOptions, resolve_options
+from core.options import parse_size
 from stager.staging.report import SourceMeter
 from stager.nodelocal.roots import node_roots
 from stager.staging.pipeline import node_targets

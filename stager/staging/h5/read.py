@@ -48,8 +48,8 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from stager.errors import TransferError
-from stager.mpi.agree import agreed
-from stager.nodelocal import checksum
+from core.mpi.agree import agreed
+from core import checksum
 from stager.nodelocal.h5check import ChunkDecoder, digest_values
 from stager.planning.h5types import DatasetPlan, H5FilePlan, raw_dtype
 from stager.staging.h5.write import (H5Output, check_filters, chunk_copyable, chunk_offsets,

@@ -9,7 +9,7 @@
 * ``naive`` — every leader reads every file itself with POSIX reads
   (:mod:`~stager.staging.transfer.naive`): the baseline the others are measured against.
 
-The table of methods is :data:`stager.options.METHODS` (one row each: its name and
+The table of methods is :data:`stager.staging.transfer.METHODS` (one row each: its name and
 its function here, all with :func:`run_method`'s arguments), so a name is checked
 with the options, before any collective.
 
@@ -25,8 +25,8 @@ from __future__ import annotations
 import pkgutil
 from typing import Any, Dict, Optional, Sequence
 
-from stager.mpi.agree import any_true
-from stager.options import METHODS
+from core.mpi.agree import any_true
+from stager.staging.transfer import METHODS
 from stager.planning.plan import FileEntry
 from stager.staging.transfer.engine import run_pieces
 from stager.staging.transfer.naive import run_naive

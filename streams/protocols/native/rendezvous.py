@@ -123,7 +123,7 @@ def write_rendezvous(path: PathLike, receivers: Sequence[str], live: Optional[st
     rv = _validate({"protocol": PROTOCOL, "receivers": list(receivers), "live": live,
                     "curve_serverkey": server_key, "client_certificate": client_certificate},
                    str(p))
-    from stager.nodelocal import localfs
+    from core import localfs
 
     text = json.dumps(rv.to_dict(), indent=1) + "\n"
     try:

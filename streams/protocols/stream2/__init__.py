@@ -15,7 +15,7 @@ import json
 import os
 from typing import Any, Dict, List, Optional
 
-from stager.options import parse_bool, parse_int, parse_number
+from core.options import parse_bool, parse_int, parse_number
 from streams.protocols import ProtocolOption, StreamProtocol
 
 __all__ = ["StreamV2"]
@@ -66,7 +66,7 @@ class StreamV2(StreamProtocol):
 
     def rendezvous(self, o: Any, endpoints: List[str], live: Optional[str],
                    security: Any) -> None:
-        from stager.nodelocal import localfs
+        from core import localfs
 
         # Nothing for a native producer to connect to: a protocol it refuses.
         text = json.dumps({"protocol": "dectris-stream2", "detector": o.stream2, "live": live,
