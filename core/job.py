@@ -78,7 +78,7 @@ class Job:
         ValueError
             A ``node_id`` that does not parse or does not fit ``comm.size`` (every rank,
             before the layout's collectives).
-        StagerError
+        JobError
             ``env:VAR`` unset on some rank, or a name unusable as a directory (every rank).
         """
         if comm is None:

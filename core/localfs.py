@@ -24,9 +24,9 @@ anyway, so durability buys nothing while costing a flush per file on disks
 (``bench/results/history.md``). ``stager drain`` writes the only copy of
 results and passes ``fsync=True``.
 
-Public helpers reused by ``drain``: :func:`ensure_dir`, :class:`AtomicFile`,
-:func:`write_bytes_atomic`, :func:`copy_file_atomic`. Free space lives in
-:mod:`stager.nodelocal.space`.
+Used by staging, ``drain``, the stream job and the workflow results alike:
+:func:`ensure_dir`, :class:`AtomicFile`, :func:`write_bytes_atomic`,
+:func:`copy_file_atomic`. Free space is the stager's (``stager.nodelocal.space``).
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ import os
 import stat
 from typing import Callable, List, Optional, Union
 
-from stager.errors import TransferError
+from core.errors import LocalFileError
 from core import checksum, commit
 from core.commit import TEMP_MARK
 
@@ -48,7 +48,7 @@ _COPY_SIZE = 8 << 20
 PathLike = Union[str, "os.PathLike[str]"]
 
 
-class UnsafePathError(TransferError):
+class UnsafePathError(LocalFileError):
     """A destination path is a symlink, escapes its root, or is owned by someone else."""
 
 
@@ -332,7 +332,7 @@ def copy_file_atomic(src: str, dest: str, *, fsync: bool = False,
     The checksum is computed over the bytes read from ``src`` and written to
     ``dest`` (one buffer serves both). ``src`` is re-``fstat``-ed after the
     copy: a source that changed size or mtime meanwhile raises
-    :class:`~stager.errors.TransferError` and nothing is left at ``dest``.
+    :class:`~core.errors.LocalFileError` and nothing is left at ``dest``.
     """
     fd = os.open(src, os.O_RDONLY | _CLOEXEC)
     try:
@@ -349,7 +349,7 @@ def copy_file_atomic(src: str, dest: str, *, fsync: bool = False,
             st2 = os.fstat(fd)
             same = (st2.st_size, st2.st_mtime_ns) == (st.st_size, st.st_mtime_ns)
             if not same or out.nbytes != st.st_size:
-                raise TransferError(f"{src} changed while being copied; "
+                raise LocalFileError(f"{src} changed while being copied; "
                                     "copy again when it is stable")
             out.commit()
             return out.hexdigest()

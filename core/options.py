@@ -6,9 +6,10 @@ that also checks the value), and :func:`resolve` walks a table of them. Under
 MPI, rank 0 alone resolves -- keywords and ITS environment -- and broadcasts
 the result (``core.mpi.bcast_result(comm, resolve, ...)``), so a variable set differently on one
 rank cannot make ranks disagree, and a bad value is the same ``ValueError``
-on every rank. Tables using it: :data:`STAGE_OPTIONS` (``STAGER_*``, the
-staging options below), :data:`NODE_ID` (how ranks form nodes, used by
-:class:`core.job.Job`), the mpi executor's ``WORKFLOWS_MPI_*``.
+on every rank. Each table is kept by its owner: the staging options
+(``stager.staging.options``, ``STAGER_*``), how ranks form nodes
+(:data:`core.nodes.NODE_ID`), the executors' ``WORKFLOWS_*``, the stream job's
+and each stream protocol's ``STAGER_STREAM_*``.
 
 Sizes accept a plain byte count or a binary suffix: ``33554432``, ``32M``,
 ``32MiB``, ``1G``.
@@ -17,27 +18,13 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, fields
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence
 
-__all__ = ["Option", "resolve", "StageOptions", "STAGE_OPTIONS", "resolve_options", "NODE_ID",
-           "parse_node_id", "node_id_of", "split_node_id", "resolve_node_id", "parse_size",
-           "parse_bool", "parse_seconds", "parse_int", "parse_choice", "parse_text", "ENV_PREFIX"]
+__all__ = ["Option", "resolve", "parse_size", "parse_bool", "parse_seconds", "parse_number",
+           "parse_int", "parse_choice", "parse_text", "ENV_PREFIX"]
 
 ENV_PREFIX = "STAGER_"
-#: The transfer methods, one row each: name -> its function (stager.staging.transfer),
-#: imported when used; the first is the default
-METHODS = {
-    "stripe": "stager.staging.transfer:stripe",
-    "readall": "stager.staging.transfer:readall",
-    "bcast": "stager.staging.transfer:bcast",
-    "naive": "stager.staging.transfer:naive",
-}
-MAX_CHUNK = 1 << 30  # far below 2**31, so every MPI count stays an int32
-#: ``h5`` blocks: memory per rank for collective pieces, and its floor.
-DEFAULT_H5_MEMORY = 1 << 30
-MIN_H5_MEMORY = 64 << 10
-
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
@@ -181,156 +168,3 @@ def resolve(table: Sequence[Option], kwargs: Mapping[str, Any],
         else:
             out[o.name] = o.default
     return out
-
-
-# -- how ranks form nodes: one value ----------------------------------------------------------
-def parse_node_id(value: Any, name: str = "node_id") -> str:
-    """``host`` | ``env:VAR`` | ``emulate:N`` (canonical text); strict.
-
-    * ``host``: ranks sharing memory form a node, named by host name;
-    * ``env:VAR``: ranks with the same value of environment variable ``VAR``;
-    * ``emulate:N``: ``N`` contiguous blocks of ranks, ``node0`` .. (one-machine tests).
-    """
-    text = str(value).strip()
-    kind, _, arg = text.partition(":")
-    if text == "host":
-        return text
-    if kind == "env" and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", arg):
-        return text
-    if kind == "emulate":
-        return f"emulate:{parse_int(1)(arg, name)}"
-    raise ValueError(f"{name} must be 'host', 'env:VAR' or 'emulate:N', got {value!r}")
-
-
-def node_id_of(node_id: Any = None, emulate_nodes: Any = None,
-               node_id_env: Any = None) -> Optional[str]:
-    """The one ``node_id`` value from it or the older keywords (None if none is given). Pure.
-
-    ``emulate_nodes=K`` is ``emulate:K`` and ``node_id_env=VAR`` is ``env:VAR``.
-
-    Raises
-    ------
-    ValueError
-        More than one given, or a value that does not parse.
-    """
-    given = [(k, v) for k, v in (("node_id", node_id), ("emulate_nodes", emulate_nodes),
-                                 ("node_id_env", node_id_env)) if v not in (None, "")]
-    if len(given) > 1:
-        raise ValueError(f"use either {' or '.join(k for k, _ in given)}, not both")
-    if not given:
-        return None
-    key, value = given[0]
-    if key == "emulate_nodes":
-        return f"emulate:{parse_int(1)(value, 'emulate_nodes')}"
-    if key == "node_id_env":
-        return parse_node_id(f"env:{value}", "node_id_env")
-    return parse_node_id(value)
-
-
-def split_node_id(node_id: str) -> Tuple[Optional[int], Optional[str]]:
-    """``(N, None)`` for ``emulate:N``, ``(None, VAR)`` for ``env:VAR``, else ``(None, None)``."""
-    kind, _, arg = node_id.partition(":")
-    return (int(arg) if kind == "emulate" else None), (arg if kind == "env" else None)
-
-
-#: How ranks form nodes: keyword > ``$STAGER_NODE_ID`` > ``host``.
-NODE_ID = Option("node_id", "host", parse_node_id, ENV_PREFIX + "NODE_ID")
-
-
-def resolve_node_id(env: Optional[Mapping[str, str]] = None, node_id: Any = None,
-                    emulate_nodes: Any = None, node_id_env: Any = None) -> str:
-    """``node_id`` from keywords, ``$STAGER_NODE_ID`` (or the older ``$STAGER_EMULATE_NODES``,
-    ``$STAGER_NODE_ID_ENV``), else ``host``. Local; collective callers run it on rank 0."""
-    env = os.environ if env is None else env
-    given = node_id_of(node_id, emulate_nodes, node_id_env)
-    if given is None and not env.get(NODE_ID.env or ""):
-        given = node_id_of(None, env.get(ENV_PREFIX + "EMULATE_NODES"),
-                           env.get(ENV_PREFIX + "NODE_ID_ENV"))
-    return str(resolve([NODE_ID], {"node_id": given}, env)["node_id"])
-
-
-# -- the staging options -----------------------------------------------------------------------
-@dataclass(frozen=True)
-class StageOptions:
-    """Resolved options of one ``stage`` call (see :func:`stager.stage`)."""
-
-    method: str = "stripe"
-    chunk_size: int = 32 << 20
-    small_file_threshold: int = 1 << 20
-    #: how ranks form nodes (:func:`parse_node_id`)
-    node_id: str = "host"
-    force: bool = False
-    json: Optional[str] = None
-    progress: bool = True
-    fsync: bool = False
-    h5_memory: int = DEFAULT_H5_MEMORY
-    h5_inline_bytes: Optional[int] = None
-    #: seconds to wait for another run holding a destination's lock (negative: forever)
-    wait: float = 0.0
-    #: read every source again after staging and compare it with its copies
-    verify_source: bool = False
-    #: seconds the ranks get to stop together after SIGINT/SIGTERM (core.interrupt)
-    interrupt_grace: float = 0.6
-    #: emulated nodes exchange chunks through a shared-memory window (transfer.shmem)
-    shared_exchange: bool = True
-
-    @property
-    def emulate_nodes(self) -> Optional[int]:
-        """``N`` when nodes are emulated (``node_id`` ``emulate:N``), else None."""
-        return split_node_id(self.node_id)[0]
-
-
-def _chunk(lo: int) -> Callable[[Any, str], int]:
-    def parse(value: Any, name: str) -> int:
-        size = parse_size(value, name)
-        if not lo <= size <= MAX_CHUNK:
-            raise ValueError(f"{name} must be between {lo} and {MAX_CHUNK} bytes, got {size}")
-        return size
-    return parse
-
-
-def _h5_memory(value: Any, name: str) -> int:
-    cap = parse_size(value, f"h5 memory cap ({name})")
-    if cap < MIN_H5_MEMORY:
-        raise ValueError(f"h5 memory cap must be at least {MIN_H5_MEMORY} bytes, got {cap}")
-    return cap
-
-
-def _grace(value: Any, name: str) -> float:
-    g = parse_seconds(value, name)
-    if g < 0:
-        raise ValueError(f"{name} must be a finite number of seconds")
-    return g
-
-
-_PARSERS: Dict[str, Callable[[Any, str], Any]] = {
-    "method": parse_choice(*METHODS), "chunk_size": _chunk(1),
-    "small_file_threshold": _chunk(0), "node_id": parse_node_id, "json": parse_text,
-    "h5_memory": _h5_memory, "h5_inline_bytes": parse_size, "wait": parse_seconds,
-    "interrupt_grace": _grace,
-}
-#: The staging options: each falls back to ``STAGER_<NAME>``, then to its default.
-STAGE_OPTIONS = tuple(Option(f.name, f.default, _PARSERS.get(f.name, parse_bool),
-                             ENV_PREFIX + f.name.upper()) for f in fields(StageOptions))
-
-
-def resolve_options(env: Optional[Mapping[str, str]] = None, **kwargs: Any) -> StageOptions:
-    """Staging options from keywords, then ``STAGER_<NAME>`` variables, then defaults. Local.
-
-    ``emulate_nodes=K`` and ``node_id_env=VAR`` are accepted for ``node_id``
-    (:func:`node_id_of`). Collective callers run it on rank 0 only and
-    broadcast the result.
-
-    Raises
-    ------
-    TypeError
-        Unknown keyword.
-    ValueError
-        A value that does not parse.
-    """
-    env = os.environ if env is None else env
-    kwargs = dict(kwargs)
-    node_kw = {k: kwargs.pop(k, None) for k in ("node_id", "emulate_nodes", "node_id_env")}
-    values = resolve(STAGE_OPTIONS, kwargs, env, what="staging option")
-    values["node_id"] = resolve_node_id(env, **node_kw)
-    return StageOptions(**values)

@@ -1,14 +1,17 @@
-"""The stager's error hierarchy: every failure a user can cause or meet is one of these.
+"""The stager's error hierarchy: every failure a user can cause or meet is one of these
+(or one of the shared base's, :mod:`core.errors`: a job that cannot be laid out, an
+untrusted local path, an interrupted run).
 
 Messages name the rank, host and file where they apply, and say what to do.
 """
 from __future__ import annotations
 
-__all__ = ["StagerError", "PlanError", "CapacityError", "TransferError", "VerifyError",
-           "Interrupted"]
+from core.errors import MpistageError
+
+__all__ = ["StagerError", "PlanError", "CapacityError", "TransferError", "VerifyError"]
 
 
-class StagerError(Exception):
+class StagerError(MpistageError):
     """Base class of every error the stager raises on purpose.
 
     Collective functions raise the same ``StagerError`` (same message) on every
@@ -31,13 +34,3 @@ class TransferError(StagerError):
 class VerifyError(StagerError):
     """A staged copy no longer matches its manifest."""
 
-
-class Interrupted(StagerError):
-    """SIGINT or SIGTERM stopped a run; every complete copy is recorded, a re-run resumes.
-
-    ``signum`` is the signal (``None`` when only the message crossed ranks).
-    """
-
-    def __init__(self, message: str, signum: int | None = None) -> None:
-        super().__init__(message)
-        self.signum = signum

@@ -51,7 +51,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from stager.drainlog import RECORD_PREFIX, DrainLog
-from stager.errors import StagerError, TransferError
+from core.errors import MpistageError
+from stager.errors import TransferError
 from core.mpi.agree import agreed
 from core.job import Job, comm_and_job, job_for
 from core import checksum, commit, localfs
@@ -370,7 +371,7 @@ def _copy_all(dest: str, node_src: str, files: list[DrainFile], dests: list[str]
                         f"checksum mismatch after draining {current} to {target} "
                         f"({back} != {digest}); drain again with --overwrite")
             done.append(DrainFile(f.rel, f.size, digest))
-    except StagerError:
+    except MpistageError:
         raise
     except OSError as e:
         where = f" {current}" if current else ""

@@ -127,7 +127,7 @@ def _receive(args: argparse.Namespace) -> int:
     from mpi4py import MPI
 
     import stager
-    from stager.errors import StagerError
+    from core.errors import MpistageError
     from streams.job.output import exit_status
     from stager.commands.stage import job_of
     from streams import protocols
@@ -164,7 +164,7 @@ def _receive(args: argparse.Namespace) -> int:
         if comm.rank == 0:
             print(f"stager stream receive: {e}", file=sys.stderr)
         return 2
-    except StagerError as e:
+    except MpistageError as e:
         if comm.rank == 0:
             print(f"stager stream receive: {e}", file=sys.stderr, flush=True)
         sys.stderr.flush()

@@ -44,7 +44,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import pkgutil
 import sys
 import time
 import traceback
@@ -410,7 +409,7 @@ def _run(opts, module, ns, name: str, comm: Any, hooks) -> int:
         return 1
 
     t = time.perf_counter()
-    options = pkgutil.resolve_name(ROWS[name]).run_options(opts, job)  # the executor's own
+    options = ROWS.load(name).run_options(opts, job)  # the executor's own
     if name == "mpi":
         from .executors.mpi import MPIExecutor
 

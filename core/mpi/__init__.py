@@ -2,25 +2,22 @@
 
 * :mod:`core.mpi.agree` -- the one way ranks agree on failure (``agreed``),
   rank-0 results broadcast to all (``bcast_result``), the sleeping barrier;
-* :mod:`core.nodes` -- which ranks form a node, its leader, the leader
-  communicator, and the one function that names nodes (``%n``);
-* :mod:`core.job` -- the job context: made once (``Job.from_comm``), passed down;
 * :mod:`core.mpi.roles` -- the one role rule (per node, who serves and whom) and ``Roles``;
 * :mod:`core.mpi.loop` -- the one message loop of every MPI role (``Loop``);
 * :mod:`core.mpi.link` -- the one message link of the MPI loops (``Link``), every
   tag of the project (``TAGS``), a worker's window (``Credits``);
-* :mod:`core.mpi.tree` -- the one merge tree.
+* :mod:`core.mpi.tree` -- the one merge tree;
+* :mod:`core.mpi.groups` -- a communicator of the ranks holding something.
 
-Every function here that communicates says so ("Collective over `comm`") and
-takes the communicator as a parameter. Used by the stager and by the workflow
-runtime; nothing here imports mpi4py at module level.
+The job (which ranks form a node, the leader communicator) is :mod:`core.job`
+and :mod:`core.nodes`. Every function here that communicates says so
+("Collective over `comm`") and takes the communicator as a parameter. Used by
+the stager, the stream job and the workflow runtime; nothing here imports mpi4py
+at module level.
 """
 from core.mpi.agree import agree, agreed, any_true, bcast_result, quiet_barrier
-from core.job import Job, job_for
 from core.mpi.link import TAGS, Backoff, Credits, Link
-from core.nodes import NodeLayout, name_nodes, node_layout
 from core.mpi.roles import serve_nodes, workers_of
 
-__all__ = ["agree", "agreed", "any_true", "bcast_result", "quiet_barrier", "Job", "job_for",
-           "NodeLayout", "name_nodes", "node_layout", "TAGS", "Backoff", "Credits", "Link",
-           "serve_nodes", "workers_of"]
+__all__ = ["agree", "agreed", "any_true", "bcast_result", "quiet_barrier", "TAGS", "Backoff",
+           "Credits", "Link", "serve_nodes", "workers_of"]

@@ -18,9 +18,8 @@ from typing import Any, Callable
 
 import stager
 from hooks import SpecError
-from core.errors import Interrupted
-from stager.errors import PlanError, StagerError
-from stager.staging.transfer import METHODS
+from core.errors import Interrupted, MpistageError
+from stager.errors import PlanError
 
 
 def _wait_value(text: str) -> str:
@@ -69,8 +68,10 @@ def add_node_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from stager.staging.transfer import METHODS
+
     p.add_argument("spec", metavar="SPEC", help="hook spec file")
-    p.add_argument("--method", choices=METHODS, default=None,
+    p.add_argument("--method", choices=METHODS.names(), default=None,
                    help="transfer method (default: stripe, or $STAGER_METHOD)")
     p.add_argument("--chunk-size", metavar="BYTES", default=None,
                    help="bytes per collective round, e.g. 33554432 or 32M (default 32M)")
@@ -107,7 +108,7 @@ def run_collective(name: str, body: Callable[[Any], int]) -> int:
         if comm.rank == 0:
             print(f"stager {name}: {e}", file=sys.stderr)
         return 2
-    except StagerError as e:
+    except MpistageError as e:   # the stager's, the job's, an untrusted local path
         if comm.rank == 0:
             print(f"stager {name}: {e}", file=sys.stderr)
         return 1

@@ -42,8 +42,8 @@ from collections import defaultdict
 from dataclasses import dataclass, replace
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from core.errors import Interrupted
-from stager.errors import StagerError, TransferError
+from core.errors import Interrupted, MpistageError
+from stager.errors import TransferError
 from core.mpi.agree import agreed, any_true, bcast_result
 from core.job import NODE_KEYWORDS, Job, check_node_id, comm_and_job, job_for
 from core.nodes import NodeLayout
@@ -305,7 +305,7 @@ def _run(plan: Plan, comm: Any, layout: NodeLayout, opts: StageOptions,
             else:
                 extra_local = {}
         _remove_ancestors(comm, recs)
-    except StagerError as e:
+    except MpistageError as e:
         # every rank raised this same agreed error at the same point: one more
         # collective says how much is safely done, so the message can say it
         _after_failure(comm, layout, recs, e, phase)
@@ -361,7 +361,7 @@ def _check_roots(plan: Plan, targets: NodeTargets, node: str) -> None:
 
 
 def _after_failure(comm: Any, layout: NodeLayout, recs: Optional[NodeRecords],
-                   e: StagerError, phase: str) -> None:
+                   e: MpistageError, phase: str) -> None:
     """Collective over `comm`: every rank must call. Close the records, then tell ``e`` how
     much is complete and recorded (every rank raised ``e`` at the same point)."""
     err = None

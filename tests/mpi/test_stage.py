@@ -345,11 +345,11 @@ def test_node_layouts():
         ok = ok and lay.leader_comm.size == want_n and lay.leader_comm.rank == lay.index
     assert_all(comm, ok, str(lay))
     lay.free()
-    from stager.errors import StagerError
+    from core.errors import JobError
     if comm.rank == comm.size - 1:
         os.environ["MPISTAGE_TEST_NODE"] = "x"
     try:
-        with pytest.raises(StagerError, match="unset") if comm.size > 1 else _nullctx():
+        with pytest.raises(JobError, match="unset") if comm.size > 1 else _nullctx():
             node_layout(comm, node_id_env="MPISTAGE_TEST_NODE").free()
     finally:
         os.environ.pop("MPISTAGE_TEST_NODE", None)
