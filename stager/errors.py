@@ -6,9 +6,10 @@ Messages name the rank, host and file where they apply, and say what to do.
 """
 from __future__ import annotations
 
-from core.errors import MpistageError
+from core.errors import Interrupted, MpistageError
 
-__all__ = ["StagerError", "PlanError", "CapacityError", "TransferError", "VerifyError"]
+__all__ = ["StagerError", "PlanError", "CapacityError", "TransferError", "VerifyError",
+           "KEPT"]
 
 
 class StagerError(MpistageError):
@@ -34,3 +35,8 @@ class TransferError(StagerError):
 class VerifyError(StagerError):
     """A staged copy no longer matches its manifest."""
 
+
+#: What keeps its class when the stager's ranks agree on a failure (``agreed(base=KEPT)``):
+#: the stager's own errors and an interrupt; anything else -- an untrusted local path,
+#: an ``OSError`` -- becomes the phase's error (``TransferError``, ``CapacityError``).
+KEPT = (StagerError, Interrupted)

@@ -52,7 +52,7 @@ from typing import Any
 
 from stager.drainlog import RECORD_PREFIX, DrainLog
 from core.errors import MpistageError
-from stager.errors import TransferError
+from stager.errors import KEPT, TransferError
 from core.mpi.agree import agreed
 from core.job import Job, comm_and_job, job_for
 from core import checksum, commit, localfs
@@ -252,7 +252,8 @@ def _drain(comm: Any, layout: Any, src: str, dest: str, merge: bool, overwrite: 
     # Phase 1: every leader lists its node's results.
     listing: list[DrainFile] | None = None
     missing = False
-    with agreed(comm, "drain (listing results)", default=TransferError, node=node):
+    with agreed(comm, "drain (listing results)", base=KEPT, default=TransferError,
+                    node=node):
         if layout.is_leader:
             try:
                 listing = list_results(node_src)
@@ -281,7 +282,8 @@ def _drain(comm: Any, layout: Any, src: str, dest: str, merge: bool, overwrite: 
     log: DrainLog | None = None
     skip: set[int] = set()
     try:
-        with agreed(comm, "drain (checking destination)", default=TransferError, node=node):
+        with agreed(comm, "drain (checking destination)", base=KEPT, default=TransferError,
+                    node=node):
             if layout.is_leader:
                 dests = targets(dest, layout.name, mine, merge)
                 log = _open_log(dest, layout.name, dests)
@@ -301,7 +303,7 @@ def _drain(comm: Any, layout: Any, src: str, dest: str, merge: bool, overwrite: 
 
         # Phase 3: copy, checksum, verify; each file journaled as it commits.
         done: list[DrainFile] = []
-        with agreed(comm, "drain (copying)", default=TransferError, node=node):
+        with agreed(comm, "drain (copying)", base=KEPT, default=TransferError, node=node):
             if layout.is_leader and not missing:
                 todo = [i for i in range(len(mine)) if i not in skip]
                 if todo or log is not None:

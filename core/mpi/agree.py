@@ -33,13 +33,15 @@ import pickle
 import socket
 import time
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, List, Optional, Tuple, Type
+from typing import Any, Callable, Iterator, List, Optional, Tuple, Type, Union
 
 from core.errors import MpistageError
 
 __all__ = ["agree", "agreed", "any_true", "bcast_result", "describe", "format_failures",
            "quiet_barrier", "wait_quietly"]
 
+#: The classes that keep their identity across ranks: one class or a tuple.
+Kept = Union[Type[BaseException], Tuple[Type[BaseException], ...]]
 #: At most this many distinct messages are spelled out in the agreed error.
 MAX_MESSAGES = 6
 
@@ -70,7 +72,7 @@ def format_failures(failures: List[Tuple[int, str, str]], what: str = "") -> str
 
 
 def agree(comm: Any, error: Optional[BaseException], what: str = "", *,
-          base: Type[BaseException] = MpistageError,
+          base: Kept = MpistageError,
           default: Type[BaseException] = MpistageError, node: Optional[str] = None,
           quiet: bool = False) -> None:
     """Collective over `comm`: every rank must call. Raise everywhere if any rank failed.
@@ -85,7 +87,7 @@ def agree(comm: Any, error: Optional[BaseException], what: str = "", *,
         This rank's failure, or ``None``.
     what : str
         Name of the phase, prefixed to the message ("staging failed: ...").
-    base : exception class
+    base : exception class or tuple of them
         Errors deriving from it keep their class on every rank.
     default : exception class
         Class raised when the first failing rank's error is not a ``base``.
@@ -123,7 +125,7 @@ def agree(comm: Any, error: Optional[BaseException], what: str = "", *,
 
 
 @contextmanager
-def agreed(comm: Any, what: str = "", *, base: Type[BaseException] = MpistageError,
+def agreed(comm: Any, what: str = "", *, base: Kept = MpistageError,
            default: Type[BaseException] = MpistageError, node: Optional[str] = None,
            quiet: bool = False) -> Iterator[None]:
     """Collective over `comm`: every rank must enter and leave. Agree on the block's outcome.

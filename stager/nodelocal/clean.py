@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 from core.mpi.agree import agreed
-from stager.errors import StagerError
+from stager.errors import KEPT, StagerError
 from stager.nodelocal import record as records
 from stager.nodelocal.roots import lock_roots, open_roots, release
 from stager.nodelocal.state import RootState
@@ -151,10 +151,10 @@ def clean(spec: Any, comm: Any = None, emulate_nodes: Optional[int] = None,
         skipped: List[str] = []
         ancestors: List[str] = []
         with agreed(comm, "clean (locking destinations)", node=layout.name, quiet=True,
-                    default=StagerError):
+                    base=KEPT, default=StagerError):
             if layout.is_leader:
                 held = lock_roots(staged)
-        with agreed(comm, "clean", node=layout.name, quiet=True, default=StagerError):
+        with agreed(comm, "clean", node=layout.name, quiet=True, base=KEPT, default=StagerError):
             if layout.is_leader:
                 files, dirs, skipped, ancestors, temps = _clean_node(staged.key, held)
                 release(held)

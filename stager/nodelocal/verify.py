@@ -24,7 +24,7 @@ import stat
 from dataclasses import dataclass
 from typing import Any, List, Optional, Tuple
 
-from stager.errors import StagerError, VerifyError
+from stager.errors import KEPT, StagerError, VerifyError
 from core.mpi.agree import agreed
 from core import checksum
 from stager.nodelocal.roots import lock_roots, open_roots, release
@@ -184,10 +184,10 @@ def verify(spec: Any, comm: Any = None, emulate_nodes: Optional[int] = None,
         files = nbytes = 0
         bad: List[Mismatch] = []
         with agreed(comm, "verify (locking destinations)", node=layout.name, quiet=True,
-                    default=StagerError):
+                    base=KEPT, default=StagerError):
             if layout.is_leader:
                 held = lock_roots(staged)
-        with agreed(comm, "verify", node=layout.name, quiet=True, default=StagerError):
+        with agreed(comm, "verify", node=layout.name, quiet=True, base=KEPT, default=StagerError):
             if layout.is_leader:
                 files, nbytes, bad = _check_node(layout.name, staged.key, held)
         gathered = comm.allgather((files, nbytes, bad))

@@ -43,7 +43,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from core.errors import Interrupted, MpistageError
-from stager.errors import TransferError
+from stager.errors import KEPT, TransferError
 from core.mpi.agree import agreed, any_true, bcast_result
 from core.job import NODE_KEYWORDS, Job, check_node_id, comm_and_job, job_for
 from core.nodes import NodeLayout
@@ -226,7 +226,7 @@ def _run(plan: Plan, comm: Any, layout: NodeLayout, opts: StageOptions,
     try:
         # -- lock and resume: what does this node still need? -------------------
         need_local = bytearray(n)
-        with agreed(comm, "checking destinations", default=TransferError, node=node,
+        with agreed(comm, "checking destinations", base=KEPT, default=TransferError, node=node,
                     quiet=True):
             interrupt.check("checking destinations")
             if layout.is_leader:
@@ -265,7 +265,7 @@ def _run(plan: Plan, comm: Any, layout: NodeLayout, opts: StageOptions,
 
         # -- prepare destination directories --------------------------------------
         phase = "preparing destinations"
-        with agreed(comm, "preparing destinations", default=TransferError, node=node):
+        with agreed(comm, "preparing destinations", base=KEPT, default=TransferError, node=node):
             interrupt.check("preparing destinations")
             if recs is not None:
                 _prepare(recs, need_local)
@@ -276,7 +276,7 @@ def _run(plan: Plan, comm: Any, layout: NodeLayout, opts: StageOptions,
         results: Dict[str, Tuple[List[int], Moved]] = {}
         comm.Barrier()
         t0 = time.perf_counter()
-        with agreed(comm, "staging", default=TransferError, node=node, quiet=True):
+        with agreed(comm, "staging", base=KEPT, default=TransferError, node=node, quiet=True):
             if recs is not None:
                 with commit.session(recs):
                     _transfer(plan, units, used, recs, need_local, need_any, layout, opts,
@@ -288,7 +288,7 @@ def _run(plan: Plan, comm: Any, layout: NodeLayout, opts: StageOptions,
         checked: Dict[str, Any] = {}
         if opts.verify_source:
             phase = "checking the sources"
-            with agreed(comm, "checking the sources again", default=TransferError,
+            with agreed(comm, "checking the sources again", base=KEPT, default=TransferError,
                         node=node, quiet=True):
                 if recs is not None:
                     files = [g for g, (k, _, _) in enumerate(units) if k.whole_files]
@@ -296,7 +296,7 @@ def _run(plan: Plan, comm: Any, layout: NodeLayout, opts: StageOptions,
 
         # -- records: compact, unlock ------------------------------------------------
         phase = "recording"
-        with agreed(comm, "recording the copies", default=TransferError, node=node):
+        with agreed(comm, "recording the copies", base=KEPT, default=TransferError, node=node):
             if recs is not None:
                 extra_local = {"leftovers_removed": recs.leftovers,
                                "locks_taken_over": recs.taken_over,
