@@ -24,18 +24,12 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Optional, Tuple
 
 from core.mpi.agree import bcast_result
-from core.nodes import NodeLayout, check_node_options, node_layout
-from core.nodes import node_id_of, resolve_node_id, split_node_id
+from core.nodes import NodeLayout, node_id_of, node_layout, resolve_node_id, split_node_id
 
-__all__ = ["Job", "job_for", "acquire_job", "comm_and_job", "check_node_id", "NODE_KEYWORDS"]
+__all__ = ["Job", "job_for", "acquire_job", "comm_and_job", "NODE_KEYWORDS"]
 
 #: The keywords that say how nodes are identified (the older two map onto ``node_id``).
 NODE_KEYWORDS = ("node_id", "emulate_nodes", "node_id_env")
-
-
-def check_node_id(size: int, node_id: str) -> None:
-    """Reject a (parsed) ``node_id`` that ``size`` ranks cannot use. Pure; ``ValueError``."""
-    check_node_options(size, *split_node_id(node_id))
 
 
 @dataclass(frozen=True)

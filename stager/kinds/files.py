@@ -88,8 +88,7 @@ class FilesKind:
         info: dict = {}
         try:
             err = run_method(method, comm, jobs, reader, sink, t.opts.chunk_size,
-                             t.opts.small_file_threshold, t.opts.shared_exchange
-                             and bool(t.opts.emulate_nodes), info)
+                             t.opts.small_file_threshold, t.opts.shared_exchange, info)
         except Exception as e:
             err = e
         finally:

@@ -2,19 +2,18 @@
 
 Resolved by the one resolver (:func:`core.options.resolve`), on rank 0, and
 broadcast (:func:`stager.stage`). How ranks form nodes is the job's option
-(:data:`core.nodes.NODE_ID`); a lock's ``wait`` is the destination roots' option
-(:data:`stager.nodelocal.roots.WAIT`), shared by ``stage``, ``verify`` and ``clean``.
+(:data:`core.nodes.NODE_ID`, held by :class:`core.job.Job`); a lock's ``wait`` is the
+destination roots' option (:data:`stager.nodelocal.roots.WAIT`), shared by ``stage``,
+``verify`` and ``clean``.
 
 Sizes accept a plain byte count or a binary suffix: ``33554432``, ``32M``,
 ``32MiB``, ``1G``.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, fields
 from typing import Any, Callable, Dict, Mapping, Optional
 
-from core.nodes import parse_node_id, resolve_node_id, split_node_id
 from core.options import (ENV_PREFIX, Option, parse_bool, parse_choice, parse_seconds,
                           parse_size, parse_text, resolve)
 from stager.nodelocal.roots import WAIT
@@ -35,8 +34,6 @@ class StageOptions:
     method: str = "stripe"
     chunk_size: int = 32 << 20
     small_file_threshold: int = 1 << 20
-    #: how ranks form nodes (:func:`parse_node_id`)
-    node_id: str = "host"
     force: bool = False
     json: Optional[str] = None
     progress: bool = True
@@ -51,11 +48,6 @@ class StageOptions:
     interrupt_grace: float = 0.6
     #: emulated nodes exchange chunks through a shared-memory window (transfer.shmem)
     shared_exchange: bool = True
-
-    @property
-    def emulate_nodes(self) -> Optional[int]:
-        """``N`` when nodes are emulated (``node_id`` ``emulate:N``), else None."""
-        return split_node_id(self.node_id)[0]
 
 
 def _chunk(lo: int) -> Callable[[Any, str], int]:
@@ -89,7 +81,7 @@ def _method(value: Any, name: str) -> str:
 
 _PARSERS: Dict[str, Callable[[Any, str], Any]] = {
     "method": _method, "chunk_size": _chunk(1),
-    "small_file_threshold": _chunk(0), "node_id": parse_node_id, "json": parse_text,
+    "small_file_threshold": _chunk(0), "json": parse_text,
     "h5_memory": _h5_memory, "h5_inline_bytes": parse_size, "interrupt_grace": _grace,
 }
 #: The staging options: each falls back to ``STAGER_<NAME>``, then to its default.
@@ -101,9 +93,8 @@ STAGE_OPTIONS = tuple(WAIT if f.name == WAIT.name else
 def resolve_options(env: Optional[Mapping[str, str]] = None, **kwargs: Any) -> StageOptions:
     """Staging options from keywords, then ``STAGER_<NAME>`` variables, then defaults. Local.
 
-    ``emulate_nodes=K`` and ``node_id_env=VAR`` are accepted for ``node_id``
-    (:func:`node_id_of`). Collective callers run it on rank 0 only and
-    broadcast the result.
+    How ranks form nodes is not one of them: it is the job's (:class:`core.job.Job`).
+    Collective callers run it on rank 0 only and broadcast the result.
 
     Raises
     ------
@@ -112,9 +103,4 @@ def resolve_options(env: Optional[Mapping[str, str]] = None, **kwargs: Any) -> S
     ValueError
         A value that does not parse.
     """
-    env = os.environ if env is None else env
-    kwargs = dict(kwargs)
-    node_kw = {k: kwargs.pop(k, None) for k in ("node_id", "emulate_nodes", "node_id_env")}
-    values = resolve(STAGE_OPTIONS, kwargs, env, what="staging option")
-    values["node_id"] = resolve_node_id(env, **node_kw)
-    return StageOptions(**values)
+    return StageOptions(**resolve(STAGE_OPTIONS, kwargs, env, what="staging option"))

@@ -45,7 +45,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from core.errors import Interrupted, MpistageError
 from stager.errors import KEPT, TransferError
 from core.mpi.agree import agreed, any_true, bcast_result
-from core.job import NODE_KEYWORDS, Job, check_node_id, comm_and_job, job_for
+from core.job import NODE_KEYWORDS, Job, comm_and_job, job_for
 from core.nodes import NodeLayout
 from core import commit, localfs
 from stager.nodelocal.state import STATE_DIR
@@ -179,21 +179,19 @@ def stage(spec: Any, comm: Any = None, *, job: Optional[Job] = None, **options: 
         SIGINT or SIGTERM: the ranks stopped together; as for ``TransferError``.
     """
     comm, job = comm_and_job(comm, job)
+    node_kw = {k: options.pop(k) for k in NODE_KEYWORDS if k in options}
     opts: StageOptions = bcast_result(comm, resolve_options, **options)
-    if job is None:
-        check_node_id(comm.size, opts.node_id)  # before any work, alike on every rank
-        node_kw: Dict[str, Any] = {"node_id": opts.node_id}
-    else:  # the job's node_id; keywords given beside it must agree with it
-        node_kw = {k: options[k] for k in NODE_KEYWORDS if options.get(k) is not None}
-        opts = replace(opts, node_id=job.node_id)
     run_id = comm.bcast(secrets.token_hex(6) if comm.rank == 0 else None, root=0)
     ctx = _Run(comm, opts.interrupt_grace)
-    with interrupt.Handling(grace=opts.interrupt_grace, emergency=ctx.emergency):
+    with job_for(comm, job, **node_kw) as j, \
+            interrupt.Handling(grace=opts.interrupt_grace, emergency=ctx.emergency):
+        # the shared-memory window is the exchange of leaders on one host: emulated nodes
+        opts = replace(opts, shared_exchange=opts.shared_exchange
+                       and j.node_id.startswith("emulate:"))
         t_plan = time.perf_counter()
         plan = bcast_result(comm, plan_spec, spec, h5_inline_bytes=opts.h5_inline_bytes)
         plan_seconds = time.perf_counter() - t_plan
-        with job_for(comm, job, **node_kw) as j:
-            report = _run(plan, comm, j.layout, opts, plan_seconds, run_id, ctx)
+        report = _run(plan, comm, j.layout, opts, plan_seconds, run_id, ctx)
     if opts.json and comm.rank == 0:
         report.write_json(opts.json)
     return report
