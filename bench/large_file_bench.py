@@ -114,7 +114,7 @@ def main() -> int:
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
     args = ap.parse_args()
     sys.path.insert(0, ROOT)
-    from stager.options import parse_size
+    from core.options import parse_size
     nbytes = parse_size(args.bytes)
 
     base = tempfile.mkdtemp(prefix="large-file-bench-", dir="/tmp")

@@ -1,4 +1,4 @@
-"""Partitions through stager.mpi.link.Link: pickled in band against out of band (protocol 5).
+"""Partitions through core.mpi.link.Link: pickled in band against out of band (protocol 5).
 
 Run: ``mpirun -n 2 python bench/link_bench.py [--mib 16] [--count 40] [--reps 3]
 [--out bench/results]``
@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from loadavg import LoadSampler
-from stager.mpi.link import OUT_OF_BAND, TAGS, Link
+from core.mpi.link import OUT_OF_BAND, TAGS, Link
 
 WORK, ACK = TAGS["stream"]["WORK"], TAGS["stream"]["ACK"]
 
@@ -91,7 +91,7 @@ def main() -> None:
         os.makedirs(a.out, exist_ok=True)
         with open(os.path.join(a.out, "link.json"), "w") as f:
             json.dump(res, f, indent=1)
-        lines = ["# Partitions through `stager.mpi.link.Link`: in band vs out of band",
+        lines = ["# Partitions through `core.mpi.link.Link`: in band vs out of band",
                  "", f"`mpirun -n 2 python bench/link_bench.py --mib {a.mib} --count {a.count} "
                  f"--reps {a.reps}` (both ranks on one host: shared memory). Median of "
                  f"{a.reps} runs each, alternated; {load.text()}. The machine was shared with "

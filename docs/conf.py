@@ -68,7 +68,7 @@ autodoc_mock_imports = _ALWAYS_MOCK + [
     m for m in _MOCK_IF_MISSING if importlib.util.find_spec(m) is None]
 
 # The packages whose public names (``__all__``) get an API page.
-API_PACKAGES = ["stager", "workflows", "streams", "kernels", "hooks"]
+API_PACKAGES = ["core", "stager", "workflows", "streams", "kernels", "hooks"]
 GENERATED = DOCS / "api" / "generated"
 
 

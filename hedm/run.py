@@ -16,8 +16,8 @@ from typing import Any, Dict, Iterable, Mapping, Optional, Sequence
 
 from hedm.common import replacing
 from stager import drain
-from stager.mpi.agree import agreed
-from stager.mpi.job import job_for
+from core.mpi.agree import agreed
+from core.job import job_for
 from stager.planning.plan import expand_node
 from workflows import on_this_node
 from workflows.errors import WorkflowError

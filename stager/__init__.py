@@ -10,10 +10,11 @@ Public API::
   every rank).
 
 The package is laid out along the data path: ``planning/`` (rank 0, pure) →
-``mpi/`` (all MPI plumbing) → ``staging/`` (the collective transfer) →
-``nodelocal/`` (the copies on each node: safe writes, records, verify, clean)
-→ ``stageout`` (drain). Names are imported lazily: ``import stager`` costs
-one small module, and ``stager plan`` never loads MPI.
+``staging/`` (the collective transfer) → ``nodelocal/`` (the copies on each node:
+records, verify, clean) → ``stageout`` (drain). The job (``core.job.Job``), the MPI
+plumbing and the safe local writes are the shared base's (``core``). Names are
+imported lazily: ``import stager`` costs one small module, and ``stager plan``
+never loads MPI.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ import lazy_loader
 from stager.errors import CapacityError, PlanError, StagerError, TransferError, VerifyError
 
 __all__ = [
-    "plan", "stage", "verify", "clean", "drain", "where", "Job",
+    "plan", "stage", "verify", "clean", "drain", "where",
     "Plan", "Where", "StagedCopyMissing", "Report", "VerifyReport", "CleanReport", "DrainReport",
     "StagerError", "PlanError", "CapacityError", "TransferError", "VerifyError",
 ]
@@ -38,5 +39,4 @@ __getattr__, __dir__, _ = lazy_loader.attach(__name__, submod_attrs={
     "nodelocal.clean": ["clean", "CleanReport"],
     "stageout": ["drain", "DrainReport"],
     "locality": ["where", "Where", "StagedCopyMissing"],
-    "mpi.job": ["Job"],
 })

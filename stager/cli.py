@@ -5,8 +5,9 @@ module (``streams.cli``) is named in :data:`COMMANDS` as a string and imported o
 when the verb runs, so nothing in ``stager`` imports ``streams``.
 
 Each command module defines ``add_arguments(parser)`` and ``run(args) -> int``;
-its one-line help is in :data:`COMMANDS`. Modules are imported only when their
-command runs, so ``stager plan`` never imports MPI.
+its row and one-line help are in :data:`COMMANDS` (a :class:`core.table.Table`).
+Modules are imported only when their command runs, so ``stager plan`` never
+imports MPI.
 
 Exit codes: 0 success, 1 a runtime failure (staging, verify mismatch), 2 bad
 input (spec error, missing file, bad option).
@@ -14,26 +15,34 @@ input (spec error, missing file, bad option).
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
-from typing import List, Optional
+from typing import Any, List, Optional
 
-from stager.mpi.launcher import first_rank_speaks
+from core.table import Table
+
+from core.mpi.launcher import first_rank_speaks
 
 __all__ = ["main", "COMMANDS"]
 
-#: subcommand name -> (module, one-line help). Kept here, not discovered, so the
-#: help text needs no imports.
-COMMANDS = {
-    "plan": ("stager.commands.plan", "expand a hook spec and print what would be staged"),
-    "stage": ("stager.commands.stage", "stage a spec's files to every node (under mpirun)"),
-    "verify": ("stager.commands.verify", "re-checksum every node's staged copies (under mpirun)"),
-    "clean": ("stager.commands.clean", "remove exactly what was staged (run under mpirun)"),
-    "drain": ("stager.commands.drain", "copy node results to the shared filesystem (under mpirun)"),
-    "stream": ("streams.cli", "receive live detector streams (under mpirun), or watch"),
-    "sbatch": ("stager.commands.sbatch", "render an sbatch template from slurm/"),
-}
-
+#: subcommand name -> its module, and its one-line help. Kept here, not discovered, so
+#: the help text needs no imports.
+COMMANDS: Table[Any] = Table("command", {
+    "plan": "stager.commands.plan",
+    "stage": "stager.commands.stage",
+    "verify": "stager.commands.verify",
+    "clean": "stager.commands.clean",
+    "drain": "stager.commands.drain",
+    "stream": "streams.cli",
+    "sbatch": "stager.commands.sbatch",
+}, about={
+    "plan": "expand a hook spec and print what would be staged",
+    "stage": "stage a spec's files to every node (under mpirun)",
+    "verify": "re-checksum every node's staged copies (under mpirun)",
+    "clean": "remove exactly what was staged (run under mpirun)",
+    "drain": "copy node results to the shared filesystem (under mpirun)",
+    "stream": "receive live detector streams (under mpirun), or watch",
+    "sbatch": "render an sbatch template from slurm/",
+})
 
 def _build_parser(command: Optional[str]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -42,10 +51,11 @@ def _build_parser(command: Optional[str]) -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for name, (module, help_text) in COMMANDS.items():
+    for name in COMMANDS:
+        help_text = COMMANDS.about(name)
         p = sub.add_parser(name, help=help_text, description=help_text)
         if name == command:
-            importlib.import_module(module).add_arguments(p)
+            COMMANDS.load(name).add_arguments(p)
     return parser
 
 
@@ -56,7 +66,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = _build_parser(command if command in COMMANDS else None)
     with first_rank_speaks(exit_quietly=True):  # under mpirun: a usage error said once
         args = parser.parse_args(argv)
-    module = importlib.import_module(COMMANDS[args.command][0])
+    module = COMMANDS.load(args.command)
     try:
         return int(module.run(args) or 0)
     except BrokenPipeError:

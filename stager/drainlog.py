@@ -8,7 +8,7 @@ leader therefore
 * journals each file just before it is renamed onto its final name
   (``DEST/.stager-drain-NODE.journal``, one line per file, ``fsync``-ed like the
   copies: :mod:`stager.nodelocal.journal`), through the same commit hook the
-  staging pipeline uses (:mod:`stager.nodelocal.commit`), so no drained file
+  staging pipeline uses (:mod:`core.commit`), so no drained file
   exists under its final name without its entry;
 * names its temporary files ``.stager-tmp-RUN-N`` after its run, and writes the run
   into the journal first: a later drain of the same node removes the temporary
@@ -30,10 +30,10 @@ import stat
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from stager.errors import TransferError
-from stager.nodelocal import checksum
-from stager.nodelocal.commit import TEMP_MARK
+from core import checksum
+from core.commit import TEMP_MARK
 from stager.nodelocal.journal import Journal, read_events
-from stager.nodelocal.trusted import DIR_FLAGS, Untrusted, read_file, write_file
+from core.trusted import DIR_FLAGS, Untrusted, read_file, write_file
 
 __all__ = ["RECORD_PREFIX", "DrainLog"]
 
@@ -136,7 +136,7 @@ class DrainLog:
             return False  # the result changed since: a conflict, not a resume
         return not verify or checksum.file_hexdigest(target) == want
 
-    # -- the commit session (stager.nodelocal.commit) --------------------------------
+    # -- the commit session (core.commit) --------------------------------
     def begin(self) -> None:
         """Open the journal and write this run into it (before any temporary file)."""
         self.journal = Journal(self.fd, self.journal_name,

@@ -1,24 +1,23 @@
-"""The stager's error hierarchy: every failure a user can cause or meet is one of these.
+"""The stager's error hierarchy: every failure a user can cause or meet is one of these
+(or one of the shared base's, :mod:`core.errors`: a job that cannot be laid out, an
+untrusted local path, an interrupted run).
 
 Messages name the rank, host and file where they apply, and say what to do.
 """
 from __future__ import annotations
 
-__all__ = ["StagerError", "OptionError", "PlanError", "OutputError", "CapacityError",
-           "TransferError", "VerifyError", "Interrupted"]
+from core.errors import Interrupted, MpistageError
+
+__all__ = ["StagerError", "PlanError", "OutputError", "CapacityError", "TransferError",
+           "VerifyError", "KEPT"]
 
 
-class StagerError(Exception):
+class StagerError(MpistageError):
     """Base class of every error the stager raises on purpose.
 
     Collective functions raise the same ``StagerError`` (same message) on every
     rank of the communicator, so callers may handle it identically everywhere.
     """
-
-
-class OptionError(StagerError):
-    """An option, or the environment it names, cannot be used on some rank (an unset
-    ``--node-id-env`` variable); the same on every rank. Bad input: commands exit 2."""
 
 
 class PlanError(StagerError):
@@ -42,12 +41,7 @@ class VerifyError(StagerError):
     """A staged copy no longer matches its manifest."""
 
 
-class Interrupted(StagerError):
-    """SIGINT or SIGTERM stopped a run; every complete copy is recorded, a re-run resumes.
-
-    ``signum`` is the signal (``None`` when only the message crossed ranks).
-    """
-
-    def __init__(self, message: str, signum: int | None = None) -> None:
-        super().__init__(message)
-        self.signum = signum
+#: What keeps its class when the stager's ranks agree on a failure (``agreed(base=KEPT)``):
+#: the stager's own errors and an interrupt; anything else -- an untrusted local path,
+#: an ``OSError`` -- becomes the phase's error (``TransferError``, ``CapacityError``).
+KEPT = (StagerError, Interrupted)

@@ -12,7 +12,7 @@ node's leader walks its own ``src`` and copies every regular file to
 Guarantees:
 
 * **Atomic files**: each file is written under a temporary name in its final
-  directory and renamed into place (:func:`stager.nodelocal.localfs.copy_file_atomic`,
+  directory and renamed into place (:func:`core.localfs.copy_file_atomic`,
   ``fsync`` on: these are the only copies of results), so a reader of DEST
   sees a whole file or none.
 * **Checksums**: the checksum of the bytes read from the node-local file is
@@ -31,7 +31,7 @@ Guarantees:
   file created at DEST by someone else in between is still replaced, as no
   portable no-replace rename exists in Python.
 * **Agreement**: listing, conflict check and copy each run inside
-  :func:`stager.mpi.agree.agreed` over ``comm``; any error on one node (of any
+  :func:`core.mpi.agree.agreed` over ``comm``; any error on one node (of any
   type) becomes the same :class:`~stager.errors.TransferError` on all ranks,
   naming rank, host, node and file.
 
@@ -42,7 +42,7 @@ Guarantees:
   to put a file there cannot get it into DEST.
 
 Directories created under DEST are ``0700`` and DEST must be owned by the
-caller (:func:`stager.nodelocal.localfs.ensure_dir`; a shared project directory
+caller (:func:`core.localfs.ensure_dir`; a shared project directory
 may be group-writable). Temporary names are short (``.stager-tmp-RUN-N``), so
 results with names up to NAME_MAX (255 bytes) drain. Symlinks in ``src`` are refused
 rather than followed or skipped: results are copied as bytes or not at all.
@@ -57,10 +57,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Collection, Mapping
 
 from stager.drainlog import RECORD_PREFIX, DrainLog
-from stager.errors import StagerError, TransferError
-from stager.mpi.agree import agreed
-from stager.mpi.job import Job, comm_and_job, job_for
-from stager.nodelocal import checksum, commit, localfs
+from core import checksum, commit, localfs
+from core.errors import MpistageError
+from core.job import Job, comm_and_job, job_for
+from core.mpi.agree import agreed
+from stager.errors import KEPT, TransferError
 from stager.outputs import check_outputs
 from stager.planning.plan import count, expand_node
 
@@ -233,7 +234,7 @@ def drain(src: str, dest: str, comm: Any = None, *, emulate_nodes: int | None = 
     comm : mpi4py.MPI.Comm or Job, optional
         Default ``job.comm``, else ``MPI.COMM_WORLD``.
     emulate_nodes, node_id_env
-        How ranks form nodes when no ``job`` is given (see :class:`stager.mpi.job.Job`).
+        How ranks form nodes when no ``job`` is given (see :class:`core.job.Job`).
     merge : bool
         Put every node's files directly under ``dest``; relative paths must be
         unique across nodes.
@@ -241,7 +242,7 @@ def drain(src: str, dest: str, comm: Any = None, *, emulate_nodes: int | None = 
         Replace files already at their destination (atomically).
     verify : bool
         Read every shared copy back and compare checksums.
-    job : stager.mpi.job.Job, optional
+    job : core.job.Job, optional
         The job's node layout, made once; without it one is made here.
     written : mapping of node name to relative paths, optional
         What the calling job wrote below ``src`` on each node: only those are
@@ -285,7 +286,8 @@ def _drain(comm: Any, layout: Any, src: str, dest: str, merge: bool, overwrite: 
     listing: list[DrainFile] | None = None
     missing = False
     left: list[str] = []
-    with agreed(comm, "drain (listing results)", default=TransferError, node=node):
+    with agreed(comm, "drain (listing results)", base=KEPT, default=TransferError,
+                node=node):
         if layout.is_leader:
             only = None if written is None else set(written.get(node, ()))
             try:
@@ -315,7 +317,8 @@ def _drain(comm: Any, layout: Any, src: str, dest: str, merge: bool, overwrite: 
     log: DrainLog | None = None
     skip: set[int] = set()
     try:
-        with agreed(comm, "drain (checking destination)", default=TransferError, node=node):
+        with agreed(comm, "drain (checking destination)", base=KEPT, default=TransferError,
+                    node=node):
             if layout.is_leader:
                 dests = targets(dest, layout.name, mine, merge)
                 # a target inside SRC (DEST in SRC, or SRC = DEST/<node>) is a result itself
@@ -338,7 +341,7 @@ def _drain(comm: Any, layout: Any, src: str, dest: str, merge: bool, overwrite: 
 
         # Phase 3: copy, checksum, verify; each file journaled as it commits.
         done: list[DrainFile] = []
-        with agreed(comm, "drain (copying)", default=TransferError, node=node):
+        with agreed(comm, "drain (copying)", base=KEPT, default=TransferError, node=node):
             if layout.is_leader and not missing:
                 todo = [i for i in range(len(mine)) if i not in skip]
                 if todo or log is not None:
@@ -409,7 +412,7 @@ def _copy_all(dest: str, node_src: str, files: list[DrainFile], dests: list[str]
                         f"checksum mismatch after draining {current} to {target} "
                         f"({back} != {digest}); drain again with --overwrite")
             done.append(DrainFile(f.rel, f.size, digest))
-    except StagerError:
+    except MpistageError:
         raise
     except OSError as e:
         where = f" {current}" if current else ""

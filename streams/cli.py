@@ -150,8 +150,9 @@ def _receive(args: argparse.Namespace) -> int:
     from mpi4py import MPI
 
     import stager
-    from stager.errors import OptionError, PlanError, StagerError
-    from stager.mpi.agree import bcast_result
+    from core.errors import JobError, MpistageError
+    from core.mpi.agree import bcast_result
+    from stager.errors import PlanError
     from streams.job.output import exit_status
     from stager.commands.stage import job_of
     from streams import protocols
@@ -191,16 +192,16 @@ def _receive(args: argparse.Namespace) -> int:
         control = control_job.prepare(comm, args, given)     # --control: configured here
         opts = SessionOptions.resolve(**given)
         bcast_result(comm, _check_start, opts)
-    except (ValueError, StagerError) as e:
+    except (ValueError, MpistageError) as e:
         control_job.finish(control)
         return _failed(comm, e, 2)
     try:
         job = job_of(args, comm)
         outcomes = receive_scans(comm, opts, job=job, on_written=drain, on_ready=ready,
                                  on_rejections=rejections.update)
-    except (ValueError, StagerError) as e:
+    except (ValueError, MpistageError) as e:
         control_job.finish(control)      # disarm before the job ends
-        return _failed(comm, e, 2 if isinstance(e, (ValueError, PlanError, OptionError))
+        return _failed(comm, e, 2 if isinstance(e, (ValueError, PlanError, JobError))
                        else 1)
     finally:
         control_job.finish(control)      # at the end, or on any failure: disarm
@@ -394,7 +395,7 @@ def _watch(args: argparse.Namespace) -> int:
 def _write_png(path: Optional[str], msg: Any) -> None:
     if not path:
         return
-    from stager.nodelocal import localfs
+    from core import localfs
 
     localfs.write_bytes_atomic(os.path.abspath(path), msg.png(), mode=0o644)
     print(f"wrote {path}", file=sys.stderr, flush=True)

@@ -1,4 +1,4 @@
-"""Errors of the live-stream layer, rooted in the stager's hierarchy.
+"""Errors of the live-stream layer: one hierarchy under the project's root (core.errors).
 
 A message a receiver cannot use is *not* an error: it is rejected, counted with
 its reason (``streams.protocol.Reason``) and the receiver keeps running.
@@ -7,13 +7,13 @@ producer or a receiver (no rendezvous file, a receiver that stopped reading).
 """
 from __future__ import annotations
 
-from stager.errors import StagerError
+from core.errors import MpistageError
 
 __all__ = ["StreamError", "ProtocolError", "RendezvousError", "CodecError", "MissingDependency",
            "UDFError"]
 
 
-class StreamError(StagerError):
+class StreamError(MpistageError):
     """Base class of every error the stream layer raises on purpose."""
 
 

@@ -348,7 +348,7 @@ def check_authorized_keys(directory: str) -> None:
 
     The directory, and every file and directory in it, must be owned by the user
     or by root and not writable by group or others; no symlink is followed
-    (:func:`stager.nodelocal.trusted.check_tree`). Otherwise whoever can write
+    (:func:`core.trusted.check_tree`). Otherwise whoever can write
     there can authorise their own key and stream frames the job counts as data.
 
     Raises
@@ -356,7 +356,7 @@ def check_authorized_keys(directory: str) -> None:
     ValueError
         Naming the path and why (the command exits 2).
     """
-    from stager.nodelocal.trusted import Untrusted, check_tree
+    from core.trusted import Untrusted, check_tree
 
     if not os.path.isdir(directory):
         raise ValueError(f"--authorized-keys {directory}: not a directory")

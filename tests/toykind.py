@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from hooks.h5entry import EntryError
 from stager.errors import TransferError
-from stager.nodelocal.localfs import AtomicFile
+from core.localfs import AtomicFile
 from stager.planning.files import plan_files
 from stager.planning.kinds import PlanContext, register
 from stager.planning.plan import FileEntry

@@ -16,7 +16,7 @@ from typing import Any, Callable, List, Optional
 
 import numpy as np
 
-from stager.nodelocal import localfs
+from core import localfs
 from streams.assemble import Assembler
 from streams.protocol import Begin, Data, End, Reason, ScanGeometry
 from streams.protocols import StreamProtocol, register

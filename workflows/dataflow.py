@@ -4,7 +4,7 @@
 as its two inputs exist, while other map tasks still run.
 
 * ``ordered=True`` builds the project's one fixed binary tree over the inputs
-  in their order (:func:`stager.mpi.tree.tree_schedule`, the tree the receiving
+  in their order (:func:`core.mpi.tree.tree_schedule`, the tree the receiving
   job merges its ranks' partials in): ``merge(x0, x1)``, ``merge(x2, x3)``, ...,
   then the same over those results. Each merge waits only for its own two inputs. The tree's
   shape does not depend on timing, so a merge that is associative but not
@@ -23,7 +23,7 @@ import threading
 from concurrent.futures import Future
 from typing import Any, Callable, Iterable, List, Optional, Union
 
-from stager.mpi.tree import tree_schedule
+from core.mpi.tree import tree_schedule
 
 from .apps import App, app
 from .errors import DependencyFailure

@@ -18,6 +18,8 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from core.errors import MpistageError
+
 __all__ = [
     "WorkflowError",
     "NoExecutorError",
@@ -40,7 +42,7 @@ __all__ = [
 ARGS_LIMIT = 160
 
 
-class WorkflowError(Exception):
+class WorkflowError(MpistageError):
     """Base class of every error raised by :mod:`workflows`."""
 
 

@@ -12,7 +12,7 @@ Here a hook is named by a string (flag ``--leader-hook-startup`` /
   ``stager.stage`` (whose transfers run on the leaders only: one copy per
   node), at shutdown what it staged is removed with ``stager.clean``.
 
-Which ranks form a node comes from the job (:class:`stager.mpi.job.Job`: host,
+Which ranks form a node comes from the job (:class:`core.job.Job`: host,
 ``env:VAR`` or ``emulate:N``). Every rank calls
 :func:`run_leader_hook`; a failure on any leader is raised on every rank as
 the same :class:`~workflows.errors.HookError` (resolving the hook, agreeing on
@@ -27,8 +27,8 @@ import socket
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Union
 
-from stager.mpi.agree import agreed
-from stager.mpi.job import Job, job_for
+from core.mpi.agree import agreed
+from core.job import Job, job_for
 
 from .errors import HookError, WorkflowError
 
@@ -124,10 +124,10 @@ def run_leader_hook(
     phase : str
         ``"startup"`` or ``"shutdown"``.
     emulate_nodes, node_id_env
-        How ranks form nodes when no ``job`` is given (see :class:`stager.mpi.job.Job`).
+        How ranks form nodes when no ``job`` is given (see :class:`core.job.Job`).
     stage_options : mapping, optional
         Extra keyword arguments for ``stager.stage`` / ``stager.clean`` (spec-file hooks).
-    job : stager.mpi.job.Job, optional
+    job : core.job.Job, optional
         The job's node layout, made once; without it one is made here.
 
     Returns

@@ -77,7 +77,7 @@ def check_seconds(value: Optional[float], what: str) -> Optional[float]:
 
 def grace_seconds() -> float:
     """``WORKFLOWS_TIMEOUT_GRACE`` (seconds, > 0) or :data:`GRACE`."""
-    from stager.options import parse_number
+    from core.options import parse_number
 
     text = os.environ.get("WORKFLOWS_TIMEOUT_GRACE", "")
     return parse_number(0, strict=True)(text, "WORKFLOWS_TIMEOUT_GRACE") if text else GRACE

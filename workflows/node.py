@@ -1,7 +1,7 @@
 """Which node a task runs on: the name the stager gave that node (what ``%n`` stands for).
 
 The runner (``python -m workflows run``) builds the job's node layout once
-(:meth:`stager.mpi.job.Job.from_comm`: ``--emulate-nodes``, ``--node-id-env``,
+(:meth:`core.job.Job.from_comm`: ``--emulate-nodes``, ``--node-id-env``,
 else host names), and exports each rank's node name as ``WORKFLOWS_NODE``
 before any task runs. Worker ranks, processes forked from
 them (the ``local`` executor) and command tasks inherit it, so a task asks
@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from typing import Optional
 
-from stager.mpi.nodes import local_node_name
+from core.nodes import local_node_name
 from stager.planning.plan import expand_node
 
 __all__ = ["ENV", "this_node", "on_this_node", "set_node", "worker_name"]

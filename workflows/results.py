@@ -21,7 +21,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
-from stager.mpi.agree import agreed
+from core.mpi.agree import agreed
 
 from .errors import ResultsError
 

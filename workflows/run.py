@@ -48,20 +48,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import pkgutil
 import sys
 import time
 import traceback
 from typing import Any, Dict, List, Optional, Tuple
 
 import stager
+from core.errors import JobError, MpistageError
+from core.job import Job
+from core.mpi.agree import agree, agreed, bcast_result, quiet_barrier
+from core.mpi.launcher import first_rank_speaks
+from core.nodes import local_node_name, resolve_node_id, split_node_id
 from hooks import SpecError
-from stager.errors import OptionError, PlanError, StagerError
-from stager.mpi.agree import agree, agreed, bcast_result, quiet_barrier
-from stager.mpi.job import Job
-from stager.mpi.launcher import first_rank_speaks
-from stager.mpi.nodes import local_node_name
-from stager.options import resolve_node_id, split_node_id
+from stager.errors import PlanError, StagerError
 from stager.outputs import run_directory
 
 from .errors import FlowError, TaskFailure, WorkflowError
@@ -374,7 +373,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             if value is not None and not (0 < value < float("inf")):
                 raise FlowError(f"{flag} {value:g}: expected a positive number of seconds")
         local_error: Optional[BaseException] = None
-    except (WorkflowError, StagerError, OSError) as exc:
+    except (MpistageError, OSError) as exc:
         local_error = exc
     except SystemExit as exc:  # the flow's own argument parser
         local_error = FlowError(f"bad flow arguments (exit {exc.code})")
@@ -387,7 +386,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         try:
             out = bcast_result(comm, run_directory, stem) if comm is not None \
                 else run_directory(stem)
-        except (StagerError, OSError) as exc:
+        except (MpistageError, OSError) as exc:
             bad = f"cannot make the results directory: {exc}; give --out DIR"
     if bad:
         if rank == 0:
@@ -452,10 +451,10 @@ def _run(opts, module, ns, name: str, comm: Any, hooks) -> int:
         if job is not None:
             job.free()
         # bad input (an unset --node-id-env variable, a spec error): 2; a failed staging: 1
-        return 2 if isinstance(exc, (OptionError, PlanError, SpecError, ValueError)) else 1
+        return 2 if isinstance(exc, (JobError, PlanError, SpecError, ValueError)) else 1
 
     t = time.perf_counter()
-    options = pkgutil.resolve_name(ROWS[name]).run_options(opts, job)  # the executor's own
+    options = ROWS.load(name).run_options(opts, job)  # the executor's own
     if name == "mpi":
         from .executors.mpi import MPIExecutor
 

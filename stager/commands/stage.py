@@ -18,14 +18,14 @@ from typing import Any, Callable, List
 
 import stager
 from hooks import SpecError
-from stager.errors import Interrupted, OptionError, PlanError, StagerError
-from stager.options import METHODS
+from core.errors import Interrupted, JobError, MpistageError
+from stager.errors import PlanError
 
 
 def _wait_value(text: str) -> str:
     """``--wait``'s value: seconds or ``forever`` (a spec path after a bare ``--wait`` is
     refused here rather than taken for a number)."""
-    from stager.options import parse_seconds
+    from core.options import parse_seconds
 
     try:
         parse_seconds(text, "--wait")
@@ -53,8 +53,8 @@ def add_node_id_arguments(p: argparse.ArgumentParser) -> None:
 
 def job_of(args: argparse.Namespace, comm: Any) -> Any:
     """Collective over `comm`: every rank must call. The command's one job context."""
-    from stager.mpi.job import Job
-    from stager.mpi.launcher import launcher_size
+    from core.job import Job
+    from core.mpi.launcher import launcher_size
 
     if comm.size == 1 and launcher_size() is None and not getattr(args, "quiet", False):
         print(f"stager {getattr(args, 'command', '')}: not started by mpirun or srun: running "
@@ -77,8 +77,10 @@ def add_node_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from stager.staging.transfer import METHODS
+
     p.add_argument("spec", metavar="SPEC", help="hook spec file")
-    p.add_argument("--method", choices=METHODS, default=None,
+    p.add_argument("--method", choices=METHODS.names(), default=None,
                    help="transfer method (default: stripe, or $STAGER_METHOD)")
     p.add_argument("--chunk-size", metavar="BYTES", default=None,
                    help="bytes per collective round, e.g. 33554432 or 32M (default 32M)")
@@ -111,11 +113,11 @@ def run_collective(name: str, body: Callable[[Any], int]) -> int:
         if comm.rank == 0:
             print(e.render() if hasattr(e, "render") else str(e), file=sys.stderr)
         return 2
-    except (PlanError, OptionError, ValueError, TypeError) as e:
+    except (PlanError, JobError, ValueError, TypeError) as e:
         if comm.rank == 0:
             print(f"stager {name}: {e}", file=sys.stderr)
         return 2
-    except StagerError as e:
+    except MpistageError as e:   # the stager's, the job's, an untrusted local path
         if comm.rank == 0:
             print(f"stager {name}: {e}", file=sys.stderr)
         return 1
@@ -134,7 +136,7 @@ def resume_command(argv: List[str]) -> str:
 
 def _interrupted(name: str, comm: Any, e: Interrupted) -> int:
     """One line on rank 0 (what, how much is done, how to resume); exit 128 + signal."""
-    from stager.staging import interrupt
+    from core import interrupt
 
     signum = interrupt.pending() or e.signum or signal.SIGTERM
     if comm.rank == 0:

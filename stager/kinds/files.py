@@ -61,11 +61,11 @@ class FilesKind:
 
         Broadcast files go through the chosen method over every leader. Files of
         ``scatter`` blocks move among their holders only: with several replicas, over
-        a communicator of the holders (:func:`stager.mpi.groups.holder_groups`: read
+        a communicator of the holders (:func:`core.mpi.groups.holder_groups`: read
         once, in stripes, by the holders, and received by nobody else); with one
         (``t.alone``), read by the holder's leader itself, after the collective part.
         """
-        from stager.mpi.groups import holder_groups
+        from core.mpi.groups import holder_groups
 
         everyone, groups, local = t.by_holders()
         out = Moved()
@@ -88,8 +88,7 @@ class FilesKind:
         info: dict = {}
         try:
             err = run_method(method, comm, jobs, reader, sink, t.opts.chunk_size,
-                             t.opts.small_file_threshold, t.opts.shared_exchange
-                             and bool(t.opts.emulate_nodes), info)
+                             t.opts.small_file_threshold, t.opts.shared_exchange, info)
         except Exception as e:
             err = e
         finally:

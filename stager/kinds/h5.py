@@ -88,7 +88,7 @@ class H5Kind:
 
         Broadcast outputs are staged over every leader. A frame range of a ``scatter
         ... h5`` block moves among its holders only: with several replicas over a
-        communicator of the holders (:func:`stager.mpi.groups.holder_groups`), with
+        communicator of the holders (:func:`core.mpi.groups.holder_groups`), with
         one (``t.alone``) by the holder's leader by itself, after the collective part.
         Each byte is still read once, and nobody but the holders receives it. A
         failure in a group or alone is agreed by the pipeline after the kind returns.
@@ -97,7 +97,7 @@ class H5Kind:
         import h5py
         from mpi4py import MPI
 
-        from stager.mpi.groups import holder_groups
+        from core.mpi.groups import holder_groups
 
         stats: Dict[str, Any] = {"pieces": 0, "max_piece": 0, "read": set()}
         out = Moved()

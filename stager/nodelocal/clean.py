@@ -1,7 +1,7 @@
 """``clean``: remove exactly what ``stage`` put on the nodes for one spec, and nothing else.
 
 Collective over a communicator. ``clean`` deletes files, so it trusts nothing it
-has not checked (:mod:`stager.nodelocal.trusted`). Each leader, for each
+has not checked (:mod:`core.trusted`). Each leader, for each
 destination root of its node:
 
 1. opens the root without following a symlink and requires it to be yours and not
@@ -30,11 +30,12 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
-from stager.mpi.agree import agreed
+from core.mpi.agree import agreed
+from stager.errors import KEPT, StagerError
 from stager.nodelocal import record as records
 from stager.nodelocal.roots import lock_roots, open_roots, release
 from stager.nodelocal.state import RootState
-from stager.nodelocal.trusted import Untrusted, is_missing, open_below
+from core.trusted import Untrusted, is_missing, open_below
 
 __all__ = ["clean", "CleanReport", "remove_recorded"]
 
@@ -149,10 +150,11 @@ def clean(spec: Any, comm: Any = None, emulate_nodes: Optional[int] = None,
         files = dirs = temps = 0
         skipped: List[str] = []
         ancestors: List[str] = []
-        with agreed(comm, "clean (locking destinations)", node=layout.name, quiet=True):
+        with agreed(comm, "clean (locking destinations)", node=layout.name, quiet=True,
+                    base=KEPT, default=StagerError):
             if layout.is_leader:
                 held = lock_roots(staged)
-        with agreed(comm, "clean", node=layout.name, quiet=True):
+        with agreed(comm, "clean", node=layout.name, quiet=True, base=KEPT, default=StagerError):
             if layout.is_leader:
                 files, dirs, skipped, ancestors, temps = _clean_node(staged.key, held)
                 release(held)

@@ -39,7 +39,7 @@ from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from stager.nodelocal import checksum
+from core import checksum
 from stager.planning.h5types import raw_dtype, region_summary
 
 __all__ = ["ATTR", "BadDataset", "ChunkDecoder", "check_file", "chunk_grid", "digest_values",

@@ -26,7 +26,7 @@ import os
 from typing import Any, Dict, List, Optional
 
 from stager.errors import StagerError
-from stager.nodelocal.trusted import check_trusted, read_file
+from core.trusted import check_trusted, read_file
 
 __all__ = ["Journal", "read_events", "encode"]
 

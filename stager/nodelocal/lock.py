@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 from typing import Callable, Optional, Tuple
 
 from stager.errors import StagerError
-from stager.nodelocal.trusted import Untrusted, check_trusted, read_file, write_file
+from core.trusted import Untrusted, check_trusted, read_file, write_file
 
 __all__ = ["LOCK_NAME", "HOLDER_NAME", "Holder", "LockBusy", "RootLock", "acquire"]
 

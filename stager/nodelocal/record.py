@@ -39,9 +39,9 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Dict, List, Optional, Tuple
 
 from stager.errors import StagerError
-from stager.nodelocal import checksum
+from core import checksum
 from stager.nodelocal.journal import Journal, read_events
-from stager.nodelocal.trusted import read_file, write_file
+from core.trusted import read_file, write_file
 
 __all__ = ["VERSION", "RECORD_SUFFIX", "JOURNAL_SUFFIX", "StagedFile", "SpecRecord",
            "SourceId", "record_name", "journal_name", "load", "compact", "remove",

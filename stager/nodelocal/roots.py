@@ -6,17 +6,18 @@ import secrets
 from dataclasses import dataclass
 from typing import Any, List, Optional, Tuple
 
-from stager.mpi.agree import bcast_result
-from stager.mpi.job import Job, acquire_job, comm_and_job
-from stager.mpi.nodes import NodeLayout
+from core.mpi.agree import bcast_result
+from core.job import Job, acquire_job, comm_and_job
+from core.nodes import NodeLayout
 from stager.nodelocal.lock import Holder
 from stager.nodelocal.state import RootState
-from stager.options import STAGE_OPTIONS, resolve
+from core.options import ENV_PREFIX, Option, parse_seconds, resolve
 from stager.planning.api import load
 from stager.planning.plan import expand_node
 
-#: ``wait``, declared once with the staging options (keyword > ``STAGER_WAIT`` > 0).
-WAIT = next(o for o in STAGE_OPTIONS if o.name == "wait")
+#: Seconds to wait for another run holding a root's lock (negative: forever): keyword >
+#: ``STAGER_WAIT`` > 0. One of the staging options too (``stager.staging.options``).
+WAIT = Option("wait", 0.0, parse_seconds, ENV_PREFIX + "WAIT")
 
 __all__ = ["node_roots", "open_roots", "Staged", "lock_roots", "release"]
 
@@ -94,7 +95,7 @@ def lock_roots(staged: Staged) -> List[Tuple[str, Optional[RootState], Optional[
     LockBusy
         Another run holds a root.
     """
-    from stager.nodelocal.trusted import Untrusted
+    from core.trusted import Untrusted
 
     holder = Holder.here(staged.run, staged.layout.name, staged.spec)
     out: List[Tuple[str, Optional[RootState], Optional[str]]] = []

@@ -14,7 +14,7 @@ run is alive there), and journals every directory it makes in ``dirs`` before
 making it. ``clean`` removes a spec's record, then every recorded directory that is
 empty, and, when no spec has a record left, the state directory, the root and the
 parents the stager made. Nothing here follows a symlink or trusts a directory that
-is someone else's or writable by others (:mod:`stager.nodelocal.trusted`).
+is someone else's or writable by others (:mod:`core.trusted`).
 """
 from __future__ import annotations
 
@@ -23,11 +23,11 @@ import os
 import stat
 from typing import List, Optional, Tuple
 
-from stager.nodelocal import localfs
+from core import localfs
 from stager.nodelocal import record as records
 from stager.nodelocal.journal import Journal, read_events
 from stager.nodelocal.lock import HOLDER_NAME, LOCK_NAME, Holder, RootLock, acquire
-from stager.nodelocal.trusted import open_below, open_dir
+from core.trusted import open_below, open_dir
 
 __all__ = ["STATE_DIR", "DIRS_NAME", "TMP_DIR", "RootState", "read_record"]
 
@@ -108,7 +108,7 @@ class RootState:
 
         Raises
         ------
-        stager.nodelocal.trusted.Untrusted
+        core.trusted.Untrusted
             The root or its state directory is a symlink, someone else's, or
             writable by others.
         """

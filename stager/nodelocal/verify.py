@@ -24,12 +24,12 @@ import stat
 from dataclasses import dataclass
 from typing import Any, List, Optional, Tuple
 
-from stager.errors import VerifyError
-from stager.mpi.agree import agreed
-from stager.nodelocal import checksum
+from stager.errors import KEPT, StagerError, VerifyError
+from core.mpi.agree import agreed
+from core import checksum
 from stager.nodelocal.roots import lock_roots, open_roots, release
 from stager.nodelocal.state import RootState
-from stager.nodelocal.trusted import Untrusted, is_missing, open_below
+from core.trusted import Untrusted, is_missing, open_below
 from stager.planning import kinds
 
 __all__ = ["verify", "VerifyReport", "Mismatch"]
@@ -161,7 +161,7 @@ def verify(spec: Any, comm: Any = None, emulate_nodes: Optional[int] = None,
         directories.
     wait : float, optional
         Seconds to wait for a run that holds a root (default: fail at once, naming it).
-    job : stager.mpi.job.Job, optional
+    job : core.job.Job, optional
         The job's node layout, made once; without it one is made here.
 
     Returns
@@ -183,10 +183,11 @@ def verify(spec: Any, comm: Any = None, emulate_nodes: Optional[int] = None,
     try:
         files = nbytes = 0
         bad: List[Mismatch] = []
-        with agreed(comm, "verify (locking destinations)", node=layout.name, quiet=True):
+        with agreed(comm, "verify (locking destinations)", node=layout.name, quiet=True,
+                    base=KEPT, default=StagerError):
             if layout.is_leader:
                 held = lock_roots(staged)
-        with agreed(comm, "verify", node=layout.name, quiet=True):
+        with agreed(comm, "verify", node=layout.name, quiet=True, base=KEPT, default=StagerError):
             if layout.is_leader:
                 files, nbytes, bad = _check_node(layout.name, staged.key, held)
         gathered = comm.allgather((files, nbytes, bad))

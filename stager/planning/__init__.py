@@ -2,7 +2,7 @@
 
 :func:`build_plan` is the only entry point that globs, stats and opens the
 sources on the shared filesystem. The MPI layer calls it on rank 0 only and
-broadcasts the result once (``stager.mpi.bcast_result``), so N ranks do not
+broadcasts the result once (``core.mpi.bcast_result``), so N ranks do not
 put N times the metadata load on a parallel filesystem.
 
 Modules: ``plan`` (the data), ``kinds`` (the table of block kinds: each block is

@@ -4,20 +4,21 @@ A block kind is one module (``stager/kinds/files.py``, ``stager/kinds/h5.py``)
 implementing :class:`Kind`, plus one row of :data:`ROWS`. Planning, scatter
 placement, the staging pipeline, ``verify`` and ``stager plan`` ask the kind
 through this table; nothing else branches on a kind's name. As with
-:class:`stager.nodelocal.commit.Session`, the protocol lives below the code that
+:class:`core.commit.Session`, the protocol lives below the code that
 uses it and the implementations above: a row names its class ``"module:Class"``,
 imported when first asked for, so planning never imports transfer code.
 
 To add a kind: a module with a class implementing :class:`Kind`, and a row here
 (or :func:`register`, for a kind from outside the package: the toy kind of
 ``tests/toykind.py``). Its ``entries`` (entry syntax) go to :mod:`hooks.kinds`.
+The table is a :class:`core.table.Table`, as every plug-in table of the project.
 """
 from __future__ import annotations
 
-import pkgutil
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Protocol, Tuple, Union
+from typing import Any, Dict, List, Optional, Protocol, Tuple
 
+from core.table import Table
 from hooks import kinds as spec_kinds
 
 __all__ = ["Kind", "PlanContext", "ROWS", "register", "kind", "kinds", "names", "split"]
@@ -74,36 +75,30 @@ class Kind(Protocol):
 
 
 #: name -> "module:Class" (or an instance), in the order kinds are planned and staged
-ROWS: Dict[str, Union[str, Kind]] = {
+ROWS: Table[Kind] = Table("block kind", {
     "files": "stager.kinds.files:FilesKind",
     "h5": "stager.kinds.h5:H5Kind",
-}
-_loaded: Dict[str, Kind] = {}
+}, make=lambda cls: cls())
 
 
 def register(k: Kind) -> None:
     """Add a kind after the built-in ones (and its entry syntax to the spec language)."""
-    ROWS[k.name] = _loaded[k.name] = k
+    ROWS.register(k.name, k)
     spec_kinds.register(k.name, k.entries)
 
 
 def kind(name: str) -> Kind:
-    """The kind called ``name``."""
-    if name not in _loaded:
-        if name not in ROWS:
-            raise ValueError(f"unknown block kind {name!r}: use one of {', '.join(ROWS)}")
-        row = ROWS[name]
-        _loaded[name] = pkgutil.resolve_name(row)() if isinstance(row, str) else row
-    return _loaded[name]
+    """The kind called ``name`` (``core.errors.UnknownName``, a ``ValueError``, if none)."""
+    return ROWS.load(name)
 
 
 def kinds() -> Tuple[Kind, ...]:
     """Every kind, in table order."""
-    return tuple(kind(n) for n in ROWS)
+    return ROWS.loaded()
 
 
 def names() -> Tuple[str, ...]:
-    return tuple(ROWS)
+    return ROWS.names()
 
 
 def split(plan: Any, nodes: int) -> Any:

@@ -12,9 +12,9 @@ from __future__ import annotations
 import socket
 from typing import Any, Iterable, List, Mapping
 
-from stager.errors import CapacityError
-from stager.mpi.agree import agreed
-from stager.mpi.nodes import NodeLayout
+from stager.errors import KEPT, CapacityError
+from core.mpi.agree import agreed
+from core.nodes import NodeLayout
 from stager.nodelocal.space import (RootNeed, allocated, block_size, filesystem_id,
                                     free_bytes, shortfalls)
 
@@ -42,7 +42,7 @@ def check_capacity(comm: Any, layout: NodeLayout, sizes: Mapping[str, Iterable[i
         On every rank, naming each short node, destination and shortfall.
     """
     rows: List[RootNeed] = []
-    with agreed(comm, "checking free space", default=CapacityError, node=layout.name):
+    with agreed(comm, "checking free space", base=KEPT, default=CapacityError, node=layout.name):
         if layout.is_leader:
             host = socket.gethostname()
             for root, files in sizes.items():

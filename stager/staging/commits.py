@@ -1,7 +1,7 @@
 """One leader's records during a staging run: locked roots, resume, and a journal entry per commit.
 
 Written once for every block kind: a kind's writer names its temporary files and
-renames them through :mod:`stager.nodelocal.commit`, and :class:`NodeRecords` is the
+renames them through :mod:`core.commit`, and :class:`NodeRecords` is the
 session behind those calls on a leader. For each destination root of its node it
 
 * creates the root and its state directory and takes the root's lock
@@ -25,12 +25,12 @@ import stat as _stat
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from stager.errors import StagerError
-from stager.nodelocal import checksum, localfs
+from core import checksum, localfs
 from stager.nodelocal import record as records
 from stager.nodelocal.lock import Holder
 from stager.nodelocal.state import RootState
 from stager.planning.plan import unit_source_id
-from stager.staging import interrupt
+from core import interrupt
 
 __all__ = ["NodeRecords", "LEGACY_RECORD"]
 
@@ -170,7 +170,7 @@ class NodeRecords:
                 f"{hint}; the stager never overwrites files it does not own: remove it, or "
                 "stage to another destination")
 
-    # -- the commit session (stager.nodelocal.commit) --------------------------------
+    # -- the commit session (core.commit) --------------------------------
     def temp_path(self, dest: str) -> Optional[str]:
         g = self.by_dest.get(dest)
         if g is None or self.roots[g] not in self.states:

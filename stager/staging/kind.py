@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from stager.options import StageOptions
+from stager.staging.options import StageOptions
 from stager.staging.report import Progress, SourceMeter
 
 __all__ = ["Transfer", "Moved"]
@@ -46,7 +46,7 @@ class Transfer:
         For each of ``moved``: the node indices (ranks of ``comm``) holding it, for a
         ``scatter`` output; ``None`` for a broadcast one (every node). Outputs with
         several holders move among their holders only
-        (:func:`stager.mpi.groups.holder_groups`). Empty: every output is broadcast.
+        (:func:`core.mpi.groups.holder_groups`). Empty: every output is broadcast.
     """
 
     comm: Any
@@ -65,7 +65,7 @@ class Transfer:
 
         ``everyone``: broadcast outputs (every leader); ``groups``: holder set -> the
         outputs with several holders (moved over a communicator of the holders,
-        :func:`stager.mpi.groups.holder_groups`); ``mine_alone``: one-holder outputs
+        :func:`core.mpi.groups.holder_groups`); ``mine_alone``: one-holder outputs
         this node holds and still needs, read by this leader by itself. Identical
         on every leader but the last.
         """

@@ -4,14 +4,14 @@ Collective over a communicator. The phases are written once, for every block
 kind; a kind (files, h5, ...) brings its own part through the table of
 :mod:`stager.planning.kinds` (its transfer, its check, whether it copies whole files).
 Every local step that precedes a collective runs inside
-``stager.mpi.agreed``, so a failure on one rank is the same ``StagerError``
+``core.mpi.agreed``, so a failure on one rank is the same ``StagerError``
 on all (never a hang):
 
 1. **options** -- rank 0 resolves them (keywords > ITS ``STAGER_*``
    environment > defaults) and broadcasts them;
 2. **plan** -- rank 0 alone loads the spec and plans every block, files and
    HDF5 selections (:func:`stager.planning.build_plan`); one broadcast;
-3. **nodes** -- node identity and the leader communicator (``stager.mpi.nodes``);
+3. **nodes** -- node identity and the leader communicator (``core.nodes``);
 4. **lock and resume** -- each leader checks that its roots stay clear of the
    sources, creates its roots and takes their locks (one run at a time per root;
    a root another node of this run holds is shared, and written once, by that
@@ -22,9 +22,9 @@ on all (never a hang):
    aggregated per filesystem, before any copy is written;
 6. **prepare** -- destination directories (``0700``, journaled before they are made);
 7. **transfer** -- each kind over the leader communicator, in table order, every
-   copy journaled just before its rename (``stager.nodelocal.commit``); leaders
+   copy journaled just before its rename (``core.commit``); leaders
    stop together when any fails or is interrupted (SIGINT/SIGTERM,
-   :mod:`stager.staging.interrupt`);
+   :mod:`core.interrupt`);
 8. **source check** -- with ``verify_source``, every source is read again and
    checksummed against its copies (:mod:`stager.staging.sourcecheck`);
 9. **record** -- each leader compacts its records and releases its locks (also
@@ -42,19 +42,20 @@ from collections import defaultdict
 from dataclasses import dataclass, replace
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from stager.errors import Interrupted, StagerError, TransferError
-from stager.mpi.agree import agreed, any_true, bcast_result
-from stager.mpi.job import NODE_KEYWORDS, Job, check_node_id, comm_and_job, job_for
-from stager.mpi.nodes import NodeLayout
-from stager.nodelocal import commit, localfs
+from core.errors import Interrupted, MpistageError
+from stager.errors import KEPT, TransferError
+from core.mpi.agree import agreed, any_true, bcast_result
+from core.job import NODE_KEYWORDS, Job, comm_and_job, job_for
+from core.nodes import NodeLayout
+from core import commit, localfs
 from stager.nodelocal.state import STATE_DIR
-from stager.options import StageOptions, resolve_options
+from stager.staging.options import StageOptions, resolve_options
 from stager.planning.api import plan as plan_spec
 from stager.planning.plan import Plan, describe_size, expand_node
 from stager.planning.kinds import Kind, kinds, split
 from stager.planning.scatter import node_bytes, placement
 from stager.planning.sources import check_disjoint, real_dest
-from stager.staging import interrupt
+from core import interrupt
 from stager.staging.capacity import check_capacity
 from stager.staging.commits import NodeRecords
 from stager.staging.kind import Moved, Transfer
@@ -142,7 +143,7 @@ def stage(spec: Any, comm: Any = None, *, job: Optional[Job] = None, **options: 
         The hook spec (read and planned on rank 0 only) or a ready plan.
     comm : mpi4py.MPI.Comm or Job, optional
         Default ``job.comm``, else ``MPI.COMM_WORLD``.
-    job : stager.mpi.job.Job, optional
+    job : core.job.Job, optional
         The job's node layout, made once (:meth:`Job.from_comm`); without it one
         is made here from ``node_id`` (or ``emulate_nodes``/``node_id_env``).
     **options
@@ -153,7 +154,7 @@ def stage(spec: Any, comm: Any = None, *, job: Optional[Job] = None, **options: 
         for another run holding a destination; negative: forever),
         ``verify_source`` (read every source again after staging and compare),
         ``interrupt_grace``. Each falls back to ``STAGER_<NAME>`` in rank 0's
-        environment, then to its default (see ``stager.options``).
+        environment, then to its default (see ``core.options``).
 
     Returns
     -------
@@ -178,21 +179,19 @@ def stage(spec: Any, comm: Any = None, *, job: Optional[Job] = None, **options: 
         SIGINT or SIGTERM: the ranks stopped together; as for ``TransferError``.
     """
     comm, job = comm_and_job(comm, job)
+    node_kw = {k: options.pop(k) for k in NODE_KEYWORDS if k in options}
     opts: StageOptions = bcast_result(comm, resolve_options, **options)
-    if job is None:
-        check_node_id(comm.size, opts.node_id)  # before any work, alike on every rank
-        node_kw: Dict[str, Any] = {"node_id": opts.node_id}
-    else:  # the job's node_id; keywords given beside it must agree with it
-        node_kw = {k: options[k] for k in NODE_KEYWORDS if options.get(k) is not None}
-        opts = replace(opts, node_id=job.node_id)
     run_id = comm.bcast(secrets.token_hex(6) if comm.rank == 0 else None, root=0)
     ctx = _Run(comm, opts.interrupt_grace)
-    with interrupt.Handling(grace=opts.interrupt_grace, emergency=ctx.emergency):
+    with job_for(comm, job, **node_kw) as j, \
+            interrupt.Handling(grace=opts.interrupt_grace, emergency=ctx.emergency):
+        # the shared-memory window is the exchange of leaders on one host: emulated nodes
+        opts = replace(opts, shared_exchange=opts.shared_exchange
+                       and j.node_id.startswith("emulate:"))
         t_plan = time.perf_counter()
         plan = bcast_result(comm, plan_spec, spec, h5_inline_bytes=opts.h5_inline_bytes)
         plan_seconds = time.perf_counter() - t_plan
-        with job_for(comm, job, **node_kw) as j:
-            report = _run(plan, comm, j.layout, opts, plan_seconds, run_id, ctx)
+        report = _run(plan, comm, j.layout, opts, plan_seconds, run_id, ctx)
     if opts.json and comm.rank == 0:
         report.write_json(opts.json)
     return report
@@ -225,7 +224,7 @@ def _run(plan: Plan, comm: Any, layout: NodeLayout, opts: StageOptions,
     try:
         # -- lock and resume: what does this node still need? -------------------
         need_local = bytearray(n)
-        with agreed(comm, "checking destinations", default=TransferError, node=node,
+        with agreed(comm, "checking destinations", base=KEPT, default=TransferError, node=node,
                     quiet=True):
             interrupt.check("checking destinations")
             if layout.is_leader:
@@ -264,7 +263,7 @@ def _run(plan: Plan, comm: Any, layout: NodeLayout, opts: StageOptions,
 
         # -- prepare destination directories --------------------------------------
         phase = "preparing destinations"
-        with agreed(comm, "preparing destinations", default=TransferError, node=node):
+        with agreed(comm, "preparing destinations", base=KEPT, default=TransferError, node=node):
             interrupt.check("preparing destinations")
             if recs is not None:
                 _prepare(recs, need_local)
@@ -275,7 +274,7 @@ def _run(plan: Plan, comm: Any, layout: NodeLayout, opts: StageOptions,
         results: Dict[str, Tuple[List[int], Moved]] = {}
         comm.Barrier()
         t0 = time.perf_counter()
-        with agreed(comm, "staging", default=TransferError, node=node, quiet=True):
+        with agreed(comm, "staging", base=KEPT, default=TransferError, node=node, quiet=True):
             if recs is not None:
                 with commit.session(recs):
                     _transfer(plan, units, used, recs, need_local, need_any, layout, opts,
@@ -287,7 +286,7 @@ def _run(plan: Plan, comm: Any, layout: NodeLayout, opts: StageOptions,
         checked: Dict[str, Any] = {}
         if opts.verify_source:
             phase = "checking the sources"
-            with agreed(comm, "checking the sources again", default=TransferError,
+            with agreed(comm, "checking the sources again", base=KEPT, default=TransferError,
                         node=node, quiet=True):
                 if recs is not None:
                     files = [g for g, (k, _, _) in enumerate(units) if k.whole_files]
@@ -295,7 +294,7 @@ def _run(plan: Plan, comm: Any, layout: NodeLayout, opts: StageOptions,
 
         # -- records: compact, unlock ------------------------------------------------
         phase = "recording"
-        with agreed(comm, "recording the copies", default=TransferError, node=node):
+        with agreed(comm, "recording the copies", base=KEPT, default=TransferError, node=node):
             if recs is not None:
                 extra_local = {"leftovers_removed": recs.leftovers,
                                "locks_taken_over": recs.taken_over,
@@ -304,7 +303,7 @@ def _run(plan: Plan, comm: Any, layout: NodeLayout, opts: StageOptions,
             else:
                 extra_local = {}
         _remove_ancestors(comm, recs)
-    except StagerError as e:
+    except MpistageError as e:
         # every rank raised this same agreed error at the same point: one more
         # collective says how much is safely done, so the message can say it
         _after_failure(comm, layout, recs, e, phase)
@@ -360,7 +359,7 @@ def _check_roots(plan: Plan, targets: NodeTargets, node: str) -> None:
 
 
 def _after_failure(comm: Any, layout: NodeLayout, recs: Optional[NodeRecords],
-                   e: StagerError, phase: str) -> None:
+                   e: MpistageError, phase: str) -> None:
     """Collective over `comm`: every rank must call. Close the records, then tell ``e`` how
     much is complete and recorded (every rank raised ``e`` at the same point)."""
     err = None

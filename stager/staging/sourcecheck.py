@@ -16,7 +16,7 @@ import time
 from typing import Any, Dict, List, Sequence
 
 from stager.errors import TransferError
-from stager.nodelocal import checksum
+from core import checksum
 
 __all__ = ["verify_sources"]
 

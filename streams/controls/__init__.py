@@ -25,11 +25,12 @@ detector (:func:`streams.cli` runs :class:`Control` from its ``on_ready``).
 """
 from __future__ import annotations
 
-import pkgutil
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
-from stager.options import Option, parse_choice, parse_number, parse_text
+from core.errors import UnknownName
+from core.options import Option, parse_choice, parse_number, parse_text
+from core.table import Table
 from streams.errors import StreamError
 
 __all__ = ["ControlError", "Control", "ControlOption", "ROWS", "OPTIONS", "open_control",
@@ -86,11 +87,11 @@ class Control:
         """At the end of the job, or on any failure: disarm (active). Never raises."""
 
 
-#: scheme -> "module:Class"
-ROWS: Dict[str, str] = {
+#: scheme -> "module:Class" (the control's class, made per job with the URL and settings)
+ROWS: Table[Any] = Table("control scheme", {
     "simplon": "streams.controls.simplon:Simplon",
     "merlin": "streams.controls.merlin:MerlinControl",
-}
+}, hint="a URL SCHEME://HOST[:PORT]")
 
 #: the controls' options (flags of ``stager stream receive``)
 OPTIONS = (
@@ -135,11 +136,11 @@ def open_control(url: str, settings: Dict[str, Any]) -> Control:
     if not sep or not rest.strip("/"):
         raise ValueError(f"--control {url!r}: expected SCHEME://HOST[:PORT] "
                          f"({', '.join(s + '://' for s in ROWS)})")
-    row = ROWS.get(scheme)
-    if row is None:
-        raise ValueError(f"--control {url!r}: unknown scheme {scheme!r}; known: "
-                         f"{', '.join(ROWS)}")
-    return pkgutil.resolve_name(row)(url, settings)  # type: ignore[no-any-return]
+    try:
+        cls = ROWS.load(scheme)
+    except UnknownName as e:
+        raise ValueError(f"--control {url!r}: {e}") from None
+    return cls(url, settings)  # type: ignore[no-any-return]
 
 
 def load_hook(spec: Optional[str]) -> Optional[Callable[[Dict[str, Any]], Any]]:

@@ -28,7 +28,7 @@ def _scan_shape_key(args: Any) -> Optional[str]:
 
 
 def _prepare(args: Any, given: Dict[str, Any]) -> Any:
-    from stager.options import resolve
+    from core.options import resolve
     from streams.scanshape import parse_scan_shape
 
     settings = resolve(OPTIONS, {o.name: getattr(args, o.name, None) for o in OPTIONS},
@@ -54,7 +54,7 @@ def prepare(comm: Any, args: Any, given: Dict[str, Any]) -> Optional[Control]:
     (the protocol's scan-shape option) or the same error; rank 0 gets the control."""
     if not getattr(args, "control", None):
         return None
-    from stager.mpi import bcast_result
+    from core.mpi import bcast_result
 
     got = bcast_result(comm, _prepare, args, given)
     control, key, shape = got

@@ -13,7 +13,7 @@ scan and, every ``interval`` seconds (and when a scan closes), publishes:
   ``<dir>/<scan>.live.png`` (the images side by side; positions not yet valid in
   purple), each replaced atomically, mode 0600, in a directory of the user's own
   (made 0700 when missing; a symlink there, or a directory of another user, is refused
-  as for staged copies: :func:`stager.nodelocal.localfs.ensure_dir`).
+  as for staged copies: :func:`core.localfs.ensure_dir`).
 
 With the job's :class:`~streams.security.StreamSecurity` the PUB socket is
 a CURVE server with the receivers' keys: a viewer connects as a CURVE client with
@@ -35,7 +35,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from stager.nodelocal import localfs
+from core import localfs
 
 __all__ = ["LivePublisher", "LiveView", "LiveMessage", "encode_png", "render_png",
            "write_snapshot"]

@@ -5,7 +5,7 @@ Rank 0 writes each scan's files into its node's directory of the ``--local`` tem
 there would have it drained as the scan's. So the default is a new directory per job
 (:func:`default_local`: ``mkdtemp``, a name nobody can guess from the pid, ``0700``), and
 a given template is checked when the job starts (:func:`node_local_dir`) under the rule
-of :mod:`stager.nodelocal.trusted`: the node's directory and every level below it must
+of :mod:`core.trusted`: the node's directory and every level below it must
 be the user's and writable by nobody else, created ``0700`` without following links.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ import os
 import stat
 import tempfile
 
-from stager.nodelocal import localfs
+from core import localfs
 from stager.planning.plan import expand_node
 
 __all__ = ["default_local", "local_root", "node_local_dir"]
@@ -47,10 +47,10 @@ def node_local_dir(template: str, node: str, create: bool) -> str:
 
     Raises
     ------
-    stager.nodelocal.localfs.UnsafePathError
+    core.localfs.UnsafePathError
         Naming the directory and why.
     """
-    from stager.nodelocal.trusted import describe_shared_dir
+    from core.trusted import describe_shared_dir
 
     root = local_root(template)
     path = localfs.inside(root, expand_node(template, node))

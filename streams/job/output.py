@@ -36,7 +36,7 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from stager.nodelocal import localfs
+from core import localfs
 from stager.outputs import mark
 from streams.accounting import ScanReport
 from streams.analysis import Analysis

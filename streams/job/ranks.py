@@ -1,6 +1,6 @@
 """The loop every rank of a receiving job runs: receive, hand out, process, report.
 
-One loop (a :class:`stager.mpi.loop.Loop`), three roles (:mod:`streams.job.roles`), no threads:
+One loop (a :class:`core.mpi.loop.Loop`), three roles (:mod:`streams.job.roles`), no threads:
 
 receiver
     steps its socket (:class:`~streams.protocols.native.receiver.Receiver`, or a
@@ -50,9 +50,9 @@ from typing import Any, Callable, Deque, Dict, Optional, Set, Tuple
 
 import numpy as np
 
-from stager.mpi.link import TAGS as ALL_TAGS
-from stager.mpi.link import Backoff, Credits, Link
-from stager.mpi.loop import Loop
+from core.mpi.link import TAGS as ALL_TAGS
+from core.mpi.link import Backoff, Credits, Link
+from core.mpi.loop import Loop
 from streams.accounting import ScanReport
 from streams.analysis import Analysis
 from streams.assemble import Partition
@@ -63,7 +63,7 @@ from streams.job.roles import Roles
 
 __all__ = ["RankLoop", "TAGS"]
 
-#: This loop's tags (numbers from :data:`stager.mpi.link.TAGS`): WORK receiver -> worker
+#: This loop's tags (numbers from :data:`core.mpi.link.TAGS`): WORK receiver -> worker
 #: (a partition, or "finish" a scan), ACK worker -> receiver, LIVE deltas and CTRL
 #: heartbeats/closed reports to rank 0, SHARE a scan's start or end between
 #: receivers, ABORT to every rank, FIN rank 0's finalize/close/stop to every rank.

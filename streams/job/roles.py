@@ -1,6 +1,6 @@
 """Who does what in a receiving job: receivers, workers, the merge tree. Pure (no MPI).
 
-The project's role rule (:func:`stager.mpi.roles.serve_nodes`) over the job's nodes:
+The project's role rule (:func:`core.mpi.roles.serve_nodes`) over the job's nodes:
 the first ``receivers_per_node`` ranks of a node are **receivers** (each binds one
 socket and assembles the frames routed to it), its other ranks **workers** of its
 receivers, round-robin, analysing the partitions on the node that holds them. A
@@ -10,7 +10,7 @@ Receiver index r (the producers' ``frame mod R``) follows the rank order of the
 receivers (``Roles.servers``), so ``receivers[r]`` in the rendezvous file is receiver r.
 
 The merge of the partial results is the project's one fixed binary tree over
-ranks in order (:func:`stager.mpi.tree.tree_schedule`): ``merge(lower, higher)``
+ranks in order (:func:`core.mpi.tree.tree_schedule`): ``merge(lower, higher)``
 at every step, so an analysis whose merge is associative but not commutative,
 or not exactly associative (floating-point sums), gives the same bits at every run -- as
 ``workflows.reduce_tree(ordered=True)`` does on the staged path.
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-from stager.mpi.roles import Roles, serve_nodes
+from core.mpi.roles import Roles, serve_nodes
 
 __all__ = ["Roles", "assign_roles", "partition_frames",
            "DEFAULT_PARTITION_BYTES", "DEFAULT_PARTITION_SECONDS"]

@@ -4,7 +4,7 @@
 rank. Collective over `comm`:
 
 1. options from rank 0 (one broadcast); the job's node layout
-   (``job=``, else :meth:`stager.mpi.job.Job.from_comm`) and the roles
+   (``job=``, else :meth:`core.job.Job.from_comm`) and the roles
    (:func:`streams.job.roles.assign_roles`);
 2. every receiver binds its PULL socket (or, with Stream V2, connects to the
    detector); rank 0 binds the live PUB socket, gathers the endpoints and writes
@@ -13,7 +13,7 @@ rank. Collective over `comm`:
 3. the loop (:class:`streams.job.ranks.RankLoop`) until ``scans`` scans are
    finalized (or the overall ``timeout`` closed what was open);
 4. per scan, collectively: the partials merged per node, then across node
-   leaders, each in the fixed tree (:func:`stager.mpi.tree.tree_reduce`); the receivers' reports
+   leaders, each in the fixed tree (:func:`core.mpi.tree.tree_reduce`); the receivers' reports
    gathered and merged; rank 0 writes ``<scan>.h5`` and ``<scan>.json`` to its
    node-local directory and the caller's ``on_written`` drains them to the
    shared output; a final live message.
@@ -31,12 +31,12 @@ import time
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
-from stager.mpi.agree import agree, agreed, bcast_result
-from stager.mpi.job import Job, acquire_job, comm_and_job
-from stager.mpi.tree import TreeMergeError, tree_reduce
-from stager.nodelocal import localfs
-from stager.options import (Option, parse_bool, parse_int, parse_number, parse_size,
-                            parse_text, resolve)
+from core.mpi.agree import agree, agreed, bcast_result
+from core.job import Job, acquire_job, comm_and_job
+from core.mpi.tree import TreeMergeError, tree_reduce
+from core import localfs
+from core.options import (
+    Option, parse_bool, parse_int, parse_number, parse_size, parse_text, resolve)
 from stager.planning.plan import expand_node
 from streams.accounting import ScanReport
 from streams.loading import load_analysis
@@ -54,7 +54,7 @@ class SessionOptions:
     """Options of a receiving job (plain data, resolved on rank 0 and broadcast).
 
     :meth:`resolve` fills what is not given from ``STAGER_STREAM_<NAME>``, then the
-    defaults below (:data:`SESSION_OPTIONS`, the shared resolver of ``stager.options``).
+    defaults below (:data:`SESSION_OPTIONS`, the shared resolver of ``core.options``).
 
     Attributes
     ----------
@@ -344,7 +344,7 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
     options : SessionOptions
         Rank 0's value is used (broadcast).
     emulate_nodes, node_id_env
-        How ranks form nodes when no ``job`` is given (:class:`stager.mpi.job.Job`).
+        How ranks form nodes when no ``job`` is given (:class:`core.job.Job`).
     on_written : callable(comm, scan, local_template, written), optional
         Collective: called on every rank after rank 0 wrote a scan's files into its
         node-local ``local_template`` (``%n`` = node): the command drains them to
@@ -353,7 +353,7 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
         local files are removed afterwards.
     on_ready : callable(dict), optional
         Rank 0: called after the rendezvous file is written (endpoints, roles).
-    job : stager.mpi.job.Job, optional
+    job : core.job.Job, optional
         The job's node layout, made once; without it one is made here.
     on_rejections : callable(dict), optional
         Rank 0: called at the end with every message the receivers rejected during
@@ -707,7 +707,7 @@ def _terminate_handler(loop: Any, o: SessionOptions, nodes: Sequence[str],
     remove the rendezvous file (``rv_written``: its device and inode), then exit (143,
     or 130).
 
-    Returns the :class:`stager.staging.interrupt.Handling` to enter (``with``); leaving it
+    Returns the :class:`core.interrupt.Handling` to enter (``with``); leaving it
     restores the previous handlers. The reports are written by its watchdog thread,
     woken through ``signal.set_wakeup_fd``, not by a Python signal handler: when a rank
     dies, rank 0's main thread may be blocked in an MPI call with it, where no handler
@@ -716,7 +716,7 @@ def _terminate_handler(loop: Any, o: SessionOptions, nodes: Sequence[str],
     odls_base_sigkill_timeout 5`` (``slurm/stream-session.sbatch`` does; the figures
     are in ``bench/results/history.md``).
     """
-    from stager.staging.interrupt import Handling
+    from core.interrupt import Handling
 
     def write_reports(signum: int) -> None:
         from streams.protocols.native.rendezvous import remove_rendezvous

@@ -40,7 +40,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from stager.nodelocal import localfs
+from core import localfs
 from stager.nodelocal import record as records
 from stager.planning.plan import expand_node
 from streams.errors import StreamError

@@ -18,11 +18,11 @@ protocol of ``tests/toyprotocol.py``).
 """
 from __future__ import annotations
 
-import pkgutil
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Tuple
 
-from stager.options import Option
+from core.options import Option
+from core.table import Table
 
 __all__ = ["StreamProtocol", "ProtocolOption", "ROWS", "register", "protocol", "names",
            "chosen", "options"]
@@ -30,7 +30,7 @@ __all__ = ["StreamProtocol", "ProtocolOption", "ROWS", "register", "protocol", "
 
 @dataclass(frozen=True)
 class ProtocolOption(Option):
-    """One option of a protocol (:class:`stager.options.Option`: keyword name, default,
+    """One option of a protocol (:class:`core.options.Option`: keyword name, default,
     strict parser, ``STAGER_STREAM_<NAME>``) and its ``stager stream receive`` flag,
     ``--NAME`` with ``_`` as ``-`` (a boolean's flag takes no value).
 
@@ -87,19 +87,18 @@ class StreamProtocol:
 
 
 #: name -> "module:Class" (or an instance)
-ROWS: Dict[str, Union[str, StreamProtocol]] = {
+ROWS: Table[StreamProtocol] = Table("stream protocol", {
     "native": "streams.protocols.native:Native",
     "stream2": "streams.protocols.stream2:StreamV2",
     "dectris-legacy": "streams.protocols.dectris_legacy:DectrisLegacy",
     "merlin": "streams.protocols.merlin:Merlin",
-}
-_LOADED: Dict[str, StreamProtocol] = {}
+}, make=lambda cls: cls(), paths=True,
+    hint="a plug-in registers with streams.protocols.register")
 
 
-def register(name: str, row: Union[str, StreamProtocol]) -> None:
+def register(name: str, row: Any) -> None:
     """Add (or replace) protocol ``name``: ``"module:Class"`` or an instance."""
-    ROWS[name] = row
-    _LOADED.pop(name, None)
+    ROWS.register(name, row)
 
 
 def names() -> List[str]:
@@ -110,17 +109,7 @@ def names() -> List[str]:
 def protocol(name: str) -> StreamProtocol:
     """The protocol called ``name`` (its module imported on first use), or named by
     ``"module:Class"`` (a plug-in not in the table, as ``--protocol`` takes it)."""
-    got = _LOADED.get(name)
-    if got is not None:
-        return got
-    row = ROWS.get(name, name if ":" in name else None)
-    if row is None:
-        raise ValueError(f"unknown stream protocol {name!r}; known: {', '.join(ROWS)} "
-                         "(a plug-in registers with streams.protocols.register)")
-    if isinstance(row, str):
-        row = pkgutil.resolve_name(row)()
-    _LOADED[name] = row
-    return row
+    return ROWS.load(name)
 
 
 def options() -> List[ProtocolOption]:

@@ -69,7 +69,7 @@ def test_only_leaders_load_h5py_for_hdf5_selections(tmp_path):
     spec.write_text(f"broadcast to {tmp_path}/out/%n h5 {{\n"
                     f"  {tmp_path}/scan.h5:/entry/data/data\n}}\n")
     loaded = _loaded(tmp_path, spec)
-    from stager.mpi.nodes import emulated_ids
+    from core.nodes import emulated_ids
 
     assert emulated_ids(3, 2) == ["node0", "node1", "node1"]
     assert {"lark", "h5py"} <= loaded[0]

@@ -143,5 +143,5 @@ def test_hedm_drain_whose_node_cannot_be_named_on_one_rank(comm, tmp, monkeypatc
     args = SimpleNamespace(results=src, out=dest, drain=True, emulate_nodes=comm.size,
                            node_id_env=None)
     got = _outcome(lambda: drain_results(args, comm, "run.json"))
-    _same_everywhere(comm, got, "StagerError", f"rank {_odd_rank(comm)}",
+    _same_everywhere(comm, got, "JobError", f"rank {_odd_rank(comm)}",
                      "MPISTAGE_TEST_UNSET_NODE_ID")

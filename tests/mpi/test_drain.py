@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from stager.errors import TransferError
-from stager.nodelocal import checksum, localfs
+from core import checksum, localfs
 from stager.stageout import RECORD_PREFIX, list_results
 
 # ---------------------------------------------------------------- collective

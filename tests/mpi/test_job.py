@@ -1,4 +1,4 @@
-"""The job context (stager/mpi/job.py): made once, any rank count, passed down and reused."""
+"""The job context (core/job.py): made once, any rank count, passed down and reused."""
 import os
 import shutil
 
@@ -21,7 +21,7 @@ def _blocks(size, k):
 
 
 def test_emulated_nodes_at_every_count():
-    from stager.mpi.job import Job
+    from core.job import Job
 
     comm = _comm()
     for k in range(1, comm.size + 1):
@@ -46,7 +46,7 @@ def test_emulated_nodes_at_every_count():
 
 
 def test_environment_identifies_nodes(monkeypatch):
-    from stager.mpi.job import Job
+    from core.job import Job
 
     comm = _comm()
     monkeypatch.setenv("MPISTAGE_TEST_JOB_NODE", f"n{comm.rank % 2}")
@@ -62,7 +62,7 @@ def test_environment_identifies_nodes(monkeypatch):
 
 
 def test_node_id_from_rank_0_environment(monkeypatch):
-    from stager.mpi.job import Job
+    from core.job import Job
 
     comm = _comm()
     # Only rank 0's environment counts: the others could never disagree.
@@ -102,8 +102,8 @@ def staged_dir():
 def test_one_layout_passed_down(staged_dir, monkeypatch):
     """stage, verify, drain, clean and the executor's roles reuse the job: no new layout."""
     import stager
-    import stager.mpi.job as jobmod
-    from stager.mpi.job import Job
+    import core.job as jobmod
+    from core.job import Job
     from workflows.executors.mpi.roles import layout_roles
 
     comm = _comm()

@@ -1,9 +1,9 @@
-"""stager.mpi.link.Link on a real communicator: arrays round trip (large ones out of band), a
+"""core.mpi.link.Link on a real communicator: arrays round trip (large ones out of band), a
 foreign tag is named."""
 import numpy as np
 import pytest
 
-from stager.mpi.link import OUT_OF_BAND, TAGS, Link
+from core.mpi.link import OUT_OF_BAND, TAGS, Link
 from tests.mpiutil import assert_all
 
 pytestmark = pytest.mark.mpi
@@ -50,7 +50,7 @@ def test_link_round_trip_and_foreign_tag():
 def test_loop_hands_each_message_to_its_handler_until_over(capfd):
     from mpi4py import MPI
 
-    from stager.mpi.loop import Loop
+    from core.mpi.loop import Loop
 
     class Echo(Loop):
         def __init__(self, link):

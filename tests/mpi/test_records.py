@@ -163,7 +163,7 @@ def test_clean_never_follows_a_symlinked_directory(comm, tmp):
 def test_same_size_rewrite_with_the_old_mtime_is_detected(comm, tmp):
     from stager import plan, stage
     from stager.errors import TransferError
-    from stager.mpi.agree import bcast_result
+    from core.mpi.agree import bcast_result
     k = _k(comm)
     _files(comm, tmp / "src", ["d.bin"], size=300_000)
     spec = _spec(comm, tmp / "s.hook", f"{tmp}/out/%n", f"{tmp}/src/*.bin")
@@ -199,12 +199,12 @@ def test_verify_source_finds_a_source_that_differs_from_its_copies(comm, tmp):
     a source that differs from its copies has them removed and the run fails."""
     from stager import stage
     from stager.errors import TransferError
-    from stager.mpi.nodes import node_layout
+    from core.nodes import node_layout
     from stager.planning import spec_key
     from stager.staging.commits import NodeRecords
     from stager.staging.pipeline import node_targets
     from stager.staging.sourcecheck import verify_sources
-    from stager.mpi.agree import agreed, bcast_result
+    from core.mpi.agree import agreed, bcast_result
     from stager import plan as plan_of
     k = _k(comm)
     _files(comm, tmp / "src", ["p.bin", "q.bin", "r.bin"], size=9000)

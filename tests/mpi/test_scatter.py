@@ -134,7 +134,7 @@ def test_tasks_run_where_their_data_is(mpi_tmpdir):
     holding its input; a copy that vanished fails its hard task naming node and file, and
     its soft task reads the shared copy."""
     from stager import stage, where
-    from stager.mpi.nodes import node_layout
+    from core.nodes import node_layout
     from workflows import app
     from workflows.executors import MPIExecutor
     from workflows.node import set_node

@@ -281,7 +281,7 @@ def test_bad_source_fails_on_every_rank_without_hang(workdir, method, shared, ho
     from stager import stage
     from stager.errors import TransferError
     from stager import plan
-    from stager.mpi.agree import bcast_result
+    from core.mpi.agree import bcast_result
     comm = _comm()
     k = min(2, comm.size)
     spec, files = _make_dataset(workdir, comm)
@@ -327,7 +327,7 @@ def test_errors_before_any_collective_are_the_same_everywhere(workdir):
 
 
 def test_node_layouts():
-    from stager.mpi.nodes import node_layout
+    from core.nodes import node_layout
     comm = _comm()
     lay = node_layout(comm)  # one machine: one shared-memory node
     assert_all(comm, lay.n_nodes == 1 and lay.is_leader == (comm.rank == 0), str(lay))
@@ -345,11 +345,11 @@ def test_node_layouts():
         ok = ok and lay.leader_comm.size == want_n and lay.leader_comm.rank == lay.index
     assert_all(comm, ok, str(lay))
     lay.free()
-    from stager.errors import StagerError
+    from core.errors import JobError
     if comm.rank == comm.size - 1:
         os.environ["MPISTAGE_TEST_NODE"] = "x"
     try:
-        with pytest.raises(StagerError, match="unset") if comm.size > 1 else _nullctx():
+        with pytest.raises(JobError, match="unset") if comm.size > 1 else _nullctx():
             node_layout(comm, node_id_env="MPISTAGE_TEST_NODE").free()
     finally:
         os.environ.pop("MPISTAGE_TEST_NODE", None)
@@ -364,7 +364,7 @@ class _nullctx:
 
 
 def test_agreement_names_the_failing_rank():
-    from stager.mpi.agree import agreed
+    from core.mpi.agree import agreed
     from stager.errors import StagerError, TransferError
     comm = _comm()
     last = comm.size - 1
@@ -386,7 +386,7 @@ def test_agreement_names_the_failing_rank():
 def test_sparse_3gib_file(workdir):
     """A file larger than 2 GiB: every count stays below 2**31 (destinations under /tmp)."""
     from stager import clean, stage
-    from stager.nodelocal import checksum
+    from core import checksum
     from stager.nodelocal.state import read_record
     from stager.planning import spec_key
     comm = _comm()

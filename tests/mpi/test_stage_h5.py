@@ -159,7 +159,7 @@ def test_group_copy_with_links_strings_and_resume(scan):
 
 
 def test_state_records_make_verify_and_clean_work(scan):
-    from stager.nodelocal import checksum
+    from core import checksum
     from stager.nodelocal.state import read_record
     from stager.planning import spec_key
     comm = _comm()

@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from stager.nodelocal import checksum
+from core import checksum
 
 
 def test_incremental_equals_one_shot():

@@ -16,7 +16,7 @@ def test_open_control_by_scheme():
     c = open_control("simplon://dcu:8080", {"control_mode": "passive"})
     assert isinstance(c, Simplon) and not c.active and c.client.base == "http://dcu:8080"
     assert open_control("simplon://dcu", {}).client.base == "http://dcu:80"
-    for bad, words in (("dcu:80", "SCHEME://"), ("tango://dcu", "unknown scheme"),
+    for bad, words in (("dcu:80", "SCHEME://"), ("tango://dcu", "unknown control scheme"),
                        ("simplon://", "SCHEME://")):
         with pytest.raises(ValueError, match=words):
             open_control(bad, {})
@@ -49,7 +49,7 @@ def test_the_guide_command_parses_with_the_real_options():
     """The page's command: every flag a real option, every value parsed strictly."""
     import argparse
 
-    from stager.options import resolve
+    from core.options import resolve
     from streams import cli
     from streams.controls import OPTIONS
     from streams.job.session import SESSION_OPTIONS, SessionOptions

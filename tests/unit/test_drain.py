@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from stager.errors import TransferError
-from stager.nodelocal import checksum, localfs
+from core import checksum, localfs
 from stager.stageout import (
     DrainFile,
     DrainReport,

@@ -4,13 +4,17 @@ Every ``import``/``from ... import`` in the project's packages is read with
 ``ast`` -- including those inside functions, which hide dependencies from a
 reader of the module's head -- and resolved to a package. The rules:
 
-* ``hooks`` (the spec language) and ``kernels`` (numba kernels, detector readers)
-  import nothing of this project; the stager uses the readers' HDF5 filter table;
-* no two packages import each other, directly or through others (the
-  package graph has no cycle);
-* inside ``stager`` the subpackages follow the data path: ``mpi`` and
-  ``planning`` are independent of everything after them, ``nodelocal`` does not
-  reach into ``staging``, nothing but the command line imports the command line;
+* ``core`` (the shared base: the job, MPI plumbing, options, trusted local files,
+  interrupts, the error root, the plug-in table), ``hooks`` (the spec language) and
+  ``kernels`` (numba kernels, detector readers) import nothing of this project; the
+  stager uses the readers' HDF5 filter table;
+* no two packages import each other, directly or through others (the package
+  graph has no cycle), and no package imports one above it in :data:`LEVELS`;
+* every plug-in table (block kinds, transfer methods, executors, stream protocols,
+  commands) is a ``core.table.Table``: no hand-made ``{"name": "module:Class"}``;
+* inside ``stager`` the subpackages follow the data path: ``planning`` is
+  independent of everything after it, ``nodelocal`` does not reach into
+  ``staging``, nothing but the command line imports the command line;
 * streaming (``streams``) sits beside staging, on the shared base: ``stager``,
   ``hooks`` and ``kernels`` never import it (``stager stream`` reaches it through
   a string in ``stager.cli.COMMANDS``), and in ``workflows`` only the ready-made
@@ -21,7 +25,7 @@ reader of the module's head -- and resolved to a package. The rules:
 * a stream protocol is one folder of ``streams/protocols/`` plus one row of its
   table: nothing outside them branches on a protocol's name (or on ``stream2``);
 * one role model and message loop: ``streams`` and ``workflows`` take their MPI
-  roles (one ``Roles``), loop (``stager.mpi.loop``), link and tags from ``stager.mpi``
+  roles (one ``Roles``), loop (``core.mpi.loop``), link and tags from ``core.mpi``
   and make no point-to-point MPI call of their own.
 """
 from __future__ import annotations
@@ -35,7 +39,7 @@ from typing import Dict, Iterator, Set, Tuple
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PACKAGES = ("hooks", "stager", "streams", "workflows", "kernels", "hedm")
+PACKAGES = ("hooks", "stager", "streams", "workflows", "kernels", "hedm", "core", "stem4d")
 
 
 def _modules() -> Iterator[Tuple[str, str]]:
@@ -126,10 +130,11 @@ def test_the_reader_sees_imports_inside_functions(graph):
     assert any(d.startswith("stager") for d in graph["workflows.leader"])
 
 
-def test_spec_language_and_kernels_import_nothing_of_the_project(graph):
+def test_core_spec_language_and_kernels_import_nothing_of_the_project(graph):
+    assert any(m.startswith("core.") for m in graph), "no core package read"
     for mod, deps in graph.items():
         top = mod.split(".")[0]
-        if top in ("hooks", "kernels"):
+        if top in ("core", "hooks", "kernels"):
             foreign = sorted(d for d in deps if d.split(".")[0] != top)
             assert not foreign, f"{mod} imports {foreign}: {top} must stand alone"
 
@@ -139,11 +144,33 @@ def test_no_two_packages_import_each_other(graph):
     assert not _cycle(edges), f"package cycle: {' -> '.join(_cycle(edges))}"
     assert "hedm" not in {d for deps in edges.values() for d in deps}, \
         "the HEDM application must not be imported by the library"
-    assert edges["stager"] <= {"hooks", "kernels"}, f"stager imports {sorted(edges['stager'])}"
-    assert edges["workflows"] <= {"stager", "hooks", "streams"}, \
+    assert edges["stager"] <= {"core", "hooks", "kernels"}, \
+        f"stager imports {sorted(edges['stager'])}"
+    assert edges["workflows"] <= {"core", "stager", "hooks", "streams"}, \
         f"workflows imports {sorted(edges['workflows'])}"
-    assert edges["streams"] <= {"stager", "hooks", "kernels"}, \
+    assert edges["streams"] <= {"core", "stager", "hooks", "kernels"}, \
         f"streams imports {sorted(edges['streams'])}"
+
+
+# The floors of the house, lowest first: a package imports only packages on lower floors
+# (workflows sits on stager for ``--stage`` and the leader hooks).
+LEVELS = {"core": 0, "hooks": 1, "kernels": 1, "stager": 2, "workflows": 3, "analyses": 4,
+          "streams": 5, "hedm": 6, "stem4d": 6}
+# workflows.flows, the offline twin of a stream job, still imports streams (the one
+# edge up; test_streaming_sits_beside_staging keeps it to that subpackage)
+UP_ALLOWED = ("workflows.flows.",)
+
+
+def test_no_import_from_a_lower_package_to_a_higher_one(graph):
+    assert set(PACKAGES) <= set(LEVELS), f"give {sorted(set(PACKAGES) - set(LEVELS))} a level"
+    up = sorted(f"{mod} -> {d}" for mod, deps in graph.items() for d in deps
+                if LEVELS[d.split(".")[0]] > LEVELS[mod.split(".")[0]]
+                and not mod.startswith(UP_ALLOWED))
+    assert not up, "imports of a higher package: " + "; ".join(up)
+    same = sorted(f"{mod} -> {d}" for mod, deps in graph.items() for d in deps
+                  if d.split(".")[0] != mod.split(".")[0]
+                  and LEVELS[d.split(".")[0]] == LEVELS[mod.split(".")[0]])
+    assert not same, "imports between packages of one floor: " + "; ".join(same)
 
 
 def test_streaming_sits_beside_staging(graph):
@@ -155,26 +182,23 @@ def test_streaming_sits_beside_staging(graph):
     allowed = [m for m in users if m.startswith("workflows.flows.")]
     assert users == allowed, f"{sorted(set(users) - set(allowed))} import streams"
     from stager.cli import COMMANDS
-    assert COMMANDS["stream"][0] == "streams.cli"
+    assert COMMANDS["stream"] == "streams.cli"
 
 
-# What each stager subpackage may import (besides itself, stager.errors and stager.options).
+# What each stager subpackage may import (besides itself, core and stager.errors).
 STAGER_LAYERS = {
-    "stager.mpi": set(),
     "stager.planning": {"hooks", "kernels"},  # kernels.io.h5filters: the one filter table
-    "stager.nodelocal": {"stager.mpi", "stager.planning"},
-    "stager.staging": {"stager.mpi", "stager.planning", "stager.nodelocal", "hooks"},
-    "stager.stageout": {"stager.mpi", "stager.planning", "stager.nodelocal", "stager.drainlog",
+    "stager.nodelocal": {"stager.planning"},
+    "stager.staging": {"stager.planning", "stager.nodelocal", "hooks"},
+    "stager.stageout": {"stager.planning", "stager.nodelocal", "stager.drainlog",
                         "stager.outputs"},
     "stager.drainlog": {"stager.nodelocal"},
     # no output over an input: the one check of every writer of results, on nothing else
     "stager.outputs": set(),
-    "streams": {"stager.mpi", "stager.planning", "stager.nodelocal", "stager.staging",
-                "stager.outputs"},
+    "streams": {"stager.planning", "stager.nodelocal", "stager.staging", "stager.outputs"},
     # the block kinds: plug-ins above the machinery that asks them through the table
     # (stager.planning.kinds names each by "module:Class", imported when first asked)
-    "stager.kinds": {"stager.mpi", "stager.planning", "stager.nodelocal", "stager.staging",
-                     "hooks"},
+    "stager.kinds": {"stager.planning", "stager.nodelocal", "stager.staging", "hooks"},
 }
 
 
@@ -184,7 +208,7 @@ def test_stager_subpackages_follow_the_data_path(graph):
                     for m, deps in graph.items()}, 2)
     assert not _cycle(edges), f"stager cycle: {' -> '.join(_cycle(edges))}"
     for layer, allowed in STAGER_LAYERS.items():
-        extra = edges.get(layer, set()) - allowed - {"stager.errors", "stager.options"}
+        extra = edges.get(layer, set()) - allowed - {"core", "stager.errors"}
         assert not extra, f"{layer} imports {sorted(extra)}; allowed: {sorted(allowed)}"
     users = {a for a, deps in edges.items() if deps & {"stager.commands", "stager.cli"}}
     # streams.cli is the command line of the verb ``stager stream``
@@ -280,22 +304,68 @@ def test_an_executor_is_one_module_plus_one_row():
         assert callable(pkgutil.resolve_name(row)), row   # engines load only when built
 
 
-# point-to-point MPI calls (and matched probes): only stager.mpi makes them
+# point-to-point MPI calls (and matched probes): only core.mpi makes them
 _P2P = re.compile(r"""\.(isend|irecv|Isend|Irecv|Iprobe|iprobe|improbe|mprobe|Probe)\("""
                   r"""|\bcomm\w*\.(send|recv|Send|Recv|probe)\(""")
 
 
 def test_streams_and_workflows_take_their_mpi_link_from_stager_mpi(graph):
     found = _lines(_P2P, lambda mod, rel: mod.split(".")[0] in ("streams", "workflows"))
-    assert not found, ("point-to-point MPI outside stager.mpi (send through "
-                       "stager.mpi.link.Link): " + "; ".join(found))
+    assert not found, ("point-to-point MPI outside core.mpi (send through "
+                       "core.mpi.link.Link): " + "; ".join(found))
     # both loops use the one link, the one loop and the one role rule and Roles
     for loop in ("streams.job.ranks", "workflows.executors.mpi.executor"):
-        assert "stager.mpi.link" in graph[loop], f"{loop} does not use stager.mpi.link"
+        assert "core.mpi.link" in graph[loop], f"{loop} does not use core.mpi.link"
     for loop in ("streams.job.ranks", "workflows.executors.mpi.server",
                  "workflows.executors.mpi.worker"):
-        assert "stager.mpi.loop" in graph[loop], f"{loop} does not use stager.mpi.loop"
+        assert "core.mpi.loop" in graph[loop], f"{loop} does not use core.mpi.loop"
     for roles in ("streams.job.roles", "workflows.executors.mpi.roles"):
-        assert "stager.mpi.roles" in graph[roles], f"{roles} does not use stager.mpi.roles"
-    others = _lines(re.compile(r"^class Roles\b"), lambda mod, rel: mod != "stager.mpi.roles")
-    assert not others, "a second Roles (the one is stager.mpi.roles.Roles): " + "; ".join(others)
+        assert "core.mpi.roles" in graph[roles], f"{roles} does not use core.mpi.roles"
+    others = _lines(re.compile(r"^class Roles\b"), lambda mod, rel: mod != "core.mpi.roles")
+    assert not others, "a second Roles (the one is core.mpi.roles.Roles): " + "; ".join(others)
+
+
+# A hand-made plug-in table: a literal dict whose values name project modules
+# ("pkg.module:Attr", "pkg.module", or such a string first in a tuple).
+_ROW = re.compile(r"^(" + "|".join(PACKAGES) + r")(\.\w+)+(:\w+)?$")
+
+
+def _tables() -> Tuple[Set[str], Set[str]]:
+    """``(every dict literal of rows, those that are the rows argument of Table(...))``,
+    each as ``path:line``."""
+    rows: Set[str] = set()
+    in_table: Set[str] = set()
+    for _, path in _modules():
+        rel = os.path.relpath(path, ROOT)
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Dict):
+                values = [v.elts[0] if isinstance(v, ast.Tuple) and v.elts else v
+                          for v in node.values]
+                if any(isinstance(v, ast.Constant) and isinstance(v.value, str)
+                       and _ROW.match(v.value) for v in values):
+                    rows.add(f"{rel}:{node.lineno}")
+            elif isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Table":
+                in_table.update(f"{rel}:{a.lineno}" for a in node.args
+                                if isinstance(a, ast.Dict))
+    return rows, in_table
+
+
+def test_every_plug_in_table_is_built_with_the_one_helper():
+    from core.table import Table
+    from stager.cli import COMMANDS
+    from stager.planning.kinds import ROWS as KINDS
+    from stager.staging.transfer import METHODS
+    from streams.protocols import ROWS as PROTOCOLS
+    from workflows.executors import ROWS as EXECUTORS
+
+    tables = {"kinds": KINDS, "methods": METHODS, "executors": EXECUTORS,
+              "protocols": PROTOCOLS, "commands": COMMANDS}
+    for name, table in tables.items():
+        assert isinstance(table, Table), f"the {name} table is not a core.table.Table"
+        assert table.names(), name
+    rows, in_table = _tables()
+    assert len(in_table) >= len(tables), in_table   # the reading finds the five
+    assert rows <= in_table, ("a plug-in table made by hand (use core.table.Table): "
+                              + "; ".join(sorted(rows - in_table)))

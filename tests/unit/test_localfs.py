@@ -4,8 +4,9 @@ import stat
 
 import pytest
 
-from stager.nodelocal import checksum, localfs, space
-from stager.errors import TransferError
+from core import checksum, localfs
+from stager.nodelocal import space
+from core.errors import LocalFileError, MpistageError
 
 
 def test_inside_refuses_escapes(tmp_path):
@@ -97,7 +98,8 @@ def test_atomic_file_refuses_symlink_at_destination(tmp_path):
     with pytest.raises(localfs.UnsafePathError, match="symlink"):
         localfs.write_bytes_atomic(str(tmp_path / "f"), b"evil")
     assert victim.read_bytes() == b"precious"
-    assert issubclass(localfs.UnsafePathError, TransferError)
+    assert issubclass(localfs.UnsafePathError, LocalFileError)
+    assert issubclass(LocalFileError, MpistageError)
 
 
 def test_symlink_planted_during_write_is_refused(tmp_path):

@@ -1,5 +1,5 @@
-"""The project's tag table and the workers' credits (stager.mpi.link), without MPI."""
-from stager.mpi.link import TAGS, Credits
+"""The project's tag table and the workers' credits (core.mpi.link), without MPI."""
+from core.mpi.link import TAGS, Credits
 
 
 def test_every_tag_number_is_unique_across_loops():

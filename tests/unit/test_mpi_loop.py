@@ -1,8 +1,8 @@
-"""The one message loop's handler table (stager.mpi.loop.handlers), without MPI."""
+"""The one message loop's handler table (core.mpi.loop.handlers), without MPI."""
 import pytest
 
-from stager.mpi.link import TAGS
-from stager.mpi.loop import handlers
+from core.mpi.link import TAGS
+from core.mpi.loop import handlers
 
 
 class Server:

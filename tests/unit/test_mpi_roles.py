@@ -1,9 +1,9 @@
-"""The one role rule (stager.mpi.roles.serve_nodes), and the two loops' roles derived from it."""
+"""The one role rule (core.mpi.roles.serve_nodes), and the two loops' roles derived from it."""
 import random
 
 import pytest
 
-from stager.mpi.roles import Roles, serve_nodes, workers_of
+from core.mpi.roles import Roles, serve_nodes, workers_of
 from streams.job.roles import assign_roles
 from workflows.executors.mpi.roles import plan_roles
 

@@ -1,8 +1,8 @@
 """Node assignment rules (pure, no MPI)."""
 import pytest
 
-from stager.errors import StagerError
-from stager.mpi.nodes import assign_nodes, check_node_name, emulated_ids
+from core.errors import JobError
+from core.nodes import assign_nodes, check_node_name, emulated_ids
 
 
 @pytest.mark.parametrize("size", range(1, 9))
@@ -36,6 +36,6 @@ def test_assign_nodes_orders_by_lowest_rank_and_picks_leaders():
 
 @pytest.mark.parametrize("bad", ["", ".", "..", "a/b", "x\x00"])
 def test_node_names_must_be_path_components(bad):
-    with pytest.raises(StagerError, match="directory name"):
+    with pytest.raises(JobError, match="directory name"):
         check_node_name(bad)
     assert check_node_name("node-1.cluster") == "node-1.cluster"

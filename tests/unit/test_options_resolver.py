@@ -1,11 +1,11 @@
-"""The one options resolver (stager/options.py): keyword > environment > default, strict."""
+"""The one options resolver (core/options.py): keyword > environment > default, strict."""
 from dataclasses import fields
 
 import pytest
 
-from stager.options import (NODE_ID, STAGE_OPTIONS, Option, StageOptions, node_id_of,
-                            parse_int, parse_node_id, resolve, resolve_node_id,
-                            resolve_options)
+from core.nodes import NODE_ID, node_id_of, parse_node_id, resolve_node_id
+from stager.staging.options import STAGE_OPTIONS, StageOptions, resolve_options
+from core.options import Option, parse_int, resolve
 
 TABLE = (Option("count", 3, parse_int(1, 10), "T_COUNT"), Option("name", "x", str))
 
@@ -73,9 +73,8 @@ def test_staging_options_are_one_table():
     assert [o.name for o in STAGE_OPTIONS] == names
     assert all(o.env == "STAGER_" + o.name.upper() for o in STAGE_OPTIONS)
     assert resolve_options(env={}) == StageOptions()
-    o = resolve_options(env={"STAGER_WAIT": "forever", "STAGER_NODE_ID": "env:H"},
-                        emulate_nodes=2)
-    assert (o.wait, o.node_id) == (-1.0, "emulate:2")
+    o = resolve_options(env={"STAGER_WAIT": "forever", "STAGER_NODE_ID": "env:H"})
+    assert o.wait == -1.0 and "node_id" not in names   # how ranks form nodes: the job's
 
 
 def test_mpi_executor_options_use_the_resolver():

@@ -3,11 +3,12 @@ import os
 
 import pytest
 
-from stager.mpi.agree import describe, format_failures
+from core.mpi.agree import describe, format_failures
 from stager.errors import TransferError
-from stager.nodelocal.localfs import UnsafePathError
+from core.localfs import UnsafePathError
 from stager.planning.plan import BlockPlan, FileEntry as Entry, Plan as Manifest
-from stager.options import StageOptions, parse_size, resolve_options
+from stager.staging.options import StageOptions, resolve_options
+from core.options import parse_size
 from stager.staging.report import SourceMeter
 from stager.nodelocal.roots import node_roots
 from stager.staging.pipeline import node_targets
@@ -91,15 +92,15 @@ def test_options_precedence_and_strict_parsing():
     assert resolve_options(env={}) == StageOptions()
     assert parse_size("32MiB") == parse_size("32M") == 32 << 20
     for bad in ({"method": "fast"}, {"chunk_size": "lots"}, {"chunk_size": 0},
-                {"chunk_size": 2**31}, {"emulate_nodes": "0"}, {"force": "maybe"}):
+                {"chunk_size": 2**31}, {"force": "maybe"}):
         with pytest.raises(ValueError):
             resolve_options(env={}, **bad)
     with pytest.raises(ValueError):
         resolve_options(env={"STAGER_METHOD": "fast"})
     with pytest.raises(TypeError, match="unknown"):
         resolve_options(env={}, methd="stripe")
-    with pytest.raises(ValueError, match="either"):
-        resolve_options(env={}, emulate_nodes=2, node_id_env="X")
+    with pytest.raises(TypeError, match="unknown staging option"):   # the job's, not these
+        resolve_options(env={}, node_id="emulate:2")
 
 
 def test_meter_counts_only_metered_reads(tmp_path):

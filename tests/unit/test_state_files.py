@@ -14,12 +14,12 @@ import time
 import pytest
 
 from stager.errors import StagerError
-from stager.nodelocal import commit, localfs
+from core import commit, localfs
 from stager.nodelocal import record as records
 from stager.nodelocal.journal import Journal, read_events
 from stager.nodelocal.lock import Holder, LockBusy
 from stager.nodelocal.state import STATE_DIR, RootState, read_record
-from stager.nodelocal.trusted import Untrusted, open_below, open_dir
+from core.trusted import Untrusted, open_below, open_dir
 
 # -- the journal ------------------------------------------------------------------------
 

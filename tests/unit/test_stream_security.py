@@ -231,7 +231,7 @@ def test_live_socket_needs_the_client_certificate(tmp_path):
 
 
 def test_live_snapshots_refuse_a_symlinked_directory(tmp_path):
-    from stager.nodelocal.localfs import UnsafePathError
+    from core.localfs import UnsafePathError
     from streams.job.live import LivePublisher
 
     (tmp_path / "elsewhere").mkdir()

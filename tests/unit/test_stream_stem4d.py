@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from streams.protocol import ScanGeometry
-from stager.mpi.tree import tree_schedule
+from core.mpi.tree import tree_schedule
 from streams.job.roles import assign_roles, partition_frames
 
 pytest.importorskip("numba")

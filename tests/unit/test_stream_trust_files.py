@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from stager.nodelocal.localfs import UnsafePathError
+from core.localfs import UnsafePathError
 from streams.job.localdir import local_root, node_local_dir
 from streams.security import check_authorized_keys, refusal_address, refusals_line
 

@@ -9,7 +9,7 @@ from workflows.errors import RemoteError
 from workflows.executors.mpi.arrays import (ArrayCall, ArrayDone, array_chunks, run_array,
                                             same_array)
 from workflows.executors.mpi.queues import Entry, TaskQueue
-from stager.mpi.link import dumps
+from core.mpi.link import dumps
 from workflows.limits import Limits
 from workflows.tasks import FunctionRef, TaskCall
 

@@ -191,7 +191,9 @@ def test_submit_after_shutdown_fails_not_hangs():
 
 
 def test_unknown_executor_and_bad_workers(monkeypatch):
-    with pytest.raises(ExecutorError, match="unknown executor"):
+    from core.errors import UnknownName
+
+    with pytest.raises(UnknownName, match="unknown executor 'slurm': use one of inline"):
         executors.make("slurm")
     monkeypatch.setenv("WORKFLOWS_LOCAL_WORKERS", "two")
     with pytest.raises(ExecutorError, match="WORKFLOWS_LOCAL_WORKERS"):

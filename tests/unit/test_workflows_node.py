@@ -3,7 +3,7 @@ import socket
 
 import pytest
 
-from stager.mpi.nodes import emulated_ids, local_node_name, name_nodes
+from core.nodes import emulated_ids, local_node_name, name_nodes
 from workflows import on_this_node, this_node
 from workflows.node import ENV, ENV_ID
 

@@ -1,19 +1,19 @@
 """Executors: one interface (``submit -> Future``, ``shutdown``, ``with``) over existing engines.
 
 ``make(name, **options)`` builds one by name, a row of :data:`ROWS` (``inline``,
-``local``, ``mpi``, ``parsl``: name -> ``"module:Class"``, resolved with the
-standard library's :func:`pkgutil.resolve_name` when first asked for). Each module
-imports its engine lazily (Parsl takes a second).
+``local``, ``mpi``, ``parsl``: name -> ``"module:Class"``, a :class:`core.table.Table`,
+imported when first asked for). Each module imports its engine lazily (Parsl takes
+a second).
 """
 
 from __future__ import annotations
 
-import pkgutil
-from typing import Any, Dict
+from typing import Any
 
 import lazy_loader
 
-from ..errors import ExecutorError
+from core.table import Table
+
 from .base import Executor
 from .inline import InlineExecutor
 from .local import LocalExecutor
@@ -31,13 +31,13 @@ __all__ = [
 
 #: executor name -> "module:Class", imported when first asked for (Parsl takes a second;
 #: mpi4py only under MPI): adding an executor is one module and one row
-ROWS: Dict[str, str] = {
+ROWS: Table[Any] = Table("executor", {
     "inline": "workflows.executors.inline:InlineExecutor",
     "local": "workflows.executors.local:LocalExecutor",
     "mpi": "workflows.executors.mpi:MPIExecutor",
     "parsl": "workflows.executors.parsl:ParslExecutor",
-}
-NAMES = tuple(ROWS)
+})
+NAMES = ROWS.names()
 
 
 def make(name: str, **options: Any) -> Executor:
@@ -45,13 +45,10 @@ def make(name: str, **options: Any) -> Executor:
 
     Raises
     ------
-    ExecutorError
+    core.errors.UnknownName
         For an unknown name.
     """
-    row = ROWS.get(name)
-    if row is None:
-        raise ExecutorError(f"unknown executor {name!r}: expected one of {', '.join(ROWS)}")
-    return pkgutil.resolve_name(row)(**options)
+    return ROWS.load(name)(**options)
 
 
 # MPIExecutor and ParslExecutor on first use (lazy_loader): without mpi4py or parsl up front

@@ -164,7 +164,7 @@ GC_THRESHOLD = 20000
 
 def raise_gc_threshold() -> Optional[Tuple[int, int, int]]:
     """Raise the collector's thresholds for a run; returns the old ones (None: unchanged)."""
-    from stager.options import parse_int
+    from core.options import parse_int
 
     value = env_option(None, "WORKFLOWS_GC_THRESHOLD", GC_THRESHOLD, parse_int(0), "gc threshold")
     old = gc.get_threshold()
@@ -182,8 +182,8 @@ def restore_gc_threshold(old: Optional[Tuple[int, int, int]]) -> None:
 def env_option(value: Any, var: str, default: Any, parse: Callable[[Any, str], Any],
                name: str) -> Any:
     """Keyword ``name`` > environment variable ``var`` > default, parsed strictly by
-    ``parse`` (:func:`stager.options.resolve` of one option); an ExecutorError names it."""
-    from stager.options import Option, resolve
+    ``parse`` (:func:`core.options.resolve` of one option); an ExecutorError names it."""
+    from core.options import Option, resolve
 
     try:
         return resolve([Option(name, default, parse, var)], {name: value})[name]

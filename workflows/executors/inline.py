@@ -12,7 +12,7 @@ import pickle
 from concurrent.futures import Future
 from typing import Any, Callable, Dict, Optional
 
-from stager.options import parse_bool
+from core.options import parse_bool
 
 from ..errors import ExecutorError
 from .base import Executor, env_option

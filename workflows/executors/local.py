@@ -12,7 +12,7 @@ import os
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any, Callable, Dict, Optional
 
-from stager.options import parse_choice, parse_int
+from core.options import parse_choice, parse_int
 
 from ..errors import RemoteError
 from ..tasks import Outcome, TaskCall

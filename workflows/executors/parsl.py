@@ -17,7 +17,7 @@ from concurrent.futures import Future
 from typing import Any, Callable, Dict, List, Optional, Union, cast
 
 from ..errors import ExecutorError
-from stager.options import parse_int
+from core.options import parse_int
 
 from .base import Executor, env_option
 

@@ -47,9 +47,9 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from stager.errors import TransferError
-from stager.mpi.agree import agreed
-from stager.nodelocal import checksum
+from stager.errors import KEPT, TransferError
+from core.mpi.agree import agreed
+from core import checksum
 from stager.nodelocal.h5check import ChunkDecoder, digest_values
 from stager.planning.h5types import DatasetPlan, H5FilePlan, raw_dtype
 from stager.staging.h5.write import (H5Output, check_filters, chunk_copyable, chunk_offsets,
@@ -97,7 +97,8 @@ def stage_file(lc: Any, fp: H5FilePlan, dest: Optional[str], cap: int,
     out: Optional[H5Output] = None
     mpi = bool(h5py.get_config().mpi)
     try:
-        with agreed(lc, f"creating the copy of {fp.source}", default=TransferError, node=node):
+        with agreed(lc, f"creating the copy of {fp.source}", base=KEPT, default=TransferError,
+                    node=node):
             check_filters(fp)
             if dest is not None:
                 out = H5Output(fp, dest, node or "")
@@ -105,7 +106,7 @@ def stage_file(lc: Any, fp: H5FilePlan, dest: Optional[str], cap: int,
         rows: Dict[str, int] = {}
         big = [d for d in fp.datasets if d.inline is None]
         if big:
-            with agreed(lc, f"checking {fp.source}", default=TransferError, node=node):
+            with agreed(lc, f"checking {fp.source}", base=KEPT, default=TransferError, node=node):
                 diff = sources_changed(fp)
                 if diff is not None:
                     raise TransferError(f"{diff} changed since planning; stage again once the "
@@ -116,7 +117,8 @@ def stage_file(lc: Any, fp: H5FilePlan, dest: Optional[str], cap: int,
         for (path, mode), dsets in groups.items():
             src = None
             how = "parallel HDF5 (MPI-IO)" if mode == "mpio" else "read-only independent opens"
-            with agreed(lc, f"opening {path} with {how}", default=TransferError, node=node):
+            with agreed(lc, f"opening {path} with {how}", base=KEPT, default=TransferError,
+                        node=node):
                 src = h5py.File(path, "r", driver="mpio", comm=lc) if mode == "mpio" \
                     else h5py.File(path, "r")
             assert src is not None
@@ -128,7 +130,8 @@ def stage_file(lc: Any, fp: H5FilePlan, dest: Optional[str], cap: int,
                                                     node, mode)
             finally:
                 src.close()
-        with agreed(lc, f"writing the copy of {fp.source}", default=TransferError, node=node):
+        with agreed(lc, f"writing the copy of {fp.source}", base=KEPT, default=TransferError,
+                    node=node):
             if out is not None:
                 out.commit(digests, rows)
         return out
@@ -144,7 +147,7 @@ def _open_source(lc: Any, src: Any, fp: H5FilePlan, d: DatasetPlan,
 
     ds = None
     where = f"{src.filename}:{d.source_path}"
-    with agreed(lc, f"opening {where}", default=TransferError, node=node):
+    with agreed(lc, f"opening {where}", base=KEPT, default=TransferError, node=node):
         ds = src[d.source_path]
         if tuple(ds.shape or ()) != d.shape or \
                 not ds.id.get_type().equal(h5t.decode(d.h5type)):
@@ -181,7 +184,7 @@ def _copy_dataset(lc: Any, src: Any, fp: H5FilePlan, d: DatasetPlan, rows: int,
         count = min(rows, d.rows - first)
         share = [count * k // L for k in range(L + 1)]
         mine0, mine = share[me], share[me + 1] - share[me]
-        with agreed(lc, f"reading {src.filename}:{d.source_path}", default=TransferError,
+        with agreed(lc, f"reading {src.filename}:{d.source_path}", base=KEPT, default=TransferError,
                     node=node):
             if mine:
                 fspace.select_hyperslab((d.start + (first + mine0) * d.step,) + (0,) * len(rest),
@@ -198,7 +201,8 @@ def _copy_dataset(lc: Any, src: Any, fp: H5FilePlan, d: DatasetPlan, rows: int,
         piece = buf[:count]
         digest_values(piece, hasher)
         stats["pieces"] += 1
-        with agreed(lc, f"writing {d.path} from {fp.source}", default=TransferError, node=node):
+        with agreed(lc, f"writing {d.path} from {fp.source}", base=KEPT, default=TransferError,
+                    node=node):
             if out is not None:
                 out.write(d, first, piece)
     return _agree_digest(lc, fp, d, hasher.hexdigest(), "data")
@@ -237,7 +241,7 @@ def _copy_chunks(lc: Any, ds: Any, fp: H5FilePlan, d: DatasetPlan, rows: int,
     decoder: Optional[ChunkDecoder] = None
     try:
         with agreed(lc, f"setting up a decoder for {fp.source}:{d.path}",
-                    default=TransferError, node=node):
+                    base=KEPT, default=TransferError, node=node):
             decoder = ChunkDecoder(h5t.decode(d.h5type), d.chunks,
                                    [(f.code, f.flags, f.setup) for f in d.filters])
         assert decoder is not None
@@ -246,7 +250,7 @@ def _copy_chunks(lc: Any, ds: Any, fp: H5FilePlan, d: DatasetPlan, rows: int,
             share = [len(offs) * k // L for k in range(L + 1)]
             mine: List[Tuple[int, bytes, bytes]] = []
             with agreed(lc, f"reading chunks of {ds.file.filename}:{d.source_path}",
-                        default=TransferError, node=node):
+                        base=KEPT, default=TransferError, node=node):
                 for src_off, out_off in offs[share[me]:share[me + 1]]:
                     mask, data = ds.id.read_direct_chunk(src_off)
                     ext = tuple(min(c, n - o) for o, c, n in zip(out_off, d.chunks, out_shape))
@@ -269,7 +273,7 @@ def _copy_chunks(lc: Any, ds: Any, fp: H5FilePlan, d: DatasetPlan, rows: int,
             stats["pieces"] += 1
             pos = 0
             flat = [x for part in meta for x in part]
-            with agreed(lc, f"writing {d.path} from {fp.source}", default=TransferError,
+            with agreed(lc, f"writing {d.path} from {fp.source}", base=KEPT, default=TransferError,
                         node=node):
                 for (_, out_off), (mask, n, h) in zip(offs, flat):
                     data = buf[pos:pos + n].tobytes()

@@ -45,7 +45,8 @@ from typing import Any, Dict, Optional, Tuple
 import numpy as np
 
 from stager.errors import TransferError
-from stager.nodelocal import checksum, commit, h5check, localfs
+from core import checksum, commit, localfs
+from stager.nodelocal import h5check
 from stager.planning.h5filters import (ensure_available, import_hdf5plugin, missing_advice,
                                        pipeline_difference, stored_pipeline)
 from stager.planning.h5types import Attr, DatasetPlan, H5FilePlan, RefTarget

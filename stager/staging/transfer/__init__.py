@@ -9,9 +9,9 @@
 * ``naive`` — every leader reads every file itself with POSIX reads
   (:mod:`~stager.staging.transfer.naive`): the baseline the others are measured against.
 
-The table of methods is :data:`stager.options.METHODS` (one row each: its name and
-its function here, all with :func:`run_method`'s arguments), so a name is checked
-with the options, before any collective.
+The table of methods is :data:`METHODS` (a :class:`core.table.Table`, one row each:
+its name and its function here, all with :func:`run_method`'s arguments), so a name is
+checked with the options, before any collective.
 
 Small files (below ``small_file_threshold``) travel in batches for the
 collective methods (:mod:`~stager.staging.transfer.tasks`), each opened by one rank.
@@ -22,11 +22,10 @@ a test-machine path that real nodes, on separate hosts, never take.
 """
 from __future__ import annotations
 
-import pkgutil
 from typing import Any, Dict, Optional, Sequence
 
-from stager.mpi.agree import any_true
-from stager.options import METHODS
+from core.mpi.agree import any_true
+from core.table import Table
 from stager.planning.plan import FileEntry
 from stager.staging.transfer.engine import run_pieces
 from stager.staging.transfer.naive import run_naive
@@ -38,6 +37,15 @@ from stager.staging.transfer.tasks import make_tasks
 __all__ = ["METHODS", "Sink", "SourceReader", "run_method"]
 
 Err = Optional[BaseException]  # a leader's own failure, or None
+
+#: The transfer methods, one row each: name -> its function (below), imported when
+#: used; the first is the default
+METHODS: Table[Any] = Table("transfer method", {
+    "stripe": "stager.staging.transfer:stripe",
+    "readall": "stager.staging.transfer:readall",
+    "bcast": "stager.staging.transfer:bcast",
+    "naive": "stager.staging.transfer:naive",
+})
 
 
 def run_method(method: str, comm: Any, jobs: Sequence[FileEntry], reader: SourceReader,
@@ -51,9 +59,7 @@ def run_method(method: str, comm: Any, jobs: Sequence[FileEntry], reader: Source
     says how chunks travelled between leaders. ``shared_exchange``: the leaders
     are emulated nodes of one host (see :mod:`~stager.staging.transfer.shmem`).
     """
-    if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
-    return pkgutil.resolve_name(METHODS[method])(
+    return METHODS.load(method)(
         comm, jobs, reader, sink, chunk_size, small_file_threshold, shared_exchange,
         {} if info is None else info)
 

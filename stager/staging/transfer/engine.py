@@ -15,7 +15,7 @@ so reading chunk k+1, exchanging chunk k and writing chunk k-1 overlap, with
 three buffers of ``chunk_size`` bytes. A rank that fails (read, write,
 checksum) sets its flag in its next status; every rank sees the flag after the
 same ``wait`` and all leave the loop together, so nobody is left in a
-collective. Details of the error are agreed by the caller (``stager.mpi.agree``).
+collective. Details of the error are agreed by the caller (``core.mpi.agree``).
 
 Progress is made by Open MPI inside MPI calls only, so the overlap is as good
 as the library's asynchronous progress allows; the three-buffer structure
@@ -31,8 +31,8 @@ from __future__ import annotations
 import mmap
 from typing import Any, List, Optional, Sequence
 
-from stager.nodelocal.checksum import DIGEST_SIZE, digest
-from stager.staging import interrupt
+from core.checksum import DIGEST_SIZE, digest
+from core import interrupt
 from stager.staging.transfer.sink import Sink
 from stager.staging.transfer.source import SourceReader
 from stager.staging.transfer.tasks import Task

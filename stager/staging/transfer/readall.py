@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional, Sequence
 
-from stager.nodelocal.checksum import digest
+from core.checksum import digest
 from stager.errors import TransferError
-from stager.mpi.agree import any_true
-from stager.staging import interrupt
+from core.mpi.agree import any_true
+from core import interrupt
 from stager.staging.transfer.sink import Sink
 from stager.staging.transfer.source import SourceReader
 from stager.staging.transfer.tasks import chunk_ranges

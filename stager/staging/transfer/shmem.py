@@ -30,9 +30,9 @@ from __future__ import annotations
 
 from typing import Any, List, Optional, Sequence
 
-from stager.mpi.agree import wait_quietly
-from stager.nodelocal.checksum import DIGEST_SIZE
-from stager.staging import interrupt
+from core.mpi.agree import wait_quietly
+from core.checksum import DIGEST_SIZE
+from core import interrupt
 from stager.staging.transfer.engine import _finish, _last_pieces, _read_pieces
 from stager.staging.transfer.sink import Sink
 from stager.staging.transfer.source import SourceReader

@@ -1,7 +1,7 @@
 """The writing side of a transfer, on each leader: pieces in, whole files out.
 
 Pieces of a file arrive in offset order. The first opens an
-:class:`~stager.nodelocal.localfs.AtomicFile` at the node's destination; each piece is
+:class:`~core.localfs.AtomicFile` at the node's destination; each piece is
 checked against the digest its reader computed when it read it (so a corrupt
 exchange is caught by every writer against what it writes); the last piece
 commits the file (mode, mtime, atomic rename) and records the whole-file
@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence
 
-from stager.nodelocal import checksum
-from stager.errors import Interrupted, TransferError
-from stager.nodelocal.localfs import AtomicFile
+from core import checksum
+from core.errors import Interrupted
+from stager.errors import TransferError
+from core.localfs import AtomicFile
 from stager.planning.plan import FileEntry
 from stager.staging.report import Progress
 

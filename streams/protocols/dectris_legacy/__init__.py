@@ -16,7 +16,7 @@ import json
 import os
 from typing import Any, Dict, List, Optional
 
-from stager.options import parse_bool, parse_int, parse_number
+from core.options import parse_bool, parse_int, parse_number
 from streams.protocols import ProtocolOption, StreamProtocol
 
 __all__ = ["DectrisLegacy"]
@@ -98,7 +98,7 @@ class DectrisLegacy(StreamProtocol):
 
     def rendezvous(self, o: Any, endpoints: List[str], live: Optional[str],
                    security: Any) -> None:
-        from stager.nodelocal import localfs
+        from core import localfs
 
         text = json.dumps({"protocol": "dectris-legacy",
                            "detector": o.protocol_options["dectris_endpoint"], "live": live,

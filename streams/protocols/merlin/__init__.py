@@ -71,7 +71,7 @@ class Merlin(StreamProtocol):
 
     def rendezvous(self, o: Any, endpoints: List[str], live: Optional[str],
                    security: Any) -> None:
-        from stager.nodelocal import localfs
+        from core import localfs
 
         text = json.dumps({"protocol": "merlin", "detector": o.protocol_options["merlin_endpoint"],
                            "live": live, "receivers": endpoints}, indent=1) + "\n"

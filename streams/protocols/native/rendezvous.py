@@ -28,7 +28,7 @@ also names the job that wrote it -- ``"host"``, ``"pid"`` (of rank 0) and
 removes it when it ends; a file whose job is no longer running on this host
 (:func:`ended`) is refused as such (:class:`RendezvousEnded`).
 
-Readers trust it only as :func:`stager.nodelocal.trusted.read_trusted` does: a
+Readers trust it only as :func:`core.trusted.read_trusted` does: a
 regular file (no symlink followed) of their own user, or of ``trust_owner``, not
 writable by group or others, in a directory that does not let anyone replace it
 (world-writable without the sticky bit: refused; with it: a
@@ -235,7 +235,7 @@ def write_rendezvous(path: PathLike, receivers: Sequence[str], live: Optional[st
                     "curve_serverkey": server_key, "client_certificate": client_certificate,
                     "viewer_certificate": viewer_certificate, "token": token,
                     **job_identity()}, str(p))
-    from stager.nodelocal import localfs
+    from core import localfs
 
     text = json.dumps(rv.to_dict(), indent=1) + "\n"
     try:
@@ -278,7 +278,7 @@ def read_rendezvous_json(path: PathLike, trust_owner: Any = None) -> Dict[str, A
 
 def _read_json(path: PathLike, trust_owner: Any = None) -> Any:
     """The JSON of a rendezvous file, read as a trusted file."""
-    from stager.nodelocal.trusted import Untrusted, read_trusted
+    from core.trusted import Untrusted, read_trusted
 
     p = os.fspath(path)
     try:

@@ -15,7 +15,7 @@ import json
 import os
 from typing import Any, Dict, List, Optional
 
-from stager.options import parse_bool, parse_int, parse_number
+from core.options import parse_bool, parse_int, parse_number
 from streams.protocols import ProtocolOption, StreamProtocol
 
 __all__ = ["StreamV2"]
@@ -77,7 +77,7 @@ class StreamV2(StreamProtocol):
 
     def rendezvous(self, o: Any, endpoints: List[str], live: Optional[str],
                    security: Any) -> None:
-        from stager.nodelocal import localfs
+        from core import localfs
         from streams.protocols.native.rendezvous import job_identity
 
         # Nothing for a native producer to connect to: a protocol it refuses.

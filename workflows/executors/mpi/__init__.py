@@ -2,11 +2,11 @@
 
 Modules, along the path of a task: :mod:`.executor` (the collective context
 manager, ``MPIExecutor``), :mod:`.roles` (root, node servers, workers from the
-job's node layout by the rule of :mod:`stager.mpi.roles`), :mod:`.root` (the
+job's node layout by the rule of :mod:`core.mpi.roles`), :mod:`.root` (the
 root's dispatcher thread), :mod:`.server` (what every task server does:
 batches, stealing, the give-up backstop), :mod:`.queues` (a server's backlog
 and placement rules, pure), :mod:`.worker` (a worker's loop), :mod:`.wire`
-(its tags and messages, sent by :class:`stager.mpi.link.Link`).
+(its tags and messages, sent by :class:`core.mpi.link.Link`).
 The protocol: ``docs/DISPATCH.md``.
 """
 

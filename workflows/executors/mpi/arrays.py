@@ -34,7 +34,7 @@ import pickle
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from stager.mpi.link import dumps
+from core.mpi.link import dumps
 
 from ...errors import RemoteError
 from ...futures import trampoline

@@ -38,9 +38,9 @@ import threading
 import traceback
 from typing import Any, Dict, List, Optional, Union
 
-from stager.mpi.agree import bcast_result
-from stager.mpi.link import Link
-from stager.options import Option, parse_bool, parse_choice, parse_int, parse_number, resolve
+from core.mpi.agree import bcast_result
+from core.mpi.link import Link
+from core.options import Option, parse_bool, parse_choice, parse_int, parse_number, resolve
 
 from ...errors import ExecutorError
 from ...tasks import TaskCall
@@ -104,7 +104,7 @@ class MPIExecutor(Executor):
         tasks never move; free tasks never wait; 0 lets others take soft tasks
         at once. Default ``$MPISTAGE_LOCALITY_WAIT``, else :data:`LOCALITY_WAIT`
         (1 s, why: see there).
-    job : stager.mpi.job.Job, optional
+    job : core.job.Job, optional
         The job's node layout, made once (``comm`` may be the job itself).
     abort_on_lost : bool
         When a worker had to be given up (stuck past its time limit), end the
@@ -135,7 +135,7 @@ class MPIExecutor(Executor):
         job: Any = None,
     ):
         super().__init__()
-        from stager.mpi.job import comm_and_job
+        from core.job import comm_and_job
 
         comm, job = comm_and_job(comm, job)
         if comm.Is_inter():

@@ -29,7 +29,7 @@ tasks before soft ones past their wait, at most half of what is stealable
 in its batch, so its server knows when it started (for the give-up backstop).
 
 Waiting costs no CPU: servers poll their messages anyway (sleeping up to
-1 ms between turns, :class:`stager.mpi.link.Backoff`), and each turn gives a hungry
+1 ms between turns, :class:`core.mpi.link.Backoff`), and each turn gives a hungry
 worker whatever became takeable; a thief's empty steals back off to 50 ms.
 """
 

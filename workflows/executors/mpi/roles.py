@@ -1,6 +1,6 @@
 """Who does what in the mpi executor: the root, task servers, workers -- from the node layout.
 
-Pure (``plan_roles``, by the project's role rule :func:`stager.mpi.roles.serve_nodes`)
+Pure (``plan_roles``, by the project's role rule :func:`core.mpi.roles.serve_nodes`)
 plus one collective (``layout_roles``: from the job's node layout). Two dispatch modes:
 
 * ``central`` -- the root serves every other rank (one dispatcher).
@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from stager.mpi.agree import agreed
-from stager.mpi.job import Job, acquire_job
-from stager.mpi.nodes import assign_nodes, emulated_ids
-from stager.mpi.roles import Roles, serve_nodes
+from core.mpi.agree import agreed
+from core.job import Job, acquire_job
+from core.nodes import assign_nodes, emulated_ids
+from core.mpi.roles import Roles, serve_nodes
 
 __all__ = ["Roles", "plan_roles", "emulated_roles", "layout_roles", "MODES"]
 

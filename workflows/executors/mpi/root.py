@@ -29,7 +29,7 @@ import threading
 import time
 from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple
 
-from stager.mpi.link import Link, dumps
+from core.mpi.link import Link, dumps
 
 from ...errors import ExecutorError, RemoteError
 from ...runtime import capture_executor_error

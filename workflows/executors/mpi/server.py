@@ -32,8 +32,8 @@ import socket
 import time
 from typing import Any, Deque, Dict, List, Optional, Tuple
 
-from stager.mpi.link import Credits, Link, dumps
-from stager.mpi.loop import Loop
+from core.mpi.link import Credits, Link, dumps
+from core.mpi.loop import Loop
 
 from ...errors import RemoteError
 from ...limits import Limits, grace_seconds

@@ -1,9 +1,9 @@
-"""The mpi executor's tags, from the project's table (:data:`stager.mpi.link.TAGS`); what
+"""The mpi executor's tags, from the project's table (:data:`core.mpi.link.TAGS`); what
 each message carries, from whom to whom: ``docs/DISPATCH.md`` (Messages)."""
 
 from __future__ import annotations
 
-from stager.mpi.link import TAGS
+from core.mpi.link import TAGS
 
 __all__ = ["TASKS", "DONE", "FEED", "UP", "STEAL", "STOLEN", "STOP", "BYE", "FINAL"]
 

@@ -27,8 +27,8 @@ from ...errors import RemoteError
 from ...tasks import Outcome, execute, where_cached
 from .arrays import ArrayCall, run_array
 from .queues import MAX_BATCH_BYTES, Entry
-from stager.mpi.link import Link, dumps
-from stager.mpi.loop import Loop
+from core.mpi.link import Link, dumps
+from core.mpi.loop import Loop
 
 from .wire import DONE
 

@@ -19,7 +19,7 @@ names: :func:`node_layout` (MPI) and the workflow runtime (which tells each
 task the name of the node it runs on) both use it, so ``%n`` means the same
 directory everywhere. Nodes are numbered by their leader's rank. Code does
 not call :func:`node_layout` itself: it is made once per job by
-:meth:`stager.mpi.job.Job.from_comm` (``node_id="emulate:2"`` is
+:meth:`core.job.Job.from_comm` (``node_id="emulate:2"`` is
 ``emulate_nodes=2``), and the job is passed down::
 
     job = Job.from_comm(comm, node_id="emulate:2")
@@ -33,14 +33,17 @@ The naming and assignment rules are pure functions (:func:`name_nodes`,
 from __future__ import annotations
 
 import os
+import re
 import socket
 from dataclasses import dataclass
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
-from stager.errors import OptionError, StagerError
+from core.errors import JobError
+from core.options import ENV_PREFIX, Option, parse_int, resolve
 
 __all__ = ["NodeLayout", "node_layout", "name_nodes", "local_node_name", "emulated_ids",
-           "assign_nodes", "check_node_name", "check_node_options"]
+           "assign_nodes", "check_node_name", "check_node_options", "NODE_ID", "parse_node_id",
+           "node_id_of", "split_node_id", "resolve_node_id"]
 
 
 @dataclass(frozen=True)
@@ -129,7 +132,7 @@ def assign_nodes(ids: Sequence[str]) -> Tuple[List[int], List[str], List[int]]:
 def check_node_name(name: str) -> str:
     """A node name must be usable as one path component (it replaces ``%n``)."""
     if not name or name in (".", "..") or "/" in name or "\x00" in name:
-        raise StagerError(
+        raise JobError(
             f"node name {name!r} cannot be used as a directory name (it replaces %n); "
             "use a node id variable whose values are plain names")
     return name
@@ -168,10 +171,9 @@ def name_nodes(size: int, *, emulate_nodes: Optional[int] = None,
     ------
     ValueError
         ``emulate_nodes`` outside ``1..size``, or lengths that do not match ``size``.
-    OptionError
-        A ``node_id_env`` value missing on some rank (the same on every rank).
-    StagerError
-        A name that cannot be a directory name (it replaces ``%n``); the same on every rank.
+    JobError
+        A ``node_id_env`` value missing on some rank, or a name that cannot be a
+        directory name (it replaces ``%n``); the same on every rank.
     """
     if emulate_nodes is not None:
         ids = emulated_ids(size, emulate_nodes)
@@ -180,7 +182,7 @@ def name_nodes(size: int, *, emulate_nodes: Optional[int] = None,
             raise ValueError(f"expected {size} node ids, got {len(env_values)}")
         unset = [r for r, v in enumerate(env_values) if not v]
         if unset:
-            raise OptionError(
+            raise JobError(
                 f"environment variable {env_name} is unset or empty on rank(s) "
                 f"{', '.join(map(str, unset[:8]))}{' ...' if len(unset) > 8 else ''}; "
                 "set it on every rank or drop --node-id-env")
@@ -232,7 +234,7 @@ def node_layout(comm: Any, emulate_nodes: Optional[int] = None,
     ------
     ValueError
         Bad arguments (raised before any collective, identically on all ranks).
-    StagerError
+    JobError
         ``node_id_env`` unset on some rank, or a node name unusable as a path
         component (raised on every rank).
     """
@@ -259,3 +261,69 @@ def node_layout(comm: Any, emulate_nodes: Optional[int] = None,
     return NodeLayout(name=names[my], index=my, n_nodes=len(names), names=tuple(names),
                       node_comm=node_comm, leader_comm=leader_comm, is_leader=is_leader,
                       leader_ranks=tuple(leaders), node_of=tuple(idx))
+
+
+# -- how ranks form nodes: one value ----------------------------------------------------------
+def parse_node_id(value: Any, name: str = "node_id") -> str:
+    """``host`` | ``env:VAR`` | ``emulate:N`` (canonical text); strict.
+
+    * ``host``: ranks sharing memory form a node, named by host name;
+    * ``env:VAR``: ranks with the same value of environment variable ``VAR``;
+    * ``emulate:N``: ``N`` contiguous blocks of ranks, ``node0`` .. (one-machine tests).
+    """
+    text = str(value).strip()
+    kind, _, arg = text.partition(":")
+    if text == "host":
+        return text
+    if kind == "env" and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", arg):
+        return text
+    if kind == "emulate":
+        return f"emulate:{parse_int(1)(arg, name)}"
+    raise ValueError(f"{name} must be 'host', 'env:VAR' or 'emulate:N', got {value!r}")
+
+
+def node_id_of(node_id: Any = None, emulate_nodes: Any = None,
+               node_id_env: Any = None) -> Optional[str]:
+    """The one ``node_id`` value from it or the older keywords (None if none is given). Pure.
+
+    ``emulate_nodes=K`` is ``emulate:K`` and ``node_id_env=VAR`` is ``env:VAR``.
+
+    Raises
+    ------
+    ValueError
+        More than one given, or a value that does not parse.
+    """
+    given = [(k, v) for k, v in (("node_id", node_id), ("emulate_nodes", emulate_nodes),
+                                 ("node_id_env", node_id_env)) if v not in (None, "")]
+    if len(given) > 1:
+        raise ValueError(f"use either {' or '.join(k for k, _ in given)}, not both")
+    if not given:
+        return None
+    key, value = given[0]
+    if key == "emulate_nodes":
+        return f"emulate:{parse_int(1)(value, 'emulate_nodes')}"
+    if key == "node_id_env":
+        return parse_node_id(f"env:{value}", "node_id_env")
+    return parse_node_id(value)
+
+
+def split_node_id(node_id: str) -> Tuple[Optional[int], Optional[str]]:
+    """``(N, None)`` for ``emulate:N``, ``(None, VAR)`` for ``env:VAR``, else ``(None, None)``."""
+    kind, _, arg = node_id.partition(":")
+    return (int(arg) if kind == "emulate" else None), (arg if kind == "env" else None)
+
+
+#: How ranks form nodes: keyword > ``$STAGER_NODE_ID`` > ``host``.
+NODE_ID = Option("node_id", "host", parse_node_id, ENV_PREFIX + "NODE_ID")
+
+
+def resolve_node_id(env: Optional[Mapping[str, str]] = None, node_id: Any = None,
+                    emulate_nodes: Any = None, node_id_env: Any = None) -> str:
+    """``node_id`` from keywords, ``$STAGER_NODE_ID`` (or the older ``$STAGER_EMULATE_NODES``,
+    ``$STAGER_NODE_ID_ENV``), else ``host``. Local; collective callers run it on rank 0."""
+    env = os.environ if env is None else env
+    given = node_id_of(node_id, emulate_nodes, node_id_env)
+    if given is None and not env.get(NODE_ID.env or ""):
+        given = node_id_of(None, env.get(ENV_PREFIX + "EMULATE_NODES"),
+                           env.get(ENV_PREFIX + "NODE_ID_ENV"))
+    return str(resolve([NODE_ID], {"node_id": given}, env)["node_id"])

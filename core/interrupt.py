@@ -32,7 +32,7 @@ import threading
 import time
 from typing import Any, Callable, List, Optional
 
-from stager.errors import Interrupted
+from core.errors import Interrupted
 
 __all__ = ["Handling", "pending", "check", "signal_name", "DEFAULT_GRACE"]
 

@@ -13,7 +13,7 @@ destination is treated as hostile until checked:
 * bytes go to a temporary file (``O_EXCL | O_NOFOLLOW``, mode ``0600``) with a
   short name whatever the final one (``.stager-tmp-...``: NAME_MAX), next to the
   destination or, inside a staging run, in its root's ``.stager/tmp``
-  (:mod:`stager.nodelocal.commit`), and reach the final name by ``rename``, which
+  (:mod:`core.commit`), and reach the final name by ``rename``, which
   is atomic within a filesystem: a reader sees the old file or the whole new one,
   never a partial file. Mode and mtime are set on the temporary file before the
   rename, and a staging run journals the copy just before it.
@@ -24,9 +24,9 @@ anyway, so durability buys nothing while costing a flush per file on disks
 (``bench/results/history.md``). ``stager drain`` writes the only copy of
 results and passes ``fsync=True``.
 
-Public helpers reused by ``drain``: :func:`ensure_dir`, :class:`AtomicFile`,
-:func:`write_bytes_atomic`, :func:`copy_file_atomic`. Free space lives in
-:mod:`stager.nodelocal.space`.
+Used by staging, ``drain``, the stream job and the workflow results alike:
+:func:`ensure_dir`, :class:`AtomicFile`, :func:`write_bytes_atomic`,
+:func:`copy_file_atomic`. Free space is the stager's (``stager.nodelocal.space``).
 """
 from __future__ import annotations
 
@@ -35,9 +35,9 @@ import os
 import stat
 from typing import Callable, Collection, List, Optional, Union
 
-from stager.errors import TransferError
-from stager.nodelocal import checksum, commit
-from stager.nodelocal.commit import TEMP_MARK
+from core.errors import LocalFileError
+from core import checksum, commit
+from core.commit import TEMP_MARK
 
 __all__ = ["UnsafePathError", "TEMP_MARK", "inside", "describe_untrusted", "ensure_dir",
            "check_dest", "non_files", "AtomicFile", "write_bytes_atomic", "copy_file_atomic"]
@@ -48,7 +48,7 @@ _COPY_SIZE = 8 << 20
 PathLike = Union[str, "os.PathLike[str]"]
 
 
-class UnsafePathError(TransferError):
+class UnsafePathError(LocalFileError):
     """A destination path is a symlink, escapes its root, or is owned by someone else."""
 
 
@@ -236,7 +236,7 @@ class AtomicFile:
         self.fsync = fsync
         self.hasher = checksum.new() if hash else None
         # a short name whatever the final one (NAME_MAX), unique per process, O_EXCL for
-        # the rest; a staging run puts it in its root's state directory (stager.nodelocal.commit)
+        # the rest; a staging run puts it in its root's state directory (core.commit)
         self.tmp = commit.temp_path(dest)
         # created with its final mode when the umask allows it (saves an fchmod per file);
         # nobody else can reach it meanwhile: the temporary name lives in a 0700 directory of ours
@@ -271,7 +271,7 @@ class AtomicFile:
     def commit(self, checksum: Optional[str] = None) -> None:
         """Set mode and mtime, optionally fsync, and rename onto ``dest``.
 
-        The rename goes through :func:`stager.nodelocal.commit.rename`: inside a
+        The rename goes through :func:`core.commit.rename`: inside a
         staging run the copy is journaled (with ``checksum``, or this file's own
         incremental checksum) before it appears under its final name.
         """
@@ -337,7 +337,7 @@ def copy_file_atomic(src: str, dest: str, *, fsync: bool = False,
     The checksum is computed over the bytes read from ``src`` and written to
     ``dest`` (one buffer serves both). ``src`` is re-``fstat``-ed after the
     copy: a source that changed size or mtime meanwhile raises
-    :class:`~stager.errors.TransferError` and nothing is left at ``dest``.
+    :class:`~core.errors.LocalFileError` and nothing is left at ``dest``.
     """
     fd = os.open(src, os.O_RDONLY | _CLOEXEC)
     try:
@@ -354,7 +354,7 @@ def copy_file_atomic(src: str, dest: str, *, fsync: bool = False,
             st2 = os.fstat(fd)
             same = (st2.st_size, st2.st_mtime_ns) == (st.st_size, st.st_mtime_ns)
             if not same or out.nbytes != st.st_size:
-                raise TransferError(f"{src} changed while being copied; "
+                raise LocalFileError(f"{src} changed while being copied; "
                                     "copy again when it is stable")
             out.commit()
             return out.hexdigest()

@@ -2,12 +2,12 @@
 
 A :class:`Job` holds the communicator, how nodes were identified (one value,
 ``node_id``: ``host``, ``env:VAR`` or ``emulate:N``, see
-:func:`stager.options.parse_node_id`), and the node layout that follows from
+:func:`core.nodes.parse_node_id`), and the node layout that follows from
 it (node and leader communicators, node names, each rank's node). Build it
 once per MPI job and hand it to ``stage``, ``verify``, ``clean``, ``drain``,
 ``receive_scans``, the workflow executors and runner::
 
-    from stager.mpi.job import Job
+    from core.job import Job
     job = Job.from_comm(comm, node_id="emulate:2")
     stager.stage(spec, job=job)
     stager.drain(src, dest, job=job)
@@ -23,19 +23,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterator, Optional, Tuple
 
-from stager.mpi.agree import bcast_result
-from stager.mpi.nodes import NodeLayout, check_node_options, node_layout
-from stager.options import node_id_of, resolve_node_id, split_node_id
+from core.mpi.agree import bcast_result
+from core.nodes import NodeLayout, node_id_of, node_layout, resolve_node_id, split_node_id
 
-__all__ = ["Job", "job_for", "acquire_job", "comm_and_job", "check_node_id", "NODE_KEYWORDS"]
+__all__ = ["Job", "job_for", "acquire_job", "comm_and_job", "NODE_KEYWORDS"]
 
 #: The keywords that say how nodes are identified (the older two map onto ``node_id``).
 NODE_KEYWORDS = ("node_id", "emulate_nodes", "node_id_env")
-
-
-def check_node_id(size: int, node_id: str) -> None:
-    """Reject a (parsed) ``node_id`` that ``size`` ranks cannot use. Pure; ``ValueError``."""
-    check_node_options(size, *split_node_id(node_id))
 
 
 @dataclass(frozen=True)
@@ -78,7 +72,7 @@ class Job:
         ValueError
             A ``node_id`` that does not parse or does not fit ``comm.size`` (every rank,
             before the layout's collectives).
-        StagerError
+        JobError
             ``env:VAR`` unset on some rank, or a name unusable as a directory (every rank).
         """
         if comm is None:

@@ -1,6 +1,6 @@
 """How a copy is committed: where its temporary file lives, and what surrounds its rename.
 
-Every copy the stager writes -- a whole file (:class:`stager.nodelocal.localfs.AtomicFile`)
+Every copy the stager writes -- a whole file (:class:`core.localfs.AtomicFile`)
 or an HDF5 copy (``stager.staging.h5.write``) -- is written under a temporary name and
 renamed onto its final name. The two functions here are the only way those writers
 name the temporary file and rename it:

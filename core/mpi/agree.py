@@ -17,9 +17,9 @@ the local messages (which name the file). ``BaseException`` that is not an
 interrupted rank is ended by the launcher, not agreed on.
 
 The class raised everywhere is the class of the first failing rank's error if
-it derives from ``base`` (default ``StagerError``), else ``default``. Other
-packages pass their own roots (``WorkflowError``). The local cause is kept as
-``__cause__`` on the rank where it happened.
+it derives from ``base`` (default: any error of ours, :class:`~core.errors.MpistageError`),
+else ``default`` (callers pass their package's root: ``StagerError``, ``WorkflowError``).
+The local cause is kept as ``__cause__`` on the rank where it happened.
 
 Never use it inside code that only some ranks run: every rank of ``comm`` must
 enter the same number of ``agreed`` blocks. The other helpers here:
@@ -33,13 +33,15 @@ import pickle
 import socket
 import time
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, List, Optional, Tuple, Type
+from typing import Any, Callable, Iterator, List, Optional, Tuple, Type, Union
 
-from stager.errors import StagerError
+from core.errors import MpistageError
 
 __all__ = ["agree", "agreed", "any_true", "bcast_result", "describe", "format_failures",
            "quiet_barrier", "wait_quietly"]
 
+#: The classes that keep their identity across ranks: one class or a tuple.
+Kept = Union[Type[BaseException], Tuple[Type[BaseException], ...]]
 #: At most this many distinct messages are spelled out in the agreed error.
 MAX_MESSAGES = 6
 
@@ -47,7 +49,7 @@ MAX_MESSAGES = 6
 def describe(exc: BaseException) -> str:
     """One line describing ``exc``: its message, prefixed by its type if it is not ours."""
     msg = " ".join(str(exc).split()) or type(exc).__name__
-    if isinstance(exc, StagerError):
+    if isinstance(exc, MpistageError):
         return msg
     return f"{type(exc).__name__}: {msg}"
 
@@ -70,8 +72,8 @@ def format_failures(failures: List[Tuple[int, str, str]], what: str = "") -> str
 
 
 def agree(comm: Any, error: Optional[BaseException], what: str = "", *,
-          base: Type[BaseException] = StagerError,
-          default: Type[BaseException] = StagerError, node: Optional[str] = None,
+          base: Kept = MpistageError,
+          default: Type[BaseException] = MpistageError, node: Optional[str] = None,
           quiet: bool = False) -> None:
     """Collective over `comm`: every rank must call. Raise everywhere if any rank failed.
 
@@ -85,7 +87,7 @@ def agree(comm: Any, error: Optional[BaseException], what: str = "", *,
         This rank's failure, or ``None``.
     what : str
         Name of the phase, prefixed to the message ("staging failed: ...").
-    base : exception class
+    base : exception class or tuple of them
         Errors deriving from it keep their class on every rank.
     default : exception class
         Class raised when the first failing rank's error is not a ``base``.
@@ -124,8 +126,8 @@ def agree(comm: Any, error: Optional[BaseException], what: str = "", *,
 
 
 @contextmanager
-def agreed(comm: Any, what: str = "", *, base: Type[BaseException] = StagerError,
-           default: Type[BaseException] = StagerError, node: Optional[str] = None,
+def agreed(comm: Any, what: str = "", *, base: Kept = MpistageError,
+           default: Type[BaseException] = MpistageError, node: Optional[str] = None,
            quiet: bool = False) -> Iterator[None]:
     """Collective over `comm`: every rank must enter and leave. Agree on the block's outcome.
 
@@ -158,7 +160,7 @@ def bcast_result(comm: Any, fn: Callable[..., Any], *args: Any, **kwargs: Any) -
     Only rank 0 runs ``fn`` (planning reads the shared filesystem once, options
     come from rank 0's environment); one ``bcast`` carries the pickled result,
     or the exception, which every rank then raises. An exception that does not
-    survive pickling travels as a ``StagerError`` with its description.
+    survive pickling travels as a ``MpistageError`` with its description.
     """
     payload = None
     if comm.rank == 0:
@@ -169,7 +171,7 @@ def bcast_result(comm: Any, fn: Callable[..., Any], *args: Any, **kwargs: Any) -
                 payload = pickle.dumps(("err", e))
                 pickle.loads(payload)  # an error that does not round-trip is sent as text
             except Exception:
-                payload = pickle.dumps(("err", StagerError(describe(e))))
+                payload = pickle.dumps(("err", MpistageError(describe(e))))
     kind, value = pickle.loads(comm.bcast(payload, root=0))
     if kind == "err":
         value.agreed_by = comm.Get_size()  # every rank raises it

@@ -13,7 +13,7 @@ Deadlock freedom: every leader walks the sets in one global order (sorted) and
 joins the ones it belongs to, so two leaders that share several sets meet in them
 in the same order (the ordered-locks argument); each set has its own tag.
 Failure: before a set's work, its members agree whether any of them already
-failed (:func:`stager.mpi.agree.any_true` over the group); if one did, the whole
+failed (:func:`core.mpi.agree.any_true` over the group); if one did, the whole
 group skips it -- so nobody waits in a group for a member that stopped -- and
 the caller's failure is agreed over all leaders afterwards, as for any kind.
 """
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Iterator, Tuple
 
-from stager.mpi.agree import any_true
+from core.mpi.agree import any_true
 
 __all__ = ["holder_groups"]
 

@@ -23,7 +23,7 @@ import os
 import stat
 from typing import Collection, List, Optional, Tuple
 
-from stager.nodelocal.localfs import UnsafePathError, describe_untrusted
+from core.localfs import UnsafePathError, describe_untrusted
 
 __all__ = ["Untrusted", "DIR_FLAGS", "describe_untrusted", "check_trusted", "open_dir",
            "open_below", "read_file", "write_file", "is_missing", "describe_shared_dir",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Dict, Optional
 
-from stager.mpi.link import TAGS, Backoff, Link
+from core.mpi.link import TAGS, Backoff, Link
 
 __all__ = ["Loop", "handlers"]
 

@@ -1,0 +1,121 @@
+"""The one plug-in table: name -> ``"module:Attr"`` row, imported when first asked for.
+
+Block kinds, transfer methods, executors, stream protocols and the ``stager``
+subcommands are each one :class:`Table` (as h5py keeps its drivers in one
+registry): a plug-in is one module plus one row, nothing branches on its name,
+and an unknown name is one error, :class:`~core.errors.UnknownName`, listing
+the known ones::
+
+    >>> t = Table("greeting", {"hello": "string:capwords"})
+    >>> t.load("hello")("hi there")
+    'Hi There'
+    >>> t.names()
+    ('hello',)
+    >>> t.load("bye")
+    Traceback (most recent call last):
+    ...
+    core.errors.UnknownName: unknown greeting 'bye': use one of hello
+
+A row is ``"module:Attr"`` (or ``"module"``: the module itself), resolved with the
+standard library's :func:`pkgutil.resolve_name` so that importing the table imports
+no plug-in; or the object itself (what :meth:`Table.register` adds from outside
+the package, e.g. the tests' toy kind). ``make`` turns what a row names into what
+the table hands out (a class into its one instance); it runs once per name.
+
+A table reads like the mapping of its rows (``name in t``, ``t[name]``,
+``list(t)``), so argparse ``choices=`` and messages take it as it is.
+"""
+from __future__ import annotations
+
+import pkgutil
+from typing import Any, Callable, Dict, Generic, Iterator, Mapping, Optional, Tuple, TypeVar, Union
+
+from core.errors import UnknownName
+
+__all__ = ["Table"]
+
+T = TypeVar("T")
+
+
+class Table(Mapping[str, Union[str, Any]], Generic[T]):
+    """Plug-ins by name; rows are ``"module:Attr"`` strings (lazy) or objects.
+
+    Parameters
+    ----------
+    what : str
+        What a row is, for messages ("block kind", "executor").
+    rows : mapping of str to str or object
+        The built-in rows, in table order.
+    make : callable, optional
+        Applied once to what a row names (default: used as it is).
+    about : mapping of str to str, optional
+        A one-line description of some rows (shown without importing them).
+    paths : bool
+        A name spelled ``"module:Attr"`` that is not a row is resolved too (a plug-in
+        named on a command line).
+    hint : str
+        Appended to the unknown-name message (how to add one).
+    """
+
+    def __init__(self, what: str, rows: Mapping[str, Any], *,
+                 make: Optional[Callable[[Any], T]] = None,
+                 about: Optional[Mapping[str, str]] = None, paths: bool = False,
+                 hint: str = "") -> None:
+        self.what = what
+        self._rows: Dict[str, Any] = dict(rows)
+        self._about: Dict[str, str] = dict(about or {})
+        self._make = make
+        self._paths = paths
+        self._hint = hint
+        self._loaded: Dict[str, T] = {}
+
+    # -- the mapping of rows ----------------------------------------------------------------
+    def __getitem__(self, name: str) -> Any:
+        return self._rows[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._rows)
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __repr__(self) -> str:
+        return f"Table({self.what!r}, {self._rows!r})"
+
+    # -- plug-ins -----------------------------------------------------------------------------
+    def register(self, name: str, row: Any, about: str = "") -> None:
+        """Add (or replace) row ``name``: ``"module:Attr"`` or the object itself."""
+        self._rows[name] = row
+        self._loaded.pop(name, None)
+        if about:
+            self._about[name] = about
+
+    def names(self) -> Tuple[str, ...]:
+        """The rows' names, in table order."""
+        return tuple(self._rows)
+
+    def about(self, name: str) -> str:
+        """The one-line description of row ``name`` ("" if none)."""
+        return self._about.get(self.check(name), "")
+
+    def check(self, name: str) -> str:
+        """``name`` if it is a row (or, with ``paths``, a ``"module:Attr"``), else
+        :class:`~core.errors.UnknownName`. Pure: imports nothing."""
+        if name in self._rows or (self._paths and isinstance(name, str) and ":" in name):
+            return name
+        hint = f" ({self._hint})" if self._hint else ""
+        raise UnknownName(f"unknown {self.what} {name!r}: use one of "
+                          f"{', '.join(self._rows) or '(none)'}{hint}")
+
+    def load(self, name: str) -> T:
+        """What row ``name`` names (its module imported on first use, ``make`` applied once)."""
+        if name not in self._loaded:
+            row = self._rows.get(self.check(name), name)
+            got = pkgutil.resolve_name(row) if isinstance(row, str) else row
+            self._loaded[name] = self._make(got) if self._make and isinstance(row, str) \
+                else got
+        return self._loaded[name]
+
+    def loaded(self) -> Tuple[T, ...]:
+        """Every row's plug-in, in table order (each module imported)."""
+        return tuple(self.load(n) for n in self._rows)
