@@ -264,6 +264,14 @@ class LiveView:
         self._sock.connect(endpoint)
         self.endpoint = endpoint
 
+    def monitor(self) -> Any:
+        """A PAIR socket of this subscriber's connection events
+        (:meth:`zmq.Socket.get_monitor_socket`): how a viewer learns that the job's live
+        socket went away, i.e. that the job ended."""
+        zmq = self._zmq
+        return self._sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED
+                                             | zmq.EVENT_DISCONNECTED)
+
     def receive(self, timeout: float) -> Optional[LiveMessage]:
         """The next message within ``timeout`` seconds, or None."""
         if not self._sock.poll(int(timeout * 1000)):
