@@ -245,9 +245,9 @@ class LiveJob:
 
     def result(self, scan: str, timeout: Optional[float] = None) -> Partial:
         """Wait for ``scan``'s final result (the merge across nodes the job writes)."""
-        last = None
-        for last in self.partials(scan, timeout):
-            pass
+        last: Optional[Partial] = None
+        for p in self.partials(scan, timeout):
+            last = p
         assert last is not None and last.final
         return last
 
@@ -291,7 +291,7 @@ class LiveJob:
         self._monitor.close(linger=0)
         self._view.close()
 
-    def __enter__(self) -> "LiveJob":
+    def __enter__(self) -> LiveJob:
         return self
 
     def __exit__(self, *exc: Any) -> None:
