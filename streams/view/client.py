@@ -176,10 +176,17 @@ class LiveJob:
 
     @property
     def ended(self) -> bool:
-        """The job ended: its ``mpirun`` exited, or its live socket went away."""
+        """The job ended: its ``mpirun`` exited, its live socket went away, or (with
+        ``out``) it wrote ``OUT/rejections.json`` after this rendezvous file."""
         self._events()
         if self.process is not None and self.process.poll() is not None:
             return True
+        if self.out is not None:    # the job writes rejections.json last, when it ends
+            try:
+                return os.stat(os.path.join(self.out, "rejections.json")).st_mtime >= \
+                    os.stat(self.rendezvous).st_mtime or self.disconnected
+            except OSError:
+                pass
         return self.disconnected
 
     # ---- partial results ----
