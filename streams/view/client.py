@@ -189,6 +189,23 @@ class LiveJob:
                 pass
         return self.disconnected
 
+    def wait_connected(self, timeout: float = 30.0) -> None:
+        """Return once the job's live socket accepted this viewer (ZeroMQ subscribers
+        miss what is published before then).
+
+        Raises
+        ------
+        TimeoutError
+            Not connected within ``timeout`` seconds (no job there, or a wrong key).
+        """
+        end = time.monotonic() + timeout
+        while not self.connected:
+            if self.ended or time.monotonic() > end:
+                raise TimeoutError(f"not connected to {self.endpoint} within {timeout} s "
+                                   "(the job not running, or it refused this viewer's key)")
+            self._monitor.poll(100)
+            self._events()
+
     # ---- partial results ----
     def next(self, timeout: float = 1.0) -> Optional[Partial]:
         """The next scan message within ``timeout`` seconds, or None (the job's own
@@ -198,6 +215,7 @@ class LiveJob:
             msg = self._view.receive(max(0.0, min(0.2, end - time.monotonic())))
             self._events()
             if msg is not None:
+                self.connected = True
                 if msg.job:
                     self.job_progress = dict(msg.progress)
                 else:
@@ -262,31 +280,41 @@ class LiveJob:
     def _where(self, name: str) -> str:
         return os.path.join(self.out, name) if self.out else f"OUT/{name} (give out=)"
 
-    def _read_json(self, name: str) -> Dict[str, Any]:
+    def _read_json(self, name: str, timeout: float = 0.0) -> Dict[str, Any]:
         import json
 
         if self.out is None:
             raise StreamError(f"{name}: this handle does not know the job's --out directory "
                               "(attach(..., out=DIR))")
         path = os.path.join(self.out, name)
+        end = time.monotonic() + timeout
+        # the job publishes a scan's final result, then drains its files to OUT
+        while not os.path.exists(path) and time.monotonic() < end and not (
+                self.process is not None and self.process.poll() is not None):
+            time.sleep(0.05)
         try:
             with open(path) as f:
                 return dict(json.load(f))
         except (OSError, ValueError) as e:
             raise StreamError(f"cannot read {path}: {e}") from None
 
-    def report(self, scan: str) -> Dict[str, Any]:
-        """``OUT/<scan>.json``, the scan's report (written with its final result)."""
-        return self._read_json(f"{scan}.json")
+    def report(self, scan: str, timeout: float = 60.0) -> Dict[str, Any]:
+        """``OUT/<scan>.json``, the scan's report; waits up to ``timeout`` seconds for it
+        (the job drains it to OUT just after it published the final result)."""
+        return self._read_json(f"{scan}.json", timeout)
 
     def rejections(self) -> Dict[str, Any]:
         """The job's rejections: ``OUT/rejections.json`` once the job ended, else the
-        latest figures the job published (``total``, ``by_reason``, ``examples``)."""
+        latest figures the job published; either way ``rejected`` (the total),
+        ``by_reason`` and ``examples``."""
         if self.out is not None and os.path.exists(os.path.join(self.out, "rejections.json")):
             return self._read_json("rejections.json")
         latest = [p.progress.get("job_rejected") for p in self.latest.values()]
-        return dict(self.job_progress.get("job_rejected") or next(
+        j = dict(self.job_progress.get("job_rejected") or next(
             (j for j in reversed(latest) if j), {}) or {})
+        # the published figures under the file's names
+        return {"rejected": int(j.pop("total", 0)), "by_reason": j.pop("by_reason", {}),
+                "examples": j.pop("examples", []), **j}
 
     def wait(self, timeout: Optional[float] = None) -> Optional[int]:
         """Wait for a job started by :func:`launch` to exit; its exit status."""

@@ -4,6 +4,7 @@ attached with the viewers' certificate."""
 from __future__ import annotations
 
 import threading
+import time
 
 import h5py
 import numpy as np
@@ -30,6 +31,7 @@ def test_partials_grow_to_the_final_result_the_job_wrote(tmp_path):
     job = _launch(tmp_path, "--analysis", "stem4d.flow", "--partition-frames", "2")
     try:
         rv = read_rendezvous(job.rendezvous)
+        job.wait_connected()          # a subscriber misses what goes out before
         scan = _scan(scan_shape=(8, 8), rate=12.0)          # ~5 s of frames
         feed = threading.Thread(target=run_producers, args=(scan, rv))
         feed.start()
@@ -83,3 +85,35 @@ def test_attach_refuses_a_rendezvous_file_others_may_write(tmp_path):
     rv.write_text(json.dumps({"live": None}))
     with pytest.raises(StreamError, match="no live endpoint"):
         attach(str(rv))
+
+
+def test_the_guide_s_example_runs_as_written(tmp_path):
+    """The Python example of docs/guide/streaming.md, run as written beside a live job."""
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from streams.protocols.native.rendezvous import read_rendezvous
+    from streams.simulate import run_producers
+
+    guide = Path(__file__).resolve().parents[2] / "docs" / "guide" / "streaming.md"
+    code = [b for b in re.findall(r"```python\n(.*?)```", guide.read_text(), re.S)
+            if "streams.view" in b]
+    assert len(code) == 1
+    job = _launch(tmp_path, "--analysis", "stem4d.flow", "--partition-frames", "2")
+    try:
+        reader = subprocess.Popen([sys.executable, "-c", code[0]], cwd=tmp_path, env=_env(),
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        time.sleep(1.0)        # subscribed before the first frame
+        run_producers(_scan(scan_shape=(8, 8), rate=20.0), read_rendezvous(job.rendezvous))
+        text, _ = reader.communicate(timeout=120)
+        assert job.wait(120) == 0
+    finally:
+        if job.process.poll() is None:
+            job.process.kill()
+        job.close()
+    assert reader.returncode == 0, text
+    lines = text.splitlines()
+    assert "64/64 complete, 0 missing" in lines[-2] and "[32, 32]" in lines[-2], text
+    assert lines[-1] == "64 frames, 0 messages rejected", text
