@@ -154,8 +154,8 @@ class LiveJob:
         self.process = process
         self.endpoint: str = src["live"]
         self._view = LiveView(self.endpoint, src["server_key"],
-                              certificate or src["certificate"])
-        self._monitor = self._view.monitor()
+                              certificate or src["certificate"], monitor=True)
+        self._monitor = self._view.events
         self.connected = False          # the job's live socket accepted us
         self.disconnected = False       # ... and went away since
         self.latest: Dict[str, Partial] = {}
@@ -323,7 +323,6 @@ class LiveJob:
         return int(self.process.wait(timeout))
 
     def close(self) -> None:
-        self._monitor.close(linger=0)
         self._view.close()
 
     def __enter__(self) -> LiveJob:
