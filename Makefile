@@ -17,7 +17,7 @@ SERIAL_TIMEOUT ?= 1800
 MPI_TIMEOUT    ?= 1800
 
 APT_PACKAGES := openmpi-bin libopenmpi-dev libhdf5-openmpi-dev python3-h5py-mpi \
-                python3-mpi4py python3-venv slurm-wlm munge fuse3 procps
+                python3-mpi4py python3-venv slurm-wlm munge fuse3 procps chromium chromium-driver
 
 .PHONY: help setup system demo test test-serial test-mpi lint lint-check bench clean-demo bench-pfs \
         serial-venv serial-venv-maybe docs test-fast
@@ -53,7 +53,7 @@ $(STAMP): setup.cfg pyproject.toml constraints.txt tools/debian_h5py.py
 	@# stempy, LiberTEM) pulls PyPI's serial build, which shadows it (tools/debian_h5py.py)
 	$(PY) tools/debian_h5py.py $(VENV)/h5py-constraint.txt
 	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -c $(VENV)/h5py-constraint.txt \
-	  -e '.[kernels,plot,parsl,hedm,stream,stream-fast,em,libertem,livepeers,test,bench,docs]'
+	  -e '.[kernels,plot,parsl,hedm,stream,stream-fast,view,view-test,em,libertem,livepeers,test,bench,docs]'
 	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -c $(VENV)/h5py-constraint.txt \
 	  hdf5plugin fabio
 	@H5PY_ALWAYS_USE_MPI=1 $(PY) -c "import h5py, mpi4py, numba, numpy; \

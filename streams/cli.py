@@ -11,6 +11,9 @@ most ``--allow-loss``), 1 otherwise, 2 on bad options.
 live message, frames/s, GB/s, frames complete / incomplete / not arrived and the
 time since the last frame; ``--png FILE`` is rewritten with the current image
 when you press Enter or send SIGUSR1 (``--once``: after the first image, then exit).
+
+``stager stream view RENDEZVOUS [--port P]`` serves a web page of the job
+(:mod:`streams.view.server`).
 """
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from stager.commands.stage import add_node_id_arguments
     from streams import protocols
 
-    sub = p.add_subparsers(dest="stream_command", metavar="{receive,watch}")
+    sub = p.add_subparsers(dest="stream_command", metavar="{receive,watch,view}")
     sub.required = True
     r = sub.add_parser("receive", help="receive scans into the nodes of this MPI job")
     r.add_argument("--rendezvous", required=True, metavar="FILE",
@@ -112,6 +115,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="also trust a rendezvous file of USER (default: only your own)")
     w.add_argument("--insecure", action="store_true",
                    help="accept a rendezvous without a CURVE key (a job run --insecure)")
+    from streams.view.cli import add_arguments as add_view_arguments
+
+    add_view_arguments(sub.add_parser("view", help="a web page of a receiving job, live"))
 
 
 def _add_security_arguments(r: argparse.ArgumentParser) -> None:
@@ -143,6 +149,10 @@ def _mib(value: Optional[float]) -> Optional[int]:
 def run(args: argparse.Namespace) -> int:
     if args.stream_command == "watch":
         return _watch(args)
+    if args.stream_command == "view":
+        from streams.view.cli import run as view
+
+        return int(view(args))
     return _receive(args)
 
 

@@ -197,7 +197,25 @@ class Coordinator:
                 "refused": int(sum(rep.refused.values())),
                 "idle_s": None if idle is None else round(idle, 3),
                 "receivers_closed": len(st.closed), "receivers": len(self.roles.servers),
-                "live_updates": st.live_updates}
+                "live_updates": st.live_updates, "per_receiver": self._per_receiver(st)}
+
+    def _per_receiver(self, st: ScanState) -> List[Dict[str, Any]]:
+        """Each receiver's own figures of a scan (its node, from its last snapshot)."""
+        out = []
+        for r, rank in enumerate(self.roles.servers):
+            rep = st.snaps.get(r)
+            exp = self.expected_at(st.geometry, r)
+            n = rep.got.sum(axis=1) if rep is not None else np.zeros(len(exp), int)
+            S = st.geometry.sectors
+            out.append({"receiver": r, "node": int(self.roles.node_of[rank]),
+                        "frames": int(exp.sum()), "complete": int((exp & (n == S)).sum()),
+                        "incomplete": int((exp & (n > 0) & (n < S)).sum()),
+                        "not_arrived": int((exp & (n == 0)).sum()),
+                        "rejected": 0 if rep is None else int(
+                            sum(rep.rejected.values()) + sum(rep.rejected_unattributed.values())),
+                        "refused": 0 if rep is None else int(sum(rep.refused.values())),
+                        "closed": r in st.closed, "heard": rep is not None})
+        return out
 
     def lost_ranks(self, now: float, nodes: Optional[List[str]] = None) -> List[Dict[str, Any]]:
         """Ranks not heard from for ``3 * heartbeat`` seconds (with their role)."""

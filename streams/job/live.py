@@ -255,11 +255,14 @@ class LiveView:
 
     ``server_key`` (Z85) and ``certificate`` (a client certificate with its secret
     key): connect as a CURVE client, as the job's live socket requires unless it
-    runs ``--insecure``.
+    runs ``--insecure``. ``monitor``: :attr:`events` is a PAIR socket of this
+    subscriber's connection events (:meth:`zmq.Socket.get_monitor_socket`, made
+    before connecting so none is missed): how a viewer learns that the job's live
+    socket accepted it, and that it went away (the job ended).
     """
 
     def __init__(self, endpoint: str, server_key: Optional[str] = None,
-                 certificate: Optional[str] = None) -> None:
+                 certificate: Optional[str] = None, monitor: bool = False) -> None:
         import zmq
 
         self._zmq = zmq
@@ -279,6 +282,8 @@ class LiveView:
             except StreamError:
                 self._sock.close()
                 raise
+        self.events: Any = self._sock.get_monitor_socket(
+            zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED) if monitor else None
         self._sock.connect(endpoint)
         self.endpoint = endpoint
 
@@ -289,4 +294,6 @@ class LiveView:
         return LiveMessage.decode(self._sock.recv_multipart())
 
     def close(self) -> None:
+        if self.events is not None:
+            self.events.close(linger=0)
         self._sock.close(linger=0)

@@ -1,0 +1,22 @@
+"""Looking at a running receiving job: a Python handle and a browser view.
+
+- :func:`attach` / :class:`LiveJob`: a notebook's handle on a job by its rendezvous
+  file and the viewers' certificate -- partial results as they arrive
+  (:class:`Partial`: progress per receiver, each analysis's images as NumPy arrays),
+  the final result, the report and the rejections. :func:`launch` starts a receiving
+  job with ``mpirun`` and returns the same handle.
+- ``stager stream view RV.json`` (:mod:`streams.view.server`): one web page per job,
+  images pushed over a WebSocket as partial results arrive.
+
+Both read the job's live socket through :class:`streams.job.live.LiveView`, the
+subscriber ``stager stream watch`` uses; neither can write to the job.
+"""
+from __future__ import annotations
+
+import lazy_loader
+
+__all__ = ["attach", "launch", "LiveJob", "Partial", "JobEnded"]
+
+__getattr__, __dir__, _ = lazy_loader.attach(__name__, submod_attrs={
+    "client": ["attach", "launch", "LiveJob", "Partial", "JobEnded"],
+})

@@ -1,0 +1,370 @@
+"""A Python handle on a running receiving job: partial results as they arrive.
+
+::
+
+    from streams.view import attach
+
+    with attach("rv.json", out="out") as job:
+        for p in job.partials("s1"):             # until the scan's final result
+            print(p.complete, "/", p.frames, p.images["sum_image"].mean())
+        final = job.result("s1")                 # the merged result the job wrote
+        report = job.report("s1")                # OUT/s1.json
+        rejections = job.rejections()            # OUT/rejections.json, once the job ended
+
+The handle subscribes to the job's live socket (the rendezvous file's ``live``,
+``docs/stream-protocol.md`` section 9) through :class:`streams.job.live.LiveView`,
+with the viewers' certificate the job wrote beside its rendezvous file: it can
+watch, never write. It learns that the job ended when the job's live socket goes
+away after it was connected (ZeroMQ's connection events) or, for a job it started
+(:func:`launch`), when ``mpirun`` exits.
+
+The live socket drops old messages for a slow reader (its send high-water mark),
+never the job's pace: a reader sees the latest partial results, not necessarily
+every one; every scan's last message (``final``) is sent once more when it is
+written.
+"""
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterator, List, Optional, Sequence
+
+import numpy as np
+
+from streams.errors import StreamError
+
+__all__ = ["attach", "launch", "LiveJob", "Partial", "JobEnded"]
+
+
+class JobEnded(StreamError):
+    """The job ended (or its live socket went away) before what was waited for came."""
+
+
+@dataclass(frozen=True)
+class Partial:
+    """One partial (or the final) result of a scan, as the job published it.
+
+    Attributes
+    ----------
+    scan : str
+    t : float
+        Unix time the job took the snapshot.
+    final : bool
+        The scan's merged result across every node, as written to ``OUT/<scan>.h5``.
+    progress : dict
+        The job's figures (``docs/stream-protocol.md`` section 9): ``frames``,
+        ``complete``, ``incomplete``, ``not_arrived``, ``rejected``,
+        ``rejected_by_reason``, ``refused``, ``per_receiver``, ...
+    images : dict of str to ndarray
+        Each 2-D buffer of the analysis (read-only arrays).
+    valid : ndarray of bool
+        Scan-shaped: True where that position's result is in.
+    """
+
+    scan: str
+    t: float
+    final: bool
+    progress: Dict[str, Any]
+    images: Dict[str, np.ndarray]
+    valid: np.ndarray
+    received: float = field(default=0.0, compare=False)   # time.time() when it arrived
+
+    @property
+    def frames(self) -> int:
+        return int(self.progress.get("frames", 0))
+
+    @property
+    def complete(self) -> int:
+        return int(self.progress.get("complete", 0))
+
+    @property
+    def missing(self) -> int:
+        """Frames not (wholly) in: incomplete ones and those not arrived."""
+        return int(self.progress.get("incomplete", 0) + self.progress.get("not_arrived", 0))
+
+    @property
+    def rejected(self) -> int:
+        return int(self.progress.get("rejected", 0))
+
+    @property
+    def nodes(self) -> List[Dict[str, Any]]:
+        """Per receiver: ``receiver``, ``node`` (index), ``frames`` (routed to it),
+        ``complete``, ``incomplete``, ``not_arrived``, ``rejected``, ``refused``,
+        ``closed``."""
+        return list(self.progress.get("per_receiver") or [])
+
+
+def _trusted(path: str) -> str:
+    """``path`` if it is a regular file of this user that nobody else may write."""
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise StreamError(f"cannot read the rendezvous file {path}: {e}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise StreamError(f"{path} is not a regular file")
+    if st.st_uid != os.getuid() or st.st_mode & 0o022:
+        raise StreamError(f"{path} belongs to uid {st.st_uid} or others may write it (mode "
+                          f"{stat.S_IMODE(st.st_mode):04o}): a rendezvous file someone else "
+                          "controls could point this viewer anywhere; use your job's own")
+    return path
+
+
+def _source(rendezvous: str) -> Dict[str, Any]:
+    """The live endpoint, server key and viewers' certificate of a rendezvous file."""
+    import json
+
+    with open(_trusted(rendezvous)) as f:
+        try:
+            d = json.load(f)
+        except ValueError as e:
+            raise StreamError(f"{rendezvous}: not a rendezvous file ({e})") from None
+    if not isinstance(d, dict) or not d.get("live"):
+        raise StreamError(f"{rendezvous}: the job publishes no live endpoint")
+    return {"live": d["live"], "server_key": d.get("curve_serverkey"),
+            "certificate": d.get("viewer_certificate")}
+
+
+class LiveJob:
+    """A viewer's handle on one receiving job (see the module docstring).
+
+    Parameters
+    ----------
+    rendezvous : str
+        The job's rendezvous file.
+    out : str, optional
+        The job's ``--out`` directory (for :meth:`report`, :meth:`rejections`).
+    certificate : str, optional
+        A viewer's certificate (``.key_secret``); default: the one the rendezvous
+        file names.
+    process : subprocess.Popen, optional
+        The job's ``mpirun`` (:func:`launch`): its exit ends the job for this handle.
+    """
+
+    def __init__(self, rendezvous: str, out: Optional[str] = None,
+                 certificate: Optional[str] = None, process: Any = None) -> None:
+        from streams.job.live import LiveView
+
+        src = _source(os.path.abspath(rendezvous))
+        self.rendezvous = os.path.abspath(rendezvous)
+        self.out = None if out is None else os.path.abspath(out)
+        self.process = process
+        self.endpoint: str = src["live"]
+        self._view = LiveView(self.endpoint, src["server_key"],
+                              certificate or src["certificate"], monitor=True)
+        self._monitor = self._view.events
+        self.connected = False          # the job's live socket accepted us
+        self.disconnected = False       # ... and went away since
+        self.latest: Dict[str, Partial] = {}
+        self.finals: Dict[str, Partial] = {}
+        self.job_progress: Dict[str, Any] = {}   # the job's rejections (no scan)
+
+    # ---- the job's state ----
+    def _events(self) -> None:
+        import zmq
+        from zmq.utils.monitor import recv_monitor_message
+
+        while self._monitor.poll(0):
+            ev = recv_monitor_message(self._monitor)["event"]
+            if ev == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                self.connected, self.disconnected = True, False
+            elif ev == zmq.EVENT_DISCONNECTED and self.connected:
+                self.disconnected = True
+
+    @property
+    def ended(self) -> bool:
+        """The job ended: its ``mpirun`` exited, its live socket went away, or (with
+        ``out``) it wrote ``OUT/rejections.json`` after this rendezvous file."""
+        self._events()
+        if self.process is not None and self.process.poll() is not None:
+            return True
+        if self.out is not None:    # the job writes rejections.json last, when it ends
+            try:
+                return os.stat(os.path.join(self.out, "rejections.json")).st_mtime >= \
+                    os.stat(self.rendezvous).st_mtime or self.disconnected
+            except OSError:
+                pass
+        return self.disconnected
+
+    def wait_connected(self, timeout: float = 30.0) -> None:
+        """Return once the job's live socket accepted this viewer (ZeroMQ subscribers
+        miss what is published before then).
+
+        Raises
+        ------
+        TimeoutError
+            Not connected within ``timeout`` seconds (no job there, or a wrong key).
+        """
+        end = time.monotonic() + timeout
+        while not self.connected:
+            if self.ended or time.monotonic() > end:
+                raise TimeoutError(f"not connected to {self.endpoint} within {timeout} s "
+                                   "(the job not running, or it refused this viewer's key)")
+            self._monitor.poll(100)
+            self._events()
+
+    # ---- partial results ----
+    def next(self, timeout: float = 1.0) -> Optional[Partial]:
+        """The next scan message within ``timeout`` seconds, or None (the job's own
+        messages update :attr:`job_progress` and are not returned)."""
+        end = time.monotonic() + timeout
+        while True:
+            msg = self._view.receive(max(0.0, min(0.2, end - time.monotonic())))
+            self._events()
+            if msg is not None:
+                self.connected = True
+                if msg.job:
+                    self.job_progress = dict(msg.progress)
+                else:
+                    p = Partial(msg.scan, float(msg.header.get("t", 0.0)), msg.final,
+                                dict(msg.progress), dict(msg.images), msg.valid, time.time())
+                    self.latest[p.scan] = p
+                    if p.final:
+                        self.finals[p.scan] = p
+                    return p
+            if time.monotonic() >= end:
+                return None
+
+    def partials(self, scan: Optional[str] = None, timeout: Optional[float] = None
+                 ) -> Iterator[Partial]:
+        """Partial results as they arrive (of ``scan``, or of every scan).
+
+        A message is yielded when it brings something new: more frames complete, or
+        as many and more scan positions in the images (the job publishes every
+        ``--live-interval`` seconds, also when nothing changed), and always the final
+        one. With ``scan``, ends after its final result; without, when the job ends.
+
+        Raises
+        ------
+        JobEnded
+            The job ended before ``scan``'s final result came.
+        TimeoutError
+            Nothing ended within ``timeout`` seconds.
+        """
+        end = None if timeout is None else time.monotonic() + timeout
+        if scan is not None and scan in self.finals:
+            yield self.finals[scan]
+            return
+        seen: Dict[str, Any] = {}      # scan -> (complete, valid positions) last yielded
+        while True:
+            p = self.next(0.5)
+            if p is not None and (scan is None or p.scan == scan):
+                new = (p.complete, int(p.valid.sum()))
+                old = seen.get(p.scan)
+                if p.final or old is None or (new > old and new[0] >= old[0]):
+                    seen[p.scan] = new
+                    yield p
+                if scan is not None and p.final:
+                    return
+            elif p is None and self.ended:
+                if scan is None:
+                    return
+                raise JobEnded(f"the job ended before scan {scan!r}'s final result reached "
+                               f"this viewer (its report: {self._where(scan + '.json')})")
+            if end is not None and time.monotonic() > end:
+                raise TimeoutError(f"no final result of {scan or 'every scan'} within "
+                                   f"{timeout} s")
+
+    def result(self, scan: str, timeout: Optional[float] = None) -> Partial:
+        """Wait for ``scan``'s final result (the merge across nodes the job writes)."""
+        last: Optional[Partial] = None
+        for p in self.partials(scan, timeout):
+            last = p
+        assert last is not None and last.final
+        return last
+
+    # ---- what the job wrote ----
+    def _where(self, name: str) -> str:
+        return os.path.join(self.out, name) if self.out else f"OUT/{name} (give out=)"
+
+    def _read_json(self, name: str, timeout: float = 0.0) -> Dict[str, Any]:
+        import json
+
+        if self.out is None:
+            raise StreamError(f"{name}: this handle does not know the job's --out directory "
+                              "(attach(..., out=DIR))")
+        path = os.path.join(self.out, name)
+        end = time.monotonic() + timeout
+        # the job publishes a scan's final result, then drains its files to OUT
+        while not os.path.exists(path) and time.monotonic() < end and not (
+                self.process is not None and self.process.poll() is not None):
+            time.sleep(0.05)
+        try:
+            with open(path) as f:
+                return dict(json.load(f))
+        except (OSError, ValueError) as e:
+            raise StreamError(f"cannot read {path}: {e}") from None
+
+    def report(self, scan: str, timeout: float = 60.0) -> Dict[str, Any]:
+        """``OUT/<scan>.json``, the scan's report; waits up to ``timeout`` seconds for it
+        (the job drains it to OUT just after it published the final result)."""
+        return self._read_json(f"{scan}.json", timeout)
+
+    def rejections(self) -> Dict[str, Any]:
+        """The job's rejections: ``OUT/rejections.json`` once the job ended, else the
+        latest figures the job published; either way ``rejected`` (the total),
+        ``by_reason`` and ``examples``."""
+        if self.out is not None and os.path.exists(os.path.join(self.out, "rejections.json")):
+            return self._read_json("rejections.json")
+        latest = [p.progress.get("job_rejected") for p in self.latest.values()]
+        j = dict(self.job_progress.get("job_rejected") or next(
+            (j for j in reversed(latest) if j), {}) or {})
+        # the published figures under the file's names
+        return {"rejected": int(j.pop("total", 0)), "by_reason": j.pop("by_reason", {}),
+                "examples": j.pop("examples", []), **j}
+
+    def wait(self, timeout: Optional[float] = None) -> Optional[int]:
+        """Wait for a job started by :func:`launch` to exit; its exit status."""
+        if self.process is None:
+            return None
+        return int(self.process.wait(timeout))
+
+    def close(self) -> None:
+        self._view.close()
+
+    def __enter__(self) -> LiveJob:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def attach(rendezvous: str, out: Optional[str] = None,
+           certificate: Optional[str] = None) -> LiveJob:
+    """A viewer's handle on the running job of ``rendezvous`` (see :class:`LiveJob`)."""
+    return LiveJob(rendezvous, out, certificate)
+
+
+def launch(rendezvous: str, out: str, args: Sequence[str] = (), np_: int = 4,
+           mpirun: Sequence[str] = ("mpirun", "--oversubscribe"), timeout: float = 120.0,
+           **popen: Any) -> LiveJob:
+    """Start ``mpirun -n np_ stager stream receive`` on this machine; the job's handle.
+
+    ``args`` are more options of ``stager stream receive``; ``popen`` goes to
+    :class:`subprocess.Popen` (e.g. ``env``, ``stdout``). The handle's
+    :attr:`LiveJob.process` is the ``mpirun``.
+
+    Raises
+    ------
+    StreamError
+        The job exited, or wrote no rendezvous file within ``timeout`` seconds.
+    """
+    rendezvous, out = os.path.abspath(rendezvous), os.path.abspath(out)
+    if os.path.exists(rendezvous):
+        os.unlink(rendezvous)       # never attach to an earlier job's file
+    cmd = [*mpirun, "-n", str(np_), sys.executable, "-m", "stager", "stream", "receive",
+           "--rendezvous", rendezvous, "--out", out, *args]
+    proc = subprocess.Popen(cmd, **popen)
+    end = time.monotonic() + timeout
+    while not os.path.exists(rendezvous):
+        if proc.poll() is not None:
+            raise StreamError(f"the receiving job exited with status {proc.returncode} "
+                              f"before writing {rendezvous}: {' '.join(cmd)}")
+        if time.monotonic() > end:
+            proc.kill()
+            raise StreamError(f"no rendezvous file {rendezvous} within {timeout} s")
+        time.sleep(0.1)
+    return LiveJob(rendezvous, out, process=proc)

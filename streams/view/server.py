@@ -1,0 +1,234 @@
+"""``stager stream view RV.json``: a web page of a running job, pushed as partial results arrive.
+
+One page per job (``/``): every scan's progress (whole and per receiver: complete,
+incomplete, not arrived, rejected, refused connections), every 2-D buffer of the
+analysis as an image (colour map, linear or log scale; scan positions not yet in
+shown apart), the rejections with their reasons, and whether the job still runs.
+The page holds a WebSocket (``/ws``) over which the server pushes each new partial
+result; nothing is polled.
+
+Security, as Jupyter does it: the server listens on 127.0.0.1 unless told
+otherwise, and every request must carry the random token printed in the URL
+(``?token=``): without it, or with another, the answer is ``403`` and an empty
+body, for the page and the WebSocket alike. The view reads the job through
+:class:`streams.view.client.LiveJob` with the viewers' certificate: it can watch,
+never write.
+
+Built on Tornado (HTTP, WebSocket, the event loop): well kept, already a dependency
+of this project's environment (LiberTEM's Dask, Jupyter), asyncio-native, and the
+same server Jupyter's runs on. ZeroMQ is read in one thread
+(:meth:`LiveJob.next`), which hands each message, encoded once, to the event loop.
+
+Each connected page gets only the latest message of each scan: a slow browser
+skips snapshots and never holds memory or the reader back. An image larger than
+:data:`MAX_PIXELS` is sent binned (block means; the message says by how much).
+"""
+from __future__ import annotations
+
+import base64
+import hmac
+import json
+import os
+import secrets
+import threading
+import time
+from collections import OrderedDict
+from typing import Any, Callable, Dict, Optional
+
+import numpy as np
+
+__all__ = ["serve", "encode_partial", "MAX_PIXELS"]
+
+#: Pixels of one image sent to a page as they are; larger ones are binned.
+MAX_PIXELS = 1 << 20
+_PAGE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static", "view.html")
+
+
+def _binned(a: np.ndarray) -> tuple[np.ndarray, int]:
+    """``a`` (2-D) binned by the smallest integer factor that fits MAX_PIXELS."""
+    f = 1
+    while (a.shape[0] // f) * (a.shape[1] // f) > MAX_PIXELS:
+        f += 1
+    if f == 1:
+        return a, 1
+    h, w = a.shape[0] // f, a.shape[1] // f
+    return a[:h * f, :w * f].reshape(h, f, w, f).mean(axis=(1, 3)), f
+
+
+def _b64(a: np.ndarray) -> str:
+    return base64.b64encode(np.ascontiguousarray(a).tobytes()).decode()
+
+
+def encode_partial(p: Any) -> str:
+    """The JSON text a page gets for one partial result (:class:`Partial`).
+
+    ``{"type": "scan", "scan", "t", "final", "progress", "valid": {"shape", "data"},
+    "images": [{"name", "shape", "binned", "data"}]}``: ``data`` is base64 of
+    little-endian float64 (images) or uint8 (``valid``), C order.
+    """
+    images = []
+    for name, a in p.images.items():
+        a = np.asarray(a)
+        if a.ndim != 2:
+            continue
+        b, f = _binned(a.astype("<f8"))
+        images.append({"name": name, "shape": list(b.shape), "binned": f, "data": _b64(b)})
+    valid = np.asarray(p.valid, np.uint8)
+    return json.dumps({"type": "scan", "scan": p.scan, "t": p.t, "final": p.final,
+                       "progress": p.progress, "images": images,
+                       "valid": {"shape": list(valid.shape), "data": _b64(valid)}},
+                      default=str)
+
+
+class _State:
+    """What every page is told: the latest text per scan and the job's status."""
+
+    def __init__(self) -> None:
+        self.latest: OrderedDict[str, str] = OrderedDict()
+        self.clients: set = set()
+
+    def put(self, key: str, text: str) -> None:
+        self.latest[key] = text
+        for c in list(self.clients):
+            c.push(key, text)
+
+
+def _app(state: _State, token: str) -> Any:
+    import tornado.web
+    import tornado.websocket
+
+    class _Guarded(tornado.web.RequestHandler):
+        def prepare(self) -> None:
+            given = self.get_query_argument("token", "")
+            if not hmac.compare_digest(given.encode(), token.encode()):
+                raise tornado.web.HTTPError(403)
+
+        def write_error(self, status_code: int, **kwargs: Any) -> None:
+            self.finish()       # nothing about the job, not even an error page
+
+    class Page(_Guarded):
+        def get(self) -> None:
+            self.set_header("Content-Type", "text/html; charset=utf-8")
+            self.set_header("Cache-Control", "no-store")
+            self.set_header("Referrer-Policy", "no-referrer")   # the token stays here
+            with open(_PAGE, "rb") as f:
+                self.finish(f.read())
+
+    class Socket(tornado.websocket.WebSocketHandler):
+        prepare = _Guarded.prepare
+
+        def write_error(self, status_code: int, **kwargs: Any) -> None:
+            self.finish()
+
+        def open(self, *args: Any, **kwargs: Any) -> None:
+            self.pending: OrderedDict[str, str] = OrderedDict()
+            self.busy = False
+            state.clients.add(self)
+            for k, text in state.latest.items():
+                self.push(k, text)
+
+        def push(self, key: str, text: str) -> None:
+            """Queue ``text`` under ``key``, replacing what this page has not got yet."""
+            import tornado.ioloop
+
+            self.pending[key] = text
+            self.pending.move_to_end(key)
+            if not self.busy:
+                self.busy = True
+                tornado.ioloop.IOLoop.current().spawn_callback(self._pump)
+
+        async def _pump(self) -> None:
+            try:
+                while self.pending:
+                    _, text = self.pending.popitem(last=False)
+                    await self.write_message(text)
+            except tornado.websocket.WebSocketClosedError:
+                pass
+            finally:
+                self.busy = False
+
+        def on_message(self, message: Any) -> None:
+            pass            # the page sends nothing the server acts on
+
+        def on_close(self) -> None:
+            state.clients.discard(self)
+
+    return tornado.web.Application([(r"/", Page), (r"/ws", Socket)],
+                                   websocket_max_message_size=1 << 16)
+
+
+def _status(job: Any) -> Dict[str, Any]:
+    ended = job.ended
+    return {"type": "job", "endpoint": job.endpoint, "rendezvous": job.rendezvous,
+            "out": job.out, "connected": job.connected, "ended": ended,
+            "job_rejected": job.rejections() if ended else
+            (job.job_progress.get("job_rejected") or {}), "t": time.time()}
+
+
+def _read(job: Any, put: Callable[[str, str], None], stop: threading.Event) -> None:
+    """The reader thread: every message of the job, encoded once, to ``put``."""
+    last: Optional[str] = None
+    while not stop.is_set():
+        p = job.next(0.25)
+        if p is not None:
+            put("scan:" + p.scan, encode_partial(p))
+        st = _status(job)
+        key = json.dumps({k: v for k, v in st.items() if k != "t"}, sort_keys=True,
+                         default=str)
+        if key != last:
+            last = key
+            put("job", json.dumps(st, default=str))
+
+
+def serve(rendezvous: str, port: int = 0, bind: str = "127.0.0.1",
+          certificate: Optional[str] = None, out: Optional[str] = None,
+          token: Optional[str] = None, on_ready: Optional[Callable[[str], None]] = None,
+          ) -> None:
+    """Serve the view of the job of ``rendezvous`` until SIGINT or SIGTERM.
+
+    ``on_ready(url)`` is called once the server listens (the URL carries the token).
+
+    Raises
+    ------
+    StreamError
+        The rendezvous file or the viewers' certificate cannot be used.
+    """
+    import asyncio
+    import signal
+
+    from streams.view.client import LiveJob
+
+    job = LiveJob(rendezvous, out, certificate)
+    token = token or secrets.token_urlsafe(24)
+
+    async def main() -> None:
+        import tornado.httpserver
+        import tornado.ioloop
+        import tornado.netutil
+
+        state = _State()
+        loop = tornado.ioloop.IOLoop.current()
+        socks = tornado.netutil.bind_sockets(port, bind)
+        server = tornado.httpserver.HTTPServer(_app(state, token))
+        server.add_sockets(socks)
+        stop = threading.Event()
+        reader = threading.Thread(
+            target=_read, args=(job, lambda k, t: loop.add_callback(state.put, k, t), stop),
+            name="mpistage-view-reader", daemon=True)
+        reader.start()
+        host = f"[{bind}]" if ":" in bind else bind
+        if on_ready is not None:
+            on_ready(f"http://{host}:{socks[0].getsockname()[1]}/?token={token}")
+        done = asyncio.Event()
+        aio = asyncio.get_running_loop()
+        for s in (signal.SIGINT, signal.SIGTERM):
+            aio.add_signal_handler(s, done.set)
+        await done.wait()
+        stop.set()
+        server.stop()
+        reader.join(2)
+
+    try:
+        asyncio.run(main())
+    finally:
+        job.close()

@@ -1,0 +1,119 @@
+"""The Python handle on a running job (:mod:`streams.view.client`) against a real
+``mpirun -n 4`` receiving job (2 emulated nodes) fed by the simulator over CURVE,
+attached with the viewers' certificate."""
+from __future__ import annotations
+
+import threading
+import time
+
+import h5py
+import numpy as np
+import pytest
+
+from tests.e2e.test_stream_receive import _env, _scan
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def _launch(tmp_path, *args):
+    from streams.view import launch
+
+    return launch(str(tmp_path / "rv.json"), str(tmp_path / "out"),
+                  ["--emulate-nodes", "2", "--bind", "127.0.0.1", "--local",
+                   str(tmp_path / "local" / "%n"), "--live-interval", "0.2", *args],
+                  env=_env())
+
+
+def test_partials_grow_to_the_final_result_the_job_wrote(tmp_path):
+    from streams.protocols.native.rendezvous import read_rendezvous
+    from streams.simulate import run_producers
+
+    job = _launch(tmp_path, "--analysis", "stem4d.flow", "--partition-frames", "2")
+    try:
+        rv = read_rendezvous(job.rendezvous)
+        job.wait_connected()          # a subscriber misses what goes out before
+        scan = _scan(scan_shape=(8, 8), rate=12.0)          # ~5 s of frames
+        feed = threading.Thread(target=run_producers, args=(scan, rv))
+        feed.start()
+        parts = list(job.partials("s1", timeout=120))
+        feed.join(60)
+        final = job.result("s1")
+        assert job.wait(120) == 0
+        assert job.ended
+    finally:
+        if job.process.poll() is None:
+            job.process.kill()
+        job.close()
+    assert parts[-1] is final and final.final
+    done = [p.complete for p in parts]
+    assert len(set(done)) >= 3, done          # several partial results, not one snapshot
+    assert all(b >= a for a, b in zip(done, done[1:])), done
+    keys = [(p.complete, int(p.valid.sum())) for p in parts[:-1]]
+    assert all(b > a for a, b in zip(keys, keys[1:])), keys    # each one brings news
+    assert done[0] < 64 and final.complete == final.frames == 64 and final.missing == 0
+    assert sorted(n["receiver"] for n in final.nodes) == [0, 1]
+    assert sum(n["complete"] for n in final.nodes) == 64
+    assert all(n["frames"] == 32 and n["closed"] for n in final.nodes), final.nodes
+    # the final images are the file the job wrote, exactly
+    with h5py.File(tmp_path / "out" / "s1.h5", "r") as f:
+        assert sorted(final.images) == ["electron_counts", "sum_image",
+                                        "virtual/annular_dark_field", "virtual/bright_field"]
+        for name in final.images:
+            assert np.array_equal(final.images[name], f[name][()]), name
+        assert final.images["sum_image"].sum() > 0
+        assert final.valid.all() and f["frames_complete"][()].all()
+    # an earlier partial shows fewer positions than the end
+    assert not parts[0].valid.all()
+    rep = job.report("s1")
+    assert rep["ok"] and rep["frames_complete"] == 64
+    assert job.rejections()["rejected"] == 0
+
+
+def test_attach_refuses_a_rendezvous_file_others_may_write(tmp_path):
+    import json
+    import os
+
+    from streams.errors import StreamError
+    from streams.view import attach
+
+    rv = tmp_path / "rv.json"
+    rv.write_text(json.dumps({"live": "tcp://127.0.0.1:9"}))
+    os.chmod(rv, 0o666)
+    with pytest.raises(StreamError, match="others may write it"):
+        attach(str(rv))
+    os.chmod(rv, 0o600)
+    rv.write_text(json.dumps({"live": None}))
+    with pytest.raises(StreamError, match="no live endpoint"):
+        attach(str(rv))
+
+
+def test_the_guide_s_example_runs_as_written(tmp_path):
+    """The Python example of docs/guide/streaming.md, run as written beside a live job."""
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from streams.protocols.native.rendezvous import read_rendezvous
+    from streams.simulate import run_producers
+
+    guide = Path(__file__).resolve().parents[2] / "docs" / "guide" / "streaming.md"
+    code = [b for b in re.findall(r"```python\n(.*?)```", guide.read_text(), re.S)
+            if "streams.view" in b]
+    assert len(code) == 1
+    job = _launch(tmp_path, "--analysis", "stem4d.flow", "--partition-frames", "2")
+    try:
+        reader = subprocess.Popen([sys.executable, "-c", code[0]], cwd=tmp_path, env=_env(),
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        time.sleep(1.0)        # subscribed before the first frame
+        run_producers(_scan(scan_shape=(8, 8), rate=20.0), read_rendezvous(job.rendezvous))
+        text, _ = reader.communicate(timeout=120)
+        assert job.wait(120) == 0
+    finally:
+        if job.process.poll() is None:
+            job.process.kill()
+        job.close()
+    assert reader.returncode == 0, text
+    lines = text.splitlines()
+    assert "64/64 complete, 0 missing" in lines[-2] and "[32, 32]" in lines[-2], text
+    assert lines[-1] == "64 frames, 0 messages rejected", text

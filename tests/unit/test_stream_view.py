@@ -1,0 +1,101 @@
+"""The pieces of the live view that need no job: per-receiver progress, what a page is
+sent, and the token guard of the web server (a real Tornado server on loopback)."""
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+
+import numpy as np
+import pytest
+
+
+def test_progress_per_receiver_counts_each_receiver_s_own_frames():
+    from streams.accounting import ScanReport
+    from streams.job.coordinator import Coordinator
+    from streams.job.roles import assign_roles
+    from streams.protocol import ScanGeometry
+
+    c = Coordinator(assign_roles([0, 0, 1, 1], 1), "modulo")
+    g = ScanGeometry("s", 2, 8, 2, (4, 4), "<u2", (2, 4))
+    rep = ScanReport.empty(g, c.expected_at(g, 1))
+    rep.got[[1, 3], :] = True         # receiver 1 (odd frames): 1 and 3 whole,
+    rep.got[5, 0] = True              # 5 half
+    rep.rejected["malformed_header"] += 2
+    c.snapshot(1, rep, 0.0, 0.0)
+    p = c.progress("s", 1.0)
+    r0, r1 = p["per_receiver"]
+    assert r0 == {"receiver": 0, "node": 0, "frames": 4, "complete": 0, "incomplete": 0,
+                  "not_arrived": 4, "rejected": 0, "refused": 0, "closed": False,
+                  "heard": False}
+    assert r1 == {"receiver": 1, "node": 1, "frames": 4, "complete": 2, "incomplete": 1,
+                  "not_arrived": 1, "rejected": 2, "refused": 0, "closed": False,
+                  "heard": True}
+    assert p["complete"] == r0["complete"] + r1["complete"]
+
+
+def _partial(images, valid):
+    from streams.view.client import Partial
+
+    return Partial("s1", 1.5, False, {"frames": 4, "complete": 2}, images, valid)
+
+
+def test_a_page_gets_exact_float64_values_and_big_images_binned(monkeypatch):
+    from streams.view import server
+
+    a = np.arange(6, dtype=np.int64).reshape(2, 3) * 7
+    big = np.arange(16.0).reshape(4, 4)
+    monkeypatch.setattr(server, "MAX_PIXELS", 6)
+    m = json.loads(server.encode_partial(_partial(
+        {"a": a, "big": big, "vector": np.ones(3)}, np.array([[1, 0, 1], [0, 0, 1]], bool))))
+    assert [i["name"] for i in m["images"]] == ["a", "big"]      # 2-D buffers only
+    got = np.frombuffer(base64.b64decode(m["images"][0]["data"]), "<f8").reshape(2, 3)
+    assert np.array_equal(got, a) and m["images"][0]["binned"] == 1
+    b = m["images"][1]
+    assert b["shape"] == [2, 2] and b["binned"] == 2
+    assert np.array_equal(np.frombuffer(base64.b64decode(b["data"]), "<f8"),
+                          big.reshape(2, 2, 2, 2).mean(axis=(1, 3)).ravel())
+    assert list(base64.b64decode(m["valid"]["data"])) == [1, 0, 1, 0, 0, 1]
+    assert m["progress"]["complete"] == 2 and m["scan"] == "s1" and m["final"] is False
+
+
+def test_the_token_guards_the_page_and_the_websocket_and_pages_get_the_latest():
+    pytest.importorskip("tornado")
+    import tornado.httpclient
+    import tornado.httpserver
+    import tornado.netutil
+    import tornado.websocket
+
+    from streams.view.server import _app, _State
+
+    async def main():
+        state = _State()
+        state.put("scan:s1", '{"type": "scan", "n": 1}')
+        socks = tornado.netutil.bind_sockets(0, "127.0.0.1")
+        srv = tornado.httpserver.HTTPServer(_app(state, "right"))
+        srv.add_sockets(socks)
+        base = f"127.0.0.1:{socks[0].getsockname()[1]}"
+        http = tornado.httpclient.AsyncHTTPClient()
+        try:
+            for url in (f"http://{base}/", f"http://{base}/?token=wrong",
+                        f"http://{base}/ws?token=wrong"):
+                r = await http.fetch(url, raise_error=False)
+                assert r.code == 403 and r.body == b"", (url, r.code, r.body)
+            with pytest.raises(tornado.httpclient.HTTPClientError) as e:
+                await tornado.websocket.websocket_connect(f"ws://{base}/ws?token=wrong")
+            assert e.value.code == 403
+            r = await http.fetch(f"http://{base}/?token=right")
+            assert r.code == 200 and b"window.mpistage" in r.body
+            ws = await tornado.websocket.websocket_connect(f"ws://{base}/ws?token=right")
+            assert json.loads(await ws.read_message())["n"] == 1     # what came before
+            for n in (2, 3):
+                state.put("scan:s1", json.dumps({"type": "scan", "n": n}))
+            got = [json.loads(await ws.read_message())["n"]]
+            while got[-1] != 3:
+                got.append(json.loads(await ws.read_message())["n"])
+            assert got in ([2, 3], [3])         # the latest always comes; older may not
+            ws.close()
+        finally:
+            srv.stop()
+
+    asyncio.run(main())
