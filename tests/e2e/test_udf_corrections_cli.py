@@ -126,7 +126,8 @@ def test_corrections_detector_asks_the_detector_for_its_pixel_mask(detector):  #
     assert "/stream/api/1.8.0/config/header_detail" in str(e.value)
     with pytest.raises(ValueError, match="needs the detector's pixel mask: --header-detail all"):
         _prepare(_control_args(detector.port, header_detail="basic"), SHAPE)
-    control, _, _ = _prepare(_control_args(detector.port, corrections=None), SHAPE)
+    control, _, _, mask = _prepare(_control_args(detector.port, corrections=None), SHAPE)
+    assert mask is None                 # asked for only with --corrections detector
     control.finish()
 
 
