@@ -240,11 +240,14 @@ def _receive(args: argparse.Namespace) -> int:
 
 def _check_start(opts: Any) -> None:
     """Rank 0, before the job makes anything (keys, rendezvous, node-local directories):
-    the analysis loads, and ``--out`` is inside neither ``--local`` nor ``--spill``."""
+    the analysis loads with its ``--udf-roi`` and ``--corrections`` (a misspelled word,
+    a mask file that does not read), and ``--out`` is inside neither ``--local`` nor
+    ``--spill``."""
     from stager.outputs import check_outputs
     from streams.loading import load_analysis
 
-    load_analysis(opts.analysis, opts.analysis_options)
+    load_analysis(opts.analysis, opts.analysis_options, roi=opts.udf_roi,
+                  corrections=opts.corrections)
     dirs = [(flag, d) for flag, d in (("--local", opts.local), ("--spill", opts.spill)) if d]
     for flag, d in dirs:
         check_outputs([opts.out], [d.split("%n")[0].rstrip("/") + "/"],

@@ -2,12 +2,13 @@
 
 ``--udf-roi`` (``roi=``): a boolean scan mask; frames outside it never reach the
 UDFs, as with LiberTEM's ``run_udf(..., roi=roi)``. ``--corrections``
-(``corrections=``): ``none``; ``detector``, the pixel mask each scan's start carried
-(nonzero = excluded, as LiberTEM-live's ``get_correction_data`` reads it), handed in
-by :meth:`UDFInputs.use_detector`; a pixel-mask file or array; or a LiberTEM
-``CorrectionSet`` as it is. The corrections themselves are LiberTEM's own
-``CorrectionSet`` -- built here, applied by :mod:`streams.udf` where LiberTEM applies
-them -- never re-implemented. Plain NumPy; LiberTEM imported when a set is built.
+(``corrections=``): ``none``; ``detector``, the pixel mask each scan's start carried,
+or else the one the detector's control gave (nonzero = excluded, as LiberTEM-live's
+``get_correction_data`` reads it), handed in by :meth:`UDFInputs.use_detector`; a
+pixel-mask file or array; or a LiberTEM ``CorrectionSet`` as it is. The corrections
+themselves are LiberTEM's own ``CorrectionSet`` -- built here, applied by
+:mod:`streams.udf` where LiberTEM applies them -- never re-implemented. Plain NumPy;
+LiberTEM imported when a set is built.
 """
 from __future__ import annotations
 
@@ -144,8 +145,9 @@ class UDFInputs:
                 if strict:
                     raise UDFError(
                         f"{self.spec}: --corrections detector, but the start of scan {g.scan} "
-                        "carried no pixel mask (DECTRIS streams send it with header_detail "
-                        "all, which --control simplon:// sets; a Merlin sends none): give "
+                        "carried no pixel mask and no --control gave one (DECTRIS streams "
+                        "send it with header_detail all, which --control simplon:// sets, "
+                        "and SIMPLON serves config/pixel_mask; a Merlin has none): give "
                         "--corrections FILE.npy or none")
                 known = np.zeros(g.shape, bool)
             excluded = known

@@ -38,7 +38,10 @@ __all__ = ["ControlError", "Control", "ControlOption", "ROWS", "OPTIONS", "open_
 
 
 class ControlError(StreamError):
-    """The detector's control interface refused or failed a call (named, with its answer)."""
+    """The detector's control interface refused or failed a call (named, with its answer).
+    ``status``: the HTTP status of a call the detector answered with an error."""
+
+    status: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,17 @@ class Control:
         """Once every receiver waits: arm (active), call ``hook`` with what is known
         ("ready for data"), trigger (active, internal trigger). Returns that dict."""
         raise NotImplementedError
+
+    def pixel_mask(self) -> Optional[Any]:
+        """The detector's pixel mask, ``(rows, cols)``, nonzero = excluded; None when
+        its interface has none (a Merlin's control port).
+
+        Raises
+        ------
+        ControlError
+            The detector refused the call (``status`` set) or answered nonsense.
+        """
+        return None
 
     def finish(self) -> None:
         """At the end of the job, or on any failure: disarm (active). Never raises."""

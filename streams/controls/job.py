@@ -3,6 +3,7 @@ start (collective), its arm once they wait, its disarm at the end (rank 0)."""
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any, Callable, Dict, Optional
 
 from streams.controls import OPTIONS, Control, load_hook, open_control
@@ -44,22 +45,45 @@ def _prepare(args: Any, given: Dict[str, Any]) -> Any:
     key = _scan_shape_key(args)
     text = given.get(key) if key else None
     shape = control.prepare(parse_scan_shape(str(text)) if text else None)
-    return control, key, shape
+    mask = _pixel_mask(control) if getattr(args, "corrections", None) == "detector" else None
+    return control, key, shape, mask
+
+
+def _pixel_mask(control: Control) -> Any:
+    """The detector's pixel mask from its control interface, as booleans (True:
+    excluded), for the scans whose start carries none; None if it gives none. A
+    detector that refuses the call is said once: the starts must carry the mask then."""
+    from streams.controls import ControlError
+
+    try:
+        mask = control.pixel_mask()
+    except ControlError as e:
+        if e.status is None:          # unreachable, or an answer that is no mask: refused
+            raise
+        print(f"stager stream: WARNING: {control.url} gives no pixel mask ({e}); "
+              "--corrections detector takes it from each scan's start", file=sys.stderr,
+              flush=True)
+        return None
+    return None if mask is None else mask != 0
 
 
 def prepare(comm: Any, args: Any, given: Dict[str, Any]) -> Optional[Control]:
     """Collective over `comm`: every rank must call. Without ``--control``: None.
     Otherwise rank 0 opens the control and prepares the detector (active: configured;
     passive: its image count read), every rank gets the scan shape into ``given``
-    (the protocol's scan-shape option) or the same error; rank 0 gets the control."""
+    (the protocol's scan-shape option) and, with ``--corrections detector``, the
+    detector's pixel mask from its control interface (``detector_pixel_mask``: for a
+    scan whose start carries none), or the same error; rank 0 gets the control."""
     if not getattr(args, "control", None):
         return None
     from core.mpi import bcast_result
 
     got = bcast_result(comm, _prepare, args, given)
-    control, key, shape = got
+    control, key, shape, mask = got
     if key:
         given[key] = ",".join(str(n) for n in shape)
+    if mask is not None:
+        given["detector_pixel_mask"] = mask
     return control if comm.rank == 0 else None
 
 

@@ -5,26 +5,36 @@ reference; what LiberTEM-live's ``DEigerClient`` sends): ``GET
 /detector/api/version/``; ``GET`` / ``PUT {"value": V}``
 ``/detector/api/1.8.0/config/NAME``; ``PUT /detector/api/1.8.0/command/arm``
 (answer ``{"sequence id": N}``), ``.../trigger``, ``.../disarm``; ``PUT
-/stream/api/1.8.0/config/{mode,format,header_detail}``. HTTP with the standard
+/stream/api/1.8.0/config/{mode,format,header_detail}``; ``GET
+/detector/api/1.8.0/config/pixel_mask`` (the mask as a SIMPLON ``darray``, read with
+:func:`decode_darray`). HTTP with the standard
 library's ``urllib`` (no dependency); each call has a timeout, and a refusal is a
 :class:`~streams.controls.ControlError` naming method, URL, status and the
 detector's answer.
 """
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import urllib.error
 import urllib.request
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
+import numpy as np
+
 from streams.controls import Control, ControlError
 from streams.scanshape import resolve_scan_shape
 
-__all__ = ["Simplon", "SimplonClient"]
+__all__ = ["Simplon", "SimplonClient", "decode_darray"]
 
 API = "1.8.0"
 #: largest answer read from the detector (a configuration value is a few hundred bytes)
 MAX_ANSWER = 1 << 20
+#: largest pixel mask taken from the detector, decoded (an EIGER2 16M's uint32 mask: 72 MB)
+MAX_MASK_BYTES = 1 << 27
+#: largest side of a pixel mask
+MAX_MASK_SIDE = 1 << 15
 
 
 class SimplonClient:
@@ -33,14 +43,15 @@ class SimplonClient:
     def __init__(self, base: str, timeout: float = 10.0) -> None:
         self.base, self.timeout = base.rstrip("/"), timeout
 
-    def call(self, method: str, path: str, value: Any = None, body: bool = False) -> Any:
-        """One request; the JSON answer (None when empty).
+    def call(self, method: str, path: str, value: Any = None, body: bool = False,
+             limit: int = MAX_ANSWER) -> Any:
+        """One request; the JSON answer (None when empty), of at most ``limit`` bytes.
 
         Raises
         ------
         ControlError
-            naming the call, the HTTP status and the detector's answer, or why it
-            could not be reached.
+            naming the call, the HTTP status (also as its ``status``) and the
+            detector's answer, or why it could not be reached.
         """
         url = self.base + path
         data = json.dumps({"value": value}).encode() if body else None
@@ -50,17 +61,19 @@ class SimplonClient:
         what = f"{method} {url}" + (f" {{'value': {value!r}}}" if body else "")
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as r:
-                text = r.read(MAX_ANSWER + 1)
+                text = r.read(limit + 1)
         except urllib.error.HTTPError as e:
             answer = e.read(4096).decode(errors="replace").strip()
-            raise ControlError(f"detector refused {what}: HTTP {e.code} {e.reason}: "
-                               f"{answer or '(no answer)'}") from None
+            refused = ControlError(f"detector refused {what}: HTTP {e.code} {e.reason}: "
+                                   f"{answer or '(no answer)'}")
+            refused.status = e.code
+            raise refused from None
         except (urllib.error.URLError, OSError) as e:
             reason = getattr(e, "reason", e)
             raise ControlError(f"detector unreachable for {what}: {reason} (is the DCU at "
                                f"{self.base}?)") from None
-        if len(text) > MAX_ANSWER:
-            raise ControlError(f"{what}: an answer of more than {MAX_ANSWER} bytes")
+        if len(text) > limit:
+            raise ControlError(f"{what}: an answer of more than {limit} bytes")
         if not text.strip():
             return None
         try:
@@ -79,6 +92,21 @@ class SimplonClient:
                                f"in the answer {v!r}")
         return v["value"]
 
+    def pixel_mask(self) -> np.ndarray:
+        """The detector's pixel mask (``config/pixel_mask``), ``(rows, cols)``;
+        nonzero marks a pixel to exclude (dead, hot, a gap between modules).
+
+        Raises
+        ------
+        ControlError
+            The call failed (``status`` set when the detector answered it with an
+            HTTP error), or the answer is not a mask :func:`decode_darray` accepts.
+        """
+        path = f"/detector/api/{API}/config/pixel_mask"
+        v = self.call("GET", path, limit=MAX_MASK_BYTES * 4 // 3 + 4096)
+        return decode_darray(v.get("value") if isinstance(v, dict) else None,
+                             f"GET {self.base}{path}")
+
     def set_config(self, name: str, value: Any) -> Any:
         return self.call("PUT", f"/detector/api/{API}/config/{name}", value, body=True)
 
@@ -87,6 +115,53 @@ class SimplonClient:
 
     def command(self, name: str) -> Any:
         return self.call("PUT", f"/detector/api/{API}/command/{name}")
+
+
+def decode_darray(value: Any, what: str) -> np.ndarray:
+    """A SIMPLON ``darray`` (``{"__darray__": [1, 0, 0], "type": "<u4", "shape":
+    [WIDTH, HEIGHT], "filters": ["base64"], "data": BASE64}``) as a ``(HEIGHT, WIDTH)``
+    array: the shape is given width first, as LiberTEM-live's ``get_darray`` reads it.
+    Every field is checked, and the size bounded, before anything is decoded.
+
+    Raises
+    ------
+    ControlError
+        naming ``what`` and the field that is wrong.
+    """
+    if not isinstance(value, dict) or "__darray__" not in value:
+        raise ControlError(f"{what}: not a SIMPLON darray (no __darray__ in "
+                           f"{str(value)[:200]!r})")
+    shape, filters, data = value.get("shape"), value.get("filters"), value.get("data")
+    if not (isinstance(shape, list) and len(shape) == 2 and
+            all(isinstance(n, int) and not isinstance(n, bool) and 0 < n <= MAX_MASK_SIDE
+                for n in shape)):
+        raise ControlError(f"{what}: darray shape {shape!r}: expected [width, height], "
+                           f"each 1..{MAX_MASK_SIDE}")
+    try:
+        dtype = np.dtype(str(value.get("type")))
+    except TypeError:
+        dtype = np.dtype("O")
+    if dtype.kind not in "uib" or dtype.itemsize > 8:
+        raise ControlError(f"{what}: darray type {value.get('type')!r}: expected an "
+                           "integer type such as <u4")
+    if filters != ["base64"]:
+        raise ControlError(f"{what}: darray filters {filters!r}: only [\"base64\"] is read")
+    width, height = shape
+    nbytes = width * height * dtype.itemsize
+    # base64 is 4 characters per 3 bytes; line breaks (as base64.encodebytes puts them) allowed
+    if nbytes > MAX_MASK_BYTES or not isinstance(data, str) or \
+            len(data) > (nbytes + 2) // 3 * 4 * 78 // 76 + 4:
+        raise ControlError(f"{what}: darray of {width}x{height} {dtype}: "
+                           f"{'no data' if not isinstance(data, str) else 'too large'} "
+                           f"(at most {MAX_MASK_BYTES} bytes)")
+    try:
+        raw = base64.b64decode("".join(data.split()), validate=True)
+    except (binascii.Error, ValueError) as e:
+        raise ControlError(f"{what}: darray data is not base64: {e}") from None
+    if len(raw) != nbytes:
+        raise ControlError(f"{what}: darray data of {len(raw)} bytes, {width}x{height} "
+                           f"{dtype} is {nbytes}")
+    return np.frombuffer(raw, dtype).reshape(height, width)
 
 
 def _base(url: str) -> str:
@@ -184,6 +259,9 @@ class Simplon(Control):
             self.finish()
             raise
         return info
+
+    def pixel_mask(self) -> Optional[np.ndarray]:
+        return self.client.pixel_mask()
 
     def finish(self) -> None:
         if not self.armed:

@@ -155,6 +155,8 @@ class RankLoop(Loop):
         if self.analysis.needs_detector and scan not in self.marked_detector:
             self.marked_detector.add(scan)        # the scan's pixel mask, before its frames
             mask = _pixel_mask(self.socket, scan)
+            if mask is None:                      # the start carried none: the control's
+                mask = self.o.detector_pixel_mask
             self.analysis.use_detector(scan, mask)
             if self.workers:
                 self.outbox.append(("detector", scan, mask))

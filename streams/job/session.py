@@ -119,6 +119,10 @@ class SessionOptions:
         ``udf:`` analyses: ``none`` (default), ``detector`` (the pixel mask of each
         scan's start, as LiberTEM's ``CorrectionSet`` excluded pixels) or a pixel-mask
         ``FILE.npy`` / ``FILE.h5:/dataset``.
+    detector_pixel_mask : array, optional
+        With ``corrections="detector"``: the mask the detector's control interface gave
+        (``--control simplon://``), for a scan whose start carries none. Not a flag:
+        the control sets it (:func:`streams.controls.job.prepare`).
     heartbeat, credit, outbox_bytes, batch
         Loop tuning: heartbeat period, partitions a worker may hold, the receiver's
         outbox bound in bytes, messages read per socket step.
@@ -164,6 +168,7 @@ class SessionOptions:
     analysis_options: Any = field(default_factory=dict)
     udf_roi: Optional[str] = None
     corrections: str = "none"
+    detector_pixel_mask: Any = None
     heartbeat: float = 0.25
     credit: int = 2
     outbox_bytes: int = 64 << 20
@@ -185,6 +190,7 @@ class SessionOptions:
         protocol) or ``TypeError`` (an unknown keyword).
         """
         own = {o.name for o in SESSION_OPTIONS}
+        mask = kwargs.pop("detector_pixel_mask", None)      # an array, from the control
         values = resolve(SESSION_OPTIONS, {k: v for k, v in kwargs.items() if k in own}, env,
                          what="stream option")
         values["protocol_options"] = _protocol_options(
@@ -194,7 +200,7 @@ class SessionOptions:
         values["analysis_options"] = _mapping(values["analysis_options"],  # a copy
                                               "analysis_options")
         values["local"] = values["local"] or ""
-        opts = cls(**values)
+        opts = cls(detector_pixel_mask=mask, **values)
         opts.check()
         return opts
 
@@ -264,7 +270,7 @@ SESSION_OPTIONS = tuple(
             (None if f.default is MISSING else f.default)),
            _SESSION_PARSERS.get(f.name, parse_text),
            None if f.name == "analysis_options" else "STAGER_STREAM_" + f.name.upper())
-    for f in fields(SessionOptions) if f.name != "protocol_options")
+    for f in fields(SessionOptions) if f.name not in ("protocol_options", "detector_pixel_mask"))
 
 
 def _protocol_options(values: Mapping[str, Any], given: Mapping[str, Any],

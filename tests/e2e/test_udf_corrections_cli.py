@@ -126,5 +126,29 @@ def test_corrections_detector_asks_the_detector_for_its_pixel_mask(detector):  #
     assert "/stream/api/1.8.0/config/header_detail" in str(e.value)
     with pytest.raises(ValueError, match="needs the detector's pixel mask: --header-detail all"):
         _prepare(_control_args(detector.port, header_detail="basic"), SHAPE)
-    control, _, _ = _prepare(_control_args(detector.port, corrections=None), SHAPE)
+    control, _, _, mask = _prepare(_control_args(detector.port, corrections=None), SHAPE)
+    assert mask is None                 # asked for only with --corrections detector
     control.finish()
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("flag,value,says", [
+    ("--corrections", "dector", "--corrections 'dector': expected none or detector"),
+    ("--udf-roi", "no-such-roi.npy", "--udf-roi no-such-roi.npy: cannot read it"),
+])
+def test_a_bad_corrections_word_or_roi_is_a_refused_start(tmp_path, flag, value, says):
+    """As any bad option: exit 2 before the job makes anything, one line from rank 0
+    (not an analysis failing on every rank with exit 1)."""
+    from tests.e2e.test_stream_receive import _env as job_env
+
+    r = subprocess.run(
+        ["mpirun", "-n", "2", "--oversubscribe", sys.executable, "-m", "stager", "stream",
+         "receive", "--rendezvous", str(tmp_path / "rv.json"), "--out", str(tmp_path / "out"),
+         "--emulate-nodes", "1", "--bind", "127.0.0.1", "--local", str(tmp_path / "l" / "%n"),
+         "--analysis", "udf:libertem.udf.sum:SumUDF", flag, value],
+        cwd=tmp_path, env=job_env(), capture_output=True, text=True, timeout=170)
+    assert r.returncode == 2, r.stdout + r.stderr
+    lines = [x for x in r.stderr.splitlines() if says in x]
+    assert len(lines) == 1 and lines[0].startswith("stager stream receive: "), r.stderr
+    assert "Traceback" not in r.stderr and "rank 1" not in r.stderr, r.stderr
+    assert not (tmp_path / "rv.json").exists() and not (tmp_path / "out").exists()

@@ -94,9 +94,14 @@ def test_mpi_executor_options_use_the_resolver():
 def test_stream_session_options_use_the_resolver():
     from streams.job.session import SESSION_OPTIONS, SessionOptions
 
-    # every field but the protocol's own options (declared by the protocol)
+    # every field but the protocol's own options (declared by the protocol) and the
+    # pixel mask a detector control hands in (an array: no flag, no variable)
     assert {o.name for o in SESSION_OPTIONS} == \
-        set(SessionOptions.__dataclass_fields__) - {"protocol_options"}
+        set(SessionOptions.__dataclass_fields__) - {"protocol_options", "detector_pixel_mask"}
+    assert "STAGER_STREAM_DETECTOR_PIXEL_MASK" not in {o.env for o in SESSION_OPTIONS}
+    mask = SessionOptions.resolve(env={}, rendezvous="/r", out="/o",
+                                  detector_pixel_mask=[[True]]).detector_pixel_mask
+    assert mask == [[True]]
     env = {"STAGER_STREAM_CREDIT": "4", "STAGER_STREAM_MEMORY_BYTES": "1M",
            "STAGER_STREAM_SCANS": "9"}
     o = SessionOptions.resolve(env=env, rendezvous="/r", out="/o", scans=2, idle_timeout="5",

@@ -121,6 +121,9 @@ class MerlinReceiver(SocketLoop):
         except OSError:
             chunk = b""
         if not chunk:            # the detector closed the connection
+            if self._buf:        # in the middle of a message: what came of it is refused
+                self.assembler.reject(Reason.PAYLOAD_SIZE, _cut_short(bytes(self._buf[:PREFIX]),
+                                                                      len(self._buf)))
             self._drop()
             return 0
         self._buf += chunk
@@ -231,3 +234,13 @@ class MerlinReceiver(SocketLoop):
 
     def forget(self, scan: str) -> None:
         self.headers.pop(scan, None)
+
+
+def _cut_short(prefix: bytes, got: int) -> str:
+    """What to say of the ``got`` bytes of a message left when the connection closed."""
+    try:
+        size = parse_prefix(prefix) if len(prefix) == PREFIX else None
+    except ProtocolError:
+        size = None
+    said = f"{size + PREFIX} announced" if size is not None else "no whole MPX prefix"
+    return f"MPX message cut short by the connection's end: {got} bytes, {said}"
