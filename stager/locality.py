@@ -27,7 +27,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from stager.errors import StagerError
 from stager.kinds.files import FilesKind
 from stager.kinds.h5 import H5Kind
-from stager.planning.frames import FrameRange, ranges_of
+from stager.kinds.h5.frames import FrameRange, ranges_of
 from stager.planning.kinds import split
 from stager.planning.plan import Plan, expand_dest
 from stager.planning.scatter import placement

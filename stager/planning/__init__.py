@@ -7,10 +7,9 @@ put N times the metadata load on a parallel filesystem.
 
 Modules: ``plan`` (the data), ``kinds`` (the table of block kinds: each block is
 planned by its kind), ``sources`` (glob + stat + destination rules shared by all
-kinds), ``files`` (``files`` blocks), ``h5`` and ``h5types`` (``h5`` blocks; h5py is
-imported only when a spec has one), ``scatter`` (where outputs of scatter blocks
-land) and ``frames`` (scatter h5 outputs split into frame ranges); both are pure
-functions of the plan and the node count, computed by every rank.
+kinds), ``files`` (``files`` blocks), ``scatter`` (where outputs of scatter blocks
+land: a pure function of the plan and the node count, computed by every rank). The
+``h5`` kind plans its blocks in its own package, :mod:`stager.kinds.h5`.
 """
 from __future__ import annotations
 
@@ -39,7 +38,7 @@ def build_plan(spec: Spec, *, stat: StatFn = os.stat, h5_inline_bytes: Any = Non
         ``os.stat`` for ``files`` blocks (a parameter so tests can count calls).
     h5_inline_bytes : int, optional
         Threshold below which ``h5`` datasets are read while planning (see
-        :data:`stager.planning.h5.INLINE_BYTES`).
+        :data:`stager.kinds.h5.plan.INLINE_BYTES`).
 
     Returns
     -------

@@ -3,7 +3,7 @@
 Rank 0 builds it (:func:`stager.planning.build_plan`), one broadcast hands it
 to every rank, and the staging pipeline executes it. It covers every block
 kind: whole files (:class:`FileEntry`) and HDF5 selections
-(:class:`~stager.planning.h5types.H5FilePlan`). Every planned output -- a
+(:class:`~stager.kinds.h5.types.H5FilePlan`). Every planned output -- a
 *unit* -- answers the same few questions the pipeline asks (:class:`Unit`):
 where it lands, which block it came from, what identifies its source for
 resume, and how many bytes it will occupy. Nothing here touches MPI or the
@@ -21,7 +21,7 @@ from typing import Any, Dict, Iterable, List, Optional, Protocol, Tuple
 
 from stager.planning.sources import SourceArea
 
-__all__ = ["Unit", "FileEntry", "BlockPlan", "Plan", "expand_node", "expand_dest",
+__all__ = ["Unit", "FileEntry", "FrameRange", "BlockPlan", "Plan", "expand_node", "expand_dest",
            "unit_source_id", "describe_size"]
 
 
@@ -50,6 +50,25 @@ def expand_dest(dest: str, template: str, node: str) -> str:
 def unit_source_id(u: Any) -> Tuple[int, int, int, int]:
     """(size, mtime_ns, ctime_ns, inode) of a unit's source when planned (-1: not known)."""
     return (u.size, u.mtime_ns, getattr(u, "ctime_ns", -1), getattr(u, "ino", -1))
+
+
+@dataclass(frozen=True)
+class FrameRange:
+    """Source frames ``range(first, stop, step)`` of an output's frame dataset."""
+
+    first: int
+    stop: int
+    step: int = 1
+
+    def __contains__(self, frame: object) -> bool:
+        return isinstance(frame, int) and frame in range(self.first, self.stop, self.step)
+
+    def __len__(self) -> int:
+        return len(range(self.first, self.stop, self.step))
+
+    def row(self, frame: int) -> int:
+        """The row of source frame ``frame`` in this range's copy."""
+        return (frame - self.first) // self.step
 
 
 class Unit(Protocol):
@@ -174,7 +193,7 @@ class Plan:
 
     @property
     def h5(self) -> Tuple[Any, ...]:
-        """The HDF5 copies of ``h5`` blocks (:class:`~stager.planning.h5types.H5FilePlan`)."""
+        """The HDF5 copies of ``h5`` blocks (:class:`~stager.kinds.h5.types.H5FilePlan`)."""
         return self.units("h5")
 
     @property

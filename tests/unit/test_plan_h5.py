@@ -9,7 +9,7 @@ from hooks import SpecError, parse_spec
 from hooks.h5entry import Slice, parse_slice
 from stager.errors import PlanError
 from stager.planning import build_plan
-from stager.planning.h5 import INLINE_BYTES
+from stager.kinds.h5.plan import INLINE_BYTES
 from tests.h5scan import FRAMES, NX, NY, make_scan
 
 
@@ -240,7 +240,7 @@ def test_unavailable_filter_is_one_planning_error_naming_it(tmp_path):
 
 
 def test_missing_filter_advice_for_an_hdf5plugin_filter():
-    from stager.planning.h5filters import missing_advice
+    from stager.kinds.h5.filters import missing_advice
     msg = missing_advice(32008, "bitshuffle")
     # hdf5plugin is installed here: the advice must not be the broken HDF5_PLUGIN_PATH one
     assert "32008 (bitshuffle)" in msg and "hdf5plugin's plugin folder" not in msg
@@ -252,8 +252,8 @@ def test_refused_output_leaves_no_temporary_file(tmp_path):
     from dataclasses import replace
 
     from stager.errors import TransferError
-    from stager.planning.h5types import Filter
-    from stager.staging.h5.write import H5Output
+    from stager.kinds.h5.types import Filter
+    from stager.kinds.h5.write import H5Output
     with h5py.File(tmp_path / "g.h5", "w") as f:
         f.create_dataset("x", data=np.arange(12).reshape(3, 4), chunks=(1, 4),
                          compression="gzip")

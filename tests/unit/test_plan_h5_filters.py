@@ -1,9 +1,9 @@
 """Filter pipelines planned exactly, decoded in memory, and the decoding check of a copy.
 
 Serial (no MPI): the set-up values of every filter available here
-(:func:`stager.planning.h5filters.setup_values`), the in-memory chunk decoder
-and :func:`stager.nodelocal.h5check.check_file` on a copy written by
-:class:`stager.staging.h5.write.H5Output` from a plan whose values all travel
+(:func:`stager.kinds.h5.filters.setup_values`), the in-memory chunk decoder
+and :func:`stager.kinds.h5.check.check_file` on a copy written by
+:class:`stager.kinds.h5.write.H5Output` from a plan whose values all travel
 inline (so no collective read is needed).
 """
 import os
@@ -53,7 +53,7 @@ def test_bitshuffle_stored_values_are_not_passed_back_to_its_setup(filtered):
 
 
 def test_every_filter_here_gets_setup_values_that_store_the_source_values(filtered):
-    from stager.planning.h5filters import pipeline_difference, stored_pipeline
+    from stager.kinds.h5.filters import pipeline_difference, stored_pipeline
 
     d, _, names = filtered
     body = " ".join(f"f.h5:/{n}" for n in names)
@@ -72,7 +72,7 @@ def test_every_filter_here_gets_setup_values_that_store_the_source_values(filter
 
 
 def test_chunk_decoder_decodes_stored_chunks_of_every_filter(filtered):
-    from stager.nodelocal.h5check import ChunkDecoder
+    from stager.kinds.h5.check import ChunkDecoder
 
     d, stack, names = filtered
     p = plan("broadcast to /d h5 { " + " ".join(f"f.h5:/{n}" for n in names) + " }", d)
@@ -90,7 +90,7 @@ def test_chunk_decoder_decodes_stored_chunks_of_every_filter(filtered):
 
 def _stage_inline(src_dir, entry, out):
     """Plan ``entry`` (everything inline) and write its copy with H5Output: no MPI."""
-    from stager.staging.h5.write import H5Output
+    from stager.kinds.h5.write import H5Output
 
     p = plan(f"broadcast to {out} h5 {{ {entry} }}", src_dir)
     (fp,) = p.h5
@@ -105,7 +105,7 @@ def _stage_inline(src_dir, entry, out):
 
 
 def test_copy_is_exact_and_a_damaged_copy_fails_the_decoding_check(tmp_path):
-    from stager.nodelocal.h5check import check_file
+    from stager.kinds.h5.check import check_file
     from tests.data.h5kinds import build_strings, build_types
     from tests.h5same import group_differs
 
@@ -160,7 +160,7 @@ def test_lossy_filters_move_as_stored_chunks_or_are_refused(tmp_path):
 
 
 def test_references_to_an_object_with_two_names_pass_the_check(tmp_path):
-    from stager.nodelocal.h5check import check_file
+    from stager.kinds.h5.check import check_file
     from tests.h5same import group_differs
 
     with h5py.File(tmp_path / "r.h5", "w") as f:

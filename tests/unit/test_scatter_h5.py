@@ -1,5 +1,5 @@
 """``scatter ... h5``, serially: how HDF5 selections are split into frame ranges
-(:mod:`stager.planning.frames`), their names and placement, and ``stager plan --nodes``."""
+(:mod:`stager.kinds.h5.frames`), their names and placement, and ``stager plan --nodes``."""
 from __future__ import annotations
 
 import json
@@ -14,7 +14,8 @@ from hooks import parse_spec
 from stager.errors import PlanError
 from stager.locality import Where
 from stager.planning import build_plan
-from stager.planning.frames import FrameRange, range_dest, split, split_rows
+from stager.kinds.h5.frames import range_dest, split, split_rows
+from stager.planning.plan import FrameRange
 from stager.planning.scatter import node_bytes, placement
 
 h5py = pytest.importorskip("h5py")

@@ -1,10 +1,14 @@
 """The ``h5`` kind: HDF5 selections copied into node-local HDF5 files, each byte read once.
 
-Collective reading is :mod:`stager.staging.h5.read` (MPI-IO on the leader
-communicator with the MPI build of h5py, independent read-only opens of
-disjoint hyperslabs with the serial one); each leader writes its own copy with
-:mod:`stager.staging.h5.write` (default driver), checks it by decoding
-(:mod:`stager.nodelocal.h5check`) and renames it into place.
+One package holds all of it. Planning (rank 0, serial h5py): ``plan`` (``h5`` blocks
+-> ``H5FilePlan``), ``types`` (the plan's data), ``describe`` (exact types, storage,
+inline values, references), ``filters`` (set-up values storing the source's filters
+again), ``links`` (external links and virtual datasets followed), ``frames`` (a
+``scatter ... h5`` output cut into frame ranges, one per node; pure). Moving:
+``read`` (MPI-IO on the leader communicator with the MPI build of h5py, independent
+read-only opens of disjoint hyperslabs with the serial one), ``write`` (each leader's
+own copy, default driver), ``check`` (the copy checked by decoding, after writing and
+by ``verify``). Its options are rows of its own (:data:`OPTIONS`).
 The record of each copy says where it came from (``source`` = the file and
 its selections), so ``verify`` and ``clean`` handle it like any staged file.
 """
@@ -32,9 +36,9 @@ class H5Kind:
 
     def plan(self, block: Any, index: int, ctx: PlanContext) -> Tuple[Any, List[Any]]:
         # numpy and h5py: only for a spec with h5 blocks, only on the planning rank
-        from stager.planning.h5 import INLINE_BYTES, plan_h5
+        from stager.kinds.h5.plan import INLINE_BYTES, plan_h5
 
-        from stager.planning.frames import split_file
+        from stager.kinds.h5.frames import split_file
 
         inline = ctx.options.get("h5_inline_bytes")
         bp, outputs = plan_h5(block, index, ctx.claimed,
@@ -45,14 +49,14 @@ class H5Kind:
 
     def split(self, plan: Any, nodes: int) -> Any:
         """Each output of a ``scatter ... h5`` block cut into frame ranges, one per node."""
-        from stager.planning.frames import split
+        from stager.kinds.h5.frames import split
 
         return split(plan, nodes)
 
     def verify(self, path: str, source: str) -> Optional[str]:
         """Why the staged copy's datasets do not decode to the values read from the
-        source (:mod:`stager.nodelocal.h5check`), or ``None``."""
-        from stager.nodelocal import h5check  # numpy and h5py: only for HDF5 copies
+        source (:mod:`stager.kinds.h5.check`), or ``None``."""
+        from stager.kinds.h5 import check as h5check  # numpy and h5py: only for HDF5 copies
 
         if not h5check.is_staged_h5(path):
             return None
@@ -123,7 +127,7 @@ class H5Kind:
     def _stage(t: Transfer, comm: Any, which: List[int], out: Moved,
                stats: Dict[str, Any]) -> None:
         """Collective over ``comm``: stage the outputs ``which``; stop at the first failure."""
-        from stager.staging.h5.read import stage_file
+        from stager.kinds.h5.read import stage_file
 
         for k in which:
             if out.error is not None:

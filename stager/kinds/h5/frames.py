@@ -39,36 +39,17 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 from stager.errors import PlanError
-from stager.planning.plan import Plan
+from stager.planning.plan import FrameRange, Plan
 
 if TYPE_CHECKING:  # h5types needs numpy: not imported where no HDF5 is scattered
-    from stager.planning.h5types import DatasetPlan, H5FilePlan
+    from stager.kinds.h5.types import DatasetPlan, H5FilePlan
 
-__all__ = ["FrameRange", "frame_dataset", "split_rows", "range_dest", "split_file", "split",
+__all__ = ["frame_dataset", "split_rows", "range_dest", "split_file", "split",
            "ranges_of"]
-
-
-@dataclass(frozen=True)
-class FrameRange:
-    """Source frames ``range(first, stop, step)`` of an output's frame dataset."""
-
-    first: int
-    stop: int
-    step: int = 1
-
-    def __contains__(self, frame: object) -> bool:
-        return isinstance(frame, int) and frame in range(self.first, self.stop, self.step)
-
-    def __len__(self) -> int:
-        return len(range(self.first, self.stop, self.step))
-
-    def row(self, frame: int) -> int:
-        """The row of source frame ``frame`` in this range's copy."""
-        return (frame - self.first) // self.step
 
 
 def _splittable(d: DatasetPlan) -> bool:
@@ -114,7 +95,7 @@ def _slice(d: DatasetPlan, lo: int, hi: int) -> DatasetPlan:
     inline = None if d.inline is None else d.inline[lo:hi]
     start = d.start + lo * d.step
     stop = d.start + (hi - 1) * d.step + 1
-    from stager.planning.h5types import OBJECT_OVERHEAD
+    from stager.kinds.h5.types import OBJECT_OVERHEAD
 
     # the whole selection's estimate, shared by rows, plus one more object's overhead
     est = math.ceil(d.est_bytes * (hi - lo) / d.rows) + OBJECT_OVERHEAD + 64
