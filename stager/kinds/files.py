@@ -10,12 +10,17 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
+from core.options import Option, parse_bool
 from stager.planning.kinds import PlanContext
 from stager.planning.plan import describe_size
 from stager.staging.kind import Moved, Transfer
-from stager.staging.transfer import Sink, SourceReader, run_method
+from stager.staging.transfer import Moving, Sink, SourceReader, run_method
 
-__all__ = ["FilesKind"]
+__all__ = ["FilesKind", "OPTIONS"]
+
+#: the kind's options: ``shared_exchange``, emulated nodes on one host exchange chunks
+#: through a shared-memory window (:mod:`stager.staging.transfer.shmem`)
+OPTIONS = (Option("shared_exchange", True, parse_bool, "STAGER_SHARED_EXCHANGE"),)
 
 
 class FilesKind:
@@ -26,6 +31,7 @@ class FilesKind:
     label = ""
     whole_files = True
     entries = None  # plain file patterns
+    options = OPTIONS
 
     def plan(self, block: Any, index: int, ctx: PlanContext) -> Tuple[Any, List[Any]]:
         from stager.planning.files import plan_files
@@ -85,10 +91,11 @@ class FilesKind:
         sink = Sink(jobs, [t.dests[k] for k in which], progress=t.progress, fsync=t.opts.fsync)
         reader = SourceReader(jobs, t.meter)
         err = None
-        info: dict = {}
+        m = Moving(comm, jobs, reader, sink, t.opts.chunk_size, t.opts.small_file_threshold,
+                   t.job, t.opts.kind_options["shared_exchange"])
+        info = m.info
         try:
-            err = run_method(method, comm, jobs, reader, sink, t.opts.chunk_size,
-                             t.opts.small_file_threshold, t.opts.shared_exchange, info)
+            err = run_method(method, m)
         except Exception as e:
             err = e
         finally:

@@ -28,7 +28,7 @@ __all__ = ["build_plan", "spec_key", "check_destinations", "Plan",
            "BlockPlan", "FileEntry", "expand_node", "describe_size"]
 
 
-def build_plan(spec: Spec, *, stat: StatFn = os.stat, h5_inline_bytes: Any = None) -> Plan:
+def build_plan(spec: Spec, *, stat: StatFn = os.stat, **options: Any) -> Plan:
     """Plan every block of ``spec``; call on one process only.
 
     Parameters
@@ -36,9 +36,10 @@ def build_plan(spec: Spec, *, stat: StatFn = os.stat, h5_inline_bytes: Any = Non
     spec : hooks.Spec
     stat : callable, optional
         ``os.stat`` for ``files`` blocks (a parameter so tests can count calls).
-    h5_inline_bytes : int, optional
-        Threshold below which ``h5`` datasets are read while planning (see
-        :data:`stager.kinds.h5.plan.INLINE_BYTES`).
+    **options
+        The block kinds' own options (:func:`stager.planning.kinds.options`), e.g.
+        ``h5_inline_bytes``: the threshold below which ``h5`` datasets are read while
+        planning.
 
     Returns
     -------
@@ -49,8 +50,15 @@ def build_plan(spec: Spec, *, stat: StatFn = os.stat, h5_inline_bytes: Any = Non
     PlanError
         Anything a block cannot be planned for; the message starts with the
         ``FILE:LINE:COL`` of the pattern or block.
+    TypeError
+        An option no kind has.
     """
-    ctx = kinds.PlanContext(stat=stat, options={"h5_inline_bytes": h5_inline_bytes})
+    known = [o.name for o in kinds.options()]
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise TypeError(f"unknown planning option(s): {', '.join(unknown)}; known: "
+                        f"{', '.join(known)}")
+    ctx = kinds.PlanContext(stat=stat, options=options)
     blocks: List[BlockPlan] = []
     outputs: Dict[str, List[Any]] = {name: [] for name in kinds.names()}
     for index, block in enumerate(spec.blocks):

@@ -21,14 +21,16 @@ from typing import Any, Dict, List, Optional, Protocol, Tuple
 from core.table import Table
 from hooks import kinds as spec_kinds
 
-__all__ = ["Kind", "PlanContext", "ROWS", "register", "kind", "kinds", "names", "split"]
+__all__ = ["Kind", "PlanContext", "ROWS", "register", "kind", "kinds", "names", "options",
+           "split"]
 
 
 @dataclass
 class PlanContext:
     """What the planning of every block shares (rank 0): ``claimed`` destination ->
     (source, pattern) of every output so far, all kinds; ``stat``; ``trees`` copied
-    whole and ``skipped`` links (the sources' area); ``options`` of ``build_plan``."""
+    whole and ``skipped`` links (the sources' area); ``options``: the kinds' own
+    options given to ``build_plan`` (see :func:`options`)."""
 
     stat: Any
     claimed: Dict[str, Any] = field(default_factory=dict)
@@ -46,6 +48,7 @@ class Kind(Protocol):
     whole_files: bool   # units are byte copies of whole sources (amplification,
                         # --verify-source re-reads them)
     entries: Any        # hooks.kinds.EntrySyntax, or None: plain file patterns
+    options: Tuple[Any, ...]  # its own core.options.Option rows (STAGER_<NAME>)
 
     def plan(self, block: Any, index: int, ctx: PlanContext) -> Tuple[Any, List[Any]]:
         """``(BlockPlan, units)`` of one block; rank 0, serial; raises ``PlanError``."""
@@ -99,6 +102,12 @@ def kinds() -> Tuple[Kind, ...]:
 
 def names() -> Tuple[str, ...]:
     return ROWS.names()
+
+
+def options() -> Tuple[Any, ...]:
+    """Every kind's own option rows (:class:`core.options.Option`), resolved with the
+    staging options into ``StageOptions.kind_options``."""
+    return tuple(o for k in kinds() for o in getattr(k, "options", ()))
 
 
 def split(plan: Any, nodes: int) -> Any:

@@ -7,6 +7,7 @@ from core.mpi.agree import describe, format_failures
 from stager.errors import TransferError
 from core.localfs import UnsafePathError
 from stager.planning.plan import BlockPlan, FileEntry as Entry, Plan as Manifest
+from stager.planning.kinds import options as kind_options
 from stager.staging.options import StageOptions, resolve_options
 from core.options import parse_size
 from stager.staging.report import SourceMeter
@@ -89,7 +90,8 @@ def test_options_precedence_and_strict_parsing():
     assert (o.method, o.chunk_size, o.force) == ("bcast", 4 << 20, True)
     o = resolve_options(env=env, method="naive", chunk_size=1024, force=False)
     assert (o.method, o.chunk_size, o.force) == ("naive", 1024, False)
-    assert resolve_options(env={}) == StageOptions()
+    assert resolve_options(env={}) == StageOptions(
+        kind_options={o.name: o.default for o in kind_options()})
     assert parse_size("32MiB") == parse_size("32M") == 32 << 20
     for bad in ({"method": "fast"}, {"chunk_size": "lots"}, {"chunk_size": 0},
                 {"chunk_size": 2**31}, {"force": "maybe"}):

@@ -16,13 +16,31 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
+from core.options import Option, parse_size
 from hooks.h5entry import split_entry
 from stager.errors import TransferError
 from stager.planning.kinds import PlanContext
 from stager.planning.plan import describe_size
 from stager.staging.kind import Moved, Transfer
 
-__all__ = ["H5Kind"]
+__all__ = ["H5Kind", "OPTIONS", "DEFAULT_H5_MEMORY", "MIN_H5_MEMORY"]
+
+#: memory per rank for collective pieces, and its floor
+DEFAULT_H5_MEMORY = 1 << 30
+MIN_H5_MEMORY = 64 << 10
+
+
+def _h5_memory(value: Any, name: str) -> int:
+    cap = parse_size(value, f"h5 memory cap ({name})")
+    if cap < MIN_H5_MEMORY:
+        raise ValueError(f"h5 memory cap must be at least {MIN_H5_MEMORY} bytes, got {cap}")
+    return cap
+
+
+#: the kind's options: ``h5_memory`` (bytes per rank for collective pieces),
+#: ``h5_inline_bytes`` (datasets below it are read while planning; None: the default)
+OPTIONS = (Option("h5_memory", DEFAULT_H5_MEMORY, _h5_memory, "STAGER_H5_MEMORY"),
+           Option("h5_inline_bytes", None, parse_size, "STAGER_H5_INLINE_BYTES"))
 
 
 class H5Kind:
@@ -33,6 +51,7 @@ class H5Kind:
     label = "HDF5 selections"
     whole_files = False
     entries = staticmethod(split_entry)  # FILE:/path[slice]
+    options = OPTIONS
 
     def plan(self, block: Any, index: int, ctx: PlanContext) -> Tuple[Any, List[Any]]:
         # numpy and h5py: only for a spec with h5 blocks, only on the planning rank
@@ -114,7 +133,7 @@ class H5Kind:
             self._stage(t, MPI.COMM_SELF, local, out, stats)
         out.extra = {"files": len(t.moved), "datasets": stats.get("datasets", 0),
                      "pieces": stats["pieces"], "max_piece_bytes": stats["max_piece"],
-                     "memory_cap": t.opts.h5_memory,
+                     "memory_cap": t.opts.kind_options["h5_memory"],
                      "read": "+".join(sorted(stats["read"])) or "none",
                      "h5py_mpi": bool(h5py.get_config().mpi)}
         if t.holders:
@@ -134,7 +153,8 @@ class H5Kind:
                 return
             fp: Any = t.units[t.moved[k]]
             try:
-                copy = stage_file(comm, fp, t.dests[k], t.opts.h5_memory, stats, t.node)
+                copy = stage_file(comm, fp, t.dests[k], t.opts.kind_options["h5_memory"],
+                                  stats, t.node)
             except Exception as e:  # agreed inside: every leader of comm stops here
                 out.error = e
                 return
