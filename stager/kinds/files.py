@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from core.options import Option, parse_bool
 from stager.planning.kinds import PlanContext
-from stager.planning.plan import describe_size
+from stager.planning.plan import FileEntry, describe_size
 from stager.staging.kind import Moved, Transfer
 from stager.staging.transfer import Moving, Sink, SourceReader, run_method
 
@@ -32,6 +32,7 @@ class FilesKind:
     whole_files = True
     entries = None  # plain file patterns
     options = OPTIONS
+    json_keys = ("files", "entries")
 
     def plan(self, block: Any, index: int, ctx: PlanContext) -> Tuple[Any, List[Any]]:
         from stager.planning.files import plan_files
@@ -61,6 +62,14 @@ class FilesKind:
         from dataclasses import asdict
 
         return asdict(e)
+
+    @staticmethod
+    def unit_from_dict(d: Dict[str, Any]) -> FileEntry:
+        return FileEntry(**d)
+
+    def locate(self, e: Any) -> Tuple[str, None, int]:
+        """A task reads the source file ``e.source`` from its whole copy (of ``e.size``)."""
+        return e.source, None, e.size
 
     def transfer(self, t: Transfer) -> Moved:
         """Collective over ``t.comm`` (except ``naive``): move the files, return what was done.

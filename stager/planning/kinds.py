@@ -67,6 +67,13 @@ class Kind(Protocol):
         """Why the recorded copy at ``path`` (identity and size checked, of the unit
         keyed ``source``) is not good beyond its checksum; ``None`` when it is."""
 
+    def locate(self, u: Any) -> Optional[Tuple[str, Any, Optional[int]]]:
+        """Where a task finds source data in this unit's copy (:mod:`stager.locality`):
+        ``(source, frames, size)`` -- ``frames`` the unit's
+        :class:`~stager.planning.plan.FrameRange` of the source, ``None`` for a whole
+        copy of ``size`` bytes (``None``: not checked) -- or ``None``: not a copy a
+        task reads in place of its source. Optional (a kind without it: ``None``)."""
+
     def describe_block(self, b: Any) -> str:
         """``stager plan``: what a block of this kind stages."""
 
@@ -74,7 +81,9 @@ class Kind(Protocol):
         """``stager plan``: one unit, one line."""
 
     def unit_dict(self, u: Any) -> Dict[str, Any]:
-        """``stager plan --json``: one unit."""
+        """``stager plan --json``: one unit (under the kind's ``json_keys``, optional:
+        the keys of its count and its list; else under ``outputs``). An optional
+        ``unit_from_dict`` rebuilds one (``Plan.from_dict``)."""
 
 
 #: name -> "module:Class" (or an instance), in the order kinds are planned and staged

@@ -39,7 +39,7 @@ def test_bitshuffle_stored_values_are_not_passed_back_to_its_setup(filtered):
     if "bitshuffle_lz4" not in names:
         pytest.skip("bitshuffle not available")
     p = plan("broadcast to /d h5 { f.h5:/bitshuffle_lz4 }", d)
-    (flt,) = p.h5[0].datasets[0].filters
+    (flt,) = p.units("h5")[0].datasets[0].filters
     assert flt.code == 32008 and flt.values[2:] == (2, 0, 2)  # elem 2 bytes, block 0, LZ4
     assert flt.setup == flt.values[3:]  # the user's (block size, compression)
     with h5py.File(d / "probe.h5", "w") as f:
@@ -59,7 +59,7 @@ def test_every_filter_here_gets_setup_values_that_store_the_source_values(filter
     body = " ".join(f"f.h5:/{n}" for n in names)
     p = plan(f"broadcast to /d h5 {{ {body} }}", d)
     with h5py.File(d / "f.h5", "r") as f, h5py.File(d / "again.h5", "w") as g:
-        for ds in p.h5[0].datasets:
+        for ds in p.units("h5")[0].datasets:
             dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
             dcpl.set_chunk(ds.chunks)
             for flt in ds.filters:
@@ -77,7 +77,7 @@ def test_chunk_decoder_decodes_stored_chunks_of_every_filter(filtered):
     d, stack, names = filtered
     p = plan("broadcast to /d h5 { " + " ".join(f"f.h5:/{n}" for n in names) + " }", d)
     with h5py.File(d / "f.h5", "r") as f:
-        for ds in p.h5[0].datasets:
+        for ds in p.units("h5")[0].datasets:
             dec = ChunkDecoder(h5py.h5t.decode(ds.h5type), ds.chunks,
                                [(x.code, x.flags, x.setup) for x in ds.filters])
             try:
@@ -93,7 +93,7 @@ def _stage_inline(src_dir, entry, out):
     from stager.kinds.h5.write import H5Output
 
     p = plan(f"broadcast to {out} h5 {{ {entry} }}", src_dir)
-    (fp,) = p.h5
+    (fp,) = p.units("h5")
     assert all(d.inline is not None for d in fp.datasets)
     os.makedirs(out, exist_ok=True)
     o = H5Output(fp, os.path.join(out, os.path.basename(fp.source)), "nodeX")
@@ -151,7 +151,7 @@ def test_lossy_filters_move_as_stored_chunks_or_are_refused(tmp_path):
                          scaleoffset=0)
     p = plan("broadcast to /d h5 { lossy.h5:/zfp lossy.h5:/so[3:7] lossy.h5:/so_int[1:5] }",
              tmp_path)
-    ds = {d.path: d for d in p.h5[0].datasets}
+    ds = {d.path: d for d in p.units("h5")[0].datasets}
     assert ds["/zfp"].inline is None and ds["/so"].inline is None  # small, yet not inline
     assert ds["/so_int"].inline is not None  # integer scale-offset, automatic bits: lossless
     for sel, name in (("zfp[1:5]", "32013"), ("so[0:7:2]", "6")):
@@ -204,7 +204,7 @@ plan("g.h5:/g")
 print("after gzip:", "hdf5plugin" in sys.modules)
 p = plan("g.h5:/b")
 print("after bitshuffle:", "hdf5plugin" in sys.modules, h5py.h5z.filter_avail(32008))
-print("same h5py:", h5py.get_config().mpi == mpi, p.h5[0].datasets[0].filters[0].code)
+print("same h5py:", h5py.get_config().mpi == mpi, p.units("h5")[0].datasets[0].filters[0].code)
 """
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                        cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))

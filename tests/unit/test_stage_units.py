@@ -127,13 +127,13 @@ def test_failure_messages_name_ranks_and_merge():
 
 
 def _manifest(dest, rel):
-    return Manifest.from_entries("s", [BlockPlan(dest=dest, kind="files", location="s:1:1")],
-                                 [Entry(source="/s/x", dest=f"{dest}/{rel}", size=1, mode=0o644,
-                                        mtime_ns=1)])
+    return Manifest("s", (BlockPlan(dest=dest, kind="files", location="s:1:1"),),
+                    {"files": (Entry(source="/s/x", dest=f"{dest}/{rel}", size=1, mode=0o644,
+                                     mtime_ns=1),)})
 
 
 def _targets(m, node):
-    return node_targets(m, m.files, node)
+    return node_targets(m, m.units("files"), node)
 
 
 def test_node_targets_expand_and_refuse_escapes():

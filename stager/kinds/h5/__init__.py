@@ -20,7 +20,7 @@ from core.options import Option, parse_size
 from hooks.h5entry import split_entry
 from stager.errors import TransferError
 from stager.planning.kinds import PlanContext
-from stager.planning.plan import describe_size
+from stager.planning.plan import FrameRange, describe_size
 from stager.staging.kind import Moved, Transfer
 
 __all__ = ["H5Kind", "OPTIONS", "DEFAULT_H5_MEMORY", "MIN_H5_MEMORY"]
@@ -52,6 +52,7 @@ class H5Kind:
     whole_files = False
     entries = staticmethod(split_entry)  # FILE:/path[slice]
     options = OPTIONS
+    json_keys = ("h5_files", "h5")
 
     def plan(self, block: Any, index: int, ctx: PlanContext) -> Tuple[Any, List[Any]]:
         # numpy and h5py: only for a spec with h5 blocks, only on the planning rank
@@ -81,6 +82,11 @@ class H5Kind:
             return None
         bad = h5check.check_file(path)
         return "; ".join(f"HDF5 dataset {b.path} {b.reason}" for b in bad) or None
+
+    def locate(self, fp: Any) -> Optional[Tuple[str, FrameRange, None]]:
+        """A task reads frames of ``fp.source`` from a frame range's copy; an output
+        copied whole is an HDF5 file of its own, not the source: ``None``."""
+        return (fp.source, FrameRange(*fp.frames), None) if fp.frames else None
 
     def describe_block(self, b: Any) -> str:
         how = f"scatter (frame ranges, each on {b.replicas} node(s)), " \

@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import replace
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
 
 from stager.errors import PlanError
 from stager.planning.plan import FrameRange, Plan
@@ -48,8 +48,7 @@ from stager.planning.plan import FrameRange, Plan
 if TYPE_CHECKING:  # h5types needs numpy: not imported where no HDF5 is scattered
     from stager.kinds.h5.types import DatasetPlan, H5FilePlan
 
-__all__ = ["frame_dataset", "split_rows", "range_dest", "split_file", "split",
-           "ranges_of"]
+__all__ = ["frame_dataset", "split_rows", "range_dest", "split_file", "split"]
 
 
 def _splittable(d: DatasetPlan) -> bool:
@@ -170,7 +169,7 @@ def split(plan: Plan, nodes: int) -> Plan:
         return plan
     taken = {u.dest for us in plan.outputs.values() for u in us}
     h5: List[H5FilePlan] = []
-    for fp in plan.h5:
+    for fp in plan.units("h5"):
         if not scattered[fp.block] or fp.frames:  # a range already: a split plan again
             h5.append(fp)
             continue
@@ -187,15 +186,3 @@ def split(plan: Plan, nodes: int) -> Plan:
             mine = [h for h in h5 if h.block == i]
             blocks[i] = replace(b, files=len(mine), bytes=sum(h.est_bytes for h in mine))
     return replace(plan, blocks=tuple(blocks), outputs={**plan.outputs, "h5": tuple(h5)})
-
-
-def ranges_of(plan: Plan) -> Dict[str, List[Tuple[FrameRange, int]]]:
-    """Frame ranges of each source file in a split plan: ``source -> [(frames, h5 index)]``,
-    in frame order. Outputs placed whole are absent. Pure."""
-    out: Dict[str, List[Tuple[FrameRange, int]]] = {}
-    for i, fp in enumerate(plan.h5):
-        if fp.frames:
-            out.setdefault(os.path.normpath(fp.source), []).append((FrameRange(*fp.frames), i))
-    for v in out.values():
-        v.sort(key=lambda t: t[0].first)
-    return out
