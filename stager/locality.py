@@ -73,7 +73,7 @@ class Where:
         self._index: Dict[str, int] = {}                         # source -> first of _whole
         self._ranges: Dict[str, List[Tuple[FrameRange, Key, Any]]] = {}
         for k in kinds():
-            locate = getattr(k, "locate", None)
+            locate: Any = getattr(k, "locate", None)
             for i, u in enumerate(plan.units(k.name) if locate else ()):
                 at = locate(u)
                 if at is None:

@@ -233,7 +233,7 @@ class Plan:
         for k in kinds():
             keys = getattr(k, "json_keys", None)
             items = d.get(keys[1]) if keys else d.get("outputs", {}).get(k.name)
-            load = getattr(k, "unit_from_dict", None)
+            load: Any = getattr(k, "unit_from_dict", None)
             if items and load is None:
                 raise ValueError(f"a plan with {k.name} blocks cannot be rebuilt from JSON: "
                                  "plan the spec")
