@@ -10,7 +10,8 @@ imported when first asked for, so planning never imports transfer code.
 
 To add a kind: a module with a class implementing :class:`Kind`, and a row here
 (or :func:`register`, for a kind from outside the package: the toy kind of
-``tests/toykind.py``). Its ``entries`` (entry syntax) go to :mod:`hooks.kinds`.
+``tests/toykind.py``). Its ``entries`` (entry syntax) go to :mod:`hooks.kinds`, which
+lists no kinds of its own: this table is the one list.
 The table is a :class:`core.table.Table`, as every plug-in table of the project.
 """
 from __future__ import annotations
@@ -91,6 +92,9 @@ ROWS: Table[Kind] = Table("block kind", {
     "files": "stager.kinds.files:FilesKind",
     "h5": "stager.kinds.h5:H5Kind",
 }, make=lambda cls: cls())
+# the spec language knows the kinds of this one table (each entry syntax read when used)
+for _name, _row in ROWS.items():
+    spec_kinds.register(_name, f"{_row}.entries")
 
 
 def register(k: Kind) -> None:
