@@ -73,18 +73,15 @@ class Where:
         self._index: Dict[str, int] = {}                         # source -> first of _whole
         self._ranges: Dict[str, List[Tuple[FrameRange, Key, Any]]] = {}
         for k in kinds():
-            locate: Any = getattr(k, "locate", None)
-            for i, u in enumerate(plan.units(k.name) if locate else ()):
-                at = locate(u)
-                if at is None:
-                    continue
-                source, frames, size = at
-                if frames is None:
-                    self._index.setdefault(os.path.normpath(source), len(self._whole))
-                    self._whole.append(((k.name, i), u, size))
-                else:
-                    self._ranges.setdefault(os.path.normpath(source), []).append(
-                        (frames, (k.name, i), u))
+            locate: Any = getattr(k, "locate", lambda u: None)
+            for i, u in enumerate(plan.units(k.name)):
+                at: Any = locate(u)
+                if at is not None and at[1] is None:  # a whole copy
+                    self._index.setdefault(os.path.normpath(at[0]), len(self._whole))
+                    self._whole.append(((k.name, i), u, at[2]))
+                elif at is not None:
+                    self._ranges.setdefault(os.path.normpath(at[0]), []).append(
+                        (at[1], (k.name, i), u))
         for v in self._ranges.values():
             v.sort(key=lambda t: t[0].first)
         self.fell_back = 0
@@ -97,11 +94,11 @@ class Where:
         return self._by_dest.get(os.path.normpath(dest))
 
     def _entry(self, source: str) -> Tuple[Key, Any, Optional[int]]:
-        i = self._index.get(os.path.normpath(os.fspath(source)))
-        if i is None:
+        try:
+            return self._whole[self._index[os.path.normpath(os.fspath(source))]]
+        except KeyError:
             raise KeyError(f"{source} is not a file of the staged plan "
-                           f"({self.plan.spec_path})")
-        return self._whole[i]
+                           f"({self.plan.spec_path})") from None
 
     def _held(self, key: Key) -> Tuple[str, ...]:
         held = self._holders.get(key)

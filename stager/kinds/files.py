@@ -18,8 +18,7 @@ from stager.staging.transfer import Moving, Sink, SourceReader, run_method
 
 __all__ = ["FilesKind", "OPTIONS"]
 
-#: the kind's options: ``shared_exchange``, emulated nodes on one host exchange chunks
-#: through a shared-memory window (:mod:`stager.staging.transfer.shmem`)
+#: emulated nodes on one host exchange through shared memory (staging.transfer.shmem)
 OPTIONS = (Option("shared_exchange", True, parse_bool, "STAGER_SHARED_EXCHANGE"),)
 
 
@@ -63,13 +62,10 @@ class FilesKind:
 
         return asdict(e)
 
-    @staticmethod
-    def unit_from_dict(d: Dict[str, Any]) -> FileEntry:
-        return FileEntry(**d)
+    unit_from_dict = staticmethod(lambda d: FileEntry(**d))
 
     def locate(self, e: Any) -> Tuple[str, None, int]:
-        """A task reads the source file ``e.source`` from its whole copy (of ``e.size``)."""
-        return e.source, None, e.size
+        return e.source, None, e.size  # a whole copy of the source
 
     def transfer(self, t: Transfer) -> Moved:
         """Collective over ``t.comm`` (except ``naive``): move the files, return what was done.
@@ -102,7 +98,6 @@ class FilesKind:
         err = None
         m = Moving(comm, jobs, reader, sink, t.opts.chunk_size, t.opts.small_file_threshold,
                    t.job, t.opts.kind_options["shared_exchange"])
-        info = m.info
         try:
             err = run_method(method, m)
         except Exception as e:
@@ -114,7 +109,7 @@ class FilesKind:
         out.error = out.error or err
         out.bytes_written += sink.bytes_written
         if method == t.opts.method or not out.extra:
-            out.extra.update(info)
+            out.extra.update(m.info)
         if method != t.opts.method:
             out.extra["scatter_read_alone"] = len(which)
         elif comm is not t.comm:  # among the holders of scatter files with several replicas

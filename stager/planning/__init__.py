@@ -17,6 +17,7 @@ import hashlib
 import os
 from typing import Any, Dict, List, Tuple
 
+from core.options import resolve
 from hooks.spec import Block, Spec
 from stager.errors import PlanError
 from stager.planning import kinds
@@ -53,12 +54,8 @@ def build_plan(spec: Spec, *, stat: StatFn = os.stat, **options: Any) -> Plan:
     TypeError
         An option no kind has.
     """
-    known = [o.name for o in kinds.options()]
-    unknown = sorted(set(options) - set(known))
-    if unknown:
-        raise TypeError(f"unknown planning option(s): {', '.join(unknown)}; known: "
-                        f"{', '.join(known)}")
-    ctx = kinds.PlanContext(stat=stat, options=options)
+    ctx = kinds.PlanContext(stat=stat, options=resolve(kinds.options(), options, {},
+                                                       what="planning option"))
     blocks: List[BlockPlan] = []
     outputs: Dict[str, List[Any]] = {name: [] for name in kinds.names()}
     for index, block in enumerate(spec.blocks):

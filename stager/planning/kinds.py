@@ -69,11 +69,8 @@ class Kind(Protocol):
         keyed ``source``) is not good beyond its checksum; ``None`` when it is."""
 
     def locate(self, u: Any) -> Optional[Tuple[str, Any, Optional[int]]]:
-        """Where a task finds source data in this unit's copy (:mod:`stager.locality`):
-        ``(source, frames, size)`` -- ``frames`` the unit's
-        :class:`~stager.planning.plan.FrameRange` of the source, ``None`` for a whole
-        copy of ``size`` bytes (``None``: not checked) -- or ``None``: not a copy a
-        task reads in place of its source. Optional (a kind without it: ``None``)."""
+        """Optional, for :mod:`stager.locality`: ``(source, FrameRange or None for a
+        whole copy, size to check or None)``, or ``None``: not read in place of a source."""
 
     def describe_block(self, b: Any) -> str:
         """``stager plan``: what a block of this kind stages."""
@@ -82,9 +79,8 @@ class Kind(Protocol):
         """``stager plan``: one unit, one line."""
 
     def unit_dict(self, u: Any) -> Dict[str, Any]:
-        """``stager plan --json``: one unit (under the kind's ``json_keys``, optional:
-        the keys of its count and its list; else under ``outputs``). An optional
-        ``unit_from_dict`` rebuilds one (``Plan.from_dict``)."""
+        """``stager plan --json``: one unit (optional ``json_keys``: the keys of the
+        count and list; ``unit_from_dict`` rebuilds one)."""
 
 
 #: name -> "module:Class" (or an instance), in the order kinds are planned and staged
@@ -92,8 +88,7 @@ ROWS: Table[Kind] = Table("block kind", {
     "files": "stager.kinds.files:FilesKind",
     "h5": "stager.kinds.h5:H5Kind",
 }, make=lambda cls: cls())
-# the spec language knows the kinds of this one table (each entry syntax read when used)
-for _name, _row in ROWS.items():
+for _name, _row in ROWS.items():  # the spec language's kinds (syntax read when used)
     spec_kinds.register(_name, f"{_row}.entries")
 
 
@@ -118,8 +113,7 @@ def names() -> Tuple[str, ...]:
 
 
 def options() -> Tuple[Any, ...]:
-    """Every kind's own option rows (:class:`core.options.Option`), resolved with the
-    staging options into ``StageOptions.kind_options``."""
+    """Every kind's own option rows (``StageOptions.kind_options``)."""
     return tuple(o for k in kinds() for o in getattr(k, "options", ()))
 
 

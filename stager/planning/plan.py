@@ -237,8 +237,8 @@ class Plan:
             if items and load is None:
                 raise ValueError(f"a plan with {k.name} blocks cannot be rebuilt from JSON: "
                                  "plan the spec")
-            if items:
-                outputs[k.name] = tuple(load(e) for e in items)
+            elif items:
+                outputs[k.name] = tuple(map(load, items))
         return cls(spec_path=d["spec"], blocks=tuple(BlockPlan(**b) for b in d["blocks"]),
                    outputs=outputs, spec_key=d.get("spec_key", ""),
                    areas=tuple(SourceArea(**a) for a in d.get("areas", ())),

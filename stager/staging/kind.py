@@ -39,7 +39,6 @@ class Transfer:
         Counts source bytes read (the amplification of the report).
     progress : Progress
     job : core.job.Job
-        The job (how ranks form nodes; ``comm`` is its leader communicator).
     alone : list of bool
         For each of ``moved``: held by one node only (a ``scatter`` output with one
         replica), which reads it itself -- no other leader takes part in moving it.

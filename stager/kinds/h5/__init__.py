@@ -1,16 +1,11 @@
 """The ``h5`` kind: HDF5 selections copied into node-local HDF5 files, each byte read once.
 
-One package holds all of it. Planning (rank 0, serial h5py): ``plan`` (``h5`` blocks
--> ``H5FilePlan``), ``types`` (the plan's data), ``describe`` (exact types, storage,
-inline values, references), ``filters`` (set-up values storing the source's filters
-again), ``links`` (external links and virtual datasets followed), ``frames`` (a
-``scatter ... h5`` output cut into frame ranges, one per node; pure). Moving:
-``read`` (MPI-IO on the leader communicator with the MPI build of h5py, independent
-read-only opens of disjoint hyperslabs with the serial one), ``write`` (each leader's
-own copy, default driver), ``check`` (the copy checked by decoding, after writing and
-by ``verify``). Its options are rows of its own (:data:`OPTIONS`).
-The record of each copy says where it came from (``source`` = the file and
-its selections), so ``verify`` and ``clean`` handle it like any staged file.
+Planning (rank 0, serial h5py): ``plan``, ``types`` (the plan's data), ``describe``,
+``filters``, ``links``, ``frames`` (scatter outputs cut into frame ranges; pure). Moving:
+``read`` (MPI-IO on the leader communicator with the MPI h5py, independent opens of
+disjoint hyperslabs with the serial one), ``write`` (each leader's own copy), ``check``
+(decoding, after writing and by ``verify``). Each copy's record names its source file and
+selections, so ``verify`` and ``clean`` handle it like any staged file.
 """
 from __future__ import annotations
 
@@ -23,11 +18,9 @@ from stager.planning.kinds import PlanContext
 from stager.planning.plan import FrameRange, describe_size
 from stager.staging.kind import Moved, Transfer
 
-__all__ = ["H5Kind", "OPTIONS", "DEFAULT_H5_MEMORY", "MIN_H5_MEMORY"]
+__all__ = ["H5Kind", "OPTIONS"]
 
-#: memory per rank for collective pieces, and its floor
-DEFAULT_H5_MEMORY = 1 << 30
-MIN_H5_MEMORY = 64 << 10
+DEFAULT_H5_MEMORY, MIN_H5_MEMORY = 1 << 30, 64 << 10  # per rank for collective pieces
 
 
 def _h5_memory(value: Any, name: str) -> int:
@@ -37,8 +30,7 @@ def _h5_memory(value: Any, name: str) -> int:
     return cap
 
 
-#: the kind's options: ``h5_memory`` (bytes per rank for collective pieces),
-#: ``h5_inline_bytes`` (datasets below it are read while planning; None: the default)
+#: bytes per rank for collective pieces; datasets below ``h5_inline_bytes`` read at planning
 OPTIONS = (Option("h5_memory", DEFAULT_H5_MEMORY, _h5_memory, "STAGER_H5_MEMORY"),
            Option("h5_inline_bytes", None, parse_size, "STAGER_H5_INLINE_BYTES"))
 
@@ -84,8 +76,7 @@ class H5Kind:
         return "; ".join(f"HDF5 dataset {b.path} {b.reason}" for b in bad) or None
 
     def locate(self, fp: Any) -> Optional[Tuple[str, FrameRange, None]]:
-        """A task reads frames of ``fp.source`` from a frame range's copy; an output
-        copied whole is an HDF5 file of its own, not the source: ``None``."""
+        """A frame range's copy holds frames of ``fp.source``; a whole output is not it."""
         return (fp.source, FrameRange(*fp.frames), None) if fp.frames else None
 
     def describe_block(self, b: Any) -> str:
@@ -115,12 +106,9 @@ class H5Kind:
     def transfer(self, t: Transfer) -> Moved:
         """Collective over ``t.comm``: stage each moved file; stop together on a failure.
 
-        Broadcast outputs are staged over every leader. A frame range of a ``scatter
-        ... h5`` block moves among its holders only: with several replicas over a
-        communicator of the holders (:func:`core.mpi.groups.holder_groups`), with
-        one (``t.alone``) by the holder's leader by itself, after the collective part.
-        Each byte is still read once, and nobody but the holders receives it. A
-        failure in a group or alone is agreed by the pipeline after the kind returns.
+        Broadcast outputs over every leader; a frame range of a ``scatter ... h5`` block
+        among its holders only (several: :func:`core.mpi.groups.holder_groups`; one, its
+        leader alone, after the collective part; agreed by the pipeline afterwards).
         """
         # here, not at the top: it needs numpy, which only leaders staging HDF5 load
         import h5py

@@ -6,15 +6,12 @@
 * ``readall`` — the paper's method: every leader ``MPI_File_read_at_all``-s the
   same chunk (:mod:`~stager.staging.transfer.readall`), the reference.
 * ``bcast`` — leader 0 reads, ``Ibcast`` to the rest (same pipeline).
-* ``naive`` — every leader reads every file itself with POSIX reads
-  (:mod:`~stager.staging.transfer.naive`): the baseline the others are measured against.
+* ``naive`` — every leader reads every file itself with POSIX reads: the baseline the
+  others are measured against.
 
-The table of methods is :data:`METHODS` (a :class:`core.table.Table`, one row each:
-its name and its function here); :func:`register` adds one from outside (the toy
-method of ``tests/toymethod.py``). A method is a function of one argument, the
-:class:`Moving` context (the leaders' communicator, the files, reader, sink, sizes and
-the job), returning this leader's own failure or ``None``. A name is checked with the
-options, before any collective.
+The table of methods is :data:`METHODS` (a :class:`core.table.Table`: name -> a function
+of one :class:`Moving`, returning this leader's own failure or ``None``); :func:`register`
+adds one (the toy of ``tests/toymethod.py``). A name is checked with the options.
 
 Small files (below ``small_file_threshold``) travel in batches for the
 collective methods (:mod:`~stager.staging.transfer.tasks`), each opened by one rank.
@@ -29,15 +26,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Optional, Sequence
 
+from core import interrupt
 from core.mpi.agree import any_true
 from core.table import Table
 from stager.planning.plan import FileEntry
 from stager.staging.transfer.engine import run_pieces
-from stager.staging.transfer.naive import run_naive
 from stager.staging.transfer.readall import run_readall
 from stager.staging.transfer.sink import Sink
 from stager.staging.transfer.source import SourceReader
-from stager.staging.transfer.tasks import make_tasks
+from stager.staging.transfer.tasks import chunk_ranges, make_tasks
 
 __all__ = ["METHODS", "Moving", "Sink", "SourceReader", "register", "run_method"]
 
@@ -46,27 +43,12 @@ Err = Optional[BaseException]  # a leader's own failure, or None
 
 @dataclass
 class Moving:
-    """What a transfer method is given, on one leader.
-
-    Attributes
-    ----------
-    comm : mpi4py.MPI.Comm
-        The leaders moving ``jobs`` (every leader, or the holders of scatter files);
-        the method is collective over it (except ``naive``).
-    jobs : sequence of FileEntry
-        The files, identical on every leader of ``comm``.
-    reader : SourceReader
-    sink : Sink
-        Where this node's copies go (``sink.dests[i]`` is ``None``: not needed here).
-    chunk_size, small : int
-        Bytes per chunk, and the size below which files travel in batches.
-    job : core.job.Job
-        The job (how ranks form nodes).
-    shared_exchange : bool
-        Leaders on one host may exchange through a shared-memory window.
-    info : dict
-        Filled by the method: ``info["exchange"]`` says how chunks travelled.
-    """
+    """What a transfer method is given, on one leader: the leaders moving ``jobs`` (every
+    leader, or the holders of scatter files: the method is collective over ``comm``, except
+    ``naive``), the files (identical on every leader), their reader, this node's sink
+    (``sink.dests[i] is None``: not needed here), the chunk size, the size below which files
+    travel in batches, the job, whether leaders on one host may exchange through a
+    shared-memory window, and ``info`` for the report (``info["exchange"]``: how)."""
 
     comm: Any
     jobs: Sequence[FileEntry]
@@ -77,12 +59,6 @@ class Moving:
     job: Any
     shared_exchange: bool = False
     info: Dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def one_host(self) -> bool:
-        """The leaders may share a host: the job emulates nodes (checked by
-        :func:`~stager.staging.transfer.shmem.co_located` before use)."""
-        return self.shared_exchange and self.job.node_id.startswith("emulate:")
 
 
 Method = Callable[[Moving], Err]
@@ -112,10 +88,26 @@ def run_method(method: str, m: Moving) -> Err:
 
 
 def naive(m: Moving) -> Err:
-    """Every leader reads the files it needs itself (no collective)."""
+    """Every leader reads the files it needs itself, POSIX reads, no collective: what
+    the original HEDM tasks did, the baseline (N nodes read each source N times)."""
     m.info["exchange"] = "none (every leader reads every file)"
-    return run_naive([i for i in range(len(m.jobs)) if m.sink.dests[i] is not None],
-                     m.reader, m.sink, m.chunk_size)
+    files = [i for i in range(len(m.jobs)) if m.sink.dests[i] is not None]
+    view = memoryview(bytearray(max(1, min(m.chunk_size, max(
+        (m.jobs[i].size for i in files), default=1)))))
+    try:
+        for i in files:
+            m.reader.open_check(i)
+            for off, length in chunk_ranges(m.jobs[i].size, m.chunk_size):
+                interrupt.check()  # SIGINT/SIGTERM: stop; the caller agrees on it
+                if length:
+                    with m.reader.metered():
+                        m.reader.read_into(i, off, view[:length])
+                m.sink.write(i, off, view[:length])
+            m.reader.close(i)
+    except Exception as e:
+        m.reader.close_all(check=False)
+        return e
+    return None
 
 
 def readall(m: Moving) -> Err:
@@ -138,7 +130,8 @@ def stripe(m: Moving, bcast: bool = False) -> Err:
     comm = m.comm
     tasks = make_tasks([j.size for j in m.jobs], comm.size, m.chunk_size, m.small,
                        single_reader=bcast)
-    if m.one_host and comm.size > 1:
+    # emulated nodes may share a host: then through a shared-memory window
+    if m.shared_exchange and m.job.node_id.startswith("emulate:") and comm.size > 1:
         from stager.staging.transfer.shmem import co_located, run_pieces_shared
 
         if co_located(comm):  # else: emulated nodes spread over hosts
