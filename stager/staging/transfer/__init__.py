@@ -61,8 +61,6 @@ class Moving:
     info: Dict[str, Any] = field(default_factory=dict)
 
 
-Method = Callable[[Moving], Err]
-
 #: The transfer methods, one row each: name -> its function (below), imported when
 #: used; the first is the default
 METHODS: Table[Any] = Table("transfer method", {
@@ -73,7 +71,7 @@ METHODS: Table[Any] = Table("transfer method", {
 })
 
 
-def register(name: str, method: Method) -> None:
+def register(name: str, method: Callable[[Moving], Err]) -> None:
     """Add (or replace) the transfer method ``name`` (a function of a :class:`Moving`)."""
     METHODS.register(name, method)
 
