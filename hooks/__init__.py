@@ -2,9 +2,11 @@
 
 The spec language only -- grammar, parser, the parsed spec as plain data, the
 ``h5`` entry syntax and its errors. It imports nothing of the rest of the
-project; lark is imported only where a spec is parsed (rank 0).
+project; lark is imported only where a spec is parsed (rank 0). The block kinds
+are the stager's: ``stager.planning.kinds`` registers each in :mod:`hooks.kinds`.
 
->>> from hooks import parse_spec
+>>> from hooks import kinds, parse_spec
+>>> kinds.register("files")  # as the stager does for each of its kinds
 >>> spec = parse_spec("broadcast to /tmp files { /data/*.cfg }")
 >>> spec.blocks[0].dest
 '/tmp'

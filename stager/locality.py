@@ -25,14 +25,13 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from stager.errors import StagerError
-from stager.kinds.files import FilesKind
-from stager.kinds.h5 import H5Kind
-from stager.planning.frames import FrameRange, ranges_of
-from stager.planning.kinds import split
-from stager.planning.plan import Plan, expand_dest
+from stager.planning.kinds import kinds, split
+from stager.planning.plan import FrameRange, Plan, expand_dest
 from stager.planning.scatter import placement
 
 __all__ = ["Where", "StagedCopyMissing", "FramesAt", "where", "read_path"]
+
+Key = Tuple[str, int]  # (kind, index of the unit in the plan's outputs of that kind)
 
 
 class StagedCopyMissing(StagerError):
@@ -69,31 +68,45 @@ class Where:
         self.names: Tuple[str, ...] = tuple(nodes)
         self.plan = plan = split(plan, len(self.names))  # scatter h5: frame ranges
         self._holders = placement(plan, len(self.names)) if plan.scatters else {}
-        self._ranges = ranges_of(plan)
-        self._index: Dict[str, int] = {}
-        for i, e in enumerate(plan.files):
-            self._index.setdefault(os.path.normpath(e.source), i)
+        # each kind says where a task finds source data in its units (Kind.locate)
+        self._whole: List[Tuple[Key, Any, Optional[int]]] = []   # whole copies, plan order
+        self._index: Dict[str, int] = {}                         # source -> first of _whole
+        self._ranges: Dict[str, List[Tuple[FrameRange, Key, Any]]] = {}
+        for k in kinds():
+            locate: Any = getattr(k, "locate", lambda u: None)
+            for i, u in enumerate(plan.units(k.name)):
+                at: Any = locate(u)
+                if at is not None and at[1] is None:  # a whole copy
+                    self._index.setdefault(os.path.normpath(at[0]), len(self._whole))
+                    self._whole.append(((k.name, i), u, at[2]))
+                elif at is not None:
+                    self._ranges.setdefault(os.path.normpath(at[0]), []).append(
+                        (at[1], (k.name, i), u))
+        for v in self._ranges.values():
+            v.sort(key=lambda t: t[0].first)
         self.fell_back = 0
 
     def source_at(self, dest: str) -> Optional[str]:
         """The source file whose copy lands at ``dest`` (a template with ``%n``), or ``None``."""
         if not hasattr(self, "_by_dest"):
-            self._by_dest = {os.path.normpath(e.dest.replace("\x00", "%")): e.source
-                             for e in self.plan.files}
+            self._by_dest = {os.path.normpath(u.dest.replace("\x00", "%")): u.source
+                             for _, u, _ in self._whole}
         return self._by_dest.get(os.path.normpath(dest))
 
-    def _entry(self, source: str) -> int:
-        i = self._index.get(os.path.normpath(os.fspath(source)))
-        if i is None:
+    def _entry(self, source: str) -> Tuple[Key, Any, Optional[int]]:
+        try:
+            return self._whole[self._index[os.path.normpath(os.fspath(source))]]
+        except KeyError:
             raise KeyError(f"{source} is not a file of the staged plan "
-                           f"({self.plan.spec_path})")
-        return i
+                           f"({self.plan.spec_path})") from None
+
+    def _held(self, key: Key) -> Tuple[str, ...]:
+        held = self._holders.get(key)
+        return self.names if held is None else tuple(self.names[k] for k in held)
 
     def nodes(self, source: str) -> Tuple[str, ...]:
         """Names of the nodes holding ``source``'s copy (every node for a broadcast file)."""
-        i = self._entry(source)
-        held = self._holders.get((FilesKind.name, i))
-        return self.names if held is None else tuple(self.names[k] for k in held)
+        return self._held(self._entry(source)[0])
 
     def node(self, source: str) -> str:
         """The first node holding ``source`` (where to place a task reading it)."""
@@ -102,14 +115,14 @@ class Where:
     def by_node(self) -> Dict[str, List[str]]:
         """Source files each node holds, in plan order."""
         out: Dict[str, List[str]] = {n: [] for n in self.names}
-        for e in self.plan.files:
+        for _, e, _ in self._whole:
             for n in self.nodes(e.source):
                 out[n].append(e.source)
         return out
 
     def copy(self, source: str, node: str) -> str:
         """The path of ``source``'s copy on ``node`` (whether or not it holds one)."""
-        e = self.plan.files[self._entry(source)]
+        e = self._entry(source)[1]
         return expand_dest(e.dest, self.plan.blocks[e.block].dest, node)
 
     def local(self, source: str, node: str, hard: bool = False) -> str:
@@ -121,7 +134,7 @@ class Where:
             ``hard=True`` and ``node`` holds no intact copy (missing, not a regular
             file, or of another size than planned).
         """
-        e = self.plan.files[self._entry(source)]
+        _, e, size = self._entry(source)
         if node not in self.nodes(source):
             if hard:
                 raise StagedCopyMissing(
@@ -129,7 +142,7 @@ class Where:
                     f"{', '.join(self.nodes(source))}): place the task there, or softly")
             self.fell_back += 1
             return e.source
-        path, fell = read_path(self.copy(source, node), e.source, node, hard, e.size)
+        path, fell = read_path(self.copy(source, node), e.source, node, hard, size)
         self.fell_back += fell
         return path
 
@@ -141,12 +154,12 @@ class Where:
         if not rs:
             raise KeyError(f"{source} has no frame ranges in the staged plan "
                            f"({self.plan.spec_path}): is it in a 'scatter ... h5' block?")
-        return [(fr, tuple(self.names[k] for k in self._holders[(H5Kind.name, i)])) for fr, i in rs]
+        return [(fr, self._held(key)) for fr, key, _ in rs]
 
-    def _range_of(self, source: str, frame: int) -> Tuple[FrameRange, int]:
-        for fr, i in self._ranges.get(os.path.normpath(os.fspath(source)), ()):
+    def _range_of(self, source: str, frame: int) -> Tuple[FrameRange, Key, Any]:
+        for fr, key, u in self._ranges.get(os.path.normpath(os.fspath(source)), ()):
             if frame in fr:
-                return fr, i
+                return fr, key, u
         raise KeyError(f"frame {frame} of {source} is in no staged frame range "
                        f"({self.plan.spec_path})")
 
@@ -164,9 +177,8 @@ class Where:
         KeyError
             ``frame`` is in no staged range of ``source``.
         """
-        fr, i = self._range_of(source, frame)
-        fp = self.plan.h5[i]
-        holders = tuple(self.names[k] for k in self._holders[(H5Kind.name, i)])
+        fr, key, fp = self._range_of(source, frame)
+        holders = self._held(key)
         if node not in holders:
             if hard:
                 raise StagedCopyMissing(

@@ -16,14 +16,14 @@ import json
 import socket
 import sys
 from collections import OrderedDict
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from hooks import SpecError, load_spec
 from stager.errors import PlanError
 from stager.nodelocal.space import DestinationSpace, allocated, block_size, check_space
 from stager.planning import build_plan
 from stager.planning.plan import Plan, describe_size, expand_node
-from stager.planning.kinds import kind, split
+from stager.planning.kinds import kind, kinds, split
 from stager.planning.scatter import node_bytes, placement
 from stager.planning.sources import check_disjoint, real_dest
 
@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         doc = plan.to_dict()
         doc["node"] = node
-        big = plan.largest
+        big = _largest(plan)
         doc["largest"] = None if big is None else {"source": big.source, "size": big.size}
         if per_node is not None:
             doc["bytes_per_node"] = per_node
@@ -147,6 +147,12 @@ def _too_big(plan: Plan, space: List[DestinationSpace], node: str) -> str:
     return ""
 
 
+def _largest(plan: Plan) -> Any:
+    """The largest whole file of the plan (``None``: none)."""
+    return max((u for k in kinds() if k.whole_files for u in plan.units(k.name)),
+               key=lambda e: e.size, default=None)
+
+
 def render_text(plan: Plan, space: List[DestinationSpace], node: str,
                 limit=SHOWN, per_node: Optional[List[int]] = None) -> str:
     """The human-readable plan. Pure."""
@@ -164,7 +170,7 @@ def render_text(plan: Plan, space: List[DestinationSpace], node: str,
     else:
         out.append(f"each node receives {describe_size(plan.total_bytes)} "
                    f"({plan.total_bytes} bytes)")
-    largest = plan.largest
+    largest = _largest(plan)
     if largest is not None:
         out.append(f"largest file: {largest.source} ({describe_size(largest.size)})")
     out.append(f"destinations on this machine (as node {node!r}):")

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
+from core.options import Option, parse_bool
 from stager.planning.kinds import PlanContext
-from stager.planning.plan import describe_size
+from stager.planning.plan import FileEntry, describe_size
 from stager.staging.kind import Moved, Transfer
-from stager.staging.transfer import Sink, SourceReader, run_method
+from stager.staging.transfer import Moving, Sink, SourceReader, run_method
 
-__all__ = ["FilesKind"]
+__all__ = ["FilesKind", "OPTIONS"]
+
+#: emulated nodes on one host exchange through shared memory (staging.transfer.shmem)
+OPTIONS = (Option("shared_exchange", True, parse_bool, "STAGER_SHARED_EXCHANGE"),)
 
 
 class FilesKind:
@@ -26,6 +30,8 @@ class FilesKind:
     label = ""
     whole_files = True
     entries = None  # plain file patterns
+    options = OPTIONS
+    json_keys = ("files", "entries")
 
     def plan(self, block: Any, index: int, ctx: PlanContext) -> Tuple[Any, List[Any]]:
         from stager.planning.files import plan_files
@@ -56,6 +62,11 @@ class FilesKind:
 
         return asdict(e)
 
+    unit_from_dict = staticmethod(lambda d: FileEntry(**d))
+
+    def locate(self, e: Any) -> Tuple[str, None, int]:
+        return e.source, None, e.size  # a whole copy of the source
+
     def transfer(self, t: Transfer) -> Moved:
         """Collective over ``t.comm`` (except ``naive``): move the files, return what was done.
 
@@ -85,10 +96,10 @@ class FilesKind:
         sink = Sink(jobs, [t.dests[k] for k in which], progress=t.progress, fsync=t.opts.fsync)
         reader = SourceReader(jobs, t.meter)
         err = None
-        info: dict = {}
+        m = Moving(comm, jobs, reader, sink, t.opts.chunk_size, t.opts.small_file_threshold,
+                   t.job, t.opts.kind_options["shared_exchange"])
         try:
-            err = run_method(method, comm, jobs, reader, sink, t.opts.chunk_size,
-                             t.opts.small_file_threshold, t.opts.shared_exchange, info)
+            err = run_method(method, m)
         except Exception as e:
             err = e
         finally:
@@ -98,7 +109,7 @@ class FilesKind:
         out.error = out.error or err
         out.bytes_written += sink.bytes_written
         if method == t.opts.method or not out.extra:
-            out.extra.update(info)
+            out.extra.update(m.info)
         if method != t.opts.method:
             out.extra["scatter_read_alone"] = len(which)
         elif comm is not t.comm:  # among the holders of scatter files with several replicas

@@ -6,5 +6,5 @@ Written and opened through the shared base's local files (``core.localfs``,
 ``.stager/`` directory), ``lock`` (one run per root), ``journal`` (append-only lines
 that survive kills), ``record`` (what a node holds in one root for one spec),
 ``space`` (free space, pure shortfall rule), ``roots`` (a node's destination roots,
-locked), ``h5check``, ``verify``, ``clean``. The layout on disk: ``docs/staging-state.md``.
+locked), ``verify``, ``clean``. The layout on disk: ``docs/staging-state.md``.
 """

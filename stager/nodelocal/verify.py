@@ -8,7 +8,7 @@ recorded file (same device and inode), of the recorded size, with the recorded
 checksum. Each copy is also checked by the block kind recorded with it
 (``Kind.verify``, :mod:`stager.planning.kinds`): a staged HDF5 copy is decoded,
 every dataset's values read back through its filter pipeline and compared with
-the digest of the values read from the source (:mod:`stager.nodelocal.h5check`),
+the digest of the values read from the source (:mod:`stager.kinds.h5.check`),
 so a copy that no longer decodes is named with its dataset. Each mismatch
 (missing copy, a symlink or directory in its place, a replaced file, wrong size,
 wrong checksum, nothing staged at a destination) is reported with its node and file, on every rank.
@@ -105,7 +105,7 @@ def _decodes(fd: int, rec: Any) -> Optional[str]:
     before kinds were recorded) is checked by its checksum only.
 
     The copy is named through ``/proc/self/fd``, so the file checked is the one
-    opened without following symlinks (see :mod:`stager.nodelocal.h5check`).
+    opened without following symlinks (see :mod:`stager.kinds.h5.check`).
     """
     if not rec.kind:
         return None

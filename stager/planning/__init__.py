@@ -7,10 +7,9 @@ put N times the metadata load on a parallel filesystem.
 
 Modules: ``plan`` (the data), ``kinds`` (the table of block kinds: each block is
 planned by its kind), ``sources`` (glob + stat + destination rules shared by all
-kinds), ``files`` (``files`` blocks), ``h5`` and ``h5types`` (``h5`` blocks; h5py is
-imported only when a spec has one), ``scatter`` (where outputs of scatter blocks
-land) and ``frames`` (scatter h5 outputs split into frame ranges); both are pure
-functions of the plan and the node count, computed by every rank.
+kinds), ``files`` (``files`` blocks), ``scatter`` (where outputs of scatter blocks
+land: a pure function of the plan and the node count, computed by every rank). The
+``h5`` kind plans its blocks in its own package, :mod:`stager.kinds.h5`.
 """
 from __future__ import annotations
 
@@ -18,6 +17,7 @@ import hashlib
 import os
 from typing import Any, Dict, List, Tuple
 
+from core.options import resolve
 from hooks.spec import Block, Spec
 from stager.errors import PlanError
 from stager.planning import kinds
@@ -29,7 +29,7 @@ __all__ = ["build_plan", "spec_key", "check_destinations", "Plan",
            "BlockPlan", "FileEntry", "expand_node", "describe_size"]
 
 
-def build_plan(spec: Spec, *, stat: StatFn = os.stat, h5_inline_bytes: Any = None) -> Plan:
+def build_plan(spec: Spec, *, stat: StatFn = os.stat, **options: Any) -> Plan:
     """Plan every block of ``spec``; call on one process only.
 
     Parameters
@@ -37,9 +37,10 @@ def build_plan(spec: Spec, *, stat: StatFn = os.stat, h5_inline_bytes: Any = Non
     spec : hooks.Spec
     stat : callable, optional
         ``os.stat`` for ``files`` blocks (a parameter so tests can count calls).
-    h5_inline_bytes : int, optional
-        Threshold below which ``h5`` datasets are read while planning (see
-        :data:`stager.planning.h5.INLINE_BYTES`).
+    **options
+        The block kinds' own options (:func:`stager.planning.kinds.options`), e.g.
+        ``h5_inline_bytes``: the threshold below which ``h5`` datasets are read while
+        planning.
 
     Returns
     -------
@@ -50,8 +51,11 @@ def build_plan(spec: Spec, *, stat: StatFn = os.stat, h5_inline_bytes: Any = Non
     PlanError
         Anything a block cannot be planned for; the message starts with the
         ``FILE:LINE:COL`` of the pattern or block.
+    TypeError
+        An option no kind has.
     """
-    ctx = kinds.PlanContext(stat=stat, options={"h5_inline_bytes": h5_inline_bytes})
+    ctx = kinds.PlanContext(stat=stat, options=resolve(kinds.options(), options, {},
+                                                       what="planning option"))
     blocks: List[BlockPlan] = []
     outputs: Dict[str, List[Any]] = {name: [] for name in kinds.names()}
     for index, block in enumerate(spec.blocks):

@@ -27,7 +27,8 @@ def plan(spec: SpecLike, **options: Any) -> Plan:
     ----------
     spec : str, os.PathLike, hooks.Spec or Plan
     **options
-        ``h5_inline_bytes`` (see :func:`stager.planning.build_plan`).
+        The block kinds' own options, e.g. ``h5_inline_bytes`` (see
+        :func:`stager.planning.build_plan`).
 
     Raises
     ------

@@ -10,7 +10,8 @@ imported when first asked for, so planning never imports transfer code.
 
 To add a kind: a module with a class implementing :class:`Kind`, and a row here
 (or :func:`register`, for a kind from outside the package: the toy kind of
-``tests/toykind.py``). Its ``entries`` (entry syntax) go to :mod:`hooks.kinds`.
+``tests/toykind.py``). Its ``entries`` (entry syntax) go to :mod:`hooks.kinds`, which
+lists no kinds of its own: this table is the one list.
 The table is a :class:`core.table.Table`, as every plug-in table of the project.
 """
 from __future__ import annotations
@@ -21,14 +22,16 @@ from typing import Any, Dict, List, Optional, Protocol, Tuple
 from core.table import Table
 from hooks import kinds as spec_kinds
 
-__all__ = ["Kind", "PlanContext", "ROWS", "register", "kind", "kinds", "names", "split"]
+__all__ = ["Kind", "PlanContext", "ROWS", "register", "kind", "kinds", "names", "options",
+           "split"]
 
 
 @dataclass
 class PlanContext:
     """What the planning of every block shares (rank 0): ``claimed`` destination ->
     (source, pattern) of every output so far, all kinds; ``stat``; ``trees`` copied
-    whole and ``skipped`` links (the sources' area); ``options`` of ``build_plan``."""
+    whole and ``skipped`` links (the sources' area); ``options``: the kinds' own
+    options given to ``build_plan`` (see :func:`options`)."""
 
     stat: Any
     claimed: Dict[str, Any] = field(default_factory=dict)
@@ -46,6 +49,7 @@ class Kind(Protocol):
     whole_files: bool   # units are byte copies of whole sources (amplification,
                         # --verify-source re-reads them)
     entries: Any        # hooks.kinds.EntrySyntax, or None: plain file patterns
+    options: Tuple[Any, ...]  # its own core.options.Option rows (STAGER_<NAME>)
 
     def plan(self, block: Any, index: int, ctx: PlanContext) -> Tuple[Any, List[Any]]:
         """``(BlockPlan, units)`` of one block; rank 0, serial; raises ``PlanError``."""
@@ -64,6 +68,10 @@ class Kind(Protocol):
         """Why the recorded copy at ``path`` (identity and size checked, of the unit
         keyed ``source``) is not good beyond its checksum; ``None`` when it is."""
 
+    def locate(self, u: Any) -> Optional[Tuple[str, Any, Optional[int]]]:
+        """Optional, for :mod:`stager.locality`: ``(source, FrameRange or None for a
+        whole copy, size to check or None)``, or ``None``: not read in place of a source."""
+
     def describe_block(self, b: Any) -> str:
         """``stager plan``: what a block of this kind stages."""
 
@@ -71,7 +79,8 @@ class Kind(Protocol):
         """``stager plan``: one unit, one line."""
 
     def unit_dict(self, u: Any) -> Dict[str, Any]:
-        """``stager plan --json``: one unit."""
+        """``stager plan --json``: one unit (optional ``json_keys``: the keys of the
+        count and list; ``unit_from_dict`` rebuilds one)."""
 
 
 #: name -> "module:Class" (or an instance), in the order kinds are planned and staged
@@ -79,6 +88,8 @@ ROWS: Table[Kind] = Table("block kind", {
     "files": "stager.kinds.files:FilesKind",
     "h5": "stager.kinds.h5:H5Kind",
 }, make=lambda cls: cls())
+for _name, _row in ROWS.items():  # the spec language's kinds (syntax read when used)
+    spec_kinds.register(_name, f"{_row}.entries")
 
 
 def register(k: Kind) -> None:
@@ -99,6 +110,11 @@ def kinds() -> Tuple[Kind, ...]:
 
 def names() -> Tuple[str, ...]:
     return ROWS.names()
+
+
+def options() -> Tuple[Any, ...]:
+    """Every kind's own option rows (``StageOptions.kind_options``)."""
+    return tuple(o for k in kinds() for o in getattr(k, "options", ()))
 
 
 def split(plan: Any, nodes: int) -> Any:

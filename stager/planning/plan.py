@@ -3,7 +3,7 @@
 Rank 0 builds it (:func:`stager.planning.build_plan`), one broadcast hands it
 to every rank, and the staging pipeline executes it. It covers every block
 kind: whole files (:class:`FileEntry`) and HDF5 selections
-(:class:`~stager.planning.h5types.H5FilePlan`). Every planned output -- a
+(:class:`~stager.kinds.h5.types.H5FilePlan`). Every planned output -- a
 *unit* -- answers the same few questions the pipeline asks (:class:`Unit`):
 where it lands, which block it came from, what identifies its source for
 resume, and how many bytes it will occupy. Nothing here touches MPI or the
@@ -17,11 +17,11 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, Iterable, List, Optional, Protocol, Tuple
+from typing import Any, Dict, Optional, Protocol, Tuple
 
 from stager.planning.sources import SourceArea
 
-__all__ = ["Unit", "FileEntry", "BlockPlan", "Plan", "expand_node", "expand_dest",
+__all__ = ["Unit", "FileEntry", "FrameRange", "BlockPlan", "Plan", "expand_node", "expand_dest",
            "unit_source_id", "describe_size"]
 
 
@@ -50,6 +50,25 @@ def expand_dest(dest: str, template: str, node: str) -> str:
 def unit_source_id(u: Any) -> Tuple[int, int, int, int]:
     """(size, mtime_ns, ctime_ns, inode) of a unit's source when planned (-1: not known)."""
     return (u.size, u.mtime_ns, getattr(u, "ctime_ns", -1), getattr(u, "ino", -1))
+
+
+@dataclass(frozen=True)
+class FrameRange:
+    """Source frames ``range(first, stop, step)`` of an output's frame dataset."""
+
+    first: int
+    stop: int
+    step: int = 1
+
+    def __contains__(self, frame: object) -> bool:
+        return isinstance(frame, int) and frame in range(self.first, self.stop, self.step)
+
+    def __len__(self) -> int:
+        return len(range(self.first, self.stop, self.step))
+
+    def row(self, frame: int) -> int:
+        """The row of source frame ``frame`` in this range's copy."""
+        return (frame - self.first) // self.step
 
 
 class Unit(Protocol):
@@ -168,16 +187,6 @@ class Plan:
         return self.outputs.get(kind, ())
 
     @property
-    def files(self) -> Tuple[FileEntry, ...]:
-        """The whole files of ``files`` blocks."""
-        return self.units("files")
-
-    @property
-    def h5(self) -> Tuple[Any, ...]:
-        """The HDF5 copies of ``h5`` blocks (:class:`~stager.planning.h5types.H5FilePlan`)."""
-        return self.units("h5")
-
-    @property
     def n_outputs(self) -> int:
         return sum(len(v) for v in self.outputs.values())
 
@@ -192,53 +201,48 @@ class Plan:
         """The plan has scatter blocks (outputs that only some nodes hold)."""
         return any(b.mode == "scatter" for b in self.blocks)
 
-    @property
-    def largest(self) -> Optional[FileEntry]:
-        return max(self.files, key=lambda e: e.size, default=None)
-
-    def for_node(self, node: str) -> List[Tuple[FileEntry, str]]:
-        """Pairs ``(file entry, concrete destination)`` for one node (names kept exactly)."""
-        return [(e, expand_dest(e.dest, self.blocks[e.block].dest, node)) for e in self.files]
-
     def to_dict(self) -> Dict[str, Any]:
-        from stager.planning.kinds import kind
+        """The plan as JSON data: each kind's units under the keys it names
+        (``json_keys``: its count and its list), any other kind's under ``outputs``."""
+        from stager.planning.kinds import kinds
 
-        return {
-            "spec": self.spec_path,
-            "blocks": [asdict(b) for b in self.blocks],
-            "files": len(self.files),
-            "h5_files": len(self.h5),
-            "bytes": self.total_bytes,
-            "entries": [asdict(e) for e in self.files],
-            "h5": [h.describe() for h in self.h5],
-            "outputs": {k: [kind(k).unit_dict(u) for u in us] for k, us in self.outputs.items()
-                        if us and k not in ("files", "h5")},
-            "spec_key": self.spec_key,
-            "areas": [asdict(a) for a in self.areas],
-            "skipped_links": list(self.skipped_links),
-        }
+        doc: Dict[str, Any] = {"spec": self.spec_path,
+                               "blocks": [asdict(b) for b in self.blocks],
+                               "bytes": self.total_bytes, "outputs": {}}
+        for k in kinds():
+            units = [k.unit_dict(u) for u in self.units(k.name)]
+            keys = getattr(k, "json_keys", None)
+            if keys:
+                doc[keys[0]], doc[keys[1]] = len(units), units
+            elif units:
+                doc["outputs"][k.name] = units
+        doc.update(spec_key=self.spec_key, areas=[asdict(a) for a in self.areas],
+                   skipped_links=list(self.skipped_links))
+        return doc
 
     def to_json(self, **kw: Any) -> str:
         return json.dumps(self.to_dict(), **kw)
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> Plan:
-        """A plan of ``files`` blocks from :meth:`to_dict` (other kinds do not round-trip)."""
-        if d.get("h5") or d.get("outputs"):
-            raise ValueError("a plan with blocks other than files cannot be rebuilt from "
-                             "JSON: plan the spec")
+        """A plan from :meth:`to_dict`, if each of its kinds rebuilds its units
+        (``unit_from_dict``: ``files`` does; other kinds do not round-trip)."""
+        from stager.planning.kinds import kinds
+
+        outputs: Dict[str, Tuple[Any, ...]] = {}
+        for k in kinds():
+            keys = getattr(k, "json_keys", None)
+            items = d.get(keys[1]) if keys else d.get("outputs", {}).get(k.name)
+            load: Any = getattr(k, "unit_from_dict", None)
+            if items and load is None:
+                raise ValueError(f"a plan with {k.name} blocks cannot be rebuilt from JSON: "
+                                 "plan the spec")
+            elif items:
+                outputs[k.name] = tuple(map(load, items))
         return cls(spec_path=d["spec"], blocks=tuple(BlockPlan(**b) for b in d["blocks"]),
-                   outputs={"files": tuple(FileEntry(**e) for e in d["entries"])},
-                   spec_key=d.get("spec_key", ""),
+                   outputs=outputs, spec_key=d.get("spec_key", ""),
                    areas=tuple(SourceArea(**a) for a in d.get("areas", ())),
                    skipped_links=tuple(d.get("skipped_links", ())))
-
-    @classmethod
-    def from_entries(cls, spec_path: str, blocks: Iterable[BlockPlan],
-                     entries: Iterable[FileEntry], h5: Iterable[Any] = ()) -> Plan:
-        return cls(spec_path=spec_path, blocks=tuple(blocks),
-                   outputs={k: v for k, v in (("files", tuple(entries)), ("h5", tuple(h5)))
-                            if v})
 
 
 def count(n: int, word: str) -> str:

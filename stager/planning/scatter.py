@@ -3,7 +3,7 @@
 A ``scatter`` block puts each output on ``replicas`` nodes instead of every node:
 for datasets larger than one node's storage, where each task reads
 only its own files. The outputs are whole files (``files`` blocks) and frame
-ranges of HDF5 selections (``h5`` blocks, split by :mod:`stager.planning.frames`).
+ranges of HDF5 selections (``h5`` blocks, split by :mod:`stager.kinds.h5.frames`).
 The placement is computed, identically, by every rank from the broadcast plan and
 the number of nodes -- no message carries it -- and the records of each node then
 say what it holds (``verify``, ``clean``, ``drain`` and resume work from the
@@ -71,7 +71,7 @@ def placement(plan, nodes: int) -> Dict[Tuple[str, int], Tuple[int, ...]]:
     ``plan.units(kind)``. Pure; every rank computes the same result from the broadcast
     plan. Outputs of broadcast blocks are absent (every node holds them). HDF5
     outputs are placed as given: split the plan into frame ranges first
-    (:func:`stager.planning.frames.split`).
+    (:func:`stager.kinds.h5.frames.split`).
 
     Raises
     ------

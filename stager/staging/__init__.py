@@ -6,5 +6,5 @@ transfer → record → report -- and each kind plugs its own transfer into that
 pipeline through the table in :mod:`stager.planning.kinds` (the kinds are
 :mod:`stager.kinds`): ``files`` moves bytes with the methods of
 :mod:`stager.staging.transfer`, ``h5`` copies HDF5 selections with
-:mod:`stager.staging.h5`.
+:mod:`stager.kinds.h5`.
 """

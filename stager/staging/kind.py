@@ -38,6 +38,7 @@ class Transfer:
     meter : SourceMeter
         Counts source bytes read (the amplification of the report).
     progress : Progress
+    job : core.job.Job
     alone : list of bool
         For each of ``moved``: held by one node only (a ``scatter`` output with one
         replica), which reads it itself -- no other leader takes part in moving it.
@@ -57,6 +58,7 @@ class Transfer:
     opts: StageOptions
     meter: SourceMeter
     progress: Progress
+    job: Any
     alone: List[bool] = field(default_factory=list)
     holders: List[Optional[Tuple[int, ...]]] = field(default_factory=list)
 

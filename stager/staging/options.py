@@ -1,7 +1,9 @@
 """The staging options: one table, each option falling back to ``STAGER_<NAME>``, then its default.
 
 Resolved by the one resolver (:func:`core.options.resolve`), on rank 0, and
-broadcast (:func:`stager.stage`). How ranks form nodes is the job's option
+broadcast (:func:`stager.stage`). Each block kind brings its own rows (``options`` of
+the kind, :func:`stager.planning.kinds.options`), resolved with these into
+:attr:`StageOptions.kind_options`. How ranks form nodes is the job's option
 (:data:`core.nodes.NODE_ID`, held by :class:`core.job.Job`); a lock's ``wait`` is the
 destination roots' option (:data:`stager.nodelocal.roots.WAIT`), shared by ``stage``,
 ``verify`` and ``clean``.
@@ -11,20 +13,16 @@ Sizes accept a plain byte count or a binary suffix: ``33554432``, ``32M``,
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Dict, Mapping, Optional
 
 from core.options import (ENV_PREFIX, Option, parse_bool, parse_choice, parse_seconds,
                           parse_size, parse_text, resolve)
 from stager.nodelocal.roots import WAIT
 
-__all__ = ["StageOptions", "STAGE_OPTIONS", "resolve_options", "MAX_CHUNK",
-           "DEFAULT_H5_MEMORY", "MIN_H5_MEMORY"]
+__all__ = ["StageOptions", "STAGE_OPTIONS", "resolve_options", "MAX_CHUNK"]
 
 MAX_CHUNK = 1 << 30  # far below 2**31, so every MPI count stays an int32
-#: ``h5`` blocks: memory per rank for collective pieces, and its floor.
-DEFAULT_H5_MEMORY = 1 << 30
-MIN_H5_MEMORY = 64 << 10
 
 
 @dataclass(frozen=True)
@@ -38,16 +36,14 @@ class StageOptions:
     json: Optional[str] = None
     progress: bool = True
     fsync: bool = False
-    h5_memory: int = DEFAULT_H5_MEMORY
-    h5_inline_bytes: Optional[int] = None
     #: seconds to wait for another run holding a destination's lock (negative: forever)
     wait: float = 0.0
     #: read every source again after staging and compare it with its copies
     verify_source: bool = False
     #: seconds the ranks get to stop together after SIGINT/SIGTERM (core.interrupt)
     interrupt_grace: float = 0.6
-    #: emulated nodes exchange chunks through a shared-memory window (transfer.shmem)
-    shared_exchange: bool = True
+    #: the block kinds' own options, by name (each kind's ``options`` rows)
+    kind_options: Dict[str, Any] = field(default_factory=dict)
 
 
 def _chunk(lo: int) -> Callable[[Any, str], int]:
@@ -57,13 +53,6 @@ def _chunk(lo: int) -> Callable[[Any, str], int]:
             raise ValueError(f"{name} must be between {lo} and {MAX_CHUNK} bytes, got {size}")
         return size
     return parse
-
-
-def _h5_memory(value: Any, name: str) -> int:
-    cap = parse_size(value, f"h5 memory cap ({name})")
-    if cap < MIN_H5_MEMORY:
-        raise ValueError(f"h5 memory cap must be at least {MIN_H5_MEMORY} bytes, got {cap}")
-    return cap
 
 
 def _grace(value: Any, name: str) -> float:
@@ -82,12 +71,13 @@ def _method(value: Any, name: str) -> str:
 _PARSERS: Dict[str, Callable[[Any, str], Any]] = {
     "method": _method, "chunk_size": _chunk(1),
     "small_file_threshold": _chunk(0), "json": parse_text,
-    "h5_memory": _h5_memory, "h5_inline_bytes": parse_size, "interrupt_grace": _grace,
+    "interrupt_grace": _grace,
 }
 #: The staging options: each falls back to ``STAGER_<NAME>``, then to its default.
 STAGE_OPTIONS = tuple(WAIT if f.name == WAIT.name else
                       Option(f.name, f.default, _PARSERS.get(f.name, parse_bool),
-                             ENV_PREFIX + f.name.upper()) for f in fields(StageOptions))
+                             ENV_PREFIX + f.name.upper()) for f in fields(StageOptions)
+                      if f.name != "kind_options")
 
 
 def resolve_options(env: Optional[Mapping[str, str]] = None, **kwargs: Any) -> StageOptions:
@@ -103,4 +93,9 @@ def resolve_options(env: Optional[Mapping[str, str]] = None, **kwargs: Any) -> S
     ValueError
         A value that does not parse.
     """
-    return StageOptions(**resolve(STAGE_OPTIONS, kwargs, env, what="staging option"))
+    from stager.planning.kinds import options
+
+    rows = options()
+    got = resolve(STAGE_OPTIONS + rows, kwargs, env, what="staging option")
+    return StageOptions(**{o.name: got[o.name] for o in STAGE_OPTIONS},
+                        kind_options={o.name: got[o.name] for o in rows})

@@ -39,7 +39,7 @@ import socket
 import sys
 import time
 from collections import defaultdict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from core.errors import Interrupted, MpistageError
@@ -150,7 +150,8 @@ def stage(spec: Any, comm: Any = None, *, job: Optional[Job] = None, **options: 
         ``method`` ("stripe" | "readall" | "bcast" | "naive"), ``chunk_size``,
         ``small_file_threshold``, ``node_id`` (or ``emulate_nodes``, ``node_id_env``),
         ``force``, ``json`` (report path, written by rank 0), ``progress``,
-        ``fsync``, ``h5_memory``, ``h5_inline_bytes``, ``wait`` (seconds to wait
+        ``fsync``, the kinds' own (``h5_memory``, ``h5_inline_bytes``,
+        ``shared_exchange``), ``wait`` (seconds to wait
         for another run holding a destination; negative: forever),
         ``verify_source`` (read every source again after staging and compare),
         ``interrupt_grace``. Each falls back to ``STAGER_<NAME>`` in rank 0's
@@ -185,13 +186,10 @@ def stage(spec: Any, comm: Any = None, *, job: Optional[Job] = None, **options: 
     ctx = _Run(comm, opts.interrupt_grace)
     with job_for(comm, job, **node_kw) as j, \
             interrupt.Handling(grace=opts.interrupt_grace, emergency=ctx.emergency):
-        # the shared-memory window is the exchange of leaders on one host: emulated nodes
-        opts = replace(opts, shared_exchange=opts.shared_exchange
-                       and j.node_id.startswith("emulate:"))
         t_plan = time.perf_counter()
-        plan = bcast_result(comm, plan_spec, spec, h5_inline_bytes=opts.h5_inline_bytes)
+        plan = bcast_result(comm, plan_spec, spec, **opts.kind_options)
         plan_seconds = time.perf_counter() - t_plan
-        report = _run(plan, comm, j.layout, opts, plan_seconds, run_id, ctx)
+        report = _run(plan, comm, j, opts, plan_seconds, run_id, ctx)
     if opts.json and comm.rank == 0:
         report.write_json(opts.json)
     return report
@@ -202,9 +200,10 @@ def _spec_name(plan: Plan) -> str:
     return os.path.realpath(p) if p and os.path.isfile(p) else (p or "<spec>")
 
 
-def _run(plan: Plan, comm: Any, layout: NodeLayout, opts: StageOptions,
+def _run(plan: Plan, comm: Any, job: Job, opts: StageOptions,
          plan_seconds: float, run_id: str, ctx: _Run) -> Report:
     """Collective over `comm`: every rank must call. Phases 4-10 of the module docstring."""
+    layout = job.layout
     from mpi4py import MPI
 
     # scatter h5 blocks: each output split into frame ranges, one per node (pure: the
@@ -277,7 +276,7 @@ def _run(plan: Plan, comm: Any, layout: NodeLayout, opts: StageOptions,
         with agreed(comm, "staging", base=KEPT, default=TransferError, node=node, quiet=True):
             if recs is not None:
                 with commit.session(recs):
-                    _transfer(plan, units, used, recs, need_local, need_any, layout, opts,
+                    _transfer(plan, units, used, recs, need_local, need_any, job, opts,
                               meter, results, holders)
         comm.Barrier()
         seconds = comm.bcast(time.perf_counter() - t0, root=0)
@@ -439,7 +438,7 @@ def _prepare(recs: NodeRecords, need_local: bytearray) -> None:
 
 def _transfer(plan: Plan, units: List[Tuple[Kind, int, Any]], used: List[Kind],
               recs: NodeRecords, need_local: bytearray, need_any: bytearray,
-              layout: NodeLayout, opts: StageOptions, meter: SourceMeter,
+              job: Job, opts: StageOptions, meter: SourceMeter,
               results: Dict[str, Tuple[List[int], Moved]],
               holders: Dict[Tuple[str, int], Tuple[int, ...]]) -> None:
     """Collective over the leader communicator: every leader must call. Move, then record.
@@ -449,6 +448,7 @@ def _transfer(plan: Plan, units: List[Tuple[Kind, int, Any]], used: List[Kind],
     (computed by another leader) are journaled; this leader's own failure is
     raised afterwards.
     """
+    layout = job.layout
     own = sum(units[g][2].out_bytes for g, need in enumerate(need_local) if need)
     progress = Progress(own, opts.progress and layout.index == 0)  # node 0's leader is rank 0
     error: Optional[BaseException] = None
@@ -464,7 +464,7 @@ def _transfer(plan: Plan, units: List[Tuple[Kind, int, Any]], used: List[Kind],
             held = [holders.get((k.name, i)) for i in moved]
             alone = [h is not None and len(h) == 1 for h in held]
             res = k.transfer(Transfer(layout.leader_comm, plan.units(k.name), moved, dests,
-                                      layout.name, opts, meter, progress, alone, held))
+                                      layout.name, opts, meter, progress, job, alone, held))
             results[k.name] = (gl, res)
             for j, (digest, _size) in res.done.items():
                 if digest:

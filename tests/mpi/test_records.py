@@ -220,15 +220,15 @@ def test_verify_source_finds_a_source_that_differs_from_its_copies(comm, tmp):
     try:
         with agreed(comm, "checking the sources again"):
             if layout.is_leader:
-                units = [("files", i, u) for i, u in enumerate(p.files)]
-                t = node_targets(p, p.files, layout.name)
-                recs = NodeRecords(p.files, t.dests, t.roots, t.rels, spec_key(spec), spec,
+                units = [("files", i, u) for i, u in enumerate(p.units("files"))]
+                t = node_targets(p, p.units("files"), layout.name)
+                recs = NodeRecords(p.units("files"), t.dests, t.roots, t.rels, spec_key(spec), spec,
                                    "test", layout.name)
                 recs.open()
                 try:
-                    for g in range(len(p.files)):
+                    for g in range(len(p.units("files"))):
                         recs.decide(g, force=False)
-                    recs.done.update(range(len(p.files)))
+                    recs.done.update(range(len(p.units("files"))))
                     verify_sources(layout.leader_comm, list(range(3)),
                                    [(_Files, i, u) for _, i, u in units], recs)
                 finally:

@@ -126,7 +126,7 @@ def _cycle(edges: Dict[str, Set[str]]) -> list:
 
 def test_the_reader_sees_imports_inside_functions(graph):
     # the rules below are only as good as the reading: a function-level import counts
-    assert "stager.nodelocal.h5check" in graph["stager.kinds.h5"]  # inside H5Kind.verify
+    assert "stager.kinds.h5.check" in graph["stager.kinds.h5"]  # inside H5Kind.verify
     assert any(d.startswith("stager") for d in graph["workflows.leader"])
 
 
@@ -187,7 +187,7 @@ def test_streaming_sits_beside_staging(graph):
 
 # What each stager subpackage may import (besides itself, core and stager.errors).
 STAGER_LAYERS = {
-    "stager.planning": {"hooks", "kernels"},  # kernels.io.h5filters: the one filter table
+    "stager.planning": {"hooks"},
     "stager.nodelocal": {"stager.planning"},
     "stager.staging": {"stager.planning", "stager.nodelocal", "hooks"},
     "stager.stageout": {"stager.planning", "stager.nodelocal", "stager.drainlog",
@@ -198,7 +198,9 @@ STAGER_LAYERS = {
     "streams": {"stager.planning", "stager.nodelocal", "stager.staging", "stager.outputs"},
     # the block kinds: plug-ins above the machinery that asks them through the table
     # (stager.planning.kinds names each by "module:Class", imported when first asked)
-    "stager.kinds": {"stager.planning", "stager.nodelocal", "stager.staging", "hooks"},
+    # (kernels.io.h5filters: the one filter table, shared with the readers)
+    "stager.kinds": {"stager.planning", "stager.nodelocal", "stager.staging", "hooks",
+                     "kernels"},
 }
 
 
@@ -215,12 +217,8 @@ def test_stager_subpackages_follow_the_data_path(graph):
     assert users <= {"stager.cli", "stager.commands", "stager.__main__", "streams.cli"}, users
 
 
-# A kind's own modules (its module in stager/kinds/ and the library code only it uses),
-# and the tables. plan.py keeps accessors of the built-in kinds' units for callers
-# (Plan.files, Plan.h5, and the historical keys of a plan's JSON).
-KIND_OWNED = ("stager/kinds/", "stager/planning/kinds.py", "hooks/kinds.py",
-              "stager/planning/files.py", "stager/planning/h5", "stager/planning/frames.py",
-              "stager/staging/h5/", "stager/staging/transfer/", "stager/planning/plan.py")
+# A kind's own modules: its module or package in stager/kinds/.
+KIND_OWNED = ("stager/kinds/",)
 # comparing with a kind's name, a (kind, index) key, asking the plan for one kind
 _BRANCH = re.compile(r"""(==|!=)\s*["'](files|h5)["']|["'](files|h5)["']\s*(==|!=|in\b)"""
                      r"""|\(\s*["'](files|h5)["']\s*,\s*\w+\s*\)|units\(\s*["']"""
@@ -240,15 +238,19 @@ def _lines(pattern: re.Pattern[str], where) -> list:
     return found
 
 
-def test_a_block_kind_is_one_module_plus_one_row():
+def test_a_block_kind_is_one_module_plus_one_row(graph):
     found = _lines(_BRANCH, lambda mod, rel: mod.startswith("stager")
                    and not rel.startswith(KIND_OWNED))
     assert not found, ("code branching on a block kind's name outside the kind's module "
                        "(ask the kind through stager.planning.kinds): " + "; ".join(found))
+    # nothing imports a kind but the kinds themselves (the table names them by string)
+    users = sorted(f"{m} -> {d}" for m, deps in graph.items() for d in deps
+                   if d.startswith("stager.kinds.") and not m.startswith("stager.kinds"))
+    assert not users, "a kind imported outside stager/kinds/: " + "; ".join(users)
     # every row names one module of stager/kinds/, and every such module has its row
     from stager.planning.kinds import ROWS
     builtin = {r.partition(":")[0] for r in ROWS.values() if isinstance(r, str)}
-    modules = {m for m, _ in _modules() if m.startswith("stager.kinds.")}
+    modules = {m for m, _ in _modules() if m.startswith("stager.kinds.") and m.count(".") == 2}
     assert builtin == modules, (builtin, modules)
 
 

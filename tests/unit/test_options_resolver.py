@@ -69,10 +69,21 @@ def test_node_id_resolution():
 
 
 def test_staging_options_are_one_table():
-    names = [f.name for f in fields(StageOptions)]
+    from stager.planning.kinds import options
+
+    names = [f.name for f in fields(StageOptions) if f.name != "kind_options"]
     assert [o.name for o in STAGE_OPTIONS] == names
-    assert all(o.env == "STAGER_" + o.name.upper() for o in STAGE_OPTIONS)
-    assert resolve_options(env={}) == StageOptions()
+    assert all(o.env == "STAGER_" + o.name.upper() for o in STAGE_OPTIONS + options())
+    # the kinds' options are rows of their own kinds, not fields of the staging options
+    own = {o.name: o.default for o in options()}
+    assert {"h5_memory", "h5_inline_bytes", "shared_exchange"} <= set(own)
+    assert not set(own) & set(names), own
+    assert resolve_options(env={}) == StageOptions(kind_options=own)
+    o = resolve_options(env={"STAGER_H5_MEMORY": "128K"}, shared_exchange=False)
+    assert o.kind_options["h5_memory"] == 128 << 10
+    assert o.kind_options["shared_exchange"] is False
+    with pytest.raises(ValueError, match="h5 memory cap"):
+        resolve_options(env={}, h5_memory="1K")
     o = resolve_options(env={"STAGER_WAIT": "forever", "STAGER_NODE_ID": "env:H"})
     assert o.wait == -1.0 and "node_id" not in names   # how ranks form nodes: the job's
 

@@ -5,7 +5,7 @@ import pytest
 
 from hooks import parse_spec
 from stager.errors import PlanError
-from stager.planning.plan import Plan as Manifest
+from stager.planning.plan import Plan as Manifest, expand_dest
 from stager.planning import build_plan as build_manifest
 from stager.planning.sources import destination_for, static_prefix
 
@@ -58,7 +58,7 @@ broadcast to /tmp/bulk files {
 def test_figure6_manifest(fig6):
     m = plan(FIG6, fig6)
     src = str(fig6 / "dataset-1")
-    assert [(e.source, e.dest, e.size, e.block) for e in m.files] == [
+    assert [(e.source, e.dest, e.size, e.block) for e in m.units("files")] == [
         (f"{src}/a.cfg", "/tmp/a.cfg", 5, 0),
         (f"{src}/b.cfg", "/tmp/b.cfg", 6, 0),
         (f"{src}/bulk/file1.index", "/tmp/bulk/file1.index", 5, 1),
@@ -67,10 +67,11 @@ def test_figure6_manifest(fig6):
     ]
     assert m.total_bytes == 4016
     assert [(b.files, b.bytes) for b in m.blocks] == [(2, 11), (3, 4005)]
-    by_name = {os.path.basename(e.source): e for e in m.files}
+    by_name = {os.path.basename(e.source): e for e in m.units("files")}
     assert by_name["q.bin"].mode == 0o600
     assert by_name["a.cfg"].mtime_ns == 1_600_000_000_123_456_789
-    assert m.largest.source.endswith("q.bin")
+    from stager.commands.plan import _largest
+    assert _largest(m).source.endswith("q.bin")
 
 
 def test_manifest_json_round_trip(fig6):
@@ -84,16 +85,17 @@ def test_recursive_pattern_keeps_relative_layout(tmp_path):
     write(tmp_path / "run" / "3.tif")
     write(tmp_path / "run" / "a" / "skip.txt")
     m = plan("broadcast to /dst/%n files { run/**/*.tif }", tmp_path)
-    assert [e.dest for e in m.files] == [
+    assert [e.dest for e in m.units("files")] == [
         "/dst/%n/3.tif", "/dst/%n/a/1.tif", "/dst/%n/a/b/2.tif"]
-    assert m.for_node("node1")[0][1] == "/dst/node1/3.tif"
+    e = m.units("files")[0]
+    assert expand_dest(e.dest, m.blocks[e.block].dest, "node1") == "/dst/node1/3.tif"
 
 
 def test_plain_pattern_flattens_to_basename(tmp_path):
     write(tmp_path / "x" / "one" / "f.dat")
     write(tmp_path / "x" / "two" / "g.dat")
     m = plan("broadcast to /dst files { x/*/*.dat }", tmp_path)
-    assert [e.dest for e in m.files] == ["/dst/f.dat", "/dst/g.dat"]
+    assert [e.dest for e in m.units("files")] == ["/dst/f.dat", "/dst/g.dat"]
 
 
 def test_two_sources_one_destination_is_an_error_naming_both(tmp_path):
@@ -117,7 +119,7 @@ def test_conflict_across_blocks(tmp_path):
 def test_same_file_twice_is_staged_once(tmp_path):
     write(tmp_path / "a.cfg")
     m = plan("broadcast to /d files { a.cfg *.cfg }", tmp_path)
-    assert len(m.files) == 1
+    assert len(m.units("files")) == 1
 
 
 def test_no_match_is_an_error_unless_optional(tmp_path):
@@ -125,14 +127,14 @@ def test_no_match_is_an_error_unless_optional(tmp_path):
         plan("broadcast to /d files {\n  nothing/*.tif\n}", tmp_path)
     assert str(info.value).startswith("t.hook:2:3: 'nothing/*.tif' matches no file")
     m = plan("broadcast to /d files {\n ?nothing/*.tif\n}", tmp_path)
-    assert m.files == ()
+    assert m.units("files") == ()
 
 
 def test_directory_is_copied_recursively(tmp_path):
     write(tmp_path / "params" / "a.txt", b"a")
     write(tmp_path / "params" / "deep" / "b.txt", b"bb")
     m = plan("broadcast to /d files { params }", tmp_path)
-    assert [(e.dest, e.size) for e in m.files] == [
+    assert [(e.dest, e.size) for e in m.units("files")] == [
         ("/d/params/a.txt", 1), ("/d/params/deep/b.txt", 2)]
 
 
@@ -158,7 +160,8 @@ def test_h5_and_file_blocks_are_planned_together(tmp_path):
     m = plan("broadcast to /d h5 { a.h5:/x }\nbroadcast to /e files { a.h5 }", tmp_path)
     assert [(b.kind, b.files) for b in m.blocks] == [("h5", 1), ("files", 1)]
     assert m.blocks[0].data_bytes == 8000 and m.blocks[0].bytes > 8000  # + HDF5 metadata
-    assert [e.dest for e in m.files] == ["/e/a.h5"] and [f.dest for f in m.h5] == ["/d/a.h5"]
+    assert [e.dest for e in m.units("files")] == ["/e/a.h5"]
+    assert [f.dest for f in m.units("h5")] == ["/d/a.h5"]
     assert m.n_outputs == 2 and m.total_bytes == m.blocks[0].bytes + m.blocks[1].bytes
 
 
@@ -174,7 +177,8 @@ def test_globs_run_once_per_pattern(tmp_path):
     spec = parse_spec("broadcast to /d files { f* }", base_dir=str(tmp_path))
     m = build_manifest(spec, stat=counting_stat)
     # one stat per file, and no more: metadata calls are what a parallel filesystem charges for
-    assert len(m.files) == 5 and sorted(calls) == sorted(e.source for e in m.files)
+    files = m.units("files")
+    assert len(files) == 5 and sorted(calls) == sorted(e.source for e in files)
 
 
 @pytest.mark.parametrize("pattern,prefix", [

@@ -59,7 +59,7 @@ def test_destination_next_to_the_sources_is_fine(tmp_path):
     p = plan(f"broadcast to {tmp_path}/staged/%n files {{\n  {tmp_path}/data/*.tif\n}}\n"
              f"broadcast to {tmp_path}/data/out files {{\n  {tmp_path}/data/*.tif\n}}\n",
              tmp_path)
-    assert len(p.files) == 2 and p.areas
+    assert len(p.units("files")) == 2 and p.areas
 
 
 def test_a_node_destination_inside_a_source_tree_is_refused_for_every_node(tmp_path):
@@ -100,7 +100,7 @@ def test_links_to_a_parent_under_double_star_are_not_followed_and_planning_ends(
     t0 = time.monotonic()
     p = plan(f"broadcast to {tmp_path}/dst files {{\n  {tmp_path}/tree/**/*.tif\n}}\n", tmp_path)
     assert time.monotonic() - t0 < 5
-    assert sorted(os.path.relpath(e.source, tmp_path) for e in p.files) == \
+    assert sorted(os.path.relpath(e.source, tmp_path) for e in p.units("files")) == \
         ["tree/a/f.tif", "tree/b/g.tif"]
     assert sorted(os.path.basename(s) for s in p.skipped_links) == ["out", "up", "up2"]
 
@@ -109,7 +109,7 @@ def test_a_matched_directory_follows_the_same_rule(tmp_path):
     write(tmp_path / "params" / "p.txt")
     os.symlink(tmp_path / "params", tmp_path / "params" / "loop")
     p = plan(f"broadcast to {tmp_path}/dst files {{\n  {tmp_path}/params\n}}\n", tmp_path)
-    assert [os.path.basename(e.source) for e in p.files] == ["p.txt"]
+    assert [os.path.basename(e.source) for e in p.units("files")] == ["p.txt"]
     assert [os.path.basename(s) for s in p.skipped_links] == ["loop"]
 
 

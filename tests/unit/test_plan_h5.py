@@ -9,7 +9,7 @@ from hooks import SpecError, parse_spec
 from hooks.h5entry import Slice, parse_slice
 from stager.errors import PlanError
 from stager.planning import build_plan
-from stager.planning.h5 import INLINE_BYTES
+from stager.kinds.h5.plan import INLINE_BYTES
 from tests.h5scan import FRAMES, NX, NY, make_scan
 
 
@@ -90,7 +90,7 @@ def scan(tmp_path):
 
 def test_dataset_slice_is_described(scan):
     p = plan("broadcast to /tmp/%n/s h5 { scan42.h5:/entry/data/data[2:20:3] }", scan)
-    (f,) = p.h5
+    (f,) = p.units("h5")
     assert f.dest == "/tmp/%n/s/scan42.h5" and f.source == str(scan / "scan42.h5")
     (d,) = f.datasets
     assert (d.path, d.start, d.stop, d.step, d.rows) == ("/entry/data/data", 2, 18, 3, 6)
@@ -107,7 +107,7 @@ def test_dataset_slice_is_described(scan):
 
 def test_whole_dataset_and_group_copy(scan):
     p = plan("broadcast to /d h5 { scan42.h5:/entry/data/data scan42.h5:/entry/instrument }", scan)
-    (f,) = p.h5
+    (f,) = p.units("h5")
     paths = [d.path for d in f.datasets]
     assert paths == ["/entry/data/data", "/entry/instrument/detector/distance",
                      "/entry/instrument/detector/flatfield", "/entry/instrument/name"]
@@ -124,8 +124,8 @@ def test_whole_dataset_and_group_copy(scan):
 def test_internal_glob_and_file_glob(scan):
     make_scan(scan / "scan43.h5", seed=1)
     p = plan("broadcast to /d h5 { scan4?.h5:/entry/instrument/* }", scan)
-    assert [f.dest for f in p.h5] == ["/d/scan42.h5", "/d/scan43.h5"]
-    assert [d.path for d in p.h5[0].datasets] == [
+    assert [f.dest for f in p.units("h5")] == ["/d/scan42.h5", "/d/scan43.h5"]
+    assert [d.path for d in p.units("h5")[0].datasets] == [
         "/entry/instrument/detector/distance", "/entry/instrument/detector/flatfield",
         "/entry/instrument/name"]
     assert p.blocks[0].files == 2
@@ -133,7 +133,7 @@ def test_internal_glob_and_file_glob(scan):
 
 def test_same_selection_twice_is_staged_once(scan):
     p = plan("broadcast to /d h5 { scan42.h5:/entry/data/data scan42.h5:/entry/data }", scan)
-    assert [d.path for d in p.h5[0].datasets] == ["/entry/data/data"]
+    assert [d.path for d in p.units("h5")[0].datasets] == ["/entry/data/data"]
 
 
 @pytest.mark.parametrize("entry, match", [
@@ -157,7 +157,7 @@ def test_bad_selections_are_refused(scan, entry, match):
 def test_optional_entry_may_match_nothing(scan):
     p = plan("broadcast to /d h5 { ?scan42.h5:/nothing ?none.h5:/x scan42.h5:/entry/angles }",
              scan)
-    assert [d.path for d in p.h5[0].datasets] == ["/entry/angles"]
+    assert [d.path for d in p.units("h5")[0].datasets] == ["/entry/angles"]
 
 
 def test_conflicting_selections_of_one_dataset(scan):
@@ -170,10 +170,10 @@ def test_external_link_is_followed_or_refused_naming_its_target(scan):
     with h5py.File(scan / "master.h5", "w") as f:
         f["entry/data/data_000001"] = h5py.ExternalLink("scan42.h5", "/entry/data/data")
     p = plan("broadcast to /d h5 { master.h5:/entry/data }", scan)
-    (d,) = p.h5[0].datasets
+    (d,) = p.units("h5")[0].datasets
     assert (d.path, d.read_file, d.read_path, d.origin) == (
         "/entry/data/data_000001", str(scan / "scan42.h5"), "/entry/data/data", "external")
-    assert [x[0] for x in p.h5[0].linked] == [str(scan / "scan42.h5")]
+    assert [x[0] for x in p.units("h5")[0].linked] == [str(scan / "scan42.h5")]
     with h5py.File(scan / "master.h5", "a") as f:
         f["entry/data/data_000002"] = h5py.ExternalLink("gone.h5", "/entry/data/data")
     with pytest.raises(PlanError, match=r"/entry/data/data_000002 is an external link to "
@@ -190,13 +190,13 @@ def test_reference_to_an_object_not_staged_is_refused(tmp_path):
                                         "stage"):
         plan("broadcast to /d h5 { r.h5:/refs }", tmp_path)
     p = plan("broadcast to /d h5 { r.h5:/refs r.h5:/a }", tmp_path)
-    refs = {d.path: d for d in p.h5[0].datasets}["/refs"]
+    refs = {d.path: d for d in p.units("h5")[0].datasets}["/refs"]
     assert refs.values == "refs" and [t.path for t in refs.inline] == ["/a"]
 
 
 def test_compound_dataset_is_supported(scan):
     p = plan("broadcast to /d h5 { scan42.h5:/entry/log[0:4] }", scan)
-    d = p.h5[0].datasets[0]
+    d = p.units("h5")[0].datasets[0]
     vals = np.frombuffer(d.inline.tobytes(), dtype=h5py.h5t.decode(d.h5type).dtype)
     assert d.dtype.names == ("t", "i") and list(vals["i"]) == [0, 1, 2, 3]
 
@@ -214,7 +214,7 @@ def test_whole_file_entry(tmp_path):
         f["a/b"] = np.arange(5)
         f["c"] = 1.5
     p = plan("broadcast to /d h5 { small.h5:/ }", tmp_path)
-    (f,) = p.h5
+    (f,) = p.units("h5")
     assert [d.path for d in f.datasets] == ["/a/b", "/c"]
     assert [g.path for g in f.groups] == ["/", "/a"]
     assert f.groups[0].attrs[0].decoded() == b"t"
@@ -240,7 +240,7 @@ def test_unavailable_filter_is_one_planning_error_naming_it(tmp_path):
 
 
 def test_missing_filter_advice_for_an_hdf5plugin_filter():
-    from stager.planning.h5filters import missing_advice
+    from stager.kinds.h5.filters import missing_advice
     msg = missing_advice(32008, "bitshuffle")
     # hdf5plugin is installed here: the advice must not be the broken HDF5_PLUGIN_PATH one
     assert "32008 (bitshuffle)" in msg and "hdf5plugin's plugin folder" not in msg
@@ -252,14 +252,14 @@ def test_refused_output_leaves_no_temporary_file(tmp_path):
     from dataclasses import replace
 
     from stager.errors import TransferError
-    from stager.planning.h5types import Filter
-    from stager.staging.h5.write import H5Output
+    from stager.kinds.h5.types import Filter
+    from stager.kinds.h5.write import H5Output
     with h5py.File(tmp_path / "g.h5", "w") as f:
         f.create_dataset("x", data=np.arange(12).reshape(3, 4), chunks=(1, 4),
                          compression="gzip")
     p = plan("broadcast to /d h5 { g.h5:/x }", tmp_path)
-    d = replace(p.h5[0].datasets[0], filters=(Filter(305, 1, (0, 2), "LZO", (0, 2)),))
-    fp = replace(p.h5[0], datasets=(d,))
+    d = replace(p.units("h5")[0].datasets[0], filters=(Filter(305, 1, (0, 2), "LZO", (0, 2)),))
+    fp = replace(p.units("h5")[0], datasets=(d,))
     out_dir = tmp_path / "out"
     out_dir.mkdir()
     with pytest.raises(TransferError, match=r"g.h5:/x uses HDF5 filter 305 \(LZO\)"):

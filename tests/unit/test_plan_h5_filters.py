@@ -1,9 +1,9 @@
 """Filter pipelines planned exactly, decoded in memory, and the decoding check of a copy.
 
 Serial (no MPI): the set-up values of every filter available here
-(:func:`stager.planning.h5filters.setup_values`), the in-memory chunk decoder
-and :func:`stager.nodelocal.h5check.check_file` on a copy written by
-:class:`stager.staging.h5.write.H5Output` from a plan whose values all travel
+(:func:`stager.kinds.h5.filters.setup_values`), the in-memory chunk decoder
+and :func:`stager.kinds.h5.check.check_file` on a copy written by
+:class:`stager.kinds.h5.write.H5Output` from a plan whose values all travel
 inline (so no collective read is needed).
 """
 import os
@@ -39,7 +39,7 @@ def test_bitshuffle_stored_values_are_not_passed_back_to_its_setup(filtered):
     if "bitshuffle_lz4" not in names:
         pytest.skip("bitshuffle not available")
     p = plan("broadcast to /d h5 { f.h5:/bitshuffle_lz4 }", d)
-    (flt,) = p.h5[0].datasets[0].filters
+    (flt,) = p.units("h5")[0].datasets[0].filters
     assert flt.code == 32008 and flt.values[2:] == (2, 0, 2)  # elem 2 bytes, block 0, LZ4
     assert flt.setup == flt.values[3:]  # the user's (block size, compression)
     with h5py.File(d / "probe.h5", "w") as f:
@@ -53,13 +53,13 @@ def test_bitshuffle_stored_values_are_not_passed_back_to_its_setup(filtered):
 
 
 def test_every_filter_here_gets_setup_values_that_store_the_source_values(filtered):
-    from stager.planning.h5filters import pipeline_difference, stored_pipeline
+    from stager.kinds.h5.filters import pipeline_difference, stored_pipeline
 
     d, _, names = filtered
     body = " ".join(f"f.h5:/{n}" for n in names)
     p = plan(f"broadcast to /d h5 {{ {body} }}", d)
     with h5py.File(d / "f.h5", "r") as f, h5py.File(d / "again.h5", "w") as g:
-        for ds in p.h5[0].datasets:
+        for ds in p.units("h5")[0].datasets:
             dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
             dcpl.set_chunk(ds.chunks)
             for flt in ds.filters:
@@ -72,12 +72,12 @@ def test_every_filter_here_gets_setup_values_that_store_the_source_values(filter
 
 
 def test_chunk_decoder_decodes_stored_chunks_of_every_filter(filtered):
-    from stager.nodelocal.h5check import ChunkDecoder
+    from stager.kinds.h5.check import ChunkDecoder
 
     d, stack, names = filtered
     p = plan("broadcast to /d h5 { " + " ".join(f"f.h5:/{n}" for n in names) + " }", d)
     with h5py.File(d / "f.h5", "r") as f:
-        for ds in p.h5[0].datasets:
+        for ds in p.units("h5")[0].datasets:
             dec = ChunkDecoder(h5py.h5t.decode(ds.h5type), ds.chunks,
                                [(x.code, x.flags, x.setup) for x in ds.filters])
             try:
@@ -90,10 +90,10 @@ def test_chunk_decoder_decodes_stored_chunks_of_every_filter(filtered):
 
 def _stage_inline(src_dir, entry, out):
     """Plan ``entry`` (everything inline) and write its copy with H5Output: no MPI."""
-    from stager.staging.h5.write import H5Output
+    from stager.kinds.h5.write import H5Output
 
     p = plan(f"broadcast to {out} h5 {{ {entry} }}", src_dir)
-    (fp,) = p.h5
+    (fp,) = p.units("h5")
     assert all(d.inline is not None for d in fp.datasets)
     os.makedirs(out, exist_ok=True)
     o = H5Output(fp, os.path.join(out, os.path.basename(fp.source)), "nodeX")
@@ -105,7 +105,7 @@ def _stage_inline(src_dir, entry, out):
 
 
 def test_copy_is_exact_and_a_damaged_copy_fails_the_decoding_check(tmp_path):
-    from stager.nodelocal.h5check import check_file
+    from stager.kinds.h5.check import check_file
     from tests.data.h5kinds import build_strings, build_types
     from tests.h5same import group_differs
 
@@ -151,7 +151,7 @@ def test_lossy_filters_move_as_stored_chunks_or_are_refused(tmp_path):
                          scaleoffset=0)
     p = plan("broadcast to /d h5 { lossy.h5:/zfp lossy.h5:/so[3:7] lossy.h5:/so_int[1:5] }",
              tmp_path)
-    ds = {d.path: d for d in p.h5[0].datasets}
+    ds = {d.path: d for d in p.units("h5")[0].datasets}
     assert ds["/zfp"].inline is None and ds["/so"].inline is None  # small, yet not inline
     assert ds["/so_int"].inline is not None  # integer scale-offset, automatic bits: lossless
     for sel, name in (("zfp[1:5]", "32013"), ("so[0:7:2]", "6")):
@@ -160,7 +160,7 @@ def test_lossy_filters_move_as_stored_chunks_or_are_refused(tmp_path):
 
 
 def test_references_to_an_object_with_two_names_pass_the_check(tmp_path):
-    from stager.nodelocal.h5check import check_file
+    from stager.kinds.h5.check import check_file
     from tests.h5same import group_differs
 
     with h5py.File(tmp_path / "r.h5", "w") as f:
@@ -204,7 +204,7 @@ plan("g.h5:/g")
 print("after gzip:", "hdf5plugin" in sys.modules)
 p = plan("g.h5:/b")
 print("after bitshuffle:", "hdf5plugin" in sys.modules, h5py.h5z.filter_avail(32008))
-print("same h5py:", h5py.get_config().mpi == mpi, p.h5[0].datasets[0].filters[0].code)
+print("same h5py:", h5py.get_config().mpi == mpi, p.units("h5")[0].datasets[0].filters[0].code)
 """
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                        cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))

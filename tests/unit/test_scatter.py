@@ -152,7 +152,7 @@ def test_frame_ranges_of_one_output_on_distinct_nodes_and_loads_stay_balanced(se
     """Groups (the frame ranges of one HDF5 output, near-equal sizes, one replica count)
     mixed with single files: a group's ranges land on distinct nodes while nodes suffice,
     and loads still differ by at most the largest output."""
-    from stager.planning.frames import split_rows
+    from stager.kinds.h5.frames import split_rows
     rng = random.Random(seed)
     nodes = rng.randint(1, 9)
     sizes, reps, groups = [], [], []

@@ -1,5 +1,5 @@
 """``scatter ... h5``, serially: how HDF5 selections are split into frame ranges
-(:mod:`stager.planning.frames`), their names and placement, and ``stager plan --nodes``."""
+(:mod:`stager.kinds.h5.frames`), their names and placement, and ``stager plan --nodes``."""
 from __future__ import annotations
 
 import json
@@ -14,7 +14,8 @@ from hooks import parse_spec
 from stager.errors import PlanError
 from stager.locality import Where
 from stager.planning import build_plan
-from stager.planning.frames import FrameRange, range_dest, split, split_rows
+from stager.kinds.h5.frames import range_dest, split, split_rows
+from stager.planning.plan import FrameRange
 from stager.planning.scatter import node_bytes, placement
 
 h5py = pytest.importorskip("h5py")
@@ -63,12 +64,12 @@ def _plan(tmp_path, body, replicas=1):
 def test_frames_and_per_frame_metadata_split_the_rest_copied_whole(tmp_path):
     _nxmx(tmp_path / "scan.h5")
     plan = _plan(tmp_path, f"{tmp_path}/scan.h5:/entry")
-    assert plan.blocks[0].mode == "scatter" and len(plan.h5) == 1  # the split needs nodes
+    assert plan.blocks[0].mode == "scatter" and len(plan.units("h5")) == 1  # the split needs nodes
     parts = split(plan, 4)
-    names = [p.dest.rsplit("/", 1)[1] for p in parts.h5]
+    names = [p.dest.rsplit("/", 1)[1] for p in parts.units("h5")]
     assert names == ["scan.frames0-5.h5", "scan.frames5-10.h5", "scan.frames10-15.h5",
                      "scan.frames15-21.h5"]
-    for p in parts.h5:
+    for p in parts.units("h5"):
         ds = {d.path: d for d in p.datasets}
         a, b = p.frames[:2]
         assert (ds["/entry/data/data"].start, ds["/entry/data/data"].stop) == (a, b)
@@ -84,13 +85,13 @@ def test_frames_and_per_frame_metadata_split_the_rest_copied_whole(tmp_path):
     held = placement(parts, 4)
     assert sorted(h for hs in held.values() for h in hs) == [0, 1, 2, 3]
     per = node_bytes(parts, 4)
-    assert max(per) - min(per) <= max(p.est_bytes for p in parts.h5)
+    assert max(per) - min(per) <= max(p.est_bytes for p in parts.units("h5"))
 
 
 def test_ranges_keep_stored_chunks_whole(tmp_path):
     _nxmx(tmp_path / "scan.h5", frames=40, chunk=4, compression="gzip")
     parts = split(_plan(tmp_path, f"{tmp_path}/scan.h5:/entry"), 3)
-    bounds = [p.frames[:2] for p in parts.h5]
+    bounds = [p.frames[:2] for p in parts.units("h5")]
     assert bounds == [(0, 12), (12, 24), (24, 40)]
     assert all(a % 4 == 0 for a, _ in bounds)
 
@@ -98,12 +99,12 @@ def test_ranges_keep_stored_chunks_whole(tmp_path):
 def test_fewer_frames_than_nodes_and_a_slice_with_a_step(tmp_path):
     _nxmx(tmp_path / "scan.h5", frames=3, omega=False)
     parts = split(_plan(tmp_path, f"{tmp_path}/scan.h5:/entry/data/data"), 8)
-    assert [p.frames for p in parts.h5] == [(0, 1, 1), (1, 2, 1), (2, 3, 1)]
+    assert [p.frames for p in parts.units("h5")] == [(0, 1, 1), (1, 2, 1), (2, 3, 1)]
     _nxmx(tmp_path / "big.h5", frames=30, omega=False)
     parts = split(_plan(tmp_path, f"{tmp_path}/big.h5:/entry/data/data[1:30:4]"), 2)
     # frames 1, 5, ..., 29 (8 of them): 4 per node, named by source frame numbers
-    assert [p.frames for p in parts.h5] == [(1, 14, 4), (17, 30, 4)]
-    assert [p.dest.rsplit("/", 1)[1] for p in parts.h5] == ["big.frames1-14.h5",
+    assert [p.frames for p in parts.units("h5")] == [(1, 14, 4), (17, 30, 4)]
+    assert [p.dest.rsplit("/", 1)[1] for p in parts.units("h5")] == ["big.frames1-14.h5",
                                                              "big.frames17-30.h5"]
 
 
@@ -111,7 +112,8 @@ def test_an_output_of_one_frame_is_placed_whole_under_its_name(tmp_path):
     # its 2-D mask has more bytes than its one 3-D frame: the stack is still the frames
     _nxmx(tmp_path / "one.h5", frames=1, omega=False)
     parts = split(_plan(tmp_path, f"{tmp_path}/one.h5:/entry"), 4)
-    assert [p.dest.rsplit("/", 1)[1] for p in parts.h5] == ["one.h5"] and not parts.h5[0].frames
+    h5 = parts.units("h5")
+    assert [p.dest.rsplit("/", 1)[1] for p in h5] == ["one.h5"] and not h5[0].frames
 
 
 def test_region_references_are_refused_at_planning(tmp_path):

@@ -1,6 +1,7 @@
 """Every spec error names the exact line and column, with a caret (serial)."""
 import pytest
 
+import stager.planning.kinds  # noqa: F401  (the block kinds the spec language knows)
 from hooks import SpecError, parse_spec
 
 ENV = {"HOME": "/home/ada", "USER": "ada"}

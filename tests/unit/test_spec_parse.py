@@ -3,6 +3,7 @@ import os
 
 import pytest
 
+import stager.planning.kinds  # noqa: F401  (the block kinds the spec language knows)
 from hooks import SpecError, load_spec, parse_spec
 
 FIG6 = """\

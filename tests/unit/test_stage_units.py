@@ -7,6 +7,7 @@ from core.mpi.agree import describe, format_failures
 from stager.errors import TransferError
 from core.localfs import UnsafePathError
 from stager.planning.plan import BlockPlan, FileEntry as Entry, Plan as Manifest
+from stager.planning.kinds import options as kind_options
 from stager.staging.options import StageOptions, resolve_options
 from core.options import parse_size
 from stager.staging.report import SourceMeter
@@ -89,7 +90,8 @@ def test_options_precedence_and_strict_parsing():
     assert (o.method, o.chunk_size, o.force) == ("bcast", 4 << 20, True)
     o = resolve_options(env=env, method="naive", chunk_size=1024, force=False)
     assert (o.method, o.chunk_size, o.force) == ("naive", 1024, False)
-    assert resolve_options(env={}) == StageOptions()
+    assert resolve_options(env={}) == StageOptions(
+        kind_options={o.name: o.default for o in kind_options()})
     assert parse_size("32MiB") == parse_size("32M") == 32 << 20
     for bad in ({"method": "fast"}, {"chunk_size": "lots"}, {"chunk_size": 0},
                 {"chunk_size": 2**31}, {"force": "maybe"}):
@@ -125,13 +127,13 @@ def test_failure_messages_name_ranks_and_merge():
 
 
 def _manifest(dest, rel):
-    return Manifest.from_entries("s", [BlockPlan(dest=dest, kind="files", location="s:1:1")],
-                                 [Entry(source="/s/x", dest=f"{dest}/{rel}", size=1, mode=0o644,
-                                        mtime_ns=1)])
+    return Manifest("s", (BlockPlan(dest=dest, kind="files", location="s:1:1"),),
+                    {"files": (Entry(source="/s/x", dest=f"{dest}/{rel}", size=1, mode=0o644,
+                                     mtime_ns=1),)})
 
 
 def _targets(m, node):
-    return node_targets(m, m.files, node)
+    return node_targets(m, m.units("files"), node)
 
 
 def test_node_targets_expand_and_refuse_escapes():

@@ -50,7 +50,7 @@ def test_the_kind_plans_and_describes_its_units(tmp_path):
     assert [os.path.basename(u.source) for u in text] == ["a.txt", "b.txt"]
     assert {u.encoding for u in text} == {"iso8859-1"}
     assert text[0].key.endswith("@iso8859-1")
-    assert len(plan.files) == 1 and plan.n_outputs == 3
+    assert len(plan.units("files")) == 1 and plan.n_outputs == 3
     assert plan.blocks[0].kind == "text" and plan.blocks[0].files == 2
     out = render_text(plan, [], "node0")
     assert "text, 2 file(s) checked to decode" in out

@@ -1,11 +1,11 @@
-"""``h5`` blocks → :class:`~stager.planning.h5types.H5FilePlan`: which objects of which
+"""``h5`` blocks → :class:`~stager.kinds.h5.types.H5FilePlan`: which objects of which
 HDF5 files land where.
 
 Like the ``files`` planning, :func:`plan_h5` runs on ONE process (rank 0
 under MPI, with serial h5py: the default file driver, read only) and its
 result is broadcast inside the plan. It opens every matched source file once,
 resolves each entry's internal path (with globs) and describes every selected
-dataset (:mod:`stager.planning.h5describe`): exact HDF5 type, layout, chunk
+dataset (:mod:`stager.kinds.h5.describe`): exact HDF5 type, layout, chunk
 shape, filter pipeline with its set-up values, fill value, attributes,
 selected first-axis range and bytes. The entry syntax (``FILE:/path[a:b:s]``)
 was checked when the spec was parsed (:mod:`hooks.h5entry`); the slice bounds
@@ -22,7 +22,7 @@ Decisions (also in docs/hook-spec.md, "HDF5 selections"):
   ancestors of every selected object are created with their attributes, so
   NeXus ``NX_class`` markers survive. Committed datatypes are refused on their
   own (datasets using them are copied with the type itself).
-* External links and virtual datasets are followed (:mod:`stager.planning.h5links`):
+* External links and virtual datasets are followed (:mod:`stager.kinds.h5.links`):
   the copy holds their data as regular datasets; a missing target is refused.
 * References are translated to the copy; one whose target is not staged is
   refused (after the whole output file is planned, so entry order does not matter).
@@ -43,10 +43,10 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 from hooks.h5entry import Slice, path_has_magic
 from hooks.spec import Block, Pattern
 from stager.errors import PlanError
-from stager.planning.h5describe import (INLINE_BYTES, VLEN_LIMIT, Ctx, RefCheck, describe,
+from stager.kinds.h5.describe import (INLINE_BYTES, VLEN_LIMIT, Ctx, RefCheck, describe,
                                         external_target, read_attrs)
-from stager.planning.h5links import LinkedFiles
-from stager.planning.h5types import DatasetPlan, GroupPlan, H5FilePlan, LinkPlan
+from stager.kinds.h5.links import LinkedFiles
+from stager.kinds.h5.types import DatasetPlan, GroupPlan, H5FilePlan, LinkPlan
 from stager.planning.plan import BlockPlan
 from stager.planning.sources import (checked_dest, claim, destination_for, glob_matches,
                                      stat_source)

@@ -1,7 +1,7 @@
 """Moving HDF5 selections between leaders: each byte read once, every leader gets it all.
 
 Collective over the leader communicator (one rank per node), called by the
-``h5`` kind (:mod:`stager.staging.h5`) inside the staging pipeline, which has
+``h5`` kind (:mod:`stager.kinds.h5`) inside the staging pipeline, which has
 already planned, resumed, checked capacity and prepared directories.
 
 How the source is read -- two paths, the same exchange:
@@ -24,14 +24,14 @@ Per dataset, in pieces of at most half the memory cap (whole output chunks
 along the first axis when they fit), each leader reads a disjoint run of rows
 *raw*, in the dataset's own HDF5 file type (nothing converted), then
 ``Allgatherv`` in place completes the piece on every leader, which hashes it
-and writes it to its own file (:class:`stager.staging.h5.write.H5Output`).
+and writes it to its own file (:class:`stager.kinds.h5.write.H5Output`).
 Leaders agree after every piece, so a failed write stops all of them at the
 same point. Filtered selections on chunk boundaries with step 1 skip the
 filters: leaders read disjoint runs of stored chunks (``H5Dread_chunk``),
 decode each one they read once in memory for the digest of decoded values
-(:class:`stager.nodelocal.h5check.ChunkDecoder`), exchange them, and store
+(:class:`stager.kinds.h5.check.ChunkDecoder`), exchange them, and store
 them as they are (``H5Dwrite_chunk``) -- see
-:func:`stager.staging.h5.write.chunk_copyable`.
+:func:`stager.kinds.h5.write.chunk_copyable`.
 
 Before the opens every leader checks that the source and the files it links
 to still have their planned identity, and the leaders agree on that check
@@ -50,9 +50,9 @@ import numpy as np
 from stager.errors import KEPT, TransferError
 from core.mpi.agree import agreed
 from core import checksum
-from stager.nodelocal.h5check import ChunkDecoder, digest_values
-from stager.planning.h5types import DatasetPlan, H5FilePlan, raw_dtype
-from stager.staging.h5.write import (H5Output, check_filters, chunk_copyable, chunk_offsets,
+from stager.kinds.h5.check import ChunkDecoder, digest_values
+from stager.kinds.h5.types import DatasetPlan, H5FilePlan, raw_dtype
+from stager.kinds.h5.write import (H5Output, check_filters, chunk_copyable, chunk_offsets,
                                      sources_changed)
 
 __all__ = ["MAX_PIECE", "piece_rows", "read_mode", "stage_file"]

@@ -39,36 +39,16 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
+from dataclasses import replace
+from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
 
 from stager.errors import PlanError
-from stager.planning.plan import Plan
+from stager.planning.plan import FrameRange, Plan
 
 if TYPE_CHECKING:  # h5types needs numpy: not imported where no HDF5 is scattered
-    from stager.planning.h5types import DatasetPlan, H5FilePlan
+    from stager.kinds.h5.types import DatasetPlan, H5FilePlan
 
-__all__ = ["FrameRange", "frame_dataset", "split_rows", "range_dest", "split_file", "split",
-           "ranges_of"]
-
-
-@dataclass(frozen=True)
-class FrameRange:
-    """Source frames ``range(first, stop, step)`` of an output's frame dataset."""
-
-    first: int
-    stop: int
-    step: int = 1
-
-    def __contains__(self, frame: object) -> bool:
-        return isinstance(frame, int) and frame in range(self.first, self.stop, self.step)
-
-    def __len__(self) -> int:
-        return len(range(self.first, self.stop, self.step))
-
-    def row(self, frame: int) -> int:
-        """The row of source frame ``frame`` in this range's copy."""
-        return (frame - self.first) // self.step
+__all__ = ["frame_dataset", "split_rows", "range_dest", "split_file", "split"]
 
 
 def _splittable(d: DatasetPlan) -> bool:
@@ -114,7 +94,7 @@ def _slice(d: DatasetPlan, lo: int, hi: int) -> DatasetPlan:
     inline = None if d.inline is None else d.inline[lo:hi]
     start = d.start + lo * d.step
     stop = d.start + (hi - 1) * d.step + 1
-    from stager.planning.h5types import OBJECT_OVERHEAD
+    from stager.kinds.h5.types import OBJECT_OVERHEAD
 
     # the whole selection's estimate, shared by rows, plus one more object's overhead
     est = math.ceil(d.est_bytes * (hi - lo) / d.rows) + OBJECT_OVERHEAD + 64
@@ -189,7 +169,7 @@ def split(plan: Plan, nodes: int) -> Plan:
         return plan
     taken = {u.dest for us in plan.outputs.values() for u in us}
     h5: List[H5FilePlan] = []
-    for fp in plan.h5:
+    for fp in plan.units("h5"):
         if not scattered[fp.block] or fp.frames:  # a range already: a split plan again
             h5.append(fp)
             continue
@@ -206,15 +186,3 @@ def split(plan: Plan, nodes: int) -> Plan:
             mine = [h for h in h5 if h.block == i]
             blocks[i] = replace(b, files=len(mine), bytes=sum(h.est_bytes for h in mine))
     return replace(plan, blocks=tuple(blocks), outputs={**plan.outputs, "h5": tuple(h5)})
-
-
-def ranges_of(plan: Plan) -> Dict[str, List[Tuple[FrameRange, int]]]:
-    """Frame ranges of each source file in a split plan: ``source -> [(frames, h5 index)]``,
-    in frame order. Outputs placed whole are absent. Pure."""
-    out: Dict[str, List[Tuple[FrameRange, int]]] = {}
-    for i, fp in enumerate(plan.h5):
-        if fp.frames:
-            out.setdefault(os.path.normpath(fp.source), []).append((FrameRange(*fp.frames), i))
-    for v in out.values():
-        v.sort(key=lambda t: t[0].first)
-    return out

@@ -40,7 +40,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 from kernels.io.h5filters import (FILTER_NAMES, HDF5PLUGIN_FILTERS, LOSSY_FILTERS,
                                    VERSION_FIELDS, ensure_available, filter_name,
                                    import_hdf5plugin)
-from stager.planning.h5types import Filter
+from stager.kinds.h5.types import Filter
 
 __all__ = ["FILTER_NAMES", "HDF5PLUGIN_FILTERS", "VERSION_FIELDS", "MissingFilter",
            "LOSSY_FILTERS", "filter_name", "lossy_filter", "ensure_available",

@@ -1,24 +1,38 @@
 """The ``h5`` kind: HDF5 selections copied into node-local HDF5 files, each byte read once.
 
-Collective reading is :mod:`stager.staging.h5.read` (MPI-IO on the leader
-communicator with the MPI build of h5py, independent read-only opens of
-disjoint hyperslabs with the serial one); each leader writes its own copy with
-:mod:`stager.staging.h5.write` (default driver), checks it by decoding
-(:mod:`stager.nodelocal.h5check`) and renames it into place.
-The record of each copy says where it came from (``source`` = the file and
-its selections), so ``verify`` and ``clean`` handle it like any staged file.
+Planning (rank 0, serial h5py): ``plan``, ``types`` (the plan's data), ``describe``,
+``filters``, ``links``, ``frames`` (scatter outputs cut into frame ranges; pure). Moving:
+``read`` (MPI-IO on the leader communicator with the MPI h5py, independent opens of
+disjoint hyperslabs with the serial one), ``write`` (each leader's own copy), ``check``
+(decoding, after writing and by ``verify``). Each copy's record names its source file and
+selections, so ``verify`` and ``clean`` handle it like any staged file.
 """
 from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
+from core.options import Option, parse_size
 from hooks.h5entry import split_entry
 from stager.errors import TransferError
 from stager.planning.kinds import PlanContext
-from stager.planning.plan import describe_size
+from stager.planning.plan import FrameRange, describe_size
 from stager.staging.kind import Moved, Transfer
 
-__all__ = ["H5Kind"]
+__all__ = ["H5Kind", "OPTIONS"]
+
+DEFAULT_H5_MEMORY, MIN_H5_MEMORY = 1 << 30, 64 << 10  # per rank for collective pieces
+
+
+def _h5_memory(value: Any, name: str) -> int:
+    cap = parse_size(value, f"h5 memory cap ({name})")
+    if cap < MIN_H5_MEMORY:
+        raise ValueError(f"h5 memory cap must be at least {MIN_H5_MEMORY} bytes, got {cap}")
+    return cap
+
+
+#: bytes per rank for collective pieces; datasets below ``h5_inline_bytes`` read at planning
+OPTIONS = (Option("h5_memory", DEFAULT_H5_MEMORY, _h5_memory, "STAGER_H5_MEMORY"),
+           Option("h5_inline_bytes", None, parse_size, "STAGER_H5_INLINE_BYTES"))
 
 
 class H5Kind:
@@ -29,12 +43,14 @@ class H5Kind:
     label = "HDF5 selections"
     whole_files = False
     entries = staticmethod(split_entry)  # FILE:/path[slice]
+    options = OPTIONS
+    json_keys = ("h5_files", "h5")
 
     def plan(self, block: Any, index: int, ctx: PlanContext) -> Tuple[Any, List[Any]]:
         # numpy and h5py: only for a spec with h5 blocks, only on the planning rank
-        from stager.planning.h5 import INLINE_BYTES, plan_h5
+        from stager.kinds.h5.plan import INLINE_BYTES, plan_h5
 
-        from stager.planning.frames import split_file
+        from stager.kinds.h5.frames import split_file
 
         inline = ctx.options.get("h5_inline_bytes")
         bp, outputs = plan_h5(block, index, ctx.claimed,
@@ -45,19 +61,23 @@ class H5Kind:
 
     def split(self, plan: Any, nodes: int) -> Any:
         """Each output of a ``scatter ... h5`` block cut into frame ranges, one per node."""
-        from stager.planning.frames import split
+        from stager.kinds.h5.frames import split
 
         return split(plan, nodes)
 
     def verify(self, path: str, source: str) -> Optional[str]:
         """Why the staged copy's datasets do not decode to the values read from the
-        source (:mod:`stager.nodelocal.h5check`), or ``None``."""
-        from stager.nodelocal import h5check  # numpy and h5py: only for HDF5 copies
+        source (:mod:`stager.kinds.h5.check`), or ``None``."""
+        from stager.kinds.h5 import check as h5check  # numpy and h5py: only for HDF5 copies
 
         if not h5check.is_staged_h5(path):
             return None
         bad = h5check.check_file(path)
         return "; ".join(f"HDF5 dataset {b.path} {b.reason}" for b in bad) or None
+
+    def locate(self, fp: Any) -> Optional[Tuple[str, FrameRange, None]]:
+        """A frame range's copy holds frames of ``fp.source``; a whole output is not it."""
+        return (fp.source, FrameRange(*fp.frames), None) if fp.frames else None
 
     def describe_block(self, b: Any) -> str:
         how = f"scatter (frame ranges, each on {b.replicas} node(s)), " \
@@ -86,12 +106,9 @@ class H5Kind:
     def transfer(self, t: Transfer) -> Moved:
         """Collective over ``t.comm``: stage each moved file; stop together on a failure.
 
-        Broadcast outputs are staged over every leader. A frame range of a ``scatter
-        ... h5`` block moves among its holders only: with several replicas over a
-        communicator of the holders (:func:`core.mpi.groups.holder_groups`), with
-        one (``t.alone``) by the holder's leader by itself, after the collective part.
-        Each byte is still read once, and nobody but the holders receives it. A
-        failure in a group or alone is agreed by the pipeline after the kind returns.
+        Broadcast outputs over every leader; a frame range of a ``scatter ... h5`` block
+        among its holders only (several: :func:`core.mpi.groups.holder_groups`; one, its
+        leader alone, after the collective part; agreed by the pipeline afterwards).
         """
         # here, not at the top: it needs numpy, which only leaders staging HDF5 load
         import h5py
@@ -110,7 +127,7 @@ class H5Kind:
             self._stage(t, MPI.COMM_SELF, local, out, stats)
         out.extra = {"files": len(t.moved), "datasets": stats.get("datasets", 0),
                      "pieces": stats["pieces"], "max_piece_bytes": stats["max_piece"],
-                     "memory_cap": t.opts.h5_memory,
+                     "memory_cap": t.opts.kind_options["h5_memory"],
                      "read": "+".join(sorted(stats["read"])) or "none",
                      "h5py_mpi": bool(h5py.get_config().mpi)}
         if t.holders:
@@ -123,14 +140,15 @@ class H5Kind:
     def _stage(t: Transfer, comm: Any, which: List[int], out: Moved,
                stats: Dict[str, Any]) -> None:
         """Collective over ``comm``: stage the outputs ``which``; stop at the first failure."""
-        from stager.staging.h5.read import stage_file
+        from stager.kinds.h5.read import stage_file
 
         for k in which:
             if out.error is not None:
                 return
             fp: Any = t.units[t.moved[k]]
             try:
-                copy = stage_file(comm, fp, t.dests[k], t.opts.h5_memory, stats, t.node)
+                copy = stage_file(comm, fp, t.dests[k], t.opts.kind_options["h5_memory"],
+                                  stats, t.node)
             except Exception as e:  # agreed inside: every leader of comm stops here
                 out.error = e
                 return

@@ -40,7 +40,7 @@ from typing import Any, Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 
 from core import checksum
-from stager.planning.h5types import raw_dtype, region_summary
+from stager.kinds.h5.types import raw_dtype, region_summary
 
 __all__ = ["ATTR", "BadDataset", "ChunkDecoder", "check_file", "chunk_grid", "digest_values",
            "SIGNATURE", "is_staged_h5", "read_rows",
@@ -203,7 +203,7 @@ def dataset_digest(obj: Any, scheme: str, rows_per_read: int = 0) -> str:
 
 def _filters_missing(obj: Any) -> Optional[str]:
     """Import hdf5plugin if the copy's pipeline needs a filter HDF5 lacks; what is missing."""
-    from stager.planning.h5filters import ensure_available, missing_advice, stored_pipeline
+    from stager.kinds.h5.filters import ensure_available, missing_advice, stored_pipeline
 
     try:
         pipeline = stored_pipeline(obj.id.get_create_plist())

@@ -1,12 +1,12 @@
 """One node-local HDF5 output file, written by one leader (serial h5py, default driver).
 
-The ``h5`` kind's transfer (:mod:`stager.staging.h5.read`) reads the selections
+The ``h5`` kind's transfer (:mod:`stager.kinds.h5.read`) reads the selections
 from the shared source and hands the pieces to an :class:`H5Output`, which
 writes them to a temporary file next to the destination, then on
 :meth:`H5Output.commit`:
 
 1. records each dataset's digest of *decoded* values, computed where the
-   values were read (:mod:`stager.nodelocal.h5check`), in the attribute
+   values were read (:mod:`stager.kinds.h5.check`), in the attribute
    ``stager_checksum``;
 2. closes the file, re-opens it read-only, checks that every dataset has the
    planned HDF5 type and filter pipeline (a type or filter problem is named as
@@ -23,7 +23,7 @@ compound layouts), dataspace (null, scalar, simple; the first axis sized to
 the selection), layout, chunk shape (the first axis clamped to a selection
 shorter than a chunk when the axis is not extendable), filter pipeline with
 the *set-up* values that store the source's values again
-(:func:`stager.planning.h5filters.setup_values`), fill value, fill and
+(:func:`stager.kinds.h5.filters.setup_values`), fill value, fill and
 allocation time; values move raw in the file type, so HDF5 converts nothing.
 Attributes are written the same way. References are created anew, to the
 copy's objects; soft links stay soft links, second names of a dataset stay
@@ -46,10 +46,10 @@ import numpy as np
 
 from stager.errors import TransferError
 from core import checksum, commit, localfs
-from stager.nodelocal import h5check
-from stager.planning.h5filters import (ensure_available, import_hdf5plugin, missing_advice,
+from stager.kinds.h5 import check as h5check
+from stager.kinds.h5.filters import (ensure_available, import_hdf5plugin, missing_advice,
                                        pipeline_difference, stored_pipeline)
-from stager.planning.h5types import Attr, DatasetPlan, H5FilePlan, RefTarget
+from stager.kinds.h5.types import Attr, DatasetPlan, H5FilePlan, RefTarget
 from stager.planning.plan import unit_source_id
 from stager.planning.sources import changed
 
@@ -82,7 +82,7 @@ def chunk_offsets(ds: DatasetPlan, first: int, rows: int):
 
     ``first`` and ``rows`` are multiples of the first-axis chunk size (except
     at the end); order is C order of the chunk grid, the same for every caller
-    (and :func:`stager.nodelocal.h5check.chunk_grid`'s).
+    (and :func:`stager.kinds.h5.check.chunk_grid`'s).
     """
     assert ds.chunks is not None
     c = ds.chunks
@@ -93,7 +93,7 @@ def chunk_offsets(ds: DatasetPlan, first: int, rows: int):
 
 
 def scheme_of(ds: DatasetPlan, chunked: bool) -> str:
-    """The digest scheme of a staged dataset (see :mod:`stager.nodelocal.h5check`)."""
+    """The digest scheme of a staged dataset (see :mod:`stager.kinds.h5.check`)."""
     if ds.values in ("vlen", "refs"):
         return ds.values
     return "chunks" if chunked else "values"
@@ -132,7 +132,7 @@ def sources_changed(fp: H5FilePlan) -> Optional[str]:
 
 
 class H5Output:
-    """The node-local copy of one :class:`~stager.planning.h5types.H5FilePlan`, under a
+    """The node-local copy of one :class:`~stager.kinds.h5.types.H5FilePlan`, under a
     temporary name.
 
     Parameters

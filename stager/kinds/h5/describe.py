@@ -1,8 +1,8 @@
 """Describe one HDF5 dataset or attribute for the plan: exact type, storage, values, references.
 
-Called by :mod:`stager.planning.h5` on the planning rank (serial h5py). Every
+Called by :mod:`stager.kinds.h5.plan` on the planning rank (serial h5py). Every
 value that travels in the plan is read *raw*, with the object's own file type
-as the memory type (see :mod:`stager.planning.h5types`), so a 20-byte
+as the memory type (see :mod:`stager.kinds.h5.types`), so a 20-byte
 null-terminated string keeps its 20 bytes and a big-endian integer its byte
 order. What cannot be staged is refused here, with the reason and what to do:
 
@@ -28,10 +28,10 @@ import numpy as np
 
 from hooks.h5entry import Slice
 from stager.errors import PlanError
-from stager.planning.h5filters import (MissingFilter, ensure_available, lossy_filter,
+from stager.kinds.h5.filters import (MissingFilter, ensure_available, lossy_filter,
                                        missing_advice, setup_values, stored_pipeline)
-from stager.planning.h5links import LinkedFiles, find_file, vds_sources, vds_storage
-from stager.planning.h5types import (OBJECT_OVERHEAD, Attr, DatasetPlan, RefTarget, raw_dtype,
+from stager.kinds.h5.links import LinkedFiles, find_file, vds_sources, vds_storage
+from stager.kinds.h5.types import (OBJECT_OVERHEAD, Attr, DatasetPlan, RefTarget, raw_dtype,
                                      region_summary)
 
 __all__ = ["Ctx", "RefCheck", "Unsupported", "classify", "describe", "read_attrs",

@@ -31,8 +31,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-from stager.planning.h5filters import stored_pipeline
-from stager.planning.h5types import Filter
+from stager.kinds.h5.filters import stored_pipeline
+from stager.kinds.h5.types import Filter
 
 __all__ = ["find_file", "LinkedFiles", "VdsSource", "vds_sources", "vds_storage"]
 

@@ -1,7 +1,7 @@
 """The plain data of an ``h5`` plan: datasets, groups, links, one output file each.
 
-Built on rank 0 by :mod:`stager.planning.h5`, broadcast inside the
-:class:`~stager.planning.plan.Plan`, executed by :mod:`stager.staging.h5`.
+Built on rank 0 by :mod:`stager.kinds.h5.plan`, broadcast inside the
+:class:`~stager.planning.plan.Plan`, executed by :mod:`stager.kinds.h5`.
 Frozen dataclasses; numpy is needed only for the inline values.
 
 Values travel *raw*: in the dataset's own HDF5 file type (``h5type``, the
@@ -34,7 +34,7 @@ def raw_dtype(size: int) -> np.dtype:
 
 def region_summary(space: Any) -> str:
     """A library-independent description of a region reference's selection (planned,
-    and recomputed from the copy by :mod:`stager.nodelocal.h5check`)."""
+    and recomputed from the copy by :mod:`stager.kinds.h5.check`)."""
     return f"{space.get_select_type()}:{space.get_select_npoints()}:{space.get_select_bounds()}"
 
 
@@ -98,7 +98,7 @@ class Filter:
     values to pass to ``H5Pset_filter`` so that the filter's set-up callback
     stores ``values`` again (bitshuffle, for one, prepends its version and the
     element size to what it is given). Found and proven on the planning rank
-    (:func:`stager.planning.h5filters.setup_values`).
+    (:func:`stager.kinds.h5.filters.setup_values`).
     """
 
     code: int
@@ -131,7 +131,7 @@ class DatasetPlan:
     Layout fields (``layout``, ``chunks``, ``maxshape``, ``filters``) describe
     the *copy*: the source's own, except for a virtual dataset, which is
     copied as a regular dataset (``origin == "virtual"``, see
-    :mod:`stager.planning.h5links`). ``read_file``/``read_path`` say where the
+    :mod:`stager.kinds.h5.links`). ``read_file``/``read_path`` say where the
     values are read: ``""`` means the plan's source file and ``path``; an
     external link's target file otherwise.
     """
@@ -233,7 +233,7 @@ class H5FilePlan:
     ctime_ns: int = -1              # with size, mtime: the source's identity (resume)
     ino: int = -1
     #: ``(first, stop, step)``: the source frames this output holds, when it is one frame
-    #: range of a ``scatter ... h5`` block (:mod:`stager.planning.frames`); else ``()``
+    #: range of a ``scatter ... h5`` block (:mod:`stager.kinds.h5.frames`); else ``()``
     frames: Tuple[int, ...] = ()
 
     @property
