@@ -19,11 +19,12 @@ MPI_TIMEOUT    ?= 1800
 APT_PACKAGES := openmpi-bin libopenmpi-dev libhdf5-openmpi-dev python3-h5py-mpi \
                 python3-mpi4py python3-venv slurm-wlm munge fuse3 procps chromium chromium-driver
 
-.PHONY: help setup system demo test test-serial test-mpi lint lint-check bench clean-demo bench-pfs \
+.PHONY: help setup system demo demo-ff-nf test test-serial test-mpi lint lint-check bench clean-demo bench-pfs \
         serial-venv serial-venv-maybe docs test-fast
 
 help:
 	@echo "make demo   - set up (if needed) and run the main job"
+	@echo "make demo-ff-nf - the demo with NF seeded by FF-HEDM's grains (raw FF and NF frames)"
 	@echo "make test   - set up (if needed) and run the whole test suite (docs build included)"
 	@echo "make test-fast - unit tests and the quick end-to-end ones (~1.5 min): the edit-run loop"
 	@echo "make docs   - the user guide and API reference (Sphinx, HTML in docs/_build/html)"
@@ -90,6 +91,9 @@ serial-venv-maybe:
 
 demo: setup
 	$(PY) -m hedm.demo --np $(NP) --out demo-out
+
+demo-ff-nf: setup
+	$(PY) -m hedm.demo --np $(NP) --out demo-out --seeds ff
 
 test: setup serial-venv-maybe lint-check docs test-serial test-mpi
 

@@ -18,6 +18,10 @@
    staged to every node, one task per block of grid rows fits orientations on
    the node's memory-mapped copy, the blocks merge in order into the map
    (``OUT/nf_map.{h5,mic,png}``), drained; ``stager clean``;
+   With ``--seeds ff`` (``make demo-ff-nf``), FF-HEDM runs between the two stages on raw
+   FF frames of the same grains -- FF stage 1, indexing and refinement, each staged,
+   drained and cleaned -- and stage 2 fits with FF's grains as its seeds
+   (:mod:`hedm.demo_ff`);
 5. **report** -- printed and written to ``OUT/demo_report.txt`` / ``.json``:
    per phase the wall time, stage 1's images against the truth's, and the
    map's accuracy against the truth (share of grid points within 0.25 deg;
@@ -70,6 +74,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=900.0, help="seconds allowed per job")
     p.add_argument("--keep-staged", action="store_true",
                    help="leave the staged copies on the nodes (default: stager clean)")
+    p.add_argument("--seeds", choices=("simulator", "ff"), default="simulator",
+                   help="NF stage 2's seed orientations: the simulator's (default) or the "
+                        "grains FF-HEDM finds in raw FF frames of the same grains, FF stage 1 "
+                        "and stage 2 staged and run between NF's stages (hedm.demo_ff; "
+                        "`make demo-ff-nf`)")
     p.add_argument("--record-phases", default=None, metavar="DIR",
                    help="also write DIR/demo_phases.json and DIR/demo_phases.md")
     return p
@@ -164,6 +173,12 @@ def main(argv: Optional[List[str]] = None) -> int:
                            os.path.join(reduced, "run.json"),
                            os.path.join(stage_root, "%n", "nf", "nf.params"),
                            os.path.join(stage_root, "%n", "results-nf"), args, env, log)
+    ff = None
+    if args.seeds == "ff":
+        from hedm.demo_ff import ff_seeds
+
+        ff = ff_seeds(layer, out, stage_root, args, env, log, _job)
+        env = dict(env, HEDM_NF_DATA=ff["data"])
     times["stage2"] = _job("stage 2 (orientation fitting)", os.path.join(FLOWS, "nffit.py"),
                            os.path.join(HOOKS, "nffit.hook"), out,
                            os.path.join(out, "run_fit.json"),
@@ -175,6 +190,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     times["load"] = (load_before, os.getloadavg()[0])
     facts = collect(out, layer, times, np_=args.np, nodes=args.nodes, stage_root=stage_root)
     text = render(facts)
+    if ff is not None:
+        from hedm.demo_ff import render_ff
+
+        facts["ff"] = ff
+        text += "\n" + render_ff(ff)
     print(text)
     with open(os.path.join(out, "demo_report.txt"), "w") as fh:
         fh.write(text + "\n")

@@ -255,10 +255,15 @@ def write_grains(refined: List[Dict[str, Any]], found: Dict[str, Any], indexed: 
 def main(args):
     """Spots, indexing, then (data-dependent) one refinement task per grain; the files."""
     t_origin = time.time()
-    p = read_grains_params(on_this_node(args.params), flag_overrides(args, SCHEMA))
-    peaks = (relative_to(p["PeaksFile"], args.params) if p["PeaksFile"] else
-             os.path.join(os.path.dirname(os.path.abspath(args.params)),
-                          p["OutputFileName"] + ".h5"))
+    flags = flag_overrides(args, SCHEMA)
+    p = read_grains_params(on_this_node(args.params), flags)
+    if flags.get("PeaksFile"):       # typed on the command line: relative to where it is typed
+        peaks = os.path.abspath(os.path.expanduser(on_this_node(flags["PeaksFile"])))
+    elif p["PeaksFile"]:
+        peaks = relative_to(p["PeaksFile"], args.params)
+    else:
+        peaks = os.path.join(os.path.dirname(os.path.abspath(args.params)),
+                             p["OutputFileName"] + ".h5")
     check_inputs([peaks], "PeaksFile (stage 1's <OutputFileName>.h5)")
     out = getattr(args, "out", None) or os.getcwd()
     results = args.results or out

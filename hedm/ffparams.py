@@ -35,8 +35,9 @@ def _fraction(v: float) -> Optional[str]:
 
 #: Stage 2's keys (spots from peaks, indexing, refinement, Grains.csv).
 GRAINS_SCHEMA = (
-    Param("PeaksFile", str, "", "stage 1's peaks (<OutputFileName>.h5); relative to the "
-          "parameter file's folder; default <OutputFileName>.h5 beside it"),
+    Param("PeaksFile", str, "", "stage 1's peaks (<OutputFileName>.h5); in the file relative "
+          "to its folder, as a flag (--PeaksFile) to the current directory; default "
+          "<OutputFileName>.h5 beside the parameter file"),
     Param("OutputFileName", str, "ff_peaks", "stage 1's base name (the default PeaksFile)"),
     Param("LatticeConstant", float, (), "a b c alpha beta gamma of the unstrained lattice (A, "
           "deg)", multi=True),

@@ -30,7 +30,8 @@ SHARED_WORKER = {
     "machine": ("tests/e2e/test_slurm.py", "tests/e2e/test_osnodes.py",
                 "tests/e2e/test_pfs.py", "tests/e2e/test_pfs_stage.py"),
     "nf-jobs": ("tests/e2e/test_demo.py", "tests/e2e/test_hedm_e2e.py",
-                "tests/e2e/test_hedm_nffit_e2e.py", "tests/e2e/test_nf_stream.py"),
+                "tests/e2e/test_hedm_nffit_e2e.py", "tests/e2e/test_nf_stream.py",
+                "tests/e2e/test_ff_nf_chain.py"),
 }
 #: Marks of the ``machine`` group's tests: a file with one must be listed there.
 MACHINE_MARKS = ("slurm", "fuse", "osnodes")

@@ -1,78 +1,68 @@
-"""FF's grains seed NF: one microstructure, seen by both.
+"""FF's grains seed NF, from raw FF and raw NF frames: ``python -m hedm.demo --seeds ff``
+(what ``make demo-ff-nf`` runs), at a small size, as a user runs it.
 
-The session's NF layer (``nf_layer``: 3 Voronoi grains in a 15 um disk, its binary images
-as stage 1 gives them) and an FF sweep rendered from the same grains (orientations,
-centres) go through FF stage 1 (``hedm/ff.py``, raw frames) and stage 2
-(``hedm/ffgrains.py``); ``python -m hedm.grainscsv`` writes FF's grains as the layer's
-``SeedOrientations``, replacing the simulator's; NF stage 2 (``hedm/nffit.py``) fits the
-map with them. The map must reach the NF demo's targets (80% of the points, 95% of the
-interior points within 0.25 deg of the truth).
+One microstructure (3 Voronoi grains in a 15 um disk) seen by both detectors: NF stage 1
+on the layer's raw frames, FF stage 1 on raw FF frames rendered from the same grains, FF
+stage 2 (indexing, one refinement task per grain), then NF stage 2 seeded from FF's
+``Grains.csv`` instead of the simulator's seeds -- every job staged under ``mpirun``,
+drained and cleaned. The map must reach the NF demo's targets (80% of the grid points,
+95% of the interior points within 0.25 deg of the truth).
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
+import uuid
 
 import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-pytestmark = pytest.mark.slow      # FF's 360 frames, both FF stages and NF stage 2
+pytestmark = [pytest.mark.slow,       # four staged mpirun jobs, four cleans
+              pytest.mark.timeout(660),
+              pytest.mark.skipif(shutil.which("mpirun") is None,
+                                 reason="mpirun (openmpi-bin) is not installed")]
 
 
-def _env():
+def test_raw_ff_and_nf_frames_to_a_map_seeded_by_ff(tmp_path):
+    from hedm.grainscsv import read_grains_csv
+    from hedm.nffit import read_seeds
+
+    out = tmp_path / "demo-out"
+    stage_root = f"/dev/shm/pytest-ffnf-{uuid.uuid4().hex[:8]}"
     env = dict(os.environ)
-    env["STAGER_PROGRESS"] = "0"
     for var in ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_SIZE"):
         env.pop(var, None)
-    return env
-
-
-def _run(cmd, timeout=900):
-    proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True,
-                          timeout=timeout)
-    assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stdout}\n{proc.stderr}"
-    return proc
-
-
-def _flow(flow, out, *args, executor="local"):
-    cmd = [sys.executable, "-m", "workflows", "run", os.path.join(ROOT, "hedm", flow),
-           "--executor", executor]
-    if executor == "local":
-        cmd += ["--workers", "2"]
-    return _run(cmd + ["--out", str(out), "--", *args])
-
-
-def test_ff_grains_seed_the_nf_fit(nf_layer, tmp_path):
-    from hedm.ffsynth import make_sweep
-    import h5py
-
-    from kernels import NFGeometry
-
-    from hedm.nfsynth import load_truth, score_map
-
-    micro, _ = load_truth(nf_layer)
-    layer = tmp_path / "layer"
-    shutil.copytree(nf_layer, layer)
-    pos = np.c_[micro.centres, np.zeros(len(micro.centres))]
-    info = make_sweep(str(tmp_path / "ff"), given={"u": micro.orientations, "pos": pos})
-    out = tmp_path / "ffout"
-    _flow("ff.py", out, "--params", info["params"])
-    _flow("ffgrains.py", out, "--params", info["params"], "--PeaksFile",
-          str(out / "ff_peaks.h5"))
-    _run([sys.executable, "-m", "hedm.grainscsv", str(out / "Grains.csv"), "--seeds",
-          str(layer / "seeds.txt")])
-    params = layer / "nf.params"
-    text = params.read_text().splitlines()
-    text = [f"NrOrientations {micro.n_grains}" if t.startswith("NrOrientations") else t
-            for t in text]
-    params.write_text("\n".join(text) + "\n")
-
-    nf_out = tmp_path / "nfout"
-    _flow("nffit.py", nf_out, "--params", str(params), executor="inline")
-    with h5py.File(nf_out / "nf_map.h5", "r") as f:
-        xy, u = f["position"][()], f["orientation_matrix"][()]
-    acc = score_map(micro, xy, u, float(NFGeometry.from_params(str(params)).grid_size))
-    assert acc["fraction"] >= 0.8 and acc["interior_fraction"] >= 0.95, acc
+    cmd = [sys.executable, "-m", "hedm.demo", "--np", "4", "--out", str(out), "--rsample",
+           "15", "--grains", "3", "--stage-root", stage_root, "--seeds", "ff"]
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
+                              timeout=600)
+    finally:
+        leftover = os.path.exists(stage_root)
+        shutil.rmtree(stage_root, ignore_errors=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert not leftover, "the chain must clean the staged copies"
+    facts = json.loads((out / "demo_report.json").read_text())
+    ff = facts["ff"]
+    # FF from raw frames: every grain, none extra, orientations well inside 0.25 deg
+    assert ff["found"] == 3 and ff["missed"] == 0 and ff["extra"] == 0, ff
+    assert ff["max_misorientation_deg"] < 0.05, ff
+    # the FF stages ran staged under mpirun, every task succeeded
+    for name in ("run.json", "run_grains.json"):
+        run = json.loads((out / "ff" / name).read_text())
+        assert run["stage"]["bytes_written"] > 0 and run["tasks"]["failed"] == 0, run
+    # NF stage 2 was seeded with FF's grains, not the layer's (13 seeds, 10 spurious)
+    staged_seeds = read_seeds(str(out / "dataset" / "nf-ffseeds" / "seeds.txt"))
+    csv = read_grains_csv(str(out / "ff" / "Grains.csv"))["rows"][:, 1:10].reshape(-1, 3, 3)
+    assert len(staged_seeds) == 3
+    assert np.allclose(staged_seeds, csv, atol=1e-6)
+    assert facts["stage2"]["runner"]["stage"]["files"] == 4
+    # ... and reached the NF demo's accuracy
+    acc = facts["accuracy"]
+    assert acc["fraction"] >= 0.80 and acc["interior_fraction"] >= 0.95, acc
+    assert facts["targets"]["met"] and acc["grains_found"] == 3, acc
+    assert "FF seeds" in proc.stdout and "3 found, 0 missed, 0 extra" in proc.stdout

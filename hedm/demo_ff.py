@@ -1,0 +1,127 @@
+"""``make demo-ff-nf``: FF-HEDM's grains seed the NF demo's fit (``hedm.demo --seeds ff``).
+
+Between the NF demo's stage 1 and stage 2 (:mod:`hedm.demo`), the layer's microstructure
+is also seen by a far-field detector, and NF stage 2 fits with the grains FF finds
+instead of the simulator's seeds:
+
+1. **FF sweep** -- :func:`hedm.ffsynth.make_sweep` renders the layer's grains (its
+   orientations, its grain centres at z = 0) into raw FF frames (one GE file, dark,
+   ``ff.params``) under ``OUT/dataset/ff``;
+2. **FF stage 1** -- ``hedm/ff.py`` staged by ``hedm/hooks/ff.hook``: peaks per frame,
+   drained to ``OUT/ff``; ``stager clean``;
+3. **FF stage 2** -- ``hedm/ffgrains.py`` staged by ``hedm/hooks/ffgrains.hook`` (the
+   peaks and the same parameter file): indexing, one refinement task per grain,
+   ``Grains.csv`` drained to ``OUT/ff``; ``stager clean``;
+4. **seeds** -- FF's orientations written as the layer's ``SeedOrientations``
+   (:func:`hedm.nffit.write_seeds`) into ``OUT/dataset/nf-ffseeds``, beside a copy of
+   ``nf.params`` (``NrOrientations`` set to their number) and ``grid.txt``: what
+   ``hedm/hooks/nffit.hook`` stages for NF stage 2 (``HEDM_NF_DATA``).
+
+FF's grains are scored against the truth (:func:`hedm.ffsynth.score_grains`) and the map
+as in the NF demo, so the report says whether FF's seeds reach the demo's targets.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from typing import Any, Callable, Dict
+
+__all__ = ["ff_seeds", "render_ff"]
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HOOKS = os.path.join(ROOT, "hedm", "hooks")
+#: FF frames over a full turn (:data:`hedm.ffsynth.SWEEP_GEOMETRY`: 1 deg each)
+FF_FRAMES = 360
+FLOWS = os.path.join(ROOT, "hedm")
+
+
+def _seeded_layer(layer: str, folder: str, u) -> str:
+    """``folder`` holding the layer's ``nf.params`` and ``grid.txt`` with ``u`` as seeds."""
+    from hedm.nffit import write_seeds
+
+    os.makedirs(folder, exist_ok=True)
+    shutil.copyfile(os.path.join(layer, "grid.txt"), os.path.join(folder, "grid.txt"))
+    with open(os.path.join(layer, "nf.params")) as fh:
+        lines = fh.read().splitlines()
+    lines = [f"NrOrientations {len(u)}" if t.split()[:1] == ["NrOrientations"] else t
+             for t in lines]
+    with open(os.path.join(folder, "nf.params"), "w") as fh:
+        fh.write("\n".join(lines) + "\n")
+    write_seeds(os.path.join(folder, "seeds.txt"), u)
+    return folder
+
+
+def ff_seeds(layer: Dict[str, Any], out: str, stage_root: str, args: Any,
+             env: Dict[str, str], log: str, job: Callable[..., Dict[str, Any]]
+             ) -> Dict[str, Any]:
+    """Steps 1-4 of the module docstring; return the seeded layer's folder, the wall times
+    and FF's grains against the truth.
+
+    ``job`` runs one staged workflow job and its ``stager clean`` (``hedm.demo``'s).
+
+    Raises
+    ------
+    SystemExit
+        A job failed (``job`` says which, with the log's last lines), or FF found no grain.
+    """
+    import numpy as np
+
+    from hedm.ffsynth import load_sweep_truth, make_sweep, score_grains
+    from hedm.grainscsv import read_grains_csv
+    from hedm.nfsynth import load_truth
+
+    micro, _ = load_truth(layer["folder"])
+    data = os.path.join(out, "dataset", "ff")
+    ff_out = os.path.join(out, "ff")
+    os.makedirs(ff_out, exist_ok=True)
+    for stale in ("run.json", "run_grains.json", "ff_run.json", "ffgrains_run.json",
+                  "Grains.csv"):
+        if os.path.exists(os.path.join(ff_out, stale)):
+            os.unlink(os.path.join(ff_out, stale))
+    print(f"demo: FF sweep of the same {micro.n_grains} grains (raw frames) in {data} ...",
+          flush=True)
+    t0 = time.perf_counter()
+    pos = np.c_[micro.centres, np.zeros(len(micro.centres))]
+    info = make_sweep(data, given={"u": micro.orientations, "pos": pos}, seed=args.seed,
+                      n_frames=FF_FRAMES)
+    times: Dict[str, Any] = {"sweep": time.perf_counter() - t0}
+    env_ff = dict(env, HEDM_FF_DATA=data, HEDM_FF_REDUCED=ff_out)
+    times["ff1"] = job("FF stage 1 (peaks)", os.path.join(FLOWS, "ff.py"),
+                       os.path.join(HOOKS, "ff.hook"), ff_out, os.path.join(ff_out, "run.json"),
+                       os.path.join(stage_root, "%n", "ff", "ff.params"),
+                       os.path.join(stage_root, "%n", "results-ff"), args, env_ff, log)
+    times["ff2"] = job("FF stage 2 (indexing, refinement)", os.path.join(FLOWS, "ffgrains.py"),
+                       os.path.join(HOOKS, "ffgrains.hook"), ff_out,
+                       os.path.join(ff_out, "run_grains.json"),
+                       os.path.join(stage_root, "%n", "ffgrains", "ff.params"),
+                       os.path.join(stage_root, "%n", "results-ffgrains"), args, env_ff, log)
+    rows = read_grains_csv(os.path.join(ff_out, "Grains.csv"))["rows"]
+    if not len(rows):
+        raise SystemExit(f"demo: FF stage 2 found no grain; see {ff_out}/ffgrains_run.json")
+    u = rows[:, 1:10].reshape(-1, 3, 3)
+    score = score_grains(load_sweep_truth(data), u, rows[:, 10:13],
+                         rows[:, 24:33].reshape(-1, 3, 3) / 1e6)
+    seeded = _seeded_layer(layer["folder"], os.path.join(out, "dataset", "nf-ffseeds"), u)
+    return {"data": seeded, "sweep": data, "out": ff_out, "frames": FF_FRAMES,
+            "spots": info["spots"], "grains": int(len(rows)), "true_grains": micro.n_grains,
+            "found": score["found"], "missed": score["missed"], "extra": score["extra"],
+            "max_misorientation_deg": float(np.max(score["misorientation_deg"])),
+            "max_position_um": float(np.max(score["position_um"])),
+            "seconds": {k: (v if isinstance(v, float) else
+                            {kk: None if vv is None else round(vv, 3) for kk, vv in v.items()})
+                        for k, v in times.items()}}
+
+
+def render_ff(ff: Dict[str, Any]) -> str:
+    """The report's lines on FF's seeds."""
+    s = ff["seconds"]
+    return "\n".join([
+        f"FF seeds  {ff['frames']} raw FF frames of the same grains ({ff['spots']} spots): "
+        f"stage 1 {s['ff1']['job']:.1f} s, stage 2 {s['ff2']['job']:.1f} s (staged, drained, "
+        "cleaned)",
+        f"          {ff['grains']} grains in Grains.csv for {ff['true_grains']} true: "
+        f"{ff['found']} found, {ff['missed']} missed, {ff['extra']} extra; orientations "
+        f"within {ff['max_misorientation_deg']:.4f} deg, positions within "
+        f"{ff['max_position_um']:.2f} um; NF stage 2 seeded with them instead of the "
+        f"layer's seeds ({ff['data']})"])
