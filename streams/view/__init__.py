@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import lazy_loader
 
-__all__ = ["attach", "launch", "LiveJob", "Partial", "JobEnded"]
+__all__ = ["attach", "launch", "LiveJob", "Partial", "JobEnded", "Frame", "FrameRefused"]
 
 __getattr__, __dir__, _ = lazy_loader.attach(__name__, submod_attrs={
-    "client": ["attach", "launch", "LiveJob", "Partial", "JobEnded"],
+    "client": ["attach", "launch", "LiveJob", "Partial", "JobEnded", "Frame",
+               "FrameRefused"],
 })

@@ -37,11 +37,35 @@ import numpy as np
 
 from streams.errors import StreamError
 
-__all__ = ["attach", "launch", "LiveJob", "Partial", "JobEnded"]
+__all__ = ["attach", "launch", "LiveJob", "Partial", "JobEnded", "Frame", "FrameRefused"]
 
 
 class JobEnded(StreamError):
     """The job ended (or its live socket went away) before what was waited for came."""
+
+
+class FrameRefused(StreamError):
+    """The job did not send the frame asked for; :attr:`refused` says why
+    (:data:`streams.job.frames.OUTCOMES`: ``not_held``, ``too_large``, ``rate``, ...)."""
+
+    def __init__(self, message: str, refused: str) -> None:
+        super().__init__(message)
+        self.refused = refused
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One scan position's frame as the job still held it (:meth:`LiveJob.frame`).
+
+    ``where``: ``"memory"`` (a receiver's latest partitions) or ``"spill"`` (its
+    spilled file); ``complete``: every sector of it arrived (missing ones are zero).
+    """
+
+    scan: str
+    index: int
+    data: np.ndarray
+    complete: bool
+    where: str
 
 
 @dataclass(frozen=True)
@@ -161,6 +185,10 @@ class LiveJob:
         self.latest: Dict[str, Partial] = {}
         self.finals: Dict[str, Partial] = {}
         self.job_progress: Dict[str, Any] = {}   # the job's rejections (no scan)
+        self._keys = (src["server_key"], certificate or src["certificate"])
+        self.frames_endpoint: Optional[str] = None   # the job's frame requests (its messages)
+        self._dealer: Any = None
+        self._asked = 0
 
     # ---- the job's state ----
     def _events(self) -> None:
@@ -216,6 +244,7 @@ class LiveJob:
             self._events()
             if msg is not None:
                 self.connected = True
+                self.frames_endpoint = msg.header.get("frames") or self.frames_endpoint
                 if msg.job:
                     self.job_progress = dict(msg.progress)
                 else:
@@ -276,6 +305,75 @@ class LiveJob:
         assert last is not None and last.final
         return last
 
+    # ---- one position's frame ----
+    def frame(self, scan: str, position: Any, timeout: float = 10.0) -> Frame:
+        """The frame of ``scan`` at ``position`` (flat index, or a tuple in the scan's
+        shape), fetched through the job from the receiver that still holds it.
+
+        Raises
+        ------
+        FrameRefused
+            The job holds it no more (``not_held``), it is over the job's byte cap
+            (``too_large``), too many requests (``rate``, ``busy``), ...
+        TimeoutError
+            No answer within ``timeout`` seconds (or the job has sent no message yet,
+            so its request endpoint is unknown).
+        """
+        import msgpack
+        import zmq
+
+        from streams.job.frames import MAX_FRAME_BYTES
+
+        index = self._index(scan, position)
+        end = time.monotonic() + timeout
+        while self.frames_endpoint is None:
+            if time.monotonic() > end:
+                raise TimeoutError("the job sent no message yet: its frame requests' "
+                                   "endpoint is unknown")
+            self.next(0.2)
+        if self._dealer is None:
+            from streams.security import client_keys
+
+            d = zmq.Context.instance().socket(zmq.DEALER)
+            d.setsockopt(zmq.LINGER, 0)
+            # an answer larger than the job's cap is dropped by libzmq, never allocated
+            d.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME_BYTES + (1 << 16))
+            if self._keys[0] is not None:
+                client_keys(d, self._keys[0], self._keys[1])
+            d.connect(self.frames_endpoint)
+            self._dealer = d
+        self._asked += 1
+        rid = self._asked
+        self._dealer.send(msgpack.packb({"scan": scan, "frame": index, "id": rid}))
+        while True:
+            left = end - time.monotonic()
+            if left <= 0 or not self._dealer.poll(int(left * 1000)):
+                raise TimeoutError(f"no answer to the request of scan {scan!r} frame {index} "
+                                   f"from {self.frames_endpoint} within {timeout} s")
+            parts = self._dealer.recv_multipart()
+            head = msgpack.unpackb(parts[0])
+            if head.get("id") != rid:
+                continue          # the late answer of an earlier request
+            if not head.get("ok"):
+                raise FrameRefused(f"scan {scan!r} frame {index}: {head.get('refused')}: "
+                                   f"{head.get('why')}", str(head.get("refused")))
+            shape = tuple(int(n) for n in head["shape"])
+            dt = np.dtype(head["dtype"])
+            if len(parts) != 2 or len(parts[1]) != dt.itemsize * int(np.prod(shape)):
+                raise StreamError(f"scan {scan!r} frame {index}: an answer of "
+                                  f"{len(parts[-1])} bytes for {shape} {dt}")
+            data = np.frombuffer(parts[1], dt).reshape(shape)
+            return Frame(scan, index, data, bool(head.get("complete")), str(head["where"]))
+
+    def _index(self, scan: str, position: Any) -> int:
+        if isinstance(position, (int, np.integer)):
+            return int(position)
+        p = self.latest.get(scan)
+        if p is None:
+            raise StreamError(f"scan {scan!r}: its shape is unknown (no message of it yet): "
+                              "give the position as a flat index")
+        return int(np.ravel_multi_index(tuple(position), p.valid.shape))
+
     # ---- what the job wrote ----
     def _where(self, name: str) -> str:
         return os.path.join(self.out, name) if self.out else f"OUT/{name} (give out=)"
@@ -323,6 +421,8 @@ class LiveJob:
         return int(self.process.wait(timeout))
 
     def close(self) -> None:
+        if self._dealer is not None:
+            self._dealer.close(linger=0)
         self._view.close()
 
     def __enter__(self) -> LiveJob:
