@@ -334,7 +334,7 @@ class LiveJob:
         if self._dealer is None:
             from streams.security import client_keys
 
-            d = zmq.Context.instance().socket(zmq.DEALER)
+            d: Any = zmq.Context.instance().socket(zmq.DEALER)
             d.setsockopt(zmq.LINGER, 0)
             # an answer larger than the job's cap is dropped by libzmq, never allocated
             d.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME_BYTES + (1 << 16))

@@ -99,3 +99,46 @@ def test_the_token_guards_the_page_and_the_websocket_and_pages_get_the_latest():
             srv.stop()
 
     asyncio.run(main())
+
+
+def test_a_page_s_frame_request_is_answered_to_it_with_the_frame_or_the_refusal():
+    pytest.importorskip("tornado")
+    import tornado.httpserver
+    import tornado.netutil
+    import tornado.websocket
+
+    from streams.view.client import Frame, FrameRefused
+    from streams.view.server import _app, _State
+
+    frame = np.arange(12, dtype="<u2").reshape(3, 4)
+    asked = []
+
+    def fetch(scan, index):
+        asked.append((scan, index))
+        if index == 1:
+            return Frame(scan, index, frame, True, "spill")
+        return FrameRefused("not any more", "not_held")
+
+    async def main():
+        socks = tornado.netutil.bind_sockets(0, "127.0.0.1")
+        srv = tornado.httpserver.HTTPServer(_app(_State(), "t", fetch))
+        srv.add_sockets(socks)
+        ws = await tornado.websocket.websocket_connect(
+            f"ws://127.0.0.1:{socks[0].getsockname()[1]}/ws?token=t")
+        try:
+            for bad in ("nonsense", json.dumps({"type": "frame", "scan": "s", "index": -1})):
+                await ws.write_message(bad)                 # ignored: nothing comes back
+            await ws.write_message(json.dumps({"type": "frame", "scan": "s", "index": 1}))
+            ok = json.loads(await ws.read_message())
+            await ws.write_message(json.dumps({"type": "frame", "scan": "s", "index": 2}))
+            no = json.loads(await ws.read_message())
+        finally:
+            ws.close()
+            srv.stop()
+        return ok, no
+
+    ok, no = asyncio.run(main())
+    assert asked == [("s", 1), ("s", 2)]
+    data = np.frombuffer(base64.b64decode(ok["data"]), "<f8").reshape(ok["shape"])
+    assert np.array_equal(data, frame) and ok["where"] == "spill" and ok["complete"]
+    assert no["refused"] == "not_held" and "not any more" in no["why"]
