@@ -173,8 +173,10 @@ class LivePublisher:
         self.first_published: Dict[str, float] = {}
 
     def publish(self, scan: str, images: Dict[str, np.ndarray], valid: np.ndarray,
-                progress: Dict[str, Any], final: bool = False) -> None:
-        """Send one live message and replace the snapshot files."""
+                progress: Dict[str, Any], final: bool = False,
+                udf: Optional[Dict[str, Any]] = None) -> None:
+        """Send one live message and replace the snapshot files (``udf``: the header's
+        description of a UDF's buffers, :meth:`streams.udf.UDFAnalysis.live_images`)."""
         import msgpack
 
         imgs = {n: np.ascontiguousarray(a, a.dtype.newbyteorder("<"))
@@ -183,7 +185,8 @@ class LivePublisher:
             self.refusals()
             progress = dict(progress, live_refused=sum(self.refused.values()))
         header = {"scan": scan, "t": time.time(), "final": final, "progress": progress,
-                  "frames": self.requests_endpoint, "valid_shape": list(np.shape(valid)),
+                  "frames": self.requests_endpoint, "udf": udf,
+                  "valid_shape": list(np.shape(valid)),
                   "images": [{"name": n, "shape": list(a.shape), "dtype": a.dtype.str}
                              for n, a in imgs.items()]}
         parts: List[Any] = [TOPIC, msgpack.packb(header)]
@@ -196,7 +199,8 @@ class LivePublisher:
             base = os.path.join(self.directory, f"{scan}.live")
             attrs = {k: v for k, v in progress.items() if isinstance(v, (int, float, str))}
             attrs["final"] = final
-            write_snapshot(base + ".h5", imgs, valid, attrs)
+            write_snapshot(base + ".h5", {n.replace(":", "_"): a for n, a in imgs.items()},
+                           valid, attrs)
             _replace(base + ".png", render_png(imgs, valid))
 
     def publish_job(self, progress: Dict[str, Any]) -> None:

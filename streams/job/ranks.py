@@ -435,13 +435,17 @@ class RankLoop(Loop):
         if p is None:
             p = self.analysis.empty()
         g = st.geometry
-        images = self.analysis.images(p, g)
+        meta = None
+        if hasattr(self.analysis, "live_images"):     # a UDF: every buffer, described
+            images, meta = self.analysis.live_images(p, g)
+        else:
+            images = self.analysis.images(p, g)
         valid = p.seen(g.frames).reshape(g.scan_shape) if hasattr(p, "seen") else \
             np.zeros(g.scan_shape, bool)
         prog = self.coord.progress(scan, now)
         if self.frame_requests.counts:
             prog = dict(prog, frame_requests=dict(self.frame_requests.counts))
-        self.publisher.publish(scan, images, valid, prog, final=final)
+        self.publisher.publish(scan, images, valid, prog, final=final, udf=meta)
 
     # ---- readiness for the collective finalize ----
     def _ready_for(self, scan: str) -> bool:

@@ -96,6 +96,40 @@ class Partial:
     images: Dict[str, np.ndarray]
     valid: np.ndarray
     received: float = field(default=0.0, compare=False)   # time.time() when it arrived
+    udf: Optional[Dict[str, Any]] = field(default=None, compare=False)
+
+    def udf_results(self) -> Any:
+        """A LiberTEM UDF's buffers as LiberTEM's ``run_udf_iter`` yields them: a
+        :class:`libertem.udf.base.UDFResults` with ``.buffers`` (per UDF, name ->
+        buffer with ``.data`` in the dataset's shape, ``.kind``, ``.dtype``) and
+        ``.damage`` (``.data``: True where the position's result is in).
+
+        Raises
+        ------
+        StreamError
+            The job's analysis is not a LiberTEM UDF (its messages describe no buffers).
+        """
+        from libertem.common.buffers import PreallocBufferWrapper
+        from libertem.common.shape import Shape
+        from libertem.udf.base import UDFResults
+
+        if not self.udf:
+            raise StreamError(f"scan {self.scan!r}: the job's analysis is not a LiberTEM "
+                              "UDF (--analysis udf:...): use .images")
+        nav = tuple(self.valid.shape)
+        sig = tuple(int(n) for n in self.udf["sig_shape"])
+        ds = Shape(nav + sig, sig_dims=len(sig))
+
+        def wrap(data: np.ndarray, kind: str, extra: Sequence[int] = ()) -> Any:
+            b = PreallocBufferWrapper(data, kind=kind, extra_shape=tuple(extra),
+                                      dtype=data.dtype)
+            b.set_shape_ds(ds, None)
+            return b
+
+        buffers = [{name: wrap(self.images[b["image"]], b["kind"], b["extra_shape"])
+                    for name, b in u["buffers"].items() if b["image"] in self.images}
+                   for u in self.udf["udfs"]]
+        return UDFResults(buffers, wrap(self.valid, "nav"))
 
     @property
     def frames(self) -> int:
@@ -249,7 +283,8 @@ class LiveJob:
                     self.job_progress = dict(msg.progress)
                 else:
                     p = Partial(msg.scan, float(msg.header.get("t", 0.0)), msg.final,
-                                dict(msg.progress), dict(msg.images), msg.valid, time.time())
+                                dict(msg.progress), dict(msg.images), msg.valid, time.time(),
+                                msg.header.get("udf"))
                     self.latest[p.scan] = p
                     if p.final:
                         self.finals[p.scan] = p
@@ -296,6 +331,15 @@ class LiveJob:
             if end is not None and time.monotonic() > end:
                 raise TimeoutError(f"no final result of {scan or 'every scan'} within "
                                    f"{timeout} s")
+
+    def udf_iter(self, scan: str, timeout: Optional[float] = None) -> Iterator[Any]:
+        """A UDF's partial results of ``scan`` as LiberTEM's ``run_udf_iter`` gives them
+        (:meth:`Partial.udf_results`), the last one the final result; a message the job
+        sent before any of the scan's frames was processed (no buffers yet) is skipped."""
+        for p in self.partials(scan, timeout):
+            if p.udf is None and not p.images and not p.final:
+                continue        # published before any partition was processed: no buffers
+            yield p.udf_results()
 
     def result(self, scan: str, timeout: Optional[float] = None) -> Partial:
         """Wait for ``scan``'s final result (the merge across nodes the job writes)."""

@@ -193,3 +193,51 @@ def test_a_position_s_frame_comes_through_the_job_from_memory_or_spill(tmp_path)
     counts = fin2.progress["frame_requests"]
     assert counts["served"] >= 5 and counts["not_held"] >= 1 and counts["rate"] >= 1, counts
     assert counts["bad_request"] == 1, counts
+
+
+def test_a_udf_s_partials_as_libertem_s_run_udf_iter_gives_them(tmp_path):
+    """Two UDFs (one of this project's test cases with nav, extra_shape, sig and single
+    buffers; LiberTEM's SumUDF): each partial result as LiberTEM's ``UDFResults``, its
+    damage growing, unset positions NaN as LiberTEM leaves them; the last one equal to
+    the buffers of the file the job wrote."""
+    from libertem.udf.base import UDFResults
+
+    from streams.protocols.native.rendezvous import read_rendezvous
+    from streams.simulate import run_producers
+    from streams.view import launch
+    from tests.e2e.test_udf_cli import _env as udf_env
+
+    job = launch(str(tmp_path / "rv.json"), str(tmp_path / "out"),
+                 ["--emulate-nodes", "2", "--bind", "127.0.0.1", "--local",
+                  str(tmp_path / "local" / "%n"), "--live-interval", "0.2",
+                  "--analysis", "udf:tests.udf_cases:PosUDF,libertem.udf.sum:SumUDF",
+                  "--partition-frames", "2"], env=udf_env())
+    try:
+        rv = read_rendezvous(job.rendezvous)
+        job.wait_connected()
+        feed = threading.Thread(target=run_producers,
+                                args=(_scan(scan_shape=(8, 8), rate=12.0), rv))
+        feed.start()
+        results = list(job.udf_iter("s1", timeout=120))
+        feed.join(60)
+        assert job.wait(120) == 0
+    finally:
+        if job.process.poll() is None:
+            job.process.kill()
+        job.close()
+    assert all(isinstance(r, UDFResults) for r in results) and len(results) >= 3
+    damage = [int(r.damage.data.sum()) for r in results]
+    assert damage == sorted(damage) and damage[0] < 64 == damage[-1], damage
+    for r in results:
+        pos, total = r.buffers
+        assert sorted(pos) == ["mean_frame", "stats", "value", "weighted", "where"], sorted(pos)
+        assert pos["value"].kind == "nav" and pos["value"].data.shape == (8, 8)
+        assert pos["where"].data.shape == (8, 8, 2) and total["intensity"].kind == "sig"
+        assert np.array_equal(np.isnan(pos["value"].data), ~r.damage.data)
+    with h5py.File(tmp_path / "out" / "s1.h5", "r") as f:
+        assert (f["udf/valid"][()] == results[-1].damage.data).all()
+        for label, bufs in zip(("PosUDF", "SumUDF"), results[-1].buffers):
+            for name, buf in bufs.items():
+                want = f[f"udf/{label}/{name}"][()]
+                assert buf.data.dtype == want.dtype, (label, name)
+                assert np.array_equal(buf.data, want), (label, name)
