@@ -341,6 +341,21 @@ class LiveJob:
                 continue        # published before any partition was processed: no buffers
             yield p.udf_results()
 
+    def plot(self, scan: str, images: Optional[Sequence[str]] = None, timeout: Optional[float]
+             = None, log: bool = False, cmap: str = "viridis") -> Any:
+        """Follow ``scan`` to its final result in one matplotlib figure updated in place
+        (in Jupyter: one output, as LiberTEM's ``plots=True``); returns the
+        :class:`~streams.view.plot.LivePlot` (its ``partial`` the final result).
+
+        ``images``: the names to show (default: every 2-D image). Raises as
+        :meth:`partials` does."""
+        from streams.view.plot import LivePlot
+
+        plot = LivePlot(images, cmap=cmap, log=log)
+        for p in self.partials(scan, timeout):
+            plot.update(p)
+        return plot
+
     def result(self, scan: str, timeout: Optional[float] = None) -> Partial:
         """Wait for ``scan``'s final result (the merge across nodes the job writes)."""
         last: Optional[Partial] = None

@@ -142,3 +142,32 @@ def test_a_page_s_frame_request_is_answered_to_it_with_the_frame_or_the_refusal(
     data = np.frombuffer(base64.b64decode(ok["data"]), "<f8").reshape(ok["shape"])
     assert np.array_equal(data, frame) and ok["where"] == "spill" and ok["complete"]
     assert no["refused"] == "not_held" and "not any more" in no["why"]
+
+
+def test_the_live_plot_redraws_one_figure_with_each_partial():
+    pytest.importorskip("matplotlib")
+    from streams.view.client import Partial
+    from streams.view.plot import LivePlot
+
+    rng = np.random.default_rng(1)
+    full = {"a": rng.random((4, 5)), "frame": rng.random((3, 3))}
+
+    def partial(n, final=False):
+        valid = np.zeros((4, 5), bool)
+        valid.flat[:n] = True
+        images = {"a": np.where(valid, full["a"], 0.0), "frame": full["frame"] * n,
+                  "line": np.arange(3.0)}                       # not 2-D: not shown
+        return Partial("s1", 0.0, final, {"frames": 20, "complete": n}, images, valid)
+
+    plot = LivePlot(display=False)
+    plot.update(partial(5))
+    fig = plot.fig
+    first = plot.image("a")
+    assert plot.names == ["a", "frame"] and len(fig.axes) == 4     # two images, two bars
+    assert np.isnan(first.flat[5:]).all() and np.allclose(first.flat[:5], full["a"].flat[:5])
+    plot.update(partial(20, final=True))
+    assert plot.fig is fig and len(fig.axes) == 4 and plot.updates == 2   # the same figure
+    assert np.allclose(plot.image("a"), full["a"])
+    assert np.allclose(plot.image("frame"), full["frame"] * 20)
+    assert "20/20 complete" in fig._suptitle.get_text() and "final" in fig._suptitle.get_text()
+    assert plot._repr_png_().startswith(b"\x89PNG")
