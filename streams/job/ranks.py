@@ -435,11 +435,7 @@ class RankLoop(Loop):
         if p is None:
             p = self.analysis.empty()
         g = st.geometry
-        meta = None
-        if hasattr(self.analysis, "live_images"):     # a UDF: every buffer, described
-            images, meta = self.analysis.live_images(p, g)
-        else:
-            images = self.analysis.images(p, g)
+        images, meta = self.analysis.live_images(p, g)
         valid = p.seen(g.frames).reshape(g.scan_shape) if hasattr(p, "seen") else \
             np.zeros(g.scan_shape, bool)
         prog = self.coord.progress(scan, now)
