@@ -182,7 +182,7 @@ def test_a_view_opened_after_the_job_ended_says_so(tmp_path):
     started then tells it at once, with no job to connect to."""
     import json
 
-    from stager.nodelocal import localfs
+    from core import localfs
 
     rv, out = tmp_path / "rv.json", tmp_path / "out"
     localfs.write_bytes_atomic(str(rv), json.dumps({"live": "tcp://127.0.0.1:9"}).encode(),
