@@ -70,7 +70,7 @@ def main() -> int:
             run_producers(scan, read_rendezvous(job.rendezvous))
             job.result("s1", timeout=600)
             ingest_s = time.monotonic() - t0
-            for k, i in enumerate(np.linspace(0, g.frames - 1, a.requests).astype(int)):
+            for i in np.linspace(0, g.frames - 1, a.requests).astype(int):
                 t = time.perf_counter()
                 f = job.frame("s1", int(i))
                 times[f.where].append(time.perf_counter() - t)
