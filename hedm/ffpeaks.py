@@ -233,6 +233,27 @@ class FFPeaks(Analysis):
         frames["n_peaks"] = partial.column("n_peaks", n_frames)[seen]
         return {"peaks": partial.ragged("peaks", n_frames, PEAK_DTYPE)[1], "frames": frames}
 
+    def live(self, partial: PerFrame) -> PerFrame:
+        """The peak tables too (a few rows per frame): viewers see where the peaks are."""
+        return partial
+
+    def live_images(self, partial: PerFrame, geometry: ScanGeometry
+                    ) -> Tuple[Dict[str, np.ndarray], None]:
+        """:meth:`images` (peaks per frame) and ``peaks``: the detector, each pixel the
+        number of peaks centred there in the frames received so far."""
+        from kernels.ff import PEAK_DTYPE
+
+        out = self.images(partial, geometry)
+        peaks = partial.ragged("peaks", geometry.frames, PEAK_DTYPE)[1] if partial.chunks \
+            else np.zeros(0, PEAK_DTYPE)
+        h, w = int(geometry.shape[0]), int(geometry.shape[1])
+        img = np.zeros((h, w), np.float64)
+        r, c = np.rint(peaks["row"]).astype(np.int64), np.rint(peaks["col"]).astype(np.int64)
+        ok = (r >= 0) & (r < h) & (c >= 0) & (c < w)
+        np.add.at(img, (r[ok], c[ok]), 1.0)
+        out["peaks"] = img
+        return out, None
+
     def write(self, h5: Any, partial: PerFrame, geometry: ScanGeometry) -> None:
         t = self.tables(partial, geometry.frames)
         h5.create_dataset("peaks", data=t["peaks"])

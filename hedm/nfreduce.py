@@ -309,6 +309,27 @@ class NFReduce(Analysis):
                 "centroids": partial.ragged("centroids", n_frames, NF_CENTROID_DTYPE)[1],
                 "frames": frames}
 
+    def live(self, partial: PerFrame) -> PerFrame:
+        """The spot tables too (sparse): viewers see each distance's spot pixels."""
+        return partial
+
+    def live_images(self, partial: PerFrame, geometry: ScanGeometry
+                    ) -> Tuple[Dict[str, np.ndarray], None]:
+        """:meth:`images` (spots and spot pixels per frame, distance x frame) and
+        ``spot_pixels_d<d>``: per detector pixel, in how many of distance d's frames
+        received so far it is a spot pixel (the binary images, summed over frames)."""
+        out = self.images(partial, geometry)
+        pixels = partial.ragged("pixels", geometry.frames, NF_PIXEL_DTYPE)[1] \
+            if partial.chunks else np.zeros(0, NF_PIXEL_DTYPE)
+        h, w = int(self.shape[0]), int(self.shape[1])
+        for d in range(self.n_distances):
+            img = np.zeros((h, w), np.float64)
+            px = pixels[pixels["distance"] == d]
+            ok = (px["z"] >= 0) & (px["z"] < h) & (px["y"] >= 0) & (px["y"] < w)
+            np.add.at(img, (px["z"][ok], px["y"][ok]), 1.0)
+            out[f"spot_pixels_d{d}"] = img
+        return out, None
+
     def binary(self, pixels: np.ndarray) -> np.ndarray:
         """The binary images of the layer (``docs/nf-files.md``) from a pixel table."""
         return binary_images(pixels, self.n_distances, self.per_distance, self.shape,

@@ -198,6 +198,14 @@ class Analysis:
                 out[f"{n}_image"] = col.reshape(shape)
         return out
 
+    def live_images(self, partial: Any, geometry: ScanGeometry
+                    ) -> Tuple[Dict[str, np.ndarray], Optional[Dict[str, Any]]]:
+        """What a live message carries for viewers (not the file): the images, and a
+        description for the header or None. Default: :meth:`images`, None. An
+        application adds what only a viewer needs (NF: spot pixels per distance; a
+        LiberTEM UDF: every buffer, described)."""
+        return self.images(partial, geometry), None
+
     def columns(self) -> Tuple[str, ...]:
         """Names of the scalar columns (for empty results)."""
         return ()

@@ -670,12 +670,31 @@ class UDFAnalysis(Analysis):
         """The 2-D result buffers, scan-shaped ones first (live PUB, snapshot, PNG)."""
         if partial is None or partial.geometry is None:
             return {}
+        return _images(self.arrays(partial, geometry), geometry)
+
+    def live_images(self, partial: Any, geometry: ScanGeometry
+                    ) -> Tuple[Dict[str, np.ndarray], Optional[Dict[str, Any]]]:
+        """What a live message carries for viewers: :meth:`images`, then every other
+        result buffer as ``udf:<name>``; and which buffer of which UDF each one is
+        (``{"sig_shape", "udfs": [{"label", "buffers": {name: {"kind", "extra_shape",
+        "image"}}}]}``, the header's ``udf``), from which a viewer rebuilds LiberTEM's
+        ``UDFResults`` (:meth:`streams.view.Partial.udf_results`)."""
+        if partial is None or partial.geometry is None:
+            return {}, None
         arrs = self.arrays(partial, geometry)
-        scan = {n.replace("/", "_"): a for n, (k, a) in arrs.items()
-                if a.ndim == 2 and tuple(a.shape) == tuple(geometry.scan_shape)}
-        other = {n.replace("/", "_"): a for n, (k, a) in arrs.items()
-                 if a.ndim == 2 and n.replace("/", "_") not in scan}
-        return {**scan, **other}
+        out = _images(arrs, geometry)
+        udfs: List[Dict[str, Any]] = [{"label": lb, "buffers": {}} for lb in self.labels]
+        nav, sig = len(geometry.scan_shape), len(geometry.shape)
+        for name, (kind, a) in arrs.items():
+            key = name.replace("/", "_")
+            if key not in out or out[key] is not a:
+                key = f"udf:{name}"
+                out[key] = a
+            label, buf = name.split("/", 1) if len(self.labels) > 1 else (self.labels[0], name)
+            dims = {"nav": nav, "sig": sig}.get(kind, 0)
+            udfs[self.labels.index(label)]["buffers"][buf] = {
+                "kind": kind, "image": key, "extra_shape": list(a.shape[dims:])}
+        return out, {"sig_shape": list(geometry.shape), "udfs": udfs}
 
     def write(self, h5: Any, partial: Any, geometry: ScanGeometry) -> None:
         """``/udf/<buffer>`` (or ``/udf/<UDF>/<buffer>``), dtype kept, and ``/udf/valid``."""
@@ -697,6 +716,16 @@ class UDFAnalysis(Analysis):
             d.attrs["kind"] = kind
         grp.create_dataset("valid", data=partial.seen(geometry.frames).reshape(
             geometry.scan_shape))
+
+
+def _images(arrs: Dict[str, Tuple[str, np.ndarray]], geometry: ScanGeometry
+            ) -> Dict[str, np.ndarray]:
+    """The 2-D ones of ``arrs``, scan-shaped first, ``/`` in names as ``_``."""
+    scan = {n.replace("/", "_"): a for n, (k, a) in arrs.items()
+            if a.ndim == 2 and tuple(a.shape) == tuple(geometry.scan_shape)}
+    other = {n.replace("/", "_"): a for n, (k, a) in arrs.items()
+             if a.ndim == 2 and n.replace("/", "_") not in scan}
+    return {**scan, **other}
 
 
 def _labels(classes: Sequence[Any]) -> List[str]:

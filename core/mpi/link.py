@@ -22,7 +22,7 @@ TAGS: Dict[str, Dict[str, int]] = {
     "executor": {"TASKS": 1, "DONE": 2, "FEED": 3, "UP": 4, "STEAL": 5, "STOLEN": 6,
                  "STOP": 7, "BYE": 8, "FINAL": 9},
     "stream": {"WORK": 7101, "ACK": 7102, "LIVE": 7103, "CTRL": 7104, "SHARE": 7105,
-               "ABORT": 7106, "FIN": 7107},
+               "ABORT": 7106, "FIN": 7107, "FRAME": 7108},
 }
 
 

@@ -155,13 +155,28 @@ class LivePublisher:
         self._sock.bind(bind[:-2] + ":*" if bind.endswith(":0") else bind)
         self.endpoint = resolve_endpoint(self._sock.getsockopt(zmq.LAST_ENDPOINT).decode(),
                                          advertise)
+        # viewers' frame requests (streams.job.frames): same keys, same ZAP domain; a
+        # request is a few bytes, anything longer drops the peer before it is read
+        self._req = self._ctx.socket(zmq.ROUTER)
+        self._req.setsockopt(zmq.LINGER, 0)
+        self._req.setsockopt(zmq.MAXMSGSIZE, 1024)
+        self._req.setsockopt(zmq.RCVHWM, 64)
+        self._req.setsockopt(zmq.SNDHWM, 16)
+        if security is not None:
+            security.serve(self._req, DOMAIN_LIVE)
+        host = bind.rsplit(":", 1)[0]
+        self._req.bind(host + ":*")
+        self.requests_endpoint = resolve_endpoint(
+            self._req.getsockopt(zmq.LAST_ENDPOINT).decode(), advertise)
         self.directory = directory
         self.published = 0
         self.first_published: Dict[str, float] = {}
 
     def publish(self, scan: str, images: Dict[str, np.ndarray], valid: np.ndarray,
-                progress: Dict[str, Any], final: bool = False) -> None:
-        """Send one live message and replace the snapshot files."""
+                progress: Dict[str, Any], final: bool = False,
+                udf: Optional[Dict[str, Any]] = None) -> None:
+        """Send one live message and replace the snapshot files (``udf``: the header's
+        description of a UDF's buffers, :meth:`streams.udf.UDFAnalysis.live_images`)."""
         import msgpack
 
         imgs = {n: np.ascontiguousarray(a, a.dtype.newbyteorder("<"))
@@ -170,6 +185,7 @@ class LivePublisher:
             self.refusals()
             progress = dict(progress, live_refused=sum(self.refused.values()))
         header = {"scan": scan, "t": time.time(), "final": final, "progress": progress,
+                  "frames": self.requests_endpoint, "udf": udf,
                   "valid_shape": list(np.shape(valid)),
                   "images": [{"name": n, "shape": list(a.shape), "dtype": a.dtype.str}
                              for n, a in imgs.items()]}
@@ -183,7 +199,8 @@ class LivePublisher:
             base = os.path.join(self.directory, f"{scan}.live")
             attrs = {k: v for k, v in progress.items() if isinstance(v, (int, float, str))}
             attrs["final"] = final
-            write_snapshot(base + ".h5", imgs, valid, attrs)
+            write_snapshot(base + ".h5", {n.replace(":", "_"): a for n, a in imgs.items()},
+                           valid, attrs)
             _replace(base + ".png", render_png(imgs, valid))
 
     def publish_job(self, progress: Dict[str, Any]) -> None:
@@ -195,6 +212,27 @@ class LivePublisher:
                   "progress": progress, "images": []}
         self._sock.send_multipart([TOPIC, msgpack.packb(header), b""], copy=False)
         self.published += 1
+
+    def requests(self, most: int = 32) -> List[Tuple[bytes, bytes]]:
+        """Viewers' frame requests waiting (at most ``most``): ``(peer, request bytes)``."""
+        out: List[Tuple[bytes, bytes]] = []
+        while len(out) < most and self._req.poll(0):
+            parts = self._req.recv_multipart()
+            if len(parts) == 2:           # [peer, request]: anything else is dropped
+                out.append((parts[0], parts[1]))
+        return out
+
+    def answer(self, peer: bytes, header: Dict[str, Any], data: Any = b"") -> None:
+        """A frame request's answer: ``[header (msgpack), frame bytes]`` to ``peer``
+        (dropped, never waited for, when the peer is gone or slow)."""
+        import msgpack
+        import zmq
+
+        try:
+            self._req.send_multipart([peer, msgpack.packb(header), data],
+                                     flags=zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            pass
 
     def refusals(self) -> Dict[str, int]:
         """Count the viewers refused since the last call (ZAP: a key not authorised; the
@@ -215,6 +253,7 @@ class LivePublisher:
     def close(self) -> None:
         if self._monitor is not None:
             self._monitor.close()
+        self._req.close(linger=0)
         self._sock.close(linger=0)
 
 

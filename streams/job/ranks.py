@@ -57,6 +57,7 @@ from streams.accounting import ScanReport
 from streams.analysis import Analysis
 from streams.assemble import Partition
 from streams.job.coordinator import Coordinator
+from streams.job.frames import OUTCOMES, FrameRequests, FrameStore, lookup, parse_request
 from streams.errors import StreamError
 from streams.protocol import ScanGeometry
 from streams.job.roles import Roles
@@ -66,10 +67,12 @@ __all__ = ["RankLoop", "TAGS"]
 #: This loop's tags (numbers from :data:`core.mpi.link.TAGS`): WORK receiver -> worker
 #: (a partition, or "finish" a scan), ACK worker -> receiver, LIVE deltas and CTRL
 #: heartbeats/closed reports to rank 0, SHARE a scan's start or end between
-#: receivers, ABORT to every rank, FIN rank 0's finalize/close/stop to every rank.
+#: receivers, ABORT to every rank, FIN rank 0's finalize/close/stop to every rank,
+#: FRAME a viewer's frame request rank 0 -> receivers and their replies
+#: (:mod:`streams.job.frames`).
 TAGS = ALL_TAGS["stream"]
-TAG_WORK, TAG_ACK, TAG_LIVE, TAG_CTRL, TAG_SHARE, TAG_ABORT, TAG_FIN = (
-    TAGS[n] for n in ("WORK", "ACK", "LIVE", "CTRL", "SHARE", "ABORT", "FIN"))
+TAG_WORK, TAG_ACK, TAG_LIVE, TAG_CTRL, TAG_SHARE, TAG_ABORT, TAG_FIN, TAG_FRAME = (
+    TAGS[n] for n in ("WORK", "ACK", "LIVE", "CTRL", "SHARE", "ABORT", "FIN", "FRAME"))
 
 
 class RankLoop(Loop):
@@ -103,6 +106,9 @@ class RankLoop(Loop):
         self.workers: Tuple[int, ...] = roles.workers_of(self.rank)
         self.coord, self.publisher, self.spill = coordinator, publisher, spill
         self.socket: Any = None
+        # frames kept for viewers (receivers), viewers' requests (rank 0)
+        self.kept: Optional[FrameStore] = FrameStore() if self.is_receiver else None
+        self.frame_requests = FrameRequests()
         # processing state (every rank that processes partitions)
         self.partials: Dict[str, Any] = {}
         self.geoms: Dict[str, ScanGeometry] = {}
@@ -151,7 +157,9 @@ class RankLoop(Loop):
         if self.first_frame is None:
             self.first_frame = time.monotonic()
         if self.spill is not None:
-            self.spill.write(part)
+            path = self.spill.write(part)
+            if self.kept is not None:
+                self.kept.spill(scan, part.frames.copy(), part.complete.copy(), path)
         if self.analysis.needs_detector and scan not in self.marked_detector:
             self.marked_detector.add(scan)        # the scan's pixel mask, before its frames
             mask = _pixel_mask(self.socket, scan)
@@ -162,9 +170,14 @@ class RankLoop(Loop):
                 self.outbox.append(("detector", scan, mask))
         if not self.workers:
             self._process(part.geometry, part.data, part.frames, part.complete)
+            if self.kept is not None and part.data.nbytes <= self.kept.keep_bytes:
+                self.kept.keep(scan, part.frames.copy(), part.complete.copy(),
+                               part.data.copy())
             return
         item = (part.geometry, part.index, part.frames.copy(), part.complete.copy(),
                 part.data.copy())
+        if self.kept is not None:       # the workers' copy, never written after this
+            self.kept.keep(scan, item[2], item[3], item[4])
         self.outbox.append(("part", scan, item))
         self.outbox_bytes += part.data.nbytes
         self.unacked[scan] += 1
@@ -271,6 +284,62 @@ class RankLoop(Loop):
         elif kind == "stop":
             self.stop_reason = arg
 
+    def recv_frame(self, src: int, msg: Any) -> None:
+        """A viewer's frame request from rank 0 (``get``), or a receiver's reply (``got``,
+        rank 0)."""
+        if msg[0] == "get":
+            _, n, scan, frame, max_bytes = msg
+            self._send(src, TAG_FRAME, ("got", n, self.rank,
+                                        lookup(self.kept, scan, frame, max_bytes)))
+            return
+        _, n, rank, found = msg
+        done = self.frame_requests.answer(n, rank, found)
+        if done is not None:
+            self._answer_frame(*done)
+
+    def _answer_frame(self, p: Any, found: Any) -> None:
+        assert self.publisher is not None
+        head: Dict[str, Any] = {"id": p.rid, "scan": p.scan, "frame": p.frame}
+        if found is None or found.get("frame") is None:
+            outcome = "not_held" if found is None else found["refused"]
+            self.frame_requests.counts[outcome] += 1
+            self.publisher.answer(p.ident, dict(head, ok=False, refused=outcome,
+                                                why=OUTCOMES[outcome]))
+            return
+        a = found["frame"]
+        self.frame_requests.counts["served"] += 1
+        self.publisher.answer(p.ident, dict(head, ok=True, shape=list(a.shape),
+                                            dtype=a.dtype.str, complete=found["complete"],
+                                            where=found["where"]), a.data)
+
+    def _frame_requests(self, now: float) -> bool:
+        """Rank 0: viewers' frame requests to the receivers; the unanswered ones expire."""
+        assert self.publisher is not None
+        got = False
+        fr = self.frame_requests
+        for peer, raw in self.publisher.requests():
+            got = True
+            try:
+                scan, frame, rid = parse_request(raw)
+            except ValueError as e:
+                fr.refuse("bad_request")
+                self.publisher.answer(peer, {"ok": False, "refused": "bad_request",
+                                             "why": f"{OUTCOMES['bad_request']}: {e}"})
+                continue
+            n, refused = fr.admit(peer, scan, frame, rid, list(self.roles.servers), now)
+            if refused is not None:
+                self.publisher.answer(peer, {"id": rid, "scan": scan, "frame": frame,
+                                             "ok": False, "refused": refused,
+                                             "why": OUTCOMES[refused]})
+                continue
+            for r in self.roles.servers:
+                self._send(r, TAG_FRAME, ("get", n, scan, frame, fr.max_bytes))
+        for p in fr.expired(now):
+            self.publisher.answer(p.ident, {"id": p.rid, "scan": p.scan, "frame": p.frame,
+                                            "ok": False, "refused": "timeout",
+                                            "why": OUTCOMES["timeout"]})
+        return got
+
     # rank 0 only
     def recv_live(self, src: int, msg: Any) -> None:
         assert self.coord is not None
@@ -368,11 +437,13 @@ class RankLoop(Loop):
         if p is None:
             p = self.analysis.empty()
         g = st.geometry
-        images = self.analysis.images(p, g)
+        images, meta = self.analysis.live_images(p, g)
         valid = p.seen(g.frames).reshape(g.scan_shape) if hasattr(p, "seen") else \
             np.zeros(g.scan_shape, bool)
         prog = self.coord.progress(scan, now)
-        self.publisher.publish(scan, images, valid, prog, final=final)
+        if self.frame_requests.counts:
+            prog = dict(prog, frame_requests=dict(self.frame_requests.counts))
+        self.publisher.publish(scan, images, valid, prog, final=final, udf=meta)
 
     # ---- readiness for the collective finalize ----
     def _ready_for(self, scan: str) -> bool:
@@ -410,6 +481,8 @@ class RankLoop(Loop):
         self._send_live(now)
         if self.coord is not None:
             self._coordinate(now, self._deadline)
+        if self.publisher is not None:
+            busy = self._frame_requests(now) or busy
         if self.barrier is None and self.to_finalize and self._ready_for(self.to_finalize[0]):
             self._send_live(now, force=True)
             self.barrier = self.comm.Ibarrier()

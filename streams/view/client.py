@@ -37,11 +37,35 @@ import numpy as np
 
 from streams.errors import StreamError
 
-__all__ = ["attach", "launch", "LiveJob", "Partial", "JobEnded"]
+__all__ = ["attach", "launch", "LiveJob", "Partial", "JobEnded", "Frame", "FrameRefused"]
 
 
 class JobEnded(StreamError):
     """The job ended (or its live socket went away) before what was waited for came."""
+
+
+class FrameRefused(StreamError):
+    """The job did not send the frame asked for; :attr:`refused` says why
+    (:data:`streams.job.frames.OUTCOMES`: ``not_held``, ``too_large``, ``rate``, ...)."""
+
+    def __init__(self, message: str, refused: str) -> None:
+        super().__init__(message)
+        self.refused = refused
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One scan position's frame as the job still held it (:meth:`LiveJob.frame`).
+
+    ``where``: ``"memory"`` (a receiver's latest partitions) or ``"spill"`` (its
+    spilled file); ``complete``: every sector of it arrived (missing ones are zero).
+    """
+
+    scan: str
+    index: int
+    data: np.ndarray
+    complete: bool
+    where: str
 
 
 @dataclass(frozen=True)
@@ -72,6 +96,40 @@ class Partial:
     images: Dict[str, np.ndarray]
     valid: np.ndarray
     received: float = field(default=0.0, compare=False)   # time.time() when it arrived
+    udf: Optional[Dict[str, Any]] = field(default=None, compare=False)
+
+    def udf_results(self) -> Any:
+        """A LiberTEM UDF's buffers as LiberTEM's ``run_udf_iter`` yields them: a
+        :class:`libertem.udf.base.UDFResults` with ``.buffers`` (per UDF, name ->
+        buffer with ``.data`` in the dataset's shape, ``.kind``, ``.dtype``) and
+        ``.damage`` (``.data``: True where the position's result is in).
+
+        Raises
+        ------
+        StreamError
+            The job's analysis is not a LiberTEM UDF (its messages describe no buffers).
+        """
+        from libertem.common.buffers import PreallocBufferWrapper
+        from libertem.common.shape import Shape
+        from libertem.udf.base import UDFResults
+
+        if not self.udf:
+            raise StreamError(f"scan {self.scan!r}: the job's analysis is not a LiberTEM "
+                              "UDF (--analysis udf:...): use .images")
+        nav = tuple(self.valid.shape)
+        sig = tuple(int(n) for n in self.udf["sig_shape"])
+        ds = Shape(nav + sig, sig_dims=len(sig))
+
+        def wrap(data: np.ndarray, kind: str, extra: Sequence[int] = ()) -> Any:
+            b = PreallocBufferWrapper(data, kind=kind, extra_shape=tuple(extra),
+                                      dtype=data.dtype)
+            b.set_shape_ds(ds, None)
+            return b
+
+        buffers = [{name: wrap(self.images[b["image"]], b["kind"], b["extra_shape"])
+                    for name, b in u["buffers"].items() if b["image"] in self.images}
+                   for u in self.udf["udfs"]]
+        return UDFResults(buffers, wrap(self.valid, "nav"))
 
     @property
     def frames(self) -> int:
@@ -161,6 +219,10 @@ class LiveJob:
         self.latest: Dict[str, Partial] = {}
         self.finals: Dict[str, Partial] = {}
         self.job_progress: Dict[str, Any] = {}   # the job's rejections (no scan)
+        self._keys = (src["server_key"], certificate or src["certificate"])
+        self.frames_endpoint: Optional[str] = None   # the job's frame requests (its messages)
+        self._dealer: Any = None
+        self._asked = 0
 
     # ---- the job's state ----
     def _events(self) -> None:
@@ -216,11 +278,13 @@ class LiveJob:
             self._events()
             if msg is not None:
                 self.connected = True
+                self.frames_endpoint = msg.header.get("frames") or self.frames_endpoint
                 if msg.job:
                     self.job_progress = dict(msg.progress)
                 else:
                     p = Partial(msg.scan, float(msg.header.get("t", 0.0)), msg.final,
-                                dict(msg.progress), dict(msg.images), msg.valid, time.time())
+                                dict(msg.progress), dict(msg.images), msg.valid, time.time(),
+                                msg.header.get("udf"))
                     self.latest[p.scan] = p
                     if p.final:
                         self.finals[p.scan] = p
@@ -268,6 +332,30 @@ class LiveJob:
                 raise TimeoutError(f"no final result of {scan or 'every scan'} within "
                                    f"{timeout} s")
 
+    def udf_iter(self, scan: str, timeout: Optional[float] = None) -> Iterator[Any]:
+        """A UDF's partial results of ``scan`` as LiberTEM's ``run_udf_iter`` gives them
+        (:meth:`Partial.udf_results`), the last one the final result; a message the job
+        sent before any of the scan's frames was processed (no buffers yet) is skipped."""
+        for p in self.partials(scan, timeout):
+            if p.udf is None and not p.images and not p.final:
+                continue        # published before any partition was processed: no buffers
+            yield p.udf_results()
+
+    def plot(self, scan: str, images: Optional[Sequence[str]] = None, timeout: Optional[float]
+             = None, log: bool = False, cmap: str = "viridis") -> Any:
+        """Follow ``scan`` to its final result in one matplotlib figure updated in place
+        (in Jupyter: one output, as LiberTEM's ``plots=True``); returns the
+        :class:`~streams.view.plot.LivePlot` (its ``partial`` the final result).
+
+        ``images``: the names to show (default: every 2-D image). Raises as
+        :meth:`partials` does."""
+        from streams.view.plot import LivePlot
+
+        plot = LivePlot(images, cmap=cmap, log=log)
+        for p in self.partials(scan, timeout):
+            plot.update(p)
+        return plot
+
     def result(self, scan: str, timeout: Optional[float] = None) -> Partial:
         """Wait for ``scan``'s final result (the merge across nodes the job writes)."""
         last: Optional[Partial] = None
@@ -275,6 +363,75 @@ class LiveJob:
             last = p
         assert last is not None and last.final
         return last
+
+    # ---- one position's frame ----
+    def frame(self, scan: str, position: Any, timeout: float = 10.0) -> Frame:
+        """The frame of ``scan`` at ``position`` (flat index, or a tuple in the scan's
+        shape), fetched through the job from the receiver that still holds it.
+
+        Raises
+        ------
+        FrameRefused
+            The job holds it no more (``not_held``), it is over the job's byte cap
+            (``too_large``), too many requests (``rate``, ``busy``), ...
+        TimeoutError
+            No answer within ``timeout`` seconds (or the job has sent no message yet,
+            so its request endpoint is unknown).
+        """
+        import msgpack
+        import zmq
+
+        from streams.job.frames import MAX_FRAME_BYTES
+
+        index = self._index(scan, position)
+        end = time.monotonic() + timeout
+        while self.frames_endpoint is None:
+            if time.monotonic() > end:
+                raise TimeoutError("the job sent no message yet: its frame requests' "
+                                   "endpoint is unknown")
+            self.next(0.2)
+        if self._dealer is None:
+            from streams.security import client_keys
+
+            d: Any = zmq.Context.instance().socket(zmq.DEALER)
+            d.setsockopt(zmq.LINGER, 0)
+            # an answer larger than the job's cap is dropped by libzmq, never allocated
+            d.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME_BYTES + (1 << 16))
+            if self._keys[0] is not None:
+                client_keys(d, self._keys[0], self._keys[1])
+            d.connect(self.frames_endpoint)
+            self._dealer = d
+        self._asked += 1
+        rid = self._asked
+        self._dealer.send(msgpack.packb({"scan": scan, "frame": index, "id": rid}))
+        while True:
+            left = end - time.monotonic()
+            if left <= 0 or not self._dealer.poll(int(left * 1000)):
+                raise TimeoutError(f"no answer to the request of scan {scan!r} frame {index} "
+                                   f"from {self.frames_endpoint} within {timeout} s")
+            parts = self._dealer.recv_multipart()
+            head = msgpack.unpackb(parts[0])
+            if head.get("id") != rid:
+                continue          # the late answer of an earlier request
+            if not head.get("ok"):
+                raise FrameRefused(f"scan {scan!r} frame {index}: {head.get('refused')}: "
+                                   f"{head.get('why')}", str(head.get("refused")))
+            shape = tuple(int(n) for n in head["shape"])
+            dt = np.dtype(head["dtype"])
+            if len(parts) != 2 or len(parts[1]) != dt.itemsize * int(np.prod(shape)):
+                raise StreamError(f"scan {scan!r} frame {index}: an answer of "
+                                  f"{len(parts[-1])} bytes for {shape} {dt}")
+            data = np.frombuffer(parts[1], dt).reshape(shape)
+            return Frame(scan, index, data, bool(head.get("complete")), str(head["where"]))
+
+    def _index(self, scan: str, position: Any) -> int:
+        if isinstance(position, (int, np.integer)):
+            return int(position)
+        p = self.latest.get(scan)
+        if p is None:
+            raise StreamError(f"scan {scan!r}: its shape is unknown (no message of it yet): "
+                              "give the position as a flat index")
+        return int(np.ravel_multi_index(tuple(position), p.valid.shape))
 
     # ---- what the job wrote ----
     def _where(self, name: str) -> str:
@@ -323,6 +480,8 @@ class LiveJob:
         return int(self.process.wait(timeout))
 
     def close(self) -> None:
+        if self._dealer is not None:
+            self._dealer.close(linger=0)
         self._view.close()
 
     def __enter__(self) -> LiveJob:

@@ -22,6 +22,13 @@ same server Jupyter's runs on. ZeroMQ is read in one thread
 Each connected page gets only the latest message of each scan: a slow browser
 skips snapshots and never holds memory or the reader back. An image larger than
 :data:`MAX_PIXELS` is sent binned (block means; the message says by how much).
+
+A click on a scan position asks for that position's frame (``{"type": "frame",
+"scan", "index"}`` from the page): the server fetches it through the job
+(:meth:`LiveJob.frame`, one request at a time per page, in one thread of its own),
+where rank 0's caps apply, and answers that page alone (``{"type": "frame", "scan",
+"index", "shape", "binned", "where", "complete", "data"}``, or ``"refused"`` and
+``"why"``).
 """
 from __future__ import annotations
 
@@ -37,7 +44,7 @@ from typing import Any, Callable, Dict, Optional
 
 import numpy as np
 
-__all__ = ["serve", "encode_partial", "MAX_PIXELS"]
+__all__ = ["serve", "encode_partial", "encode_frame", "MAX_PIXELS"]
 
 #: Pixels of one image sent to a page as they are; larger ones are binned.
 MAX_PIXELS = 1 << 20
@@ -84,8 +91,12 @@ class _State:
     """What every page is told: the latest text per scan and the job's status."""
 
     def __init__(self) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
         self.latest: OrderedDict[str, str] = OrderedDict()
         self.clients: set = set()
+        # frame requests: one thread, the only user of the job's request socket
+        self.fetcher = ThreadPoolExecutor(1, thread_name_prefix="mpistage-view-frames")
 
     def put(self, key: str, text: str) -> None:
         self.latest[key] = text
@@ -93,7 +104,19 @@ class _State:
             c.push(key, text)
 
 
-def _app(state: _State, token: str) -> Any:
+def encode_frame(scan: str, index: int, got: Any) -> str:
+    """The JSON text a page gets for a frame (a :class:`Frame`) or a refusal (an exception
+    with ``refused``, or any other: ``error``)."""
+    head: Dict[str, Any] = {"type": "frame", "scan": scan, "index": index}
+    if isinstance(got, BaseException):
+        return json.dumps(dict(head, refused=getattr(got, "refused", "error"), why=str(got)))
+    b, f = _binned(np.asarray(got.data, "<f8"))
+    return json.dumps(dict(head, shape=list(b.shape), binned=f, where=got.where,
+                           complete=got.complete, dtype=str(got.data.dtype), data=_b64(b)))
+
+
+def _app(state: _State, token: str, fetch: Optional[Callable[[str, int], Any]] = None
+         ) -> Any:
     import tornado.web
     import tornado.websocket
 
@@ -147,8 +170,33 @@ def _app(state: _State, token: str) -> Any:
             finally:
                 self.busy = False
 
-        def on_message(self, message: Any) -> None:
-            pass            # the page sends nothing the server acts on
+        async def on_message(self, message: Any) -> None:
+            """A frame request (the only message a page sends); one at a time per page."""
+            import tornado.ioloop
+
+            try:
+                req = json.loads(message)
+                scan, index = req["scan"], req["index"]
+                if req.get("type") != "frame" or not isinstance(scan, str) or \
+                        isinstance(index, bool) or not isinstance(index, int) or index < 0:
+                    raise ValueError(message[:100])
+            except (ValueError, KeyError, TypeError):
+                return          # not a request this page makes: ignored
+            if fetch is None or getattr(self, "fetching", False):
+                text = json.dumps({"type": "frame", "scan": scan, "index": index,
+                                   "refused": "busy", "why": "a frame is on its way"})
+            else:
+                self.fetching = True
+                try:
+                    got = await tornado.ioloop.IOLoop.current().run_in_executor(
+                        state.fetcher, fetch, scan, index)
+                finally:
+                    self.fetching = False
+                text = encode_frame(scan, index, got)
+            try:
+                await self.write_message(text)
+            except tornado.websocket.WebSocketClosedError:
+                pass
 
         def on_close(self) -> None:
             state.clients.discard(self)
@@ -196,10 +244,20 @@ def serve(rendezvous: str, port: int = 0, bind: str = "127.0.0.1",
     import asyncio
     import signal
 
+    from streams.errors import StreamError
     from streams.view.client import LiveJob
 
     job = LiveJob(rendezvous, out, certificate)
     token = token or secrets.token_urlsafe(24)
+
+    def fetch(scan: str, index: int) -> Any:
+        """A frame through the job, or the exception that says why not."""
+        if job.frames_endpoint is None:
+            return StreamError("the job has sent nothing yet: no frame to ask for")
+        try:
+            return job.frame(scan, index)
+        except (StreamError, TimeoutError) as e:
+            return e
 
     async def main() -> None:
         import tornado.httpserver
@@ -209,7 +267,7 @@ def serve(rendezvous: str, port: int = 0, bind: str = "127.0.0.1",
         state = _State()
         loop = tornado.ioloop.IOLoop.current()
         socks = tornado.netutil.bind_sockets(port, bind)
-        server = tornado.httpserver.HTTPServer(_app(state, token))
+        server = tornado.httpserver.HTTPServer(_app(state, token, fetch))
         server.add_sockets(socks)
         stop = threading.Event()
         reader = threading.Thread(
@@ -227,6 +285,7 @@ def serve(rendezvous: str, port: int = 0, bind: str = "127.0.0.1",
         stop.set()
         server.stop()
         reader.join(2)
+        state.fetcher.shutdown(wait=False)
 
     try:
         asyncio.run(main())

@@ -60,6 +60,13 @@ def test_ff_peaks_streamed_equal_the_file_flow(tmp_path):
     assert np.array_equal(streamed["frames"], reference["frames"])
     assert np.array_equal(streamed["dark"], reference["dark"])
     assert streamed["n_peaks_image"].sum() == len(reference["peaks"])
+    # what viewers were shown last (OUT/ff1.live.h5): peaks per frame, and where they are
+    live = _datasets(job.out / "ff1.live.h5")
+    assert np.array_equal(live["n_peaks_image"], streamed["n_peaks_image"])
+    where = np.zeros(stack.shape[1:])
+    np.add.at(where, (np.rint(reference["peaks"]["row"]).astype(int),
+                      np.rint(reference["peaks"]["col"]).astype(int)), 1)
+    assert np.array_equal(live["peaks"], where) and where.sum() == len(reference["peaks"])
     # the analysis's own files (write_files) beside the scan's HDF5, as from the file flow
     assert (job.out / "ff1.csv").read_text() == (files / "ff_peaks.csv").read_text()
     assert (job.out / "ff1.png").stat().st_size > 0

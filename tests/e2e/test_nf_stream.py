@@ -62,6 +62,15 @@ def test_nf_reduce_streamed_equals_the_file_flow(tmp_path):
     assert streamed["n_pixels_image"].shape == (d, n)
     assert streamed["n_pixels_image"].sum() == len(reference["spots"])
     assert np.array_equal(streamed["n_spots_image"].ravel(), reference["frames"]["n_spots"])
+    # what viewers were shown last (the final live message, as OUT/nf1.live.h5): spots per
+    # frame, and each distance's spot pixels = the binary images summed over its frames
+    live = _datasets(job.out / "nf1.live.h5")
+    assert np.array_equal(live["n_spots_image"], streamed["n_spots_image"])
+    bits = np.unpackbits(ref_binary, axis=-1, bitorder="little")[..., :live["spot_pixels_d0"]
+                                                                    .shape[1]]
+    for dd in range(d):
+        assert np.array_equal(live[f"spot_pixels_d{dd}"], bits[dd].sum(axis=0)), dd
+    assert live["spot_pixels_d0"].sum() > 0
 
 
 def test_a_live_scan_without_any_spot_fails(tmp_path):

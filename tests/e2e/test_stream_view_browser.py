@@ -81,6 +81,20 @@ def _wait(driver, script, timeout=120.0, what=""):
                          f"{driver.find_element('tag name', 'body').text[:2000]}")
 
 
+def _click(driver, scan, image, y, x):
+    """A real click (Selenium's pointer) on scan position (y, x) of ``image``'s canvas."""
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    canvas = driver.find_element(
+        "css selector", f'#scan-{scan} figure[data-name="{image}"] canvas')
+    h, w = driver.execute_script(
+        f"return window.mpistage.scans[{scan!r}].images[{image!r}].shape")
+    size = canvas.size                  # offsets from the element's centre (Selenium 4)
+    dx = (x + 0.5) * size["width"] / w - size["width"] / 2
+    dy = (y + 0.5) * size["height"] / h - size["height"] / 2
+    ActionChains(driver).move_to_element_with_offset(canvas, int(dx), int(dy)).click().perform()
+
+
 def test_the_page_follows_a_live_scan_to_the_file_the_job_wrote(tmp_path):
     import h5py
 
@@ -92,7 +106,8 @@ def test_the_page_follows_a_live_scan_to_the_file_the_job_wrote(tmp_path):
     job = launch(str(tmp_path / "rv.json"), str(out),
                  ["--emulate-nodes", "2", "--bind", "127.0.0.1", "--local",
                   str(tmp_path / "local" / "%n"), "--live-interval", "0.2",
-                  "--analysis", "stem4d.flow", "--partition-frames", "2"], env=_env(),
+                  "--analysis", "stem4d.flow", "--partition-frames", "2", "--scans", "2"],
+                 env=_env(),
                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     view = View(job.rendezvous, out)
     driver = None
@@ -108,8 +123,8 @@ def test_the_page_follows_a_live_scan_to_the_file_the_job_wrote(tmp_path):
         driver.get(view.url)
         _wait(driver, "return document.body.dataset.job === 'running'", 60, "a running job")
         rv = read_rendezvous(job.rendezvous)
-        feed = threading.Thread(target=run_producers,
-                                args=(_scan(scan_shape=(8, 8), rate=12.0), rv))
+        s1 = _scan(scan_shape=(8, 8), rate=12.0)
+        feed = threading.Thread(target=run_producers, args=(s1, rv))
         feed.start()
         _wait(driver, "const s = window.mpistage.scans.s1; return s && s.final", 120,
               "the scan's final result")
@@ -131,6 +146,18 @@ def test_the_page_follows_a_live_scan_to_the_file_the_job_wrote(tmp_path):
         sums = page["images"]["sum_image"]["versions"]
         assert len(set(sums)) >= 2, sums            # the image changed as partials arrived
         assert sums[0] < sums[-1]
+        # a click on scan position (2, 5) of an image: that frame, through the job
+        _click(driver, 's1', 'virtual/bright_field', 2, 5)
+        frame = _wait(driver, """const f = window.mpistage.frame;
+            return f && f.index === 21 && {shape: f.shape, binned: f.binned, where: f.where,
+              complete: f.complete, data: Array.from(f.data || []), refused: f.refused};""",
+                      60, "the clicked position's frame")
+        assert frame["refused"] is None and frame["binned"] == 1, frame.get("refused")
+        assert frame["where"] == "memory" and frame["complete"]
+        got = np.array(frame["data"]).reshape(frame["shape"])
+        assert np.array_equal(got, s1.frame(21))        # the frame the simulator sent
+        assert driver.find_element("css selector", "#scan-s1 .frame figure canvas")
+        run_producers(_scan("s2", scan_shape=(2, 2)), rv)       # the job's last scan
         assert job.wait(120) == 0
         with h5py.File(out / "s1.h5", "r") as f:
             for name, img in page["images"].items():
@@ -155,7 +182,7 @@ def test_a_view_opened_after_the_job_ended_says_so(tmp_path):
     started then tells it at once, with no job to connect to."""
     import json
 
-    from stager.nodelocal import localfs
+    from core import localfs
 
     rv, out = tmp_path / "rv.json", tmp_path / "out"
     localfs.write_bytes_atomic(str(rv), json.dumps({"live": "tcp://127.0.0.1:9"}).encode(),

@@ -14,7 +14,7 @@ def test_both_loops_take_their_tags_from_the_table():
 
     assert ranks.TAGS is TAGS["stream"]
     assert {ranks.TAG_WORK, ranks.TAG_ACK, ranks.TAG_LIVE, ranks.TAG_CTRL, ranks.TAG_SHARE,
-            ranks.TAG_ABORT, ranks.TAG_FIN} == set(TAGS["stream"].values())
+            ranks.TAG_ABORT, ranks.TAG_FIN, ranks.TAG_FRAME} == set(TAGS["stream"].values())
     assert {name: getattr(wire, name) for name in wire.__all__} == TAGS["executor"]
 
 

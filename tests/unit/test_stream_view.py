@@ -99,3 +99,75 @@ def test_the_token_guards_the_page_and_the_websocket_and_pages_get_the_latest():
             srv.stop()
 
     asyncio.run(main())
+
+
+def test_a_page_s_frame_request_is_answered_to_it_with_the_frame_or_the_refusal():
+    pytest.importorskip("tornado")
+    import tornado.httpserver
+    import tornado.netutil
+    import tornado.websocket
+
+    from streams.view.client import Frame, FrameRefused
+    from streams.view.server import _app, _State
+
+    frame = np.arange(12, dtype="<u2").reshape(3, 4)
+    asked = []
+
+    def fetch(scan, index):
+        asked.append((scan, index))
+        if index == 1:
+            return Frame(scan, index, frame, True, "spill")
+        return FrameRefused("not any more", "not_held")
+
+    async def main():
+        socks = tornado.netutil.bind_sockets(0, "127.0.0.1")
+        srv = tornado.httpserver.HTTPServer(_app(_State(), "t", fetch))
+        srv.add_sockets(socks)
+        ws = await tornado.websocket.websocket_connect(
+            f"ws://127.0.0.1:{socks[0].getsockname()[1]}/ws?token=t")
+        try:
+            for bad in ("nonsense", json.dumps({"type": "frame", "scan": "s", "index": -1})):
+                await ws.write_message(bad)                 # ignored: nothing comes back
+            await ws.write_message(json.dumps({"type": "frame", "scan": "s", "index": 1}))
+            ok = json.loads(await ws.read_message())
+            await ws.write_message(json.dumps({"type": "frame", "scan": "s", "index": 2}))
+            no = json.loads(await ws.read_message())
+        finally:
+            ws.close()
+            srv.stop()
+        return ok, no
+
+    ok, no = asyncio.run(main())
+    assert asked == [("s", 1), ("s", 2)]
+    data = np.frombuffer(base64.b64decode(ok["data"]), "<f8").reshape(ok["shape"])
+    assert np.array_equal(data, frame) and ok["where"] == "spill" and ok["complete"]
+    assert no["refused"] == "not_held" and "not any more" in no["why"]
+
+
+def test_the_live_plot_redraws_one_figure_with_each_partial():
+    pytest.importorskip("matplotlib")
+    from streams.view.client import Partial
+    from streams.view.plot import LivePlot
+
+    rng = np.random.default_rng(1)
+    full = {"a": rng.random((4, 5)), "frame": rng.random((3, 3))}
+
+    def partial(n, final=False):
+        valid = np.zeros((4, 5), bool)
+        valid.flat[:n] = True
+        images = {"a": np.where(valid, full["a"], 0.0), "frame": full["frame"] * n,
+                  "line": np.arange(3.0)}                       # not 2-D: not shown
+        return Partial("s1", 0.0, final, {"frames": 20, "complete": n}, images, valid)
+
+    plot = LivePlot(display=False)
+    plot.update(partial(5))
+    fig = plot.fig
+    first = plot.image("a")
+    assert plot.names == ["a", "frame"] and len(fig.axes) == 4     # two images, two bars
+    assert np.isnan(first.flat[5:]).all() and np.allclose(first.flat[:5], full["a"].flat[:5])
+    plot.update(partial(20, final=True))
+    assert plot.fig is fig and len(fig.axes) == 4 and plot.updates == 2   # the same figure
+    assert np.allclose(plot.image("a"), full["a"])
+    assert np.allclose(plot.image("frame"), full["frame"] * 20)
+    assert "20/20 complete" in fig._suptitle.get_text() and "final" in fig._suptitle.get_text()
+    assert plot._repr_png_().startswith(b"\x89PNG")
