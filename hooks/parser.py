@@ -364,6 +364,9 @@ def _header_message(header: List[Token], found: str, tok: Optional[Token]) -> st
     if n == 3:
         if kind == "LBRACE":
             return "missing 'files' before '{': write 'broadcast to DIR files {'"
+        if kind in _PATH_TOKENS and not kinds.names():
+            return (f"unknown block kind {found}: no block kinds are registered (the stager "
+                    "registers its own: import stager.planning.kinds before parsing)")
         if kind in _PATH_TOKENS:
             return (f"unknown block kind {found}: expected one of {', '.join(kinds.names())} "
                     "(quote a destination that contains spaces)")

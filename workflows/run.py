@@ -60,7 +60,7 @@ from core.mpi.agree import agree, agreed, bcast_result, quiet_barrier
 from core.mpi.launcher import first_rank_speaks
 from core.nodes import local_node_name, resolve_node_id, split_node_id
 from hooks import SpecError
-from stager.errors import PlanError, StagerError
+from stager.errors import PlanError
 from stager.outputs import run_directory
 
 from .errors import FlowError, TaskFailure, WorkflowError
@@ -291,7 +291,7 @@ def _drive(module: Any, ns: argparse.Namespace, ex: Executor, opts: Any = None) 
     except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt):
             raise
-        if isinstance(exc, (WorkflowError, StagerError, ValueError)):
+        if isinstance(exc, (MpistageError, ValueError)):
             # A user-facing error (bad parameter, failed task): its message says it all;
             # raised by main before any task was launched, it is about the flow's input.
             error = f"{type(exc).__name__}: {exc}"

@@ -13,6 +13,7 @@ import pytest
 
 from tests.mpiutil import assert_all, shared_tmpdir
 from tests.h5scan import FRAMES, NX, NY, make_scan
+import stager.planning.kinds  # noqa: F401  (registers the block kinds parse_spec reads)
 
 pytestmark = pytest.mark.mpi
 

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from tests.mpiutil import assert_all, shared_tmpdir
+import stager.planning.kinds  # noqa: F401  (registers the block kinds parse_spec reads)
 
 pytestmark = pytest.mark.mpi
 
