@@ -22,7 +22,7 @@ import numpy as np
 
 from hedm.params import MIDAS_FF_KEYS, Param, ParamError, at_least, load_params, resolve_params
 
-__all__ = ["GRAINS_SCHEMA", "read_grains_params", "ff_arrays", "ring_table"]
+__all__ = ["PEAKS_SCHEMA", "GRAINS_SCHEMA", "read_grains_params", "ff_arrays", "ring_table"]
 
 
 def _positive(v: float) -> Optional[str]:
@@ -31,6 +31,31 @@ def _positive(v: float) -> Optional[str]:
 
 def _fraction(v: float) -> Optional[str]:
     return None if 0 <= v <= 1 else "must be in [0, 1]"
+
+
+#: Stage 1's keys (peaks per frame, :mod:`hedm.ffpeaks`): kept beside stage 2's, so each
+#: stage reads the one file knowing the other's keys without importing it.
+PEAKS_SCHEMA = (
+    Param("DataDirectory", str, ".", "folder of frames and dark; relative to the parameter "
+          "file's folder, %n = node name"),
+    Param("InputPattern", str, "ff_000001.ge3", "one GE/HDF5 file holding every frame, or a "
+          "TIFF series name with a %d field"),
+    Param("Dark", str, None, "dark file (GE/HDF5, or one TIFF); the mean of its frames is used"),
+    Param("RawStartNr", int, 0, "first frame (index in the file, or TIFF file number)",
+          at_least(0)),
+    Param("NrFilesPerSweep", int, 1, "MIDAS's: files per sweep; a TIFF series has one frame "
+          "per file, so this counts its frames; one GE/HDF5 file holding the sweep: 1",
+          at_least(1)),
+    Param("NrFrames", int, 0, "frames of the sweep in one GE/HDF5 file (0: every frame from "
+          "RawStartNr on); for a TIFF series it must equal NrFilesPerSweep if given",
+          at_least(0)),
+    Param("NrPixelsY", int, None, "frame width (detector columns)", at_least(1)),
+    Param("NrPixelsZ", int, None, "frame height (detector rows)", at_least(1)),
+    Param("Threshold", float, 50.0, "counts above the dark for a pixel to count", at_least(0)),
+    Param("MinNrPx", int, 2, "smallest region (pixels) kept", at_least(1)),
+    Param("MaxNrPx", int, 10000, "largest region (pixels) kept", at_least(1)),
+    Param("OutputFileName", str, "ff_peaks", "base name of the result files (.h5, .csv, .png)"),
+)
 
 
 #: Stage 2's keys (spots from peaks, indexing, refinement, Grains.csv).
@@ -112,8 +137,6 @@ def _alias(values: Dict[str, Any], given: Dict[str, Any], key: str, alias: str,
 
 def read_grains_params(path: str, flags: Dict[str, Any] | None = None) -> Dict[str, Any]:
     """Stage 2's parameters from the sweep's file ``path`` and flag overrides, checked."""
-    from hedm.ffpeaks import SCHEMA as PEAKS_SCHEMA
-
     foreign = MIDAS_FF_KEYS | {q.key for q in PEAKS_SCHEMA}
     raw = load_params(path, GRAINS_SCHEMA, foreign)
     v = resolve_params(GRAINS_SCHEMA, raw, flags or {}, path)

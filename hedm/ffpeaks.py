@@ -20,8 +20,10 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 import numpy as np
 
 from hedm.common import cached
+from hedm.ffparams import GRAINS_SCHEMA
+from hedm.ffparams import PEAKS_SCHEMA as SCHEMA
 from hedm.output import _attr
-from hedm.params import (MIDAS_FF_KEYS, Param, ParamError, at_least, load_params, relative_to,
+from hedm.params import (MIDAS_FF_KEYS, ParamError, load_params, relative_to,
                          resolve_params)
 from streams.analysis import Analysis, Chunk, PerFrame
 from streams.offline import open_frame_file
@@ -30,29 +32,6 @@ from streams.protocol import ScanGeometry
 
 __all__ = ["FFPeaks", "ANALYSIS", "SCHEMA", "read_ff_params", "kernel_params", "load_dark",
            "sweep_frames"]
-
-SCHEMA = (
-    Param("DataDirectory", str, ".", "folder of frames and dark; relative to the parameter "
-          "file's folder, %n = node name"),
-    Param("InputPattern", str, "ff_000001.ge3", "one GE/HDF5 file holding every frame, or a "
-          "TIFF series name with a %d field"),
-    Param("Dark", str, None, "dark file (GE/HDF5, or one TIFF); the mean of its frames is used"),
-    Param("RawStartNr", int, 0, "first frame (index in the file, or TIFF file number)",
-          at_least(0)),
-    Param("NrFilesPerSweep", int, 1, "MIDAS's: files per sweep; a TIFF series has one frame "
-          "per file, so this counts its frames; one GE/HDF5 file holding the sweep: 1",
-          at_least(1)),
-    Param("NrFrames", int, 0, "frames of the sweep in one GE/HDF5 file (0: every frame from "
-          "RawStartNr on); for a TIFF series it must equal NrFilesPerSweep if given",
-          at_least(0)),
-    Param("NrPixelsY", int, None, "frame width (detector columns)", at_least(1)),
-    Param("NrPixelsZ", int, None, "frame height (detector rows)", at_least(1)),
-    Param("Threshold", float, 50.0, "counts above the dark for a pixel to count", at_least(0)),
-    Param("MinNrPx", int, 2, "smallest region (pixels) kept", at_least(1)),
-    Param("MaxNrPx", int, 10000, "largest region (pixels) kept", at_least(1)),
-    Param("OutputFileName", str, "ff_peaks", "base name of the result files (.h5, .csv, .png)"),
-)
-
 
 def _checked(values: Dict[str, Any], path: str) -> Dict[str, Any]:
     if values["MinNrPx"] > values["MaxNrPx"]:
@@ -71,8 +50,6 @@ def read_ff_params(path: str, flags: Dict[str, Any] | None = None) -> Dict[str, 
     programs may be in the file too (one file per sweep, :mod:`hedm.params`); they are
     left to their readers.
     """
-    from hedm.ffparams import GRAINS_SCHEMA
-
     foreign = MIDAS_FF_KEYS | {q.key for q in GRAINS_SCHEMA}
     return _checked(resolve_params(SCHEMA, load_params(path, SCHEMA, foreign), flags or {}, path),
                     path)
