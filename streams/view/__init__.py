@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import lazy_loader
 
-__all__ = ["attach", "launch", "launch_sbatch", "SlurmJob", "LiveJob", "Partial", "JobEnded", "Frame", "FrameRefused",
-           "LivePlot"]
+__all__ = ["attach", "launch", "launch_sbatch", "SlurmJob", "LiveJob", "Partial", "JobEnded",
+           "Frame", "FrameRefused", "LivePlot"]
 
 __getattr__, __dir__, _ = lazy_loader.attach(__name__, submod_attrs={
-    "client": ["attach", "launch", "launch_sbatch", "SlurmJob", "LiveJob", "Partial", "JobEnded", "Frame",
-               "FrameRefused"],
+    "client": ["attach", "launch", "launch_sbatch", "SlurmJob", "LiveJob", "Partial",
+               "JobEnded", "Frame", "FrameRefused"],
     "plot": ["LivePlot"],
 })

@@ -38,7 +38,8 @@ import numpy as np
 
 from streams.errors import StreamError
 
-__all__ = ["attach", "launch", "launch_sbatch", "SlurmJob", "LiveJob", "Partial", "JobEnded", "Frame", "FrameRefused"]
+__all__ = ["attach", "launch", "launch_sbatch", "SlurmJob", "LiveJob", "Partial", "JobEnded",
+           "Frame", "FrameRefused"]
 
 
 class JobEnded(StreamError):
