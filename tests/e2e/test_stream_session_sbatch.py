@@ -93,6 +93,7 @@ def test_launch_sbatch_gives_the_handle_of_a_slurm_job(slurm_cluster, tmp_path):
         "output": str(tmp_path / "job-%j.out")}, timeout=120, env=env, cwd=str(tmp_path))
     assert isinstance(job.process, SlurmJob)
     log = lambda: "\n".join(p.read_text() for p in tmp_path.glob("job-*.out"))  # noqa: E731
+    feed = None
     try:
         assert job.process.poll() is None and job.process.state == "RUNNING"
         assert not job.ended
@@ -108,6 +109,9 @@ def test_launch_sbatch_gives_the_handle_of_a_slurm_job(slurm_cluster, tmp_path):
         assert job.wait(120) == 0, log()
         assert job.ended and job.process.state == "COMPLETED"
     finally:
+        if feed is not None and feed.poll() is None:
+            feed.kill()
+            feed.communicate()
         if job.process.poll() is None:
             job.process.kill()
         job.close()
