@@ -4,7 +4,8 @@
   file and the viewers' certificate -- partial results as they arrive
   (:class:`Partial`: progress per receiver, each analysis's images as NumPy arrays),
   the final result, the report and the rejections. :func:`launch` starts a receiving
-  job with ``mpirun`` and returns the same handle. :meth:`LiveJob.frame`: one scan
+  job with ``mpirun``, :func:`launch_sbatch` submits it to Slurm
+  (``slurm/stream-session.sbatch``); both return the same handle. :meth:`LiveJob.frame`: one scan
   position's frame, through the job; :meth:`LiveJob.udf_iter`: a LiberTEM UDF's
   partials as ``run_udf_iter`` gives them; :meth:`LiveJob.plot` (:class:`LivePlot`):
   a matplotlib figure updated in place, in Jupyter as LiberTEM's ``plots=True``.
@@ -18,11 +19,11 @@ from __future__ import annotations
 
 import lazy_loader
 
-__all__ = ["attach", "launch", "LiveJob", "Partial", "JobEnded", "Frame", "FrameRefused",
-           "LivePlot"]
+__all__ = ["attach", "launch", "launch_sbatch", "SlurmJob", "LiveJob", "Partial", "JobEnded",
+           "Frame", "FrameRefused", "LivePlot"]
 
 __getattr__, __dir__, _ = lazy_loader.attach(__name__, submod_attrs={
-    "client": ["attach", "launch", "LiveJob", "Partial", "JobEnded", "Frame",
-               "FrameRefused"],
+    "client": ["attach", "launch", "launch_sbatch", "SlurmJob", "LiveJob", "Partial",
+               "JobEnded", "Frame", "FrameRefused"],
     "plot": ["LivePlot"],
 })
