@@ -27,7 +27,6 @@ written.
 from __future__ import annotations
 
 import os
-import stat
 import subprocess
 import sys
 import time
@@ -158,31 +157,14 @@ class Partial:
         return list(self.progress.get("per_receiver") or [])
 
 
-def _trusted(path: str) -> str:
-    """``path`` if it is a regular file of this user that nobody else may write."""
-    try:
-        st = os.stat(path)
-    except OSError as e:
-        raise StreamError(f"cannot read the rendezvous file {path}: {e}") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise StreamError(f"{path} is not a regular file")
-    if st.st_uid != os.getuid() or st.st_mode & 0o022:
-        raise StreamError(f"{path} belongs to uid {st.st_uid} or others may write it (mode "
-                          f"{stat.S_IMODE(st.st_mode):04o}): a rendezvous file someone else "
-                          "controls could point this viewer anywhere; use your job's own")
-    return path
-
-
 def _source(rendezvous: str) -> Dict[str, Any]:
-    """The live endpoint, server key and viewers' certificate of a rendezvous file."""
-    import json
+    """The live endpoint, server key and viewers' certificate of a rendezvous file, read
+    as every reader of one reads it (a trusted file of this user, no link followed, its
+    job still running: :func:`streams.protocols.native.rendezvous.read_rendezvous_json`)."""
+    from streams.protocols.native.rendezvous import read_rendezvous_json
 
-    with open(_trusted(rendezvous)) as f:
-        try:
-            d = json.load(f)
-        except ValueError as e:
-            raise StreamError(f"{rendezvous}: not a rendezvous file ({e})") from None
-    if not isinstance(d, dict) or not d.get("live"):
+    d = read_rendezvous_json(rendezvous)
+    if not d.get("live"):
         raise StreamError(f"{rendezvous}: the job publishes no live endpoint")
     return {"live": d["live"], "server_key": d.get("curve_serverkey"),
             "certificate": d.get("viewer_certificate")}

@@ -79,7 +79,7 @@ def test_attach_refuses_a_rendezvous_file_others_may_write(tmp_path):
     rv = tmp_path / "rv.json"
     rv.write_text(json.dumps({"live": "tcp://127.0.0.1:9"}))
     os.chmod(rv, 0o666)
-    with pytest.raises(StreamError, match="others may write it"):
+    with pytest.raises(StreamError, match="writable by group and others"):
         attach(str(rv))
     os.chmod(rv, 0o600)
     rv.write_text(json.dumps({"live": None}))
