@@ -27,7 +27,7 @@ def sandboxes(tmp_path_factory):
         box.close()
 
 
-@pytest.mark.timeout(360)
+@pytest.mark.timeout(480)  # above docexamples.TIMEOUT, which names the example
 @pytest.mark.parametrize("example", EXAMPLES, ids=[e.id for e in EXAMPLES])
 def test_example(example: Example, sandboxes, tmp_path_factory):
     boxes = sandboxes
