@@ -66,7 +66,7 @@ $(STAMP): setup.cfg pyproject.toml constraints.txt tools/debian_h5py.py
 # A cluster user's install (docs/guide/staging.md, "Real detector files"): a plain venv from the pyenv
 # python3 (no Debian packages), the project + PyPI's serial h5py + mpi4py + hdf5plugin,
 # and whatever NumPy and numba pip picks today (NumPy 2: no constraints.txt here).
-# tests/e2e/test_h5_serial.py runs the h5 staging tests in it, tests/e2e/test_serial_venv.py
+# tests/e2e/test_stager_h5_serial.py runs the h5 staging tests in it, tests/e2e/test_serial_venv.py
 # the staging, workflow and kernel tests (both skip, saying why, when it could not be
 # built). Cached: rebuilt only when setup.cfg changes (~1 min).
 SERIAL_VENV ?= .venv-serial
@@ -87,7 +87,7 @@ $(SERIAL_STAMP): setup.cfg pyproject.toml
 
 # `make test` tries it; a failure only makes the serial-h5py test skip with the reason.
 serial-venv-maybe:
-	@$(MAKE) --no-print-directory serial-venv || echo "make serial-venv failed: tests/e2e/test_h5_serial.py will skip"
+	@$(MAKE) --no-print-directory serial-venv || echo "make serial-venv failed: tests/e2e/test_stager_h5_serial.py will skip"
 
 demo: setup
 	$(PY) -m hedm.demo --np $(NP) --out demo-out
@@ -116,9 +116,9 @@ test-serial:
 # end-to-end files, and the NF/HEDM numerics below (numba fits: most of the unit tests'
 # time). Measured 2026-11-25: 1,077 tests in 97 s at load average 4-5 from other
 # sessions on the 2 cores (50 s of CPU); docs/contributing.md.
-FAST_E2E  := test_cli_plan test_stage_cli test_workflows_run
-FAST_SKIP := test_nf_fit test_hedm_nffit test_nf_microstructure test_nf_midas_golden \
-             test_nf_confidence test_hedm_micmap test_hedm_nf_orientation test_hedm_nfhook
+FAST_E2E  := test_stager_plan_cli test_stager_stage_cli test_workflows_run
+FAST_SKIP := test_kernels_nffit test_hedm_nffit test_kernels_microstructure test_kernels_nf_midas_golden \
+             test_kernels_nfconfidence test_hedm_micmap test_hedm_nf_orientation test_hedm_nfhook
 FAST_ARGS := tests/unit $(foreach f,$(FAST_E2E),tests/e2e/$(f).py) \
              $(foreach f,$(FAST_SKIP),--ignore=tests/unit/$(f).py)
 test-fast: setup

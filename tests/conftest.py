@@ -27,12 +27,12 @@ import pytest
 #: kernels (numba, minutes of CPU with a cold cache, as in CI); side by side on the
 #: 2 cores the demo took more than the 300 s test timeout in a fresh clone.
 SHARED_WORKER = {
-    "machine": ("tests/e2e/test_slurm.py", "tests/e2e/test_stream_session_sbatch.py",
+    "machine": ("tests/e2e/test_slurm.py", "tests/e2e/test_streams_session_sbatch.py",
                 "tests/e2e/test_osnodes.py",
-                "tests/e2e/test_pfs.py", "tests/e2e/test_pfs_stage.py"),
-    "nf-jobs": ("tests/e2e/test_demo.py", "tests/e2e/test_hedm_e2e.py",
-                "tests/e2e/test_hedm_nffit_e2e.py", "tests/e2e/test_nf_stream.py",
-                "tests/e2e/test_ff_nf_chain.py"),
+                "tests/e2e/test_bench_pfs.py", "tests/e2e/test_bench_pfs_stage.py"),
+    "nf-jobs": ("tests/e2e/test_hedm_demo.py", "tests/e2e/test_hedm_e2e.py",
+                "tests/e2e/test_hedm_nffit_e2e.py", "tests/e2e/test_hedm_nf_stream.py",
+                "tests/e2e/test_hedm_ff_nf_chain.py"),
 }
 #: Marks of the ``machine`` group's tests: a file with one must be listed there.
 MACHINE_MARKS = ("slurm", "fuse", "osnodes")

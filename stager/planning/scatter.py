@@ -15,7 +15,7 @@ goes to the ``replicas`` distinct nodes with the fewest bytes so far (ties: the
 lower node index). The frame ranges of one HDF5 output are taken together (by
 their total) and go, largest first, to the least loaded nodes in turn: distinct
 nodes while there are enough, so each node holds one contiguous range of it. Loads
-then differ by at most the largest output (checked in ``tests/unit/test_scatter.py``
+then differ by at most the largest output (checked in ``tests/unit/test_stager_scatter.py``
 on random sizes, with and without ranges). Placement depends on the node *count*
 only, not on names or free space: a re-run with the same nodes (resume) places
 everything where it was.

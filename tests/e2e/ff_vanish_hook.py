@@ -1,4 +1,4 @@
-"""A leader hook for tests/e2e/test_ff_scatter.py: after staging, frame 3's copy vanishes."""
+"""A leader hook for tests/e2e/test_hedm_ff_scatter.py: after staging, frame 3's copy vanishes."""
 import os
 
 

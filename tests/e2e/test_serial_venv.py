@@ -12,7 +12,7 @@ mpi4py, NumPy and numba, no Debian packages) is that environment; here it runs
 * under ``mpirun -n 4``, the MPI tests of staging, scatter and the workflow executor
   (not its parallel-HDF5 result writers, which need Debian's MPI h5py).
 
-``tests/e2e/test_h5_serial.py`` runs the HDF5 staging tests in the same venv. Both
+``tests/e2e/test_stager_h5_serial.py`` runs the HDF5 staging tests in the same venv. Both
 skip, saying why, when the venv was not built.
 """
 from __future__ import annotations
@@ -27,13 +27,14 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 VENV = os.environ.get("STAGER_SERIAL_VENV", os.path.join(REPO, ".venv-serial"))
 PY = os.path.join(VENV, "bin", "python")
 
-UNIT = ["checksum", "localfs", "nodes", "plan_files", "plan_guards", "plan_h5",
-        "plan_h5_filters", "scatter", "scatter_h5", "spec_errors", "spec_parse", "stage_units",
-        "state_files", "drain", "leader_hooks", "task_arrays", "dispatch_queues",
-        "workflows_apps", "workflows_command", "workflows_dataflow", "workflows_node",
-        "kernels_convert", "kernels_ff", "kernels_filters", "kernels_io", "kernels_label",
-        "kernels_nf", "kernels_readers", "kernels_stem"]
-MPI = ["test_stage", "test_scatter", "test_workflows"]
+UNIT = ["core_checksum", "core_localfs", "core_nodes", "stager_plan_files", "stager_plan_guards",
+        "stager_plan_h5", "stager_plan_h5_filters", "stager_scatter", "stager_scatter_h5",
+        "hooks_spec_errors", "hooks_spec_parse", "stager_stage_units", "stager_state_files",
+        "stager_drain", "workflows_leader_hooks", "workflows_task_arrays",
+        "workflows_dispatch_queues", "workflows_apps", "workflows_command", "workflows_dataflow",
+        "workflows_node", "kernels_convert", "kernels_ff", "kernels_filters", "kernels_io",
+        "kernels_label", "kernels_nf", "kernels_readers", "kernels_stem"]
+MPI = ["test_stager_stage", "test_stager_scatter_mpi", "test_workflows_mpi_executor"]
 #: tests that need the MPI build of h5py (parallel writes), which the pip path lacks
 NEEDS_MPI_H5PY = "not collective_hdf5"
 
