@@ -1,6 +1,7 @@
 """Is a node-local HDF5 copy the same as its source? Every difference, as readable text.
 
-Used by the h5 staging tests (``tests/mpi/test_stager_stage_h5*.py``, ``tests/e2e/test_stager_h5_*.py``).
+Used by the h5 staging tests (``tests/mpi/test_stager_stage_h5*.py``,
+``tests/e2e/test_stager_h5_*.py``).
 Compared, independently of the stager's own code: HDF5 file types (``H5Tequal``:
 string padding and character set, byte order, enum and compound layouts),
 dataspace class, raw values in the file type (for a selection: the selected

@@ -26,8 +26,8 @@ import pytest
 pytest.importorskip("libertem")
 
 from tests import udf_cases as uc
-from tests.e2e.test_stream_receive import ROOT
-from tests.e2e.test_stream_receive import _env as _job_env
+from tests.e2e.test_streams_receive import ROOT
+from tests.e2e.test_streams_receive import _env as _job_env
 
 
 def _env():

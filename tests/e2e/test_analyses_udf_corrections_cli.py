@@ -21,9 +21,9 @@ import pytest
 pytest.importorskip("libertem")
 
 from tests import udf_cases as uc
-from tests.e2e.test_stream_receive import Job
-from tests.e2e.test_udf_cli import _env
-from tests.unit.test_udf_corrections import SPECS, _reference, pixel_mask, user_roi
+from tests.e2e.test_streams_receive import Job
+from tests.e2e.test_analyses_udf_cli import _env
+from tests.unit.test_analyses_udf_corrections import SPECS, _reference, pixel_mask, user_roi
 
 pytestmark = pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun is not installed")
 
@@ -94,7 +94,7 @@ def test_detector_mask_and_roi_live_then_offline(tmp_path):
     assert r.returncode != 0 and "/detector/pixel_mask" in r.stderr + r.stdout
 
 
-from tests.e2e.test_simplon_control import detector  # noqa: E402,F401  (the fixture)
+from tests.e2e.test_streams_simplon_control import detector  # noqa: E402,F401  (the fixture)
 
 
 SHAPE = {"dectris_scan_shape": "8,8"}     # the dump's 64 images
@@ -139,7 +139,7 @@ def test_corrections_detector_asks_the_detector_for_its_pixel_mask(detector):  #
 def test_a_bad_corrections_word_or_roi_is_a_refused_start(tmp_path, flag, value, says):
     """As any bad option: exit 2 before the job makes anything, one line from rank 0
     (not an analysis failing on every rank with exit 1)."""
-    from tests.e2e.test_stream_receive import _env as job_env
+    from tests.e2e.test_streams_receive import _env as job_env
 
     r = subprocess.run(
         ["mpirun", "-n", "2", "--oversubscribe", sys.executable, "-m", "stager", "stream",

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests.e2e.test_stream_receive import ROOT, Job, _env
+from tests.e2e.test_streams_receive import ROOT, Job, _env
 
 pytestmark = pytest.mark.slow      # 360 frames streamed and read from files, stage 2 twice
 

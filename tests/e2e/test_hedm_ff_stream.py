@@ -16,7 +16,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests.e2e.test_stream_receive import ROOT, Job, _datasets, _env
+from tests.e2e.test_streams_receive import ROOT, Job, _datasets, _env
 
 pytestmark = pytest.mark.slow
 

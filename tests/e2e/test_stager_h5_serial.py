@@ -5,9 +5,9 @@ the pyenv python3 -- no Debian packages -- with this project, PyPI's h5py
 (serial: ``h5py.get_config().mpi`` is False), mpi4py from PyPI and hdf5plugin.
 ``make serial-venv`` builds it (cached, ``.venv-serial``; ``make test`` tries it).
 Under ``mpirun -n 2`` the leaders then read with independent read-only opens,
-and the same MPI tests (``tests/mpi/test_stage_h5.py``, the whole corpus in
-``tests/mpi/test_stage_h5_corpus.py``, which checks the reported read path, and
-the frame ranges of ``tests/mpi/test_scatter_h5.py``) must pass.
+and the same MPI tests (``tests/mpi/test_stager_stage_h5.py``, the whole corpus in
+``tests/mpi/test_stager_stage_h5_corpus.py``, which checks the reported read path, and
+the frame ranges of ``tests/mpi/test_stager_scatter_h5_mpi.py``) must pass.
 """
 import os
 import shutil
@@ -43,8 +43,9 @@ def test_h5_staging_tests_pass_with_serial_h5py(tmp_path):
     env.pop("PYTHONPATH", None)
     r = subprocess.run(["mpirun", "-n", "2", "--oversubscribe", py, "-m", "pytest", "--with-mpi",
                         "-m", "mpi", "-q", "-p", "no:cacheprovider", "--color=no",
-                        "tests/mpi/test_stage_h5.py", "tests/mpi/test_stage_h5_corpus.py",
-                        "tests/mpi/test_scatter_h5.py"],
+                        "tests/mpi/test_stager_stage_h5.py",
+                        "tests/mpi/test_stager_stage_h5_corpus.py",
+                        "tests/mpi/test_stager_scatter_h5_mpi.py"],
                        cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     tail = (r.stdout + r.stderr)[-4000:]
     assert r.returncode == 0, tail

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.e2e.test_stream_receive import Job, _env
+from tests.e2e.test_streams_receive import Job, _env
 
 pytestmark = pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun is not installed")
 HERE = Path(__file__).resolve().parent

@@ -22,7 +22,7 @@ import h5py
 import numpy as np
 import pytest
 
-from tests.e2e.test_stream_receive import Job, _env, _scan
+from tests.e2e.test_streams_receive import Job, _env, _scan
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -79,7 +79,7 @@ def test_producers_without_the_certificate_are_refused_and_the_scan_is_exact(tmp
     # The plain producer is refused as not_curve, or as handshake_aborted when it saw the
     # mechanism mismatch first and hung up before this end read its greeting (a race of
     # the two ends: under load every attempt can go that way; tests/unit/
-    # test_stream_security.py waits for the not_curve classification itself).
+    # test_streams_security.py waits for the not_curve classification itself).
     assert refused.get("not_curve", 0) + refused.get("handshake_aborted", 0) >= 1, refused
     assert refused.get("unauthorised_key", 0) >= 1, refused
     assert set(refused) <= {"not_curve", "unauthorised_key", "handshake_aborted"}, refused
@@ -116,7 +116,7 @@ def test_insecure_keeps_plain_sockets_and_says_so(tmp_path):
 
 def _hostile_messages(g, f0, s0, token):
     """(name, parts, counted, reason, attributed to the scan) aimed at receiver 0; the
-    begins carry the job's ``token`` (without it: test_stream_roles.py)."""
+    begins carry the job's ``token`` (without it: test_streams_roles.py)."""
     import msgpack
 
     from streams.protocol import ScanGeometry
@@ -187,7 +187,7 @@ def test_hostile_messages_are_refused_counted_and_the_scan_stays_exact(tmp_path)
             for f, s in scan.sent_by(0):
                 p.send_sector(g.scan, f, s, scan.frame(f))
             # the same sector again, the same content: a duplicate, the first copy kept
-            # (other content: test_stream_roles.py)
+            # (other content: test_streams_roles.py)
             p.send_sector(g.scan, f0, s0, scan.frame(f0))
             time.sleep(2.0)     # the silent connection is dropped while the scan is open
             p.end(g.scan)

@@ -14,7 +14,7 @@ import threading
 import numpy as np
 import pytest
 
-from tests.e2e.test_stream_receive import Job
+from tests.e2e.test_streams_receive import Job
 
 pytestmark = pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun is not installed")
 

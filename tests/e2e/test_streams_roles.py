@@ -20,8 +20,8 @@ import time
 import numpy as np
 import pytest
 
-from tests.e2e.test_stream_hostile import _sums_exact
-from tests.e2e.test_stream_receive import Job, _env, _scan
+from tests.e2e.test_streams_hostile import _sums_exact
+from tests.e2e.test_streams_receive import Job, _env, _scan
 
 pytestmark = pytest.mark.timeout(300)
 

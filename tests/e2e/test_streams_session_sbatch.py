@@ -34,7 +34,7 @@ def test_a_session_script_serves_two_scans_drains_the_spill_and_cleans(tmp_path)
     from streams import ScanGeometry, SimulatedScan
     from streams.protocols.native.rendezvous import wait_for_rendezvous
     from streams.simulate import run_producers
-    from tests.e2e.test_stream_receive import _env
+    from tests.e2e.test_streams_receive import _env
 
     rv, out, spill = tmp_path / "rv.json", tmp_path / "out", tmp_path / "spill" / "%n"
     rv.write_text('{"protocol": "mpistage-stream/1", "receivers": ["tcp://stale:1"]}')

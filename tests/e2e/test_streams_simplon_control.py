@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_dectris_legacy import _dump, _peers
-from tests.e2e.test_stream_receive import Job
+from tests.e2e.test_streams_dectris_legacy_e2e import _dump, _peers
+from tests.e2e.test_streams_receive import Job
 
 HERE = Path(__file__).resolve().parent
 

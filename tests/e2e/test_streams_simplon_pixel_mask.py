@@ -18,9 +18,9 @@ import threading
 import numpy as np
 import pytest
 
-from tests.e2e.test_dectris_legacy import _arm, _dump, _peers
-from tests.e2e.test_stream_receive import Job
-from tests.unit.test_simplon_darray import darray
+from tests.e2e.test_streams_dectris_legacy_e2e import _arm, _dump, _peers
+from tests.e2e.test_streams_receive import Job
+from tests.unit.test_streams_simplon_darray import darray
 
 SCAN, FRAME = (4, 4), (24, 32)          # not square: the darray's width-first shape shows
 

@@ -24,7 +24,7 @@ import h5py
 import numpy as np
 import pytest
 
-from tests.e2e.test_stream_receive import _env
+from tests.e2e.test_streams_receive import _env
 
 pytestmark = [
     pytest.mark.timeout(240),

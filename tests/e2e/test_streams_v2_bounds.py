@@ -20,7 +20,7 @@ import h5py
 import numpy as np
 import pytest
 
-from tests.e2e.test_stream_receive import Job
+from tests.e2e.test_streams_receive import Job
 
 pytestmark = [pytest.mark.timeout(300),
               pytest.mark.skipif(shutil.which("mpirun") is None,

@@ -10,7 +10,7 @@ import h5py
 import numpy as np
 import pytest
 
-from tests.e2e.test_stream_receive import _env, _scan
+from tests.e2e.test_streams_receive import _env, _scan
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -205,7 +205,7 @@ def test_a_udf_s_partials_as_libertem_s_run_udf_iter_gives_them(tmp_path):
     from streams.protocols.native.rendezvous import read_rendezvous
     from streams.simulate import run_producers
     from streams.view import launch
-    from tests.e2e.test_udf_cli import _env as udf_env
+    from tests.e2e.test_analyses_udf_cli import _env as udf_env
 
     job = launch(str(tmp_path / "rv.json"), str(tmp_path / "out"),
                  ["--emulate-nodes", "2", "--bind", "127.0.0.1", "--local",

@@ -18,7 +18,7 @@ import urllib.request
 import numpy as np
 import pytest
 
-from tests.e2e.test_stream_receive import _env, _scan
+from tests.e2e.test_streams_receive import _env, _scan
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.skipif(
     shutil.which("chromedriver") is None or shutil.which("chromium") is None,

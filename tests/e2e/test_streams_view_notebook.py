@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CELLS = [
     """import os, sys, threading
 sys.path.insert(0, {root!r})
-from tests.e2e.test_stream_receive import _env, _scan
+from tests.e2e.test_streams_receive import _env, _scan
 from streams.protocols.native.rendezvous import read_rendezvous
 from streams.simulate import run_producers
 from streams.view import launch

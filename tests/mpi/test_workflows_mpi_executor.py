@@ -1,7 +1,7 @@
 """The mpi executor and collective HDF5 results under mpirun (``@pytest.mark.mpi``).
 
 Run: ``mpirun -n 4 --oversubscribe bash tests/mpi_pytest.sh .venv/bin/python -m mpi -q
-tests/mpi/test_workflows.py``. Every test passes at any rank count 1..4, with both
+tests/mpi/test_workflows_mpi_executor.py``. Every test passes at any rank count 1..4, with both
 dispatch modes (``central``; ``nodes`` over two emulated nodes when there are two ranks).
 """
 from __future__ import annotations

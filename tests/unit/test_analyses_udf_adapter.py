@@ -134,9 +134,9 @@ class NoProcess(__import__("libertem.udf.base", fromlist=["UDF"]).UDF):
 
 
 @pytest.mark.parametrize("spec,params,words", [
-    ("udf:tests.unit.test_udf_adapter:NoMerge", {}, ["NoMerge", "merge"]),
-    ("udf:tests.unit.test_udf_adapter:NoProcess", {}, ["NoProcess", "process_frame"]),
-    ("udf:tests.unit.test_udf_adapter:GEOM", {}, ["GEOM", "not a LiberTEM UDF"]),
+    ("udf:tests.unit.test_analyses_udf_adapter:NoMerge", {}, ["NoMerge", "merge"]),
+    ("udf:tests.unit.test_analyses_udf_adapter:NoProcess", {}, ["NoProcess", "process_frame"]),
+    ("udf:tests.unit.test_analyses_udf_adapter:GEOM", {}, ["GEOM", "not a LiberTEM UDF"]),
     ("udf:no.such.module:X", {}, ["no.such.module"]),
     ("udf:libertem.udf.sum:SumUDF", {"nonsense": 1}, ["SumUDF", "nonsense"]),
     ("udf:libertem.udf.sum", {}, ["udf:MODULE:CLASS"]),
@@ -171,7 +171,7 @@ class GPUOnly(NoMerge):
 def test_refused_at_prepare_gpu_only_and_aux_data():
     from libertem.udf.base import UDF
 
-    a = load_analysis("udf:tests.unit.test_udf_adapter:GPUOnly")
+    a = load_analysis("udf:tests.unit.test_analyses_udf_adapter:GPUOnly")
     with pytest.raises(UDFError, match="GPUOnly.*no CPU backend"):
         a.prepare(GEOM)
     aux = UDF.aux_data(np.zeros(F, np.float32), kind="nav")

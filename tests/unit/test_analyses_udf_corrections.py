@@ -17,7 +17,7 @@ from streams.protocol import ScanGeometry
 from streams.errors import StreamError
 from streams.udf import UDFError
 from tests import udf_cases as uc
-from tests.unit.test_udf_adapter import _run
+from tests.unit.test_analyses_udf_adapter import _run
 
 F = uc.SCAN[0] * uc.SCAN[1]
 GEOM = ScanGeometry("s", 1, F, 1, uc.FRAME, "<u2", uc.SCAN)

@@ -1,5 +1,5 @@
 """``hedm.demo --seeds ff``: FF's grains become NF stage 2's seeds in a copy of the layer's
-stage-2 files, the layer itself untouched (the full chain: tests/e2e/test_ff_nf_chain.py)."""
+stage-2 files, the layer itself untouched (the full chain: tests/e2e/test_hedm_ff_nf_chain.py)."""
 from __future__ import annotations
 
 import numpy as np

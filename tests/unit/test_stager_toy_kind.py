@@ -1,6 +1,6 @@
 """A block kind is one module plus one row: the toy ``text`` kind (tests/toykind.py),
 registered through the table, is parsed, planned and described serially with no
-other change to the stager (staged under mpirun: tests/mpi/test_toy_kind.py)."""
+other change to the stager (staged under mpirun: tests/mpi/test_stager_toy_kind_mpi.py)."""
 import os
 
 import pytest

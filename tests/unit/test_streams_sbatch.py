@@ -1,8 +1,8 @@
 """The streaming-session sbatch template (``slurm/stream-session.sbatch``), rendered without Slurm.
 
 The generic checks of every template (parameters declared = used, #SBATCH lines
-first, ``bash -n``) are in ``test_sbatch.py``; these check what the session
-script must do. ``tests/e2e/test_stream_session_sbatch.py`` runs it.
+first, ``bash -n``) are in ``test_stager_sbatch.py``; these check what the session
+script must do. ``tests/e2e/test_streams_session_sbatch.py`` runs it.
 """
 from __future__ import annotations
 

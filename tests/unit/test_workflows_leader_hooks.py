@@ -24,7 +24,7 @@ def broken(ctx: HookContext) -> None:
 
 # -- serial -----------------------------------------------------------------
 def test_resolve_module_function_and_file(tmp_path):
-    assert resolve_hook("tests.unit.test_leader_hooks:record") is record
+    assert resolve_hook("tests.unit.test_workflows_leader_hooks:record") is record
     spec = tmp_path / "h.hook"
     spec.write_text("broadcast to /tmp/x files { /etc/hostname }\n")
     assert resolve_hook(str(spec)) == str(spec)
