@@ -11,7 +11,7 @@ predicts them (no frames: this measures stage 2 alone). One process, one core
 
 * **indexing**: :func:`hedm.ffindex.index_spots` (numba fibre search) on every seed it
   tries, against the same fibre search with the NumPy reference forward model and matcher
-  (``tests/unit/ff_reference.py``) on the first ``--ref-seeds`` seeds; both as seeds/s and
+  (``tests/ff_reference.py``) on the first ``--ref-seeds`` seeds; both as seeds/s and
   grains/s (seeds/s divided by the seeds the numba run tried per grain found);
 * **refinement**: :func:`hedm.ffrefine.refine_grain` with the numba residuals against the
   same fits with the NumPy residuals, every grain: grains/s, residual evaluations/s.
@@ -67,7 +67,7 @@ def numpy_fibre_seed(obs, seed, p, arrays, cdirs, n_psi, bmat):
     """One seed's fibre search with the NumPy reference (as fibre_search_kernel)."""
     from hedm.ffindex import scattering_direction
     from kernels.ffindex import orientations_kernel
-    from tests.unit.ff_reference import ref_match, ref_spots
+    from tests.ff_reference import ref_match, ref_spots
 
     margins = (p["MarginOme"], p["MarginEta"], p["MarginRadial"])
     best = (-1.0, None)
@@ -98,7 +98,7 @@ def main(argv=None) -> int:
     import hedm.ffrefine as refine_mod
     from hedm.ffindex import Observed, index_spots
     from kernels.ffmodel import b_matrix
-    from tests.unit.ff_reference import ref_residuals
+    from tests.ff_reference import ref_residuals
 
     p, arrays, spots, truth = exact_spots(args.grains, args.seed)
     # compile once, outside the timing

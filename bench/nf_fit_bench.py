@@ -15,7 +15,7 @@ median root), seeds as an FF-HEDM grain list would give them (every grain
   Nelder-Mead (one run per candidate, first simplex edge OrientTol, at most
   ``n_refine`` candidates) calling the numba confidence from Python -- what
   our numba Nelder-Mead saves;
-* ``numpy-ref``: the NumPy reference of the tests (``tests/unit/nf_reference.py``:
+* ``numpy-ref``: the NumPy reference of the tests (``tests/nf_reference.py``:
   screening and scipy Nelder-Mead on the pure-NumPy confidence).
 
 Each reports points/s, confidence evaluations/s and the share of its points
@@ -50,7 +50,7 @@ from kernels.nfconfidence import FitWorkspace, confidence_kernel, unpack_images 
 from kernels.nffit import FitOptions, fit_points, screen_kernel, seed_spots  # noqa: E402
 from kernels.nfgeometry import NFGeometry  # noqa: E402
 from kernels.nfgrid import grid_vertices, hex_grid, within_radius  # noqa: E402
-from tests.unit.nf_reference import ref_confidence, ref_fit_point  # noqa: E402
+from tests.nf_reference import ref_confidence, ref_fit_point  # noqa: E402
 
 DEMO = os.path.join(ROOT, "tests", "data", "nf_demo_ps.txt")
 

@@ -32,7 +32,7 @@ from typing import Dict, List, Optional, Sequence
 
 import pytest
 
-from tests.e2e.stagerun import mpi_env
+from tests.stagerun import mpi_env
 
 LAUNCHER = Path(__file__).resolve().parent / "osnode_launch.sh"
 REPO = LAUNCHER.parent.parent

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.stagerun import Job, journal_lines, mpi_env, run, stager_lines, wait_for
+from tests.stagerun import Job, journal_lines, mpi_env, run, stager_lines, wait_for
 
 h5py = pytest.importorskip("h5py")
 

@@ -115,7 +115,7 @@ def test_a_vanished_frame_soft_reads_the_shared_file_hard_fails_naming_it(ff_ser
                                                                          small_nodes, tmp_path):
     """A leader hook removes frame 3's copy after staging (where a node lost it)."""
     env = _env(HEDM_STAGE=small_nodes, HEDM_FF_DATA=ff_series)
-    hook = ["--leader-hook-startup", "tests.e2e.ff_vanish_hook:remove_frame_3"]
+    hook = ["--leader-hook-startup", "tests.ff_vanish_hook:remove_frame_3"]
     out = tmp_path / "soft"
     r = _run(out, "ff_scatter.hook", env, pre=hook)
     assert r.returncode == 0, r.stdout + r.stderr

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.stagerun import journal_lines, wait_for
+from tests.stagerun import journal_lines, wait_for
 from tests.osnodes import OSNodes
 
 pytestmark = pytest.mark.osnodes

@@ -53,7 +53,7 @@ def _numpy2_python() -> str:
 
 
 def _env(tmp_path):
-    from tests.e2e.stagerun import mpi_env
+    from tests.stagerun import mpi_env
 
     env = mpi_env()
     env.pop("PYTHONPATH", None)  # the venv's editable install, not the Debian venv's path

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.stagerun import Job, journal_lines, run, stager_lines, wait_for
+from tests.stagerun import Job, journal_lines, run, stager_lines, wait_for
 
 pytestmark = pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs mpirun")
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.stagerun import Job, journal_lines, run, stager_lines, temp_files, wait_for
+from tests.stagerun import Job, journal_lines, run, stager_lines, temp_files, wait_for
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs mpirun"),

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun i
 
 
 def _stager(*args, cwd):
-    from tests.e2e.stagerun import mpi_env
+    from tests.stagerun import mpi_env
 
     # every dataset through the read path (none travels inside the plan)
     env = mpi_env(STAGER_H5_INLINE_BYTES="0")

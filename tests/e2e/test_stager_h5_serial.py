@@ -36,7 +36,7 @@ def _serial_python():
 
 
 def test_h5_staging_tests_pass_with_serial_h5py(tmp_path):
-    from tests.e2e.stagerun import mpi_env
+    from tests.stagerun import mpi_env
 
     py = _serial_python()
     env = mpi_env()

@@ -24,7 +24,7 @@ import pytest
 from tests.e2e.test_streams_receive import Job, _env
 
 pytestmark = pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun is not installed")
-HERE = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 UDFS = ("udf:libertem.udf.sum:SumUDF,libertem.udf.sumsigudf:SumSigUDF,"
         "libertem.udf.masks:ApplyMasksUDF")
 
@@ -64,7 +64,7 @@ def test_libertem_live_simulator_into_two_receivers_equals_libertem_live(tmp_pat
     rng = np.random.default_rng(3)
     np.save(masks, rng.random((2, *shape)).astype("<f4"))
     ref = tmp_path / "ref.npz"
-    r = subprocess.run([sys.executable, str(HERE / "libertem_live_reference.py"), str(dump),
+    r = subprocess.run([sys.executable, str(TESTS / "libertem_live_reference.py"), str(dump),
                         "8", "8", str(masks), str(ref)], env=_env(), capture_output=True,
                        text=True, timeout=180)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]

@@ -23,7 +23,7 @@ import pytest
 pytestmark = pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun is not installed")
 
 ROOT = Path(__file__).resolve().parents[2]
-SLOW = Path(__file__).with_name("stream_slow_analysis.py")
+SLOW = Path(__file__).resolve().parents[1] / "stream_slow_analysis.py"
 
 
 def _env(**extra):
@@ -385,7 +385,7 @@ def test_several_scans_in_a_row_and_watch(tmp_path):
                              env=_env(), stdout=subprocess.PIPE, stderr=werr_fd, text=True)
     # a1 lasts 0.3 s: start it only once the watcher is subscribed (its start-up is
     # seconds on a loaded machine, and it prints "watching" once connected)
-    from tests.e2e.stagerun import wait_for
+    from tests.stagerun import wait_for
     wait_for(lambda: "watching" in werr_file.read_text() or w.poll() is not None, 60,
              "the watcher to connect")
     time.sleep(0.5)   # the subscription reaches the publisher

@@ -16,7 +16,7 @@ import pytest
 from tests.e2e.test_streams_dectris_legacy_e2e import _dump, _peers
 from tests.e2e.test_streams_receive import Job
 
-HERE = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -42,7 +42,7 @@ def _job(tmp_path, sim, *args, hook_out):
         return Job(tmp_path, "--protocol", "dectris-legacy", "--dectris-endpoint",
                    f"tcp://127.0.0.1:{sim.zmqport}", "--control",
                    f"simplon://127.0.0.1:{sim.port}",
-                   "--on-ready", f"{HERE / 'control_hook.py'}:ready", *args)
+                   "--on-ready", f"{TESTS / 'control_hook.py'}:ready", *args)
     finally:
         del os.environ["CONTROL_HOOK_OUT"]
 

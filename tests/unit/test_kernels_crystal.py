@@ -10,7 +10,7 @@ from kernels.crystal import (CUBIC_SYMMETRY, euler_to_matrix, fundamental_zone_g
                              misorientation, quaternion_to_matrix, random_orientations,
                              rotation_matrix)
 from kernels.errors import KernelArgumentError
-from tests.unit.nf_reference import ref_misorientation
+from tests.nf_reference import ref_misorientation
 
 
 def rz(a):

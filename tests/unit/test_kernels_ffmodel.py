@@ -196,7 +196,7 @@ def test_kernels_equal_the_vectorised_reference(setup):
     from kernels.ffindex import match_kernel
     from kernels.ffmodel import b_matrix, ff_spots, residuals_kernel
 
-    from tests.unit.ff_reference import ref_match, ref_residuals, ref_spots
+    from tests.ff_reference import ref_match, ref_residuals, ref_spots
 
     _, arrays = setup
     lat = np.array([4.081, 4.0795, 4.0802, 90.02, 89.99, 90.01])

@@ -12,7 +12,7 @@ from kernels.nfconfidence import (FitWorkspace, confidence, pack_images, unpack_
 from kernels.nfgeometry import NFGeometry
 from kernels.nfgrid import (footprint, grid_vertices, hex_grid, read_grid, within_radius,
                             write_grid)
-from tests.unit.nf_reference import ref_confidence, ref_footprint, ref_paint, ref_triangle
+from tests.nf_reference import ref_confidence, ref_footprint, ref_paint, ref_triangle
 
 DATA = os.path.join(os.path.dirname(__file__), os.pardir, "data")
 

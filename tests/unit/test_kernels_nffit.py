@@ -13,7 +13,7 @@ from kernels.nfconfidence import unpack_images
 from kernels.nffit import FitOptions, fit_point, fit_points, seed_spots
 from kernels.nfgeometry import NFGeometry, ParamFileError
 from kernels.nfgrid import hex_grid, within_radius
-from tests.unit.nf_reference import ref_confidence, ref_fit_point
+from tests.nf_reference import ref_confidence, ref_fit_point
 
 DATA = os.path.join(os.path.dirname(__file__), os.pardir, "data")
 DEMO = os.path.join(DATA, "nf_demo_ps.txt")

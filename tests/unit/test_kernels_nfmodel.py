@@ -10,7 +10,7 @@ from kernels.crystal import random_orientations
 from kernels.errors import KernelArgumentError
 from kernels.nfgeometry import NFGeometry
 from kernels.nfmodel import predict_spots
-from tests.unit.nf_reference import ref_predict, rot_z
+from tests.nf_reference import ref_predict, rot_z
 
 DATA = os.path.join(os.path.dirname(__file__), os.pardir, "data")
 

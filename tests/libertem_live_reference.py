@@ -1,7 +1,7 @@
 """LiberTEM-live's own result on a legacy-stream dump: its simulator replays the dump,
 its connection arms the simulator and receives, its ``run_udf`` computes.
 
-``python tests/e2e/libertem_live_reference.py DUMP NY NX MASKS.npy OUT.npz`` writes
+``python tests/libertem_live_reference.py DUMP NY NX MASKS.npy OUT.npz`` writes
 ``sum`` (SumUDF), ``sumsig`` (SumSigUDF) and ``masks`` (ApplyMasksUDF) to OUT.npz.
 """
 import sys
