@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 __all__ = ["collect", "render", "write_phases", "phase_rows", "TARGETS"]
 
-#: The issue's accuracy targets: (share of all grid points, share of interior points)
+#: The demo's accuracy targets: (share of all grid points, share of interior points)
 #: within 0.25 deg of the truth.
 TARGETS = (0.80, 0.95)
 

@@ -24,11 +24,10 @@
   images from them when the images are made with ``smooth=True`` (stage 1's
   3x3 median would trim spot corners and lines thinner than 2 pixels) and
   no pixel carries a spot in half the frames or more (the per-pixel median
-  is then background).  Measured on the demo (15 grains, 2 x 360 frames of
-  512 x 288): 719 of 720 frames exactly, 1 pixel of 177,921 lost where two
-  spots meet in a concave corner, whose LoG is about 0 so noise decides it
-  (iterating stage 1 on noise-free frames instead of the median root gave
-  the very same images).
+  is then background).  A pixel can still be lost where two spots meet in a
+  concave corner: its LoG is about 0, so noise decides it (stage 1 iterated
+  on noise-free frames instead of the median gives the very same images);
+  the demo's figures are in ``docs/guide/hedm.md``.
 """
 from __future__ import annotations
 

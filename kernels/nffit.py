@@ -37,10 +37,10 @@ Deliberate differences:
 * The optimiser is our own 3-parameter Nelder-Mead compiled with numba,
   so a whole grid point (or block of points) runs in one ``nogil`` call
   with no Python in the loop.  scipy's ``minimize`` calling the same numba
-  confidence back through Python evaluated 2.4x fewer confidences per
-  second (17.8k/s against 43.2k/s on one core of this machine,
-  ``bench/nf_fit_bench.py``, load 1.1-2.9) and holds the GIL between
-  evaluations, so threads could not fit points side by side.
+  confidence back through Python evaluates 2.4x fewer confidences per
+  second (``bench/nf_fit_bench.py``; figures in ``bench/results/nf_fit.md``)
+  and holds the GIL between evaluations, so threads could not fit points
+  side by side.
 """
 from __future__ import annotations
 

@@ -63,9 +63,9 @@ def check_frame_dtype(name: str, dtype) -> np.dtype:
 def ring_mask(shape, center, r_inner: float, r_outer: float, dtype=np.float32) -> np.ndarray:
     """Mask of pixels whose centre lies at distance ``r_inner <= d < r_outer`` from ``center``.
 
-    The former convention, kept for compatibility: ``center`` is (row, col) and
-    the outer edge is excluded.  New code should use :func:`circular_mask`
-    (LiberTEM's convention).  ``r_inner=0`` gives a disk.  Values are 1/0 in ``dtype``.
+    ``center`` is (row, col) and the outer edge is excluded; :func:`circular_mask`
+    follows LiberTEM's convention and is the one to prefer.  ``r_inner=0`` gives a
+    disk.  Values are 1/0 in ``dtype``.
     """
     if not 0 <= r_inner < r_outer:
         raise KernelArgumentError(f"need 0 <= r_inner < r_outer, got {r_inner}, {r_outer}")

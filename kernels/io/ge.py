@@ -9,10 +9,8 @@ Hand-written on purpose: fabio's ``GEimage`` covers GE
 (:class:`~kernels.io.fabio_frames.FabioFrames` opens it too), but it re-reads
 the header and a whole frame per ``getframe``, while NF-HEDM reads bands of
 rows: ``read_rows`` seeks to the band and reads only its bytes, straight into
-the caller's array.  Measured (``bench/readers_bench.py``, 16 frames of
-2048x2048 in /dev/shm, fabio 2026.6.0, load average 1.1, results in
-``bench/results/readers.md``): a 64-row band 0.04 ms here vs 2.17 ms through
-fabio (54x); a whole frame 1.15 vs 2.12 ms (1.8x).
+the caller's array: a 64-row band 54x faster than through fabio, a whole frame
+1.8x (``bench/readers_bench.py``; figures in ``bench/results/readers.md``).
 """
 from __future__ import annotations
 

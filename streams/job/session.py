@@ -402,8 +402,7 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
     fcomm = comm.Dup()     # collectives of the finalize, apart from the loop's messages
     # The loop's own point-to-point traffic (partitions, live deltas, heartbeats, aborts)
     # on a communicator of this job alone: a message still in flight when a job ends
-    # must never reach the next job run on the caller's communicator (it did once:
-    # bench/results/history.md).
+    # must never reach the next job run on the caller's communicator.
     lcomm = comm.Dup()
     # before the try: the finally below reads them whatever failed first
     loop: Any = None
