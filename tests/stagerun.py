@@ -24,7 +24,7 @@ exec "$@"
 def mpi_env(**extra: str) -> Dict[str, str]:
     """The environment of a fresh job. ``STAGER_TEST_CODE=DIR`` runs the stager from
     another checkout (``git archive main | tar -x -C DIR``): how these tests were shown
-    to fail on the code before issue 18."""
+    to fail on code without the guards they check."""
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMPI_MCA_rmaps_base_oversubscribe="1")
     if os.environ.get("STAGER_TEST_CODE"):

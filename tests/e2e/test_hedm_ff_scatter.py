@@ -1,4 +1,4 @@
-"""FF-HEDM on a scatter block: a dataset larger than one node's storage (issue 17 item 4).
+"""FF-HEDM on a scatter block: a dataset larger than one node's storage.
 
 Each emulated node's destination is a real tmpfs too small for the whole dataset:
 a broadcast stage into it fails the capacity check before writing anything; the

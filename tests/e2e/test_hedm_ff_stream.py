@@ -5,7 +5,7 @@ reads them) are streamed by the detector simulator (2 producers x 2 sectors, bsl
 into ``stager stream receive --analysis hedm.ffpeaks --set params=ff.params`` on 2
 emulated nodes; the streamed ``/peaks`` and ``/frames`` tables must equal those of
 ``python -m workflows run hedm/ff.py`` on the same files -- no FF code written for
-the stream (issue 27: an analysis runs on any source).
+the stream (an analysis runs on any source).
 """
 from __future__ import annotations
 

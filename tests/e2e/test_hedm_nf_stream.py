@@ -7,7 +7,7 @@ streamed by the detector simulator (2 producers x 2 sectors, bslz4) into
 background=FILES/work`` (the backgrounds the file flow wrote) on 2 emulated nodes,
 partitions of 3 frames so the merge order is not the frame order. The streamed spot
 tables and binary images must equal the file flow's -- no NF code written for the
-stream (issue 27: an analysis runs on any source).
+stream (an analysis runs on any source).
 """
 from __future__ import annotations
 

@@ -7,12 +7,12 @@ one rank's view differs from the others':
   where the ``h5`` source is bind-mounted over by a file of another size, as
   if the shared filesystem had changed it under that node only. The leaders
   agree on their "changed since planning" check before the collective
-  ``driver='mpio'`` open; before, node1's leader skipped the open while
-  node0's waited inside it (hole 1 of the architecture issue);
+  ``driver='mpio'`` open, so no leader skips the open while another waits
+  inside it;
 * a different *environment*: ``STAGER_CHUNK_SIZE`` or ``STAGER_H5_MEMORY``
   set differently on one rank. Rank 0 resolves every option and broadcasts
   it, so rank 0's value rules everywhere; a bad value on rank 0 is the same
-  error on every rank (hole 2).
+  error on every rank.
 
 Each run has a deadline: a regression fails here instead of hanging the suite.
 """

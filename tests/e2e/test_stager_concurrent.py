@@ -1,4 +1,4 @@
-"""Two stager runs at once on one destination (issue 18, item 5), under real ``mpirun``.
+"""Two stager runs at once on one destination, under real ``mpirun``.
 
 One run at a time per destination root: the second run fails at once naming the
 holder (user, host, pid, start time), or with ``--wait`` waits and then finds every

@@ -1,6 +1,6 @@
 """A full disk in the middle of staging: real small tmpfs mounts (root only).
 
-Issue 18, item 4: after ``ENOSPC`` every copy committed before it stays recorded,
+After ``ENOSPC`` every copy committed before it stays recorded,
 no temporary file is left, the failure says how much is complete, the re-run (once
 there is room) transfers only the rest, and ``clean`` leaves the mount empty. Two
 ways to fill a real filesystem while the capacity check passed:

@@ -1,4 +1,4 @@
-"""Guards through the command line under real ``mpirun`` (issue 18, items 1, 3, 8, 10).
+"""Guards through the command line under real ``mpirun``.
 
 * a destination equal to the sources' directory is refused at planning (exit 2),
   naming both, with the sources intact -- also when only one node's ``%n`` makes it so;

@@ -1,6 +1,6 @@
 """``clean`` cannot be turned against its user: the planted-record attack, run for real.
 
-Issue 18, item 2. Another user (``nobody``, through ``runuser``) pre-creates a
+Another user (``nobody``, through ``runuser``) pre-creates a
 node's destination root in a shared sticky directory (like ``/tmp``), plants the
 stager's records there -- the old ``.stager-manifest.json``/``.stager-record.json``
 and this version's ``.stager/KEY.record``, with the exact device, inode, size and

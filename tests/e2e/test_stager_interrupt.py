@@ -1,6 +1,6 @@
 """Kill, Ctrl-C and SIGTERM in the middle of a real ``mpirun -n 2`` staging run.
 
-Issue 18, item 4: after any of them every complete copy is recorded, no temporary
+After any of them every complete copy is recorded, no temporary
 file is left (or, after a SIGKILL, the next run removes it), the re-run transfers
 only what was incomplete, and ``clean`` leaves the destination empty. Ctrl-C and
 SIGTERM end with one line from rank 0 naming the signal, how much is complete and

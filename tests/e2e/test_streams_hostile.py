@@ -1,4 +1,4 @@
-"""Streams no one else can write into (issue 25), end to end: real ``mpirun``, real sockets.
+"""Streams no one else can write into, end to end: real ``mpirun``, real sockets.
 
 Every test starts a receiving job (``mpirun -n 4``, 2 emulated nodes: a receiver
 and a worker on each) with CURVE on by default, lets hostile peers at it (plain
@@ -103,7 +103,7 @@ def test_insecure_keeps_plain_sockets_and_says_so(tmp_path):
     assert not rv.curve and rv.client_certificate is None and _mode(job.rv) == 0o600
     assert not list(tmp_path.glob("rv.json.client*"))
     good = _scan()
-    # a plain producer, as before issue 25, with the job's token (from the rendezvous)
+    # a plain producer (no CURVE keys) with the job's token (from the rendezvous)
     run_producers(good, list(rv.receivers), token=rv.token)
     rc, out, err = job.wait()
     assert rc == 0, out + err
@@ -159,7 +159,7 @@ def _hostile_messages(g, f0, s0, token):
 
 def test_hostile_messages_are_refused_counted_and_the_scan_stays_exact(tmp_path):
     """An authorised producer (0) sends, on its own socket to receiver 0, every malformed
-    or hostile message of issue 25 -- before its data (so a rejected sector is then
+    or hostile message of ``_hostile_messages`` -- before its data (so a rejected sector is then
     accepted when it arrives right), and a second, equal copy of one of its sectors
     after -- while a silent TCP connection sits on receiver 0. The scan is exact,
     each case counted under its reason, memory within --memory."""

@@ -247,7 +247,7 @@ def test_stream_v2_from_the_simulator_gives_the_same_result(tmp_path):
 
 
 def test_stream_v2_as_a_real_detector_speaks_it(tmp_path):
-    """Issue 28, one job (4 receivers: two clients on each of 2 emulated nodes): a start
+    """One Stream V2 job (4 receivers: two clients on each of 2 emulated nodes): a start
     with header_detail all (arrays compressed) whose pixel mask is applied; a truncated
     message, a corrupt copy before the good one, an image sent twice, garbage, an
     unknown type, a non-map, a multi-part message and a wrong typed-array tag; a

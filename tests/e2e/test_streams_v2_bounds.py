@@ -193,8 +193,8 @@ def test_a_burst_right_behind_the_start_loses_nothing_on_a_loaded_machine(tmp_pa
 
     n, runs = 2000, 5
     series = [_burst_messages(10 + r, f"burst{r}", n, (256, 256)) for r in range(runs)]
-    # two spinning processes per core (with one per core, the code before this fix lost
-    # frames in about half of the 5-series runs; with two, in each run tried)
+    # two spinning processes per core (a receiver that drops frames under load drops
+    # them in about half of the 5-series runs with one per core; with two, in each run)
     spin = "yes > /dev/null & " * (2 * (os.cpu_count() or 2))
     burner = subprocess.Popen(["sh", "-c", spin + "wait"], start_new_session=True)
     try:

@@ -1,4 +1,4 @@
-"""Runs that go wrong end in bounded time with the task named (issue 18, item 9).
+"""Runs that go wrong end in bounded time with the task named.
 
 Each test starts ``python -m workflows run`` -- under a real ``mpirun -n 4``
 where the case is about MPI -- with a subprocess timeout, so a regression

@@ -1,7 +1,7 @@
 """A failure on one rank is one error on every rank, never a hang (``@pytest.mark.mpi``).
 
 Each test makes exactly one rank fail in a local step that precedes a
-collective -- the holes the architecture issue listed -- and checks that
+collective and checks that
 every rank raises the same error class naming the failing rank. Faults that
 cannot be produced for real on one rank of one machine (an import broken on
 one node, an exception type nobody expected) are injected on that rank only;
@@ -48,7 +48,7 @@ def _odd_rank(comm):
     return comm.size - 1  # a leader when every rank is its own node
 
 
-# -- hole 3: a spec-file leader hook whose stager cannot be loaded on one node ----------
+# -- a spec-file leader hook whose stager cannot be loaded on one node ------------------
 
 def test_spec_hook_that_cannot_load_the_stager_on_one_rank(comm, tmp, monkeypatch):
     import stager
@@ -68,7 +68,7 @@ def test_spec_hook_that_cannot_load_the_stager_on_one_rank(comm, tmp, monkeypatc
                      "stager.staging.pipeline")
 
 
-# -- hole 4: drain and the capacity check, with an exception type nobody expected -------
+# -- drain and the capacity check, with an exception type nobody expected ---------------
 
 def _results(comm, tmp):
     src = os.path.join(tmp, "local", "%n", "results")
@@ -119,7 +119,7 @@ def test_capacity_check_failing_on_one_leader_with_any_exception(comm, tmp, monk
                "something was written before the capacity check agreed")
 
 
-# -- hole 5: results and the HEDM drain -----------------------------------------------
+# -- results and the HEDM drain -------------------------------------------------------
 
 def test_rows_that_do_not_convert_on_one_rank(comm, tmp):
     from workflows import ResultsError

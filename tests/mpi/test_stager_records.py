@@ -1,6 +1,6 @@
 """Records keyed by spec, shared destinations, ownership, source identity (``@pytest.mark.mpi``).
 
-Issue 18, items 2, 5, 6, 8, 10: every test passes at any rank count (1..4) with
+Every test passes at any rank count (1..4) with
 ``min(2, size)`` emulated nodes; rank 0 prepares and inspects, every verdict goes
 through ``assert_all``.
 """

@@ -1,6 +1,6 @@
 """``scatter ... h5`` under mpirun at 2 and 4 emulated nodes: an NXmx-shaped scan split into
 frame ranges, one per node; where every frame lands, verify/clean/resume, and tasks that
-read their frames where they are staged (issue 17).
+read their frames where they are staged.
 
 The source follows the NeXus NXmx application definition's layout (NXentry/NXdata with
 the frame stack at ``/entry/data/data``, per-frame ``omega`` under

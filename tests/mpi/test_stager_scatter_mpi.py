@@ -1,5 +1,5 @@
 """Scatter staging under mpirun at 2 and 4 emulated nodes: where every byte lands, how often
-it is read, verify/clean/resume, and tasks placed where their data is (issue 17).
+it is read, verify/clean/resume, and tasks placed where their data is.
 
 Every test passes at any rank count 1..4: node counts above the rank count skip.
 """

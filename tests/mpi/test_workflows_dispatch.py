@@ -1,6 +1,6 @@
 """The mpi executor's dispatcher under mpirun: timeouts, isolated crashes, placement, stealing.
 
-Locality (issue 17): soft-placed tasks wait ``locality_wait`` for their own
+Locality: soft-placed tasks wait ``locality_wait`` for their own
 node (delay scheduling) -- with balanced nodes >= 99 % run where placed, and
 a busy node's tasks still move once the wait is over.
 

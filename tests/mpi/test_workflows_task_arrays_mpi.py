@@ -87,7 +87,7 @@ def test_results_in_order_and_one_failure_alone(dispatch):
 def test_a_timeout_fails_its_item_only():
     # At -n 1 the root runs timed tasks in an isolated runner forked by its dispatcher
     # thread (workflows/isolate.py), which dies with that thread: a later executor
-    # forks a new one (the first task after it used to fail as TaskCrashed).
+    # forks a new one (the first task after it must not fail as TaskCrashed).
     comm = _comm()
     ok, msg = True, ""
     with _executor(comm, "nodes") as ex:

@@ -1,5 +1,5 @@
 """streams.offline frame files: a TIFF series and a GE file read as partitions of the stream's
-shape, frame numbers from ``first``, ``%n``/``%d`` kept apart (issue 27: one runner, any source)."""
+shape, frame numbers from ``first``, ``%n``/``%d`` kept apart (one runner, any source)."""
 from __future__ import annotations
 
 import numpy as np

@@ -115,5 +115,5 @@ def test_flow_help_shows_percent_fields(schema):
 
     parser = argparse.ArgumentParser()
     add_flow_arguments(parser, "X", schema)
-    text = " ".join(parser.format_help().split())  # --help used to fail on the '%n' of a key
+    text = " ".join(parser.format_help().split())  # argparse %-formats help: a key's '%n'
     assert "%n = node name" in text and "--DataDirectory" in text

@@ -1,6 +1,6 @@
 """Planning guards (serial): disjoint sources and destinations, links under ``**``, identity.
 
-Issue 18, items 1, 6, 7: a destination equal to, inside or containing a source is
+A destination equal to, inside or containing a source is
 refused before anything is written (naming both); ``**`` and a matched directory
 never follow a link to a directory, so two links to a parent plan in bounded time,
 and a symlink loop is one short message; a same-size rewrite with the old mtime

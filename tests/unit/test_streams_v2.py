@@ -276,7 +276,7 @@ def test_images_before_their_start_are_held_then_assembled_or_rejected():
     rx.close()
 
 
-# ---- issue 28: full headers, bad copies, early ends, every rejection named ----
+# ---- full headers, bad copies, early ends, every rejection named ----
 
 @pytest.mark.parametrize("array_compression", [None, "bslz4", "lz4"])
 @pytest.mark.parametrize("detail", ["all", "basic", "none"])
