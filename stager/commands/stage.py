@@ -55,15 +55,14 @@ def job_of(args: argparse.Namespace, comm: Any) -> Any:
     """Collective over `comm`: every rank must call. The command's one job context."""
     from core.job import Job
     from core.mpi.launcher import launcher_size
+    from core.nodes import node_id_of
 
     if comm.size == 1 and launcher_size() is None and not getattr(args, "quiet", False):
         print(f"stager {getattr(args, 'command', '')}: not started by mpirun or srun: running "
               "as one rank on one node (this machine); start it with mpirun -n N (one rank "
               "or more per node) to reach every node; --quiet hides this note",
               file=sys.stderr, flush=True)
-    return Job.from_comm(comm, getattr(args, "node_id", None),
-                         emulate_nodes=getattr(args, "emulate_nodes", None),
-                         node_id_env=getattr(args, "node_id_env", None))
+    return Job.from_comm(comm, node_id_of(args))
 
 
 def add_node_arguments(p: argparse.ArgumentParser) -> None:

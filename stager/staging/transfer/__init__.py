@@ -129,12 +129,11 @@ def stripe(m: Moving, bcast: bool = False) -> Err:
     tasks = make_tasks([j.size for j in m.jobs], comm.size, m.chunk_size, m.small,
                        single_reader=bcast)
     # emulated nodes may share a host: then through a shared-memory window
-    if m.shared_exchange and m.job.node_id.startswith("emulate:") and comm.size > 1:
-        from stager.staging.transfer.shmem import co_located, run_pieces_shared
+    if m.shared_exchange and m.job.leaders_share_host and comm.size > 1:
+        from stager.staging.transfer.shmem import run_pieces_shared
 
-        if co_located(comm):  # else: emulated nodes spread over hosts
-            m.info["exchange"] = "shared memory window (emulated nodes on one host)"
-            return run_pieces_shared(comm, tasks, m.reader, m.sink)
+        m.info["exchange"] = "shared memory window (emulated nodes on one host)"
+        return run_pieces_shared(comm, tasks, m.reader, m.sink)
     m.info["exchange"] = "Ibcast" if bcast else "Iallgatherv"
     return run_pieces(comm, tasks, m.reader, m.sink, m.chunk_size, broadcast=bcast)
 

@@ -38,21 +38,9 @@ from stager.staging.transfer.sink import Sink
 from stager.staging.transfer.source import SourceReader
 from stager.staging.transfer.tasks import Task
 
-__all__ = ["co_located", "run_pieces_shared"]
+__all__ = ["run_pieces_shared"]
 
 _SLOTS = 2
-
-
-def co_located(comm: Any) -> bool:
-    """Collective over `comm`: every rank must call. True if all its ranks share one host
-    (one shared-memory domain), the same answer on every rank."""
-    from mpi4py import MPI
-
-    sub = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank)
-    try:
-        return bool(comm.allreduce(int(sub.size == comm.size), op=MPI.MIN))
-    finally:
-        sub.Free()
 
 
 def run_pieces_shared(comm: Any, tasks: Sequence[Task], reader: SourceReader,
