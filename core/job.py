@@ -38,7 +38,7 @@ class Job:
     ----------
     comm : mpi4py.MPI.Intracomm
     node_id : str
-        ``host``, ``env:VAR`` or ``emulate:N`` (the same on every rank).
+        How ranks form nodes (:func:`core.nodes.parse_node_id`), the same on every rank.
     layout : NodeLayout
         This rank's node, the node and leader communicators, every node's name.
     """
@@ -56,10 +56,8 @@ class Job:
         comm : mpi4py.MPI.Intracomm, optional
             Default ``MPI.COMM_WORLD``.
         node_id : str, optional
-            ``host`` (ranks sharing memory, named by host name), ``env:VAR``
-            (ranks with the same value of ``VAR``) or ``emulate:N`` (``N``
-            contiguous blocks of ranks). Default ``$STAGER_NODE_ID``, else ``host``;
-            resolved on rank 0 and broadcast.
+            How ranks form nodes (:mod:`core.nodes`). Default ``$STAGER_NODE_ID``, else
+            ``host``; resolved on rank 0 and broadcast.
 
         Raises
         ------

@@ -25,7 +25,8 @@ made once per job by :meth:`core.job.Job.from_comm`, and the job is passed down:
             job.leader_comm.Barrier()   # one rank per node
 
 The naming and assignment rules are pure functions (:func:`name_nodes`,
-:func:`emulated_ids`, :func:`assign_nodes`) tested without MPI.
+:func:`assign_nodes`) tested without MPI; the command-line spellings of ``node_id`` are
+:func:`add_node_id_flags` and :func:`node_id_of`.
 """
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ from core.options import ENV_PREFIX, Option, parse_int, resolve
 
 __all__ = ["NodeLayout", "node_layout", "name_nodes", "local_node_name", "emulated_ids",
            "assign_nodes", "check_node_name", "NODE_ID", "parse_node_id", "node_id_of",
-           "resolve_node_id", "SPELLINGS"]
+           "resolve_node_id", "SPELLINGS", "add_node_id_flags"]
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,7 @@ class NodeLayout:
     node_of : tuple of int
         Node index of every rank of ``comm``, by rank.
     leaders_share_host : bool
-        Every leader is in one shared-memory domain (one host: emulated nodes).
+        Every leader is in one shared-memory domain (one host).
     """
 
     name: str
@@ -186,7 +187,7 @@ def name_nodes(size: int, node_id: str, values: Optional[Sequence[Any]] = None) 
 
 
 def _own_value(node_id: str, rank: int = 0, env: Optional[Mapping[str, str]] = None) -> Any:
-    """What this process contributes to :func:`name_nodes` (``None`` for ``emulate:K``)."""
+    """What this process contributes to :func:`name_nodes` for ``node_id``."""
     kind, _, arg = node_id.partition(":")
     if kind == "env":
         return (os.environ if env is None else env).get(arg)
@@ -245,12 +246,8 @@ def node_layout(comm: Any, node_id: str) -> NodeLayout:
 
 # -- how ranks form nodes: one value ----------------------------------------------------------
 def parse_node_id(value: Any, name: str = "node_id") -> str:
-    """``host`` | ``env:VAR`` | ``emulate:N`` (canonical text); strict.
-
-    * ``host``: ranks sharing memory form a node, named by host name;
-    * ``env:VAR``: ranks with the same value of environment variable ``VAR``;
-    * ``emulate:N``: ``N`` contiguous blocks of ranks, ``node0`` .. (one-machine tests).
-    """
+    """``host`` | ``env:VAR`` | ``emulate:N`` (canonical text, meanings in the module
+    docstring); strict."""
     text = str(value).strip()
     kind, _, arg = text.partition(":")
     if text == "host":
@@ -262,8 +259,8 @@ def parse_node_id(value: Any, name: str = "node_id") -> str:
     raise ValueError(f"{name} must be 'host', 'env:VAR' or 'emulate:N', got {value!r}")
 
 
-#: The spellings of ``node_id`` (flags ``--emulate-nodes K``, ``--node-id-env VAR``; their
-#: ``STAGER_*`` variables): each one's prefix in the canonical value.
+#: The spellings of ``node_id`` (:func:`add_node_id_flags`; the ``STAGER_*`` variables of the
+#: older two): each one's prefix in the canonical value.
 SPELLINGS = {"node_id": "", "emulate_nodes": "emulate:", "node_id_env": "env:"}
 
 
@@ -284,6 +281,20 @@ def node_id_of(given: Any) -> Optional[str]:
         return None
     key, value = spelled[0]
     return parse_node_id(f"{SPELLINGS[key]}{value}", key)
+
+
+def add_node_id_flags(parser: Any) -> None:
+    """Add ``--node-id HOW`` and its two older spellings (one of them) to an argparse parser;
+    :func:`node_id_of` reads the parsed namespace back as one ``node_id``."""
+    g = parser.add_mutually_exclusive_group()
+    g.add_argument("--node-id", metavar="HOW", default=None,
+                   help="host (default, or $STAGER_NODE_ID), env:VAR (ranks with the same "
+                        "value of VAR form a node) or emulate:K (K blocks of ranks)")
+    g.add_argument("--emulate-nodes", type=int, metavar="K", default=None,
+                   help="treat contiguous blocks of ranks as K nodes named node0..node{K-1}")
+    g.add_argument("--node-id-env", metavar="VAR", default=None,
+                   help="ranks with the same value of environment variable VAR form a node "
+                        "(e.g. SLURMD_NODENAME)")
 
 
 #: How ranks form nodes: keyword > ``$STAGER_NODE_ID`` > ``host``.

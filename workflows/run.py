@@ -60,7 +60,7 @@ from core.errors import JobError, MpistageError
 from core.job import Job
 from core.mpi.agree import agree, agreed, bcast_result, quiet_barrier
 from core.mpi.launcher import first_rank_speaks
-from core.nodes import local_node_name, node_id_of, resolve_node_id
+from core.nodes import add_node_id_flags, local_node_name, node_id_of, resolve_node_id
 from hooks import SpecError
 from stager.errors import PlanError
 from stager.outputs import run_directory
@@ -116,25 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="hook spec file to stage collectively before the workflow",
     )
-    p.add_argument(
-        "--node-id",
-        default=None,
-        metavar="HOW",
-        help="how ranks form nodes: host (default, or $STAGER_NODE_ID), env:VAR or emulate:K",
-    )
-    p.add_argument(
-        "--emulate-nodes",
-        type=int,
-        default=None,
-        metavar="K",
-        help="split ranks into K emulated nodes (staging and leader hooks)",
-    )
-    p.add_argument(
-        "--node-id-env",
-        default=None,
-        metavar="VAR",
-        help="ranks with equal $VAR form a node (e.g. SLURMD_NODENAME)",
-    )
+    add_node_id_flags(p)  # --node-id HOW, or one of its older spellings
     p.add_argument(
         "--out",
         default=None,

@@ -163,7 +163,7 @@ def _clean(staged: Staged) -> CleanReport:
                 files, dirs, skipped, ancestors, temps = _clean_node(staged.key, held)
                 release(held)
                 held = []
-        # parents shared by emulated nodes on one machine (``/local/run`` of
+        # parents shared by nodes on one machine (``/local/run`` of
         # ``/local/run/%n``) are empty only once every node is done: after the agreement
         # above, each leader tries those every node of its host could not remove
         host = socket.gethostname()

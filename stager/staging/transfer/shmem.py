@@ -1,6 +1,6 @@
 """The exchange of leaders that share one host: a shared-memory window instead of messages.
 
-When every leader of a run is on one host -- emulated nodes -- their chunk buffers
+When every leader of a run is on one host (``Job.leaders_share_host``), their chunk buffers
 can be one MPI-3 shared-memory window (``MPI_Win_allocate_shared``): each leader
 reads its pieces of a chunk into its own segment, the leaders agree the round is
 read (the small status ``Iallreduce`` that carries each piece's digest and the error
@@ -8,7 +8,7 @@ flag, as in the message exchange), and each writes the whole chunk straight from
 owners' segments. No data byte travels through MPI, so nothing depends on Open
 MPI's shared-memory transport.
 
-Only emulated nodes take this path (``stager.staging.transfer``): leaders on separate
+Only leaders on one host take this path (``stager.staging.transfer``): leaders on separate
 hosts, as on a cluster, always exchange with messages. It exists because the message
 exchange progresses only while both leaders are inside MPI at once, which two leaders
 sharing a few cores rarely are; here the only per-round synchronisation is the small

@@ -18,10 +18,9 @@ from __future__ import annotations
 from typing import Sequence
 
 from core.job import Job
-from core.nodes import assign_nodes, emulated_ids
 from core.mpi.roles import Roles, serve_nodes
 
-__all__ = ["Roles", "plan_roles", "emulated_roles", "layout_roles", "MODES"]
+__all__ = ["Roles", "plan_roles", "layout_roles", "MODES"]
 
 MODES = ("central", "nodes")
 
@@ -47,12 +46,6 @@ def plan_roles(node_of: Sequence[int], names: Sequence[str], root: int, mode: st
     server_of = tuple(root if s < 0 else s for s in rule)
     servers = (root,) + tuple(r for r, s in enumerate(rule) if s == r and r != root)
     return Roles(server_of, servers, tuple(node_of), tuple(names), root, mode)
-
-
-def emulated_roles(ranks: int, nodes: int, mode: str, root: int = 0) -> Roles:
-    """The roles of ``ranks`` ranks in ``nodes`` emulated nodes (no MPI: for models, tests)."""
-    index, names, _leaders = assign_nodes(emulated_ids(ranks, nodes))
-    return plan_roles(index, names, root, mode)
 
 
 def layout_roles(job: Job, root: int, mode: str) -> Roles:
