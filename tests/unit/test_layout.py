@@ -378,9 +378,8 @@ def test_every_plug_in_table_is_built_with_the_one_helper():
 
 #: The command-line modules: the only ones where a parameter may carry an older spelling of
 #: ``--node-id`` (their argument parsing turns it into ``node_id``, :func:`core.nodes.node_id_of`).
-NODE_FLAG_MODULES = ("core.nodes", "stager.commands.stage", "stager.commands.verify",
-                     "stager.commands.clean", "stager.commands.drain", "streams.cli",
-                     "workflows.run", "hedm.demo")
+NODE_FLAG_MODULES = ("stager.commands.stage", "stager.commands.verify", "stager.commands.clean",
+                     "stager.commands.drain", "streams.cli", "workflows.run", "hedm.demo")
 OLD_NODE_PARAMETERS = {"emulate_nodes", "node_id_env"}
 #: Gone: a job is made once (``Job.from_comm``) or from a communicator by ``Job.of`` alone.
 REMOVED_JOB_HELPERS = {"comm_and_job", "acquire_job", "job_for", "co_located"}
