@@ -60,9 +60,11 @@ def fit_line(points):
 
 
 def workers_under_servers(ranks: int, nodes: int) -> int:
-    from workflows.executors.mpi.roles import emulated_roles
+    from core.nodes import assign_nodes, name_nodes
+    from workflows.executors.mpi.roles import plan_roles
 
-    roles = emulated_roles(ranks, nodes, "nodes")
+    index, names, _ = assign_nodes(name_nodes(ranks, f"emulate:{nodes}"))
+    roles = plan_roles(index, names, 0, "nodes")
     return sum(1 for r in roles.workers if roles.server_of[r] != 0)
 
 

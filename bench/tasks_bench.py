@@ -122,8 +122,10 @@ def _dispatch_one(method: str, comm, n: int, nodes: int) -> dict:
 
         mode = "central" if method.startswith("central") else "nodes"
         chunk = {"central-1": 1, "central-4": 4, "nodes-arrays-4": 4}.get(method)
-        mex = MPIExecutor(comm, dispatch=mode, emulate_nodes=nodes, max_chunk=chunk,
-                          arrays="-arrays" in method)
+        from core.job import Job
+
+        job = Job.from_comm(comm, f"emulate:{nodes}")
+        mex = MPIExecutor(job, dispatch=mode, max_chunk=chunk, arrays="-arrays" in method)
         with mex as ex:
             if ex is not None:
                 use_apps = not method.endswith("submit")
@@ -150,6 +152,7 @@ def _dispatch_one(method: str, comm, n: int, nodes: int) -> dict:
 
                     out["array_k"] = array_chunks(n, ex.workers, chunk or 64)[0]
         role = mex.roles.role(comm.rank) if mex.roles else role
+        job.free()
     cpu = time.process_time() - cpu0
     cpus = comm.gather((role, cpu), root=0)
     if comm.rank != 0:

@@ -4,31 +4,29 @@ A *node* is a set of ranks that share node-local storage; its *leader* is its
 lowest rank in ``comm`` (as in Swift/T's leader communicator). Leaders do all
 the staging I/O; the other ranks only take part in agreement.
 
-Three ways to decide which ranks form a node:
+How ranks form nodes is one value, ``node_id`` (:func:`parse_node_id`):
 
-* default: ``comm.Split_type(MPI.COMM_TYPE_SHARED)``, named by host name;
-* ``emulate_nodes=K``: contiguous blocks of ranks become ``node0`` ...
-  ``node{K-1}`` (block ``i`` holds ranks ``[i*size//K, (i+1)*size//K)``), for
-  one-machine tests and benchmarks;
-* ``node_id_env=VAR``: ranks with the same value of environment variable
-  ``VAR`` form a node named by that value (e.g. ``SLURMD_NODENAME`` in the
-  local four-node Slurm cluster, where every rank has the same host name).
+* ``host`` (default): ``comm.Split_type(MPI.COMM_TYPE_SHARED)``, named by host name;
+* ``emulate:K``: contiguous blocks of ranks become ``node0`` .. ``node{K-1}``
+  (block ``i`` holds ranks ``[i*size//K, (i+1)*size//K)``), for one-machine
+  tests and benchmarks;
+* ``env:VAR``: ranks with the same value of environment variable ``VAR`` form
+  a node named by that value (e.g. ``SLURMD_NODENAME`` in the local four-node
+  Slurm cluster, where every rank has the same host name).
 
 :func:`name_nodes` is the ONE function that turns those inputs into node
-names: :func:`node_layout` (MPI) and the workflow runtime (which tells each
-task the name of the node it runs on) both use it, so ``%n`` means the same
-directory everywhere. Nodes are numbered by their leader's rank. Code does
-not call :func:`node_layout` itself: it is made once per job by
-:meth:`core.job.Job.from_comm` (``node_id="emulate:2"`` is
-``emulate_nodes=2``), and the job is passed down::
+names: :func:`node_layout` (MPI) and a process alone (:func:`local_node_name`)
+both use it, so ``%n`` means the same directory everywhere. Nodes are numbered
+by their leader's rank. Code does not call :func:`node_layout` itself: it is
+made once per job by :meth:`core.job.Job.from_comm`, and the job is passed down::
 
-    job = Job.from_comm(comm, node_id="emulate:2")
-    if job.is_leader:
-        job.leader_comm.Barrier()   # one rank per node
-    job.free()
+    with Job.from_comm(comm, "emulate:2") as job:
+        if job.is_leader:
+            job.leader_comm.Barrier()   # one rank per node
 
 The naming and assignment rules are pure functions (:func:`name_nodes`,
-:func:`emulated_ids`, :func:`assign_nodes`) tested without MPI.
+:func:`assign_nodes`) tested without MPI; the command-line spellings of ``node_id`` are
+:func:`add_node_id_flags` and :func:`node_id_of`.
 """
 from __future__ import annotations
 
@@ -42,8 +40,8 @@ from core.errors import JobError
 from core.options import ENV_PREFIX, Option, parse_int, resolve
 
 __all__ = ["NodeLayout", "node_layout", "name_nodes", "local_node_name", "emulated_ids",
-           "assign_nodes", "check_node_name", "check_node_options", "NODE_ID", "parse_node_id",
-           "node_id_of", "split_node_id", "resolve_node_id"]
+           "assign_nodes", "check_node_name", "NODE_ID", "parse_node_id", "node_id_of",
+           "resolve_node_id", "SPELLINGS", "add_node_id_flags"]
 
 
 @dataclass(frozen=True)
@@ -71,6 +69,8 @@ class NodeLayout:
         Rank in ``comm`` of each node's leader, by node index.
     node_of : tuple of int
         Node index of every rank of ``comm``, by rank.
+    leaders_share_host : bool
+        Every leader is in one shared-memory domain (one host).
     """
 
     name: str
@@ -82,6 +82,7 @@ class NodeLayout:
     is_leader: bool
     leader_ranks: Tuple[int, ...]
     node_of: Tuple[int, ...] = ()
+    leaders_share_host: bool = False
 
     def free(self) -> None:
         """Free the communicators this layout created (call once, on every rank)."""
@@ -97,8 +98,8 @@ def emulated_ids(size: int, k: int) -> List[str]:
     ['node0', 'node0', 'node1', 'node1']
     """
     if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= size:
-        raise ValueError(f"emulate_nodes must be an integer in 1..{size} (the number of ranks), "
-                         f"got {k!r}")
+        raise ValueError(f"emulate:{k}: the number of emulated nodes must be an integer in "
+                         f"1..{size} (the number of ranks)")
     # rank r is in block i iff i*size//k <= r < (i+1)*size//k: the largest i whose
     # start i*size//k <= r, i.e. i*size < (r+1)*k
     return [f"node{((r + 1) * k - 1) // size}" for r in range(size)]
@@ -138,93 +139,74 @@ def check_node_name(name: str) -> str:
     return name
 
 
-def check_node_options(size: int, emulate_nodes: Optional[int],
-                       node_id_env: Optional[str]) -> None:
-    """Reject node options that ``size`` ranks cannot use. Pure; raises ``ValueError``.
-
-    Called before any collective, with values every rank shares (broadcast
-    from rank 0), so all ranks fail alike.
-    """
-    if emulate_nodes is not None and node_id_env is not None:
-        raise ValueError("use either emulate_nodes or node_id_env, not both")
-    if emulate_nodes is not None:
-        emulated_ids(size, emulate_nodes)  # raises with the allowed range
-    if node_id_env is not None and (not node_id_env or "=" in node_id_env):
-        raise ValueError(f"node_id_env must be an environment variable name, got {node_id_env!r}")
-
-
-def name_nodes(size: int, *, emulate_nodes: Optional[int] = None,
-               env_values: Optional[Sequence[Optional[str]]] = None,
-               hosts: Optional[Sequence[Tuple[str, int]]] = None,
-               env_name: str = "the node id variable") -> List[str]:
+def name_nodes(size: int, node_id: str, values: Optional[Sequence[Any]] = None) -> List[str]:
     """The node name of each of ``size`` ranks: the one naming rule of mpistage. Pure.
 
-    Exactly one source of identity is used, in this order:
-
-    * ``emulate_nodes=K``: ``node0`` .. ``node{K-1}``, contiguous blocks of ranks;
-    * ``env_values``: each rank's value of the ``node_id_env`` variable;
-    * ``hosts``: each rank's ``(host name, rank of its shared-memory leader)``;
-      a host name that belongs to several shared-memory groups (odd set-ups)
-      becomes ``host-LEADERRANK``, so names stay unique and readable.
+    Parameters
+    ----------
+    size : int
+    node_id : str
+        ``emulate:K``: ``node0`` .. ``node{K-1}``, contiguous blocks of ranks;
+        ``env:VAR``: ``values`` holds each rank's value of ``VAR``;
+        ``host``: ``values`` holds each rank's ``(host name, rank of its shared-memory
+        leader)``; a host name that belongs to several shared-memory groups (odd
+        set-ups) becomes ``host-LEADERRANK``, so names stay unique and readable.
+    values : sequence, optional
+        One per rank, by rank (not for ``emulate:K``).
 
     Raises
     ------
     ValueError
-        ``emulate_nodes`` outside ``1..size``, or lengths that do not match ``size``.
+        ``node_id`` that does not parse or fit ``size``, or ``values`` of another length.
     JobError
-        A ``node_id_env`` value missing on some rank, or a name that cannot be a
+        An ``env:VAR`` value missing on some rank, or a name that cannot be a
         directory name (it replaces ``%n``); the same on every rank.
     """
-    if emulate_nodes is not None:
-        ids = emulated_ids(size, emulate_nodes)
-    elif env_values is not None:
-        if len(env_values) != size:
-            raise ValueError(f"expected {size} node ids, got {len(env_values)}")
-        unset = [r for r, v in enumerate(env_values) if not v]
+    kind, _, arg = parse_node_id(node_id).partition(":")
+    if kind == "emulate":
+        ids = emulated_ids(size, int(arg))
+    elif values is None or len(values) != size:
+        raise ValueError(f"node id {node_id}: expected {size} values, got "
+                         f"{None if values is None else len(values)}")
+    elif kind == "env":
+        unset = [r for r, v in enumerate(values) if not v]
         if unset:
             raise JobError(
-                f"environment variable {env_name} is unset or empty on rank(s) "
+                f"environment variable {arg} is unset or empty on rank(s) "
                 f"{', '.join(map(str, unset[:8]))}{' ...' if len(unset) > 8 else ''}; "
-                "set it on every rank or drop --node-id-env")
-        ids = [str(v) for v in env_values]
-    elif hosts is not None:
-        if len(hosts) != size:
-            raise ValueError(f"expected {size} hosts, got {len(hosts)}")
-        groups: dict = {}
-        for h, _leader in dict.fromkeys(hosts):
-            groups[h] = groups.get(h, 0) + 1
-        ids = [h if groups[h] == 1 else f"{h}-{leader}" for h, leader in hosts]
+                "set it on every rank or use another --node-id")
+        ids = [str(v) for v in values]
     else:
-        raise ValueError("name_nodes needs emulate_nodes, env_values or hosts")
+        groups: dict = {}
+        for h, _leader in dict.fromkeys(values):
+            groups[h] = groups.get(h, 0) + 1
+        ids = [h if groups[h] == 1 else f"{h}-{leader}" for h, leader in values]
     for name in dict.fromkeys(ids):
         check_node_name(name)
     return ids
 
 
-def local_node_name(emulate_nodes: Optional[int] = None, node_id_env: Optional[str] = None,
-                    env: Optional[Any] = None) -> str:
+def _own_value(node_id: str, rank: int = 0, env: Optional[Mapping[str, str]] = None) -> Any:
+    """What this process contributes to :func:`name_nodes` for ``node_id``."""
+    kind, _, arg = node_id.partition(":")
+    if kind == "env":
+        return (os.environ if env is None else env).get(arg)
+    return (socket.gethostname(), rank) if kind == "host" else None
+
+
+def local_node_name(node_id: str, env: Optional[Mapping[str, str]] = None) -> str:
     """The node name of a process that runs alone (no MPI job): ``name_nodes`` for one rank."""
-    env = os.environ if env is None else env
-    check_node_options(1, emulate_nodes, node_id_env)
-    if emulate_nodes is not None:
-        return name_nodes(1, emulate_nodes=emulate_nodes)[0]
-    if node_id_env is not None:
-        return name_nodes(1, env_values=[env.get(node_id_env)], env_name=node_id_env)[0]
-    return name_nodes(1, hosts=[(socket.gethostname(), 0)])[0]
+    return name_nodes(1, node_id, [_own_value(node_id, 0, env)])[0]
 
 
-def node_layout(comm: Any, emulate_nodes: Optional[int] = None,
-                node_id_env: Optional[str] = None) -> NodeLayout:
+def node_layout(comm: Any, node_id: str) -> NodeLayout:
     """Collective over `comm`: every rank must call. Decide nodes and leaders.
 
     Parameters
     ----------
     comm : mpi4py.MPI.Comm
-    emulate_nodes : int, optional
-        Split ranks into this many contiguous blocks (``1 <= K <= comm.size``).
-    node_id_env : str, optional
-        Name of an environment variable whose value identifies the node.
-        Mutually exclusive with ``emulate_nodes``.
+    node_id : str
+        How ranks form nodes (:func:`parse_node_id`), the same on every rank.
 
     Returns
     -------
@@ -235,22 +217,20 @@ def node_layout(comm: Any, emulate_nodes: Optional[int] = None,
     ValueError
         Bad arguments (raised before any collective, identically on all ranks).
     JobError
-        ``node_id_env`` unset on some rank, or a node name unusable as a path
+        ``env:VAR`` unset on some rank, or a node name unusable as a path
         component (raised on every rank).
     """
     from mpi4py import MPI
 
-    check_node_options(comm.size, emulate_nodes, node_id_env)
-    if emulate_nodes is not None:
-        ids = name_nodes(comm.size, emulate_nodes=emulate_nodes)
-    elif node_id_env is not None:
-        ids = name_nodes(comm.size, env_values=comm.allgather(os.environ.get(node_id_env)),
-                         env_name=node_id_env)
-    else:
-        shared = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank)
-        leader_rank = shared.bcast(comm.rank, root=0)
-        shared.Free()
-        ids = name_nodes(comm.size, hosts=comm.allgather((socket.gethostname(), leader_rank)))
+    node_id = parse_node_id(node_id)
+    ids = name_nodes(comm.size, node_id) if node_id.startswith("emulate:") else None
+    # each rank's shared-memory domain, named by its lowest rank
+    shared = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank)
+    domain = shared.bcast(comm.rank, root=0)
+    shared.Free()
+    gathered = comm.allgather((domain, _own_value(node_id, domain)))
+    if ids is None:
+        ids = name_nodes(comm.size, node_id, [v for _, v in gathered])
 
     idx, names, leaders = assign_nodes(ids)
     my = idx[comm.rank]
@@ -260,17 +240,14 @@ def node_layout(comm: Any, emulate_nodes: Optional[int] = None,
     leader_comm = None if lc == MPI.COMM_NULL else lc
     return NodeLayout(name=names[my], index=my, n_nodes=len(names), names=tuple(names),
                       node_comm=node_comm, leader_comm=leader_comm, is_leader=is_leader,
-                      leader_ranks=tuple(leaders), node_of=tuple(idx))
+                      leader_ranks=tuple(leaders), node_of=tuple(idx),
+                      leaders_share_host=len({gathered[r][0] for r in leaders}) == 1)
 
 
 # -- how ranks form nodes: one value ----------------------------------------------------------
 def parse_node_id(value: Any, name: str = "node_id") -> str:
-    """``host`` | ``env:VAR`` | ``emulate:N`` (canonical text); strict.
-
-    * ``host``: ranks sharing memory form a node, named by host name;
-    * ``env:VAR``: ranks with the same value of environment variable ``VAR``;
-    * ``emulate:N``: ``N`` contiguous blocks of ranks, ``node0`` .. (one-machine tests).
-    """
+    """``host`` | ``env:VAR`` | ``emulate:N`` (canonical text, meanings in the module
+    docstring); strict."""
     text = str(value).strip()
     kind, _, arg = text.partition(":")
     if text == "host":
@@ -282,48 +259,54 @@ def parse_node_id(value: Any, name: str = "node_id") -> str:
     raise ValueError(f"{name} must be 'host', 'env:VAR' or 'emulate:N', got {value!r}")
 
 
-def node_id_of(node_id: Any = None, emulate_nodes: Any = None,
-               node_id_env: Any = None) -> Optional[str]:
-    """The one ``node_id`` value from it or the older keywords (None if none is given). Pure.
+#: The spellings of ``node_id`` (:func:`add_node_id_flags`; the ``STAGER_*`` variables of the
+#: older two): each one's prefix in the canonical value.
+SPELLINGS = {"node_id": "", "emulate_nodes": "emulate:", "node_id_env": "env:"}
 
-    ``emulate_nodes=K`` is ``emulate:K`` and ``node_id_env=VAR`` is ``env:VAR``.
+
+def node_id_of(given: Any) -> Optional[str]:
+    """The one ``node_id`` of an argument namespace (or mapping) holding it or one of its
+    other :data:`SPELLINGS`; None if none is given. Pure.
 
     Raises
     ------
     ValueError
         More than one given, or a value that does not parse.
     """
-    given = [(k, v) for k, v in (("node_id", node_id), ("emulate_nodes", emulate_nodes),
-                                 ("node_id_env", node_id_env)) if v not in (None, "")]
-    if len(given) > 1:
-        raise ValueError(f"use either {' or '.join(k for k, _ in given)}, not both")
-    if not given:
+    get = given.get if isinstance(given, Mapping) else lambda k: getattr(given, k, None)
+    spelled = [(k, get(k)) for k in SPELLINGS if get(k) not in (None, "")]
+    if len(spelled) > 1:
+        raise ValueError(f"use either {' or '.join(k for k, _ in spelled)}, not both")
+    if not spelled:
         return None
-    key, value = given[0]
-    if key == "emulate_nodes":
-        return f"emulate:{parse_int(1)(value, 'emulate_nodes')}"
-    if key == "node_id_env":
-        return parse_node_id(f"env:{value}", "node_id_env")
-    return parse_node_id(value)
+    key, value = spelled[0]
+    return parse_node_id(f"{SPELLINGS[key]}{value}", key)
 
 
-def split_node_id(node_id: str) -> Tuple[Optional[int], Optional[str]]:
-    """``(N, None)`` for ``emulate:N``, ``(None, VAR)`` for ``env:VAR``, else ``(None, None)``."""
-    kind, _, arg = node_id.partition(":")
-    return (int(arg) if kind == "emulate" else None), (arg if kind == "env" else None)
+def add_node_id_flags(parser: Any) -> None:
+    """Add ``--node-id HOW`` and its two older spellings (one of them) to an argparse parser;
+    :func:`node_id_of` reads the parsed namespace back as one ``node_id``."""
+    g = parser.add_mutually_exclusive_group()
+    g.add_argument("--node-id", metavar="HOW", default=None,
+                   help="host (default, or $STAGER_NODE_ID), env:VAR (ranks with the same "
+                        "value of VAR form a node) or emulate:K (K blocks of ranks)")
+    g.add_argument("--emulate-nodes", type=int, metavar="K", default=None,
+                   help="treat contiguous blocks of ranks as K nodes named node0..node{K-1}")
+    g.add_argument("--node-id-env", metavar="VAR", default=None,
+                   help="ranks with the same value of environment variable VAR form a node "
+                        "(e.g. SLURMD_NODENAME)")
 
 
 #: How ranks form nodes: keyword > ``$STAGER_NODE_ID`` > ``host``.
 NODE_ID = Option("node_id", "host", parse_node_id, ENV_PREFIX + "NODE_ID")
 
 
-def resolve_node_id(env: Optional[Mapping[str, str]] = None, node_id: Any = None,
-                    emulate_nodes: Any = None, node_id_env: Any = None) -> str:
-    """``node_id`` from keywords, ``$STAGER_NODE_ID`` (or the older ``$STAGER_EMULATE_NODES``,
-    ``$STAGER_NODE_ID_ENV``), else ``host``. Local; collective callers run it on rank 0."""
+def resolve_node_id(env: Optional[Mapping[str, str]] = None, node_id: Any = None) -> str:
+    """``node_id`` if given, else ``$STAGER_NODE_ID`` (or one of its other spellings,
+    ``$STAGER_EMULATE_NODES``, ``$STAGER_NODE_ID_ENV``), else ``host``. Local; collective
+    callers run it on rank 0."""
     env = os.environ if env is None else env
-    given = node_id_of(node_id, emulate_nodes, node_id_env)
+    given = node_id_of({"node_id": node_id})
     if given is None and not env.get(NODE_ID.env or ""):
-        given = node_id_of(None, env.get(ENV_PREFIX + "EMULATE_NODES"),
-                           env.get(ENV_PREFIX + "NODE_ID_ENV"))
+        given = node_id_of({k: env.get(ENV_PREFIX + k.upper()) for k in list(SPELLINGS)[1:]})
     return str(resolve([NODE_ID], {"node_id": given}, env)["node_id"])

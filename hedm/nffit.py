@@ -342,6 +342,6 @@ def main(args):
     return written
 
 
-def finalize(args, comm) -> None:
+def finalize(args, job) -> None:
     """Every rank: drain node-local results to ``--out`` and remove them (if ``--results``)."""
-    drain_results(args, comm, "nffit_run.json")
+    drain_results(args, job, "nffit_run.json")

@@ -17,7 +17,7 @@ from typing import Any, Dict, Iterable, Mapping, Optional, Sequence
 from hedm.common import replacing
 from stager import drain
 from core.mpi.agree import agreed
-from core.job import job_for
+from core.job import Job
 from stager.planning.plan import expand_node
 from workflows import on_this_node
 from workflows.errors import WorkflowError
@@ -119,33 +119,28 @@ def write_json(path: str, record: Mapping[str, Any]) -> None:
         json.dump(record, fh, indent=1, default=str)
 
 
-def drain_results(args: Any, comm: Any, run_json: str) -> None:
-    """Collective over `comm`: every rank must call. Drain ``args.results`` into ``args.out``.
+def drain_results(args: Any, job: Any, run_json: str) -> None:
+    """Collective over `job`: every rank must call. Drain ``args.results`` into ``args.out``.
 
     Every node's files land directly in ``args.out`` (``merge``; names are
     unique because one task writes them), replacing an earlier run's. Then
     each node's leader removes its node-local results directory, and rank 0
     adds ``"drain"`` (seconds, files, bytes) to ``args.out/run_json``.
-    Does nothing without ``--results`` or with ``--no-drain``.
+    Does nothing without ``--results`` or with ``--no-drain``. ``job`` is the runner's
+    (the node layout the stager used; a communicator is made a job, :meth:`Job.of`).
     """
     if not getattr(args, "results", None) or not getattr(args, "drain", True):
         return
-    # how the runner identified nodes (one value), else the older two flags
-    node_kw = {"node_id": args.node_id} if getattr(args, "node_id", None) else {
-        "emulate_nodes": getattr(args, "emulate_nodes", None),
-        "node_id_env": getattr(args, "node_id_env", None)}
-    if comm is None:
-        from mpi4py import MPI
-        comm = MPI.COMM_WORLD
-    # After a failed main there may be nothing to drain: then say nothing more.
-    here = False
-    with agreed(comm, "draining results"):
-        here = os.path.isdir(on_this_node(args.results))
-    if not comm.allreduce(here):
-        return
-    t0 = time.perf_counter()
-    with job_for(comm, **node_kw) as job:   # one node layout for the drain and the removal
-        report = drain(args.results, args.out, job=job, merge=True, overwrite=True)
+    with Job.of(job) as job:
+        comm = job.comm
+        # After a failed main there may be nothing to drain: then say nothing more.
+        here = False
+        with agreed(comm, "draining results"):
+            here = os.path.isdir(expand_node(args.results, job.name))
+        if not comm.allreduce(here):
+            return
+        t0 = time.perf_counter()
+        report = drain(args.results, args.out, job, merge=True, overwrite=True)
         seconds = time.perf_counter() - t0
         if job.is_leader:
             shutil.rmtree(expand_node(args.results, job.name), ignore_errors=True)

@@ -59,7 +59,7 @@ from typing import Any, Collection, Mapping
 from stager.drainlog import RECORD_PREFIX, DrainLog
 from core import checksum, commit, localfs
 from core.errors import MpistageError
-from core.job import Job, comm_and_job, job_for
+from core.job import Job
 from core.mpi.agree import agreed
 from stager.errors import KEPT, TransferError
 from stager.outputs import check_outputs
@@ -219,11 +219,10 @@ def _fail(message: str, items: list[str], hint: str) -> TransferError:
     return TransferError(f"{message}: {shown}; {hint}")
 
 
-def drain(src: str, dest: str, comm: Any = None, *, emulate_nodes: int | None = None,
-          node_id_env: str | None = None, merge: bool = False, overwrite: bool = False,
-          verify: bool = True, job: Job | None = None,
+def drain(src: str, dest: str, job: Any = None, *, merge: bool = False,
+          overwrite: bool = False, verify: bool = True,
           written: Mapping[str, Collection[str]] | None = None) -> DrainReport:
-    """Collective over `comm`: every rank must call. Copy each node's results to ``dest``.
+    """Collective over `job`: every rank must call. Copy each node's results to ``dest``.
 
     Parameters
     ----------
@@ -231,10 +230,9 @@ def drain(src: str, dest: str, comm: Any = None, *, emulate_nodes: int | None = 
         Node-local results directory; ``%n`` is replaced by each node's name.
     dest : str
         Directory on the shared filesystem (created if missing, must be ours).
-    comm : mpi4py.MPI.Comm or Job, optional
-        Default ``job.comm``, else ``MPI.COMM_WORLD``.
-    emulate_nodes, node_id_env
-        How ranks form nodes when no ``job`` is given (see :class:`core.job.Job`).
+    job : core.job.Job or mpi4py.MPI.Comm, optional
+        The job's node layout, made once; a communicator (default ``MPI.COMM_WORLD``)
+        is made a job here (:meth:`core.job.Job.of`).
     merge : bool
         Put every node's files directly under ``dest``; relative paths must be
         unique across nodes.
@@ -242,8 +240,6 @@ def drain(src: str, dest: str, comm: Any = None, *, emulate_nodes: int | None = 
         Replace files already at their destination (atomically).
     verify : bool
         Read every shared copy back and compare checksums.
-    job : core.job.Job, optional
-        The job's node layout, made once; without it one is made here.
     written : mapping of node name to relative paths, optional
         What the calling job wrote below ``src`` on each node: only those are
         copied, anything else found is reported (:attr:`NodeDrain.left`).
@@ -267,11 +263,10 @@ def drain(src: str, dest: str, comm: Any = None, *, emulate_nodes: int | None = 
     if "%n" in dest:
         raise ValueError(f"dest {dest!r} contains %n: dest is one shared directory; "
                          "per-node subdirectories are made unless merge=True")
-    comm, job = comm_and_job(comm, job)
     src, dest = os.path.abspath(src), os.path.abspath(dest)
     t0 = time.perf_counter()
-    with job_for(comm, job, emulate_nodes=emulate_nodes, node_id_env=node_id_env) as j:
-        return _drain(comm, j.layout, src, dest, merge, overwrite, verify, t0, written)
+    with Job.of(job) as j:
+        return _drain(j.comm, j.layout, src, dest, merge, overwrite, verify, t0, written)
 
 
 def _drain(comm: Any, layout: Any, src: str, dest: str, merge: bool, overwrite: bool,

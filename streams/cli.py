@@ -177,7 +177,7 @@ def _receive(args: argparse.Namespace) -> int:
     control: Any = None
 
     def drain(c: Any, scan: str, local_template: str, written: Any = None) -> None:
-        rep = stager.drain(local_template, opts.out, c, job=job, merge=True, written=written)
+        rep = stager.drain(local_template, opts.out, job, merge=True, written=written)
         left = [x for n in rep.nodes for x in n.left]
         if left and c.rank == 0:    # someone else's files, or files this job did not write
             print(f"stager stream: WARNING: scan {scan}: not drained (not this job's): "
@@ -207,7 +207,7 @@ def _receive(args: argparse.Namespace) -> int:
         return _failed(comm, e, 2)
     try:
         job = job_of(args, comm)
-        outcomes = receive_scans(comm, opts, job=job, on_written=drain, on_ready=ready,
+        outcomes = receive_scans(job, opts, on_written=drain, on_ready=ready,
                                  on_rejections=rejections.update)
     except (ValueError, MpistageError) as e:
         control_job.finish(control)      # disarm before the job ends

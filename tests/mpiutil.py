@@ -40,3 +40,13 @@ def shared_tmpdir(comm: Any, prefix: str = "mpistage-test-") -> str:
     path = comm.bcast(path, root=0)
     assert os.path.isdir(path)
     return path
+
+
+def emulated(comm: Any, k: int) -> Any:
+    """Collective over `comm`: a :class:`core.job.Job` of ``k`` emulated nodes (``emulate:k``).
+
+    Not freed: a test makes a few, and the job outlives the calls it is passed to.
+    """
+    from core.job import Job
+
+    return Job.from_comm(comm, f"emulate:{k}")

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Union
 
 from core.mpi.agree import agreed
-from core.job import Job, job_for
+from core.job import Job
 
 from .errors import HookError, WorkflowError
 
@@ -106,29 +106,24 @@ def resolve_hook(hook: Hook) -> Union[Callable, str]:
 
 def run_leader_hook(
     hook: Optional[Hook],
-    comm: Any,
+    job: Any = None,
     phase: str = "startup",
     *,
-    emulate_nodes: Optional[int] = None,
-    node_id_env: Optional[str] = None,
     stage_options: Optional[Mapping[str, Any]] = None,
-    job: Optional[Job] = None,
 ) -> Optional[HookContext]:
-    """Collective over `comm`: every rank must call. Run ``hook`` once per node, then barrier.
+    """Collective over `job`: every rank must call. Run ``hook`` once per node, then barrier.
 
     Parameters
     ----------
     hook : str, callable or None
         See the module docstring; ``None`` does nothing (no collective).
-    comm : mpi4py.MPI.Intracomm
+    job : core.job.Job or mpi4py.MPI.Intracomm, optional
+        The job's node layout, made once; a communicator (default ``MPI.COMM_WORLD``)
+        is made a job here (:meth:`core.job.Job.of`).
     phase : str
         ``"startup"`` or ``"shutdown"``.
-    emulate_nodes, node_id_env
-        How ranks form nodes when no ``job`` is given (see :class:`core.job.Job`).
     stage_options : mapping, optional
         Extra keyword arguments for ``stager.stage`` / ``stager.clean`` (spec-file hooks).
-    job : core.job.Job, optional
-        The job's node layout, made once; without it one is made here.
 
     Returns
     -------
@@ -145,6 +140,14 @@ def run_leader_hook(
         return None
     if phase not in PHASES:
         raise ValueError(f"phase must be one of {PHASES}, got {phase!r}")
+    with Job.of(job) as j:
+        return _run_hook(hook, j, phase, stage_options)
+
+
+def _run_hook(hook: Hook, job: Job, phase: str,
+              stage_options: Optional[Mapping[str, Any]]) -> Optional[HookContext]:
+    """Collective over `job`: every rank must call. :func:`run_leader_hook` with the job."""
+    comm = job.comm
     what = f"{phase} leader hook"
     target: Any = None
     with agreed(comm, what, base=WorkflowError, default=HookError):
@@ -166,20 +169,18 @@ def run_leader_hook(
         )
 
     ctx = None
-    with job_for(comm, job, emulate_nodes=emulate_nodes, node_id_env=node_id_env) as job:
-        if isinstance(target, tuple):
-            path, fn = target
-            # Collective and agreed inside: the spec is read and planned on rank 0 only.
-            fn(path, comm=comm, job=job, **dict(stage_options or {}))
-            return None
-        # Ranks wait (sleeping, not spinning) while the leaders run the hook.
-        with agreed(comm, what, base=WorkflowError, default=HookError, node=job.name,
-                    quiet=True):
-            if job.is_leader:
-                ctx = HookContext(phase, job.name, job.index, job.n_nodes,
-                                  comm.Get_rank(), socket.gethostname())
-                try:
-                    target(ctx)
-                except Exception as exc:
-                    raise HookError(f"{type(exc).__name__}: {exc}") from exc
+    if isinstance(target, tuple):
+        path, fn = target
+        # Collective and agreed inside: the spec is read and planned on rank 0 only.
+        fn(path, job, **dict(stage_options or {}))
+        return None
+    # Ranks wait (sleeping, not spinning) while the leaders run the hook.
+    with agreed(comm, what, base=WorkflowError, default=HookError, node=job.name, quiet=True):
+        if job.is_leader:
+            ctx = HookContext(phase, job.name, job.index, job.n_nodes,
+                              comm.Get_rank(), socket.gethostname())
+            try:
+                target(ctx)
+            except Exception as exc:
+                raise HookError(f"{type(exc).__name__}: {exc}") from exc
     return ctx

@@ -1,10 +1,9 @@
 """Which node a task runs on: the name the stager gave that node (what ``%n`` stands for).
 
 The runner (``python -m workflows run``) builds the job's node layout once
-(:meth:`core.job.Job.from_comm`: ``--emulate-nodes``, ``--node-id-env``,
-else host names), and exports each rank's node name as ``WORKFLOWS_NODE``
-before any task runs. Worker ranks, processes forked from
-them (the ``local`` executor) and command tasks inherit it, so a task asks
+(:meth:`core.job.Job.from_comm`: ``--node-id``, else host names), and exports
+each rank's node name as ``WORKFLOWS_NODE`` before any task runs. Worker ranks,
+processes forked from them (the ``local`` executor) and command tasks inherit it, so a task asks
 :func:`this_node` instead of knowing how nodes are formed: a flow never sees
 node options (as LiberTEM's analyses never see executors).
 
@@ -39,7 +38,8 @@ def this_node() -> str:
     name = os.environ.get(ENV)
     if name:
         return name
-    return local_node_name(node_id_env=os.environ.get(ENV_ID) or None)
+    var = os.environ.get(ENV_ID)
+    return local_node_name(f"env:{var}" if var else "host")
 
 
 def on_this_node(template: str, node: Optional[str] = None) -> str:

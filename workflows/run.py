@@ -37,10 +37,12 @@ the current directory, never the current directory itself), ``overwrite``
 name), ``workers``, ``ranks``, ``stage_report`` (or ``None``) and ``flow``
 (the flow file).
 
-A flow may also define ``finalize(args, comm)``, called on every rank after
-all tasks finished (``comm`` is ``MPI.COMM_WORLD``, or ``None`` without MPI):
+A flow may also define ``finalize(args, job)``, called on every rank after
+all tasks finished (``job`` is the run's :class:`core.job.Job` over
+``MPI.COMM_WORLD``, the node layout the stager used, or ``None`` without MPI):
 the place for collective writes such as
-:func:`workflows.results.write_collective` of rows kept on the worker ranks.
+:func:`workflows.results.write_collective` of rows kept on the worker ranks,
+and for draining node-local results (``stager.drain(src, dest, job)``).
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ from core.errors import JobError, MpistageError
 from core.job import Job
 from core.mpi.agree import agree, agreed, bcast_result, quiet_barrier
 from core.mpi.launcher import first_rank_speaks
-from core.nodes import local_node_name, resolve_node_id, split_node_id
+from core.nodes import add_node_id_flags, local_node_name, node_id_of, resolve_node_id
 from hooks import SpecError
 from stager.errors import PlanError
 from stager.outputs import run_directory
@@ -114,25 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="hook spec file to stage collectively before the workflow",
     )
-    p.add_argument(
-        "--node-id",
-        default=None,
-        metavar="HOW",
-        help="how ranks form nodes: host (default, or $STAGER_NODE_ID), env:VAR or emulate:K",
-    )
-    p.add_argument(
-        "--emulate-nodes",
-        type=int,
-        default=None,
-        metavar="K",
-        help="split ranks into K emulated nodes (staging and leader hooks)",
-    )
-    p.add_argument(
-        "--node-id-env",
-        default=None,
-        metavar="VAR",
-        help="ranks with equal $VAR form a node (e.g. SLURMD_NODENAME)",
-    )
+    add_node_id_flags(p)  # --node-id HOW, or one of its older spellings
     p.add_argument(
         "--out",
         default=None,
@@ -395,9 +379,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     ns.overwrite = bool(opts.overwrite)
     ns.out, ns.executor, ns.ranks, ns.stage_report = out, name, comm.Get_size() if comm else 1, None
     ns.stage_spec = None
-    # Flows that address node-local copies (%n) need the node layout the stager used.
-    ns.emulate_nodes, ns.node_id_env = opts.emulate_nodes, opts.node_id_env
-    ns.node_id = None  # the runner's job sets it: how ranks form nodes, one value
     code = _run(opts, module, ns, name, comm, hooks)
     if code == 2 and not opts.out and rank == 0:
         try:        # a refused run leaves nothing behind: not even its empty directory
@@ -417,14 +398,10 @@ def _run(opts, module, ns, name: str, comm: Any, hooks) -> int:
         # The node layout, once for the whole run: staging, the node name every task
         # sees (%n: the directory the stager wrote), leader hooks, the executor, drain.
         if comm is None:
-            ns.node_id = resolve_node_id(None, opts.node_id, opts.emulate_nodes,
-                                         opts.node_id_env)
-            set_node(local_node_name(*split_node_id(ns.node_id)))
+            set_node(local_node_name(resolve_node_id(None, node_id_of(opts))))
         else:
-            job = Job.from_comm(comm, opts.node_id, emulate_nodes=opts.emulate_nodes,
-                                node_id_env=opts.node_id_env)
+            job = Job.from_comm(comm, node_id_of(opts))
             set_node(job.name)
-            ns.node_id = job.node_id
         if "%n" in ns.out:
             # Each node's own results directory (the flow resolves the template where it
             # writes, with workflows.on_this_node), so drain finds one per node.
@@ -436,14 +413,14 @@ def _run(opts, module, ns, name: str, comm: Any, hooks) -> int:
         if opts.stage:
             t = time.perf_counter()
             # The spec is read and planned on rank 0 only, inside stage().
-            ns.stage_report = stager.stage(opts.stage, comm=comm, job=job)
+            ns.stage_report = stager.stage(opts.stage, job)
             ns.stage_spec = opts.stage
             times["stage"] = time.perf_counter() - t
             if rank == 0:
                 print(ns.stage_report.summary())
         if hooks.startup:
             t = time.perf_counter()
-            run_leader_hook(hooks.startup, comm, "startup", job=job)
+            run_leader_hook(hooks.startup, job, "startup")
             times["startup_hook"] = time.perf_counter() - t
     except Exception as exc:  # agreed: raised on every rank
         if rank == 0:
@@ -458,7 +435,7 @@ def _run(opts, module, ns, name: str, comm: Any, hooks) -> int:
     if name == "mpi":
         from .executors.mpi import MPIExecutor
 
-        mpi_ex = MPIExecutor(comm, **options)
+        mpi_ex = MPIExecutor(job, **options)
         with mpi_ex as ex:
             if ex is not None:
                 status = _drive(module, ns, ex, opts)
@@ -491,11 +468,11 @@ def _run(opts, module, ns, name: str, comm: Any, hooks) -> int:
 
     code = 0 if status.get("ok") else 2 if status.get("bad_input") else 1
     if callable(getattr(module, "finalize", None)):
-        code = max(code, _finalize(module, ns, comm, rank))
+        code = max(code, _finalize(module, ns, job, rank))
     if hooks.shutdown:
         t = time.perf_counter()
         try:
-            run_leader_hook(hooks.shutdown, comm, "shutdown", job=job)
+            run_leader_hook(hooks.shutdown, job, "shutdown")
         except Exception as exc:
             if rank == 0:
                 print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
@@ -509,16 +486,16 @@ def _run(opts, module, ns, name: str, comm: Any, hooks) -> int:
     return code
 
 
-def _finalize(module: Any, ns: argparse.Namespace, comm: Any, rank: int) -> int:
-    """Call the flow's ``finalize(args, comm)`` on every rank (e.g. a collective HDF5 write)."""
+def _finalize(module: Any, ns: argparse.Namespace, job: Optional[Job], rank: int) -> int:
+    """Call the flow's ``finalize(args, job)`` on every rank (e.g. a collective HDF5 write)."""
     error = None
     try:
-        module.finalize(ns, comm)
+        module.finalize(ns, job)
     except Exception as exc:
         error = exc
-    if comm is not None:
+    if job is not None:
         try:
-            agree(comm, error, "finalize", base=WorkflowError, default=WorkflowError)
+            agree(job.comm, error, "finalize", base=WorkflowError, default=WorkflowError)
         except WorkflowError as exc:
             error = exc
     if error is not None:

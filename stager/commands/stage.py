@@ -36,16 +36,10 @@ def _wait_value(text: str) -> str:
 
 
 def add_node_id_arguments(p: argparse.ArgumentParser) -> None:
-    """How ranks form nodes: ``--node-id`` or its two older spellings (one of them)."""
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("--node-id", metavar="HOW", default=None,
-                   help="host (default, or $STAGER_NODE_ID), env:VAR (ranks with the same "
-                        "value of VAR form a node) or emulate:K (K blocks of ranks)")
-    g.add_argument("--emulate-nodes", type=int, metavar="K", default=None,
-                   help="treat contiguous blocks of ranks as K nodes named node0..node{K-1}")
-    g.add_argument("--node-id-env", metavar="VAR", default=None,
-                   help="ranks with the same value of environment variable VAR form a node "
-                        "(e.g. SLURMD_NODENAME)")
+    """How ranks form nodes (``--node-id`` or its two older spellings) and ``--quiet``."""
+    from core.nodes import add_node_id_flags
+
+    add_node_id_flags(p)
     p.add_argument("--quiet", action="store_true",
                    help="do not say that a command started without mpirun/srun runs as one "
                         "rank on one node")
@@ -55,15 +49,14 @@ def job_of(args: argparse.Namespace, comm: Any) -> Any:
     """Collective over `comm`: every rank must call. The command's one job context."""
     from core.job import Job
     from core.mpi.launcher import launcher_size
+    from core.nodes import node_id_of
 
     if comm.size == 1 and launcher_size() is None and not getattr(args, "quiet", False):
         print(f"stager {getattr(args, 'command', '')}: not started by mpirun or srun: running "
               "as one rank on one node (this machine); start it with mpirun -n N (one rank "
               "or more per node) to reach every node; --quiet hides this note",
               file=sys.stderr, flush=True)
-    return Job.from_comm(comm, getattr(args, "node_id", None),
-                         emulate_nodes=getattr(args, "emulate_nodes", None),
-                         node_id_env=getattr(args, "node_id_env", None))
+    return Job.from_comm(comm, node_id_of(args))
 
 
 def add_node_arguments(p: argparse.ArgumentParser) -> None:

@@ -18,7 +18,7 @@ from stager.staging.transfer import Moving, Sink, SourceReader, run_method
 
 __all__ = ["FilesKind", "OPTIONS"]
 
-#: emulated nodes on one host exchange through shared memory (staging.transfer.shmem)
+#: leaders on one host exchange through shared memory (staging.transfer.shmem)
 OPTIONS = (Option("shared_exchange", True, parse_bool, "STAGER_SHARED_EXCHANGE"),)
 
 

@@ -28,12 +28,13 @@ import socket
 import stat
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Tuple
 
 from core.mpi.agree import agreed
 from stager.errors import KEPT, StagerError
 from stager.nodelocal import record as records
-from stager.nodelocal.roots import lock_roots, open_roots, release
+from core.job import Job
+from stager.nodelocal.roots import Staged, lock_roots, open_roots, release
 from stager.nodelocal.state import RootState
 from core.trusted import Untrusted, is_missing, open_below
 
@@ -124,10 +125,8 @@ def _clean_root(state: RootState, key: str) -> Tuple[int, int, List[str], List[s
     return removed, dirs, left, ancestors, temps
 
 
-def clean(spec: Any, comm: Any = None, emulate_nodes: Optional[int] = None,
-          node_id_env: Optional[str] = None, wait: Any = None, *,
-          job: Any = None) -> CleanReport:
-    """Collective over `comm`: every rank must call. Remove every node's copies of ``spec``.
+def clean(spec: Any, job: Any = None, wait: Any = None) -> CleanReport:
+    """Collective over `job`: every rank must call. Remove every node's copies of ``spec``.
 
     Parameters are those of :func:`stager.verify`; ``wait`` as for :func:`stager.stage`
     (seconds to wait for a run holding a root; default: fail at once, naming it).
@@ -143,7 +142,12 @@ def clean(spec: Any, comm: Any = None, emulate_nodes: Optional[int] = None,
     StagerError
         Removal failed somewhere, or a run holds a root (agreed on all ranks).
     """
-    staged = open_roots(spec, comm, emulate_nodes, node_id_env, wait, job=job)
+    with Job.of(job) as j:
+        return _clean(open_roots(spec, j, wait))
+
+
+def _clean(staged: Staged) -> CleanReport:
+    """Collective over `staged.job`: every rank must call. :func:`clean` of the opened roots."""
     comm, layout = staged.comm, staged.layout
     held: List[Any] = []
     try:
@@ -159,7 +163,7 @@ def clean(spec: Any, comm: Any = None, emulate_nodes: Optional[int] = None,
                 files, dirs, skipped, ancestors, temps = _clean_node(staged.key, held)
                 release(held)
                 held = []
-        # parents shared by emulated nodes on one machine (``/local/run`` of
+        # parents shared by nodes on one machine (``/local/run`` of
         # ``/local/run/%n``) are empty only once every node is done: after the agreement
         # above, each leader tries those every node of its host could not remove
         host = socket.gethostname()
@@ -169,7 +173,6 @@ def clean(spec: Any, comm: Any = None, emulate_nodes: Optional[int] = None,
         gathered = comm.allgather((files, dirs, skipped, temps))
     finally:
         release(held)
-        staged.free()
     return CleanReport(nodes=layout.names, files_removed=sum(g[0] for g in gathered),
                        dirs_removed=sum(g[1] for g in gathered),
                        skipped=tuple(p for g in gathered for p in g[2]),

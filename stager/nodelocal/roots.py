@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, List, Optional, Tuple
 
 from core.mpi.agree import bcast_result
-from core.job import Job, acquire_job, comm_and_job
+from core.job import Job
 from core.nodes import NodeLayout
 from stager.nodelocal.lock import Holder
 from stager.nodelocal.state import RootState
@@ -39,12 +39,6 @@ class Staged:
     run: str
     wait: float
     job: Job
-    owned: bool = False
-
-    def free(self) -> None:
-        """Free the job's communicators if :func:`open_roots` made it (on every rank)."""
-        if self.owned:
-            self.job.free()
 
 
 def _describe(spec: Any) -> Tuple[List[str], str, str]:
@@ -60,24 +54,20 @@ def _wait(wait: Any) -> float:
     return float(resolve([WAIT], {"wait": wait})["wait"])
 
 
-def open_roots(spec: Any, comm: Any, emulate_nodes: Optional[int],
-               node_id_env: Optional[str], wait: Any = None, *, job: Optional[Job] = None
-               ) -> Staged:
-    """Collective over `comm`: every rank must call. The set-up ``verify`` and ``clean`` share.
+def open_roots(spec: Any, job: Job, wait: Any = None) -> Staged:
+    """Collective over `job`: every rank must call. The set-up ``verify`` and ``clean`` share.
 
     Rank 0 resolves ``wait`` (keyword > ``STAGER_WAIT``) and reads the spec's
     destination templates and record key (no globbing: ``verify`` and
     ``clean`` work from the records, not the sources); every rank gets them.
-    The job (``job``, or one made here from the node keywords) says where each
-    rank is. The caller calls ``free()`` on the result.
+    The job says where each rank is.
     """
-    comm, job = comm_and_job(comm, job)
+    comm = job.comm
     wait_s = bcast_result(comm, _wait, wait)
     templates, key, shown = bcast_result(comm, _describe, spec)
     run = comm.bcast(secrets.token_hex(6) if comm.rank == 0 else None, root=0)
-    job, owned = acquire_job(comm, job, emulate_nodes=emulate_nodes, node_id_env=node_id_env)
     return Staged(comm, node_roots(templates, job.name), job.layout, key, shown, run, wait_s,
-                  job, owned)
+                  job)
 
 
 def lock_roots(staged: Staged) -> List[Tuple[str, Optional[RootState], Optional[str]]]:

@@ -1,7 +1,7 @@
 """Free space at destinations, and the capacity check before anything is written.
 
 Several destinations may share one filesystem (``/tmp`` and ``/tmp/bulk``, or
-emulated nodes on one host): room is always compared with what all of them
+nodes sharing one host): room is always compared with what all of them
 need together. ``check_space`` serves ``stager plan`` on one machine;
 :func:`shortfalls` is the pure rule the collective capacity check of the
 staging pipeline (:mod:`stager.staging.capacity`) applies to every leader's
@@ -128,7 +128,7 @@ class RootNeed:
 def shortfalls(rows: Iterable[RootNeed]) -> List[str]:
     """One message per (host, filesystem) whose roots need more than is free. Pure.
 
-    Rows on the same host and filesystem are summed: emulated nodes on one
+    Rows on the same host and filesystem are summed: nodes sharing one
     machine, or two blocks on one disk, compete for the same free space.
     """
     groups: Dict[Tuple[str, int], List[RootNeed]] = defaultdict(list)

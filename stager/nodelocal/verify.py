@@ -27,7 +27,8 @@ from typing import Any, List, Optional, Tuple
 from stager.errors import KEPT, StagerError, VerifyError
 from core.mpi.agree import agreed
 from core import checksum
-from stager.nodelocal.roots import lock_roots, open_roots, release
+from core.job import Job
+from stager.nodelocal.roots import Staged, lock_roots, open_roots, release
 from stager.nodelocal.state import RootState
 from core.trusted import Untrusted, is_missing, open_below
 from stager.planning import kinds
@@ -144,25 +145,18 @@ def _check_node(node: str, key: str, held: List[Any]) -> Tuple[int, int, List[Mi
     return files, nbytes, bad
 
 
-def verify(spec: Any, comm: Any = None, emulate_nodes: Optional[int] = None,
-           node_id_env: Optional[str] = None, wait: Any = None, *,
-           job: Any = None) -> VerifyReport:
-    """Collective over `comm`: every rank must call. Re-checksum every node's copies.
+def verify(spec: Any, job: Any = None, wait: Any = None) -> VerifyReport:
+    """Collective over `job`: every rank must call. Re-checksum every node's copies.
 
     Parameters
     ----------
     spec : str, os.PathLike, hooks.Spec or Plan
         Only its destinations and record key are used (read on rank 0).
-    comm : mpi4py.MPI.Comm or Job, optional
-        Default ``job.comm``, else ``MPI.COMM_WORLD``.
-    emulate_nodes, node_id_env
-        As for :func:`stager.stage` (``node_id``, environment fallback
-        ``STAGER_NODE_ID``); must match the staging run so ``%n`` names the same
-        directories.
+    job : core.job.Job or mpi4py.MPI.Comm, optional
+        As for :func:`stager.stage`; its nodes must be those of the staging run so
+        ``%n`` names the same directories.
     wait : float, optional
         Seconds to wait for a run that holds a root (default: fail at once, naming it).
-    job : core.job.Job, optional
-        The job's node layout, made once; without it one is made here.
 
     Returns
     -------
@@ -177,7 +171,12 @@ def verify(spec: Any, comm: Any = None, emulate_nodes: Optional[int] = None,
         A record is unreadable, a run holds a root, or another failure (agreed on
         all ranks).
     """
-    staged = open_roots(spec, comm, emulate_nodes, node_id_env, wait, job=job)
+    with Job.of(job) as j:
+        return _verify(open_roots(spec, j, wait))
+
+
+def _verify(staged: Staged) -> VerifyReport:
+    """Collective over `staged.job`: every rank must call. :func:`verify` of the opened roots."""
     comm, layout = staged.comm, staged.layout
     held: List[Any] = []
     try:
@@ -193,7 +192,6 @@ def verify(spec: Any, comm: Any = None, emulate_nodes: Optional[int] = None,
         gathered = comm.allgather((files, nbytes, bad))
     finally:
         release(held)
-        staged.free()
     mismatches = [m for _, _, ms in gathered for m in ms]
     if mismatches:
         shown = "; ".join(str(m) for m in mismatches[:20])

@@ -4,7 +4,7 @@ Collective over the communicator of a staging run. Each leader measures free
 space at the destination roots it will write (sizes rounded to whole blocks),
 one ``allgather`` brings every leader's rows to every rank, and the pure rule
 :func:`stager.nodelocal.space.shortfalls` groups them by (host, filesystem):
-emulated nodes on one machine, or two blocks on one disk, compete for the
+nodes sharing one machine, or two blocks on one disk, compete for the
 same free space.
 """
 from __future__ import annotations

@@ -7,7 +7,7 @@ session behind those calls on a leader. For each destination root of its node it
 * creates the root and its state directory and takes the root's lock
   (:mod:`stager.nodelocal.lock`), or learns that another node of *this* run holds
   it -- the root is one shared directory (a destination without ``%n`` on a shared
-  filesystem, or emulated nodes on one host), written once, by that node;
+  filesystem, or nodes sharing one host), written once, by that node;
 * removes the temporary files dead runs left in ``ROOT/.stager/tmp`` (the lock
   says none of them is alive) and loads the spec's record;
 * decides, per planned output, whether the copy there is current (:meth:`decide`),

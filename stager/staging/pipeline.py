@@ -45,7 +45,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from core.errors import Interrupted, MpistageError
 from stager.errors import KEPT, TransferError
 from core.mpi.agree import agreed, any_true, bcast_result
-from core.job import NODE_KEYWORDS, Job, comm_and_job, job_for
+from core.job import Job
 from core.nodes import NodeLayout
 from core import commit, localfs
 from stager.nodelocal.state import STATE_DIR
@@ -134,23 +134,21 @@ class _Run:
                   "the same command again", file=sys.stderr, flush=True)
 
 
-def stage(spec: Any, comm: Any = None, *, job: Optional[Job] = None, **options: Any) -> Report:
-    """Collective over `comm`: every rank must call. Stage ``spec`` to every node.
+def stage(spec: Any, job: Any = None, **options: Any) -> Report:
+    """Collective over `job`: every rank must call. Stage ``spec`` to every node.
 
     Parameters
     ----------
     spec : str, os.PathLike, hooks.Spec or Plan
         The hook spec (read and planned on rank 0 only) or a ready plan.
-    comm : mpi4py.MPI.Comm or Job, optional
-        Default ``job.comm``, else ``MPI.COMM_WORLD``.
-    job : core.job.Job, optional
-        The job's node layout, made once (:meth:`Job.from_comm`); without it one
-        is made here from ``node_id`` (or ``emulate_nodes``/``node_id_env``).
+    job : core.job.Job or mpi4py.MPI.Comm, optional
+        The job's node layout, made once (:meth:`Job.from_comm`); a communicator
+        (default ``MPI.COMM_WORLD``) is made a job here (:meth:`Job.of`: nodes from
+        ``$STAGER_NODE_ID``, else host names).
     **options
         ``method`` ("stripe" | "readall" | "bcast" | "naive"), ``chunk_size``,
-        ``small_file_threshold``, ``node_id`` (or ``emulate_nodes``, ``node_id_env``),
-        ``force``, ``json`` (report path, written by rank 0), ``progress``,
-        ``fsync``, the kinds' own (``h5_memory``, ``h5_inline_bytes``,
+        ``small_file_threshold``, ``force``, ``json`` (report path, written by rank 0),
+        ``progress``, ``fsync``, the kinds' own (``h5_memory``, ``h5_inline_bytes``,
         ``shared_exchange``), ``wait`` (seconds to wait
         for another run holding a destination; negative: forever),
         ``verify_source`` (read every source again after staging and compare),
@@ -179,13 +177,17 @@ def stage(spec: Any, comm: Any = None, *, job: Optional[Job] = None, **options: 
     Interrupted
         SIGINT or SIGTERM: the ranks stopped together; as for ``TransferError``.
     """
-    comm, job = comm_and_job(comm, job)
-    node_kw = {k: options.pop(k) for k in NODE_KEYWORDS if k in options}
+    with Job.of(job) as j:
+        return _stage(spec, j, options)
+
+
+def _stage(spec: Any, j: Job, options: Dict[str, Any]) -> Report:
+    """Collective over `j`: every rank must call. :func:`stage` with the job made."""
+    comm = j.comm
     opts: StageOptions = bcast_result(comm, resolve_options, **options)
     run_id = comm.bcast(secrets.token_hex(6) if comm.rank == 0 else None, root=0)
     ctx = _Run(comm, opts.interrupt_grace)
-    with job_for(comm, job, **node_kw) as j, \
-            interrupt.Handling(grace=opts.interrupt_grace, emergency=ctx.emergency):
+    with interrupt.Handling(grace=opts.interrupt_grace, emergency=ctx.emergency):
         t_plan = time.perf_counter()
         plan = bcast_result(comm, plan_spec, spec, **opts.kind_options)
         plan_seconds = time.perf_counter() - t_plan

@@ -1,10 +1,10 @@
 """A receiving job: receivers on the nodes of one MPI job, analysis on arrival, outputs.
 
 :func:`receive_scans` is what ``mpirun -n N stager stream receive`` runs on every
-rank. Collective over `comm`:
+rank. Collective over `job`:
 
 1. options from rank 0 (one broadcast); the job's node layout
-   (``job=``, else :meth:`core.job.Job.from_comm`) and the roles
+   (a communicator made a job by :meth:`core.job.Job.of`) and the roles
    (:func:`streams.job.roles.assign_roles`);
 2. every receiver binds its PULL socket (or, with Stream V2, connects to the
    detector); rank 0 binds the live PUB socket, gathers the endpoints and writes
@@ -32,7 +32,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from core.mpi.agree import agree, agreed, bcast_result
-from core.job import Job, acquire_job, comm_and_job
+from core.job import Job
 from core.mpi.tree import TreeMergeError, tree_reduce
 from core import localfs
 from core.options import (
@@ -335,22 +335,20 @@ def _security(o: SessionOptions) -> Any:
     return StreamSecurity.for_job(o.rendezvous, o.authorized_keys, allow, o.handshake_timeout)
 
 
-def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional[int] = None,
-                  node_id_env: Optional[str] = None,
+def receive_scans(job: Any, options: SessionOptions, *,
                   on_written: Optional[Callable[[Any, str, str], None]] = None,
                   on_ready: Optional[Callable[[Dict[str, Any]], None]] = None,
-                  job: Optional[Job] = None,
                   on_rejections: Optional[Callable[[Dict[str, Any]], None]] = None
                   ) -> List[ScanOutcome]:
-    """Collective over `comm`: every rank must call. Receive ``options.scans`` scans.
+    """Collective over `job`: every rank must call. Receive ``options.scans`` scans.
 
     Parameters
     ----------
-    comm : mpi4py.MPI.Comm or Job
+    job : core.job.Job or mpi4py.MPI.Comm
+        The job's node layout, made once; a communicator is made a job here
+        (:meth:`core.job.Job.of`).
     options : SessionOptions
         Rank 0's value is used (broadcast).
-    emulate_nodes, node_id_env
-        How ranks form nodes when no ``job`` is given (:class:`core.job.Job`).
     on_written : callable(comm, scan, local_template, written), optional
         Collective: called on every rank after rank 0 wrote a scan's files into its
         node-local ``local_template`` (``%n`` = node): the command drains them to
@@ -359,8 +357,6 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
         local files are removed afterwards.
     on_ready : callable(dict), optional
         Rank 0: called after the rendezvous file is written (endpoints, roles).
-    job : core.job.Job, optional
-        The job's node layout, made once; without it one is made here.
     on_rejections : callable(dict), optional
         Rank 0: called at the end with every message the receivers rejected during
         the job (tied to a scan or not; Stream V2 series that never started),
@@ -379,13 +375,20 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
         A bind, the rendezvous, the analysis, a merge or a write failed anywhere
         (every rank, naming rank, host, node).
     """
+    with Job.of(job) as j:
+        return _receive_scans(j, options, on_written, on_ready, on_rejections)
+
+
+def _receive_scans(job: Job, options: SessionOptions, on_written: Any, on_ready: Any,
+                   on_rejections: Any) -> List[ScanOutcome]:
+    """Collective over `job`: every rank must call. :func:`receive_scans` with the job."""
     import zmq
     from mpi4py import MPI
 
     from streams.job.coordinator import Coordinator
     from streams.job.ranks import RankLoop
 
-    comm, job = comm_and_job(comm, job)
+    comm = job.comm
     opts: SessionOptions = bcast_result(comm, _resolve, options)
     try:
         sec = bcast_result(comm, _security, opts)
@@ -397,7 +400,6 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
         raise
     # this process's ZeroMQ I/O threads: before its first socket (libzmq keeps those it started)
     zmq.Context.instance().set(zmq.IO_THREADS, opts.io_threads)
-    job, made = acquire_job(comm, job, emulate_nodes=emulate_nodes, node_id_env=node_id_env)
     layout = job.layout    # only its names and ranks: collectives go over fcomm
     fcomm = comm.Dup()     # collectives of the finalize, apart from the loop's messages
     # The loop's own point-to-point traffic (partitions, live deltas, heartbeats, aborts)
@@ -504,8 +506,6 @@ def receive_scans(comm: Any, options: SessionOptions, *, emulate_nodes: Optional
             publisher.close()
         if loop is not None and loop.spill is not None:
             loop.spill.close()
-        if made:
-            job.free()
         fcomm.Free()
         lcomm.Free()
         del MPI

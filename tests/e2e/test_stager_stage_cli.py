@@ -66,7 +66,7 @@ def test_exit_codes_and_one_line_reasons(dataset):
     r = _stager("stage", str(tmp / "missing.hook"), cwd=tmp)
     assert r.returncode == 2 and "missing.hook" in r.stderr
     r = _stager("stage", str(spec), "--emulate-nodes", "3", cwd=tmp)
-    assert r.returncode == 2 and "emulate_nodes" in r.stderr
+    assert r.returncode == 2 and "emulated nodes" in r.stderr
     (tmp / "nodes" / "node0").mkdir(parents=True)
     (tmp / "nodes" / "node0" / "d").symlink_to(tmp)
     r = _stager("stage", str(spec), "--emulate-nodes", "2", cwd=tmp)

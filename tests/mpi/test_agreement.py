@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from tests.mpiutil import assert_all
+from tests.mpiutil import assert_all, emulated
 
 pytestmark = [pytest.mark.mpi, pytest.mark.timeout(90)]
 
@@ -63,7 +63,7 @@ def test_spec_hook_that_cannot_load_the_stager_on_one_rank(comm, tmp, monkeypatc
     if comm.rank == _odd_rank(comm):  # e.g. a node whose install is broken
         monkeypatch.delitem(stager.__dict__, "stage", raising=False)
         monkeypatch.setitem(sys.modules, "stager.staging.pipeline", None)  # cannot import
-    got = _outcome(lambda: run_leader_hook(spec, comm, "startup", emulate_nodes=comm.size))
+    got = _outcome(lambda: run_leader_hook(spec, emulated(comm, comm.size), "startup"))
     _same_everywhere(comm, got, "HookError", f"rank {_odd_rank(comm)}",
                      "stager.staging.pipeline")
 
@@ -91,7 +91,7 @@ def test_drain_step_failing_on_one_node_with_any_exception(comm, tmp, monkeypatc
         def broken(*a, **k):
             raise RuntimeError(f"bug in {where}")
         monkeypatch.setattr(so, where, broken)
-    got = _outcome(lambda: drain(src, dest, comm, emulate_nodes=comm.size))
+    got = _outcome(lambda: drain(src, dest, emulated(comm, comm.size)))
     _same_everywhere(comm, got, "TransferError", f"rank {_odd_rank(comm)}",
                      f"RuntimeError: bug in {where}")
     ok = comm.rank != 0 or not any(Path(dest).rglob("*.txt"))
@@ -111,7 +111,7 @@ def test_capacity_check_failing_on_one_leader_with_any_exception(comm, tmp, monk
         def broken(path):
             raise ValueError("statvfs returned nonsense")
         monkeypatch.setattr(cap, "free_bytes", broken)
-    got = _outcome(lambda: stage(os.path.join(tmp, "s.hook"), comm, emulate_nodes=comm.size,
+    got = _outcome(lambda: stage(os.path.join(tmp, "s.hook"), emulated(comm, comm.size),
                                  progress=False))
     _same_everywhere(comm, got, "CapacityError", f"rank {_odd_rank(comm)}",
                      "ValueError: statvfs returned nonsense")
@@ -130,18 +130,17 @@ def test_rows_that_do_not_convert_on_one_rank(comm, tmp):
     _same_everywhere(comm, got, ResultsError.__name__, f"rank {_odd_rank(comm)}")
 
 
-def test_hedm_drain_whose_node_cannot_be_named_on_one_rank(comm, tmp, monkeypatch):
+def test_hedm_drain_names_nodes_by_the_runners_job_not_the_environment(comm, tmp, monkeypatch):
     from hedm.run import drain_results
     from workflows import node
 
     src, dest = _results(comm, tmp)
-    monkeypatch.setenv(node.ENV, f"node{comm.rank}")
-    if comm.rank == _odd_rank(comm):  # the runner did not name it, and its id variable is unset
-        monkeypatch.delenv(node.ENV)
+    if comm.rank == _odd_rank(comm):  # a rank whose environment cannot name its node
+        monkeypatch.delenv(node.ENV, raising=False)
         monkeypatch.setenv(node.ENV_ID, "MPISTAGE_TEST_UNSET_NODE_ID")
         monkeypatch.delenv("MPISTAGE_TEST_UNSET_NODE_ID", raising=False)
-    args = SimpleNamespace(results=src, out=dest, drain=True, emulate_nodes=comm.size,
-                           node_id_env=None)
-    got = _outcome(lambda: drain_results(args, comm, "run.json"))
-    _same_everywhere(comm, got, "JobError", f"rank {_odd_rank(comm)}",
-                     "MPISTAGE_TEST_UNSET_NODE_ID")
+    args = SimpleNamespace(results=src, out=dest, drain=True)
+    got = _outcome(lambda: drain_results(args, emulated(comm, comm.size), "run.json"))
+    drained = sorted(p.name for p in Path(dest).glob("*.txt")) if comm.rank == 0 else []
+    want = [f"r{i}.txt" for i in range(comm.size)] if comm.rank == 0 else []
+    assert_all(comm, got == (None, "") and drained == want, f"{got}; drained {drained}")

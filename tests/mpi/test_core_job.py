@@ -26,7 +26,6 @@ def test_emulated_nodes_at_every_count():
     comm = _comm()
     for k in range(1, comm.size + 1):
         job = Job.from_comm(comm, node_id=f"emulate:{k}")
-        old = Job.from_comm(comm, emulate_nodes=k)  # the older keyword, same layout
         try:
             want = _blocks(comm.size, k)
             me = want[comm.rank]
@@ -37,11 +36,9 @@ def test_emulated_nodes_at_every_count():
                   and job.is_leader == (comm.rank in leaders) and job.leader_ranks == leaders
                   and job.node_comm.size == want.count(me)
                   and (job.leader_comm.size == k if job.is_leader else job.leader_comm is None)
-                  and (old.node_id, old.node_of, old.names) ==
-                      (job.node_id, job.node_of, job.names))
+                  and job.leaders_share_host)     # every rank of this test runs on one host
             assert_all(comm, ok, f"k={k}: {job}")
         finally:
-            old.free()
             job.free()
 
 
@@ -77,7 +74,7 @@ def test_node_id_from_rank_0_environment(monkeypatch):
     with pytest.raises(ValueError, match="STAGER_NODE_ID"):
         Job.from_comm(comm)
     monkeypatch.delenv("STAGER_NODE_ID")
-    with pytest.raises(ValueError, match="emulate_nodes must be an integer in 1"):
+    with pytest.raises(ValueError, match="emulated nodes must be an integer in 1"):
         Job.from_comm(comm, node_id=f"emulate:{comm.size + 1}")
 
 
@@ -123,7 +120,9 @@ def test_one_layout_passed_down(staged_dir, monkeypatch):
         rep = stager.stage(spec, job=job, progress=False)
         stager.verify(spec, job)                      # the job in place of comm
         before = len(made)
-        stager.verify(spec, comm, emulate_nodes=k)    # without a job: one made, freed
+        monkeypatch.setenv("STAGER_NODE_ID", f"emulate:{k}")
+        stager.verify(spec, comm)                     # a communicator: a job made, freed
+        monkeypatch.delenv("STAGER_NODE_ID")
         ok = len(made) == before + 1
         del made[-1]
         if job.is_leader:
@@ -132,17 +131,31 @@ def test_one_layout_passed_down(staged_dir, monkeypatch):
             with open(os.path.join(res, "out.txt"), "w") as f:
                 f.write(job.name)
         comm.Barrier()
-        drained = stager.drain(os.path.join(d, "res", "%n"), os.path.join(d, "shared"), comm,
-                               job=job)
-        roles = layout_roles(comm, 0, "nodes", job=job)
-        stager.clean(spec, job=job, emulate_nodes=k)  # agreeing keywords are accepted
+        drained = stager.drain(os.path.join(d, "res", "%n"), os.path.join(d, "shared"), job)
+        roles = layout_roles(job, 0, "nodes")
+        stager.clean(spec, job)
         left = os.path.exists(os.path.join(d, "nodes", job.name, "data", "0.bin"))
         got = (rep.files, drained.files, list(roles.node_of), len(made),
                sorted(n for n in os.listdir(os.path.join(d, "shared")) if n[0] != "."))
         want = (3, k, list(job.node_of), 1, [f"node{i}" for i in range(k)])  # 1: from_comm's
         assert_all(comm, ok and got == want and not left, f"got {got}, want {want}")
-        with pytest.raises(ValueError, match="node options ask for"):
-            stager.drain(os.path.join(d, "res", "%n"), os.path.join(d, "shared2"), job=job,
-                         node_id_env="HOSTNAME")
     finally:
         job.free()
+
+
+def test_job_of_uses_a_job_as_it_is_and_frees_only_what_it_made():
+    from mpi4py import MPI
+
+    from core.job import Job
+
+    comm = _comm()
+    with Job.from_comm(comm, f"emulate:{comm.size}") as job:
+        with Job.of(job) as same:
+            ok = same is job
+        ok = ok and job.node_comm != MPI.COMM_NULL      # not freed by Job.of
+        with Job.of(comm) as made:
+            ok = ok and made is not job and made.comm is comm and made.node_id == "host"
+            node_comm = made.node_comm
+        ok = ok and node_comm == MPI.COMM_NULL           # freed on leaving
+        assert_all(comm, ok, "Job.of")
+    assert_all(comm, job.node_comm == MPI.COMM_NULL, "a job used as a context is freed")

@@ -13,6 +13,7 @@ import pytest
 from stager.errors import TransferError
 from core import checksum, localfs
 from stager.stageout import RECORD_PREFIX, list_results
+from tests.mpiutil import emulated
 
 # ---------------------------------------------------------------- collective
 
@@ -57,7 +58,7 @@ def test_drain_per_node_copies_bytes_and_records_checksums(comm, tmp) -> None:
     from stager.stageout import drain
     from tests.mpiutil import assert_all
     src, dest, k = _setup(comm, tmp, unique=False)
-    report = drain(src, dest, comm, emulate_nodes=k)
+    report = drain(src, dest, emulated(comm, k))
     ok, msg = True, ""
     if comm.rank == 0:
         for i in range(k):
@@ -89,16 +90,16 @@ def test_drain_refuses_to_overwrite_then_overwrites_when_asked(comm, tmp) -> Non
     from stager.stageout import drain
     from tests.mpiutil import assert_all
     src, dest, k = _setup(comm, tmp)
-    drain(src, dest, comm, emulate_nodes=k)
+    drain(src, dest, emulated(comm, k))
     victim = Path(dest, "node0", "common-0.txt")
     if comm.rank == 0:
         victim.write_bytes(b"edited by hand")
     comm.Barrier()
-    _, err = _run(lambda: drain(src, dest, comm, emulate_nodes=k), comm)
+    _, err = _run(lambda: drain(src, dest, emulated(comm, k)), comm)
     assert_all(comm, isinstance(err, TransferError) and "--overwrite" in str(err)
                and "common-0.txt" in str(err), f"expected an overwrite refusal, got {err!r}")
     assert_all(comm, victim.read_bytes() == b"edited by hand", "refused drain still wrote")
-    drain(src, dest, comm, emulate_nodes=k, overwrite=True)
+    drain(src, dest, emulated(comm, k), overwrite=True)
     assert_all(comm, victim.read_bytes() == b"node0 says hi\n", "overwrite did not replace it")
 
 
@@ -107,7 +108,7 @@ def test_drain_merge_puts_unique_names_together(comm, tmp) -> None:
     from stager.stageout import drain
     from tests.mpiutil import assert_all
     src, dest, k = _setup(comm, tmp, unique=True)
-    report = drain(src, dest, comm, emulate_nodes=k, merge=True)
+    report = drain(src, dest, emulated(comm, k), merge=True)
     names = sorted(str(p.relative_to(dest)) for p in Path(dest).rglob("*")
                    if p.is_file() and not p.name.startswith(RECORD_PREFIX))
     want = sorted([f"common-{i}.txt" for i in range(k)] + [f"sub/part-{i}.bin" for i in range(k)])
@@ -122,7 +123,7 @@ def test_drain_merge_conflict_fails_everywhere_and_writes_nothing(comm, tmp) -> 
     if comm.size < 2:
         pytest.skip("a name clash between nodes needs 2 emulated nodes, i.e. at least 2 ranks")
     src, dest, k = _setup(comm, tmp, unique=False)
-    _, err = _run(lambda: drain(src, dest, comm, emulate_nodes=k, merge=True), comm)
+    _, err = _run(lambda: drain(src, dest, emulated(comm, k), merge=True), comm)
     assert_all(comm, isinstance(err, TransferError) and "common.txt (node0/node1)" in str(err),
                f"expected a merge conflict, got {err!r}")
     written = [p for p in Path(dest).rglob("*") if p.is_file()] if os.path.isdir(dest) else []
@@ -139,7 +140,7 @@ def test_drain_failure_on_one_node_is_agreed(comm, tmp) -> None:
         # A directory where the last node's file must go: its copy fails, the others' do not.
         Path(dest, last, f"common-{k - 1}.txt").mkdir(parents=True)
     comm.Barrier()
-    _, err = _run(lambda: drain(src, dest, comm, emulate_nodes=k, overwrite=True), comm)
+    _, err = _run(lambda: drain(src, dest, emulated(comm, k), overwrite=True), comm)
     assert_all(comm, isinstance(err, TransferError) and "drain (copying) failed" in str(err)
                and f"common-{k - 1}.txt" in str(err), f"expected an agreed failure, got {err!r}")
     messages = comm.allgather(str(err))
@@ -154,7 +155,7 @@ def test_drain_symlink_in_results_fails_before_writing(comm, tmp) -> None:
     if comm.rank == 0:
         Path(tmp, "local", "node0", "results", "link").symlink_to("/etc/hostname")
     comm.Barrier()
-    _, err = _run(lambda: drain(src, dest, comm, emulate_nodes=k), comm)
+    _, err = _run(lambda: drain(src, dest, emulated(comm, k)), comm)
     assert_all(comm, isinstance(err, TransferError) and "link is a symlink" in str(err),
                f"expected a symlink refusal, got {err!r}")
     assert_all(comm, not os.path.exists(dest), "nothing may be written when listing fails")
@@ -166,7 +167,7 @@ def test_drain_missing_results(comm, tmp) -> None:
     from tests.mpiutil import assert_all
     k = min(2, comm.size)
     src = os.path.join(tmp, "none", "%n")
-    _, err = _run(lambda: drain(src, os.path.join(tmp, "out"), comm, emulate_nodes=k), comm)
+    _, err = _run(lambda: drain(src, os.path.join(tmp, "out"), emulated(comm, k)), comm)
     assert_all(comm, isinstance(err, TransferError) and "does not exist on any node" in str(err),
                f"got {err!r}")
     if k == 2:
@@ -174,6 +175,6 @@ def test_drain_missing_results(comm, tmp) -> None:
             Path(tmp, "none", "node1").mkdir(parents=True)
             Path(tmp, "none", "node1", "r.txt").write_bytes(b"r")
         comm.Barrier()
-        report = drain(src, os.path.join(tmp, "out"), comm, emulate_nodes=k)
+        report = drain(src, os.path.join(tmp, "out"), emulated(comm, k))
         assert_all(comm, [n.missing for n in report.nodes] == [True, False] and report.files == 1,
                    f"unexpected report {report.nodes}")

@@ -15,7 +15,7 @@ import os
 import numpy as np
 import pytest
 
-from tests.mpiutil import assert_all
+from tests.mpiutil import assert_all, emulated
 
 pytestmark = pytest.mark.mpi
 
@@ -124,7 +124,7 @@ def test_frames_split_over_nodes_once_each_verify_resume_clean(mpi_tmpdir, k):
     comm = _comm()
     _nodes_or_skip(comm, k)
     spec, _ = _scan(mpi_tmpdir, comm)
-    rep = stage(spec, comm, emulate_nodes=k, progress=False, h5_inline_bytes=0)
+    rep = stage(spec, emulated(comm, k), progress=False, h5_inline_bytes=0)
     bad, counts = _check_copies(mpi_tmpdir, rep.nodes, 1) if comm.rank == 0 else ([], [])
     assert_all(comm, not bad, "; ".join(bad[:5]))
     # balanced within one range (ranges are whole frames: at most one frame apart)
@@ -132,11 +132,11 @@ def test_frames_split_over_nodes_once_each_verify_resume_clean(mpi_tmpdir, k):
     # node 0's leader staged its one range by itself: nothing went through the exchange
     h5x = rep.extra.get("h5", {})
     assert_all(comm, h5x.get("scatter_read_alone") == 1, str(h5x))
-    again = stage(spec, comm, emulate_nodes=k, progress=False, h5_inline_bytes=0)
+    again = stage(spec, emulated(comm, k), progress=False, h5_inline_bytes=0)
     assert_all(comm, again.files_transferred == 0, str(again))
-    v = verify(spec, comm, emulate_nodes=k)
+    v = verify(spec, emulated(comm, k))
     assert_all(comm, v.files_checked == k, str(v))
-    clean(spec, comm, emulate_nodes=k)
+    clean(spec, emulated(comm, k))
     comm.Barrier()
     gone = not os.path.exists(os.path.join(mpi_tmpdir, "nodes")) if comm.rank == 0 else True
     assert_all(comm, gone, "clean left the nodes directory behind")
@@ -149,7 +149,7 @@ def test_two_replicas_each_frame_on_two_nodes(mpi_tmpdir):
     if k < 2:
         pytest.skip("two replicas need two emulated nodes, so two ranks (running 1)")
     spec, _ = _scan(mpi_tmpdir, comm, replicas=2)
-    rep = stage(spec, comm, emulate_nodes=k, progress=False, h5_inline_bytes=0)
+    rep = stage(spec, emulated(comm, k), progress=False, h5_inline_bytes=0)
     bad, counts = _check_copies(mpi_tmpdir, rep.nodes, 2) if comm.rank == 0 else ([], [])
     assert_all(comm, not bad, "; ".join(bad[:5]))
     assert_all(comm, comm.rank != 0 or sum(counts) == 2 * FRAMES, str(counts))
@@ -157,7 +157,7 @@ def test_two_replicas_each_frame_on_two_nodes(mpi_tmpdir):
     h5x = rep.extra.get("h5", {})
     assert_all(comm, h5x.get("scatter_in_groups") == 2 and h5x.get("scatter_read_alone") == 0,
                str(h5x))
-    v = verify(spec, comm, emulate_nodes=k)
+    v = verify(spec, emulated(comm, k))
     assert_all(comm, v.files_checked == 2 * k, str(v))
 
 
@@ -173,7 +173,7 @@ def test_a_node_reads_its_frames_where_they_are_staged(mpi_tmpdir):
     if k < 2:
         pytest.skip("needs two emulated nodes, so two ranks (running 1)")
     spec, src = _scan(mpi_tmpdir, comm)
-    rep = stage(spec, comm, emulate_nodes=k, progress=False)
+    rep = stage(spec, emulated(comm, k), progress=False)
     ok, msg = True, ""
     if comm.rank == 0:
         stack = _stack()
@@ -254,7 +254,7 @@ def test_eiger_and_nxmx_files_split_as_their_formats_define(mpi_tmpdir):
         with open(os.path.join(d, "master.hook"), "w") as f:
             f.write(f"scatter to {d}/m/%n h5 {{ {d}/eiger/{eiger['master']}:/entry }}\n")
     comm.Barrier()
-    rep = stage(os.path.join(d, "ok.hook"), comm, emulate_nodes=k, progress=False,
+    rep = stage(os.path.join(d, "ok.hook"), emulated(comm, k), progress=False,
                 h5_inline_bytes=0)
     bad = []
     if comm.rank == 0:
@@ -273,7 +273,7 @@ def test_eiger_and_nxmx_files_split_as_their_formats_define(mpi_tmpdir):
     assert_all(comm, not bad, "; ".join(bad[:5]))
     msg = ""
     try:
-        stage(os.path.join(d, "master.hook"), comm, emulate_nodes=k, progress=False)
+        stage(os.path.join(d, "master.hook"), emulated(comm, k), progress=False)
     except PlanError as e:
         msg = str(e)
     assert_all(comm, "master.hook:1:1" in msg and "data_000002 (4 frames)" in msg

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from tests.mpiutil import assert_all
+from tests.mpiutil import assert_all, emulated
 
 pytestmark = pytest.mark.mpi
 
@@ -60,7 +60,7 @@ def test_every_byte_on_replicas_nodes_read_once_balanced(mpi_tmpdir, k, replicas
     comm = _comm()
     _nodes_or_skip(comm, k)
     spec, src = _dataset(mpi_tmpdir, comm, replicas)
-    rep = stage(spec, comm, emulate_nodes=k, progress=False, chunk_size=64 << 10,
+    rep = stage(spec, emulated(comm, k), progress=False, chunk_size=64 << 10,
                 small_file_threshold=8 << 10)
     bad = []
     if comm.rank == 0:
@@ -87,11 +87,11 @@ def test_every_byte_on_replicas_nodes_read_once_balanced(mpi_tmpdir, k, replicas
         assert_all(comm, rep.source_bytes_read == total,
                    f"read {rep.source_bytes_read} bytes of the source, planned {total}")
     # resume: nothing moves again; verify checks exactly what each node holds
-    again = stage(spec, comm, emulate_nodes=k, progress=False)
+    again = stage(spec, emulated(comm, k), progress=False)
     assert_all(comm, again.files_transferred == 0, str(again))
-    v = verify(spec, comm, emulate_nodes=k)
+    v = verify(spec, emulated(comm, k))
     assert_all(comm, v.files_checked == replicas * len(SIZES) + k, str(v))
-    clean(spec, comm, emulate_nodes=k)
+    clean(spec, emulated(comm, k))
     comm.Barrier()
     gone = not os.path.exists(os.path.join(mpi_tmpdir, "nodes")) if comm.rank == 0 else True
     assert_all(comm, gone, "clean left the nodes directory behind")
@@ -103,7 +103,7 @@ def test_a_vanished_copy_is_named_by_verify_and_restaged(mpi_tmpdir, k):
     comm = _comm()
     _nodes_or_skip(comm, k)
     spec, src = _dataset(mpi_tmpdir, comm, 1)
-    stage(spec, comm, emulate_nodes=k, progress=False)
+    stage(spec, emulated(comm, k), progress=False)
     if comm.rank == 0:
         victim = [n for n in sorted(os.listdir(os.path.join(mpi_tmpdir, "nodes")))
                   if os.path.exists(os.path.join(mpi_tmpdir, "nodes", n, "frame00.bin"))][0]
@@ -111,13 +111,13 @@ def test_a_vanished_copy_is_named_by_verify_and_restaged(mpi_tmpdir, k):
     victim = comm.bcast(victim if comm.rank == 0 else None, root=0)
     msg = ""
     try:
-        verify(spec, comm, emulate_nodes=k)
+        verify(spec, emulated(comm, k))
     except VerifyError as e:
         msg = str(e)
     assert_all(comm, f"node {victim}" in msg and "frame00.bin" in msg and "missing" in msg, msg)
-    rep = stage(spec, comm, emulate_nodes=k, progress=False)
+    rep = stage(spec, emulated(comm, k), progress=False)
     assert_all(comm, rep.files_transferred == 1, str(rep))
-    verify(spec, comm, emulate_nodes=k)
+    verify(spec, emulated(comm, k))
 
 
 def _task_node_and_read(path_of, source, hard):
@@ -146,13 +146,13 @@ def test_tasks_run_where_their_data_is(mpi_tmpdir):
         pytest.skip(f"needs {2 * k} ranks: a worker besides the root on each of {k} "
                     f"emulated nodes (running {comm.size})")
     spec, src = _dataset(mpi_tmpdir, comm, 1)
-    rep = stage(spec, comm, emulate_nodes=k, progress=False)
-    layout = node_layout(comm, k, None)
+    rep = stage(spec, emulated(comm, k), progress=False)
+    layout = node_layout(comm, f"emulate:{k}")
     set_node(layout.name)
     layout.free()
     task = app(_task_node_and_read)
     ok, msg = True, ""
-    with MPIExecutor(comm, dispatch="nodes", emulate_nodes=k) as ex:
+    with MPIExecutor(emulated(comm, k), dispatch="nodes") as ex:
         if ex is not None:
             try:  # a failure on the root must reach assert_all, not end the test here
                 w = where(spec, rep.nodes)
@@ -200,7 +200,7 @@ def test_a_failure_among_one_files_holders_stops_every_rank_with_its_message(mpi
     comm.Barrier()
     msg = ""
     try:
-        stage(p, comm, emulate_nodes=k, progress=False, chunk_size=64 << 10,
+        stage(p, emulated(comm, k), progress=False, chunk_size=64 << 10,
               small_file_threshold=8 << 10)
     except StagerError as e:
         msg = str(e)

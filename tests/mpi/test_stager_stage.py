@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from tests.mpiutil import assert_all, shared_tmpdir
+from tests.mpiutil import assert_all, emulated, shared_tmpdir
 
 pytestmark = pytest.mark.mpi
 
@@ -103,7 +103,7 @@ def test_every_method_replicates_byte_identical_copies(workdir, method, shared, 
     comm = _comm()
     _nodes_or_skip(comm, k)
     spec, files = _make_dataset(workdir, comm)
-    rep = stage(spec, comm, method=method, emulate_nodes=k, chunk_size=CHUNK,
+    rep = stage(spec, emulated(comm, k), method=method, chunk_size=CHUNK,
                 small_file_threshold=SMALL, progress=False, shared_exchange=shared)
     want = ("shared memory" if shared and k > 1 and method in ("stripe", "bcast")
             else {"stripe": "Iallgatherv", "bcast": "Ibcast", "readall": "Read_at_all",
@@ -122,7 +122,7 @@ def test_every_method_replicates_byte_identical_copies(workdir, method, shared, 
                     "readall": (1.0, k)}[method]
         ok = expected[0] - 0.01 <= amp <= expected[1] + 0.01
         assert_all(comm, ok, f"{method} on {k} node(s): amplification {amp}")
-    clean(spec, comm, emulate_nodes=k)
+    clean(spec, emulated(comm, k))
     comm.Barrier()
     gone = not os.path.exists(os.path.join(workdir, "nodes")) if comm.rank == 0 else True
     assert_all(comm, gone, "clean left the nodes directory behind")
@@ -133,28 +133,29 @@ def test_resume_skips_unchanged_and_force_restages(workdir):
     comm = _comm()
     k = min(2, comm.size)
     spec, files = _make_dataset(workdir, comm)
-    kw = dict(emulate_nodes=k, chunk_size=CHUNK, small_file_threshold=SMALL, progress=False)
-    first = stage(spec, comm, **kw)
+    kw = dict(chunk_size=CHUNK, small_file_threshold=SMALL, progress=False)
+    job = emulated(comm, k)
+    first = stage(spec, job, **kw)
     assert_all(comm, first.files_skipped == 0 and first.files_transferred == len(files), str(first))
-    again = stage(spec, comm, **kw)
+    again = stage(spec, job, **kw)
     assert_all(comm, again.files_skipped == len(files) and again.bytes_written == 0, str(again))
     if comm.rank == 0:  # one source changes: only it moves
         p = files["a/b/small.bin"]
         os.utime(p, ns=(1, 2))
     comm.Barrier()
-    third = stage(spec, comm, **kw)
+    third = stage(spec, job, **kw)
     assert_all(comm, third.files_transferred == 1 and third.bytes_written == 4096 * k, str(third))
     if comm.rank == 0:  # a copy removed on one node: the file moves again, to that node only
         os.unlink(_dest(workdir, f"node{k - 1}", "a/b/c/big.bin"))
     comm.Barrier()
-    fourth = stage(spec, comm, **kw)
+    fourth = stage(spec, job, **kw)
     assert_all(comm, fourth.files_transferred == 1 and fourth.bytes_written == 3 * CHUNK + 17,
                str(fourth))
     # every node's state has a correct checksum for every file, including the one
     # re-sent to one node only (its checksum may come from a leader that did not write it)
-    checked = verify(spec, comm, emulate_nodes=k)
+    checked = verify(spec, job)
     assert_all(comm, checked.files_checked == k * len(files), str(checked))
-    forced = stage(spec, comm, force=True, **kw)
+    forced = stage(spec, job, force=True, **kw)
     ok = forced.files_skipped == 0 and forced.files_transferred == len(files)
     assert_all(comm, ok, str(forced))
     bad = _check_copies(workdir, files, forced.nodes) if comm.rank == 0 else []
@@ -167,8 +168,8 @@ def test_verify_catches_a_flipped_byte(workdir):
     comm = _comm()
     k = min(2, comm.size)
     spec, files = _make_dataset(workdir, comm)
-    stage(spec, comm, emulate_nodes=k, chunk_size=CHUNK, small_file_threshold=SMALL, progress=False)
-    ok = verify(spec, comm, emulate_nodes=k)
+    stage(spec, emulated(comm, k), chunk_size=CHUNK, small_file_threshold=SMALL, progress=False)
+    ok = verify(spec, emulated(comm, k))
     assert_all(comm, ok.files_checked == k * len(files), str(ok))
     victim = _dest(workdir, f"node{k - 1}", "a/b/c/big.bin")
     if comm.rank == 0:
@@ -179,7 +180,7 @@ def test_verify_catches_a_flipped_byte(workdir):
             f.write(bytes([b[0] ^ 0x01]))
     comm.Barrier()
     with pytest.raises(VerifyError) as info:
-        verify(spec, comm, emulate_nodes=k)
+        verify(spec, emulated(comm, k))
     msgs = comm.allgather(str(info.value))
     assert_all(comm, len(set(msgs)) == 1, "ranks got different verify errors")
     assert_all(comm, f"node node{k - 1}: {victim}" in msgs[0], msgs[0])
@@ -196,8 +197,8 @@ def test_clean_removes_exactly_what_was_staged(workdir):
         with open(foreign, "w") as f:
             f.write("not staged")
     comm.Barrier()
-    stage(spec, comm, emulate_nodes=1, progress=False)
-    rep = clean(spec, comm, emulate_nodes=1)
+    stage(spec, emulated(comm, 1), progress=False)
+    rep = clean(spec, emulated(comm, 1))
     assert_all(comm, rep.files_removed == len(files), str(rep))
     if comm.rank == 0:
         left = sorted(os.path.relpath(os.path.join(r, f), workdir)
@@ -237,7 +238,7 @@ def test_tiny_tmpfs_fails_capacity_check_before_any_write(workdir):
         pytest.skip(f"mount -t tmpfs failed here: {why}")
     try:
         with pytest.raises(CapacityError) as info:
-            stage(os.path.join(workdir, "tiny.hook"), comm, emulate_nodes=k, progress=False)
+            stage(os.path.join(workdir, "tiny.hook"), emulated(comm, k), progress=False)
         msg = str(info.value)
         msgs = comm.allgather(msg)
         assert_all(comm, len(set(msgs)) == 1, "ranks got different capacity errors")
@@ -265,7 +266,7 @@ def test_planted_symlink_is_refused_and_its_target_untouched(workdir):
         os.symlink(victim, link)
     comm.Barrier()
     with pytest.raises(TransferError) as info:
-        stage(spec, comm, emulate_nodes=k, progress=False)
+        stage(spec, emulated(comm, k), progress=False)
     msg = str(info.value)
     assert_all(comm, len(set(comm.allgather(msg))) == 1, "ranks got different errors")
     assert_all(comm, f"node node{k - 1}" in msg and link in msg and "symlink" in msg, msg)
@@ -295,7 +296,7 @@ def test_bad_source_fails_on_every_rank_without_hang(workdir, method, shared, ho
                 f.write(b"more")
     comm.Barrier()
     with pytest.raises(TransferError) as info:
-        stage(manifest, comm, method=method, emulate_nodes=k, chunk_size=CHUNK,
+        stage(manifest, emulated(comm, k), method=method, chunk_size=CHUNK,
               small_file_threshold=SMALL, progress=False, shared_exchange=shared)
     msg = str(info.value)
     assert_all(comm, len(set(comm.allgather(msg))) == 1, "ranks got different errors")
@@ -312,8 +313,8 @@ def test_errors_before_any_collective_are_the_same_everywhere(workdir):
     from stager import stage
     from stager.errors import PlanError
     comm = _comm()
-    with pytest.raises(ValueError, match="emulate_nodes"):
-        stage("unused.hook", comm, emulate_nodes=comm.size + 1)
+    with pytest.raises(ValueError, match="emulated nodes"):
+        stage("unused.hook", emulated(comm, comm.size + 1))
     with pytest.raises(ValueError, match="method"):
         stage("unused.hook", comm, method="teleport")
     spec = os.path.join(workdir, "nomatch.hook")
@@ -329,12 +330,12 @@ def test_errors_before_any_collective_are_the_same_everywhere(workdir):
 def test_node_layouts():
     from core.nodes import node_layout
     comm = _comm()
-    lay = node_layout(comm)  # one machine: one shared-memory node
+    lay = node_layout(comm, "host")  # one machine: one shared-memory node
     assert_all(comm, lay.n_nodes == 1 and lay.is_leader == (comm.rank == 0), str(lay))
     lay.free()
     os.environ["MPISTAGE_TEST_NODE"] = f"n{comm.rank % 2}"
     try:
-        lay = node_layout(comm, node_id_env="MPISTAGE_TEST_NODE")
+        lay = node_layout(comm, "env:MPISTAGE_TEST_NODE")
     finally:
         del os.environ["MPISTAGE_TEST_NODE"]
     want_n = min(2, comm.size)
@@ -350,7 +351,7 @@ def test_node_layouts():
         os.environ["MPISTAGE_TEST_NODE"] = "x"
     try:
         with pytest.raises(JobError, match="unset") if comm.size > 1 else _nullctx():
-            node_layout(comm, node_id_env="MPISTAGE_TEST_NODE").free()
+            node_layout(comm, "env:MPISTAGE_TEST_NODE").free()
     finally:
         os.environ.pop("MPISTAGE_TEST_NODE", None)
 
@@ -405,7 +406,7 @@ def test_sparse_3gib_file(workdir):
     comm.Barrier()
     spec = os.path.join(workdir, "big.hook")
     try:
-        rep = stage(spec, comm, emulate_nodes=k, progress=False)
+        rep = stage(spec, emulated(comm, k), progress=False)
         assert_all(comm, rep.bytes_written == k * (3 << 30), str(rep))
         if comm.rank == 0:
             want = checksum.file_hexdigest(src)
@@ -426,4 +427,4 @@ def test_sparse_3gib_file(workdir):
             bad = []
         assert_all(comm, not bad, "; ".join(bad))
     finally:
-        clean(spec, comm, emulate_nodes=k)
+        clean(spec, emulated(comm, k))

@@ -11,7 +11,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from tests.mpiutil import assert_all, shared_tmpdir
+from tests.mpiutil import assert_all, emulated, shared_tmpdir
 from tests.h5scan import FRAMES, NX, NY, make_scan
 import stager.planning.kinds  # noqa: F401  (registers the block kinds parse_spec reads)
 
@@ -80,8 +80,8 @@ def test_stack_values_chunks_filters_and_attrs(scan, sel, idx):
     comm = _comm()
     for k in _nodes(comm):
         # a 150 KiB memory cap forces several pieces; inline_bytes=0 forces collective reads
-        r = stage_h5(_spec(scan, f"  scan42.h5:/entry/data/data{sel}", f"out{k}{sel}/%n"), comm,
-                     emulate_nodes=k, memory="150K", inline_bytes=0)
+        r = stage_h5(_spec(scan, f"  scan42.h5:/entry/data/data{sel}", f"out{k}{sel}/%n"),
+                     emulated(comm, k), memory="150K", inline_bytes=0)
 
         def check(r=r, k=k):
             with h5py.File(os.path.join(scan, "scan42.h5"), "r") as s:
@@ -125,7 +125,7 @@ def test_group_copy_with_links_strings_and_resume(scan):
     k = min(2, comm.size)
     spec = _spec(scan, "  scan42.h5:/entry/instrument\n  scan42.h5:/entry/data/data[0:8]\n"
                        "  scan42.h5:/entry/log")
-    r = stage_h5(spec, comm, emulate_nodes=k)
+    r = stage_h5(spec, emulated(comm, k))
     assert_all(comm, (r.files_staged, r.files_skipped, r.datasets) == (1, 0, 5), str(r))
 
     def check():
@@ -150,12 +150,12 @@ def test_group_copy_with_links_strings_and_resume(scan):
         return True, ""
     _check_on_rank0(comm, check)
     # resume: unchanged source and selections -> skipped; force -> staged again
-    r2 = stage_h5(spec, comm, emulate_nodes=k)
+    r2 = stage_h5(spec, emulated(comm, k))
     assert_all(comm, (r2.files_skipped, r2.bytes_written) == (1, 0), f"no resume: {r2}")
-    r3 = stage_h5(spec, comm, emulate_nodes=k, force=True)
+    r3 = stage_h5(spec, emulated(comm, k), force=True)
     assert_all(comm, r3.files_staged == 1 and r3.bytes_written == r.bytes_written, str(r3))
     # a different selection of the same file is not "current"
-    r4 = stage_h5(_spec(scan, "  scan42.h5:/entry/data/data[0:9]"), comm, emulate_nodes=k)
+    r4 = stage_h5(_spec(scan, "  scan42.h5:/entry/data/data[0:9]"), emulated(comm, k))
     assert_all(comm, r4.files_staged == 1, f"changed selection was skipped: {r4}")
 
 
@@ -166,7 +166,7 @@ def test_state_records_make_verify_and_clean_work(scan):
     comm = _comm()
     k = min(2, comm.size)
     spec = _spec(scan, "  scan42.h5:/entry/data/data[::4]")
-    r = stage_h5(spec, comm, emulate_nodes=k)
+    r = stage_h5(spec, emulated(comm, k))
 
     def check():
         for node in r.nodes:
@@ -192,7 +192,7 @@ def test_bad_selection_fails_on_every_rank(scan, entry, match):
     from stager.errors import PlanError
     comm = _comm()
     try:
-        stage_h5(_spec(scan, f"  {entry}"), comm, emulate_nodes=min(2, comm.size))
+        stage_h5(_spec(scan, f"  {entry}"), emulated(comm, min(2, comm.size)))
         msg = "no error"
     except PlanError as e:
         msg = str(e)
@@ -211,7 +211,7 @@ def test_failure_on_one_node_fails_all_without_hang(scan):
         os.mkdir(os.path.join(scan, "out", f"node{k - 1}", "scan42.h5"))  # a directory in the way
     comm.Barrier()
     try:
-        stage_h5(_spec(scan, "  scan42.h5:/entry/data/data"), comm, emulate_nodes=k,
+        stage_h5(_spec(scan, "  scan42.h5:/entry/data/data"), emulated(comm, k),
                  inline_bytes=0)
         msg = "no error"
     except TransferError as e:
@@ -240,8 +240,7 @@ def test_tiny_tmpfs_fails_capacity_check_before_any_write(scan):
         pytest.skip(f"mount -t tmpfs failed here: {why}")
     try:
         try:
-            stage_h5(_spec(scan, "  big.h5:/entry/data/data[0:120]", "mnt/%n"), comm,
-                     emulate_nodes=k)
+            stage_h5(_spec(scan, "  big.h5:/entry/data/data[0:120]", "mnt/%n"), emulated(comm, k))
             msg = "no error"
         except CapacityError as e:
             msg = str(e)
@@ -258,8 +257,8 @@ def test_tiny_tmpfs_fails_capacity_check_before_any_write(scan):
 def test_kernels_reader_reads_the_staged_stack(scan):
     comm = _comm()
     from kernels import HDF5Stack
-    r = stage_h5(_spec(scan, "  scan42.h5:/entry/data/data[4:12]"), comm,
-                 emulate_nodes=min(2, comm.size))
+    r = stage_h5(_spec(scan, "  scan42.h5:/entry/data/data[4:12]"),
+                 emulated(comm, min(2, comm.size)))
 
     def check():
         import h5py

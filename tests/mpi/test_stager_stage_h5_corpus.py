@@ -18,7 +18,7 @@ import shutil
 import numpy as np
 import pytest
 
-from tests.mpiutil import assert_all, shared_tmpdir
+from tests.mpiutil import assert_all, emulated, shared_tmpdir
 import stager.planning.kinds  # noqa: F401  (registers the block kinds parse_spec reads)
 
 pytestmark = pytest.mark.mpi
@@ -126,7 +126,7 @@ def test_every_corpus_file_staged_equal_to_source_and_verified(corpus):
                f"corpus entries missing (hdf5plugin not installed?): {sorted(names)}")
     spec = parse_spec(_spec_text(manifest, out, entries), path="corpus.hook",
                       base_dir=manifest["root"], env={})
-    rep = stage(spec, comm, emulate_nodes=k, progress=False, h5_memory="256K",
+    rep = stage(spec, emulated(comm, k), progress=False, h5_memory="256K",
                 h5_inline_bytes=0)  # every dataset through the read path
     h5 = rep.extra.get("h5", {})
     import h5py
@@ -144,7 +144,7 @@ def test_every_corpus_file_staged_equal_to_source_and_verified(corpus):
     problems = comm.bcast(problems, root=0)
     assert_all(comm, not problems, "; ".join(problems[:20]))
 
-    v = verify(spec, comm, emulate_nodes=k)
+    v = verify(spec, emulated(comm, k))
     assert_all(comm, v.files_checked == rep.files * k, f"verify checked {v.files_checked}")
 
     # tamper: overwrite the middle of one stored gzip chunk of the last node's copy
@@ -159,7 +159,7 @@ def test_every_corpus_file_staged_equal_to_source_and_verified(corpus):
     comm.Barrier()
     msg = "no error"
     try:
-        verify(spec, comm, emulate_nodes=k)
+        verify(spec, emulated(comm, k))
     except VerifyError as e:
         msg = str(e)
     assert_all(comm, f"node {bad_node}" in msg or bad_node in msg, msg)
@@ -184,7 +184,7 @@ def test_corpus_refusals_at_planning_on_every_rank(corpus, name):
                       base_dir=manifest["root"], env={})
     msg = "no error"
     try:
-        stage(spec, comm, emulate_nodes=min(2, comm.size), progress=False)
+        stage(spec, emulated(comm, min(2, comm.size)), progress=False)
     except PlanError as ex:
         msg = str(ex)
     msgs = comm.allgather(msg)
@@ -217,7 +217,7 @@ def test_each_filter_whole_and_unaligned_selection(corpus, name):
     out = os.path.join(d, "each", name)
     text = (f'broadcast to {out}/whole/%n h5 {{\n  "{src}:/{name}"\n}}\n'
             f'broadcast to {out}/sel/%n h5 {{\n  "{src}:/{name}[1:5]"\n}}\n')
-    rep = stage(parse_spec(text, path="f.hook", base_dir=d, env={}), comm, emulate_nodes=k,
+    rep = stage(parse_spec(text, path="f.hook", base_dir=d, env={}), emulated(comm, k),
                 progress=False, h5_inline_bytes=0)
 
     def check():
@@ -277,8 +277,8 @@ def test_lossy_filters_are_copied_as_stored_chunks_exactly(corpus):
     comm.Barrier()
     out = os.path.join(d, "lossy")
     text = f'broadcast to {out}/%n h5 {{\n  "{src}:/zfp"\n  "{src}:/so[3:7]"\n}}\n'
-    rep = stage(parse_spec(text, path="l.hook", base_dir=d, env={}), comm,
-                emulate_nodes=min(2, comm.size), progress=False)
+    rep = stage(parse_spec(text, path="l.hook", base_dir=d, env={}),
+                emulated(comm, min(2, comm.size)), progress=False)
     problems = ["not checked"]
     if comm.rank == 0:
         from tests.h5same import dataset_same
@@ -320,7 +320,7 @@ def test_a_source_chunk_that_does_not_decode_stops_every_leader_and_leaves_nothi
                       base_dir=d, env={})
     msg = "no error"
     try:
-        stage(spec, comm, emulate_nodes=min(2, comm.size), progress=False, h5_inline_bytes=0)
+        stage(spec, emulated(comm, min(2, comm.size)), progress=False, h5_inline_bytes=0)
     except TransferError as e:
         msg = str(e)
     msgs = comm.allgather(msg)

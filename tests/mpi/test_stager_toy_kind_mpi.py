@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 import tests.toykind  # noqa: F401  (registers the kind: its one row)
-from tests.mpiutil import assert_all, shared_tmpdir
+from tests.mpiutil import assert_all, emulated, shared_tmpdir
 
 pytestmark = pytest.mark.mpi
 
@@ -47,7 +47,7 @@ def test_a_toy_kind_stages_resumes_verifies_and_cleans(workdir):
     comm = MPI.COMM_WORLD
     k = min(2, comm.size)
     spec = _spec(workdir, comm)
-    rep = stage(spec, comm, emulate_nodes=k, progress=False)
+    rep = stage(spec, emulated(comm, k), progress=False)
     assert_all(comm, rep.files == 3 and rep.files_transferred == 3, str(rep))
     assert_all(comm, rep.extra["text"] == {"decoded": 2, "outputs": 2, "label": "text files"},
                str(rep.extra))
@@ -60,9 +60,9 @@ def test_a_toy_kind_stages_resumes_verifies_and_cleans(workdir):
                         open(os.path.join(workdir, "nodes", n, "t", name), "rb") as g:
                     ok = ok and f.read() == g.read()
     assert_all(comm, ok, "a text copy differs from its source")
-    again = stage(spec, comm, emulate_nodes=k, progress=False)
+    again = stage(spec, emulated(comm, k), progress=False)
     assert_all(comm, again.files_transferred == 0, str(again))
-    checked = verify(spec, comm, emulate_nodes=k)
+    checked = verify(spec, emulated(comm, k))
     assert_all(comm, checked.files_checked == 3 * k, str(checked))
     # the kind's own check of its recorded copy, before the checksum: same file, same
     # size, a byte that is not UTF-8
@@ -71,12 +71,12 @@ def test_a_toy_kind_stages_resumes_verifies_and_cleans(workdir):
             f.write(b"\xff")
     comm.Barrier()
     try:
-        verify(spec, comm, emulate_nodes=k)
+        verify(spec, emulated(comm, k))
         why = ""
     except VerifyError as e:
         why = " ".join(m.reason for m in e.mismatches)
     assert_all(comm, why == "not utf-8 text (byte 0)", why)
-    clean(spec, comm, emulate_nodes=k)
+    clean(spec, emulated(comm, k))
 
 
 def test_a_file_that_does_not_decode_fails_on_every_rank(workdir):
@@ -90,7 +90,7 @@ def test_a_file_that_does_not_decode_fails_on_every_rank(workdir):
             f.write(b"ok\xff\xfe")
     spec = _spec(workdir, comm, extra="src/bad.txt ")
     try:
-        stage(spec, comm, emulate_nodes=min(2, comm.size), progress=False)
+        stage(spec, emulated(comm, min(2, comm.size)), progress=False)
         msg = ""
     except StagerError as e:
         msg = str(e)

@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 import tests.toymethod  # noqa: F401  (registers the method: its one row)
-from tests.mpiutil import assert_all, shared_tmpdir
+from tests.mpiutil import assert_all, emulated, shared_tmpdir
 
 pytestmark = pytest.mark.mpi
 
@@ -39,7 +39,7 @@ def test_a_toy_method_stages_resumes_and_verifies(workdir):
             f.write(f"broadcast to {workdir}/nodes/%n files {{ src/*.dat }}\n")
     comm.Barrier()
     spec = os.path.join(workdir, "spec.hook")
-    rep = stage(spec, comm, emulate_nodes=k, progress=False, method="relay")
+    rep = stage(spec, emulated(comm, k), progress=False, method="relay")
     assert_all(comm, rep.files == 3 and rep.files_transferred == 3, str(rep))
     assert_all(comm, rep.extra["files"]["exchange"].startswith("relay"), str(rep.extra))
     same = True
@@ -50,7 +50,7 @@ def test_a_toy_method_stages_resumes_and_verifies(workdir):
                         open(os.path.join(workdir, "nodes", n, name), "rb") as g:
                     same = same and f.read() == g.read()
     assert_all(comm, same, "a relayed copy differs from its source")
-    again = stage(spec, comm, emulate_nodes=k, progress=False, method="relay")
+    again = stage(spec, emulated(comm, k), progress=False, method="relay")
     assert_all(comm, again.files_transferred == 0, str(again))   # resumed: nothing moves
-    v = verify(spec, comm, emulate_nodes=k)
+    v = verify(spec, emulated(comm, k))
     assert_all(comm, v.files_checked == 3 * k, str(v))

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import tests.toyprotocol as toy  # registers the protocol: its one row
-from tests.mpiutil import assert_all, shared_tmpdir
+from tests.mpiutil import assert_all, emulated, shared_tmpdir
 
 pytestmark = pytest.mark.mpi
 
@@ -55,9 +55,9 @@ def test_a_scan_over_a_plugged_in_protocol_is_received_and_written():
     def drain(c, scan, local_template, written):
         import stager
 
-        stager.drain(local_template, opts.out, c, emulate_nodes=1, merge=True, written=written)
+        stager.drain(local_template, opts.out, emulated(c, 1), merge=True, written=written)
 
-    outcomes = receive_scans(comm, opts, emulate_nodes=1, on_ready=ready, on_written=drain)
+    outcomes = receive_scans(emulated(comm, 1), opts, on_ready=ready, on_written=drain)
     for t in threads:
         t.join(30)
     bad = [f"producer: {e!r}" for e in errors]

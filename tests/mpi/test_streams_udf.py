@@ -20,7 +20,7 @@ import pytest
 pytest.importorskip("libertem")
 
 from tests import udf_cases as uc
-from tests.mpiutil import assert_all, shared_tmpdir
+from tests.mpiutil import assert_all, emulated, shared_tmpdir
 
 WITHHELD = (0, 3, 10, 11, 40, 63)
 
@@ -63,9 +63,9 @@ def _serve(comm, tmp, nodes, specs, data):
         threads.append(t)
 
     def drain(c, scan, local_template, written):
-        stager.drain(local_template, out, c, emulate_nodes=nodes, merge=True, written=written)
+        stager.drain(local_template, out, emulated(c, nodes), merge=True, written=written)
 
-    outcomes = receive_scans(comm, opts, emulate_nodes=nodes, on_ready=ready, on_written=drain)
+    outcomes = receive_scans(emulated(comm, nodes), opts, on_ready=ready, on_written=drain)
     for t in threads:
         t.join(30)
     return out, outcomes, errors

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from tests.mpiutil import assert_all
+from tests.mpiutil import assert_all, emulated
 from workflows import TaskCrashed, TaskTimeout, app, foreach
 
 pytestmark = pytest.mark.mpi
@@ -53,7 +53,7 @@ def _comm():
 def _executor(comm, dispatch, nodes, **options):
     from workflows.executors import MPIExecutor
 
-    return MPIExecutor(comm, dispatch=dispatch, emulate_nodes=min(nodes, comm.size), **options)
+    return MPIExecutor(emulated(comm, min(nodes, comm.size)), dispatch=dispatch, **options)
 
 
 @pytest.mark.parametrize("dispatch", ["central", "nodes"])

@@ -5,6 +5,7 @@ import os
 
 import pytest
 
+from tests.mpiutil import emulated
 from workflows.leader import HookContext, run_leader_hook
 from workflows import HookError
 
@@ -34,8 +35,7 @@ def test_runs_once_per_emulated_node(nodes, monkeypatch):
     k = min(nodes, comm.size)
     folder = shared_tmpdir(comm)
     monkeypatch.setenv(CALLS_DIR_ENV, folder)
-    ctx = run_leader_hook("tests.mpi.test_workflows_leader_hooks_mpi:record", comm, "startup",
-                          emulate_nodes=k)
+    ctx = run_leader_hook("tests.mpi.test_workflows_leader_hooks_mpi:record", emulated(comm, k), "startup")
     # The barrier: when any rank returns, every node's hook has finished.
     calls = sorted(os.listdir(folder))
     leaders = [r * comm.size // k for r in range(k)] if k > 1 else [0]
@@ -129,13 +129,13 @@ def test_spec_file_hook_stages_and_cleans():
     comm.Barrier()
     spec = os.path.join(folder, "stage.hook")
     k = min(2, comm.size)
-    run_leader_hook(spec, comm, "startup", emulate_nodes=k)
+    run_leader_hook(spec, emulated(comm, k), "startup")
     staged = sorted(os.listdir(os.path.join(folder, "local")))
     files = sorted(n for n in os.listdir(os.path.join(folder, "local", "node0"))
                    if not n.startswith("."))  # the stager's own manifest is hidden
     ok = staged == [f"node{i}" for i in range(k)] and files == ["f0.dat", "f1.dat", "f2.dat"]
     comm.Barrier()
-    run_leader_hook(spec, comm, "shutdown", emulate_nodes=k)
+    run_leader_hook(spec, emulated(comm, k), "shutdown")
     left = [n for n in os.listdir(os.path.join(folder, "local", "node0"))
             if not n.startswith(".")] if os.path.isdir(os.path.join(folder, "local", "node0")) \
         else []

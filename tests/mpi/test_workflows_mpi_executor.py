@@ -11,7 +11,7 @@ import os
 import numpy as np
 import pytest
 
-from tests.mpiutil import assert_all, shared_tmpdir
+from tests.mpiutil import assert_all, emulated, shared_tmpdir
 from workflows import DependencyFailure, TaskFailure, app, foreach, reduce_tree
 
 pytestmark = pytest.mark.mpi
@@ -48,7 +48,7 @@ DISPATCH = [("central", 1), ("nodes", 2)]
 def _executor(comm, dispatch, nodes):
     from workflows.executors import MPIExecutor
 
-    return MPIExecutor(comm, dispatch=dispatch, emulate_nodes=min(nodes, comm.size))
+    return MPIExecutor(emulated(comm, min(nodes, comm.size)), dispatch=dispatch)
 
 
 @pytest.mark.parametrize("dispatch,nodes", DISPATCH)

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests.mpiutil import assert_all
+from tests.mpiutil import assert_all, emulated
 from workflows import TaskFailure, TaskTimeout, app, foreach, reduce_tree
 
 pytestmark = pytest.mark.mpi
@@ -52,7 +52,7 @@ def _comm():
 def _executor(comm, dispatch):
     from workflows.executors import MPIExecutor
 
-    return MPIExecutor(comm, dispatch=dispatch, emulate_nodes=min(2, comm.size))
+    return MPIExecutor(emulated(comm, min(2, comm.size)), dispatch=dispatch)
 
 
 @pytest.mark.parametrize("dispatch", ["central", "nodes"])

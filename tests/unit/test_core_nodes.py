@@ -23,7 +23,7 @@ def test_emulated_examples():
 
 @pytest.mark.parametrize("k", [0, 5, -1, 2.0, True, "2"])
 def test_emulated_rejects_bad_counts(k):
-    with pytest.raises(ValueError, match="emulate_nodes"):
+    with pytest.raises(ValueError, match="emulated nodes must be an integer"):
         emulated_ids(4, k)
 
 

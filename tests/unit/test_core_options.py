@@ -45,22 +45,33 @@ def test_node_id_refuses(bad):
         parse_node_id(bad)
 
 
-def test_older_keywords_map_onto_node_id():
-    assert node_id_of() is None
-    assert node_id_of(emulate_nodes=2) == node_id_of(node_id="emulate:2") == "emulate:2"
-    assert node_id_of(node_id_env="SLURMD_NODENAME") == "env:SLURMD_NODENAME"
+def test_older_spellings_map_onto_node_id():
+    import argparse
+
+    from core.nodes import add_node_id_flags
+
+    assert node_id_of({}) is None
+    assert node_id_of({"emulate_nodes": 2}) == node_id_of({"node_id": "emulate:2"}) == "emulate:2"
+    assert node_id_of({"node_id_env": "SLURMD_NODENAME"}) == "env:SLURMD_NODENAME"
     with pytest.raises(ValueError, match="either"):
-        node_id_of(emulate_nodes=2, node_id_env="X")
+        node_id_of({"emulate_nodes": 2, "node_id_env": "X"})
     with pytest.raises(ValueError, match="either"):
-        node_id_of(node_id="host", emulate_nodes=2)
+        node_id_of({"node_id": "host", "emulate_nodes": 2})
     with pytest.raises(ValueError):
-        node_id_of(emulate_nodes="0")
+        node_id_of({"emulate_nodes": "0"})
+    # the command line: one of the three flags, read back from the namespace
+    p = argparse.ArgumentParser()
+    add_node_id_flags(p)
+    assert node_id_of(p.parse_args(["--emulate-nodes", "3"])) == "emulate:3"
+    assert node_id_of(p.parse_args(["--node-id-env", "V"])) == "env:V"
+    assert node_id_of(p.parse_args(["--node-id", "host"])) == "host"
+    assert node_id_of(p.parse_args([])) is None
 
 
 def test_node_id_resolution():
     assert resolve_node_id(env={}) == NODE_ID.default == "host"
     assert resolve_node_id(env={"STAGER_NODE_ID": "emulate:2"}) == "emulate:2"
-    assert resolve_node_id(env={"STAGER_NODE_ID": "emulate:2"}, node_id_env="V") == "env:V"
+    assert resolve_node_id(env={"STAGER_NODE_ID": "emulate:2"}, node_id="env:V") == "env:V"
     # the older variables still work, below the new one
     assert resolve_node_id(env={"STAGER_EMULATE_NODES": "3"}) == "emulate:3"
     assert resolve_node_id(env={"STAGER_NODE_ID_ENV": "V", "STAGER_NODE_ID": "host"}) == "host"

@@ -26,7 +26,10 @@ reader of the module's head -- and resolved to a package. The rules:
   table: nothing outside them branches on a protocol's name (or on ``stream2``);
 * one role model and message loop: ``streams`` and ``workflows`` take their MPI
   roles (one ``Roles``), loop (``core.mpi.loop``), link and tags from ``core.mpi``
-  and make no point-to-point MPI call of their own.
+  and make no point-to-point MPI call of their own;
+* the job is the one way to say how ranks form nodes: no function outside the
+  command-line modules takes ``emulate_nodes``/``node_id_env``, and nothing uses
+  the helpers ``Job.of`` replaced.
 """
 from __future__ import annotations
 
@@ -371,3 +374,44 @@ def test_every_plug_in_table_is_built_with_the_one_helper():
     assert len(in_table) >= len(tables), in_table   # the reading finds the five
     assert rows <= in_table, ("a plug-in table made by hand (use core.table.Table): "
                               + "; ".join(sorted(rows - in_table)))
+
+
+#: The command-line modules: the only ones where a parameter may carry an older spelling of
+#: ``--node-id`` (their argument parsing turns it into ``node_id``, :func:`core.nodes.node_id_of`).
+NODE_FLAG_MODULES = ("stager.commands.stage", "stager.commands.verify", "stager.commands.clean",
+                     "stager.commands.drain", "streams.cli", "workflows.run", "hedm.demo")
+OLD_NODE_PARAMETERS = {"emulate_nodes", "node_id_env"}
+#: Gone: a job is made once (``Job.from_comm``) or from a communicator by ``Job.of`` alone.
+REMOVED_JOB_HELPERS = {"comm_and_job", "acquire_job", "job_for", "co_located"}
+
+
+def _python_files(*tops: str) -> Iterator[Tuple[str, str]]:
+    yield from _modules()
+    for top in tops:
+        for dirpath, dirnames, filenames in os.walk(os.path.join(ROOT, top)):
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "__")))
+            for name in sorted(f for f in filenames if f.endswith(".py")):
+                yield top, os.path.join(dirpath, name)
+
+
+def test_the_job_is_the_one_way_to_say_how_ranks_form_nodes():
+    params, helpers = [], []
+    for module, path in _python_files("tests", "bench"):
+        with open(path) as fh:
+            tree = ast.parse(fh.read(), path)
+        where = os.path.relpath(path, ROOT)
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) \
+                    and module.split(".")[0] in PACKAGES and module not in NODE_FLAG_MODULES:
+                a = node.args
+                params += [f"{where}:{node.lineno} {x.arg}" for x in
+                           (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg)
+                           if x is not None and x.arg in OLD_NODE_PARAMETERS]
+            used = (node.id if isinstance(node, ast.Name) else
+                    node.attr if isinstance(node, ast.Attribute) else
+                    node.name.rsplit(".", 1)[-1] if isinstance(node, ast.alias) else None)
+            if used in REMOVED_JOB_HELPERS:
+                helpers.append(f"{where}:{getattr(node, 'lineno', '?')} {used}")
+    assert not params, ("a library function takes an older node keyword; take a core.job.Job "
+                        "(or a comm, made a job by Job.of): " + "; ".join(params))
+    assert not helpers, "a removed job helper is used (Job.of replaces them): " + "; ".join(helpers)

@@ -100,9 +100,10 @@ def test_roles_validation():
 
 
 def test_emulated_roles_match_the_stager_blocks():
-    from workflows.executors.mpi.roles import emulated_roles
+    from core.nodes import assign_nodes, name_nodes
 
-    r = emulated_roles(8, 4, "nodes")
+    index, names, _ = assign_nodes(name_nodes(8, "emulate:4"))
+    r = plan_roles(index, names, 0, "nodes")
     assert r.node_of == (0, 0, 1, 1, 2, 2, 3, 3) and r.names == ("node0", "node1", "node2", "node3")
     assert r.servers == (0, 2, 4, 6) and r.workers == (1, 3, 5, 7)
 

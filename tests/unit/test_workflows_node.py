@@ -19,7 +19,7 @@ def test_the_runner_sets_the_node_and_tasks_read_it(monkeypatch):
 def test_outside_a_run_the_same_rule_as_the_stager(monkeypatch):
     monkeypatch.delenv(ENV, raising=False)
     monkeypatch.delenv(ENV_ID, raising=False)
-    assert this_node() == name_nodes(1, hosts=[(socket.gethostname(), 0)])[0]
+    assert this_node() == name_nodes(1, "host", [(socket.gethostname(), 0)])[0]
     monkeypatch.setenv(ENV_ID, "MY_NODE")
     monkeypatch.setenv("MY_NODE", "n7")
     assert this_node() == "n7"
@@ -30,12 +30,18 @@ def test_outside_a_run_the_same_rule_as_the_stager(monkeypatch):
 
 def test_one_naming_rule():
     # emulated nodes: contiguous blocks, as the stager splits ranks
-    assert name_nodes(4, emulate_nodes=2) == emulated_ids(4, 2) == ["node0", "node0", "node1",
-                                                                    "node1"]
+    assert name_nodes(4, "emulate:2") == emulated_ids(4, 2) == ["node0", "node0", "node1",
+                                                                "node1"]
     # repeated host names in different shared-memory groups stay unique and readable
-    assert name_nodes(4, hosts=[("h", 0), ("h", 0), ("h", 2), ("g", 3)]) == ["h-0", "h-0",
-                                                                             "h-2", "g"]
+    assert name_nodes(4, "host", [("h", 0), ("h", 0), ("h", 2), ("g", 3)]) == ["h-0", "h-0",
+                                                                                "h-2", "g"]
+    assert name_nodes(2, "env:V", ["a", "b"]) == ["a", "b"]
+    with pytest.raises(Exception, match="V is unset"):
+        name_nodes(2, "env:V", ["a", ""])
+    with pytest.raises(ValueError, match="expected 2 values"):
+        name_nodes(2, "host")
     # one process with more emulated nodes than ranks is an error, as for the stager
-    with pytest.raises(ValueError, match="emulate_nodes"):
-        local_node_name(emulate_nodes=2)
-    assert local_node_name(emulate_nodes=1) == "node0"
+    with pytest.raises(ValueError, match="emulated nodes must be an integer in 1..1"):
+        local_node_name("emulate:2")
+    assert local_node_name("emulate:1") == "node0"
+    assert local_node_name("env:V", env={"V": "n3"}) == "n3"

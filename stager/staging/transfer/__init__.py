@@ -15,7 +15,7 @@ adds one (the toy of ``tests/toymethod.py``). A name is checked with the options
 
 Small files (below ``small_file_threshold``) travel in batches for the
 collective methods (:mod:`~stager.staging.transfer.tasks`), each opened by one rank.
-With emulated nodes (every leader on one host), ``stripe`` and ``bcast`` exchange
+With every leader on one host (nodes of one machine), ``stripe`` and ``bcast`` exchange
 through a shared-memory window instead of messages
 (:mod:`~stager.staging.transfer.shmem`; the ``files`` kind's option
 ``shared_exchange=False`` turns it off): a test-machine path that real nodes, on
@@ -128,13 +128,12 @@ def stripe(m: Moving, bcast: bool = False) -> Err:
     comm = m.comm
     tasks = make_tasks([j.size for j in m.jobs], comm.size, m.chunk_size, m.small,
                        single_reader=bcast)
-    # emulated nodes may share a host: then through a shared-memory window
-    if m.shared_exchange and m.job.node_id.startswith("emulate:") and comm.size > 1:
-        from stager.staging.transfer.shmem import co_located, run_pieces_shared
+    # leaders on one host: through a shared-memory window
+    if m.shared_exchange and m.job.leaders_share_host and comm.size > 1:
+        from stager.staging.transfer.shmem import run_pieces_shared
 
-        if co_located(comm):  # else: emulated nodes spread over hosts
-            m.info["exchange"] = "shared memory window (emulated nodes on one host)"
-            return run_pieces_shared(comm, tasks, m.reader, m.sink)
+        m.info["exchange"] = "shared memory window (leaders on one host)"
+        return run_pieces_shared(comm, tasks, m.reader, m.sink)
     m.info["exchange"] = "Ibcast" if bcast else "Iallgatherv"
     return run_pieces(comm, tasks, m.reader, m.sink, m.chunk_size, broadcast=bcast)
 

@@ -20,7 +20,7 @@ collective. Details of the error are agreed by the caller (``core.mpi.agree``).
 Progress is made by Open MPI inside MPI calls only, so the overlap is as good
 as the library's asynchronous progress allows; the three-buffer structure
 still lets the kernel's read-ahead and the page cache work while MPI copies.
-Leaders that share one host (emulated nodes) exchange through a shared-memory
+Leaders that share one host exchange through a shared-memory
 window instead (:mod:`~stager.staging.transfer.shmem`). Before any leader writes
 a chunk, every reader has checked the files whose last piece it read (size,
 mtime, ctime, inode), and a pending SIGINT or SIGTERM stops every leader after

@@ -1,6 +1,6 @@
 """The exchange of leaders that share one host: a shared-memory window instead of messages.
 
-When every leader of a run is on one host -- emulated nodes -- their chunk buffers
+When every leader of a run is on one host (``Job.leaders_share_host``), their chunk buffers
 can be one MPI-3 shared-memory window (``MPI_Win_allocate_shared``): each leader
 reads its pieces of a chunk into its own segment, the leaders agree the round is
 read (the small status ``Iallreduce`` that carries each piece's digest and the error
@@ -8,7 +8,7 @@ flag, as in the message exchange), and each writes the whole chunk straight from
 owners' segments. No data byte travels through MPI, so nothing depends on Open
 MPI's shared-memory transport.
 
-Only emulated nodes take this path (``stager.staging.transfer``): leaders on separate
+Only leaders on one host take this path (``stager.staging.transfer``): leaders on separate
 hosts, as on a cluster, always exchange with messages. It exists because the message
 exchange progresses only while both leaders are inside MPI at once, which two leaders
 sharing a few cores rarely are; here the only per-round synchronisation is the small
@@ -38,21 +38,9 @@ from stager.staging.transfer.sink import Sink
 from stager.staging.transfer.source import SourceReader
 from stager.staging.transfer.tasks import Task
 
-__all__ = ["co_located", "run_pieces_shared"]
+__all__ = ["run_pieces_shared"]
 
 _SLOTS = 2
-
-
-def co_located(comm: Any) -> bool:
-    """Collective over `comm`: every rank must call. True if all its ranks share one host
-    (one shared-memory domain), the same answer on every rank."""
-    from mpi4py import MPI
-
-    sub = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank)
-    try:
-        return bool(comm.allreduce(int(sub.size == comm.size), op=MPI.MIN))
-    finally:
-        sub.Free()
 
 
 def run_pieces_shared(comm: Any, tasks: Sequence[Task], reader: SourceReader,

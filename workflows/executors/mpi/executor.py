@@ -38,7 +38,8 @@ import threading
 import traceback
 from typing import Any, Dict, List, Optional, Union
 
-from core.mpi.agree import bcast_result
+from core.job import Job
+from core.mpi.agree import agreed, bcast_result
 from core.mpi.link import Link
 from core.options import Option, parse_bool, parse_choice, parse_int, parse_number, resolve
 
@@ -70,22 +71,21 @@ LOCALITY_WAIT = 1.0
 
 
 class MPIExecutor(Executor):
-    """Tasks on the ranks of ``comm`` other than ``root`` (collective context manager).
+    """Tasks on the job's ranks other than ``root`` (collective context manager).
 
     Parameters
     ----------
-    comm : mpi4py.MPI.Intracomm, optional
-        The communicator (default ``MPI.COMM_WORLD``). With one rank, tasks
-        run in a thread of that rank.
+    job : core.job.Job or mpi4py.MPI.Intracomm, optional
+        The job (its node layout serves ``nodes`` dispatch and placement,
+        ``app.on(node)``); a communicator (default ``MPI.COMM_WORLD``) is made a job
+        on entering (:meth:`core.job.Job.of`). With one rank, tasks run in a thread
+        of that rank.
     root : int
         The rank that runs the workflow's main.
     dispatch : str, optional
         ``central`` (the root serves every worker) or ``nodes`` (one task
         server per node, fed by the root; see :mod:`.roles`). Default:
         ``$WORKFLOWS_MPI_DISPATCH``, else ``central``.
-    emulate_nodes, node_id_env : optional
-        How ranks form nodes when no ``job`` is given (as for the stager); used by
-        ``nodes`` dispatch and by placement (``app.on(node)``).
     max_chunk : int, optional
         Most tasks in one batch to a worker (default ``$WORKFLOWS_MPI_MAX_CHUNK``,
         else 64).
@@ -104,8 +104,6 @@ class MPIExecutor(Executor):
         tasks never move; free tasks never wait; 0 lets others take soft tasks
         at once. Default ``$MPISTAGE_LOCALITY_WAIT``, else :data:`LOCALITY_WAIT`
         (1 s, why: see there).
-    job : core.job.Job, optional
-        The job's node layout, made once (``comm`` may be the job itself).
     abort_on_lost : bool
         When a worker had to be given up (stuck past its time limit), end the
         job with ``MPI_Abort(1)`` on leaving the context (the stuck rank can
@@ -118,26 +116,25 @@ class MPIExecutor(Executor):
     @classmethod
     def run_options(cls, opts: Any, job: Any = None) -> Dict[str, Any]:
         # workflows run aborts itself, after its summary, when a worker was lost
-        return {"dispatch": opts.dispatch, "job": job, "abort_on_lost": False}
+        return {"dispatch": opts.dispatch, "abort_on_lost": False}
 
     def __init__(
         self,
-        comm: Any = None,
+        job: Any = None,
         root: int = 0,
         dispatch: Optional[str] = None,
-        emulate_nodes: Optional[int] = None,
-        node_id_env: Optional[str] = None,
         max_chunk: Optional[int] = None,
         window: Optional[int] = None,
         locality_wait: Optional[float] = None,
         abort_on_lost: bool = True,
         arrays: Optional[bool] = None,
-        job: Any = None,
     ):
         super().__init__()
-        from core.job import comm_and_job
+        comm = job.comm if isinstance(job, Job) else job
+        if comm is None:
+            from mpi4py import MPI
 
-        comm, job = comm_and_job(comm, job)
+            comm = MPI.COMM_WORLD
         if comm.Is_inter():
             raise ExecutorError("MPIExecutor needs an intracommunicator")
         if not (0 <= root < comm.Get_size()):
@@ -149,7 +146,7 @@ class MPIExecutor(Executor):
         resolve_options(env={}, **self._options)  # checked here, by the environment's parsers
         self.comm = comm
         self.root = root
-        self._emulate_nodes, self._node_id_env, self._job = emulate_nodes, node_id_env, job
+        self._job = job
         self.abort_on_lost = abort_on_lost
         self.arrays = True
         self.roles: Optional[Roles] = None
@@ -214,8 +211,9 @@ class MPIExecutor(Executor):
         o = bcast_result(comm, resolve_options, **self._options)
         self.arrays = o["arrays"]
         self._dup = comm.Dup()
-        self.roles = roles = layout_roles(self._dup, self.root, o["dispatch"], self._emulate_nodes,
-                                          self._node_id_env, job=self._job)
+        with agreed(comm, "mpi executor: node layout", base=ExecutorError,
+                    default=ExecutorError), Job.of(self._job or comm) as job:
+            self.roles = roles = layout_roles(job, self.root, o["dispatch"])
         # its messages hold pickled tasks and results (bytes), never arrays to send apart
         link = self._link = Link(self._dup, "executor", out_of_band=None)
         opts = Options(max_chunk=o["max_chunk"], window=o["window"],

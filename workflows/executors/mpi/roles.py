@@ -1,7 +1,7 @@
 """Who does what in the mpi executor: the root, task servers, workers -- from the node layout.
 
 Pure (``plan_roles``, by the project's role rule :func:`core.mpi.roles.serve_nodes`)
-plus one collective (``layout_roles``: from the job's node layout). Two dispatch modes:
+plus ``layout_roles`` (from the job's node layout). Two dispatch modes:
 
 * ``central`` -- the root serves every other rank (one dispatcher).
 * ``nodes`` -- one task server per node (Swift/T ADLB's servers): the lowest
@@ -15,14 +15,12 @@ tasks; soft-placed ones run elsewhere.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Sequence
 
-from core.mpi.agree import agreed
-from core.job import Job, acquire_job
-from core.nodes import assign_nodes, emulated_ids
+from core.job import Job
 from core.mpi.roles import Roles, serve_nodes
 
-__all__ = ["Roles", "plan_roles", "emulated_roles", "layout_roles", "MODES"]
+__all__ = ["Roles", "plan_roles", "layout_roles", "MODES"]
 
 MODES = ("central", "nodes")
 
@@ -50,31 +48,6 @@ def plan_roles(node_of: Sequence[int], names: Sequence[str], root: int, mode: st
     return Roles(server_of, servers, tuple(node_of), tuple(names), root, mode)
 
 
-def emulated_roles(ranks: int, nodes: int, mode: str, root: int = 0) -> Roles:
-    """The roles of ``ranks`` ranks in ``nodes`` emulated nodes (no MPI: for models, tests)."""
-    index, names, _leaders = assign_nodes(emulated_ids(ranks, nodes))
-    return plan_roles(index, names, root, mode)
-
-
-def layout_roles(comm: Any, root: int, mode: str, emulate_nodes: Optional[int] = None,
-                 node_id_env: Optional[str] = None, job: Optional[Job] = None) -> Roles:
-    """Collective over `comm` unless ``job`` is given. Roles from the job's node layout.
-
-    Without ``job``, one is made here (from the node keywords) and freed.
-
-    Raises
-    ------
-    ExecutorError
-        On every rank, if the layout cannot be made on some rank.
-    """
-    from ...errors import ExecutorError
-
-    made = None
-    with agreed(comm, "mpi executor: node layout", base=ExecutorError, default=ExecutorError):
-        job, made = acquire_job(comm, job, emulate_nodes=emulate_nodes, node_id_env=node_id_env)
-    assert job is not None
-    try:
-        return plan_roles(job.node_of, job.names, root, mode)
-    finally:
-        if made:
-            job.free()
+def layout_roles(job: Job, root: int, mode: str) -> Roles:
+    """Roles from the job's node layout. Local."""
+    return plan_roles(job.node_of, job.names, root, mode)
