@@ -35,7 +35,8 @@ def test_runs_once_per_emulated_node(nodes, monkeypatch):
     k = min(nodes, comm.size)
     folder = shared_tmpdir(comm)
     monkeypatch.setenv(CALLS_DIR_ENV, folder)
-    ctx = run_leader_hook("tests.mpi.test_workflows_leader_hooks_mpi:record", emulated(comm, k), "startup")
+    ctx = run_leader_hook("tests.mpi.test_workflows_leader_hooks_mpi:record", emulated(comm, k),
+                          "startup")
     # The barrier: when any rank returns, every node's hook has finished.
     calls = sorted(os.listdir(folder))
     leaders = [r * comm.size // k for r in range(k)] if k > 1 else [0]
