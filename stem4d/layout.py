@@ -23,7 +23,7 @@ from typing import Any, Dict, List, Tuple, Union
 
 import numpy as np
 
-from streams.analysis import PerFrame
+from analyses.contract import PerFrame
 from streams.protocol import ScanGeometry
 from stem4d.errors import Stem4DError
 

@@ -16,6 +16,7 @@ the same layout as the streamed one (:func:`streams.job.output.write_scan`).
 from __future__ import annotations
 
 import functools
+import glob
 import os
 import re
 from dataclasses import dataclass
@@ -23,13 +24,12 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from streams.accounting import ScanReport
-from streams.errors import StreamError
-from streams.protocol import ScanGeometry
+from analyses.errors import AnalysisError
+from analyses.geometry import ScanGeometry
 
-__all__ = ["PartitionRef", "partitions",
+__all__ = ["PartitionRef", "partitions", "read_partition_file", "spilled_partitions",
            "frame_files", "is_series", "open_frame_file", "read_partition", "dataset_geometry",
-           "offline_report", "parse_source", "source_partitions", "read_frames"]
+           "parse_source", "source_partitions", "read_frames"]
 
 
 @dataclass(frozen=True)
@@ -141,7 +141,7 @@ def parse_source(text: str) -> Tuple[str, str]:
     """``FILE.h5:/dataset`` -> (file, dataset)."""
     path, sep, dset = text.rpartition(":")
     if not sep or not path or not dset.startswith("/"):
-        raise StreamError(f"{text!r}: expected FILE.h5:/dataset")
+        raise AnalysisError(f"{text!r}: expected FILE.h5:/dataset")
     return path, dset
 
 
@@ -151,7 +151,7 @@ def dataset_geometry(path: str, dataset: str, scan: str = "offline",
     import h5py
 
     if not os.path.isfile(path):
-        raise StreamError(f"--frames {path}:{dataset}: no such file {path}: give an existing "
+        raise AnalysisError(f"--frames {path}:{dataset}: no such file {path}: give an existing "
                           "HDF5 file (FILE.h5:/DATASET)")
     try:
         with h5py.File(path, "r") as f:
@@ -160,19 +160,19 @@ def dataset_geometry(path: str, dataset: str, scan: str = "offline",
                 f.visititems(lambda n, o: names.append("/" + n)
                              if isinstance(o, h5py.Dataset) and len(o.shape) in (3, 4)
                              else None)
-                raise StreamError(f"--frames {path}:{dataset}: no such dataset in {path}; "
+                raise AnalysisError(f"--frames {path}:{dataset}: no such dataset in {path}; "
                                   "frames datasets there: " + (", ".join(names[:8]) or "none"))
             d = f[dataset]
             shape, dtype = d.shape, d.dtype
     except OSError as e:
-        raise StreamError(f"--frames {path}: cannot read it as HDF5 ({e}): give an HDF5 "
+        raise AnalysisError(f"--frames {path}: cannot read it as HDF5 ({e}): give an HDF5 "
                           "file of frames (FILE.h5:/DATASET)") from e
     if len(shape) == 4:
         ss: Tuple[int, int] = (int(shape[0]), int(shape[1]))
     elif len(shape) == 3:
         ss = (int(scan_shape[0]), int(scan_shape[1])) if scan_shape else (1, int(shape[0]))
     else:
-        raise StreamError(f"{path}:{dataset} has shape {shape}: expected frames "
+        raise AnalysisError(f"{path}:{dataset} has shape {shape}: expected frames "
                           "(F, rows, cols) or (ny, nx, rows, cols)")
     return ScanGeometry(scan, 1, ss[0] * ss[1], 1, (int(shape[-2]), int(shape[-1])),
                         np.dtype(dtype).str, ss)
@@ -187,8 +187,6 @@ def read_partition(ref: PartitionRef, files: Optional[Sequence[str]] = None
     """
     files = list(files) if files is not None else frame_files(ref)
     if ref.kind == "spill":
-        from streams.job.spill import read_partition_file
-
         data, index, complete, _ = read_partition_file(files[0])
         return data, index, complete
     if ref.kind == "frames":
@@ -223,21 +221,8 @@ def read_frames(refs: Sequence[PartitionRef], indices: Sequence[int]) -> np.ndar
                 got[p] = data[j]
     missing = sorted(want - set(got))
     if missing:
-        raise StreamError(f"frames {missing[:5]} asked for are not in the source")
+        raise AnalysisError(f"frames {missing[:5]} asked for are not in the source")
     return np.stack([got[i] for i in sorted(got)])
-
-
-def offline_report(geometry: ScanGeometry, complete: np.ndarray,
-                   received: Optional[np.ndarray] = None) -> ScanReport:
-    """Accounting of a scan read from files: ``complete`` frames (bool, frames) are
-    complete; frames in ``received`` but not complete count as incomplete."""
-    rep = ScanReport.empty(geometry)
-    complete = np.asarray(complete, bool)
-    rep.got[complete] = True
-    if received is not None:
-        rep.got[np.asarray(received, bool) & ~complete, 0] = True
-    rep.ended_by = "end"
-    return rep
 
 
 def source_partitions(frames: Optional[str], spilled: Optional[str], scan: Optional[str],
@@ -251,8 +236,6 @@ def source_partitions(frames: Optional[str], spilled: Optional[str], scan: Optio
                              scan_shape)
         return g, partitions(path, g.frames, k, dataset=dset)
     if spilled:
-        from streams.job.spill import read_partition_file, spilled_partitions
-
         if not scan:
             raise ValueError("--spilled needs --scan NAME")
         paths = spilled_partitions(spilled, scan)
@@ -264,3 +247,30 @@ def source_partitions(frames: Optional[str], spilled: Optional[str], scan: Optio
                          (int(attrs["scan_shape"][0]), int(attrs["scan_shape"][1])))
         return g, [PartitionRef(p, kind="spill") for p in paths]
     raise ValueError("give --frames FILE.h5:/DATASET or --spilled DIR --scan NAME")
+
+
+def read_partition_file(path: str) -> Tuple[np.ndarray, np.ndarray, np.ndarray, Dict[str, Any]]:
+    """``(frames, frame_index, complete, attrs)`` of one spilled partition file."""
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        return (f["frames"][()], f["frame_index"][()], f["complete"][()],
+                {k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in f.attrs.items()})
+
+
+def spilled_partitions(template: str, scan: str, nodes: Optional[List[str]] = None
+                       ) -> List[str]:
+    """Paths of the spilled partitions of ``scan`` under ``template``, sorted.
+
+    ``nodes``: the node names to look under (default: every directory that
+    ``%n`` matches, for a shared view on one machine).
+    """
+    from stager.planning.plan import expand_node
+
+    if "%n" not in template:
+        roots = [template]
+    elif nodes is None:
+        roots = sorted(glob.glob(template.replace("%n", "*")))
+    else:
+        roots = [expand_node(template, n) for n in nodes]
+    return [p for r in roots for p in sorted(glob.glob(os.path.join(r, scan, "part-r*-*.h5")))]
