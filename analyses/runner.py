@@ -190,7 +190,7 @@ def run_analysis(spec: Optional[str], params: Any, refs: Sequence[Any], geometry
     from stager.outputs import check_outputs
     from analyses.sources import frame_files
 
-    inputs = [on_this_node(f) for ref in refs for f in frame_files(ref)]
+    inputs = [on_this_node(f) for ref in refs for f in frame_files(ref) + list(ref.shared)]
     check_outputs([on_this_node(path)], inputs + ([valid[0]] if valid else []),
                   overwrite=overwrite)
     tasks = [(process.on(ref.node, hard=hard) if ref.node else process)(
@@ -202,37 +202,63 @@ def run_analysis(spec: Optional[str], params: Any, refs: Sequence[Any], geometry
 
 
 def place(refs: Sequence[Any], args: Any) -> List[Any]:
-    """``refs`` placed on the node holding their files where a scatter block of the run's
-    stage (``args.stage_spec``, planned again here as ``stager.where`` does) put them.
+    """``refs`` placed where the run's stage (``args.stage_report``) put their files: on
+    the node holding a scattered file, and a dataset a ``scatter ... h5`` block spread
+    in frame ranges read from each node's range (:mod:`analyses.sources.staged`).
 
     Raises
     ------
     FlowError
         A scattered file holds frames of several partitions (a scatter block spreads
-        whole files: one file per frame is what it can place).
+        whole files: give one file per frame, or scatter the dataset as ``h5``).
     """
+    w = _staged(args)
+    if w is None:
+        return list(refs)
     from analyses.sources import frame_files, is_series
+    from analyses.sources.staged import staged_partitions
 
-    rep, spec = getattr(args, "stage_report", None), getattr(args, "stage_spec", None)
-    if rep is None or not spec:
-        return list(refs)
-    from stager import where
-
-    w = where(spec, rep.nodes)
-    if not w.plan.scatters:
-        return list(refs)
-    out = []
+    out: List[Any] = []
+    ranged = {}     # (file, dataset) of a scattered h5 dataset -> its partitions
     for ref in refs:
+        key = (ref.path, ref.dataset)
+        if ref.kind == "dataset" and (key in ranged or _has_ranges(w, ref.path)):
+            if key not in ranged:
+                ranged[key] = staged_partitions(w, ref.path, ref.dataset, ref.stop - ref.start)
+                out += ranged[key]
+            continue
         files = frame_files(ref)
         src = [w.source_at(f) for f in files]
-        held = [s for s in src if s is not None and len(w.nodes(s)) < len(rep.nodes)]
+        held = [s for s in src if s is not None and len(w.nodes(s)) < len(w.names)]
         if held and not (ref.kind == "frames" and is_series(ref.path)):
             raise FlowError(f"{ref.path} is scattered, but it holds every frame: a scatter "
                             "block spreads files, so give one file per frame (a TIFF series, "
-                            "a %d field in the file name) or broadcast it")
+                            "a %d field in the file name), scatter the dataset as h5 (frame "
+                            "ranges) or broadcast it")
         out.append(replace(ref, node=w.node(held[0]), shared=tuple(
             s or f for s, f in zip(src, files))) if held else ref)
     return out
+
+
+def _staged(args: Any) -> Any:
+    """Where the run's stage put each file (:class:`stager.locality.Where`) if it scattered
+    any, else None: the staged plan (``args.stage_report.plan``) or, from a report
+    without it, the stage's spec planned again as ``stager.where`` does."""
+    rep, spec = getattr(args, "stage_report", None), getattr(args, "stage_spec", None)
+    plan = getattr(rep, "plan", None) or spec
+    if rep is None or not plan:
+        return None
+    from stager import where
+
+    w = where(plan, rep.nodes)
+    return w if w.plan.scatters else None
+
+
+def _has_ranges(w: Any, path: str) -> bool:
+    try:
+        return bool(w.frame_ranges(path))
+    except KeyError:
+        return False
 
 
 def _absolute(path: Optional[str]) -> Optional[str]:

@@ -59,7 +59,7 @@ def test_a_series_is_read_by_one_reader_per_process_and_a_gap_still_reads(tmp_pa
     import os
 
     from kernels.io import write_tiff_series
-    from analyses.sources import _series
+    from analyses.sources.frames import _series
 
     stack = _frames(6)
     write_tiff_series(str(tmp_path / "g_%02d.tif"), stack, first=0)
@@ -94,7 +94,7 @@ def test_an_hdf5_file_is_kept_open_per_process_and_a_new_copy_is_read_anew(tmp_p
 
     import h5py
 
-    from analyses.sources import _dataset
+    from analyses.sources.dataset import _dataset
 
     path = str(tmp_path / "scan.h5")
 
