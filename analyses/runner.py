@@ -6,7 +6,7 @@ detector frame files) by :func:`run_analysis`, the one runner of an analysis on 
 (``stem4d/flow.py``, ``hedm/ff.py``, ``hedm/nf.py``): one task per partition of K
 frames, placed on the node holding a scattered partition (:func:`place`); the ordered
 tree merge with the analysis's ``merge``; one task that writes ``<scan>.h5`` in the
-stream's layout (:func:`streams.job.output.write_scan`), then ``write_files``::
+stream's layout (:func:`analyses.output.finish`), then ``write_files``::
 
     python -m workflows run analyses.runner --out OUT -- \\
         --frames scan.h5:/frames --analysis udf:libertem.udf.sum:SumUDF
@@ -269,14 +269,14 @@ def _absolute(path: Optional[str]) -> Optional[str]:
 
 
 def main(args: Any) -> Any:
-    from streams.errors import StreamError
+    from analyses.errors import AnalysisError
     from analyses.loading import analysis_options
     from analyses.sources import parse_source, read_frames, source_partitions
 
     params = analysis_options(args.analysis_params, args.set)
     spec = args.analysis
     if args.corrections == "detector":
-        raise StreamError("--corrections detector: files have no detector start message; give "
+        raise AnalysisError("--corrections detector: files have no detector start message; give "
                           "the mask the receiving job kept, --corrections "
                           "OUT/SCAN.h5:/detector/pixel_mask (or a FILE.npy)")
     if args.udf_roi is not None or args.corrections not in (None, "none"):
@@ -294,6 +294,6 @@ def main(args: Any) -> Any:
                        overwrite=getattr(args, "overwrite", False))
     why = run.written.result()["problem"]
     if why:
-        raise StreamError(f"{run.written.result()['h5']}: {why} (the file is written for "
+        raise AnalysisError(f"{run.written.result()['h5']}: {why} (the file is written for "
                           "inspection)")
     return run.written
