@@ -18,7 +18,7 @@ ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
 def test_the_sources_are_one_table_of_rows():
     assert isinstance(SOURCES, Table)
     assert {"dataset", "frames", "spill", "staged"} <= set(SOURCES.names())
-    assert all(callable(getattr(s, "read")) for s in SOURCES.loaded())
+    assert all(callable(s.read) for s in SOURCES.loaded())
     with pytest.raises(UnknownName, match="unknown analysis source 'tiff'.*dataset"):
         read_partition(PartitionRef("x.tif", kind="tiff"))
 

@@ -115,11 +115,11 @@ def decode_header(buf: Any) -> Header:
             return End(check_scan_name(scan), check_int("producer", _field(h, "producer")),
                        check_int("sent", _field(h, "sent")))
     except (ProtocolError, GeometryError) as err:
-        e = rejection(err)
-        if e.scan is None and scan_ok:
-            e.scan = scan
-        e.kind = kind if isinstance(kind, str) else None
-        raise e from None
+        bad = rejection(err)
+        if bad.scan is None and scan_ok:
+            bad.scan = scan
+        bad.kind = kind if isinstance(kind, str) else None
+        raise bad from None
     raise ProtocolError(Reason.MALFORMED, f"kind {kind!r} is not 'begin', 'data' or 'end'",
                         scan if scan_ok else None)
 
