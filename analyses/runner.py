@@ -215,7 +215,8 @@ def place(refs: Sequence[Any], args: Any) -> List[Any]:
     w = _staged(args)
     if w is None:
         return list(refs)
-    from analyses.sources import frame_files, is_series
+    from analyses.sources import frame_files
+    from analyses.sources.frames import is_series
     from analyses.sources.staged import staged_partitions
 
     out: List[Any] = []

@@ -32,7 +32,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from loadavg import LoadSampler
-from analyses.sources import frame_files, open_frame_file, partitions, read_partition
+from analyses.sources import frame_files, partitions, read_partition
+from analyses.sources.frames import open_frame_file
 
 
 def _h5_opened(refs) -> None:

@@ -89,7 +89,8 @@ def ours(spec: str, params: Dict[str, Any], path: Path, k: int,
     """One process: read (unless ``frames`` are given), process, merge (pairwise tree),
     results."""
     from analyses.loading import load_analysis
-    from analyses.sources import dataset_geometry, partitions, read_partition
+    from analyses.sources import partitions, read_partition
+    from analyses.sources.dataset import dataset_geometry
 
     g = dataset_geometry(str(path), "/frames", "bench")
     t0 = time.perf_counter()

@@ -26,7 +26,7 @@ from hedm.output import _attr
 from hedm.params import (MIDAS_FF_KEYS, ParamError, load_params, relative_to,
                          resolve_params)
 from analyses.contract import Analysis, Chunk, PerFrame
-from analyses.sources import open_frame_file
+from analyses.sources.frames import open_frame_file
 from streams.errors import StreamError
 from streams.protocol import ScanGeometry
 

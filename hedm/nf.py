@@ -55,7 +55,7 @@ import numpy as np
 
 from workflows import app, on_this_node, worker_name
 from hedm.common import is_series, replacing, split_rows
-from analyses.sources import open_frame_file
+from analyses.sources.frames import open_frame_file
 from hedm.nfparams import REDUCE_SCHEMA as SCHEMA
 from hedm.nfparams import read_nf_params
 from hedm.nfreduce import BACKGROUND_NAME, MAX_NAME, binary_images, kernel_params, spot_tables

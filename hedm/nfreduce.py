@@ -38,7 +38,7 @@ from hedm.common import as_records, cached, replacing
 from hedm.output import NF_CENTROID_DTYPE, NF_FRAME_DTYPE, NF_PIXEL_DTYPE
 from hedm.params import BINARY_SUFFIX, ParamError
 from analyses.contract import Analysis, Chunk, PerFrame
-from analyses.sources import open_frame_file
+from analyses.sources.frames import open_frame_file
 from streams.errors import StreamError
 from streams.protocol import ScanGeometry
 

@@ -23,20 +23,59 @@ A new source is one module plus one row (:meth:`core.table.Table.register`).
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from analyses.errors import AnalysisError
 from analyses.geometry import ScanGeometry
-from analyses.sources.base import Frames, PartitionRef, Source
-from analyses.sources.dataset import dataset_geometry
-from analyses.sources.frames import is_series, open_frame_file
 from core.table import Table
 
 __all__ = ["PartitionRef", "Source", "SOURCES", "partitions", "frame_files", "read_partition",
-           "read_frames", "parse_source", "source_partitions", "is_series", "open_frame_file",
-           "dataset_geometry"]
+           "read_frames", "parse_source", "source_partitions"]
+
+#: ``(frames (k, rows, cols), positions (k,), complete (k,))``: a partition as read.
+Frames = Tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+@dataclass(frozen=True)
+class PartitionRef:
+    """Positions ``start:stop`` of a source of ``kind`` (a row of :data:`SOURCES`).
+    ``frames``: ``first`` (frame of position 0), ``shape`` and ``dtype``
+    (:func:`open_frame_file`); ``staged``: ``first`` is the position of the copy's
+    first row. ``node``: where a scatter block put its files (its task goes there);
+    ``shared``: per file of :func:`frame_files`, the shared file to read where the
+    copy is not."""
+
+    path: str
+    dataset: str = "/frames"
+    start: int = 0
+    stop: int = 0
+    kind: str = "dataset"
+    first: int = 0
+    shape: Tuple[int, ...] = ()
+    dtype: Optional[str] = None
+    node: Optional[str] = None
+    shared: Tuple[str, ...] = ()
+
+
+class Source:
+    """One kind of file partitions are read from: a row of :data:`SOURCES`."""
+
+    #: A ref holds positions ``start:stop`` (:func:`read_frames` skips one holding none
+    #: of those asked for); False: its positions are known only once read.
+    ranged = True
+
+    def files(self, ref: PartitionRef) -> List[str]:
+        """The files ``ref`` reads (default: its one file)."""
+        return [ref.path]
+
+    def read(self, ref: PartitionRef, files: Sequence[str]) -> Frames:
+        """``(frames (k, rows, cols), positions (k,), complete (k,))`` of ``ref``, read
+        from ``files`` (:meth:`files`, as found on this node)."""
+        raise NotImplementedError
+
 
 #: The sources, by ``PartitionRef.kind``.
 SOURCES: Table[Source] = Table("analysis source", {
@@ -104,6 +143,8 @@ def source_partitions(frames: Optional[str], spilled: Optional[str], scan: Optio
     (``frames``) or a receiving job's spill directory (``spilled`` with ``scan``)."""
     if frames:
         path, dset = parse_source(frames)
+        from analyses.sources.dataset import dataset_geometry
+
         g = dataset_geometry(path, dset, scan or os.path.splitext(os.path.basename(path))[0],
                              scan_shape)
         return g, partitions(path, g.frames, k, dataset=dset)

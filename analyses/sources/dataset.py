@@ -10,7 +10,7 @@ import numpy as np
 
 from analyses.errors import AnalysisError
 from analyses.geometry import ScanGeometry
-from analyses.sources.base import Frames, PartitionRef, Source
+from analyses.sources import Frames, PartitionRef, Source
 
 __all__ = ["Dataset", "dataset_geometry", "open_dataset"]
 

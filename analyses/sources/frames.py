@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from analyses.sources.base import Frames, PartitionRef, Source
+from analyses.sources import Frames, PartitionRef, Source
 
 __all__ = ["FrameFiles", "is_series", "open_frame_file"]
 

@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from analyses.geometry import ScanGeometry
-from analyses.sources.base import Frames, PartitionRef, Source
+from analyses.sources import Frames, PartitionRef, Source
 
 __all__ = ["Spilled", "read_partition_file", "spilled_partitions", "spilled_source"]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, List, Sequence
 
 from analyses.errors import AnalysisError
-from analyses.sources.base import Frames, PartitionRef, Source
+from analyses.sources import Frames, PartitionRef, Source
 from analyses.sources.dataset import frames_of
 
 __all__ = ["StagedRange", "staged_partitions"]
