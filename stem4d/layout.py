@@ -14,7 +14,7 @@ The scan-shaped images, and the electron events in stempy's sparse layout
     (root attribute version = 3)
 
 plus ``/frames_complete`` and ``/frames_received`` written by the receiving job
-(:mod:`streams.job.output`). :func:`read_events` reads the events back, from
+(:mod:`analyses.output`). :func:`read_events` reads the events back, from
 our files and from stempy's (several frames per scan position too).
 """
 from __future__ import annotations

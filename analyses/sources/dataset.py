@@ -12,7 +12,7 @@ from analyses.errors import AnalysisError
 from analyses.geometry import ScanGeometry
 from analyses.sources import Frames, PartitionRef, Source
 
-__all__ = ["Dataset", "dataset_geometry", "open_dataset"]
+__all__ = ["Dataset", "dataset_geometry", "frames_of"]
 
 
 class Dataset(Source):
@@ -24,7 +24,8 @@ class Dataset(Source):
 
 def frames_of(path: str, dataset: str, start: int, stop: int, row: int = 0) -> Frames:
     """Positions ``start:stop`` of a frames dataset whose first row is position ``row``."""
-    d, shape = open_dataset(path, dataset)
+    st = os.stat(path)
+    _, d, shape = _dataset(path, dataset, (os.getpid(), st.st_ino, st.st_mtime_ns, st.st_size))
     if len(shape) == 4:
         # one read of the scan rows that hold the frames (not one read per frame)
         nx = shape[1]
@@ -34,13 +35,6 @@ def frames_of(path: str, dataset: str, start: int, stop: int, row: int = 0) -> F
         data = d[start - row:stop - row]
     positions = np.arange(start, stop, dtype=np.int64)
     return data, positions, np.ones(len(positions), bool)
-
-
-def open_dataset(path: str, dataset: str) -> Tuple[Any, Tuple[int, ...]]:
-    """The open dataset and its shape, kept open per process (:func:`_dataset`)."""
-    st = os.stat(path)
-    _, d, shape = _dataset(path, dataset, (os.getpid(), st.st_ino, st.st_mtime_ns, st.st_size))
-    return d, shape
 
 
 @functools.lru_cache(maxsize=4)
