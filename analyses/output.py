@@ -67,13 +67,14 @@ class Coverage(NamedTuple):
 
 
 class Written(NamedTuple):
-    """What :func:`finish` wrote: ``<scan>.h5``, its size, the analysis's own files, and
-    its ``problem`` with the result ("" if none)."""
+    """What :func:`finish` wrote: ``<scan>.h5``, its size, the analysis's own files, its
+    ``problem`` with the result ("" if none), and the result written (compacted)."""
 
     h5: str
     bytes: int
     files: List[str]
     problem: str
+    partial: Any
 
 
 def finish(analysis: Analysis, partial: Any, geometry: ScanGeometry, h5: str,
@@ -92,7 +93,7 @@ def finish(analysis: Analysis, partial: Any, geometry: ScanGeometry, h5: str,
     why = analysis.problem(partial, geometry)
     size = write_scan(h5, analysis, partial, geometry, coverage, detector)
     files = analysis.write_files(os.path.dirname(os.path.abspath(h5)), partial, geometry)
-    return Written(h5, size, list(files), why)
+    return Written(h5, size, list(files), why, partial)
 
 
 def write_scan(path: str, analysis: Analysis, partial: Any, g: ScanGeometry, coverage: Coverage,

@@ -599,7 +599,7 @@ def _finalize(comm: Any, layout: Any, roles: Any, loop: Any, analysis: Any,
     partial = loop.partial_of(scan)
     if partial is None:
         partial = analysis.empty()
-    if hasattr(partial, "compact"):     # fewer, larger objects to send
+    if hasattr(partial, "compact"):
         partial = partial.compact()
     node_ranks = [r for r in range(comm.size) if roles.node_of[r] == layout.index]
     err: Optional[BaseException] = None
@@ -667,7 +667,7 @@ def _finalize(comm: Any, layout: Any, roles: Any, loop: Any, analysis: Any,
                           "memory": memory, "allow_loss": o.allow_loss,
                           "served": scan_ok(report, o.allow_loss),
                           "security": sec.describe() if sec is not None else None})
-            loop.publish(scan, time.monotonic(), final=True, partial=merged)
+            loop.publish(scan, time.monotonic(), final=True, partial=out.partial)
     if loop.socket is not None:
         loop.socket.forget(scan)        # e.g. a Stream V2 start's arrays: written now
     if on_written is not None:
