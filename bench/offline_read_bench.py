@@ -1,4 +1,4 @@
-"""The offline runner's partition reads (``streams.offline.read_partition``): what keeping
+"""The offline runner's partition reads (``analyses.sources.read_partition``): what keeping
 a reader per file and process gives, for a TIFF series and an HDF5 file of frames.
 
 Run: ``python bench/offline_read_bench.py [--reps 7] [--out bench/results]``
@@ -32,7 +32,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from loadavg import LoadSampler
-from streams.offline import frame_files, open_frame_file, partitions, read_partition
+from analyses.sources import frame_files, partitions, read_partition
+from analyses.sources.frames import open_frame_file
 
 
 def _h5_opened(refs) -> None:
@@ -109,7 +110,7 @@ def main() -> int:
              "per partition (bench/offline_read_bench.py)", "",
              f"Measured {result['date']}, {os.cpu_count()} CPUs, {load.text()}; best of "
              f"{a.reps}, the two ways alternating; files in /dev/shm. Kept: "
-             "`streams.offline.read_partition`.", "",
+             "`analyses.sources.read_partition`.", "",
              "| source | partitions | opened each time (ms) | kept (ms) | opened / kept | "
              "saved per partition (ms) |", "|---|---|---|---|---|---|"]
     lines += [f"| {r['case']} | {r['partitions']} | {r['opened_ms']} | {r['kept_ms']} | "

@@ -40,7 +40,8 @@ from loadavg import LoadSampler  # noqa: E402
 
 
 def ours(path: Path, masks: Path, k: int) -> Dict[str, Any]:
-    from streams.offline import dataset_geometry, partitions, read_partition
+    from analyses.sources import partitions, read_partition
+    from analyses.sources.dataset import dataset_geometry
     from stem4d.analysis import Stem4D
 
     g = dataset_geometry(str(path), "/frames", "bench")

@@ -4,13 +4,13 @@ Three figures, each a ratio measured in the same run (alternating, ``--repeat``
 times, median):
 
 1. **per-core throughput** (frames/s on one process): our path
-   (:mod:`streams.udf`: ``read_partition`` + LiberTEM's part runner per
+   (:mod:`analyses.udf`: ``read_partition`` + LiberTEM's part runner per
    partition of K frames + the tree merge + ``get_results``) vs LiberTEM's
    ``Context.make_with("inline").run_udf`` on the same HDF5 file (its HDF5
    dataset, read by LiberTEM), for SumUDF, SumSigUDF, StdDevUDF and
    ApplyMasksUDF (3 masks); ``OMP_NUM_THREADS=1`` etc. for both;
 2. **whole job at 2 emulated nodes**: ``mpirun -n 4 python -m workflows run
-   workflows.flows.analysis --emulate-nodes 2`` (start-up included, and the
+   analyses.runner --emulate-nodes 2`` (start-up included, and the
    flow's own time) vs LiberTEM's local Dask with 2 workers
    (``Context.make_with("dask", cpus=2)``: cluster start-up, then ``run_udf``);
 3. **time to the first live result** from a stream: a receiving job
@@ -88,8 +88,9 @@ def ours(spec: str, params: Dict[str, Any], path: Path, k: int,
          frames: Any = None) -> Dict[str, Any]:
     """One process: read (unless ``frames`` are given), process, merge (pairwise tree),
     results."""
-    from streams.loading import load_analysis
-    from streams.offline import dataset_geometry, partitions, read_partition
+    from analyses.loading import load_analysis
+    from analyses.sources import partitions, read_partition
+    from analyses.sources.dataset import dataset_geometry
 
     g = dataset_geometry(str(path), "/frames", "bench")
     t0 = time.perf_counter()
@@ -184,7 +185,7 @@ def whole_job(a: Any, tmp: Path, path: Path) -> Dict[str, Any]:
         rep = tmp / f"report{i}.json"
         t0 = time.perf_counter()
         r = subprocess.run(["mpirun", "-n", "4", "--oversubscribe", sys.executable, "-m",
-                            "workflows", "run", "workflows.flows.analysis", "--emulate-nodes",
+                            "workflows", "run", "analyses.runner", "--emulate-nodes",
                             "2", "--out", str(tmp / f"out{i}"), "--report", str(rep), "--",
                             "--frames", f"{path}:/frames", "--partition-frames",
                             str(a.partition_frames), "--analysis", "udf:" + spec],

@@ -3,10 +3,10 @@
 ``make docs`` builds it with warnings as errors (``-W --keep-going``); Read the Docs
 builds it from ``.readthedocs.yaml``. The Markdown pages are read through MyST. The
 API reference is generated at every build from the ``__all__`` of each public package
-of ``stager``, ``workflows``, ``streams``, ``kernels`` and ``hooks`` (``docs/api/generated/``, not
-committed), so it follows the code when modules move. No MPI is needed: ``mpi4py`` is
-always mocked, and so is any other heavy import that is not installed (on Read the
-Docs: the parallel h5py, numba, ...).
+of ``stager``, ``workflows``, ``analyses``, ``streams``, ``kernels`` and ``hooks``
+(``docs/api/generated/``, not committed), so it follows the code when modules move. No
+MPI is needed: ``mpi4py`` is always mocked, and so is any other heavy import that is not
+installed (on Read the Docs: the parallel h5py, numba, ...).
 """
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ autodoc_mock_imports = _ALWAYS_MOCK + [
     m for m in _MOCK_IF_MISSING if importlib.util.find_spec(m) is None]
 
 # The packages whose public names (``__all__``) get an API page.
-API_PACKAGES = ["core", "stager", "workflows", "streams", "kernels", "hooks"]
+API_PACKAGES = ["core", "stager", "workflows", "analyses", "streams", "kernels", "hooks"]
 GENERATED = DOCS / "api" / "generated"
 
 

@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Tuple
 
 import numpy as np
 
-from streams.offline import is_series
+from analyses.sources.frames import is_series
 from workflows.errors import WorkflowError
 
 __all__ = ["replacing", "cached", "cache_stats", "is_series", "merge_tables", "split_rows",

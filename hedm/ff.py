@@ -8,7 +8,7 @@ Run it like the NF workflow::
 
 The flow is the analysis :class:`hedm.ffpeaks.FFPeaks` (parameters, dark, per-frame
 peak search, merge, files) run by the library's runner on the frame files
-(:func:`workflows.flows.analysis.run_analysis`; ``stager stream receive --analysis
+(:func:`analyses.runner.run_analysis`; ``stager stream receive --analysis
 hedm.ffpeaks`` runs it live): one task per frame on its node's staged copy (a GE or
 HDF5 file holding every frame, or a TIFF series), the dark read once per worker;
 an ordered tree merge; one task writing ``<OutputFileName>.h5``, ``.csv`` and
@@ -58,9 +58,9 @@ def add_arguments(parser) -> None:
 
 def main(args):
     """Run the FF analysis on the frame files; return the write task's future (done)."""
-    from streams.offline import frame_files, partitions
+    from analyses.sources import frame_files, partitions
     from streams.protocol import ScanGeometry
-    from workflows.flows.analysis import place, run_analysis
+    from analyses.runner import place, run_analysis
 
     t_origin = time.time()
     p = read_ff_params(on_this_node(args.params), flag_overrides(args, SCHEMA))

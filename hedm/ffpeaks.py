@@ -1,7 +1,7 @@
 """FF-HEDM peak search as an analysis: one implementation for staged files and live streams.
 
 :data:`SCHEMA` (the parameter file), the dark (the mean of a dark file's frames) and
-:func:`kernels.ff.find_peaks` behind :mod:`streams.analysis`: ``hedm/ff.py`` runs it
+:func:`kernels.ff.find_peaks` behind :mod:`analyses.contract`: ``hedm/ff.py`` runs it
 on staged frames, a receiving job on frames as they arrive -- no new code::
 
     mpirun -n 4 stager stream receive --analysis hedm.ffpeaks \\
@@ -25,8 +25,8 @@ from hedm.ffparams import PEAKS_SCHEMA as SCHEMA
 from hedm.output import _attr
 from hedm.params import (MIDAS_FF_KEYS, ParamError, load_params, relative_to,
                          resolve_params)
-from streams.analysis import Analysis, Chunk, PerFrame
-from streams.offline import open_frame_file
+from analyses.contract import Analysis, Chunk, PerFrame
+from analyses.sources.frames import open_frame_file
 from streams.errors import StreamError
 from streams.protocol import ScanGeometry
 

@@ -17,7 +17,7 @@ The graph (paper, section V), for each detector distance ``d`` of
    the distance's background image to ``OUT/work/`` (the shared filesystem);
 2. **frames**, 3. **reduce**, 4. **write**: the analysis
    :class:`hedm.nfreduce.NFReduce`, given those backgrounds and maxima, run by the
-   library's runner on the frame files (:func:`workflows.flows.analysis.run_analysis`;
+   library's runner on the frame files (:func:`analyses.runner.run_analysis`;
    ``--analysis hedm.nfreduce`` of a receiving job runs it live): one task per raw
    frame once every background exists (read once per worker), an ordered tree merge,
    one task writing ``<ReducedFileName>.h5``, ``.png`` and the bit-packed binary images
@@ -55,7 +55,7 @@ import numpy as np
 
 from workflows import app, on_this_node, worker_name
 from hedm.common import is_series, replacing, split_rows
-from streams.offline import open_frame_file
+from analyses.sources.frames import open_frame_file
 from hedm.nfparams import REDUCE_SCHEMA as SCHEMA
 from hedm.nfparams import read_nf_params
 from hedm.nfreduce import BACKGROUND_NAME, MAX_NAME, binary_images, kernel_params, spot_tables
@@ -115,7 +115,7 @@ def _check_frames(refs, shape, transforms) -> None:
     """Every frame file on this node; the first frame's shape against NrPixelsZ x
     NrPixelsY (after ImTransOpt)."""
     from hedm.imtrans import apply, describe, raw_shape
-    from streams.offline import frame_files, read_partition
+    from analyses.sources import frame_files, read_partition
 
     files = [f for r in refs for f in frame_files(r)]
     check_inputs(files, "DataDirectory/InputPattern")
@@ -140,9 +140,9 @@ def main(args):
         what to check).
     """
     from hedm.imtrans import raw_shape
-    from streams.offline import frame_files, partitions
+    from analyses.sources import frame_files, partitions
     from streams.protocol import ScanGeometry
-    from workflows.flows.analysis import place, run_analysis
+    from analyses.runner import place, run_analysis
 
     t_origin = time.time()
     params_path = on_this_node(args.params)

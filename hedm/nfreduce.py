@@ -2,7 +2,7 @@
 
 Each frame is oriented (``ImTransOpt``), reduced with :func:`kernels.nf.reduce_frame`
 against its distance's background and turned into spot tables; partials are
-:class:`streams.analysis.PerFrame` values (merge = concatenation, any order);
+:class:`analyses.contract.PerFrame` values (merge = concatenation, any order);
 ``write`` gives the tables in frame order and the bit-packed binary images of
 ``docs/nf-files.md``. The file flow (:mod:`hedm.nf`) hands this class to the
 library's runner on the frame files for its steps 2-4, and a receiving job runs it on
@@ -37,8 +37,8 @@ import numpy as np
 from hedm.common import as_records, cached, replacing
 from hedm.output import NF_CENTROID_DTYPE, NF_FRAME_DTYPE, NF_PIXEL_DTYPE
 from hedm.params import BINARY_SUFFIX, ParamError
-from streams.analysis import Analysis, Chunk, PerFrame
-from streams.offline import open_frame_file
+from analyses.contract import Analysis, Chunk, PerFrame
+from analyses.sources.frames import open_frame_file
 from streams.errors import StreamError
 from streams.protocol import ScanGeometry
 

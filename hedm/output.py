@@ -5,7 +5,7 @@ drain (or a user) never sees half a file. Detector axes follow NF/FF-HEDM
 usage: ``z`` is the detector row (vertical), ``y`` the column (horizontal).
 
 NF file (``<ReducedFileName>.h5``, or ``<scan>.h5`` of a stream: one layout,
-:meth:`hedm.nfreduce.NFReduce.write` through :func:`streams.job.output.write_scan`;
+:meth:`hedm.nfreduce.NFReduce.write` through :func:`analyses.output.write_scan`;
 ``distance`` is the detector distance index, ``frame`` counts from RawStartNr within
 a distance)::
 
@@ -26,7 +26,7 @@ Beside it, ``<ReducedFileName>_binary.npy`` holds the same spot pixels as
 bit-packed binary images, stage 2's input (``docs/nf-files.md``).
 
 FF file (``<OutputFileName>.h5``, or ``<scan>.h5`` of a stream: one layout,
-:meth:`hedm.ffpeaks.FFPeaks.write` through :func:`streams.job.output.write_scan`)::
+:meth:`hedm.ffpeaks.FFPeaks.write` through :func:`analyses.output.write_scan`)::
 
     /peaks            table of kernels.ff.PEAK_DTYPE (frame, peak, row, col, ...)
     /frames           table (frame, n_peaks)

@@ -39,7 +39,7 @@ def stage_dict(args: Any) -> Any:
 
 def log_summary(log: Iterable[tuple], input_name: str) -> Dict[str, Any]:
     """Per-worker totals of the partitions' timing rows of
-    :func:`workflows.flows.analysis.run_analysis` (``(position, worker, read_s,
+    :func:`analyses.runner.run_analysis` (``(position, worker, read_s,
     compute_s, prepared, read_shared)``).
 
     ``input_name`` names the input an analysis reads when a worker prepares it
@@ -63,7 +63,7 @@ def log_summary(log: Iterable[tuple], input_name: str) -> Dict[str, Any]:
 def analysis_record(args: Any, workflow: str, params: Mapping[str, Any], run: Any,
                     origin: float, cached: str, refs: Sequence[Any],
                     phases: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
-    """The run record of a flow on :func:`workflows.flows.analysis.run_analysis` (waits
+    """The run record of a flow on :func:`analyses.runner.run_analysis` (waits
     for its write): what ran where, the write's summary, the phases (``phases`` before
     ``frames``, ``reduce``, ``write``), :func:`log_summary` of the partitions and, when
     refs were placed on the nodes holding their scattered files, ``scatter``."""

@@ -163,6 +163,12 @@ class Where:
         raise KeyError(f"frame {frame} of {source} is in no staged frame range "
                        f"({self.plan.spec_path})")
 
+    def range_copy(self, source: str, frame: int, node: str) -> str:
+        """The path on ``node`` of the copy of ``source``'s frame range holding ``frame``
+        (whether or not ``node`` holds it)."""
+        _, _, fp = self._range_of(source, frame)
+        return expand_dest(fp.dest, self.plan.blocks[fp.block].dest, node)
+
     def frames_at(self, source: str, frame: int, node: str, hard: bool = False) -> FramesAt:
         """Where a task on ``node`` reads source frame ``frame`` (and the rest of its range).
 
@@ -187,8 +193,7 @@ class Where:
                     "there, or softly")
             self.fell_back += 1
             return FramesAt(fp.source, frame, fr, True)
-        copy = expand_dest(fp.dest, self.plan.blocks[fp.block].dest, node)
-        path, fell = read_path(copy, fp.source, node, hard)
+        path, fell = read_path(self.range_copy(source, frame, node), fp.source, node, hard)
         self.fell_back += fell
         return FramesAt(path, frame if fell else fr.row(frame), fr, fell)
 

@@ -2,7 +2,7 @@
 
 The application on top of mpistage (nothing in the library imports it):
 
-- :class:`stem4d.analysis.Stem4D` -- the analysis (``streams.analysis``
+- :class:`stem4d.analysis.Stem4D` -- the analysis (``analyses.contract``
   contract): per frame, on the frames' own dtype, the pixel sum, one virtual
   detector value per mask (``kernels.virtual_detector``) and the counted
   electron events (``kernels.count_electrons``), merged by concatenation;

@@ -17,7 +17,7 @@ Per partition of K frames ``(k, rows, cols)`` of any dtype of
 images, no counting) or ``"count"`` (sums and counting). The output file and
 every convention: ``docs/stem4d-output.md``.
 
-The partial is a :class:`streams.analysis.PerFrame`: merging concatenates,
+The partial is a :class:`analyses.contract.PerFrame`: merging concatenates,
 so the per-node and cross-node tree merges move each frame's values once.
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from streams.analysis import Analysis, Chunk, PerFrame
+from analyses.contract import Analysis, Chunk, PerFrame
 from streams.protocol import ScanGeometry
 from stem4d.counting import Thresholds, fixed_thresholds, sampled_thresholds
 from stem4d.errors import Stem4DError

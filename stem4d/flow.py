@@ -6,7 +6,7 @@ nodes::
 
     mpirun -n 8 stager stream receive --analysis stem4d.flow --rendezvous RV --out OUT
 
-On files the library's offline flow (:mod:`workflows.flows.analysis`) runs the
+On files the library's offline flow (:mod:`analyses.runner`) runs the
 same analysis -- one task per partition of K frames, the ordered tree merge,
 one task that writes ``OUT/<scan>.h5`` in the same layout; thresholds
 ``sampled`` from the scan itself are computed once before any task
@@ -31,13 +31,13 @@ ANALYSIS = Stem4D
 
 
 def add_arguments(parser: Any) -> None:
-    from workflows.flows.analysis import add_arguments as offline_arguments
+    from analyses.runner import add_arguments as offline_arguments
 
     offline_arguments(parser)
 
 
 def main(args: Any) -> Any:
-    from workflows.flows import analysis as offline
+    from analyses import runner as offline
 
     args.analysis = args.analysis or "stem4d.flow"
     return offline.main(args)

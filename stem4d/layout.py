@@ -14,7 +14,7 @@ The scan-shaped images, and the electron events in stempy's sparse layout
     (root attribute version = 3)
 
 plus ``/frames_complete`` and ``/frames_received`` written by the receiving job
-(:mod:`streams.job.output`). :func:`read_events` reads the events back, from
+(:mod:`analyses.output`). :func:`read_events` reads the events back, from
 our files and from stempy's (several frames per scan position too).
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any, Dict, List, Tuple, Union
 
 import numpy as np
 
-from streams.analysis import PerFrame
+from analyses.contract import PerFrame
 from streams.protocol import ScanGeometry
 from stem4d.errors import Stem4DError
 

@@ -20,11 +20,14 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from streams.protocol import ScanGeometry
+from analyses.geometry import ScanGeometry
+
+if TYPE_CHECKING:
+    from analyses.output import Coverage
 
 __all__ = ["ScanReport", "ranges"]
 
@@ -156,6 +159,14 @@ class ScanReport:
         """Bool map of complete frames over the scan grid (ny, nx)."""
         ok = self.expected & self.got.all(axis=1)
         return ok.reshape(self.geometry.scan_shape)
+
+    def coverage(self) -> Coverage:
+        """What ``<scan>.h5`` says of every scan position (:mod:`analyses.output`)."""
+        from analyses.output import Coverage
+
+        received = (self.got.any(axis=1) & self.expected).reshape(self.geometry.scan_shape)
+        return Coverage(self.frames_complete, received, self.ok, self.ended_by,
+                        self.loss_fraction())
 
     @property
     def accepted(self) -> int:

@@ -173,7 +173,7 @@ class Assembler:
         Seconds without a message for a scan after which :meth:`expire` closes it.
     job_bytes : callable(ScanGeometry) -> int, optional
         What the rest of the job holds for a scan besides the assembler (the
-        analysis's state: :meth:`streams.analysis.Analysis.scan_bytes`), counted in
+        analysis's state: :meth:`analyses.contract.Analysis.scan_bytes`), counted in
         the cost checked at ``begin``.
     on_close : callable(ScanReport), optional
         Called with each scan's report when it closes.

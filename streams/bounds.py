@@ -12,7 +12,7 @@ job and refuses the scan (``too_large``) when that is more than ``--memory``:
     bytes, to tell a duplicate that disagrees); per frame: the sector count (2),
     ``expected`` (1);
 ``analysis``
-    the analysis's state of the whole scan (:meth:`streams.analysis.Analysis.scan_bytes`)
+    the analysis's state of the whole scan (:meth:`analyses.contract.Analysis.scan_bytes`)
     times :data:`STATE_COPIES`: the partial on the processing rank, the live delta
     waiting to be sent, rank 0's live copy, the merged result, its scan-shaped
     images, and the HDF5 file built in memory and copied out (``output``).

@@ -51,7 +51,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--analysis-params", metavar="JSON",
                    help="the analysis's options as one JSON object (a list: one object per "
                         "UDF of udf:A,B); instead of --set")
-    from streams.udfinputs import add_arguments as add_udf_arguments
+    from analyses.udfinputs import add_arguments as add_udf_arguments
 
     add_udf_arguments(r)      # --udf-roi, --corrections
     # a flag's dest is the name of its SessionOptions field (_receive passes them on)
@@ -167,7 +167,7 @@ def _receive(args: argparse.Namespace) -> int:
     from stager.commands.stage import job_of
     from streams import protocols
     from streams.job.session import SESSION_OPTIONS, SessionOptions, receive_scans
-    from streams.loading import analysis_options
+    from analyses.loading import analysis_options
 
     from streams.controls import job as control_job
 
@@ -244,7 +244,7 @@ def _check_start(opts: Any) -> None:
     a mask file that does not read), and ``--out`` is inside neither ``--local`` nor
     ``--spill``."""
     from stager.outputs import check_outputs
-    from streams.loading import load_analysis
+    from analyses.loading import load_analysis
 
     load_analysis(opts.analysis, opts.analysis_options, roi=opts.udf_roi,
                   corrections=opts.corrections)

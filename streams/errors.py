@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from core.errors import MpistageError
 
-__all__ = ["StreamError", "ProtocolError", "RendezvousError", "CodecError", "MissingDependency",
-           "UDFError"]
+__all__ = ["StreamError", "ProtocolError", "RendezvousError", "CodecError", "MissingDependency"]
 
 
 class StreamError(MpistageError):
@@ -54,7 +53,3 @@ class MissingDependency(StreamError):
         super().__init__(f"{purpose} needs the Python package {package!r}: "
                          f"pip install {package}")
         self.package = package
-
-
-class UDFError(StreamError):
-    """A UDF cannot run here (the message names the UDF and the feature)."""

@@ -1,7 +1,7 @@
 """A deliberately slow analysis for the back-pressure test: the per-frame sum, plus a sleep."""
 import time
 
-from streams.analysis import FrameSum
+from analyses.contract import FrameSum
 
 
 class Slow(FrameSum):

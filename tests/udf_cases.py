@@ -109,7 +109,7 @@ def make_udf(spec: str, params: Dict[str, Any]) -> Any:
     """The LiberTEM UDF object of ``spec`` for LiberTEM's own run."""
     import importlib
 
-    from streams.udf import _kwargs_for
+    from analyses.udf import _kwargs_for
 
     mod, _, name = spec.rpartition(":")
     cls = getattr(importlib.import_module(mod), name)

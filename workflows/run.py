@@ -89,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Arguments after -- (and unknown options) go to the flow.",
     )
     p.add_argument("flow", help="workflow file defining main(args), or its module name "
-                   "(e.g. workflows.flows.analysis)")
+                   "(e.g. analyses.runner)")
     p.add_argument(
         "--executor",
         choices=NAMES,
@@ -215,7 +215,7 @@ def load_flow(path: str):
     import importlib.util
 
     if not path.endswith(".py") and path.replace(".", "").replace("_", "").isalnum():
-        # a dotted module name (``workflows.flows.analysis``): its file
+        # a dotted module name (``analyses.runner``): its file
         try:
             spec = importlib.util.find_spec(path)
         except (ImportError, ValueError):

@@ -172,7 +172,7 @@ def load_hook(spec: Optional[str]) -> Optional[Callable[[Dict[str, Any]], Any]]:
         raise ValueError(f"--on-ready {spec!r}: expected MODULE:FUNCTION or FILE.py:FUNCTION")
     try:
         if where.endswith(".py"):
-            from streams.pyfile import load_file
+            from analyses.loading import load_file
 
             mod = load_file(where)
         else:

@@ -5,6 +5,6 @@ roles (:mod:`~streams.job.roles`), binds or connects each receiver's socket thro
 its protocol (:mod:`streams.protocols`), runs the message loop of every rank
 (:mod:`~streams.job.ranks`, rank 0's :mod:`~streams.job.coordinator`), publishes
 live results (:mod:`~streams.job.live`), spills partitions (:mod:`~streams.job.spill`)
-and writes each scan once (:mod:`~streams.job.output`) into a node-local directory of
+and writes each scan once (:func:`analyses.output.finish`) into a node-local directory of
 its own (:mod:`~streams.job.localdir`).
 """

@@ -176,7 +176,7 @@ class LivePublisher:
                 progress: Dict[str, Any], final: bool = False,
                 udf: Optional[Dict[str, Any]] = None) -> None:
         """Send one live message and replace the snapshot files (``udf``: the header's
-        description of a UDF's buffers, :meth:`streams.udf.UDFAnalysis.live_images`)."""
+        description of a UDF's buffers, :meth:`analyses.udf.UDFAnalysis.live_images`)."""
         import msgpack
 
         imgs = {n: np.ascontiguousarray(a, a.dtype.newbyteorder("<"))

@@ -54,7 +54,7 @@ from core.mpi.link import TAGS as ALL_TAGS
 from core.mpi.link import Backoff, Credits, Link
 from core.mpi.loop import Loop
 from streams.accounting import ScanReport
-from streams.analysis import Analysis
+from analyses.contract import Analysis
 from streams.assemble import Partition
 from streams.job.coordinator import Coordinator
 from streams.job.frames import OUTCOMES, FrameRequests, FrameStore, lookup, parse_request

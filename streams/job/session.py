@@ -39,10 +39,11 @@ from core.options import (
     Option, parse_bool, parse_int, parse_number, parse_size, parse_text, resolve)
 from stager.planning.plan import expand_node
 from streams.accounting import ScanReport
-from streams.loading import load_analysis
+from analyses.loading import load_analysis
+from analyses.output import finish
 from streams.errors import StreamError
 from streams.job.localdir import default_local, local_root, node_local_dir
-from streams.job.output import scan_ok, write_report, write_scan
+from streams.job.output import scan_ok, write_report
 from streams.job.roles import assign_roles, partition_frames
 from streams.protocols import chosen
 
@@ -114,7 +115,7 @@ class SessionOptions:
     analysis_options : dict or list of dict
     udf_roi : str, optional
         ``udf:`` analyses: a boolean scan mask (``FILE.npy`` or ``FILE.h5:/dataset``);
-        only frames where it is True reach the UDFs (:mod:`streams.udf`).
+        only frames where it is True reach the UDFs (:mod:`analyses.udf`).
     corrections : str
         ``udf:`` analyses: ``none`` (default), ``detector`` (the pixel mask of each
         scan's start, as LiberTEM's ``CorrectionSet`` excluded pixels) or a pixel-mask
@@ -639,19 +640,14 @@ def _finalize(comm: Any, layout: Any, roles: Any, loop: Any, analysis: Any,
                     f"{report.duplicates_across} frame(s) reached two receivers and were "
                     f"both analysed; {analysis.name} sums over frames, so its result counts "
                     "them twice (the source sent them twice: see the rejection examples)")
-            if hasattr(partial, "compact") and merged is not None:
-                merged = merged.compact()
-            why = analysis.problem(merged, report.geometry) if merged is not None else ""
-            if why:
-                report.invalid = "; ".join(x for x in (report.invalid, why) if x)
             node_dir = node_local_dir(o.local, layout.name, create=True)
             localfs.ensure_dir(node_dir, local_dir)      # ours, 0700, no link followed
-            h5 = os.path.join(local_dir, f"{scan}.h5")
-            size = write_scan(h5, analysis, merged, report,
-                              detector=proto.detector_metadata(loop.socket, scan))
-            # files only the application makes (CSV, PNG, stage 2's input), drained with it
-            extra = (analysis.write_files(local_dir, merged, report.geometry)
-                     if merged is not None else [])
+            # the analysis's own files (CSV, PNG, stage 2's input) are drained with it
+            out = finish(analysis, merged, report.geometry,
+                         os.path.join(local_dir, f"{scan}.h5"), report.coverage(),
+                         proto.detector_metadata(loop.socket, scan))
+            if out.problem:
+                report.invalid = "; ".join(x for x in (report.invalid, out.problem) if x)
             pub = loop.publisher
             first_live = pub.first_published.get(scan) if pub is not None else None
             timing = {"merge_s": round(t_merge - t0, 4),
@@ -663,14 +659,14 @@ def _finalize(comm: Any, layout: Any, roles: Any, loop: Any, analysis: Any,
                       "finalized_after_last_message_s":
                           round(time.monotonic() - report.last_message, 4)}
             files = {"h5": f"{scan}.h5", "report": f"{scan}.json",
-                     **{os.path.basename(p): os.path.basename(p) for p in extra}}
+                     **{os.path.basename(p): os.path.basename(p) for p in out.files}}
             write_report(os.path.join(local_dir, f"{scan}.json"), report,
                          {"analysis": analysis.name, "outputs": files, "timing": timing,
-                          "h5_bytes": size, "roles": roles.describe("receiver"), "memory": memory,
-                          "allow_loss": o.allow_loss,
+                          "h5_bytes": out.bytes, "roles": roles.describe("receiver"),
+                          "memory": memory, "allow_loss": o.allow_loss,
                           "served": scan_ok(report, o.allow_loss),
                           "security": sec.describe() if sec is not None else None})
-            loop.publish(scan, time.monotonic(), final=True, partial=merged)
+            loop.publish(scan, time.monotonic(), final=True, partial=out.partial)
     if loop.socket is not None:
         loop.socket.forget(scan)        # e.g. a Stream V2 start's arrays: written now
     if on_written is not None:

@@ -21,7 +21,7 @@ ordinary commands work on spilled frames::
     mpirun stager clean  OUT/spill.hook      # remove exactly them
 
 and an offline re-run of the same analysis reads them back
-(:func:`read_partition_file`, :func:`spilled_partitions`). A receiver killed
+(:mod:`analyses.sources`: ``--spilled DIR --scan NAME``). A receiver killed
 between a rename and its journal entry leaves that one file unrecorded:
 ``clean`` keeps it (it never removes what it did not record).
 
@@ -33,10 +33,9 @@ sectors zero), ``/frame_index`` (k,) int64, ``/complete`` (k,) bool, ``/sectors`
 """
 from __future__ import annotations
 
-import glob
 import os
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict
 
 import numpy as np
 
@@ -45,8 +44,7 @@ from stager.nodelocal import record as records
 from stager.planning.plan import expand_node
 from streams.errors import StreamError
 
-__all__ = ["Spill", "spill_spec_text", "read_partition_file", "spilled_partitions",
-           "SPEC_NAME"]
+__all__ = ["Spill", "spill_spec_text", "SPEC_NAME"]
 
 #: The hook spec written next to the outputs, naming the spill roots.
 SPEC_NAME = "spill.hook"
@@ -186,29 +184,3 @@ class Spill:
             self._compact()
             self._state.close()
             self._state = self._journal = None
-
-
-def read_partition_file(path: str) -> Tuple[np.ndarray, np.ndarray, np.ndarray, Dict[str, Any]]:
-    """``(frames, frame_index, complete, attrs)`` of one spilled partition file."""
-    import h5py
-
-    with h5py.File(path, "r") as f:
-        return (f["frames"][()], f["frame_index"][()], f["complete"][()],
-                {k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in f.attrs.items()})
-
-
-def spilled_partitions(template: str, scan: str, nodes: Optional[List[str]] = None
-                       ) -> List[str]:
-    """Paths of the spilled partitions of ``scan`` under ``template``, sorted.
-
-    ``nodes``: the node names to look under (default: every directory that
-    ``%n`` matches, for a shared view on one machine).
-    """
-    if "%n" not in template:
-        roots = [template]
-    elif nodes is None:
-        roots = sorted(glob.glob(template.replace("%n", "*")))
-    else:
-        roots = [expand_node(template, n) for n in nodes]
-    return [p for r in roots for p in sorted(glob.glob(os.path.join(r, scan, "part-r*-*.h5")))]
-

@@ -80,7 +80,7 @@ class StreamProtocol:
 
     def detector_metadata(self, socket: Any, scan: str) -> Optional[Dict[str, Any]]:
         """Rank 0, when ``scan`` is written: what the stream said of the detector, the
-        keywords of :func:`streams.job.output.write_scan`'s ``/detector`` (``socket``:
+        keywords of :func:`analyses.output.write_scan`'s ``/detector`` (``socket``:
         rank 0's receiving socket, None when rank 0 receives nothing). Default: None,
         no ``/detector`` group."""
         return None

@@ -1,6 +1,6 @@
 """LiberTEM UDFs through the command lines, against LiberTEM's own inline run.
 
-* staged copy: ``mpirun -n 4 python -m workflows run workflows.flows.analysis
+* staged copy: ``mpirun -n 4 python -m workflows run analyses.runner
   --emulate-nodes N -- --frames scan.h5:/frames --valid scan.h5:/valid
   --analysis udf:... --analysis-params JSON`` at 1 and 4 emulated nodes (2: the
   spilled partitions below);
@@ -67,7 +67,7 @@ def _check(path, specs, data, valid, what):
 
 def _flow(tmp_path, out, nodes, *flow_args):
     cmd = ["mpirun", "-n", "4", "--oversubscribe", sys.executable, "-m", "workflows", "run",
-           "workflows.flows.analysis", "--emulate-nodes", str(nodes), "--out", str(out),
+           "analyses.runner", "--emulate-nodes", str(nodes), "--out", str(out),
            "--", *flow_args]
     r = subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True,
                        timeout=300)

@@ -79,7 +79,7 @@ def test_detector_mask_and_roi_live_then_offline(tmp_path):
     with h5py.File(tmp_path / "scan.h5", "w") as f:
         f["frames"] = data.reshape(*uc.SCAN, *uc.FRAME)
     r = subprocess.run(
-        [sys.executable, "-m", "workflows", "run", "workflows.flows.analysis", "--executor",
+        [sys.executable, "-m", "workflows", "run", "analyses.runner", "--executor",
          "inline", "--out", str(tmp_path / "off"), "--", "--frames", "scan.h5:/frames",
          "--partition-frames", "5", "--corrections", f"{live}:/detector/pixel_mask", *args],
         cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
@@ -87,7 +87,7 @@ def test_detector_mask_and_roi_live_then_offline(tmp_path):
     _check(tmp_path / "off" / "scan.h5", specs, ref, "offline")
     # offline has no start message: "detector" is refused, naming what to give
     r = subprocess.run(
-        [sys.executable, "-m", "workflows", "run", "workflows.flows.analysis", "--executor",
+        [sys.executable, "-m", "workflows", "run", "analyses.runner", "--executor",
          "inline", "--out", str(tmp_path / "off2"), "--", "--frames", "scan.h5:/frames",
          "--corrections", "detector", *args],
         cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)

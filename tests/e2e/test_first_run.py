@@ -148,7 +148,7 @@ def test_an_analysis_failing_on_the_ranks_is_one_message_from_rank_0(tmp_path):
     from streams.simulate import run_producers
 
     (tmp_path / "picky.py").write_text(
-        "from streams.analysis import FrameSum\n"
+        "from analyses.contract import FrameSum\n"
         "from streams.errors import StreamError\n\n"
         "class Picky(FrameSum):\n"
         "    def prepare(self, geometry):\n"

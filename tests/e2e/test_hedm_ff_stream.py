@@ -74,7 +74,7 @@ def test_ff_peaks_streamed_equal_the_file_flow(tmp_path):
 
 
 def test_ff_peaks_refuses_frames_it_cannot_search(tmp_path):
-    from streams.loading import load_analysis
+    from analyses.loading import load_analysis
     from streams.errors import StreamError
     from streams.protocol import ScanGeometry
 

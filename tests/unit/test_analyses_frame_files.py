@@ -1,11 +1,11 @@
-"""streams.offline frame files: a TIFF series and a GE file read as partitions of the stream's
+"""analyses.sources frame files: a TIFF series and a GE file read as partitions of the stream's
 shape, frame numbers from ``first``, ``%n``/``%d`` kept apart (one runner, any source)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from streams.offline import frame_files, partitions, read_frames, read_partition
+from analyses.sources import frame_files, partitions, read_frames, read_partition
 
 
 def _frames(n=7, shape=(12, 10)):
@@ -59,7 +59,7 @@ def test_a_series_is_read_by_one_reader_per_process_and_a_gap_still_reads(tmp_pa
     import os
 
     from kernels.io import write_tiff_series
-    from streams.offline import _series
+    from analyses.sources.frames import _series
 
     stack = _frames(6)
     write_tiff_series(str(tmp_path / "g_%02d.tif"), stack, first=0)
@@ -94,7 +94,7 @@ def test_an_hdf5_file_is_kept_open_per_process_and_a_new_copy_is_read_anew(tmp_p
 
     import h5py
 
-    from streams.offline import _dataset
+    from analyses.sources.dataset import _dataset
 
     path = str(tmp_path / "scan.h5")
 

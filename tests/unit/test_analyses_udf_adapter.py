@@ -1,4 +1,4 @@
-"""LiberTEM UDFs through :mod:`streams.udf`, against LiberTEM's own inline run.
+"""LiberTEM UDFs through :mod:`analyses.udf`, against LiberTEM's own inline run.
 
 The frames of one 8x8 scan (32x32 uint16) are cut as a stream cuts them (N
 receivers, strided frames, partitions of K) and merged in per-node trees then
@@ -15,9 +15,9 @@ import pytest
 
 pytest.importorskip("libertem")
 
-from streams.loading import load_analysis
+from analyses.loading import load_analysis
 from streams.protocol import ScanGeometry
-from streams.udf import UDFError
+from analyses.udf import UDFError
 from tests import udf_cases as uc
 
 F = uc.SCAN[0] * uc.SCAN[1]
@@ -83,8 +83,7 @@ def test_single_udf_from_json_and_output_file(tmp_path):
     """``--analysis-params`` JSON, one UDF: /udf/<buffer> with dtype, /udf/valid."""
     import h5py
 
-    from streams.offline import offline_report
-    from streams.job.output import write_scan
+    from analyses.output import Coverage, write_scan
 
     data = uc.frames()
     valid = np.ones(F, bool)
@@ -92,8 +91,8 @@ def test_single_udf_from_json_and_output_file(tmp_path):
     a = load_analysis("udf:tests.udf_cases:PosUDF", json.loads('{"scale": 3}'))
     a.prepare(GEOM)
     total = _run(a, data, valid, 2)
-    write_scan(str(tmp_path / "s.h5"), a, total,
-               offline_report(GEOM, total.complete(F), total.received(F)))
+    write_scan(str(tmp_path / "s.h5"), a, total, GEOM,
+               Coverage.of_files(GEOM, total.complete(F), total.received(F)))
     ref = uc.reference([("tests.udf_cases:PosUDF", {"scale": 3})], data, valid)[0]
     with h5py.File(tmp_path / "s.h5", "r") as f:
         assert f["udf/value"].shape == uc.SCAN and f["udf/value"].dtype == np.float64
@@ -150,7 +149,7 @@ def test_refused_with_a_message_naming_udf_and_feature(spec, params, words):
 
 
 def test_analysis_params_option():
-    from streams.loading import analysis_options
+    from analyses.loading import analysis_options
 
     assert analysis_options('{"a": [1, 2]}', []) == {"a": [1, 2]}
     assert analysis_options("[{}, {}]", []) == [{}, {}]

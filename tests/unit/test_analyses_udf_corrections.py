@@ -12,10 +12,10 @@ import pytest
 
 pytest.importorskip("libertem")
 
-from streams.loading import load_analysis
+from analyses.loading import load_analysis
 from streams.protocol import ScanGeometry
-from streams.errors import StreamError
-from streams.udf import UDFError
+from analyses.errors import AnalysisError
+from analyses.udf import UDFError
 from tests import udf_cases as uc
 from tests.unit.test_analyses_udf_adapter import _run
 
@@ -152,5 +152,5 @@ def test_refusals(tmp_path):
     a.use_detector("s", block)
     with pytest.raises(UDFError, match="refuses one that has none"):
         a.prepare(GEOM)
-    with pytest.raises(StreamError, match="apply to udf: analyses"):
+    with pytest.raises(AnalysisError, match="apply to udf: analyses"):
         load_analysis(None, {}, corrections="detector")

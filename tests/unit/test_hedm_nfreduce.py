@@ -111,7 +111,7 @@ def test_refusals_say_what_to_pass(tmp_path):
     from hedm.synth import make_nf_dataset
     from kernels.synth import DetectorModel
     from streams.errors import StreamError
-    from streams.loading import load_analysis
+    from analyses.loading import load_analysis
 
     params = make_nf_dataset(str(tmp_path), DetectorModel(shape=(32, 24), n_frames=3, seed=1,
                                                           frames_per_spot=1))

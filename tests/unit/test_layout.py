@@ -11,15 +11,19 @@ reader of the module's head -- and resolved to a package. The rules:
 * no two packages import each other, directly or through others (the package
   graph has no cycle), and no package imports one above it in :data:`LEVELS`;
 * every plug-in table (block kinds, transfer methods, executors, stream protocols,
-  commands) is a ``core.table.Table``: no hand-made ``{"name": "module:Class"}``;
+  commands, analysis sources) is a ``core.table.Table``: no hand-made
+  ``{"name": "module:Class"}``;
 * inside ``stager`` the subpackages follow the data path: ``planning`` is
   independent of everything after it, ``nodelocal`` does not reach into
   ``staging``, nothing but the command line imports the command line;
+* the analyses (``analyses``: contract, geometry, sources, output, runner) sit below
+  streaming: ``streams`` and the applications import them, never the reverse, and
+  only their offline runner (``analyses.runner``) imports ``workflows``; ``workflows``
+  imports neither ``streams`` nor ``analyses``;
 * streaming (``streams``) sits beside staging, on the shared base: ``stager``,
-  ``hooks`` and ``kernels`` never import it (``stager stream`` reaches it through
-  a string in ``stager.cli.COMMANDS``), and in ``workflows`` only the ready-made
-  flows (``workflows.flows``, the offline twin of a stream job) do;
-* the application (``hedm``) is imported by nobody;
+  ``hooks``, ``kernels``, ``workflows`` and ``analyses`` never import it (``stager
+  stream`` reaches it through a string in ``stager.cli.COMMANDS``);
+* the applications (``hedm``, ``stem4d``) are imported by nobody;
 * a block kind is one module plus one row of ``stager.planning.kinds``: nothing
   outside a kind's own modules and the tables branches on a kind's name;
 * a stream protocol is one folder of ``streams/protocols/`` plus one row of its
@@ -42,7 +46,8 @@ from typing import Dict, Iterator, Set, Tuple
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PACKAGES = ("hooks", "stager", "streams", "workflows", "kernels", "hedm", "core", "stem4d")
+PACKAGES = ("hooks", "stager", "streams", "workflows", "kernels", "hedm", "core", "stem4d",
+            "analyses")
 
 
 def _modules() -> Iterator[Tuple[str, str]]:
@@ -149,26 +154,33 @@ def test_no_two_packages_import_each_other(graph):
         "the HEDM application must not be imported by the library"
     assert edges["stager"] <= {"core", "hooks", "kernels"}, \
         f"stager imports {sorted(edges['stager'])}"
-    assert edges["workflows"] <= {"core", "stager", "hooks", "streams"}, \
+    assert edges["workflows"] <= {"core", "stager", "hooks"}, \
         f"workflows imports {sorted(edges['workflows'])}"
-    assert edges["streams"] <= {"core", "stager", "hooks", "kernels"}, \
+    assert edges["analyses"] <= {"core", "stager", "hooks", "kernels", "workflows"}, \
+        f"analyses imports {sorted(edges['analyses'])}"
+    assert edges["streams"] <= {"core", "stager", "hooks", "kernels", "analyses"}, \
         f"streams imports {sorted(edges['streams'])}"
 
 
+def test_only_the_offline_runner_of_the_analyses_imports_workflows(graph):
+    # the contract, sources and output run inside a receiving job too: no task runtime
+    users = sorted(m for m, deps in graph.items() if m.startswith("analyses")
+                   and any(d.split(".")[0] == "workflows" for d in deps))
+    assert users == ["analyses.runner"], users
+    assert "analyses.output" in graph["streams.job.session"], "the stream job's own finish?"
+
+
 # The floors of the house, lowest first: a package imports only packages on lower floors
-# (workflows sits on stager for ``--stage`` and the leader hooks).
+# (workflows sits on stager for ``--stage`` and the leader hooks; the analyses' offline
+# runner on workflows).
 LEVELS = {"core": 0, "hooks": 1, "kernels": 1, "stager": 2, "workflows": 3, "analyses": 4,
           "streams": 5, "hedm": 6, "stem4d": 6}
-# workflows.flows, the offline twin of a stream job, still imports streams (the one
-# edge up; test_streaming_sits_beside_staging keeps it to that subpackage)
-UP_ALLOWED = ("workflows.flows.",)
 
 
 def test_no_import_from_a_lower_package_to_a_higher_one(graph):
     assert set(PACKAGES) <= set(LEVELS), f"give {sorted(set(PACKAGES) - set(LEVELS))} a level"
     up = sorted(f"{mod} -> {d}" for mod, deps in graph.items() for d in deps
-                if LEVELS[d.split(".")[0]] > LEVELS[mod.split(".")[0]]
-                and not mod.startswith(UP_ALLOWED))
+                if LEVELS[d.split(".")[0]] > LEVELS[mod.split(".")[0]])
     assert not up, "imports of a higher package: " + "; ".join(up)
     same = sorted(f"{mod} -> {d}" for mod, deps in graph.items() for d in deps
                   if d.split(".")[0] != mod.split(".")[0]
@@ -178,12 +190,11 @@ def test_no_import_from_a_lower_package_to_a_higher_one(graph):
 
 def test_streaming_sits_beside_staging(graph):
     # stager is the shared base: streams sits on it, never the other way round
-    # (the applications, hedm here and stem4d, sit on streams)
+    # (the applications, hedm here and stem4d, sit on streams and the analyses)
     users = sorted(m for m, deps in graph.items()
                    if any(d.split(".")[0] == "streams" for d in deps)
-                   and m.split(".")[0] in ("stager", "hooks", "kernels", "workflows"))
-    allowed = [m for m in users if m.startswith("workflows.flows.")]
-    assert users == allowed, f"{sorted(set(users) - set(allowed))} import streams"
+                   and m.split(".")[0] in ("stager", "hooks", "kernels", "workflows", "analyses"))
+    assert not users, f"{users} import streams"
     from stager.cli import COMMANDS
     assert COMMANDS["stream"] == "streams.cli"
 
@@ -364,14 +375,15 @@ def test_every_plug_in_table_is_built_with_the_one_helper():
     from stager.staging.transfer import METHODS
     from streams.protocols import ROWS as PROTOCOLS
     from workflows.executors import ROWS as EXECUTORS
+    from analyses.sources import SOURCES
 
     tables = {"kinds": KINDS, "methods": METHODS, "executors": EXECUTORS,
-              "protocols": PROTOCOLS, "commands": COMMANDS}
+              "protocols": PROTOCOLS, "commands": COMMANDS, "sources": SOURCES}
     for name, table in tables.items():
         assert isinstance(table, Table), f"the {name} table is not a core.table.Table"
         assert table.names(), name
     rows, in_table = _tables()
-    assert len(in_table) >= len(tables), in_table   # the reading finds the five
+    assert len(in_table) >= len(tables), in_table   # the reading finds the six
     assert rows <= in_table, ("a plug-in table made by hand (use core.table.Table): "
                               + "; ".join(sorted(rows - in_table)))
 

@@ -3,7 +3,7 @@ the open-scan bound, a second copy compared by digest, the job's token, the role
 import numpy as np
 import pytest
 
-from streams.analysis import FrameSum
+from analyses.contract import FrameSum
 from streams.assemble import Assembler
 from streams.bounds import STATE_COPIES, scan_cost
 from streams.codecs import encode

@@ -5,6 +5,7 @@ import sys
 import msgpack
 import pytest
 
+from analyses.errors import GeometryError
 from streams.errors import ProtocolError
 from streams.protocol import Begin, Data, End, Reason, ScanGeometry, sector_rows
 from streams.protocols.native.headers import (MAX_HEADER_BYTES, decode_header, encode_begin,
@@ -102,7 +103,7 @@ def test_encoders_refuse_what_receivers_would_reject():
         encode_begin(G, 4)                     # producer >= producers
     with pytest.raises(ProtocolError):
         encode_data("scan-1", 0, 0, (0, 1), "gzip")
-    with pytest.raises(ProtocolError):
+    with pytest.raises(GeometryError):
         ScanGeometry("a b", 1, 1, 1, (1, 1), "<u2", (1, 1))
 
 
@@ -127,7 +128,7 @@ def test_scan_names_that_could_name_other_files_are_refused(name):
     from streams.protocol import check_scan_name
     from streams.protocols.native.headers import decode_header
 
-    with pytest.raises(ProtocolError, match="scan name"):
+    with pytest.raises(GeometryError, match="scan name"):
         check_scan_name(name)
     with pytest.raises(ProtocolError) as e:
         decode_header(msgpack.packb({"kind": "data", "scan": name, "frame": 0, "sector": 0,

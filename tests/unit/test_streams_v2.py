@@ -503,8 +503,8 @@ def test_reports_count_an_image_accepted_by_two_receivers():
 def test_scan_file_keeps_the_detector_arrays(tmp_path):
     import h5py
 
-    from streams.analysis import FrameSum
-    from streams.job.output import write_scan
+    from analyses.contract import FrameSum
+    from analyses.output import write_scan
 
     rng = np.random.default_rng(2)
     ff = {"t1": rng.random((4, 4)).astype("<f4"), "t2": np.ones((4, 4), "<f4")}
@@ -514,7 +514,7 @@ def test_scan_file_keeps_the_detector_arrays(tmp_path):
                                     countrate_table=np.arange(10, dtype="<u4")))
     rep = ScanReport.empty(s.geometry())
     path = tmp_path / "s.h5"
-    write_scan(str(path), FrameSum(), FrameSum().empty(), rep,
+    write_scan(str(path), FrameSum(), FrameSum().empty(), rep.geometry, rep.coverage(),
                detector={"start": s, "channel": "t2", "pixel_mask_applied": True})
     with h5py.File(path, "r") as f:
         d = f["detector"]

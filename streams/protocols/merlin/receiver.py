@@ -20,7 +20,8 @@ import numpy as np
 
 from streams.assemble import Assembler
 from streams.errors import ProtocolError
-from streams.protocol import Begin, Data, End, Reason, ScanGeometry
+from analyses.errors import GeometryError
+from streams.protocol import Begin, Data, End, Reason, ScanGeometry, rejection
 from streams.protocols.merlin.mpx import (PREFIX, decode_pixels, images_of, parse_frame_header,
                                           parse_hdr, parse_prefix)
 from streams.scanshape import resolve_scan_shape
@@ -202,7 +203,10 @@ class MerlinReceiver(SocketLoop):
                 shape = self._shape(acq["hdr"], acq["frames"])
             except ValueError as e:
                 raise ProtocolError(Reason.CONFLICT, f"acquisition {scan}: {e}") from None
-            g = ScanGeometry(scan, 1, acq["frames"], 1, h.shape, h.dtype, shape)
+            try:
+                g = ScanGeometry(scan, 1, acq["frames"], 1, h.shape, h.dtype, shape)
+            except GeometryError as e:
+                raise rejection(e) from None
             self.assembler.begin(Begin(0, g))
             if self.on_share is not None:
                 self.on_share("start", g)

@@ -18,8 +18,9 @@ import hmac
 from typing import Any, List, Optional, Tuple
 
 from streams.errors import ProtocolError
+from analyses.errors import GeometryError
 from streams.protocol import (SCAN_RE, Begin, Data, End, Header, Reason, ScanGeometry,
-                              check_int, check_scan_name)
+                              check_int, check_scan_name, rejection)
 
 __all__ = ["PROTOCOL", "ENCODINGS", "MAX_HEADER_BYTES", "MAX_TOKEN", "decode_header",
            "encode_begin", "encode_data", "encode_end", "route", "feed"]
@@ -113,11 +114,12 @@ def decode_header(buf: Any) -> Header:
         if kind == "end":
             return End(check_scan_name(scan), check_int("producer", _field(h, "producer")),
                        check_int("sent", _field(h, "sent")))
-    except ProtocolError as e:
-        if e.scan is None and scan_ok:
-            e.scan = scan
-        e.kind = kind if isinstance(kind, str) else None
-        raise
+    except (ProtocolError, GeometryError) as err:
+        bad = rejection(err)
+        if bad.scan is None and scan_ok:
+            bad.scan = scan
+        bad.kind = kind if isinstance(kind, str) else None
+        raise bad from None
     raise ProtocolError(Reason.MALFORMED, f"kind {kind!r} is not 'begin', 'data' or 'end'",
                         scan if scan_ok else None)
 

@@ -451,7 +451,7 @@ class StreamV2Receiver(SocketLoop):
 
     def detector(self, scan: str) -> Optional[Dict[str, Any]]:
         """What ``scan``'s start said of the detector, for its ``/detector`` group
-        (:func:`streams.job.output.write_scan`); None when no start of it is kept."""
+        (:func:`analyses.output.write_scan`); None when no start of it is kept."""
         start = self.starts_by_scan.get(scan)
         if start is None:
             return None

@@ -47,7 +47,8 @@ from streams.codecs import LZ4_BLOCK, bslz4_encode, decode_into, lz4_encode
 from streams.protocols.stream2 import bounds
 from streams.protocols.stream2.bounds import MAX_ARRAY_BYTES, MAX_UINT, MIN_INT
 from streams.errors import ProtocolError
-from streams.protocol import Reason, ScanGeometry
+from analyses.errors import GeometryError
+from streams.protocol import Reason, ScanGeometry, rejection
 
 __all__ = ["MAGIC", "Start", "Image", "End", "ChannelImage", "decode_message",
            "encode_start", "encode_image", "encode_end", "scan_name", "series_key",
@@ -170,10 +171,13 @@ class Start(_Series):
             raise ProtocolError(Reason.MALFORMED, f"start of series {self.scan}: "
                                 f"image_dtype {self.image_dtype!r} is not one of "
                                 f"{', '.join(IMAGE_DTYPES)}")
-        return ScanGeometry(scan=self.scan, producers=1,
-                            frames=self.number_of_images, sectors=1,
-                            shape=(self.image_size_y, self.image_size_x), dtype=dt,
-                            scan_shape=scan_shape or (1, self.number_of_images))
+        try:
+            return ScanGeometry(scan=self.scan, producers=1,
+                                frames=self.number_of_images, sectors=1,
+                                shape=(self.image_size_y, self.image_size_x), dtype=dt,
+                                scan_shape=scan_shape or (1, self.number_of_images))
+        except GeometryError as e:
+            raise rejection(e) from None
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 ``--analysis udf:MODULE:CLASS`` (or ``udf:path/file.py:CLASS``; several UDFs
 separated by commas run in one pass over the frames, as LiberTEM's
 ``run_udf(udf=[...])`` does) wraps LiberTEM user-defined functions in the
-:class:`streams.analysis.Analysis` contract, so the receiving job and the
+:class:`analyses.contract.Analysis` contract, so the receiving job and the
 offline flow run them where the frames are. How a partition reaches the UDF:
 
 1. ``process_partition(frames, positions, complete)``: the complete frames
@@ -57,10 +57,10 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from streams.analysis import Analysis
-from streams.errors import UDFError
-from streams.udfinputs import UDFInputs, read_array
-from streams.protocol import ScanGeometry
+from analyses.contract import Analysis
+from analyses.errors import UDFError
+from analyses.geometry import ScanGeometry
+from analyses.udfinputs import UDFInputs, read_array
 
 __all__ = ["UDFError", "UDFAnalysis", "UDFPartial", "load_udf_analysis", "parse_udf_spec",
            "check_udf", "MaskFactory", "PREFIX"]
@@ -90,7 +90,7 @@ def _import_class(where: str, name: str) -> Any:
         if where.endswith(".py"):
             if not os.path.isfile(where):
                 raise UDFError(f"UDF file {where} does not exist")
-            from streams.pyfile import load_file
+            from analyses.loading import load_file
 
             mod = load_file(os.path.abspath(where))
         else:
@@ -188,7 +188,7 @@ def load_udf_analysis(spec: str, params: Any = None, roi: Any = None,
         ``ApplyMasksUDF``, ``masks`` may be a ``FILE.npy``, ``FILE.h5:/dataset``
         or nested lists ``(n, rows, cols)``.
     roi : array or str, optional
-        A user ROI (:func:`streams.udfinputs.load_roi`): only frames where it is True
+        A user ROI (:func:`analyses.udfinputs.load_roi`): only frames where it is True
         reach the UDFs.
     corrections : str, array or CorrectionSet, optional
         ``"none"`` (default), ``"detector"`` (the scan's pixel mask, from the
@@ -392,7 +392,7 @@ class UDFAnalysis(Analysis):
     spec, params
         What the user gave (recorded in the output file).
     roi : array or str, optional
-        User ROI (:func:`streams.udfinputs.load_roi`).
+        User ROI (:func:`analyses.udfinputs.load_roi`).
     corrections : str, array or CorrectionSet, optional
         See :func:`load_udf_analysis`.
     """
@@ -411,7 +411,7 @@ class UDFAnalysis(Analysis):
         self._geometry: Optional[ScanGeometry] = None
         self.inputs = UDFInputs(spec, roi, corrections)
 
-    # ---- ROI and corrections (streams.udfinputs) ----
+    # ---- ROI and corrections (analyses.udfinputs) ----
     @property
     def needs_detector(self) -> bool:  # type: ignore[override]
         """``corrections="detector"``: the job hands each scan's pixel mask to

@@ -7,7 +7,7 @@ or else the one the detector's control gave (nonzero = excluded, as LiberTEM-liv
 ``get_correction_data`` reads it), handed in by :meth:`UDFInputs.use_detector`; a
 pixel-mask file or array; or a LiberTEM ``CorrectionSet`` as it is. The corrections
 themselves are LiberTEM's own ``CorrectionSet`` -- built here, applied by
-:mod:`streams.udf` where LiberTEM applies them -- never re-implemented. Plain NumPy;
+:mod:`analyses.udf` where LiberTEM applies them -- never re-implemented. Plain NumPy;
 LiberTEM imported when a set is built.
 """
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
-from streams.errors import UDFError
-from streams.protocol import ScanGeometry
+from analyses.errors import UDFError
+from analyses.geometry import ScanGeometry
 
 __all__ = ["CORRECTIONS", "UDFInputs", "add_arguments", "load_roi", "read_array"]
 
@@ -29,7 +29,7 @@ _MASKS_KEPT = 16
 
 def add_arguments(r: Any) -> None:
     """``--udf-roi`` and ``--corrections``: the same flags on ``stager stream receive``
-    and the offline flow (``workflows.flows.analysis``), so live and offline agree."""
+    and the offline flow (``analyses.runner``), so live and offline agree."""
     r.add_argument("--udf-roi", dest="udf_roi", metavar="FILE.npy",
                    help="udf: analyses: boolean scan mask (FILE.npy or FILE.h5:/DATASET); "
                         "only frames where it is True reach the UDFs")
@@ -46,7 +46,7 @@ def read_array(value: Any, what: str) -> np.ndarray:
     try:
         if value.endswith(".npy"):
             return np.load(value, allow_pickle=False)
-        from streams.offline import parse_source
+        from analyses.sources import parse_source
         import h5py
 
         path, dset = parse_source(value)

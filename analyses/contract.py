@@ -33,7 +33,7 @@ order-free once expanded over the scan grid (every frame is in exactly one chunk
 :class:`FrameSum` is the one analysis the library ships: the per-frame pixel sum
 (``/sum_image``), the minimum anyone needs to see that data arrived. Application
 analyses live in application packages (``stem4d``) and are loaded by name with
-:func:`streams.loading.load_analysis` (``pkg.module:NAME`` or ``path/flow.py[:NAME]``).
+:func:`analyses.loading.load_analysis` (``pkg.module:NAME`` or ``path/flow.py[:NAME]``).
 """
 from __future__ import annotations
 
@@ -42,11 +42,9 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from streams.protocol import ScanGeometry
+from analyses.geometry import ScanGeometry
 
 __all__ = ["Analysis", "PerFrame", "Chunk", "FrameSum"]
-
-
 
 @dataclass
 class Chunk:

@@ -1,16 +1,16 @@
 """Any stream analysis on files: the offline twin of ``stager stream receive``.
 
 The analysis a receiving job runs on a live stream (``--analysis SPEC``, ``--set``)
-runs here on files (:mod:`streams.offline`: a staged dataset, spilled partitions,
+runs here on files (:mod:`analyses.sources`: a staged dataset, spilled partitions,
 detector frame files) by :func:`run_analysis`, the one runner of an analysis on files
 (``stem4d/flow.py``, ``hedm/ff.py``, ``hedm/nf.py``): one task per partition of K
 frames, placed on the node holding a scattered partition (:func:`place`); the ordered
 tree merge with the analysis's ``merge``; one task that writes ``<scan>.h5`` in the
-stream's layout (:func:`streams.job.output.write_scan`), then ``write_files``::
+stream's layout (:func:`analyses.output.finish`), then ``write_files``::
 
-    python -m workflows run workflows.flows.analysis --out OUT -- \\
+    python -m workflows run analyses.runner --out OUT -- \\
         --frames scan.h5:/frames --analysis udf:libertem.udf.sum:SumUDF
-    mpirun -n 4 python -m workflows run workflows.flows.analysis --emulate-nodes 2 \\
+    mpirun -n 4 python -m workflows run analyses.runner --emulate-nodes 2 \\
         --out OUT -- --spilled '/dev/shm/sp/%n' --scan s1 \\
         --analysis udf:mymodule:MyUDF --analysis-params '{"radius": 4}'
 
@@ -55,7 +55,7 @@ def _here(value: Any) -> Any:
 def _analysis(spec: Optional[str], params: Any, geometry: Any = None) -> Tuple[Any, bool]:
     """The analysis of (spec, params), loaded once per worker (and prepared for ``geometry``),
     and whether this call loaded or prepared it (read its inputs: dark, masks...)."""
-    from streams.loading import load_analysis
+    from analyses.loading import load_analysis
 
     key = json.dumps([spec, params], sort_keys=True, default=str)
     a, fresh = _CACHE.get(key), False
@@ -87,7 +87,7 @@ def add_arguments(parser: Any) -> None:
                         help="an option of the analysis (JSON value), as stager stream receive")
     parser.add_argument("--analysis-params", metavar="JSON", default=None,
                         help="the analysis's options (JSON object; a list for udf:A,B)")
-    from streams.udfinputs import add_arguments as add_udf_arguments
+    from analyses.udfinputs import add_arguments as add_udf_arguments
 
     add_udf_arguments(parser)     # --udf-roi, --corrections: as stager stream receive
 
@@ -96,7 +96,7 @@ def _read(ref: Any, valid: Optional[Tuple[str, str]], hard: bool) -> Tuple[Any, 
     """``(frames, positions, complete)`` of ``ref`` on this node, and whether a scattered
     file was read from the shared filesystem (its copy not here)."""
 
-    from streams.offline import frame_files, read_partition
+    from analyses.sources import frame_files, read_partition
 
     files, fell = [on_this_node(f) for f in frame_files(ref)], False
     if ref.shared:
@@ -149,25 +149,16 @@ def merge(a: Any, b: Any) -> Any:
 
 @app
 def write(keyed: Any, geometry: Any, path: str) -> Dict[str, Any]:
-    """``path`` (``%n``: this node) in the stream's layout, then the analysis's own files
-    beside it; what was written and the analysis's ``problem`` ("" if none)."""
-    from streams.offline import offline_report
-    from streams.job.output import write_scan
+    """:func:`analyses.output.finish` into ``path`` (``%n``: this node): what was written
+    and the analysis's ``problem`` ("" if none)."""
+    from analyses.output import finish
 
     (spec, params), partial, _ = keyed
-    analysis, _ = _analysis(spec, params, geometry)
-    if hasattr(partial, "compact"):
-        partial = partial.compact()
-    F = geometry.frames
-    received = partial.received(F) if hasattr(partial, "received") else partial.seen(F)
-    rep = offline_report(geometry, partial.complete(F), received)
     path = on_this_node(path)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    size = write_scan(path, analysis, partial, rep)
-    files = analysis.write_files(os.path.dirname(os.path.abspath(path)), partial, geometry)
-    return {"node": this_node(), "h5": path, "bytes": size, "files": list(files),
-            "frames": int(rep.frames_complete.sum()),
-            "problem": analysis.problem(partial, geometry)}
+    out = finish(_analysis(spec, params, geometry)[0], partial, geometry, path)
+    return {"node": this_node(), "h5": path, "bytes": out.bytes, "files": out.files,
+            "frames": int(partial.complete(geometry.frames).sum()), "problem": out.problem}
 
 
 class Run(NamedTuple):
@@ -184,7 +175,7 @@ def run_analysis(spec: Optional[str], params: Any, refs: Sequence[Any], geometry
                  hard: bool = False, after: Any = None, overwrite: bool = False) -> Run:
     """Run the analysis ``spec`` (options ``params``, whose strings may hold ``%n``; ``spec``
     may be ``(spec, roi, corrections)`` for a ``udf:`` analysis) over
-    ``refs`` (:class:`streams.offline.PartitionRef`) of a scan of ``geometry``; write
+    ``refs`` (:class:`analyses.sources.PartitionRef`) of a scan of ``geometry``; write
     ``path``. One task per ref (on ``ref.node`` if set: softly, or only there if
     ``hard``; after the futures ``after``), the ordered tree merge, one :func:`write`.
     Returns at once; ``Run.written.result()`` is ``{"node", "h5", "bytes", "files",
@@ -197,9 +188,9 @@ def run_analysis(spec: Optional[str], params: Any, refs: Sequence[Any], geometry
         inside an input directory, or exists and was not written by this project
         (without ``overwrite``; :func:`stager.outputs.check_outputs`)."""
     from stager.outputs import check_outputs
-    from streams.offline import frame_files
+    from analyses.sources import frame_files
 
-    inputs = [on_this_node(f) for ref in refs for f in frame_files(ref)]
+    inputs = [on_this_node(f) for ref in refs for f in frame_files(ref) + list(ref.shared)]
     check_outputs([on_this_node(path)], inputs + ([valid[0]] if valid else []),
                   overwrite=overwrite)
     tasks = [(process.on(ref.node, hard=hard) if ref.node else process)(
@@ -211,37 +202,64 @@ def run_analysis(spec: Optional[str], params: Any, refs: Sequence[Any], geometry
 
 
 def place(refs: Sequence[Any], args: Any) -> List[Any]:
-    """``refs`` placed on the node holding their files where a scatter block of the run's
-    stage (``args.stage_spec``, planned again here as ``stager.where`` does) put them.
+    """``refs`` placed where the run's stage (``args.stage_report``) put their files: on
+    the node holding a scattered file, and a dataset a ``scatter ... h5`` block spread
+    in frame ranges read from each node's range (:mod:`analyses.sources.staged`).
 
     Raises
     ------
     FlowError
         A scattered file holds frames of several partitions (a scatter block spreads
-        whole files: one file per frame is what it can place).
+        whole files: give one file per frame, or scatter the dataset as ``h5``).
     """
-    from streams.offline import frame_files, is_series
-
-    rep, spec = getattr(args, "stage_report", None), getattr(args, "stage_spec", None)
-    if rep is None or not spec:
+    w = _staged(args)
+    if w is None:
         return list(refs)
-    from stager import where
+    from analyses.sources import frame_files
+    from analyses.sources.frames import is_series
+    from analyses.sources.staged import staged_partitions
 
-    w = where(spec, rep.nodes)
-    if not w.plan.scatters:
-        return list(refs)
-    out = []
+    out: List[Any] = []
+    ranged = {}     # (file, dataset) of a scattered h5 dataset -> its partitions
     for ref in refs:
+        key = (ref.path, ref.dataset)
+        if ref.kind == "dataset" and (key in ranged or _has_ranges(w, ref.path)):
+            if key not in ranged:
+                ranged[key] = staged_partitions(w, ref.path, ref.dataset, ref.stop - ref.start)
+                out += ranged[key]
+            continue
         files = frame_files(ref)
         src = [w.source_at(f) for f in files]
-        held = [s for s in src if s is not None and len(w.nodes(s)) < len(rep.nodes)]
+        held = [s for s in src if s is not None and len(w.nodes(s)) < len(w.names)]
         if held and not (ref.kind == "frames" and is_series(ref.path)):
             raise FlowError(f"{ref.path} is scattered, but it holds every frame: a scatter "
                             "block spreads files, so give one file per frame (a TIFF series, "
-                            "a %d field in the file name) or broadcast it")
+                            "a %d field in the file name), scatter the dataset as h5 (frame "
+                            "ranges) or broadcast it")
         out.append(replace(ref, node=w.node(held[0]), shared=tuple(
             s or f for s, f in zip(src, files))) if held else ref)
     return out
+
+
+def _staged(args: Any) -> Any:
+    """Where the run's stage put each file (:class:`stager.locality.Where`) if it scattered
+    any, else None: the staged plan (``args.stage_report.plan``) or, from a report
+    without it, the stage's spec planned again as ``stager.where`` does."""
+    rep, spec = getattr(args, "stage_report", None), getattr(args, "stage_spec", None)
+    plan = getattr(rep, "plan", None) or spec
+    if rep is None or not plan:
+        return None
+    from stager import where
+
+    w = where(plan, rep.nodes)
+    return w if w.plan.scatters else None
+
+
+def _has_ranges(w: Any, path: str) -> bool:
+    try:
+        return bool(w.frame_ranges(path))
+    except KeyError:
+        return False
 
 
 def _absolute(path: Optional[str]) -> Optional[str]:
@@ -252,14 +270,14 @@ def _absolute(path: Optional[str]) -> Optional[str]:
 
 
 def main(args: Any) -> Any:
-    from streams.errors import StreamError
-    from streams.loading import analysis_options
-    from streams.offline import parse_source, read_frames, source_partitions
+    from analyses.errors import AnalysisError
+    from analyses.loading import analysis_options
+    from analyses.sources import parse_source, read_frames, source_partitions
 
     params = analysis_options(args.analysis_params, args.set)
     spec = args.analysis
     if args.corrections == "detector":
-        raise StreamError("--corrections detector: files have no detector start message; give "
+        raise AnalysisError("--corrections detector: files have no detector start message; give "
                           "the mask the receiving job kept, --corrections "
                           "OUT/SCAN.h5:/detector/pixel_mask (or a FILE.npy)")
     if args.udf_roi is not None or args.corrections not in (None, "none"):
@@ -277,6 +295,6 @@ def main(args: Any) -> Any:
                        overwrite=getattr(args, "overwrite", False))
     why = run.written.result()["problem"]
     if why:
-        raise StreamError(f"{run.written.result()['h5']}: {why} (the file is written for "
+        raise AnalysisError(f"{run.written.result()['h5']}: {why} (the file is written for "
                           "inspection)")
     return run.written

@@ -1,26 +1,40 @@
 """Loading an analysis by name: ``pkg.module:NAME``, ``FILE.py[:NAME]``, ``udf:MODULE:CLASS``.
 
-Apart from the contract (:mod:`streams.analysis`) so that the contract does not
-import the LiberTEM adapter (:mod:`streams.udf`), which builds on it.
+Apart from the contract (:mod:`analyses.contract`) so that the contract does not
+import the LiberTEM adapter (:mod:`analyses.udf`), which builds on it.
 """
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import os
+import sys
 from typing import Any, Dict, Optional, Sequence
 
-from streams.analysis import Analysis, FrameSum
-from streams.errors import StreamError
-from streams.pyfile import load_file
+from analyses.contract import Analysis, FrameSum
+from analyses.errors import AnalysisError
 
-__all__ = ["load_analysis", "analysis_options", "DEFAULT_NAME", "ANALYSES"]
+__all__ = ["load_analysis", "analysis_options", "load_file", "DEFAULT_NAME", "ANALYSES"]
 
 #: Name looked up in a flow file when ``--analysis FILE.py`` names no object.
 DEFAULT_NAME = "ANALYSIS"
 
 #: The analyses this project ships (``--analysis NAME``), listed when a name is not found.
 ANALYSES = ("sum", "stem4d.flow", "hedm.ffpeaks", "hedm.nfreduce")
+
+
+def load_file(path: str) -> Any:
+    """Import the Python file ``path`` as a module of its own (``--analysis FILE.py``,
+    ``udf:FILE.py:CLASS``, ``--on-ready FILE.py:FUNCTION``)."""
+    name = "mpistage_flow_" + os.path.splitext(os.path.basename(path))[0].replace("-", "_")
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise AnalysisError(f"cannot load analysis file {path}: not a Python file")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def _known(where: str) -> str:
@@ -65,26 +79,26 @@ def load_analysis(spec: Optional[str], options: Any = None, *, roi: Any = None,
     spec : str, optional
         ``pkg.module:NAME``, ``pkg.module`` (its ``ANALYSIS``), ``path/flow.py`` or
         ``path/flow.py:NAME``; ``udf:MODULE:CLASS`` for LiberTEM UDFs
-        (:mod:`streams.udf`). ``NAME`` is an :class:`Analysis` instance, or a
+        (:mod:`analyses.udf`). ``NAME`` is an :class:`Analysis` instance, or a
         callable (a class) returning one, called with ``options`` as keywords.
     options : dict, optional
     roi, corrections : optional
         ``--udf-roi`` and ``--corrections`` of a ``udf:`` analysis
-        (:func:`streams.udf.load_udf_analysis`); refused for any other.
+        (:func:`analyses.udf.load_udf_analysis`); refused for any other.
 
     Raises
     ------
-    StreamError
+    AnalysisError
         The module, file or name does not exist, or is not an analysis.
     """
     if spec is not None and spec.startswith("udf:"):
         # LiberTEM UDFs: options are their keyword arguments (a list for several UDFs)
-        from streams.udf import load_udf_analysis
+        from analyses.udf import load_udf_analysis
 
         return load_udf_analysis(spec, options, roi=roi, corrections=corrections)
     if roi is not None or corrections not in (None, "none"):
-        raise StreamError(f"--udf-roi and --corrections apply to udf: analyses (LiberTEM "
-                          f"UDFs), not to {spec or 'the per-frame sum'}")
+        raise AnalysisError(f"--udf-roi and --corrections apply to udf: analyses (LiberTEM "
+                            f"UDFs), not to {spec or 'the per-frame sum'}")
     options = dict(options or {})
     if spec is None or spec in ("sum", "FrameSum"):
         obj: Any = FrameSum
@@ -92,22 +106,22 @@ def load_analysis(spec: Optional[str], options: Any = None, *, roi: Any = None,
         where, _, name = spec.partition(":")
         if where.endswith(".py") and ":" not in spec and os.sep not in spec and \
                 not os.path.exists(where):
-            raise StreamError(f"analysis file {where} does not exist")
+            raise AnalysisError(f"analysis file {where} does not exist")
         try:
             mod = load_file(where) if where.endswith(".py") else importlib.import_module(where)
         except (ImportError, OSError) as e:
-            raise StreamError(f"cannot load analysis {spec!r}: {e}; {_known(where)}") from e
+            raise AnalysisError(f"cannot load analysis {spec!r}: {e}; {_known(where)}") from e
         obj = getattr(mod, name or DEFAULT_NAME, None)
         if obj is None:
-            raise StreamError(f"analysis {spec!r}: {where} defines no {name or DEFAULT_NAME}; "
+            raise AnalysisError(f"analysis {spec!r}: {where} defines no {name or DEFAULT_NAME}; "
                               f"{_known(where)}")
     if not isinstance(obj, Analysis):
         if not callable(obj):
-            raise StreamError(f"analysis {spec!r} is neither an Analysis nor a callable")
+            raise AnalysisError(f"analysis {spec!r} is neither an Analysis nor a callable")
         obj = obj(**options)
     elif options:
-        raise StreamError(f"analysis {spec!r} is an instance: options {sorted(options)} "
+        raise AnalysisError(f"analysis {spec!r} is an instance: options {sorted(options)} "
                           "cannot be applied (name a class instead)")
     if not isinstance(obj, Analysis):
-        raise StreamError(f"analysis {spec!r} returned {type(obj).__name__}, not an Analysis")
+        raise AnalysisError(f"analysis {spec!r} returned {type(obj).__name__}, not an Analysis")
     return obj

@@ -1,0 +1,157 @@
+"""Files as partitions: the same ``(frames, positions, complete)`` an analysis gets live.
+
+A stream delivers partitions of K frames; files give the same triples, so an
+analysis written once runs on both. A :class:`PartitionRef` is plain data (it
+travels to the workers, which resolve ``%n`` and read on their node); its ``kind``
+names a row of :data:`SOURCES`, the :class:`Source` that lists the files it reads
+(:func:`frame_files`) and reads it (:func:`read_partition`). The rows:
+
+``dataset`` (:mod:`analyses.sources.dataset`)
+    an HDF5 dataset of frames ``(F, rows, cols)`` or ``(ny, nx, rows, cols)``;
+``frames`` (:mod:`analyses.sources.frames`)
+    raw detector frames as :func:`kernels.open_frames` reads them: one GE/HDF5/TIFF
+    file holding every frame or a TIFF series (``%d`` in the file name), position
+    ``p`` being frame ``first + p``;
+``spill`` (:mod:`analyses.sources.spilled`)
+    a partition file a receiving job spilled (``--spill``);
+``staged`` (:mod:`analyses.sources.staged`)
+    a node's copy of a frame range of an HDF5 dataset a ``scatter ... h5`` block
+    spread over the nodes.
+
+A new source is one module plus one row (:meth:`core.table.Table.register`).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from analyses.errors import AnalysisError
+from analyses.geometry import ScanGeometry
+from core.table import Table
+
+__all__ = ["PartitionRef", "Source", "SOURCES", "partitions", "frame_files", "read_partition",
+           "read_frames", "parse_source", "source_partitions"]
+
+#: ``(frames (k, rows, cols), positions (k,), complete (k,))``: a partition as read.
+Frames = Tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+@dataclass(frozen=True)
+class PartitionRef:
+    """Positions ``start:stop`` of a source of ``kind`` (a row of :data:`SOURCES`).
+    ``frames``: ``first`` (frame of position 0), ``shape`` and ``dtype``
+    (:func:`open_frame_file`); ``staged``: ``first`` is the position of the copy's
+    first row. ``node``: where a scatter block put its files (its task goes there);
+    ``shared``: per file of :func:`frame_files`, the shared file to read where the
+    copy is not."""
+
+    path: str
+    dataset: str = "/frames"
+    start: int = 0
+    stop: int = 0
+    kind: str = "dataset"
+    first: int = 0
+    shape: Tuple[int, ...] = ()
+    dtype: Optional[str] = None
+    node: Optional[str] = None
+    shared: Tuple[str, ...] = ()
+
+
+class Source:
+    """One kind of file partitions are read from: a row of :data:`SOURCES`."""
+
+    #: A ref holds positions ``start:stop`` (:func:`read_frames` skips one holding none
+    #: of those asked for); False: its positions are known only once read.
+    ranged = True
+
+    def files(self, ref: PartitionRef) -> List[str]:
+        """The files ``ref`` reads (default: its one file)."""
+        return [ref.path]
+
+    def read(self, ref: PartitionRef, files: Sequence[str]) -> Frames:
+        """``(frames (k, rows, cols), positions (k,), complete (k,))`` of ``ref``, read
+        from ``files`` (:meth:`files`, as found on this node)."""
+        raise NotImplementedError
+
+
+#: The sources, by ``PartitionRef.kind``.
+SOURCES: Table[Source] = Table("analysis source", {
+    "dataset": "analyses.sources.dataset:Dataset",
+    "frames": "analyses.sources.frames:FrameFiles",
+    "spill": "analyses.sources.spilled:Spilled",
+    "staged": "analyses.sources.staged:StagedRange",
+}, make=lambda cls: cls(), hint="register one with analyses.sources.SOURCES.register")
+
+
+def partitions(path: str, frames: int, k: int, **fields: Any) -> List[PartitionRef]:
+    """Partitions of ``k`` consecutive positions over ``frames`` positions of ``path``
+    (``fields``: the refs' other fields, e.g. ``kind='frames', first=1``)."""
+    if k < 1:
+        raise ValueError("k must be >= 1")
+    return [PartitionRef(path, start=s, stop=min(s + k, frames), **fields)
+            for s in range(0, frames, k)]
+
+
+def frame_files(ref: PartitionRef) -> List[str]:
+    """The files ``ref`` reads (one per frame of a TIFF series, else its one file)."""
+    return SOURCES.load(ref.kind).files(ref)
+
+
+def read_partition(ref: PartitionRef, files: Optional[Sequence[str]] = None) -> Frames:
+    """``(frames (k, rows, cols), positions (k,), complete (k,))`` of one partition.
+
+    ``files``: where to read each of :func:`frame_files` (this node's copies); default
+    those paths as they are.
+    """
+    source = SOURCES.load(ref.kind)
+    return source.read(ref, list(files) if files is not None else source.files(ref))
+
+
+def read_frames(refs: Sequence[PartitionRef], indices: Sequence[int]) -> np.ndarray:
+    """The frames at flat ``indices`` (k, rows, cols), in index order, from ``refs``
+    (a partition of a dataset or of frame files that holds none of them is not read)."""
+    want = set(int(i) for i in indices)
+    got = {}
+    for ref in refs:
+        if SOURCES.load(ref.kind).ranged and not any(ref.start <= i < ref.stop for i in want):
+            continue
+        data, positions, _ = read_partition(ref)
+        for j, p in enumerate(positions.tolist()):
+            if p in want:
+                got[p] = data[j]
+    missing = sorted(want - set(got))
+    if missing:
+        raise AnalysisError(f"frames {missing[:5]} asked for are not in the source")
+    return np.stack([got[i] for i in sorted(got)])
+
+
+def parse_source(text: str) -> Tuple[str, str]:
+    """``FILE.h5:/dataset`` -> (file, dataset)."""
+    path, sep, dset = text.rpartition(":")
+    if not sep or not path or not dset.startswith("/"):
+        raise AnalysisError(f"{text!r}: expected FILE.h5:/dataset")
+    return path, dset
+
+
+def source_partitions(frames: Optional[str], spilled: Optional[str], scan: Optional[str],
+                      scan_shape: Optional[Sequence[int]], k: int
+                      ) -> Tuple[ScanGeometry, List[PartitionRef]]:
+    """The geometry and partitions of an offline run's source: ``FILE.h5:/DATASET``
+    (``frames``) or a receiving job's spill directory (``spilled`` with ``scan``)."""
+    if frames:
+        path, dset = parse_source(frames)
+        from analyses.sources.dataset import dataset_geometry
+
+        g = dataset_geometry(path, dset, scan or os.path.splitext(os.path.basename(path))[0],
+                             scan_shape)
+        return g, partitions(path, g.frames, k, dataset=dset)
+    if spilled:
+        from analyses.sources.spilled import spilled_source
+
+        if not scan:
+            raise ValueError("--spilled needs --scan NAME")
+        return spilled_source(spilled, scan)
+    raise ValueError("give --frames FILE.h5:/DATASET or --spilled DIR --scan NAME")

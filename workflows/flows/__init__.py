@@ -1,1 +1,0 @@
-"""Ready-made flows: ``python -m workflows run workflows.flows.NAME -- ...``."""
