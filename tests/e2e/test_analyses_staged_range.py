@@ -17,7 +17,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests.e2e.test_stream_receive import _env
+from tests.e2e.test_streams_receive import _env
 
 h5py = pytest.importorskip("h5py")
 pytestmark = pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun is not installed")
