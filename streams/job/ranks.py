@@ -1,34 +1,28 @@
 """The loops the ranks of a receiving job run: receive, hand out, process, report.
 
 One message loop (:class:`core.mpi.loop.Loop`), a class per role
-(:mod:`streams.job.roles`), no threads; :func:`rank_loop` gives this rank's.
+(:mod:`streams.job.roles`), no threads; :func:`rank_loop` gives this rank's:
 
 :class:`ReceiverLoop`
-    steps its socket (:class:`~streams.protocols.native.receiver.Receiver`, or a
-    :class:`~streams.protocols.stream2.receiver.StreamV2Receiver`), gets finished
-    partitions from the assembler and either processes them itself (no workers on
-    its node) or copies them into a bounded *outbox* and hands them to its
-    workers, each holding at most ``credit`` unacknowledged partitions. While the
-    outbox is full it stops reading its socket: ZeroMQ's queues fill, producers
-    block, nothing is dropped. Its heartbeats carry a snapshot of every open
-    scan's report, and it sends rank 0 each scan's final report when it closes;
-    when its protocol deals a scan's start and end to one receiver only (Stream
-    V2), it shares each it receives with the other receivers
-    (:meth:`ReceiverLoop.share`). It keeps its latest partitions for viewers'
-    frame requests (:mod:`streams.job.frames`).
+    steps its protocol's socket, gets finished partitions from the assembler and
+    either processes them itself (no workers on its node) or copies them into a
+    bounded *outbox* and hands them to its workers, each holding at most ``credit``
+    unacknowledged partitions. While the outbox is full it stops reading its
+    socket: ZeroMQ's queues fill, producers block, nothing is dropped. Its
+    heartbeats carry a snapshot of every open scan's report; it sends rank 0 each
+    scan's final report when it closes, and the other receivers a scan's start or
+    end that only it got (Stream V2: :meth:`ReceiverLoop.share`).
 :class:`WorkerLoop`
-    receives partitions from its receiver (same node), processes them and
-    acknowledges each one.
+    processes the partitions its receiver (same node) sends; acknowledges each.
 :class:`CoordinatorLoop` (rank 0, also a receiver)
-    with the :class:`~streams.job.coordinator.Coordinator`: merges live deltas and
-    publishes them, admits viewers' frame requests, decides when a scan is
+    the :class:`~streams.job.coordinator.Coordinator`: merges live deltas and
+    publishes them, answers viewers' frame requests, decides when a scan is
     finalized and tells every rank.
 
-What every rank does is :class:`RankLoop`'s, their base: a processing rank runs
-``analysis.process_partition`` and merges the result into its partial of the scan,
-and sends rank 0 a live delta of what it processed at most every
-``live_interval / 2`` seconds; every rank sends rank 0 a heartbeat. When rank 0
-says "finalize X", a rank becomes ready once nothing of X is left with it
+Their base, :class:`RankLoop`, is what every rank does. A processing rank runs
+``analysis.process_partition``, merges the result into its partial of the scan
+and sends rank 0 a live delta at most every ``live_interval / 2`` seconds. When
+rank 0 says "finalize X", a rank becomes ready once nothing of X is left with it
 (receiver: X closed, its outbox and unacknowledged partitions free of X; worker:
 the "finish X" marker, which its receiver queues behind X's last partition); it
 then joins a non-blocking barrier and keeps looping, so a slow rank never blocks
@@ -50,6 +44,7 @@ last heartbeats on its way out (:func:`streams.job.session.receive_scans`).
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import Counter, deque
 from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple
@@ -83,21 +78,9 @@ TAG_WORK, TAG_ACK, TAG_LIVE, TAG_CTRL, TAG_SHARE, TAG_ABORT, TAG_FIN, TAG_FRAME 
 
 def rank_loop(comm: Any, roles: Roles, analysis: Analysis, options: Any,
               routing: str = "modulo", publisher: Any = None) -> RankLoop:
-    """This rank's loop: rank 0 coordinates (and receives), the other receivers
-    receive, the rest work. Local.
-
-    Parameters
-    ----------
-    comm : mpi4py.MPI.Comm
-        The loop's own communicator.
-    roles : Roles
-    analysis : Analysis
-    options : SessionOptions
-    routing : str
-        Rank 0: the protocol's routing rule (:class:`~streams.job.coordinator.Coordinator`).
-    publisher : LivePublisher
-        Rank 0: the live socket.
-    """
+    """This rank's loop over ``comm`` (the loop's own communicator): rank 0 coordinates,
+    the other receivers receive, the rest work. ``options``: the ``SessionOptions``;
+    ``routing`` and ``publisher`` (the live socket): rank 0's. Local."""
     if comm.rank == 0:
         return CoordinatorLoop(comm, roles, analysis, options, routing, publisher)
     if roles.index(comm.rank) is None:
@@ -106,17 +89,8 @@ def rank_loop(comm: Any, roles: Roles, analysis: Analysis, options: Any,
 
 
 class RankLoop(Loop):
-    """What every rank of a receiving job does (see the module docstring); the base
-    of each role's loop.
-
-    Parameters
-    ----------
-    comm : mpi4py.MPI.Comm
-        The loop's own communicator.
-    roles : Roles
-    analysis : Analysis
-    options : SessionOptions
-    """
+    """What every rank of a receiving job does, the base of each role's loop (see the
+    module docstring); arguments as :func:`rank_loop`'s."""
 
     is_receiver = False
     socket: Any = None    # a receiver's socket, set by its protocol
@@ -130,8 +104,7 @@ class RankLoop(Loop):
         self.index = roles.index(self.rank)
         # what this rank processed: partials by scan, live deltas not yet sent
         self.partials: Dict[str, Any] = {}
-        self.geoms: Dict[str, ScanGeometry] = {}
-        self.live_pending: Dict[str, Any] = {}
+        self.live_pending: Dict[str, Tuple[ScanGeometry, Any]] = {}
         # rank 0's decisions
         self.to_finalize: Deque[str] = deque()
         self.barrier: Any = None
@@ -144,10 +117,8 @@ class RankLoop(Loop):
         """Tell every other rank to stop with ``message`` (best effort, non-blocking)."""
         for r in range(self.comm.size):
             if r != self.rank:
-                try:
+                with contextlib.suppress(Exception):   # already failing; the launcher ends us
                     self.link.send(r, TAG_ABORT, ("abort", message))
-                except Exception:   # already failing; the launcher ends us
-                    pass
 
     def _send(self, dest: int, tag: int, msg: Any) -> None:
         """``msg`` to ``dest``; to this rank itself: handled at once, not sent."""
@@ -163,24 +134,22 @@ class RankLoop(Loop):
         if scan not in self.partials:
             self.analysis.prepare(g)
             self.partials[scan] = self.analysis.empty()
-        self.geoms[scan] = g
         p = self.analysis.process_partition(data, frames, complete)
         self.partials[scan] = self.analysis.merge(self.partials[scan], p)
         lv = self.analysis.live(p)
         prev = self.live_pending.get(scan)
-        self.live_pending[scan] = lv if prev is None else self.analysis.merge(prev, lv)
+        self.live_pending[scan] = (g, lv if prev is None else self.analysis.merge(prev[1], lv))
 
     def _send_live(self, now: float, force: bool = False) -> None:
         if not self.live_pending or (now < self.next_live and not force):
             return
         self.next_live = now + self.o.live_interval / 2
-        for scan, lv in self.live_pending.items():
-            self._send(0, TAG_LIVE, ("live", scan, self.geoms[scan], lv))
+        for scan, (g, lv) in self.live_pending.items():
+            self._send(0, TAG_LIVE, ("live", scan, g, lv))
         self.live_pending = {}
 
     def partial_of(self, scan: str) -> Any:
         """This rank's partial of ``scan`` (None: it processed none of it), forgotten here."""
-        self.geoms.pop(scan, None)
         return self.partials.pop(scan, None)
 
     # ---- heartbeats ----
@@ -243,10 +212,8 @@ class RankLoop(Loop):
         self.link.flush(timeout, between=self._poll_quiet)
 
     def _poll_quiet(self) -> None:
-        try:
+        with contextlib.suppress(StreamError):
             self.poll()
-        except StreamError:
-            pass
 
 
 class WorkerLoop(RankLoop):
@@ -409,17 +376,8 @@ class ReceiverLoop(RankLoop):
 
 
 class CoordinatorLoop(ReceiverLoop):
-    """Rank 0: a receiver that also decides for the job and publishes live results.
-
-    Parameters
-    ----------
-    comm, roles, analysis, options
-        As :class:`RankLoop`'s.
-    routing : str
-        The protocol's routing rule (:class:`~streams.job.coordinator.Coordinator`).
-    publisher : LivePublisher
-        The live socket.
-    """
+    """Rank 0: a receiver that decides for the job and publishes live results
+    (arguments as :func:`rank_loop`'s)."""
 
     def __init__(self, comm: Any, roles: Roles, analysis: Analysis, options: Any,
                  routing: str, publisher: Any) -> None:
@@ -444,16 +402,14 @@ class CoordinatorLoop(ReceiverLoop):
     def recv_ctrl(self, src: int, msg: Any) -> None:
         now = time.monotonic()
         self.coord.heard_from(src, now)
-        kind = msg[0]
-        if kind == "hb":
+        if msg[0] == "hb":
             _, r, snaps, rejects = msg
             for rep, idle in snaps:
                 self.coord.snapshot(r, rep, idle, now)
             if rejects is not None:
                 self.coord.rejections(r, *rejects)
-        elif kind == "closed":
-            _, r, rep = msg
-            self.coord.closed(r, rep, now)
+        elif msg[0] == "closed":
+            self.coord.closed(msg[1], msg[2], now)
 
     def recv_frame(self, src: int, msg: Any) -> None:
         """A receiver's reply to a frame request (``got``; a ``get`` is this receiver's)."""
@@ -462,17 +418,13 @@ class CoordinatorLoop(ReceiverLoop):
             return
         _, n, rank, found = msg
         done = self.frame_requests.answer(n, rank, found)
-        if done is not None:
-            self._answer_frame(*done)
-
-    # ---- viewers' frame requests ----
-    def _answer_frame(self, p: Any, found: Any) -> None:
-        head: Dict[str, Any] = {"id": p.rid, "scan": p.scan, "frame": p.frame}
+        if done is None:
+            return
+        p, found = done
+        head = {"id": p.rid, "scan": p.scan, "frame": p.frame}
         if found is None or found.get("frame") is None:
-            outcome = "not_held" if found is None else found["refused"]
-            self.frame_requests.counts[outcome] += 1
-            self.publisher.answer(p.ident, dict(head, ok=False, refused=outcome,
-                                                why=OUTCOMES[outcome]))
+            self._refuse(p.ident, self.frame_requests.refuse(
+                "not_held" if found is None else found["refused"]), **head)
             return
         a = found["frame"]
         self.frame_requests.counts["served"] += 1
@@ -480,32 +432,30 @@ class CoordinatorLoop(ReceiverLoop):
                                             dtype=a.dtype.str, complete=found["complete"],
                                             where=found["where"]), a.data)
 
+    # ---- viewers' frame requests ----
+    def _refuse(self, peer: bytes, outcome: str, detail: str = "", **head: Any) -> None:
+        self.publisher.answer(peer, dict(head, ok=False, refused=outcome,
+                                         why=OUTCOMES[outcome] + detail))
+
     def _frame_requests(self, now: float) -> bool:
         """Viewers' frame requests to the receivers; the unanswered ones expire."""
-        got = False
         fr = self.frame_requests
-        for peer, raw in self.publisher.requests():
-            got = True
+        asked = self.publisher.requests()
+        for peer, raw in asked:
             try:
                 scan, frame, rid = parse_request(raw)
             except ValueError as e:
-                fr.refuse("bad_request")
-                self.publisher.answer(peer, {"ok": False, "refused": "bad_request",
-                                             "why": f"{OUTCOMES['bad_request']}: {e}"})
+                self._refuse(peer, fr.refuse("bad_request"), f": {e}")
                 continue
             n, refused = fr.admit(peer, scan, frame, rid, list(self.roles.servers), now)
             if refused is not None:
-                self.publisher.answer(peer, {"id": rid, "scan": scan, "frame": frame,
-                                             "ok": False, "refused": refused,
-                                             "why": OUTCOMES[refused]})
+                self._refuse(peer, refused, id=rid, scan=scan, frame=frame)
                 continue
             for r in self.roles.servers:
                 self._send(r, TAG_FRAME, ("get", n, scan, frame, fr.max_bytes))
         for p in fr.expired(now):
-            self.publisher.answer(p.ident, {"id": p.rid, "scan": p.scan, "frame": p.frame,
-                                            "ok": False, "refused": "timeout",
-                                            "why": OUTCOMES["timeout"]})
-        return got
+            self._refuse(p.ident, "timeout", id=p.rid, scan=p.scan, frame=p.frame)
+        return bool(asked)
 
     # ---- decisions and live publishing ----
     def step(self) -> bool:
