@@ -109,9 +109,8 @@ class RankLoop(Loop):
         self.to_finalize: Deque[str] = deque()
         self.barrier: Any = None
         self.stop_reason: Optional[str] = None
-        now = time.monotonic()
-        self.next_heartbeat = now
-        self.next_live = now + options.live_interval / 2
+        self.next_heartbeat = time.monotonic()
+        self.next_live = self.next_heartbeat + options.live_interval / 2
 
     def abort_all(self, message: str) -> None:
         """Tell every other rank to stop with ``message`` (best effort, non-blocking)."""
@@ -275,8 +274,7 @@ class ReceiverLoop(RankLoop):
         if not self.workers:
             self._process(part.geometry, part.data, part.frames, part.complete)
             if part.data.nbytes <= self.kept.keep_bytes:
-                self.kept.keep(scan, part.frames.copy(), part.complete.copy(),
-                               part.data.copy())
+                self.kept.keep(scan, part.frames.copy(), part.complete.copy(), part.data.copy())
             return
         item = (part.geometry, part.index, part.frames.copy(), part.complete.copy(),
                 part.data.copy())
