@@ -19,15 +19,15 @@ One message loop (:class:`core.mpi.loop.Loop`), a class per role
     publishes them, answers viewers' frame requests, decides when a scan is
     finalized and tells every rank.
 
-Their base, :class:`RankLoop`, is what every rank does. A processing rank runs
-``analysis.process_partition``, merges the result into its partial of the scan
-and sends rank 0 a live delta at most every ``live_interval / 2`` seconds. When
-rank 0 says "finalize X", a rank becomes ready once nothing of X is left with it
-(receiver: X closed, its outbox and unacknowledged partitions free of X; worker:
-the "finish X" marker, which its receiver queues behind X's last partition); it
-then joins a non-blocking barrier and keeps looping, so a slow rank never blocks
-another's socket; when the barrier completes, every rank runs the collective
-finalize (:mod:`streams.job.session`).
+Their base, :class:`RankLoop`, is what every rank does: it sends rank 0 a heartbeat;
+a processing rank runs ``analysis.process_partition``, merges the result into its
+partial of the scan and sends rank 0 a live delta at most every ``live_interval / 2``
+seconds. When rank 0 says "finalize X", a rank becomes ready once nothing of X is
+left with it (receiver: X closed, its outbox and unacknowledged partitions free of
+X; worker: the "finish X" marker, which its receiver queues behind X's last
+partition); it then joins a non-blocking barrier and keeps looping, so a slow rank
+never blocks another's socket; when the barrier completes, every rank runs the
+collective finalize (:mod:`streams.job.session`).
 
 Every rank leaves the loop on one decision, rank 0's: it announces each
 finalize, and after the ``scans``-th (or the overall timeout) it tells the
