@@ -4,7 +4,7 @@ Run: ``mpirun -n 2 python bench/link_bench.py [--mib 16] [--count 40] [--reps 3]
 [--out bench/results]``
 
 Rank 0 plays a stream receiver, rank 1 its worker: rank 0 copies a partition
-out of a reused buffer (as ``RankLoop.deliver`` does) and sends it as the
+out of a reused buffer (as ``ReceiverLoop.deliver`` does) and sends it as the
 stream job sends one (``("part", scan, (geometry, index, frames, complete,
 data))``) with a window of two unacknowledged partitions; rank 1 receives it,
 sums it (touching every byte, as an analysis would) and acknowledges it. Both

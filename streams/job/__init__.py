@@ -2,8 +2,8 @@
 
 :func:`streams.job.session.receive_scans` (``stager stream receive``) places the
 roles (:mod:`~streams.job.roles`), binds or connects each receiver's socket through
-its protocol (:mod:`streams.protocols`), runs the message loop of every rank
-(:mod:`~streams.job.ranks`, rank 0's :mod:`~streams.job.coordinator`), publishes
+its protocol (:mod:`streams.protocols`), runs each rank's loop, one class per role
+(:mod:`~streams.job.ranks`; rank 0's :mod:`~streams.job.coordinator`), publishes
 live results (:mod:`~streams.job.live`), spills partitions (:mod:`~streams.job.spill`)
 and writes each scan once (:func:`analyses.output.finish`) into a node-local directory of
 its own (:mod:`~streams.job.localdir`).

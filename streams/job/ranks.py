@@ -1,33 +1,33 @@
-"""The loop every rank of a receiving job runs: receive, hand out, process, report.
+"""The loops the ranks of a receiving job run: receive, hand out, process, report.
 
-One loop (a :class:`core.mpi.loop.Loop`), three roles (:mod:`streams.job.roles`), no threads:
+One message loop (:class:`core.mpi.loop.Loop`), a class per role
+(:mod:`streams.job.roles`), no threads; :func:`rank_loop` gives this rank's:
 
-receiver
-    steps its socket (:class:`~streams.protocols.native.receiver.Receiver`, or a
-    :class:`~streams.protocols.stream2.receiver.StreamV2Receiver`), gets finished
-    partitions from the assembler and either processes them itself (no workers on
-    its node) or copies them into a bounded *outbox* and hands them to its
-    workers, each holding at most ``credit`` unacknowledged partitions. While the
-    outbox is full it stops reading its socket: ZeroMQ's queues fill, producers
-    block, nothing is dropped. It sends rank 0 a heartbeat with a snapshot of
-    every open scan's report, and each scan's final report when it closes; when
-    its protocol deals a scan's start and end to one receiver only (Stream V2),
-    it shares each it receives with the other receivers (:meth:`RankLoop.share`).
-worker
-    receives partitions from its receiver (same node), runs
-    ``analysis.process_partition`` and merges the result into its partial of the
-    scan; acknowledges each one.
-rank 0 (also a receiver)
+:class:`ReceiverLoop`
+    steps its protocol's socket, gets finished partitions from the assembler and
+    either processes them itself (no workers on its node) or copies them into a
+    bounded *outbox* and hands them to its workers, each holding at most ``credit``
+    unacknowledged partitions. While the outbox is full it stops reading its
+    socket: ZeroMQ's queues fill, producers block, nothing is dropped. Its
+    heartbeats carry a snapshot of every open scan's report; it sends rank 0 each
+    scan's final report when it closes, and the other receivers a scan's start or
+    end that only it got (Stream V2: :meth:`ReceiverLoop.share`).
+:class:`WorkerLoop`
+    processes the partitions its receiver (same node) sends; acknowledges each.
+:class:`CoordinatorLoop` (rank 0, also a receiver)
     the :class:`~streams.job.coordinator.Coordinator`: merges live deltas and
-    publishes them, decides when a scan is finalized and tells every rank.
+    publishes them, answers viewers' frame requests, decides when a scan is
+    finalized and tells every rank.
 
-Every processing rank sends rank 0 a live delta of what it processed at most every
-``live_interval / 2`` seconds. When rank 0 says "finalize X", a rank becomes
-ready once nothing of X is left with it (receiver: X closed, its outbox and
-unacknowledged partitions free of X; worker: the "finish X" marker, which its
-receiver queues behind X's last partition); it then joins a non-blocking barrier
-and keeps looping, so a slow rank never blocks another's socket; when the barrier
-completes, every rank runs the collective finalize (:mod:`streams.job.session`).
+Their base, :class:`RankLoop`, is what every rank does: it sends rank 0 a heartbeat;
+a processing rank runs ``analysis.process_partition``, merges the result into its
+partial of the scan and sends rank 0 a live delta at most every ``live_interval / 2``
+seconds. When rank 0 says "finalize X", a rank becomes ready once nothing of X is
+left with it (receiver: X closed, its outbox and unacknowledged partitions free of
+X; worker: the "finish X" marker, which its receiver queues behind X's last
+partition); it then joins a non-blocking barrier and keeps looping, so a slow rank
+never blocks another's socket; when the barrier completes, every rank runs the
+collective finalize (:mod:`streams.job.session`).
 
 Every rank leaves the loop on one decision, rank 0's: it announces each
 finalize, and after the ``scans``-th (or the overall timeout) it tells the
@@ -40,13 +40,14 @@ Scans refused at ``begin`` (``busy``, ``too_large``, ...) never open, never coun
 An exception on any rank is sent to every rank (``TAG_ABORT``) and raised
 there: the loop never waits for a rank that failed. A rank that *died* cannot
 say so; Open MPI then terminates the job, and rank 0 writes a report from the
-last heartbeats on its way out (:meth:`RankLoop.on_terminate`).
+last heartbeats on its way out (:func:`streams.job.session.receive_scans`).
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import Counter, deque
-from typing import Any, Callable, Deque, Dict, Optional, Set, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple
 
 import numpy as np
 
@@ -62,7 +63,7 @@ from streams.errors import StreamError
 from streams.protocol import ScanGeometry
 from streams.job.roles import Roles
 
-__all__ = ["RankLoop", "TAGS"]
+__all__ = ["RankLoop", "ReceiverLoop", "WorkerLoop", "CoordinatorLoop", "rank_loop", "TAGS"]
 
 #: This loop's tags (numbers from :data:`core.mpi.link.TAGS`): WORK receiver -> worker
 #: (a partition, or "finish" a scan), ACK worker -> receiver, LIVE deltas and CTRL
@@ -75,91 +76,193 @@ TAG_WORK, TAG_ACK, TAG_LIVE, TAG_CTRL, TAG_SHARE, TAG_ABORT, TAG_FIN, TAG_FRAME 
     TAGS[n] for n in ("WORK", "ACK", "LIVE", "CTRL", "SHARE", "ABORT", "FIN", "FRAME"))
 
 
+def rank_loop(comm: Any, roles: Roles, analysis: Analysis, options: Any,
+              routing: str = "modulo", publisher: Any = None) -> RankLoop:
+    """This rank's loop over ``comm`` (the loop's own communicator): rank 0 coordinates,
+    the other receivers receive, the rest work. ``options``: the ``SessionOptions``;
+    ``routing`` and ``publisher`` (the live socket): rank 0's. Local."""
+    if comm.rank == 0:
+        return CoordinatorLoop(comm, roles, analysis, options, routing, publisher)
+    if roles.index(comm.rank) is None:
+        return WorkerLoop(comm, roles, analysis, options)
+    return ReceiverLoop(comm, roles, analysis, options)
+
+
 class RankLoop(Loop):
-    """State and loop of one rank (see the module docstring); one handler per tag.
+    """What every rank of a receiving job does, the base of each role's loop (see the
+    module docstring); arguments as :func:`rank_loop`'s."""
 
-    Parameters
-    ----------
-    comm : mpi4py.MPI.Comm
-    roles : Roles
-    analysis : Analysis
-    socket : Receiver or StreamV2Receiver or None
-        This rank's receiving socket (receivers only), built with ``deliver=self.deliver``
-        and ``on_close=self.on_close``.
-    coordinator : Coordinator, optional
-        Rank 0 only.
-    publisher : LivePublisher, optional
-        Rank 0 only.
-    options : SessionOptions
-    spill : Spill, optional
-    """
+    is_receiver = False
+    socket: Any = None    # a receiver's socket, set by its protocol
+    spill: Any = None     # a receiver's Spill (``--spill``)
 
-    def __init__(self, comm: Any, roles: Roles, analysis: Analysis, options: Any,
-                 coordinator: Optional[Coordinator] = None, publisher: Any = None,
-                 spill: Any = None) -> None:
+    def __init__(self, comm: Any, roles: Roles, analysis: Analysis, options: Any) -> None:
         # sends kept until complete; idle: the socket's poll waits (0.1 to 5 ms)
         super().__init__(Link(comm, "stream", error=StreamError), Backoff(0.005, 1e-4))
         self.comm, self.roles, self.analysis, self.o = comm, roles, analysis, options
         self.rank = comm.rank
         self.index = roles.index(self.rank)
-        self.is_receiver = self.index is not None
-        self.workers: Tuple[int, ...] = roles.workers_of(self.rank)
-        self.coord, self.publisher, self.spill = coordinator, publisher, spill
-        self.socket: Any = None
-        # frames kept for viewers (receivers), viewers' requests (rank 0)
-        self.kept: Optional[FrameStore] = FrameStore() if self.is_receiver else None
-        self.frame_requests = FrameRequests()
-        # processing state (every rank that processes partitions)
+        # what this rank processed: partials by scan, live deltas not yet sent
         self.partials: Dict[str, Any] = {}
-        self.geoms: Dict[str, ScanGeometry] = {}
-        self.live_pending: Dict[str, Any] = {}
-        self.processed: Counter = Counter()
-        self.busy_s = 0.0
-        # receiver state
-        self.outbox: Deque[Tuple[str, str, Any]] = deque()    # (kind, scan, payload)
-        self.outbox_bytes = 0
-        self.credits = Credits(self.workers, options.credit)
-        self.unacked: Counter = Counter()
-        self.open_reports: Dict[str, ScanReport] = {}
-        self.closed_reports: Dict[str, ScanReport] = {}
-        self.marked: Set[str] = set()
-        self.marked_detector: Set[str] = set()
-        # worker state
-        self.finished: Set[str] = set()
-        # everyone
+        self.live_pending: Dict[str, Tuple[ScanGeometry, Any]] = {}
+        # rank 0's decisions
         self.to_finalize: Deque[str] = deque()
         self.barrier: Any = None
         self.stop_reason: Optional[str] = None
-        now = time.monotonic()
-        self.next_heartbeat = now
-        self.next_live = now + options.live_interval / 2
-        self.next_publish = now + options.live_interval
-        self.first_frame: Optional[float] = None
-        self._closing = False
-        self._announced = 0                 # rank 0: finalizations announced
-        self._last_announced = 0.0
-        self._job_published: Any = None
+        self.next_heartbeat = time.monotonic()
+        self.next_live = self.next_heartbeat + options.live_interval / 2
 
     def abort_all(self, message: str) -> None:
         """Tell every other rank to stop with ``message`` (best effort, non-blocking)."""
         for r in range(self.comm.size):
             if r != self.rank:
-                try:
+                with contextlib.suppress(Exception):   # already failing; the launcher ends us
                     self.link.send(r, TAG_ABORT, ("abort", message))
-                except Exception:   # already failing; the launcher ends us
-                    pass
+
+    def _send(self, dest: int, tag: int, msg: Any) -> None:
+        """``msg`` to ``dest``; to this rank itself: handled at once, not sent."""
+        if dest == self.rank:
+            self.handle(dest, tag, msg)
+        else:
+            self.link.send(dest, tag, msg)
+
+    # ---- processing ----
+    def _process(self, g: ScanGeometry, data: np.ndarray, frames: np.ndarray,
+                 complete: np.ndarray) -> None:
+        scan = g.scan
+        if scan not in self.partials:
+            self.analysis.prepare(g)
+            self.partials[scan] = self.analysis.empty()
+        p = self.analysis.process_partition(data, frames, complete)
+        self.partials[scan] = self.analysis.merge(self.partials[scan], p)
+        lv = self.analysis.live(p)
+        prev = self.live_pending.get(scan)
+        self.live_pending[scan] = (g, lv if prev is None else self.analysis.merge(prev[1], lv))
+
+    def _send_live(self, now: float, force: bool = False) -> None:
+        if not self.live_pending or (now < self.next_live and not force):
+            return
+        self.next_live = now + self.o.live_interval / 2
+        for scan, (g, lv) in self.live_pending.items():
+            self._send(0, TAG_LIVE, ("live", scan, g, lv))
+        self.live_pending = {}
+
+    def partial_of(self, scan: str) -> Any:
+        """This rank's partial of ``scan`` (None: it processed none of it), forgotten here."""
+        return self.partials.pop(scan, None)
+
+    # ---- heartbeats ----
+    def _heartbeat(self, now: float) -> None:
+        if now >= self.next_heartbeat:
+            self.next_heartbeat = now + self.o.heartbeat
+            self._send(0, TAG_CTRL, ("hb", self.index) + self._news())
+
+    def _news(self) -> Tuple[List[Any], Any]:
+        """A heartbeat's news: snapshots of the open scans, rejections (here: none)."""
+        return [], None
+
+    # ---- incoming MPI messages ----
+    def recv_abort(self, src: int, msg: Any) -> None:
+        raise StreamError(msg[1])
+
+    def recv_fin(self, src: int, msg: Any) -> None:
+        """Rank 0's decisions: ``finalize`` a scan, ``stop`` (and the receivers' own)."""
+        kind, arg = msg
+        if kind == "finalize":
+            self.to_finalize.append(arg)
+        elif kind == "stop":
+            self.stop_reason = arg
+
+    # ---- the loop ----
+    def run(self, finalize: Callable[[str], None],  # type: ignore[override]
+            deadline: Optional[float] = None) -> None:
+        """Loop until rank 0 says stop (after ``options.scans`` scans were finalized and
+        nothing is open, or after the ``deadline``), calling the collective
+        ``finalize(scan)`` for each scan rank 0 announces."""
+        self._finalize, self.deadline = finalize, deadline
+        super().run()
+        self._send_live(time.monotonic(), force=True)
+
+    def until(self) -> bool:
+        # rank 0's "stop" alone ends the loop, and a rank told to stop still finishes the
+        # finalizations announced before it: every other rank is about to enter them
+        return self.stop_reason is not None and not self.to_finalize and self.barrier is None
+
+    def step(self) -> bool:
+        now = time.monotonic()
+        busy = self.poll()
+        self._heartbeat(now)
+        self._send_live(now)
+        if self.barrier is None and self.to_finalize and self.ready_for(self.to_finalize[0]):
+            self._send_live(now, force=True)
+            self.barrier = self.comm.Ibarrier()
+        if self.barrier is not None and self.barrier.Test():
+            self.barrier = None
+            self._finalize(self.to_finalize.popleft())
+            busy = True
+        return busy
+
+    def ready_for(self, scan: str) -> bool:
+        """True once nothing of ``scan`` is left with this rank (see the module docstring)."""
+        raise NotImplementedError
+
+    def drain_requests(self, timeout: float = 5.0) -> None:
+        """Wait (bounded) for this rank's outstanding sends."""
+        self.link.flush(timeout, between=self._poll_quiet)
+
+    def _poll_quiet(self) -> None:
+        with contextlib.suppress(StreamError):
+            self.poll()
+
+
+class WorkerLoop(RankLoop):
+    """A worker: processes the partitions its receiver sends, acknowledging each."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.finished: Set[str] = set()     # scans whose "finish" marker came
+
+    def recv_work(self, src: int, msg: Any) -> None:
+        kind, scan, item = msg
+        if kind == "finish":
+            self.finished.add(scan)
+        elif kind == "detector":
+            self.analysis.use_detector(scan, item)
+        else:
+            g, _idx, frames, complete, data = item
+            self._process(g, data, frames, complete)
+            self.link.send(src, TAG_ACK, ("ack", scan))
+
+    def ready_for(self, scan: str) -> bool:
+        return scan in self.finished
+
+
+class ReceiverLoop(RankLoop):
+    """A receiver: its socket, its outbox to its workers, its kept frames (see the
+    module docstring). :meth:`deliver`, :meth:`on_close` and :meth:`share` are the
+    socket's callbacks; its protocol builds the socket and sets :attr:`socket`."""
+
+    is_receiver = True
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.workers: Tuple[int, ...] = self.roles.workers_of(self.rank)
+        self.kept = FrameStore()             # frames kept for viewers
+        self.outbox: Deque[Tuple[str, str, Any]] = deque()    # (kind, scan, payload)
+        self.outbox_bytes = 0
+        self.credits = Credits(self.workers, self.o.credit)
+        self.unacked: Counter = Counter()
+        self.closed_reports: Dict[str, ScanReport] = {}
+        self.marked: Set[str] = set()            # scans whose "finish" is queued
+        self.marked_detector: Set[str] = set()   # scans whose pixel mask is in use
 
     # ---- callbacks of the receiving socket ----
     def deliver(self, part: Partition) -> None:
         """The assembler finished a partition (its memory is reused after this)."""
         scan = part.scan
-        self.geoms[scan] = part.geometry
-        if self.first_frame is None:
-            self.first_frame = time.monotonic()
         if self.spill is not None:
             path = self.spill.write(part)
-            if self.kept is not None:
-                self.kept.spill(scan, part.frames.copy(), part.complete.copy(), path)
+            self.kept.spill(scan, part.frames.copy(), part.complete.copy(), path)
         if self.analysis.needs_detector and scan not in self.marked_detector:
             self.marked_detector.add(scan)        # the scan's pixel mask, before its frames
             mask = _pixel_mask(self.socket, scan)
@@ -170,14 +273,12 @@ class RankLoop(Loop):
                 self.outbox.append(("detector", scan, mask))
         if not self.workers:
             self._process(part.geometry, part.data, part.frames, part.complete)
-            if self.kept is not None and part.data.nbytes <= self.kept.keep_bytes:
-                self.kept.keep(scan, part.frames.copy(), part.complete.copy(),
-                               part.data.copy())
+            if part.data.nbytes <= self.kept.keep_bytes:
+                self.kept.keep(scan, part.frames.copy(), part.complete.copy(), part.data.copy())
             return
         item = (part.geometry, part.index, part.frames.copy(), part.complete.copy(),
                 part.data.copy())
-        if self.kept is not None:       # the workers' copy, never written after this
-            self.kept.keep(scan, item[2], item[3], item[4])
+        self.kept.keep(scan, item[2], item[3], item[4])   # the workers' copy, never written
         self.outbox.append(("part", scan, item))
         self.outbox_bytes += part.data.nbytes
         self.unacked[scan] += 1
@@ -185,7 +286,6 @@ class RankLoop(Loop):
     def on_close(self, report: ScanReport) -> None:
         scan = report.scan
         self.closed_reports[scan] = report
-        self.open_reports.pop(scan, None)
         self._mark_finished(scan)
         if self.spill is not None:
             self.spill.finish(scan)
@@ -203,31 +303,6 @@ class RankLoop(Loop):
         for rank in self.roles.servers:
             if rank != self.rank:
                 self.link.send(rank, TAG_SHARE, (kind, msg))
-
-    # ---- processing ----
-    def _process(self, g: ScanGeometry, data: np.ndarray, frames: np.ndarray,
-                 complete: np.ndarray) -> None:
-        t = time.perf_counter()
-        scan = g.scan
-        if scan not in self.partials:
-            self.analysis.prepare(g)
-            self.partials[scan] = self.analysis.empty()
-        self.geoms[scan] = g
-        p = self.analysis.process_partition(data, frames, complete)
-        self.partials[scan] = self.analysis.merge(self.partials[scan], p)
-        lv = self.analysis.live(p)
-        prev = self.live_pending.get(scan)
-        self.live_pending[scan] = lv if prev is None else self.analysis.merge(prev, lv)
-        self.processed[scan] += len(frames)
-        self.busy_s += time.perf_counter() - t
-
-    def _send_live(self, now: float, force: bool = False) -> None:
-        if not self.live_pending or (now < self.next_live and not force):
-            return
-        self.next_live = now + self.o.live_interval / 2
-        for scan, lv in self.live_pending.items():
-            self._send(0, TAG_LIVE, ("live", scan, self.geoms[scan], lv))
-        self.live_pending = {}
 
     # ---- the outbox ----
     def _dispatch(self) -> None:
@@ -249,20 +324,6 @@ class RankLoop(Loop):
         return bool(self.outbox) and self.outbox_bytes >= self.o.outbox_bytes
 
     # ---- incoming MPI messages ----
-    def recv_abort(self, src: int, msg: Any) -> None:
-        raise StreamError(msg[1])
-
-    def recv_work(self, src: int, msg: Any) -> None:
-        kind, scan, item = msg
-        if kind == "finish":
-            self.finished.add(scan)
-        elif kind == "detector":
-            self.analysis.use_detector(scan, item)
-        else:
-            g, _idx, frames, complete, data = item
-            self._process(g, data, frames, complete)
-            self.link.send(src, TAG_ACK, ("ack", scan))
-
     def recv_ack(self, src: int, msg: Any) -> None:
         self.credits.grant(src)
         self.unacked[msg[1]] -= 1
@@ -272,39 +333,96 @@ class RankLoop(Loop):
 
     def recv_fin(self, src: int, msg: Any) -> None:
         kind, arg = msg
-        if kind == "finalize":
-            self.to_finalize.append(arg)
-        elif kind == "close":     # rank 0's deadline: close whatever is open
-            if self.socket is not None:
-                self.socket.assembler.refuse_new = "the job's --timeout has passed"
-                self.socket.assembler.close_all("stopped")
+        if kind == "close":       # rank 0's deadline: close whatever is open
+            self.socket.assembler.refuse_new = "the job's --timeout has passed"
+            self.socket.assembler.close_all("stopped")
         elif kind == "enough":    # rank 0 announced its last finalize: no new scan
-            if self.socket is not None:
-                self.socket.assembler.refuse_new = arg
-        elif kind == "stop":
-            self.stop_reason = arg
+            self.socket.assembler.refuse_new = arg
+        else:
+            super().recv_fin(src, msg)
 
     def recv_frame(self, src: int, msg: Any) -> None:
-        """A viewer's frame request from rank 0 (``get``), or a receiver's reply (``got``,
-        rank 0)."""
+        """A viewer's frame request from rank 0 (``get``): what this receiver keeps of it."""
+        _, n, scan, frame, max_bytes = msg
+        self._send(src, TAG_FRAME, ("got", n, self.rank,
+                                    lookup(self.kept, scan, frame, max_bytes)))
+
+    # ---- the loop ----
+    def _news(self) -> Tuple[List[Any], Any]:
+        asm = self.socket.assembler
+        prog = asm.progress()
+        snaps = [(st.report, prog[scan]["idle_s"]) for scan, st in asm.scans.items()]
+        return snaps, (dict(asm.rejected), list(asm.examples), self.socket.held())
+
+    def step(self) -> bool:
+        busy = False
+        if not self.outbox_full():
+            busy = self.socket.step(timeout=0 if self.outbox else self.backoff.pause,
+                                    max_messages=self.o.batch) > 0
+        self._dispatch()
+        return super().step() or busy
+
+    def ready_for(self, scan: str) -> bool:
+        asm = self.socket.assembler
+        if scan in asm.scans:
+            asm.close(scan, "timeout")     # finalized elsewhere: stop waiting here
+        self._mark_finished(scan)
+        return not (any(s == scan for _, s, _ in self.outbox) or self.unacked[scan] > 0)
+
+    def idle(self) -> None:
+        self.backoff.grow()   # the socket's poll waited
+
+
+class CoordinatorLoop(ReceiverLoop):
+    """Rank 0: a receiver that decides for the job and publishes live results
+    (arguments as :func:`rank_loop`'s)."""
+
+    def __init__(self, comm: Any, roles: Roles, analysis: Analysis, options: Any,
+                 routing: str, publisher: Any) -> None:
+        super().__init__(comm, roles, analysis, options)
+        self.coord = Coordinator(roles, routing, close_wait=options.close_wait,
+                                 heartbeat=options.heartbeat)
+        self.publisher = publisher
+        self.frame_requests = FrameRequests()    # viewers' requests
+        self.next_publish = time.monotonic() + options.live_interval
+        self._closing = False
+        self._announced = 0                 # finalizations announced
+        self._last_announced = 0.0
+        self._job_published: Any = None
+
+    # ---- incoming MPI messages ----
+    def recv_live(self, src: int, msg: Any) -> None:
+        self.coord.heard_from(src, time.monotonic())
+        _, scan, g, lv = msg
+        self.coord.geometry(g)
+        self.coord.live(scan, lv, self.analysis.merge)
+
+    def recv_ctrl(self, src: int, msg: Any) -> None:
+        now = time.monotonic()
+        self.coord.heard_from(src, now)
+        if msg[0] == "hb":
+            _, r, snaps, rejects = msg
+            for rep, idle in snaps:
+                self.coord.snapshot(r, rep, idle, now)
+            if rejects is not None:
+                self.coord.rejections(r, *rejects)
+        elif msg[0] == "closed":
+            self.coord.closed(msg[1], msg[2], now)
+
+    def recv_frame(self, src: int, msg: Any) -> None:
+        """A receiver's reply to a frame request (``got``; a ``get`` is this receiver's)."""
         if msg[0] == "get":
-            _, n, scan, frame, max_bytes = msg
-            self._send(src, TAG_FRAME, ("got", n, self.rank,
-                                        lookup(self.kept, scan, frame, max_bytes)))
+            super().recv_frame(src, msg)
             return
         _, n, rank, found = msg
         done = self.frame_requests.answer(n, rank, found)
-        if done is not None:
-            self._answer_frame(*done)
-
-    def _answer_frame(self, p: Any, found: Any) -> None:
-        assert self.publisher is not None
-        head: Dict[str, Any] = {"id": p.rid, "scan": p.scan, "frame": p.frame}
+        if done is None:
+            return
+        p, found = done
+        head = {"id": p.rid, "scan": p.scan, "frame": p.frame}
         if found is None or found.get("frame") is None:
-            outcome = "not_held" if found is None else found["refused"]
-            self.frame_requests.counts[outcome] += 1
-            self.publisher.answer(p.ident, dict(head, ok=False, refused=outcome,
-                                                why=OUTCOMES[outcome]))
+            self._refuse(p.ident, self.frame_requests.refuse(
+                "not_held" if found is None else found["refused"]), **head)
             return
         a = found["frame"]
         self.frame_requests.counts["served"] += 1
@@ -312,82 +430,45 @@ class RankLoop(Loop):
                                             dtype=a.dtype.str, complete=found["complete"],
                                             where=found["where"]), a.data)
 
+    # ---- viewers' frame requests ----
+    def _refuse(self, peer: bytes, outcome: str, detail: str = "", **head: Any) -> None:
+        self.publisher.answer(peer, dict(head, ok=False, refused=outcome,
+                                         why=OUTCOMES[outcome] + detail))
+
     def _frame_requests(self, now: float) -> bool:
-        """Rank 0: viewers' frame requests to the receivers; the unanswered ones expire."""
-        assert self.publisher is not None
-        got = False
+        """Viewers' frame requests to the receivers; the unanswered ones expire."""
         fr = self.frame_requests
-        for peer, raw in self.publisher.requests():
-            got = True
+        asked = self.publisher.requests()
+        for peer, raw in asked:
             try:
                 scan, frame, rid = parse_request(raw)
             except ValueError as e:
-                fr.refuse("bad_request")
-                self.publisher.answer(peer, {"ok": False, "refused": "bad_request",
-                                             "why": f"{OUTCOMES['bad_request']}: {e}"})
+                self._refuse(peer, fr.refuse("bad_request"), f": {e}")
                 continue
             n, refused = fr.admit(peer, scan, frame, rid, list(self.roles.servers), now)
             if refused is not None:
-                self.publisher.answer(peer, {"id": rid, "scan": scan, "frame": frame,
-                                             "ok": False, "refused": refused,
-                                             "why": OUTCOMES[refused]})
+                self._refuse(peer, refused, id=rid, scan=scan, frame=frame)
                 continue
             for r in self.roles.servers:
                 self._send(r, TAG_FRAME, ("get", n, scan, frame, fr.max_bytes))
         for p in fr.expired(now):
-            self.publisher.answer(p.ident, {"id": p.rid, "scan": p.scan, "frame": p.frame,
-                                            "ok": False, "refused": "timeout",
-                                            "why": OUTCOMES["timeout"]})
-        return got
+            self._refuse(p.ident, "timeout", id=p.rid, scan=p.scan, frame=p.frame)
+        return bool(asked)
 
-    # rank 0 only
-    def recv_live(self, src: int, msg: Any) -> None:
-        assert self.coord is not None
-        self.coord.heard_from(src, time.monotonic())
-        _, scan, g, lv = msg
-        self.coord.geometry(g)
-        self.coord.live(scan, lv, self.analysis.merge)
-
-    def recv_ctrl(self, src: int, msg: Any) -> None:
-        assert self.coord is not None
+    # ---- decisions and live publishing ----
+    def step(self) -> bool:
+        busy = super().step()
         now = time.monotonic()
-        self.coord.heard_from(src, now)
-        kind = msg[0]
-        if kind == "hb":
-            _, r, snaps, rejects = msg
-            for rep, idle in snaps:
-                self.coord.snapshot(r, rep, idle, now)
-            if rejects is not None:
-                self.coord.rejections(r, *rejects)
-        elif kind == "closed":
-            _, r, rep = msg
-            self.coord.closed(r, rep, now)
+        self._coordinate(now)
+        return self._frame_requests(now) or busy
 
-    # ---- heartbeats (every rank) ----
-    def _heartbeat(self, now: float) -> None:
-        if now < self.next_heartbeat:
-            return
-        self.next_heartbeat = now + self.o.heartbeat
-        snaps = []
-        rejects = None
-        if self.socket is not None:
-            asm = self.socket.assembler
-            prog = asm.progress()
-            for scan, st in asm.scans.items():
-                snaps.append((st.report, prog[scan]["idle_s"]))
-            held = self.socket.held()
-            rejects = (dict(asm.rejected), list(asm.examples), held)
-        self._send(0, TAG_CTRL, ("hb", self.index, snaps, rejects))
-
-    # ---- rank 0: decisions and live publishing ----
-    def _coordinate(self, now: float, deadline: Optional[float]) -> None:
-        assert self.coord is not None
-        if self.publisher is not None and now >= self.next_publish:
+    def _coordinate(self, now: float) -> None:
+        if now >= self.next_publish:
             self.next_publish = now + self.o.live_interval
             for scan in self.coord.open_scans():
                 self.publish(scan, now)
             self._publish_job()
-        if deadline is not None and now >= deadline and not self._closing:
+        if self.deadline is not None and now >= self.deadline and not self._closing:
             self._closing = True
             self._fin_all(("close", None))
         for scan in self.coord.ready(now):
@@ -406,32 +487,21 @@ class RankLoop(Loop):
             self._fin_all(("stop", "deadline" if self._closing else "scans"))
 
     def _fin_all(self, msg: Any) -> None:
-        """Rank 0's decision ``msg`` to every rank, itself included."""
+        """A decision ``msg`` to every rank, this one included."""
         for dest in range(self.comm.size):
             self._send(dest, TAG_FIN, msg)
-
-    def _send(self, dest: int, tag: int, msg: Any) -> None:
-        """``msg`` to ``dest``; to this rank itself: handled at once, not sent."""
-        if dest == self.rank:
-            self.handle(dest, tag, msg)
-        else:
-            self.link.send(dest, tag, msg)
 
     def _publish_job(self) -> None:
         """The job's rejections and held messages, when they changed: seen by viewers
         also while no scan is open (garbage, a series that never starts)."""
-        assert self.coord is not None
         job = self.coord.job_rejections()
         state = (job["total"], sorted(job["held_before_start"].items()))
-        if self.publisher is not None and state != self._job_published \
-                and (job["total"] or job["held_before_start"]):
+        if state != self._job_published and (job["total"] or job["held_before_start"]):
             self._job_published = state
             self.publisher.publish_job({"job_rejected": job})
 
     def publish(self, scan: str, now: float, final: bool = False, partial: Any = None) -> None:
-        assert self.coord is not None
-        if self.publisher is None:
-            return
+        """``scan``'s live message: what rank 0 merged so far, or ``partial``."""
         st = self.coord.scans[scan]
         p = partial if partial is not None else st.live
         if p is None:
@@ -444,74 +514,6 @@ class RankLoop(Loop):
         if self.frame_requests.counts:
             prog = dict(prog, frame_requests=dict(self.frame_requests.counts))
         self.publisher.publish(scan, images, valid, prog, final=final, udf=meta)
-
-    # ---- readiness for the collective finalize ----
-    def _ready_for(self, scan: str) -> bool:
-        if self.is_receiver:
-            asm = self.socket.assembler
-            if scan in asm.scans:
-                asm.close(scan, "timeout")     # finalized elsewhere: stop waiting here
-            self._mark_finished(scan)
-            return not (any(s == scan for _, s, _ in self.outbox) or self.unacked[scan] > 0)
-        return scan in self.finished
-
-    # ---- the loop ----
-    def run(self, finalize: Callable[[str], None],  # type: ignore[override]
-            deadline: Optional[float] = None) -> None:
-        """Loop until rank 0 says stop (after ``options.scans`` scans were finalized and
-        nothing is open, or after the deadline)."""
-        self._finalize, self._deadline, self._done = finalize, deadline, 0
-        super().run()
-        self._send_live(time.monotonic(), force=True)
-
-    def until(self) -> bool:
-        # rank 0's "stop" alone ends the loop, and a rank told to stop still finishes the
-        # finalizations announced before it: every other rank is about to enter them
-        return self.stop_reason is not None and not self.to_finalize and self.barrier is None
-
-    def step(self) -> bool:
-        now = time.monotonic()
-        busy = False
-        if self.socket is not None and not self.outbox_full():
-            busy = self.socket.step(timeout=0 if self.outbox else self.backoff.pause,
-                                    max_messages=self.o.batch) > 0
-        self._dispatch()
-        busy = self.poll() or busy
-        self._heartbeat(now)
-        self._send_live(now)
-        if self.coord is not None:
-            self._coordinate(now, self._deadline)
-        if self.publisher is not None:
-            busy = self._frame_requests(now) or busy
-        if self.barrier is None and self.to_finalize and self._ready_for(self.to_finalize[0]):
-            self._send_live(now, force=True)
-            self.barrier = self.comm.Ibarrier()
-        if self.barrier is not None and self.barrier.Test():
-            self.barrier = None
-            self._finalize(self.to_finalize.popleft())
-            self._done += 1
-            busy = True
-        return busy
-
-    def idle(self) -> None:
-        if self.socket is None:
-            self.backoff.sleep()
-        else:
-            self.backoff.grow()   # the socket's poll waited
-
-    def drain_requests(self, timeout: float = 5.0) -> None:
-        """Wait (bounded) for this rank's outstanding sends."""
-        self.link.flush(timeout, between=self._poll_quiet)
-
-    def _poll_quiet(self) -> None:
-        try:
-            self.poll()
-        except StreamError:
-            pass
-
-    def partial_of(self, scan: str) -> Any:
-        self.geoms.pop(scan, None)
-        return self.partials.pop(scan, None)
 
 
 def _pixel_mask(socket: Any, scan: str) -> Any:

@@ -10,7 +10,7 @@ rank. Collective over `job`:
    detector); rank 0 binds the live PUB socket, gathers the endpoints and writes
    the rendezvous file atomically -- each step agreed, so a failed bind on one
    node is the same error on every rank;
-3. the loop (:class:`streams.job.ranks.RankLoop`) until ``scans`` scans are
+3. each rank's loop (:func:`streams.job.ranks.rank_loop`) until ``scans`` scans are
    finalized (or the overall ``timeout`` closed what was open);
 4. per scan, collectively: the partials merged per node, then across node
    leaders, each in the fixed tree (:func:`core.mpi.tree.tree_reduce`); the receivers' reports
@@ -386,8 +386,7 @@ def _receive_scans(job: Job, options: SessionOptions, on_written: Any, on_ready:
     import zmq
     from mpi4py import MPI
 
-    from streams.job.coordinator import Coordinator
-    from streams.job.ranks import RankLoop
+    from streams.job.ranks import rank_loop
 
     comm = job.comm
     opts: SessionOptions = bcast_result(comm, _resolve, options)
@@ -425,19 +424,15 @@ def _receive_scans(job: Job, options: SessionOptions, on_written: Any, on_ready:
             analysis = load_analysis(opts.analysis, opts.analysis_options, roi=opts.udf_roi,
                                      corrections=opts.corrections)
         proto = chosen(opts.protocol, opts.stream2)
-        coordinator = Coordinator(roles, proto.routing,
-                                  close_wait=opts.close_wait, heartbeat=opts.heartbeat) \
-            if comm.rank == 0 else None
         endpoint = None
         with agreed(fcomm, "binding the receivers", default=StreamError, node=layout.name):
-            loop = RankLoop(lcomm, roles, analysis, opts, coordinator=coordinator)
             if comm.rank == 0:
                 from streams.job.live import LivePublisher
 
                 os.makedirs(opts.out, mode=0o700, exist_ok=True)
                 publisher = LivePublisher(f"tcp://{opts.bind_host}:*", opts.out, opts.advertise,
                                           security=sec)
-                loop.publisher = publisher
+            loop = rank_loop(lcomm, roles, analysis, opts, proto.routing, publisher)
             if opts.spill is not None and index is not None:
                 from streams.job.spill import SPEC_NAME, Spill
 

@@ -35,3 +35,16 @@ def test_a_handler_named_after_no_tag_of_its_loop_is_refused():
         handlers(Server(), "stream")   # an executor handler in the stream loop
     with pytest.raises(KeyError):
         handlers(Server(), "no-such-loop")
+
+
+def test_each_stream_role_handles_only_its_own_messages():
+    from streams.job.ranks import CoordinatorLoop, ReceiverLoop, WorkerLoop
+
+    name = {tag: n for n, tag in TAGS["stream"].items()}
+
+    def handled(cls):   # a role's handler table, read without building its link
+        return {name[tag] for tag in handlers(object.__new__(cls), "stream")}
+
+    assert handled(WorkerLoop) == {"WORK", "ABORT", "FIN"}
+    assert handled(ReceiverLoop) == {"ACK", "SHARE", "FRAME", "ABORT", "FIN"}
+    assert handled(CoordinatorLoop) == handled(ReceiverLoop) | {"LIVE", "CTRL"}
