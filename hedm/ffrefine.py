@@ -16,10 +16,10 @@ One call per grain (stage 2's task, :mod:`hedm.ffgrains`). From the indexed grai
    standard deviation (1.4826 x median absolute value) of that column in the previous
    fit, at least ``SCATTER_FLOOR`` -- and the loss quadratic up to ``LOSS_SIGMAS`` of
    them; spots farther than ``REJECT_SIGMAS`` scatters (a neighbour's tail pulls their
-   centroid) are dropped and the fit repeated. A clean spot's centroid is good to about
-   0.01 px, a spot a few pixels from another's to 0.03-0.1 px: with the loss scale a
-   fixed 0.1 px those counted in full, and at a 0.0044 px per 10^-4 strain lever (the
-   test sweep's ring {111}) they set the strain error;
+   centroid) are dropped and the fit repeated. Why measured: a clean spot's centroid is
+   good to about 0.01 px, one a few pixels from another spot to 0.03-0.1 px, and a
+   strain of 10^-4 moves a spot by 0.0044 px (the test sweep's ring {111}); a loss scale
+   well above the clean scatter lets the disturbed spots set the strain;
 4. **strains** (MIDAS's two, sample frame): ``eFab`` from the fitted lattice against
    ``LatticeConstant`` (:func:`kernels.ffmodel.fable_strain`), ``eKen`` by least squares
    of each spot's ``(d_obs - d_0) / d_0`` on its scattering direction (MIDAS's
@@ -42,10 +42,11 @@ __all__ = ["refine_grain", "kenesei_strain"]
 OMEGA_WEIGHT = 0.5
 #: The first fit's loss scale (px): the indexed orientation is up to half a fibre step off.
 F_SCALE = 0.1
-#: Later fits: loss quadratic up to this many measured scatters; spots beyond
-#: REJECT_SIGMAS dropped; scatters (px, px, frames) no smaller than SCATTER_FLOOR.
-LOSS_SIGMAS = 2.0
-REJECT_SIGMAS = 5.0
+#: Later fits: loss quadratic up to one measured scatter (as Huber's 1.345), spots beyond
+#: REJECT_SIGMAS dropped (3 % of clean ones); scatters (px, px, frames) at least
+#: SCATTER_FLOOR.
+LOSS_SIGMAS = 1.0
+REJECT_SIGMAS = 3.0
 SCATTER_FLOOR = 1e-3
 MIN_SPOTS = 6
 
