@@ -25,6 +25,10 @@ One call per grain (stage 2's task, :mod:`hedm.ffgrains`). From the indexed grai
    of each spot's ``(d_obs - d_0) / d_0`` on its scattering direction (MIDAS's
    ``StrainTensorKenesei``; ``RMSErrorStrain`` its rms residual).
 
+The grain's spots (``spot_ids``, ``n_matched``, its completeness and intensity) are those
+matched in the last round, the disturbed ones too: they are its spots, only too disturbed
+to fit; ``n_fit`` counts those the last fit used (the residuals, ``eKen``).
+
 A fit that fails (too few spots: fewer than 12 residuals per parameter set, the optimiser
 not converging, or an rms residual above ``MaxRefineRMS``) is returned with
 ``converged = False`` and the reason.
@@ -136,7 +140,7 @@ def refine_grain(grain: Dict[str, Any], obs, arrays, p: Dict[str, Any],
     u, pos, lat = u0, x[:3], reference
     res = None
     why = ""
-    rows = hkl = np.zeros(0, np.int64)
+    rows = hkl = matched = np.zeros(0, np.int64)
     m: Dict[str, Any] = {"n_predicted": 0}
     w = np.array([1.0, 1.0, OMEGA_WEIGHT])
     f_scale = F_SCALE
@@ -147,6 +151,7 @@ def refine_grain(grain: Dict[str, Any], obs, arrays, p: Dict[str, Any],
         if len(rows) < MIN_SPOTS:
             why = f"{len(rows)} matched spots, fewer than {MIN_SPOTS}"
             break
+        matched = rows
         yzo = np.ascontiguousarray(np.c_[obs.y[rows], obs.z[rows], obs.omega[rows]])
         w_fit = w
         res = _fit(np.concatenate([pos, np.zeros(3), lat]), u, arrays, yzo, hkl, w, f_scale)
@@ -162,8 +167,9 @@ def refine_grain(grain: Dict[str, Any], obs, arrays, p: Dict[str, Any],
         lat = res.x[6:12].copy()
         pos = pos.copy()
     out: Dict[str, Any] = {"seed": grain.get("seed", -1), "u": u, "pos": pos, "lattice": lat,
-                           "n_matched": int(len(rows)), "n_predicted": int(m["n_predicted"]),
-                           "spot_ids": obs.ids[rows] if len(rows) else np.zeros(0, np.int64),
+                           "n_matched": int(len(matched)), "n_fit": int(len(rows)),
+                           "n_predicted": int(m["n_predicted"]),
+                           "spot_ids": obs.ids[matched] if len(matched) else np.zeros(0, np.int64),
                            "converged": False, "why": why}
     if res is None or why:
         return out
@@ -176,11 +182,11 @@ def refine_grain(grain: Dict[str, Any], obs, arrays, p: Dict[str, Any],
     else:
         out["converged"] = True
     e_ken, rms_ken = kenesei_strain(obs, rows, hkl, u, pos, arrays, reference)
-    out.update(rms=rms, completeness=len(rows) / max(m["n_predicted"], 1),
+    out.update(rms=rms, completeness=len(matched) / max(m["n_predicted"], 1),
                diff_pos=float(np.mean(np.hypot(r[:, 0], r[:, 1]))) * arrays.px,
                diff_ome=float(np.mean(np.abs(r[:, 2]))) * abs(arrays.omega_step),
                diff_angle=math.degrees(float(np.mean(np.hypot(r[:, 0], r[:, 1]))) * arrays.px
                                        / arrays.lsd),
                e_fab=fable_strain(reference, lat, u), e_ken=e_ken, rms_strain=rms_ken,
-               intensity=float(np.sum(obs.intensity[rows])), nfev=int(res.nfev))
+               intensity=float(np.sum(obs.intensity[matched])), nfev=int(res.nfev))
     return out
