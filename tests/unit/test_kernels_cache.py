@@ -60,6 +60,7 @@ print(json.dumps(cache_counts()))
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)      # compiles every kernel: minutes on a loaded machine
 def test_warm_cache_then_fresh_process_only_loads(tmp_path):
     cache = tmp_path / "numba-node0"
     report = warm_cache(str(cache))
