@@ -22,7 +22,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 pytestmark = pytest.mark.slow      # about a minute: 360 frames through stage 1, then stage 2
-#: Tens of grains: 20 crowd the 192 x 192 px detector (a spot in four near another's)
+#: Tens of grains: on the 192 x 192 px detector one spot in five lies within 5 px of another
 N = 20
 
 
