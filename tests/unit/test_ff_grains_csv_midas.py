@@ -1,7 +1,8 @@
 """Grains.csv against one MIDAS wrote (``tests/data/midas_grains_sim.csv``, MIDAS's FF
 example grains; provenance in ``tests/data/midas_grains_sim.md``): our reader takes it,
 our writer's header and column line are MIDAS's, and our orientation conventions give
-MIDAS's numbers from MIDAS's orientation matrices."""
+MIDAS's numbers from MIDAS's orientation matrices and lattice parameters (Euler angles,
+eFab)."""
 from __future__ import annotations
 
 import os
@@ -49,3 +50,21 @@ def test_euler_angles_are_midas_convention():
     u = rows[:, 1:10].reshape(-1, 3, 3)
     np.testing.assert_allclose(np.degrees(matrix_to_euler(u)), rows[:, 44:47], atol=2e-3)
     np.testing.assert_allclose(euler_to_matrix(*np.radians(rows[:, 44:47]).T), u, atol=2e-5)
+
+
+def test_efab_is_midas_strain_of_its_lattice():
+    """MIDAS's eFab (x 10^6) is our :func:`kernels.ffmodel.fable_strain` of its lattice
+    parameters: with the grain's orientation in the lattice's setting, which is the
+    written O times one cubic symmetry operation (the file's O is brought into the
+    fundamental zone, its lattice parameters are not permuted with it)."""
+    from hedm.grainscsv import read_grains_csv
+    from kernels.crystal import CUBIC_SYMMETRY
+    from kernels.ffmodel import fable_strain
+
+    rows = read_grains_csv(MIDAS)["rows"]
+    ref = (4.08, 4.08, 4.08, 90.0, 90.0, 90.0)
+    for row in rows:
+        o, lat, efab = row[1:10].reshape(3, 3), row[13:19], row[24:33].reshape(3, 3)
+        err = [np.abs(1e6 * fable_strain(ref, lat, o @ s) - efab).max() for s in CUBIC_SYMMETRY]
+        assert min(err) < 0.2, sorted(err)[:2]          # O is printed to 6 decimals
+        assert sorted(err)[1] > 100                     # and only one setting gives it
