@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-pytestmark = pytest.mark.slow      # about a minute: 360 frames through stage 1, then stage 2
+pytestmark = pytest.mark.slow      # 1-4 min: 360 frames through stage 1, then stage 2 thrice
 #: Tens of grains: on the 192 x 192 px detector one spot in five lies within 5 px of another
 N = 20
 
