@@ -26,7 +26,8 @@
    per phase the wall time, stage 1's images against the truth's, and the
    map's accuracy against the truth (share of grid points within 0.25 deg;
    the same for points two grid steps inside a grain). ``--record-phases DIR``
-   also writes ``DIR/demo_phases.json`` and ``.md``.
+   also writes ``DIR/demo_phases.json`` and ``.md`` (with ``--seeds ff``:
+   ``DIR/demo_ff_nf_phases.*``, FF's phases between NF's stages).
 
 Size: the demo geometry of :mod:`hedm.nfsynth` (MIDAS's gold example scaled
 down: 2 distances x 360 frames of 512 x 288 px, 1 deg; 15 grains in a 50 um
@@ -80,7 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "and stage 2 staged and run between NF's stages (hedm.demo_ff; "
                         "`make demo-ff-nf`)")
     p.add_argument("--record-phases", default=None, metavar="DIR",
-                   help="also write DIR/demo_phases.json and DIR/demo_phases.md")
+                   help="also write DIR/demo_phases.json and DIR/demo_phases.md "
+                        "(with --seeds ff: DIR/demo_ff_nf_phases.*, FF's phases too)")
     return p
 
 

@@ -18,7 +18,9 @@ instead of the simulator's seeds:
    ``hedm/hooks/nffit.hook`` stages for NF stage 2 (``HEDM_NF_DATA``).
 
 FF's grains are scored against the truth (:func:`hedm.ffsynth.score_grains`) and the map
-as in the NF demo, so the report says whether FF's seeds reach the demo's targets.
+as in the NF demo, so the report says whether FF's seeds reach the demo's targets. The two
+FF jobs' records (runner and workflow, as :func:`hedm.demo_report.collect` keeps NF's) go
+into the facts, so ``--record-phases`` times FF's phases beside NF's.
 """
 from __future__ import annotations
 
@@ -99,6 +101,9 @@ def ff_seeds(layer: Dict[str, Any], out: str, stage_root: str, args: Any,
     rows = read_grains_csv(os.path.join(ff_out, "Grains.csv"))["rows"]
     if not len(rows):
         raise SystemExit(f"demo: FF stage 2 found no grain; see {ff_out}/ffgrains_run.json")
+    stages = {key: _stage_facts(ff_out, runner, flow, times[key])
+              for key, runner, flow in (("ff1", "run.json", "ff_run.json"),
+                                        ("ff2", "run_grains.json", "ffgrains_run.json"))}
     u = rows[:, 1:10].reshape(-1, 3, 3)
     score = score_grains(load_sweep_truth(data), u, rows[:, 10:13],
                          rows[:, 24:33].reshape(-1, 3, 3) / 1e6)
@@ -108,9 +113,27 @@ def ff_seeds(layer: Dict[str, Any], out: str, stage_root: str, args: Any,
             "found": score["found"], "missed": score["missed"], "extra": score["extra"],
             "max_misorientation_deg": float(np.max(score["misorientation_deg"])),
             "max_position_um": float(np.max(score["position_um"])),
+            "max_strain_err": float(np.max(score["strain_err"])),
+            "stage1": stages["ff1"], "stage2": stages["ff2"],
             "seconds": {k: (v if isinstance(v, float) else
                             {kk: None if vv is None else round(vv, 3) for kk, vv in v.items()})
                         for k, v in times.items()}}
+
+
+def _stage_facts(folder: str, runner: str, flow: str, seconds: Dict[str, Any]
+                 ) -> Dict[str, Any]:
+    """One FF job's records for the report: the runner's (tasks, staging) and the flow's
+    (phase spans from the tasks' clocks, drain, indexing), and its wall times."""
+    import json
+
+    with open(os.path.join(folder, runner)) as fh:
+        run = json.load(fh)
+    with open(os.path.join(folder, flow)) as fh:
+        wf = json.load(fh)
+    return {"runner": run, "seconds": {k: None if v is None else round(v, 3)
+                                       for k, v in seconds.items()},
+            "workflow": {k: wf.get(k) for k in ("phases", "drain", "index", "refine",
+                                                "frame_log")}}
 
 
 def render_ff(ff: Dict[str, Any]) -> str:

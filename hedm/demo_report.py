@@ -92,8 +92,10 @@ def collect(out: str, layer: Dict[str, Any], times: Dict[str, Any], np_: int, no
     }
 
 
-def _stage_rows(f: Dict[str, Any], key: str, label: str) -> List[Tuple[str, Any, str]]:
-    s = f[key]
+def _stage_rows(s: Dict[str, Any], label: str, middle: List[Tuple[str, Any, str]],
+                tail_of: str, write_note: str) -> List[Tuple[str, Any, str]]:
+    """One staged job's rows: staging, ``middle`` (its own task phases), the reduce after
+    the last ``tail_of`` task, write, drain, the whole job and its clean."""
     runner, wf = s["runner"], s["workflow"]
     st = runner.get("stage") or {}
     ph = wf.get("phases") or {}
@@ -102,28 +104,7 @@ def _stage_rows(f: Dict[str, Any], key: str, label: str) -> List[Tuple[str, Any,
         (f"{label}: stage", secs.get("stage"),
          f"plan + node layout + transfer ({st.get('seconds', 0):.2f} s moving "
          f"{_mib(st.get('bytes_written', 0))})")]
-    if key == "stage1":
-        if "background" in ph:
-            b = ph["background"]
-            rows.append((f"{label}: background", b["seconds"],
-                         f"{b['tasks']} tasks (row bands + 1 assemble per distance)"))
-        if "frames" in ph:
-            fr = ph["frames"]
-            rows.append((f"{label}: per-frame tasks", fr["seconds"],
-                         f"{fr['tasks']} tasks, {fr['busy']:.1f} s busy over "
-                         f"{runner.get('workers')} workers"))
-        tail_of = "frames"
-        write_note = "HDF5 + PNG + binary images, node-local"
-    else:
-        if "fit" in ph:
-            fi, log = ph["fit"], wf.get("fit_log") or {}
-            rate = log.get("points_per_busy_s") or 0.0
-            rows.append((f"{label}: fit", fi["seconds"],
-                         f"{fi['tasks']} tasks, {log.get('points')} grid points, "
-                         f"{fi['busy']:.1f} s busy over {runner.get('workers')} workers "
-                         f"({rate:.1f} points per busy second)"))
-        tail_of = "fit"
-        write_note = "grains, .mic + HDF5 + PNG, node-local"
+    rows += middle
     if "reduce" in ph and tail_of in ph:
         r = ph["reduce"]
         rows.append((f"{label}: reduce (tree)", round(max(0.0, r["end"] - ph[tail_of]["end"]), 4),
@@ -143,8 +124,71 @@ def _stage_rows(f: Dict[str, Any], key: str, label: str) -> List[Tuple[str, Any,
     return rows
 
 
+def _busy(ph: Dict[str, Any], runner: Dict[str, Any]) -> str:
+    return f"{ph['tasks']} tasks, {ph['busy']:.1f} s busy over {runner.get('workers')} workers"
+
+
+def _nf_rows(f: Dict[str, Any], key: str, label: str) -> List[Tuple[str, Any, str]]:
+    """NF stage 1 (background, per-frame tasks) or stage 2 (fit)."""
+    s = f[key]
+    runner, wf = s["runner"], s["workflow"]
+    ph = wf.get("phases") or {}
+    middle: List[Tuple[str, Any, str]] = []
+    if key == "stage1":
+        if "background" in ph:
+            b = ph["background"]
+            middle.append((f"{label}: background", b["seconds"],
+                           f"{b['tasks']} tasks (row bands + 1 assemble per distance)"))
+        if "frames" in ph:
+            middle.append((f"{label}: per-frame tasks", ph["frames"]["seconds"],
+                           _busy(ph["frames"], runner)))
+        return _stage_rows(s, label, middle, "frames", "HDF5 + PNG + binary images, node-local")
+    if "fit" in ph:
+        log = wf.get("fit_log") or {}
+        rate = log.get("points_per_busy_s") or 0.0
+        middle.append((f"{label}: fit", ph["fit"]["seconds"],
+                       f"{ph['fit']['tasks']} tasks, {log.get('points')} grid points, "
+                       f"{ph['fit']['busy']:.1f} s busy over {runner.get('workers')} workers "
+                       f"({rate:.1f} points per busy second)"))
+    return _stage_rows(s, label, middle, "fit", "grains, .mic + HDF5 + PNG, node-local")
+
+
+def ff_rows(ff: Dict[str, Any]) -> List[Tuple[str, Any, str]]:
+    """FF's rows (``hedm.demo --seeds ff``): its sweep, stage 1 (peaks per frame) and
+    stage 2 (spots, indexing, one refinement task per grain)."""
+    s1, s2 = ff["stage1"], ff["stage2"]
+    ph1 = s1["workflow"].get("phases") or {}
+    ph2 = s2["workflow"].get("phases") or {}
+    rows: List[Tuple[str, Any, str]] = [
+        ("FF truth + raw frames", ff["seconds"]["sweep"],
+         f"the layer's grains rendered into {ff['frames']} GE frames ({ff['spots']} spots)")]
+    middle = []
+    if "frames" in ph1:
+        middle.append(("FF stage 1: per-frame tasks", ph1["frames"]["seconds"],
+                       "peak search; " + _busy(ph1["frames"], s1["runner"])))
+    rows += _stage_rows(s1, "FF stage 1", middle, "frames", "peaks HDF5 + CSV + PNG, node-local")
+    middle = []
+    if "spots" in ph2:
+        middle.append(("FF stage 2: spots", ph2["spots"]["seconds"],
+                       "1 task: peaks merged across frames, located, given a ring"))
+    if "index" in ph2:
+        idx = s2["workflow"].get("index") or {}
+        middle.append(("FF stage 2: indexing", ph2["index"]["seconds"],
+                       f"1 task: {idx.get('seeds_tried')} seeds tried ({idx.get('method')}), "
+                       f"{idx.get('candidates')} grains; the refinement tasks exist only now"))
+    if "refine" in ph2:
+        ref = s2["workflow"].get("refine") or []
+        secs = [r["seconds"] for r in ref] or [0.0]
+        middle.append(("FF stage 2: refinement", ph2["refine"]["seconds"],
+                       f"one task per grain: {_busy(ph2['refine'], s2['runner'])}, "
+                       f"{min(secs):.2f}-{max(secs):.2f} s each"))
+    rows += _stage_rows(s2, "FF stage 2", middle, "refine", "Grains.csv + Grains.h5, node-local")
+    return rows
+
+
 def phase_rows(f: Dict[str, Any]) -> List[Tuple[str, Any, str]]:
-    """``(phase, seconds, note)`` rows, in the order things happen."""
+    """``(phase, seconds, note)`` rows, in the order things happen (FF's between NF's
+    stages when the facts hold them)."""
     lay = f["layer"]
     rows: List[Tuple[str, Any, str]] = [
         ("truth + raw frames", f["dataset_seconds"],
@@ -153,8 +197,10 @@ def phase_rows(f: Dict[str, Any]) -> List[Tuple[str, Any, str]]:
          "by the paper)"),
         ("compile kernels", f["compile_seconds"],
          "numba cache kept between runs (the first run on a machine compiles)")]
-    rows += _stage_rows(f, "stage1", "stage 1")
-    rows += _stage_rows(f, "stage2", "stage 2")
+    rows += _nf_rows(f, "stage1", "stage 1")
+    if f.get("ff"):
+        rows += ff_rows(f["ff"])
+    rows += _nf_rows(f, "stage2", "stage 2")
     rows.append(("total", f["total_seconds"], "everything above"))
     return rows
 
@@ -227,9 +273,11 @@ def render(f: Dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_phases(folder: str, f: Dict[str, Any]) -> None:
-    """``folder/demo_phases.json`` and ``.md``: the phase table of this run."""
+def write_phases(folder: str, f: Dict[str, Any]) -> str:
+    """``folder/demo_phases.json`` and ``.md`` (``demo_ff_nf_phases.*`` for a run with FF's
+    seeds): the phase table of this run; returns the path without its suffix."""
     os.makedirs(folder, exist_ok=True)
+    stem = os.path.join(folder, "demo_ff_nf_phases" if f.get("ff") else "demo_phases")
     rows = phase_rows(f)
     record = {"what": "phase-by-phase wall time of `make demo` (NF-HEDM stage 1 + stage 2, "
                       "staged, mpirun)",
@@ -240,25 +288,44 @@ def write_phases(folder: str, f: Dict[str, Any]) -> None:
               "staging": {"stage1": f["stage1"]["runner"].get("stage"),
                           "stage2": f["stage2"]["runner"].get("stage")},
               "images": f["stage1"]["images"], "accuracy": f["accuracy"]}
-    with open(os.path.join(folder, "demo_phases.json"), "w") as fh:
+    ff = f.get("ff")
+    if ff:
+        record["what"] = ("phase-by-phase wall time of `make demo-ff-nf` (NF-HEDM stage 1, "
+                          "FF-HEDM stage 1 + stage 2, NF-HEDM stage 2 seeded by FF's grains; "
+                          "staged, mpirun)")
+        for key, name in (("ff_stage1", "stage1"), ("ff_stage2", "stage2")):
+            record["task_phases"][key] = ff[name]["workflow"]["phases"]
+            record["staging"][key] = ff[name]["runner"].get("stage")
+        record["ff_grains"] = {k: ff[k] for k in ("grains", "true_grains", "found", "missed",
+                                                  "extra", "max_misorientation_deg",
+                                                  "max_position_um", "max_strain_err")
+                               if k in ff}
+    with open(stem + ".json", "w") as fh:
         json.dump(record, fh, indent=1)
     lay, acc = f["layer"], f["accuracy"]
-    md = ["# `make demo`: phase-by-phase timing", "",
-          f"NF-HEDM from raw frames to a map: {lay['raw_files']} frames of "
+    md = ["# `make demo" + ("-ff-nf" if ff else "") + "`: phase-by-phase timing", "",
+          ("FF-HEDM's grains seeding " if ff else "")
+          + f"NF-HEDM from raw frames to a map: {lay['raw_files']} frames of "
           f"{lay['shape'][1]}x{lay['shape'][0]} ({lay['distances']} distances x "
           f"{lay['frames_per_distance']}), {lay['grid_points']} grid points, "
           f"`mpirun -n {f['job']['ranks']} --oversubscribe`, {f['job']['emulated_nodes']} "
           f"emulated nodes, `mpi` executor ({f['job']['workers']} workers), on a shared 2-core "
           "machine" + (f" (load average {f['load_average'][0]:.1f} before, "
                        f"{f['load_average'][1]:.1f} after)" if f.get("load_average") else "")
-          + ". One run; generated by `python -m hedm.demo --record-phases bench/results`.",
+          + (f"; {ff['frames']} raw FF frames of the same grains" if ff else "")
+          + ". One run; generated by `python -m hedm.demo "
+          + ("--seeds ff " if ff else "") + "--record-phases bench/results`.",
           "", "| phase | seconds | note |", "|---|---:|---|"]
     md += [f"| {n} | {'n/a' if s is None else f'{s:.2f}'} | {note} |" for n, s, note in rows]
     md += ["", f"Accuracy: {100 * acc['fraction']:.1f}% of {acc['points']} grid points and "
            f"{100 * acc['interior_fraction']:.1f}% of {acc['interior_points']} interior points "
-           f"within {acc['limit_deg']:g} deg of the truth.", "",
+           f"within {acc['limit_deg']:g} deg of the truth."
+           + (f" FF: {ff['found']} of {ff['true_grains']} grains found, {ff['extra']} extra, "
+              f"orientations within {ff['max_misorientation_deg']:.4f} deg, positions within "
+              f"{ff['max_position_um']:.2f} um." if ff else ""), "",
            "The machine is shared with other jobs, so repeated runs differ; compare phases "
            "within one run. Reduce overlaps the tasks it merges (no barrier between map and "
            "reduce): its row is the time from the last task's end to the last merge's end."]
-    with open(os.path.join(folder, "demo_phases.md"), "w") as fh:
+    with open(stem + ".md", "w") as fh:
         fh.write("\n".join(md) + "\n")
+    return stem

@@ -285,6 +285,7 @@ def main(args):
                         "spots_on_rings": got["spots_on_rings"]},
               "refine": [{"seed": g["seed"], "worker": g["worker"],
                           "seconds": round(g["seconds"], 4), "n_matched": g["n_matched"],
+                          "n_fit": g.get("n_fit", 0),
                           "converged": g["converged"], "why": g["why"]} for g in refined],
               "phases": phase_spans({"spots": [found], "index": [indexed], "refine": tasks,
                                      "reduce": merges, "write": [written]}, t_origin)}

@@ -4,19 +4,30 @@ One call per grain (stage 2's task, :mod:`hedm.ffgrains`). From the indexed grai
 
 1. **match** its predicted spots to the observed (:func:`hedm.ffindex.match_grain`), the
    spot ids in ``exclude`` left out;
-2. **fit** with ``scipy.optimize.least_squares`` (trust region, soft-L1 loss so that a
-   spot disturbed by an overlap pulls less beyond 0.1 px) the 12 parameters ``x = (position um,
-   rotation vector rad applied to the indexed orientation, a b c A, alpha beta gamma
-   deg)`` to the residuals of every matched spot -- predicted minus observed detector
-   ``y``, ``z`` (px) and omega (frames, weighted 0.5: a spot's omega comes from a few
-   frames' intensities, its position from many pixels) -- by the forward model
-   (:func:`kernels.ffmodel.residuals_kernel`);
-3. **again** twice: match with the fitted grain at half the tolerances, drop spots whose
-   residual is more than 3 times the median (and over 0.5), fit again;
+2. **fit** with ``scipy.optimize.least_squares`` (trust region, soft-L1 loss) the 12
+   parameters ``x = (position um, rotation vector rad applied to the indexed orientation,
+   a b c A, alpha beta gamma deg)`` to the residuals of every matched spot -- predicted
+   minus observed detector ``y``, ``z`` (px) and omega (frames) -- by the forward model
+   (:func:`kernels.ffmodel.residuals_kernel`). The first fit starts from the indexed
+   orientation (up to half a fibre step off, residuals of pixels): omega weighted 0.5, the
+   loss quadratic up to ``F_SCALE`` px;
+3. **again** twice: match with the fitted grain at half the tolerances and fit with each
+   kind of residual (y, z, omega) divided by its *measured scatter* -- the robust
+   standard deviation (1.4826 x median absolute value) of that column in the previous
+   fit, at least ``SCATTER_FLOOR`` -- and the loss quadratic up to ``LOSS_SIGMAS`` of
+   them; spots farther than ``REJECT_SIGMAS`` scatters (a neighbour's tail pulls their
+   centroid) are dropped and the fit repeated. Why measured: a clean spot's centroid is
+   good to about 0.01 px, one a few pixels from another spot to 0.03-0.1 px, and a
+   strain of 10^-4 moves a spot by 0.0044 px (the test sweep's ring {111}); a loss scale
+   well above the clean scatter lets the disturbed spots set the strain;
 4. **strains** (MIDAS's two, sample frame): ``eFab`` from the fitted lattice against
    ``LatticeConstant`` (:func:`kernels.ffmodel.fable_strain`), ``eKen`` by least squares
    of each spot's ``(d_obs - d_0) / d_0`` on its scattering direction (MIDAS's
    ``StrainTensorKenesei``; ``RMSErrorStrain`` its rms residual).
+
+The grain's spots (``spot_ids``, ``n_matched``, its completeness and intensity) are those
+matched in the last round, the disturbed ones too: they are its spots, only too disturbed
+to fit; ``n_fit`` counts those the last fit used (the residuals, ``eKen``).
 
 A fit that fails (too few spots: fewer than 12 residuals per parameter set, the optimiser
 not converging, or an rms residual above ``MaxRefineRMS``) is returned with
@@ -31,9 +42,16 @@ import numpy as np
 
 __all__ = ["refine_grain", "kenesei_strain"]
 
+#: The first fit's weight of omega (frames) against y, z (px).
 OMEGA_WEIGHT = 0.5
-#: Residual (px) beyond which a spot pulls less (soft-L1): a few times a clean spot's error.
+#: The first fit's loss scale (px): the indexed orientation is up to half a fibre step off.
 F_SCALE = 0.1
+#: Later fits: loss quadratic up to one measured scatter (as Huber's 1.345), spots beyond
+#: REJECT_SIGMAS dropped (3 % of clean ones); scatters (px, px, frames) at least
+#: SCATTER_FLOOR.
+LOSS_SIGMAS = 1.0
+REJECT_SIGMAS = 3.0
+SCATTER_FLOOR = 1e-3
 MIN_SPOTS = 6
 
 
@@ -44,21 +62,31 @@ def _model(x, u0):
     return rotation_vector_matrix(x[3:6]) @ u0, b_matrix(x[6:12]), np.ascontiguousarray(x[:3])
 
 
-def _fit(x0, u0, arrays, obs_yzo, hkl):
+def _fit(x0, u0, arrays, obs_yzo, hkl, w, f_scale):
+    """Least squares of the weighted residuals ``w`` (3,) from ``x0``."""
     from scipy.optimize import least_squares
 
+    from kernels.errors import KernelArgumentError
     from kernels.ffmodel import residuals_kernel
 
     out = np.empty((len(hkl), 3))
-    w = np.array([1.0, 1.0, OMEGA_WEIGHT])
 
     def fun(x):
-        u, b, pos = _model(x, u0)
+        try:
+            u, b, pos = _model(x, u0)
+        except KernelArgumentError:        # a step to a lattice that is none: far off
+            return np.full(out.size, 1e3)
         residuals_kernel(u, b, pos, arrays, obs_yzo, hkl, out)
         return (out * w).ravel()
 
-    return least_squares(fun, x0, loss="soft_l1", f_scale=F_SCALE, x_scale="jac", max_nfev=1000,
-                         ftol=1e-12, xtol=1e-12, gtol=1e-12)
+    return least_squares(fun, x0, loss="soft_l1", f_scale=f_scale, x_scale="jac",
+                         max_nfev=1000, ftol=1e-12, xtol=1e-12, gtol=1e-12)
+
+
+def _scatter(res, w) -> np.ndarray:
+    """Robust standard deviation of each residual column (y px, z px, omega frames)."""
+    r = res.fun.reshape(-1, 3) / w
+    return np.maximum(1.4826 * np.median(np.abs(r), axis=0), SCATTER_FLOOR)
 
 
 def _matched(u, lattice, pos, arrays, obs, margins, exclude):
@@ -112,8 +140,10 @@ def refine_grain(grain: Dict[str, Any], obs, arrays, p: Dict[str, Any],
     u, pos, lat = u0, x[:3], reference
     res = None
     why = ""
-    rows = hkl = np.zeros(0, np.int64)
+    rows = hkl = matched = np.zeros(0, np.int64)
     m: Dict[str, Any] = {"n_predicted": 0}
+    w = np.array([1.0, 1.0, OMEGA_WEIGHT])
+    f_scale = F_SCALE
     for rnd in range(3):
         scale = 1.0 if rnd == 0 else 0.5
         rows, hkl, m = _matched(u, lat, pos, arrays, obs, tuple(v * scale for v in margins),
@@ -121,24 +151,29 @@ def refine_grain(grain: Dict[str, Any], obs, arrays, p: Dict[str, Any],
         if len(rows) < MIN_SPOTS:
             why = f"{len(rows)} matched spots, fewer than {MIN_SPOTS}"
             break
+        matched = rows
         yzo = np.ascontiguousarray(np.c_[obs.y[rows], obs.z[rows], obs.omega[rows]])
-        res = _fit(np.concatenate([pos, np.zeros(3), lat]), u, arrays, yzo, hkl)
+        w_fit = w
+        res = _fit(np.concatenate([pos, np.zeros(3), lat]), u, arrays, yzo, hkl, w, f_scale)
         if rnd:
-            norm = np.linalg.norm(res.fun.reshape(-1, 3), axis=1)
-            bad = norm > max(3 * float(np.median(norm)), F_SCALE)
+            # each residual kind in units of its measured scatter
+            w, f_scale = 1.0 / _scatter(res, w_fit), LOSS_SIGMAS
+            norm = np.linalg.norm(res.fun.reshape(-1, 3) / w_fit * w, axis=1)
+            bad = norm > REJECT_SIGMAS
             if bad.any() and (~bad).sum() >= MIN_SPOTS:
                 rows, hkl, yzo = rows[~bad], hkl[~bad], yzo[~bad]
-                res = _fit(res.x, u, arrays, yzo, hkl)
+            res = _fit(res.x, u, arrays, yzo, hkl, w, f_scale)
         u, _, pos = _model(res.x, u)
         lat = res.x[6:12].copy()
         pos = pos.copy()
     out: Dict[str, Any] = {"seed": grain.get("seed", -1), "u": u, "pos": pos, "lattice": lat,
-                           "n_matched": int(len(rows)), "n_predicted": int(m["n_predicted"]),
-                           "spot_ids": obs.ids[rows] if len(rows) else np.zeros(0, np.int64),
+                           "n_matched": int(len(matched)), "n_fit": int(len(rows)),
+                           "n_predicted": int(m["n_predicted"]),
+                           "spot_ids": obs.ids[matched] if len(matched) else np.zeros(0, np.int64),
                            "converged": False, "why": why}
     if res is None or why:
         return out
-    r = res.fun.reshape(-1, 3) / np.array([1.0, 1.0, OMEGA_WEIGHT])
+    r = res.fun.reshape(-1, 3) / w
     rms = float(np.sqrt(np.mean(r ** 2)))
     if not res.success:
         out["why"] = f"the optimiser stopped: {res.message}"
@@ -147,11 +182,11 @@ def refine_grain(grain: Dict[str, Any], obs, arrays, p: Dict[str, Any],
     else:
         out["converged"] = True
     e_ken, rms_ken = kenesei_strain(obs, rows, hkl, u, pos, arrays, reference)
-    out.update(rms=rms, completeness=len(rows) / max(m["n_predicted"], 1),
+    out.update(rms=rms, completeness=len(matched) / max(m["n_predicted"], 1),
                diff_pos=float(np.mean(np.hypot(r[:, 0], r[:, 1]))) * arrays.px,
                diff_ome=float(np.mean(np.abs(r[:, 2]))) * abs(arrays.omega_step),
                diff_angle=math.degrees(float(np.mean(np.hypot(r[:, 0], r[:, 1]))) * arrays.px
                                        / arrays.lsd),
                e_fab=fable_strain(reference, lat, u), e_ken=e_ken, rms_strain=rms_ken,
-               intensity=float(np.sum(obs.intensity[rows])), nfev=int(res.nfev))
+               intensity=float(np.sum(obs.intensity[matched])), nfev=int(res.nfev))
     return out

@@ -25,7 +25,7 @@ from numba import njit
 from .ffmodel import ETA, OME, RNG, TTH, ff_spots_kernel
 
 __all__ = ["match_kernel", "fibre_search_kernel", "align_kernel", "orientations_kernel",
-           "score_orientations_kernel"]
+           "score_orientations_kernel", "exercise"]
 
 
 @njit(cache=True, nogil=True)
@@ -180,3 +180,49 @@ def score_orientations_kernel(us, bmat, pos, a, ring_start, obs_ome, obs_eta, ob
         k = match_kernel(spots, n, a.lsd, ring_start, obs_ome, obs_eta, obs_rad,
                          m_ome, m_eta, m_rad, ids, dist) if n else 0
         out[i] = k / n if n else 0.0
+
+
+def exercise() -> None:
+    """Call every FF stage-2 kernel (this module's and :mod:`kernels.ffmodel`'s) once on
+    tiny inputs with the types stage 2 passes (:class:`kernels.ffmodel.FFArrays` as
+    ``hedm.ffparams.ff_arrays`` builds it), so each compiles or loads from numba's cache;
+    for :mod:`kernels.numba_cache`'s warm-up."""
+    from .crystal import rotation_vector_matrix
+    from .ffmodel import FFArrays, b_matrix, ff_spots, pixel_to_lab_kernel, residuals_kernel
+    from .nfgeometry import tilt_matrix
+
+    a = FFArrays(hkl=np.ascontiguousarray([[1.0, 1.0, 1.0], [2.0, 0.0, 0.0]]),
+                 ring=np.array([1, 2], np.int64), tilt=tilt_matrix(0.0, 0.0, 0.0),
+                 omega_ranges=np.array([[-180.0, 180.0]]),
+                 boxes=np.array([[-1e12, 1e12, -1e12, 1e12]]), lsd=1.2e5, ybc=96.0,
+                 zbc=96.0, px=200.0, wavelength=0.173, omega_start=180.0, omega_step=-1.0,
+                 n_frames=360, n_pixels_y=192, n_pixels_z=192, min_eta=6.0)
+    lattice = np.array([4.08, 4.08, 4.08, 90.0, 90.0, 90.0])
+    u = rotation_vector_matrix(np.array([0.1, 0.2, 0.3]))
+    bmat = b_matrix(lattice)
+    pos = np.zeros(3)
+    spots = ff_spots(u, lattice, pos, a)
+    n = len(spots)
+    lab = np.empty((n, 3))
+    pixel_to_lab_kernel(np.ascontiguousarray(spots[:, 3]), np.ascontiguousarray(spots[:, 4]),
+                        a, lab)
+    order = np.lexsort((spots[:, 0], spots[:, 6]))
+    ring_start = np.searchsorted(spots[order, 6], np.arange(4)).astype(np.int64)
+    ome = np.ascontiguousarray(spots[order, 0])
+    eta = np.ascontiguousarray(spots[order, 1])
+    rad = np.ascontiguousarray(a.lsd * np.tan(np.radians(spots[order, 2])))
+    ids = np.empty(n, np.int64)
+    dist = np.empty(1)
+    match_kernel(spots, n, a.lsd, ring_start, ome, eta, rad, 1.0, 300.0, 300.0, ids, dist)
+    best = np.empty((3, 3))
+    cdirs = np.ascontiguousarray(bmat @ a.hkl[:1].T).T
+    cdirs = np.ascontiguousarray(cdirs / np.linalg.norm(cdirs, axis=1, keepdims=True))
+    s = np.array([0.0, 1.0, 0.0])
+    fibre_search_kernel(cdirs, s, 4, bmat, pos, a, ring_start, ome, eta, rad, 1.0, 300.0,
+                        300.0, best)
+    score_orientations_kernel(np.stack([u, u]), bmat, pos, a, ring_start, ome, eta, rad, 1.0,
+                              300.0, 300.0, np.empty(2))
+    align_kernel(cdirs[0], s, best)
+    orientations_kernel(cdirs[0], s, 4, np.empty((4, 3, 3)))
+    obs = np.ascontiguousarray(spots[:, [3, 4, 0]])
+    residuals_kernel(u, bmat, pos, a, obs, spots[:, 7].astype(np.int64), np.empty((n, 3)))

@@ -39,7 +39,9 @@ __all__ = ["WarmReport", "warm_cache", "use_cache_dir", "kernel_dispatchers",
 
 _MODULES = ("filters", "label", "nf", "ff", "stem",
             # NF-HEDM stage 2 (orientation fitting); nffit.exercise() compiles them all
-            "crystal", "nfgrid", "nfmodel", "nfconfidence", "nffit", "microstructure")
+            "crystal", "nfgrid", "nfmodel", "nfconfidence", "nffit", "microstructure",
+            # FF-HEDM stage 2 (indexing, refinement); ffindex.exercise() compiles them all
+            "ffmodel", "ffindex")
 
 
 @dataclass(frozen=True)
@@ -101,10 +103,11 @@ def exercise_kernels() -> None:
     """Call every kernel once on tiny inputs with the production dtypes, so each
     compiles (or loads from the cache) the signatures the workflows use -- the
     NF-HEDM stage-2 kernels too (:func:`kernels.nffit.exercise`, read-only images
-    as a worker's memory map gives them), so fitting tasks never compile."""
+    as a worker's memory map gives them) and FF-HEDM stage 2's
+    (:func:`kernels.ffindex.exercise`), so fitting tasks never compile."""
     import numpy as np
 
-    from . import ff, filters, label, nf, nffit, stem
+    from . import ff, ffindex, filters, label, nf, nffit, stem
 
     rng = np.random.default_rng(0)
     frame = rng.integers(0, 500, (16, 16)).astype(np.uint16)
@@ -126,6 +129,7 @@ def exercise_kernels() -> None:
     stem.virtual_detector(frame[None].astype(np.float32), masks)
     stem.count_electrons(frame, bg.astype(np.float32), 50.0, 1000.0)
     nffit.exercise()
+    ffindex.exercise()
 
 
 def cache_counts() -> dict:

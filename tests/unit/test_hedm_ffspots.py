@@ -59,3 +59,31 @@ def test_spot_across_the_end_and_start_of_a_rotation(tmp_path):
     # not a full rotation (360 frames of 0.5 deg): frame 359 is not followed by frame 0
     half = dict(p, OmegaStep=-0.5)
     assert len(spots_from_peaks(pk[:2], 0, 360, half, arrays, rings)) == 2
+
+
+def test_a_chain_is_cut_at_a_valley_of_its_intensity():
+    from hedm.ffspots import split_at_valleys
+
+    # one rocking curve: never cut, however long or flat-topped
+    assert not split_at_valleys([1, 5, 9, 4, 1]).any()
+    assert not split_at_valleys([5, 4, 4.5, 3]).any()           # a dip of 10%: noise
+    # two curves: cut beside the valley, the valley with its brighter neighbour
+    np.testing.assert_array_equal(split_at_valleys([1, 5, 9, 2, 8, 3]),
+                                  [False, False, False, True, False])
+    np.testing.assert_array_equal(split_at_valleys([1, 3, 1, 9, 8]),
+                                  [False, True, False, False])
+    # three curves, two cuts
+    assert split_at_valleys([1, 9, 3, 1, 9, 4, 1, 7, 2]).sum() == 2
+
+
+def test_merge_with_intensities_separates_two_spots_on_the_same_pixels():
+    from hedm.ffspots import merge_peaks
+
+    # spots of two grains 0.8 px apart, frames 10-12 and 13-15: one chain by position
+    frame = np.arange(10, 16)
+    y = np.array([50.0, 50.0, 50.0, 50.8, 50.8, 50.8])
+    z = np.full(6, 30.0)
+    inten = np.array([100.0, 900.0, 200.0, 250.0, 800.0, 90.0])
+    assert len(set(merge_peaks(frame, y, z, 360, 2.5, False).tolist())) == 1
+    lab = merge_peaks(frame, y, z, 360, 2.5, False, inten)
+    assert lab[0] == lab[1] == lab[2] != lab[3] == lab[4] == lab[5]

@@ -19,8 +19,48 @@ exercise_kernels()
 print(json.dumps(cache_counts()))
 """
 
+# FF-HEDM stage 2 as the flow calls it (indexing on exact spots of one grain, its
+# refinement, the uniform search's scoring): every kernel call must load, not compile
+PROBE_FF = """
+import json, sys
+import numpy as np
+from kernels.numba_cache import cache_counts, use_cache_dir
+use_cache_dir(sys.argv[1])
+from hedm.ffindex import index_spots, _uniform
+from hedm.ffparams import GRAINS_SCHEMA, ff_arrays
+from hedm.ffrefine import refine_grain
+from hedm.ffspots import SPOT_DTYPE
+from hedm.params import parse_params, resolve_params
+from kernels.crystal import rotation_vector_matrix
+from kernels.ffmodel import ff_spots, pixel_to_lab_kernel
+text = ("LatticeConstant 4.08 4.08 4.08 90 90 90\\nWavelength 0.172979\\nLsd 120000\\n"
+        "BC 96.3 95.7\\npx 200\\nOmegaStart 180\\nOmegaStep -1\\nMinEta 6\\nRsample 1\\n"
+        "Hbeam 1\\nStepSizePos 100\\nStepSizeOrient 2\\nWidth 400\\nMarginOme 1.5\\n"
+        "MarginEta 400\\nMarginRadial 300\\n")
+p = resolve_params(GRAINS_SCHEMA, parse_params(text, GRAINS_SCHEMA), {})
+p["MergeDistance"] = 200.0
+a = ff_arrays(p, 360, (192, 192))
+rows = ff_spots(rotation_vector_matrix(np.array([0.1, 0.2, 0.3])), p["LatticeConstant"],
+                np.zeros(3), a)
+sp = np.zeros(len(rows), SPOT_DTYPE)
+sp["id"] = np.arange(len(rows))
+sp["omega"], sp["eta"], sp["two_theta"], sp["y"], sp["z"] = rows[:, :5].T
+sp["ring"], sp["intensity"] = rows[:, 6], 1.0
+lab = np.empty((len(rows), 3))
+pixel_to_lab_kernel(np.ascontiguousarray(sp["y"]), np.ascontiguousarray(sp["z"]), a, lab)
+sp["lab_x"], sp["lab_y"], sp["lab_z"] = lab.T
+sp["radius"] = p["Lsd"] * np.hypot(lab[:, 1], lab[:, 2]) / lab[:, 0]
+res = index_spots(sp, a, p)
+assert len(res["grains"]) == 1, res["grains"]
+assert refine_grain(res["grains"][0], res["observed"], a, p)["converged"]
+_uniform(res["observed"], a, dict(p, StepSizeOrient=15.0), p["LatticeConstant"],
+         np.zeros(len(res["observed"]), bool))
+print(json.dumps(cache_counts()))
+"""
+
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)      # compiles every kernel: minutes on a loaded machine
 def test_warm_cache_then_fresh_process_only_loads(tmp_path):
     cache = tmp_path / "numba-node0"
     report = warm_cache(str(cache))
@@ -35,6 +75,18 @@ def test_warm_cache_then_fresh_process_only_loads(tmp_path):
     misses = {k: v[1] for k, v in counts.items() if v[1]}
     assert not misses, f"compiled again instead of loading: {misses}"
     assert sum(v[0] for v in counts.values()) >= 15
+    # FF stage 2's kernels are warmed with the types the flow passes: it only loads them
+    out = subprocess.run([sys.executable, "-c", PROBE_FF, str(cache)], env=env,
+                         cwd=str(tmp_path), capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    counts = json.loads(out.stdout.strip().splitlines()[-1])
+    ff = {k: v for k, v in counts.items() if k.startswith(("ffmodel.", "ffindex."))}
+    assert {k for k, v in ff.items() if v[0]} >= {
+        "ffmodel.ff_spots_kernel", "ffmodel.residuals_kernel", "ffmodel.pixel_to_lab_kernel",
+        "ffmodel.b_matrix_kernel", "ffindex.fibre_search_kernel", "ffindex.match_kernel",
+        "ffindex.score_orientations_kernel"}, ff
+    misses = {k: v[1] for k, v in counts.items() if v[1]}
+    assert not misses, f"FF stage 2 compiled instead of loading: {misses}"
     # a second warm-up of a warm directory compiles nothing new
     assert warm_cache(str(cache)).index_files == report.index_files
 
