@@ -142,8 +142,8 @@ lint: setup lint-check
 
 # ruff and mypy are pinned in setup.cfg, so a new release cannot fail CI by itself.
 lint-check:
-	$(PY) -m ruff check core stager streams workflows kernels hooks hedm stem4d tests bench
-	$(PY) -m mypy core stager streams hooks workflows hedm stem4d
+	$(PY) -m ruff check core stager analyses streams workflows kernels hooks hedm stem4d tests bench
+	$(PY) -m mypy core stager analyses streams hooks workflows hedm stem4d
 
 clean-demo:
 	rm -rf demo-out
