@@ -130,7 +130,6 @@ class Sandbox:
                    OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                    OMPI_MCA_rmaps_base_oversubscribe="1", STAGER_PROGRESS="0",
                    PYTHONDONTWRITEBYTECODE="1")
-        env.pop("WORKFLOWS_NODE", None)
         self.env = env
         self.cwd = folder
 

@@ -1,15 +1,17 @@
 """Which node a task runs on: the name the stager gave that node (what ``%n`` stands for).
 
 The runner (``python -m workflows run``) builds the job's node layout once
-(:meth:`core.job.Job.from_comm`: ``--node-id``, else host names), and exports
-each rank's node name as ``WORKFLOWS_NODE`` before any task runs. Worker ranks,
-processes forked from them (the ``local`` executor) and command tasks inherit it, so a task asks
-:func:`this_node` instead of knowing how nodes are formed: a flow never sees
-node options (as LiberTEM's analyses never see executors).
+(:meth:`core.job.Job.from_comm`: ``--node-id``, else host names) and records each
+rank's node name with :func:`set_node` before any task runs; the executors hand it
+to the processes they start (the ``local`` pool's initializer, each Parsl task's
+call), so a task asks :func:`this_node` instead of knowing how nodes are formed: a
+flow never sees node options (as LiberTEM's analyses never see executors). No
+environment variable carries it: a task cannot be told another node's name by
+what it inherits.
 
 Outside a run (a flow's ``main`` called from a test), the name follows the
 same rule for one process: ``WORKFLOWS_NODE_ID_ENV`` names a variable holding
-it, else the host name.
+it (a Slurm node's ``SLURMD_NODENAME``), else the host name.
 """
 from __future__ import annotations
 
@@ -19,25 +21,26 @@ from typing import Optional
 from core.nodes import local_node_name
 from stager.planning.plan import expand_node
 
-__all__ = ["ENV", "this_node", "on_this_node", "set_node", "worker_name"]
+__all__ = ["this_node", "on_this_node", "set_node", "worker_name"]
 
-#: Environment variable holding the node name of this process.
-ENV = "WORKFLOWS_NODE"
+#: This process's node name, once the runner (or an executor's worker set-up) set it.
+_NODE: Optional[str] = None
 #: Optional: the name of a variable that identifies the node (e.g. SLURMD_NODENAME),
 #: for processes started outside the runner (Parsl workers on a Slurm node).
 ENV_ID = "WORKFLOWS_NODE_ID_ENV"
 
 
-def set_node(name: str) -> None:
-    """Record this process's node name (the runner calls it on every rank)."""
-    os.environ[ENV] = name
+def set_node(name: Optional[str]) -> None:
+    """Record this process's node name (the runner on every rank; executors in the
+    processes they start). ``None`` forgets it."""
+    global _NODE
+    _NODE = name or None
 
 
 def this_node() -> str:
     """The node this process runs on, as the stager names it."""
-    name = os.environ.get(ENV)
-    if name:
-        return name
+    if _NODE:
+        return _NODE
     var = os.environ.get(ENV_ID)
     return local_node_name(f"env:{var}" if var else "host")
 

@@ -136,7 +136,7 @@ def test_hedm_drain_names_nodes_by_the_runners_job_not_the_environment(comm, tmp
 
     src, dest = _results(comm, tmp)
     if comm.rank == _odd_rank(comm):  # a rank whose environment cannot name its node
-        monkeypatch.delenv(node.ENV, raising=False)
+        monkeypatch.setattr(node, "_NODE", None)
         monkeypatch.setenv(node.ENV_ID, "MPISTAGE_TEST_UNSET_NODE_ID")
         monkeypatch.delenv("MPISTAGE_TEST_UNSET_NODE_ID", raising=False)
     args = SimpleNamespace(results=src, out=dest, drain=True)

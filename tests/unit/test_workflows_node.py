@@ -5,19 +5,48 @@ import pytest
 
 from core.nodes import emulated_ids, local_node_name, name_nodes
 from workflows import on_this_node, this_node
-from workflows.node import ENV, ENV_ID
+from workflows import node
+from workflows.node import ENV_ID, set_node
 
 
-def test_the_runner_sets_the_node_and_tasks_read_it(monkeypatch):
-    monkeypatch.setenv(ENV, "node1")
+@pytest.fixture(autouse=True)
+def _forget_node():
+    set_node(None)
+    yield
+    set_node(None)
+
+
+def _node_of_task(_: int) -> str:
+    import os
+
+    return f"{this_node()} {os.environ.get('WORKFLOWS_NODE', '-')}"
+
+
+def test_the_runner_sets_the_node_and_tasks_read_it():
+    set_node("node1")
     assert this_node() == "node1"
     assert on_this_node("/x/%n/nf") == "/x/node1/nf"
     assert on_this_node("/x/%n", node="n7") == "/x/n7"
     assert on_this_node("/no/placeholder") == "/no/placeholder"
 
 
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_pool_workers_get_the_node_from_the_executor_not_the_environment(method, monkeypatch):
+    """The local pool's workers, forked or spawned, read the runner's node; no variable
+    of the environment carries it (one planted there is ignored)."""
+    from workflows.executors.local import LocalExecutor
+
+    monkeypatch.setenv("WORKFLOWS_NODE", "planted")
+    set_node("node3")
+    ex = LocalExecutor(max_workers=1, start_method=method)
+    try:
+        assert ex._pool.submit(_node_of_task, 0).result(timeout=120) == "node3 planted"
+    finally:
+        ex.shutdown()
+    assert node._NODE == "node3"
+
+
 def test_outside_a_run_the_same_rule_as_the_stager(monkeypatch):
-    monkeypatch.delenv(ENV, raising=False)
     monkeypatch.delenv(ENV_ID, raising=False)
     assert this_node() == name_nodes(1, "host", [(socket.gethostname(), 0)])[0]
     monkeypatch.setenv(ENV_ID, "MY_NODE")

@@ -15,6 +15,7 @@ from typing import Any, Callable, Dict, Optional
 from core.options import parse_choice, parse_int
 
 from ..errors import RemoteError
+from ..node import set_node, this_node
 from ..tasks import Outcome, TaskCall
 from .base import Executor, env_option
 
@@ -23,8 +24,9 @@ __all__ = ["LocalExecutor"]
 _START_METHODS = ("fork", "forkserver", "spawn")
 
 
-def _worker_init() -> None:
+def _worker_init(node: str) -> None:
     os.environ["WORKFLOWS_WORKER"] = "1"
+    set_node(node)   # a forkserver or spawn worker does not inherit the runner's
 
 
 class LocalExecutor(Executor):
@@ -54,7 +56,7 @@ class LocalExecutor(Executor):
         self._pool = ProcessPoolExecutor(
             self._workers,
             mp_context=multiprocessing.get_context(method),
-            initializer=_worker_init,
+            initializer=_worker_init, initargs=(this_node(),),
         )
 
     @property

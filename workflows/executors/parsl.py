@@ -26,9 +26,15 @@ __all__ = ["ParslExecutor", "htex_local_config", "threads_config"]
 CONFIGS = ("htex-local", "threads")
 
 
-def _call(fn: Callable, *args: Any, **kwargs: Any) -> Any:
-    # Module-level so Parsl's serializer sends it by reference.
+def _call(node: Optional[str], fn: Callable, *args: Any, **kwargs: Any) -> Any:
+    # Module-level so Parsl's serializer sends it by reference. With a named config the
+    # workers run beside the submitting rank and take its node; a Config of the user's
+    # (e.g. Slurm blocks) runs them elsewhere: they name their own (WORKFLOWS_NODE_ID_ENV)
+    from workflows.node import set_node
+
     os.environ["WORKFLOWS_WORKER"] = "1"
+    if node:
+        set_node(node)
     return fn(*args, **kwargs)
 
 
@@ -121,6 +127,7 @@ class ParslExecutor(Executor):
         self._tmp = None
         if run_dir is None:
             run_dir = self._tmp = tempfile.mkdtemp(prefix="workflows-parsl-")
+        self._beside = isinstance(config, str)   # the workers run on this node
         if isinstance(config, str):
             if config not in CONFIGS:
                 raise ExecutorError(
@@ -146,7 +153,9 @@ class ParslExecutor(Executor):
 
     def submit(self, fn: Callable, *args: Any, **kwargs: Any) -> Future:
         self._check_open()
-        return self._app(fn, *args, **kwargs)
+        from workflows.node import this_node
+
+        return self._app(this_node() if self._beside else None, fn, *args, **kwargs)
 
     def _shutdown(self, wait: bool) -> None:
         self._dfk.cleanup()
