@@ -9,11 +9,11 @@ import importlib
 import importlib.util
 import json
 import os
-import sys
 from typing import Any, Dict, Optional, Sequence
 
 from analyses.contract import Analysis, FrameSum
 from analyses.errors import AnalysisError
+from core.table import load_path
 
 __all__ = ["load_analysis", "analysis_options", "load_file", "DEFAULT_NAME", "ANALYSES"]
 
@@ -27,14 +27,10 @@ ANALYSES = ("sum", "stem4d.flow", "hedm.ffpeaks", "hedm.nfreduce")
 def load_file(path: str) -> Any:
     """Import the Python file ``path`` as a module of its own (``--analysis FILE.py``,
     ``udf:FILE.py:CLASS``, ``--on-ready FILE.py:FUNCTION``)."""
-    name = "mpistage_flow_" + os.path.splitext(os.path.basename(path))[0].replace("-", "_")
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
+    if not path.endswith(".py"):
         raise AnalysisError(f"cannot load analysis file {path}: not a Python file")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_path(path, "mpistage_flow_" + os.path.splitext(os.path.basename(path))[0]
+                     .replace("-", "_"))
 
 
 def _known(where: str) -> str:

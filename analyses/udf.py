@@ -90,9 +90,9 @@ def _import_class(where: str, name: str) -> Any:
         if where.endswith(".py"):
             if not os.path.isfile(where):
                 raise UDFError(f"UDF file {where} does not exist")
-            from analyses.loading import load_file
+            from core.table import load_path
 
-            mod = load_file(os.path.abspath(where))
+            mod = load_path(os.path.abspath(where))
         else:
             mod = importlib.import_module(where)
     except UDFError:

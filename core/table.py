@@ -32,7 +32,7 @@ from typing import Any, Callable, Dict, Generic, Iterator, Mapping, Optional, Tu
 
 from core.errors import UnknownName
 
-__all__ = ["Table"]
+__all__ = ["Table", "load_path"]
 
 T = TypeVar("T")
 
@@ -119,3 +119,33 @@ class Table(Mapping[str, Union[str, Any]], Generic[T]):
     def loaded(self) -> Tuple[T, ...]:
         """Every row's plug-in, in table order (each module imported)."""
         return tuple(self.load(n) for n in self._rows)
+
+
+def load_path(path: str, name: Optional[str] = None) -> Any:
+    """Import the Python file ``path`` as a module of its own, registered in
+    ``sys.modules`` as ``name`` (default ``mpistage_<file stem>``) and removed again if
+    it fails to import: a flow file, ``--analysis FILE.py``, ``udf:FILE.py:CLASS``,
+    ``--on-ready FILE.py:FUNCTION``, a task's function whose module is a file.
+
+    Raises
+    ------
+    ImportError
+        ``path`` is not a Python file; else whatever the file raises on import.
+    """
+    import importlib.util
+    import os
+    import sys
+
+    if name is None:
+        name = "mpistage_" + os.path.splitext(os.path.basename(path))[0].replace("-", "_")
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path} as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module

@@ -61,6 +61,7 @@ from core.job import Job
 from core.mpi.agree import agree, agreed, bcast_result, quiet_barrier
 from core.mpi.launcher import first_rank_speaks
 from core.nodes import add_node_id_flags, local_node_name, node_id_of, resolve_node_id
+from core.table import load_path
 from hooks import SpecError
 from stager.errors import PlanError
 from stager.outputs import run_directory
@@ -70,7 +71,6 @@ from .executors import NAMES, ROWS, Executor, make
 from .futures import exception_of, find_futures, wait_all
 from .leader import leader_hooks_from, run_leader_hook
 from .node import on_this_node, set_node
-from .tasks import load_module_from_path
 
 __all__ = ["main", "load_flow", "build_parser"]
 
@@ -230,7 +230,7 @@ def load_flow(path: str):
             module = importlib.import_module(name)
         else:
             stem = os.path.splitext(os.path.basename(path))[0]
-            module = load_module_from_path(f"workflows_flow_{stem}", os.path.abspath(path))
+            module = load_path(os.path.abspath(path), f"workflows_flow_{stem}")
     except Exception as exc:
         raise FlowError(
             f"workflow file {path} failed to import: {type(exc).__name__}: {exc}"

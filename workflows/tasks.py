@@ -28,6 +28,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional, Tuple
 
+from core.table import load_path
+
 from .errors import RemoteError, where
 from .limits import NO_LIMITS, Limits, TaskInterrupt, alarm
 
@@ -101,22 +103,7 @@ class FunctionRef:
         except ImportError:
             if not self.path:
                 raise
-        return load_module_from_path(name, self.path)
-
-
-def load_module_from_path(name: str, path: str):
-    """Import the source file ``path`` as module ``name`` and register it."""
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load {path} as a Python module")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        sys.modules.pop(name, None)
-        raise
-    return module
+        return load_path(self.path, name)
 
 
 @dataclass(frozen=True)

@@ -54,3 +54,22 @@ def test_paths_resolve_a_module_attr_not_in_the_table():
     assert t.load("collections:OrderedDict") == {}
     with pytest.raises(UnknownName, match=r"use one of \(none\)"):
         t.load("native")
+
+
+def test_load_path_imports_a_file_once_registered_and_forgets_a_failed_one(tmp_path):
+    import sys
+
+    from core.table import load_path
+
+    good = tmp_path / "my-flow.py"
+    good.write_text("VALUE = 41 + 1\n")
+    mod = load_path(str(good))
+    assert mod.VALUE == 42 and sys.modules["mpistage_my_flow"] is mod
+    bad = tmp_path / "bad.py"
+    bad.write_text("raise RuntimeError('broken on import')\n")
+    with pytest.raises(RuntimeError, match="broken on import"):
+        load_path(str(bad), "mpistage_test_bad")
+    assert "mpistage_test_bad" not in sys.modules
+    with pytest.raises(ImportError, match="cannot load"):
+        load_path(str(tmp_path / "notes.txt"), "mpistage_test_txt")
+    sys.modules.pop("mpistage_my_flow", None)
