@@ -243,8 +243,8 @@ def place(refs: Sequence[Any], args: Any) -> List[Any]:
 
 def _staged(args: Any) -> Any:
     """Where the run's stage put each file (:class:`stager.locality.Where`) if it scattered
-    any, else None: the staged plan (``args.stage_report.plan``) or, from a report
-    without it, the stage's spec planned again as ``stager.where`` does."""
+    any, else None: from the plan the stage ran (``args.stage_report.plan``), not planned
+    again; a report without one (made elsewhere) has its spec planned again."""
     rep, spec = getattr(args, "stage_report", None), getattr(args, "stage_spec", None)
     plan = getattr(rep, "plan", None) or spec
     if rep is None or not plan:

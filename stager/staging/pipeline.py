@@ -210,7 +210,7 @@ def _run(plan: Plan, comm: Any, job: Job, opts: StageOptions,
 
     # scatter h5 blocks: each output split into frame ranges, one per node (pure: the
     # same on every rank, so a PlanError here is raised by every rank at once)
-    plan = split(plan, len(layout.names))
+    planned, plan = plan, split(plan, len(layout.names))
     units: List[Tuple[Kind, int, Any]] = [(k, i, u) for k in kinds()
                                           for i, u in enumerate(plan.units(k.name))]
     used = [k for k in kinds() if plan.units(k.name)]
@@ -346,7 +346,7 @@ def _run(plan: Plan, comm: Any, job: Job, opts: StageOptions,
         delivered_gbps=(total_written / seconds / 1e9) if seconds > 0 else 0.0,
         source_bytes_read=source_bytes, amplification=amp, chunk_size=opts.chunk_size,
         small_file_threshold=opts.small_file_threshold, plan_seconds=plan_seconds,
-        extra=extra)
+        extra=extra, plan=planned)
 
 
 def _check_roots(plan: Plan, targets: NodeTargets, node: str) -> None:

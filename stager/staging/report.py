@@ -17,7 +17,7 @@ import json
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Dict, Optional, Tuple
 
 from stager.planning.plan import count, describe_size
@@ -112,6 +112,10 @@ class Report:
         Per block kind, what its transfer reports (``Moved.extra``; for ``h5``:
         files, datasets, collective pieces, largest piece, memory cap, read path),
         with its ``outputs`` and the kind's ``label`` (``Kind.label``).
+    plan : Plan or None
+        The plan this run staged (what every rank received), so what runs next finds
+        where each output went without planning the spec again (``stager.where``).
+        Not part of the JSON report.
     """
 
     method: str
@@ -131,9 +135,11 @@ class Report:
     small_file_threshold: int
     plan_seconds: float = 0.0
     extra: Dict[str, Any] = field(default_factory=dict)
+    plan: Any = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> Dict[str, Any]:
-        d = asdict(self)
+        d = asdict(replace(self, plan=None))
+        del d["plan"]
         d["nodes"] = list(self.nodes)
         d["n_nodes"] = len(self.nodes)
         return d

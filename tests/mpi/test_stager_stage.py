@@ -116,6 +116,10 @@ def test_every_method_replicates_byte_identical_copies(workdir, method, shared, 
     assert_all(comm, rep.nodes == tuple(f"node{i}" for i in range(k)), str(rep.nodes))
     got = (rep.files, rep.bytes_per_node, rep.bytes_written)
     assert_all(comm, got == (len(files), total, k * total), str(rep))
+    # the plan it staged travels with the report (what runs next needs not plan again),
+    # but not into the JSON report
+    staged = {u.dest for u in rep.plan.units("files")} if rep.plan is not None else set()
+    assert_all(comm, len(staged) == len(files) and "plan" not in rep.to_dict(), str(staged))
     amp = rep.amplification
     if amp is not None:  # /proc/self/io readable: the measured fact, per method
         expected = {"stripe": (1.0, 1.0), "bcast": (1.0, 1.0), "naive": (k, k),
