@@ -92,6 +92,6 @@ def main(args):
     return run.written
 
 
-def finalize(args, comm) -> None:
+def finalize(args, job) -> None:
     """Every rank: drain node-local results to ``--out`` and remove them (if ``--results``)."""
-    drain_results(args, comm, "ff_run.json")
+    drain_results(args, job, "ff_run.json")

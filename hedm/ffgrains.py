@@ -293,6 +293,6 @@ def main(args):
     return written
 
 
-def finalize(args, comm) -> None:
+def finalize(args, job) -> None:
     """Every rank: drain node-local results to ``--out`` and remove them (if ``--results``)."""
-    drain_results(args, comm, "ffgrains_run.json")
+    drain_results(args, job, "ffgrains_run.json")
