@@ -104,7 +104,7 @@ def test_a_missing_frames_file_is_one_line(tmp_path):
     assert r.returncode == 2, r.stdout + r.stderr
     assert "Traceback" not in r.stderr, r.stderr
     errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
-    assert errors == ["error: StreamError: --frames nothere.h5:/frames: no such file "
+    assert errors == ["error: AnalysisError: --frames nothere.h5:/frames: no such file "
                       "nothere.h5: give an existing HDF5 file (FILE.h5:/DATASET)"], r.stderr
     assert os.listdir(tmp_path) == [], "a refused run left its results directory"
 
