@@ -13,7 +13,8 @@ hedm.ffpeaks`` runs it live): one task per frame on its node's staged copy (a GE
 HDF5 file holding every frame, or a TIFF series), the dark read once per worker;
 an ordered tree merge; one task writing ``<OutputFileName>.h5``, ``.csv`` and
 ``.png`` into the node-local results directory (``--results``); then the drain
-(``finalize``): results to ``OUT``, node-local copies removed.
+(by the runner, :func:`workflows.run.drain_results`): results to ``OUT``, node-local
+copies removed.
 
 On a **scatter** block (``hedm/hooks/ff_scatter.hook``: each frame file of a TIFF
 series on one node, for datasets larger than one node's storage), each frame's
@@ -41,10 +42,13 @@ import time
 from hedm.common import is_series
 from hedm.ffpeaks import SCHEMA, kernel_params, load_dark, read_ff_params, sweep_frames
 from hedm.params import add_flow_arguments, check_inputs, flag_overrides, relative_to
-from hedm.run import analysis_record, check_outputs_of, drain_results, finish
+from hedm.run import analysis_record, check_outputs_of, finish
 from workflows import on_this_node
 
-__all__ = ["SCHEMA", "add_arguments", "main", "finalize", "read_ff_params", "load_dark",
+#: This flow's run record in ``OUT``; the runner adds its drain of ``--results`` to it.
+RUN_RECORD = "ff_run.json"
+
+__all__ = ["SCHEMA", "add_arguments", "main", "RUN_RECORD", "read_ff_params", "load_dark",
            "kernel_params"]
 
 
@@ -81,17 +85,13 @@ def main(args):
     g = ScanGeometry(name, 1, n, 1, shape, "<u2", (1, n))
     refs = place(refs, args)
     results = args.results or out
-    check_outputs_of(args, out, ["ff_run.json"] + [name + x for x in (".h5", ".csv", ".png")],
+    check_outputs_of(args, out, [RUN_RECORD] + [name + x for x in (".h5", ".csv", ".png")],
                      [args.params, dark] + frame_files(refs[0]) + frame_files(refs[-1]))
     run = run_analysis("hedm.ffpeaks", {"params": p, "dark": dark}, refs, g,
                        os.path.join(results, name + ".h5"),
                        hard=bool(getattr(args, "hard_placement", False)),
                        overwrite=bool(getattr(args, "overwrite", False)))
-    finish(os.path.join(out, "ff_run.json"),
+    finish(os.path.join(out, RUN_RECORD),
            analysis_record(args, "hedm_ff", p, run, t_origin, "dark", refs), results)
     return run.written
 
-
-def finalize(args, job) -> None:
-    """Every rank: drain node-local results to ``--out`` and remove them (if ``--results``)."""
-    drain_results(args, job, "ff_run.json")

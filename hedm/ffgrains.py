@@ -41,10 +41,13 @@ import numpy as np
 from hedm.ffparams import GRAINS_SCHEMA as SCHEMA
 from hedm.ffparams import read_grains_params
 from hedm.params import add_flow_arguments, check_inputs, flag_overrides, relative_to
-from hedm.run import drain_results, finish, stage_dict
+from hedm.run import finish, stage_dict
 from workflows import app, on_this_node, phase_spans, reduce_tree, this_node, worker_name
 
-__all__ = ["SCHEMA", "add_arguments", "main", "finalize", "grain_rows", "verdict"]
+#: This flow's run record in ``OUT``; the runner adds its drain of ``--results`` to it.
+RUN_RECORD = "ffgrains_run.json"
+
+__all__ = ["SCHEMA", "add_arguments", "main", "RUN_RECORD", "grain_rows", "verdict"]
 
 
 def add_arguments(parser) -> None:
@@ -289,10 +292,6 @@ def main(args):
                           "converged": g["converged"], "why": g["why"]} for g in refined],
               "phases": phase_spans({"spots": [found], "index": [indexed], "refine": tasks,
                                      "reduce": merges, "write": [written]}, t_origin)}
-    finish(os.path.join(out, "ffgrains_run.json"), record, results)
+    finish(os.path.join(out, RUN_RECORD), record, results)
     return written
 
-
-def finalize(args, job) -> None:
-    """Every rank: drain node-local results to ``--out`` and remove them (if ``--results``)."""
-    drain_results(args, job, "ffgrains_run.json")

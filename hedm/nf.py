@@ -23,7 +23,7 @@ The graph (paper, section V), for each detector distance ``d`` of
    one task writing ``<ReducedFileName>.h5``, ``.png`` and the bit-packed binary images
    ``<ReducedFileName>_binary.npy`` (stage 2's input, ``docs/nf-files.md``) to the
    node-local results directory (``--results``, ``%n``);
-5. **drain** (``finalize``, every rank): ``stager.drain`` copies each node's
+5. **drain** (the runner's, every rank): ``stager.drain`` copies each node's
    results to ``OUT`` (merged) and the node-local results are removed.
 
 Without ``--results`` the write task writes straight to ``OUT`` and nothing
@@ -61,9 +61,12 @@ from hedm.nfparams import read_nf_params
 from hedm.nfreduce import BACKGROUND_NAME, MAX_NAME, binary_images, kernel_params, spot_tables
 from hedm.params import (BINARY_SUFFIX, ParamError, add_flow_arguments, check_inputs,
                          flag_overrides, relative_to)
-from hedm.run import analysis_record, check_outputs_of, drain_results, finish
+from hedm.run import analysis_record, check_outputs_of, finish
 
-__all__ = ["SCHEMA", "BINARY_SUFFIX", "add_arguments", "main", "finalize", "read_nf_params",
+#: This flow's run record in ``OUT``; the runner adds its drain of ``--results`` to it.
+RUN_RECORD = "nf_run.json"
+
+__all__ = ["SCHEMA", "BINARY_SUFFIX", "add_arguments", "main", "RUN_RECORD", "read_nf_params",
            "binary_images", "kernel_params", "spot_tables"]
 
 
@@ -159,7 +162,7 @@ def main(args):
     refs = place(refs, args)
     out = getattr(args, "out", None) or os.getcwd()
     results = args.results or out
-    check_outputs_of(args, out, ["nf_run.json", p["ReducedFileName"] + ".h5"],
+    check_outputs_of(args, out, [RUN_RECORD, p["ReducedFileName"] + ".h5"],
                      [args.params] + frame_files(refs[0]) + frame_files(refs[-1]))
 
     work = os.path.join(out, "work")
@@ -183,10 +186,6 @@ def main(args):
     record = analysis_record(args, "hedm_nf", p, run, t_origin, "background", refs,
                              {"background": bands + images})
     record["background_bands"] = [b for i in images for b in i.result()]
-    finish(os.path.join(out, "nf_run.json"), record, results)
+    finish(os.path.join(out, RUN_RECORD), record, results)
     return run.written
 
-
-def finalize(args, job) -> None:
-    """Every rank: drain node-local results to ``--out`` and remove them (if ``--results``)."""
-    drain_results(args, job, "nf_run.json")

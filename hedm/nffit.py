@@ -24,7 +24,7 @@ graph (the paper's FitOrientation tasks, Swift/T's ``foreach`` over rows):
 3. **write**: one task finds the grains (flood fill at ``GBAngle``) and
    writes the map -- ``<MicFileText>`` (MIDAS's text layout), ``.h5`` and
    ``.png`` beside it (:mod:`hedm.micmap`) -- to the node-local results;
-4. **drain** (``finalize``, every rank): the results go to ``OUT``.
+4. **drain** (the runner's, every rank): the results go to ``OUT``.
 
 The fit of a grid point depends on nothing but that point, so the map is the
 same, bit for bit, whatever the blocks, workers, nodes or executor.
@@ -58,10 +58,13 @@ from hedm.common import as_records, cached, merge_tables, replacing
 from hedm.nfparams import FIT_SCHEMA as SCHEMA
 from hedm.nfparams import read_fit_params
 from hedm.params import ParamError, add_flow_arguments, flag_overrides, relative_to
-from hedm.run import ResultError, drain_results, stage_dict, write_json
+from hedm.run import ResultError, stage_dict, write_json
 from workflows import app, on_this_node, phase_spans, reduce_tree, this_node, worker_name
 
-__all__ = ["SCHEMA", "TASK_DTYPE", "add_arguments", "main", "finalize", "read_fit_params",
+#: This flow's run record in ``OUT``; the runner adds its drain of ``--results`` to it.
+RUN_RECORD = "nffit_run.json"
+
+__all__ = ["SCHEMA", "TASK_DTYPE", "add_arguments", "main", "RUN_RECORD", "read_fit_params",
            "read_seeds", "write_seeds", "input_paths", "fit_block", "blocks", "fit_options",
            "placement"]
 
@@ -335,13 +338,9 @@ def main(args):
                     "workers": sorted(set(tasks["worker"].tolist())),
                     "per_task": [dict(zip(TASK_DTYPE.names, row)) for row in tasks.tolist()]},
     }
-    write_json(os.path.join(out, "nffit_run.json"), record)
+    write_json(os.path.join(out, RUN_RECORD), record)
     if verdict["diagnosis"]:
         raise ResultError(f"{verdict['diagnosis']}. The map was written to {results} for "
                           "inspection")
     return written
 
-
-def finalize(args, job) -> None:
-    """Every rank: drain node-local results to ``--out`` and remove them (if ``--results``)."""
-    drain_results(args, job, "nffit_run.json")

@@ -1,28 +1,22 @@
-"""Run-level pieces of the HEDM workflows: the run record (JSON) and the drain of results.
+"""Run-level pieces of the HEDM workflows: the run record (JSON).
 
-Each workflow's ``main`` writes ``OUT/<name>_run.json`` on rank 0: parameters,
-the stage report the runner passed in, phase spans of the task graph, and
-per-worker read/compute times with cache hits. Its ``finalize`` (every rank)
-drains the node-local results into ``OUT`` with :func:`stager.drain`
-and adds the drain's time to the record.
+Each workflow's ``main`` writes ``OUT/<name>_run.json`` (its ``RUN_RECORD``) on rank
+0: parameters, the stage report the runner passed in, phase spans of the task graph,
+and per-worker read/compute times with cache hits. The runner then drains the
+node-local results (``--results``) into ``OUT`` and adds the drain's time to the
+record (:func:`workflows.run.drain_results`).
 """
 from __future__ import annotations
 
 import json
 import os
-import shutil
-import time
 from typing import Any, Dict, Iterable, Mapping, Optional, Sequence
 
 from hedm.common import replacing
-from stager import drain
-from core.mpi.agree import agreed
-from core.job import Job
-from stager.planning.plan import expand_node
 from workflows import on_this_node
 from workflows.errors import WorkflowError
 
-__all__ = ["stage_dict", "log_summary", "write_json", "drain_results", "ResultError",
+__all__ = ["stage_dict", "log_summary", "write_json", "ResultError",
            "analysis_record", "finish", "check_outputs_of"]
 
 
@@ -117,40 +111,3 @@ def write_json(path: str, record: Mapping[str, Any]) -> None:
     mark(record)
     with replacing(path) as tmp, open(tmp, "w") as fh:
         json.dump(record, fh, indent=1, default=str)
-
-
-def drain_results(args: Any, job: Any, run_json: str) -> None:
-    """Collective over `job`: every rank must call. Drain ``args.results`` into ``args.out``.
-
-    Every node's files land directly in ``args.out`` (``merge``; names are
-    unique because one task writes them), replacing an earlier run's. Then
-    each node's leader removes its node-local results directory, and rank 0
-    adds ``"drain"`` (seconds, files, bytes) to ``args.out/run_json``.
-    Does nothing without ``--results`` or with ``--no-drain``. ``job`` is the runner's
-    (the node layout the stager used; a communicator is made a job, :meth:`Job.of`).
-    """
-    if not getattr(args, "results", None) or not getattr(args, "drain", True):
-        return
-    with Job.of(job) as job:
-        comm = job.comm
-        # After a failed main there may be nothing to drain: then say nothing more.
-        here = False
-        with agreed(comm, "draining results"):
-            here = os.path.isdir(expand_node(args.results, job.name))
-        if not comm.allreduce(here):
-            return
-        t0 = time.perf_counter()
-        report = drain(args.results, args.out, job, merge=True, overwrite=True)
-        seconds = time.perf_counter() - t0
-        if job.is_leader:
-            shutil.rmtree(expand_node(args.results, job.name), ignore_errors=True)
-    if comm.rank == 0:
-        path = os.path.join(args.out, run_json)
-        try:
-            with open(path) as fh:
-                record = json.load(fh)
-        except (OSError, ValueError):
-            record = {}
-        record["drain"] = {"seconds": round(seconds, 4), "files": report.files,
-                           "bytes": report.bytes, "dest": report.dest}
-        write_json(path, record)

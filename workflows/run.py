@@ -41,8 +41,12 @@ A flow may also define ``finalize(args, job)``, called on every rank after
 all tasks finished (``job`` is the run's :class:`core.job.Job` over
 ``MPI.COMM_WORLD``, the node layout the stager used, or ``None`` without MPI):
 the place for collective writes such as
-:func:`workflows.results.write_collective` of rows kept on the worker ranks,
-and for draining node-local results (``stager.drain(src, dest, job)``).
+:func:`workflows.results.write_collective` of rows kept on the worker ranks.
+
+A flow whose options include ``results`` (a node-local results directory, ``%n``:
+each node's) has them drained by the runner after ``finalize``, into ``out``
+(:func:`drain_results`; not with ``drain`` false, ``--no-drain``), the drain added
+to its ``RUN_RECORD`` (a JSON file in ``out``) if it names one.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import time
 import traceback
@@ -469,6 +474,11 @@ def _run(opts, module, ns, name: str, comm: Any, hooks) -> int:
     code = 0 if status.get("ok") else 2 if status.get("bad_input") else 1
     if callable(getattr(module, "finalize", None)):
         code = max(code, _finalize(module, ns, job, rank))
+    if getattr(ns, "results", None) and getattr(ns, "drain", True):
+        t = time.perf_counter()
+        code = max(code, _agreed_step(drain_results, ns, job, rank, "drain",
+                                      getattr(module, "RUN_RECORD", None)))
+        times["drain"] = time.perf_counter() - t
     if hooks.shutdown:
         t = time.perf_counter()
         try:
@@ -488,14 +498,21 @@ def _run(opts, module, ns, name: str, comm: Any, hooks) -> int:
 
 def _finalize(module: Any, ns: argparse.Namespace, job: Optional[Job], rank: int) -> int:
     """Call the flow's ``finalize(args, job)`` on every rank (e.g. a collective HDF5 write)."""
+    return _agreed_step(module.finalize, ns, job, rank, "finalize")
+
+
+def _agreed_step(step: Any, ns: argparse.Namespace, job: Optional[Job], rank: int,
+                 what: str, *more: Any) -> int:
+    """Collective over `job`: ``step(ns, job, *more)`` on every rank; any rank's error is
+    every rank's, said once by rank 0: 1, else 0."""
     error = None
     try:
-        module.finalize(ns, job)
+        step(ns, job, *more)
     except Exception as exc:
         error = exc
     if job is not None:
         try:
-            agree(job.comm, error, "finalize", base=WorkflowError, default=WorkflowError)
+            agree(job.comm, error, what, base=WorkflowError, default=WorkflowError)
         except WorkflowError as exc:
             error = exc
     if error is not None:
@@ -503,6 +520,50 @@ def _finalize(module: Any, ns: argparse.Namespace, job: Optional[Job], rank: int
             print(f"error: {type(error).__name__}: {error}", file=sys.stderr)
         return 1
     return 0
+
+
+def drain_results(args: Any, job: Any, record: Optional[str] = None) -> None:
+    """Collective over `job`: every rank must call. Drain a flow's node-local results
+    (``args.results``, ``%n``: each node's) into ``args.out``; the runner calls it after
+    the flow's ``finalize`` when the flow has a ``results`` option (``--no-drain``:
+    ``args.drain`` false, left in place for a later ``stager drain``).
+
+    Every node's files land directly in ``args.out`` (``merge``; names are unique
+    because one task writes them), replacing an earlier run's; then each node's leader
+    removes its node-local results directory. ``record``: a JSON file in ``args.out`` (a
+    flow's ``RUN_RECORD``) to which rank 0 adds ``"drain"`` (seconds, files, bytes).
+    ``job`` is the runner's, the node layout the stager used (``None``: one made here).
+    """
+    from stager import drain
+    from stager.planning.plan import expand_node
+
+    with Job.of(job) as job:
+        comm = job.comm
+        # After a failed main there may be nothing to drain: then say nothing more.
+        here = False
+        with agreed(comm, "draining results"):
+            here = os.path.isdir(expand_node(args.results, job.name))
+        if not comm.allreduce(here):
+            return
+        t0 = time.perf_counter()
+        report = drain(args.results, args.out, job, merge=True, overwrite=True)
+        seconds = time.perf_counter() - t0
+        if job.is_leader:
+            shutil.rmtree(expand_node(args.results, job.name), ignore_errors=True)
+    if comm.rank == 0 and record:
+        from core.localfs import write_bytes_atomic
+        from stager.outputs import mark
+
+        path = os.path.join(args.out, record)
+        try:
+            with open(path) as fh:
+                rec = json.load(fh)
+        except (OSError, ValueError):
+            rec = {}
+        rec["drain"] = {"seconds": round(seconds, 4), "files": report.files,
+                        "bytes": report.bytes, "dest": report.dest}
+        mark(rec)
+        write_bytes_atomic(path, json.dumps(rec, indent=1, default=str).encode(), mode=0o644)
 
 
 def _report(

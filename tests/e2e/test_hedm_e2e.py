@@ -142,8 +142,11 @@ def test_nf_staged_mpi_equals_serial_kernels_and_local(nf_data, stage_root, tmp_
     s = score(load_truth(nf_data), got["spot_centroids"])
     assert s["planted"] >= 100 and s["recovered_fraction"] >= 0.95, s
     # Tasks on the same worker reused the background: one read per worker at most.
-    log = json.load(open(out / "nf_run.json"))["frame_log"]
+    record = json.load(open(out / "nf_run.json"))
+    log = record["frame_log"]
     assert log["tasks"] == 16 and log["background_reads"] <= 3
+    # the runner drained the flow's --results and said so in the flow's record
+    assert record["drain"]["files"] >= 2 and record["drain"]["bytes"] > 0, record["drain"]
     assert log["background_reads"] + log["background_cache_hits"] == 16
 
     # The same workflow on the local executor (no MPI, no staging): identical datasets.

@@ -130,8 +130,8 @@ def test_rows_that_do_not_convert_on_one_rank(comm, tmp):
     _same_everywhere(comm, got, ResultsError.__name__, f"rank {_odd_rank(comm)}")
 
 
-def test_hedm_drain_names_nodes_by_the_runners_job_not_the_environment(comm, tmp, monkeypatch):
-    from hedm.run import drain_results
+def test_the_runners_drain_names_nodes_by_its_job_not_the_environment(comm, tmp, monkeypatch):
+    from workflows.run import drain_results
     from workflows import node
 
     src, dest = _results(comm, tmp)
