@@ -50,14 +50,17 @@ class Job:
         self.p = subprocess.Popen(cmd, cwd=tmp, env=_env(STREAM_TEST_MARKER=marker or str(tmp)),
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
-    def rendezvous(self, timeout: float = 60.0):
+    def rendezvous(self, timeout: float = 180.0):
+        """The job's rendezvous file, once written. The first job of a CI run starts
+        with cold caches beside three other pytest workers: more than 60 s was seen."""
         from streams.protocols.native.rendezvous import wait_for_rendezvous
 
         try:
             return wait_for_rendezvous(self.rv, timeout=timeout)
-        except Exception:
+        except Exception as e:
             self.p.kill()
-            raise AssertionError(f"no rendezvous: {self.p.communicate()}") from None
+            raise AssertionError(f"no rendezvous ({type(e).__name__}: {e}): "
+                                 f"{self.p.communicate()}") from None
 
     def started(self, timeout: float = 60.0) -> dict:
         """Wait for the rendezvous file of any mode (Stream V2 jobs write one too)."""
