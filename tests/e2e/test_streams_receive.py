@@ -62,7 +62,7 @@ class Job:
             raise AssertionError(f"no rendezvous ({type(e).__name__}: {e}): "
                                  f"{self.p.communicate()}") from None
 
-    def started(self, timeout: float = 60.0) -> dict:
+    def started(self, timeout: float = 180.0) -> dict:
         """Wait for the rendezvous file of any mode (Stream V2 jobs write one too)."""
         end = time.monotonic() + timeout
         while not self.rv.exists():
