@@ -7,7 +7,7 @@ analysis relies on (:class:`GeometryError`: a receiving job rejects such a
 """
 from __future__ import annotations
 
-from core.errors import MpistageError
+from core.errors import MpistageError, Refused
 
 __all__ = ["AnalysisError", "GeometryError", "UDFError"]
 
@@ -16,19 +16,10 @@ class AnalysisError(MpistageError):
     """Base class of every error the analyses raise on purpose."""
 
 
-class GeometryError(AnalysisError, ValueError):
-    """A scan geometry, scan name or pixel type that is not allowed (the message says
-    which field and why). ``reason`` is the rejection's name on a stream; ``scan`` and
-    ``kind`` say, where known, which scan and which message carried it. A ``ValueError``
-    too: a bad value."""
-
-    def __init__(self, reason: str, detail: str, scan: str | None = None,
-                 kind: str | None = None) -> None:
-        super().__init__(f"{reason}: {detail}")
-        self.reason = reason
-        self.detail = detail
-        self.scan = scan
-        self.kind = kind
+class GeometryError(AnalysisError, Refused, ValueError):
+    """A scan geometry, scan name or pixel type that is not allowed (:class:`Refused`:
+    ``reason`` is the rejection's name on a stream, ``detail`` which field and why). A
+    ``ValueError`` too: a bad value."""
 
 
 class UDFError(AnalysisError):

@@ -13,7 +13,7 @@ Messages name the rank, host and file where they apply, and say what to do.
 """
 from __future__ import annotations
 
-__all__ = ["MpistageError", "JobError", "LocalFileError", "Interrupted", "UnknownName"]
+__all__ = ["MpistageError", "Refused", "JobError", "LocalFileError", "Interrupted", "UnknownName"]
 
 
 class MpistageError(Exception):
@@ -23,6 +23,21 @@ class MpistageError(Exception):
     rank of the communicator (``core.mpi.agree``), so callers may handle it
     identically everywhere.
     """
+
+
+class Refused(MpistageError):
+    """A value refused for a named reason: ``reason`` is what a receiver counts the
+    rejection under, ``detail`` which field and why, ``scan`` and ``kind`` (where known)
+    which scan and which message carried it. The stream layer's protocol and codec
+    errors and the analyses' geometry error are its kinds."""
+
+    def __init__(self, reason: str, detail: str, scan: str | None = None,
+                 kind: str | None = None) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+        self.scan = scan
+        self.kind = kind
 
 
 class JobError(MpistageError):

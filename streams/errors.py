@@ -7,7 +7,7 @@ producer or a receiver (no rendezvous file, a receiver that stopped reading).
 """
 from __future__ import annotations
 
-from core.errors import MpistageError
+from core.errors import MpistageError, Refused
 
 __all__ = ["StreamError", "ProtocolError", "RendezvousError", "CodecError", "MissingDependency"]
 
@@ -16,7 +16,7 @@ class StreamError(MpistageError):
     """Base class of every error the stream layer raises on purpose."""
 
 
-class ProtocolError(StreamError):
+class ProtocolError(StreamError, Refused):
     """A message or a value does not follow docs/stream-protocol.md.
 
     Raised by the encoders (a producer asked to send something invalid) and by
@@ -24,22 +24,9 @@ class ProtocolError(StreamError):
     rejection with its ``reason`` instead of letting it escape.
     """
 
-    def __init__(self, reason: str, detail: str, scan: str | None = None,
-                 kind: str | None = None) -> None:
-        super().__init__(f"{reason}: {detail}")
-        self.reason = reason
-        self.detail = detail
-        self.scan = scan
-        self.kind = kind
 
-
-class CodecError(StreamError):
+class CodecError(StreamError, Refused):
     """A payload could not be encoded or decoded (corrupt or wrong size)."""
-
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(f"{reason}: {detail}")
-        self.reason = reason
-        self.detail = detail
 
 
 class RendezvousError(StreamError):
