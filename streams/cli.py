@@ -4,8 +4,9 @@
 [--emulate-nodes K | --node-id-env VAR] ...`` binds one receiver per node (the
 leader; ``--receivers-per-node``), writes the rendezvous file, serves K scans in
 a row, writes ``DIR/<scan>.h5`` and ``DIR/<scan>.json`` per scan (drained from
-node-local storage), and exits 0 only when every scan arrived whole (or lost at
-most ``--allow-loss``), 1 otherwise, 2 on bad options.
+node-local storage), runs ``--then`` on each served scan's files (:mod:`streams.after`),
+and exits 0 only when every scan arrived whole (or lost at most ``--allow-loss``) and
+every ``--then`` exited 0, 1 otherwise, 2 on bad options.
 
 ``stager stream watch RENDEZVOUS`` (or a ``tcp://`` live endpoint) prints, per
 live message, frames/s, GB/s, frames complete / incomplete / not arrived and the
@@ -79,6 +80,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--allow-loss", metavar="FRACTION",
                    help="exit 0 even if up to FRACTION of a scan's frames are missing")
     r.add_argument("--live-interval", metavar="S", help="default 1")
+    r.add_argument("--then", metavar="COMMAND",
+                   help="run COMMAND (no shell; {scan}, {h5}, {out} filled in) on rank 0's "
+                        "node when a served scan's files are drained, while the job goes on; "
+                        "output in OUT/<scan>.then.log; the job waits for it and exits 1 if "
+                        "it fails (streams.after)")
     r.add_argument("--spill", metavar="DIR", help="also write partitions to node-local DIR "
                    "(%%n = node), recorded for stager verify/clean/drain")
     r.add_argument("--local", metavar="DIR", help="node-local directory for outputs before "
@@ -175,6 +181,7 @@ def _receive(args: argparse.Namespace) -> int:
     opts: Any = None
     job: Any = None
     control: Any = None
+    then: Any = None
 
     def drain(c: Any, scan: str, local_template: str, written: Any = None) -> None:
         rep = stager.drain(local_template, opts.out, job, merge=True, written=written)
@@ -182,6 +189,8 @@ def _receive(args: argparse.Namespace) -> int:
         if left and c.rank == 0:    # someone else's files, or files this job did not write
             print(f"stager stream: WARNING: scan {scan}: not drained (not this job's): "
                   + "; ".join(left), file=sys.stderr, flush=True)
+        if then is not None and c.rank == 0:
+            then.start(scan)
 
     def ready(info: Dict[str, Any]) -> None:
         print(f"stager stream: {len(info['receivers'])} receiver(s) ({info['roles']}); "
@@ -199,6 +208,11 @@ def _receive(args: argparse.Namespace) -> int:
                      rendezvous=os.path.abspath(args.rendezvous), out=os.path.abspath(args.out),
                      memory_bytes=_mib(args.memory), outbox_bytes=_mib(args.outbox),
                      analysis_options=analysis_options(args.analysis_params, args.set))
+        if args.then:       # every rank refuses a bad template alike; rank 0 runs it
+            from streams.after import AfterScan
+
+            then = AfterScan(args.then, given["out"],
+                             lambda m: print(m, file=sys.stderr, flush=True))
         control = control_job.prepare(comm, args, given)     # --control: configured here
         opts = SessionOptions.resolve(**given)
         bcast_result(comm, _check_start, opts)
@@ -211,8 +225,14 @@ def _receive(args: argparse.Namespace) -> int:
                                  on_rejections=rejections.update)
     except (ValueError, MpistageError) as e:
         control_job.finish(control)      # disarm before the job ends
+        if then is not None:
+            then.wait()             # the scans served before the failure are handed on
         return _failed(comm, e, 2 if isinstance(e, (ValueError, PlanError, JobError))
                        else 1)
+    except BaseException:       # interrupted: the scans' commands end with the job
+        if then is not None:
+            then.stop()
+        raise
     finally:
         control_job.finish(control)      # at the end, or on any failure: disarm
     if comm.rank == 0:
@@ -235,6 +255,8 @@ def _receive(args: argparse.Namespace) -> int:
     # had written the reports made mpirun kill rank 0 mid-write ("1 process returned a
     # non-zero exit code ... the job has been aborted"): the scan's report was lost.
     status = exit_status([o.report for o in outcomes], opts.scans, opts.allow_loss)
+    if then is not None and not then.wait():
+        status = status or 1
     return status if comm.rank == 0 else 0
 
 

@@ -1,9 +1,11 @@
-"""FF-HEDM live: the synthetic sweep's raw frames streamed by the detector simulator into
-``stager stream receive --analysis hedm.ffpeaks`` (stage 1 as frames arrive), then stage 2
-(``hedm/ffgrains.py``) on the scan's ``<scan>.h5`` at the end of the scan: the same
-Grains.csv, byte for byte, as the file flow's on the same frames."""
+"""FF-HEDM live, in one command: the synthetic sweep's raw frames streamed by the detector
+simulator into ``stager stream receive --analysis hedm.ffpeaks`` (stage 1 as frames
+arrive), whose ``--then`` runs stage 2 (``hedm/ffgrains.py``: indexing and refinement) on
+the scan's drained ``<scan>.h5`` at the end of the scan: the same Grains.csv, byte for
+byte, as the file flow's on the same frames, at tens of grains."""
 from __future__ import annotations
 
+import shlex
 import subprocess
 import sys
 
@@ -14,12 +16,13 @@ from tests.e2e.test_streams_receive import ROOT, Job, _env
 
 pytestmark = pytest.mark.slow      # 360 frames streamed and read from files, stage 2 twice
 
+GRAINS = 20
 
-def _flow(flow, out, *args):
-    r = subprocess.run([sys.executable, "-m", "workflows", "run", str(ROOT / "hedm" / flow),
-                        "--executor", "local", "--workers", "2", "--out", str(out), "--",
-                        *args], env=_env(), capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0, r.stdout + r.stderr
+
+def _stage2(out, params, peaks):
+    return [sys.executable, "-m", "workflows", "run", str(ROOT / "hedm" / "ffgrains.py"),
+            "--executor", "local", "--workers", "2", "--out", str(out), "--",
+            "--params", str(params), "--PeaksFile", str(peaks)]
 
 
 def test_streamed_sweep_gives_the_file_flows_grains(tmp_path):
@@ -28,23 +31,30 @@ def test_streamed_sweep_gives_the_file_flows_grains(tmp_path):
     from streams import ScanGeometry, SimulatedScan
     from streams.simulate import array_source, run_producers
 
-    info = make_sweep(str(tmp_path / "sweep"), grains=8, seed=4)
+    info = make_sweep(str(tmp_path / "sweep"), grains=GRAINS, seed=4)
     params = info["params"]
     files = tmp_path / "files"
-    _flow("ff.py", files, "--params", params)
-    _flow("ffgrains.py", files, "--params", params, "--PeaksFile", str(files / "ff_peaks.h5"))
+    for cmd in ([sys.executable, "-m", "workflows", "run", str(ROOT / "hedm" / "ff.py"),
+                 "--executor", "local", "--workers", "2", "--out", str(files), "--",
+                 "--params", params],
+                _stage2(files, params, files / "ff_peaks.h5")):
+        r = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=900)
+        assert r.returncode == 0, r.stdout + r.stderr
 
     reader = open_frames(str(tmp_path / "sweep" / "ff_000001.ge3"), shape=(192, 192))
     stack = np.stack([reader.read(i) for i in range(reader.n_frames)])
+    # the stage-2 command as a user writes it: {out}, {scan} and {h5} filled in per scan
+    then = shlex.join(_stage2("OUT/SCAN-grains", params, "H5")).replace(
+        "OUT", "{out}").replace("SCAN", "{scan}").replace("H5", "{h5}")
     job = Job(tmp_path, "--analysis", "hedm.ffpeaks", "--set", f"params={params}",
-              "--partition-frames", "8")
+              "--partition-frames", "8", "--then", then)
     rv = job.rendezvous()
     g = ScanGeometry("ff1", 2, len(stack), 2, stack.shape[1:], "<u2", (1, len(stack)))
     run_producers(SimulatedScan(g, source=array_source(stack), encoding="bslz4"), rv)
-    rc, out, err = job.wait()
+    rc, out, err = job.wait(timeout=900)
     assert rc == 0, out + err
-    live = tmp_path / "live"
-    _flow("ffgrains.py", live, "--params", params, "--PeaksFile", str(job.out / "ff1.h5"))
+    assert "scan ff1: --then exited 0" in err, err
     want = (files / "Grains.csv").read_text()
-    assert want.startswith("%NumGrains 8\n")
-    assert (live / "Grains.csv").read_text() == want
+    assert want.startswith(f"%NumGrains {GRAINS}\n")
+    assert (job.out / "ff1-grains" / "Grains.csv").read_text() == want, \
+        (job.out / "ff1.then.log").read_text()[-3000:]

@@ -1,0 +1,120 @@
+"""``--then``: a program run on a scan's drained results while the job serves the next.
+
+A data-dependent stage that needs the whole scan (FF-HEDM's indexing and refinement
+after stage 1's peaks; a reconstruction after a map) starts the moment the scan's
+``<scan>.h5`` is in the shared output directory, on rank 0's node, as its own process:
+the receiving job goes on serving scans meanwhile. The command is an argv template
+(split like a shell, no shell run) whose ``{scan}``, ``{h5}`` (the drained
+``OUT/<scan>.h5``) and ``{out}`` are filled in; its output goes to
+``OUT/<scan>.then.log``. A scan that was not served (``<scan>.json`` says why) is not
+handed on. The job waits for every command before it ends, and a command that failed
+makes the job's exit status 1.
+
+The child runs without this rank's launcher variables (:func:`without_launcher`): a
+program that starts MPI -- ``python -m workflows run`` -- becomes its own job (a
+singleton, or its own ``mpirun``) instead of joining this one as a second rank 0.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+from typing import Dict, List, Optional, Tuple
+
+__all__ = ["AfterScan", "without_launcher"]
+
+#: What Open MPI's mpirun (and PMIx, PMI) tell one rank of a running job; the user's own
+#: OMPI_MCA_* settings and OMPI_ALLOW_RUN_AS_ROOT* are kept.
+_LAUNCHER_PREFIXES = ("PMIX_", "PMI_", "OMPI_COMM_WORLD_", "OMPI_MCA_ess", "OMPI_MCA_orte_",
+                      "OMPI_MCA_pmix", "OMPI_MCA_initial_wdir", "OMPI_MCA_shmem_RUNTIME",
+                      "OMPI_FILE_LOCATION", "OMPI_UNIVERSE_SIZE", "OMPI_APP_CTX_",
+                      "OMPI_NUM_APP_CTX", "OMPI_FIRST_RANKS", "OMPI_COMMAND", "OMPI_ARGV")
+
+
+def without_launcher(env: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    """``env`` (default: this process's) without the variables that place a process in
+    the running MPI job."""
+    return {k: v for k, v in (os.environ if env is None else env).items()
+            if not k.startswith(_LAUNCHER_PREFIXES)}
+
+
+class AfterScan:
+    """Rank 0's ``--then`` commands: :meth:`start` one per drained scan, :meth:`wait`
+    for all at the end. A template that does not split is refused here, before the job
+    starts (``ValueError``)."""
+
+    def __init__(self, template: str, out: str, say=print) -> None:
+        try:
+            self.argv = shlex.split(template)
+        except ValueError as e:
+            raise ValueError(f"--then {template!r}: {e}") from None
+        if not self.argv:
+            raise ValueError("--then: an empty command")
+        self.out = out
+        self.say = say
+        self.running: List[Tuple[str, subprocess.Popen, str]] = []
+        self.failed: List[str] = []
+
+    def start(self, scan: str) -> None:
+        """Start the command for ``scan`` (its files drained to ``out``), or say why not."""
+        report = os.path.join(self.out, f"{scan}.json")
+        try:
+            with open(report, encoding="utf-8") as f:
+                served = bool(json.load(f).get("served"))
+        except (OSError, ValueError, AttributeError) as e:
+            served, report = False, f"{report} unreadable: {e}"
+        if not served:
+            self.say(f"stager stream: scan {scan}: --then not run: the scan was not served "
+                     f"(see {report})")
+            self.failed.append(scan)
+            return
+        values = {"{scan}": scan, "{h5}": os.path.join(self.out, f"{scan}.h5"),
+                  "{out}": self.out}
+        argv = [_fill(t, values) for t in self.argv]
+        log = os.path.join(self.out, f"{scan}.then.log")
+        try:        # never raises: it runs inside the scan's collective finish, on rank 0
+            fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+                         | os.O_CLOEXEC, 0o644)
+            try:
+                proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=fd,
+                                        stderr=subprocess.STDOUT, env=without_launcher())
+            finally:
+                os.close(fd)
+        except OSError as e:
+            self.say(f"stager stream: scan {scan}: --then {argv[0]}: {e.strerror} "
+                     f"({e.filename or log})")
+            self.failed.append(scan)
+            return
+        self.say(f"stager stream: scan {scan}: started {shlex.join(argv)} (log {log})")
+        self.running.append((scan, proc, log))
+
+    def wait(self) -> bool:
+        """Wait for every command; say how each ended. True when all exited 0 (and every
+        scan was handed on)."""
+        for scan, proc, log in self.running:
+            rc = proc.wait()
+            self.say(f"stager stream: scan {scan}: --then exited {rc} (log {log})")
+            if rc != 0:
+                self.failed.append(scan)
+        self.running = []
+        return not self.failed
+
+    def stop(self) -> None:
+        """End the commands still running (the job was interrupted or failed)."""
+        for _, proc, _ in self.running:
+            if proc.poll() is None:
+                proc.terminate()
+        for _, proc, _ in self.running:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.running = []
+
+
+def _fill(token: str, values: Dict[str, str]) -> str:
+    for key, value in values.items():
+        token = token.replace(key, value)
+    return token
