@@ -320,26 +320,50 @@ def write_client_certificate(rendezvous: str, role: str = "client") -> Tuple[str
 def load_client_certificate(path: str) -> Tuple[bytes, bytes]:
     """(public, secret) Z85 keys of a client certificate with its secret half.
 
+    The file is opened without following a symlink (and without blocking on a FIFO)
+    and must be a regular file of this user that nobody else can read or write
+    (:func:`core.trusted.check_trusted`); it is parsed from that open file, so
+    nothing can swap it in between. A secret only its owner can read is one only
+    its owner (or root) can use: the check matters most to root, which could
+    otherwise read a key a neighbour planted.
+
     Raises
     ------
     StreamError
-        Missing, unreadable, no secret key, or readable by group or others.
+        Missing, unreadable, a symlink or not a regular file, someone else's,
+        readable or writable by others, or holding no secret key.
     """
     import zmq.auth
 
+    from core.trusted import Untrusted, check_trusted
+
+    hint = "(the receiving job writes it beside its rendezvous file)"
     try:
-        st = os.stat(path)
-        pub, sec = zmq.auth.load_certificate(path)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        why = "it is a symlink (possibly planted by another user)" \
+            if e.errno == errno.ELOOP else e.strerror
+        raise StreamError(f"cannot read the client certificate {path}: {why} {hint}") \
+            from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise StreamError(f"client certificate {path}: not a regular file")
+        check_trusted(st, path, "client certificate")
+        if stat.S_IMODE(st.st_mode) & 0o077:
+            raise StreamError(f"{path} is readable by others (mode "
+                              f"{stat.S_IMODE(st.st_mode):04o}): chmod 600 it; a secret "
+                              "key others can read authorises them too")
+        pub, sec = zmq.auth.load_certificate(f"/proc/self/fd/{fd}")
+    except Untrusted as e:
+        raise StreamError(f"{e}; use a certificate only you can read and write") from None
     except (OSError, ValueError) as e:
-        raise StreamError(f"cannot read the client certificate {path}: {e} (the receiving "
-                          "job writes it beside its rendezvous file)") from None
+        raise StreamError(f"cannot read the client certificate {path}: {e} {hint}") from None
+    finally:
+        os.close(fd)
     if sec is None:
         raise StreamError(f"{path} holds a public key only: a producer needs the "
                           "certificate with its secret key (the .key_secret file)")
-    if stat.S_IMODE(st.st_mode) & 0o077:
-        raise StreamError(f"{path} is readable by others (mode "
-                          f"{stat.S_IMODE(st.st_mode):04o}): chmod 600 it; a secret key "
-                          "others can read authorises them too")
     return pub, sec
 
 

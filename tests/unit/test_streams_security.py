@@ -77,6 +77,23 @@ def test_job_files_are_private_and_name_the_server_key(tmp_path):
         load_client_certificate(rv.client_certificate)
 
 
+def test_a_planted_certificate_is_refused_before_it_is_read(tmp_path):
+    sec = StreamSecurity.for_job(str(tmp_path / "rv.json"))
+    cert = sec.client_certificate
+    link = tmp_path / "link.key_secret"
+    link.symlink_to(cert)               # a symlink: refused, not followed
+    with pytest.raises(StreamError, match="symlink"):
+        load_client_certificate(str(link))
+    fifo = tmp_path / "fifo.key_secret"
+    os.mkfifo(fifo, 0o600)              # a FIFO: refused at once, no blocking open
+    with pytest.raises(StreamError, match="not a regular file"):
+        load_client_certificate(str(fifo))
+    if os.geteuid() == 0:               # root reads anyone's file: the owner decides
+        os.chown(cert, 65534, 65534)
+        with pytest.raises(StreamError, match="owned by"):
+            load_client_certificate(cert)
+
+
 def test_unauthenticated_producers_are_refused_and_never_counted(tmp_path):
     """A plain producer and one with a foreign key send a whole scan of the same name
     while the authorised producers send theirs: the scan is exact, the hostile
