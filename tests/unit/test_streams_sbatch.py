@@ -77,6 +77,23 @@ def test_spill_is_drained_then_cleaned_only_when_asked():
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
+def test_then_reaches_the_receiving_job_as_one_word_exactly_as_given():
+    then = """python -m workflows run "hedm/ff grains.py" --out {out}/{scan}-g -- --x '$HOME' \\"""
+    out = _render(then=then)
+    setup = out[out.index("THEN=$(cat"):out.index('say() {')]
+    # the script's own lines up to the options, then the options as the job gets them
+    r = subprocess.run(["bash", "-c", setup + 'printf "%s\\n" "${THEN_OPTS[@]}"'],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == f"--then\n{then}\n"
+    assert "${THEN_OPTS[@]}" in _receive_line(out)      # and the job is given them
+    empty = _render()
+    r = subprocess.run(["bash", "-c", empty[empty.index("THEN=$(cat"):empty.index('say() {')]
+                        + 'echo "${#THEN_OPTS[@]}"'], capture_output=True, text=True, timeout=30)
+    assert r.stdout.strip() == "0", r.stderr
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
 def test_stager_sbatch_renders_it_and_bash_parses_it(tmp_path):
     job = tmp_path / "job.sbatch"
     r = subprocess.run([sys.executable, "-m", "stager", "sbatch", "stream-session", "--set",
