@@ -223,27 +223,6 @@ class Plan:
     def to_json(self, **kw: Any) -> str:
         return json.dumps(self.to_dict(), **kw)
 
-    @classmethod
-    def from_dict(cls, d: Dict[str, Any]) -> Plan:
-        """A plan from :meth:`to_dict`, if each of its kinds rebuilds its units
-        (``unit_from_dict``: ``files`` does; other kinds do not round-trip)."""
-        from stager.planning.kinds import kinds
-
-        outputs: Dict[str, Tuple[Any, ...]] = {}
-        for k in kinds():
-            keys = getattr(k, "json_keys", None)
-            items = d.get(keys[1]) if keys else d.get("outputs", {}).get(k.name)
-            load: Any = getattr(k, "unit_from_dict", None)
-            if items and load is None:
-                raise ValueError(f"a plan with {k.name} blocks cannot be rebuilt from JSON: "
-                                 "plan the spec")
-            elif items:
-                outputs[k.name] = tuple(map(load, items))
-        return cls(spec_path=d["spec"], blocks=tuple(BlockPlan(**b) for b in d["blocks"]),
-                   outputs=outputs, spec_key=d.get("spec_key", ""),
-                   areas=tuple(SourceArea(**a) for a in d.get("areas", ())),
-                   skipped_links=tuple(d.get("skipped_links", ())))
-
 
 def count(n: int, word: str) -> str:
     """``1 file``, ``2 files``: a count and its noun, for humans."""

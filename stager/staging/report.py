@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Dict, Optional, Tuple
 
@@ -177,7 +176,6 @@ class Progress:
 
     def __init__(self, total: int, enabled: bool) -> None:
         self._bar = None
-        self._t0 = time.perf_counter()
         if enabled and total > 0 and sys.stderr.isatty():
             from tqdm import tqdm
             self._bar = tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024,
