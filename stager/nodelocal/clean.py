@@ -142,7 +142,7 @@ def clean(spec: Any, job: Any = None, wait: Any = None) -> CleanReport:
         Removal failed somewhere, or a run holds a root (agreed on all ranks).
     """
     with locked_roots(spec, job, wait, "clean") as (staged, held):
-        comm, layout = staged.job.comm, staged.job.layout
+        comm, layout = staged.job.comm, staged.job
         files = dirs = temps = 0
         skipped: List[str] = []
         ancestors: List[str] = []

@@ -171,7 +171,7 @@ def verify(spec: Any, job: Any = None, wait: Any = None) -> VerifyReport:
         all ranks).
     """
     with locked_roots(spec, job, wait, "verify") as (staged, held):
-        comm, layout = staged.job.comm, staged.job.layout
+        comm, layout = staged.job.comm, staged.job
         files = nbytes = 0
         bad: List[Mismatch] = []
         with agreed(comm, "verify", node=layout.name, quiet=True, base=KEPT, default=StagerError):

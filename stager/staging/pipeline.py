@@ -205,7 +205,7 @@ def _spec_name(plan: Plan) -> str:
 def _run(plan: Plan, comm: Any, job: Job, opts: StageOptions,
          plan_seconds: float, run_id: str, ctx: _Run) -> Report:
     """Collective over `comm`: every rank must call. Phases 4-10 of the module docstring."""
-    layout = job.layout
+    layout = job
     from mpi4py import MPI
 
     # scatter h5 blocks: each output split into frame ranges, one per node (pure: the
@@ -450,7 +450,7 @@ def _transfer(plan: Plan, units: List[Tuple[Kind, int, Any]], used: List[Kind],
     (computed by another leader) are journaled; this leader's own failure is
     raised afterwards.
     """
-    layout = job.layout
+    layout = job
     own = sum(units[g][2].out_bytes for g, need in enumerate(need_local) if need)
     progress = Progress(own, opts.progress and layout.index == 0)  # node 0's leader is rank 0
     error: Optional[BaseException] = None
