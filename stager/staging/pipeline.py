@@ -178,23 +178,18 @@ def stage(spec: Any, job: Any = None, **options: Any) -> Report:
         SIGINT or SIGTERM: the ranks stopped together; as for ``TransferError``.
     """
     with Job.of(job) as j:
-        return _stage(spec, j, options)
-
-
-def _stage(spec: Any, j: Job, options: Dict[str, Any]) -> Report:
-    """Collective over `j`: every rank must call. :func:`stage` with the job made."""
-    comm = j.comm
-    opts: StageOptions = bcast_result(comm, resolve_options, **options)
-    run_id = comm.bcast(secrets.token_hex(6) if comm.rank == 0 else None, root=0)
-    ctx = _Run(comm, opts.interrupt_grace)
-    with interrupt.Handling(grace=opts.interrupt_grace, emergency=ctx.emergency):
-        t_plan = time.perf_counter()
-        plan = bcast_result(comm, plan_spec, spec, **opts.kind_options)
-        plan_seconds = time.perf_counter() - t_plan
-        report = _run(plan, comm, j, opts, plan_seconds, run_id, ctx)
-    if opts.json and comm.rank == 0:
-        report.write_json(opts.json)
-    return report
+        comm = j.comm
+        opts: StageOptions = bcast_result(comm, resolve_options, **options)
+        run_id = comm.bcast(secrets.token_hex(6) if comm.rank == 0 else None, root=0)
+        ctx = _Run(comm, opts.interrupt_grace)
+        with interrupt.Handling(grace=opts.interrupt_grace, emergency=ctx.emergency):
+            t_plan = time.perf_counter()
+            plan = bcast_result(comm, plan_spec, spec, **opts.kind_options)
+            plan_seconds = time.perf_counter() - t_plan
+            report = _run(plan, comm, j, opts, plan_seconds, run_id, ctx)
+        if opts.json and comm.rank == 0:
+            report.write_json(opts.json)
+        return report
 
 
 def _spec_name(plan: Plan) -> str:
