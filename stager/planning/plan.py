@@ -14,7 +14,6 @@ Naming: the *plan* is what rank 0 decided for the whole run; the per-destination
 """
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, Optional, Protocol, Tuple
@@ -219,9 +218,6 @@ class Plan:
         doc.update(spec_key=self.spec_key, areas=[asdict(a) for a in self.areas],
                    skipped_links=list(self.skipped_links))
         return doc
-
-    def to_json(self, **kw: Any) -> str:
-        return json.dumps(self.to_dict(), **kw)
 
 
 def count(n: int, word: str) -> str:

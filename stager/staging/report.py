@@ -143,14 +143,11 @@ class Report:
         d["n_nodes"] = len(self.nodes)
         return d
 
-    def to_json(self, **kw: Any) -> str:
-        return json.dumps(self.to_dict(), **kw)
-
     def write_json(self, path: str) -> None:
         """Write the report to ``path`` (atomically, via a temporary name)."""
         tmp = f"{path}.tmp-{os.getpid()}"
         with open(tmp, "w") as f:
-            f.write(self.to_json(indent=2) + "\n")
+            f.write(json.dumps(self.to_dict(), indent=2) + "\n")
         os.replace(tmp, path)
 
     def summary(self) -> str:
