@@ -18,19 +18,5 @@ and every other package may import it:
   (:class:`MpistageError`) and the base's own errors;
 * :mod:`core.table` -- the one plug-in table (:class:`Table`).
 
-Names are imported lazily: ``import core`` loads no MPI.
+Import the modules themselves (``from core.job import Job``): ``import core`` loads nothing.
 """
-from __future__ import annotations
-
-import lazy_loader
-
-__all__ = ["Job", "Table", "MpistageError", "JobError", "LocalFileError", "Interrupted",
-           "UnknownName", "Option", "resolve", "agreed", "bcast_result"]
-
-__getattr__, __dir__, _ = lazy_loader.attach(__name__, submod_attrs={
-    "job": ["Job"],
-    "table": ["Table"],
-    "errors": ["MpistageError", "JobError", "LocalFileError", "Interrupted", "UnknownName"],
-    "options": ["Option", "resolve"],
-    "mpi.agree": ["agreed", "bcast_result"],
-})

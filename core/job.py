@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional, Tuple
+from typing import Any, Iterator, Optional
 
 from core.mpi.agree import bcast_result
 from core.nodes import NodeLayout, node_layout, resolve_node_id
@@ -29,9 +29,11 @@ __all__ = ["Job"]
 
 
 @dataclass(frozen=True)
-class Job:
+class Job(NodeLayout):
     """One MPI job: its communicator, how nodes are identified, and the node layout.
 
+    A job is its :class:`~core.nodes.NodeLayout` (this rank's node, the node and leader
+    communicators, every node's name) with two more attributes; made by :meth:`from_comm`.
     Used as a context manager, a job frees its layout's communicators on leaving.
 
     Attributes
@@ -39,13 +41,10 @@ class Job:
     comm : mpi4py.MPI.Intracomm
     node_id : str
         How ranks form nodes (:func:`core.nodes.parse_node_id`), the same on every rank.
-    layout : NodeLayout
-        This rank's node, the node and leader communicators, every node's name.
     """
 
-    comm: Any
-    node_id: str
-    layout: NodeLayout
+    comm: Any = None
+    node_id: str = "host"
 
     @classmethod
     def from_comm(cls, comm: Any = None, node_id: Optional[str] = None) -> Job:
@@ -71,7 +70,7 @@ class Job:
             from mpi4py import MPI
             comm = MPI.COMM_WORLD
         nid: str = bcast_result(comm, resolve_node_id, None, node_id)
-        return cls(comm, nid, node_layout(comm, nid))
+        return cls(comm=comm, node_id=nid, **vars(node_layout(comm, nid)))
 
     @classmethod
     @contextmanager
@@ -93,50 +92,7 @@ class Job:
     def __exit__(self, *exc: Any) -> None:
         self.free()
 
-    # -- the layout, read through ------------------------------------------------------
     @property
-    def name(self) -> str:
-        """This rank's node name (what ``%n`` stands for)."""
-        return self.layout.name
-
-    @property
-    def index(self) -> int:
-        return self.layout.index
-
-    @property
-    def n_nodes(self) -> int:
-        return self.layout.n_nodes
-
-    @property
-    def names(self) -> Tuple[str, ...]:
-        return self.layout.names
-
-    @property
-    def node_of(self) -> Tuple[int, ...]:
-        """Node index of every rank of ``comm``, by rank."""
-        return self.layout.node_of
-
-    @property
-    def is_leader(self) -> bool:
-        return self.layout.is_leader
-
-    @property
-    def node_comm(self) -> Any:
-        return self.layout.node_comm
-
-    @property
-    def leader_comm(self) -> Any:
-        return self.layout.leader_comm
-
-    @property
-    def leaders_share_host(self) -> bool:
-        """Every node's leader is on one host (one shared-memory domain)."""
-        return self.layout.leaders_share_host
-
-    @property
-    def leader_ranks(self) -> Tuple[int, ...]:
-        return self.layout.leader_ranks
-
-    def free(self) -> None:
-        """Free the layout's communicators (call once, on every rank)."""
-        self.layout.free()
+    def layout(self) -> NodeLayout:
+        """The node layout: the job itself."""
+        return self

@@ -40,7 +40,7 @@ from core import checksum, commit
 from core.commit import TEMP_MARK
 
 __all__ = ["UnsafePathError", "TEMP_MARK", "inside", "describe_untrusted", "ensure_dir",
-           "check_dest", "non_files", "AtomicFile", "write_bytes_atomic", "copy_file_atomic"]
+           "check_dest", "AtomicFile", "write_bytes_atomic", "copy_file_atomic"]
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _COPY_SIZE = 8 << 20
@@ -185,12 +185,6 @@ def check_dest(dest: str) -> None:
             "untouched); remove it and stage again")
     if stat.S_ISDIR(st.st_mode):
         raise UnsafePathError(f"cannot write file {dest}: a directory is there; remove it")
-
-
-def non_files(directory: str) -> set:
-    """Names in ``directory`` that are symlinks or directories (one ``scandir``, no lstat each)."""
-    with os.scandir(directory) as it:
-        return {e.name for e in it if e.is_symlink() or e.is_dir(follow_symlinks=False)}
 
 
 _UMASK = os.umask(0o022)  # read once at import (os.umask can only be read by setting it)

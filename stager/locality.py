@@ -112,14 +112,6 @@ class Where:
         """The first node holding ``source`` (where to place a task reading it)."""
         return self.nodes(source)[0]
 
-    def by_node(self) -> Dict[str, List[str]]:
-        """Source files each node holds, in plan order."""
-        out: Dict[str, List[str]] = {n: [] for n in self.names}
-        for _, e, _ in self._whole:
-            for n in self.nodes(e.source):
-                out[n].append(e.source)
-        return out
-
     def copy(self, source: str, node: str) -> str:
         """The path of ``source``'s copy on ``node`` (whether or not it holds one)."""
         e = self._entry(source)[1]

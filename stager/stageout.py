@@ -266,7 +266,7 @@ def drain(src: str, dest: str, job: Any = None, *, merge: bool = False,
     src, dest = os.path.abspath(src), os.path.abspath(dest)
     t0 = time.perf_counter()
     with Job.of(job) as j:
-        return _drain(j.comm, j.layout, src, dest, merge, overwrite, verify, t0, written)
+        return _drain(j.comm, j, src, dest, merge, overwrite, verify, t0, written)
 
 
 def _drain(comm: Any, layout: Any, src: str, dest: str, merge: bool, overwrite: bool,

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 WRAPPER = """#!/bin/sh
 echo $$ > "$STAGER_TEST_PIDDIR/pid.$OMPI_COMM_WORLD_RANK"
@@ -112,3 +112,17 @@ def stager_lines(stderr: str, prefix: str = "stager ") -> List[str]:
 def temp_files(root: Path) -> List[str]:
     """Temporary files anywhere below ``root`` (``.stager-tmp-*``)."""
     return sorted(str(p) for p in root.rglob(".stager-tmp-*"))
+
+
+def read_record(root: str, key: str) -> Any:
+    """Spec ``key``'s record in ``root`` (empty if none), read without taking the lock."""
+    from stager.nodelocal import record as records
+    from stager.nodelocal.state import RootState
+
+    state = RootState.open(root)
+    if state is None:
+        return records.SpecRecord(key=key, root=os.path.normpath(os.path.abspath(root)))
+    try:
+        return state.load(key)
+    finally:
+        state.close()

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from core.errors import MpistageError
+from core.mpi.launcher import launcher_rank
 
 __all__ = [
     "WorkflowError",
@@ -84,13 +85,7 @@ def _rank() -> Optional[int]:
                 return int(mpi.COMM_WORLD.Get_rank())
         except Exception:  # pragma: no cover - MPI in a broken state
             pass
-    for var in ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"):
-        if var in os.environ:
-            try:
-                return int(os.environ[var])
-            except ValueError:
-                pass
-    return None
+    return launcher_rank()
 
 
 def abbreviate(args: tuple, kwargs: dict, limit: int = ARGS_LIMIT) -> str:

@@ -79,10 +79,6 @@ class Runner:
         self._conn: Any = None
         self.started = 0  # children forked so far
 
-    @property
-    def alive(self) -> bool:
-        return self.pid is not None
-
     def _start(self) -> None:
         from multiprocessing.connection import Pipe
 

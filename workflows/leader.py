@@ -140,47 +140,41 @@ def run_leader_hook(
         return None
     if phase not in PHASES:
         raise ValueError(f"phase must be one of {PHASES}, got {phase!r}")
-    with Job.of(job) as j:
-        return _run_hook(hook, j, phase, stage_options)
+    with Job.of(job) as job:
+        comm = job.comm
+        what = f"{phase} leader hook"
+        target: Any = None
+        with agreed(comm, what, base=WorkflowError, default=HookError):
+            target = resolve_hook(hook)
+            if isinstance(target, str):
+                # imported here, inside the agreement: a node whose install is broken fails
+                # every rank with its message instead of leaving the others in stage()
+                import stager
 
+                target = (target, stager.stage if phase == "startup" else stager.clean)
+        # A spec file visible on some nodes only would send ranks down different
+        # collective paths (stage() versus the layout): agree on the kind first.
+        kinds = comm.allgather(isinstance(target, tuple))
+        if len(set(kinds)) > 1:
+            seen = [r for r, k in enumerate(kinds) if k]
+            raise HookError(
+                f"{phase} leader hook {hook!r} is a file on ranks {seen} only and a "
+                f"module:function elsewhere; put the hook spec on a filesystem every node sees"
+            )
 
-def _run_hook(hook: Hook, job: Job, phase: str,
-              stage_options: Optional[Mapping[str, Any]]) -> Optional[HookContext]:
-    """Collective over `job`: every rank must call. :func:`run_leader_hook` with the job."""
-    comm = job.comm
-    what = f"{phase} leader hook"
-    target: Any = None
-    with agreed(comm, what, base=WorkflowError, default=HookError):
-        target = resolve_hook(hook)
-        if isinstance(target, str):
-            # imported here, inside the agreement: a node whose install is broken fails
-            # every rank with its message instead of leaving the others in stage()
-            import stager
-
-            target = (target, stager.stage if phase == "startup" else stager.clean)
-    # A spec file visible on some nodes only would send ranks down different
-    # collective paths (stage() versus the layout): agree on the kind first.
-    kinds = comm.allgather(isinstance(target, tuple))
-    if len(set(kinds)) > 1:
-        seen = [r for r, k in enumerate(kinds) if k]
-        raise HookError(
-            f"{phase} leader hook {hook!r} is a file on ranks {seen} only and a "
-            f"module:function elsewhere; put the hook spec on a filesystem every node sees"
-        )
-
-    ctx = None
-    if isinstance(target, tuple):
-        path, fn = target
-        # Collective and agreed inside: the spec is read and planned on rank 0 only.
-        fn(path, job, **dict(stage_options or {}))
-        return None
-    # Ranks wait (sleeping, not spinning) while the leaders run the hook.
-    with agreed(comm, what, base=WorkflowError, default=HookError, node=job.name, quiet=True):
-        if job.is_leader:
-            ctx = HookContext(phase, job.name, job.index, job.n_nodes,
-                              comm.Get_rank(), socket.gethostname())
-            try:
-                target(ctx)
-            except Exception as exc:
-                raise HookError(f"{type(exc).__name__}: {exc}") from exc
-    return ctx
+        ctx = None
+        if isinstance(target, tuple):
+            path, fn = target
+            # Collective and agreed inside: the spec is read and planned on rank 0 only.
+            fn(path, job, **dict(stage_options or {}))
+            return None
+        # Ranks wait (sleeping, not spinning) while the leaders run the hook.
+        with agreed(comm, what, base=WorkflowError, default=HookError, node=job.name, quiet=True):
+            if job.is_leader:
+                ctx = HookContext(phase, job.name, job.index, job.n_nodes,
+                                  comm.Get_rank(), socket.gethostname())
+                try:
+                    target(ctx)
+                except Exception as exc:
+                    raise HookError(f"{type(exc).__name__}: {exc}") from exc
+        return ctx

@@ -36,10 +36,6 @@ def row_offsets(counts: Sequence[int]) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(arr)[:-1]]).astype(np.int64)
 
 
-def _describe(local: np.ndarray) -> tuple:
-    return (local.shape[0], tuple(local.shape[1:]), local.dtype.str)
-
-
 def _agree_layout(comm: Any, local: Any, path: str, name: str):
     """Collective over `comm`: every rank must call. Check every rank's rows fit together.
 
@@ -56,7 +52,7 @@ def _agree_layout(comm: Any, local: Any, path: str, name: str):
             mine = "scalar"
         else:
             arr = np.ascontiguousarray(local)
-            mine = _describe(arr)
+            mine = (arr.shape[0], tuple(arr.shape[1:]), arr.dtype.str)
     gathered = comm.allgather(mine)
     scalars = [r for r, d in enumerate(gathered) if d == "scalar"]
     if scalars:

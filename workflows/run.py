@@ -472,8 +472,8 @@ def _run(opts, module, ns, name: str, comm: Any, hooks) -> int:
     times["flow"] = time.perf_counter() - t
 
     code = 0 if status.get("ok") else 2 if status.get("bad_input") else 1
-    if callable(getattr(module, "finalize", None)):
-        code = max(code, _finalize(module, ns, job, rank))
+    if callable(getattr(module, "finalize", None)):  # e.g. a collective HDF5 write
+        code = max(code, _agreed_step(module.finalize, ns, job, rank, "finalize"))
     if getattr(ns, "results", None) and getattr(ns, "drain", True):
         t = time.perf_counter()
         code = max(code, _agreed_step(drain_results, ns, job, rank, "drain",
@@ -494,11 +494,6 @@ def _run(opts, module, ns, name: str, comm: Any, hooks) -> int:
     if rank == 0:
         _report(opts, ns, name, status, times, code)
     return code
-
-
-def _finalize(module: Any, ns: argparse.Namespace, job: Optional[Job], rank: int) -> int:
-    """Call the flow's ``finalize(args, job)`` on every rank (e.g. a collective HDF5 write)."""
-    return _agreed_step(module.finalize, ns, job, rank, "finalize")
 
 
 def _agreed_step(step: Any, ns: argparse.Namespace, job: Optional[Job], rank: int,

@@ -383,11 +383,6 @@ class Runtime:
                 self._fail(fut, DependencyFailure(info.name, "...", RunExpired(reason)))
         return len(live)
 
-    def running(self) -> List[AppFuture]:
-        """Futures of tasks submitted to the executor and not finished."""
-        with self._cond:
-            return [f for f in self._live.values() if f.task.attempts]
-
     # -- waiting and reporting -------------------------------------------
     @property
     def outstanding(self) -> int:

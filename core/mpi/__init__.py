@@ -15,9 +15,6 @@ and :mod:`core.nodes`. Every function here that communicates says so
 the stager, the stream job and the workflow runtime; nothing here imports mpi4py
 at module level.
 """
-from core.mpi.agree import agree, agreed, any_true, bcast_result, quiet_barrier
-from core.mpi.link import TAGS, Backoff, Credits, Link
-from core.mpi.roles import serve_nodes, workers_of
+from core.mpi.agree import bcast_result
 
-__all__ = ["agree", "agreed", "any_true", "bcast_result", "quiet_barrier", "TAGS", "Backoff",
-           "Credits", "Link", "serve_nodes", "workers_of"]
+__all__ = ["bcast_result"]

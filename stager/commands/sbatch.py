@@ -8,9 +8,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import textwrap
 
+from core.localfs import AtomicFile
 from stager.sbatch import (
     TemplateError,
     find_templates,
@@ -52,22 +52,6 @@ def _list(dirs) -> int:
     return 0
 
 
-def _write_atomically(path: str, text: str) -> None:
-    # A half-written batch script could be submitted by a concurrent `sbatch`;
-    # temp + rename avoids that. Executable like a hand-written job script.
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".sbatch-", dir=directory)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.chmod(tmp, 0o755)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def run(args: argparse.Namespace) -> int:
     try:
         if args.list:
@@ -82,8 +66,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"stager sbatch: {e}", file=sys.stderr)
         return 2
     if args.output:
+        # temp + rename: a half-written batch script could be submitted by a concurrent
+        # `sbatch`. Executable like a hand-written job script.
         try:
-            _write_atomically(args.output, script)
+            with AtomicFile(os.path.abspath(args.output), mode=0o755, precheck=False) as f:
+                f.write(script.encode())
+                f.commit()
         except OSError as e:
             print(f"stager sbatch: cannot write {args.output}: {e.strerror}", file=sys.stderr)
             return 2

@@ -102,18 +102,12 @@ def run_collective(name: str, body: Callable[[Any], int]) -> int:
         return body(comm)
     except Interrupted as e:
         return _interrupted(name, comm, e)
-    except SpecError as e:
+    except (SpecError, MpistageError, ValueError, TypeError) as e:
         if comm.rank == 0:
-            print(e.render() if hasattr(e, "render") else str(e), file=sys.stderr)
-        return 2
-    except (PlanError, JobError, ValueError, TypeError) as e:
-        if comm.rank == 0:
-            print(f"stager {name}: {e}", file=sys.stderr)
-        return 2
-    except MpistageError as e:   # the stager's, the job's, an untrusted local path
-        if comm.rank == 0:
-            print(f"stager {name}: {e}", file=sys.stderr)
-        return 1
+            print(e.render() if isinstance(e, SpecError) else f"stager {name}: {e}",
+                  file=sys.stderr)
+        # bad input: 2; any other of the stager's, the job's, an untrusted local path: 1
+        return 2 if isinstance(e, (SpecError, PlanError, JobError, ValueError, TypeError)) else 1
 
 
 def resume_command(argv: List[str]) -> str:

@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from core.options import Option, parse_bool
 from stager.planning.kinds import PlanContext
-from stager.planning.plan import FileEntry, describe_size
+from stager.planning.plan import describe_size
 from stager.staging.kind import Moved, Transfer
 from stager.staging.transfer import Moving, Sink, SourceReader, run_method
 
@@ -62,7 +62,6 @@ class FilesKind:
 
         return asdict(e)
 
-    unit_from_dict = staticmethod(lambda d: FileEntry(**d))
 
     def locate(self, e: Any) -> Tuple[str, None, int]:
         return e.source, None, e.size  # a whole copy of the source

@@ -33,8 +33,7 @@ from typing import Any, Dict, List, Tuple
 from core.mpi.agree import agreed
 from stager.errors import KEPT, StagerError
 from stager.nodelocal import record as records
-from core.job import Job
-from stager.nodelocal.roots import Staged, lock_roots, open_roots, release
+from stager.nodelocal.roots import locked_roots, release
 from stager.nodelocal.state import RootState
 from core.trusted import Untrusted, is_missing, open_below
 
@@ -142,27 +141,16 @@ def clean(spec: Any, job: Any = None, wait: Any = None) -> CleanReport:
     StagerError
         Removal failed somewhere, or a run holds a root (agreed on all ranks).
     """
-    with Job.of(job) as j:
-        return _clean(open_roots(spec, j, wait))
-
-
-def _clean(staged: Staged) -> CleanReport:
-    """Collective over `staged.job`: every rank must call. :func:`clean` of the opened roots."""
-    comm, layout = staged.comm, staged.layout
-    held: List[Any] = []
-    try:
+    with locked_roots(spec, job, wait, "clean") as (staged, held):
+        comm, layout = staged.job.comm, staged.job
         files = dirs = temps = 0
         skipped: List[str] = []
         ancestors: List[str] = []
-        with agreed(comm, "clean (locking destinations)", node=layout.name, quiet=True,
-                    base=KEPT, default=StagerError):
-            if layout.is_leader:
-                held = lock_roots(staged)
         with agreed(comm, "clean", node=layout.name, quiet=True, base=KEPT, default=StagerError):
             if layout.is_leader:
                 files, dirs, skipped, ancestors, temps = _clean_node(staged.key, held)
                 release(held)
-                held = []
+                held.clear()
         # parents shared by nodes on one machine (``/local/run`` of
         # ``/local/run/%n``) are empty only once every node is done: after the agreement
         # above, each leader tries those every node of its host could not remove
@@ -171,8 +159,6 @@ def _clean(staged: Staged) -> CleanReport:
         if layout.is_leader and left:
             dirs += _remove_ancestors(left)
         gathered = comm.allgather((files, dirs, skipped, temps))
-    finally:
-        release(held)
     return CleanReport(nodes=layout.names, files_removed=sum(g[0] for g in gathered),
                        dirs_removed=sum(g[1] for g in gathered),
                        skipped=tuple(p for g in gathered for p in g[2]),

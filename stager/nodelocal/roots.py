@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import os
 import secrets
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, List, Optional, Tuple
+from typing import Any, Iterator, List, Optional, Tuple
 
-from core.mpi.agree import bcast_result
+from core.mpi.agree import agreed, bcast_result
 from core.job import Job
-from core.nodes import NodeLayout
+from stager.errors import KEPT, StagerError
 from stager.nodelocal.lock import Holder
 from stager.nodelocal.state import RootState
 from core.options import ENV_PREFIX, Option, parse_seconds, resolve
@@ -19,7 +20,9 @@ from stager.planning.plan import expand_node
 #: ``STAGER_WAIT`` > 0. One of the staging options too (``stager.staging.options``).
 WAIT = Option("wait", 0.0, parse_seconds, ENV_PREFIX + "WAIT")
 
-__all__ = ["node_roots", "open_roots", "Staged", "lock_roots", "release"]
+__all__ = ["node_roots", "open_roots", "Staged", "locked_roots", "lock_roots", "release"]
+
+Held = List[Tuple[str, Optional[RootState], Optional[str]]]
 
 
 def node_roots(templates: List[str], node: str) -> List[str]:
@@ -31,9 +34,7 @@ def node_roots(templates: List[str], node: str) -> List[str]:
 class Staged:
     """What ``verify`` and ``clean`` work from: the node's roots for a spec and its key."""
 
-    comm: Any
     roots: List[str]
-    layout: NodeLayout
     key: str
     spec: str
     run: str
@@ -66,11 +67,29 @@ def open_roots(spec: Any, job: Job, wait: Any = None) -> Staged:
     wait_s = bcast_result(comm, _wait, wait)
     templates, key, shown = bcast_result(comm, _describe, spec)
     run = comm.bcast(secrets.token_hex(6) if comm.rank == 0 else None, root=0)
-    return Staged(comm, node_roots(templates, job.name), job.layout, key, shown, run, wait_s,
-                  job)
+    return Staged(node_roots(templates, job.name), key, shown, run, wait_s, job)
 
 
-def lock_roots(staged: Staged) -> List[Tuple[str, Optional[RootState], Optional[str]]]:
+@contextmanager
+def locked_roots(spec: Any, job: Any, wait: Any, what: str) -> Iterator[Tuple[Staged, Held]]:
+    """Collective over `job` (a Job or a communicator): every rank must call.
+    :func:`open_roots`, then every leader locks its node's roots (:func:`lock_roots`,
+    agreed on all ranks); yields the opened roots and the leader's held states (empty
+    elsewhere), released on leaving."""
+    with Job.of(job) as j:
+        staged = open_roots(spec, j, wait)
+        held: Held = []
+        try:
+            with agreed(j.comm, f"{what} (locking destinations)", node=j.name, quiet=True,
+                        base=KEPT, default=StagerError):
+                if j.is_leader:
+                    held = lock_roots(staged)
+            yield staged, held
+        finally:
+            release(held)
+
+
+def lock_roots(staged: Staged) -> Held:
     """On a leader: lock every root of its node; ``(root, state, skip)`` for each.
 
     ``state`` is the root's open, locked state directory -- the caller closes it
@@ -87,8 +106,8 @@ def lock_roots(staged: Staged) -> List[Tuple[str, Optional[RootState], Optional[
     """
     from core.trusted import Untrusted
 
-    holder = Holder.here(staged.run, staged.layout.name, staged.spec)
-    out: List[Tuple[str, Optional[RootState], Optional[str]]] = []
+    holder = Holder.here(staged.run, staged.job.name, staged.spec)
+    out: Held = []
     try:
         for root in sorted(staged.roots):
             try:
@@ -115,7 +134,7 @@ def lock_roots(staged: Staged) -> List[Tuple[str, Optional[RootState], Optional[
     return out
 
 
-def release(held: List[Tuple[str, Optional[RootState], Optional[str]]]) -> None:
+def release(held: Held) -> None:
     """Close (and unlock) every state of :func:`lock_roots`."""
     for _, state, _ in held:
         if state is not None:

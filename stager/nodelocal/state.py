@@ -29,7 +29,7 @@ from stager.nodelocal.journal import Journal, read_events
 from stager.nodelocal.lock import HOLDER_NAME, LOCK_NAME, Holder, RootLock, acquire
 from core.trusted import open_below, open_dir
 
-__all__ = ["STATE_DIR", "DIRS_NAME", "TMP_DIR", "RootState", "read_record"]
+__all__ = ["STATE_DIR", "DIRS_NAME", "TMP_DIR", "RootState"]
 
 STATE_DIR = ".stager"
 DIRS_NAME = "dirs"
@@ -286,17 +286,3 @@ class RootState:
             os.rmdir(STATE_DIR, dir_fd=self.root_fd)
         except OSError:
             pass
-
-
-def read_record(root: str, key: str) -> records.SpecRecord:
-    """Spec ``key``'s record in ``root`` (empty if none), read without taking the lock.
-
-    For tools and tests; staging, ``verify`` and ``clean`` read records under the lock.
-    """
-    state = RootState.open(root)
-    if state is None:
-        return records.SpecRecord(key=key, root=os.path.normpath(os.path.abspath(root)))
-    try:
-        return state.load(key)
-    finally:
-        state.close()

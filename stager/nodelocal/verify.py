@@ -27,8 +27,7 @@ from typing import Any, List, Optional, Tuple
 from stager.errors import KEPT, StagerError, VerifyError
 from core.mpi.agree import agreed
 from core import checksum
-from core.job import Job
-from stager.nodelocal.roots import Staged, lock_roots, open_roots, release
+from stager.nodelocal.roots import locked_roots
 from stager.nodelocal.state import RootState
 from core.trusted import Untrusted, is_missing, open_below
 from stager.planning import kinds
@@ -171,27 +170,14 @@ def verify(spec: Any, job: Any = None, wait: Any = None) -> VerifyReport:
         A record is unreadable, a run holds a root, or another failure (agreed on
         all ranks).
     """
-    with Job.of(job) as j:
-        return _verify(open_roots(spec, j, wait))
-
-
-def _verify(staged: Staged) -> VerifyReport:
-    """Collective over `staged.job`: every rank must call. :func:`verify` of the opened roots."""
-    comm, layout = staged.comm, staged.layout
-    held: List[Any] = []
-    try:
+    with locked_roots(spec, job, wait, "verify") as (staged, held):
+        comm, layout = staged.job.comm, staged.job
         files = nbytes = 0
         bad: List[Mismatch] = []
-        with agreed(comm, "verify (locking destinations)", node=layout.name, quiet=True,
-                    base=KEPT, default=StagerError):
-            if layout.is_leader:
-                held = lock_roots(staged)
         with agreed(comm, "verify", node=layout.name, quiet=True, base=KEPT, default=StagerError):
             if layout.is_leader:
                 files, nbytes, bad = _check_node(layout.name, staged.key, held)
         gathered = comm.allgather((files, nbytes, bad))
-    finally:
-        release(held)
     mismatches = [m for _, _, ms in gathered for m in ms]
     if mismatches:
         shown = "; ".join(str(m) for m in mismatches[:20])

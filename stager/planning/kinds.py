@@ -80,7 +80,7 @@ class Kind(Protocol):
 
     def unit_dict(self, u: Any) -> Dict[str, Any]:
         """``stager plan --json``: one unit (optional ``json_keys``: the keys of the
-        count and list; ``unit_from_dict`` rebuilds one)."""
+        count and list)."""
 
 
 #: name -> "module:Class" (or an instance), in the order kinds are planned and staged

@@ -14,7 +14,6 @@ Naming: the *plan* is what rank 0 decided for the whole run; the per-destination
 """
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, Optional, Protocol, Tuple
@@ -219,30 +218,6 @@ class Plan:
         doc.update(spec_key=self.spec_key, areas=[asdict(a) for a in self.areas],
                    skipped_links=list(self.skipped_links))
         return doc
-
-    def to_json(self, **kw: Any) -> str:
-        return json.dumps(self.to_dict(), **kw)
-
-    @classmethod
-    def from_dict(cls, d: Dict[str, Any]) -> Plan:
-        """A plan from :meth:`to_dict`, if each of its kinds rebuilds its units
-        (``unit_from_dict``: ``files`` does; other kinds do not round-trip)."""
-        from stager.planning.kinds import kinds
-
-        outputs: Dict[str, Tuple[Any, ...]] = {}
-        for k in kinds():
-            keys = getattr(k, "json_keys", None)
-            items = d.get(keys[1]) if keys else d.get("outputs", {}).get(k.name)
-            load: Any = getattr(k, "unit_from_dict", None)
-            if items and load is None:
-                raise ValueError(f"a plan with {k.name} blocks cannot be rebuilt from JSON: "
-                                 "plan the spec")
-            elif items:
-                outputs[k.name] = tuple(map(load, items))
-        return cls(spec_path=d["spec"], blocks=tuple(BlockPlan(**b) for b in d["blocks"]),
-                   outputs=outputs, spec_key=d.get("spec_key", ""),
-                   areas=tuple(SourceArea(**a) for a in d.get("areas", ())),
-                   skipped_links=tuple(d.get("skipped_links", ())))
 
 
 def count(n: int, word: str) -> str:

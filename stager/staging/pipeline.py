@@ -178,23 +178,18 @@ def stage(spec: Any, job: Any = None, **options: Any) -> Report:
         SIGINT or SIGTERM: the ranks stopped together; as for ``TransferError``.
     """
     with Job.of(job) as j:
-        return _stage(spec, j, options)
-
-
-def _stage(spec: Any, j: Job, options: Dict[str, Any]) -> Report:
-    """Collective over `j`: every rank must call. :func:`stage` with the job made."""
-    comm = j.comm
-    opts: StageOptions = bcast_result(comm, resolve_options, **options)
-    run_id = comm.bcast(secrets.token_hex(6) if comm.rank == 0 else None, root=0)
-    ctx = _Run(comm, opts.interrupt_grace)
-    with interrupt.Handling(grace=opts.interrupt_grace, emergency=ctx.emergency):
-        t_plan = time.perf_counter()
-        plan = bcast_result(comm, plan_spec, spec, **opts.kind_options)
-        plan_seconds = time.perf_counter() - t_plan
-        report = _run(plan, comm, j, opts, plan_seconds, run_id, ctx)
-    if opts.json and comm.rank == 0:
-        report.write_json(opts.json)
-    return report
+        comm = j.comm
+        opts: StageOptions = bcast_result(comm, resolve_options, **options)
+        run_id = comm.bcast(secrets.token_hex(6) if comm.rank == 0 else None, root=0)
+        ctx = _Run(comm, opts.interrupt_grace)
+        with interrupt.Handling(grace=opts.interrupt_grace, emergency=ctx.emergency):
+            t_plan = time.perf_counter()
+            plan = bcast_result(comm, plan_spec, spec, **opts.kind_options)
+            plan_seconds = time.perf_counter() - t_plan
+            report = _run(plan, comm, j, opts, plan_seconds, run_id, ctx)
+        if opts.json and comm.rank == 0:
+            report.write_json(opts.json)
+        return report
 
 
 def _spec_name(plan: Plan) -> str:
@@ -205,7 +200,7 @@ def _spec_name(plan: Plan) -> str:
 def _run(plan: Plan, comm: Any, job: Job, opts: StageOptions,
          plan_seconds: float, run_id: str, ctx: _Run) -> Report:
     """Collective over `comm`: every rank must call. Phases 4-10 of the module docstring."""
-    layout = job.layout
+    layout = job
     from mpi4py import MPI
 
     # scatter h5 blocks: each output split into frame ranges, one per node (pure: the
@@ -450,7 +445,7 @@ def _transfer(plan: Plan, units: List[Tuple[Kind, int, Any]], used: List[Kind],
     (computed by another leader) are journaled; this leader's own failure is
     raised afterwards.
     """
-    layout = job.layout
+    layout = job
     own = sum(units[g][2].out_bytes for g, need in enumerate(need_local) if need)
     progress = Progress(own, opts.progress and layout.index == 0)  # node 0's leader is rank 0
     error: Optional[BaseException] = None

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Dict, Optional, Tuple
 
@@ -144,14 +143,11 @@ class Report:
         d["n_nodes"] = len(self.nodes)
         return d
 
-    def to_json(self, **kw: Any) -> str:
-        return json.dumps(self.to_dict(), **kw)
-
     def write_json(self, path: str) -> None:
         """Write the report to ``path`` (atomically, via a temporary name)."""
         tmp = f"{path}.tmp-{os.getpid()}"
         with open(tmp, "w") as f:
-            f.write(self.to_json(indent=2) + "\n")
+            f.write(json.dumps(self.to_dict(), indent=2) + "\n")
         os.replace(tmp, path)
 
     def summary(self) -> str:
@@ -177,7 +173,6 @@ class Progress:
 
     def __init__(self, total: int, enabled: bool) -> None:
         self._bar = None
-        self._t0 = time.perf_counter()
         if enabled and total > 0 and sys.stderr.isatty():
             from tqdm import tqdm
             self._bar = tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024,

@@ -61,7 +61,7 @@ def _whole_copies(tmp: Path, root: Path) -> set:
 
 
 def _recorded(tmp: Path, root: Path) -> set:
-    from stager.nodelocal.state import read_record
+    from tests.stagerun import read_record
     from stager.planning import spec_key
 
     return set(read_record(str(root), spec_key(str(tmp / "s.hook"))).files)

@@ -87,7 +87,7 @@ def _start_and_wait_for_copies(tmp: Path, spec: Path) -> Job:
 
 
 def _recorded(tmp: Path, node: str) -> set:
-    from stager.nodelocal.state import read_record
+    from tests.stagerun import read_record
     from stager.planning import spec_key
 
     return set(read_record(str(tmp / "out" / node), spec_key(str(tmp / "s.hook"))).files)

@@ -101,7 +101,7 @@ def test_one_layout_passed_down(staged_dir, monkeypatch):
     import stager
     import core.job as jobmod
     from core.job import Job
-    from workflows.executors.mpi.roles import layout_roles
+    from workflows.executors.mpi.roles import plan_roles
 
     comm = _comm()
     k = min(2, comm.size)
@@ -132,7 +132,7 @@ def test_one_layout_passed_down(staged_dir, monkeypatch):
                 f.write(job.name)
         comm.Barrier()
         drained = stager.drain(os.path.join(d, "res", "%n"), os.path.join(d, "shared"), job)
-        roles = layout_roles(job, 0, "nodes")
+        roles = plan_roles(job.node_of, job.names, 0, "nodes")
         stager.clean(spec, job)
         left = os.path.exists(os.path.join(d, "nodes", job.name, "data", "0.bin"))
         got = (rep.files, drained.files, list(roles.node_of), len(made),

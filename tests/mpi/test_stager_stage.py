@@ -392,7 +392,7 @@ def test_sparse_3gib_file(workdir):
     """A file larger than 2 GiB: every count stays below 2**31 (destinations under /tmp)."""
     from stager import clean, stage
     from core import checksum
-    from stager.nodelocal.state import read_record
+    from tests.stagerun import read_record
     from stager.planning import spec_key
     comm = _comm()
     k = min(2, comm.size)

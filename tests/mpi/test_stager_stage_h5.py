@@ -161,7 +161,7 @@ def test_group_copy_with_links_strings_and_resume(scan):
 
 def test_state_records_make_verify_and_clean_work(scan):
     from core import checksum
-    from stager.nodelocal.state import read_record
+    from tests.stagerun import read_record
     from stager.planning import spec_key
     comm = _comm()
     k = min(2, comm.size)

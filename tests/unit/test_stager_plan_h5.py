@@ -13,6 +13,17 @@ from stager.kinds.h5.plan import INLINE_BYTES
 from tests.h5scan import FRAMES, NX, NY, make_scan
 
 
+def decoded(a):
+    """A planned attribute's value as h5py would read it."""
+    if a.values in ("null", "refs"):
+        return a.value
+    if a.values == "vlen":
+        return a.value[()] if a.shape == () else a.value
+    dt = h5py.h5t.decode(a.h5type).dtype
+    arr = np.frombuffer(np.ascontiguousarray(a.value).tobytes(), dtype=dt).reshape(a.shape or ())
+    return arr[()] if a.shape == () else arr
+
+
 def plan(text, base):
     return build_plan(parse_spec(text, path="t.hook", env={"HOME": str(base)},
                                  base_dir=str(base)))
@@ -101,7 +112,7 @@ def test_dataset_slice_is_described(scan):
     assert d.selection == "/entry/data/data[2:18:3]" and d.inline is None
     # ancestors come with their attributes (NeXus classes survive)
     assert [g.path for g in f.groups] == ["/", "/entry", "/entry/data"]
-    assert dict((a.name, a.decoded()) for a in f.groups[2].attrs)["NX_class"] == b"NXdata"
+    assert dict((a.name, decoded(a)) for a in f.groups[2].attrs)["NX_class"] == b"NXdata"
     assert 0 < d.est_bytes and f.key.endswith(":/entry/data/data[2:18:3]")
 
 
@@ -217,7 +228,7 @@ def test_whole_file_entry(tmp_path):
     (f,) = p.units("h5")
     assert [d.path for d in f.datasets] == ["/a/b", "/c"]
     assert [g.path for g in f.groups] == ["/", "/a"]
-    assert f.groups[0].attrs[0].decoded() == b"t"
+    assert decoded(f.groups[0].attrs[0]) == b"t"
 
 
 def _lzo_file(path):

@@ -173,7 +173,7 @@ def test_cli_renders_to_a_file(tmp_path: Path) -> None:
     assert "#SBATCH --nodes=4" in text and 'SPEC="/s/run.hook"' in text
     assert "echo 'quoted' \"twice\"" in text
     assert os.access(out, os.X_OK)
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".sbatch-")]
+    assert [p.name for p in tmp_path.iterdir()] == ["job.sbatch"]  # no temporary file left
 
 
 def test_cli_missing_parameters_exit_2_and_write_nothing(tmp_path: Path) -> None:

@@ -18,7 +18,8 @@ from core import commit, localfs
 from stager.nodelocal import record as records
 from stager.nodelocal.journal import Journal, read_events
 from stager.nodelocal.lock import Holder, LockBusy
-from stager.nodelocal.state import STATE_DIR, RootState, read_record
+from stager.nodelocal.state import STATE_DIR, RootState
+from tests.stagerun import read_record
 from core.trusted import Untrusted, open_below, open_dir
 
 # -- the journal ------------------------------------------------------------------------

@@ -130,10 +130,6 @@ class Executor(abc.ABC):
         self._closed = True
         self._shutdown(wait)
 
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
     def __enter__(self) -> Optional[Executor]:
         self._gc_saved = raise_gc_threshold()
         push_active(self)

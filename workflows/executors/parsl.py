@@ -47,32 +47,29 @@ def run_config(executors: List[Any], run_dir: str):
                   initialize_logging=False, usage_tracking=0)
 
 
+def htex_config(provider: Any, workers: int, run_dir: str, label: str = "htex_local",
+                address: str = "127.0.0.1", heartbeat_threshold: int = 10):
+    """A Parsl Config of one HighThroughputExecutor on ``provider``'s blocks, ``workers``
+    per node, set up as every configuration here wants it."""
+    from parsl.executors import HighThroughputExecutor
+
+    htex = HighThroughputExecutor(
+        label=label, address=address, max_workers_per_node=workers, cores_per_worker=1e-6,
+        encrypted=False, heartbeat_period=2, heartbeat_threshold=heartbeat_threshold,
+        poll_period=1, worker_logdir_root=run_dir, provider=provider)
+    return run_config([htex], run_dir)
+
+
 def htex_local_config(workers: int, run_dir: str):
     """A Parsl Config: one HighThroughputExecutor block of ``workers`` on this machine."""
-    from parsl.executors import HighThroughputExecutor
     from parsl.providers import LocalProvider
 
     # The worker pool script lives next to this interpreter; the provider's
     # shell may not have it on PATH.
     bindir = os.path.dirname(sys.executable)
-    htex = HighThroughputExecutor(
-        label="htex_local",
-        address="127.0.0.1",
-        max_workers_per_node=workers,
-        cores_per_worker=1e-6,
-        encrypted=False,
-        heartbeat_period=2,
-        heartbeat_threshold=10,
-        poll_period=1,
-        worker_logdir_root=run_dir,
-        provider=LocalProvider(
-            init_blocks=1,
-            min_blocks=1,
-            max_blocks=1,
-            worker_init=f"export PATH={bindir}:$PATH",
-        ),
-    )
-    return run_config([htex], run_dir)
+    provider = LocalProvider(init_blocks=1, min_blocks=1, max_blocks=1,
+                             worker_init=f"export PATH={bindir}:$PATH")
+    return htex_config(provider, workers, run_dir)
 
 
 def threads_config(workers: int, run_dir: str):

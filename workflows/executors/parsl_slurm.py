@@ -38,7 +38,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .parsl import run_config
+from .parsl import htex_config
 
 __all__ = ["slurm_htex_config", "venv_worker_init"]
 
@@ -101,37 +101,16 @@ def slurm_htex_config(nodes: int, run_dir: str, *, workers_per_node: int = 1,
     ValueError
         ``nodes`` or ``workers_per_node`` below 1.
     """
-    if not isinstance(nodes, int) or nodes < 1:
-        raise ValueError(f"nodes must be a positive integer, got {nodes!r}")
-    if not isinstance(workers_per_node, int) or workers_per_node < 1:
-        raise ValueError(f"workers_per_node must be a positive integer, got {workers_per_node!r}")
-    from parsl.executors import HighThroughputExecutor
+    for what, n in (("nodes", nodes), ("workers_per_node", workers_per_node)):
+        if not isinstance(n, int) or n < 1:
+            raise ValueError(f"{what} must be a positive integer, got {n!r}")
     from parsl.launchers import SrunLauncher
     from parsl.providers import SlurmProvider
 
     provider = SlurmProvider(
-        partition=partition,
-        nodes_per_block=nodes,
-        init_blocks=1,
-        min_blocks=1,
-        max_blocks=1,
-        walltime=walltime,
-        exclusive=False,
-        scheduler_options=scheduler_options,
+        partition=partition, nodes_per_block=nodes, init_blocks=1, min_blocks=1, max_blocks=1,
+        walltime=walltime, exclusive=False, scheduler_options=scheduler_options,
         worker_init=venv_worker_init() if worker_init is None else worker_init,
-        launcher=SrunLauncher(),
-        cmd_timeout=30,
-    )
-    htex = HighThroughputExecutor(
-        label=label,
-        address=address,
-        max_workers_per_node=workers_per_node,
-        cores_per_worker=1e-6,
-        encrypted=False,
-        heartbeat_period=2,
-        heartbeat_threshold=20,
-        poll_period=1,
-        worker_logdir_root=run_dir,
-        provider=provider,
-    )
-    return run_config([htex], run_dir)
+        launcher=SrunLauncher(), cmd_timeout=30)
+    return htex_config(provider, workers_per_node, run_dir, label, address,
+                       heartbeat_threshold=20)

@@ -76,19 +76,6 @@ class Attr:
     values: str
     value: Any = field(default=None, repr=False)
 
-    def decoded(self) -> Any:
-        """The value as h5py would read it (for messages and tests); needs h5py."""
-        from h5py import h5t
-
-        if self.values in ("null", "refs"):
-            return self.value
-        if self.values == "vlen":
-            return self.value[()] if self.shape == () else self.value
-        dt = h5t.decode(self.h5type).dtype
-        arr = np.frombuffer(np.ascontiguousarray(self.value).tobytes(), dtype=dt)
-        arr = arr.reshape(self.shape or ())
-        return arr[()] if self.shape == () else arr
-
 
 @dataclass(frozen=True)
 class Filter:

@@ -46,7 +46,7 @@ from core.options import Option, parse_bool, parse_choice, parse_int, parse_numb
 from ...errors import ExecutorError
 from ...tasks import TaskCall
 from ..base import Executor
-from .roles import MODES, Roles, layout_roles
+from .roles import MODES, Roles, plan_roles
 from .server import NodeServer, Options
 from .term import TermReport
 
@@ -213,7 +213,7 @@ class MPIExecutor(Executor):
         self._dup = comm.Dup()
         with agreed(comm, "mpi executor: node layout", base=ExecutorError,
                     default=ExecutorError), Job.of(self._job or comm) as job:
-            self.roles = roles = layout_roles(job, self.root, o["dispatch"])
+            self.roles = roles = plan_roles(job.node_of, job.names, self.root, o["dispatch"])
         # its messages hold pickled tasks and results (bytes), never arrays to send apart
         link = self._link = Link(self._dup, "executor", out_of_band=None)
         opts = Options(max_chunk=o["max_chunk"], window=o["window"],

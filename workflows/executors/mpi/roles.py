@@ -1,7 +1,7 @@
 """Who does what in the mpi executor: the root, task servers, workers -- from the node layout.
 
-Pure (``plan_roles``, by the project's role rule :func:`core.mpi.roles.serve_nodes`)
-plus ``layout_roles`` (from the job's node layout). Two dispatch modes:
+Pure (``plan_roles``, by the project's role rule :func:`core.mpi.roles.serve_nodes`,
+from the job's node layout). Two dispatch modes:
 
 * ``central`` -- the root serves every other rank (one dispatcher).
 * ``nodes`` -- one task server per node (Swift/T ADLB's servers): the lowest
@@ -17,10 +17,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from core.job import Job
 from core.mpi.roles import Roles, serve_nodes
 
-__all__ = ["Roles", "plan_roles", "layout_roles", "MODES"]
+__all__ = ["Roles", "plan_roles", "MODES"]
 
 MODES = ("central", "nodes")
 
@@ -46,8 +45,3 @@ def plan_roles(node_of: Sequence[int], names: Sequence[str], root: int, mode: st
     server_of = tuple(root if s < 0 else s for s in rule)
     servers = (root,) + tuple(r for r, s in enumerate(rule) if s == r and r != root)
     return Roles(server_of, servers, tuple(node_of), tuple(names), root, mode)
-
-
-def layout_roles(job: Job, root: int, mode: str) -> Roles:
-    """Roles from the job's node layout. Local."""
-    return plan_roles(job.node_of, job.names, root, mode)

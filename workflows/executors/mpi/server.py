@@ -146,7 +146,6 @@ class Server(Loop):
         self.steal_pause = 0.001
         self.next_steal = 0.0
         self.stolen_tasks = 0  # tasks this server took from others
-        self.given_tasks = 0  # tasks others took from this server
         self.next_check = 0.0
         self.next_death_check = 0.0
         self._rng = random.Random(rank)
@@ -195,7 +194,6 @@ class Server(Loop):
 
     def recv_steal(self, src: int, want: int) -> None:
         entries = self.queue.steal(want) if not self.stopping_now() else []
-        self.given_tasks += len(entries)
         self.link.send(src, STOLEN, entries)
 
     def recv_stolen(self, src: int, entries: List[Entry]) -> None:
