@@ -632,7 +632,6 @@ class UDFAnalysis(Analysis):
                 udf.set_views_for_dataset(ds)
                 udf.preprocess()
                 udf.clear_views()
-            decls = udf.get_result_buffers()
             for pos, vals in partial.nav:
                 where = pos if index is None else index[pos]
                 for k, v in vals[i].items():
@@ -650,8 +649,6 @@ class UDFAnalysis(Analysis):
                 res = dict(udf._do_get_results())
             except Exception as e:
                 raise UDFError(f"UDF {self.labels[i]}: get_results failed: {e!r}") from e
-            for k in res:
-                res[k].kind_declared = decls[k].kind if k in decls else res[k].kind
             out.append(res)
         return out
 

@@ -98,10 +98,6 @@ def layer_geometry(frames: int = 360, rsample: float = 50.0):
     return geo
 
 
-def _settings(**kw: Any) -> Dict[str, Any]:
-    return json.loads(json.dumps(kw))
-
-
 def make_layer(folder: str, frames: int = 360, rsample: float = 50.0, grains: int = 15,
                seed: int = 1, seed_error_deg: float = 0.5, spurious_seeds: int = 10,
                raw_frames: bool = True, reuse: bool = True) -> Dict[str, Any]:
@@ -121,10 +117,10 @@ def make_layer(folder: str, frames: int = 360, rsample: float = 50.0, grains: in
     from hedm.nf import BINARY_SUFFIX
     from hedm.nffit import write_seeds
 
-    settings = _settings(frames=frames, rsample=rsample, grains=grains, seed=seed,
-                         seed_error_deg=seed_error_deg, spurious_seeds=spurious_seeds,
-                         raw_frames=raw_frames, geometry=DEMO_GEOMETRY, stage1=STAGE1_KEYS,
-                         stage2=STAGE2_KEYS, version=1)
+    settings = json.loads(json.dumps(dict(  # as layer.json holds them, to compare
+        frames=frames, rsample=rsample, grains=grains, seed=seed, seed_error_deg=seed_error_deg,
+        spurious_seeds=spurious_seeds, raw_frames=raw_frames, geometry=DEMO_GEOMETRY,
+        stage1=STAGE1_KEYS, stage2=STAGE2_KEYS, version=1)))
     marker = os.path.join(folder, "layer.json")
     if reuse:
         try:
@@ -219,12 +215,8 @@ def score_map(micro, xy: np.ndarray, u: np.ndarray, grid_size: float,
     points count as wrong), their counts, the median misorientation, and
     (with ``grain_id``) the grains found against the truth's.
     """
-    from kernels import misorientation
-
     xy = np.asarray(xy, dtype=np.float64)
-    truth = micro.orientation_at(xy)
-    mis = misorientation(np.asarray(u, dtype=np.float64), truth)
-    mis = np.where(np.isfinite(mis), mis, 180.0)
+    mis = misorientation_from_truth(micro, xy, u)
     inner = micro.boundary_distance(xy) >= 2 * grid_size
     out: Dict[str, Any] = {
         "limit_deg": limit_deg, "points": int(len(xy)), "interior_points": int(inner.sum()),

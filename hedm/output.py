@@ -51,7 +51,7 @@ import numpy as np
 from hedm.common import replacing
 
 __all__ = ["NF_PIXEL_DTYPE", "NF_CENTROID_DTYPE", "NF_FRAME_DTYPE", "FF_FRAME_DTYPE",
-           "write_h5", "write_csv", "plot_nf", "plot_ff", "read_table"]
+           "write_h5", "write_csv", "plot_nf", "plot_ff"]
 
 NF_PIXEL_DTYPE = np.dtype([("distance", np.int16), ("frame", np.int32), ("y", np.int32),
                            ("z", np.int32), ("intensity", np.uint16), ("label", np.int32)])
@@ -79,14 +79,6 @@ def write_h5(path: str, arrays: Mapping[str, np.ndarray], params: Mapping[str, A
     attrs = {k: _attr(v) for k, v in params.items() if v is not None}
     attrs.update({k: _attr(v) for k, v in (extra_attrs or {}).items()})
     return write_arrays(path, arrays, file_attrs=attrs, mode="w")
-
-
-def read_table(path: str, name: str) -> np.ndarray:
-    """Read one dataset of a result file (for tests and the demo report)."""
-    import h5py
-
-    with h5py.File(path, "r") as f:
-        return f[name][()]
 
 
 def write_csv(path: str, table: np.ndarray, float_format: str = "%.6g") -> str:

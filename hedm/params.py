@@ -64,8 +64,6 @@ __all__ = ["BINARY_SUFFIX", "check_inputs",
     "MIDAS_FF_KEYS",
 ]
 
-_MISSING = object()
-
 #: Every key MIDAS's NF-HEDM pipeline reads (marinerhemant/MIDAS at commit 0e6e0e54: the
 #: keys of ``manuals/NF_Parameters_Reference.md`` and the ``str = "Key "`` comparisons of
 #: ``NF_HEDM/src/*.c``), so a MIDAS parameter file is accepted whole; each stage checks the
@@ -159,10 +157,6 @@ class Param:
     help: str
     check: Optional[Callable[[Any], Optional[str]]] = None
     multi: bool = False
-
-    @property
-    def required(self) -> bool:
-        return self.default is None
 
     def convert(self, text: str) -> Any:
         """Parse ``text`` to this parameter's type and check it; raise ValueError saying why
