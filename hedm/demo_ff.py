@@ -31,11 +31,8 @@ from typing import Any, Callable, Dict
 
 __all__ = ["ff_seeds", "render_ff"]
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-HOOKS = os.path.join(ROOT, "hedm", "hooks")
 #: FF frames over a full turn (:data:`hedm.ffsynth.SWEEP_GEOMETRY`: 1 deg each)
 FF_FRAMES = 360
-FLOWS = os.path.join(ROOT, "hedm")
 
 
 def _seeded_layer(layer: str, folder: str, u) -> str:
@@ -54,9 +51,8 @@ def _seeded_layer(layer: str, folder: str, u) -> str:
     return folder
 
 
-def ff_seeds(layer: Dict[str, Any], out: str, stage_root: str, args: Any,
-             env: Dict[str, str], log: str, job: Callable[..., Dict[str, Any]]
-             ) -> Dict[str, Any]:
+def ff_seeds(layer: Dict[str, Any], out: str, args: Any, env: Dict[str, str], log: str,
+             job: Callable[..., Dict[str, Any]]) -> Dict[str, Any]:
     """Steps 1-4 of the module docstring; return the seeded layer's folder, the wall times
     and FF's grains against the truth.
 
@@ -89,15 +85,11 @@ def ff_seeds(layer: Dict[str, Any], out: str, stage_root: str, args: Any,
                       n_frames=FF_FRAMES)
     times: Dict[str, Any] = {"sweep": time.perf_counter() - t0}
     env_ff = dict(env, HEDM_FF_DATA=data, HEDM_FF_REDUCED=ff_out)
-    times["ff1"] = job("FF stage 1 (peaks)", os.path.join(FLOWS, "ff.py"),
-                       os.path.join(HOOKS, "ff.hook"), ff_out, os.path.join(ff_out, "run.json"),
-                       os.path.join(stage_root, "%n", "ff", "ff.params"),
-                       os.path.join(stage_root, "%n", "results-ff"), args, env_ff, log)
-    times["ff2"] = job("FF stage 2 (indexing, refinement)", os.path.join(FLOWS, "ffgrains.py"),
-                       os.path.join(HOOKS, "ffgrains.hook"), ff_out,
-                       os.path.join(ff_out, "run_grains.json"),
-                       os.path.join(stage_root, "%n", "ffgrains", "ff.params"),
-                       os.path.join(stage_root, "%n", "results-ffgrains"), args, env_ff, log)
+    times["ff1"] = job("FF stage 1 (peaks)", "ff", ff_out, "run.json", "ff/ff.params",
+                       "results-ff", args, env_ff, log)
+    times["ff2"] = job("FF stage 2 (indexing, refinement)", "ffgrains", ff_out,
+                       "run_grains.json", "ffgrains/ff.params", "results-ffgrains", args, env_ff,
+                       log)
     rows = read_grains_csv(os.path.join(ff_out, "Grains.csv"))["rows"]
     if not len(rows):
         raise SystemExit(f"demo: FF stage 2 found no grain; see {ff_out}/ffgrains_run.json")
