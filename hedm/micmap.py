@@ -202,15 +202,15 @@ def _ipf_key(ax: Any) -> None:
 def plot_map(path: str, fit: np.ndarray, grid: np.ndarray, grains: np.ndarray,
              title: str = "NF-HEDM orientation map") -> str:
     """PNG: the IPF-z coloured map (with its colour key) beside the confidence map."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.collections import PolyCollection
     from matplotlib.figure import Figure
 
     from kernels.nfgrid import grid_vertices
 
+    from hedm.output import save_png
+
     verts = list(grid_vertices(grid))
     fig = Figure(figsize=(12.0, 5.2))
-    FigureCanvasAgg(fig)
     spec = fig.add_gridspec(2, 3, width_ratios=(1.0, 0.2, 1.1), height_ratios=(1.0, 0.35))
     colors = ipf_colors(fit["u"])
     n_grains = int(grains.max()) if len(grains) else 0
@@ -236,9 +236,7 @@ def plot_map(path: str, fit: np.ndarray, grid: np.ndarray, grains: np.ndarray,
         a.set_ylabel("y (um)")
     _ipf_key(fig.add_subplot(spec[1, 1]))
     fig.tight_layout()
-    with replacing(path, ".png") as tmp:
-        fig.savefig(tmp, dpi=110)
-    return path
+    return save_png(fig, path)
 
 
 def map_summary(fit: np.ndarray, grains: np.ndarray) -> Dict[str, Any]:

@@ -242,20 +242,18 @@ def misorientation_from_truth(micro, xy: np.ndarray, u: np.ndarray) -> np.ndarra
 def plot_truth_comparison(path: str, grid: np.ndarray, u: np.ndarray, micro,
                           mis: np.ndarray, accuracy: Mapping[str, Any]) -> str:
     """PNG: the truth's IPF map, the fitted one, and each point's misorientation from the truth."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.collections import PolyCollection
     from matplotlib.colors import LogNorm
     from matplotlib.figure import Figure
 
     from kernels import grid_vertices
 
-    from hedm.common import replacing
     from hedm.micmap import ipf_colors
+    from hedm.output import save_png
 
     verts = list(grid_vertices(grid))
     xy = np.asarray(grid)[:, 2:4]
     fig = Figure(figsize=(15.0, 4.9))
-    FigureCanvasAgg(fig)
     titles = (f"truth: {micro.n_grains} grains (IPF z)", "fitted map (IPF z)",
               f"misorientation from the truth: {100 * accuracy['fraction']:.1f}% < "
               f"{accuracy['limit_deg']:g} deg")
@@ -278,6 +276,4 @@ def plot_truth_comparison(path: str, grid: np.ndarray, u: np.ndarray, micro,
         ax.set_xlabel("x (um)")
     axes[0].set_ylabel("y (um)")
     fig.tight_layout()
-    with replacing(path, ".png") as tmp:
-        fig.savefig(tmp, dpi=100)
-    return path
+    return save_png(fig, path, dpi=100)
