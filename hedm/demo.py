@@ -118,11 +118,15 @@ def _job(stage: str, name: str, out: str, report: str, params: str, results: str
     """One staged workflow job, then ``stager clean``; returns the two wall times.
 
     ``name``: the flow ``hedm/NAME.py`` and its hook ``hedm/hooks/NAME.hook``; ``report``
-    in ``out``; ``params`` and ``results`` in the node's directory under ``$HEDM_STAGE``.
+    (and the flow's ``NAME_run.json``) in ``out``; ``params`` and ``results`` in the node's
+    directory under ``$HEDM_STAGE``.
     """
     flow = os.path.join(ROOT, "hedm", name + ".py")
     hook = os.path.join(ROOT, "hedm", "hooks", name + ".hook")
     node = os.path.join(env["HEDM_STAGE"], "%n")
+    for old in (report, f"{name}_run.json"):      # a previous run's records
+        if os.path.exists(os.path.join(out, old)):
+            os.unlink(os.path.join(out, old))
     print(f"demo: {stage}: mpirun -n {args.np}, {args.nodes} emulated nodes: stage "
           f"({os.path.basename(hook)}), run {os.path.basename(flow)}, drain ...", flush=True)
     job_s = _mpirun(args.np, ["-m", "workflows", "run", flow, "--stage", hook,
@@ -171,10 +175,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     warm = warm_cache(numba_dir)
     compile_s = time.perf_counter() - t0
     env = _env(stage_root, data, reduced, warm.cache_dir)
-    for stale in (os.path.join(reduced, "nf_run.json"), os.path.join(reduced, "run.json"),
-                  os.path.join(out, "nffit_run.json"), os.path.join(out, "run_fit.json")):
-        if os.path.exists(stale):
-            os.unlink(stale)
     times: Dict[str, Any] = {"dataset": layer["seconds"], "compile": compile_s}
     times["stage1"] = _job("stage 1 (reduction)", "nf", reduced, "run.json", "nf/nf.params",
                            "results-nf", args, env, log)

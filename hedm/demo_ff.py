@@ -73,10 +73,8 @@ def ff_seeds(layer: Dict[str, Any], out: str, args: Any, env: Dict[str, str], lo
     data = os.path.join(out, "dataset", "ff")
     ff_out = os.path.join(out, "ff")
     os.makedirs(ff_out, exist_ok=True)
-    for stale in ("run.json", "run_grains.json", "ff_run.json", "ffgrains_run.json",
-                  "Grains.csv"):
-        if os.path.exists(os.path.join(ff_out, stale)):
-            os.unlink(os.path.join(ff_out, stale))
+    if os.path.exists(os.path.join(ff_out, "Grains.csv")):
+        os.unlink(os.path.join(ff_out, "Grains.csv"))
     print(f"demo: FF sweep of the same {micro.n_grains} grains (raw frames) in {data} ...",
           flush=True)
     t0 = time.perf_counter()
