@@ -91,7 +91,10 @@ def ff_seeds(layer: Dict[str, Any], out: str, args: Any, env: Dict[str, str], lo
     rows = read_grains_csv(os.path.join(ff_out, "Grains.csv"))["rows"]
     if not len(rows):
         raise SystemExit(f"demo: FF stage 2 found no grain; see {ff_out}/ffgrains_run.json")
-    stages = {key: _stage_facts(ff_out, runner, flow, times[key])
+    seconds = {k: (v if isinstance(v, float) else
+                   {kk: None if vv is None else round(vv, 3) for kk, vv in v.items()})
+               for k, v in times.items()}
+    stages = {key: _stage_facts(ff_out, runner, flow, seconds[key])
               for key, runner, flow in (("ff1", "run.json", "ff_run.json"),
                                         ("ff2", "run_grains.json", "ffgrains_run.json"))}
     u = rows[:, 1:10].reshape(-1, 3, 3)
@@ -104,24 +107,20 @@ def ff_seeds(layer: Dict[str, Any], out: str, args: Any, env: Dict[str, str], lo
             "max_misorientation_deg": float(np.max(score["misorientation_deg"])),
             "max_position_um": float(np.max(score["position_um"])),
             "max_strain_err": float(np.max(score["strain_err"])),
-            "stage1": stages["ff1"], "stage2": stages["ff2"],
-            "seconds": {k: (v if isinstance(v, float) else
-                            {kk: None if vv is None else round(vv, 3) for kk, vv in v.items()})
-                        for k, v in times.items()}}
+            "stage1": stages["ff1"], "stage2": stages["ff2"], "seconds": seconds}
 
 
 def _stage_facts(folder: str, runner: str, flow: str, seconds: Dict[str, Any]
                  ) -> Dict[str, Any]:
     """One FF job's records for the report: the runner's (tasks, staging) and the flow's
-    (phase spans from the tasks' clocks, drain, indexing), and its wall times."""
+    (phase spans from the tasks' clocks, drain, indexing), and its wall times (rounded)."""
     import json
 
     with open(os.path.join(folder, runner)) as fh:
         run = json.load(fh)
     with open(os.path.join(folder, flow)) as fh:
         wf = json.load(fh)
-    return {"runner": run, "seconds": {k: None if v is None else round(v, 3)
-                                       for k, v in seconds.items()},
+    return {"runner": run, "seconds": seconds,
             "workflow": {k: wf.get(k) for k in ("phases", "drain", "index", "refine",
                                                 "frame_log")}}
 

@@ -41,11 +41,11 @@ def frames_of(path: str, dataset: str, start: int, stop: int, row: int = 0) -> F
 def _dataset(path: str, name: str, _identity: Any) -> Tuple[Any, Any, Tuple[int, ...]]:
     """One open frames dataset per file and process: the file, the dataset and its shape
     (opening them for every partition costs more than a small partition's read,
-    ``bench/results/offline_read.md``). ``_identity`` (this process, the file's inode, time and size) keeps a forked worker
-    off its parent's handle and opens a replaced file anew; a file stays open in the
-    worker until four others were opened after it, or the worker ends (HDF5 then refuses
-    to truncate it, ``"w"``, in that process: write a new copy and rename it, as the
-    stager does)."""
+    ``bench/results/offline_read.md``). ``_identity`` (this process, the file's inode,
+    time and size) keeps a forked worker off its parent's handle and opens a replaced file
+    anew; a file stays open in the worker until four others were opened after it, or the
+    worker ends (HDF5 then refuses to truncate it, ``"w"``, in that process: write a new
+    copy and rename it, as the stager does)."""
     import h5py
 
     f = h5py.File(path, "r")
