@@ -117,17 +117,6 @@ GRAINS_SCHEMA = (
 )
 
 
-def _alias(values: Dict[str, Any], given: Dict[str, Any], key: str, alias: str,
-           path: str) -> None:
-    """``key`` takes ``alias``'s value when only the alias is given; both given and different
-    is an error."""
-    if alias in given:
-        if key in given and given[key] != given[alias]:
-            raise ParamError(f"{path}: {key} and its alias {alias} are both set and differ; "
-                             "keep one")
-        values[key] = given[alias]
-
-
 def read_grains_params(path: str, flags: Dict[str, Any] | None = None) -> Dict[str, Any]:
     """Stage 2's parameters from the sweep's file ``path`` and flag overrides, checked."""
     foreign = MIDAS_FF_KEYS | {q.key for q in PEAKS_SCHEMA}
@@ -136,7 +125,11 @@ def read_grains_params(path: str, flags: Dict[str, Any] | None = None) -> Dict[s
     given = {**raw, **(flags or {})}
     for key, alias in (("LatticeConstant", "LatticeParameter"), ("MinEta", "ExcludePoleAngle"),
                        ("RhoD", "MaxRingRad"), ("MarginOme", "MarginOmega")):
-        _alias(v, given, key, alias, path)
+        if alias in given:      # the key takes its alias's value; both, differing: an error
+            if key in given and given[key] != given[alias]:
+                raise ParamError(f"{path}: {key} and its alias {alias} are both set and "
+                                 "differ; keep one")
+            v[key] = given[alias]
     if len(v["LatticeConstant"]) != 6:
         raise ParamError(f"{path}: LatticeConstant needs 6 values 'a b c alpha beta gamma', "
                          f"got {len(v['LatticeConstant'])}")
