@@ -91,9 +91,9 @@ def ff_seeds(layer: Dict[str, Any], out: str, args: Any, env: Dict[str, str], lo
     rows = read_grains_csv(os.path.join(ff_out, "Grains.csv"))["rows"]
     if not len(rows):
         raise SystemExit(f"demo: FF stage 2 found no grain; see {ff_out}/ffgrains_run.json")
-    seconds = {k: (v if isinstance(v, float) else
-                   {kk: None if vv is None else round(vv, 3) for kk, vv in v.items()})
-               for k, v in times.items()}
+    seconds: Dict[str, Any] = {
+        k: v if isinstance(v, float) else {kk: None if vv is None else round(vv, 3)
+                                           for kk, vv in v.items()} for k, v in times.items()}
     stages = {key: _stage_facts(ff_out, runner, flow, seconds[key])
               for key, runner, flow in (("ff1", "run.json", "ff_run.json"),
                                         ("ff2", "run_grains.json", "ffgrains_run.json"))}
