@@ -730,6 +730,4 @@ def _labels(classes: Sequence[Any]) -> List[str]:
 
 
 def _plain(x: Any) -> Any:
-    if isinstance(x, np.ndarray):
-        return f"<array {x.shape} {x.dtype}>"
-    return repr(x)
+    return f"<array {x.shape} {x.dtype}>" if isinstance(x, np.ndarray) else repr(x)
