@@ -96,10 +96,9 @@ class PerFrame:
     def column(self, name: str, frames: int, dtype: Any = np.float64) -> np.ndarray:
         """Column ``name`` over all ``frames`` (zeros where a frame is absent)."""
         shape: Tuple[int, ...] = ()
-        for c in self.chunks:
-            shape = c.columns[name].shape[1:]
-            dtype = c.columns[name].dtype
-            break
+        if self.chunks:
+            first = self.chunks[0].columns[name]
+            shape, dtype = first.shape[1:], first.dtype
         out = np.zeros((frames, *shape), dtype)
         for c in self.chunks:
             out[c.frames] = c.columns[name]

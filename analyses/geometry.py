@@ -92,10 +92,6 @@ class ScanGeometry:
     def sector_rows(self, sector: int) -> Tuple[int, int]:
         return sector_rows(self.shape[0], self.sectors, sector)
 
-    def position(self, frame: int) -> Tuple[int, int]:
-        """Scan position (y, x) of ``frame``."""
-        return divmod(frame, self.scan_shape[1])
-
 
 def sector_rows(rows: int, sectors: int, sector: int) -> Tuple[int, int]:
     """Rows ``[r0, r1)`` of ``sector`` when ``rows`` are split into ``sectors`` bands.

@@ -339,15 +339,11 @@ class UDFPartial:
     delivered: List[np.ndarray] = field(default_factory=list)
     delivered_complete: List[np.ndarray] = field(default_factory=list)
 
-    def positions(self) -> np.ndarray:
-        if not self.nav:
-            return np.zeros(0, np.int64)
-        return np.concatenate([p for p, _ in self.nav])
-
     def seen(self, frames: int) -> np.ndarray:
         """Bool (frames,): positions whose result is in (the valid mask)."""
         out = np.zeros(frames, bool)
-        out[self.positions()] = True
+        for p, _ in self.nav:
+            out[p] = True
         return out
 
     def received(self, frames: int) -> np.ndarray:
@@ -422,9 +418,6 @@ class UDFAnalysis(Analysis):
         """The pixel mask the detector sent at ``scan``'s start (None: it sent none)."""
         self.inputs.use_detector(scan, pixel_mask)
 
-    def _roi_flat(self, g: ScanGeometry) -> Optional[np.ndarray]:
-        return self.inputs.roi_flat(g)
-
     def corrections(self, g: ScanGeometry, strict: bool = True) -> Any:
         """LiberTEM's ``CorrectionSet`` of scan ``g`` (:meth:`UDFInputs.corrections`)."""
         return self.inputs.corrections(g, strict)[1]
@@ -475,7 +468,7 @@ class UDFAnalysis(Analysis):
     def prepare(self, geometry: ScanGeometry) -> None:
         if len(geometry.shape) != 2:
             raise UDFError(f"{self.spec}: frames of shape {geometry.shape}; only 2-D frames")
-        self._roi_flat(geometry)
+        self.inputs.roi_flat(geometry)
         self.corrections(geometry)            # the mask fits the frames, patches
         self.mains(geometry)
         self._geometry = geometry
@@ -494,7 +487,7 @@ class UDFAnalysis(Analysis):
         positions = np.asarray(positions, np.int64)
         complete = np.asarray(complete, bool)
         out = UDFPartial(g, delivered=[positions.copy()], delivered_complete=[complete.copy()])
-        roi = self._roi_flat(g)
+        roi = self.inputs.roi_flat(g)
         take = complete if roi is None else complete & roi[positions]
         if take.all() and (len(positions) < 2 or (np.diff(positions) > 0).all()):
             # the usual case: the frames are not copied (the positions are: kept)
@@ -632,7 +625,6 @@ class UDFAnalysis(Analysis):
                 udf.set_views_for_dataset(ds)
                 udf.preprocess()
                 udf.clear_views()
-            decls = udf.get_result_buffers()
             for pos, vals in partial.nav:
                 where = pos if index is None else index[pos]
                 for k, v in vals[i].items():
@@ -650,8 +642,6 @@ class UDFAnalysis(Analysis):
                 res = dict(udf._do_get_results())
             except Exception as e:
                 raise UDFError(f"UDF {self.labels[i]}: get_results failed: {e!r}") from e
-            for k in res:
-                res[k].kind_declared = decls[k].kind if k in decls else res[k].kind
             out.append(res)
         return out
 
@@ -703,7 +693,7 @@ class UDFAnalysis(Analysis):
         grp.attrs["params"] = json.dumps(self.params, default=_plain)
         grp.attrs["classes"] = [f"{c.__module__}.{c.__qualname__}" for c in self.classes]
         grp.attrs["corrections"] = str(self.inputs.corrections_source or "none")
-        roi = self._roi_flat(geometry)
+        roi = self.inputs.roi_flat(geometry)
         if roi is not None:
             grp.attrs["roi"] = str(self.inputs.roi_source)
             grp.create_dataset("roi", data=roi.reshape(geometry.scan_shape))
@@ -740,6 +730,4 @@ def _labels(classes: Sequence[Any]) -> List[str]:
 
 
 def _plain(x: Any) -> Any:
-    if isinstance(x, np.ndarray):
-        return f"<array {x.shape} {x.dtype}>"
-    return repr(x)
+    return f"<array {x.shape} {x.dtype}>" if isinstance(x, np.ndarray) else repr(x)

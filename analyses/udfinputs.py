@@ -12,6 +12,7 @@ LiberTEM imported when a set is built.
 """
 from __future__ import annotations
 
+import hashlib
 from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
@@ -151,7 +152,8 @@ class UDFInputs:
                         "--corrections FILE.npy or none")
                 known = np.zeros(g.shape, bool)
             excluded = known
-            key = ("detector", tuple(g.shape), _digest(excluded))
+            key = ("detector", tuple(g.shape),
+                   hashlib.sha1(np.packbits(excluded).tobytes()).hexdigest())
         got = self._sets.get(key)
         if got is None:
             if tuple(excluded.shape) != tuple(g.shape):
@@ -192,9 +194,3 @@ def _corrections_arg(value: Any) -> Tuple[Any, Any]:
         raise UDFError(f"--corrections {_shown(value)}: shape {arr.shape}; a pixel mask is "
                        "one (rows, cols) image, nonzero = excluded")
     return _shown(value), arr > 0
-
-
-def _digest(mask: np.ndarray) -> str:
-    import hashlib
-
-    return hashlib.sha1(np.packbits(mask).tobytes()).hexdigest()

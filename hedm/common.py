@@ -25,7 +25,7 @@ import numpy as np
 from analyses.sources.frames import is_series
 from workflows.errors import WorkflowError
 
-__all__ = ["replacing", "cached", "cache_stats", "is_series", "merge_tables", "split_rows",
+__all__ = ["replacing", "cached", "is_series", "merge_tables", "split_rows",
            "as_records"]
 
 
@@ -52,7 +52,6 @@ def replacing(path: str, suffix: str = "") -> Iterator[str]:
 _CACHE: collections.OrderedDict[Tuple, Any] = collections.OrderedDict()
 _CACHE_LOCK = threading.Lock()
 _CACHE_MAX = 8
-_STATS = {"hits": 0, "misses": 0}
 
 
 def cached(path: str, load: Callable[[str], Any], kind: str = "") -> Tuple[Any, bool]:
@@ -71,21 +70,13 @@ def cached(path: str, load: Callable[[str], Any], kind: str = "") -> Tuple[Any, 
     with _CACHE_LOCK:
         if key in _CACHE:
             _CACHE.move_to_end(key)
-            _STATS["hits"] += 1
             return _CACHE[key], True
     value = load(path)
     with _CACHE_LOCK:
         _CACHE[key] = value
-        _STATS["misses"] += 1
         while len(_CACHE) > _CACHE_MAX:
             _CACHE.popitem(last=False)
     return value, False
-
-
-def cache_stats() -> Dict[str, int]:
-    """This process's cache hits and misses so far."""
-    with _CACHE_LOCK:
-        return dict(_STATS)
 
 
 # -- tables ---------------------------------------------------------------------

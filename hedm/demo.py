@@ -49,8 +49,6 @@ from typing import Any, Dict, List, Optional
 __all__ = ["main", "build_parser"]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-HOOKS = os.path.join(ROOT, "hedm", "hooks")
-FLOWS = os.path.join(ROOT, "hedm")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -115,15 +113,27 @@ def _mpirun(np_: int, argv: List[str], env: Dict[str, str], log: str, timeout: f
     return time.perf_counter() - t0
 
 
-def _job(stage: str, flow: str, hook: str, out: str, report: str, params: str, results: str,
+def _job(stage: str, name: str, out: str, report: str, params: str, results: str,
          args: argparse.Namespace, env: Dict[str, str], log: str) -> Dict[str, Optional[float]]:
-    """One staged workflow job, then ``stager clean``; returns the two wall times."""
+    """One staged workflow job, then ``stager clean``; returns the two wall times.
+
+    ``name``: the flow ``hedm/NAME.py`` and its hook ``hedm/hooks/NAME.hook``; ``report``
+    (and the flow's ``NAME_run.json``) in ``out``; ``params`` and ``results`` in the node's
+    directory under ``$HEDM_STAGE``.
+    """
+    flow = os.path.join(ROOT, "hedm", name + ".py")
+    hook = os.path.join(ROOT, "hedm", "hooks", name + ".hook")
+    node = os.path.join(env["HEDM_STAGE"], "%n")
+    for old in (report, f"{name}_run.json"):      # a previous run's records
+        if os.path.exists(os.path.join(out, old)):
+            os.unlink(os.path.join(out, old))
     print(f"demo: {stage}: mpirun -n {args.np}, {args.nodes} emulated nodes: stage "
           f"({os.path.basename(hook)}), run {os.path.basename(flow)}, drain ...", flush=True)
     job_s = _mpirun(args.np, ["-m", "workflows", "run", flow, "--stage", hook,
                               "--emulate-nodes", str(args.nodes), "--out", out,
-                              "--report", report, "--", "--params", params,
-                              "--results", results], env, log, args.timeout)
+                              "--report", os.path.join(out, report), "--", "--params",
+                              os.path.join(node, params), "--results",
+                              os.path.join(node, results)], env, log, args.timeout)
     clean_s = None
     if not args.keep_staged:
         clean_s = _mpirun(args.np, ["-m", "stager", "clean", hook, "--emulate-nodes",
@@ -165,27 +175,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     warm = warm_cache(numba_dir)
     compile_s = time.perf_counter() - t0
     env = _env(stage_root, data, reduced, warm.cache_dir)
-    for stale in (os.path.join(reduced, "nf_run.json"), os.path.join(reduced, "run.json"),
-                  os.path.join(out, "nffit_run.json"), os.path.join(out, "run_fit.json")):
-        if os.path.exists(stale):
-            os.unlink(stale)
     times: Dict[str, Any] = {"dataset": layer["seconds"], "compile": compile_s}
-    times["stage1"] = _job("stage 1 (reduction)", os.path.join(FLOWS, "nf.py"),
-                           os.path.join(HOOKS, "nf.hook"), reduced,
-                           os.path.join(reduced, "run.json"),
-                           os.path.join(stage_root, "%n", "nf", "nf.params"),
-                           os.path.join(stage_root, "%n", "results-nf"), args, env, log)
+    times["stage1"] = _job("stage 1 (reduction)", "nf", reduced, "run.json", "nf/nf.params",
+                           "results-nf", args, env, log)
     ff = None
     if args.seeds == "ff":
         from hedm.demo_ff import ff_seeds
 
-        ff = ff_seeds(layer, out, stage_root, args, env, log, _job)
+        ff = ff_seeds(layer, out, args, env, log, _job)
         env = dict(env, HEDM_NF_DATA=ff["data"])
-    times["stage2"] = _job("stage 2 (orientation fitting)", os.path.join(FLOWS, "nffit.py"),
-                           os.path.join(HOOKS, "nffit.hook"), out,
-                           os.path.join(out, "run_fit.json"),
-                           os.path.join(stage_root, "%n", "nffit", "nf.params"),
-                           os.path.join(stage_root, "%n", "results-fit"), args, env, log)
+    times["stage2"] = _job("stage 2 (orientation fitting)", "nffit", out, "run_fit.json",
+                           "nffit/nf.params", "results-fit", args, env, log)
     if not args.keep_staged:
         shutil.rmtree(stage_root, ignore_errors=True)
     times["total"] = time.perf_counter() - t_start

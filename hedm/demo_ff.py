@@ -31,11 +31,8 @@ from typing import Any, Callable, Dict
 
 __all__ = ["ff_seeds", "render_ff"]
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-HOOKS = os.path.join(ROOT, "hedm", "hooks")
 #: FF frames over a full turn (:data:`hedm.ffsynth.SWEEP_GEOMETRY`: 1 deg each)
 FF_FRAMES = 360
-FLOWS = os.path.join(ROOT, "hedm")
 
 
 def _seeded_layer(layer: str, folder: str, u) -> str:
@@ -54,9 +51,8 @@ def _seeded_layer(layer: str, folder: str, u) -> str:
     return folder
 
 
-def ff_seeds(layer: Dict[str, Any], out: str, stage_root: str, args: Any,
-             env: Dict[str, str], log: str, job: Callable[..., Dict[str, Any]]
-             ) -> Dict[str, Any]:
+def ff_seeds(layer: Dict[str, Any], out: str, args: Any, env: Dict[str, str], log: str,
+             job: Callable[..., Dict[str, Any]]) -> Dict[str, Any]:
     """Steps 1-4 of the module docstring; return the seeded layer's folder, the wall times
     and FF's grains against the truth.
 
@@ -77,10 +73,8 @@ def ff_seeds(layer: Dict[str, Any], out: str, stage_root: str, args: Any,
     data = os.path.join(out, "dataset", "ff")
     ff_out = os.path.join(out, "ff")
     os.makedirs(ff_out, exist_ok=True)
-    for stale in ("run.json", "run_grains.json", "ff_run.json", "ffgrains_run.json",
-                  "Grains.csv"):
-        if os.path.exists(os.path.join(ff_out, stale)):
-            os.unlink(os.path.join(ff_out, stale))
+    if os.path.exists(os.path.join(ff_out, "Grains.csv")):
+        os.unlink(os.path.join(ff_out, "Grains.csv"))
     print(f"demo: FF sweep of the same {micro.n_grains} grains (raw frames) in {data} ...",
           flush=True)
     t0 = time.perf_counter()
@@ -89,19 +83,18 @@ def ff_seeds(layer: Dict[str, Any], out: str, stage_root: str, args: Any,
                       n_frames=FF_FRAMES)
     times: Dict[str, Any] = {"sweep": time.perf_counter() - t0}
     env_ff = dict(env, HEDM_FF_DATA=data, HEDM_FF_REDUCED=ff_out)
-    times["ff1"] = job("FF stage 1 (peaks)", os.path.join(FLOWS, "ff.py"),
-                       os.path.join(HOOKS, "ff.hook"), ff_out, os.path.join(ff_out, "run.json"),
-                       os.path.join(stage_root, "%n", "ff", "ff.params"),
-                       os.path.join(stage_root, "%n", "results-ff"), args, env_ff, log)
-    times["ff2"] = job("FF stage 2 (indexing, refinement)", os.path.join(FLOWS, "ffgrains.py"),
-                       os.path.join(HOOKS, "ffgrains.hook"), ff_out,
-                       os.path.join(ff_out, "run_grains.json"),
-                       os.path.join(stage_root, "%n", "ffgrains", "ff.params"),
-                       os.path.join(stage_root, "%n", "results-ffgrains"), args, env_ff, log)
+    times["ff1"] = job("FF stage 1 (peaks)", "ff", ff_out, "run.json", "ff/ff.params",
+                       "results-ff", args, env_ff, log)
+    times["ff2"] = job("FF stage 2 (indexing, refinement)", "ffgrains", ff_out,
+                       "run_grains.json", "ffgrains/ff.params", "results-ffgrains", args, env_ff,
+                       log)
     rows = read_grains_csv(os.path.join(ff_out, "Grains.csv"))["rows"]
     if not len(rows):
         raise SystemExit(f"demo: FF stage 2 found no grain; see {ff_out}/ffgrains_run.json")
-    stages = {key: _stage_facts(ff_out, runner, flow, times[key])
+    seconds: Dict[str, Any] = {
+        k: v if isinstance(v, float) else {kk: None if vv is None else round(vv, 3)
+                                           for kk, vv in v.items()} for k, v in times.items()}
+    stages = {key: _stage_facts(ff_out, runner, flow, seconds[key])
               for key, runner, flow in (("ff1", "run.json", "ff_run.json"),
                                         ("ff2", "run_grains.json", "ffgrains_run.json"))}
     u = rows[:, 1:10].reshape(-1, 3, 3)
@@ -114,24 +107,20 @@ def ff_seeds(layer: Dict[str, Any], out: str, stage_root: str, args: Any,
             "max_misorientation_deg": float(np.max(score["misorientation_deg"])),
             "max_position_um": float(np.max(score["position_um"])),
             "max_strain_err": float(np.max(score["strain_err"])),
-            "stage1": stages["ff1"], "stage2": stages["ff2"],
-            "seconds": {k: (v if isinstance(v, float) else
-                            {kk: None if vv is None else round(vv, 3) for kk, vv in v.items()})
-                        for k, v in times.items()}}
+            "stage1": stages["ff1"], "stage2": stages["ff2"], "seconds": seconds}
 
 
 def _stage_facts(folder: str, runner: str, flow: str, seconds: Dict[str, Any]
                  ) -> Dict[str, Any]:
     """One FF job's records for the report: the runner's (tasks, staging) and the flow's
-    (phase spans from the tasks' clocks, drain, indexing), and its wall times."""
+    (phase spans from the tasks' clocks, drain, indexing), and its wall times (rounded)."""
     import json
 
     with open(os.path.join(folder, runner)) as fh:
         run = json.load(fh)
     with open(os.path.join(folder, flow)) as fh:
         wf = json.load(fh)
-    return {"runner": run, "seconds": {k: None if v is None else round(v, 3)
-                                       for k, v in seconds.items()},
+    return {"runner": run, "seconds": seconds,
             "workflow": {k: wf.get(k) for k in ("phases", "drain", "index", "refine",
                                                 "frame_log")}}
 

@@ -53,8 +53,7 @@ def collect(out: str, layer: Dict[str, Any], times: Dict[str, Any], np_: int, no
     micro, truth_images = load_truth(layer["folder"])
     binary = os.path.join(reduced, nf["params"]["ReducedFileName"] + BINARY_SUFFIX)
     images = score_images(np.load(binary, mmap_mode="r"), truth_images)
-    files = {k: fit["result"][k] for k in ("h5", "mic", "png")}
-    files = {k: os.path.join(out, os.path.basename(v)) for k, v in files.items()}
+    files = {k: os.path.join(out, os.path.basename(fit["result"][k])) for k in ("h5", "mic", "png")}
     with h5py.File(files["h5"], "r") as f:
         xy, u = f["position"][()], f["orientation_matrix"][()]
         grains, grid = f["grain_id"][()], f["grid"][()]

@@ -16,21 +16,14 @@ key and its alias both is an error. Keys of ours (MIDAS has none): ``PeaksFile``
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Optional
+from typing import Any, Dict
 
 import numpy as np
 
-from hedm.params import MIDAS_FF_KEYS, Param, ParamError, at_least, load_params, resolve_params
+from hedm.params import (MIDAS_FF_KEYS, Param, ParamError, at_least, fraction, load_params,
+                         positive, resolve_params)
 
 __all__ = ["PEAKS_SCHEMA", "GRAINS_SCHEMA", "read_grains_params", "ff_arrays", "ring_table"]
-
-
-def _positive(v: float) -> Optional[str]:
-    return None if v > 0 else "must be > 0"
-
-
-def _fraction(v: float) -> Optional[str]:
-    return None if 0 <= v <= 1 else "must be in [0, 1]"
 
 
 #: Stage 1's keys (peaks per frame, :mod:`hedm.ffpeaks`): kept beside stage 2's, so each
@@ -68,10 +61,10 @@ GRAINS_SCHEMA = (
           "deg)", multi=True),
     Param("LatticeParameter", float, (), "alias of LatticeConstant", multi=True),
     Param("SpaceGroup", int, 225, "space group (symmorphic cubic: 225 FCC, 229 BCC, 221 SC)"),
-    Param("Wavelength", float, None, "X-ray wavelength (A)", _positive),
-    Param("Lsd", float, None, "sample-detector distance (um)", _positive),
+    Param("Wavelength", float, None, "X-ray wavelength (A)", positive),
+    Param("Lsd", float, None, "sample-detector distance (um)", positive),
     Param("BC", float, None, "beam centre 'y z' (pixels)", multi=True),
-    Param("px", float, None, "pixel size (um)", _positive),
+    Param("px", float, None, "pixel size (um)", positive),
     Param("tx", float, 0.0, "detector tilt about the beam (deg)"),
     Param("ty", float, 0.0, "detector tilt about y (deg)"),
     Param("tz", float, 0.0, "detector tilt about z (deg)"),
@@ -92,29 +85,29 @@ GRAINS_SCHEMA = (
           multi=True),
     Param("OverAllRingToIndex", int, 1, "ring whose spots seed the orientations", at_least(1)),
     Param("Width", float, 1500.0, "half-width (um) of a ring: a spot farther from every ring "
-          "is not used", _positive),
+          "is not used", positive),
     Param("Completeness", float, 0.8, "fraction of a candidate's predicted spots that must be "
-          "found to accept it", _fraction),
-    Param("StepSizeOrient", float, 1.0, "step (deg) along each seed spot's fibre", _positive),
+          "found to accept it", fraction),
+    Param("StepSizeOrient", float, 1.0, "step (deg) along each seed spot's fibre", positive),
     Param("StepSizePos", float, 100.0, "step (um) of candidate positions in the sample",
-          _positive),
+          positive),
     Param("Rsample", float, 0.0, "sample radius (um): candidate x, y within it", at_least(0)),
     Param("Hbeam", float, 0.0, "beam height (um): candidate z within +-Hbeam/2", at_least(0)),
-    Param("MarginOme", float, 1.0, "omega tolerance of a match (deg)", _positive),
+    Param("MarginOme", float, 1.0, "omega tolerance of a match (deg)", positive),
     Param("MarginOmega", float, 0.0, "alias of MarginOme"),
     Param("MarginEta", float, 500.0, "eta tolerance of a match, as an arc length (um)",
-          _positive),
-    Param("MarginRadial", float, 500.0, "radial tolerance of a match (um)", _positive),
+          positive),
+    Param("MarginRadial", float, 500.0, "radial tolerance of a match (um)", positive),
     Param("MergePixels", float, 2.0, "peaks of consecutive frames closer than this (px) are "
-          "one spot", _positive),
+          "one spot", positive),
     Param("MergeAngle", float, 1.0, "candidates closer than this misorientation (deg) and "
-          "MergeDistance are one grain", _positive),
+          "MergeDistance are one grain", positive),
     Param("MergeDistance", float, 0.0, "see MergeAngle (um); 0: 2 * StepSizePos",
           at_least(0)),
     Param("MinIndexedFraction", float, 0.5, "fraction of the ring-assigned spots the grains "
-          "must explain; fewer fails the run", _fraction),
+          "must explain; fewer fails the run", fraction),
     Param("MaxRefineRMS", float, 1.0, "a refined grain whose rms residual (px, frames) is "
-          "larger did not converge", _positive),
+          "larger did not converge", positive),
     Param("Vsample", float, 0.0, "illuminated volume (um^3): GrainRadius from each grain's "
           "share of the spot intensity; 0: GrainRadius 0", at_least(0)),
     Param("NumPhases", int, 1, "written in Grains.csv", at_least(1)),
@@ -122,17 +115,6 @@ GRAINS_SCHEMA = (
     Param("BeamThickness", float, 0.0, "written in Grains.csv (um)"),
     Param("GlobalPosition", float, 0.0, "written in Grains.csv (um)"),
 )
-
-
-def _alias(values: Dict[str, Any], given: Dict[str, Any], key: str, alias: str,
-           path: str) -> None:
-    """``key`` takes ``alias``'s value when only the alias is given; both given and different
-    is an error."""
-    if alias in given:
-        if key in given and given[key] != given[alias]:
-            raise ParamError(f"{path}: {key} and its alias {alias} are both set and differ; "
-                             "keep one")
-        values[key] = given[alias]
 
 
 def read_grains_params(path: str, flags: Dict[str, Any] | None = None) -> Dict[str, Any]:
@@ -143,7 +125,11 @@ def read_grains_params(path: str, flags: Dict[str, Any] | None = None) -> Dict[s
     given = {**raw, **(flags or {})}
     for key, alias in (("LatticeConstant", "LatticeParameter"), ("MinEta", "ExcludePoleAngle"),
                        ("RhoD", "MaxRingRad"), ("MarginOme", "MarginOmega")):
-        _alias(v, given, key, alias, path)
+        if alias in given:      # the key takes its alias's value; both, differing: an error
+            if key in given and given[key] != given[alias]:
+                raise ParamError(f"{path}: {key} and its alias {alias} are both set and "
+                                 "differ; keep one")
+            v[key] = given[alias]
     if len(v["LatticeConstant"]) != 6:
         raise ParamError(f"{path}: LatticeConstant needs 6 values 'a b c alpha beta gamma', "
                          f"got {len(v['LatticeConstant'])}")

@@ -69,13 +69,11 @@ STAGE1: Dict[str, Any] = {
     "OutputFileName": "ff_peaks"}
 
 
-def _params(text: str, n_frames: int, shape) -> Dict[str, Any]:
-    from hedm.ffparams import GRAINS_SCHEMA
+def _params(text: str) -> Dict[str, Any]:
+    from hedm.ffparams import GRAINS_SCHEMA, PEAKS_SCHEMA
     from hedm.params import parse_params, resolve_params
 
-    from hedm.ffpeaks import SCHEMA
-
-    foreign = {q.key for q in SCHEMA}
+    foreign = {q.key for q in PEAKS_SCHEMA}
     v = resolve_params(GRAINS_SCHEMA, parse_params(text, GRAINS_SCHEMA, "<sweep>", foreign), {})
     v["MergeDistance"] = v["MergeDistance"] or 2 * v["StepSizePos"]
     return v
@@ -115,7 +113,7 @@ def _given(given: Dict[str, np.ndarray], p: Dict[str, Any]) -> Dict[str, np.ndar
 
 
 def _render(spots: np.ndarray, amp: np.ndarray, n_frames: int, shape, sigma_px: float,
-            omega_sigma: float, background: float, rng) -> np.ndarray:
+            omega_sigma: float, background: float) -> np.ndarray:
     from scipy.special import erf
 
     mean = np.full((n_frames,) + tuple(shape), background, np.float32)
@@ -157,7 +155,7 @@ def make_sweep(folder: str, grains: int = 20, seed: int = 1, strain: float = 5e-
     from hedm.ffparams import ff_arrays
 
     rng = np.random.default_rng(seed)
-    p = _params(geometry, n_frames, shape)
+    p = _params(geometry)
     arrays = ff_arrays(p, n_frames, shape)
     truth = _grains(grains, p, strain, rng) if given is None else _given(given, p)
     grains = len(truth["u"])
@@ -170,8 +168,7 @@ def make_sweep(folder: str, grains: int = 20, seed: int = 1, strain: float = 5e-
         owner.append(np.full(len(s), i))
     spots = np.concatenate(rows)
     amp = np.concatenate(amps)
-    mean = _render(spots[:, [3, 4, 5]], amp, n_frames, shape, sigma_px, omega_sigma,
-                   background, rng)
+    mean = _render(spots[:, [3, 4, 5]], amp, n_frames, shape, sigma_px, omega_sigma, background)
     os.makedirs(folder, exist_ok=True)
 
     def noisy(m):

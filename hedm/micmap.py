@@ -62,7 +62,7 @@ import numpy as np
 from hedm.common import replacing
 
 __all__ = ["neighbour_pairs", "grain_ids", "ipf_colors", "write_map_h5", "write_mic",
-           "read_mic", "plot_map", "MIC_COLUMNS"]
+           "plot_map", "MIC_COLUMNS"]
 
 #: The column names of MIDAS's text ``.mic`` (its header line, without the ``%``).
 MIC_COLUMNS = ("OrientationRowNr", "OrientationID", "RunTime", "X", "Y", "TriEdgeSize",
@@ -140,10 +140,6 @@ def ipf_colors(u: np.ndarray, direction=(0.0, 0.0, 1.0)) -> np.ndarray:
     return np.clip(rgb, 0.0, 1.0).astype(np.float32)
 
 
-def _attr(value: Any) -> Any:
-    return value if isinstance(value, (int, float, str, np.number)) else str(value)
-
-
 def write_map_h5(path: str, fit: np.ndarray, grid: np.ndarray, grains: np.ndarray,
                  seeds: np.ndarray, params: Mapping[str, Any],
                  extra_attrs: Optional[Mapping[str, Any]] = None) -> str:
@@ -157,8 +153,7 @@ def write_map_h5(path: str, fit: np.ndarray, grid: np.ndarray, grains: np.ndarra
               "n_candidates": fit["n_candidates"].astype(np.int32),
               "seed": fit["seed"].astype(np.int32), "n_evals": fit["n_evals"].astype(np.int32),
               "ipf_z": ipf_colors(fit["u"]), "seeds": np.asarray(seeds, np.float64)}
-    return write_h5(path, arrays, {k: _attr(v) for k, v in params.items()},
-                    dict(extra_attrs or {}))
+    return write_h5(path, arrays, params, extra_attrs)
 
 
 def write_mic(path: str, fit: np.ndarray, gs: float, phase_nr: int = 1, num_phases: int = 1,
@@ -178,23 +173,6 @@ def write_mic(path: str, fit: np.ndarray, gs: float, phase_nr: int = 1, num_phas
                     r["euler"][0], r["euler"][1], r["euler"][2], r["confidence"])
             fh.write("".join(f"{float(v):f}\t" for v in vals) + f"{int(phase_nr)}\n")
     return path
-
-
-def read_mic(path: str) -> Tuple[Dict[str, float], np.ndarray]:
-    """Read a text ``.mic``: ``({"TriEdgeSize", "NumPhases", "GlobalPosition"}, (m, 12) array)``."""
-    header: Dict[str, float] = {}
-    rows = []
-    with open(path) as fh:
-        for line in fh:
-            if line.startswith("%"):
-                parts = line[1:].split()
-                if len(parts) == 2 and parts[0] in ("TriEdgeSize", "NumPhases",
-                                                    "GlobalPosition"):
-                    header[parts[0]] = float(parts[1])
-                continue
-            if line.strip():
-                rows.append([float(v) for v in line.split()])
-    return header, np.array(rows, dtype=np.float64).reshape(-1, len(MIC_COLUMNS))
 
 
 def _ipf_key(ax: Any) -> None:
@@ -224,15 +202,15 @@ def _ipf_key(ax: Any) -> None:
 def plot_map(path: str, fit: np.ndarray, grid: np.ndarray, grains: np.ndarray,
              title: str = "NF-HEDM orientation map") -> str:
     """PNG: the IPF-z coloured map (with its colour key) beside the confidence map."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.collections import PolyCollection
     from matplotlib.figure import Figure
 
     from kernels.nfgrid import grid_vertices
 
+    from hedm.output import save_png
+
     verts = list(grid_vertices(grid))
     fig = Figure(figsize=(12.0, 5.2))
-    FigureCanvasAgg(fig)
     spec = fig.add_gridspec(2, 3, width_ratios=(1.0, 0.2, 1.1), height_ratios=(1.0, 0.35))
     colors = ipf_colors(fit["u"])
     n_grains = int(grains.max()) if len(grains) else 0
@@ -258,9 +236,7 @@ def plot_map(path: str, fit: np.ndarray, grid: np.ndarray, grains: np.ndarray,
         a.set_ylabel("y (um)")
     _ipf_key(fig.add_subplot(spec[1, 1]))
     fig.tight_layout()
-    with replacing(path, ".png") as tmp:
-        fig.savefig(tmp, dpi=110)
-    return path
+    return save_png(fig, path)
 
 
 def map_summary(fit: np.ndarray, grains: np.ndarray) -> Dict[str, Any]:

@@ -57,7 +57,7 @@ import numpy as np
 from hedm.common import as_records, cached, merge_tables, replacing
 from hedm.nfparams import FIT_SCHEMA as SCHEMA
 from hedm.nfparams import read_fit_params
-from hedm.params import ParamError, add_flow_arguments, flag_overrides, relative_to
+from hedm.params import BINARY_SUFFIX, ParamError, add_flow_arguments, flag_overrides, relative_to
 from hedm.run import ResultError, stage_dict, write_json
 from workflows import app, on_this_node, phase_spans, reduce_tree, this_node, worker_name
 
@@ -125,8 +125,6 @@ def read_seeds(path: str, expected: int = 0) -> np.ndarray:
 # -- tasks ----------------------------------------------------------------------------------
 def input_paths(params_path: str, p: Dict[str, Any]) -> Dict[str, str]:
     """Images, grid and seeds paths of a parameter set (``%n`` kept: tasks resolve it)."""
-    from hedm.params import BINARY_SUFFIX
-
     return {"params": params_path,
             "images": os.path.join(relative_to(p["ReducedDirectory"], params_path),
                                    p["ReducedFileName"] + BINARY_SUFFIX),

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
-from hedm.params import (MIDAS_NF_KEYS, Param, ParamError, at_least, load_params, one_of,
-                         resolve_params)
+from hedm.params import (MIDAS_NF_KEYS, Param, ParamError, at_least, fraction, load_params,
+                         one_of, positive, resolve_params)
 
 __all__ = ["REDUCE_SCHEMA", "FIT_SCHEMA", "read_nf_params", "read_fit_params", "input_pattern",
            "image_transforms"]
@@ -41,8 +41,7 @@ REDUCE_SCHEMA = (
     Param("BlanketSubtraction", int, 0, "counts subtracted after the background",
           lambda v: None if 0 <= v <= 65535 else "must be in 0..65535"),
     Param("MedFiltRadius", int, 1, "median filter radius: 1 (3x3) or 2 (5x5)", one_of(1, 2)),
-    Param("GaussFiltRadius", float, 1.0, "LoG Gaussian sigma (px)",
-          lambda v: None if v > 0 else "must be > 0"),
+    Param("GaussFiltRadius", float, 1.0, "LoG Gaussian sigma (px)", positive),
     Param("LoGMaskRadius", int, 4, "LoG kernel half-width (px)", at_least(1)),
     Param("BackgroundTasks", int, 0, "tasks computing the median background (row bands); "
           "0: one per worker", at_least(0)),
@@ -81,7 +80,7 @@ FIT_SCHEMA = (
           "the simplex (FitOptions.restarts)", at_least(0)),
     Param("MinMappedFraction", float, 0.1, "fraction of the grid points that must be fitted "
           "(confidence >= MinFracAccept); fewer fails the run with a diagnosis; 0: no check",
-          lambda v: None if 0 <= v <= 1 else "must be in [0, 1]"),
+          fraction),
 )
 
 

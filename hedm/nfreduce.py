@@ -368,9 +368,7 @@ class NFReduce(Analysis):
                           chunks=(1, 1) + packed.shape[2:])
         for name, image in self.images(partial, geometry).items():
             h5.create_dataset(name, data=image)
-        for k, v in self.p.items():
-            if v is not None:
-                h5.attrs[k] = _attr(v)
+        h5.attrs.update({k: _attr(v) for k, v in self.p.items() if v is not None})
         h5.attrs["workflow"] = "hedm_nf"
 
     def _max_projection(self) -> np.ndarray:

@@ -98,10 +98,6 @@ def layer_geometry(frames: int = 360, rsample: float = 50.0):
     return geo
 
 
-def _settings(**kw: Any) -> Dict[str, Any]:
-    return json.loads(json.dumps(kw))
-
-
 def make_layer(folder: str, frames: int = 360, rsample: float = 50.0, grains: int = 15,
                seed: int = 1, seed_error_deg: float = 0.5, spurious_seeds: int = 10,
                raw_frames: bool = True, reuse: bool = True) -> Dict[str, Any]:
@@ -121,10 +117,10 @@ def make_layer(folder: str, frames: int = 360, rsample: float = 50.0, grains: in
     from hedm.nf import BINARY_SUFFIX
     from hedm.nffit import write_seeds
 
-    settings = _settings(frames=frames, rsample=rsample, grains=grains, seed=seed,
-                         seed_error_deg=seed_error_deg, spurious_seeds=spurious_seeds,
-                         raw_frames=raw_frames, geometry=DEMO_GEOMETRY, stage1=STAGE1_KEYS,
-                         stage2=STAGE2_KEYS, version=1)
+    settings = json.loads(json.dumps(dict(  # as layer.json holds them, to compare
+        frames=frames, rsample=rsample, grains=grains, seed=seed, seed_error_deg=seed_error_deg,
+        spurious_seeds=spurious_seeds, raw_frames=raw_frames, geometry=DEMO_GEOMETRY,
+        stage1=STAGE1_KEYS, stage2=STAGE2_KEYS, version=1)))
     marker = os.path.join(folder, "layer.json")
     if reuse:
         try:
@@ -219,12 +215,8 @@ def score_map(micro, xy: np.ndarray, u: np.ndarray, grid_size: float,
     points count as wrong), their counts, the median misorientation, and
     (with ``grain_id``) the grains found against the truth's.
     """
-    from kernels import misorientation
-
     xy = np.asarray(xy, dtype=np.float64)
-    truth = micro.orientation_at(xy)
-    mis = misorientation(np.asarray(u, dtype=np.float64), truth)
-    mis = np.where(np.isfinite(mis), mis, 180.0)
+    mis = misorientation_from_truth(micro, xy, u)
     inner = micro.boundary_distance(xy) >= 2 * grid_size
     out: Dict[str, Any] = {
         "limit_deg": limit_deg, "points": int(len(xy)), "interior_points": int(inner.sum()),
@@ -250,20 +242,18 @@ def misorientation_from_truth(micro, xy: np.ndarray, u: np.ndarray) -> np.ndarra
 def plot_truth_comparison(path: str, grid: np.ndarray, u: np.ndarray, micro,
                           mis: np.ndarray, accuracy: Mapping[str, Any]) -> str:
     """PNG: the truth's IPF map, the fitted one, and each point's misorientation from the truth."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.collections import PolyCollection
     from matplotlib.colors import LogNorm
     from matplotlib.figure import Figure
 
     from kernels import grid_vertices
 
-    from hedm.common import replacing
     from hedm.micmap import ipf_colors
+    from hedm.output import save_png
 
     verts = list(grid_vertices(grid))
     xy = np.asarray(grid)[:, 2:4]
     fig = Figure(figsize=(15.0, 4.9))
-    FigureCanvasAgg(fig)
     titles = (f"truth: {micro.n_grains} grains (IPF z)", "fitted map (IPF z)",
               f"misorientation from the truth: {100 * accuracy['fraction']:.1f}% < "
               f"{accuracy['limit_deg']:g} deg")
@@ -286,6 +276,4 @@ def plot_truth_comparison(path: str, grid: np.ndarray, u: np.ndarray, micro,
         ax.set_xlabel("x (um)")
     axes[0].set_ylabel("y (um)")
     fig.tight_layout()
-    with replacing(path, ".png") as tmp:
-        fig.savefig(tmp, dpi=100)
-    return path
+    return save_png(fig, path, dpi=100)

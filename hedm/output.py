@@ -51,7 +51,7 @@ import numpy as np
 from hedm.common import replacing
 
 __all__ = ["NF_PIXEL_DTYPE", "NF_CENTROID_DTYPE", "NF_FRAME_DTYPE", "FF_FRAME_DTYPE",
-           "write_h5", "write_csv", "plot_nf", "plot_ff", "read_table"]
+           "write_h5", "write_csv", "save_png", "plot_nf", "plot_ff"]
 
 NF_PIXEL_DTYPE = np.dtype([("distance", np.int16), ("frame", np.int32), ("y", np.int32),
                            ("z", np.int32), ("intensity", np.uint16), ("label", np.int32)])
@@ -81,14 +81,6 @@ def write_h5(path: str, arrays: Mapping[str, np.ndarray], params: Mapping[str, A
     return write_arrays(path, arrays, file_attrs=attrs, mode="w")
 
 
-def read_table(path: str, name: str) -> np.ndarray:
-    """Read one dataset of a result file (for tests and the demo report)."""
-    import h5py
-
-    with h5py.File(path, "r") as f:
-        return f[name][()]
-
-
 def write_csv(path: str, table: np.ndarray, float_format: str = "%.6g") -> str:
     """Write a structured array as CSV with a header row (atomically)."""
     names = table.dtype.names or ()
@@ -101,18 +93,14 @@ def write_csv(path: str, table: np.ndarray, float_format: str = "%.6g") -> str:
     return path
 
 
-def _save(fig: Any, path: str) -> str:
+def save_png(fig: Any, path: str, dpi: int = 110) -> str:
+    """Draw the matplotlib ``fig`` on an Agg canvas into the PNG ``path`` (atomically)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     FigureCanvasAgg(fig)
     with replacing(path, ".png") as tmp:
-        fig.savefig(tmp, dpi=110)
+        fig.savefig(tmp, dpi=dpi)
     return path
-
-
-def _display_range(image: np.ndarray) -> tuple:
-    lo, hi = np.percentile(image, [1.0, 99.9])
-    return float(lo), float(max(hi, lo + 1))
 
 
 def plot_nf(path: str, max_projection: np.ndarray, background: np.ndarray,
@@ -132,7 +120,8 @@ def plot_nf(path: str, max_projection: np.ndarray, background: np.ndarray,
     fig = Figure(figsize=(width, 6.4 if n_dist == 1 else 4.6))
     for d in range(n_dist):
         img = mp[d].astype(np.float64) - bg[d].astype(np.float64)
-        lo, hi = _display_range(img)
+        lo, hi = np.percentile(img, [1.0, 99.9])
+        lo, hi = float(lo), float(max(hi, lo + 1))
         ax = fig.add_subplot(1, n_dist, d + 1)
         shown = ax.imshow(img, cmap="gray", vmin=max(lo, 0.0), vmax=hi, origin="upper",
                           interpolation="nearest")
@@ -152,7 +141,7 @@ def plot_nf(path: str, max_projection: np.ndarray, background: np.ndarray,
         fig.colorbar(shown, ax=ax, fraction=0.046 * min(1.0, h / w), pad=0.04,
                      label="counts above background")
     fig.tight_layout()
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
 def plot_ff(path: str, peaks: np.ndarray, shape: tuple, frames: np.ndarray,
@@ -177,4 +166,4 @@ def plot_ff(path: str, peaks: np.ndarray, shape: tuple, frames: np.ndarray,
     bx.set_ylabel("peaks found")
     bx.set_title("peaks per frame", fontsize=10)
     fig.tight_layout()
-    return _save(fig, path)
+    return save_png(fig, path)

@@ -64,8 +64,6 @@ __all__ = ["BINARY_SUFFIX", "check_inputs",
     "MIDAS_FF_KEYS",
 ]
 
-_MISSING = object()
-
 #: Every key MIDAS's NF-HEDM pipeline reads (marinerhemant/MIDAS at commit 0e6e0e54: the
 #: keys of ``manuals/NF_Parameters_Reference.md`` and the ``str = "Key "`` comparisons of
 #: ``NF_HEDM/src/*.c``), so a MIDAS parameter file is accepted whole; each stage checks the
@@ -160,10 +158,6 @@ class Param:
     check: Optional[Callable[[Any], Optional[str]]] = None
     multi: bool = False
 
-    @property
-    def required(self) -> bool:
-        return self.default is None
-
     def convert(self, text: str) -> Any:
         """Parse ``text`` to this parameter's type and check it; raise ValueError saying why
         (``multi``: a tuple of the line's values)."""
@@ -208,8 +202,14 @@ def one_of(*choices: Any) -> Callable[[Any], Optional[str]]:
     return lambda v: None if v in choices else f"must be one of {', '.join(map(str, choices))}"
 
 
-def _by_key(schema: Schema) -> Dict[str, Param]:
-    return {p.key: p for p in schema}
+def positive(v: float) -> Optional[str]:
+    """A check: value > 0."""
+    return None if v > 0 else "must be > 0"
+
+
+def fraction(v: float) -> Optional[str]:
+    """A check: value in [0, 1]."""
+    return None if 0 <= v <= 1 else "must be in [0, 1]"
 
 
 def _unknown(key: str, schema: Schema, foreign: AbstractSet[str] = frozenset()) -> str:
@@ -242,7 +242,7 @@ def parse_params(text: str, schema: Schema, path: str = "<string>",
     ParamError
         ``PATH:LINE: reason`` for the first bad line.
     """
-    params = _by_key(schema)
+    params = {p.key: p for p in schema}
     seen: Dict[str, int] = {}
     values: Dict[str, Any] = {}
     for lineno, raw in enumerate(text.splitlines(), 1):
@@ -257,21 +257,16 @@ def parse_params(text: str, schema: Schema, path: str = "<string>",
             continue
         if param is None:
             raise ParamError(f"{where}: {_unknown(key, schema, foreign)}")
-        if key in seen and param.multi:
-            try:
-                values[key] = values[key] + param.convert(rest)
-            except ValueError as exc:
-                raise ParamError(f"{where}: {exc}") from None
-            continue
-        if key in seen:
+        if key in seen and not param.multi:
             raise ParamError(
                 f"{where}: {key} is already set on line {seen[key]}; give each parameter once"
             )
         try:
-            values[key] = param.convert(rest)
+            value = param.convert(rest)
         except ValueError as exc:
             raise ParamError(f"{where}: {exc}") from None
-        seen[key] = lineno
+        values[key] = values[key] + value if key in seen else value   # multi: they add up
+        seen.setdefault(key, lineno)
     return values
 
 

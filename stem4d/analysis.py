@@ -28,7 +28,7 @@ import numpy as np
 
 from analyses.contract import Analysis, Chunk, PerFrame
 from streams.protocol import ScanGeometry
-from stem4d.counting import Thresholds, fixed_thresholds, sampled_thresholds
+from stem4d.counting import Thresholds, sampled_thresholds
 from stem4d.errors import Stem4DError
 from stem4d.masks import Mask, resolve_masks
 
@@ -134,7 +134,7 @@ class Stem4D(Analysis):
         self._gain: Optional[np.ndarray] = None
         self._thresholds: Optional[Thresholds] = (
             Thresholds(**threshold_stats) if threshold_stats else
-            fixed_thresholds(background_threshold, xray_threshold)
+            Thresholds(float(background_threshold), float(xray_threshold))
             if thresholds == "fixed" else None)
 
     @property
@@ -161,12 +161,7 @@ class Stem4D(Analysis):
 
     def sample_thresholds(self, frames: np.ndarray) -> Thresholds:
         """Compute the thresholds from sampled ``frames`` (k, rows, cols) and keep them."""
-        from kernels import KernelArgumentError, check_frame_dtype
-
-        try:
-            check_frame_dtype("threshold frames", frames.dtype)
-        except KernelArgumentError as e:
-            raise Stem4DError(str(e)) from e
+        _check_dtype(frames.dtype, "threshold frames")
         shape = (int(frames.shape[1]), int(frames.shape[2]))
         self._load_calibration(shape)
         p = self.params
@@ -200,7 +195,7 @@ class Stem4D(Analysis):
             Unsupported dtype, a mask, dark or gain of another shape, sampled
             thresholds without frames to sample.
         """
-        self._check_dtype(geometry.dtype, f"scan {geometry.scan}")
+        _check_dtype(geometry.dtype, f"stem4d, scan {geometry.scan}")
         shape = (int(geometry.shape[0]), int(geometry.shape[1]))
         self._setup(shape)
         if self.counting and self._thresholds is None:
@@ -208,14 +203,6 @@ class Stem4D(Analysis):
             if src is None:
                 self.thresholds()       # raises, saying what to give
             self.sample_thresholds(_read_samples(src, self.params["samples"]))
-
-    def _check_dtype(self, dtype: Any, where: str) -> None:
-        from kernels import KernelArgumentError, check_frame_dtype
-
-        try:
-            check_frame_dtype(f"stem4d, {where}", dtype)
-        except KernelArgumentError as e:
-            raise Stem4DError(str(e)) from e
 
     def _load_calibration(self, shape: Tuple[int, int]) -> None:
         from stem4d.inputs import load_array
@@ -264,7 +251,7 @@ class Stem4D(Analysis):
                           complete: np.ndarray) -> PerFrame:
         from kernels import count_electrons, virtual_detector
 
-        self._check_dtype(frames.dtype, "partition")
+        _check_dtype(frames.dtype, "stem4d, partition")
         k = len(frames)
         self._setup((int(frames.shape[1]), int(frames.shape[2])))
         sums = frames.reshape(k, -1).sum(axis=1, dtype=np.float64)
@@ -299,10 +286,8 @@ class Stem4D(Analysis):
         out = {"sum_image": partial.column("sum", F, np.float64).reshape(shape)}
         if self.virtual:
             masks = self.masks(geometry.shape)
-            if partial.chunks:
-                v = partial.column("virtual", F, np.float64)
-            else:
-                v = np.zeros((F, len(masks)))
+            v = (partial.column("virtual", F, np.float64) if partial.chunks
+                 else np.zeros((F, len(masks))))
             for j, m in enumerate(masks):
                 out[f"virtual/{m.name}"] = v[:, j].reshape(shape)
         if self.counting:
@@ -313,6 +298,16 @@ class Stem4D(Analysis):
         from stem4d.layout import write_stem
 
         write_stem(h5, self, partial, geometry)
+
+
+def _check_dtype(dtype: Any, what: str) -> None:
+    """:func:`kernels.check_frame_dtype` of ``what``'s frames, as a Stem4DError."""
+    from kernels import KernelArgumentError, check_frame_dtype
+
+    try:
+        check_frame_dtype(what, dtype)
+    except KernelArgumentError as e:
+        raise Stem4DError(str(e)) from e
 
 
 def _name(spec: Any) -> str:

@@ -34,7 +34,7 @@ import numpy as np
 
 from stem4d.errors import Stem4DError
 
-__all__ = ["Thresholds", "sampled_thresholds", "sample_indices", "fixed_thresholds"]
+__all__ = ["Thresholds", "sampled_thresholds", "sample_indices"]
 
 
 @dataclass
@@ -58,10 +58,6 @@ class Thresholds:
 
     def as_dict(self) -> Dict[str, Any]:
         return asdict(self)
-
-
-def fixed_thresholds(background: float, xray: float) -> Thresholds:
-    return Thresholds(float(background), float(xray))
 
 
 def sample_indices(frames: int, samples: int) -> np.ndarray:

@@ -19,7 +19,7 @@ our files and from stempy's (several frames per scan position too).
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Tuple, Union
+from typing import Any, List, Tuple, Union
 
 import numpy as np
 
@@ -152,12 +152,3 @@ def read_events(path: str, per_position: bool = False
                           "position")
     out: List[Union[np.ndarray, Any]] = [x[0] if x else np.zeros(0, np.uint32) for x in per]
     return out, scan, frame
-
-
-def metadata(path: str) -> Dict[str, Any]:
-    """``/metadata/electron_counting`` of a file (empty if it has none)."""
-    import h5py
-
-    with h5py.File(path, "r") as f:
-        g = f.get("metadata/electron_counting")
-        return dict(g.attrs) if g is not None else {}

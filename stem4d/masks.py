@@ -48,12 +48,10 @@ def _parametric(spec: Dict[str, Any], shape: Tuple[int, int], cx: float, cy: flo
                           f"{', '.join(sorted(bad))}")
     cx, cy = float(spec.get("cx", cx)), float(spec.get("cy", cy))
     try:
-        if "r" in spec:
-            if "ri" in spec or "ro" in spec:
-                raise Stem4DError(f"mask {spec['name']}: give r (a disk) or ri and ro (a ring)")
+        if "r" in spec and "ri" not in spec and "ro" not in spec:
             w = circular_mask(shape, cx, cy, float(spec["r"]), 0.0, np.float64)
             attrs = {"kind": "disk", "cx": cx, "cy": cy, "r": float(spec["r"])}
-        elif "ri" in spec and "ro" in spec:
+        elif "ri" in spec and "ro" in spec and "r" not in spec:
             w = circular_mask(shape, cx, cy, float(spec["ro"]), float(spec["ri"]), np.float64)
             attrs = {"kind": "ring", "cx": cx, "cy": cy, "ri": float(spec["ri"]),
                      "ro": float(spec["ro"])}
@@ -80,10 +78,8 @@ def resolve_masks(params: Dict[str, Any], shape: Tuple[int, int],
         A bad mask, a mask file of another frame shape, duplicate names, no mask.
     """
     rows, cols = shape
-    cx = params.get("cx")
-    cy = params.get("cy")
-    cx = (cols - 1) / 2 if cx is None else float(cx)
-    cy = (rows - 1) / 2 if cy is None else float(cy)
+    cx = (cols - 1) / 2 if params.get("cx") is None else float(params["cx"])
+    cy = (rows - 1) / 2 if params.get("cy") is None else float(params["cy"])
     out = [_parametric(dict(s), shape, cx, cy) for s in params.get("masks") or []]
     for name, w in file_masks or []:
         w = np.asarray(w)
@@ -100,8 +96,7 @@ def resolve_masks(params: Dict[str, Any], shape: Tuple[int, int],
         r = params.get("bf_radius") or rows / 8
         out.append(_parametric({"name": "bright_field", "r": r}, shape, cx, cy))
     if default or params.get("adf_inner") is not None or params.get("adf_outer") is not None:
-        ri = params.get("adf_inner")
-        ro = params.get("adf_outer")
+        ri, ro = params.get("adf_inner"), params.get("adf_outer")
         out.append(_parametric({"name": "annular_dark_field",
                                 "ri": rows / 6 if ri is None else ri,
                                 "ro": rows / 2 if ro is None else ro}, shape, cx, cy))

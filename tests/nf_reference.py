@@ -227,3 +227,20 @@ def ref_fit_point(row, geo, binary, seeds, tol_deg, min_frac):
         if best_c >= 1 - 1e-4:
             break
     return best_u, best_c, len(cand)
+
+
+def read_mic(path):
+    """A text ``.mic`` as MIDAS's ParseMic reads it: ``({"TriEdgeSize", "NumPhases",
+    "GlobalPosition"}, (m, 12) array)``."""
+    header, rows = {}, []
+    with open(path) as fh:
+        for line in fh:
+            if line.startswith("%"):
+                parts = line[1:].split()
+                if len(parts) == 2 and parts[0] in ("TriEdgeSize", "NumPhases",
+                                                    "GlobalPosition"):
+                    header[parts[0]] = float(parts[1])
+                continue
+            if line.strip():
+                rows.append([float(v) for v in line.split()])
+    return header, np.array(rows, dtype=np.float64).reshape(-1, 12)

@@ -39,14 +39,13 @@ def frames_of(path: str, dataset: str, start: int, stop: int, row: int = 0) -> F
 
 @functools.lru_cache(maxsize=4)
 def _dataset(path: str, name: str, _identity: Any) -> Tuple[Any, Any, Tuple[int, ...]]:
-    """One open frames dataset per file and process: the file, the dataset and its shape.
-    Opening the file and the dataset for every partition of 16-64 frames of 128x128 took
-    0.8 ms a partition, 1.8-3.2x the read itself (``bench/results/offline_read.md``).
-    ``_identity`` (this process, the file's inode, time and size) keeps a forked worker
-    off its parent's handle and opens a replaced file anew; a file stays open in the
-    worker until four others were opened after it, or the worker ends (HDF5 then refuses
-    to truncate it, ``"w"``, in that process: write a new copy and rename it, as the
-    stager does)."""
+    """One open frames dataset per file and process: the file, the dataset and its shape
+    (opening them for every partition costs more than a small partition's read,
+    ``bench/results/offline_read.md``). ``_identity`` (this process, the file's inode,
+    time and size) keeps a forked worker off its parent's handle and opens a replaced file
+    anew; a file stays open in the worker until four others were opened after it, or the
+    worker ends (HDF5 then refuses to truncate it, ``"w"``, in that process: write a new
+    copy and rename it, as the stager does)."""
     import h5py
 
     f = h5py.File(path, "r")

@@ -4,9 +4,10 @@ import numpy as np
 import pytest
 
 from hedm.micmap import (MIC_COLUMNS, grain_ids, ipf_colors, neighbour_pairs, plot_map,
-                         read_mic, stem_paths, write_map_h5, write_mic)
+                         stem_paths, write_map_h5, write_mic)
 from kernels import (FIT_DTYPE, euler_to_matrix, grid_vertices, hex_grid, matrix_to_euler,
                      misorientation, rotation_matrix, within_radius)
+from tests.nf_reference import read_mic
 
 
 @pytest.fixture(scope="module")

@@ -123,7 +123,7 @@ def test_reconstruction_through_the_flow_meets_the_targets(layer, tmp_path):
     98.4% and 100%); every grain found; the .mic holds every fitted point."""
     import h5py
 
-    from hedm.micmap import read_mic
+    from tests.nf_reference import read_mic
     from hedm.nfsynth import load_truth, score_map
 
     proc = run_flow(os.path.join(layer, "nf.params"), tmp_path)
