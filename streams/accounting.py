@@ -17,7 +17,6 @@ missing
 """
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
@@ -275,9 +274,6 @@ class ScanReport:
             "bytes": self.accepted_bytes,
             "seconds": round(max(self.last_message - self.first_message, 0.0), 6),
         }
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=1)
 
     def summary(self) -> str:
         """One line for a log: counts and what went wrong."""

@@ -67,7 +67,6 @@ class Coordinator:
         self.close_wait, self.heartbeat = close_wait, heartbeat
         self.scans: Dict[str, ScanState] = {}
         self.order: List[str] = []            # finalize order
-        self.finalized: List[str] = []
         self.heard: Dict[int, float] = {}     # rank -> last time heard (rank 0's clock)
         # receiver -> (rejections by reason, examples) since the job started, any scan
         # or none: messages naming no open scan (garbage, a series that never started)

@@ -169,7 +169,6 @@ class LivePublisher:
         self.requests_endpoint = resolve_endpoint(
             self._req.getsockopt(zmq.LAST_ENDPOINT).decode(), advertise)
         self.directory = directory
-        self.published = 0
         self.first_published: Dict[str, float] = {}
 
     def publish(self, scan: str, images: Dict[str, np.ndarray], valid: np.ndarray,
@@ -193,7 +192,6 @@ class LivePublisher:
         parts += [a.tobytes() for a in imgs.values()]
         parts.append(np.ascontiguousarray(valid, np.uint8).tobytes())
         self._sock.send_multipart(parts, copy=False)
-        self.published += 1
         self.first_published.setdefault(scan, time.monotonic())
         if self.directory:
             base = os.path.join(self.directory, f"{scan}.live")
@@ -211,7 +209,6 @@ class LivePublisher:
         header = {"scan": "", "job": True, "t": time.time(), "final": False,
                   "progress": progress, "images": []}
         self._sock.send_multipart([TOPIC, msgpack.packb(header), b""], copy=False)
-        self.published += 1
 
     def requests(self, most: int = 32) -> List[Tuple[bytes, bytes]]:
         """Viewers' frame requests waiting (at most ``most``): ``(peer, request bytes)``."""
