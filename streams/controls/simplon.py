@@ -185,8 +185,6 @@ class Simplon(Control):
     def __init__(self, url: str, settings: Dict[str, Any]) -> None:
         super().__init__(url, settings)
         self.client = SimplonClient(_base(url))
-        self.images = 0
-        self.scan_shape: Tuple[int, ...] = ()
         self.mode: Optional[str] = None
         self.armed = False
 
@@ -202,13 +200,7 @@ class Simplon(Control):
                 raise ControlError(f"{self.url} (passive): the detector is set for "
                                    f"{self.images} images: {e}") from None
             return self.scan_shape
-        if scan_shape is None or -1 in scan_shape:
-            raise ControlError(f"{self.url} (active): the control sets the image count from "
-                               f"the scan shape: give it whole (no -1), got {scan_shape}")
-        self.scan_shape = tuple(int(n) for n in scan_shape)
-        self.images = 1
-        for n in self.scan_shape:
-            self.images *= n
+        self._whole_shape(scan_shape, "image")
         self.mode = s.get("trigger_mode") or c.config("trigger_mode")
         # the order LiberTEM-live uses: counts reset first, then the mode, then the count
         if s.get("trigger_mode"):

@@ -18,6 +18,7 @@ protocol of ``tests/toyprotocol.py``).
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -25,14 +26,14 @@ from core.options import Option
 from core.table import Table
 
 __all__ = ["StreamProtocol", "ProtocolOption", "ROWS", "register", "protocol", "names",
-           "chosen", "options"]
+           "chosen", "options", "connect_from", "write_rendezvous_json"]
 
 
 @dataclass(frozen=True)
 class ProtocolOption(Option):
-    """One option of a protocol (:class:`core.options.Option`: keyword name, default,
-    strict parser, ``STAGER_STREAM_<NAME>``) and its ``stager stream receive`` flag,
-    ``--NAME`` with ``_`` as ``-`` (a boolean's flag takes no value).
+    """One option of a protocol or of the detector controls (:class:`core.options.Option`:
+    keyword name, default, strict parser, ``STAGER_STREAM_<NAME>``) and its ``stager
+    stream receive`` flag, ``--NAME`` with ``_`` as ``-`` (a boolean's flag takes no value).
 
     The job resolves the chosen protocol's options like its own (keyword > environment
     > default, on rank 0) into ``SessionOptions.protocol_options``, which the protocol
@@ -84,6 +85,22 @@ class StreamProtocol:
         rank 0's receiving socket, None when rank 0 receives nothing). Default: None,
         no ``/detector`` group."""
         return None
+
+
+def connect_from(bind_host: str) -> Optional[str]:
+    """The local interface a receiver connects to its detector from (``--bind``; None: any)."""
+    return None if bind_host in ("*", "", "0.0.0.0") else bind_host
+
+
+def write_rendezvous_json(o: Any, doc: Dict[str, Any]) -> None:
+    """Rank 0: ``doc`` as the job's rendezvous file ``o.rendezvous`` (atomic, mode
+    ``o.rendezvous_mode``), for a protocol whose receivers connect to the detector."""
+    import json
+
+    from core import localfs
+
+    localfs.write_bytes_atomic(os.path.abspath(o.rendezvous),
+                               (json.dumps(doc, indent=1) + "\n").encode(), mode=o.rendezvous_mode)
 
 
 #: name -> "module:Class" (or an instance)
