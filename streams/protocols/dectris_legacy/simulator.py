@@ -17,6 +17,7 @@ import numpy as np
 
 from streams.protocols.dectris_legacy.legacy import (detector_config, encode_end,
                                                      encode_header, encode_image)
+from streams.protocols.stream2.simulator import PushSimulator
 
 __all__ = ["LegacySimulator", "series_messages", "write_dump", "read_dump", "main"]
 
@@ -41,27 +42,11 @@ def series_messages(series: int, frames: Callable[[int], np.ndarray], number_of_
         yield encode_end(series)
 
 
-class LegacySimulator:
-    """A DECTRIS-like legacy-stream source: binds a PUSH socket and sends series.
+class LegacySimulator(PushSimulator):
+    """A DECTRIS-like legacy-stream source: binds a PUSH socket and sends series
+    (arguments as :class:`~streams.protocols.stream2.simulator.PushSimulator`'s)."""
 
-    Parameters
-    ----------
-    bind : str
-        Address to bind (``tcp://127.0.0.1:*`` picks a free port; DECTRIS uses 9999).
-    sndhwm : int
-    context : zmq.Context, optional
-    """
-
-    def __init__(self, bind: str = "tcp://127.0.0.1:*", sndhwm: int = 1000,
-                 context: Any = None) -> None:
-        import zmq
-
-        self._ctx = context or zmq.Context.instance()
-        self._sock = self._ctx.socket(zmq.PUSH)
-        self._sock.setsockopt(zmq.SNDHWM, sndhwm)
-        self._sock.bind(bind)
-        self.endpoint = self._sock.getsockopt(zmq.LAST_ENDPOINT).decode()
-        self.sent = 0
+    SNDHWM = 1000
 
     def send(self, parts: Sequence[bytes]) -> None:
         """Send one message (also used to inject broken ones)."""
@@ -87,15 +72,6 @@ class LegacySimulator:
                 if delay > 0:
                     time.sleep(delay)
             self.send(msg)
-
-    def close(self, linger: float = 30.0) -> None:
-        self._sock.close(linger=int(linger * 1000))
-
-    def __enter__(self) -> LegacySimulator:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def write_dump(out: BinaryIO, messages: Iterator[List[bytes]]) -> int:
