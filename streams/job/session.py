@@ -28,6 +28,7 @@ import os
 import shutil
 import signal
 import time
+from collections import Counter
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
@@ -529,24 +530,22 @@ def _job_rejections(comm: Any, loop: Any, o: SessionOptions,
     got = comm.gather(mine, root=0)
     if comm.rank != 0:
         return None
-    total: Dict[str, int] = {}
+    total: Counter = Counter()
     examples: List[str] = []
     never_started: Dict[str, Dict[str, int]] = {}
-    refused: Dict[Any, int] = {}
-    outside: Dict[str, int] = {}
+    refused: Counter = Counter()
+    outside: Counter = Counter()
     outside_examples: List[str] = []
     for item in got:
         if item is None:
             continue
         r, counts, ex, never, refused_from, pending = item
-        for key, n in refused_from.items():
-            refused[key] = refused.get(key, 0) + n
+        refused.update(refused_from)
         for reason, detail in pending:
-            outside[reason] = outside.get(reason, 0) + 1
+            outside[reason] += 1
             if len(outside_examples) < 10:
                 outside_examples.append(f"receiver {r}: {reason}: {detail}")
-        for k, v in counts.items():
-            total[str(k)] = total.get(str(k), 0) + int(v)
+        total.update({str(k): int(v) for k, v in counts.items()})
         examples.extend(f"receiver {r}: {e}" for e in ex)
         for series, d in never.items():
             acc = never_started.setdefault(series, {"images": 0, "ends": 0})
@@ -554,7 +553,7 @@ def _job_rejections(comm: Any, loop: Any, o: SessionOptions,
                 acc[k] += v
     across = sum(out.report.duplicates_across for out in outcomes)
     if across:
-        total["duplicate"] = total.get("duplicate", 0) + across
+        total["duplicate"] += across
         examples.extend(e for out in outcomes for e in out.report.examples
                         if "accepted by two receivers" in e)
     live: Dict[Any, int] = {}
@@ -563,9 +562,9 @@ def _job_rejections(comm: Any, loop: Any, o: SessionOptions,
         live = dict(publisher.refused_from)
 
     def by_reason(counts: Dict[Any, int]) -> Dict[str, int]:
-        out: Dict[str, int] = {}
+        out: Counter = Counter()
         for (reason, _), n in counts.items():
-            out[reason] = out.get(reason, 0) + n
+            out[reason] += n
         return dict(sorted(out.items()))
 
     summary = {"rejected": sum(total.values()), "by_reason": dict(sorted(total.items())),

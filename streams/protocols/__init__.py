@@ -82,9 +82,10 @@ class StreamProtocol:
     def detector_metadata(self, socket: Any, scan: str) -> Optional[Dict[str, Any]]:
         """Rank 0, when ``scan`` is written: what the stream said of the detector, the
         keywords of :func:`analyses.output.write_scan`'s ``/detector`` (``socket``:
-        rank 0's receiving socket, None when rank 0 receives nothing). Default: None,
-        no ``/detector`` group."""
-        return None
+        rank 0's receiving socket, None when rank 0 receives nothing). Default: the
+        socket's ``detector(scan)`` (Stream V2, the legacy stream: what the series'
+        start said), None (no ``/detector`` group) for a socket without one."""
+        return socket.detector(scan) if hasattr(socket, "detector") else None
 
 
 def connect_from(bind_host: str) -> Optional[str]:

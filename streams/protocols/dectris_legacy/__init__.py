@@ -13,7 +13,7 @@ tests: ``python -m streams.simulate --protocol dectris-legacy``).
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Optional
+from typing import Any, List, Optional
 
 from core.options import parse_bool, parse_int, parse_number
 from streams.protocols import ProtocolOption, StreamProtocol, connect_from, write_rendezvous_json
@@ -95,7 +95,3 @@ class DectrisLegacy(StreamProtocol):
             "protocol": "dectris-legacy", "detector": o.protocol_options["dectris_endpoint"],
             "live": live, "curve_serverkey": getattr(security, "server_public", None),
             "client_certificate": getattr(security, "client_certificate", None)})
-
-    def detector_metadata(self, socket: Any, scan: str) -> Optional[Dict[str, Any]]:
-        """What the series' header said of the detector, for ``/detector`` (NXmx)."""
-        return socket.detector(scan) if socket is not None else None

@@ -11,7 +11,7 @@ CURVE: ``--allow-from`` and ``--bind`` restrict it. Here:
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, List, Optional
 
 from core.options import parse_bool, parse_int, parse_number
 from streams.protocols import ProtocolOption, StreamProtocol, connect_from, write_rendezvous_json
@@ -84,8 +84,3 @@ class StreamV2(StreamProtocol):
             "client_certificate": getattr(security, "client_certificate", None),
             "viewer_certificate": getattr(security, "viewer_certificate", None),
             **job_identity()})
-
-    def detector_metadata(self, socket: Any, scan: str) -> Optional[Dict[str, Any]]:
-        """What the series' start said of the detector (the start, the kept channel,
-        whether this client zeroed the masked pixels), for ``/detector``."""
-        return socket.detector(scan) if socket is not None else None
