@@ -47,7 +47,7 @@ import re
 import stat
 import tempfile
 import threading
-from collections import Counter, deque
+from collections import Counter, defaultdict, deque
 from dataclasses import dataclass
 from typing import Any, Deque, Dict, FrozenSet, List, Optional, Tuple
 
@@ -97,10 +97,9 @@ def refusal_address(detail: str) -> Optional[str]:
 def refusals_line(by_reason_address: Dict[Tuple[str, str], int]) -> str:
     """``37 connections from 127.0.0.1 refused by --allow-from; ...`` (pure):
     refusals counted by (reason, address, "" when unknown)."""
-    per: Dict[str, Dict[str, int]] = {}
+    per: Dict[str, Counter] = defaultdict(Counter)
     for (reason, addr), n in by_reason_address.items():
-        per.setdefault(reason, {})
-        per[reason][addr] = per[reason].get(addr, 0) + n
+        per[reason][addr] += n
     parts = []
     for reason, addrs in sorted(per.items(), key=lambda kv: -sum(kv[1].values())):
         n = sum(addrs.values())

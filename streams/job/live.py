@@ -21,9 +21,8 @@ the client certificate of the rendezvous file (:class:`LiveView`), anyone else i
 refused by ZAP.
 
 :class:`LiveView` is the other end (``stager stream watch``). The PNG encoder is
-written here (zlib + the PNG chunk format, ~20 lines) rather than imported from
-matplotlib: importing matplotlib and drawing a figure takes ~0.5 s on these
-machines, inside the receiving loop of rank 0.
+written here (zlib and the PNG chunks) rather than imported from matplotlib, too slow
+to import and draw a figure with inside the receiving loop of rank 0.
 """
 from __future__ import annotations
 
@@ -31,6 +30,7 @@ import os
 import struct
 import time
 import zlib
+from collections import Counter
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -143,8 +143,8 @@ class LivePublisher:
         self._sock.setsockopt(zmq.LINGER, 0)
         self._zap: Any = None
         self._monitor: Any = None
-        self.refused: Dict[str, int] = {}     # viewers refused (ZAP or handshake), by reason
-        self.refused_from: Dict[Tuple[str, str], int] = {}    # by (reason, address or "")
+        self.refused: Counter = Counter()     # viewers refused (ZAP or handshake), by reason
+        self.refused_from: Counter = Counter()    # by (reason, address or "")
         if security is not None:
             security.serve(self._sock, DOMAIN_LIVE)
             if security.curve:
@@ -242,9 +242,8 @@ class LivePublisher:
         if self._monitor is not None:
             new += self._monitor.drain()
         for reason, detail in new:
-            self.refused[reason] = self.refused.get(reason, 0) + 1
-            key = (reason, refusal_address(detail) or "")
-            self.refused_from[key] = self.refused_from.get(key, 0) + 1
+            self.refused[reason] += 1
+            self.refused_from[(reason, refusal_address(detail) or "")] += 1
         return dict(self.refused)
 
     def close(self) -> None:

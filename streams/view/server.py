@@ -138,10 +138,7 @@ def _app(state: _State, token: str, fetch: Optional[Callable[[str, int], Any]] =
                 self.finish(f.read())
 
     class Socket(tornado.websocket.WebSocketHandler):
-        prepare = _Guarded.prepare
-
-        def write_error(self, status_code: int, **kwargs: Any) -> None:
-            self.finish()
+        prepare, write_error = _Guarded.prepare, _Guarded.write_error
 
         def open(self, *args: Any, **kwargs: Any) -> None:
             self.pending: OrderedDict[str, str] = OrderedDict()

@@ -50,7 +50,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import numpy as np
@@ -495,13 +495,10 @@ class StreamV2Receiver(SocketLoop):
 
     def held(self) -> Dict[str, int]:
         """Series -> images (and ends received here) held because their start is unknown."""
-        out: Dict[str, int] = {}
-        for _, im in self._pending.values():
-            out[_name(im)] = out.get(_name(im), 0) + 1
-        for key, (_, grace, _) in self._pending_ends.items():
-            if grace == 0 and key not in self.starts:
-                out[_key_name(key)] = out.get(_key_name(key), 0) + 1
-        return out
+        out = Counter(_name(im) for _, im in self._pending.values())
+        out.update(_key_name(key) for key, (_, grace, _) in self._pending_ends.items()
+                   if grace == 0 and key not in self.starts)
+        return dict(out)
 
     def never_started(self) -> Dict[str, Dict[str, int]]:
         """Reject what is still held for series whose start never arrived (the job is
