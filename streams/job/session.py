@@ -207,25 +207,16 @@ class SessionOptions:
         return opts
 
     def check(self) -> None:
-        """Reject impossible values (pure; raises ValueError naming the option)."""
+        """Reject impossible values (pure; raises ValueError naming the option): each
+        value as its parser of :data:`SESSION_OPTIONS` takes it (options made without
+        :meth:`resolve` too), then what no one option's parser can tell."""
         if not self.rendezvous or not self.out:
             raise ValueError("a receiving job needs a rendezvous file and an output directory")
-        if self.scans < 1:
-            raise ValueError(f"--scans must be >= 1, got {self.scans}")
+        for o in SESSION_OPTIONS:
+            if getattr(self, o.name) is not None:
+                o.parse(getattr(self, o.name), "--" + o.name.replace("_", "-"))
         if not 0 <= self.allow_loss < 1:
             raise ValueError(f"--allow-loss must be a fraction in [0, 1), got {self.allow_loss}")
-        if self.partition_frames is not None and self.partition_frames < 1:
-            raise ValueError("--partition-frames must be >= 1")
-        for name in ("idle_timeout", "live_interval", "heartbeat", "close_wait",
-                     "handshake_timeout"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive")
-        if self.timeout is not None and self.timeout <= 0:
-            raise ValueError("--timeout must be positive")
-        if self.credit < 1 or self.batch < 1 or self.io_threads < 1:
-            raise ValueError("credit, batch and io_threads must be >= 1")
-        if self.max_open_scans < 1:
-            raise ValueError(f"--max-open-scans must be >= 1, got {self.max_open_scans}")
         if self.spill is not None and not os.path.isabs(self.spill.replace("%n", "x")):
             raise ValueError(f"--spill {self.spill}: give an absolute directory")
         if self.insecure and self.authorized_keys:
