@@ -32,6 +32,10 @@ __all__ = ["ScanReport", "ranges"]
 
 #: How many rejection examples (with their detail text) a report keeps.
 MAX_EXAMPLES = 20
+#: The counts two reports merge by adding them.
+_SUMMED = ("receivers", "ends_expected", "ends_received", "sent", "ends_uncounted",
+           "received_data", "accepted_bytes", "rejected_unattributed", "evicted_partitions",
+           "refused")
 
 
 def _runs(indices: np.ndarray, most: int = 8) -> str:
@@ -221,17 +225,8 @@ class ScanReport:
                             "them twice; counted once)")
         return ScanReport(
             geometry=self.geometry, expected=self.expected | other.expected,
-            got=self.got | other.got, receivers=self.receivers + other.receivers,
-            ends_expected=self.ends_expected + other.ends_expected,
-            ends_received=self.ends_received + other.ends_received,
-            sent=self.sent + other.sent, ends_uncounted=self.ends_uncounted + other.ends_uncounted,
-            received_data=self.received_data + other.received_data,
-            accepted_bytes=self.accepted_bytes + other.accepted_bytes,
-            rejected=rejected,
-            rejected_unattributed=self.rejected_unattributed + other.rejected_unattributed,
-            examples=examples[:MAX_EXAMPLES],
-            evicted_partitions=self.evicted_partitions + other.evicted_partitions,
-            refused=self.refused + other.refused,
+            got=self.got | other.got, rejected=rejected, examples=examples[:MAX_EXAMPLES],
+            **{f: getattr(self, f) + getattr(other, f) for f in _SUMMED},
             duplicates_across=self.duplicates_across + other.duplicates_across
             + int(both.size),
             invalid="; ".join(x for x in (self.invalid, other.invalid) if x),
