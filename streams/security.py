@@ -40,6 +40,7 @@ report says so. zmq is imported where used.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import os
@@ -545,8 +546,6 @@ class HandshakeMonitor:
                             f"({os.strerror(value) if value < 200 else value})"))
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(self._zmq.ZMQError):
             self._sock.disable_monitor()
-        except self._zmq.ZMQError:
-            pass
         self._mon.close(linger=0)

@@ -12,6 +12,7 @@ hook only (the scan shape comes from the acquisition header).
 """
 from __future__ import annotations
 
+import contextlib
 import socket
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
@@ -150,11 +151,9 @@ class MerlinControl(Control):
         if not self.started:
             return
         self.started = False
-        try:
+        with contextlib.suppress(ControlError):
             c = self._client()
             try:
                 c.call("CMD", "STOPACQUISITION")
             finally:
                 c.close()
-        except ControlError:
-            pass

@@ -26,6 +26,7 @@ to import and draw a figure with inside the receiving loop of rank 0.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 import time
@@ -225,11 +226,9 @@ class LivePublisher:
         import msgpack
         import zmq
 
-        try:
+        with contextlib.suppress(zmq.Again):
             self._req.send_multipart([peer, msgpack.packb(header), data],
                                      flags=zmq.NOBLOCK, copy=False)
-        except zmq.Again:
-            pass
 
     def refusals(self) -> Dict[str, int]:
         """Count the viewers refused since the last call (ZAP: a key not authorised; the

@@ -711,13 +711,11 @@ def _terminate_handler(loop: Any, o: SessionOptions, nodes: Sequence[str],
         now = time.monotonic()
         coord = loop.coord
         for scan in list(coord.open_scans()):
-            try:
+            with contextlib.suppress(Exception):   # we are being terminated; do what we can
                 rep, extra = coord.kill_report(scan, now, list(nodes))
                 extra["signal"] = signal.Signals(signum).name
                 os.makedirs(o.out, exist_ok=True)
                 write_report(os.path.join(o.out, f"{scan}.json"), rep, extra)
-            except Exception:   # we are being terminated; do what we can
-                pass
 
     return Handling(grace=0.0, emergency=write_reports)
 

@@ -26,6 +26,7 @@ written.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -229,11 +230,9 @@ class LiveJob:
         if self.process is not None and self.process.poll() is not None:
             return True
         if self.out is not None:    # the job writes rejections.json last, when it ends
-            try:
+            with contextlib.suppress(OSError):
                 return os.stat(os.path.join(self.out, "rejections.json")).st_mtime >= \
                     os.stat(self.rendezvous).st_mtime or self.disconnected
-            except OSError:
-                pass
         return self.disconnected
 
     def wait_connected(self, timeout: float = 30.0) -> None:

@@ -32,6 +32,7 @@ where rank 0's caps apply, and answers that page alone (``{"type": "frame", "sca
 """
 from __future__ import annotations
 
+import contextlib
 import base64
 import hmac
 import json
@@ -190,10 +191,8 @@ def _app(state: _State, token: str, fetch: Optional[Callable[[str, int], Any]] =
                 finally:
                     self.fetching = False
                 text = encode_frame(scan, index, got)
-            try:
+            with contextlib.suppress(tornado.websocket.WebSocketClosedError):
                 await self.write_message(text)
-            except tornado.websocket.WebSocketClosedError:
-                pass
 
         def on_close(self) -> None:
             state.clients.discard(self)

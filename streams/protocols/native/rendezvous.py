@@ -36,6 +36,7 @@ writable by group or others, in a directory that does not let anyone replace it
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -305,12 +306,10 @@ def remove_rendezvous(path: PathLike, written: Optional[Tuple[int, int]]) -> Non
     if written is None:
         return
     p = os.fspath(path)
-    try:
+    with contextlib.suppress(OSError):
         st = os.lstat(p)
         if (st.st_dev, st.st_ino) == written:
             os.unlink(p)
-    except OSError:
-        pass
 
 
 def wait_for_rendezvous(path: PathLike, timeout: float = 600.0, poll: float = 0.2,
