@@ -28,7 +28,7 @@ from analyses.geometry import ScanGeometry
 if TYPE_CHECKING:
     from analyses.output import Coverage
 
-__all__ = ["ScanReport", "ranges"]
+__all__ = ["ScanReport", "ranges", "runs"]
 
 #: How many rejection examples (with their detail text) a report keeps.
 MAX_EXAMPLES = 20
@@ -38,10 +38,11 @@ _SUMMED = ("receivers", "ends_expected", "ends_received", "sent", "ends_uncounte
            "refused")
 
 
-def _runs(indices: np.ndarray, most: int = 8) -> str:
+def runs(indices: np.ndarray, most: Optional[int] = 8) -> str:
+    """Sorted indices as text, ``"0-3, 7, 9-10"`` (the first ``most`` runs, then ``...``)."""
     rs = ranges(indices)
     text = ", ".join(str(a) if b == a + 1 else f"{a}-{b - 1}" for a, b in rs[:most])
-    return text + (", ..." if len(rs) > most else "")
+    return text + (", ..." if most is not None and len(rs) > most else "")
 
 
 def ranges(indices: np.ndarray) -> List[Tuple[int, int]]:
@@ -196,7 +197,7 @@ class ScanReport:
         why = [self.invalid] if self.invalid else []
         if self.conflicting:
             frames = np.array(sorted(self.conflicting), np.int64)
-            why.append(f"{frames.size} frame(s) ({_runs(frames)}) arrived twice with "
+            why.append(f"{frames.size} frame(s) ({runs(frames)}) arrived twice with "
                        "different content: which copy the detector sent cannot be told "
                        "(another producer with this job's key and token sent frames?)")
         return "; ".join(why)
@@ -221,7 +222,7 @@ class ScanReport:
         if both.size:
             rejected["duplicate"] += int(both.size)
             examples.append(f"duplicate: scan {self.scan} frame(s) "
-                            f"{_runs(both)} accepted by two receivers (the source sent "
+                            f"{runs(both)} accepted by two receivers (the source sent "
                             "them twice; counted once)")
         return ScanReport(
             geometry=self.geometry, expected=self.expected | other.expected,

@@ -154,10 +154,9 @@ class Spill:
         """
         import errno
 
-        from streams.accounting import ranges
+        from streams.accounting import runs
 
-        frames = ", ".join(f"{a}" if b == a + 1 else f"{a}-{b - 1}"
-                           for a, b in ranges(np.sort(part.frames)))
+        frames = runs(np.sort(part.frames), most=None)
         what = "no space left" if e.errno in (errno.ENOSPC, errno.EDQUOT) else \
             f"write failed ({e.strerror or e})"
         return StreamError(f"spill on node {self.node}: {what} in {self.root} writing "
