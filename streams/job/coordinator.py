@@ -163,9 +163,7 @@ class Coordinator:
         g = st.geometry
         reps = []
         for r in range(len(self.roles.servers)):
-            rep = st.closed.get(r) if final else st.snaps.get(r)
-            if rep is None:
-                rep = st.snaps.get(r)
+            rep = (st.closed.get(r) if final else None) or st.snaps.get(r)
             if rep is None:
                 ends = g.producers if self.routing == "modulo" else 1
                 rep = ScanReport.empty(g, self.expected_at(g, r), ends_expected=ends)

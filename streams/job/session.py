@@ -488,12 +488,9 @@ def _receive_scans(job: Job, options: SessionOptions, on_written: Any, on_ready:
         if comm.rank == 0:
             _remove_empty_parents(os.path.join(expand_node(opts.local, layout.name), "-"),
                                   opts.local)
-        if loop is not None and loop.socket is not None:
-            loop.socket.close()
-        if publisher is not None:
-            publisher.close()
-        if loop is not None and loop.spill is not None:
-            loop.spill.close()
+        for part in (getattr(loop, "socket", None), publisher, getattr(loop, "spill", None)):
+            if part is not None:
+                part.close()
         fcomm.Free()
         lcomm.Free()
         del MPI
