@@ -158,19 +158,6 @@ class Partial:
         return list(self.progress.get("per_receiver") or [])
 
 
-def _source(rendezvous: str) -> Dict[str, Any]:
-    """The live endpoint, server key and viewers' certificate of a rendezvous file, read
-    as every reader of one reads it (a trusted file of this user, no link followed, its
-    job still running: :func:`streams.protocols.native.rendezvous.read_rendezvous_json`)."""
-    from streams.protocols.native.rendezvous import read_rendezvous_json
-
-    d = read_rendezvous_json(rendezvous)
-    if not d.get("live"):
-        raise StreamError(f"{rendezvous}: the job publishes no live endpoint")
-    return {"live": d["live"], "server_key": d.get("curve_serverkey"),
-            "certificate": d.get("viewer_certificate")}
-
-
 class LiveJob:
     """A viewer's handle on one receiving job (see the module docstring).
 
@@ -191,21 +178,25 @@ class LiveJob:
     def __init__(self, rendezvous: str, out: Optional[str] = None,
                  certificate: Optional[str] = None, process: Any = None) -> None:
         from streams.job.live import LiveView
+        from streams.protocols.native.rendezvous import read_rendezvous_json
 
-        src = _source(os.path.abspath(rendezvous))
         self.rendezvous = os.path.abspath(rendezvous)
+        # read as every reader of one reads it: trusted, no link followed, its job running
+        src = read_rendezvous_json(self.rendezvous)
+        if not src.get("live"):
+            raise StreamError(f"{self.rendezvous}: the job publishes no live endpoint")
         self.out = None if out is None else os.path.abspath(out)
         self.process = process
         self.endpoint: str = src["live"]
-        self._view = LiveView(self.endpoint, src["server_key"],
-                              certificate or src["certificate"], monitor=True)
+        # the job's server key and a viewer's certificate (default: the one the file names)
+        self._keys: Any = (src.get("curve_serverkey"), certificate or src.get("viewer_certificate"))
+        self._view = LiveView(self.endpoint, *self._keys, monitor=True)
         self._monitor = self._view.events
         self.connected = False          # the job's live socket accepted us
         self.disconnected = False       # ... and went away since
         self.latest: Dict[str, Partial] = {}
         self.finals: Dict[str, Partial] = {}
         self.job_progress: Dict[str, Any] = {}   # the job's rejections (no scan)
-        self._keys = (src["server_key"], certificate or src["certificate"])
         self.frames_endpoint: Optional[str] = None   # the job's frame requests (its messages)
         self._dealer: Any = None
         self._asked = 0
