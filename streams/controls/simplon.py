@@ -165,11 +165,6 @@ def decode_darray(value: Any, what: str) -> np.ndarray:
     return np.frombuffer(raw, dtype).reshape(height, width)
 
 
-def _base(url: str) -> str:
-    host = url.partition("://")[2].strip("/")
-    return "http://" + (host if ":" in host else host + ":80")
-
-
 def images_of(mode: Any, nimages: Any, ntrigger: Any) -> int:
     """The images a series takes: one per trigger with ``exte``/``inte``, ``nimages``
     per trigger otherwise."""
@@ -185,7 +180,8 @@ class Simplon(Control):
 
     def __init__(self, url: str, settings: Dict[str, Any]) -> None:
         super().__init__(url, settings)
-        self.client = SimplonClient(_base(url))
+        host = url.partition("://")[2].strip("/")
+        self.client = SimplonClient("http://" + (host if ":" in host else host + ":80"))
         self.mode: Optional[str] = None
         self.armed = False
 

@@ -105,13 +105,7 @@ def write_snapshot(path: str, images: Dict[str, np.ndarray], valid: np.ndarray,
                 f.attrs[k] = v
         f.flush()
         image = f.id.get_file_image()
-    _replace(path, image)
-
-
-def _replace(path: str, data: bytes) -> None:
-    with localfs.AtomicFile(path, mode=0o600, hash=False) as af:
-        af.write(data)
-        af.commit()
+    localfs.write_bytes_atomic(path, image, mode=0o600)
 
 
 class LivePublisher:
@@ -200,7 +194,7 @@ class LivePublisher:
             attrs["final"] = final
             write_snapshot(base + ".h5", {n.replace(":", "_"): a for n, a in imgs.items()},
                            valid, attrs)
-            _replace(base + ".png", render_png(imgs, valid))
+            localfs.write_bytes_atomic(base + ".png", render_png(imgs, valid), mode=0o600)
 
     def publish_job(self, progress: Dict[str, Any]) -> None:
         """A message about the job, not a scan (``scan`` empty, ``job`` true, no images):
