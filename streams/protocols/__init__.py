@@ -25,8 +25,8 @@ from typing import Any, Dict, List, Optional, Tuple
 from core.options import Option
 from core.table import Table
 
-__all__ = ["StreamProtocol", "ProtocolOption", "ROWS", "register", "protocol", "names",
-           "chosen", "options", "connect_from", "write_rendezvous_json"]
+__all__ = ["StreamProtocol", "ProtocolOption", "ROWS", "register", "protocol", "chosen",
+           "options", "connect_from", "write_rendezvous_json"]
 
 
 @dataclass(frozen=True)
@@ -117,11 +117,6 @@ ROWS: Table[StreamProtocol] = Table("stream protocol", {
 def register(name: str, row: Any) -> None:
     """Add (or replace) protocol ``name``: ``"module:Class"`` or an instance."""
     ROWS.register(name, row)
-
-
-def names() -> List[str]:
-    """The protocols of the table, in its order."""
-    return list(ROWS)
 
 
 def protocol(name: str) -> StreamProtocol:
