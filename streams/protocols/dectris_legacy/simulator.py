@@ -19,7 +19,7 @@ from streams.protocols.dectris_legacy.legacy import (detector_config, encode_end
                                                      encode_header, encode_image)
 from streams.protocols.stream2.simulator import PushSimulator
 
-__all__ = ["LegacySimulator", "series_messages", "write_dump", "read_dump", "main"]
+__all__ = ["LegacySimulator", "series_messages", "write_dump", "main"]
 
 
 def series_messages(series: int, frames: Callable[[int], np.ndarray], number_of_images: int,
@@ -83,26 +83,6 @@ def write_dump(out: BinaryIO, messages: Iterator[List[bytes]]) -> int:
             out.write(p)
             n += 1
     return n
-
-
-def read_dump(path: str, max_part: int = 1 << 30) -> Iterator[bytes]:
-    """The parts of a dump file, in order (a length over ``max_part`` or past the end
-    of the file is a ``ValueError`` naming the offset)."""
-    with open(path, "rb") as f:
-        while True:
-            head = f.read(8)
-            if not head:
-                return
-            if len(head) < 8:
-                raise ValueError(f"{path}: truncated length field at offset {f.tell() - len(head)}")
-            (n,) = struct.unpack("<q", head)
-            if not 0 <= n <= max_part:
-                raise ValueError(f"{path}: part length {n} at offset {f.tell() - 8}")
-            p = f.read(n)
-            if len(p) != n:
-                raise ValueError(f"{path}: part of {n} bytes cut at {len(p)} (offset "
-                                 f"{f.tell() - len(p)})")
-            yield p
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
