@@ -89,13 +89,6 @@ class Rendezvous:
         """True when the job's sockets are CURVE servers (connect with keys)."""
         return self.server_key is not None
 
-    def to_dict(self) -> dict:
-        return {"protocol": self.protocol, "receivers": list(self.receivers), "live": self.live,
-                "curve_serverkey": self.server_key,
-                "client_certificate": self.client_certificate,
-                "viewer_certificate": self.viewer_certificate, "token": self.token,
-                "host": self.host, "pid": self.pid, "started": self.started}
-
 
 def _process_start(pid: int) -> Optional[float]:
     """When process ``pid`` of this host started (seconds since the epoch), or None
@@ -232,13 +225,13 @@ def write_rendezvous(path: PathLike, receivers: Sequence[str], live: Optional[st
         An endpoint is not ``tcp://HOST:PORT``; the directory is not writable.
     """
     p = Path(path)
-    rv = _validate({"protocol": PROTOCOL, "receivers": list(receivers), "live": live,
-                    "curve_serverkey": server_key, "client_certificate": client_certificate,
-                    "viewer_certificate": viewer_certificate, "token": token,
-                    **job_identity()}, str(p))
+    doc = {"protocol": PROTOCOL, "receivers": list(receivers), "live": live,
+           "curve_serverkey": server_key, "client_certificate": client_certificate,
+           "viewer_certificate": viewer_certificate, "token": token, **job_identity()}
+    rv = _validate(doc, str(p))     # what is written is checked as a reader checks it
     from core import localfs
 
-    text = json.dumps(rv.to_dict(), indent=1) + "\n"
+    text = json.dumps(doc, indent=1) + "\n"
     try:
         localfs.write_bytes_atomic(os.path.abspath(p), text.encode(), mode=mode, fsync=True)
     except OSError as e:
