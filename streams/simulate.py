@@ -21,6 +21,7 @@ from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Tup
 
 import numpy as np
 
+from streams.errors import StreamError
 from streams.protocol import Reason, ScanGeometry
 from streams.protocols.native.headers import encode_data
 from streams.protocols.native.rendezvous import Rendezvous
@@ -306,8 +307,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     drop = frozenset(tuple(int(v) for v in d.split(":")) for d in a.drop)
     scan = SimulatedScan(g, source, a.encoding, a.rate, frozenset(a.withhold),
                          drop)  # type: ignore[arg-type]
-    from streams.errors import StreamError
-
     try:
         rv = wait_for_rendezvous(a.rendezvous, timeout=600.0 if a.wait is None else a.wait,
                                  trust_owner=a.trust_owner, wait_ended=a.wait is not None)

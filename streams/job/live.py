@@ -37,6 +37,9 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from core import localfs
+from streams.errors import StreamError
+from streams.security import (DOMAIN_LIVE, HandshakeMonitor, client_keys, refusal_address,
+                              zap_handler)
 
 __all__ = ["LivePublisher", "LiveView", "LiveMessage", "encode_png", "render_png",
            "write_snapshot"]
@@ -128,7 +131,6 @@ class LivePublisher:
         import zmq
 
         from streams.socketloop import resolve_endpoint
-        from streams.security import DOMAIN_LIVE
 
         if directory:
             directory = localfs.ensure_dir(directory, directory, strict=False)
@@ -143,8 +145,6 @@ class LivePublisher:
         if security is not None:
             security.serve(self._sock, DOMAIN_LIVE)
             if security.curve:
-                from streams.security import HandshakeMonitor, zap_handler
-
                 self._zap = zap_handler(self._ctx)
                 self._monitor = HandshakeMonitor(self._sock)   # plain viewers fail there
         self._sock.bind(bind[:-2] + ":*" if bind.endswith(":0") else bind)
@@ -227,8 +227,6 @@ class LivePublisher:
     def refusals(self) -> Dict[str, int]:
         """Count the viewers refused since the last call (ZAP: a key not authorised; the
         handshake: a plain subscriber); returns every refusal so far, by reason."""
-        from streams.security import DOMAIN_LIVE, refusal_address
-
         new: List[Tuple[str, str]] = []
         if self._zap is not None:
             new += self._zap.drain(DOMAIN_LIVE)
@@ -299,9 +297,6 @@ class LiveView:
         self._sock.setsockopt(zmq.SUBSCRIBE, TOPIC)
         self._sock.setsockopt(zmq.LINGER, 0)
         if server_key is not None:
-            from streams.errors import StreamError
-            from streams.security import client_keys
-
             try:
                 if certificate is None:
                     raise StreamError(f"the live socket {endpoint} uses CURVE: give a client "

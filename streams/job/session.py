@@ -47,6 +47,7 @@ from streams.job.localdir import default_local, local_root, node_local_dir
 from streams.job.output import scan_ok, write_report
 from streams.job.roles import assign_roles, partition_frames
 from streams.protocols import chosen
+from streams.security import StreamSecurity, check_authorized_keys, refusals_line
 
 __all__ = ["SessionOptions", "SESSION_OPTIONS", "receive_scans", "ScanOutcome"]
 
@@ -303,8 +304,6 @@ def _resolve(options: SessionOptions) -> SessionOptions:
     options.protocol_options = _protocol_options(
         {"protocol": options.protocol, "stream2": options.stream2}, options.protocol_options, {})
     if options.authorized_keys:
-        from streams.security import check_authorized_keys
-
         check_authorized_keys(options.authorized_keys)
     if not options.local:
         options.local = default_local()
@@ -318,8 +317,6 @@ def _security(o: SessionOptions) -> Any:
     (the detector cannot do CURVE), restricted by ``--allow-from``, but the job's
     own live socket still uses CURVE.
     """
-    from streams.security import StreamSecurity
-
     allow = tuple(a.strip() for a in (o.allow_from or "").split(",") if a.strip())
     if o.insecure:
         return StreamSecurity.insecure(allow, o.handshake_timeout)
@@ -506,8 +503,6 @@ def _job_rejections(comm: Any, loop: Any, o: SessionOptions,
     ``<out>/rejections.json`` with every connection refused during the job (the
     receivers', those while no scan was open among them, and the live socket's
     viewers). Returns the summary on rank 0, None elsewhere."""
-    from streams.security import refusals_line
-
     mine = None
     if loop.socket is not None:
         never = loop.socket.never_started()

@@ -37,6 +37,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence
 import numpy as np
 
 from streams.errors import StreamError
+from streams.security import client_keys
 
 __all__ = ["attach", "launch", "launch_sbatch", "SlurmJob", "LiveJob", "Partial", "JobEnded",
            "Frame", "FrameRefused"]
@@ -366,8 +367,6 @@ class LiveJob:
                                    "endpoint is unknown")
             self.next(0.2)
         if self._dealer is None:
-            from streams.security import client_keys
-
             d: Any = zmq.Context.instance().socket(zmq.DEALER)
             d.setsockopt(zmq.LINGER, 0)
             # an answer larger than the job's cap is dropped by libzmq, never allocated

@@ -60,6 +60,7 @@ from streams.assemble import DEFAULT_MEMORY_BYTES, Assembler, Partition
 from streams.errors import ProtocolError, StreamError
 from streams.protocol import Begin, Data, Reason, ScanGeometry
 from streams.protocol import End as NativeEnd
+from streams.security import DOMAIN_STREAM2
 from streams.socketloop import DEFAULT_HWM, SocketLoop
 from streams.protocols.stream2.bounds import MAX_ARRAY_BYTES
 from streams.protocols.stream2.streamv2 import (ChannelImage, End, Image, Start, decode_message,
@@ -157,8 +158,6 @@ class StreamV2Receiver(SocketLoop):
         self._pending_ends: Dict[Key, Tuple[float, float, int]] = {}
         self._held = itertools.count()
         self._ending: Dict[str, Tuple[float, float]] = {}   # scan -> (grace, deadline)
-        from streams.security import DOMAIN_STREAM2
-
         # a ZAP allow-list (the detector cannot do CURVE)
         self._pull_socket(context, rcvhwm, security, DOMAIN_STREAM2, server=False)
         self._connected = False

@@ -46,7 +46,7 @@ import numpy as np
 from streams.codecs import LZ4_BLOCK, bslz4_encode, decode_into, lz4_encode
 from streams.protocols.stream2 import bounds
 from streams.protocols.stream2.bounds import MAX_ARRAY_BYTES, MAX_UINT, MIN_INT
-from streams.errors import ProtocolError
+from streams.errors import CodecError, ProtocolError
 from analyses.errors import GeometryError
 from streams.protocol import Reason, ScanGeometry, rejection
 
@@ -261,8 +261,6 @@ def decode_array(v: Any, what: str, arrays: Optional[bounds.Arrays] = None) -> n
         when the message's arrays would exceed their bound.
     """
     CBORTag = bounds.cbor_types()[1]
-
-    from streams.errors import CodecError
 
     if arrays is None:
         arrays = bounds.Arrays(MAX_ARRAY_BYTES)
