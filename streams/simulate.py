@@ -24,7 +24,7 @@ import numpy as np
 from streams.errors import StreamError
 from streams.protocol import Reason, ScanGeometry
 from streams.protocols.native.headers import encode_data
-from streams.protocols.native.rendezvous import Rendezvous
+from streams.protocols.native.rendezvous import Rendezvous, wait_for_rendezvous
 
 __all__ = ["SimulatedScan", "synthetic_frame", "run_producer", "run_producers",
            "malformed_messages", "array_source", "hdf5_source", "main"]
@@ -245,8 +245,6 @@ def default_scan_name() -> str:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """``python -m streams.simulate``: stream a synthetic or recorded scan."""
     import argparse
-
-    from streams.protocols.native.rendezvous import wait_for_rendezvous
 
     # --protocol NAME: a protocol folder's own simulator (its simulator.main) takes over
     pre = argparse.ArgumentParser(add_help=False)

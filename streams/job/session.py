@@ -46,7 +46,12 @@ from streams.errors import StreamError
 from streams.job.localdir import default_local, local_root, node_local_dir
 from streams.job.output import scan_ok, write_report
 from streams.job.roles import assign_roles, partition_frames
+from core.interrupt import Handling
+from streams.job.live import LivePublisher
+from streams.job.spill import SPEC_NAME, Spill, spill_spec_text
+from streams import protocols
 from streams.protocols import chosen
+from streams.protocols.native.rendezvous import remove_rendezvous
 from streams.security import StreamSecurity, check_authorized_keys, refusals_line
 
 __all__ = ["SessionOptions", "SESSION_OPTIONS", "receive_scans", "ScanOutcome"]
@@ -274,8 +279,6 @@ def _protocol_options(values: Mapping[str, Any], given: Mapping[str, Any],
 
     Raises ``ValueError`` for a given option of another protocol of the table, and
     ``TypeError`` for a keyword that no protocol declares."""
-    from streams import protocols
-
     proto = chosen(values["protocol"], values["stream2"])
     given = {k: v for k, v in given.items() if v is not None}
     mine = {o.name for o in proto.options}
@@ -416,15 +419,11 @@ def _receive_scans(job: Job, options: SessionOptions, on_written: Any, on_ready:
         endpoint = None
         with agreed(fcomm, "binding the receivers", default=StreamError, node=layout.name):
             if comm.rank == 0:
-                from streams.job.live import LivePublisher
-
                 os.makedirs(opts.out, mode=0o700, exist_ok=True)
                 publisher = LivePublisher(f"tcp://{opts.bind_host}:*", opts.out, opts.advertise,
                                           security=sec)
             loop = rank_loop(lcomm, roles, analysis, opts, proto.routing, publisher)
             if opts.spill is not None and index is not None:
-                from streams.job.spill import SPEC_NAME, Spill
-
                 loop.spill = Spill(opts.spill, layout.name, index,
                                    os.path.join(opts.out, SPEC_NAME))
             if index is not None:     # this receiver's socket, bound or connected
@@ -444,8 +443,6 @@ def _receive_scans(job: Job, options: SessionOptions, on_written: Any, on_ready:
                 st = os.stat(opts.rendezvous)
                 rv_written.append((st.st_dev, st.st_ino))
                 if opts.spill is not None:
-                    from streams.job.spill import SPEC_NAME, spill_spec_text
-
                     localfs.write_bytes_atomic(os.path.join(opts.out, SPEC_NAME),
                                                spill_spec_text(opts.spill).encode(), mode=0o644)
                 if on_ready is not None:
@@ -479,8 +476,6 @@ def _receive_scans(job: Job, options: SessionOptions, on_written: Any, on_ready:
         return outcomes
     finally:
         if comm.rank == 0 and rv_written:   # the job's rendezvous ends with it, however
-            from streams.protocols.native.rendezvous import remove_rendezvous
-
             remove_rendezvous(opts.rendezvous, rv_written[0])
         if comm.rank == 0:
             _remove_empty_parents(os.path.join(expand_node(opts.local, layout.name), "-"),
@@ -694,11 +689,7 @@ def _terminate_handler(loop: Any, o: SessionOptions, nodes: Sequence[str],
     odls_base_sigkill_timeout 5`` (``slurm/stream-session.sbatch`` does; the figures
     are in ``bench/results/history.md``).
     """
-    from core.interrupt import Handling
-
     def write_reports(signum: int) -> None:
-        from streams.protocols.native.rendezvous import remove_rendezvous
-
         remove_rendezvous(o.rendezvous, rv_written[0] if rv_written else None)
         now = time.monotonic()
         coord = loop.coord

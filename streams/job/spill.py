@@ -42,6 +42,7 @@ import numpy as np
 from core import localfs
 from stager.nodelocal import record as records
 from stager.planning.plan import expand_node
+from streams.accounting import runs
 from streams.errors import StreamError
 
 __all__ = ["Spill", "spill_spec_text", "SPEC_NAME"]
@@ -153,8 +154,6 @@ class Spill:
         partition is ever silently left out of the spill.
         """
         import errno
-
-        from streams.accounting import runs
 
         frames = runs(np.sort(part.frames), most=None)
         what = "no space left" if e.errno in (errno.ENOSPC, errno.EDQUOT) else \

@@ -37,7 +37,11 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence
 import numpy as np
 
 from streams.errors import StreamError
+from streams.job.frames import MAX_FRAME_BYTES
+from streams.job.live import LiveView
+from streams.protocols.native.rendezvous import read_rendezvous_json
 from streams.security import client_keys
+from streams.view.plot import LivePlot
 
 __all__ = ["attach", "launch", "launch_sbatch", "SlurmJob", "LiveJob", "Partial", "JobEnded",
            "Frame", "FrameRefused"]
@@ -178,9 +182,6 @@ class LiveJob:
 
     def __init__(self, rendezvous: str, out: Optional[str] = None,
                  certificate: Optional[str] = None, process: Any = None) -> None:
-        from streams.job.live import LiveView
-        from streams.protocols.native.rendezvous import read_rendezvous_json
-
         self.rendezvous = os.path.abspath(rendezvous)
         # read as every reader of one reads it: trusted, no link followed, its job running
         src = read_rendezvous_json(self.rendezvous)
@@ -325,8 +326,6 @@ class LiveJob:
 
         ``images``: the names to show (default: every 2-D image). Raises as
         :meth:`partials` does."""
-        from streams.view.plot import LivePlot
-
         plot = LivePlot(images, cmap=cmap, log=log)
         for p in self.partials(scan, timeout):
             plot.update(p)
@@ -356,8 +355,6 @@ class LiveJob:
         """
         import msgpack
         import zmq
-
-        from streams.job.frames import MAX_FRAME_BYTES
 
         index = self._index(scan, position)
         end = time.monotonic() + timeout

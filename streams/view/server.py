@@ -45,6 +45,9 @@ from typing import Any, Callable, Dict, Optional
 
 import numpy as np
 
+from streams.errors import StreamError
+from streams.view.client import LiveJob
+
 __all__ = ["serve", "encode_partial", "encode_frame", "MAX_PIXELS"]
 
 #: Pixels of one image sent to a page as they are; larger ones are binned.
@@ -240,8 +243,6 @@ def serve(rendezvous: str, port: int = 0, bind: str = "127.0.0.1",
     import asyncio
     import signal
 
-    from streams.errors import StreamError
-    from streams.view.client import LiveJob
 
     job = LiveJob(rendezvous, out, certificate)
     token = token or secrets.token_urlsafe(24)

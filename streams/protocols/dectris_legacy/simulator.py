@@ -18,6 +18,7 @@ import numpy as np
 from streams.protocols.dectris_legacy.legacy import (detector_config, encode_end,
                                                      encode_header, encode_image)
 from streams.protocols.stream2.simulator import PushSimulator
+from streams.simulate import hdf5_source, synthetic_frame
 
 __all__ = ["LegacySimulator", "series_messages", "write_dump", "main"]
 
@@ -89,8 +90,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """``python -m streams.simulate --protocol dectris-legacy``: a synthetic series over
     the legacy stream (``--bind``) or into a dump file (``--dump``)."""
     import argparse
-
-    from streams.simulate import hdf5_source, synthetic_frame
 
     ap = argparse.ArgumentParser(prog="python -m streams.simulate --protocol dectris-legacy",
                                  description=__doc__,

@@ -57,6 +57,7 @@ import numpy as np
 
 from streams.accounting import ScanReport
 from streams.assemble import DEFAULT_MEMORY_BYTES, Assembler, Partition
+from streams.codecs import bslz4_decode, decoded_size, lz4_decode
 from streams.errors import ProtocolError, StreamError
 from streams.protocol import Begin, Data, Reason, ScanGeometry
 from streams.protocol import End as NativeEnd
@@ -559,8 +560,6 @@ Key = Tuple[str, int]
 
 def _predecode(ch: ChannelImage) -> Optional[bytes]:
     """A decode thread: the payload decoded (checked against the shape), or None."""
-    from streams.codecs import bslz4_decode, decoded_size, lz4_decode
-
     want = ch.shape[0] * ch.shape[1] * int(ch.dtype[-1])
     try:
         if decoded_size(ch.payload) != want:

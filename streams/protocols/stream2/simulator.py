@@ -9,6 +9,8 @@ from typing import Any, Callable, FrozenSet, Optional, Sequence, Tuple, TypeVar
 
 import numpy as np
 
+from streams.protocols.stream2.streamv2 import encode_end, encode_image, encode_start
+
 __all__ = ["PushSimulator", "StreamV2Simulator"]
 
 _Sim = TypeVar("_Sim", bound="PushSimulator")
@@ -83,8 +85,6 @@ class StreamV2Simulator(PushSimulator):
         ``countrate_table``, ``array_compression``) go to
         :func:`~streams.protocols.stream2.streamv2.encode_start`.
         """
-        from streams.protocols.stream2.streamv2 import encode_end, encode_image, encode_start
-
         uid = f"SIM{series_id:023d}" if series_unique_id is None else series_unique_id
         user = {"scan_shape": list(scan_shape)} if scan_shape else None
         self.send(encode_start(series_id, uid, number_of_images, shape, image_dtype,

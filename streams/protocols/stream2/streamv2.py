@@ -43,7 +43,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
-from streams.codecs import LZ4_BLOCK, bslz4_encode, decode_into, lz4_encode
+from streams.codecs import LZ4_BLOCK, bslz4_encode, decode_into, decoded_size, lz4_encode
 from streams.protocols.stream2 import bounds
 from streams.protocols.stream2.bounds import MAX_ARRAY_BYTES, MAX_UINT, MIN_INT
 from streams.errors import CodecError, ProtocolError
@@ -287,8 +287,6 @@ def decode_array(v: Any, what: str, arrays: Optional[bounds.Arrays] = None) -> n
                 raise CodecError("wrong_payload_size", f"{len(payload)} bytes is not a "
                                  f"multiple of {dtype.itemsize}")
         else:
-            from streams.codecs import decoded_size
-
             n = decoded_size(payload) // dtype.itemsize
         if dims is not None and int(np.prod(dims, dtype=object)) != n:
             raise CodecError("wrong_payload_size", f"{n} elements, dimensions {list(dims)}")
