@@ -23,8 +23,11 @@ import numpy as np
 
 from streams.errors import StreamError
 from streams.protocol import Reason, ScanGeometry
+from streams.protocols import ROWS
 from streams.protocols.native.headers import encode_data
+from streams.protocols.native.producer import Producer
 from streams.protocols.native.rendezvous import Rendezvous, wait_for_rendezvous
+from streams.protocols.stream2.simulator import StreamV2Simulator
 
 __all__ = ["SimulatedScan", "synthetic_frame", "run_producer", "run_producers",
            "malformed_messages", "array_source", "hdf5_source", "main"]
@@ -174,8 +177,6 @@ def run_producer(scan: SimulatedScan, endpoints: Union[Rendezvous, Sequence[str]
     ``certificate``, ...).
     Returns what it sent: messages per receiver, seconds, seconds blocked in sends.
     """
-    from streams.protocols.native.producer import Producer
-
     g = scan.geometry
     t0 = time.perf_counter() if t0 is None else t0
     with Producer(endpoints, producer, **options) as p:
@@ -288,8 +289,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         source = hdf5_source(path, dset)
     ny, nx = a.scan_shape
     if a.stream2_bind:
-        from streams.protocols.stream2.simulator import StreamV2Simulator
-
         with StreamV2Simulator(a.stream2_bind) as sim:
             print(f"Stream V2 on {sim.endpoint}", flush=True)
             gen = source or (lambda i: synthetic_frame(i, tuple(a.shape), (ny, nx), "<u2"))
@@ -321,8 +320,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 def _protocol_simulator(name: str) -> Callable[[Sequence[str]], int]:
     """The ``main`` of the ``simulator`` module beside protocol ``name``'s row."""
     import importlib
-
-    from streams.protocols import ROWS
 
     row = ROWS.get(name)
     if not isinstance(row, str):

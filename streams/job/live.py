@@ -40,6 +40,7 @@ from core import localfs
 from streams.errors import StreamError
 from streams.security import (DOMAIN_LIVE, HandshakeMonitor, client_keys, refusal_address,
                               zap_handler)
+from streams.socketloop import resolve_endpoint
 
 __all__ = ["LivePublisher", "LiveView", "LiveMessage", "encode_png", "render_png",
            "write_snapshot"]
@@ -129,8 +130,6 @@ class LivePublisher:
     def __init__(self, bind: str, directory: Optional[str] = None,
                  advertise: Optional[str] = None, security: Any = None) -> None:
         import zmq
-
-        from streams.socketloop import resolve_endpoint
 
         if directory:
             directory = localfs.ensure_dir(directory, directory, strict=False)

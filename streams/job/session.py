@@ -45,6 +45,7 @@ from analyses.output import finish
 from streams.errors import StreamError
 from streams.job.localdir import default_local, local_root, node_local_dir
 from streams.job.output import scan_ok, write_report
+from streams.job.ranks import rank_loop
 from streams.job.roles import assign_roles, partition_frames
 from core.interrupt import Handling
 from streams.job.live import LivePublisher
@@ -377,8 +378,6 @@ def _receive_scans(job: Job, options: SessionOptions, on_written: Any, on_ready:
     """Collective over `job`: every rank must call. :func:`receive_scans` with the job."""
     import zmq
     from mpi4py import MPI
-
-    from streams.job.ranks import rank_loop
 
     comm = job.comm
     opts: SessionOptions = bcast_result(comm, _resolve, options)
