@@ -45,6 +45,7 @@ import dataclasses
 import errno
 import os
 import re
+import secrets
 import stat
 import tempfile
 import threading
@@ -120,8 +121,6 @@ VIEWERS_DIR = "viewers"
 
 def new_token() -> str:
     """A job's token: 128 random bits as 32 hex digits."""
-    import secrets
-
     return secrets.token_hex(16)
 
 

@@ -13,6 +13,9 @@ binds a PUSH socket as a DECTRIS detector does.
 """
 from __future__ import annotations
 
+import argparse
+import importlib
+import secrets
 import sys
 import threading
 import time
@@ -238,15 +241,11 @@ def run_producers(scan: SimulatedScan, endpoints: Union[Rendezvous, Sequence[str
 def default_scan_name() -> str:
     """``sim-YYYYMMDD-HHMMSS-xxxxxx``: a new name at every run (a receiving job refuses a
     ``begin`` for a name it has already served, so runs into one job need their own)."""
-    import secrets
-
     return f"sim-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """``python -m streams.simulate``: stream a synthetic or recorded scan."""
-    import argparse
-
     # --protocol NAME: a protocol folder's own simulator (its simulator.main) takes over
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--protocol")
@@ -319,8 +318,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 def _protocol_simulator(name: str) -> Callable[[Sequence[str]], int]:
     """The ``main`` of the ``simulator`` module beside protocol ``name``'s row."""
-    import importlib
-
     row = ROWS.get(name)
     if not isinstance(row, str):
         raise SystemExit(f"--protocol {name}: no simulator (protocols: {', '.join(ROWS)})")

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import resource
 import shutil
 import signal
 import time
@@ -667,8 +668,6 @@ def _remove_empty_parents(local_dir: str, template: str) -> None:
 
 def _peak_rss_mib() -> float:
     """This process's peak resident set so far (MiB; Linux reports KiB)."""
-    import resource
-
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 

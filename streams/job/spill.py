@@ -33,6 +33,7 @@ sectors zero), ``/frame_index`` (k,) int64, ``/complete`` (k,) bool, ``/sectors`
 """
 from __future__ import annotations
 
+import errno
 import os
 import time
 from typing import Any, Dict
@@ -153,8 +154,6 @@ class Spill:
         The temporary file is gone (``AtomicFile`` removes it); the job stops, so no
         partition is ever silently left out of the spill.
         """
-        import errno
-
         frames = runs(np.sort(part.frames), most=None)
         what = "no space left" if e.errno in (errno.ENOSPC, errno.EDQUOT) else \
             f"write failed ({e.strerror or e})"

@@ -18,6 +18,7 @@ protocol of ``tests/toyprotocol.py``).
 """
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
@@ -96,8 +97,6 @@ def connect_from(bind_host: str) -> Optional[str]:
 def write_rendezvous_json(o: Any, doc: Dict[str, Any]) -> None:
     """Rank 0: ``doc`` as the job's rendezvous file ``o.rendezvous`` (atomic, mode
     ``o.rendezvous_mode``), for a protocol whose receivers connect to the detector."""
-    import json
-
     from core import localfs
 
     localfs.write_bytes_atomic(os.path.abspath(o.rendezvous),

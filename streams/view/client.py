@@ -27,7 +27,10 @@ written.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import re
+import shlex
 import subprocess
 import sys
 import time
@@ -409,8 +412,6 @@ class LiveJob:
         return os.path.join(self.out, name) if self.out else f"OUT/{name} (give out=)"
 
     def _read_json(self, name: str, timeout: float = 0.0) -> Dict[str, Any]:
-        import json
-
         if self.out is None:
             raise StreamError(f"{name}: this handle does not know the job's --out directory "
                               "(attach(..., out=DIR))")
@@ -523,8 +524,6 @@ class SlurmJob:
         self.returncode: Optional[int] = None
 
     def _scontrol(self) -> Dict[str, str]:
-        import re
-
         r = subprocess.run(["scontrol", "show", "job", "-o", self.job_id], env=self.env,
                            capture_output=True, text=True, timeout=60, check=False)
         if r.returncode != 0:
@@ -590,8 +589,6 @@ def launch_sbatch(rendezvous: str, out: str, args: Sequence[str] = (), nodes: in
         file, or wrote none within ``timeout`` seconds (queueing included; the
         job is then cancelled).
     """
-    import shlex
-
     from stager.sbatch import load_template, render
 
     rendezvous, out = os.path.abspath(rendezvous), os.path.abspath(out)

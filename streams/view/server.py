@@ -32,15 +32,18 @@ where rank 0's caps apply, and answers that page alone (``{"type": "frame", "sca
 """
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import base64
+import contextlib
 import hmac
 import json
 import os
 import secrets
+import signal
 import threading
 import time
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Dict, Optional
 
 import numpy as np
@@ -95,8 +98,6 @@ class _State:
     """What every page is told: the latest text per scan and the job's status."""
 
     def __init__(self) -> None:
-        from concurrent.futures import ThreadPoolExecutor
-
         self.latest: OrderedDict[str, str] = OrderedDict()
         self.clients: set = set()
         # frame requests: one thread, the only user of the job's request socket
@@ -240,9 +241,6 @@ def serve(rendezvous: str, port: int = 0, bind: str = "127.0.0.1",
     StreamError
         The rendezvous file or the viewers' certificate cannot be used.
     """
-    import asyncio
-    import signal
-
 
     job = LiveJob(rendezvous, out, certificate)
     token = token or secrets.token_urlsafe(24)

@@ -9,6 +9,7 @@ little-endian length and its bytes, in order -- the file LiberTEM-live's simulat
 """
 from __future__ import annotations
 
+import argparse
 import struct
 import time
 from typing import Any, BinaryIO, Callable, FrozenSet, Iterator, List, Optional, Sequence, Tuple
@@ -89,8 +90,6 @@ def write_dump(out: BinaryIO, messages: Iterator[List[bytes]]) -> int:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """``python -m streams.simulate --protocol dectris-legacy``: a synthetic series over
     the legacy stream (``--bind``) or into a dump file (``--dump``)."""
-    import argparse
-
     ap = argparse.ArgumentParser(prog="python -m streams.simulate --protocol dectris-legacy",
                                  description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)

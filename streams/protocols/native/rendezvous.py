@@ -39,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pwd
 import re
 import socket
 import time
@@ -134,8 +135,6 @@ def ended(d: Union[Rendezvous, Dict[str, Any]]) -> Optional[str]:
 def owner_uids(trust_owner: Union[None, str, int, Collection[Union[str, int]]]) -> Tuple[int, ...]:
     """The uids of ``trust_owner`` (user names or uids), whose rendezvous files a
     reader trusts besides its own."""
-    import pwd
-
     if trust_owner is None:
         return ()
     items = [trust_owner] if isinstance(trust_owner, (str, int)) else list(trust_owner)
