@@ -48,6 +48,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Collection, Dict, Optional, Sequence, Tuple, Union
 
+from core import localfs
+from core.trusted import Untrusted, read_trusted
 from streams.errors import RendezvousError
 from streams.protocols.native.headers import PROTOCOL
 
@@ -228,8 +230,6 @@ def write_rendezvous(path: PathLike, receivers: Sequence[str], live: Optional[st
            "curve_serverkey": server_key, "client_certificate": client_certificate,
            "viewer_certificate": viewer_certificate, "token": token, **job_identity()}
     rv = _validate(doc, str(p))     # what is written is checked as a reader checks it
-    from core import localfs
-
     text = json.dumps(doc, indent=1) + "\n"
     try:
         localfs.write_bytes_atomic(os.path.abspath(p), text.encode(), mode=mode, fsync=True)
@@ -271,8 +271,6 @@ def read_rendezvous_json(path: PathLike, trust_owner: Any = None) -> Dict[str, A
 
 def _read_json(path: PathLike, trust_owner: Any = None) -> Any:
     """The JSON of a rendezvous file, read as a trusted file."""
-    from core.trusted import Untrusted, read_trusted
-
     p = os.fspath(path)
     try:
         data, warns = read_trusted(p, owner_uids(trust_owner), "rendezvous file")
