@@ -122,16 +122,12 @@ class Coordinator:
         return {"total": sum(total.values()), "by_reason": dict(sorted(total.items())),
                 "examples": examples[:20], "held_before_start": dict(held)}
 
-    def live(self, scan: str, partial: Any, merge: Any) -> None:
-        """A live delta of ``scan`` (merged into what rank 0 holds)."""
-        st = self.scans.get(scan)
-        if st is None or st.finalize_sent:
-            return
-        st.live = partial if st.live is None else merge(st.live, partial)
-        st.live_updates += 1
-
-    def geometry(self, g: ScanGeometry) -> None:
-        self._state(g)
+    def live(self, g: ScanGeometry, partial: Any, merge: Any) -> None:
+        """A live delta of scan ``g`` (merged into what rank 0 holds)."""
+        st = self._state(g)
+        if not st.finalize_sent:
+            st.live = partial if st.live is None else merge(st.live, partial)
+            st.live_updates += 1
 
     # ---- decisions ----
     def ready(self, now: float, force: bool = False) -> List[str]:
