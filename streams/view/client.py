@@ -448,9 +448,7 @@ class LiveJob:
     def wait(self, timeout: Optional[float] = None) -> Optional[int]:
         """Wait for a job started by :func:`launch` or :func:`launch_sbatch` to end;
         its exit status."""
-        if self.process is None:
-            return None
-        return int(self.process.wait(timeout))
+        return None if self.process is None else int(self.process.wait(timeout))
 
     def close(self) -> None:
         if self._dealer is not None:

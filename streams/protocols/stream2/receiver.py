@@ -12,8 +12,7 @@ its images. This client therefore:
   that is how the MPI receiving job shares them, so every client opens and
   closes the series. A shared end closes a series only after ``shared_grace`` seconds
   without an image of it: the end reached another client, and this client's
-  last images may still be in flight behind it (without the grace they were
-  rejected ``late``: ``bench/results/history.md``);
+  last images may still be in flight behind it (they would be rejected ``late``);
 - keeps images *and ends* that arrive before their series' start is known, and
   starts without ``image_dtype`` until their first image, within ``held_bytes``
   (what they take in memory: :attr:`~streams.protocols.stream2.streamv2.Image.nbytes`),
