@@ -17,7 +17,6 @@ missing
 """
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
@@ -29,16 +28,21 @@ from analyses.geometry import ScanGeometry
 if TYPE_CHECKING:
     from analyses.output import Coverage
 
-__all__ = ["ScanReport", "ranges"]
+__all__ = ["ScanReport", "ranges", "runs"]
 
 #: How many rejection examples (with their detail text) a report keeps.
 MAX_EXAMPLES = 20
+#: The counts two reports merge by adding them.
+_SUMMED = ("receivers", "ends_expected", "ends_received", "sent", "ends_uncounted",
+           "received_data", "accepted_bytes", "rejected_unattributed", "evicted_partitions",
+           "refused")
 
 
-def _runs(indices: np.ndarray, most: int = 8) -> str:
+def runs(indices: np.ndarray, most: Optional[int] = 8) -> str:
+    """Sorted indices as text, ``"0-3, 7, 9-10"`` (the first ``most`` runs, then ``...``)."""
     rs = ranges(indices)
     text = ", ".join(str(a) if b == a + 1 else f"{a}-{b - 1}" for a, b in rs[:most])
-    return text + (", ..." if len(rs) > most else "")
+    return text + (", ..." if most is not None and len(rs) > most else "")
 
 
 def ranges(indices: np.ndarray) -> List[Tuple[int, int]]:
@@ -193,7 +197,7 @@ class ScanReport:
         why = [self.invalid] if self.invalid else []
         if self.conflicting:
             frames = np.array(sorted(self.conflicting), np.int64)
-            why.append(f"{frames.size} frame(s) ({_runs(frames)}) arrived twice with "
+            why.append(f"{frames.size} frame(s) ({runs(frames)}) arrived twice with "
                        "different content: which copy the detector sent cannot be told "
                        "(another producer with this job's key and token sent frames?)")
         return "; ".join(why)
@@ -218,21 +222,12 @@ class ScanReport:
         if both.size:
             rejected["duplicate"] += int(both.size)
             examples.append(f"duplicate: scan {self.scan} frame(s) "
-                            f"{_runs(both)} accepted by two receivers (the source sent "
+                            f"{runs(both)} accepted by two receivers (the source sent "
                             "them twice; counted once)")
         return ScanReport(
             geometry=self.geometry, expected=self.expected | other.expected,
-            got=self.got | other.got, receivers=self.receivers + other.receivers,
-            ends_expected=self.ends_expected + other.ends_expected,
-            ends_received=self.ends_received + other.ends_received,
-            sent=self.sent + other.sent, ends_uncounted=self.ends_uncounted + other.ends_uncounted,
-            received_data=self.received_data + other.received_data,
-            accepted_bytes=self.accepted_bytes + other.accepted_bytes,
-            rejected=rejected,
-            rejected_unattributed=self.rejected_unattributed + other.rejected_unattributed,
-            examples=examples[:MAX_EXAMPLES],
-            evicted_partitions=self.evicted_partitions + other.evicted_partitions,
-            refused=self.refused + other.refused,
+            got=self.got | other.got, rejected=rejected, examples=examples[:MAX_EXAMPLES],
+            **{f: getattr(self, f) + getattr(other, f) for f in _SUMMED},
             duplicates_across=self.duplicates_across + other.duplicates_across
             + int(both.size),
             invalid="; ".join(x for x in (self.invalid, other.invalid) if x),
@@ -275,9 +270,6 @@ class ScanReport:
             "bytes": self.accepted_bytes,
             "seconds": round(max(self.last_message - self.first_message, 0.0), 6),
         }
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=1)
 
     def summary(self) -> str:
         """One line for a log: counts and what went wrong."""

@@ -1,19 +1,21 @@
 """Scan shapes as users give them: integers, at most one ``-1`` resolved from the image count."""
 from __future__ import annotations
 
-from typing import Optional, Sequence, Tuple
+from typing import Any, Optional, Sequence, Tuple
 
 __all__ = ["parse_scan_shape", "resolve_scan_shape"]
 
 
-def parse_scan_shape(text: str) -> Tuple[int, ...]:
-    """``"NY,NX"`` (or ``NYxNX``; one value may be ``-1``) -> a tuple of ints.
+def parse_scan_shape(text: Any, name: str = "scan shape") -> Tuple[int, ...]:
+    """``"NY,NX"`` (or ``NYxNX``, or a sequence; one value may be ``-1``) -> a tuple of
+    ints. A parser of :mod:`core.options` (``name``: the option's label).
 
     Raises
     ------
     ValueError
         naming the text, when it is not positive integers with at most one ``-1``.
     """
+    text = ",".join(map(str, text)) if isinstance(text, (list, tuple)) else str(text)
     parts = [p for p in text.replace("x", ",").split(",") if p.strip()]
     try:
         shape = tuple(int(p) for p in parts)

@@ -40,14 +40,16 @@ report says so. zmq is imported where used.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import os
 import re
+import secrets
 import stat
 import tempfile
 import threading
-from collections import Counter, deque
+from collections import Counter, defaultdict, deque
 from dataclasses import dataclass
 from typing import Any, Deque, Dict, FrozenSet, List, Optional, Tuple
 
@@ -97,10 +99,9 @@ def refusal_address(detail: str) -> Optional[str]:
 def refusals_line(by_reason_address: Dict[Tuple[str, str], int]) -> str:
     """``37 connections from 127.0.0.1 refused by --allow-from; ...`` (pure):
     refusals counted by (reason, address, "" when unknown)."""
-    per: Dict[str, Dict[str, int]] = {}
+    per: Dict[str, Counter] = defaultdict(Counter)
     for (reason, addr), n in by_reason_address.items():
-        per.setdefault(reason, {})
-        per[reason][addr] = per[reason].get(addr, 0) + n
+        per[reason][addr] += n
     parts = []
     for reason, addrs in sorted(per.items(), key=lambda kv: -sum(kv[1].values())):
         n = sum(addrs.values())
@@ -120,8 +121,6 @@ VIEWERS_DIR = "viewers"
 
 def new_token() -> str:
     """A job's token: 128 random bits as 32 hex digits."""
-    import secrets
-
     return secrets.token_hex(16)
 
 
@@ -570,8 +569,6 @@ class HandshakeMonitor:
                             f"({os.strerror(value) if value < 200 else value})"))
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(self._zmq.ZMQError):
             self._sock.disable_monitor()
-        except self._zmq.ZMQError:
-            pass
         self._mon.close(linger=0)

@@ -13,6 +13,9 @@ binds a PUSH socket as a DECTRIS detector does.
 """
 from __future__ import annotations
 
+import argparse
+import importlib
+import secrets
 import sys
 import threading
 import time
@@ -21,9 +24,13 @@ from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Tup
 
 import numpy as np
 
+from streams.errors import StreamError
 from streams.protocol import Reason, ScanGeometry
+from streams.protocols import ROWS
 from streams.protocols.native.headers import encode_data
-from streams.protocols.native.rendezvous import Rendezvous
+from streams.protocols.native.producer import Producer
+from streams.protocols.native.rendezvous import Rendezvous, wait_for_rendezvous
+from streams.protocols.stream2.simulator import StreamV2Simulator
 
 __all__ = ["SimulatedScan", "synthetic_frame", "run_producer", "run_producers",
            "malformed_messages", "array_source", "hdf5_source", "main"]
@@ -173,8 +180,6 @@ def run_producer(scan: SimulatedScan, endpoints: Union[Rendezvous, Sequence[str]
     ``certificate``, ...).
     Returns what it sent: messages per receiver, seconds, seconds blocked in sends.
     """
-    from streams.protocols.native.producer import Producer
-
     g = scan.geometry
     t0 = time.perf_counter() if t0 is None else t0
     with Producer(endpoints, producer, **options) as p:
@@ -236,17 +241,11 @@ def run_producers(scan: SimulatedScan, endpoints: Union[Rendezvous, Sequence[str
 def default_scan_name() -> str:
     """``sim-YYYYMMDD-HHMMSS-xxxxxx``: a new name at every run (a receiving job refuses a
     ``begin`` for a name it has already served, so runs into one job need their own)."""
-    import secrets
-
     return f"sim-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """``python -m streams.simulate``: stream a synthetic or recorded scan."""
-    import argparse
-
-    from streams.protocols.native.rendezvous import wait_for_rendezvous
-
     # --protocol NAME: a protocol folder's own simulator (its simulator.main) takes over
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--protocol")
@@ -289,8 +288,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         source = hdf5_source(path, dset)
     ny, nx = a.scan_shape
     if a.stream2_bind:
-        from streams.protocols.stream2.simulator import StreamV2Simulator
-
         with StreamV2Simulator(a.stream2_bind) as sim:
             print(f"Stream V2 on {sim.endpoint}", flush=True)
             gen = source or (lambda i: synthetic_frame(i, tuple(a.shape), (ny, nx), "<u2"))
@@ -306,8 +303,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     drop = frozenset(tuple(int(v) for v in d.split(":")) for d in a.drop)
     scan = SimulatedScan(g, source, a.encoding, a.rate, frozenset(a.withhold),
                          drop)  # type: ignore[arg-type]
-    from streams.errors import StreamError
-
     try:
         rv = wait_for_rendezvous(a.rendezvous, timeout=600.0 if a.wait is None else a.wait,
                                  trust_owner=a.trust_owner, wait_ended=a.wait is not None)
@@ -323,10 +318,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 def _protocol_simulator(name: str) -> Callable[[Sequence[str]], int]:
     """The ``main`` of the ``simulator`` module beside protocol ``name``'s row."""
-    import importlib
-
-    from streams.protocols import ROWS
-
     row = ROWS.get(name)
     if not isinstance(row, str):
         raise SystemExit(f"--protocol {name}: no simulator (protocols: {', '.join(ROWS)})")

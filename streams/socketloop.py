@@ -23,7 +23,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from streams.accounting import MAX_EXAMPLES, ScanReport
 from streams.assemble import Assembler
-from streams.security import refusal_address
+from streams.security import HandshakeMonitor, refusal_address, zap_handler
 
 __all__ = ["SocketLoop", "DEFAULT_HWM", "resolve_endpoint"]
 
@@ -74,8 +74,6 @@ class SocketLoop:
                      server: bool = True) -> None:
         """Make ``self._sock``: a PULL socket of ``context`` (default: the process's)
         with ``rcvhwm``, ``security`` applied (before bind/connect), handshakes watched."""
-        from streams.security import HandshakeMonitor, zap_handler
-
         zmq = self._zmq
         self._ctx = context or zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.PULL)

@@ -25,16 +25,16 @@ detector (:func:`streams.cli` runs :class:`Control` from its ``on_ready``).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 from core.errors import UnknownName
-from core.options import Option, parse_choice, parse_number, parse_text
+from core.options import parse_choice, parse_number, parse_text
 from core.table import Table
 from streams.errors import StreamError
+from streams.protocols import ProtocolOption
 
-__all__ = ["ControlError", "Control", "ControlOption", "ROWS", "OPTIONS", "open_control",
-           "load_hook"]
+__all__ = ["ControlError", "Control", "ROWS", "OPTIONS", "open_control", "load_hook"]
 
 
 class ControlError(StreamError):
@@ -42,19 +42,6 @@ class ControlError(StreamError):
     ``status``: the HTTP status of a call the detector answered with an error."""
 
     status: Optional[int] = None
-
-
-@dataclass(frozen=True)
-class ControlOption(Option):
-    """One option of the controls (keyword, ``STAGER_STREAM_<NAME>``, default, parser)
-    and its ``stager stream receive`` flag ``--NAME`` (``_`` as ``-``)."""
-
-    help: str = ""
-    metavar: Optional[str] = None
-
-    @property
-    def flag(self) -> str:
-        return "--" + self.name.replace("_", "-")
 
 
 class Control:
@@ -74,12 +61,23 @@ class Control:
         self.url, self.settings = url, dict(settings)
         self.active = settings.get("control_mode", "active") == "active"
         self.series: Optional[int] = None
+        self.images = 0
+        self.scan_shape: Tuple[int, ...] = ()
 
     def prepare(self, scan_shape: Optional[Sequence[int]]) -> Tuple[int, ...]:
         """Before the receivers start: configure the detector for ``scan_shape``
         (active; no ``-1`` then) or read how many images it takes (passive; one
         ``-1`` resolved from them). Returns the scan shape."""
         raise NotImplementedError
+
+    def _whole_shape(self, scan_shape: Optional[Sequence[int]], what: str) -> None:
+        """Active: keep ``scan_shape`` and its product as :attr:`images` (the ``what``
+        count the control sets); refused with a ``-1`` or none."""
+        if scan_shape is None or -1 in scan_shape:
+            raise ControlError(f"{self.url} (active): the control sets the {what} count from "
+                               f"the scan shape: give it whole (no -1), got {scan_shape}")
+        self.scan_shape = tuple(int(n) for n in scan_shape)
+        self.images = math.prod(self.scan_shape)
 
     def start(self, hook: Optional[Callable[[Dict[str, Any]], Any]] = None) -> Dict[str, Any]:
         """Once every receiver waits: arm (active), call ``hook`` with what is known
@@ -109,32 +107,32 @@ ROWS: Table[Any] = Table("control scheme", {
 
 #: the controls' options (flags of ``stager stream receive``)
 OPTIONS = (
-    ControlOption("control_mode", "active", parse_choice("active", "passive"),
-                  "STAGER_STREAM_CONTROL_MODE",
-                  "with --control: active (configure, arm, trigger, disarm) or passive (wait "
-                  "for another program's arm)", "MODE"),
-    ControlOption("trigger_mode", None, parse_choice("exte", "exts", "inte", "ints"),
-                  "STAGER_STREAM_TRIGGER_MODE",
-                  "with --control: the detector's trigger mode (default: leave it)", "MODE"),
-    ControlOption("count_time", None, parse_number(0, strict=True), "STAGER_STREAM_COUNT_TIME",
-                  "with --control: exposure per image, seconds", "S"),
-    ControlOption("frame_time", None, parse_number(0, strict=True), "STAGER_STREAM_FRAME_TIME",
-                  "with --control: time between image starts, seconds (>= count time)", "S"),
-    ControlOption("compression", None, parse_choice("bslz4", "lz4", "none"),
-                  "STAGER_STREAM_COMPRESSION", "with --control: the detector's compression",
-                  "ALG"),
-    ControlOption("stream_format", None, parse_choice("legacy", "cbor"),
-                  "STAGER_STREAM_STREAM_FORMAT",
-                  "with --control: the stream's format (legacy for --protocol dectris-legacy, "
-                  "cbor for stream2)", "FORMAT"),
-    ControlOption("header_detail", None, parse_choice("all", "basic", "none"),
-                  "STAGER_STREAM_HEADER_DETAIL",
-                  "with --control: the stream's header_detail (all: pixel mask, flatfield)",
-                  "DETAIL"),
-    ControlOption("on_ready", None, parse_text, "STAGER_STREAM_ON_READY",
-                  "with --control: a Python hook MODULE:FUNCTION or FILE.py:FUNCTION called "
-                  "with {series, images, scan_shape, detector} once the detector is ready "
-                  "for data (start the scan there)", "HOOK"),
+    ProtocolOption("control_mode", "active", parse_choice("active", "passive"),
+                   "STAGER_STREAM_CONTROL_MODE",
+                   "with --control: active (configure, arm, trigger, disarm) or passive (wait "
+                   "for another program's arm)", "MODE"),
+    ProtocolOption("trigger_mode", None, parse_choice("exte", "exts", "inte", "ints"),
+                   "STAGER_STREAM_TRIGGER_MODE",
+                   "with --control: the detector's trigger mode (default: leave it)", "MODE"),
+    ProtocolOption("count_time", None, parse_number(0, strict=True), "STAGER_STREAM_COUNT_TIME",
+                   "with --control: exposure per image, seconds", "S"),
+    ProtocolOption("frame_time", None, parse_number(0, strict=True), "STAGER_STREAM_FRAME_TIME",
+                   "with --control: time between image starts, seconds (>= count time)", "S"),
+    ProtocolOption("compression", None, parse_choice("bslz4", "lz4", "none"),
+                   "STAGER_STREAM_COMPRESSION", "with --control: the detector's compression",
+                   "ALG"),
+    ProtocolOption("stream_format", None, parse_choice("legacy", "cbor"),
+                   "STAGER_STREAM_STREAM_FORMAT",
+                   "with --control: the stream's format (legacy for --protocol dectris-legacy, "
+                   "cbor for stream2)", "FORMAT"),
+    ProtocolOption("header_detail", None, parse_choice("all", "basic", "none"),
+                   "STAGER_STREAM_HEADER_DETAIL",
+                   "with --control: the stream's header_detail (all: pixel mask, flatfield)",
+                   "DETAIL"),
+    ProtocolOption("on_ready", None, parse_text, "STAGER_STREAM_ON_READY",
+                   "with --control: a Python hook MODULE:FUNCTION or FILE.py:FUNCTION called "
+                   "with {series, images, scan_shape, detector} once the detector is ready "
+                   "for data (start the scan there)", "HOOK"),
 )
 
 

@@ -6,7 +6,11 @@ import os
 import sys
 from typing import Any, Callable, Dict, Optional
 
-from streams.controls import OPTIONS, Control, load_hook, open_control
+from core.mpi import bcast_result
+from core.options import resolve
+from streams import protocols
+from streams.controls import OPTIONS, Control, ControlError, load_hook, open_control
+from streams.scanshape import parse_scan_shape
 
 __all__ = ["add_arguments", "prepare", "start", "finish"]
 
@@ -22,16 +26,11 @@ def add_arguments(r: Any) -> None:
 
 def _scan_shape_key(args: Any) -> Optional[str]:
     """The chosen protocol's scan-shape option (``dectris_scan_shape``), if it has one."""
-    from streams import protocols
-
     proto = protocols.chosen(getattr(args, "protocol", None), getattr(args, "stream2", None))
     return next((o.name for o in proto.options if o.name.endswith("scan_shape")), None)
 
 
 def _prepare(args: Any, given: Dict[str, Any]) -> Any:
-    from core.options import resolve
-    from streams.scanshape import parse_scan_shape
-
     settings = resolve(OPTIONS, {o.name: getattr(args, o.name, None) for o in OPTIONS},
                        os.environ, what="control option")
     load_hook(settings["on_ready"])          # a bad hook fails before the detector is touched
@@ -53,8 +52,6 @@ def _pixel_mask(control: Control) -> Any:
     """The detector's pixel mask from its control interface, as booleans (True:
     excluded), for the scans whose start carries none; None if it gives none. A
     detector that refuses the call is said once: the starts must carry the mask then."""
-    from streams.controls import ControlError
-
     try:
         mask = control.pixel_mask()
     except ControlError as e:
@@ -76,8 +73,6 @@ def prepare(comm: Any, args: Any, given: Dict[str, Any]) -> Optional[Control]:
     scan whose start carries none), or the same error; rank 0 gets the control."""
     if not getattr(args, "control", None):
         return None
-    from core.mpi import bcast_result
-
     got = bcast_result(comm, _prepare, args, given)
     control, key, shape, mask = got
     if key:

@@ -12,6 +12,7 @@ hook only (the scan shape comes from the acquisition header).
 """
 from __future__ import annotations
 
+import contextlib
 import socket
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
@@ -100,8 +101,6 @@ class MerlinControl(Control):
         super().__init__(url, settings)
         host, _, port = url.partition("://")[2].strip("/").partition(":")
         self.host, self.port = host, int(port or 6341)
-        self.images = 0
-        self.scan_shape: Tuple[int, ...] = ()
         self.started = False
 
     def _client(self) -> MerlinClient:
@@ -112,13 +111,7 @@ class MerlinControl(Control):
             self._client().close()                 # reachable; the shape comes from HDR
             self.scan_shape = tuple(scan_shape or ())
             return self.scan_shape
-        if scan_shape is None or -1 in scan_shape:
-            raise ControlError(f"{self.url} (active): the control sets the frame count from "
-                               f"the scan shape: give it whole (no -1), got {scan_shape}")
-        self.scan_shape = tuple(int(n) for n in scan_shape)
-        self.images = 1
-        for n in self.scan_shape:
-            self.images *= n
+        self._whole_shape(scan_shape, "frame")
         c = self._client()
         try:
             c.call("SET", "NUMFRAMESTOACQUIRE", self.images)
@@ -158,11 +151,9 @@ class MerlinControl(Control):
         if not self.started:
             return
         self.started = False
-        try:
+        with contextlib.suppress(ControlError):
             c = self._client()
             try:
                 c.call("CMD", "STOPACQUISITION")
             finally:
                 c.close()
-        except ControlError:
-            pass

@@ -14,6 +14,7 @@ detector's answer.
 """
 from __future__ import annotations
 
+import contextlib
 import base64
 import binascii
 import json
@@ -164,11 +165,6 @@ def decode_darray(value: Any, what: str) -> np.ndarray:
     return np.frombuffer(raw, dtype).reshape(height, width)
 
 
-def _base(url: str) -> str:
-    host = url.partition("://")[2].strip("/")
-    return "http://" + (host if ":" in host else host + ":80")
-
-
 def images_of(mode: Any, nimages: Any, ntrigger: Any) -> int:
     """The images a series takes: one per trigger with ``exte``/``inte``, ``nimages``
     per trigger otherwise."""
@@ -184,9 +180,8 @@ class Simplon(Control):
 
     def __init__(self, url: str, settings: Dict[str, Any]) -> None:
         super().__init__(url, settings)
-        self.client = SimplonClient(_base(url))
-        self.images = 0
-        self.scan_shape: Tuple[int, ...] = ()
+        host = url.partition("://")[2].strip("/")
+        self.client = SimplonClient("http://" + (host if ":" in host else host + ":80"))
         self.mode: Optional[str] = None
         self.armed = False
 
@@ -202,13 +197,7 @@ class Simplon(Control):
                 raise ControlError(f"{self.url} (passive): the detector is set for "
                                    f"{self.images} images: {e}") from None
             return self.scan_shape
-        if scan_shape is None or -1 in scan_shape:
-            raise ControlError(f"{self.url} (active): the control sets the image count from "
-                               f"the scan shape: give it whole (no -1), got {scan_shape}")
-        self.scan_shape = tuple(int(n) for n in scan_shape)
-        self.images = 1
-        for n in self.scan_shape:
-            self.images *= n
+        self._whole_shape(scan_shape, "image")
         self.mode = s.get("trigger_mode") or c.config("trigger_mode")
         # the order LiberTEM-live uses: counts reset first, then the mode, then the count
         if s.get("trigger_mode"):
@@ -266,8 +255,6 @@ class Simplon(Control):
     def finish(self) -> None:
         if not self.armed:
             return
-        try:
+        with contextlib.suppress(ControlError):   # the job's own error (or result) matters
             self.client.command("disarm")
-        except ControlError:
-            pass     # the job's own error (or its result) is what the user must see
         self.armed = False

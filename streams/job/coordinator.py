@@ -19,6 +19,7 @@ No MPI and no sockets here, so all of it is tested serially.
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -67,7 +68,6 @@ class Coordinator:
         self.close_wait, self.heartbeat = close_wait, heartbeat
         self.scans: Dict[str, ScanState] = {}
         self.order: List[str] = []            # finalize order
-        self.finalized: List[str] = []
         self.heard: Dict[int, float] = {}     # rank -> last time heard (rank 0's clock)
         # receiver -> (rejections by reason, examples) since the job started, any scan
         # or none: messages naming no open scan (garbage, a series that never started)
@@ -110,30 +110,24 @@ class Coordinator:
 
     def job_rejections(self) -> Dict[str, Any]:
         """Rejections of the whole job so far: total, by reason, examples."""
-        total: Dict[str, int] = {}
+        total: Counter = Counter()
         examples: List[str] = []
         for r in sorted(self.job_rejects):
             counts, ex = self.job_rejects[r]
-            for k, v in counts.items():
-                total[k] = total.get(k, 0) + int(v)
+            total.update({k: int(v) for k, v in counts.items()})
             examples.extend(f"receiver {r}: {e}" for e in ex[:5])
-        held: Dict[str, int] = {}
+        held: Counter = Counter()
         for h in self.held.values():
-            for series, n in h.items():
-                held[series] = held.get(series, 0) + n
+            held.update(h)
         return {"total": sum(total.values()), "by_reason": dict(sorted(total.items())),
-                "examples": examples[:20], "held_before_start": held}
+                "examples": examples[:20], "held_before_start": dict(held)}
 
-    def live(self, scan: str, partial: Any, merge: Any) -> None:
-        """A live delta of ``scan`` (merged into what rank 0 holds)."""
-        st = self.scans.get(scan)
-        if st is None or st.finalize_sent:
-            return
-        st.live = partial if st.live is None else merge(st.live, partial)
-        st.live_updates += 1
-
-    def geometry(self, g: ScanGeometry) -> None:
-        self._state(g)
+    def live(self, g: ScanGeometry, partial: Any, merge: Any) -> None:
+        """A live delta of scan ``g`` (merged into what rank 0 holds)."""
+        st = self._state(g)
+        if not st.finalize_sent:
+            st.live = partial if st.live is None else merge(st.live, partial)
+            st.live_updates += 1
 
     # ---- decisions ----
     def ready(self, now: float, force: bool = False) -> List[str]:
@@ -165,9 +159,7 @@ class Coordinator:
         g = st.geometry
         reps = []
         for r in range(len(self.roles.servers)):
-            rep = st.closed.get(r) if final else st.snaps.get(r)
-            if rep is None:
-                rep = st.snaps.get(r)
+            rep = (st.closed.get(r) if final else None) or st.snaps.get(r)
             if rep is None:
                 ends = g.producers if self.routing == "modulo" else 1
                 rep = ScanReport.empty(g, self.expected_at(g, r), ends_expected=ends)
@@ -180,16 +172,9 @@ class Coordinator:
         """Live figures of ``scan`` (for the PUB message and ``stager stream watch``)."""
         st = self.scans[scan]
         rep = self.merged(scan)
-        n = rep.got.sum(axis=1)
-        S = st.geometry.sectors
-        exp = rep.expected
         idle = min((i + (now - at) for i, at in st.snap_idle.values()), default=None)
-        return {"frames": int(exp.sum()), "complete": int((exp & (n == S)).sum()),
-                "incomplete": int((exp & (n > 0) & (n < S)).sum()),
-                "not_arrived": int((exp & (n == 0)).sum()), "bytes": int(rep.accepted_bytes
-                                                                       or _bytes(rep)),
-                "rejected": int(sum(rep.rejected.values())
-                                + sum(rep.rejected_unattributed.values())),
+        return {**_frames(rep.expected, rep.got.sum(axis=1), st.geometry.sectors),
+                "bytes": int(rep.accepted_bytes or _bytes(rep)), "rejected": _rejected(rep),
                 "rejected_by_reason": {str(k): int(v) for k, v in
                                        (rep.rejected + rep.rejected_unattributed).items()},
                 "rejection_example": rep.examples[0] if rep.examples else None,
@@ -206,13 +191,9 @@ class Coordinator:
             rep = st.snaps.get(r)
             exp = self.expected_at(st.geometry, r)
             n = rep.got.sum(axis=1) if rep is not None else np.zeros(len(exp), int)
-            S = st.geometry.sectors
             out.append({"receiver": r, "node": int(self.roles.node_of[rank]),
-                        "frames": int(exp.sum()), "complete": int((exp & (n == S)).sum()),
-                        "incomplete": int((exp & (n > 0) & (n < S)).sum()),
-                        "not_arrived": int((exp & (n == 0)).sum()),
-                        "rejected": 0 if rep is None else int(
-                            sum(rep.rejected.values()) + sum(rep.rejected_unattributed.values())),
+                        **_frames(exp, n, st.geometry.sectors),
+                        "rejected": 0 if rep is None else _rejected(rep),
                         "refused": 0 if rep is None else int(sum(rep.refused.values())),
                         "closed": r in st.closed, "heard": rep is not None})
         return out
@@ -248,6 +229,18 @@ class Coordinator:
         extra = {"terminated": True, "lost_ranks": lost,
                  "frames_lost_with_ranks": len(set(lost_frames))}
         return rep, extra
+
+
+def _frames(expected: np.ndarray, sectors: np.ndarray, S: int) -> Dict[str, int]:
+    """Frames expected, and of them complete, incomplete and not arrived (``sectors``:
+    how many of its ``S`` sectors arrived, per frame)."""
+    return {"frames": int(expected.sum()), "complete": int((expected & (sectors == S)).sum()),
+            "incomplete": int((expected & (sectors > 0) & (sectors < S)).sum()),
+            "not_arrived": int((expected & (sectors == 0)).sum())}
+
+
+def _rejected(rep: ScanReport) -> int:
+    return int(sum(rep.rejected.values()) + sum(rep.rejected_unattributed.values()))
 
 
 def _bytes(rep: ScanReport) -> int:

@@ -21,21 +21,26 @@ the client certificate of the rendezvous file (:class:`LiveView`), anyone else i
 refused by ZAP.
 
 :class:`LiveView` is the other end (``stager stream watch``). The PNG encoder is
-written here (zlib + the PNG chunk format, ~20 lines) rather than imported from
-matplotlib: importing matplotlib and drawing a figure takes ~0.5 s on these
-machines, inside the receiving loop of rank 0.
+written here (zlib and the PNG chunks) rather than imported from matplotlib, too slow
+to import and draw a figure with inside the receiving loop of rank 0.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 import time
 import zlib
+from collections import Counter
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
 from core import localfs
+from streams.errors import StreamError
+from streams.security import (DOMAIN_LIVE, HandshakeMonitor, client_keys, refusal_address,
+                              zap_handler)
+from streams.socketloop import resolve_endpoint
 
 __all__ = ["LivePublisher", "LiveView", "LiveMessage", "encode_png", "render_png",
            "write_snapshot"]
@@ -104,13 +109,7 @@ def write_snapshot(path: str, images: Dict[str, np.ndarray], valid: np.ndarray,
                 f.attrs[k] = v
         f.flush()
         image = f.id.get_file_image()
-    _replace(path, image)
-
-
-def _replace(path: str, data: bytes) -> None:
-    with localfs.AtomicFile(path, mode=0o600, hash=False) as af:
-        af.write(data)
-        af.commit()
+    localfs.write_bytes_atomic(path, image, mode=0o600)
 
 
 class LivePublisher:
@@ -132,9 +131,6 @@ class LivePublisher:
                  advertise: Optional[str] = None, security: Any = None) -> None:
         import zmq
 
-        from streams.socketloop import resolve_endpoint
-        from streams.security import DOMAIN_LIVE
-
         if directory:
             directory = localfs.ensure_dir(directory, directory, strict=False)
         self._ctx: Any = zmq.Context.instance()
@@ -143,13 +139,11 @@ class LivePublisher:
         self._sock.setsockopt(zmq.LINGER, 0)
         self._zap: Any = None
         self._monitor: Any = None
-        self.refused: Dict[str, int] = {}     # viewers refused (ZAP or handshake), by reason
-        self.refused_from: Dict[Tuple[str, str], int] = {}    # by (reason, address or "")
+        self.refused: Counter = Counter()     # viewers refused (ZAP or handshake), by reason
+        self.refused_from: Counter = Counter()    # by (reason, address or "")
         if security is not None:
             security.serve(self._sock, DOMAIN_LIVE)
             if security.curve:
-                from streams.security import HandshakeMonitor, zap_handler
-
                 self._zap = zap_handler(self._ctx)
                 self._monitor = HandshakeMonitor(self._sock)   # plain viewers fail there
         self._sock.bind(bind[:-2] + ":*" if bind.endswith(":0") else bind)
@@ -169,7 +163,6 @@ class LivePublisher:
         self.requests_endpoint = resolve_endpoint(
             self._req.getsockopt(zmq.LAST_ENDPOINT).decode(), advertise)
         self.directory = directory
-        self.published = 0
         self.first_published: Dict[str, float] = {}
 
     def publish(self, scan: str, images: Dict[str, np.ndarray], valid: np.ndarray,
@@ -193,7 +186,6 @@ class LivePublisher:
         parts += [a.tobytes() for a in imgs.values()]
         parts.append(np.ascontiguousarray(valid, np.uint8).tobytes())
         self._sock.send_multipart(parts, copy=False)
-        self.published += 1
         self.first_published.setdefault(scan, time.monotonic())
         if self.directory:
             base = os.path.join(self.directory, f"{scan}.live")
@@ -201,7 +193,7 @@ class LivePublisher:
             attrs["final"] = final
             write_snapshot(base + ".h5", {n.replace(":", "_"): a for n, a in imgs.items()},
                            valid, attrs)
-            _replace(base + ".png", render_png(imgs, valid))
+            localfs.write_bytes_atomic(base + ".png", render_png(imgs, valid), mode=0o600)
 
     def publish_job(self, progress: Dict[str, Any]) -> None:
         """A message about the job, not a scan (``scan`` empty, ``job`` true, no images):
@@ -211,7 +203,6 @@ class LivePublisher:
         header = {"scan": "", "job": True, "t": time.time(), "final": False,
                   "progress": progress, "images": []}
         self._sock.send_multipart([TOPIC, msgpack.packb(header), b""], copy=False)
-        self.published += 1
 
     def requests(self, most: int = 32) -> List[Tuple[bytes, bytes]]:
         """Viewers' frame requests waiting (at most ``most``): ``(peer, request bytes)``."""
@@ -228,26 +219,21 @@ class LivePublisher:
         import msgpack
         import zmq
 
-        try:
+        with contextlib.suppress(zmq.Again):
             self._req.send_multipart([peer, msgpack.packb(header), data],
                                      flags=zmq.NOBLOCK, copy=False)
-        except zmq.Again:
-            pass
 
     def refusals(self) -> Dict[str, int]:
         """Count the viewers refused since the last call (ZAP: a key not authorised; the
         handshake: a plain subscriber); returns every refusal so far, by reason."""
-        from streams.security import DOMAIN_LIVE, refusal_address
-
         new: List[Tuple[str, str]] = []
         if self._zap is not None:
             new += self._zap.drain(DOMAIN_LIVE)
         if self._monitor is not None:
             new += self._monitor.drain()
         for reason, detail in new:
-            self.refused[reason] = self.refused.get(reason, 0) + 1
-            key = (reason, refusal_address(detail) or "")
-            self.refused_from[key] = self.refused_from.get(key, 0) + 1
+            self.refused[reason] += 1
+            self.refused_from[(reason, refusal_address(detail) or "")] += 1
         return dict(self.refused)
 
     def close(self) -> None:
@@ -310,9 +296,6 @@ class LiveView:
         self._sock.setsockopt(zmq.SUBSCRIBE, TOPIC)
         self._sock.setsockopt(zmq.LINGER, 0)
         if server_key is not None:
-            from streams.errors import StreamError
-            from streams.security import client_keys
-
             try:
                 if certificate is None:
                     raise StreamError(f"the live socket {endpoint} uses CURVE: give a client "

@@ -15,6 +15,7 @@ import stat
 import tempfile
 
 from core import localfs
+from core.trusted import describe_shared_dir
 from stager.planning.plan import expand_node
 
 __all__ = ["default_local", "local_root", "node_local_dir"]
@@ -50,8 +51,6 @@ def node_local_dir(template: str, node: str, create: bool) -> str:
     core.localfs.UnsafePathError
         Naming the directory and why.
     """
-    from core.trusted import describe_shared_dir
-
     root = local_root(template)
     path = localfs.inside(root, expand_node(template, node))
     parent = os.path.dirname(root)

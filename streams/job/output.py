@@ -46,6 +46,4 @@ def scan_ok(report: ScanReport, allow_loss: float = 0.0) -> bool:
 
 def exit_status(reports: List[ScanReport], wanted: int, allow_loss: float = 0.0) -> int:
     """0 when ``wanted`` scans were served and each is :func:`scan_ok`; else 1."""
-    if len(reports) < wanted:
-        return 1
-    return 0 if all(scan_ok(r, allow_loss) for r in reports) else 1
+    return 0 if len(reports) >= wanted and all(scan_ok(r, allow_loss) for r in reports) else 1

@@ -393,9 +393,8 @@ class CoordinatorLoop(ReceiverLoop):
     # ---- incoming MPI messages ----
     def recv_live(self, src: int, msg: Any) -> None:
         self.coord.heard_from(src, time.monotonic())
-        _, scan, g, lv = msg
-        self.coord.geometry(g)
-        self.coord.live(scan, lv, self.analysis.merge)
+        _, _, g, lv = msg
+        self.coord.live(g, lv, self.analysis.merge)
 
     def recv_ctrl(self, src: int, msg: Any) -> None:
         now = time.monotonic()

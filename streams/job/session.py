@@ -25,9 +25,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import resource
 import shutil
 import signal
 import time
+from collections import Counter
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
@@ -44,8 +46,15 @@ from analyses.output import finish
 from streams.errors import StreamError
 from streams.job.localdir import default_local, local_root, node_local_dir
 from streams.job.output import scan_ok, write_report
+from streams.job.ranks import rank_loop
 from streams.job.roles import assign_roles, partition_frames
+from core.interrupt import Handling
+from streams.job.live import LivePublisher
+from streams.job.spill import SPEC_NAME, Spill, spill_spec_text
+from streams import protocols
 from streams.protocols import chosen
+from streams.protocols.native.rendezvous import remove_rendezvous
+from streams.security import StreamSecurity, check_authorized_keys, refusals_line
 
 __all__ = ["SessionOptions", "SESSION_OPTIONS", "receive_scans", "ScanOutcome"]
 
@@ -206,25 +215,16 @@ class SessionOptions:
         return opts
 
     def check(self) -> None:
-        """Reject impossible values (pure; raises ValueError naming the option)."""
+        """Reject impossible values (pure; raises ValueError naming the option): each
+        value as its parser of :data:`SESSION_OPTIONS` takes it (options made without
+        :meth:`resolve` too), then what no one option's parser can tell."""
         if not self.rendezvous or not self.out:
             raise ValueError("a receiving job needs a rendezvous file and an output directory")
-        if self.scans < 1:
-            raise ValueError(f"--scans must be >= 1, got {self.scans}")
+        for o in SESSION_OPTIONS:
+            if getattr(self, o.name) is not None:
+                o.parse(getattr(self, o.name), "--" + o.name.replace("_", "-"))
         if not 0 <= self.allow_loss < 1:
             raise ValueError(f"--allow-loss must be a fraction in [0, 1), got {self.allow_loss}")
-        if self.partition_frames is not None and self.partition_frames < 1:
-            raise ValueError("--partition-frames must be >= 1")
-        for name in ("idle_timeout", "live_interval", "heartbeat", "close_wait",
-                     "handshake_timeout"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive")
-        if self.timeout is not None and self.timeout <= 0:
-            raise ValueError("--timeout must be positive")
-        if self.credit < 1 or self.batch < 1 or self.io_threads < 1:
-            raise ValueError("credit, batch and io_threads must be >= 1")
-        if self.max_open_scans < 1:
-            raise ValueError(f"--max-open-scans must be >= 1, got {self.max_open_scans}")
         if self.spill is not None and not os.path.isabs(self.spill.replace("%n", "x")):
             raise ValueError(f"--spill {self.spill}: give an absolute directory")
         if self.insecure and self.authorized_keys:
@@ -281,8 +281,6 @@ def _protocol_options(values: Mapping[str, Any], given: Mapping[str, Any],
 
     Raises ``ValueError`` for a given option of another protocol of the table, and
     ``TypeError`` for a keyword that no protocol declares."""
-    from streams import protocols
-
     proto = chosen(values["protocol"], values["stream2"])
     given = {k: v for k, v in given.items() if v is not None}
     mine = {o.name for o in proto.options}
@@ -311,8 +309,6 @@ def _resolve(options: SessionOptions) -> SessionOptions:
     options.protocol_options = _protocol_options(
         {"protocol": options.protocol, "stream2": options.stream2}, options.protocol_options, {})
     if options.authorized_keys:
-        from streams.security import check_authorized_keys
-
         check_authorized_keys(options.authorized_keys)
     if not options.local:
         options.local = default_local()
@@ -326,8 +322,6 @@ def _security(o: SessionOptions) -> Any:
     (the detector cannot do CURVE), restricted by ``--allow-from``, but the job's
     own live socket still uses CURVE.
     """
-    from streams.security import StreamSecurity
-
     allow = tuple(a.strip() for a in (o.allow_from or "").split(",") if a.strip())
     if o.insecure:
         return StreamSecurity.insecure(allow, o.handshake_timeout)
@@ -386,8 +380,6 @@ def _receive_scans(job: Job, options: SessionOptions, on_written: Any, on_ready:
     import zmq
     from mpi4py import MPI
 
-    from streams.job.ranks import rank_loop
-
     comm = job.comm
     opts: SessionOptions = bcast_result(comm, _resolve, options)
     try:
@@ -427,15 +419,11 @@ def _receive_scans(job: Job, options: SessionOptions, on_written: Any, on_ready:
         endpoint = None
         with agreed(fcomm, "binding the receivers", default=StreamError, node=layout.name):
             if comm.rank == 0:
-                from streams.job.live import LivePublisher
-
                 os.makedirs(opts.out, mode=0o700, exist_ok=True)
                 publisher = LivePublisher(f"tcp://{opts.bind_host}:*", opts.out, opts.advertise,
                                           security=sec)
             loop = rank_loop(lcomm, roles, analysis, opts, proto.routing, publisher)
             if opts.spill is not None and index is not None:
-                from streams.job.spill import SPEC_NAME, Spill
-
                 loop.spill = Spill(opts.spill, layout.name, index,
                                    os.path.join(opts.out, SPEC_NAME))
             if index is not None:     # this receiver's socket, bound or connected
@@ -455,8 +443,6 @@ def _receive_scans(job: Job, options: SessionOptions, on_written: Any, on_ready:
                 st = os.stat(opts.rendezvous)
                 rv_written.append((st.st_dev, st.st_ino))
                 if opts.spill is not None:
-                    from streams.job.spill import SPEC_NAME, spill_spec_text
-
                     localfs.write_bytes_atomic(os.path.join(opts.out, SPEC_NAME),
                                                spill_spec_text(opts.spill).encode(), mode=0o644)
                 if on_ready is not None:
@@ -490,18 +476,13 @@ def _receive_scans(job: Job, options: SessionOptions, on_written: Any, on_ready:
         return outcomes
     finally:
         if comm.rank == 0 and rv_written:   # the job's rendezvous ends with it, however
-            from streams.protocols.native.rendezvous import remove_rendezvous
-
             remove_rendezvous(opts.rendezvous, rv_written[0])
         if comm.rank == 0:
             _remove_empty_parents(os.path.join(expand_node(opts.local, layout.name), "-"),
                                   opts.local)
-        if loop is not None and loop.socket is not None:
-            loop.socket.close()
-        if publisher is not None:
-            publisher.close()
-        if loop is not None and loop.spill is not None:
-            loop.spill.close()
+        for part in (getattr(loop, "socket", None), publisher, getattr(loop, "spill", None)):
+            if part is not None:
+                part.close()
         fcomm.Free()
         lcomm.Free()
         del MPI
@@ -517,8 +498,6 @@ def _job_rejections(comm: Any, loop: Any, o: SessionOptions,
     ``<out>/rejections.json`` with every connection refused during the job (the
     receivers', those while no scan was open among them, and the live socket's
     viewers). Returns the summary on rank 0, None elsewhere."""
-    from streams.security import refusals_line
-
     mine = None
     if loop.socket is not None:
         never = loop.socket.never_started()
@@ -529,24 +508,22 @@ def _job_rejections(comm: Any, loop: Any, o: SessionOptions,
     got = comm.gather(mine, root=0)
     if comm.rank != 0:
         return None
-    total: Dict[str, int] = {}
+    total: Counter = Counter()
     examples: List[str] = []
     never_started: Dict[str, Dict[str, int]] = {}
-    refused: Dict[Any, int] = {}
-    outside: Dict[str, int] = {}
+    refused: Counter = Counter()
+    outside: Counter = Counter()
     outside_examples: List[str] = []
     for item in got:
         if item is None:
             continue
         r, counts, ex, never, refused_from, pending = item
-        for key, n in refused_from.items():
-            refused[key] = refused.get(key, 0) + n
+        refused.update(refused_from)
         for reason, detail in pending:
-            outside[reason] = outside.get(reason, 0) + 1
+            outside[reason] += 1
             if len(outside_examples) < 10:
                 outside_examples.append(f"receiver {r}: {reason}: {detail}")
-        for k, v in counts.items():
-            total[str(k)] = total.get(str(k), 0) + int(v)
+        total.update({str(k): int(v) for k, v in counts.items()})
         examples.extend(f"receiver {r}: {e}" for e in ex)
         for series, d in never.items():
             acc = never_started.setdefault(series, {"images": 0, "ends": 0})
@@ -554,7 +531,7 @@ def _job_rejections(comm: Any, loop: Any, o: SessionOptions,
                 acc[k] += v
     across = sum(out.report.duplicates_across for out in outcomes)
     if across:
-        total["duplicate"] = total.get("duplicate", 0) + across
+        total["duplicate"] += across
         examples.extend(e for out in outcomes for e in out.report.examples
                         if "accepted by two receivers" in e)
     live: Dict[Any, int] = {}
@@ -563,9 +540,9 @@ def _job_rejections(comm: Any, loop: Any, o: SessionOptions,
         live = dict(publisher.refused_from)
 
     def by_reason(counts: Dict[Any, int]) -> Dict[str, int]:
-        out: Dict[str, int] = {}
+        out: Counter = Counter()
         for (reason, _), n in counts.items():
-            out[reason] = out.get(reason, 0) + n
+            out[reason] += n
         return dict(sorted(out.items()))
 
     summary = {"rejected": sum(total.values()), "by_reason": dict(sorted(total.items())),
@@ -691,8 +668,6 @@ def _remove_empty_parents(local_dir: str, template: str) -> None:
 
 def _peak_rss_mib() -> float:
     """This process's peak resident set so far (MiB; Linux reports KiB)."""
-    import resource
-
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
@@ -712,22 +687,16 @@ def _terminate_handler(loop: Any, o: SessionOptions, nodes: Sequence[str],
     odls_base_sigkill_timeout 5`` (``slurm/stream-session.sbatch`` does; the figures
     are in ``bench/results/history.md``).
     """
-    from core.interrupt import Handling
-
     def write_reports(signum: int) -> None:
-        from streams.protocols.native.rendezvous import remove_rendezvous
-
         remove_rendezvous(o.rendezvous, rv_written[0] if rv_written else None)
         now = time.monotonic()
         coord = loop.coord
         for scan in list(coord.open_scans()):
-            try:
+            with contextlib.suppress(Exception):   # we are being terminated; do what we can
                 rep, extra = coord.kill_report(scan, now, list(nodes))
                 extra["signal"] = signal.Signals(signum).name
                 os.makedirs(o.out, exist_ok=True)
                 write_report(os.path.join(o.out, f"{scan}.json"), rep, extra)
-            except Exception:   # we are being terminated; do what we can
-                pass
 
     return Handling(grace=0.0, emergency=write_reports)
 

@@ -33,6 +33,7 @@ sectors zero), ``/frame_index`` (k,) int64, ``/complete`` (k,) bool, ``/sectors`
 """
 from __future__ import annotations
 
+import errno
 import os
 import time
 from typing import Any, Dict
@@ -42,6 +43,7 @@ import numpy as np
 from core import localfs
 from stager.nodelocal import record as records
 from stager.planning.plan import expand_node
+from streams.accounting import runs
 from streams.errors import StreamError
 
 __all__ = ["Spill", "spill_spec_text", "SPEC_NAME"]
@@ -152,12 +154,7 @@ class Spill:
         The temporary file is gone (``AtomicFile`` removes it); the job stops, so no
         partition is ever silently left out of the spill.
         """
-        import errno
-
-        from streams.accounting import ranges
-
-        frames = ", ".join(f"{a}" if b == a + 1 else f"{a}-{b - 1}"
-                           for a, b in ranges(np.sort(part.frames)))
+        frames = runs(np.sort(part.frames), most=None)
         what = "no space left" if e.errno in (errno.ENOSPC, errno.EDQUOT) else \
             f"write failed ({e.strerror or e})"
         return StreamError(f"spill on node {self.node}: {what} in {self.root} writing "

@@ -18,21 +18,23 @@ protocol of ``tests/toyprotocol.py``).
 """
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 from core.options import Option
 from core.table import Table
 
-__all__ = ["StreamProtocol", "ProtocolOption", "ROWS", "register", "protocol", "names",
-           "chosen", "options"]
+__all__ = ["StreamProtocol", "ProtocolOption", "ROWS", "register", "protocol", "chosen",
+           "options", "connect_from", "write_rendezvous_json"]
 
 
 @dataclass(frozen=True)
 class ProtocolOption(Option):
-    """One option of a protocol (:class:`core.options.Option`: keyword name, default,
-    strict parser, ``STAGER_STREAM_<NAME>``) and its ``stager stream receive`` flag,
-    ``--NAME`` with ``_`` as ``-`` (a boolean's flag takes no value).
+    """One option of a protocol or of the detector controls (:class:`core.options.Option`:
+    keyword name, default, strict parser, ``STAGER_STREAM_<NAME>``) and its ``stager
+    stream receive`` flag, ``--NAME`` with ``_`` as ``-`` (a boolean's flag takes no value).
 
     The job resolves the chosen protocol's options like its own (keyword > environment
     > default, on rank 0) into ``SessionOptions.protocol_options``, which the protocol
@@ -81,9 +83,24 @@ class StreamProtocol:
     def detector_metadata(self, socket: Any, scan: str) -> Optional[Dict[str, Any]]:
         """Rank 0, when ``scan`` is written: what the stream said of the detector, the
         keywords of :func:`analyses.output.write_scan`'s ``/detector`` (``socket``:
-        rank 0's receiving socket, None when rank 0 receives nothing). Default: None,
-        no ``/detector`` group."""
-        return None
+        rank 0's receiving socket, None when rank 0 receives nothing). Default: the
+        socket's ``detector(scan)`` (Stream V2, the legacy stream: what the series'
+        start said), None (no ``/detector`` group) for a socket without one."""
+        return socket.detector(scan) if hasattr(socket, "detector") else None
+
+
+def connect_from(bind_host: str) -> Optional[str]:
+    """The local interface a receiver connects to its detector from (``--bind``; None: any)."""
+    return None if bind_host in ("*", "", "0.0.0.0") else bind_host
+
+
+def write_rendezvous_json(o: Any, doc: Dict[str, Any]) -> None:
+    """Rank 0: ``doc`` as the job's rendezvous file ``o.rendezvous`` (atomic, mode
+    ``o.rendezvous_mode``), for a protocol whose receivers connect to the detector."""
+    from core import localfs
+
+    localfs.write_bytes_atomic(os.path.abspath(o.rendezvous),
+                               (json.dumps(doc, indent=1) + "\n").encode(), mode=o.rendezvous_mode)
 
 
 #: name -> "module:Class" (or an instance)
@@ -99,11 +116,6 @@ ROWS: Table[StreamProtocol] = Table("stream protocol", {
 def register(name: str, row: Any) -> None:
     """Add (or replace) protocol ``name``: ``"module:Class"`` or an instance."""
     ROWS.register(name, row)
-
-
-def names() -> List[str]:
-    """The protocols of the table, in its order."""
-    return list(ROWS)
 
 
 def protocol(name: str) -> StreamProtocol:

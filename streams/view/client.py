@@ -26,7 +26,11 @@ written.
 """
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import re
+import shlex
 import subprocess
 import sys
 import time
@@ -36,6 +40,11 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence
 import numpy as np
 
 from streams.errors import StreamError
+from streams.job.frames import MAX_FRAME_BYTES
+from streams.job.live import LiveView
+from streams.protocols.native.rendezvous import read_rendezvous_json
+from streams.security import client_keys
+from streams.view.plot import LivePlot
 
 __all__ = ["attach", "launch", "launch_sbatch", "SlurmJob", "LiveJob", "Partial", "JobEnded",
            "Frame", "FrameRefused"]
@@ -157,19 +166,6 @@ class Partial:
         return list(self.progress.get("per_receiver") or [])
 
 
-def _source(rendezvous: str) -> Dict[str, Any]:
-    """The live endpoint, server key and viewers' certificate of a rendezvous file, read
-    as every reader of one reads it (a trusted file of this user, no link followed, its
-    job still running: :func:`streams.protocols.native.rendezvous.read_rendezvous_json`)."""
-    from streams.protocols.native.rendezvous import read_rendezvous_json
-
-    d = read_rendezvous_json(rendezvous)
-    if not d.get("live"):
-        raise StreamError(f"{rendezvous}: the job publishes no live endpoint")
-    return {"live": d["live"], "server_key": d.get("curve_serverkey"),
-            "certificate": d.get("viewer_certificate")}
-
-
 class LiveJob:
     """A viewer's handle on one receiving job (see the module docstring).
 
@@ -189,22 +185,23 @@ class LiveJob:
 
     def __init__(self, rendezvous: str, out: Optional[str] = None,
                  certificate: Optional[str] = None, process: Any = None) -> None:
-        from streams.job.live import LiveView
-
-        src = _source(os.path.abspath(rendezvous))
         self.rendezvous = os.path.abspath(rendezvous)
+        # read as every reader of one reads it: trusted, no link followed, its job running
+        src = read_rendezvous_json(self.rendezvous)
+        if not src.get("live"):
+            raise StreamError(f"{self.rendezvous}: the job publishes no live endpoint")
         self.out = None if out is None else os.path.abspath(out)
         self.process = process
         self.endpoint: str = src["live"]
-        self._view = LiveView(self.endpoint, src["server_key"],
-                              certificate or src["certificate"], monitor=True)
+        # the job's server key and a viewer's certificate (default: the one the file names)
+        self._keys: Any = (src.get("curve_serverkey"), certificate or src.get("viewer_certificate"))
+        self._view = LiveView(self.endpoint, *self._keys, monitor=True)
         self._monitor = self._view.events
         self.connected = False          # the job's live socket accepted us
         self.disconnected = False       # ... and went away since
         self.latest: Dict[str, Partial] = {}
         self.finals: Dict[str, Partial] = {}
         self.job_progress: Dict[str, Any] = {}   # the job's rejections (no scan)
-        self._keys = (src["server_key"], certificate or src["certificate"])
         self.frames_endpoint: Optional[str] = None   # the job's frame requests (its messages)
         self._dealer: Any = None
         self._asked = 0
@@ -229,11 +226,9 @@ class LiveJob:
         if self.process is not None and self.process.poll() is not None:
             return True
         if self.out is not None:    # the job writes rejections.json last, when it ends
-            try:
+            with contextlib.suppress(OSError):
                 return os.stat(os.path.join(self.out, "rejections.json")).st_mtime >= \
                     os.stat(self.rendezvous).st_mtime or self.disconnected
-            except OSError:
-                pass
         return self.disconnected
 
     def wait_connected(self, timeout: float = 30.0) -> None:
@@ -334,8 +329,6 @@ class LiveJob:
 
         ``images``: the names to show (default: every 2-D image). Raises as
         :meth:`partials` does."""
-        from streams.view.plot import LivePlot
-
         plot = LivePlot(images, cmap=cmap, log=log)
         for p in self.partials(scan, timeout):
             plot.update(p)
@@ -366,8 +359,6 @@ class LiveJob:
         import msgpack
         import zmq
 
-        from streams.job.frames import MAX_FRAME_BYTES
-
         index = self._index(scan, position)
         end = time.monotonic() + timeout
         while self.frames_endpoint is None:
@@ -376,8 +367,6 @@ class LiveJob:
                                    "endpoint is unknown")
             self.next(0.2)
         if self._dealer is None:
-            from streams.security import client_keys
-
             d: Any = zmq.Context.instance().socket(zmq.DEALER)
             d.setsockopt(zmq.LINGER, 0)
             # an answer larger than the job's cap is dropped by libzmq, never allocated
@@ -423,8 +412,6 @@ class LiveJob:
         return os.path.join(self.out, name) if self.out else f"OUT/{name} (give out=)"
 
     def _read_json(self, name: str, timeout: float = 0.0) -> Dict[str, Any]:
-        import json
-
         if self.out is None:
             raise StreamError(f"{name}: this handle does not know the job's --out directory "
                               "(attach(..., out=DIR))")
@@ -461,9 +448,7 @@ class LiveJob:
     def wait(self, timeout: Optional[float] = None) -> Optional[int]:
         """Wait for a job started by :func:`launch` or :func:`launch_sbatch` to end;
         its exit status."""
-        if self.process is None:
-            return None
-        return int(self.process.wait(timeout))
+        return None if self.process is None else int(self.process.wait(timeout))
 
     def close(self) -> None:
         if self._dealer is not None:
@@ -537,8 +522,6 @@ class SlurmJob:
         self.returncode: Optional[int] = None
 
     def _scontrol(self) -> Dict[str, str]:
-        import re
-
         r = subprocess.run(["scontrol", "show", "job", "-o", self.job_id], env=self.env,
                            capture_output=True, text=True, timeout=60, check=False)
         if r.returncode != 0:
@@ -604,8 +587,6 @@ def launch_sbatch(rendezvous: str, out: str, args: Sequence[str] = (), nodes: in
         file, or wrote none within ``timeout`` seconds (queueing included; the
         job is then cancelled).
     """
-    import shlex
-
     from stager.sbatch import load_template, render
 
     rendezvous, out = os.path.abspath(rendezvous), os.path.abspath(out)

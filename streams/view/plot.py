@@ -15,6 +15,7 @@ Scan positions not in yet are drawn purple, as on the web page.
 from __future__ import annotations
 
 import base64
+import io
 from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
@@ -129,8 +130,6 @@ class LivePlot:
         return None if self.handle is not None else self._png()
 
     def _png(self) -> bytes:
-        import io
-
         buf = io.BytesIO()
         self.fig.savefig(buf, format="png", dpi=80)
         return buf.getvalue()

@@ -32,17 +32,24 @@ where rank 0's caps apply, and answers that page alone (``{"type": "frame", "sca
 """
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
 import hmac
 import json
 import os
 import secrets
+import signal
 import threading
 import time
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Dict, Optional
 
 import numpy as np
+
+from streams.errors import StreamError
+from streams.view.client import LiveJob
 
 __all__ = ["serve", "encode_partial", "encode_frame", "MAX_PIXELS"]
 
@@ -91,8 +98,6 @@ class _State:
     """What every page is told: the latest text per scan and the job's status."""
 
     def __init__(self) -> None:
-        from concurrent.futures import ThreadPoolExecutor
-
         self.latest: OrderedDict[str, str] = OrderedDict()
         self.clients: set = set()
         # frame requests: one thread, the only user of the job's request socket
@@ -138,10 +143,7 @@ def _app(state: _State, token: str, fetch: Optional[Callable[[str, int], Any]] =
                 self.finish(f.read())
 
     class Socket(tornado.websocket.WebSocketHandler):
-        prepare = _Guarded.prepare
-
-        def write_error(self, status_code: int, **kwargs: Any) -> None:
-            self.finish()
+        prepare, write_error = _Guarded.prepare, _Guarded.write_error
 
         def open(self, *args: Any, **kwargs: Any) -> None:
             self.pending: OrderedDict[str, str] = OrderedDict()
@@ -193,10 +195,8 @@ def _app(state: _State, token: str, fetch: Optional[Callable[[str, int], Any]] =
                 finally:
                     self.fetching = False
                 text = encode_frame(scan, index, got)
-            try:
+            with contextlib.suppress(tornado.websocket.WebSocketClosedError):
                 await self.write_message(text)
-            except tornado.websocket.WebSocketClosedError:
-                pass
 
         def on_close(self) -> None:
             state.clients.discard(self)
@@ -241,11 +241,6 @@ def serve(rendezvous: str, port: int = 0, bind: str = "127.0.0.1",
     StreamError
         The rendezvous file or the viewers' certificate cannot be used.
     """
-    import asyncio
-    import signal
-
-    from streams.errors import StreamError
-    from streams.view.client import LiveJob
 
     job = LiveJob(rendezvous, out, certificate)
     token = token or secrets.token_urlsafe(24)

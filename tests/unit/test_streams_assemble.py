@@ -1,6 +1,5 @@
 """The assembler without sockets: partitions, memory bound, every rejection, timeouts, reports."""
 import functools
-import json
 
 import numpy as np
 import pytest
@@ -192,7 +191,7 @@ def test_reports_merge_associatively_and_serialise():
     m = merged[0]
     assert m.receivers == 3 and m.expected.all() and m.rejected["duplicate"] == 3
     assert m.lost_in_transport == 0
-    d = json.loads(m.to_json())
+    d = m.to_dict()
     assert d["frames_complete"] + d["frames_incomplete"] + d["frames_missing"] == 10
     assert ranges(np.array([1, 2, 3, 7, 9, 10])) == [(1, 4), (7, 8), (9, 11)]
     assert m.frames_complete.shape == (2, 5)

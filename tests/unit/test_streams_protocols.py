@@ -17,7 +17,7 @@ def test_the_builtin_rows_and_the_shorthand():
 def test_a_plug_in_by_row_or_by_module_class():
     import tests.toyprotocol  # noqa: F401  (registers "lines")
 
-    assert "lines" in protocols.names() and protocols.protocol("lines").routing == "any"
+    assert "lines" in protocols.ROWS.names() and protocols.protocol("lines").routing == "any"
     by_path = protocols.protocol("tests.toyprotocol:Lines")
     assert by_path.routing == "any" and by_path.name == "lines"
 

@@ -12,12 +12,12 @@ tests: ``python -m streams.simulate --protocol dectris-legacy``).
 """
 from __future__ import annotations
 
-import json
 import os
-from typing import Any, Dict, List, Optional
+from typing import Any, List, Optional
 
 from core.options import parse_bool, parse_int, parse_number
-from streams.protocols import ProtocolOption, StreamProtocol
+from streams.protocols import ProtocolOption, StreamProtocol, connect_from, write_rendezvous_json
+from streams.scanshape import parse_scan_shape
 
 __all__ = ["DectrisLegacy"]
 
@@ -29,14 +29,6 @@ def _endpoint(text: Any, name: str = "endpoint") -> str:
     return text
 
 
-def _shape(text: Any, name: str = "scan shape") -> Any:
-    from streams.scanshape import parse_scan_shape
-
-    if isinstance(text, (tuple, list)):
-        return parse_scan_shape(",".join(str(v) for v in text))
-    return parse_scan_shape(str(text))
-
-
 class DectrisLegacy(StreamProtocol):
     """The row ``dectris-legacy`` of :data:`streams.protocols.ROWS`."""
 
@@ -46,7 +38,8 @@ class DectrisLegacy(StreamProtocol):
         ProtocolOption("dectris_endpoint", None, _endpoint, "STAGER_STREAM_DECTRIS_ENDPOINT",
                        "DECTRIS legacy stream: the detector's data endpoint to connect to "
                        "(tcp://HOST:9999)", "ENDPOINT"),
-        ProtocolOption("dectris_scan_shape", None, _shape, "STAGER_STREAM_DECTRIS_SCAN_SHAPE",
+        ProtocolOption("dectris_scan_shape", None, parse_scan_shape,
+                       "STAGER_STREAM_DECTRIS_SCAN_SHAPE",
                        "DECTRIS legacy stream: the scan's shape NY,NX (one may be -1, "
                        "resolved from the image count; default 1,IMAGES)", "NY,NX"),
         ProtocolOption("dectris_images", 0, parse_int(0), "STAGER_STREAM_DECTRIS_IMAGES",
@@ -91,28 +84,14 @@ class DectrisLegacy(StreamProtocol):
                               on_start=lambda s: loop.share("start", s),
                               on_end=lambda e: loop.share("end", e),
                               on_piece=lambda p: loop.share("start", p),
-                              security=security, source=_source(o.bind_host))
+                              security=security, source=connect_from(o.bind_host))
         sock.connect()
         loop.socket = sock
         return f"dectris-legacy:{endpoint}"
 
     def rendezvous(self, o: Any, endpoints: List[str], live: Optional[str],
                    security: Any) -> None:
-        from core import localfs
-
-        text = json.dumps({"protocol": "dectris-legacy",
-                           "detector": o.protocol_options["dectris_endpoint"], "live": live,
-                           "curve_serverkey": security.server_public
-                           if security is not None else None,
-                           "client_certificate": security.client_certificate
-                           if security is not None else None}, indent=1) + "\n"
-        localfs.write_bytes_atomic(os.path.abspath(o.rendezvous), text.encode(),
-                                   mode=o.rendezvous_mode)
-
-    def detector_metadata(self, socket: Any, scan: str) -> Optional[Dict[str, Any]]:
-        """What the series' header said of the detector, for ``/detector`` (NXmx)."""
-        return socket.detector(scan) if socket is not None else None
-
-
-def _source(bind_host: str) -> Optional[str]:
-    return None if bind_host in ("*", "", "0.0.0.0") else bind_host
+        write_rendezvous_json(o, {
+            "protocol": "dectris-legacy", "detector": o.protocol_options["dectris_endpoint"],
+            "live": live, "curve_serverkey": getattr(security, "server_public", None),
+            "client_certificate": getattr(security, "client_certificate", None)})

@@ -48,6 +48,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from streams.codecs import bslz4_encode
 from streams.errors import ProtocolError
 from streams.protocol import Reason
 from streams.protocols.stream2.streamv2 import MAX_ARRAY_BYTES, ChannelImage, End, Image, Start
@@ -385,8 +386,6 @@ def encode_header(series: int, config: Optional[Dict[str, Any]], header_detail: 
 def encode_image(series: int, frame: int, image: np.ndarray, encoding: str = "bslz4",
                  times: Optional[Tuple[int, int, int]] = None) -> List[bytes]:
     """The four parts of an image message; ``encoding`` ``raw``, ``lz4`` or ``bslz4``."""
-    from streams.codecs import bslz4_encode
-
     a = np.ascontiguousarray(image)
     itemsize = a.dtype.itemsize
     if encoding == "bslz4":

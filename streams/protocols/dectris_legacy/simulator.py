@@ -9,6 +9,7 @@ little-endian length and its bytes, in order -- the file LiberTEM-live's simulat
 """
 from __future__ import annotations
 
+import argparse
 import struct
 import time
 from typing import Any, BinaryIO, Callable, FrozenSet, Iterator, List, Optional, Sequence, Tuple
@@ -17,8 +18,10 @@ import numpy as np
 
 from streams.protocols.dectris_legacy.legacy import (detector_config, encode_end,
                                                      encode_header, encode_image)
+from streams.protocols.stream2.simulator import PushSimulator
+from streams.simulate import hdf5_source, synthetic_frame
 
-__all__ = ["LegacySimulator", "series_messages", "write_dump", "read_dump", "main"]
+__all__ = ["LegacySimulator", "series_messages", "write_dump", "main"]
 
 
 def series_messages(series: int, frames: Callable[[int], np.ndarray], number_of_images: int,
@@ -41,27 +44,11 @@ def series_messages(series: int, frames: Callable[[int], np.ndarray], number_of_
         yield encode_end(series)
 
 
-class LegacySimulator:
-    """A DECTRIS-like legacy-stream source: binds a PUSH socket and sends series.
+class LegacySimulator(PushSimulator):
+    """A DECTRIS-like legacy-stream source: binds a PUSH socket and sends series
+    (arguments as :class:`~streams.protocols.stream2.simulator.PushSimulator`'s)."""
 
-    Parameters
-    ----------
-    bind : str
-        Address to bind (``tcp://127.0.0.1:*`` picks a free port; DECTRIS uses 9999).
-    sndhwm : int
-    context : zmq.Context, optional
-    """
-
-    def __init__(self, bind: str = "tcp://127.0.0.1:*", sndhwm: int = 1000,
-                 context: Any = None) -> None:
-        import zmq
-
-        self._ctx = context or zmq.Context.instance()
-        self._sock = self._ctx.socket(zmq.PUSH)
-        self._sock.setsockopt(zmq.SNDHWM, sndhwm)
-        self._sock.bind(bind)
-        self.endpoint = self._sock.getsockopt(zmq.LAST_ENDPOINT).decode()
-        self.sent = 0
+    SNDHWM = 1000
 
     def send(self, parts: Sequence[bytes]) -> None:
         """Send one message (also used to inject broken ones)."""
@@ -88,15 +75,6 @@ class LegacySimulator:
                     time.sleep(delay)
             self.send(msg)
 
-    def close(self, linger: float = 30.0) -> None:
-        self._sock.close(linger=int(linger * 1000))
-
-    def __enter__(self) -> LegacySimulator:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
 
 def write_dump(out: BinaryIO, messages: Iterator[List[bytes]]) -> int:
     """Write messages as a dump (each part: int64 LE length, bytes); returns parts written."""
@@ -109,33 +87,9 @@ def write_dump(out: BinaryIO, messages: Iterator[List[bytes]]) -> int:
     return n
 
 
-def read_dump(path: str, max_part: int = 1 << 30) -> Iterator[bytes]:
-    """The parts of a dump file, in order (a length over ``max_part`` or past the end
-    of the file is a ``ValueError`` naming the offset)."""
-    with open(path, "rb") as f:
-        while True:
-            head = f.read(8)
-            if not head:
-                return
-            if len(head) < 8:
-                raise ValueError(f"{path}: truncated length field at offset {f.tell() - len(head)}")
-            (n,) = struct.unpack("<q", head)
-            if not 0 <= n <= max_part:
-                raise ValueError(f"{path}: part length {n} at offset {f.tell() - 8}")
-            p = f.read(n)
-            if len(p) != n:
-                raise ValueError(f"{path}: part of {n} bytes cut at {len(p)} (offset "
-                                 f"{f.tell() - len(p)})")
-            yield p
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """``python -m streams.simulate --protocol dectris-legacy``: a synthetic series over
     the legacy stream (``--bind``) or into a dump file (``--dump``)."""
-    import argparse
-
-    from streams.simulate import hdf5_source, synthetic_frame
-
     ap = argparse.ArgumentParser(prog="python -m streams.simulate --protocol dectris-legacy",
                                  description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)

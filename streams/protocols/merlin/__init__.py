@@ -11,11 +11,11 @@ files for the tests.
 """
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, Dict, List, Optional
 
-from streams.protocols import ProtocolOption, StreamProtocol
+from streams.protocols import ProtocolOption, StreamProtocol, write_rendezvous_json
+from streams.scanshape import parse_scan_shape
 
 __all__ = ["Merlin"]
 
@@ -27,13 +27,6 @@ def _endpoint(text: Any, name: str = "endpoint") -> str:
     return f"{host}:{port}"
 
 
-def _shape(text: Any, name: str = "scan shape") -> Any:
-    from streams.scanshape import parse_scan_shape
-
-    return parse_scan_shape(",".join(map(str, text)) if isinstance(text, (list, tuple))
-                            else str(text))
-
-
 class Merlin(StreamProtocol):
     """The row ``merlin`` of :data:`streams.protocols.ROWS`."""
 
@@ -42,7 +35,8 @@ class Merlin(StreamProtocol):
     options = (
         ProtocolOption("merlin_endpoint", None, _endpoint, "STAGER_STREAM_MERLIN_ENDPOINT",
                        "Merlin: the detector's data port to connect to (HOST:6342)", "HOST:PORT"),
-        ProtocolOption("merlin_scan_shape", None, _shape, "STAGER_STREAM_MERLIN_SCAN_SHAPE",
+        ProtocolOption("merlin_scan_shape", None, parse_scan_shape,
+                       "STAGER_STREAM_MERLIN_SCAN_SHAPE",
                        "Merlin: the scan's shape NY,NX (one may be -1; default from the "
                        "acquisition header: ScanY,ScanX or frames per trigger)", "NY,NX"),
     )
@@ -71,12 +65,8 @@ class Merlin(StreamProtocol):
 
     def rendezvous(self, o: Any, endpoints: List[str], live: Optional[str],
                    security: Any) -> None:
-        from core import localfs
-
-        text = json.dumps({"protocol": "merlin", "detector": o.protocol_options["merlin_endpoint"],
-                           "live": live, "receivers": endpoints}, indent=1) + "\n"
-        localfs.write_bytes_atomic(os.path.abspath(o.rendezvous), text.encode(),
-                                   mode=o.rendezvous_mode)
+        write_rendezvous_json(o, {"protocol": "merlin", "detector": o.protocol_options[
+            "merlin_endpoint"], "live": live, "receivers": endpoints})
 
     def detector_metadata(self, socket: Any, scan: str) -> Optional[Dict[str, Any]]:
         """The acquisition header, as the scan's ``/detector`` (description: the HDR)."""

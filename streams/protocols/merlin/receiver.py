@@ -12,6 +12,7 @@ rejected (counted) and the connection is dropped and made again.
 """
 from __future__ import annotations
 
+import select
 import socket
 import time
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
@@ -99,8 +100,6 @@ class MerlinReceiver(SocketLoop):
         self._drop()
 
     def step(self, timeout: float = 0.1, max_messages: int = 1000) -> int:
-        import select
-
         n = 0
         if not self._connect():
             time.sleep(min(timeout, 0.1))

@@ -38,7 +38,7 @@ class Native(StreamProtocol):
                         partition_frames=partition_frames, memory_bytes=o.memory_bytes,
                         idle_timeout=o.idle_timeout, on_close=loop.on_close, security=security,
                         max_scans=o.max_open_scans, job_bytes=loop.analysis.scan_bytes,
-                        token=security.token if security is not None else None)
+                        token=getattr(security, "token", None))
         loop.socket = sock
         return sock.bind()
 
@@ -52,4 +52,4 @@ class Native(StreamProtocol):
                          mode=o.rendezvous_mode,
                          viewer_certificate=security.viewer_certificate
                          if security is not None else None,
-                         token=security.token if security is not None else None)
+                         token=getattr(security, "token", None))

@@ -26,6 +26,7 @@ from streams.codecs import encode
 from streams.errors import StreamError
 from streams.protocol import ScanGeometry
 from streams.protocols.native.headers import encode_begin, encode_data, encode_end, route
+from streams.security import client_keys, load_client_certificate
 from streams.socketloop import DEFAULT_HWM
 from streams.protocols.native.rendezvous import Rendezvous
 
@@ -72,8 +73,6 @@ class Producer:
                  certificate: Optional[str] = None, token: Optional[str] = None,
                  insecure: bool = False) -> None:
         import zmq
-
-        from streams.security import client_keys, load_client_certificate
 
         rv = receivers if isinstance(receivers, Rendezvous) else None
         eps = list(rv.receivers) if rv is not None else list(receivers)  # type: ignore[arg-type]

@@ -30,6 +30,7 @@ from streams.assemble import DEFAULT_MEMORY_BYTES, Assembler, Partition
 from streams.errors import StreamError
 from streams.protocol import ScanGeometry
 from streams.protocols.native.headers import feed
+from streams.security import DOMAIN_DATA
 from streams.socketloop import DEFAULT_HWM, SocketLoop, resolve_endpoint
 
 __all__ = ["Receiver"]
@@ -83,8 +84,6 @@ class Receiver(SocketLoop):
                                    memory_bytes=memory_bytes, max_scans=max_scans,
                                    idle_timeout=idle_timeout, on_close=self._closed,
                                    job_bytes=job_bytes)
-        from streams.security import DOMAIN_DATA
-
         self._pull_socket(context, rcvhwm, security, DOMAIN_DATA)
         if rcvbuf:
             self._sock.setsockopt(self._zmq.RCVBUF, rcvbuf)

@@ -36,8 +36,10 @@ writable by group or others, in a directory that does not let anyone replace it
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import pwd
 import re
 import socket
 import time
@@ -46,6 +48,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Collection, Dict, Optional, Sequence, Tuple, Union
 
+from core import localfs
+from core.trusted import Untrusted, read_trusted
 from streams.errors import RendezvousError
 from streams.protocols.native.headers import PROTOCOL
 
@@ -87,13 +91,6 @@ class Rendezvous:
     def curve(self) -> bool:
         """True when the job's sockets are CURVE servers (connect with keys)."""
         return self.server_key is not None
-
-    def to_dict(self) -> dict:
-        return {"protocol": self.protocol, "receivers": list(self.receivers), "live": self.live,
-                "curve_serverkey": self.server_key,
-                "client_certificate": self.client_certificate,
-                "viewer_certificate": self.viewer_certificate, "token": self.token,
-                "host": self.host, "pid": self.pid, "started": self.started}
 
 
 def _process_start(pid: int) -> Optional[float]:
@@ -140,8 +137,6 @@ def ended(d: Union[Rendezvous, Dict[str, Any]]) -> Optional[str]:
 def owner_uids(trust_owner: Union[None, str, int, Collection[Union[str, int]]]) -> Tuple[int, ...]:
     """The uids of ``trust_owner`` (user names or uids), whose rendezvous files a
     reader trusts besides its own."""
-    import pwd
-
     if trust_owner is None:
         return ()
     items = [trust_owner] if isinstance(trust_owner, (str, int)) else list(trust_owner)
@@ -231,13 +226,11 @@ def write_rendezvous(path: PathLike, receivers: Sequence[str], live: Optional[st
         An endpoint is not ``tcp://HOST:PORT``; the directory is not writable.
     """
     p = Path(path)
-    rv = _validate({"protocol": PROTOCOL, "receivers": list(receivers), "live": live,
-                    "curve_serverkey": server_key, "client_certificate": client_certificate,
-                    "viewer_certificate": viewer_certificate, "token": token,
-                    **job_identity()}, str(p))
-    from core import localfs
-
-    text = json.dumps(rv.to_dict(), indent=1) + "\n"
+    doc = {"protocol": PROTOCOL, "receivers": list(receivers), "live": live,
+           "curve_serverkey": server_key, "client_certificate": client_certificate,
+           "viewer_certificate": viewer_certificate, "token": token, **job_identity()}
+    rv = _validate(doc, str(p))     # what is written is checked as a reader checks it
+    text = json.dumps(doc, indent=1) + "\n"
     try:
         localfs.write_bytes_atomic(os.path.abspath(p), text.encode(), mode=mode, fsync=True)
     except OSError as e:
@@ -278,8 +271,6 @@ def read_rendezvous_json(path: PathLike, trust_owner: Any = None) -> Dict[str, A
 
 def _read_json(path: PathLike, trust_owner: Any = None) -> Any:
     """The JSON of a rendezvous file, read as a trusted file."""
-    from core.trusted import Untrusted, read_trusted
-
     p = os.fspath(path)
     try:
         data, warns = read_trusted(p, owner_uids(trust_owner), "rendezvous file")
@@ -305,12 +296,10 @@ def remove_rendezvous(path: PathLike, written: Optional[Tuple[int, int]]) -> Non
     if written is None:
         return
     p = os.fspath(path)
-    try:
+    with contextlib.suppress(OSError):
         st = os.lstat(p)
         if (st.st_dev, st.st_ino) == written:
             os.unlink(p)
-    except OSError:
-        pass
 
 
 def wait_for_rendezvous(path: PathLike, timeout: float = 600.0, poll: float = 0.2,

@@ -11,12 +11,10 @@ CURVE: ``--allow-from`` and ``--bind`` restrict it. Here:
 """
 from __future__ import annotations
 
-import json
-import os
-from typing import Any, Dict, List, Optional
+from typing import Any, List, Optional
 
 from core.options import parse_bool, parse_int, parse_number
-from streams.protocols import ProtocolOption, StreamProtocol
+from streams.protocols import ProtocolOption, StreamProtocol, connect_from, write_rendezvous_json
 
 __all__ = ["StreamV2"]
 
@@ -69,7 +67,7 @@ class StreamV2(StreamProtocol):
                               shared_grace=mine["v2_grace"],
                               on_start=lambda s: loop.share("start", s),
                               on_end=lambda e: loop.share("end", e),
-                              security=security, source=_source(o.bind_host))
+                              security=security, source=connect_from(o.bind_host))
         v2.assembler.job_bytes = loop.analysis.scan_bytes    # a start's whole cost
         v2.connect()
         loop.socket = v2
@@ -77,28 +75,12 @@ class StreamV2(StreamProtocol):
 
     def rendezvous(self, o: Any, endpoints: List[str], live: Optional[str],
                    security: Any) -> None:
-        from core import localfs
         from streams.protocols.native.rendezvous import job_identity
 
         # Nothing for a native producer to connect to: a protocol it refuses.
-        text = json.dumps({"protocol": "dectris-stream2", "detector": o.stream2, "live": live,
-                           "curve_serverkey": security.server_public
-                           if security is not None else None,
-                           "client_certificate": security.client_certificate
-                           if security is not None else None,
-                           "viewer_certificate": security.viewer_certificate
-                           if security is not None else None, **job_identity()},
-                          indent=1) + "\n"
-        localfs.write_bytes_atomic(os.path.abspath(o.rendezvous), text.encode(),
-                                   mode=o.rendezvous_mode)
-
-
-    def detector_metadata(self, socket: Any, scan: str) -> Optional[Dict[str, Any]]:
-        """What the series' start said of the detector (the start, the kept channel,
-        whether this client zeroed the masked pixels), for ``/detector``."""
-        return socket.detector(scan) if socket is not None else None
-
-
-def _source(bind_host: str) -> Optional[str]:
-    """The local interface to connect from (``--bind``; None: any)."""
-    return None if bind_host in ("*", "", "0.0.0.0") else bind_host
+        write_rendezvous_json(o, {
+            "protocol": "dectris-stream2", "detector": o.stream2, "live": live,
+            "curve_serverkey": getattr(security, "server_public", None),
+            "client_certificate": getattr(security, "client_certificate", None),
+            "viewer_certificate": getattr(security, "viewer_certificate", None),
+            **job_identity()})

@@ -12,8 +12,7 @@ its images. This client therefore:
   that is how the MPI receiving job shares them, so every client opens and
   closes the series. A shared end closes a series only after ``shared_grace`` seconds
   without an image of it: the end reached another client, and this client's
-  last images may still be in flight behind it (without the grace they were
-  rejected ``late``: ``bench/results/history.md``);
+  last images may still be in flight behind it (they would be rejected ``late``);
 - keeps images *and ends* that arrive before their series' start is known, and
   starts without ``image_dtype`` until their first image, within ``held_bytes``
   (what they take in memory: :attr:`~streams.protocols.stream2.streamv2.Image.nbytes`),
@@ -50,16 +49,18 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
 from streams.accounting import ScanReport
 from streams.assemble import DEFAULT_MEMORY_BYTES, Assembler, Partition
+from streams.codecs import bslz4_decode, decoded_size, lz4_decode
 from streams.errors import ProtocolError, StreamError
 from streams.protocol import Begin, Data, Reason, ScanGeometry
 from streams.protocol import End as NativeEnd
+from streams.security import DOMAIN_STREAM2
 from streams.socketloop import DEFAULT_HWM, SocketLoop
 from streams.protocols.stream2.bounds import MAX_ARRAY_BYTES
 from streams.protocols.stream2.streamv2 import (ChannelImage, End, Image, Start, decode_message,
@@ -157,8 +158,6 @@ class StreamV2Receiver(SocketLoop):
         self._pending_ends: Dict[Key, Tuple[float, float, int]] = {}
         self._held = itertools.count()
         self._ending: Dict[str, Tuple[float, float]] = {}   # scan -> (grace, deadline)
-        from streams.security import DOMAIN_STREAM2
-
         # a ZAP allow-list (the detector cannot do CURVE)
         self._pull_socket(context, rcvhwm, security, DOMAIN_STREAM2, server=False)
         self._connected = False
@@ -495,13 +494,10 @@ class StreamV2Receiver(SocketLoop):
 
     def held(self) -> Dict[str, int]:
         """Series -> images (and ends received here) held because their start is unknown."""
-        out: Dict[str, int] = {}
-        for _, im in self._pending.values():
-            out[_name(im)] = out.get(_name(im), 0) + 1
-        for key, (_, grace, _) in self._pending_ends.items():
-            if grace == 0 and key not in self.starts:
-                out[_key_name(key)] = out.get(_key_name(key), 0) + 1
-        return out
+        out = Counter(_name(im) for _, im in self._pending.values())
+        out.update(_key_name(key) for key, (_, grace, _) in self._pending_ends.items()
+                   if grace == 0 and key not in self.starts)
+        return dict(out)
 
     def never_started(self) -> Dict[str, Dict[str, int]]:
         """Reject what is still held for series whose start never arrived (the job is
@@ -563,8 +559,6 @@ Key = Tuple[str, int]
 
 def _predecode(ch: ChannelImage) -> Optional[bytes]:
     """A decode thread: the payload decoded (checked against the shape), or None."""
-    from streams.codecs import bslz4_decode, decoded_size, lz4_decode
-
     want = ch.shape[0] * ch.shape[1] * int(ch.dtype[-1])
     try:
         if decoded_size(ch.payload) != want:

@@ -5,39 +5,61 @@ of :mod:`streams.simulate` (``python -m streams.simulate --stream2-bind ADDRESS`
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, FrozenSet, Optional, Sequence, Tuple
+from typing import Any, Callable, FrozenSet, Optional, Sequence, Tuple, TypeVar
 
 import numpy as np
 
-__all__ = ["StreamV2Simulator"]
+from streams.protocols.stream2.streamv2 import encode_end, encode_image, encode_start
+
+__all__ = ["PushSimulator", "StreamV2Simulator"]
+
+_Sim = TypeVar("_Sim", bound="PushSimulator")
 
 
-class StreamV2Simulator:
-    """A DECTRIS-like Stream V2 source: binds a PUSH socket and sends series.
+class PushSimulator:
+    """A DECTRIS-like detector's data side: binds a PUSH socket (the base of
+    :class:`StreamV2Simulator` and of the legacy stream's simulator).
 
     Parameters
     ----------
     bind : str
-        Address to bind (``tcp://127.0.0.1:*`` picks a free port; DECTRIS uses 31001).
-    sndhwm : int
+        Address to bind (``tcp://127.0.0.1:*`` picks a free port; DECTRIS uses 31001
+        for Stream V2, 9999 for the legacy stream).
+    sndhwm : int, optional
+        Default :attr:`SNDHWM`.
     send_timeout : float, optional
         Seconds a send may block (no receiver, or all at the high-water mark) before
         ``zmq.Again`` is raised; default: block for ever, as a detector does.
     context : zmq.Context, optional
     """
 
-    def __init__(self, bind: str = "tcp://127.0.0.1:*", sndhwm: int = 100,
+    SNDHWM = 100
+
+    def __init__(self, bind: str = "tcp://127.0.0.1:*", sndhwm: Optional[int] = None,
                  send_timeout: Optional[float] = None, context: Any = None) -> None:
         import zmq
 
         self._ctx = context or zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.PUSH)
-        self._sock.setsockopt(zmq.SNDHWM, sndhwm)
+        self._sock.setsockopt(zmq.SNDHWM, self.SNDHWM if sndhwm is None else sndhwm)
         if send_timeout is not None:
             self._sock.setsockopt(zmq.SNDTIMEO, int(send_timeout * 1000))
         self._sock.bind(bind)
         self.endpoint = self._sock.getsockopt(zmq.LAST_ENDPOINT).decode()
         self.sent = 0
+
+    def close(self, linger: float = 30.0) -> None:
+        self._sock.close(linger=int(linger * 1000))
+
+    def __enter__(self: _Sim) -> _Sim:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class StreamV2Simulator(PushSimulator):
+    """A DECTRIS-like Stream V2 source: binds a PUSH socket and sends series."""
 
     def send(self, message: bytes) -> None:
         """Send one raw message (also used to inject broken ones)."""
@@ -63,8 +85,6 @@ class StreamV2Simulator:
         ``countrate_table``, ``array_compression``) go to
         :func:`~streams.protocols.stream2.streamv2.encode_start`.
         """
-        from streams.protocols.stream2.streamv2 import encode_end, encode_image, encode_start
-
         uid = f"SIM{series_id:023d}" if series_unique_id is None else series_unique_id
         user = {"scan_shape": list(scan_shape)} if scan_shape else None
         self.send(encode_start(series_id, uid, number_of_images, shape, image_dtype,
@@ -83,12 +103,3 @@ class StreamV2Simulator:
             self.send(encode_image(series_id, uid, i, data, compression))
         if send_end:
             self.send(encode_end(series_id, uid))
-
-    def close(self, linger: float = 30.0) -> None:
-        self._sock.close(linger=int(linger * 1000))
-
-    def __enter__(self) -> StreamV2Simulator:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

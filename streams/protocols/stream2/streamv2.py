@@ -43,10 +43,10 @@ from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
-from streams.codecs import LZ4_BLOCK, bslz4_encode, decode_into, lz4_encode
+from streams.codecs import LZ4_BLOCK, bslz4_encode, decode_into, decoded_size, lz4_encode
 from streams.protocols.stream2 import bounds
 from streams.protocols.stream2.bounds import MAX_ARRAY_BYTES, MAX_UINT, MIN_INT
-from streams.errors import ProtocolError
+from streams.errors import CodecError, ProtocolError
 from analyses.errors import GeometryError
 from streams.protocol import Reason, ScanGeometry, rejection
 
@@ -262,8 +262,6 @@ def decode_array(v: Any, what: str, arrays: Optional[bounds.Arrays] = None) -> n
     """
     CBORTag = bounds.cbor_types()[1]
 
-    from streams.errors import CodecError
-
     if arrays is None:
         arrays = bounds.Arrays(MAX_ARRAY_BYTES)
     dims: Optional[Tuple[int, ...]] = None
@@ -289,8 +287,6 @@ def decode_array(v: Any, what: str, arrays: Optional[bounds.Arrays] = None) -> n
                 raise CodecError("wrong_payload_size", f"{len(payload)} bytes is not a "
                                  f"multiple of {dtype.itemsize}")
         else:
-            from streams.codecs import decoded_size
-
             n = decoded_size(payload) // dtype.itemsize
         if dims is not None and int(np.prod(dims, dtype=object)) != n:
             raise CodecError("wrong_payload_size", f"{n} elements, dimensions {list(dims)}")
