@@ -43,7 +43,10 @@ def peaks_of(folder: str) -> np.ndarray:
     """Stage 1's peak table of every frame of the sweep in ``folder`` (cached there)."""
     from hedm.ffpeaks import kernel_params, load_dark, read_ff_params
     from kernels.ff import find_peaks
-    from streams.offline import open_frame_file
+    try:
+        from analyses.sources.frames import open_frame_file
+    except ImportError:         # --code: a checkout from before analyses/ (e.g. 39dd754)
+        from streams.offline import open_frame_file  # type: ignore[no-redef]
 
     cached = os.path.join(folder, "peaks.npy")
     if os.path.exists(cached):

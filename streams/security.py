@@ -53,6 +53,7 @@ from collections import Counter, defaultdict, deque
 from dataclasses import dataclass
 from typing import Any, Deque, Dict, FrozenSet, List, Optional, Tuple
 
+from core.trusted import Untrusted, check_trusted, check_tree
 from streams.errors import StreamError
 
 __all__ = ["StreamSecurity", "ZapHandler", "HandshakeMonitor", "REASONS", "zap_handler",
@@ -334,8 +335,6 @@ def load_client_certificate(path: str) -> Tuple[bytes, bytes]:
     """
     import zmq.auth
 
-    from core.trusted import Untrusted, check_trusted
-
     hint = "(the receiving job writes it beside its rendezvous file)"
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -379,8 +378,6 @@ def check_authorized_keys(directory: str) -> None:
     ValueError
         Naming the path and why (the command exits 2).
     """
-    from core.trusted import Untrusted, check_tree
-
     if not os.path.isdir(directory):
         raise ValueError(f"--authorized-keys {directory}: not a directory")
     try:
