@@ -15,6 +15,3 @@ and :mod:`core.nodes`. Every function here that communicates says so
 the stager, the stream job and the workflow runtime; nothing here imports mpi4py
 at module level.
 """
-from core.mpi.agree import bcast_result
-
-__all__ = ["bcast_result"]

@@ -6,7 +6,7 @@ import os
 import sys
 from typing import Any, Callable, Dict, Optional
 
-from core.mpi import bcast_result
+from core.mpi.agree import bcast_result
 from core.options import resolve
 from streams import protocols
 from streams.controls import OPTIONS, Control, ControlError, load_hook, open_control

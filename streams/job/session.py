@@ -392,7 +392,7 @@ def _receive_scans(job: Job, options: SessionOptions, on_written: Any, on_ready:
         raise
     # this process's ZeroMQ I/O threads: before its first socket (libzmq keeps those it started)
     zmq.Context.instance().set(zmq.IO_THREADS, opts.io_threads)
-    layout = job.layout    # only its names and ranks: collectives go over fcomm
+    layout = job           # only its names and ranks: collectives go over fcomm
     fcomm = comm.Dup()     # collectives of the finalize, apart from the loop's messages
     # The loop's own point-to-point traffic (partitions, live deltas, heartbeats, aborts)
     # on a communicator of this job alone: a message still in flight when a job ends
