@@ -121,3 +121,39 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_sep("-", "documentation examples")
         for line in summary(reports):
             terminalreporter.write_line(line)
+
+
+# ---- a test writes under tmp_path, never into the checkout ----------------------------
+def _untracked() -> set[str] | None:
+    """The checkout's untracked files and directories that git does not ignore."""
+    import os
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        r = subprocess.run(["git", "ls-files", "--others", "--exclude-standard", "--directory"],
+                           cwd=root, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return set(r.stdout.splitlines()) if r.returncode == 0 else None
+
+
+def pytest_sessionstart(session):
+    if not hasattr(session.config, "workerinput"):     # the controller, or a plain run
+        session.config.untracked_before = _untracked()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Fail the run when the tests left a new file or directory in the checkout (one
+    left its default output directory in the repository: a user's first run there would
+    find it)."""
+    before = getattr(session.config, "untracked_before", None)
+    after = _untracked() if before is not None else None
+    new = sorted(after - before) if after is not None else []
+    if new:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.ensure_newline()
+            reporter.write_line("tests left files in the checkout (write under tmp_path): "
+                                + ", ".join(new), red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -164,7 +164,7 @@ def test_failing_leader_hook_fails_every_rank(tmp_path):
     flow = tmp_path / "flow.py"
     flow.write_text("def main(args):\n    return None\n")
     proc = run_flow(str(flow), "--leader-hook-startup", "no_such_module_xyz:f",
-                    np=2, timeout=120)
+                    "--out", str(tmp_path / "out"), np=2, timeout=120)
     assert proc.returncode == 1
     assert "cannot import" in proc.stderr
 
