@@ -124,6 +124,9 @@ def pytest_terminal_summary(terminalreporter):
 
 
 # ---- a test writes under tmp_path, never into the checkout ----------------------------
+_GUARD = "MPISTAGE_TESTS_CHECK_CHECKOUT"
+
+
 def _untracked() -> set[str] | None:
     """The checkout's untracked files and directories that git does not ignore."""
     import os
@@ -139,7 +142,12 @@ def _untracked() -> set[str] | None:
 
 
 def pytest_sessionstart(session):
-    if not hasattr(session.config, "workerinput"):     # the controller, or a plain run
+    import os
+
+    # the controller, or a plain run; not a pytest that a test runs (it inherits the
+    # variable), whose start and end may straddle another test's files
+    if not hasattr(session.config, "workerinput") and not os.environ.get(_GUARD):
+        os.environ[_GUARD] = "1"
         session.config.untracked_before = _untracked()
 
 
