@@ -16,6 +16,7 @@ singleton, or its own ``mpirun``) instead of joining this one as a second rank 0
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -74,7 +75,9 @@ class AfterScan:
         argv = [_fill(t, values) for t in self.argv]
         log = os.path.join(self.out, f"{scan}.then.log")
         try:        # never raises: it runs inside the scan's collective finish, on rank 0
-            fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(log)      # an earlier job's; never opened through a planted link
+            fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
                          | os.O_CLOEXEC, 0o644)
             try:
                 proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=fd,

@@ -2,6 +2,7 @@
 with its placeholders filled, its output in OUT/<scan>.then.log; a scan not served is not
 handed on; a failing command, a missing program or an unsplittable template is said."""
 import json
+import os
 import sys
 import time
 
@@ -80,7 +81,6 @@ def test_without_launcher_keeps_the_users_settings():
 
 
 def test_the_receiving_job_refuses_a_bad_template_before_it_starts(tmp_path):
-    import os
     import subprocess
 
     r = subprocess.run([sys.executable, "-m", "stager", "stream", "receive", "--rendezvous",
@@ -90,3 +90,15 @@ def test_the_receiving_job_refuses_a_bad_template_before_it_starts(tmp_path):
     assert r.returncode == 2, r.stdout + r.stderr
     assert "--then" in r.stderr and "No closing quotation" in r.stderr
     assert not (tmp_path / "rv.json").exists() and not (tmp_path / "out").exists()
+
+
+def test_a_log_in_the_way_is_replaced_not_written_through(tmp_path):
+    _scan(tmp_path, "c")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    os.link(victim, tmp_path / "c.then.log")    # a hard link planted where the log goes
+    then = AfterScan(PRINT_ARGV + " {scan}", str(tmp_path), lambda m: None)
+    then.start("c")
+    assert then.wait()
+    assert victim.read_text() == "keep me"
+    assert (tmp_path / "c.then.log").read_text().strip() == str(["c"])
