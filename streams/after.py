@@ -10,9 +10,10 @@ the receiving job goes on serving scans meanwhile. The command is an argv templa
 handed on. The job waits for every command before it ends, and a command that failed
 makes the job's exit status 1.
 
-The child runs without this rank's launcher variables (:func:`without_launcher`): a
-program that starts MPI -- ``python -m workflows run`` -- becomes its own job (a
-singleton, or its own ``mpirun``) instead of joining this one as a second rank 0.
+The child runs without this rank's launcher variables
+(:func:`core.mpi.launcher.without_launcher`): a program that starts MPI -- ``python -m
+workflows run`` -- becomes its own job (a singleton, or its own ``mpirun``) instead of
+joining this one as a second rank 0.
 """
 from __future__ import annotations
 
@@ -21,23 +22,11 @@ import json
 import os
 import shlex
 import subprocess
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Tuple
 
-__all__ = ["AfterScan", "without_launcher"]
+from core.mpi.launcher import without_launcher
 
-#: What Open MPI's mpirun (and PMIx, PMI) tell one rank of a running job; the user's own
-#: OMPI_MCA_* settings and OMPI_ALLOW_RUN_AS_ROOT* are kept.
-_LAUNCHER_PREFIXES = ("PMIX_", "PMI_", "OMPI_COMM_WORLD_", "OMPI_MCA_ess", "OMPI_MCA_orte_",
-                      "OMPI_MCA_pmix", "OMPI_MCA_initial_wdir", "OMPI_MCA_shmem_RUNTIME",
-                      "OMPI_FILE_LOCATION", "OMPI_UNIVERSE_SIZE", "OMPI_APP_CTX_",
-                      "OMPI_NUM_APP_CTX", "OMPI_FIRST_RANKS", "OMPI_COMMAND", "OMPI_ARGV")
-
-
-def without_launcher(env: Optional[Dict[str, str]] = None) -> Dict[str, str]:
-    """``env`` (default: this process's) without the variables that place a process in
-    the running MPI job."""
-    return {k: v for k, v in (os.environ if env is None else env).items()
-            if not k.startswith(_LAUNCHER_PREFIXES)}
+__all__ = ["AfterScan"]
 
 
 class AfterScan:

@@ -1,5 +1,8 @@
 """What the launcher tells a process before MPI starts: its rank and the job's size.
 
+(And the environment without it, for a program a rank starts as a job of its own:
+:func:`without_launcher`.)
+
 ``mpirun`` (Open MPI), PMI/PMIx launchers and ``srun`` put them in the
 environment, so a command can know before importing MPI whether it runs under
 a launcher and whether it is the first rank -- to print an argument error once
@@ -11,9 +14,9 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from typing import Iterator, Optional
+from typing import Dict, Iterator, Optional
 
-__all__ = ["launcher_rank", "launcher_size", "first_rank_speaks"]
+__all__ = ["launcher_rank", "launcher_size", "first_rank_speaks", "without_launcher"]
 
 _RANK = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID")
 _SIZE = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_STEP_NUM_TASKS")
@@ -59,3 +62,18 @@ def first_rank_speaks(exit_quietly: bool = False) -> Iterator[None]:
             raise
         finally:
             sys.stderr.flush()
+
+
+#: What Open MPI's mpirun (and PMIx, PMI) tell one rank of a running job; the user's own
+#: OMPI_MCA_* settings and OMPI_ALLOW_RUN_AS_ROOT* are kept.
+_LAUNCHER_PREFIXES = ("PMIX_", "PMI_", "OMPI_COMM_WORLD_", "OMPI_MCA_ess", "OMPI_MCA_orte_",
+                      "OMPI_MCA_pmix", "OMPI_MCA_initial_wdir", "OMPI_MCA_shmem_RUNTIME",
+                      "OMPI_FILE_LOCATION", "OMPI_UNIVERSE_SIZE", "OMPI_APP_CTX_",
+                      "OMPI_NUM_APP_CTX", "OMPI_FIRST_RANKS", "OMPI_COMMAND", "OMPI_ARGV")
+
+
+def without_launcher(env: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    """``env`` (default: this process's) without the variables that place a process in
+    the running MPI job."""
+    return {k: v for k, v in (os.environ if env is None else env).items()
+            if not k.startswith(_LAUNCHER_PREFIXES)}

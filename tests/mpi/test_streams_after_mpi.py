@@ -1,4 +1,4 @@
-"""streams.after.without_launcher on a real mpirun rank: a program that starts MPI, run by
+"""core.mpi.launcher.without_launcher on a real mpirun rank: a program that starts MPI, run by
 one rank of a job with the launcher's variables taken out, is its own one-rank job. With
 them it would try to join this job and abort before MPI_Init."""
 import subprocess
@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from streams.after import without_launcher
+from core.mpi.launcher import without_launcher
 from tests.mpiutil import assert_all
 
 pytestmark = pytest.mark.mpi

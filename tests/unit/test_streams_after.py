@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from streams.after import AfterScan, without_launcher
+from core.mpi.launcher import without_launcher
+from streams.after import AfterScan
 
 PRINT_ARGV = f"{sys.executable} -c 'import sys; print(sys.argv[1:])'"
 
