@@ -171,7 +171,7 @@ def ff_arrays(p: Dict[str, Any], n_frames: int, shape, rings: Any = None):
     from kernels.errors import KernelArgumentError
     from kernels.ffmodel import FFArrays
     from kernels.hkl import hkl_list
-    from kernels.nfgeometry import tilt_matrix
+    from kernels.geometry import ff_tilt_matrix
 
     lat = p["LatticeConstant"]
     if not (lat[0] == lat[1] == lat[2] and lat[3] == lat[4] == lat[5] == 90):
@@ -189,7 +189,7 @@ def ff_arrays(p: Dict[str, Any], n_frames: int, shape, rings: Any = None):
     boxes = (np.array(p["BoxSize"], np.float64).reshape(-1, 4) if p["BoxSize"] else
              np.tile([-1e12, 1e12, -1e12, 1e12], (len(ranges), 1)).astype(np.float64))
     return FFArrays(hkl=np.ascontiguousarray(h.hkl, np.float64),
-                    ring=h.ring.astype(np.int64), tilt=tilt_matrix(p["tx"], p["ty"], p["tz"]),
+                    ring=h.ring.astype(np.int64), tilt=ff_tilt_matrix(p["tx"], p["ty"], p["tz"]),
                     omega_ranges=ranges, boxes=boxes, lsd=float(p["Lsd"]),
                     ybc=float(p["BC"][0]), zbc=float(p["BC"][1]), px=float(p["px"]),
                     wavelength=float(p["Wavelength"]), omega_start=float(p["OmegaStart"]),

@@ -16,8 +16,8 @@ one spot in seven is such a chain; uncut, its omega is frames off and matches no
 prediction, and a grain with many of them is not indexed.)
 
 Per spot: the integrated intensity (sum over its peaks), the intensity-weighted centroid
-(pixels), omega as the intensity-weighted circular mean of its frames' centre omegas
-(``OmegaStart + (frame + 0.5) OmegaStep``), and, from the detector geometry
+(pixels), omega as the intensity-weighted circular mean of its frames' omegas (MIDAS's
+stamps ``OmegaStart + frame OmegaStep``, :func:`kernels.geometry.frame_omega`), and, from the detector geometry
 (:mod:`kernels.ffmodel`), the lab point of the centroid, ``eta``, ``2theta``, the ring
 radius at ``Lsd`` (``Lsd tan 2theta``, um) and the ring it lies on (the nearest within
 ``Width``; 0: on none). The table is :data:`SPOT_DTYPE`, ``id`` from 0 in order.
@@ -141,6 +141,7 @@ def spots_from_peaks(peaks: np.ndarray, first_frame: int, n_frames: int, p: Dict
     ``(ring, two_theta, radius)`` of :func:`hedm.ffparams.ring_table`.
     """
     from kernels.ffmodel import pixel_to_lab_kernel
+    from kernels.geometry import eta_kernel, frame_omega
 
     pos = peaks["frame"].astype(np.int64) - int(first_frame)
     keep = (pos >= 0) & (pos < n_frames) & (peaks["integrated"] > 0)
@@ -155,7 +156,7 @@ def spots_from_peaks(peaks: np.ndarray, first_frame: int, n_frames: int, p: Dict
     tot = np.bincount(label, w, k)
     yc = np.bincount(label, w * pk["col"], k) / tot
     zc = np.bincount(label, w * pk["row"], k) / tot
-    ome = np.radians(float(p["OmegaStart"]) + (pos + 0.5) * step)
+    ome = np.radians(frame_omega(pos, float(p["OmegaStart"]), step))
     s = np.bincount(label, w * np.sin(ome), k)
     c = np.bincount(label, w * np.cos(ome), k)
     out = np.zeros(k, SPOT_DTYPE)
@@ -173,8 +174,7 @@ def spots_from_peaks(peaks: np.ndarray, first_frame: int, n_frames: int, p: Dict
     out["lab_x"], out["lab_y"], out["lab_z"] = lab.T
     r = np.hypot(lab[:, 1], lab[:, 2])
     out["two_theta"] = np.degrees(np.arctan2(r, lab[:, 0]))
-    eta = np.degrees(np.arccos(np.clip(lab[:, 2] / np.where(r > 0, r, 1), -1, 1)))
-    out["eta"] = np.where(lab[:, 1] > 0, -eta, eta)
+    out["eta"] = [eta_kernel(y, z) for y, z in zip(lab[:, 1], lab[:, 2])]
     out["radius"] = float(p["Lsd"]) * np.tan(np.radians(out["two_theta"]))
     if len(rings) and k:
         d = np.abs(out["radius"][:, None] - rings[None, :, 2])

@@ -120,8 +120,11 @@ def _render(spots: np.ndarray, amp: np.ndarray, n_frames: int, shape, sigma_px: 
     half = int(math.ceil(4 * sigma_px))
     span = int(math.ceil(4 * omega_sigma)) + 1
     for (y, z, f), a in zip(spots, amp):
-        j = np.arange(int(math.floor(f)) - span, int(math.floor(f)) + span + 1)
-        cdf = 0.5 * (1 + erf((np.r_[j, j[-1] + 1] - f) / (omega_sigma * math.sqrt(2))))
+        # frame j gathers omega profile within half a frame of its stamp j (MIDAS's frame
+        # omega, kernels.geometry), so the frames' centroid is the spot's omega
+        k = int(math.floor(f + 0.5))
+        j = np.arange(k - span, k + span + 1)
+        cdf = 0.5 * (1 + erf((np.r_[j, j[-1] + 1] - 0.5 - f) / (omega_sigma * math.sqrt(2))))
         frac = np.diff(cdf)
         r0, c0 = int(round(z)) - half, int(round(y)) - half
         rr = np.arange(r0, r0 + 2 * half + 1)

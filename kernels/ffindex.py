@@ -189,10 +189,10 @@ def exercise() -> None:
     for :mod:`kernels.numba_cache`'s warm-up."""
     from .crystal import rotation_vector_matrix
     from .ffmodel import FFArrays, b_matrix, ff_spots, pixel_to_lab_kernel, residuals_kernel
-    from .nfgeometry import tilt_matrix
+    from .geometry import ff_tilt_matrix
 
     a = FFArrays(hkl=np.ascontiguousarray([[1.0, 1.0, 1.0], [2.0, 0.0, 0.0]]),
-                 ring=np.array([1, 2], np.int64), tilt=tilt_matrix(0.0, 0.0, 0.0),
+                 ring=np.array([1, 2], np.int64), tilt=ff_tilt_matrix(0.0, 0.0, 0.0),
                  omega_ranges=np.array([[-180.0, 180.0]]),
                  boxes=np.array([[-1e12, 1e12, -1e12, 1e12]]), lsd=1.2e5, ybc=96.0,
                  zbc=96.0, px=200.0, wavelength=0.173, omega_start=180.0, omega_step=-1.0,

@@ -1,33 +1,40 @@
 """FF-HEDM forward model: where a grain of given orientation, position and lattice diffracts.
 
-Laboratory frame (MIDAS's, as :mod:`kernels.nfmodel`): the beam travels along +x, the
-sample rotates by omega about +z (``Rz(omega)`` active), the detector is a plane at
-distance ``Lsd`` (um) downstream, tilted by MIDAS's ``RotationTilts`` ``T = Rz(tz)
-Ry(ty) Rx(tx)`` about its point on the beam. A detector point ``(Y, Z)`` (um, in the
-detector plane) is the lab point ``Lsd x + T (0, Y, Z)``; its pixel is ``(Y / px + ybc,
-Z / px + zbc)``, pixel ``(y, z)`` being column ``y``, row ``z`` of the frame (the
-project's frame orientation; frames in MIDAS's orientation need ``ImTransOpt``).
+Every convention is MIDAS's FF one, taken from :mod:`kernels.geometry` (its table cites the
+MIDAS source line of each): the beam travels along +x, the sample turns by +omega about +z
+(``Rz(omega)`` active), the detector is a plane at distance ``Lsd`` (um) downstream, tilted
+as MIDAS FF tilts it (``Rx(tx) Ry(ty) Rz(tz)`` about its point on the beam). A detector
+point ``(Y, Z)`` (um, in the detector plane) is the lab point ``Lsd x + T (0, Y, Z)``; its
+pixel is ``(ybc - Y / px, zbc + Z / px)``, pixel ``(y, z)`` being column ``y``, row ``z`` of
+the frame after ``ImTransOpt`` -- lab +y lies towards *smaller* columns, as in MIDAS's FF
+programs (``FitSetupParamsAllZarr.c`` 222, ``ForwardSimulationCompressed.c`` 1913).
 
 Per reflection ``hkl`` of a grain with orientation ``U`` (crystal -> sample), lattice
 ``(a, b, c, alpha, beta, gamma)`` and sample position ``p`` (um):
 
-1. ``g = B hkl`` with MIDAS's ``B`` of the lattice (``CorrectHKLsLatC`` of
-   ``FitPosOrStrainsOMP.c``; 1/A, ``|g| = 1/d``); ``G = U g`` in the sample frame;
+1. ``g = B hkl`` with MIDAS's ``B`` of the lattice (``CorrectHKLsLatC``,
+   ``ForwardSimulationCompressed.c`` 339-372; 1/A, ``|g| = 1/d``); ``G = U g`` in the
+   sample frame;
 2. **Bragg condition**: ``Rz(omega) G`` must satisfy ``-G_x cos(omega) + G_y
-   sin(omega) = lambda |g|^2 / 2``, two omegas (:func:`kernels.nfmodel.calc_omega_kernel`);
+   sin(omega) = lambda |g|^2 / 2``, two omegas (MIDAS's ``CalcOmega``,
+   :func:`kernels.geometry.calc_omega_kernel`);
 3. **the diffracted ray**: direction ``k = x / lambda + Rz(omega) G`` (unit length after
    normalising), from the grain's lab position ``Rz(omega) p``, meets the detector plane at
-   ``hit``; its detector ``(Y, Z)`` give the pixel;
+   ``hit``; its detector ``(Y, Z)`` give the pixel (MIDAS's ``DisplacementInTheSpot``
+   aims the ray at the spot seen from the origin, the same to O(p / Lsd)^2);
 4. **as seen from the origin** (what a spot list without positions records): ``2theta =
    atan2(hypot(hit_y, hit_z), hit_x)``, ``eta`` of ``(hit_y, hit_z)`` as MIDAS's
-   ``CalcEtaAngle`` (``acos(z / r)``, negative for ``y > 0``);
+   ``CalcEtaAngle`` (:func:`kernels.geometry.eta_kernel`);
 5. **filters**: MIDAS's ``MinEta`` pole exclusion on ``eta``, its ``OmegaRange`` /
    ``BoxSize`` windows (``BoxSize`` on the origin view's ``hit_y, hit_z``), the pixel on
-   the detector and the frame in the sweep: ``frame = (omega - OmegaStart) /
-   OmegaStep`` (continuous, frame ``f`` covers ``[f, f + 1)``), taken modulo a full turn.
+   the detector and the frame in the sweep: ``frame = (omega - OmegaStart) / OmegaStep``
+   (continuous; frame ``k``'s omega is its stamp ``OmegaStart + k OmegaStep``, MIDAS's
+   ``PeaksFittingOMPZarrRefactor.c`` 2856), taken modulo a full turn into ``[-0.5, turn -
+   0.5)``; kept when it rounds to a frame of the sweep.
 
 Every kernel is flat (``@njit``), outputs passed in; the tests hold a NumPy reference of
-the same steps.
+the same steps (``tests/ff_reference.py``) and a transcription of MIDAS's own equations
+(``tests/unit/test_kernels_ff_midas.py``).
 """
 from __future__ import annotations
 
@@ -38,7 +45,7 @@ import numpy as np
 from numba import njit
 
 from .errors import KernelArgumentError
-from .nfmodel import calc_omega_kernel
+from .geometry import calc_omega_kernel, eta_kernel, frame_position
 
 __all__ = ["FFArrays", "b_matrix", "b_matrix_kernel", "ff_spots_kernel", "ff_spots",
            "residuals_kernel", "pixel_to_lab_kernel", "fable_strain", "lattice_from_strain",
@@ -55,7 +62,8 @@ class FFArrays(NamedTuple):
     """The FF geometry as the flat arrays and scalars the kernels take (one numba argument).
 
     hkl : (n, 3) float64 Miller indices; ring : (n,) int64 ring numbers;
-    tilt : (3, 3); omega_ranges : (m, 2) deg; boxes : (m, 4) um;
+    tilt : (3, 3) MIDAS FF's detector rotation (:func:`kernels.geometry.ff_tilt_matrix`);
+    omega_ranges : (m, 2) deg; boxes : (m, 4) um;
     scalars: lsd, ybc, zbc (px), px (um), wavelength (A), omega_start, omega_step (deg),
     n_frames, n_pixels_y, n_pixels_z, min_eta (deg).
     """
@@ -114,15 +122,6 @@ def b_matrix(lattice) -> np.ndarray:
 
 
 @njit(cache=True, nogil=True)
-def _eta(y, z):
-    r = math.hypot(y, z)
-    if r == 0.0:
-        return 0.0
-    e = math.degrees(math.acos(max(-1.0, min(1.0, z / r))))
-    return -e if y > 0 else e
-
-
-@njit(cache=True, nogil=True)
 def _ray(gl0, gl1, gl2, ome_deg, pos, a, res):
     """Diffracted ray of lab ``G`` at ``omega`` from sample point ``pos``: writes ``res`` =
     (Y px, Z px, eta, 2theta, hit_y, hit_z); returns False when it misses the plane."""
@@ -152,9 +151,9 @@ def _ray(gl0, gl1, gl2, ome_deg, pos, a, res):
     # detector coordinates: T^T (hit - Lsd x)
     yy = t[0, 1] * dx + t[1, 1] * hy + t[2, 1] * hz
     zz = t[0, 2] * dx + t[1, 2] * hy + t[2, 2] * hz
-    res[0] = yy / a.px + a.ybc
-    res[1] = zz / a.px + a.zbc
-    res[2] = _eta(hy, hz)
+    res[0] = a.ybc - yy / a.px          # MIDAS FF: lab +y towards smaller columns
+    res[1] = a.zbc + zz / a.px
+    res[2] = eta_kernel(hy, hz)
     res[3] = math.degrees(math.atan2(math.hypot(hy, hz), hx))
     res[4] = hy
     res[5] = hz
@@ -163,10 +162,11 @@ def _ray(gl0, gl1, gl2, ome_deg, pos, a, res):
 
 @njit(cache=True, nogil=True)
 def _frame(ome, a):
-    f = (ome - a.omega_start) / a.omega_step
+    """Frame position of ``ome`` in ``[-0.5, turn - 0.5)`` (frame ``k``'s stamp at ``k``)."""
+    f = frame_position(ome, a.omega_start, a.omega_step) + 0.5
     turn = 360.0 / abs(a.omega_step)
     f = f - math.floor(f / turn) * turn
-    return f
+    return f - 0.5
 
 
 @njit(cache=True, nogil=True)
@@ -211,7 +211,7 @@ def ff_spots_kernel(u, bmat, pos, a, out):
             if not (0.0 <= res[0] < a.n_pixels_y and 0.0 <= res[1] < a.n_pixels_z):
                 continue
             f = _frame(ome, a)
-            if f >= a.n_frames:
+            if f >= a.n_frames - 0.5:
                 continue
             out[n, OME] = ome
             out[n, ETA] = eta
@@ -285,10 +285,11 @@ def residuals_kernel(u, bmat, pos, a, obs, hkl_index, out):
 
 @njit(cache=True, nogil=True)
 def pixel_to_lab_kernel(y, z, a, out):
-    """Lab points (um) of pixels ``(y[i], z[i])`` on the detector plane: ``out`` (n, 3)."""
+    """Lab points (um) of pixels ``(y[i], z[i])`` on the detector plane: ``out`` (n, 3)
+    (MIDAS FF's ``Yc = -(y - ybc) px``, ``FitSetupParamsAllZarr.c`` 222-227)."""
     t = a.tilt
     for i in range(y.shape[0]):
-        yy = (y[i] - a.ybc) * a.px
+        yy = -(y[i] - a.ybc) * a.px
         zz = (z[i] - a.zbc) * a.px
         out[i, 0] = a.lsd + t[0, 1] * yy + t[0, 2] * zz
         out[i, 1] = t[1, 1] * yy + t[1, 2] * zz

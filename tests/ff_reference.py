@@ -22,7 +22,7 @@ def _rays(g_lab, ome, pos, a):
     hit = r0 + sol[:, :1] * k
     eta = np.degrees(np.arctan2(-hit[:, 1], hit[:, 2]))
     tth = np.degrees(np.arctan2(np.hypot(hit[:, 1], hit[:, 2]), hit[:, 0]))
-    return sol[:, 1] / a.px + a.ybc, sol[:, 2] / a.px + a.zbc, eta, tth
+    return a.ybc - sol[:, 1] / a.px, sol[:, 2] / a.px + a.zbc, eta, tth
 
 
 def _solutions(u, bmat, a):
@@ -50,9 +50,10 @@ def ref_spots(u, bmat, pos, a):
     gg = g[h]
     y, z, eta, tth = _rays(_lab(gg, w), w, pos, a)
     ome = np.degrees(w)
-    f = ((ome - a.omega_start) / a.omega_step) % (360.0 / abs(a.omega_step))
+    f = ((ome - a.omega_start) / a.omega_step + 0.5) % (360.0 / abs(a.omega_step)) - 0.5
     keep = ((np.abs(eta) >= a.min_eta) & (180 - np.abs(eta) >= a.min_eta)
-            & (y >= 0) & (y < a.n_pixels_y) & (z >= 0) & (z < a.n_pixels_z) & (f < a.n_frames))
+            & (y >= 0) & (y < a.n_pixels_y) & (z >= 0) & (z < a.n_pixels_z)
+            & (f < a.n_frames - 0.5))
     return np.stack([ome, eta, tth, y, z, f, a.ring[h], h], 1)[keep]
 
 

@@ -42,7 +42,8 @@ def test_spot_across_the_end_and_start_of_a_rotation(tmp_path):
     rings = ring_table(p, (192, 192))
     r1 = rings[0, 2] / p["px"]                   # {111} radius in px
     pk = np.zeros(4, PEAK_DTYPE)
-    # one spot on frames 359 and 0 (omega -179.5 and 179.5), equal intensities: omega 180
+    # one spot on frames 359 and 0 (MIDAS's frame omegas, the stamps OmegaStart + k
+    # OmegaStep: -179 and 180), equal intensities: omega -179.5
     pk["frame"] = [359, 0, 100, 101]
     pk["col"] = [96.0, 96.0, 96 + r1, 96 + r1]
     pk["row"] = [96 + r1, 96 + r1, 96.0, 96.0]
@@ -50,11 +51,12 @@ def test_spot_across_the_end_and_start_of_a_rotation(tmp_path):
     s = spots_from_peaks(pk, 0, 360, p, arrays, rings)
     assert len(s) == 2
     a, b = s[np.argsort(s["intensity"])]
-    assert abs(abs(a["omega"]) - 180.0) < 1e-9 and a["n_frames"] == 2
+    assert abs(a["omega"] + 179.5) < 1e-9 and a["n_frames"] == 2
     # weighted 1:3 toward 101 (a circular mean: equal to the linear one within 1e-5 deg)
-    assert abs(b["omega"] - (180 - 100.5 - 0.75)) < 1e-5
+    assert abs(b["omega"] - (180 - 100 - 0.75)) < 1e-5
     assert a["ring"] == b["ring"] == 1
-    assert abs(a["eta"]) < 1e-9 and abs(b["eta"] + 90) < 1e-9   # +z: eta 0; +y: eta -90
+    # +z: eta 0; larger columns are lab -y in MIDAS's FF (yDet = ybc - Y / px): eta +90
+    assert abs(a["eta"]) < 1e-9 and abs(b["eta"] - 90) < 1e-9
     np.testing.assert_allclose([a["two_theta"], b["two_theta"]], rings[0, 1], rtol=1e-9)
     # not a full rotation (360 frames of 0.5 deg): frame 359 is not followed by frame 0
     half = dict(p, OmegaStep=-0.5)

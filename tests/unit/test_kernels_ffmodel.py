@@ -38,7 +38,7 @@ def reference_spots(u, lattice, pos, p, shape, n_frames):
     with the tilted plane by a linear solve, every filter applied to the whole table."""
     from kernels.ffmodel import b_matrix
     from kernels.hkl import hkl_list
-    from kernels.nfgeometry import tilt_matrix
+    from kernels.geometry import ff_tilt_matrix
     from hedm.ffparams import ring_cutoff
 
     h = hkl_list(4.08, p["Wavelength"], p["Lsd"], ring_cutoff(p, shape), 225)
@@ -47,7 +47,7 @@ def reference_spots(u, lattice, pos, p, shape, n_frames):
     v = lam * (g ** 2).sum(1) / 2
     rho = np.hypot(g[:, 0], g[:, 1])
     phi = np.arctan2(-g[:, 1], -g[:, 0])
-    t = tilt_matrix(p["tx"], p["ty"], p["tz"])
+    t = ff_tilt_matrix(p["tx"], p["ty"], p["tz"])
     rows = []
     for k in range(len(g)):
         if rho[k] < v[k]:
@@ -68,10 +68,10 @@ def reference_spots(u, lattice, pos, p, shape, n_frames):
             hit = r0 + s * kout
             eta = math.degrees(math.atan2(-hit[1], hit[2]))
             tth = math.degrees(math.atan2(math.hypot(hit[1], hit[2]), hit[0]))
-            y, z = yy / p["px"] + p["BC"][0], zz / p["px"] + p["BC"][1]
-            f = ((math.degrees(w) - p["OmegaStart"]) / p["OmegaStep"]) % 360
+            y, z = p["BC"][0] - yy / p["px"], zz / p["px"] + p["BC"][1]
+            f = ((math.degrees(w) - p["OmegaStart"]) / p["OmegaStep"] + 0.5) % 360 - 0.5
             if (abs(eta) < p["MinEta"] or 180 - abs(eta) < p["MinEta"] or not 0 <= y < shape[1]
-                    or not 0 <= z < shape[0] or f >= n_frames):
+                    or not 0 <= z < shape[0] or f >= n_frames - 0.5):
                 continue
             rows.append((math.degrees(w), eta, tth, y, z, f, h.ring[k], k))
     rows = np.array(rows)
