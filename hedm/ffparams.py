@@ -8,9 +8,10 @@ accepts the other stage's and every key of MIDAS's FF programs
 Keys are MIDAS's where MIDAS has them, with MIDAS's units (``manuals/FF_Parameters_Reference.md``):
 lengths in um (``Lsd``, ``px``, ``Rsample``, ``Hbeam``, ``MarginEta`` -- an arc length on the
 detector --, ``MarginRadial``, ``Width``, ``StepSizePos``), angles in degrees, the beam centre
-``BC y z`` in pixels. Aliases MIDAS accepts are accepted (``LatticeParameter``,
-``ExcludePoleAngle`` for ``MinEta``, ``MaxRingRad`` for ``RhoD``, ``MarginOmega``); giving a
-key and its alias both is an error. Keys of ours (MIDAS has none): ``PeaksFile``,
+``BC y z`` in pixels. MIDAS's aliases are accepted as its own parsers read them
+(:data:`ALIASES`, each with the MIDAS source that reads it: ``OmegaFirstFile`` for
+``OmegaStart``, ``Distance`` for ``Lsd``, ...); giving a key and its alias with different
+values is an error. Keys of ours (MIDAS has none): ``PeaksFile``,
 ``MergePixels``, ``MergeAngle``, ``MergeDistance``, ``MinIndexedFraction``, ``MaxRefineRMS``.
 """
 from __future__ import annotations
@@ -23,12 +24,62 @@ import numpy as np
 from hedm.params import (MIDAS_FF_KEYS, Param, ParamError, at_least, fraction, load_params,
                          positive, resolve_params)
 
-__all__ = ["PEAKS_SCHEMA", "GRAINS_SCHEMA", "read_grains_params", "ff_arrays", "ring_table"]
+__all__ = ["PEAKS_SCHEMA", "GRAINS_SCHEMA", "ALIASES", "fold_aliases", "without_aliases",
+           "read_grains_params", "grains_params", "ff_arrays", "ring_table"]
+
+#: MIDAS's aliases of FF keys: alias -> (the key(s) it sets, the MIDAS source reading it;
+#: marinerhemant/MIDAS at 0e6e0e54). ``NrPixels`` sets both sizes, as MIDAS's does.
+ALIASES = {
+    "OmegaFirstFile": (("OmegaStart",), "utils/ffGenerateZipRefactor.py:311, "
+                       "FF_HEDM/src/IntegratorZarrOMP.c:458"),
+    "Distance": (("Lsd",), "FF_HEDM/src/MIDAS_ParamParser.c:135"),
+    "LatticeParameter": (("LatticeConstant",), "FF_HEDM/src/MIDAS_ParamParser.c:176"),
+    "ExcludePoleAngle": (("MinEta",), "FF_HEDM/src/MIDAS_ParamParser.c:430"),
+    "MaxRingRad": (("RhoD",), "FF_HEDM/src/MIDAS_ParamParser.c:265"),
+    "StepsizeOrient": (("StepSizeOrient",), "FF_HEDM/src/MIDAS_ParamParser.c:450"),
+    "StepsizePos": (("StepSizePos",), "FF_HEDM/src/IndexerOMP.c:1385"),
+    "MinMatchesToAcceptFrac": (("Completeness",), "utils/ffGenerateZipRefactor.py:225"),
+    "OverallRingToIndex": (("OverAllRingToIndex",), "utils/ffGenerateZipRefactor.py:226"),
+    "MarginOmega": (("MarginOme",), "manuals/FF_Parameters_Reference.md:292"),
+    "NrPixels": (("NrPixelsY", "NrPixelsZ"), "FF_HEDM/src/MIDAS_ParamParser.c:126-129"),
+}
+
+
+def _alias_params(schema, keys):
+    """A typed :class:`Param` per alias of ``keys`` whose key is in ``schema`` (parsed as the
+    key is; folded into it by :func:`fold_aliases`)."""
+    by_key = {q.key: q for q in schema}
+    return tuple(Param(a, by_key[k[0]].type, by_key[k[0]].default,
+                       f"MIDAS's alias of {' and '.join(k)} ({src})", by_key[k[0]].check,
+                       by_key[k[0]].multi)
+                 for a, (k, src) in ALIASES.items() if a in keys and k[0] in by_key)
+
+
+def without_aliases(schema):
+    """``schema``'s keys without MIDAS's aliases (what :func:`resolve_params` resolves after
+    :func:`fold_aliases`)."""
+    return tuple(q for q in schema if q.key not in ALIASES)
+
+
+def fold_aliases(values: Dict[str, Any], path: str) -> Dict[str, Any]:
+    """``values`` (one source: a file's keys, or the flags) with each alias's value given to
+    its key(s); an alias and its key both set, to different values, is a ParamError."""
+    out = dict(values)
+    for alias, (keys, _src) in ALIASES.items():
+        if alias not in out:
+            continue
+        v = out.pop(alias)
+        for key in keys:
+            if key in out and out[key] != v:
+                raise ParamError(f"{path}: {key} and its alias {alias} are both set and "
+                                 "differ; keep one")
+            out[key] = v
+    return out
 
 
 #: Stage 1's keys (peaks per frame, :mod:`hedm.ffpeaks`): kept beside stage 2's, so each
 #: stage reads the one file knowing the other's keys without importing it.
-PEAKS_SCHEMA = (
+_PEAKS_KEYS = (
     Param("DataDirectory", str, ".", "folder of frames and dark; relative to the parameter "
           "file's folder, %n = node name"),
     Param("InputPattern", str, "ff_000001.ge3", "one GE/HDF5 file holding every frame, or a "
@@ -49,17 +100,17 @@ PEAKS_SCHEMA = (
     Param("MaxNrPx", int, 10000, "largest region (pixels) kept", at_least(1)),
     Param("OutputFileName", str, "ff_peaks", "base name of the result files (.h5, .csv, .png)"),
 )
+PEAKS_SCHEMA = _PEAKS_KEYS + _alias_params(_PEAKS_KEYS, ALIASES)
 
 
 #: Stage 2's keys (spots from peaks, indexing, refinement, Grains.csv).
-GRAINS_SCHEMA = (
+_GRAINS_KEYS = (
     Param("PeaksFile", str, "", "stage 1's peaks (<OutputFileName>.h5); in the file relative "
           "to its folder, as a flag (--PeaksFile) to the current directory; default "
           "<OutputFileName>.h5 beside the parameter file"),
     Param("OutputFileName", str, "ff_peaks", "stage 1's base name (the default PeaksFile)"),
     Param("LatticeConstant", float, (), "a b c alpha beta gamma of the unstrained lattice (A, "
           "deg)", multi=True),
-    Param("LatticeParameter", float, (), "alias of LatticeConstant", multi=True),
     Param("SpaceGroup", int, 225, "space group (symmorphic cubic: 225 FCC, 229 BCC, 221 SC)"),
     Param("Wavelength", float, None, "X-ray wavelength (A)", positive),
     Param("Lsd", float, None, "sample-detector distance (um)", positive),
@@ -77,9 +128,7 @@ GRAINS_SCHEMA = (
           multi=True),
     Param("MinEta", float, 0.0, "pole exclusion: spots within this of eta 0 or 180 are not "
           "used (deg)", at_least(0)),
-    Param("ExcludePoleAngle", float, 0.0, "alias of MinEta"),
     Param("RhoD", float, 0.0, "largest ring radius used (um); 0: the farthest detector corner"),
-    Param("MaxRingRad", float, 0.0, "alias of RhoD"),
     Param("RingThresh", float, (), "'ring threshold' per ring used, repeatable (MIDAS; the "
           "thresholds belong to its peak search); default every ring on the detector",
           multi=True),
@@ -94,7 +143,6 @@ GRAINS_SCHEMA = (
     Param("Rsample", float, 0.0, "sample radius (um): candidate x, y within it", at_least(0)),
     Param("Hbeam", float, 0.0, "beam height (um): candidate z within +-Hbeam/2", at_least(0)),
     Param("MarginOme", float, 1.0, "omega tolerance of a match (deg)", positive),
-    Param("MarginOmega", float, 0.0, "alias of MarginOme"),
     Param("MarginEta", float, 500.0, "eta tolerance of a match, as an arc length (um)",
           positive),
     Param("MarginRadial", float, 500.0, "radial tolerance of a match (um)", positive),
@@ -115,21 +163,23 @@ GRAINS_SCHEMA = (
     Param("BeamThickness", float, 0.0, "written in Grains.csv (um)"),
     Param("GlobalPosition", float, 0.0, "written in Grains.csv (um)"),
 )
+#: Stage 2's keys and MIDAS's aliases of them (:data:`ALIASES`), as the file and flags take them.
+GRAINS_SCHEMA = _GRAINS_KEYS + _alias_params(_GRAINS_KEYS, ALIASES)
 
 
 def read_grains_params(path: str, flags: Dict[str, Any] | None = None) -> Dict[str, Any]:
     """Stage 2's parameters from the sweep's file ``path`` and flag overrides, checked."""
     foreign = MIDAS_FF_KEYS | {q.key for q in PEAKS_SCHEMA}
-    raw = load_params(path, GRAINS_SCHEMA, foreign)
-    v = resolve_params(GRAINS_SCHEMA, raw, flags or {}, path)
-    given = {**raw, **(flags or {})}
-    for key, alias in (("LatticeConstant", "LatticeParameter"), ("MinEta", "ExcludePoleAngle"),
-                       ("RhoD", "MaxRingRad"), ("MarginOme", "MarginOmega")):
-        if alias in given:      # the key takes its alias's value; both, differing: an error
-            if key in given and given[key] != given[alias]:
-                raise ParamError(f"{path}: {key} and its alias {alias} are both set and "
-                                 "differ; keep one")
-            v[key] = given[alias]
+    return grains_params(load_params(path, GRAINS_SCHEMA, foreign), flags, path)
+
+
+def grains_params(raw: Dict[str, Any], flags: Dict[str, Any] | None = None,
+                  path: str = "<text>") -> Dict[str, Any]:
+    """Stage 2's parameters from parsed keys ``raw`` (:func:`hedm.params.parse_params` with
+    :data:`GRAINS_SCHEMA`) and flag overrides: aliases folded, defaults, checks."""
+    raw = fold_aliases(raw, path)
+    v = resolve_params(without_aliases(GRAINS_SCHEMA), raw, fold_aliases(flags or {}, "flags"),
+                       path)
     if len(v["LatticeConstant"]) != 6:
         raise ParamError(f"{path}: LatticeConstant needs 6 values 'a b c alpha beta gamma', "
                          f"got {len(v['LatticeConstant'])}")

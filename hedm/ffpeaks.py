@@ -50,9 +50,12 @@ def read_ff_params(path: str, flags: Dict[str, Any] | None = None) -> Dict[str, 
     programs may be in the file too (one file per sweep, :mod:`hedm.params`); they are
     left to their readers.
     """
+    from hedm.ffparams import fold_aliases, without_aliases
+
     foreign = MIDAS_FF_KEYS | {q.key for q in GRAINS_SCHEMA}
-    return _checked(resolve_params(SCHEMA, load_params(path, SCHEMA, foreign), flags or {}, path),
-                    path)
+    raw = fold_aliases(load_params(path, SCHEMA, foreign), path)
+    return _checked(resolve_params(without_aliases(SCHEMA), raw,
+                                   fold_aliases(flags or {}, "flags"), path), path)
 
 
 def sweep_frames(p: Mapping[str, Any], first_file: str, series: bool,

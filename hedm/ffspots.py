@@ -17,10 +17,10 @@ prediction, and a grain with many of them is not indexed.)
 
 Per spot: the integrated intensity (sum over its peaks), the intensity-weighted centroid
 (pixels), omega as the intensity-weighted circular mean of its frames' omegas (MIDAS's
-stamps ``OmegaStart + frame OmegaStep``, :func:`kernels.geometry.frame_omega`), and, from the detector geometry
-(:mod:`kernels.ffmodel`), the lab point of the centroid, ``eta``, ``2theta``, the ring
-radius at ``Lsd`` (``Lsd tan 2theta``, um) and the ring it lies on (the nearest within
-``Width``; 0: on none). The table is :data:`SPOT_DTYPE`, ``id`` from 0 in order.
+stamps ``OmegaStart + frame OmegaStep``, :func:`kernels.geometry.frame_omega`), and, from
+the detector geometry (:mod:`kernels.ffmodel`), the lab point of the centroid, ``eta``,
+``2theta``, the ring radius at ``Lsd`` (``Lsd tan 2theta``, um) and the ring it lies on (the
+nearest within ``Width``; 0: on none). The table is :data:`SPOT_DTYPE`, ``id`` from 0 in order.
 """
 from __future__ import annotations
 

@@ -70,13 +70,11 @@ STAGE1: Dict[str, Any] = {
 
 
 def _params(text: str) -> Dict[str, Any]:
-    from hedm.ffparams import GRAINS_SCHEMA, PEAKS_SCHEMA
-    from hedm.params import parse_params, resolve_params
+    from hedm.ffparams import GRAINS_SCHEMA, PEAKS_SCHEMA, grains_params
+    from hedm.params import parse_params
 
     foreign = {q.key for q in PEAKS_SCHEMA}
-    v = resolve_params(GRAINS_SCHEMA, parse_params(text, GRAINS_SCHEMA, "<sweep>", foreign), {})
-    v["MergeDistance"] = v["MergeDistance"] or 2 * v["StepSizePos"]
-    return v
+    return grains_params(parse_params(text, GRAINS_SCHEMA, "<sweep>", foreign), None, "<sweep>")
 
 
 def _grains(n: int, p: Dict[str, Any], strain: float, rng) -> Dict[str, np.ndarray]:

@@ -104,6 +104,7 @@ MaxOmeSpotIDsToIndex MaxOutputIntensity MaxRingNumber MaxRingRad MedFiltRadius M
 MinEta ExcludePoleAngle MinFracAccept MinIndicesForFit MinIntegratedIntensity
 MinMatchesToAcceptFrac MinNrSpots MinOmeSpotIDsToIndex MinPeakSNR MultFactor MultiplePeaks NFOutput
 NPanelsY NPanelsZ NoSaveAll Normalize NormalizeRingWeights NrFilesPerDistance NrFilesPerSweep
+OmegaFirstFile Distance StepsizePos OverallRingToIndex
 NrOrientations NrPixels NrPixelsY NrPixelsZ NumPhases OmeBinSize OmegaEnd OmegaRange OmegaSigma
 OmegaStart OmegaStep OmegaSumFrames OrientTol OutDirPath OutFileName OutlierIterations
 OutputFolder OverAllRingToIndex Padding PanelGapsY PanelGapsZ PanelShiftsFile PanelSizeY

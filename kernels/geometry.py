@@ -7,43 +7,44 @@ table. The NF model (:mod:`kernels.nfmodel`, :mod:`kernels.nfgeometry`) defined 
 ones first; they are re-exported here, and the FF model (:mod:`kernels.ffmodel`) takes
 every convention from this module.
 
-===================  ===========================================================  =====================================
-convention           value                                                        MIDAS source
-===================  ===========================================================  =====================================
-lab frame            beam along +x, z up, y = z x x; the sample at the origin     ``FF/ForwardSimulationCompressed.c``
-                                                                                  626-641 (a pixel's lab point)
-omega sense          the sample turns by +omega about +z: ``G_lab = Rz(omega) G``  ``FF/MIDAS_Math.c`` 269-274
-                     (``Rz`` active, counter-clockwise seen from +z)               (``RotateAroundZ``), called at
-                                                                                  ``FF/ForwardSimulationCompressed.c`` 239
-Bragg condition      ``-G_x cos(omega) + G_y sin(omega) = |G| sin(theta)``,        ``FF/ForwardSimulationCompressed.c``
-                     two omegas (:func:`calc_omega_kernel`)                        161-243 (``CalcOmega``)
-OmegaStep < 0        frames count down in omega: frame ``k`` is at                 ``FF/PeaksFittingOMPZarrRefactor.c``
-                     ``OmegaStart + k OmegaStep`` whatever the sign                2856-2857
-frame -> omega (FF)  frame ``k``'s omega is its *stamp* ``OmegaStart + k           ``FF/PeaksFittingOMPZarrRefactor.c``
-                     OmegaStep`` (the frame's start, not its centre); a spot's    2856-2857; ``FF/ForwardSimulation
-                     omega is the intensity-weighted mean of its frames' stamps,  Compressed.c`` 1967-2004 (a spot's
-                     so a spot at omega lights frames around ``(omega -           omega profile centred on the stamps)
-                     OmegaStart) / OmegaStep`` (:func:`frame_position`)
-frame (NF)           ``floor((omega - OmegaStart) / OmegaStep)`` (``OmeBin``)      ``NF/SharedFuncsFit.c`` 536
-eta                  ``acos(z / hypot(y, z))``, negated for ``y > 0``: 0 at +z,    ``FF/MIDAS_Math.c`` 292-296
-                     +90 at -y (:func:`eta_kernel`)                               (``CalcEtaAngle``)
-FF pixel             ``Y = -(y - ybc) px``, ``Z = (z - zbc) px`` (um); ``y`` the  ``FF/FitSetupParamsAllZarr.c`` 222-223;
-                     column, ``z`` the row of a frame after ``ImTransOpt``;       ``FF/ForwardSimulationCompressed.c``
-                     ``BC ybc zbc`` in pixels: lab +y is towards *smaller*        1913-1914 (``yDet = yBC - Y / px``);
-                     columns                                                      ``FF/PeaksFittingOMPZarrRefactor.c``
-                                                                                  1633, 884 (``-y + Ycen``)
-NF pixel             ``y = Y / px + ybc``: lab +y towards larger columns (NF      ``NF/SharedFuncsFit.c`` 562
-                     frames are flipped as they are read, :mod:`hedm.imtrans`)
-FF detector tilt     a pixel's lab point is ``(Lsd, 0, 0) + Rx(tx) Ry(ty) Rz(tz)  ``FF/FitSetupParamsAllZarr.c`` 201-227;
-                     (0, Y, Z)`` (:func:`ff_tilt_matrix`)                          ``FF/ForwardSimulationCompressed.c``
-                                                                                  605-641
-NF detector tilt     ``RotationTilts``: ``Rz(tz) Ry(ty) Rx(tx)``                   ``NF/SharedFuncsFit.c`` 230-267
-                     (:func:`kernels.nfgeometry.tilt_matrix`)
-B matrix, hkls       ``g = B hkl`` with ``CorrectHKLsLatC``'s ``B`` (1/A);        ``FF/ForwardSimulationCompressed.c``
-                     reflections ring by ring (:mod:`kernels.hkl`)                339-372; ``FF/GetHKLList.c``
-ImTransOpt           per line, in order, on each raw frame: 0 none, 1 flip y      ``FF/PeaksFittingOMPZarrRefactor.c``
-                     (columns), 2 flip z (rows), 3 transpose                      1106-1146, 1425-1428
-===================  ===========================================================  =====================================
+Each convention, its value, and the MIDAS lines that define it:
+
+* **lab frame**: beam along +x, z up, y = z cross x; the sample at the origin
+  (``FF/ForwardSimulationCompressed.c`` 626-641, a pixel's lab point).
+* **omega sense**: the sample turns by +omega about +z, ``G_lab = Rz(omega) G`` with ``Rz``
+  active, counter-clockwise seen from +z (``FF/MIDAS_Math.c`` 269-274 ``RotateAroundZ``,
+  called at ``FF/ForwardSimulationCompressed.c`` 239).
+* **Bragg condition**: ``-G_x cos(omega) + G_y sin(omega) = |G| sin(theta)``, two omegas
+  (:func:`calc_omega_kernel`; ``FF/ForwardSimulationCompressed.c`` 161-243 ``CalcOmega``).
+* **negative OmegaStep**: frames count down in omega; frame ``k`` is at ``OmegaStart + k
+  OmegaStep`` whatever the sign (``FF/PeaksFittingOMPZarrRefactor.c`` 2856-2857).
+* **frame -> omega (FF)**: frame ``k``'s omega is its *stamp* ``OmegaStart + k OmegaStep``
+  (the frame's start, not its centre), a spot's omega the intensity-weighted mean of its
+  frames' stamps, so a spot at omega lights the frames around ``(omega - OmegaStart) /
+  OmegaStep`` (:func:`frame_position`; ``FF/PeaksFittingOMPZarrRefactor.c`` 2856-2857,
+  ``FF/ForwardSimulationCompressed.c`` 1967-2004: the omega profile centred on the stamps).
+* **frame (NF)**: ``floor((omega - OmegaStart) / OmegaStep)`` (``NF/SharedFuncsFit.c`` 536,
+  ``OmeBin``; :func:`frame_of`).
+* **eta**: ``acos(z / hypot(y, z))``, negated for ``y > 0``: 0 at +z, +90 at -y
+  (:func:`eta_kernel`; ``FF/MIDAS_Math.c`` 292-296 ``CalcEtaAngle``).
+* **FF pixel**: ``Y = -(y - ybc) px``, ``Z = (z - zbc) px`` (um), ``y`` the column and ``z``
+  the row of a frame after ``ImTransOpt``, ``BC ybc zbc`` in pixels: lab +y lies towards
+  *smaller* columns (``FF/FitSetupParamsAllZarr.c`` 222-223;
+  ``FF/ForwardSimulationCompressed.c`` 1913-1914, ``yDet = yBC - Y / px``;
+  ``FF/PeaksFittingOMPZarrRefactor.c`` 884, 1633).
+* **NF pixel**: ``y = Y / px + ybc``, lab +y towards larger columns (``NF/SharedFuncsFit.c``
+  562; MIDAS's NF reading flips raw frames, :mod:`hedm.imtrans`).
+* **FF detector tilt**: a pixel's lab point is ``(Lsd, 0, 0) + Rx(tx) Ry(ty) Rz(tz) (0, Y,
+  Z)`` (:func:`ff_tilt_matrix`; ``FF/FitSetupParamsAllZarr.c`` 201-227,
+  ``FF/ForwardSimulationCompressed.c`` 605-641).
+* **NF detector tilt**: ``RotationTilts`` ``Rz(tz) Ry(ty) Rx(tx)``
+  (:func:`kernels.nfgeometry.tilt_matrix`; ``NF/SharedFuncsFit.c`` 230-267).
+* **B matrix, hkls**: ``g = B hkl`` with ``CorrectHKLsLatC``'s ``B`` (1/A), reflections
+  ring by ring (:mod:`kernels.hkl`; ``FF/ForwardSimulationCompressed.c`` 339-372,
+  ``FF/GetHKLList.c``).
+* **ImTransOpt**: one code per line, applied in order to each raw frame: 0 none, 1 flip y
+  (columns), 2 flip z (rows), 3 transpose (``FF/PeaksFittingOMPZarrRefactor.c`` 1106-1146,
+  1425-1428).
 
 The FF and NF detectors differ in MIDAS itself (the sign of y on the detector, the order of
 the tilts); the lab frame, the rotation, the Bragg condition and eta are one.

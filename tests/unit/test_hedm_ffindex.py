@@ -33,11 +33,11 @@ def exact():
     from kernels.crystal import random_orientations
     from kernels.ffmodel import ff_spots, pixel_to_lab_kernel
 
-    from hedm.ffparams import GRAINS_SCHEMA, ff_arrays
+    from hedm.ffparams import GRAINS_SCHEMA, ff_arrays, grains_params
     from hedm.ffspots import SPOT_DTYPE
-    from hedm.params import parse_params, resolve_params
+    from hedm.params import parse_params
 
-    p = resolve_params(GRAINS_SCHEMA, parse_params(GEOMETRY, GRAINS_SCHEMA), {})
+    p = grains_params(parse_params(GEOMETRY, GRAINS_SCHEMA))
     p["MergeDistance"] = 200.0
     arrays = ff_arrays(p, 360, (192, 192))
     us = random_orientations(3, rng=21)

@@ -86,3 +86,30 @@ def test_nr_files_per_sweep_means_files(tmp_path):
     p = read_ff_params(_write(tmp_path, base + "NrFilesPerSweep 5\nNrFrames 4\n", "f.params"))
     with pytest.raises(ParamError, match="one frame per file"):
         sweep_frames(p, str(tmp_path / "t_%06d.tif"), True)
+
+
+def test_midas_aliases_as_midas_reads_them(tmp_path):
+    """Issue 41 item 6: MIDAS's FF aliases (OmegaFirstFile for OmegaStart, Distance for Lsd,
+    StepsizeOrient/StepsizePos, MinMatchesToAcceptFrac, OverallRingToIndex, NrPixels for
+    both sizes) are read by both FF stages, as MIDAS's parsers read them."""
+    from hedm.ffparams import ALIASES, read_grains_params
+    from hedm.ffpeaks import read_ff_params
+    from hedm.params import ParamError
+
+    text = ("LatticeConstant 4.08 4.08 4.08 90 90 90\nWavelength 0.17\nDistance 1e6\nBC 1 2\n"
+            "px 200\nOmegaFirstFile 180\nOmegaStep -0.25\nStepsizeOrient 0.5\n"
+            "StepsizePos 50\nMinMatchesToAcceptFrac 0.6\nOverallRingToIndex 2\n"
+            "NrPixels 2048\nDark d.ge3\n")
+    path = _write(tmp_path, text, "midas.params")
+    p = read_grains_params(path)
+    assert (p["OmegaStart"], p["Lsd"], p["StepSizeOrient"], p["StepSizePos"],
+            p["Completeness"], p["OverAllRingToIndex"]) == (180.0, 1e6, 0.5, 50.0, 0.6, 2)
+    q = read_ff_params(path)
+    assert q["NrPixelsY"] == q["NrPixelsZ"] == 2048
+    # a flag may give the alias too; a key and its alias that differ are refused
+    assert read_grains_params(path, {"OmegaFirstFile": -180.0})["OmegaStart"] == -180.0
+    with pytest.raises(ParamError, match="OmegaStart and its alias OmegaFirstFile"):
+        read_grains_params(_write(tmp_path, text + "OmegaStart 0\n", "both.params"))
+    assert read_grains_params(_write(tmp_path, text + "OmegaStart 180\n", "same.params"))
+    # every alias names the MIDAS source that reads it
+    assert all(src and keys for keys, src in ALIASES.values())

@@ -30,14 +30,14 @@ def test_nearest_mutual_neighbours_only():
 
 
 def test_spot_across_the_end_and_start_of_a_rotation(tmp_path):
-    from hedm.ffparams import GRAINS_SCHEMA, ff_arrays, ring_table
+    from hedm.ffparams import GRAINS_SCHEMA, ff_arrays, grains_params, ring_table
     from hedm.ffspots import spots_from_peaks
-    from hedm.params import parse_params, resolve_params
+    from hedm.params import parse_params
     from kernels.ff import PEAK_DTYPE
 
     text = ("LatticeConstant 4.08 4.08 4.08 90 90 90\nWavelength 0.172979\nLsd 120000\n"
             "BC 96 96\npx 200\nOmegaStart 180\nOmegaStep -1\nWidth 400\n")
-    p = resolve_params(GRAINS_SCHEMA, parse_params(text, GRAINS_SCHEMA), {})
+    p = grains_params(parse_params(text, GRAINS_SCHEMA))
     arrays = ff_arrays(p, 360, (192, 192))
     rings = ring_table(p, (192, 192))
     r1 = rings[0, 2] / p["px"]                   # {111} radius in px

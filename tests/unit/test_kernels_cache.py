@@ -27,17 +27,17 @@ import numpy as np
 from kernels.numba_cache import cache_counts, use_cache_dir
 use_cache_dir(sys.argv[1])
 from hedm.ffindex import index_spots, _uniform
-from hedm.ffparams import GRAINS_SCHEMA, ff_arrays
+from hedm.ffparams import GRAINS_SCHEMA, ff_arrays, grains_params
 from hedm.ffrefine import refine_grain
 from hedm.ffspots import SPOT_DTYPE
-from hedm.params import parse_params, resolve_params
+from hedm.params import parse_params
 from kernels.crystal import rotation_vector_matrix
 from kernels.ffmodel import ff_spots, pixel_to_lab_kernel
 text = ("LatticeConstant 4.08 4.08 4.08 90 90 90\\nWavelength 0.172979\\nLsd 120000\\n"
         "BC 96.3 95.7\\npx 200\\nOmegaStart 180\\nOmegaStep -1\\nMinEta 6\\nRsample 1\\n"
         "Hbeam 1\\nStepSizePos 100\\nStepSizeOrient 2\\nWidth 400\\nMarginOme 1.5\\n"
         "MarginEta 400\\nMarginRadial 300\\n")
-p = resolve_params(GRAINS_SCHEMA, parse_params(text, GRAINS_SCHEMA), {})
+p = grains_params(parse_params(text, GRAINS_SCHEMA))
 p["MergeDistance"] = 200.0
 a = ff_arrays(p, 360, (192, 192))
 rows = ff_spots(rotation_vector_matrix(np.array([0.1, 0.2, 0.3])), p["LatticeConstant"],

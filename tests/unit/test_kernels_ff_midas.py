@@ -163,15 +163,15 @@ CASES = [  # orientation (axis, angle), position (um), tilts (tx, ty, tz)
 @pytest.mark.parametrize("start,step", [(180.0, -1.0), (-180.0, 1.0), (0.0, -0.25)])
 @pytest.mark.parametrize("case", range(len(CASES)))
 def test_ff_spots_are_midas_spots(case, start, step):
-    from hedm.ffparams import GRAINS_SCHEMA, ff_arrays
-    from hedm.params import parse_params, resolve_params
+    from hedm.ffparams import GRAINS_SCHEMA, ff_arrays, grains_params
+    from hedm.params import parse_params
     from kernels.ffmodel import ff_spots
 
     (axis, angle), pos, tilts = CASES[case]
     n_frames = int(round(360 / abs(step)))
     text = GEOMETRY + (f"OmegaStart {start}\nOmegaStep {step}\n"
                        f"tx {tilts[0]}\nty {tilts[1]}\ntz {tilts[2]}\n")
-    p = resolve_params(GRAINS_SCHEMA, parse_params(text, GRAINS_SCHEMA), {})
+    p = grains_params(parse_params(text, GRAINS_SCHEMA))
     shape = (192, 208)
     arrays = ff_arrays(p, n_frames, shape)
     u = axis_angle(axis, angle)

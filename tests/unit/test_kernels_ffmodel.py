@@ -26,10 +26,10 @@ MinEta 6
 
 @pytest.fixture(scope="module")
 def setup():
-    from hedm.ffparams import GRAINS_SCHEMA, ff_arrays
-    from hedm.params import parse_params, resolve_params
+    from hedm.ffparams import GRAINS_SCHEMA, ff_arrays, grains_params
+    from hedm.params import parse_params
 
-    p = resolve_params(GRAINS_SCHEMA, parse_params(GEOMETRY, GRAINS_SCHEMA), {})
+    p = grains_params(parse_params(GEOMETRY, GRAINS_SCHEMA))
     return p, ff_arrays(p, 360, (192, 192))
 
 
