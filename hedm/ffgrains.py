@@ -41,13 +41,15 @@ import numpy as np
 from hedm.ffparams import GRAINS_SCHEMA as SCHEMA
 from hedm.ffparams import read_grains_params
 from hedm.params import add_flow_arguments, check_inputs, flag_overrides, relative_to
-from hedm.run import finish, stage_dict
+from hedm.run import check_outputs_of, finish, stage_dict
 from workflows import app, on_this_node, phase_spans, reduce_tree, this_node, worker_name
 
 #: This flow's run record in ``OUT``; the runner adds its drain of ``--results`` to it.
 RUN_RECORD = "ffgrains_run.json"
+#: The result files it writes (into ``--results``, drained to ``OUT``).
+OUTPUTS = ("Grains.csv", "Grains.h5")
 
-__all__ = ["SCHEMA", "add_arguments", "main", "RUN_RECORD", "grain_rows", "verdict"]
+__all__ = ["SCHEMA", "add_arguments", "main", "RUN_RECORD", "OUTPUTS", "grain_rows", "verdict"]
 
 
 def add_arguments(parser) -> None:
@@ -223,6 +225,7 @@ def write_grains(refined: List[Dict[str, Any]], found: Dict[str, Any], indexed: 
     from hedm.common import replacing
     from hedm.grainscsv import COLUMNS, write_grains_csv
     from kernels.ffmodel import lattice_rotation
+    from stager.outputs import mark
 
     ref = p["LatticeConstant"]
     for i, g in enumerate(refined):
@@ -252,6 +255,7 @@ def write_grains(refined: List[Dict[str, Any]], found: Dict[str, Any], indexed: 
                         for k, val in p.items() if val is not None})
         f.attrs["workflow"] = "hedm_ffgrains"
         f.attrs["problem"] = v["problem"]
+        mark(f.attrs)               # ours: a later run may replace it (and Grains.csv)
     return {"node": this_node(), "csv": csv_path, "h5": h5_path, **v}
 
 
@@ -270,6 +274,9 @@ def main(args):
     check_inputs([peaks], "PeaksFile (stage 1's <OutputFileName>.h5)")
     out = getattr(args, "out", None) or os.getcwd()
     results = args.results or out
+    # before any task: the files this run writes replace no input and no file mpistage did
+    # not write (without --overwrite), as hedm.ff and every analysis flow refuse
+    check_outputs_of(args, out, [RUN_RECORD] + list(OUTPUTS), [args.params, peaks])
     found = find_spots(peaks, p)
     indexed = index(found, p)
     got = indexed.result()           # stage 2's task graph is known only now
