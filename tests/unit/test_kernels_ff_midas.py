@@ -1,6 +1,7 @@
-"""The FF forward model against MIDAS's own equations, transcribed here line by line (issue 46).
+"""The FF forward model against MIDAS's own equations, transcribed line by line in
+``tests/ff_midas.py`` (issue 46).
 
-Nothing below calls the project's model: ``B`` is ``CorrectHKLsLatC``, the omegas are
+The reference never calls the project's model: ``B`` is ``CorrectHKLsLatC``, the omegas are
 ``CalcOmega``'s quadratic in cos(omega) with its sign test, the spot is
 ``CalcSpotPosition`` moved by ``DisplacementInTheSpot``, the pixel is the one whose lab
 point (``FitSetupParamsAllZarr.c`` 222-227: ``Yc = -(y - ybc) px``, ``Rx Ry Rz`` tilts)
@@ -12,12 +13,10 @@ the project's (:func:`kernels.ffmodel.ff_spots`).
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 
-D2R = math.pi / 180.0
+from tests.ff_midas import axis_angle, midas_spots, tilts_rx_ry_rz
 
 GEOMETRY = """\
 LatticeConstant 4.08 4.08 4.08 90 90 90
@@ -28,128 +27,6 @@ px 200
 RhoD 18500
 MinEta 6
 """
-
-
-def sind(x):
-    return math.sin(x * D2R)
-
-
-def cosd(x):
-    return math.cos(x * D2R)
-
-
-def correct_hkls_latc(latc, hkl):
-    """ForwardSimulationCompressed.c 339-372: g = B hkl and theta."""
-    a, b, c, alpha, beta, gamma = latc
-    sa, sb, sg, ca, cb, cg = sind(alpha), sind(beta), sind(gamma), cosd(alpha), cosd(beta), \
-        cosd(gamma)
-    gpr = math.acos((ca * cb - cg) / (sa * sb)) / D2R
-    bpr = math.acos((cg * ca - cb) / (sg * sa)) / D2R
-    sbpr = sind(bpr)
-    vol = a * (b * (c * (sa * (sbpr * sg))))
-    apr, bp, cpr = b * c * sa / vol, c * a * sb / vol, a * b * sg / vol
-    bm = [[apr, bp * cosd(gpr), cpr * cosd(bpr)], [0, bp * sind(gpr), -cpr * sbpr * ca],
-          [0, 0, cpr * sbpr * sa]]
-    return [sum(bm[i][k] * hkl[k] for k in range(3)) for i in range(3)]
-
-
-def calc_eta_angle(y, z):
-    """MIDAS_Math.c 292-296."""
-    alpha = math.acos(z / math.sqrt(y * y + z * z)) / D2R
-    return -alpha if y > 0 else alpha
-
-
-def rotate_around_z(v, alpha):
-    """MIDAS_Math.c 269-274."""
-    c, s = cosd(alpha), sind(alpha)
-    return [c * v[0] - s * v[1], s * v[0] + c * v[1], v[2]]
-
-
-def calc_omega(x, y, z, theta):
-    """ForwardSimulationCompressed.c 161-243 (CalcOmega), as written."""
-    omegas = []
-    length = math.sqrt(x * x + y * y + z * z)
-    v = sind(theta) * length
-    if abs(y) < 1e-12:
-        if x != 0 and abs(-v / x) <= 1:
-            ome = math.acos(-v / x) / D2R
-            omegas += [ome, -ome]
-    else:
-        y2 = y * y
-        a = 1 + x * x / y2
-        b = 2 * v * x / y2
-        c = v * v / y2 - 1
-        discr = b * b - 4 * a * c
-        if discr >= 0:
-            for cosome in ((-b + math.sqrt(discr)) / (2 * a), (-b - math.sqrt(discr)) / (2 * a)):
-                if abs(cosome) <= 1:
-                    o1 = math.acos(cosome)
-                    o2 = -o1
-                    d1 = abs(-x * math.cos(o1) + y * math.sin(o1) - v)
-                    d2 = abs(-x * math.cos(o2) + y * math.sin(o2) - v)
-                    omegas.append((o1 if d1 < d2 else o2) / D2R)
-    return [(w, calc_eta_angle(*rotate_around_z([x, y, z], w)[1:])) for w in omegas]
-
-
-def displacement_in_the_spot(a, b, c, xi, yi, zi, omega):
-    """MIDAS_Math.c 301-324 (no wedge, no chi)."""
-    so, co = sind(omega), cosd(omega)
-    xc, yc, zc = a * co - b * so, a * so + b * co, c
-    ik = [xi - xc, yi - yc, zi - zc]
-    n = math.sqrt(sum(t * t for t in ik))
-    ik = [t / n for t in ik]
-    return yc - xc * ik[1] / ik[0], zc - xc * ik[2] / ik[0]
-
-
-def tilts_rx_ry_rz(tx, ty, tz):
-    """FitSetupParamsAllZarr.c 201-209: TRs = Rx (Ry Rz)."""
-    a, b, c = tx * D2R, ty * D2R, tz * D2R
-    rx = np.array([[1, 0, 0], [0, math.cos(a), -math.sin(a)], [0, math.sin(a), math.cos(a)]])
-    ry = np.array([[math.cos(b), 0, math.sin(b)], [0, 1, 0], [-math.sin(b), 0, math.cos(b)]])
-    rz = np.array([[math.cos(c), -math.sin(c), 0], [math.sin(c), math.cos(c), 0], [0, 0, 1]])
-    return rx @ (ry @ rz)
-
-
-def pixel_lab(y, z, q):
-    """FitSetupParamsAllZarr.c 222-227: the lab point of pixel (y, z)."""
-    yc, zc = -(y - q["ybc"]) * q["px"], (z - q["zbc"]) * q["px"]
-    p = q["trs"] @ np.array([0.0, yc, zc])
-    return np.array([q["lsd"] + p[0], p[1], p[2]])
-
-
-def midas_spots(u, pos, hkls, q):
-    """Rows (omega, eta, y px, z px, frame position, hkl index) as MIDAS's FF chain gives a
-    grain's spots: ForwardSimulationCompressed.c 1862-1925 (no wedge, one wavelength)."""
-    rows = []
-    for h, hkl in enumerate(hkls):
-        g = correct_hkls_latc(q["latc"], hkl)
-        gc = [sum(u[i][k] * g[k] for k in range(3)) for i in range(3)]
-        ds = 1 / math.sqrt(sum(t * t for t in g))
-        theta = math.asin(q["wl"] / (2 * ds)) / D2R
-        ring_radius = q["lsd"] * math.tan(2 * D2R * theta)
-        for ome, eta in calc_omega(*gc, theta):
-            ytemp, ztemp = -ring_radius * sind(eta), ring_radius * cosd(eta)   # CalcSpotPosition
-            dy, dz = displacement_in_the_spot(*pos, q["lsd"], ytemp, ztemp, ome)
-            ythis, zthis = ytemp + dy, ztemp + dz
-            # the pixel whose lab point lies on the line from the origin through the spot
-            # on the ideal plane (MIDAS's distortion map, yDispl/zDispl): s (Lsd, y, z) =
-            # (Lsd, 0, 0) + TRs (0, Yc, Zc), solved for s, Yc, Zc
-            m = np.c_[[q["lsd"], ythis, zthis], -q["trs"][:, 1], -q["trs"][:, 2]]
-            _, yc, zc = np.linalg.solve(m, [q["lsd"], 0.0, 0.0])
-            ydet, zdet = q["ybc"] - yc / q["px"], q["zbc"] + zc / q["px"]     # 1913-1914
-            lab = pixel_lab(ydet, zdet, q)
-            eta_obs = calc_eta_angle(lab[1], lab[2])
-            frame = (ome - q["start"]) / q["step"]
-            frame = (frame + 0.5) % (360 / abs(q["step"])) - 0.5
-            rows.append((ome, eta_obs, ydet, zdet, frame, h))
-    return np.array(rows)
-
-
-def axis_angle(axis, deg):
-    a = np.asarray(axis, float) / np.linalg.norm(axis)
-    k = np.array([[0, -a[2], a[1]], [a[2], 0, -a[0]], [-a[1], a[0], 0]])
-    t = deg * D2R
-    return np.eye(3) + math.sin(t) * k + (1 - math.cos(t)) * k @ k
 
 
 CASES = [  # orientation (axis, angle), position (um), tilts (tx, ty, tz)
