@@ -182,6 +182,44 @@ def _geometry_problem(spots: np.ndarray, rings: np.ndarray, p: Dict[str, Any]) -
             "LatticeConstant, tx/ty/tz (and ImTransOpt of stage 1's frames)")
 
 
+#: A ring with at least this many observed spots must be explained like the whole sweep.
+MIN_RING_SPOTS = 10
+
+
+def _ring_fractions(spots: np.ndarray, ids: Dict[int, int]) -> Dict[int, Dict[str, Any]]:
+    """Per ring: its observed spots, how many the grains explain, and the fraction."""
+    out: Dict[int, Dict[str, Any]] = {}
+    for r in np.unique(spots["ring"][spots["ring"] > 0]).tolist():
+        sel = spots["id"][spots["ring"] == r].tolist()
+        k = sum(1 for s in sel if s in ids)
+        out[int(r)] = {"spots": len(sel), "indexed": k, "fraction": round(k / len(sel), 4)}
+    return out
+
+
+def _sense_problem(indexed: Dict[str, Any], p: Dict[str, Any]) -> str:
+    """Why the spots do not decide the rotation sense, or fit the opposite one ("" if
+    they fit the parameters' sense only; :func:`hedm.ffindex.sense_check`)."""
+    s = indexed.get("sense") or {}
+    given, opposite, n = s.get("given", 0), s.get("opposite", 0), s.get("seeds", 0)
+    ring = p["OverAllRingToIndex"]
+    flipped = (f"OmegaStart {-p['OmegaStart']:g}, OmegaStep {-p['OmegaStep']:g}")
+    if opposite and not given:
+        return (f"the spots fit the opposite rotation sense: {opposite} of the {n} strongest "
+                f"spots of ring {ring} give a grain with every omega negated ({flipped}), "
+                f"none with OmegaStart {p['OmegaStart']:g}, OmegaStep {p['OmegaStep']:g}. "
+                "In MIDAS's convention (docs/guide/hedm.md, 'FF conventions') frame k is at "
+                "OmegaStart + k OmegaStep and lab +y lies towards smaller columns; check "
+                "OmegaStart/OmegaStep against the frames, and whether the frames need a flip "
+                "(ImTransOpt). Flipping OmegaStep's sign alone would index the mirror image")
+    if opposite and opposite >= given:
+        return (f"the data cannot decide the rotation sense: of the {n} strongest spots of "
+                f"ring {ring}, {given} give a grain with OmegaStep {p['OmegaStep']:g} and "
+                f"{opposite} with every omega negated ({flipped}); the result could be the "
+                "sample's mirror image. More spots (a wider OmegaRange, more rings) or "
+                "tighter MarginOme/MarginEta/MarginRadial decide it")
+    return ""
+
+
 def verdict(found: Dict[str, Any], indexed: Dict[str, Any], grains: List[Dict[str, Any]],
             failed: List[Dict[str, Any]], p: Dict[str, Any]) -> Dict[str, Any]:
     """Counts, the shared spots, and ``problem``: why the result is of no use ("" if it is)."""
@@ -193,7 +231,10 @@ def verdict(found: Dict[str, Any], indexed: Dict[str, Any], grains: List[Dict[st
             ids[s] = ids.get(s, 0) + 1
     shared = sorted(s for s, c in ids.items() if c > 1)
     frac = len(ids) / on if on else 0.0
-    problem = _geometry_problem(spots, found["rings"], p)
+    problem = _geometry_problem(spots, found["rings"], p) or _sense_problem(indexed, p)
+    per_ring = _ring_fractions(spots, ids)
+    missed = {r: f for r, f in per_ring.items() if f["spots"] >= MIN_RING_SPOTS
+              and f["fraction"] < p["MinIndexedFraction"]}
     if not problem and not len(spots):
         problem = f"no spot in the {found['peaks']} peaks of the sweep: run stage 1 again"
     elif not problem and not indexed["grains"]:
@@ -209,10 +250,20 @@ def verdict(found: Dict[str, Any], indexed: Dict[str, Any], grains: List[Dict[st
                    f"({100 * frac:.1f}%), fewer than MinIndexedFraction "
                    f"{p['MinIndexedFraction']:g}: grains are missing (check Completeness and "
                    "the margins) or the spots are not this sample's")
+    elif not problem and missed:
+        r, f = min(missed.items(), key=lambda rf: rf[1]["fraction"])
+        problem = (f"the {len(grains)} grains' predicted spots miss most observed spots of "
+                   f"ring {r}: they explain {f['indexed']} of its {f['spots']} spots, fewer "
+                   f"than MinIndexedFraction {p['MinIndexedFraction']:g} (rings "
+                   + ", ".join(str(k) for k in sorted(missed)) + "): the grains do not "
+                   "explain the sweep; check the geometry (Lsd, BC, tx/ty/tz, Wavelength, "
+                   "OmegaStart/OmegaStep) and the margins")
     return {"spots": int(len(spots)), "spots_on_rings": on, "grains": len(grains),
             "not_converged": [{"seed": g["seed"], "why": g["why"], "n_matched": g["n_matched"]}
                               for g in failed],
             "spots_indexed": len(ids), "indexed_fraction": round(frac, 4),
+            "rings": {str(r): f for r, f in per_ring.items()},
+            "sense": indexed.get("sense"),
             "shared_spots": len(shared), "shared_spot_ids": shared, "problem": problem}
 
 
@@ -291,6 +342,7 @@ def main(args):
               "workers": getattr(args, "workers", None), "params": p, "peaks": peaks,
               "stage": stage_dict(args), "result": summary,
               "index": {"method": got["method"], "seeds_tried": got["seeds_tried"],
+                        "sense": got.get("sense"),
                         "candidates": len(got["grains"]), "seconds": round(got["seconds"], 4),
                         "spots_on_rings": got["spots_on_rings"]},
               "refine": [{"seed": g["seed"], "worker": g["worker"],

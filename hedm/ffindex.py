@@ -18,6 +18,10 @@
    enough), a uniform search of the fundamental zone (:func:`kernels.crystal.
    fundamental_zone_grid`, ``max(StepSizeOrient, 2)`` deg) at the origin, accepting the
    most complete orientations in turn.
+6. **Sense**: the strongest seeds searched again with omega read the opposite way
+   (:func:`sense_check`): a sweep whose spots fit the opposite rotation sense, or fit both,
+   is refused by stage 2 rather than indexed as its mirror image (MIDAS's conventions,
+   :mod:`kernels.geometry`).
 
 Spots matched by two grains are *shared*: :func:`index_spots` lists them (within the
 indexing tolerances); refinement gives a spot its overlap disturbs less weight (soft-L1),
@@ -32,7 +36,7 @@ from typing import Any, Dict, List, Tuple
 import numpy as np
 
 __all__ = ["Observed", "candidate_positions", "scattering_direction", "index_spots",
-           "match_grain", "GRAIN_FIELDS"]
+           "match_grain", "sense_check", "opposite_sense", "GRAIN_FIELDS", "SENSE_SEEDS"]
 
 #: What a grain candidate holds.
 GRAIN_FIELDS = ("u", "pos", "n_matched", "n_predicted", "completeness", "spot_ids", "seed")
@@ -160,42 +164,109 @@ def _uniform(obs: Observed, arrays, p: Dict[str, Any], lattice, claimed) -> List
     return out
 
 
+class _Search:
+    """What every seed's fibre search shares: the observed spots, the reflection directions
+    of the seed ring, the fibre step, the candidate positions and the tolerances."""
+
+    def __init__(self, spots: np.ndarray, arrays, p: Dict[str, Any]):
+        from kernels.ffmodel import b_matrix
+
+        self.arrays, self.p = arrays, p
+        self.lattice = np.asarray(p["LatticeConstant"], float)
+        self.max_ring = int(arrays.ring.max()) if len(arrays.ring) else 0
+        self.obs = Observed.from_spots(spots, self.max_ring)
+        self.bmat = b_matrix(self.lattice)
+        self.ring = int(p["OverAllRingToIndex"])
+        hk = arrays.hkl[arrays.ring == self.ring]
+        cdirs = np.ascontiguousarray((self.bmat @ hk.T).T)
+        cdirs /= np.linalg.norm(cdirs, axis=1, keepdims=True) if len(cdirs) else 1.0
+        self.cdirs = cdirs
+        self.n_psi = max(4, int(round(360.0 / float(p["StepSizeOrient"]))))
+        self.positions = candidate_positions(p)
+        self.margins = _margins(p)
+        lo, hi = ((self.obs.ring_start[self.ring], self.obs.ring_start[self.ring + 1])
+                  if self.ring <= self.max_ring else (0, 0))
+        #: the seed ring's spots, strongest first
+        self.seeds = lo + np.argsort(-self.obs.intensity[lo:hi], kind="stable")
+        self._best_u = np.empty((3, 3))
+
+    def best(self, seed: int) -> Tuple[float, int, Any, Any]:
+        """(matched fraction, matched, orientation, position) of the seed's best candidate."""
+        from kernels.ffindex import fibre_search_kernel
+
+        obs = self.obs
+        best: Tuple[float, int, Any, Any] = (-1.0, 0, None, None)
+        if not len(self.cdirs):
+            return best
+        for pos in self.positions:
+            s = scattering_direction(obs.lab[seed], obs.omega[seed], pos)
+            k, n = fibre_search_kernel(self.cdirs, s, self.n_psi, self.bmat, pos, self.arrays,
+                                       obs.ring_start, obs.omega, obs.eta, obs.radius,
+                                       *self.margins, self._best_u)
+            if n and k / n > best[0]:
+                best = (k / n, k, self._best_u.copy(), pos.copy())
+        return best
+
+    def accepts(self, seed: int) -> bool:
+        """The seed gives a candidate: Completeness reached, the seed among its spots."""
+        b = self.best(seed)
+        if b[0] < self.p["Completeness"]:
+            return False
+        m = match_grain(b[2], self.lattice, b[3], self.arrays, self.obs, self.margins)
+        return bool(seed in m["rows"])
+
+
+#: Seeds (the strongest of the seed ring) :func:`sense_check` searches in each sense.
+SENSE_SEEDS = 5
+
+
+def opposite_sense(spots: np.ndarray, arrays):
+    """The spots and geometry read with the opposite rotation sense: every omega negated
+    (``OmegaStart`` and ``OmegaStep`` negated, the omega ranges mirrored) -- the issue-46
+    "fix" of flipping OmegaStep's sign; on a real sweep it is the mirror image."""
+    s = spots.copy()
+    s["omega"] = -s["omega"]
+    ranges = np.ascontiguousarray(-arrays.omega_ranges[:, ::-1])
+    return s, arrays._replace(omega_start=-arrays.omega_start, omega_step=-arrays.omega_step,
+                              omega_ranges=ranges)
+
+
+def sense_check(spots: np.ndarray, arrays, p: Dict[str, Any],
+                n_seeds: int = SENSE_SEEDS) -> Dict[str, Any]:
+    """How many of the seed ring's ``n_seeds`` strongest spots give a grain with the
+    parameters' rotation sense and with the opposite one (:func:`opposite_sense`).
+
+    The sense of omega (and the side of the detector lab +y lies on) cannot be seen in one
+    spot, but a grain's spots fit only one: with MIDAS's conventions
+    (:mod:`kernels.geometry`) the wrong sense indexes nothing. When the opposite sense fits
+    as well, the data cannot decide it, and stage 2 refuses (:func:`hedm.ffgrains.verdict`).
+    """
+    out: Dict[str, Any] = {"seeds": 0, "given": 0, "opposite": 0}
+    for key, (sp, ar) in (("given", (spots, arrays)),
+                          ("opposite", opposite_sense(spots, arrays))):
+        search = _Search(sp, ar, p)
+        seeds = search.seeds[:n_seeds]
+        out["seeds"] = int(len(seeds))
+        out[key] = int(sum(search.accepts(int(seed)) for seed in seeds))
+    return out
+
+
 def index_spots(spots: np.ndarray, arrays, p: Dict[str, Any]) -> Dict[str, Any]:
     """Grains (dicts of :data:`GRAIN_FIELDS`) from the spot table, and what was used.
 
-    Returns ``{"grains", "shared", "observed", "seeds_tried", "method", "spots_on_rings"}``.
+    Returns ``{"grains", "shared", "observed", "seeds_tried", "method", "spots_on_rings",
+    "sense"}`` (``sense``: :func:`sense_check`).
     """
-    from kernels.ffindex import fibre_search_kernel
-    from kernels.ffmodel import b_matrix
-
-    lattice = np.asarray(p["LatticeConstant"], float)
-    max_ring = int(arrays.ring.max()) if len(arrays.ring) else 0
-    obs = Observed.from_spots(spots, max_ring)
-    bmat = b_matrix(lattice)
-    ring = int(p["OverAllRingToIndex"])
-    hk = arrays.hkl[arrays.ring == ring]
-    cdirs = np.ascontiguousarray((bmat @ hk.T).T)
-    cdirs /= np.linalg.norm(cdirs, axis=1, keepdims=True) if len(cdirs) else 1.0
-    n_psi = max(4, int(round(360.0 / float(p["StepSizeOrient"]))))
-    positions = candidate_positions(p)
-    margins = _margins(p)
+    search = _Search(spots, arrays, p)
+    obs, lattice, margins = search.obs, search.lattice, search.margins
     claimed = np.zeros(len(obs), bool)
     grains: List[Dict[str, Any]] = []
     tried = 0
-    lo, hi = (obs.ring_start[ring], obs.ring_start[ring + 1]) if ring <= max_ring else (0, 0)
-    seeds = lo + np.argsort(-obs.intensity[lo:hi], kind="stable")
-    best_u = np.empty((3, 3))
-    for seed in seeds:
-        if claimed[seed] or not len(cdirs):
+    for seed in search.seeds:
+        if claimed[seed] or not len(search.cdirs):
             continue
         tried += 1
-        best: Tuple[float, int, Any, Any] = (-1.0, 0, None, None)
-        for pos in positions:
-            s = scattering_direction(obs.lab[seed], obs.omega[seed], pos)
-            k, n = fibre_search_kernel(cdirs, s, n_psi, bmat, pos, arrays, obs.ring_start,
-                                       obs.omega, obs.eta, obs.radius, *margins, best_u)
-            if n and k / n > best[0]:
-                best = (k / n, k, best_u.copy(), pos.copy())
+        best = search.best(int(seed))
         if best[0] < p["Completeness"]:
             continue
         m = match_grain(best[2], lattice, best[3], arrays, obs, margins)
@@ -206,8 +277,9 @@ def index_spots(spots: np.ndarray, arrays, p: Dict[str, Any]) -> Dict[str, Any]:
         wide = match_grain(best[2], lattice, best[3], arrays, obs, tuple(2 * v for v in margins))
         claimed[wide["rows"][wide["rows"] >= 0]] = True
         grains.append(_grain(best[2], best[3], m, obs, int(obs.ids[seed])))
+    sense = sense_check(spots, arrays, p)
     method = "fibre"
-    if not grains and len(obs):
+    if not grains and len(obs) and not sense["opposite"]:    # else: the sense is wrong
         method = "uniform"
         grains = _uniform(obs, arrays, p, lattice, claimed)
     grains = _merge(grains, p)
@@ -218,4 +290,4 @@ def index_spots(spots: np.ndarray, arrays, p: Dict[str, Any]) -> Dict[str, Any]:
     shared = np.array(sorted(i for i, c in counts.items() if c > 1), np.int64)
     return {"grains": grains, "shared": shared, "observed": obs, "seeds_tried": tried,
             "method": method, "spots_on_rings": int(len(obs)),
-            "spots_indexed": int(len(counts))}
+            "spots_indexed": int(len(counts)), "sense": sense}

@@ -125,11 +125,16 @@ def test_verdict_names_what_is_of_no_use(exact):
 
     p, spots = exact["p"], exact["spots"]
     found = {"spots": spots, "rings": np.zeros((0, 3)), "peaks": len(spots)}
-    grain = {"spot_ids": spots["id"][:40]}
-    other = {"spot_ids": spots["id"][30:60]}
+    # a quarter of every ring's spots, split between two grains sharing 10
+    part = np.concatenate([spots["id"][spots["ring"] == r][:max(3, (spots["ring"] == r).sum()
+                                                                 // 4)]
+                           for r in np.unique(spots["ring"])])
+    half = len(part) // 2
+    grain = {"spot_ids": part[:half + 5]}
+    other = {"spot_ids": part[half - 5:]}
     idx = {"grains": [1, 2], "seeds_tried": 3}
     v = verdict(found, idx, [grain, other], [], dict(p, MinIndexedFraction=0.1))
-    assert v["problem"] == "" and v["shared_spots"] == 10 and v["spots_indexed"] == 60
+    assert v["problem"] == "" and v["shared_spots"] == 10 and v["spots_indexed"] == len(part)
     v = verdict(found, idx, [grain], [], dict(p, MinIndexedFraction=0.9))
     assert "fewer than MinIndexedFraction" in v["problem"]
     failed = [{"seed": 7, "why": "the optimiser stopped", "n_matched": 3}]
@@ -168,3 +173,43 @@ def test_refinement_sets_spots_a_neighbour_pulls_aside(exact, indexed):
         mine = np.isin(obs.ids, out["spot_ids"])
         assert out["n_matched"] == mine.sum() and out["n_fit"] < out["n_matched"]
         assert out["n_matched"] - out["n_fit"] >= 0.6 * (pulled & mine).sum()
+
+
+def test_the_rotation_sense_is_checked(exact, indexed):
+    """Issue 46: the spots fit the parameters' rotation sense only; read with every omega
+    negated (OmegaStep's sign flipped, as a user "fixing" a MIDAS sweep would), they index
+    nothing and the verdict says they fit the opposite sense; spots fitting both senses
+    are refused."""
+    from hedm.ffgrains import verdict
+    from hedm.ffindex import index_spots, opposite_sense
+
+    s = indexed["sense"]
+    assert s["seeds"] == 5 and s["given"] >= 3 and s["opposite"] == 0, s
+    spots, arrays = opposite_sense(exact["spots"], exact["arrays"])
+    p = dict(exact["p"], OmegaStart=-180.0, OmegaStep=1.0)
+    res = index_spots(spots, arrays, p)
+    assert res["grains"] == [] and res["method"] == "fibre", res["method"]  # no uniform search
+    assert res["sense"]["given"] == 0 and res["sense"]["opposite"] >= 3, res["sense"]
+    found = {"spots": spots, "rings": np.zeros((0, 3)), "peaks": len(spots)}
+    v = verdict(found, res, [], [], p)
+    assert v["problem"].startswith("the spots fit the opposite rotation sense"), v["problem"]
+    assert "OmegaStart 180, OmegaStep -1" in v["problem"]
+    both = dict(indexed, sense={"seeds": 5, "given": 4, "opposite": 4})
+    grain = {"spot_ids": exact["spots"]["id"]}
+    v = verdict(dict(found, spots=exact["spots"]), both, [grain], [], exact["p"])
+    assert v["problem"].startswith("the data cannot decide the rotation sense"), v["problem"]
+
+
+def test_grains_missing_most_spots_of_a_ring_are_an_error(exact):
+    from hedm.ffgrains import verdict
+
+    spots = exact["spots"]
+    found = {"spots": spots, "rings": np.zeros((0, 3)), "peaks": len(spots)}
+    ring = int(np.bincount(spots["ring"]).argmax())
+    # every spot explained but those of the fullest ring: 60%+ overall, that ring missed
+    grain = {"spot_ids": spots["id"][spots["ring"] != ring]}
+    v = verdict(found, {"grains": [1], "seeds_tried": 1}, [grain], [],
+                dict(exact["p"], MinIndexedFraction=0.5))
+    assert v["indexed_fraction"] >= 0.5
+    assert f"miss most observed spots of ring {ring}" in v["problem"], v["problem"]
+    assert v["rings"][str(ring)]["indexed"] == 0
