@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+pytestmark = pytest.mark.slow      # about 20 s idle: two sweeps of 360 frames, both stages
 N = 6
 SHAPE = (192, 192)
 
