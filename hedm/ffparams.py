@@ -99,6 +99,9 @@ _PEAKS_KEYS = (
     Param("MinNrPx", int, 2, "smallest region (pixels) kept", at_least(1)),
     Param("MaxNrPx", int, 10000, "largest region (pixels) kept", at_least(1)),
     Param("OutputFileName", str, "ff_peaks", "base name of the result files (.h5, .csv, .png)"),
+    Param("ImTransOpt", int, (), "MIDAS's image transforms of each raw frame (and the dark), "
+          "one code per line, in order: 0 none, 1 flip y (columns), 2 flip z (rows), 3 "
+          "transpose (square frames)", multi=True),
 )
 PEAKS_SCHEMA = _PEAKS_KEYS + _alias_params(_PEAKS_KEYS, ALIASES)
 

@@ -34,6 +34,12 @@ __all__ = ["FFPeaks", "ANALYSIS", "SCHEMA", "read_ff_params", "kernel_params", "
            "sweep_frames"]
 
 def _checked(values: Dict[str, Any], path: str) -> Dict[str, Any]:
+    from hedm.imtrans import check_codes
+
+    try:
+        values["ImTransOpt"] = check_codes(values.get("ImTransOpt") or ())
+    except ValueError as exc:
+        raise ParamError(f"{path}: {exc}") from None
     if values["MinNrPx"] > values["MaxNrPx"]:
         raise ParamError(f"{path}: MinNrPx ({values['MinNrPx']}) must not exceed MaxNrPx "
                          f"({values['MaxNrPx']})")
@@ -145,8 +151,10 @@ class FFPeaks(Analysis):
             if dark is None and p["Dark"]:
                 dark = os.path.join(relative_to(p["DataDirectory"], params), p["Dark"])
         else:
-            p = _checked({**{q.key: q.default for q in SCHEMA}, **(params or {}), **given},
-                         "ff_peaks")
+            from hedm.ffparams import without_aliases
+
+            p = _checked({**{q.key: q.default for q in without_aliases(SCHEMA)},
+                          **(params or {}), **given}, "ff_peaks")
         if dark is not None and not os.path.isfile(dark):
             raise StreamError(f"ff_peaks: dark file {dark} does not exist on this node")
         self.p, self.dark_path = p, dark
@@ -166,6 +174,10 @@ class FFPeaks(Analysis):
         if np.dtype(geometry.dtype) != np.dtype(np.uint16):
             raise StreamError(f"ff_peaks searches uint16 detector frames; scan {geometry.scan} "
                               f"sends {np.dtype(geometry.dtype).name}")
+        shape = tuple(geometry.shape)
+        if 3 in self.p["ImTransOpt"] and shape[0] != shape[1]:
+            raise StreamError(f"ff_peaks: ImTransOpt 3 (transpose) needs square frames, as "
+                              f"MIDAS's; scan {geometry.scan} has {shape}")
         self.dark(geometry.shape)
 
     def columns(self) -> Tuple[str, ...]:
@@ -176,9 +188,15 @@ class FFPeaks(Analysis):
         """Frames at sweep positions ``positions`` (frame ``RawStartNr + position``)."""
         from kernels.ff import PEAK_DTYPE, find_peaks
 
-        dark = self.dark(frames.shape[1:])[0]
+        from hedm.imtrans import apply
+
+        # MIDAS's ImTransOpt on the raw frame and the dark before the peak search
+        # (PeaksFittingOMPZarrRefactor.c 1283, 1425): peaks are in the transformed frame
+        codes = self.p["ImTransOpt"]
+        dark = apply(self.dark(frames.shape[1:])[0], codes)
         kp, first = kernel_params(self.p), int(self.p["RawStartNr"])
-        tables = [find_peaks(np.ascontiguousarray(f), dark, kp, frame_index=first + int(pos))
+        tables = [find_peaks(np.ascontiguousarray(apply(f, codes)), dark, kp,
+                             frame_index=first + int(pos))
                   for f, pos in zip(frames, positions)]
         counts = np.array([len(t) for t in tables], np.int64)
         flat = np.concatenate(tables) if tables else np.zeros(0, PEAK_DTYPE)

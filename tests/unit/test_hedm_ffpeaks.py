@@ -103,3 +103,26 @@ def test_a_sweep_without_a_peak_is_a_problem_not_an_empty_table(sweep):
     assert "no peak found in scan sweep" in why and "2 frame(s) received (1..2)" in why
     assert "Threshold (65535.0)" in why
     assert "no frame received" in blind.problem(blind.empty(), g)
+
+
+def test_im_trans_opt_orients_frames_as_midas_does(tmp_path):
+    """MIDAS's ImTransOpt (1 flip y, 2 flip z, 3 transpose, in order) is applied to each raw
+    frame before the peak search, as MIDAS's PeaksFitting does; a bad code is refused."""
+    from hedm.ffpeaks import FFPeaks, read_ff_params
+    from hedm.params import ParamError
+
+    frame = np.full((1, 12, 12), 10, np.uint16)
+    frame[0, 2:5, 7:10] = 500                       # a blob at row 3, column 8
+    where = {}
+    for codes in ((), (1,), (2,), (1, 2), (3,)):
+        a = FFPeaks({"ImTransOpt": codes, "Threshold": 100.0, "MinNrPx": 2})
+        pk = a.process_partition(frame, np.array([0]), np.array([True])).chunks[0].ragged[
+            "peaks"][1]
+        assert len(pk) == 1
+        where[codes] = (round(float(pk["row"][0]), 6), round(float(pk["col"][0]), 6))
+    assert where[()] == (3.0, 8.0) and where[(1,)] == (3.0, 3.0) and where[(2,)] == (8.0, 8.0)
+    assert where[(1, 2)] == (8.0, 3.0) and where[(3,)] == (8.0, 3.0)
+    path = tmp_path / "bad.params"
+    path.write_text("Dark d.ge3\nNrPixelsY 12\nNrPixelsZ 12\nImTransOpt 4\n")
+    with pytest.raises(ParamError, match="ImTransOpt 4 is not one of"):
+        read_ff_params(str(path))
