@@ -60,7 +60,7 @@ from .nfgeometry import tilt_matrix
 from .nfmodel import calc_omega_kernel, frame_of
 
 __all__ = ["calc_omega_kernel", "frame_of", "tilt_matrix", "ff_tilt_matrix", "eta_kernel",
-           "frame_position", "frame_omega", "ff_pixel_kernel", "ff_detector_kernel"]
+           "frame_position", "frame_omega"]
 
 
 def ff_tilt_matrix(tx: float, ty: float, tz: float) -> np.ndarray:
@@ -91,17 +91,3 @@ def frame_position(omega, omega_start, omega_step):
 def frame_omega(frame, omega_start: float, omega_step: float):
     """The omega (deg) MIDAS gives frame ``frame`` (its stamp; array or scalar)."""
     return omega_start + np.asarray(frame, np.float64) * omega_step
-
-
-@njit(cache=True, nogil=True)
-def ff_pixel_kernel(yy, zz, ybc, zbc, px, out):
-    """FF detector coordinates ``(Y, Z)`` (um) -> pixel ``(y, z)``: ``out[0], out[1]``."""
-    out[0] = ybc - yy / px
-    out[1] = zbc + zz / px
-
-
-@njit(cache=True, nogil=True)
-def ff_detector_kernel(y, z, ybc, zbc, px, out):
-    """FF pixel ``(y, z)`` -> detector coordinates ``(Y, Z)`` (um): ``out[0], out[1]``."""
-    out[0] = -(y - ybc) * px
-    out[1] = (z - zbc) * px
