@@ -11,8 +11,12 @@ The graph (the paper's FF stage 2, whose task count depends on the data):
 
 1. **spots** (one task): the peaks of ``PeaksFile`` merged across frames, located and
    given a ring (:mod:`hedm.ffspots`);
-2. **index** (one task): grains from the spots (:mod:`hedm.ffindex`). ``main`` waits
-   for it: only now is the number of grains, and so of stage 2's tasks, known;
+2. **index**: grains from the spots (:mod:`hedm.ffindex`), the seeds' fibre searches run
+   as tasks (:func:`index_in_tasks`): waves of :data:`SEEDS_PER_TASK` seeds per worker,
+   each wave launched once the grains of the one before have claimed their spots, the
+   candidates taken in seed order -- the grains of one serial search, on any executor and
+   worker count. ``main`` waits for it: only now is the number of grains, and so of
+   stage 2's next tasks, known;
 3. **refine**: one task per indexed grain (:func:`hedm.ffrefine.refine_grain`), placed
    by the runtime's dispatch like any task (their lengths differ with the grain);
 4. **reduce**: an ordered ``reduce_tree`` of the refined grains;
@@ -93,13 +97,51 @@ def find_spots(peaks_path: str, p: Dict[str, Any]) -> Dict[str, Any]:
 
 
 @app
-def index(found: Dict[str, Any], p: Dict[str, Any]) -> Dict[str, Any]:
-    """Grains of the spots (:func:`hedm.ffindex.index_spots`)."""
+def search(found: Dict[str, Any], p: Dict[str, Any], seeds: List[int]) -> List[Any]:
+    """One indexing task: the best candidate of each of ``seeds`` (their fibre searches,
+    :func:`hedm.ffindex.search_seeds`)."""
+    from hedm.ffindex import search_seeds
+
+    arrays, _ = _arrays(p, found["n_frames"], found["shape"])
+    return search_seeds(found["spots"], arrays, p, seeds)
+
+
+@app
+def sense(found: Dict[str, Any], p: Dict[str, Any]) -> Dict[str, Any]:
+    """The rotation-sense check (:func:`hedm.ffindex.sense_check`), beside the first wave."""
+    from hedm.ffindex import sense_check
+
+    arrays, _ = _arrays(p, found["n_frames"], found["shape"])
+    return sense_check(found["spots"], arrays, p)
+
+
+#: Seeds per indexing task; a wave is this many per worker.
+SEEDS_PER_TASK = 2
+
+
+def index_in_tasks(found: Any, p: Dict[str, Any], workers: int,
+                   launched: List[Any]) -> Dict[str, Any]:
+    """Grains of the spots (:func:`hedm.ffindex.index_spots`), the seeds' fibre searches run
+    as tasks: waves of :data:`SEEDS_PER_TASK` seeds per worker, each wave's tasks launched
+    once the previous wave's grains have claimed their spots (the next wave is the data's).
+    The candidates are taken in seed order, so the grains are those of one serial search.
+    ``launched`` receives every task (the run record's phase)."""
     from hedm.ffindex import index_spots
 
     t0 = time.perf_counter()
-    arrays, _ = _arrays(p, found["n_frames"], found["shape"])
-    res = index_spots(found["spots"], arrays, p)
+    f = found.result()
+    arrays, _ = _arrays(p, f["n_frames"], f["shape"])
+    checked = sense(found, p)
+    launched.append(checked)
+
+    def run_wave(seeds: List[int]) -> List[Any]:
+        tasks = [search(found, p, seeds[i:i + SEEDS_PER_TASK])
+                 for i in range(0, len(seeds), SEEDS_PER_TASK)]
+        launched.extend(tasks)
+        return [best for t in tasks for best in t.result()]
+
+    res = index_spots(f["spots"], arrays, p, run_wave, SEEDS_PER_TASK * max(1, workers),
+                      checked.result)
     res["seconds"] = time.perf_counter() - t0
     return res
 
@@ -329,27 +371,31 @@ def main(args):
     # not write (without --overwrite), as hedm.ff and every analysis flow refuse
     check_outputs_of(args, out, [RUN_RECORD] + list(OUTPUTS), [args.params, peaks])
     found = find_spots(peaks, p)
-    indexed = index(found, p)
-    got = indexed.result()           # stage 2's task graph is known only now
+    searches: List[Any] = []
+    # stage 2's task graph is the data's: the seeds' search tasks come in waves, each known
+    # once the grains of the one before have claimed their spots; the refinement tasks
+    # once indexing has ended
+    got = index_in_tasks(found, p, getattr(args, "workers", None) or 1, searches)
     f = found.result()
     tasks = [refine(g, got["observed"], p, f["n_frames"], f["shape"]) for g in got["grains"]]
     merges: List[Any] = []
     merged = reduce_tree(merge_refined, tasks, ordered=True, launched=merges) if tasks else []
-    written = write_grains(merged, found, indexed, p, results)
+    written = write_grains(merged, found, got, p, results)
     summary = written.result()
     refined = merged.result() if tasks else []
     record = {"workflow": "hedm_ffgrains", "executor": getattr(args, "executor", None),
               "workers": getattr(args, "workers", None), "params": p, "peaks": peaks,
               "stage": stage_dict(args), "result": summary,
               "index": {"method": got["method"], "seeds_tried": got["seeds_tried"],
-                        "sense": got.get("sense"),
+                        "sense": got.get("sense"), "waves": got["waves"],
+                        "tasks": len(searches),
                         "candidates": len(got["grains"]), "seconds": round(got["seconds"], 4),
                         "spots_on_rings": got["spots_on_rings"]},
               "refine": [{"seed": g["seed"], "worker": g["worker"],
                           "seconds": round(g["seconds"], 4), "n_matched": g["n_matched"],
                           "n_fit": g.get("n_fit", 0),
                           "converged": g["converged"], "why": g["why"]} for g in refined],
-              "phases": phase_spans({"spots": [found], "index": [indexed], "refine": tasks,
+              "phases": phase_spans({"spots": [found], "index": searches, "refine": tasks,
                                      "reduce": merges, "write": [written]}, t_origin)}
     finish(os.path.join(out, RUN_RECORD), record, results)
     return written

@@ -31,12 +31,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
 __all__ = ["Observed", "candidate_positions", "scattering_direction", "index_spots",
-           "match_grain", "sense_check", "opposite_sense", "GRAIN_FIELDS", "SENSE_SEEDS"]
+           "match_grain", "sense_check", "opposite_sense", "search_seeds", "GRAIN_FIELDS",
+           "SENSE_SEEDS"]
 
 #: What a grain candidate holds.
 GRAIN_FIELDS = ("u", "pos", "n_matched", "n_predicted", "completeness", "spot_ids", "seed")
@@ -251,35 +252,63 @@ def sense_check(spots: np.ndarray, arrays, p: Dict[str, Any],
     return out
 
 
-def index_spots(spots: np.ndarray, arrays, p: Dict[str, Any]) -> Dict[str, Any]:
+def search_seeds(spots: np.ndarray, arrays, p: Dict[str, Any], seeds) -> List[Tuple]:
+    """Each seed's best candidate (``(fraction, matched, u, pos)``, :meth:`_Search.best`): the
+    work of one indexing task (a seed's search depends on nothing but the spots)."""
+    search = _Search(spots, arrays, p)
+    return [search.best(int(seed)) for seed in seeds]
+
+
+def index_spots(spots: np.ndarray, arrays, p: Dict[str, Any],
+                run_wave: Optional[Callable[[List[int]], List[Tuple]]] = None, wave: int = 1,
+                sense: Optional[Callable[[], Dict[str, Any]]] = None) -> Dict[str, Any]:
     """Grains (dicts of :data:`GRAIN_FIELDS`) from the spot table, and what was used.
 
+    Seeds are searched in *waves* of ``wave`` seeds not yet claimed, strongest first;
+    ``run_wave(seeds)`` returns their candidates (default: searched here, one by one;
+    stage 2 runs each wave as parallel tasks). The candidates are then taken in seed order
+    exactly as one by one -- a seed claimed by a grain accepted earlier in its wave is
+    skipped -- so the grains are the same whatever the wave size, the tasks or the
+    workers. ``sense()`` gives :func:`sense_check` (default: computed here).
+
     Returns ``{"grains", "shared", "observed", "seeds_tried", "method", "spots_on_rings",
-    "sense"}`` (``sense``: :func:`sense_check`).
+    "sense", "waves"}``.
     """
     search = _Search(spots, arrays, p)
     obs, lattice, margins = search.obs, search.lattice, search.margins
     claimed = np.zeros(len(obs), bool)
     grains: List[Dict[str, Any]] = []
-    tried = 0
-    for seed in search.seeds:
-        if claimed[seed] or not len(search.cdirs):
-            continue
-        tried += 1
-        best = search.best(int(seed))
-        if best[0] < p["Completeness"]:
-            continue
-        m = match_grain(best[2], lattice, best[3], arrays, obs, margins)
-        if seed not in m["rows"]:
-            continue
-        # claimed (no more seeds) within twice the tolerances: the candidate is off by up
-        # to half a fibre step, which moves some spots past the tolerances
-        wide = match_grain(best[2], lattice, best[3], arrays, obs, tuple(2 * v for v in margins))
-        claimed[wide["rows"][wide["rows"] >= 0]] = True
-        grains.append(_grain(best[2], best[3], m, obs, int(obs.ids[seed])))
-    sense = sense_check(spots, arrays, p)
+    tried = waves = 0
+    order = [int(s) for s in search.seeds] if len(search.cdirs) else []
+    at = 0
+    while at < len(order):
+        batch: List[int] = []
+        while at < len(order) and len(batch) < max(1, wave):
+            if not claimed[order[at]]:
+                batch.append(order[at])
+            at += 1
+        if not batch:
+            break
+        waves += 1
+        bests = run_wave(batch) if run_wave else [search.best(seed) for seed in batch]
+        for seed, best in zip(batch, bests):
+            if claimed[seed]:
+                continue                 # claimed by a grain of this wave: not a seed
+            tried += 1
+            if best[0] < p["Completeness"]:
+                continue
+            m = match_grain(best[2], lattice, best[3], arrays, obs, margins)
+            if seed not in m["rows"]:
+                continue
+            # claimed (no more seeds) within twice the tolerances: the candidate is off by
+            # up to half a fibre step, which moves some spots past the tolerances
+            wide = match_grain(best[2], lattice, best[3], arrays, obs,
+                               tuple(2 * v for v in margins))
+            claimed[wide["rows"][wide["rows"] >= 0]] = True
+            grains.append(_grain(best[2], best[3], m, obs, int(obs.ids[seed])))
+    checked = sense() if sense else sense_check(spots, arrays, p)
     method = "fibre"
-    if not grains and len(obs) and not sense["opposite"]:    # else: the sense is wrong
+    if not grains and len(obs) and not checked["opposite"]:    # else: the sense is wrong
         method = "uniform"
         grains = _uniform(obs, arrays, p, lattice, claimed)
     grains = _merge(grains, p)
@@ -290,4 +319,4 @@ def index_spots(spots: np.ndarray, arrays, p: Dict[str, Any]) -> Dict[str, Any]:
     shared = np.array(sorted(i for i, c in counts.items() if c > 1), np.int64)
     return {"grains": grains, "shared": shared, "observed": obs, "seeds_tried": tried,
             "method": method, "spots_on_rings": int(len(obs)),
-            "spots_indexed": int(len(counts)), "sense": sense}
+            "spots_indexed": int(len(counts)), "sense": checked, "waves": waves}

@@ -213,3 +213,28 @@ def test_grains_missing_most_spots_of_a_ring_are_an_error(exact):
     assert v["indexed_fraction"] >= 0.5
     assert f"miss most observed spots of ring {ring}" in v["problem"], v["problem"]
     assert v["rings"][str(ring)]["indexed"] == 0
+
+
+@pytest.mark.parametrize("wave", [2, 5, 64])
+def test_waves_of_seed_tasks_give_the_serial_grains(exact, indexed, wave):
+    """Issue 42: the seeds searched in waves (stage 2 runs each wave's searches as tasks)
+    give exactly the grains of the one-by-one search, whatever the wave size."""
+    from hedm.ffindex import index_spots, search_seeds
+
+    calls = []
+
+    def run_wave(seeds):
+        calls.append(list(seeds))
+        half = len(seeds) // 2                      # two "tasks", results in seed order
+        return (search_seeds(exact["spots"], exact["arrays"], exact["p"], seeds[:half])
+                + search_seeds(exact["spots"], exact["arrays"], exact["p"], seeds[half:]))
+
+    res = index_spots(exact["spots"], exact["arrays"], exact["p"], run_wave, wave,
+                      lambda: indexed["sense"])
+    assert all(len(c) <= wave for c in calls) and len(calls) == res["waves"]
+    assert res["seeds_tried"] == indexed["seeds_tried"]
+    assert len(res["grains"]) == len(indexed["grains"])
+    for a, b in zip(res["grains"], indexed["grains"]):
+        assert a["seed"] == b["seed"] and np.array_equal(a["spot_ids"], b["spot_ids"])
+        np.testing.assert_array_equal(a["u"], b["u"])
+        np.testing.assert_array_equal(a["pos"], b["pos"])
