@@ -105,7 +105,17 @@ def main(argv=None) -> int:
                                  description="Write NF seed orientations from FF's Grains.csv")
     ap.add_argument("grains", help="Grains.csv (hedm/ffgrains.py's or MIDAS's)")
     ap.add_argument("--seeds", required=True, help="SeedOrientations file to write")
+    ap.add_argument("--overwrite", action="store_true",
+                    help="replace an existing seeds file (mpistage cannot tell its own)")
     args = ap.parse_args(argv)
+    from stager.outputs import OutputError, check_outputs
+
+    try:    # the one output rule (stager.outputs): never over the input, nor a user's file
+        check_outputs([args.seeds], [args.grains], overwrite=args.overwrite,
+                      hint="choose another --seeds")
+    except OutputError as exc:
+        print(f"error: {exc}")
+        return 2
     u = seed_orientations(args.grains)
     if not len(u):
         print(f"{args.grains}: no grain; no seeds written")

@@ -68,3 +68,23 @@ def test_efab_is_midas_strain_of_its_lattice():
         err = [np.abs(1e6 * fable_strain(ref, lat, o @ s) - efab).max() for s in CUBIC_SYMMETRY]
         assert min(err) < 0.2, sorted(err)[:2]          # O is printed to 6 decimals
         assert sorted(err)[1] > 100                     # and only one setting gives it
+
+
+def test_seeds_cli_goes_through_the_output_rule(tmp_path, capsys):
+    """``python -m hedm.grainscsv`` replaces no file it cannot tell it wrote (issue 41 item
+    2's rule, stager.outputs), nor its input, without --overwrite."""
+    import os
+
+    from hedm.grainscsv import main
+
+    grains = os.path.join(os.path.dirname(__file__), "..", "data", "midas_grains_sim.csv")
+    seeds = tmp_path / "seeds.txt"
+    assert main([grains, "--seeds", str(seeds)]) == 0
+    first = seeds.read_text()
+    seeds.write_text("a user's seeds\n")
+    assert main([grains, "--seeds", str(seeds)]) == 2
+    assert "not written by mpistage" in capsys.readouterr().out
+    assert seeds.read_text() == "a user's seeds\n"
+    assert main([grains, "--seeds", str(seeds), "--overwrite"]) == 0
+    assert seeds.read_text() == first
+    assert main([grains, "--seeds", grains, "--overwrite"]) == 2     # never over the input
