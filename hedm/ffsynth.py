@@ -14,9 +14,11 @@ The grains have random orientations, positions in a cylinder of ``Rsample`` and 
 and random crystal-frame strains (``strain`` per component) turned into lattice
 parameters (:func:`kernels.ffmodel.lattice_from_strain`). Each spot of the forward model
 (:func:`kernels.ffmodel.ff_spots`) is rendered as a 2-D Gaussian on the detector spread
-over the frames its omega profile (a Gaussian of ``omega_sigma`` frames, integrated per
-frame, wrapping around a full turn) reaches, on a flat background with Gaussian noise of
-variance equal to the mean. Spots of different grains fall where they fall: some overlap.
+over the frames its omega profile (a Gaussian of ``omega_sigma`` frames, integrated over
+half a frame either side of each frame's omega, MIDAS's stamp ``OmegaStart + k OmegaStep``
+(:mod:`kernels.geometry`), wrapping around a full turn) reaches, on a flat background with
+Gaussian noise of variance equal to the mean. Spots of different grains fall where they
+fall: some overlap.
 
 :data:`SWEEP_GEOMETRY` is gold at MIDAS's example wavelength on a 192 x 192 px detector of
 200 um pixels at 120 mm (rings {111}..{222}), 360 frames of 1 deg: small enough for a
