@@ -7,7 +7,9 @@ from producer ``(f * S + s) mod P``, so P = S is the NCEM layout: one producer p
 sector); a chosen rate; frames withheld, sectors dropped, ``end`` messages
 omitted and malformed messages injected on request. The same frames can be
 served by :class:`streams.protocols.stream2.simulator.StreamV2Simulator`, which
-binds a PUSH socket as a DECTRIS detector does.
+binds a PUSH socket as a DECTRIS detector does; ``--protocol NAME`` hands over to the
+``simulator`` module of that protocol's folder (``dectris-legacy``: the legacy stream or
+a dump for LiberTEM-live; ``merlin``: a Merlin's data port or a MIB file).
 
 ``python -m streams.simulate --help`` runs either from the shell.
 """
@@ -255,7 +257,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m streams.simulate", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--protocol", help="native (default), stream2 (as --stream2-bind), or a "
-                    "protocol of streams.protocols with a simulator (dectris-legacy)")
+                    "protocol of streams.protocols with a simulator (" +
+                    ", ".join(n for n in ROWS if n not in ("native", "stream2")) +
+                    "; --protocol NAME --help for its options)")
     ap.add_argument("--rendezvous", help="native protocol: the receivers' rendezvous file")
     ap.add_argument("--stream2-bind", help="Stream V2 instead: bind this PUSH address")
     ap.add_argument("--scan", default=None, help="scan name (default: sim-DATE-TIME-RANDOM, "

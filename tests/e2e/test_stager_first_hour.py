@@ -67,3 +67,15 @@ def test_ctrl_c_in_verify_under_mpirun_says_one_line(tmp_path):
     assert len(lines) == 1, res.stdout + res.stderr
     assert "verify changes nothing" in lines[0] and "run the same command again" in lines[0]
     assert "Traceback" not in res.stderr
+
+
+def test_receive_help_lists_every_protocol_of_the_table():
+    from streams.protocols import ROWS
+
+    r = subprocess.run([sys.executable, "-m", "stager", "stream", "receive", "--help"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    text = " ".join(r.stdout.split())
+    start = text.index("--protocol NAME the stream protocol:")
+    assert all(name in text[start:start + 200] for name in ROWS), text[start:start + 200]
+    assert {"dectris-legacy", "merlin"} <= set(ROWS)
