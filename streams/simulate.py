@@ -247,7 +247,17 @@ def default_scan_name() -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """``python -m streams.simulate``: stream a synthetic or recorded scan."""
+    """``python -m streams.simulate``: stream a synthetic or recorded scan (Ctrl-C: one
+    line, exit 130)."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("python -m streams.simulate: interrupted by SIGINT; what was sent is the "
+              "job's (its report counts the rest missing)", file=sys.stderr, flush=True)
+        return 130
+
+
+def _main(argv: Optional[Sequence[str]] = None) -> int:
     # --protocol NAME: a protocol folder's own simulator (its simulator.main) takes over
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--protocol")

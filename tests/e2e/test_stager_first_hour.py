@@ -79,3 +79,17 @@ def test_receive_help_lists_every_protocol_of_the_table():
     start = text.index("--protocol NAME the stream protocol:")
     assert all(name in text[start:start + 200] for name in ROWS), text[start:start + 200]
     assert {"dectris-legacy", "merlin"} <= set(ROWS)
+
+
+def test_ctrl_c_in_the_simulator_says_one_line(tmp_path):
+    """Waiting for a receiver on a Merlin data port, interrupted."""
+    p = subprocess.Popen([sys.executable, "-m", "streams.simulate", "--protocol", "merlin",
+                          "--bind", "127.0.0.1:0"], cwd=tmp_path, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    assert p.stdout.readline().startswith("Merlin data port on 127.0.0.1:")
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=30)
+    assert p.returncode == 130, err
+    assert err.strip().splitlines() == ["python -m streams.simulate: interrupted by SIGINT; "
+                                        "what was sent is the job's (its report counts the "
+                                        "rest missing)"], err
