@@ -255,6 +255,7 @@ def _installed_flow(path: str) -> Optional[str]:
     the module ``hedm.ff``'s file, if it is that path; else None."""
     import importlib.util
 
+    path = os.path.normpath(path)
     dotted = path[:-3].replace(os.sep, ".")
     if not all(p.isidentifier() for p in dotted.split(".")):
         return None
@@ -263,7 +264,7 @@ def _installed_flow(path: str) -> Optional[str]:
     except (ImportError, ValueError):
         return None
     origin = spec.origin if spec is not None else None
-    if origin and origin.endswith(os.sep + os.path.normpath(path)) and os.path.isfile(origin):
+    if origin and origin.endswith(os.sep + path) and os.path.isfile(origin):
         return origin
     return None
 
