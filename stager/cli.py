@@ -59,16 +59,35 @@ def _build_parser(command: Optional[str]) -> argparse.ArgumentParser:
     return parser
 
 
+def _chosen(parser: argparse.ArgumentParser, args: argparse.Namespace
+            ) -> argparse.ArgumentParser:
+    """The innermost (sub)command parser ``args`` went through (``stager stream receive``'s)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            sub = action.choices.get(getattr(args, action.dest, None) or "")
+            if sub is not None:
+                return _chosen(sub, args)
+    return parser
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """Entry point of the ``stager`` console script and ``python -m stager``."""
     argv = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in argv if not a.startswith("-")), None)
     parser = _build_parser(command if command in COMMANDS else None)
     with first_rank_speaks(exit_quietly=True):  # under mpirun: a usage error said once
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra:   # the subcommand's usage, not stager's (argparse leaves them to the top)
+            _chosen(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
     module = COMMANDS.load(args.command)
     try:
         return int(module.run(args) or 0)
+    except KeyboardInterrupt:
+        # Ctrl-C in a command that reads or renders (plan, sbatch, stream watch): one line,
+        # no traceback; the MPI commands stop through core.interrupt and say more
+        print(f"{_chosen(parser, args).prog}: interrupted by SIGINT; nothing was being "
+              "written", file=sys.stderr, flush=True)
+        return 130
     except BrokenPipeError:
         # `stager plan --json | head`: the reader left; not an error of ours.
         sys.stderr.close()

@@ -42,8 +42,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="receive DECTRIS Stream V2 from this detector endpoint instead "
                         "(short for --protocol stream2 and its endpoint)")
     r.add_argument("--protocol", metavar="NAME",
-                   help="the stream protocol: native (default), stream2, or a plug-in's "
-                        "module:Class (streams.protocols)")
+                   help=f"the stream protocol: {', '.join(protocols.ROWS)} (default native; "
+                        "the table of streams.protocols), or a plug-in's module:Class")
     r.add_argument("--analysis", metavar="SPEC",
                    help="pkg.module:NAME, FLOW.py[:NAME] or udf:MODULE:CLASS[,...] (LiberTEM "
                         "UDFs, docs/udf.md); default: per-frame sum")

@@ -7,7 +7,9 @@ from producer ``(f * S + s) mod P``, so P = S is the NCEM layout: one producer p
 sector); a chosen rate; frames withheld, sectors dropped, ``end`` messages
 omitted and malformed messages injected on request. The same frames can be
 served by :class:`streams.protocols.stream2.simulator.StreamV2Simulator`, which
-binds a PUSH socket as a DECTRIS detector does.
+binds a PUSH socket as a DECTRIS detector does; ``--protocol NAME`` hands over to the
+``simulator`` module of that protocol's folder (``dectris-legacy``: the legacy stream or
+a dump for LiberTEM-live; ``merlin``: a Merlin's data port or a MIB file).
 
 ``python -m streams.simulate --help`` runs either from the shell.
 """
@@ -245,7 +247,17 @@ def default_scan_name() -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """``python -m streams.simulate``: stream a synthetic or recorded scan."""
+    """``python -m streams.simulate``: stream a synthetic or recorded scan (Ctrl-C: one
+    line, exit 130)."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("python -m streams.simulate: interrupted by SIGINT; what was sent is the "
+              "job's (its report counts the rest missing)", file=sys.stderr, flush=True)
+        return 130
+
+
+def _main(argv: Optional[Sequence[str]] = None) -> int:
     # --protocol NAME: a protocol folder's own simulator (its simulator.main) takes over
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--protocol")
@@ -255,7 +267,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m streams.simulate", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--protocol", help="native (default), stream2 (as --stream2-bind), or a "
-                    "protocol of streams.protocols with a simulator (dectris-legacy)")
+                    "protocol of streams.protocols with a simulator (" +
+                    ", ".join(n for n in ROWS if n not in ("native", "stream2")) +
+                    "; --protocol NAME --help for its options)")
     ap.add_argument("--rendezvous", help="native protocol: the receivers' rendezvous file")
     ap.add_argument("--stream2-bind", help="Stream V2 instead: bind this PUSH address")
     ap.add_argument("--scan", default=None, help="scan name (default: sim-DATE-TIME-RANDOM, "

@@ -227,8 +227,12 @@ def load_flow(path: str):
             spec = None
         if spec is not None and spec.origin and spec.origin.endswith(".py"):
             path = spec.origin
+    if path.endswith(".py") and not os.path.isfile(path) and not os.path.isabs(path):
+        path = _installed_flow(path) or path
     if not path.endswith(".py") or not os.path.isfile(path):
-        raise FlowError(f"workflow file {path!r} not found (expected an existing .py file)")
+        raise FlowError(f"workflow file {path!r} not found in {os.getcwd()} (expected an "
+                        "existing .py file, or the module name of an installed package's "
+                        "flow, such as hedm.ff or analyses.runner)")
     name = flow_module_name(path)
     try:
         if name is not None:
@@ -243,6 +247,26 @@ def load_flow(path: str):
     if not callable(getattr(module, "main", None)):
         raise FlowError(f"workflow file {path} defines no main(args) function")
     return module
+
+
+def _installed_flow(path: str) -> Optional[str]:
+    """The file of an installed package's flow written as a path relative to the clone
+    (``hedm/ff.py``, as the docs write it) when no such file is in the current directory:
+    the module ``hedm.ff``'s file, if it is that path; else None."""
+    import importlib.util
+
+    path = os.path.normpath(path)
+    dotted = path[:-3].replace(os.sep, ".")
+    if not all(p.isidentifier() for p in dotted.split(".")):
+        return None
+    try:
+        spec = importlib.util.find_spec(dotted)
+    except (ImportError, ValueError):
+        return None
+    origin = spec.origin if spec is not None else None
+    if origin and origin.endswith(os.sep + path) and os.path.isfile(origin):
+        return origin
+    return None
 
 
 def _flow_namespace(module: Any, flow: str, flow_argv: List[str]) -> argparse.Namespace:
@@ -271,7 +295,7 @@ def _drive(module: Any, ns: argparse.Namespace, ex: Executor, opts: Any = None) 
     error = None
     bad_input = False
     result = None
-    rt = ex.runtime
+    rt = _DRIVEN["runtime"] = ex.runtime
     limit = getattr(opts, "timeout", None)
     try:
         rt.configure(limit, getattr(opts, "task_timeout", None), getattr(opts, "isolate", False))
@@ -364,7 +388,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         local_error: Optional[BaseException] = None
     except (MpistageError, OSError) as exc:
         local_error = exc
-    except SystemExit as exc:  # the flow's own argument parser
+    except SystemExit as exc:  # the flow's own argument parser: its --help, or an error
+        if exc.code in (0, None):
+            return 0    # the same on every rank: the flow's help was printed (once)
         local_error = FlowError(f"bad flow arguments (exit {exc.code})")
     mine = str(local_error) if local_error else None  # the first rank's error, on every rank
     bad = next((e for e in comm.allgather(mine) if e), None) if comm is not None else mine
@@ -384,13 +410,49 @@ def main(argv: Optional[List[str]] = None) -> int:
     ns.overwrite = bool(opts.overwrite)
     ns.out, ns.executor, ns.ranks, ns.stage_report = out, name, comm.Get_size() if comm else 1, None
     ns.stage_spec = None
-    code = _run(opts, module, ns, name, comm, hooks)
+    from core import interrupt
+
+    # Ctrl-C (SIGINT; under mpirun every rank's SIGTERM, SIGKILL a second later): no
+    # traceback from every process, one line from rank 0 saying what is kept, at once.
+    with interrupt.Handling(grace=0.0, emergency=lambda signum: _interrupted(ns, rank, signum)):
+        code = _run(opts, module, ns, name, comm, hooks)
     if code == 2 and not opts.out and rank == 0:
         try:        # a refused run leaves nothing behind: not even its empty directory
             os.rmdir(out)
         except OSError:
             pass    # not empty: something was written, keep it
     return code
+
+
+#: the runtime of the flow being driven (rank 0), for the line of an interrupted run
+_DRIVEN: Dict[str, Any] = {}
+
+
+def _kept(ns: argparse.Namespace) -> str:
+    """What an interrupted run keeps, and how to go on."""
+    kept = f"kept: {ns.out} (what the finished tasks wrote)"
+    if getattr(ns, "stage_spec", None):
+        kept += (f" and the staged copies on the nodes (`mpirun stager clean "
+                 f"{ns.stage_spec}` removes them)")
+    return kept + "; unfinished tasks are lost: run it again to redo them"
+
+
+def _interrupted(ns: argparse.Namespace, rank: int, signum: int) -> None:
+    """The end of a run interrupted by ``signum`` (in the watchdog thread of
+    :class:`core.interrupt.Handling`, which then exits 128 + ``signum``): rank 0 says what
+    was interrupted and what is kept; the local pool's workers are ended."""
+    import multiprocessing
+
+    from core.interrupt import signal_name
+
+    if rank == 0:
+        rt = _DRIVEN.get("runtime")
+        done = (f"{rt.succeeded} of {rt.launched} launched tasks had finished" if rt is not None
+                else "no task had started")
+        print(f"workflows run {os.path.basename(ns.flow)}: interrupted by "
+              f"{signal_name(signum)}; {done}; {_kept(ns)}", file=sys.stderr, flush=True)
+    for child in multiprocessing.active_children():  # the local executor's workers
+        child.kill()
 
 
 def _run(opts, module, ns, name: str, comm: Any, hooks) -> int:
@@ -441,6 +503,7 @@ def _run(opts, module, ns, name: str, comm: Any, hooks) -> int:
         from .executors.mpi import MPIExecutor
 
         mpi_ex = MPIExecutor(job, **options)
+        mpi_ex.kept = lambda: _kept(ns)     # said by the root's report of a SIGTERM
         with mpi_ex as ex:
             if ex is not None:
                 status = _drive(module, ns, ex, opts)

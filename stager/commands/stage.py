@@ -93,13 +93,36 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="no progress bar")
 
 
+#: the line of an interrupt was said (by the command or by its emergency path: once)
+_SAID: List[int] = []
+#: what an interrupted command keeps (its records say which part is done)
+_KEPT = {
+    "stage": "every complete copy is kept and recorded",
+    "verify": "verify changes nothing",
+    "clean": "what was removed is gone with its records; the rest is still staged and recorded",
+    "drain": "every file drained so far is whole in the destination and in the drain's "
+             "journal; the rest is still on the nodes",
+}
+
+
 def run_collective(name: str, body: Callable[[Any], int]) -> int:
     """Run ``body(comm)`` and map errors to exit codes, printing on rank 0 only."""
     from mpi4py import MPI
 
+    from core import interrupt
+
     comm = MPI.COMM_WORLD
+
+    def emergency(signum: int) -> None:    # the ranks did not stop together in the grace
+        if comm.rank == 0 and not _SAID:
+            _SAID.append(signum)
+            print(f"stager {name}: interrupted by {interrupt.signal_name(signum)}: "
+                  f"{_KEPT.get(name, _KEPT['stage'])}; to resume, "
+                  f"{resume_command(sys.argv[1:])}", file=sys.stderr, flush=True)
+
     try:
-        return body(comm)
+        with interrupt.Handling(emergency=emergency):
+            return body(comm)
     except Interrupted as e:
         return _interrupted(name, comm, e)
     except (SpecError, MpistageError, ValueError, TypeError) as e:
@@ -126,8 +149,10 @@ def _interrupted(name: str, comm: Any, e: Interrupted) -> int:
     from core import interrupt
 
     signum = interrupt.pending() or e.signum or signal.SIGTERM
-    if comm.rank == 0:
-        note = getattr(e, "progress_note", None) or "nothing was transferred yet"
+    if comm.rank == 0 and not _SAID:
+        _SAID.append(signum)
+        note = getattr(e, "progress_note", None) or (
+            "nothing was transferred yet" if name == "stage" else _KEPT.get(name, ""))
         print(f"stager {name}: interrupted by {interrupt.signal_name(signum)}: {note}; to "
               f"resume, {resume_command(sys.argv[1:])}", file=sys.stderr, flush=True)
     return 128 + int(signum)

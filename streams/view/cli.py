@@ -17,6 +17,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", metavar="DIR", help="the job's --out (its reports, rejections)")
     p.add_argument("--certificate", metavar="FILE", help="a viewer's certificate "
                    "(.key_secret; default: the viewers' one the rendezvous file names)")
+    p.add_argument("--trust-owner", metavar="USER", action="append",
+                   help="also trust a rendezvous file of USER (a colleague's job; default: "
+                        "only your own)")
+    p.add_argument("--wait", type=float, default=None, metavar="S",
+                   help="wait up to S s for the rendezvous file to appear, or for a new job's "
+                        "when it names a job that has ended (default: an error at once)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -28,8 +34,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"stager stream view: {url}", flush=True)
 
     try:
-        serve(args.source, args.port, args.bind, args.certificate, args.out, on_ready=ready)
-    except (OSError, StreamError) as e:
+        serve(args.source, args.port, args.bind, args.certificate, args.out, on_ready=ready,
+              trust_owner=args.trust_owner, wait=args.wait)
+    except (OSError, ValueError, StreamError) as e:
         print(f"stager stream view: {e}", file=sys.stderr)
         return 2
     return 0

@@ -42,7 +42,7 @@ import numpy as np
 from streams.errors import StreamError
 from streams.job.frames import MAX_FRAME_BYTES
 from streams.job.live import LiveView
-from streams.protocols.native.rendezvous import read_rendezvous_json
+from streams.protocols.native.rendezvous import read_rendezvous_json, wait_for_rendezvous
 from streams.security import client_keys
 from streams.view.plot import LivePlot
 
@@ -181,20 +181,33 @@ class LiveJob:
     process : subprocess.Popen or SlurmJob, optional
         The job's ``mpirun`` (:func:`launch`) or batch job (:func:`launch_sbatch`):
         its end ends the job for this handle.
+    trust_owner : str or list of str, optional
+        Users (names or uids) whose rendezvous files are trusted besides one's own: a
+        colleague's job (with a copy of its viewers' certificate of one's own,
+        ``certificate``; docs/guide/streaming.md, "A colleague's view").
+    wait : float, optional
+        Seconds to wait for the rendezvous file to appear, or for a new job's when it
+        names a job that has ended (default: neither, an error at once).
     """
 
     def __init__(self, rendezvous: str, out: Optional[str] = None,
-                 certificate: Optional[str] = None, process: Any = None) -> None:
+                 certificate: Optional[str] = None, process: Any = None,
+                 trust_owner: Any = None, wait: Optional[float] = None) -> None:
         self.rendezvous = os.path.abspath(rendezvous)
         # read as every reader of one reads it: trusted, no link followed, its job running
-        src = read_rendezvous_json(self.rendezvous)
+        src = read_rendezvous_json(self.rendezvous, trust_owner) if wait is None else \
+            wait_for_rendezvous(self.rendezvous, timeout=wait, trust_owner=trust_owner,
+                                wait_ended=True, reader=read_rendezvous_json)
         if not src.get("live"):
             raise StreamError(f"{self.rendezvous}: the job publishes no live endpoint")
         self.out = None if out is None else os.path.abspath(out)
         self.process = process
         self.endpoint: str = src["live"]
         # the job's server key and a viewer's certificate (default: the one the file names)
-        self._keys: Any = (src.get("curve_serverkey"), certificate or src.get("viewer_certificate"))
+        certificate = certificate or src.get("viewer_certificate")
+        if certificate and src.get("curve_serverkey"):
+            _check_own(certificate, self.rendezvous)
+        self._keys: Any = (src.get("curve_serverkey"), certificate)
         self._view = LiveView(self.endpoint, *self._keys, monitor=True)
         self._monitor = self._view.events
         self.connected = False          # the job's live socket accepted us
@@ -462,10 +475,33 @@ class LiveJob:
         self.close()
 
 
-def attach(rendezvous: str, out: Optional[str] = None,
-           certificate: Optional[str] = None) -> LiveJob:
-    """A viewer's handle on the running job of ``rendezvous`` (see :class:`LiveJob`)."""
-    return LiveJob(rendezvous, out, certificate)
+def attach(rendezvous: str, out: Optional[str] = None, certificate: Optional[str] = None,
+           trust_owner: Any = None, wait: Optional[float] = None) -> LiveJob:
+    """A viewer's handle on the running job of ``rendezvous`` (see :class:`LiveJob`;
+    ``trust_owner``: a colleague's job, ``wait``: seconds to wait for its file)."""
+    return LiveJob(rendezvous, out, certificate, trust_owner=trust_owner, wait=wait)
+
+
+def _check_own(certificate: str, rendezvous: str) -> None:
+    """A viewer's certificate another user owns (a colleague's job's, as its rendezvous
+    file names it) cannot be used: say what to do instead of "permission denied"."""
+    try:
+        owner = os.stat(certificate).st_uid
+    except OSError:
+        return      # missing: load_client_certificate says so
+    if owner != os.geteuid():
+        import pwd
+
+        try:
+            name = pwd.getpwuid(owner).pw_name
+        except KeyError:
+            name = str(owner)
+        raise StreamError(
+            f"the viewers' certificate {certificate} is {name}'s: to watch {name}'s job, "
+            f"ask them for its text and keep it in a file of your own that only you can "
+            f"read ((umask 077 && cat > ~/viewer.key_secret)), then give --certificate "
+            f"~/viewer.key_secret (certificate=) and --trust-owner {name} (trust_owner=) "
+            f"(docs/guide/streaming.md, \"A colleague's view\")")
 
 
 def launch(rendezvous: str, out: str, args: Sequence[str] = (), np_: int = 4,

@@ -231,10 +231,11 @@ def _read(job: Any, put: Callable[[str, str], None], stop: threading.Event) -> N
 def serve(rendezvous: str, port: int = 0, bind: str = "127.0.0.1",
           certificate: Optional[str] = None, out: Optional[str] = None,
           token: Optional[str] = None, on_ready: Optional[Callable[[str], None]] = None,
-          ) -> None:
+          trust_owner: Any = None, wait: Optional[float] = None) -> None:
     """Serve the view of the job of ``rendezvous`` until SIGINT or SIGTERM.
 
-    ``on_ready(url)`` is called once the server listens (the URL carries the token).
+    ``on_ready(url)`` is called once the server listens (the URL carries the token);
+    ``trust_owner`` and ``wait`` are :class:`~streams.view.client.LiveJob`'s.
 
     Raises
     ------
@@ -242,7 +243,7 @@ def serve(rendezvous: str, port: int = 0, bind: str = "127.0.0.1",
         The rendezvous file or the viewers' certificate cannot be used.
     """
 
-    job = LiveJob(rendezvous, out, certificate)
+    job = LiveJob(rendezvous, out, certificate, trust_owner=trust_owner, wait=wait)
     token = token or secrets.token_urlsafe(24)
 
     def fetch(scan: str, index: int) -> Any:

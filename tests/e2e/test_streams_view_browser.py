@@ -41,13 +41,28 @@ def _browser():
     return webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=opts)
 
 
+def _guide_command(shared):
+    """docs/guide/streaming.md's view command, as written, ``/shared`` being ``shared``."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    guide = Path(__file__).resolve().parents[2] / "docs" / "guide" / "streaming.md"
+    (block,) = [b for b in re.findall(r"```sh\n(.*?)```", guide.read_text(), re.S)
+                if b.startswith("stager stream view /shared/")]
+    return shlex.split(block.splitlines()[0].replace("/shared", str(shared)), comments=True)
+
+
 class View:
-    """``stager stream view`` in the background; its URL from its first line."""
+    """``stager stream view`` in the background, as the guide writes it; its URL from its
+    first line."""
 
     def __init__(self, rv, out):
-        self.p = subprocess.Popen([sys.executable, "-m", "stager", "stream", "view", str(rv),
-                                   "--out", str(out)], env=_env(), stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True)
+        assert os.path.dirname(str(rv)) == os.path.dirname(str(out))   # the guide's /shared
+        argv = _guide_command(os.path.dirname(str(rv)))
+        assert argv[:3] == ["stager", "stream", "view"] and argv[3] == str(rv), argv
+        self.p = subprocess.Popen([sys.executable, "-m", *argv], env=_env(),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = self.p.stdout.readline()
         assert line.startswith("stager stream view: http://127.0.0.1:"), \
             line + self.p.stderr.read()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any, Callable, Dict, Optional
 
@@ -26,6 +27,9 @@ _START_METHODS = ("fork", "forkserver", "spawn")
 
 def _worker_init(node: str) -> None:
     os.environ["WORKFLOWS_WORKER"] = "1"
+    # Ctrl-C reaches the terminal's whole process group: the runner says it once and
+    # ends the pool (workflows.run), not a KeyboardInterrupt traceback per worker
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     set_node(node)   # a forkserver or spawn worker does not inherit the runner's
 
 

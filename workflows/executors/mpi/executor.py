@@ -36,7 +36,7 @@ import os
 import sys
 import threading
 import traceback
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Union
 
 from core.job import Job
 from core.mpi.agree import agreed, bcast_result
@@ -156,6 +156,8 @@ class MPIExecutor(Executor):
         self._thread: Optional[threading.Thread] = None
         self._entered = False
         self._term: Optional[TermReport] = None
+        #: what a terminated run keeps (the root's SIGTERM report says it; the runner sets it)
+        self.kept: Optional[Callable[[], str]] = None
         self._refs: dict = {}  # function -> FunctionRef (submit() of the same function)
         self.stats: dict = {}
 
@@ -374,7 +376,7 @@ class MPIExecutor(Executor):
     def _install_term_report(self) -> None:
         rs = self._root_server
         self._term = TermReport("workflow run (root)", rs.in_flight_report,
-                                lambda: self.runtime.summary(limit=3))
+                                lambda: self.runtime.summary(limit=3), self.kept)
         self._term.install(wakeup=True)
         rs.term_poll = self._term.poll
         rs.summary = lambda: self.runtime.summary(limit=0)

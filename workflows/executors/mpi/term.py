@@ -43,13 +43,17 @@ class TermReport:
         One line per task in workers' hands.
     summary : callable, optional
         The run's counts so far.
+    kept : callable, optional
+        What the terminated run keeps (its output directory), said on the first line.
     """
 
     def __init__(self, who: str, lines: Callable[[], List[str]],
-                 summary: Optional[Callable[[], str]] = None):
+                 summary: Optional[Callable[[], str]] = None,
+                 kept: Optional[Callable[[], str]] = None):
         self.who = who
         self.lines = lines
         self.summary = summary
+        self.kept = kept
         self._lock = threading.Lock()
         self._previous: Any = None
         self._old_fd: Optional[int] = None
@@ -112,8 +116,14 @@ class TermReport:
 
     def text(self, sig: int) -> str:
         name = signal.Signals(sig).name
-        head = (f"{self.who}: terminated by {name} (mpirun ends every rank when one rank dies; "
-                "its message names that rank and its signal or exit code)")
+        head = (f"{self.who}: terminated by {name} (Ctrl-C or scancel on mpirun; or mpirun "
+                "ending every rank because one rank died: its message then names that rank "
+                "and its signal or exit code)")
+        if self.kept is not None:
+            try:
+                head += f"; {self.kept()}"
+            except Exception:
+                pass
         try:
             lines = self.lines()
         except Exception as exc:  # a report must never fail
