@@ -14,13 +14,14 @@ from typing import Any, Dict, Iterable, Mapping, Optional, Sequence
 
 from hedm.common import replacing
 from workflows import on_this_node
+from hedm.errors import HedmError
 from workflows.errors import WorkflowError
 
 __all__ = ["stage_dict", "log_summary", "write_json", "ResultError",
            "analysis_record", "finish", "check_outputs_of"]
 
 
-class ResultError(WorkflowError):
+class ResultError(HedmError, WorkflowError):
     """A run finished but its result is empty or not a reconstruction (the message says
     why and what to check); the workflow exits 1 after writing what it has."""
 
