@@ -15,7 +15,7 @@ run knows about every scan position (its :class:`Coverage`):
 
 and root attributes ``scan``, ``frames``, ``scan_shape``, ``frame_shape``,
 ``dtype``, ``sectors``, ``producers``, ``ok``, ``ended_by``, ``analysis``,
-``loss_fraction`` and ``written_by`` (``mpistage``: :mod:`stager.outputs` tells the
+``loss_fraction`` and ``written_by`` (``mpistage``: :mod:`core.outputs` tells the
 project's results from other files by it). The file is built in memory
 (``driver='core'``) and written to a temporary name then renamed: it appears whole, once.
 
@@ -34,7 +34,7 @@ import numpy as np
 from analyses.contract import Analysis
 from analyses.geometry import ScanGeometry
 from core import localfs
-from stager.outputs import mark
+from core.outputs import mark
 
 __all__ = ["Coverage", "Written", "finish", "write_scan"]
 

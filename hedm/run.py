@@ -88,8 +88,8 @@ def check_outputs_of(args: Any, out: str, names: Sequence[str], inputs: Sequence
     """Before any task: the run's files in ``out`` (``names``: the run record, and the
     results the drain brings there) are none of ``inputs`` (``%n``: this node) and replace
     no file this project did not write (unless ``--overwrite``;
-    :func:`stager.outputs.check_outputs`)."""
-    from stager.outputs import check_outputs
+    :func:`core.outputs.check_outputs`)."""
+    from core.outputs import check_outputs
 
     check_outputs([os.path.join(out, n) for n in names], [on_this_node(i) for i in inputs],
                   overwrite=bool(getattr(args, "overwrite", False)))
@@ -105,8 +105,8 @@ def finish(path: str, record: Mapping[str, Any], results: str) -> None:
 
 
 def write_json(path: str, record: Mapping[str, Any]) -> None:
-    """Write ``record`` as JSON atomically (marked as this project's, :mod:`stager.outputs`)."""
-    from stager.outputs import mark
+    """Write ``record`` as JSON atomically (marked as this project's, :mod:`core.outputs`)."""
+    from core.outputs import mark
 
     record = dict(record)
     mark(record)

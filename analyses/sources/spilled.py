@@ -61,7 +61,7 @@ def spilled_partitions(template: str, scan: str, nodes: Optional[List[str]] = No
     ``nodes``: the node names to look under (default: every directory that
     ``%n`` matches, for a shared view on one machine).
     """
-    from stager.planning.plan import expand_node
+    from core.nodes import expand_node
 
     if "%n" not in template:
         roots = [template]

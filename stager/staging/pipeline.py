@@ -51,7 +51,8 @@ from core import commit, localfs
 from stager.nodelocal.state import STATE_DIR
 from stager.staging.options import StageOptions, resolve_options
 from stager.planning.api import plan as plan_spec
-from stager.planning.plan import Plan, describe_size, expand_node
+from core.nodes import expand_node
+from stager.planning.plan import Plan, describe_size
 from stager.planning.kinds import Kind, kinds, split
 from stager.planning.scatter import node_bytes, placement
 from stager.planning.sources import check_disjoint, real_dest
