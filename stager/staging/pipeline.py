@@ -33,6 +33,7 @@ on all (never a hang):
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import socket
@@ -195,11 +196,6 @@ def stage(spec: Any, job: Any = None, **options: Any) -> Report:
         return report
 
 
-def _spec_name(plan: Plan) -> str:
-    p = plan.spec_path
-    return os.path.realpath(p) if p and os.path.isfile(p) else (p or "<spec>")
-
-
 @dataclass
 class _Units:
     """The split plan's units as every phase sees them (pure: the same on every rank)."""
@@ -209,7 +205,6 @@ class _Units:
     units: List[Tuple[Kind, int, Any]]  # (kind, index in its kind, unit), table order
     used: List[Kind]
     holders: Dict[Tuple[str, int], Tuple[int, ...]]    # scatter: the nodes holding a unit
-    per_node: List[int]                 # bytes each node holds
 
 
 @dataclass
@@ -231,8 +226,7 @@ def _units(plan: Plan, nodes: int) -> _Units:
     planned, plan = plan, split(plan, nodes)
     units = [(k, i, u) for k in kinds() for i, u in enumerate(plan.units(k.name))]
     return _Units(planned, plan, units, [k for k in kinds() if plan.units(k.name)],
-                  placement(plan, nodes) if plan.scatters else {},
-                  node_bytes(plan, nodes) if plan.scatters else [plan.total_bytes])
+                  placement(plan, nodes) if plan.scatters else {})
 
 
 def _run(plan: Plan, comm: Any, job: Job, opts: StageOptions,
@@ -241,11 +235,10 @@ def _run(plan: Plan, comm: Any, job: Job, opts: StageOptions,
     from mpi4py import MPI
 
     w = _units(plan, len(job.names))
-    n = len(w.units)
     ctx.phase = "checking destinations"
     try:
         need_local = _lock_and_resume(w, job, opts, run_id, ctx)
-        need_any = bytearray(n)
+        need_any = bytearray(len(w.units))
         comm.Allreduce([need_local, MPI.UNSIGNED_CHAR], [need_any, MPI.UNSIGNED_CHAR],
                        op=MPI.MAX)
         ctx.phase = "checking free space"      # before any copy is written
@@ -268,7 +261,8 @@ def _run(plan: Plan, comm: Any, job: Job, opts: StageOptions,
         raise
     finally:
         if ctx.records is not None:
-            _close_quietly(ctx.records)
+            with contextlib.suppress(Exception):
+                ctx.records.close()
     return _report(w, done, job, opts, plan_seconds)
 
 
@@ -287,9 +281,11 @@ def _lock_and_resume(w: _Units, job: Job, opts: StageOptions, run_id: str,
             k.check(node)
         targets = node_targets(w.plan, [u for _, _, u in w.units], node)
         _check_roots(w.plan, targets, node)
+        p = w.plan.spec_path
+        spec_name = os.path.realpath(p) if p and os.path.isfile(p) else (p or "<spec>")
         recs = ctx.records = NodeRecords(
             [u for _, _, u in w.units], targets.dests, targets.roots, targets.rels,
-            w.plan.spec_key, _spec_name(w.plan), run_id, node, fsync=opts.fsync,
+            w.plan.spec_key, spec_name, run_id, node, fsync=opts.fsync,
             kinds=[k.name for k, _, _ in w.units])
         recs.open(wait=opts.wait)
         for g, (kind, i, u) in enumerate(w.units):
@@ -323,7 +319,6 @@ def _stage_and_record(w: _Units, job: Job, opts: StageOptions, need_local: bytea
                           meter, results, w.holders)
     comm.Barrier()
     seconds = comm.bcast(time.perf_counter() - t0, root=0)
-
     checked: Dict[str, Any] = {}
     if opts.verify_source:
         ctx.phase = "checking the sources"
@@ -332,7 +327,6 @@ def _stage_and_record(w: _Units, job: Job, opts: StageOptions, need_local: bytea
             if recs is not None:
                 files = [g for g, (k, _, _) in enumerate(w.units) if k.whole_files]
                 checked = verify_sources(job.leader_comm, files, w.units, recs)
-
     ctx.phase = "recording"
     extra_local: Dict[str, Any] = {}
     with agreed(comm, "recording the copies", base=KEPT, default=TransferError, node=node):
@@ -346,8 +340,7 @@ def _stage_and_record(w: _Units, job: Job, opts: StageOptions, need_local: bytea
 
 
 def _report(w: _Units, d: _Done, job: Job, opts: StageOptions, plan_seconds: float) -> Report:
-    """Collective over `job`: every rank must call. Sums over ranks; the same on every
-    rank."""
+    """Collective over `job`: every rank must call. Sums over ranks, the same on all."""
     comm, n = job.comm, len(w.units)
     written = sum(m.bytes_written for _, m in d.results.values())
     src = d.meter.bytes if d.meter.available else -1
@@ -373,11 +366,12 @@ def _report(w: _Units, d: _Done, job: Job, opts: StageOptions, plan_seconds: flo
     moved_file_bytes = sum(w.units[g][2].size for g in moved if w.units[g][0].whole_files)
     amp = (source_bytes / moved_file_bytes) if (source_bytes is not None and moved_file_bytes) \
         else None
-    seconds = d.seconds
+    seconds, nodes = d.seconds, len(job.names)
+    per_node = node_bytes(w.plan, nodes) if w.plan.scatters else [w.plan.total_bytes]
     return Report(
         method=opts.method, nodes=job.names, ranks=comm.size, files=n,
         files_transferred=len(moved), files_skipped=n - len(moved),
-        bytes_per_node=max(w.per_node), bytes_written=total_written,
+        bytes_per_node=max(per_node), bytes_written=total_written,
         transferred_bytes=moved_file_bytes, seconds=seconds,
         delivered_gbps=(total_written / seconds / 1e9) if seconds > 0 else 0.0,
         source_bytes_read=source_bytes, amplification=amp, chunk_size=opts.chunk_size,
@@ -411,10 +405,7 @@ def _after_failure(comm: Any, layout: NodeLayout, recs: Optional[NodeRecords],
     if phase not in ("staging", "checking the sources", "recording") and \
             not isinstance(e, Interrupted):
         return
-    done = sum(p[0] for p, _ in parts)
-    total = sum(p[1] for p, _ in parts)
-    done_b = sum(p[2] for p, _ in parts)
-    total_b = sum(p[3] for p, _ in parts)
+    done, total, done_b, total_b = (sum(p[i] for p, _ in parts) for i in range(4))
     nodes = len([p for p, _ in parts if p[1]])
     note = (f"{done} of {total} copies ({describe_size(done_b)} of {describe_size(total_b)}) "
             f"are complete and recorded on {nodes} node(s); temporary files removed")
@@ -443,13 +434,6 @@ def _remove_ancestors(comm: Any, recs: Optional[NodeRecords]) -> None:
             os.rmdir(d)
         except OSError:
             pass  # not empty, or another leader of this host removed it first
-
-
-def _close_quietly(recs: NodeRecords) -> None:
-    try:
-        recs.close()
-    except Exception:
-        pass
 
 
 def _prepare(recs: NodeRecords, need_local: bytearray) -> None:
