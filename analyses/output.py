@@ -9,19 +9,13 @@ run knows about every scan position (its :class:`Coverage`):
 ``/frames_received``
     bool (ny, nx): at least one sector arrived (complete or incomplete);
 
-``/detector`` (Stream V2 only)
-    what the series' ``start`` message said of the detector, named after NeXus
-    NXmx / NXdetector: ``pixel_mask`` (uint32), ``flatfield`` (float32) of the kept
-    channel, ``countrate_correction_lookup_table``, the ``*_enabled`` flags as
-    ``*_applied``, ``threshold_energy``, ``sensor_material``, ``sensor_thickness``,
-    ``x_pixel_size``/``y_pixel_size``, ``beam_center_x``/``_y``, ``count_time``,
-    ``frame_time``, ``serial_number``, ``description``, and per channel
-    ``<channel>_channel/{pixel_mask, flatfield, threshold_energy}``
-    (NXdetector_channel); attribute ``pixel_mask_applied_by_receiver``;
+``/detector`` (a stream's, where its protocol knows the detector)
+    what the stream said of the detector, written by the protocol (Stream V2's
+    NXdetector group: :mod:`streams.protocols.stream2.nxdetector`);
 
 and root attributes ``scan``, ``frames``, ``scan_shape``, ``frame_shape``,
 ``dtype``, ``sectors``, ``producers``, ``ok``, ``ended_by``, ``analysis``,
-``loss_fraction`` and ``written_by`` (``mpistage``: :mod:`stager.outputs` tells the
+``loss_fraction`` and ``written_by`` (``mpistage``: :mod:`core.outputs` tells the
 project's results from other files by it). The file is built in memory
 (``driver='core'``) and written to a temporary name then renamed: it appears whole, once.
 
@@ -33,14 +27,14 @@ analysis's ``problem``, ``<scan>.h5``, then the analysis's own files beside it.
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, NamedTuple, Optional
+from typing import Any, Callable, List, NamedTuple, Optional
 
 import numpy as np
 
 from analyses.contract import Analysis
 from analyses.geometry import ScanGeometry
 from core import localfs
-from stager.outputs import mark
+from core.outputs import mark
 
 __all__ = ["Coverage", "Written", "finish", "write_scan"]
 
@@ -79,7 +73,7 @@ class Written(NamedTuple):
 
 def finish(analysis: Analysis, partial: Any, geometry: ScanGeometry, h5: str,
            coverage: Optional[Coverage] = None,
-           detector: Optional[Dict[str, Any]] = None) -> Written:
+           detector: Optional[Callable[[Any], None]] = None) -> Written:
     """The end of an analysis of a scan: the merged ``partial`` compacted, the analysis's
     ``problem`` asked, ``h5`` written (:func:`write_scan`), then the analysis's own files
     in its folder (which must exist). ``coverage``: a stream's accounting; default the
@@ -97,11 +91,11 @@ def finish(analysis: Analysis, partial: Any, geometry: ScanGeometry, h5: str,
 
 
 def write_scan(path: str, analysis: Analysis, partial: Any, g: ScanGeometry, coverage: Coverage,
-               detector: Optional[Dict[str, Any]] = None) -> int:
+               detector: Optional[Callable[[Any], None]] = None) -> int:
     """Write ``<scan>.h5`` at ``path`` (atomically); return its size in bytes.
 
-    ``detector`` (Stream V2): ``{"start": Start, "channel": str,
-    "pixel_mask_applied": bool}``, written to ``/detector``.
+    ``detector``: a stream protocol's writer of the ``/detector`` group, called with
+    the new group (:meth:`streams.protocols.StreamProtocol.detector_metadata`).
     """
     import h5py
 
@@ -110,7 +104,7 @@ def write_scan(path: str, analysis: Analysis, partial: Any, g: ScanGeometry, cov
         f.create_dataset("frames_complete", data=coverage.complete)
         f.create_dataset("frames_received", data=coverage.received)
         if detector is not None:
-            _write_detector(f.create_group("detector"), **detector)
+            detector(f.create_group("detector"))
         f.attrs.update({"scan": g.scan, "frames": g.frames, "scan_shape": list(g.scan_shape),
                         "frame_shape": list(g.shape), "dtype": g.dtype, "sectors": g.sectors,
                         "producers": g.producers, "ok": coverage.ok, "ended_by": coverage.ended_by,
@@ -123,49 +117,3 @@ def write_scan(path: str, analysis: Analysis, partial: Any, g: ScanGeometry, cov
         af.write(image)
         af.commit()
     return len(image)
-
-
-#: start-message field -> NXdetector field (scalars)
-_NX_SCALARS = {"count_time": "count_time", "frame_time": "frame_time",
-               "sensor_material": "sensor_material", "sensor_thickness": "sensor_thickness",
-               "pixel_size_x": "x_pixel_size", "pixel_size_y": "y_pixel_size",
-               "beam_center_x": "beam_center_x", "beam_center_y": "beam_center_y",
-               "detector_serial_number": "serial_number",
-               "detector_description": "description", "saturation_value": "saturation_value",
-               "countrate_correction_enabled": "countrate_correction_applied",
-               "flatfield_enabled": "flatfield_applied",
-               "pixel_mask_enabled": "pixel_mask_applied",
-               "virtual_pixel_interpolation_enabled": "virtual_pixel_interpolation_applied"}
-
-
-def _write_detector(g: Any, start: Any, channel: Optional[str],
-                    pixel_mask_applied: bool = False) -> None:
-    g.attrs["NX_class"] = "NXdetector"
-    g.attrs["pixel_mask_applied_by_receiver"] = bool(pixel_mask_applied)
-    g.attrs["series_id"] = int(start.series_id)
-    g.attrs["series_unique_id"] = start.series_unique_id
-    if channel:
-        g.attrs["channel"] = channel
-    f = start.fields
-    for key, nx in _NX_SCALARS.items():
-        v = f.get(key)
-        if isinstance(v, (bool, int, float, str)) and not isinstance(v, np.ndarray):
-            g.create_dataset(nx, data=v)
-    arrays = start.arrays()
-    table = arrays.get("countrate_correction_lookup_table")
-    if table is not None:
-        g.create_dataset("countrate_correction_lookup_table", data=table)
-    energy = f.get("threshold_energy")
-    for c in start.channels:
-        sub = g.create_group(f"{c}_channel")
-        sub.attrs["NX_class"] = "NXdetector_channel"
-        if isinstance(energy, dict) and isinstance(energy.get(c), (int, float)):
-            sub.create_dataset("threshold_energy", data=float(energy[c]))
-        for name in ("pixel_mask", "flatfield"):
-            a = arrays.get(name, {}).get(c)
-            if a is not None:
-                sub.create_dataset(name, data=a, compression="gzip", shuffle=True)
-                if c == channel:
-                    g[name] = sub[name]      # the kept channel's, where NXmx looks
-    if channel and isinstance(energy, dict) and isinstance(energy.get(channel), (int, float)):
-        g.create_dataset("threshold_energy", data=float(energy[channel]))

@@ -183,11 +183,11 @@ def run_analysis(spec: Optional[str], params: Any, refs: Sequence[Any], geometry
 
     Raises
     ------
-    stager.errors.OutputError
+    core.errors.OutputError
         Before any task: ``path`` is one of the frame files or the ``valid`` file, or
         inside an input directory, or exists and was not written by this project
-        (without ``overwrite``; :func:`stager.outputs.check_outputs`)."""
-    from stager.outputs import check_outputs
+        (without ``overwrite``; :func:`core.outputs.check_outputs`)."""
+    from core.outputs import check_outputs
     from analyses.sources import frame_files
 
     inputs = [on_this_node(f) for ref in refs for f in frame_files(ref) + list(ref.shared)]

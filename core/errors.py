@@ -7,13 +7,14 @@ the root and prints the message, and a test or caller that cares catches one
 package's class. The errors here are those the base itself raises: a job that
 cannot be laid out, a local path that cannot be trusted (``core.localfs``,
 ``core.trusted``), an interrupted run (``core.interrupt``), a name missing from
-a plug-in table (``core.table``).
+a plug-in table (``core.table``), an output over an input (``core.outputs``).
 
 Messages name the rank, host and file where they apply, and say what to do.
 """
 from __future__ import annotations
 
-__all__ = ["MpistageError", "Refused", "JobError", "LocalFileError", "Interrupted", "UnknownName"]
+__all__ = ["MpistageError", "Refused", "JobError", "LocalFileError", "Interrupted", "UnknownName",
+           "OutputError"]
 
 
 class MpistageError(Exception):
@@ -64,3 +65,9 @@ class Interrupted(MpistageError):
 class UnknownName(MpistageError, ValueError):
     """A name that is not a row of a plug-in table (:class:`core.table.Table`); the
     message lists the known names. A ``ValueError`` too: a bad option value."""
+
+
+class OutputError(MpistageError, ValueError):
+    """An output would be written over an input, or over a file this project did not write
+    (:mod:`core.outputs`); nothing was written. Bad input (a ``ValueError``): commands
+    exit 2."""

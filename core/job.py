@@ -18,6 +18,8 @@ Those functions also take a plain communicator (or nothing: ``MPI.COMM_WORLD``):
 """
 from __future__ import annotations
 
+import argparse
+import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterator, Optional
@@ -25,7 +27,7 @@ from typing import Any, Iterator, Optional
 from core.mpi.agree import bcast_result
 from core.nodes import NodeLayout, node_layout, resolve_node_id
 
-__all__ = ["Job"]
+__all__ = ["Job", "add_node_id_arguments", "job_of"]
 
 
 @dataclass(frozen=True)
@@ -96,3 +98,26 @@ class Job(NodeLayout):
     def layout(self) -> NodeLayout:
         """The node layout: the job itself."""
         return self
+
+
+def add_node_id_arguments(p: argparse.ArgumentParser) -> None:
+    """How ranks form nodes (``--node-id`` or its two older spellings) and ``--quiet``."""
+    from core.nodes import add_node_id_flags
+
+    add_node_id_flags(p)
+    p.add_argument("--quiet", action="store_true",
+                   help="do not say that a command started without mpirun/srun runs as one "
+                        "rank on one node")
+
+
+def job_of(args: argparse.Namespace, comm: Any) -> Any:
+    """Collective over `comm`: every rank must call. The command's one job context."""
+    from core.mpi.launcher import launcher_size
+    from core.nodes import node_id_of
+
+    if comm.size == 1 and launcher_size() is None and not getattr(args, "quiet", False):
+        print(f"stager {getattr(args, 'command', '')}: not started by mpirun or srun: running "
+              "as one rank on one node (this machine); start it with mpirun -n N (one rank "
+              "or more per node) to reach every node; --quiet hides this note",
+              file=sys.stderr, flush=True)
+    return Job.from_comm(comm, node_id_of(args))

@@ -40,6 +40,7 @@ from core.errors import JobError
 from core.options import ENV_PREFIX, Option, parse_int, resolve
 
 __all__ = ["NodeLayout", "node_layout", "name_nodes", "local_node_name", "emulated_ids",
+           "expand_node",
            "assign_nodes", "check_node_name", "NODE_ID", "parse_node_id", "node_id_of",
            "resolve_node_id", "SPELLINGS", "add_node_id_flags"]
 
@@ -137,6 +138,16 @@ def check_node_name(name: str) -> str:
             f"node name {name!r} cannot be used as a directory name (it replaces %n); "
             "use a node id variable whose values are plain names")
     return name
+
+
+def expand_node(template: str, node: str) -> str:
+    """Replace the ``%n`` placeholder of a destination template with a node name.
+
+    ``%j`` and ``%u`` were already expanded when the spec was read; ``%%``
+    became a literal ``%`` there too, and is kept as ``\\x00`` until here so a
+    literal ``%n`` written as ``%%n`` survives.
+    """
+    return template.replace("%n", node).replace("\x00", "%")
 
 
 def name_nodes(size: int, node_id: str, values: Optional[Sequence[Any]] = None) -> List[str]:

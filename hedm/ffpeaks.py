@@ -27,7 +27,7 @@ from hedm.params import (MIDAS_FF_KEYS, ParamError, load_params, relative_to,
                          resolve_params)
 from analyses.contract import Analysis, Chunk, PerFrame
 from analyses.sources.frames import open_frame_file
-from streams.errors import StreamError
+from hedm.errors import HedmError
 from streams.protocol import ScanGeometry
 
 __all__ = ["FFPeaks", "ANALYSIS", "SCHEMA", "read_ff_params", "kernel_params", "load_dark",
@@ -133,7 +133,7 @@ class FFPeaks(Analysis):
     ------
     ParamError
         A bad parameter file, ``min_pixels`` above ``max_pixels``.
-    StreamError
+    HedmError
         The dark file does not exist.
     """
 
@@ -156,7 +156,7 @@ class FFPeaks(Analysis):
             p = _checked({**{q.key: q.default for q in without_aliases(SCHEMA)},
                           **(params or {}), **given}, "ff_peaks")
         if dark is not None and not os.path.isfile(dark):
-            raise StreamError(f"ff_peaks: dark file {dark} does not exist on this node")
+            raise HedmError(f"ff_peaks: dark file {dark} does not exist on this node")
         self.p, self.dark_path = p, dark
 
     def dark(self, shape: Tuple[int, ...]) -> Tuple[np.ndarray, bool]:
@@ -166,18 +166,18 @@ class FFPeaks(Analysis):
             return np.zeros(shape, np.float32), False
         arr, hit = cached(self.dark_path, lambda p: load_dark(p, shape), kind=f"dark:{shape}")
         if arr.shape != shape:
-            raise StreamError(f"ff_peaks: dark {self.dark_path} is {arr.shape}, frames are "
-                              f"{shape}")
+            raise HedmError(f"ff_peaks: dark {self.dark_path} is {arr.shape}, frames are "
+                            f"{shape}")
         return arr, hit
 
     def prepare(self, geometry: ScanGeometry) -> None:
         if np.dtype(geometry.dtype) != np.dtype(np.uint16):
-            raise StreamError(f"ff_peaks searches uint16 detector frames; scan {geometry.scan} "
-                              f"sends {np.dtype(geometry.dtype).name}")
+            raise HedmError(f"ff_peaks searches uint16 detector frames; scan {geometry.scan} "
+                            f"sends {np.dtype(geometry.dtype).name}")
         shape = tuple(geometry.shape)
         if 3 in self.p["ImTransOpt"] and shape[0] != shape[1]:
-            raise StreamError(f"ff_peaks: ImTransOpt 3 (transpose) needs square frames, as "
-                              f"MIDAS's; scan {geometry.scan} has {shape}")
+            raise HedmError(f"ff_peaks: ImTransOpt 3 (transpose) needs square frames, as "
+                            f"MIDAS's; scan {geometry.scan} has {shape}")
         self.dark(geometry.shape)
 
     def columns(self) -> Tuple[str, ...]:

@@ -39,7 +39,7 @@ from hedm.output import NF_CENTROID_DTYPE, NF_FRAME_DTYPE, NF_PIXEL_DTYPE
 from hedm.params import BINARY_SUFFIX, ParamError
 from analyses.contract import Analysis, Chunk, PerFrame
 from analyses.sources.frames import open_frame_file
-from streams.errors import StreamError
+from hedm.errors import HedmError
 from streams.protocol import ScanGeometry
 
 __all__ = ["NFReduce", "ANALYSIS", "BACKGROUND_NAME", "kernel_params", "spot_tables",
@@ -174,7 +174,7 @@ class NFReduce(Analysis):
 
     Raises
     ------
-    StreamError
+    HedmError
         No background, a background file that does not exist, an unknown key.
     """
 
@@ -186,18 +186,18 @@ class NFReduce(Analysis):
         from hedm.nfparams import REDUCE_SCHEMA, read_nf_params
 
         if params is None:
-            raise StreamError("nf_reduce needs the layer's parameter file: --set "
-                              "params=LAYER/nf.params")
+            raise HedmError("nf_reduce needs the layer's parameter file: --set "
+                            "params=LAYER/nf.params")
         unknown = sorted(set(keys) - {q.key for q in REDUCE_SCHEMA})
         if unknown:
-            raise StreamError(f"nf_reduce: unknown option(s) {', '.join(unknown)}: give params, "
-                              "background, max_projection or stage-1 keys of "
-                              "hedm.nf.SCHEMA")
+            raise HedmError(f"nf_reduce: unknown option(s) {', '.join(unknown)}: give params, "
+                            "background, max_projection or stage-1 keys of "
+                            "hedm.nf.SCHEMA")
         p = read_nf_params(params, keys) if isinstance(params, str) else dict(params, **keys)
         if background is None:
-            raise StreamError("nf_reduce needs a background: a live stream cannot wait for the "
-                              "per-pixel median over all frames of a distance that hedm/nf.py "
-                              f"subtracts; {_HOW}")
+            raise HedmError("nf_reduce needs a background: a live stream cannot wait for the "
+                            "per-pixel median over all frames of a distance that hedm/nf.py "
+                            f"subtracts; {_HOW}")
         self.p = p
         self.n_distances, self.per_distance = int(p["nDistances"]), int(p["NrFilesPerDistance"])
         self.shape = (int(p["NrPixelsZ"]), int(p["NrPixelsY"]))
@@ -217,12 +217,12 @@ class NFReduce(Analysis):
         else:
             paths = list(background)
             if len(paths) != self.n_distances:
-                raise StreamError(f"nf_reduce: {len(paths)} background files for "
-                                  f"{self.n_distances} distances (nDistances)")
+                raise HedmError(f"nf_reduce: {len(paths)} background files for "
+                                f"{self.n_distances} distances (nDistances)")
         for path in paths:
             if not os.path.isfile(path):
-                raise StreamError(f"nf_reduce: background {path} does not exist on this node; "
-                                  f"{_HOW}")
+                raise HedmError(f"nf_reduce: background {path} does not exist on this node; "
+                                f"{_HOW}")
         return paths
 
     def background(self, d: int) -> Tuple[np.ndarray, bool]:
@@ -232,12 +232,12 @@ class NFReduce(Analysis):
                           kind=f"nf-background:{self.transforms}")
         if arr.ndim == 3:
             if len(arr) != self.n_distances:
-                raise StreamError(f"nf_reduce: background {path} holds {len(arr)} images for "
-                                  f"{self.n_distances} distances (nDistances)")
+                raise HedmError(f"nf_reduce: background {path} holds {len(arr)} images for "
+                                f"{self.n_distances} distances (nDistances)")
             arr = arr[d]
         if arr.shape != self.shape:
-            raise StreamError(f"nf_reduce: background {path} is {arr.shape}, frames are "
-                              f"{self.shape} (NrPixelsZ, NrPixelsY after ImTransOpt)")
+            raise HedmError(f"nf_reduce: background {path} is {arr.shape}, frames are "
+                            f"{self.shape} (NrPixelsZ, NrPixelsY after ImTransOpt)")
         if arr.dtype != np.uint16:
             arr = np.clip(np.rint(arr), 0, 65535).astype(np.uint16)
         return arr, hit
@@ -250,17 +250,17 @@ class NFReduce(Analysis):
         from hedm.imtrans import describe, raw_shape
 
         if np.dtype(geometry.dtype) != np.dtype(np.uint16):
-            raise StreamError(f"nf_reduce reduces uint16 detector frames; scan {geometry.scan} "
-                              f"sends {np.dtype(geometry.dtype).name}")
+            raise HedmError(f"nf_reduce reduces uint16 detector frames; scan {geometry.scan} "
+                            f"sends {np.dtype(geometry.dtype).name}")
         raw = raw_shape(self.shape, self.transforms)
         if tuple(geometry.shape) != raw:
-            raise StreamError(f"nf_reduce: scan {geometry.scan} sends frames of "
-                              f"{tuple(geometry.shape)}; NrPixelsZ x NrPixelsY {self.shape} "
-                              f"after {describe(self.transforms)} needs raw frames of {raw}")
+            raise HedmError(f"nf_reduce: scan {geometry.scan} sends frames of "
+                            f"{tuple(geometry.shape)}; NrPixelsZ x NrPixelsY {self.shape} "
+                            f"after {describe(self.transforms)} needs raw frames of {raw}")
         if geometry.frames > self.n_distances * self.per_distance:
-            raise StreamError(f"nf_reduce: scan {geometry.scan} has {geometry.frames} frames, "
-                              f"the layer {self.n_distances} x {self.per_distance} "
-                              "(nDistances x NrFilesPerDistance)")
+            raise HedmError(f"nf_reduce: scan {geometry.scan} has {geometry.frames} frames, "
+                            f"the layer {self.n_distances} x {self.per_distance} "
+                            "(nDistances x NrFilesPerDistance)")
         self.backgrounds()  # load (and check) every background before the first frame
 
     def columns(self) -> Tuple[str, ...]:

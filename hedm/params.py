@@ -47,6 +47,7 @@ import os
 from dataclasses import dataclass
 from typing import AbstractSet, Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
+from hedm.errors import HedmError
 from workflows.errors import WorkflowError
 
 __all__ = ["BINARY_SUFFIX", "check_inputs",
@@ -125,7 +126,7 @@ tolRotation tolShifts tolTiltX tolTilts tolWavelength tx txFit ty tz
 """.split())
 
 
-class ParamError(WorkflowError):
+class ParamError(HedmError, WorkflowError):
     """A parameter file or flag is invalid (message starts with ``FILE:LINE:`` when it can)."""
 
 

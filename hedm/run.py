@@ -14,13 +14,14 @@ from typing import Any, Dict, Iterable, Mapping, Optional, Sequence
 
 from hedm.common import replacing
 from workflows import on_this_node
+from hedm.errors import HedmError
 from workflows.errors import WorkflowError
 
 __all__ = ["stage_dict", "log_summary", "write_json", "ResultError",
            "analysis_record", "finish", "check_outputs_of"]
 
 
-class ResultError(WorkflowError):
+class ResultError(HedmError, WorkflowError):
     """A run finished but its result is empty or not a reconstruction (the message says
     why and what to check); the workflow exits 1 after writing what it has."""
 
@@ -87,8 +88,8 @@ def check_outputs_of(args: Any, out: str, names: Sequence[str], inputs: Sequence
     """Before any task: the run's files in ``out`` (``names``: the run record, and the
     results the drain brings there) are none of ``inputs`` (``%n``: this node) and replace
     no file this project did not write (unless ``--overwrite``;
-    :func:`stager.outputs.check_outputs`)."""
-    from stager.outputs import check_outputs
+    :func:`core.outputs.check_outputs`)."""
+    from core.outputs import check_outputs
 
     check_outputs([os.path.join(out, n) for n in names], [on_this_node(i) for i in inputs],
                   overwrite=bool(getattr(args, "overwrite", False)))
@@ -104,8 +105,8 @@ def finish(path: str, record: Mapping[str, Any], results: str) -> None:
 
 
 def write_json(path: str, record: Mapping[str, Any]) -> None:
-    """Write ``record`` as JSON atomically (marked as this project's, :mod:`stager.outputs`)."""
-    from stager.outputs import mark
+    """Write ``record`` as JSON atomically (marked as this project's, :mod:`core.outputs`)."""
+    from core.outputs import mark
 
     record = dict(record)
     mark(record)

@@ -6,10 +6,10 @@ Messages name the rank, host and file where they apply, and say what to do.
 """
 from __future__ import annotations
 
-from core.errors import Interrupted, MpistageError
+from core.errors import Interrupted, MpistageError, OutputError
 
-__all__ = ["StagerError", "PlanError", "OutputError", "CapacityError", "TransferError",
-           "VerifyError", "KEPT"]
+__all__ = ["StagerError", "PlanError", "CapacityError", "TransferError", "VerifyError",
+           "KEPT"]
 
 
 class StagerError(MpistageError):
@@ -22,11 +22,6 @@ class StagerError(MpistageError):
 
 class PlanError(StagerError):
     """The spec expanded to an impossible or empty plan (no match, a conflict)."""
-
-
-class OutputError(PlanError):
-    """An output would be written over an input, or over a file this project did not write
-    (:mod:`stager.outputs`); nothing was written. Bad input: commands exit 2."""
 
 
 class CapacityError(StagerError):
@@ -42,6 +37,6 @@ class VerifyError(StagerError):
 
 
 #: What keeps its class when the stager's ranks agree on a failure (``agreed(base=KEPT)``):
-#: the stager's own errors and an interrupt; anything else -- an untrusted local path,
-#: an ``OSError`` -- becomes the phase's error (``TransferError``, ``CapacityError``).
-KEPT = (StagerError, Interrupted)
+#: the stager's own errors, an interrupt, an output over an input; anything else -- an
+#: untrusted local path, an ``OSError`` -- becomes the phase's error (``TransferError``).
+KEPT = (StagerError, Interrupted, OutputError)

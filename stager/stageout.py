@@ -62,8 +62,9 @@ from core.errors import MpistageError
 from core.job import Job
 from core.mpi.agree import agreed
 from stager.errors import KEPT, TransferError
-from stager.outputs import check_outputs
-from stager.planning.plan import count, expand_node
+from core.outputs import check_outputs
+from core.nodes import expand_node
+from stager.planning.plan import count
 
 __all__ = ["DrainFile", "NodeDrain", "DrainReport", "list_results", "targets",
            "merge_conflicts", "drain", "RECORD_PREFIX"]

@@ -1,12 +1,12 @@
-"""stem4d's errors: one class, a :class:`streams.errors.StreamError` (so a
-receiving job reports it like any analysis error) and a ``ValueError``."""
+"""stem4d's errors: one class under the project's root (:class:`core.errors.MpistageError`,
+so a receiving job or a command reports it as any error of ours) and a ``ValueError``."""
 from __future__ import annotations
 
-from streams.errors import StreamError
+from core.errors import MpistageError
 
 __all__ = ["Stem4DError"]
 
 
-class Stem4DError(StreamError, ValueError):
+class Stem4DError(MpistageError, ValueError):
     """A parameter, an input file or the frames cannot give a correct result;
     the message names what and says what to pass instead."""

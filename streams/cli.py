@@ -27,7 +27,7 @@ from typing import Any, Dict, Optional, Tuple
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from stager.commands.stage import add_node_id_arguments
+    from core.job import add_node_id_arguments
     from streams import protocols
 
     sub = p.add_subparsers(dest="stream_command", metavar="{receive,watch,view}")
@@ -170,7 +170,7 @@ def _receive(args: argparse.Namespace) -> int:
     from core.mpi.agree import bcast_result
     from stager.errors import PlanError
     from streams.job.output import exit_status
-    from stager.commands.stage import job_of
+    from core.job import job_of
     from streams import protocols
     from streams.job.session import SESSION_OPTIONS, SessionOptions, receive_scans
     from analyses.loading import analysis_options
@@ -265,7 +265,7 @@ def _check_start(opts: Any) -> None:
     the analysis loads with its ``--udf-roi`` and ``--corrections`` (a misspelled word,
     a mask file that does not read), and ``--out`` is inside neither ``--local`` nor
     ``--spill``."""
-    from stager.outputs import check_outputs
+    from core.outputs import check_outputs
     from analyses.loading import load_analysis
 
     load_analysis(opts.analysis, opts.analysis_options, roi=opts.udf_roi,

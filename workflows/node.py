@@ -19,7 +19,7 @@ import os
 from typing import Optional
 
 from core.nodes import local_node_name
-from stager.planning.plan import expand_node
+from core.nodes import expand_node
 
 __all__ = ["this_node", "on_this_node", "set_node", "worker_name"]
 

@@ -33,7 +33,7 @@ with the flow's options plus ``argv`` (flow arguments), ``out`` (absolute
 output directory: ``--out``, else a new directory ``<folder>-<flow>-out-<date>-<time>`` made in
 the current directory, never the current directory itself), ``overwrite``
 (``--overwrite``: results may replace files this project did not write, see
-:mod:`stager.outputs`; never an input), ``executor`` (its
+:mod:`core.outputs`; never an input), ``executor`` (its
 name), ``workers``, ``ranks``, ``stage_report`` (or ``None``) and ``flow``
 (the flow file).
 
@@ -69,7 +69,7 @@ from core.nodes import add_node_id_flags, local_node_name, node_id_of, resolve_n
 from core.table import load_path
 from hooks import SpecError
 from stager.errors import PlanError
-from stager.outputs import run_directory
+from core.outputs import run_directory
 
 from .errors import FlowError, TaskFailure, WorkflowError
 from .executors import NAMES, ROWS, Executor, make
@@ -593,7 +593,7 @@ def drain_results(args: Any, job: Any, record: Optional[str] = None) -> None:
     ``job`` is the runner's, the node layout the stager used (``None``: one made here).
     """
     from stager import drain
-    from stager.planning.plan import expand_node
+    from core.nodes import expand_node
 
     with Job.of(job) as job:
         comm = job.comm
@@ -610,7 +610,7 @@ def drain_results(args: Any, job: Any, record: Optional[str] = None) -> None:
             shutil.rmtree(expand_node(args.results, job.name), ignore_errors=True)
     if comm.rank == 0 and record:
         from core.localfs import write_bytes_atomic
-        from stager.outputs import mark
+        from core.outputs import mark
 
         path = os.path.join(args.out, record)
         try:

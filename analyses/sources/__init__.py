@@ -22,7 +22,6 @@ A new source is one module plus one row (:meth:`core.table.Table.register`).
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any, List, Optional, Sequence, Tuple
 
@@ -75,6 +74,13 @@ class Source:
         """``(frames (k, rows, cols), positions (k,), complete (k,))`` of ``ref``, read
         from ``files`` (:meth:`files`, as found on this node)."""
         raise NotImplementedError
+
+    def open(self, text: str, scan: Optional[str], scan_shape: Optional[Sequence[int]],
+             k: int) -> Tuple[ScanGeometry, List[PartitionRef]]:
+        """An offline run's source as its option names it (``text``): the scan's geometry
+        and its partitions (of ``k`` positions where the source chooses)."""
+        raise NotImplementedError(f"{type(self).__name__} is not a source an offline run "
+                                  "names")
 
 
 #: The sources, by ``PartitionRef.kind``.
@@ -140,18 +146,9 @@ def source_partitions(frames: Optional[str], spilled: Optional[str], scan: Optio
                       scan_shape: Optional[Sequence[int]], k: int
                       ) -> Tuple[ScanGeometry, List[PartitionRef]]:
     """The geometry and partitions of an offline run's source: ``FILE.h5:/DATASET``
-    (``frames``) or a receiving job's spill directory (``spilled`` with ``scan``)."""
-    if frames:
-        path, dset = parse_source(frames)
-        from analyses.sources.dataset import dataset_geometry
-
-        g = dataset_geometry(path, dset, scan or os.path.splitext(os.path.basename(path))[0],
-                             scan_shape)
-        return g, partitions(path, g.frames, k, dataset=dset)
-    if spilled:
-        from analyses.sources.spilled import spilled_source
-
-        if not scan:
-            raise ValueError("--spilled needs --scan NAME")
-        return spilled_source(spilled, scan)
-    raise ValueError("give --frames FILE.h5:/DATASET or --spilled DIR --scan NAME")
+    (``frames``, the ``dataset`` row) or a receiving job's spill directory (``spilled``
+    with ``scan``, the ``spill`` row), opened by its row of :data:`SOURCES`."""
+    kind, text = ("dataset", frames) if frames else ("spill", spilled)
+    if not text:
+        raise ValueError("give --frames FILE.h5:/DATASET or --spilled DIR --scan NAME")
+    return SOURCES.load(kind).open(text, scan, scan_shape, k)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from analyses.errors import AnalysisError
 from analyses.geometry import ScanGeometry
-from analyses.sources import Frames, PartitionRef, Source
+from analyses.sources import Frames, PartitionRef, Source, parse_source, partitions
 
 __all__ = ["Dataset", "dataset_geometry", "frames_of"]
 
@@ -20,6 +20,14 @@ class Dataset(Source):
 
     def read(self, ref: PartitionRef, files: Sequence[str]) -> Frames:
         return frames_of(files[0], ref.dataset, ref.start, ref.stop)
+
+    def open(self, text: str, scan: Optional[str], scan_shape: Optional[Sequence[int]],
+             k: int) -> Tuple[ScanGeometry, List[PartitionRef]]:
+        """``FILE.h5:/DATASET`` (the scan named after the file unless ``scan``)."""
+        path, dset = parse_source(text)
+        g = dataset_geometry(path, dset, scan or os.path.splitext(os.path.basename(path))[0],
+                             scan_shape)
+        return g, partitions(path, g.frames, k, dataset=dset)
 
 
 def frames_of(path: str, dataset: str, start: int, stop: int, row: int = 0) -> Frames:

@@ -17,7 +17,7 @@ import numpy as np
 from analyses.geometry import ScanGeometry
 from analyses.sources import Frames, PartitionRef, Source
 
-__all__ = ["Spilled", "read_partition_file", "spilled_partitions", "spilled_source"]
+__all__ = ["Spilled", "read_partition_file", "spilled_partitions"]
 
 
 class Spilled(Source):
@@ -29,17 +29,20 @@ class Spilled(Source):
         data, index, complete, _ = read_partition_file(files[0])
         return data, index, complete
 
-
-def spilled_source(template: str, scan: str) -> Tuple[ScanGeometry, List[PartitionRef]]:
-    """The geometry and partitions of ``scan`` spilled under ``template``."""
-    paths = spilled_partitions(template, scan)
-    if not paths:
-        raise ValueError(f"no spilled partitions of scan {scan} under {template}")
-    data, _, _, attrs = read_partition_file(paths[0])
-    g = ScanGeometry(scan, 1, int(attrs["frames"]), int(attrs["sectors"]),
-                     (int(data.shape[1]), int(data.shape[2])), str(attrs["dtype"]),
-                     (int(attrs["scan_shape"][0]), int(attrs["scan_shape"][1])))
-    return g, [PartitionRef(p, kind="spill") for p in paths]
+    def open(self, text: str, scan: Optional[str], scan_shape: Optional[Sequence[int]],
+             k: int) -> Tuple[ScanGeometry, List[PartitionRef]]:
+        """Scan ``scan`` spilled under the template ``text``: one ref per partition file
+        (the job's partitions; ``scan_shape`` and ``k`` are its)."""
+        if not scan:
+            raise ValueError("--spilled needs --scan NAME")
+        paths = spilled_partitions(text, scan)
+        if not paths:
+            raise ValueError(f"no spilled partitions of scan {scan} under {text}")
+        data, _, _, attrs = read_partition_file(paths[0])
+        g = ScanGeometry(scan, 1, int(attrs["frames"]), int(attrs["sectors"]),
+                         (int(data.shape[1]), int(data.shape[2])), str(attrs["dtype"]),
+                         (int(attrs["scan_shape"][0]), int(attrs["scan_shape"][1])))
+        return g, [PartitionRef(p, kind="spill") for p in paths]
 
 
 def read_partition_file(path: str) -> Tuple[np.ndarray, np.ndarray, np.ndarray, Dict[str, Any]]:
@@ -58,7 +61,7 @@ def spilled_partitions(template: str, scan: str, nodes: Optional[List[str]] = No
     ``nodes``: the node names to look under (default: every directory that
     ``%n`` matches, for a shared view on one machine).
     """
-    from stager.planning.plan import expand_node
+    from core.nodes import expand_node
 
     if "%n" not in template:
         roots = [template]

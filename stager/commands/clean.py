@@ -14,7 +14,8 @@ from typing import Any
 
 import stager
 from stager.commands import verify
-from stager.commands.stage import job_of, run_collective
+from core.job import job_of
+from stager.commands.stage import run_collective
 
 #: the same arguments as ``stager verify``: the spec used to stage, the nodes, ``--wait``
 add_arguments = verify.add_arguments

@@ -12,7 +12,8 @@ import os
 from typing import Any
 
 import stager
-from stager.commands.stage import add_node_id_arguments, job_of, run_collective
+from core.job import add_node_id_arguments, job_of
+from stager.commands.stage import run_collective
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

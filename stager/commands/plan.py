@@ -22,7 +22,8 @@ from hooks import SpecError, load_spec
 from stager.errors import PlanError
 from stager.nodelocal.space import DestinationSpace, allocated, block_size, check_space
 from stager.planning import build_plan
-from stager.planning.plan import Plan, describe_size, expand_node
+from core.nodes import expand_node
+from stager.planning.plan import Plan, describe_size
 from stager.planning.kinds import kind, kinds, split
 from stager.planning.scatter import node_bytes, placement
 from stager.planning.sources import check_disjoint, real_dest

@@ -20,6 +20,7 @@ import stager
 from hooks import SpecError
 from core.errors import Interrupted, JobError, MpistageError
 from stager.errors import PlanError
+from core.job import add_node_id_arguments, job_of
 
 
 def _wait_value(text: str) -> str:
@@ -33,30 +34,6 @@ def _wait_value(text: str) -> str:
         raise argparse.ArgumentTypeError(f"{e} (write SPEC before --wait, or give SECONDS)") \
             from None
     return text
-
-
-def add_node_id_arguments(p: argparse.ArgumentParser) -> None:
-    """How ranks form nodes (``--node-id`` or its two older spellings) and ``--quiet``."""
-    from core.nodes import add_node_id_flags
-
-    add_node_id_flags(p)
-    p.add_argument("--quiet", action="store_true",
-                   help="do not say that a command started without mpirun/srun runs as one "
-                        "rank on one node")
-
-
-def job_of(args: argparse.Namespace, comm: Any) -> Any:
-    """Collective over `comm`: every rank must call. The command's one job context."""
-    from core.job import Job
-    from core.mpi.launcher import launcher_size
-    from core.nodes import node_id_of
-
-    if comm.size == 1 and launcher_size() is None and not getattr(args, "quiet", False):
-        print(f"stager {getattr(args, 'command', '')}: not started by mpirun or srun: running "
-              "as one rank on one node (this machine); start it with mpirun -n N (one rank "
-              "or more per node) to reach every node; --quiet hides this note",
-              file=sys.stderr, flush=True)
-    return Job.from_comm(comm, node_id_of(args))
 
 
 def add_node_arguments(p: argparse.ArgumentParser) -> None:

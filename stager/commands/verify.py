@@ -11,7 +11,8 @@ import sys
 from typing import Any
 
 import stager
-from stager.commands.stage import add_node_arguments, job_of, run_collective
+from core.job import job_of
+from stager.commands.stage import add_node_arguments, run_collective
 from stager.errors import VerifyError
 
 

@@ -14,7 +14,7 @@ from stager.nodelocal.lock import Holder
 from stager.nodelocal.state import RootState
 from core.options import ENV_PREFIX, Option, parse_seconds, resolve
 from stager.planning.api import load
-from stager.planning.plan import expand_node
+from core.nodes import expand_node
 
 #: Seconds to wait for another run holding a root's lock (negative: forever): keyword >
 #: ``STAGER_WAIT`` > 0. One of the staging options too (``stager.staging.options``).

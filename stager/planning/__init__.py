@@ -21,12 +21,12 @@ from core.options import resolve
 from hooks.spec import Block, Spec
 from stager.errors import PlanError
 from stager.planning import kinds
-from stager.planning.plan import BlockPlan, FileEntry, Plan, describe_size, expand_node
+from stager.planning.plan import BlockPlan, FileEntry, Plan, describe_size
 from stager.planning.sources import (SourceArea, StatFn, check_disjoint, real_dest,
                                      source_areas)
 
 __all__ = ["build_plan", "spec_key", "check_destinations", "Plan",
-           "BlockPlan", "FileEntry", "expand_node", "describe_size"]
+           "BlockPlan", "FileEntry", "describe_size"]
 
 
 def build_plan(spec: Spec, *, stat: StatFn = os.stat, **options: Any) -> Plan:

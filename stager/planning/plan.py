@@ -18,20 +18,11 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, Optional, Protocol, Tuple
 
+from core.nodes import expand_node
 from stager.planning.sources import SourceArea
 
-__all__ = ["Unit", "FileEntry", "FrameRange", "BlockPlan", "Plan", "expand_node", "expand_dest",
+__all__ = ["Unit", "FileEntry", "FrameRange", "BlockPlan", "Plan", "expand_dest",
            "unit_source_id", "describe_size"]
-
-
-def expand_node(template: str, node: str) -> str:
-    """Replace the ``%n`` placeholder of a destination template with a node name.
-
-    ``%j`` and ``%u`` were already expanded when the spec was read; ``%%``
-    became a literal ``%`` there too, and is kept as ``\\x00`` until here so a
-    literal ``%n`` written as ``%%n`` survives.
-    """
-    return template.replace("%n", node).replace("\x00", "%")
 
 
 def expand_dest(dest: str, template: str, node: str) -> str:

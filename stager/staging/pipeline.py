@@ -33,6 +33,7 @@ on all (never a hang):
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import socket
@@ -51,7 +52,8 @@ from core import commit, localfs
 from stager.nodelocal.state import STATE_DIR
 from stager.staging.options import StageOptions, resolve_options
 from stager.planning.api import plan as plan_spec
-from stager.planning.plan import Plan, describe_size, expand_node
+from core.nodes import expand_node
+from stager.planning.plan import Plan, describe_size
 from stager.planning.kinds import Kind, kinds, split
 from stager.planning.scatter import node_bytes, placement
 from stager.planning.sources import check_disjoint, real_dest
@@ -117,12 +119,14 @@ def node_targets(plan: Plan, units: Sequence[Any], node: str) -> NodeTargets:
 
 
 class _Run:
-    """What the emergency path of an interrupt needs (filled in as the run goes)."""
+    """What the phases share and the emergency path of an interrupt needs (filled in as
+    the run goes)."""
 
     def __init__(self, comm: Any, grace: float) -> None:
         self.rank = comm.rank
         self.grace = grace
         self.records: Optional[NodeRecords] = None
+        self.phase = "planning"             # what a failure stopped (its message says)
 
     def emergency(self, signum: int) -> None:
         if self.records is not None:
@@ -192,156 +196,187 @@ def stage(spec: Any, job: Any = None, **options: Any) -> Report:
         return report
 
 
-def _spec_name(plan: Plan) -> str:
-    p = plan.spec_path
-    return os.path.realpath(p) if p and os.path.isfile(p) else (p or "<spec>")
+@dataclass
+class _Units:
+    """The split plan's units as every phase sees them (pure: the same on every rank)."""
+
+    planned: Plan                       # the plan as given (the report's)
+    plan: Plan                          # split: an h5 output's frame ranges, one per node
+    units: List[Tuple[Kind, int, Any]]  # (kind, index in its kind, unit), table order
+    used: List[Kind]
+    holders: Dict[Tuple[str, int], Tuple[int, ...]]    # scatter: the nodes holding a unit
+
+
+@dataclass
+class _Done:
+    """What the phases measured, for the report."""
+
+    need_any: bytearray
+    meter: SourceMeter
+    results: Dict[str, Tuple[List[int], Moved]]
+    seconds: float
+    checked: Dict[str, Any]
+    extra_local: Dict[str, Any]
+
+
+def _units(plan: Plan, nodes: int) -> _Units:
+    """Scatter h5 blocks (each output split into frame ranges, one per node) and scatter
+    blocks (which nodes hold which files). Pure: the same on every rank, so a PlanError
+    here is raised by every rank at once, before any collective."""
+    planned, plan = plan, split(plan, nodes)
+    units = [(k, i, u) for k in kinds() for i, u in enumerate(plan.units(k.name))]
+    return _Units(planned, plan, units, [k for k in kinds() if plan.units(k.name)],
+                  placement(plan, nodes) if plan.scatters else {})
 
 
 def _run(plan: Plan, comm: Any, job: Job, opts: StageOptions,
          plan_seconds: float, run_id: str, ctx: _Run) -> Report:
     """Collective over `comm`: every rank must call. Phases 4-10 of the module docstring."""
-    layout = job
     from mpi4py import MPI
 
-    # scatter h5 blocks: each output split into frame ranges, one per node (pure: the
-    # same on every rank, so a PlanError here is raised by every rank at once)
-    planned, plan = plan, split(plan, len(layout.names))
-    units: List[Tuple[Kind, int, Any]] = [(k, i, u) for k in kinds()
-                                          for i, u in enumerate(plan.units(k.name))]
-    used = [k for k in kinds() if plan.units(k.name)]
-    n = len(units)
-    node = layout.name
-    # scatter blocks: which nodes hold which files (pure: the same on every rank, so a
-    # PlanError here is raised by every rank at once, before any collective)
-    holders = placement(plan, len(layout.names)) if plan.scatters else {}
-    per_node = node_bytes(plan, len(layout.names)) if plan.scatters else [plan.total_bytes]
-    recs: Optional[NodeRecords] = None
-    phase = "checking destinations"
+    w = _units(plan, len(job.names))
+    ctx.phase = "checking destinations"
     try:
-        # -- lock and resume: what does this node still need? -------------------
-        need_local = bytearray(n)
-        with agreed(comm, "checking destinations", base=KEPT, default=TransferError, node=node,
-                    quiet=True):
-            interrupt.check("checking destinations")
-            if layout.is_leader:
-                for k in used:
-                    k.check(node)
-                targets = node_targets(plan, [u for _, _, u in units], node)
-                _check_roots(plan, targets, node)
-                recs = ctx.records = NodeRecords(
-                    [u for _, _, u in units], targets.dests, targets.roots, targets.rels,
-                    plan.spec_key, _spec_name(plan), run_id, node, fsync=opts.fsync,
-                    kinds=[k.name for k, _, _ in units])
-                recs.open(wait=opts.wait)
-                for g in range(n):
-                    kind, i, _ = units[g]
-                    held = holders.get((kind.name, i))
-                    if held is not None and recs.roots[g] in recs.shared:
-                        raise localfs.UnsafePathError(
-                            f"{recs.roots[g]} is one directory shared by several nodes, and "
-                            f"its block ({plan.blocks[units[g][2].block].location}) scatters: "
-                            "each node must hold its own files. Put %n in the destination "
-                            "(or stage to node-local storage), or broadcast the block")
-                    mine = held is None or layout.index in held
-                    need_local[g] = recs.decide(g, opts.force) if recs.writes(g) and mine else 0
-        need_any = bytearray(n)
+        need_local = _lock_and_resume(w, job, opts, run_id, ctx)
+        need_any = bytearray(len(w.units))
         comm.Allreduce([need_local, MPI.UNSIGNED_CHAR], [need_any, MPI.UNSIGNED_CHAR],
                        op=MPI.MAX)
-
-        # -- capacity, before any copy is written ------------------------------
-        phase = "checking free space"
+        ctx.phase = "checking free space"      # before any copy is written
         sizes: Dict[str, List[int]] = defaultdict(list)
-        if recs is not None:
-            for g, (_, _, u) in enumerate(units):
+        if ctx.records is not None:
+            for g, (_, _, u) in enumerate(w.units):
                 if need_local[g]:
-                    sizes[recs.roots[g]].append(u.out_bytes)
-        check_capacity(comm, layout, sizes)
-
-        # -- prepare destination directories --------------------------------------
-        phase = "preparing destinations"
-        with agreed(comm, "preparing destinations", base=KEPT, default=TransferError, node=node):
-            interrupt.check("preparing destinations")
-            if recs is not None:
-                _prepare(recs, need_local)
-
-        # -- transfer, each copy journaled as it commits ---------------------------
-        phase = "staging"
-        meter = SourceMeter()
-        results: Dict[str, Tuple[List[int], Moved]] = {}
-        comm.Barrier()
-        t0 = time.perf_counter()
-        with agreed(comm, "staging", base=KEPT, default=TransferError, node=node, quiet=True):
-            if recs is not None:
-                with commit.session(recs):
-                    _transfer(plan, units, used, recs, need_local, need_any, job, opts,
-                              meter, results, holders)
-        comm.Barrier()
-        seconds = comm.bcast(time.perf_counter() - t0, root=0)
-
-        # -- the sources, read again (--verify-source) ---------------------------------
-        checked: Dict[str, Any] = {}
-        if opts.verify_source:
-            phase = "checking the sources"
-            with agreed(comm, "checking the sources again", base=KEPT, default=TransferError,
-                        node=node, quiet=True):
-                if recs is not None:
-                    files = [g for g, (k, _, _) in enumerate(units) if k.whole_files]
-                    checked = verify_sources(layout.leader_comm, files, units, recs)
-
-        # -- records: compact, unlock ------------------------------------------------
-        phase = "recording"
-        with agreed(comm, "recording the copies", base=KEPT, default=TransferError, node=node):
-            if recs is not None:
-                extra_local = {"leftovers_removed": recs.leftovers,
-                               "locks_taken_over": recs.taken_over,
-                               "shared_roots": dict(recs.shared)}
-                recs.close()
-            else:
-                extra_local = {}
-        _remove_ancestors(comm, recs)
+                    sizes[ctx.records.roots[g]].append(u.out_bytes)
+        check_capacity(comm, job, sizes)
+        ctx.phase = "preparing destinations"
+        with agreed(comm, ctx.phase, base=KEPT, default=TransferError, node=job.name):
+            interrupt.check(ctx.phase)
+            if ctx.records is not None:
+                _prepare(ctx.records, need_local)
+        done = _stage_and_record(w, job, opts, need_local, need_any, ctx)
     except MpistageError as e:
         # every rank raised this same agreed error at the same point: one more
         # collective says how much is safely done, so the message can say it
-        _after_failure(comm, layout, recs, e, phase)
+        _after_failure(comm, job, ctx.records, e, ctx.phase)
         raise
     finally:
-        if recs is not None:
-            _close_quietly(recs)
+        if ctx.records is not None:
+            with contextlib.suppress(Exception):
+                ctx.records.close()
+    return _report(w, done, job, opts, plan_seconds)
 
-    # -- report ------------------------------------------------------------------
-    written = sum(m.bytes_written for _, m in results.values())
-    src = meter.bytes if meter.available else -1
-    meter.close()
-    sums = comm.allgather((written, src, extra_local))
-    total_written = sum(w for w, _, _ in sums)
+
+def _lock_and_resume(w: _Units, job: Job, opts: StageOptions, run_id: str,
+                     ctx: _Run) -> bytearray:
+    """Collective over `job`: every rank must call. Each leader checks its roots, takes
+    their locks and reads its records (``ctx.records``); what this node still needs."""
+    node = job.name
+    need_local = bytearray(len(w.units))
+    with agreed(job.comm, "checking destinations", base=KEPT, default=TransferError,
+                node=node, quiet=True):
+        interrupt.check("checking destinations")
+        if not job.is_leader:
+            return need_local
+        for k in w.used:
+            k.check(node)
+        targets = node_targets(w.plan, [u for _, _, u in w.units], node)
+        _check_roots(w.plan, targets, node)
+        p = w.plan.spec_path
+        spec_name = os.path.realpath(p) if p and os.path.isfile(p) else (p or "<spec>")
+        recs = ctx.records = NodeRecords(
+            [u for _, _, u in w.units], targets.dests, targets.roots, targets.rels,
+            w.plan.spec_key, spec_name, run_id, node, fsync=opts.fsync,
+            kinds=[k.name for k, _, _ in w.units])
+        recs.open(wait=opts.wait)
+        for g, (kind, i, u) in enumerate(w.units):
+            held = w.holders.get((kind.name, i))
+            if held is not None and recs.roots[g] in recs.shared:
+                raise localfs.UnsafePathError(
+                    f"{recs.roots[g]} is one directory shared by several nodes, and "
+                    f"its block ({w.plan.blocks[u.block].location}) scatters: "
+                    "each node must hold its own files. Put %n in the destination "
+                    "(or stage to node-local storage), or broadcast the block")
+            mine = held is None or job.index in held
+            need_local[g] = recs.decide(g, opts.force) if recs.writes(g) and mine else 0
+    return need_local
+
+
+def _stage_and_record(w: _Units, job: Job, opts: StageOptions, need_local: bytearray,
+                      need_any: bytearray, ctx: _Run) -> _Done:
+    """Collective over `job`: every rank must call. The transfer (each copy journaled as it
+    commits), the sources read again (``verify_source``), the records compacted and
+    unlocked."""
+    comm, node, recs = job.comm, job.name, ctx.records
+    ctx.phase = "staging"
+    meter = SourceMeter()
+    results: Dict[str, Tuple[List[int], Moved]] = {}
+    comm.Barrier()
+    t0 = time.perf_counter()
+    with agreed(comm, "staging", base=KEPT, default=TransferError, node=node, quiet=True):
+        if recs is not None:
+            with commit.session(recs):
+                _transfer(w.plan, w.units, w.used, recs, need_local, need_any, job, opts,
+                          meter, results, w.holders)
+    comm.Barrier()
+    seconds = comm.bcast(time.perf_counter() - t0, root=0)
+    checked: Dict[str, Any] = {}
+    if opts.verify_source:
+        ctx.phase = "checking the sources"
+        with agreed(comm, "checking the sources again", base=KEPT, default=TransferError,
+                    node=node, quiet=True):
+            if recs is not None:
+                files = [g for g, (k, _, _) in enumerate(w.units) if k.whole_files]
+                checked = verify_sources(job.leader_comm, files, w.units, recs)
+    ctx.phase = "recording"
+    extra_local: Dict[str, Any] = {}
+    with agreed(comm, "recording the copies", base=KEPT, default=TransferError, node=node):
+        if recs is not None:
+            extra_local = {"leftovers_removed": recs.leftovers,
+                           "locks_taken_over": recs.taken_over,
+                           "shared_roots": dict(recs.shared)}
+            recs.close()
+    _remove_ancestors(comm, recs)
+    return _Done(need_any, meter, results, seconds, checked, extra_local)
+
+
+def _report(w: _Units, d: _Done, job: Job, opts: StageOptions, plan_seconds: float) -> Report:
+    """Collective over `job`: every rank must call. Sums over ranks, the same on all."""
+    comm, n = job.comm, len(w.units)
+    written = sum(m.bytes_written for _, m in d.results.values())
+    src = d.meter.bytes if d.meter.available else -1
+    d.meter.close()
+    sums = comm.allgather((written, src, d.extra_local))
+    total_written = sum(b for b, _, _ in sums)
     source_bytes = None if any(s < 0 for _, s, _ in sums) else sum(s for _, s, _ in sums)
-    extra = comm.bcast({name: m.extra for name, (_, m) in results.items() if m.extra}
+    extra = comm.bcast({name: m.extra for name, (_, m) in d.results.items() if m.extra}
                        if comm.rank == 0 else None, root=0)
-    for k in used:
-        extra.setdefault(k.name, {})["outputs"] = len(plan.units(k.name))
+    for k in w.used:
+        extra.setdefault(k.name, {})["outputs"] = len(w.plan.units(k.name))
         if k.label:
             extra[k.name]["label"] = k.label
     extra["records"] = {
         "leftovers_removed": sum(x.get("leftovers_removed", 0) for _, _, x in sums),
         "locks_taken_over": [t for _, _, x in sums for t in x.get("locks_taken_over", [])],
-        "shared_roots": {r: w for _, _, x in sums for r, w in x.get("shared_roots", {}).items()},
+        "shared_roots": {r: by for _, _, x in sums for r, by in x.get("shared_roots", {}).items()},
     }
     if opts.verify_source:
-        extra["verify_source"] = comm.bcast(checked if layout.index == 0 and layout.is_leader
+        extra["verify_source"] = comm.bcast(d.checked if job.index == 0 and job.is_leader
                                             else None, root=0)
-    moved = [g for g in range(n) if need_any[g]]
-    moved_file_bytes = sum(units[g][2].size for g in moved if units[g][0].whole_files)
+    moved = [g for g in range(n) if d.need_any[g]]
+    moved_file_bytes = sum(w.units[g][2].size for g in moved if w.units[g][0].whole_files)
     amp = (source_bytes / moved_file_bytes) if (source_bytes is not None and moved_file_bytes) \
         else None
+    seconds, nodes = d.seconds, len(job.names)
+    per_node = node_bytes(w.plan, nodes) if w.plan.scatters else [w.plan.total_bytes]
     return Report(
-        method=opts.method, nodes=layout.names, ranks=comm.size, files=n,
+        method=opts.method, nodes=job.names, ranks=comm.size, files=n,
         files_transferred=len(moved), files_skipped=n - len(moved),
         bytes_per_node=max(per_node), bytes_written=total_written,
         transferred_bytes=moved_file_bytes, seconds=seconds,
         delivered_gbps=(total_written / seconds / 1e9) if seconds > 0 else 0.0,
         source_bytes_read=source_bytes, amplification=amp, chunk_size=opts.chunk_size,
         small_file_threshold=opts.small_file_threshold, plan_seconds=plan_seconds,
-        extra=extra, plan=planned)
+        extra=extra, plan=w.planned)
 
 
 def _check_roots(plan: Plan, targets: NodeTargets, node: str) -> None:
@@ -370,10 +405,7 @@ def _after_failure(comm: Any, layout: NodeLayout, recs: Optional[NodeRecords],
     if phase not in ("staging", "checking the sources", "recording") and \
             not isinstance(e, Interrupted):
         return
-    done = sum(p[0] for p, _ in parts)
-    total = sum(p[1] for p, _ in parts)
-    done_b = sum(p[2] for p, _ in parts)
-    total_b = sum(p[3] for p, _ in parts)
+    done, total, done_b, total_b = (sum(p[i] for p, _ in parts) for i in range(4))
     nodes = len([p for p, _ in parts if p[1]])
     note = (f"{done} of {total} copies ({describe_size(done_b)} of {describe_size(total_b)}) "
             f"are complete and recorded on {nodes} node(s); temporary files removed")
@@ -402,13 +434,6 @@ def _remove_ancestors(comm: Any, recs: Optional[NodeRecords]) -> None:
             os.rmdir(d)
         except OSError:
             pass  # not empty, or another leader of this host removed it first
-
-
-def _close_quietly(recs: NodeRecords) -> None:
-    try:
-        recs.close()
-    except Exception:
-        pass
 
 
 def _prepare(recs: NodeRecords, need_local: bytearray) -> None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from core.options import Option
 from core.table import Table
@@ -80,13 +80,13 @@ class StreamProtocol:
         find the job (``endpoints``: every receiver's :meth:`socket` answer)."""
         raise NotImplementedError(f"stream protocol {self.name!r} writes no rendezvous file")
 
-    def detector_metadata(self, socket: Any, scan: str) -> Optional[Dict[str, Any]]:
-        """Rank 0, when ``scan`` is written: what the stream said of the detector, the
-        keywords of :func:`analyses.output.write_scan`'s ``/detector`` (``socket``:
-        rank 0's receiving socket, None when rank 0 receives nothing). Default: the
-        socket's ``detector(scan)`` (Stream V2, the legacy stream: what the series'
-        start said), None (no ``/detector`` group) for a socket without one."""
-        return socket.detector(scan) if hasattr(socket, "detector") else None
+    def detector_metadata(self, socket: Any, scan: str) -> Optional[Callable[[Any], None]]:
+        """Rank 0, when ``scan`` is written: the writer of its ``/detector`` group from what
+        the stream said of the detector (:func:`analyses.output.write_scan` calls it with
+        the group; ``socket``: rank 0's receiving socket, None when rank 0 receives
+        nothing). Default: None, no ``/detector`` group (Stream V2 and the legacy stream
+        write the series' start: :mod:`streams.protocols.stream2.nxdetector`)."""
+        return None
 
 
 def connect_from(bind_host: str) -> Optional[str]:

@@ -23,7 +23,8 @@ __all__ = ["attach", "launch", "launch_sbatch", "SlurmJob", "LiveJob", "Partial"
            "Frame", "FrameRefused", "LivePlot"]
 
 __getattr__, __dir__, _ = lazy_loader.attach(__name__, submod_attrs={
-    "client": ["attach", "launch", "launch_sbatch", "SlurmJob", "LiveJob", "Partial",
-               "JobEnded", "Frame", "FrameRefused"],
+    "client": ["attach", "LiveJob"],
+    "launch": ["launch", "launch_sbatch", "SlurmJob"],
+    "results": ["Partial", "JobEnded", "Frame", "FrameRefused"],
     "plot": ["LivePlot"],
 })

@@ -16,8 +16,8 @@ The handle subscribes to the job's live socket (the rendezvous file's ``live``,
 with the viewers' certificate the job wrote beside its rendezvous file: it can
 watch, never write. It learns that the job ended when the job's live socket goes
 away after it was connected (ZeroMQ's connection events) or, for a job it started,
-when ``mpirun`` exits (:func:`launch`) or Slurm says the batch job ended
-(:func:`launch_sbatch`).
+when ``mpirun`` exits or Slurm says the batch job ended (:mod:`streams.view.launch`).
+What it gives back is in :mod:`streams.view.results`.
 
 The live socket drops old messages for a slow reader (its send high-water mark),
 never the job's pace: a reader sees the latest partial results, not necessarily
@@ -29,13 +29,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
-import shlex
-import subprocess
-import sys
 import time
-from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Dict, Iterator, Optional, Sequence
 
 import numpy as np
 
@@ -45,125 +40,9 @@ from streams.job.live import LiveView
 from streams.protocols.native.rendezvous import read_rendezvous_json, wait_for_rendezvous
 from streams.security import client_keys
 from streams.view.plot import LivePlot
+from streams.view.results import Frame, FrameRefused, JobEnded, Partial
 
-__all__ = ["attach", "launch", "launch_sbatch", "SlurmJob", "LiveJob", "Partial", "JobEnded",
-           "Frame", "FrameRefused"]
-
-
-class JobEnded(StreamError):
-    """The job ended (or its live socket went away) before what was waited for came."""
-
-
-class FrameRefused(StreamError):
-    """The job did not send the frame asked for; :attr:`refused` says why
-    (:data:`streams.job.frames.OUTCOMES`: ``not_held``, ``too_large``, ``rate``, ...)."""
-
-    def __init__(self, message: str, refused: str) -> None:
-        super().__init__(message)
-        self.refused = refused
-
-
-@dataclass(frozen=True)
-class Frame:
-    """One scan position's frame as the job still held it (:meth:`LiveJob.frame`).
-
-    ``where``: ``"memory"`` (a receiver's latest partitions) or ``"spill"`` (its
-    spilled file); ``complete``: every sector of it arrived (missing ones are zero).
-    """
-
-    scan: str
-    index: int
-    data: np.ndarray
-    complete: bool
-    where: str
-
-
-@dataclass(frozen=True)
-class Partial:
-    """One partial (or the final) result of a scan, as the job published it.
-
-    Attributes
-    ----------
-    scan : str
-    t : float
-        Unix time the job took the snapshot.
-    final : bool
-        The scan's merged result across every node, as written to ``OUT/<scan>.h5``.
-    progress : dict
-        The job's figures (``docs/stream-protocol.md`` section 9): ``frames``,
-        ``complete``, ``incomplete``, ``not_arrived``, ``rejected``,
-        ``rejected_by_reason``, ``refused``, ``per_receiver``, ...
-    images : dict of str to ndarray
-        Each 2-D buffer of the analysis (read-only arrays).
-    valid : ndarray of bool
-        Scan-shaped: True where that position's result is in.
-    """
-
-    scan: str
-    t: float
-    final: bool
-    progress: Dict[str, Any]
-    images: Dict[str, np.ndarray]
-    valid: np.ndarray
-    received: float = field(default=0.0, compare=False)   # time.time() when it arrived
-    udf: Optional[Dict[str, Any]] = field(default=None, compare=False)
-
-    def udf_results(self) -> Any:
-        """A LiberTEM UDF's buffers as LiberTEM's ``run_udf_iter`` yields them: a
-        :class:`libertem.udf.base.UDFResults` with ``.buffers`` (per UDF, name ->
-        buffer with ``.data`` in the dataset's shape, ``.kind``, ``.dtype``) and
-        ``.damage`` (``.data``: True where the position's result is in).
-
-        Raises
-        ------
-        StreamError
-            The job's analysis is not a LiberTEM UDF (its messages describe no buffers).
-        """
-        from libertem.common.buffers import PreallocBufferWrapper
-        from libertem.common.shape import Shape
-        from libertem.udf.base import UDFResults
-
-        if not self.udf:
-            raise StreamError(f"scan {self.scan!r}: the job's analysis is not a LiberTEM "
-                              "UDF (--analysis udf:...): use .images")
-        nav = tuple(self.valid.shape)
-        sig = tuple(int(n) for n in self.udf["sig_shape"])
-        ds = Shape(nav + sig, sig_dims=len(sig))
-
-        def wrap(data: np.ndarray, kind: str, extra: Sequence[int] = ()) -> Any:
-            b = PreallocBufferWrapper(data, kind=kind, extra_shape=tuple(extra),
-                                      dtype=data.dtype)
-            b.set_shape_ds(ds, None)
-            return b
-
-        buffers = [{name: wrap(self.images[b["image"]], b["kind"], b["extra_shape"])
-                    for name, b in u["buffers"].items() if b["image"] in self.images}
-                   for u in self.udf["udfs"]]
-        return UDFResults(buffers, wrap(self.valid, "nav"))
-
-    @property
-    def frames(self) -> int:
-        return int(self.progress.get("frames", 0))
-
-    @property
-    def complete(self) -> int:
-        return int(self.progress.get("complete", 0))
-
-    @property
-    def missing(self) -> int:
-        """Frames not (wholly) in: incomplete ones and those not arrived."""
-        return int(self.progress.get("incomplete", 0) + self.progress.get("not_arrived", 0))
-
-    @property
-    def rejected(self) -> int:
-        return int(self.progress.get("rejected", 0))
-
-    @property
-    def nodes(self) -> List[Dict[str, Any]]:
-        """Per receiver: ``receiver``, ``node`` (index), ``frames`` (routed to it),
-        ``complete``, ``incomplete``, ``not_arrived``, ``rejected``, ``refused``,
-        ``closed``."""
-        return list(self.progress.get("per_receiver") or [])
+__all__ = ["attach", "LiveJob"]
 
 
 class LiveJob:
@@ -502,150 +381,3 @@ def _check_own(certificate: str, rendezvous: str) -> None:
             f"read ((umask 077 && cat > ~/viewer.key_secret)), then give --certificate "
             f"~/viewer.key_secret (certificate=) and --trust-owner {name} (trust_owner=) "
             f"(docs/guide/streaming.md, \"A colleague's view\")")
-
-
-def launch(rendezvous: str, out: str, args: Sequence[str] = (), np_: int = 4,
-           mpirun: Sequence[str] = ("mpirun", "--oversubscribe"), timeout: float = 120.0,
-           **popen: Any) -> LiveJob:
-    """Start ``mpirun -n np_ stager stream receive`` on this machine; the job's handle.
-
-    ``args`` are more options of ``stager stream receive``; ``popen`` goes to
-    :class:`subprocess.Popen` (e.g. ``env``, ``stdout``). The handle's
-    :attr:`LiveJob.process` is the ``mpirun``.
-
-    Raises
-    ------
-    StreamError
-        The job exited, or wrote no rendezvous file within ``timeout`` seconds.
-    """
-    rendezvous, out = os.path.abspath(rendezvous), os.path.abspath(out)
-    if os.path.exists(rendezvous):
-        os.unlink(rendezvous)       # never attach to an earlier job's file
-    cmd = [*mpirun, "-n", str(np_), sys.executable, "-m", "stager", "stream", "receive",
-           "--rendezvous", rendezvous, "--out", out, *args]
-    proc = subprocess.Popen(cmd, **popen)
-    end = time.monotonic() + timeout
-    while not os.path.exists(rendezvous):
-        if proc.poll() is not None:
-            raise StreamError(f"the receiving job exited with status {proc.returncode} "
-                              f"before writing {rendezvous}: {' '.join(cmd)}")
-        if time.monotonic() > end:
-            proc.kill()
-            raise StreamError(f"no rendezvous file {rendezvous} within {timeout} s")
-        time.sleep(0.1)
-    return LiveJob(rendezvous, out, process=proc)
-
-
-#: Slurm job states after which a job runs no more (``scontrol show job``'s ``JobState``)
-SLURM_FINAL_STATES = frozenset({
-    "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
-    "BOOT_FAIL", "DEADLINE", "PREEMPTED"})
-
-
-class SlurmJob:
-    """A submitted batch job seen as a process (``poll``, ``wait``, ``kill``,
-    ``returncode``), from ``scontrol show job`` -- no accounting database needed.
-
-    ``returncode``: the batch script's exit status (``ExitCode``), minus the signal
-    that ended it when one did; -1 when Slurm forgot the job (its ``MinJobAge``
-    passed) before this handle saw it end.
-    """
-
-    def __init__(self, job_id: str, env: Optional[Dict[str, str]] = None) -> None:
-        self.job_id = job_id
-        self.env = env
-        self.state = "PENDING"
-        self.returncode: Optional[int] = None
-
-    def _scontrol(self) -> Dict[str, str]:
-        r = subprocess.run(["scontrol", "show", "job", "-o", self.job_id], env=self.env,
-                           capture_output=True, text=True, timeout=60, check=False)
-        if r.returncode != 0:
-            if "invalid job id" in r.stderr.lower():
-                return {"JobState": "UNKNOWN"}
-            raise StreamError(f"scontrol show job {self.job_id}: {r.stderr.strip()}")
-        return dict(re.findall(r"(\w+)=(\S*)", r.stdout))
-
-    def poll(self) -> Optional[int]:
-        if self.returncode is not None:
-            return self.returncode
-        info = self._scontrol()
-        self.state = info.get("JobState", "UNKNOWN")
-        if self.state == "UNKNOWN":
-            self.returncode = -1
-        elif self.state in SLURM_FINAL_STATES:
-            status, _, sig = info.get("ExitCode", "0:0").partition(":")
-            self.returncode = -int(sig) if sig and int(sig) else int(status)
-            if self.returncode == 0 and self.state != "COMPLETED":
-                self.returncode = -1        # e.g. cancelled before it started
-        return self.returncode
-
-    def wait(self, timeout: Optional[float] = None) -> int:
-        """The job's exit status once it ended.
-
-        Raises
-        ------
-        subprocess.TimeoutExpired
-            It had not ended after ``timeout`` seconds.
-        """
-        end = None if timeout is None else time.monotonic() + timeout
-        while (rc := self.poll()) is None:
-            if end is not None and time.monotonic() > end:
-                raise subprocess.TimeoutExpired(f"slurm job {self.job_id}", float(timeout or 0))
-            time.sleep(0.5)
-        return rc
-
-    def kill(self) -> None:
-        """``scancel`` the job (the session script then writes every open scan's report)."""
-        subprocess.run(["scancel", self.job_id], env=self.env, capture_output=True,
-                       timeout=60, check=False)
-
-
-def launch_sbatch(rendezvous: str, out: str, args: Sequence[str] = (), nodes: int = 1,
-                  params: Optional[Dict[str, str]] = None, timeout: float = 600.0,
-                  env: Optional[Dict[str, str]] = None, cwd: Optional[str] = None) -> LiveJob:
-    """Submit the streaming-session template ``slurm/stream-session.sbatch`` with
-    ``sbatch``; the job's handle once it wrote its rendezvous file.
-
-    The template is rendered as ``stager sbatch stream-session`` renders it
-    (:func:`stager.sbatch.render`): ``rendezvous``, ``out`` and ``nodes`` are its
-    parameters of those names, ``args`` (more ``stager stream receive`` options) its
-    ``receive_options``, and ``params`` any other of its parameters (``scans``,
-    ``analysis``, ``ranks_per_node``, ``time``, ``output``, ``setup``, ``stager``,
-    ...). ``env`` is the environment of ``sbatch``, ``scontrol`` and ``scancel``
-    (the job inherits it); ``cwd`` the directory ``sbatch`` runs in. The handle's
-    :attr:`LiveJob.process` is a :class:`SlurmJob`.
-
-    Raises
-    ------
-    StreamError
-        ``sbatch`` refused the job, the job ended before writing the rendezvous
-        file, or wrote none within ``timeout`` seconds (queueing included; the
-        job is then cancelled).
-    """
-    from stager.sbatch import load_template, render
-
-    rendezvous, out = os.path.abspath(rendezvous), os.path.abspath(out)
-    if os.path.exists(rendezvous):
-        os.unlink(rendezvous)       # never attach to an earlier job's file
-    info, text = load_template("stream-session")
-    script = render(text, {"nodes": str(nodes), "rendezvous": rendezvous, "out": out,
-                           "receive_options": shlex.join(args), **(params or {})},
-                    where=info.path)
-    r = subprocess.run(["sbatch", "--parsable"], input=script, env=env, cwd=cwd,
-                       capture_output=True, text=True, timeout=120, check=False)
-    if r.returncode != 0:
-        raise StreamError(f"sbatch refused {info.path} ({r.returncode}): {r.stderr.strip()}")
-    job = SlurmJob(r.stdout.strip().split(";")[0], env)
-    end = time.monotonic() + timeout
-    while not os.path.exists(rendezvous):
-        if job.poll() is not None:
-            raise StreamError(f"slurm job {job.job_id} ended ({job.state}, exit status "
-                              f"{job.returncode}) before writing {rendezvous}: see its "
-                              "output file (template parameter 'output')")
-        if time.monotonic() > end:
-            job.kill()
-            raise StreamError(f"slurm job {job.job_id} ({job.state}) wrote no rendezvous "
-                              f"file {rendezvous} within {timeout} s; cancelled")
-        time.sleep(0.5)
-    return LiveJob(rendezvous, out, process=job)

@@ -75,13 +75,13 @@ def test_ff_peaks_streamed_equal_the_file_flow(tmp_path):
 
 def test_ff_peaks_refuses_frames_it_cannot_search(tmp_path):
     from analyses.loading import load_analysis
-    from streams.errors import StreamError
+    from hedm.errors import HedmError
     from streams.protocol import ScanGeometry
 
     a = load_analysis("hedm.ffpeaks", {"threshold": 10.0})
-    with pytest.raises(StreamError, match="uint16.*float32"):
+    with pytest.raises(HedmError, match="uint16.*float32"):
         a.prepare(ScanGeometry("s", 1, 4, 1, (8, 8), "<f4", (1, 4)))
-    with pytest.raises(StreamError, match="dark file .* does not exist"):
+    with pytest.raises(HedmError, match="dark file .* does not exist"):
         load_analysis("hedm.ffpeaks", {"dark": str(tmp_path / "missing.ge3")})
 
 

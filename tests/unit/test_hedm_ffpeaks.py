@@ -73,16 +73,16 @@ def test_parameters_from_file_dict_or_keywords_agree(sweep):
 def test_refusals(sweep, tmp_path):
     from hedm.ffpeaks import FFPeaks
     from hedm.params import ParamError
-    from streams.errors import StreamError
+    from hedm.errors import HedmError
 
     with pytest.raises(ParamError, match="MinNrPx .* must not exceed MaxNrPx"):
         FFPeaks(sweep["p"], min_pixels=50, max_pixels=5)
-    with pytest.raises(StreamError, match="dark file .* does not exist"):
+    with pytest.raises(HedmError, match="dark file .* does not exist"):
         FFPeaks(sweep["params"], dark=str(tmp_path / "missing.ge3"))
     from kernels import write_tiff_series
 
     small = write_tiff_series(str(tmp_path / "dark_%d.tif"), [np.ones((32, 32), np.uint16)])[0]
-    with pytest.raises(StreamError, match=r"dark .* is \(32, 32\), frames are \(64, 48\)"):
+    with pytest.raises(HedmError, match=r"dark .* is \(32, 32\), frames are \(64, 48\)"):
         FFPeaks(sweep["params"], dark=small).dark((64, 48))
 
 

@@ -101,35 +101,35 @@ def test_background_from_a_folder_a_stack_or_dark_frames(layer, tmp_path):
         bg = _analysis(layer, background=str(source)).backgrounds()
         assert bg.dtype == np.uint16 and np.array_equal(bg, layer["bg"][None]), source
     np.save(tmp_path / "small.npy", layer["bg"][:10])
-    from streams.errors import StreamError
+    from hedm.errors import HedmError
 
-    with pytest.raises(StreamError, match=r"small.npy is \(10, 48\), frames are \(64, 48\)"):
+    with pytest.raises(HedmError, match=r"small.npy is \(10, 48\), frames are \(64, 48\)"):
         _analysis(layer, background=str(tmp_path / "small.npy")).backgrounds()
 
 
 def test_refusals_say_what_to_pass(tmp_path):
     from hedm.synth import make_nf_dataset
     from kernels.synth import DetectorModel
-    from streams.errors import StreamError
+    from hedm.errors import HedmError
     from analyses.loading import load_analysis
 
     params = make_nf_dataset(str(tmp_path), DetectorModel(shape=(32, 24), n_frames=3, seed=1,
                                                           frames_per_spot=1))
-    with pytest.raises(StreamError, match="needs a background.*background=DIR"):
+    with pytest.raises(HedmError, match="needs a background.*background=DIR"):
         load_analysis("hedm.nfreduce", {"params": params})
-    with pytest.raises(StreamError, match="background .*missing.npy does not exist"):
+    with pytest.raises(HedmError, match="background .*missing.npy does not exist"):
         load_analysis("hedm.nfreduce", {"params": params,
                                         "background": str(tmp_path / "missing.npy")})
-    with pytest.raises(StreamError, match="unknown option.*Threshold"):
+    with pytest.raises(HedmError, match="unknown option.*Threshold"):
         load_analysis("hedm.nfreduce", {"params": params, "background": params,
                                         "Threshold": 3})
     np.save(tmp_path / "bg.npy", np.zeros((32, 24), np.uint16))
     a = load_analysis("hedm.nfreduce", {"params": params, "background": str(tmp_path / "bg.npy")})
-    with pytest.raises(StreamError, match=r"frames of \(24, 32\).*raw frames of \(32, 24\)"):
+    with pytest.raises(HedmError, match=r"frames of \(24, 32\).*raw frames of \(32, 24\)"):
         a.prepare(_geometry((24, 32)))
-    with pytest.raises(StreamError, match="has 5 frames"):
+    with pytest.raises(HedmError, match="has 5 frames"):
         a.prepare(_geometry((32, 24), frames=5))
-    with pytest.raises(StreamError, match="uint16 .* sends float32"):
+    with pytest.raises(HedmError, match="uint16 .* sends float32"):
         a.prepare(_geometry((32, 24), dtype="<f4"))
 
 

@@ -1,4 +1,4 @@
-"""``stager.outputs``: no output over an input, and how the project's results are told
+"""``core.outputs``: no output over an input, and how the project's results are told
 from other files (serial, real files)."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from stager.errors import OutputError, PlanError
-from stager.outputs import check_outputs, mark, ours, run_directory
+from core.errors import OutputError
+from core.outputs import check_outputs, mark, ours, run_directory
 
 h5py = pytest.importorskip("h5py")
 
@@ -37,7 +37,7 @@ def test_an_output_that_is_an_input_or_inside_one_is_refused_naming_both(tmp_pat
     with pytest.raises(OutputError, match="is inside the input directory"):
         check_outputs([str(tmp_path / "later" / "node0" / "r.h5")], [later])
     check_outputs([str(tmp_path / "out" / "scan.h5")], [src, None])    # beside is fine
-    assert issubclass(OutputError, PlanError)      # bad input: the commands exit 2
+    assert issubclass(OutputError, ValueError)      # bad input: the commands exit 2
 
 
 def test_an_existing_file_not_written_by_mpistage_needs_overwrite(tmp_path):

@@ -505,6 +505,7 @@ def test_scan_file_keeps_the_detector_arrays(tmp_path):
 
     from analyses.contract import FrameSum
     from analyses.output import write_scan
+    from streams.protocols.stream2.nxdetector import write_detector
 
     rng = np.random.default_rng(2)
     ff = {"t1": rng.random((4, 4)).astype("<f4"), "t2": np.ones((4, 4), "<f4")}
@@ -515,7 +516,7 @@ def test_scan_file_keeps_the_detector_arrays(tmp_path):
     rep = ScanReport.empty(s.geometry())
     path = tmp_path / "s.h5"
     write_scan(str(path), FrameSum(), FrameSum().empty(), rep.geometry, rep.coverage(),
-               detector={"start": s, "channel": "t2", "pixel_mask_applied": True})
+               detector=lambda g: write_detector(g, s, "t2", pixel_mask_applied=True))
     with h5py.File(path, "r") as f:
         d = f["detector"]
         assert d.attrs["NX_class"] == "NXdetector" and d.attrs["channel"] == "t2"

@@ -35,7 +35,7 @@ def test_progress_per_receiver_counts_each_receiver_s_own_frames():
 
 
 def _partial(images, valid):
-    from streams.view.client import Partial
+    from streams.view.results import Partial
 
     return Partial("s1", 1.5, False, {"frames": 4, "complete": 2}, images, valid)
 
@@ -107,7 +107,7 @@ def test_a_page_s_frame_request_is_answered_to_it_with_the_frame_or_the_refusal(
     import tornado.netutil
     import tornado.websocket
 
-    from streams.view.client import Frame, FrameRefused
+    from streams.view.results import Frame, FrameRefused
     from streams.view.server import _app, _State
 
     frame = np.arange(12, dtype="<u2").reshape(3, 4)
@@ -146,7 +146,7 @@ def test_a_page_s_frame_request_is_answered_to_it_with_the_frame_or_the_refusal(
 
 def test_the_live_plot_redraws_one_figure_with_each_partial():
     pytest.importorskip("matplotlib")
-    from streams.view.client import Partial
+    from streams.view.results import Partial
     from streams.view.plot import LivePlot
 
     rng = np.random.default_rng(1)

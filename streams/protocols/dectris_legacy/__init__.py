@@ -13,7 +13,7 @@ tests: ``python -m streams.simulate --protocol dectris-legacy``).
 from __future__ import annotations
 
 import os
-from typing import Any, List, Optional
+from typing import Any, Callable, List, Optional
 
 from core.options import parse_bool, parse_int, parse_number
 from streams.protocols import ProtocolOption, StreamProtocol, connect_from, write_rendezvous_json
@@ -88,6 +88,12 @@ class DectrisLegacy(StreamProtocol):
         sock.connect()
         loop.socket = sock
         return f"dectris-legacy:{endpoint}"
+
+    def detector_metadata(self, socket: Any, scan: str) -> Optional[Callable[[Any], None]]:
+        """The series' start as the scan's NXdetector group."""
+        from streams.protocols.stream2.nxdetector import socket_detector
+
+        return socket_detector(socket, scan)
 
     def rendezvous(self, o: Any, endpoints: List[str], live: Optional[str],
                    security: Any) -> None:

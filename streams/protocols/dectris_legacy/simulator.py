@@ -19,7 +19,7 @@ import numpy as np
 from streams.protocols.dectris_legacy.legacy import (detector_config, encode_end,
                                                      encode_header, encode_image)
 from streams.protocols.stream2.simulator import PushSimulator
-from streams.simulate import hdf5_source, synthetic_frame
+from streams.protocols.frames import hdf5_source, synthetic_frame
 
 __all__ = ["LegacySimulator", "series_messages", "write_dump", "main"]
 

@@ -11,8 +11,9 @@ files for the tests.
 """
 from __future__ import annotations
 
+import functools
 import os
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, List, Optional
 
 from streams.protocols import ProtocolOption, StreamProtocol, write_rendezvous_json
 from streams.scanshape import parse_scan_shape
@@ -68,11 +69,12 @@ class Merlin(StreamProtocol):
         write_rendezvous_json(o, {"protocol": "merlin", "detector": o.protocol_options[
             "merlin_endpoint"], "live": live, "receivers": endpoints})
 
-    def detector_metadata(self, socket: Any, scan: str) -> Optional[Dict[str, Any]]:
+    def detector_metadata(self, socket: Any, scan: str) -> Optional[Callable[[Any], None]]:
         """The acquisition header, as the scan's ``/detector`` (description: the HDR)."""
         got = socket.detector(scan) if socket is not None else None
         if got is None:
             return None
+        from streams.protocols.stream2.nxdetector import write_detector
         from streams.protocols.stream2.streamv2 import Start
 
         hdr = got["hdr"]
@@ -80,4 +82,4 @@ class Merlin(StreamProtocol):
         fields = {"detector_description": f"Quantum Detectors Merlin ({text})"[:4000]}
         start = Start(0, scan, int(hdr.get("Frames in Acquisition (Number)", 0) or 0), 0, 0,
                       None, (), fields)
-        return {"start": start, "channel": None}
+        return functools.partial(write_detector, start=start, channel=None)

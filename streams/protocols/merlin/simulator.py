@@ -21,7 +21,7 @@ from typing import Callable, Iterator, Optional, Sequence, Tuple
 import numpy as np
 
 from streams.protocols.merlin.mpx import encode_frame, encode_hdr, encode_message
-from streams.simulate import hdf5_source, synthetic_frame
+from streams.protocols.frames import hdf5_source, synthetic_frame
 
 __all__ = ["acquisition", "write_mib", "serve", "main"]
 

@@ -11,7 +11,7 @@ CURVE: ``--allow-from`` and ``--bind`` restrict it. Here:
 """
 from __future__ import annotations
 
-from typing import Any, List, Optional
+from typing import Any, Callable, List, Optional
 
 from core.options import parse_bool, parse_int, parse_number
 from streams.protocols import ProtocolOption, StreamProtocol, connect_from, write_rendezvous_json
@@ -72,6 +72,12 @@ class StreamV2(StreamProtocol):
         v2.connect()
         loop.socket = v2
         return f"stream2:{o.stream2}"
+
+    def detector_metadata(self, socket: Any, scan: str) -> Optional[Callable[[Any], None]]:
+        """The series' start as the scan's NXdetector group."""
+        from streams.protocols.stream2.nxdetector import socket_detector
+
+        return socket_detector(socket, scan)
 
     def rendezvous(self, o: Any, endpoints: List[str], live: Optional[str],
                    security: Any) -> None:
