@@ -53,6 +53,7 @@ class Forwarding:
     nodes_per_ion: int
     ion_link_bw: float
     ion_storage_bw: float
+    ramdisk_on_ion: bool = False   #: node-local writes go to the I/O node's memory
 
 
 @dataclass(frozen=True)

@@ -122,9 +122,9 @@ def render(doc: Dict[str, Any]) -> str:
     def block(title: str, p: Dict[str, Any]) -> None:
         out.append(f"{title} ({p['method']}): {_s(p['seconds'])} to transfer, "
                    f"{_s(p['total_seconds'])} in all (with start-up {_s(p['startup'])})")
-        out.append(f"  PFS: {describe_size(p['pfs_bytes'])} read ({p['pfs_gbps']:.1f} GB/s), "
+        out.append(f"  PFS: {describe_size(p['pfs_bytes'])} read ({p['pfs_gbps']:.3g} GB/s), "
                    f"{p['pfs_metadata_ops']} metadata operations; written on the nodes: "
-                   f"{describe_size(p['written_bytes'])} ({p['delivered_gbps']:.1f} GB/s)")
+                   f"{describe_size(p['written_bytes'])} ({p['delivered_gbps']:.3g} GB/s)")
         out.append("  phases: " + ", ".join(f"{name} {_s(p['phases'][name])}"
                                             for name in PHASES))
         busy = p["busy_group0"]

@@ -87,6 +87,7 @@ def run_scenario(sc: Scenario, pf: Platform) -> Dict[str, Any]:
     mds_link = link("mds", pfs.meta_ops)
     fabric = link("fabric", pf.fabric_bw(n), nd.latency)
     storage = link("storage", pfs.servers * pfs.server_bw)
+    ion_hosts: List[Any] = []
     if nd.shared_host:
         machine = zone.create_host("machine", FLOP)
         machine.core_count = nd.cores
@@ -99,6 +100,7 @@ def run_scenario(sc: Scenario, pf: Platform) -> Dict[str, Any]:
         nics: List[Any] = []
         ions: List[List[Any]] = [[] for _ in range(G)]
     else:
+        bridges: List[Any] = []
         hosts = [zone.create_host(f"g{g}", k * FLOP).seal() for g in range(G)]
         disks = [h.create_disk("local", 1e15, k * nd.local_write_bw).seal() for h in hosts]
         nics = []
@@ -111,8 +113,19 @@ def run_scenario(sc: Scenario, pf: Platform) -> Dict[str, Any]:
         fwd = pf.io_forwarding
         if fwd is not None:
             share = max(1.0, n / fwd.nodes_per_ion) / G  # the job's I/O nodes, per group
-            ions = [[link(f"g{g}.ion", share * fwd.ion_storage_bw),
-                     link(f"g{g}.bridge", share * fwd.ion_link_bw)] for g in range(G)]
+            for g in range(G):
+                bridge = zone.create_split_duplex_link(f"g{g}.bridge", share * fwd.ion_link_bw)
+                bridges.append(bridge.seal())
+                ions[g] = [sg.LinkInRoute(link(f"g{g}.ion", share * fwd.ion_storage_bw)),
+                           sg.LinkInRoute(bridge, DOWN)]
+                if fwd.ramdisk_on_ion:
+                    # the node's "local" RAM disk is the I/O node's memory: writes are
+                    # shipped up the bridge links (what the paper's hook wrote to)
+                    ion = zone.create_host(f"g{g}.ionnode", FLOP).seal()
+                    ion_hosts.append(ion)
+                    zone.add_route(hosts[g].netpoint, ion.netpoint, None, None,
+                                   [sg.LinkInRoute(nics[g], UP), sg.LinkInRoute(bridge, UP)],
+                                   False)
         for g in range(G):
             for h in range(G):
                 mid = [sg.LinkInRoute(fabric)] if g != h else []
@@ -127,7 +140,7 @@ def run_scenario(sc: Scenario, pf: Platform) -> Dict[str, Any]:
         warm = zone.create_host(f"s{s}.warm", FLOP).seal()
         servers.append((cold, warm))
         for g in range(G if not nd.shared_host else 1):
-            tail = [sg.LinkInRoute(x) for x in [storage] + ions[g] + [clients[g]]]
+            tail = [sg.LinkInRoute(storage)] + ions[g] + [sg.LinkInRoute(clients[g])]
             if nics:
                 tail.append(sg.LinkInRoute(nics[g], DOWN))
             if s == 0:
@@ -217,7 +230,10 @@ def run_scenario(sc: Scenario, pf: Platform) -> Dict[str, Any]:
         timed(g, "checksum", cpu, gr.hash_write / nd.hash_bw, None)
         if gr.write:
             tally["written"] += gr.write
-            timed(g, "write", disks[g].write, int(gr.write))
+            if ion_hosts:
+                timed(g, "write", sg.Comm.sendto, hosts[g], ion_hosts[g], int(gr.write))
+            else:
+                timed(g, "write", disks[g].write, int(gr.write))
         timed(g, "commit", local_ops, gr.commits * LOCAL_OPS["copy"],
               gr.commits / max(k, 1) * FSYNCS["copy"])
 
