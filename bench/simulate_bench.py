@@ -21,6 +21,7 @@ Usage::
 
     .venv/bin/python bench/simulate_bench.py calibrate [--repeats 3]
     .venv/bin/python bench/simulate_bench.py scale [--platforms bgq dragonfly]
+    .venv/bin/python bench/simulate_bench.py refit    # the fit again, on the stored runs
     .venv/bin/python bench/simulate_bench.py report   # simulate.md and the plot again
 """
 from __future__ import annotations
@@ -106,16 +107,22 @@ def calibrate(repeats: int) -> Dict[str, Any]:
                              "load_after": load()})
                 print(f"{name} N={n}: {median(times):.3f} s (runs {times}, load {before})",
                       flush=True)
-        fitted = fit(rows)
-        for r, pred in zip(rows, predict_rows(rows, fitted)):
-            r["predicted"] = pred
-            r["error"] = (pred - r["measured"]) / r["measured"]
-            r["set"] = "fit" if (r["case"], r["nodes"]) in FIT else "held out"
     finally:
         shutil.rmtree(top, ignore_errors=True)
         shutil.rmtree(dest, ignore_errors=True)
     for r in rows:
         r.pop("spec", None)
+    return refit({"rows": rows})
+
+
+def refit(cal: Dict[str, Any]) -> Dict[str, Any]:
+    """Fit on the fit rows, predict every row (the measurements are kept as they are)."""
+    rows = cal["rows"]
+    fitted = fit(rows)
+    for r, pred in zip(rows, predict_rows(rows, fitted)):
+        r["predicted"] = pred
+        r["error"] = (pred - r["measured"]) / r["measured"]
+        r["set"] = "fit" if (r["case"], r["nodes"]) in FIT else "held out"
     return {"rows": rows, "fitted": fitted}
 
 
@@ -123,32 +130,60 @@ def _platform_with(fitted: Dict[str, float]) -> str:
     """A copy of here.toml with the fitted figures, in a temporary file."""
     text = open(load_platform("here").path).read()
     for key, value in fitted.items():
-        text = re.sub(rf"(?m)^{key} = [^ #]+", f"{key} = {value:.4g}", text)
+        text = re.sub(rf"(?m)^{key} = [^ #]+", f"{key} = {value:.6g}", text)
     fd, path = tempfile.mkstemp(suffix=".toml")
     with os.fdopen(fd, "w") as f:
         f.write(text)
     return path
 
 
+_PLANS: Dict[str, Any] = {}
+
+
+def case_plan(name: str) -> Any:
+    """The plan of dataset ``name``, from sparse files of its sizes (planning only stats)."""
+    if name not in _PLANS:
+        top = tempfile.mkdtemp(prefix="simplan-")
+        try:
+            count, size = DATASETS[name]
+            for i in range(count):
+                with open(os.path.join(top, f"f{i:05d}.bin"), "wb") as f:
+                    f.truncate(size)
+            spec = os.path.join(top, "s.hook")
+            with open(spec, "w") as f:
+                f.write(f"broadcast to /dev/shm/simcal/%n files {{\n  {top}/*.bin\n}}\n")
+            _PLANS[name] = plan(spec)
+        finally:
+            shutil.rmtree(top)
+    return _PLANS[name]
+
+
 def predict_rows(rows: List[Dict[str, Any]], fitted: Dict[str, float]) -> List[float]:
-    path = _platform_with(fitted)
-    try:
-        pf = load_platform(path)
-        plans = {r["spec"]: plan(r["spec"]) for r in rows}
-        scs = [scenario(plans[r["spec"]], pf, r["nodes"]) for r in rows]
-        out: List[float] = []
-        for i in range(0, len(scs), 2):
-            out += [res["seconds"] for res in simulate(scs[i:i + 2], pf)]
-        return out
-    finally:
-        os.unlink(path)
+    """Each row on ``here`` with the fitted figures and, as other jobs' load, the load
+    average measured before the row's runs (an input measured then, not fitted)."""
+    out: List[float] = []
+    for r in rows:
+        share = fitted.get("load_share", 1.0)
+        path = _platform_with({k: v for k, v in fitted.items() if k != "load_share"}
+                              | {"background": share * r["load_before"]})
+        try:
+            pf = load_platform(path)
+            out += [res["seconds"] for res in
+                    simulate([scenario(case_plan(r["case"]), pf, r["nodes"])], pf)]
+        finally:
+            os.unlink(path)
+    return out
 
 
 def fit(rows: List[Dict[str, Any]]) -> Dict[str, float]:
     """Golden-section search of one figure at a time on the fit runs (relative error)."""
     fitted = {"local_write_bw": load_platform("here").nodes.local_write_bw,
-              "local_meta": load_platform("here").nodes.local_meta}
-    for key, cases, lo, hi in (("local_write_bw", {("1x128MiB", n) for n in NODES}, 2e8, 2e10),
+              "local_meta": load_platform("here").nodes.local_meta, "load_share": 1.0}
+    big = {("1x128MiB", n) for n in NODES}
+    # load_share: the part of the load average that competes for the cores (the load
+    # average also counts processes waiting on I/O and short-lived ones)
+    for key, cases, lo, hi in (("load_share", big, 0.02, 1.0),
+                               ("local_write_bw", big, 1e8, 2e10),
                                ("local_meta", {("2000x16KiB", 2)}, 1e-6, 1e-3)):
         sel = [r for r in rows if (r["case"], r["nodes"]) in cases]
 
@@ -210,7 +245,9 @@ def render(doc: Dict[str, Any]) -> str:
         f = cal["fitted"]
         out += ["## Calibration here (emulated nodes, `stripe`, copies in /dev/shm)", "",
                 f"Fitted on the *fit* rows only: tmpfs write rate {f['local_write_bw'] / 1e9:.3g}"
-                f" GB/s, node-local metadata operation {f['local_meta'] * 1e6:.3g} us "
+                f" GB/s, node-local metadata operation {f['local_meta'] * 1e6:.3g} us, "
+                f"{f.get('load_share', 1.0):.2f} of the load average before each row taken "
+                "as other jobs' processes competing for the 2 cores "
                 "(`stager/simulate/platforms/here.toml` holds them). Measured: the median of "
                 "the report's transfer time over the runs; load: 1-minute load average "
                 "before and after.", "",
@@ -284,12 +321,15 @@ def main() -> None:
     s = sub.add_parser("scale")
     s.add_argument("--platforms", nargs="+", default=["bgq", "dragonfly"])
     sub.add_parser("report")
+    sub.add_parser("refit")
     args = ap.parse_args()
     os.makedirs(RESULTS, exist_ok=True)
     out = os.path.join(RESULTS, "simulate.json")
     doc = json.load(open(out)) if os.path.exists(out) else {}
     if args.what == "calibrate":
         doc["calibration"] = calibrate(args.repeats)
+    elif args.what == "refit":
+        doc["calibration"] = refit(doc["calibration"])
     elif args.what == "scale":
         doc["scale"] = scale(args.platforms)
     with open(out, "w") as f:

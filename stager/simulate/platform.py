@@ -39,6 +39,9 @@ class Nodes:
     message_cpu: float         #: CPU seconds per MPI message sent or received
     startup: float = 0.0       #: fixed cost of starting a stage (processes, imports), s
     links: int = 1             #: links a node injects on
+    #: shared_host only: runnable processes of other jobs on the host (its load average),
+    #: each taking its fair share of the cores
+    background: float = 0.0
 
 
 @dataclass(frozen=True)

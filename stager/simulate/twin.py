@@ -218,7 +218,11 @@ def run_scenario(sc: Scenario, pf: Platform) -> Dict[str, Any]:
         acts: List[Any] = []
         for h, nb in gr.sends.items():
             tally["sent"] += nb
-            acts.append(sg.Comm.sendto_async(hosts[g], hosts[h], int(nb)))
+            if not nd.shared_host:
+                acts.append(sg.Comm.sendto_async(hosts[g], hosts[h], int(nb)))
+        if nd.shared_host and gr.sends:
+            # one host: the exchange is a memcpy through the shared window, CPU work
+            acts.append(sg.this_actor.exec_async(sum(gr.sends.values()) / nd.copy_bw * FLOP))
         if gr.messages and nd.message_cpu > 0:
             acts.append(sg.this_actor.exec_async(gr.messages * nd.message_cpu * FLOP))
         return acts
@@ -232,6 +236,9 @@ def run_scenario(sc: Scenario, pf: Platform) -> Dict[str, Any]:
             tally["written"] += gr.write
             if ion_hosts:
                 timed(g, "write", sg.Comm.sendto, hosts[g], ion_hosts[g], int(gr.write))
+            elif nd.shared_host:
+                # tmpfs: the writer's CPU copies the bytes into page-cache pages
+                timed(g, "write", cpu, gr.write / nd.local_write_bw, None)
             else:
                 timed(g, "write", disks[g].write, int(gr.write))
         timed(g, "commit", local_ops, gr.commits * LOCAL_OPS["copy"],
@@ -303,8 +310,16 @@ def run_scenario(sc: Scenario, pf: Platform) -> Dict[str, Any]:
                                              sc.roots * FSYNCS["record"]),
               2 * tree, n * 100.0)
 
+    def other_job() -> None:
+        sg.Actor.self().daemonize()  # ends when the stage's actors end
+        while True:
+            sg.this_actor.execute(1e12)
+
     for g in range(G):
         sg.Actor.create(f"group{g}", hosts[g], actor, g)
+    if nd.shared_host:
+        for i in range(int(round(nd.background))):
+            sg.Actor.create(f"other{i}", hosts[0], other_job)
     engine.run()
     times, last = {}, 0.0
     for name in PHASES:
