@@ -134,7 +134,10 @@ def render(doc: Dict[str, Any]) -> str:
     block("staged", st)
     if "naive" in doc:
         block("naive", doc["naive"])
-        if doc.get("speedup"):
-            out.append(f"staging is {doc['speedup']:.1f}x faster than every node reading "
-                       "the PFS itself")
+        x = doc.get("speedup")
+        if x and x >= 1:
+            out.append(f"staging is {x:.1f}x faster than every node reading the PFS itself")
+        elif x:
+            out.append(f"staging is {1 / x:.1f}x slower than every node reading the PFS "
+                       "itself")
     return "\n".join(out)

@@ -102,7 +102,8 @@ class Scenario:
     dirs: int                  #: destination directories per node
     sizes: Tuple[int, ...]     #: bytes read from the source of each output
     collective: List[Round]    #: pipelined rounds (stripe, bcast), or readall's steps
-    solo: List[Round]          #: rounds without a collective (naive; one-holder outputs)
+    #: rounds without a job-wide collective (naive; scatter outputs, among their holders)
+    solo: List[Round]
     plan_ops: int              #: PFS metadata operations of planning (rank 0, serial)
     plan_bytes: int            #: size of the plan broadcast to every rank
     bytes_per_node: int
@@ -347,7 +348,8 @@ class _Builder:
         """A scatter output with several holders: their stripes, exchanged among them."""
         h = len(holders)
         for off, length in chunk_ranges(self.sizes[f], self.opts.chunk_size):
-            r = Round(groups={}, steps=_tree(h))
+            # holder sets do not wait for the whole job: a round of their own (no barrier)
+            r = Round(groups={}, sync=False, steps=_tree(h))
             for j, node in enumerate(holders):
                 lo, hi = length * j // h, length * (j + 1) // h
                 gr = self._group(r, node // self.k)
@@ -363,7 +365,7 @@ class _Builder:
                 gr.write += length
                 gr.hash_write += length - (hi - lo) + (length if j == f % h else 0)
                 gr.commits += 1 if off + length == self.sizes[f] else 0
-            self.collective.append(r)
+            self.solo.append(r)
 
     def solo_unit(self, f: int, node: int) -> None:
         """A scatter output with one holder: read, hashed and written by it alone."""

@@ -296,8 +296,9 @@ def run_scenario(sc: Scenario, pf: Platform) -> Dict[str, Any]:
                     timed(g, "wait", barrier.wait)
                     coll(r.steps)
                     write(g, r)
-            for r in sc.solo:
+            for r in sc.solo:  # no job-wide wait: a holder set's exchange is its own
                 read(g, r)
+                timed(g, "exchange", wait, post(g, r))
                 write(g, r)
             # the whole-file checksums of multi-piece files, from their reference leaders
             coll(tree, n * 16.0 * min(sc.files, 1024))

@@ -53,15 +53,16 @@ aggregators_per_node = 1
 """
 
 
-def _files(tmp_path, sizes, scatter=False):
+def _files(tmp_path, sizes, scatter=False, replicas=1):
     data = tmp_path / "data"
-    data.mkdir()
+    data.mkdir(parents=True)
     for i, s in enumerate(sizes):
         with open(data / f"f{i:03d}.bin", "wb") as f:
             f.truncate(s)  # sparse: the plan only stats them
     spec = tmp_path / "s.hook"
     how = "scatter" if scatter else "broadcast"
-    spec.write_text(f"{how} to {tmp_path}/out/%n files {{\n  {data}/*.bin\n}}\n")
+    more = f" replicas {replicas}" if replicas > 1 else ""
+    spec.write_text(f"{how} to {tmp_path}/out/%n files{more} {{\n  {data}/*.bin\n}}\n")
     return plan(str(spec))
 
 
@@ -133,9 +134,11 @@ def test_scatter_bytes_are_the_placements(tmp_path):
 
 
 def test_the_simulated_actors_move_the_replayed_bytes(tmp_path):
-    p = _files(tmp_path, SIZES)
+    p = _files(tmp_path / "b", SIZES)
+    q = _files(tmp_path / "s", SIZES, scatter=True, replicas=2)
     pf = load_platform("here")
-    scs = [scenario(p, pf, 4, m) for m in ("stripe", "naive")]
+    scs = [scenario(p, pf, 4, m) for m in ("stripe", "naive")] + [scenario(q, pf, 4)]
+    assert scs[2].written == 2 * sum(SIZES) and scs[2].pfs_bytes == sum(SIZES)
     for sc, res in zip(scs, simulate(scs, pf)):
         assert res["pfs_bytes"] == sc.pfs_bytes
         assert res["written"] == sc.written
