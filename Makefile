@@ -17,7 +17,8 @@ SERIAL_TIMEOUT ?= 1800
 MPI_TIMEOUT    ?= 1800
 
 APT_PACKAGES := openmpi-bin libopenmpi-dev libhdf5-openmpi-dev python3-h5py-mpi \
-                python3-mpi4py python3-venv slurm-wlm munge fuse3 procps chromium chromium-driver
+                python3-mpi4py python3-venv slurm-wlm munge fuse3 procps chromium chromium-driver \
+                python3-simgrid libsimgrid-dev
 
 .PHONY: help setup system demo demo-ff-nf test test-serial test-mpi lint lint-check bench clean-demo bench-pfs \
         serial-venv serial-venv-maybe docs test-fast

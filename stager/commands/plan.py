@@ -44,9 +44,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "bytes (without it, the space check counts them whole)")
     p.add_argument("--check", action="store_true",
                    help="exit 1 when a destination does not fit on this machine")
+    p.add_argument("--simulate", metavar="PLATFORM", default=None,
+                   help="predict the stage on --nodes N nodes of a simulated machine (here, "
+                        "bgq, dragonfly, or a platform .toml): transfer time, PFS bytes and "
+                        "metadata operations, phases, the naive path beside it (SimGrid)")
+    p.add_argument("--method", default=None,
+                   help="with --simulate: the transfer method to replay (default: stage's, "
+                        "$STAGER_METHOD, else stripe)")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.simulate is not None:
+        return simulate(args)
     per_node: Optional[List[int]] = None
     held: Dict[Tuple[str, int], Tuple[int, ...]] = {}
     node = args.node or socket.gethostname().split(".")[0]
@@ -100,6 +109,29 @@ def run(args: argparse.Namespace) -> int:
               + ("" if args.check else "; exit 0 as this machine may not be a compute node "
                  "(--check: exit 1)"), file=sys.stderr)
     return 1 if short and args.check else 0
+
+
+def simulate(args: argparse.Namespace) -> int:
+    """``--simulate PLATFORM --nodes N``: the plan replayed on a simulated machine."""
+    from stager.simulate import PlatformError, predict, render
+
+    try:
+        if args.nodes is None or args.nodes < 1:
+            raise PlanError("--simulate needs --nodes N (1 or more): the nodes to simulate")
+        plan = build_plan(load_spec(args.spec))
+        doc = predict(plan, args.simulate, args.nodes, args.method)
+    except SpecError as e:
+        print(e.render(), file=sys.stderr)
+        return 2
+    except (PlanError, PlatformError, ValueError) as e:
+        print(f"stager plan: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        json.dump(doc, sys.stdout, indent=2)
+        print()
+    else:
+        print(render(doc))
+    return 0
 
 
 def destination_space(plan: Plan, node: str,

@@ -214,6 +214,8 @@ STAGER_LAYERS = {
     # (kernels.io.h5filters: the one filter table, shared with the readers)
     "stager.kinds": {"stager.planning", "stager.nodelocal", "stager.staging", "hooks",
                      "kernels"},
+    # the SimGrid twin replays a plan with the staging code's own arithmetic and constants
+    "stager.simulate": {"stager.planning", "stager.staging"},
 }
 
 

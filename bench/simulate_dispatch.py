@@ -1,0 +1,162 @@
+"""The dispatch twin: FF-HEDM stage 2's grain tasks through rank 0, at 1,024-8,192 nodes.
+
+A SimGrid model of the mpi executor's two dispatch ways (``docs/DISPATCH.md``):
+
+* ``central`` -- rank 0 sends every task to a worker and takes every result back;
+* ``nodes`` -- rank 0 sends chunks of tasks to one server per node, which feeds its
+  workers (the results come back through the server, in batches).
+
+Costs are the ones fitted to runs here (``bench/results/dispatch_model.json``, made by
+``bench/dispatch_model.py``): rank 0's CPU per task ``c_task + c_msg * m`` (``m``: the
+messages rank 0 handles per task: 2 per task in ``central`` once there are fewer tasks
+than workers, ``2 N / T`` with ``nodes``), a node server's CPU per task
+``c_server_task``. Task durations: log-normal with the median and spread of FF stage 2's
+refinement tasks measured here (``bench/results/ff_makespan.md``: 80 tasks, 0.43 s mean,
+1.5 s longest), seeded. Nodes are aggregated as in the staging twin: a group of ``k``
+nodes is one worker host of ``k x 64`` cores, each task an execution of one core, its
+``k`` node servers a wait of their share of the server CPU; rank 0 is one core. Every
+configuration runs in a fresh process (SimGrid allows one engine per process).
+
+Usage::
+
+    .venv/bin/python bench/simulate_dispatch.py [--tasks 5000 50000] [--nodes 1024 8192]
+    # -> bench/results/simulate_dispatch.{json,md}
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle
+import subprocess
+import sys
+from typing import Any, Dict, List
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKERS = 64
+MEDIAN_S, SIGMA = 0.35, 0.6   # ff_makespan.md: mean 0.43 s = median * exp(sigma^2 / 2)
+GROUPS = 64
+
+
+def run_one(cfg: Dict[str, Any]) -> Dict[str, Any]:
+    """One configuration, in this process (call once per process)."""
+    import random
+
+    import simgrid as sg
+
+    e = sg.Engine(["dispatch", "--log=root.thres:critical"])
+    cal = cfg["cal"]
+    n, T, mode = cfg["nodes"], cfg["tasks"], cfg["mode"]
+    G = min(GROUPS, n)
+    k = n // G
+    zone = sg.NetZone.create_full_zone("z")
+    root = zone.create_host("root", 1.0).seal()  # 1 flop = 1 s of one core
+    workers = []
+    for g in range(G):
+        h = zone.create_host(f"w{g}", 1.0)
+        h.core_count = k * WORKERS
+        workers.append(h.seal())
+    net = zone.create_link("net", 1e12)  # task messages are small: latency only
+    net.set_latency(2e-6)
+    net.seal()
+    for w in workers:
+        zone.add_route(root.netpoint, w.netpoint, None, None, [sg.LinkInRoute(net)], True)
+    zone.seal()
+    rng = random.Random(cfg["seed"])
+    durations = [rng.lognormvariate(0.0, SIGMA) * MEDIAN_S for _ in range(T)]
+    W = n * WORKERS
+    if mode == "central":
+        m = 2.0 if T <= W else 2.0 * W / T + 2.0 * 0.0338
+    else:
+        m = 2.0 * min(n, T) / T
+    per_task = (cal["c_task_us"] + cal["c_msg_us"] * m) * 1e-6
+    rounds = 32
+    boxes = [sg.Mailbox.by_name(f"g{g}") for g in range(G)]
+    out: Dict[str, float] = {"root_busy": 0.0, "end": 0.0}
+
+    def root_actor() -> None:
+        # tasks dealt round-robin over the groups, in `rounds` slices per group
+        share = [durations[g::G] for g in range(G)]
+        for r in range(rounds):
+            for g in range(G):
+                part = share[g][r::rounds]
+                if not part:
+                    continue
+                t = sg.Engine.clock
+                sg.this_actor.execute(per_task * len(part))
+                out["root_busy"] += sg.Engine.clock - t
+                boxes[g].put_init(part, 0).detach()
+        for g in range(G):
+            boxes[g].put_init(None, 0).detach()
+
+    def group_actor(g: int) -> None:
+        # on the group's worker host: each task one core (more tasks than cores share
+        # them, processor sharing; with fewer tasks than workers, as here, none wait)
+        running: List[Any] = []
+        while True:
+            part = boxes[g].get()
+            if part is None:
+                break
+            if mode == "nodes":  # each of the k servers handles its share, in parallel
+                sg.this_actor.sleep_for(cal["c_server_task_us"] * 1e-6 * len(part) / k)
+            running += [sg.this_actor.exec_async(d) for d in part]
+        for ex in running:
+            ex.wait()
+        out["end"] = max(out["end"], sg.Engine.clock)
+
+    sg.Actor.create("root", root, root_actor)
+    for g in range(G):
+        sg.Actor.create(f"group{g}", workers[g], group_actor, g)
+    e.run()
+    busy = sum(durations)
+    return {**{x: cfg[x] for x in ("nodes", "tasks", "mode")},
+            "makespan": out["end"], "root_busy": out["root_busy"],
+            "root_utilisation": out["root_busy"] / out["end"] if out["end"] else 0.0,
+            "longest_task": max(durations), "work": busy,
+            "root_tasks_per_s": 1.0 / per_task}
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--one":
+        cfg = pickle.loads(sys.stdin.buffer.read())
+        res = run_one(cfg)
+        sys.stdout.buffer.write(pickle.dumps(res))
+        return
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--tasks", type=int, nargs="+", default=[5000, 50000])
+    ap.add_argument("--nodes", type=int, nargs="+", default=[1024, 2048, 4096, 8192])
+    args = ap.parse_args()
+    with open(os.path.join(HERE, "results", "dispatch_model.json")) as f:
+        cal = json.load(f)["calibration"]
+    rows = []
+    for T in args.tasks:
+        for n in args.nodes:
+            for mode in ("central", "nodes"):
+                cfg = {"cal": cal, "nodes": n, "tasks": T, "mode": mode, "seed": 43}
+                p = subprocess.run([sys.executable, __file__, "--one"], input=pickle.dumps(cfg),
+                                   capture_output=True, check=True)
+                r = pickle.loads(p.stdout)
+                r["load"] = round(os.getloadavg()[0], 2)
+                rows.append(r)
+                print(f"T={T} N={n} {mode}: makespan {r['makespan']:.2f} s, rank 0 busy "
+                      f"{r['root_utilisation']:.0%}", flush=True)
+    with open(os.path.join(HERE, "results", "simulate_dispatch.json"), "w") as f:
+        json.dump(rows, f, indent=1)
+    md = ["# The dispatch twin: FF stage 2 grain tasks through rank 0 "
+          "(`bench/simulate_dispatch.py`)", "",
+          f"Task durations: log-normal, median {MEDIAN_S} s, sigma {SIGMA} (FF stage 2's "
+          "refinements here, `ff_makespan.md`); 64 workers per node; rank 0's and the node "
+          "servers' CPU per task from `dispatch_model.json` (fitted to runs here).", "",
+          "| tasks | nodes | way | makespan s | rank 0 busy | longest task s | rank 0 tasks/s |",
+          "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        md.append(f"| {r['tasks']} | {r['nodes']} | {r['mode']} | {r['makespan']:.2f} | "
+                  f"{r['root_utilisation']:.0%} | {r['longest_task']:.2f} | "
+                  f"{r['root_tasks_per_s']:.0f} |")
+    with open(os.path.join(HERE, "results", "simulate_dispatch.md"), "w") as f:
+        f.write("\n".join(md) + "\n")
+    print("wrote bench/results/simulate_dispatch.{json,md}")
+
+
+if __name__ == "__main__":
+    main()
