@@ -1,0 +1,143 @@
+"""The ASI TPX3 wire format and receiver without MPI: the bytes of ``libertem_asi_tpx3``'s own
+encoder, every bound checked before allocation, CSR densified as scipy does, and a receiver
+fed over real TCP by our simulator and by LiberTEM-live's ``TpxCameraSim``."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from streams.errors import ProtocolError
+from streams.protocols.asi_tpx3 import wire
+from streams.protocols.asi_tpx3.receiver import Tpx3Receiver, densify
+from streams.protocols.asi_tpx3.simulator import Tpx3Simulator, sparse_scan
+
+
+def _csr(n=12, pixels=512 * 512, seed=0):
+    rng = np.random.default_rng(seed)
+    ip = np.concatenate([[0], np.cumsum(rng.integers(0, 6, n))]).astype(np.uint32)
+    return ip, rng.integers(0, pixels, ip[-1]).astype(np.uint32), \
+        rng.integers(1, 9, ip[-1]).astype(np.uint32)
+
+
+def test_our_encoder_writes_the_bytes_of_libertem_asi_tpx3():
+    m = pytest.importorskip("libertem_asi_tpx3", reason="pip install 'mpistage[livepeers]'")
+    ip, ix, v = _csr()
+    assert wire.encode_scan((3, 4), (512, 512), ip, ix, v) == \
+        bytes(m.make_sim_data((3, 4), ip, ix, v))
+
+
+def test_headers_round_trip_and_hostile_ones_are_refused():
+    a = wire.parse_header(wire.encode_acquisition_start((3, 5), (256, 128), 7))
+    assert a == wire.AcquisitionStart(wire.VERSION, 0, (3, 5),
+                                      np.dtype("<u4"), (256, 128), np.dtype("<u4"), 7)
+    assert wire.parse_header(wire.encode_scan_end(3)) == wire.ScanEnd(3)
+    for bad, why in [(b"\x09" + bytes(31), "tag 9"),
+                     (wire.encode_acquisition_start((0, 5), (8, 8)), "no side may be 0"),
+                     (b"\x02\x01" + bytes(30), "dtype code 1"),
+                     (b"\x00\x07\x01" + bytes(29), "format 1"), (b"\x00" * 31, "31 bytes")]:
+        with pytest.raises(ProtocolError, match=why) as e:
+            wire.parse_header(bad)
+        assert e.value.reason == "malformed_header"
+
+
+def test_chunk_sizes_are_checked_before_the_payload_is_taken():
+    acq = wire.parse_header(wire.encode_acquisition_start((2, 2), (64, 64)))
+    ok = wire.parse_header(wire.encode_chunk(*_csr(4, 64 * 64))[:32])
+    wire.chunk_layout(ok, acq, 4, 1 << 20)
+    for c, left, bound, reason in [
+            (ok, 3, 1 << 20, "out_of_range"),                       # past the scan's end
+            (ok, 4, 16, "too_large"),                               # over the bound
+            (wire.ArrayChunk(np.dtype("<u4"), 4, 1 << 30, 20, 20), 4, 1 << 40,
+             "malformed_header"),                                   # offsets that lie
+            (wire.ArrayChunk(np.dtype("<u4"), 0, 0, 4, 4), 4, 1 << 20, "out_of_range")]:
+        with pytest.raises(ProtocolError) as e:
+            wire.chunk_layout(c, acq, left, bound)
+        assert e.value.reason == reason, e.value.detail
+
+
+def test_index_pointers_and_pixels_are_checked():
+    acq = wire.parse_header(wire.encode_acquisition_start((1, 2), (8, 8)))
+    for ip, ix in [([0, 2, 1], [1, 2]), ([1, 1, 2], [1, 2]), ([0, 1, 3], [1, 2]),
+                   ([0, 1, 2], [1, 64])]:
+        blob = wire.encode_chunk(np.array(ip), np.array(ix), np.array([1, 1], np.uint32))
+        if ip[-1] != len(ix):   # an event count the pointers do not end at
+            blob = blob[:6] + len(ix).to_bytes(4, "little") + blob[10:]
+        c = wire.parse_header(blob[:32])
+        with pytest.raises(ProtocolError, match="index pointers|pixel index") as e:
+            wire.check_csr(c, acq, memoryview(blob[32:]))
+        assert e.value.reason == "out_of_range"
+
+
+@pytest.mark.parametrize("canonical", [True, False])
+def test_densify_equals_scipy_duplicates_added(canonical):
+    import scipy.sparse as sp
+
+    ip, ix, v = _csr(20, 64, seed=3)
+    if canonical:    # sorted, distinct within each frame
+        m = sp.csr_matrix((v, ix, ip), shape=(20, 64))
+        m.sum_duplicates()
+        ip, ix, v = m.indptr, m.indices.astype(np.uint32), m.data.astype(np.uint32)
+    out = np.empty((20, 64), np.uint32)
+    densify(out, ip, ix, v)
+    assert np.array_equal(out, sp.csr_matrix((v, ix, ip), shape=(20, 64)).toarray())
+
+
+def _receive(port, scans=1, timeout=30.0, **kw):
+    got = {}
+
+    def deliver(p):
+        for f, fr in zip(p.frames, p.data):
+            got[(p.scan, int(f))] = fr.copy()
+
+    r = Tpx3Receiver(deliver, "127.0.0.1", port, partition_frames=4, **kw)
+    try:
+        reps = r.serve(scans, timeout=timeout)
+    finally:
+        r.close()
+    return r, reps, got
+
+
+def test_receiver_over_tcp_from_our_simulator_in_chunks():
+    import scipy.sparse as sp
+
+    nav, sig = (3, 5), (32, 48)
+    ip, ix, v = sparse_scan(nav, sig, 40)
+    with Tpx3Simulator() as sim:
+        sim.send(wire.encode_scan(nav, sig, ip, ix, v, chunk_frames=4))
+        r, (rep,), got = _receive(sim.port, scan_shape=(-1, 5))
+    d = rep.to_dict()
+    assert rep.ended_by == "end" and d["frames_complete"] == 15
+    assert d["geometry"]["scan_shape"] == [3, 5] and d["geometry"]["shape"] == list(sig)
+    dense = sp.csr_matrix((v, ix, ip), shape=(15, 32 * 48)).toarray()
+    for (_scan, f), fr in got.items():
+        assert np.array_equal(fr.reshape(-1), dense[f])
+    assert r.events == len(ix) and not r.assembler.rejected
+
+
+def test_a_scan_shape_of_another_frame_count_refuses_the_scan():
+    nav, sig = (2, 2), (8, 8)
+    with Tpx3Simulator() as sim:
+        sim.send(wire.encode_scan(nav, sig, *sparse_scan(nav, sig, 3)))
+        sim.send(wire.encode_scan(nav, sig, *sparse_scan(nav, sig, 3)))
+        r, reps, got = _receive(sim.port, scan_shape=(3, 3), timeout=3.0)
+    assert reps == [] and not got
+    # each refused scan's start (conflict), then its chunk and its end (no scan open)
+    assert r.assembler.rejected["conflict"] == 2 and r.assembler.rejected["unknown_scan"] == 4
+    assert any("nav shape is 2x2" in e for e in r.assembler.examples)
+
+
+def test_receiver_from_libertem_lives_tpx_camera_sim():
+    pytest.importorskip("libertem_live", reason="pip install 'mpistage[livepeers]'")
+    from libertem_live.detectors.asi_tpx3.sim import TpxCameraSim
+
+    sim = TpxCameraSim(cached="mem", port=0, sleep=0.2, mock_nav_shape=(4, 4))
+    sim.start()
+    sim.wait_for_listen()
+    try:
+        r, reps, got = _receive(sim.server_t.port, scans=2)
+    finally:
+        sim.stop()
+    assert [x.ended_by for x in reps] == ["end", "end"] and len(got) == 32
+    for (_scan, f), fr in got.items():   # its mock: frame i holds value i at pixel i
+        flat = fr.reshape(-1)
+        assert fr.shape == (512, 512) and flat[f] == f and flat.sum() == f
