@@ -8,7 +8,7 @@ the detector has no CURVE: restrict it by network. Here:
 :mod:`~streams.protocols.asi_tpx3.receiver` (the connection),
 :mod:`~streams.protocols.asi_tpx3.simulator` (``python -m streams.simulate --protocol
 asi-tpx3``); LiberTEM-live's ``libertem_live.detectors.asi_tpx3.sim.TpxCameraSim``
-is the peer of the tests. The wire format: ``docs/asi-tpx3-stream.md``.
+is the peer of the tests. The wire format: ``docs/stream-protocol.md`` section 13.
 """
 from __future__ import annotations
 

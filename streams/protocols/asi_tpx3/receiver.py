@@ -15,7 +15,7 @@ the framing drops the connection, which is then made again.
 
 Frames are densified here, in one place (:func:`densify`): the partitions the job's
 analyses see are dense ``uint32`` frames. That is the current limit of sparse data
-in the job (``docs/asi-tpx3-stream.md``).
+in the job (``docs/stream-protocol.md`` section 13).
 """
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ u32, 5 u64 (0 and 1, bit-packed u1 and u4, are not read here). The other bytes
 of a header are reserved (zero). What ``libertem_asi_tpx3`` 0.3.2 writes
 (``make_sim_data``) and reads was checked byte by byte; its documented
 ``metadata_length`` after a scan start is not consumed by that reader, so none is
-read here either. ``docs/asi-tpx3-stream.md`` is this table with the bounds.
+read here either. ``docs/stream-protocol.md`` section 13 is this table with the bounds.
 
 Pure: no sockets. Every size is checked (:func:`chunk_layout`) before anything of
 its size is allocated, and :func:`check_csr` checks a payload before it is used.
