@@ -44,17 +44,16 @@ _BATCH_BYTES = 8 << 20
 
 
 def densify(out: np.ndarray, indptr: np.ndarray, indices: np.ndarray,
-            values: np.ndarray) -> None:
-    """THE SPARSE LIMIT: CSR rows (``indptr`` from 0) into dense frames ``out`` ``(n, pixels)``.
+            values: np.ndarray) -> np.ndarray:
+    """THE SPARSE LIMIT: CSR rows (``indptr`` from 0) into dense frames ``out`` ``(n, pixels)``,
+    which must be zero; returns the flat positions written (zero them to reuse ``out``:
+    far fewer bytes than the frames).
 
     Duplicate pixel indices of a frame add up (as scipy's ``toarray`` and LiberTEM's
     dense tiles do). A canonical chunk (indices increasing within each frame) takes one
     scatter; any other the slower ``np.add.at``.
     """
     n = out.shape[0]
-    out.fill(0)
-    if not len(indices):
-        return
     pos = np.repeat(np.arange(n, dtype=np.int64) * out.shape[1], np.diff(indptr))
     pos += indices
     flat = out.reshape(-1)
@@ -62,6 +61,7 @@ def densify(out: np.ndarray, indptr: np.ndarray, indices: np.ndarray,
         flat[pos] = values
     else:
         np.add.at(flat, pos, values.astype(out.dtype))
+    return pos
 
 
 class Tpx3Receiver(SocketLoop):
@@ -108,6 +108,7 @@ class Tpx3Receiver(SocketLoop):
         self.connections = 0
         self.events = 0           # accepted events (pixels with counts), for the bench
         self.payload_bytes = 0
+        self._dense: Optional[np.ndarray] = None   # zeroed frames densify writes into
 
     # ---- the connection ----
     def _ready(self) -> None:
@@ -314,16 +315,21 @@ class Tpx3Receiver(SocketLoop):
         self.payload_bytes += c.payload_bytes
         rows, cols = acq.sig_shape
         batch = max(1, min(c.frames, _BATCH_BYTES // (rows * cols * FRAME_DTYPE.itemsize)))
-        dense = np.empty((batch, rows * cols), FRAME_DTYPE)
+        if self._dense is None or self._dense.shape[0] < batch or \
+                self._dense.shape[1] != rows * cols:
+            self._dense = np.zeros((batch, rows * cols), FRAME_DTYPE)
         for i0 in range(0, c.frames, batch):
             i1 = min(c.frames, i0 + batch)
             a, b = int(indptr[i0]), int(indptr[i1])
-            out = dense[:i1 - i0]
-            densify(out, indptr[i0:i1 + 1] - indptr[i0], indices[a:b], values[a:b])
-            for i in range(i1 - i0):
-                f = f0 + i0 + i
-                self.assembler.data(Data(scan, f, 0, 0, rows, "raw"), out[i].view(np.uint8),
-                                    where=f"{scan} frame {f}")
+            out = self._dense[:i1 - i0]
+            pos = densify(out, indptr[i0:i1 + 1] - indptr[i0], indices[a:b], values[a:b])
+            try:
+                for i in range(i1 - i0):
+                    f = f0 + i0 + i
+                    self.assembler.data(Data(scan, f, 0, 0, rows, "raw"),
+                                        out[i].view(np.uint8), where=f"{scan} frame {f}")
+            finally:
+                out.reshape(-1)[pos] = 0        # zero again what was written, not the frames
 
     def apply_shared(self, kind: str, msg: Any) -> None:
         """A scan's start (its geometry) or end from the receiving receiver."""
