@@ -143,3 +143,24 @@ def test_receiver_from_libertem_lives_tpx_camera_sim():
     for (_scan, f), fr in got.items():   # its mock: frame i holds value i at pixel i
         flat = fr.reshape(-1)
         assert fr.shape == (512, 512) and flat[f] == f and flat.sum() == f
+
+
+def test_acquisitions_announcing_huge_shapes_are_refused_before_allocation():
+    """65535 x 65535 pixels a frame (16 GiB: past the geometry's 2 GiB a frame), then 2^32
+    positions of 8192 x 8192 (its cost, accounting and two partitions, past --memory):
+    each scan refused at its start, its chunk skipped unread; the scan after is served."""
+    import resource
+
+    nav, sig = (2, 2), (16, 16)
+    chunk = wire.encode_chunk(*_csr(2, 16))
+    huge = (wire.encode_acquisition_start((2, 2), (65535, 65535)) + wire.encode_scan_start()
+            + chunk + wire.encode_acquisition_start((65535, 65535), (8192, 8192))
+            + wire.encode_scan_start() + chunk)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with Tpx3Simulator() as sim:
+        sim.send(huge + wire.encode_scan(nav, sig, *sparse_scan(nav, sig, 5)))
+        r, (rep,), got = _receive(sim.port, memory_bytes=64 << 20)
+    assert r.assembler.rejected == {"malformed_header": 1, "too_large": 1, "unknown_scan": 2}
+    assert any("over 2147483648 bytes" in e for e in r.assembler.examples)
+    assert rep.to_dict()["frames_complete"] == 4 and len(got) == 4
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss < 200 << 10   # KiB
