@@ -8,7 +8,8 @@ import pytest
 
 from streams.errors import ProtocolError
 from streams.protocols.asi_tpx3 import wire
-from streams.protocols.asi_tpx3.receiver import Tpx3Receiver, densify
+from analyses.sparse import densify
+from streams.protocols.asi_tpx3.receiver import Tpx3Receiver
 from streams.protocols.asi_tpx3.simulator import Tpx3Simulator, sparse_scan
 
 
@@ -164,3 +165,72 @@ def test_acquisitions_announcing_huge_shapes_are_refused_before_allocation():
     assert any("over 2147483648 bytes" in e for e in r.assembler.examples)
     assert rep.to_dict()["frames_complete"] == 4 and len(got) == 4
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss < 200 << 10   # KiB
+
+
+def _csr_frames(k=6, shape=(16, 16), seed=4):
+    from analyses.sparse import CSRFrames
+
+    ip, ix, v = _csr(k, shape[0] * shape[1], seed)
+    return CSRFrames(ip.astype(np.int64), ix, v, (k, *shape))
+
+
+def test_csr_frames_stand_where_dense_frames_stand():
+    import h5py
+    import scipy.sparse as sp
+
+    c = _csr_frames()
+    dense = sp.csr_matrix((c.values, c.indices, c.indptr), shape=(6, 256)).toarray()
+    assert np.array_equal(c.dense().reshape(6, -1), dense) and c.dense().dtype == np.uint32
+    assert all(np.array_equal(c[i].reshape(-1), dense[i]) for i in range(-6, 6))
+    assert len(c) == 6 and c.nbytes < dense.nbytes
+    d = c.copy()
+    d.values[0] += 1
+    assert c.values[0] + 1 == d.values[0]          # a copy, not a view
+    with h5py.File("spill", "w", driver="core", backing_store=False) as f:
+        f.create_dataset("frames", data=c)          # what the spill writes: dense frames
+        assert np.array_equal(f["frames"][()].reshape(6, -1), dense)
+    with pytest.raises(IndexError):
+        c[6]
+
+
+def test_sparse_analyses_on_csr_equal_themselves_on_dense_frames():
+    from analyses.contract import FrameSum
+    from analyses.sparse import frames_for
+    from stem4d.analysis import Stem4D
+
+    c = _csr_frames()
+    pos, ok = np.arange(6), np.ones(6, bool)
+    masks = [{"name": "d", "r": 4}, {"name": "ring", "ri": 3, "ro": 7, "cx": 6.5}]
+    for a in (FrameSum(), Stem4D(mode="virtual", masks=masks)):
+        assert a.sparse and frames_for(a, c) is c
+        got, want = a.process_partition(c, pos, ok), a.process_partition(c.dense(), pos, ok)
+        for k in want.chunks[0].columns:
+            assert np.array_equal(got.chunks[0].columns[k], want.chunks[0].columns[k]), k
+    counting = Stem4D(mode="both")
+    assert not counting.sparse and np.array_equal(frames_for(counting, c), c.dense())
+
+
+def test_sparse_assembler_accounts_as_the_dense_one():
+    """Duplicates by digest, a conflicting copy, a missing frame an empty CSR row."""
+    from streams.protocol import Begin, Data, End, ScanGeometry
+    from streams.protocols.asi_tpx3.partitions import SparseAssembler
+
+    parts = []
+    a = SparseAssembler(parts.append, routing="any", partition_frames=3)
+    g = ScanGeometry("s", 1, 5, 1, (4, 4), "<u4", (1, 5))
+    a.begin(Begin(0, g))
+    row = lambda i: (np.array([i, 9], np.uint32), np.array([1, i + 1], np.uint32))  # noqa: E731
+    for f in (0, 1, 2, 4):
+        a.data(Data("s", f, 0, 0, 4, "csr"), row(f))
+    a.data(Data("s", 1, 0, 0, 4, "csr"), row(1))                      # duplicate
+    a.data(Data("s", 1, 0, 0, 4, "csr"), row(3))                      # conflicting
+    a.data(Data("s", 3, 0, 0, 4, "raw"), b"\0" * 64)                  # not CSR
+    assert a.peak_bytes == 3 * 16
+    a.end(End("s", 0, None))
+    assert [len(p.data) for p in parts] == [3, 1] and a.held_bytes == 0
+    assert a.rejected == {"duplicate": 1, "conflicting_duplicate": 1, "unknown_encoding": 1}
+    p0 = parts[0]
+    assert list(p0.frames) == [0, 1, 2] and np.array_equal(p0.data[2].reshape(-1)[[2, 9]],
+                                                           [1, 3])
+    (rep,) = a.closed.values()
+    assert rep.to_dict()["frames_missing"] == 1 and rep.to_dict()["frames_complete"] == 4

@@ -13,9 +13,9 @@ framing kept, rejection counted); a chunk whose index pointers or pixel indices 
 wrong is rejected after it arrived (its frames stay missing); a header that breaks
 the framing drops the connection, which is then made again.
 
-Frames are densified here, in one place (:func:`densify`): the partitions the job's
-analyses see are dense ``uint32`` frames. That is the current limit of sparse data
-in the job (``docs/stream-protocol.md`` section 13).
+Partitions stay sparse (:mod:`~streams.protocols.asi_tpx3.partitions`: CSR, ``uint32``
+values): an analysis that takes CSR frames gets them as they are, any other dense
+frames (:func:`analyses.sparse.frames_for`, ``docs/stream-protocol.md`` section 13).
 """
 from __future__ import annotations
 
@@ -27,41 +27,19 @@ from typing import Any, Callable, Dict, Optional, Sequence
 import numpy as np
 
 from analyses.errors import GeometryError
-from streams.assemble import Assembler
 from streams.errors import ProtocolError
 from streams.protocol import Begin, Data, End, Reason, ScanGeometry, rejection
 from streams.protocols.asi_tpx3 import wire
+from streams.protocols.asi_tpx3.partitions import ENCODING, SparseAssembler
 from streams.scanshape import resolve_scan_shape
 from streams.socketloop import SocketLoop
 
-__all__ = ["Tpx3Receiver", "densify", "FRAME_DTYPE"]
+__all__ = ["Tpx3Receiver", "FRAME_DTYPE"]
 
-#: the dense frames' type (counts of one scan position; a u64 value past it is refused)
+#: the type of the frames' values (counts of one scan position; a u64 value past it is
+#: refused), and of their dense form
 FRAME_DTYPE = np.dtype("<u4")
 _RECV = 4 << 20
-#: bytes of dense frames made at once from one chunk (a chunk may hold thousands)
-_BATCH_BYTES = 8 << 20
-
-
-def densify(out: np.ndarray, indptr: np.ndarray, indices: np.ndarray,
-            values: np.ndarray) -> np.ndarray:
-    """THE SPARSE LIMIT: CSR rows (``indptr`` from 0) into dense frames ``out`` ``(n, pixels)``,
-    which must be zero; returns the flat positions written (zero them to reuse ``out``:
-    far fewer bytes than the frames).
-
-    Duplicate pixel indices of a frame add up (as scipy's ``toarray`` and LiberTEM's
-    dense tiles do). A canonical chunk (indices increasing within each frame) takes one
-    scatter; any other the slower ``np.add.at``.
-    """
-    n = out.shape[0]
-    pos = np.repeat(np.arange(n, dtype=np.int64) * out.shape[1], np.diff(indptr))
-    pos += indices
-    flat = out.reshape(-1)
-    if len(pos) < 2 or bool(np.all(pos[1:] > pos[:-1])):
-        flat[pos] = values
-    else:
-        np.add.at(flat, pos, values.astype(out.dtype))
-    return pos
 
 
 class Tpx3Receiver(SocketLoop):
@@ -89,7 +67,7 @@ class Tpx3Receiver(SocketLoop):
                  on_share: Optional[Callable[[str, Any], Any]] = None,
                  max_chunk_bytes: Optional[int] = None) -> None:
         super().__init__(on_close)
-        self.assembler = Assembler(deliver, routing="any", partition_frames=partition_frames,
+        self.assembler = SparseAssembler(deliver, routing="any", partition_frames=partition_frames,
                                    memory_bytes=memory_bytes, idle_timeout=idle_timeout,
                                    on_close=self._closed)
         self.host, self.port, self.shape_wanted = host, port, scan_shape
@@ -108,7 +86,6 @@ class Tpx3Receiver(SocketLoop):
         self.connections = 0
         self.events = 0           # accepted events (pixels with counts), for the bench
         self.payload_bytes = 0
-        self._dense: Optional[np.ndarray] = None   # zeroed frames densify writes into
 
     # ---- the connection ----
     def _ready(self) -> None:
@@ -301,35 +278,30 @@ class Tpx3Receiver(SocketLoop):
         if scan not in self.assembler.scans:
             self._reject(Reason.LATE, f"TPX3 chunk for {scan}, closed meanwhile")
             return
+        rows, cols = acq.sig_shape
         try:
             indptr, indices, values = wire.check_csr(c, acq, payload)
             if c.value_dtype.itemsize > FRAME_DTYPE.itemsize and c.events and \
                     int(values.max()) > np.iinfo(FRAME_DTYPE).max:
                 raise ProtocolError(Reason.OUT_OF_RANGE, f"TPX3 chunk value "
-                                    f"{int(values.max())} past the dense frames' uint32")
+                                    f"{int(values.max())} past the frames' uint32")
+            most = int(np.diff(indptr).max())
+            if most > rows * cols:    # bounds a sparse partition by twice its dense size
+                raise ProtocolError(Reason.OUT_OF_RANGE, f"TPX3 frame of {most} events, "
+                                    f"more than its {rows * cols} pixels")
         except ProtocolError as e:
             self.assembler.reject(e.reason, f"{scan} frames {f0}..{f0 + c.frames - 1}: "
                                   f"{e.detail}", scan, received=True)
             return
         self.events += c.events
         self.payload_bytes += c.payload_bytes
-        rows, cols = acq.sig_shape
-        batch = max(1, min(c.frames, _BATCH_BYTES // (rows * cols * FRAME_DTYPE.itemsize)))
-        if self._dense is None or self._dense.shape[0] < batch or \
-                self._dense.shape[1] != rows * cols:
-            self._dense = np.zeros((batch, rows * cols), FRAME_DTYPE)
-        for i0 in range(0, c.frames, batch):
-            i1 = min(c.frames, i0 + batch)
-            a, b = int(indptr[i0]), int(indptr[i1])
-            out = self._dense[:i1 - i0]
-            pos = densify(out, indptr[i0:i1 + 1] - indptr[i0], indices[a:b], values[a:b])
-            try:
-                for i in range(i1 - i0):
-                    f = f0 + i0 + i
-                    self.assembler.data(Data(scan, f, 0, 0, rows, "raw"),
-                                        out[i].view(np.uint8), where=f"{scan} frame {f}")
-            finally:
-                out.reshape(-1)[pos] = 0        # zero again what was written, not the frames
+        # one type for every chunk: what the scan's geometry says (the store copies)
+        indices = indices.astype(np.uint32, copy=False)
+        values = values.astype(FRAME_DTYPE, copy=False)
+        for i in range(c.frames):
+            f, a, b = f0 + i, int(indptr[i]), int(indptr[i + 1])
+            self.assembler.data(Data(scan, f, 0, 0, rows, ENCODING),
+                                (indices[a:b], values[a:b]), where=f"{scan} frame {f}")
 
     def apply_shared(self, kind: str, msg: Any) -> None:
         """A scan's start (its geometry) or end from the receiving receiver."""
