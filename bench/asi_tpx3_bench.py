@@ -13,15 +13,14 @@ times, one receiver in this process:
   as its workers do, without a UDF; from the arm (its acquisition start header) to the
   last frame's stack;
 - **mpistage**: :class:`streams.protocols.asi_tpx3.receiver.Tpx3Receiver` (Python and
-  numpy: every size checked, every chunk's pointers and indices checked, frames
-  densified into its assembler's partitions, delivered to a no-op); the scan report's
+  numpy: every size checked, every chunk's pointers and indices checked, frames into
+  its sparse assembler's CSR partitions, delivered to a no-op); the scan report's
   seconds (first message to the scan end);
-- **mpistage, CSR only**: the same receiver with the densify step replaced by nothing
-  (every check kept; from the first header to the last chunk): what the sparse limit
-  costs.
+- **mpistage, dense partitions**: the same receiver densifying every frame into a dense
+  assembler's partitions (what it did before partitions could be CSR).
 
-Memory: the stream's bytes per frame (CSR) against a dense ``uint32`` frame, and what
-the receiver's assembler holds (its partition buffers, dense). Load average beside.
+Memory: the stream's bytes per frame (CSR) against a dense ``uint32`` frame, and the
+most the receiver's partitions held, CSR and dense. Load average beside.
 
     .venv/bin/python bench/asi_tpx3_bench.py --scan 64 64 --repeat 3
 """
@@ -70,39 +69,52 @@ def libertem_live(port: int, frames: int) -> float:
     return t1 - t0
 
 
-def mpistage(port: int, sparse_only: bool, partition_frames: int, frames: int) -> dict:
+def mpistage(port: int, dense: bool, partition_frames: int) -> dict:
+    """Seconds (the scan report's: first message to the scan end) and the bytes its
+    partitions held at most: CSR (the receiver as it is), or the same frames dense."""
+    import numpy as np
+
+    from analyses.sparse import densify
+    from streams.assemble import Assembler
+    from streams.protocol import Data
     from streams.protocols.asi_tpx3 import receiver, wire
 
-    class CsrOnly(receiver.Tpx3Receiver):
-        def _payload(self, c, payload):   # every check, no densify, nothing delivered
+    class Dense(receiver.Tpx3Receiver):
+        """The receiver before sparse partitions: every frame densified into a dense
+        assembler's partition (zeroed frames reused, only written pixels zeroed again)."""
+
+        def __init__(self, *args, **kw):
+            super().__init__(*args, **kw)
+            self.assembler = Assembler(self.assembler.deliver, routing="any",
+                                       partition_frames=partition_frames,
+                                       memory_bytes=kw["memory_bytes"], on_close=self._closed)
+            self.scratch = None
+
+        def _payload(self, c, payload):
+            scan, acq, f0 = self._scan, self._acq, self._frame
             self._frame += c.frames
-            wire.check_csr(c, self._acq, payload)
-            self.events += c.events
-            self.payload_bytes += c.payload_bytes
-            if self._frame >= frames and self.done_at is None:
-                self.done_at = time.perf_counter()
+            indptr, indices, values = wire.check_csr(c, acq, payload)
+            rows, cols = acq.sig_shape
+            if self.scratch is None:
+                self.scratch = np.zeros((1, rows * cols), np.uint32)
+            for i in range(c.frames):
+                a, b = int(indptr[i]), int(indptr[i + 1])
+                pos = densify(self.scratch, indptr[i:i + 2] - a, indices[a:b], values[a:b])
+                self.assembler.data(Data(scan, f0 + i, 0, 0, rows, "raw"),
+                                    self.scratch[0].view(np.uint8))
+                self.scratch.reshape(-1)[pos] = 0
 
-        def _header(self, m):         # the clock starts at the first header, as the report's
-            if self.t0 is None:
-                self.t0 = time.perf_counter()
-            super()._header(m)
-
-    cls = CsrOnly if sparse_only else receiver.Tpx3Receiver
+    cls = Dense if dense else receiver.Tpx3Receiver
     r = cls(lambda p: None, "127.0.0.1", port, partition_frames=partition_frames,
             memory_bytes=1 << 30)
     try:
-        if sparse_only:       # no frame reaches the assembler: its end is the last chunk
-            r.done_at = r.t0 = None
-            end = time.perf_counter() + 300
-            while r.done_at is None and time.perf_counter() < end:
-                r.step(0.1)
-            return {"seconds": r.done_at - r.t0, "buffer_bytes": 0}
         (rep,) = r.serve(1, timeout=300)
     finally:
         r.close()
     d = rep.to_dict()
     assert d["ok"], d
-    return {"seconds": d["seconds"], "buffer_bytes": d["buffer_bytes"]}
+    held = d["buffer_bytes"] if dense else r.assembler.peak_bytes
+    return {"seconds": d["seconds"], "held_bytes": held}
 
 
 def main() -> None:
@@ -130,17 +142,16 @@ def main() -> None:
     sim.start()
     sim.wait_for_listen()
     port = sim.server_t.port
-    runs: dict = {"libertem-live": [], "mpistage": [], "mpistage (CSR only)": []}
-    buffer_bytes = 0
+    runs: dict = {"libertem-live": [], "mpistage": [], "mpistage, dense partitions": []}
+    held = {}
     try:
         with LoadSampler() as load:
             for _ in range(a.repeat):
                 runs["libertem-live"].append(libertem_live(port, frames))
-                got = mpistage(port, False, a.partition_frames, frames)
-                runs["mpistage"].append(got["seconds"])
-                buffer_bytes = got["buffer_bytes"]
-                runs["mpistage (CSR only)"].append(
-                    mpistage(port, True, a.partition_frames, frames)["seconds"])
+                for name, dense in (("mpistage", False), ("mpistage, dense partitions", True)):
+                    got = mpistage(port, dense, a.partition_frames)
+                    runs[name].append(got["seconds"])
+                    held[name] = got["held_bytes"]
     finally:
         sim.stop()
     dense = sig[0] * sig[1] * 4
@@ -149,7 +160,7 @@ def main() -> None:
         "stream_bytes": len(blob), "stream_bytes_per_frame": len(blob) / frames,
         "dense_bytes_per_frame": dense, "chunk_frames": a.chunk_frames,
         "partition_frames": a.partition_frames,
-        "assembler_buffer_bytes": buffer_bytes,
+        "partitions_held_bytes": held,
         "seconds": runs,
         "frames_per_s": {k: [frames / s for s in v] for k, v in runs.items()},
         "load": {"before": load.before, "min": min(load.samples), "max": max(load.samples),
@@ -165,14 +176,15 @@ def main() -> None:
         lines.append(f"| {k} | {med[k]:,.0f} | {med[k] * len(blob) / frames / 1e6:,.1f} | "
                      + ", ".join(f"{x:,.0f}" for x in v) + " |")
     ratio = med["mpistage"] / med["libertem-live"]
-    lines += ["", f"ratio mpistage / LiberTEM-live: **{ratio:.2f}**"
-              f" (CSR only: {med['mpistage (CSR only)'] / med['libertem-live']:.2f})", "",
+    dense_ratio = med["mpistage, dense partitions"] / med["libertem-live"]
+    lines += ["", f"ratio mpistage / LiberTEM-live: **{ratio:.2f}** (dense partitions: "
+              f"{dense_ratio:.2f})", "",
               f"memory: the stream carries {res['stream_bytes_per_frame']:,.0f} bytes per frame, "
               f"a dense uint32 frame is {dense:,} bytes "
-              f"(**{dense / res['stream_bytes_per_frame']:,.0f}x**); the receiver's assembler "
-              f"held {buffer_bytes:,} bytes of dense partitions "
-              f"({a.partition_frames} frames each), where the same partitions as CSR are "
-              f"{a.partition_frames * res['stream_bytes_per_frame']:,.0f} bytes",
+              f"(**{dense / res['stream_bytes_per_frame']:,.0f}x**); the receiver's partitions "
+              f"({a.partition_frames} frames each) held at most {held['mpistage']:,} bytes as "
+              f"CSR, {held['mpistage, dense partitions']:,} bytes dense (**"
+              f"{held['mpistage, dense partitions'] / max(1, held['mpistage']):,.0f}x**)",
               f"load average {load.before:.2f} before the run, {min(load.samples):.1f}-"
               f"{max(load.samples):.1f} (mean {statistics.mean(load.samples):.1f}) during it"]
     Path(a.out + ".json").write_text(json.dumps(res, indent=1) + "\n")
