@@ -234,3 +234,15 @@ def test_sparse_assembler_accounts_as_the_dense_one():
                                                            [1, 3])
     (rep,) = a.closed.values()
     assert rep.to_dict()["frames_missing"] == 1 and rep.to_dict()["frames_complete"] == 4
+
+
+def test_a_viewer_picks_a_dense_frame_from_a_kept_sparse_partition():
+    from streams.job.frames import MAX_FRAME_BYTES, FrameStore, lookup
+
+    c = _csr_frames()
+    store = FrameStore()
+    store.keep("s", np.arange(10, 16), np.ones(6, bool), c)
+    assert store.memory_bytes == c.nbytes          # kept as CSR
+    got = lookup(store, "s", 13, MAX_FRAME_BYTES)
+    assert got["where"] == "memory" and np.array_equal(got["frame"], c.dense()[3])
+    assert lookup(store, "s", 16, MAX_FRAME_BYTES) is None
