@@ -238,10 +238,11 @@ class Tpx3Receiver(SocketLoop):
             err = rejection(e)
             self._reject(err.reason, err.detail)
             return
-        self.headers[scan] = acq
         self.assembler.begin(Begin(0, g))
-        if scan in self.assembler.scans and self.on_share is not None:
-            self.on_share("start", g)
+        if scan in self.assembler.scans:      # not refused (busy, too large): kept
+            self.headers[scan] = acq
+            if self.on_share is not None:
+                self.on_share("start", g)
 
     def _end_scan(self) -> None:
         scan, self._scan = self._scan, None
