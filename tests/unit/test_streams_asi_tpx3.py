@@ -164,6 +164,7 @@ def test_acquisitions_announcing_huge_shapes_are_refused_before_allocation():
     assert r.assembler.rejected == {"malformed_header": 1, "too_large": 1, "unknown_scan": 2}
     assert any("over 2147483648 bytes" in e for e in r.assembler.examples)
     assert rep.to_dict()["frames_complete"] == 4 and len(got) == 4
+    assert list(r.headers) == [rep.scan]          # nothing kept of the refused scans
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss < 200 << 10   # KiB
 
 
