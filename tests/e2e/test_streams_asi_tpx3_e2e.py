@@ -3,8 +3,9 @@ nodes, 2 receivers: one connects, the other opens and closes each scan as it is 
 
 A sparse scan written by our simulator (``python -m streams.simulate --protocol asi-tpx3
 --dump``, several array chunks) is the one stream of every test: LiberTEM-live's own
-``run_udf`` on it, replayed by its ``TpxCameraSim``, is the reference; the job fed by that
-same ``TpxCameraSim`` (LiberTEM's SumUDF, SumSigUDF, ApplyMasksUDF) and the job fed by our
+``run_udf`` on it, replayed by its ``TpxCameraSim``, is the reference (it equals
+LiberTEM's ``run_udf`` on the same scan dense); the job fed by that same
+``TpxCameraSim`` (LiberTEM's SumUDF, SumSigUDF, ApplyMasksUDF) and the job fed by our
 simulator (the 4D-STEM flow's sum image and virtual images) equal it bit for bit. Then
 hostile streams from our simulator: each fault refused and counted by reason, and the
 scan that follows exact.
@@ -66,7 +67,33 @@ def reference(tmp_path_factory):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     want = dict(np.load(out))
     assert tuple(want["nav_shape"]) == NAV and want["sum"].sum() > 1000
+    _libertem_on_the_dense_equivalent_agrees(masks, want)
     return stream, masks, want
+
+
+def _libertem_on_the_dense_equivalent_agrees(masks: Path, want: dict) -> None:
+    """LiberTEM's run_udf on the same scan dense (the simulator's CSR, densified by
+    scipy) gives LiberTEM-live's results: the reference is the scan's, not a sparse
+    path's."""
+    import scipy.sparse as sp
+    from libertem.api import Context
+    from libertem.executor.inline import InlineJobExecutor
+    from libertem.udf.masks import ApplyMasksUDF
+    from libertem.udf.sum import SumUDF
+    from libertem.udf.sumsigudf import SumSigUDF
+
+    from streams.protocols.asi_tpx3.simulator import sparse_scan
+
+    ip, ix, v = sparse_scan(NAV, SIG, 300.0, seed=0)     # what _stream dumped
+    n = NAV[0] * NAV[1]
+    dense = sp.csr_matrix((v, ix, ip), shape=(n, SIG[0] * SIG[1])).toarray()
+    ctx = Context(executor=InlineJobExecutor())
+    ds = ctx.load("memory", data=dense.reshape(*NAV, *SIG).astype(np.uint32), sig_dims=2)
+    m = np.load(masks)
+    r = ctx.run_udf(ds, [SumUDF(), SumSigUDF(),
+                         ApplyMasksUDF(mask_factories=[lambda a=a: a for a in m])])
+    for k, res in zip(("sum", "sumsig", "masks"), r):
+        assert np.array_equal(res["intensity"].data, want[k]), k
 
 
 def _served(job: Job) -> Path:
