@@ -139,6 +139,10 @@ class Analysis:
     #: is not. The receiving job refuses to call such a scan served when it is False.
     duplicates_safe = True
 
+    #: Whether :meth:`process_partition` takes a sparse partition as it is
+    #: (:class:`analyses.sparse.CSRFrames`); False: it gets dense frames.
+    sparse = False
+
     #: Whether :meth:`use_detector` must see each scan's pixel mask before its first
     #: partition (a receiving job then hands it from the scan's start to the workers).
     needs_detector = False
@@ -233,8 +237,13 @@ class FrameSum(Analysis):
     def columns(self) -> Tuple[str, ...]:
         return ("sum",)
 
-    def process_partition(self, frames: np.ndarray, positions: np.ndarray,
+    sparse = True
+
+    def process_partition(self, frames: Any, positions: np.ndarray,
                           complete: np.ndarray) -> PerFrame:
-        sums = frames.reshape(len(frames), -1).sum(axis=1, dtype=np.float64)
+        from analyses.sparse import CSRFrames, row_sums
+
+        sums = (row_sums(frames)[:, 0] if isinstance(frames, CSRFrames)
+                else frames.reshape(len(frames), -1).sum(axis=1, dtype=np.float64))
         return PerFrame([Chunk(np.asarray(positions, np.int64).copy(),
                                np.asarray(complete, bool).copy(), {"sum": sums})])

@@ -145,6 +145,11 @@ class Stem4D(Analysis):
     def counting(self) -> bool:
         return self.params["mode"] in ("both", "count")
 
+    @property
+    def sparse(self) -> bool:   # type: ignore[override]
+        """Sums and virtual images compute on CSR frames; counting needs dense frames."""
+        return not self.counting
+
     # ---- set-up ----
     def masks(self, shape: Tuple[int, int]) -> List[Mask]:
         """The virtual detectors for frames of ``shape`` (name, weights, attributes)."""
@@ -247,18 +252,25 @@ class Stem4D(Analysis):
         return ("sum",) + (("virtual",) if self.virtual else ()) + \
             (("electrons",) if self.counting else ())
 
-    def process_partition(self, frames: np.ndarray, positions: np.ndarray,
+    def process_partition(self, frames: Any, positions: np.ndarray,
                           complete: np.ndarray) -> PerFrame:
         from kernels import count_electrons, virtual_detector
+
+        from analyses.sparse import CSRFrames, row_sums
 
         _check_dtype(frames.dtype, "stem4d, partition")
         k = len(frames)
         self._setup((int(frames.shape[1]), int(frames.shape[2])))
-        sums = frames.reshape(k, -1).sum(axis=1, dtype=np.float64)
+        csr = isinstance(frames, CSRFrames)     # only when sparse: no counting
+        sums = row_sums(frames)[:, 0] if csr else \
+            frames.reshape(k, -1).sum(axis=1, dtype=np.float64)
         cols: Dict[str, np.ndarray] = {"sum": sums}
         ragged: Dict[str, Any] = {}
         if self.virtual and k:
-            cols["virtual"] = virtual_detector(frames, self._stack)
+            stack = self._stack
+            assert stack is not None      # _setup made it
+            cols["virtual"] = row_sums(frames, stack.reshape(len(stack), -1)) if csr \
+                else virtual_detector(frames, stack)
         elif self.virtual:
             cols["virtual"] = np.zeros((0, len(self._masks)))
         if self.counting:

@@ -78,8 +78,9 @@ class Partition:
         Partition number at this receiver (in delivery order for routing ``any``).
     frames : ndarray of int64, shape (k,)
         Global frame index of each row of ``data``.
-    data : ndarray, shape (k, rows, cols)
-        The frames; rows of missing sectors are zero.
+    data : ndarray, shape (k, rows, cols), or analyses.sparse.CSRFrames
+        The frames; rows of missing sectors are zero (a sparse protocol's partitions
+        are CSR, :mod:`streams.protocols.asi_tpx3.partitions`).
     complete : ndarray of bool, shape (k,)
     sectors : ndarray of bool, shape (k, sectors)
         Which sectors arrived.
@@ -369,14 +370,14 @@ class Assembler:
             return
         op, row = place
         try:
-            decode_into(d.encoding, payload, st.pool[op.slot][row, r0:r1])
+            digest = self._store(st, op.slot, row, d.encoding, payload, r0, r1)
         except CodecError as e:
             # routing any: the row was only proposed (see _place); nothing to undo
             self.reject(e.reason, f"{where}: {e.detail}", d.scan)
             return
         if self.routing == "any":
             self._commit_any(st, op, row, f)
-        st.digests[f, s] = self._digest(st.pool[op.slot][row, r0:r1])
+        st.digests[f, s] = digest
         st.report.got[f, s] = True
         st.bytes += (r1 - r0) * g.shape[1] * g.itemsize
         n = st.nsect[f] = st.nsect[f] + 1
@@ -386,20 +387,46 @@ class Assembler:
         if op.remaining == 0:
             self._deliver(st, op, evicted=False)
 
-    def _digest(self, rows: np.ndarray) -> int:
+    def _digest(self, rows: Any) -> int:
         return self._xxh3(rows.data, seed=self._seed)    # C-contiguous rows
+
+    # ---- where sectors are kept: dense here, CSR in streams.protocols.asi_tpx3.partitions ----
+    def _buffer(self, st: _Scan) -> Any:
+        """A new partition buffer of ``st`` (K frames)."""
+        return np.empty((st.K, *st.g.shape), st.dtype)
+
+    def _store(self, st: _Scan, slot: int, row: int, encoding: str, payload: Any,
+               r0: int, r1: int) -> int:
+        """Decode a sector into its place; return its digest (raises ``CodecError``)."""
+        rows = st.pool[slot][row, r0:r1]
+        decode_into(encoding, payload, rows)
+        return self._digest(rows)
+
+    def _digest_aside(self, st: _Scan, encoding: str, payload: Any, r0: int, r1: int) -> int:
+        """The digest of a second copy, decoded aside (raises ``CodecError``)."""
+        aside = np.empty((r1 - r0, st.g.shape[1]), st.dtype)
+        decode_into(encoding, payload, aside)
+        return self._digest(aside)
+
+    def _partition_data(self, st: _Scan, slot: int, k: int, got: np.ndarray) -> Any:
+        """The first ``k`` frames of a buffer as delivered, rows that did not arrive zeroed."""
+        data = st.pool[slot][:k]
+        for i in np.flatnonzero(~got.all(axis=1)):
+            for s in np.flatnonzero(~got[i]):
+                r0, r1 = st.g.sector_rows(int(s))
+                data[i, r0:r1] = 0
+        return data
 
     def _second_copy(self, st: _Scan, d: Data, payload: Any, where: str) -> None:
         """A sector already accepted arrives again: decoded aside and compared."""
         g, f, s = st.g, d.frame, d.sector
         r0, r1 = g.sector_rows(s)
-        aside = np.empty((r1 - r0, g.shape[1]), st.dtype)
         try:
-            decode_into(d.encoding, payload, aside)
+            digest = self._digest_aside(st, d.encoding, payload, r0, r1)
         except CodecError as e:
             self.reject(e.reason, f"{where} (a second copy): {e.detail}", d.scan)
             return
-        if self._digest(aside) == int(st.digests[f, s]):
+        if digest == int(st.digests[f, s]):
             self.reject(Reason.DUPLICATE, f"{where} arrived twice, the same content (the "
                         "first copy is kept)", d.scan)
             return
@@ -451,7 +478,7 @@ class Assembler:
     def _open(self, st: _Scan, key: int, frames: np.ndarray, remaining: int) -> _Open:
         if not st.free:
             if len(st.pool) < st.slots:
-                st.pool.append(np.empty((st.K, *st.g.shape), st.dtype))
+                st.pool.append(self._buffer(st))
                 st.free.append(len(st.pool) - 1)
             else:
                 oldest = next(iter(st.open.values()))
@@ -472,13 +499,9 @@ class Assembler:
                 st.next_key += 1
         k = op.filled if self.routing == "any" else len(op.frames)
         frames = op.frames[:k]
-        data = st.pool[op.slot][:k]
         got = st.report.got[frames]
         complete = got.all(axis=1)
-        for i in np.flatnonzero(~complete):   # zero what did not arrive
-            for s in np.flatnonzero(~got[i]):
-                r0, r1 = g.sector_rows(int(s))
-                data[i, r0:r1] = 0
+        data = self._partition_data(st, op.slot, k, got)
         part = Partition(g.scan, op.key, frames.copy(), data, complete, got, g, evicted)
         try:
             if k:

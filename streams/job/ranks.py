@@ -56,6 +56,7 @@ from core.mpi.link import Backoff, Credits, Link
 from core.mpi.loop import Loop
 from streams.accounting import ScanReport
 from analyses.contract import Analysis
+from analyses.sparse import frames_for
 from streams.assemble import Partition
 from streams.job.coordinator import Coordinator
 from streams.job.frames import OUTCOMES, FrameRequests, FrameStore, lookup, parse_request
@@ -133,7 +134,7 @@ class RankLoop(Loop):
         if scan not in self.partials:
             self.analysis.prepare(g)
             self.partials[scan] = self.analysis.empty()
-        p = self.analysis.process_partition(data, frames, complete)
+        p = self.analysis.process_partition(frames_for(self.analysis, data), frames, complete)
         self.partials[scan] = self.analysis.merge(self.partials[scan], p)
         lv = self.analysis.live(p)
         prev = self.live_pending.get(scan)

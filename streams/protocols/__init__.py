@@ -109,6 +109,7 @@ ROWS: Table[StreamProtocol] = Table("stream protocol", {
     "stream2": "streams.protocols.stream2:StreamV2",
     "dectris-legacy": "streams.protocols.dectris_legacy:DectrisLegacy",
     "merlin": "streams.protocols.merlin:Merlin",
+    "asi-tpx3": "streams.protocols.asi_tpx3:AsiTpx3",
 }, make=lambda cls: cls(), paths=True,
     hint="a plug-in registers with streams.protocols.register")
 
