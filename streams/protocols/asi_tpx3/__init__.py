@@ -12,8 +12,9 @@ is the peer of the tests. The wire format: ``docs/stream-protocol.md`` section 1
 """
 from __future__ import annotations
 
+import functools
 import os
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, List, Optional
 
 from streams.protocols import ProtocolOption, StreamProtocol, write_rendezvous_json
 from streams.scanshape import parse_scan_shape
@@ -71,7 +72,7 @@ class AsiTpx3(StreamProtocol):
         write_rendezvous_json(o, {"protocol": "asi-tpx3", "detector": o.protocol_options[
             "tpx3_endpoint"], "live": live, "receivers": endpoints})
 
-    def detector_metadata(self, socket: Any, scan: str) -> Optional[Dict[str, Any]]:
+    def detector_metadata(self, socket: Any, scan: str) -> Optional[Callable[[Any], None]]:
         """The acquisition start, as the scan's ``/detector`` (description: its fields)."""
         got = socket.detector(scan) if socket is not None else None
         if got is None:
@@ -85,4 +86,6 @@ class AsiTpx3(StreamProtocol):
                 f"{a.sequence})")
         start = Start(0, scan, a.nav_shape[0] * a.nav_shape[1], 0, 0, None, (),
                       {"detector_description": text})
-        return {"start": start, "channel": None}
+        from streams.protocols.stream2.nxdetector import write_detector
+
+        return functools.partial(write_detector, start=start, channel=None)
