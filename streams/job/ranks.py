@@ -383,6 +383,7 @@ class CoordinatorLoop(ReceiverLoop):
         self.coord = Coordinator(roles, routing, close_wait=options.close_wait,
                                  heartbeat=options.heartbeat)
         self.publisher = publisher
+        self.names: Any = None      # the scans' output names (streams.job.names), set by the job
         self.frame_requests = FrameRequests()    # viewers' requests
         self.next_publish = time.monotonic() + options.live_interval
         self._closing = False
@@ -499,8 +500,14 @@ class CoordinatorLoop(ReceiverLoop):
             self._job_published = state
             self.publisher.publish_job({"job_rejected": job})
 
-    def publish(self, scan: str, now: float, final: bool = False, partial: Any = None) -> None:
-        """``scan``'s live message: what rank 0 merged so far, or ``partial``."""
+    def out_name(self, scan: str) -> str:
+        """The name of ``scan``'s files and live messages (:mod:`streams.job.names`)."""
+        return scan if self.names is None else self.names.name(scan)
+
+    def publish(self, scan: str, now: float, final: bool = False, partial: Any = None,
+                ended: Optional[Dict[str, Any]] = None) -> None:
+        """``scan``'s live message: what rank 0 merged so far, or ``partial``; ``ended``:
+        how the scan ended (its final message: served, and why not)."""
         st = self.coord.scans[scan]
         p = partial if partial is not None else st.live
         if p is None:
@@ -512,7 +519,9 @@ class CoordinatorLoop(ReceiverLoop):
         prog = self.coord.progress(scan, now)
         if self.frame_requests.counts:
             prog = dict(prog, frame_requests=dict(self.frame_requests.counts))
-        self.publisher.publish(scan, images, valid, prog, final=final, udf=meta)
+        if ended is not None:
+            prog = dict(prog, **ended)
+        self.publisher.publish(self.out_name(scan), images, valid, prog, final=final, udf=meta)
 
 
 def _pixel_mask(socket: Any, scan: str) -> Any:

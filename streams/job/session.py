@@ -28,9 +28,10 @@ import os
 import resource
 import shutil
 import signal
+import sys
 import time
 from collections import Counter
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from core.mpi.agree import agree, agreed, bcast_result
@@ -44,8 +45,9 @@ from streams.accounting import ScanReport
 from analyses.loading import load_analysis
 from analyses.output import finish
 from streams.errors import StreamError
+from streams.job.names import OutputNames
 from streams.job.localdir import default_local, local_root, node_local_dir
-from streams.job.output import scan_ok, write_report
+from streams.job.output import drained, scan_ok, write_report
 from streams.job.ranks import rank_loop
 from streams.job.roles import assign_roles, partition_frames
 from core.interrupt import Handling
@@ -104,6 +106,9 @@ class SessionOptions:
         Seconds rank 0 waits for the other receivers after the first closed a scan.
     allow_loss : float
         Fraction of frames a scan may lose and still count as served (exit 0).
+    overwrite : bool
+        A scan whose name has files in ``out`` replaces them; by default it is written
+        under a new name, ``<scan>.2``, ... (:mod:`streams.job.names`).
     live_interval : float
         Seconds between live publications.
     spill : str, optional
@@ -169,6 +174,7 @@ class SessionOptions:
     timeout: Optional[float] = None
     close_wait: float = 30.0
     allow_loss: float = 0.0
+    overwrite: bool = False
     live_interval: float = 1.0
     spill: Optional[str] = None
     stream2: Optional[str] = None
@@ -260,8 +266,8 @@ _SESSION_PARSERS: Dict[str, Callable[[Any, str], Any]] = {
     "rate": _POSITIVE, "idle_timeout": _POSITIVE, "timeout": _POSITIVE,
     "close_wait": _POSITIVE, "live_interval": _POSITIVE, "heartbeat": _POSITIVE,
     "allow_loss": parse_number(0), "analysis_options": _mapping,
-    "insecure": parse_bool, "rendezvous_mode": _octal, "handshake_timeout": _POSITIVE,
-    "io_threads": _INT1,
+    "insecure": parse_bool, "overwrite": parse_bool, "rendezvous_mode": _octal,
+    "handshake_timeout": _POSITIVE, "io_threads": _INT1,
 }
 #: The receiving job's options, each once: keyword > ``STAGER_STREAM_<NAME>`` > default
 #: (``analysis_options`` only as a keyword).
@@ -301,6 +307,8 @@ class ScanOutcome:
     ok: bool
     files: Dict[str, str]
     timing: Dict[str, Any]
+    name: str = ""          # the name of its files in OUT (:mod:`streams.job.names`)
+    problem: str = ""       # why its results are not where they belong (a failed drain)
 
 
 def _resolve(options: SessionOptions) -> SessionOptions:
@@ -423,6 +431,9 @@ def _receive_scans(job: Job, options: SessionOptions, on_written: Any, on_ready:
                 publisher = LivePublisher(f"tcp://{opts.bind_host}:*", opts.out, opts.advertise,
                                           security=sec)
             loop = rank_loop(lcomm, roles, analysis, opts, proto.routing, publisher)
+            if comm.rank == 0 and on_written is not None:   # each scan's output name
+                loop.names = OutputNames(opts.out, opts.overwrite, _say)
+                loop.coord.on_new = loop.names.name
             if opts.spill is not None and index is not None:
                 loop.spill = Spill(opts.spill, layout.name, index,
                                    os.path.join(opts.out, SPEC_NAME))
@@ -462,9 +473,12 @@ def _receive_scans(job: Job, options: SessionOptions, on_written: Any, on_ready:
                 err = e
                 if not str(e).startswith("stop:"):
                     loop.abort_all(str(e))
-            except Exception as e:   # every rank must hear of it
-                err = StreamError(f"rank {comm.rank} on node {layout.name}: {e!r}")
-                loop.abort_all(str(err))
+            except Exception as e:   # every rank must hear of it, unless every rank raised it
+                if getattr(e, "agreed_by", 0) == comm.size:
+                    err = e
+                else:
+                    err = StreamError(f"rank {comm.rank} on node {layout.name}: {e!r}")
+                    loop.abort_all(str(err))
             if err is not None:
                 loop.drain_requests(2.0)
                 raise err
@@ -592,7 +606,9 @@ def _finalize(comm: Any, layout: Any, roles: Any, loop: Any, analysis: Any,
     files: Dict[str, str] = {}
     timing: Dict[str, Any] = {}
     report: Any = None
+    result: Any = None
     local_dir = os.path.join(expand_node(o.local, layout.name), scan)
+    name = bcast_result(comm, lambda: loop.out_name(scan))
     with agreed(comm, f"writing scan {scan}", default=StreamError, node=layout.name):
         if comm.rank == 0:
             coord = loop.coord
@@ -615,13 +631,13 @@ def _finalize(comm: Any, layout: Any, roles: Any, loop: Any, analysis: Any,
             node_dir = node_local_dir(o.local, layout.name, create=True)
             localfs.ensure_dir(node_dir, local_dir)      # ours, 0700, no link followed
             # the analysis's own files (CSV, PNG, stage 2's input) are drained with it
-            out = finish(analysis, merged, report.geometry,
-                         os.path.join(local_dir, f"{scan}.h5"), report.coverage(),
+            out = finish(analysis, merged, replace(report.geometry, scan=name),
+                         os.path.join(local_dir, f"{name}.h5"), report.coverage(),
                          proto.detector_metadata(loop.socket, scan))
             if out.problem:
                 report.invalid = "; ".join(x for x in (report.invalid, out.problem) if x)
             pub = loop.publisher
-            first_live = pub.first_published.get(scan) if pub is not None else None
+            first_live = pub.first_published.get(name) if pub is not None else None
             timing = {"merge_s": round(t_merge - t0, 4),
                       "write_s": round(time.monotonic() - t_merge, 4),
                       "receive_s": round(report.last_message - report.first_message, 4),
@@ -630,26 +646,37 @@ def _finalize(comm: Any, layout: Any, roles: Any, loop: Any, analysis: Any,
                           round(first_live - report.first_message, 4),
                       "finalized_after_last_message_s":
                           round(time.monotonic() - report.last_message, 4)}
-            files = {"h5": f"{scan}.h5", "report": f"{scan}.json",
+            files = {"h5": f"{name}.h5", "report": f"{name}.json",
                      **{os.path.basename(p): os.path.basename(p) for p in out.files}}
-            write_report(os.path.join(local_dir, f"{scan}.json"), report,
-                         {"analysis": analysis.name, "outputs": files, "timing": timing,
+            renamed = {} if name == scan else {"name": name, "scan_as_sent": scan}
+            write_report(os.path.join(local_dir, f"{name}.json"), report,
+                         {**renamed, "analysis": analysis.name, "outputs": files,
+                          "timing": timing,
                           "h5_bytes": out.bytes, "roles": roles.describe("receiver"),
                           "memory": memory, "allow_loss": o.allow_loss,
                           "served": scan_ok(report, o.allow_loss),
                           "security": sec.describe() if sec is not None else None})
-            loop.publish(scan, time.monotonic(), final=True, partial=out.partial)
+            result = out.partial
     if loop.socket is not None:
         loop.socket.forget(scan)        # e.g. a Stream V2 start's arrays: written now
+    problem, keep_local = "", False
     if on_written is not None:
         written = comm.bcast({layout.name: sorted(files.values())} if comm.rank == 0
                              else None, root=0)
-        on_written(comm, scan, os.path.join(o.local, scan), written)
-    if comm.rank == 0:
-        shutil.rmtree(local_dir, ignore_errors=True)
-        _remove_empty_parents(local_dir, o.local)
-    return bcast_result(comm, lambda: ScanOutcome(scan, report, scan_ok(report, o.allow_loss),
-                                                  files, timing))
+        if comm.rank == 0 and loop.names is not None:
+            loop.names.release(name)    # its "receiving" record, replaced by the drain
+        problem, keep_local = drained(comm, on_written, name, os.path.join(o.local, scan),
+                                written, local_dir, o.out)
+    if comm.rank == 0:      # the final message after the drain: a failed end is told
+        loop.publish(scan, time.monotonic(), final=True, partial=result,
+                     ended={"served": scan_ok(report, o.allow_loss) and not problem,
+                            "failed": problem or None})
+        if not keep_local:
+            shutil.rmtree(local_dir, ignore_errors=True)
+            _remove_empty_parents(local_dir, o.local)
+    return bcast_result(comm, lambda: ScanOutcome(
+        scan, report, scan_ok(report, o.allow_loss) and not problem, files, timing, name,
+        problem))
 
 
 def _remove_empty_parents(local_dir: str, template: str) -> None:
@@ -664,6 +691,10 @@ def _remove_empty_parents(local_dir: str, template: str) -> None:
             os.rmdir(d)
         except OSError:
             break       # not empty (another scan, or the user's files), or gone
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
 
 
 def _peak_rss_mib() -> float:
@@ -696,7 +727,7 @@ def _terminate_handler(loop: Any, o: SessionOptions, nodes: Sequence[str],
                 rep, extra = coord.kill_report(scan, now, list(nodes))
                 extra["signal"] = signal.Signals(signum).name
                 os.makedirs(o.out, exist_ok=True)
-                write_report(os.path.join(o.out, f"{scan}.json"), rep, extra)
+                write_report(os.path.join(o.out, f"{loop.out_name(scan)}.json"), rep, extra)
 
     return Handling(grace=0.0, emergency=write_reports)
 
