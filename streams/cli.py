@@ -245,7 +245,7 @@ def _receive(args: argparse.Namespace) -> int:
             verdict = "ok" if o.ok else "NOT DRAINED" if o.problem else "NOT SERVED"
             print(f"{o.report.summary()} [{verdict}] -> {os.path.join(opts.out, o.files['h5'])}"
                   f"{'' if o.name in ('', o.scan) else f' (written as {o.name})'}", flush=True)
-        if len(outcomes) < opts.scans:
+        if len(outcomes) < opts.scans and not rejections.get("arming_refused"):
             print(f"stager stream receive: {len(outcomes)} of {opts.scans} scan(s) served "
                   "before the timeout", file=sys.stderr)
         if rejections:
@@ -263,6 +263,9 @@ def _receive(args: argparse.Namespace) -> int:
     if then is not None and not then.wait():
         status = status or 1
     problems = [o.problem for o in outcomes if o.problem]
+    if rejections.get("arming_refused"):     # rank 0's: the job ended for it
+        problems.append(f"the detector's series was refused at its arming, so the job "
+                        f"ended: {rejections['arming_refused']}")
     if problems:        # the last lines: where the results of a failed drain are
         status = 1
         if comm.rank == 0:

@@ -126,6 +126,17 @@ class Coordinator:
         return {"total": sum(total.values()), "by_reason": dict(sorted(total.items())),
                 "examples": examples[:20], "held_before_start": dict(held)}
 
+    def arming_refused(self) -> Optional[str]:
+        """Why a detector's series was refused at its arming (its image count and the
+        job's scan shape disagree: it can never be received), or None."""
+        for r in sorted(self.job_rejects):
+            counts, examples = self.job_rejects[r]
+            if counts.get("scan_shape"):
+                return next((f"receiver {r}: {e}" for e in examples
+                             if e.startswith("scan_shape:")),
+                            f"receiver {r}: a series its scan shape does not hold")
+        return None
+
     def live(self, g: ScanGeometry, partial: Any, merge: Any) -> None:
         """A live delta of scan ``g`` (merged into what rank 0 holds)."""
         st = self._state(g)

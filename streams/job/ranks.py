@@ -390,6 +390,11 @@ class CoordinatorLoop(ReceiverLoop):
         self._announced = 0                 # finalizations announced
         self._last_announced = 0.0
         self._job_published: Any = None
+        self.say: Callable[[str], Any] = lambda message: None    # the job's lines
+        self.refused: Optional[str] = None      # a series refused at arming: the job ends
+        self._rejected_said = (0, time.monotonic())     # rejections told, when
+        self._quiet_since = time.monotonic()    # no scan open since
+        self._wait_note = 30.0
 
     # ---- incoming MPI messages ----
     def recv_live(self, src: int, msg: Any) -> None:
@@ -468,7 +473,11 @@ class CoordinatorLoop(ReceiverLoop):
             for scan in self.coord.open_scans():
                 self.publish(scan, now)
             self._publish_job()
-        if self.deadline is not None and now >= self.deadline and not self._closing:
+        self._tell(now)
+        if self.refused is None and not self._closing:
+            self.refused = self.coord.arming_refused()
+        if (self.refused is not None or self.deadline is not None and now >= self.deadline) \
+                and not self._closing:
             self._closing = True
             self._fin_all(("close", None))
         for scan in self.coord.ready(now):
@@ -485,6 +494,24 @@ class CoordinatorLoop(ReceiverLoop):
                 and not self.coord.open_scans() \
                 and now - self._last_announced >= 2 * self.o.heartbeat:
             self._fin_all(("stop", "deadline" if self._closing else "scans"))
+
+    def _tell(self, now: float) -> None:
+        """No silent wait: say what the receivers rejected (at most every 5 s), and,
+        while no scan is open, that the job waits for one (after 30 s, then 60, ...)."""
+        job = self.coord.job_rejections()
+        told, at = self._rejected_said
+        if job["total"] > told and now - at >= 5.0:
+            self._rejected_said = (job["total"], now)
+            self.say(f"stager stream: {job['total']} message(s) rejected so far ("
+                     + ", ".join(f"{k} {v}" for k, v in job["by_reason"].items()) + ")"
+                     + (f"; e.g. {job['examples'][0]}" if job["examples"] else ""))
+        if self.coord.open_scans():
+            self._quiet_since, self._wait_note = now, 30.0
+        elif now - self._quiet_since >= self._wait_note and self.stop_reason is None:
+            self.say(f"stager stream: waiting for a scan ({self._announced} of "
+                     f"{self.o.scans} finalized; none open for {now - self._quiet_since:.0f} s"
+                     "; --timeout bounds the wait)")
+            self._wait_note *= 2
 
     def _fin_all(self, msg: Any) -> None:
         """A decision ``msg`` to every rank, this one included."""

@@ -434,6 +434,8 @@ def _receive_scans(job: Job, options: SessionOptions, on_written: Any, on_ready:
             if comm.rank == 0 and on_written is not None:   # each scan's output name
                 loop.names = OutputNames(opts.out, opts.overwrite, _say)
                 loop.coord.on_new = loop.names.name
+            if comm.rank == 0:
+                loop.say = _say
             if opts.spill is not None and index is not None:
                 loop.spill = Spill(opts.spill, layout.name, index,
                                    os.path.join(opts.out, SPEC_NAME))
@@ -461,7 +463,8 @@ def _receive_scans(job: Job, options: SessionOptions, on_written: Any, on_ready:
                               "roles": roles.describe("receiver"), "security": sec.describe()})
         outcomes: List[ScanOutcome] = []
         deadline = None if opts.timeout is None else time.monotonic() + opts.timeout
-        with (_terminate_handler(loop, opts, layout.names, rv_written) if comm.rank == 0
+        with (_terminate_handler(loop, opts, layout.names, rv_written, sec, layout.name)
+              if comm.rank == 0
               else contextlib.nullcontext()):
             err: Optional[BaseException] = None
             try:
@@ -491,6 +494,7 @@ def _receive_scans(job: Job, options: SessionOptions, on_written: Any, on_ready:
     finally:
         if comm.rank == 0 and rv_written:   # the job's rendezvous ends with it, however
             remove_rendezvous(opts.rendezvous, rv_written[0])
+            sec.remove_certificates()       # and the certificates written beside it
         if comm.rank == 0:
             _remove_empty_parents(os.path.join(expand_node(opts.local, layout.name), "-"),
                                   opts.local)
@@ -566,7 +570,8 @@ def _job_rejections(comm: Any, loop: Any, o: SessionOptions,
                "connections_refused_examples": outside_examples,
                "live_viewers_refused": by_reason(live),
                "refused": refusals_line(refused),
-               "live_refused": refusals_line(live)}
+               "live_refused": refusals_line(live),
+               "arming_refused": loop.refused}
     try:
         os.makedirs(o.out, exist_ok=True)
         localfs.write_bytes_atomic(os.path.join(o.out, "rejections.json"),
@@ -689,8 +694,10 @@ def _remove_empty_parents(local_dir: str, template: str) -> None:
     for d in dirs:
         try:
             os.rmdir(d)
+        except FileNotFoundError:
+            continue    # removed after the last scan already: its parent may be left
         except OSError:
-            break       # not empty (another scan, or the user's files), or gone
+            break       # not empty: another scan's files, or the user's
 
 
 def _say(message: str) -> None:
@@ -703,11 +710,12 @@ def _peak_rss_mib() -> float:
 
 
 def _terminate_handler(loop: Any, o: SessionOptions, nodes: Sequence[str],
-                       rv_written: Sequence[Any] = ()) -> Any:
+                       rv_written: Sequence[Any] = (), sec: Any = None, node: str = "") -> Any:
     """Rank 0: on SIGTERM (the launcher ends the job after a rank died) or SIGINT, write
     the report of every open scan from the last heartbeats, naming the lost ranks,
-    remove the rendezvous file (``rv_written``: its device and inode), then exit (143,
-    or 130).
+    remove the rendezvous file (``rv_written``: its device and inode) and the
+    certificates of ``sec``, and the node-local directory of ``node`` when empty, say in
+    one line what was interrupted and what was kept, then exit (143, or 130).
 
     Returns the :class:`core.interrupt.Handling` to enter (``with``); leaving it
     restores the previous handlers. The reports are written by its watchdog thread,
@@ -720,14 +728,30 @@ def _terminate_handler(loop: Any, o: SessionOptions, nodes: Sequence[str],
     """
     def write_reports(signum: int) -> None:
         remove_rendezvous(o.rendezvous, rv_written[0] if rv_written else None)
+        if rv_written and sec is not None:
+            sec.remove_certificates()
         now = time.monotonic()
         coord = loop.coord
+        said = []
         for scan in list(coord.open_scans()):
             with contextlib.suppress(Exception):   # we are being terminated; do what we can
                 rep, extra = coord.kill_report(scan, now, list(nodes))
                 extra["signal"] = signal.Signals(signum).name
                 os.makedirs(o.out, exist_ok=True)
-                write_report(os.path.join(o.out, f"{loop.out_name(scan)}.json"), rep, extra)
+                path = os.path.join(o.out, f"{loop.out_name(scan)}.json")
+                write_report(path, rep, extra)
+                said.append(f"scan {loop.out_name(scan)} was open ({int(rep.got.all(1).sum())}"
+                            f"/{rep.geometry.frames} frames in; its frames are not kept, its "
+                            f"report is {path})")
+        with contextlib.suppress(OSError):
+            _remove_empty_parents(os.path.join(expand_node(o.local, node), "-"), o.local)
+        root = local_root(o.local)
+        kept = f"; node-local files kept in {root}" if os.path.isdir(root) and \
+            root.startswith(os.path.join(os.sep, "tmp", "mpistage-stream-")) else ""
+        print(f"stager stream receive: interrupted by {signal.Signals(signum).name}: "
+              + ("; ".join(said) or "no scan was open")
+              + f"; {len(coord.order)} scan(s) finalized before, in {o.out}{kept}",
+              file=sys.stderr, flush=True)
 
     return Handling(grace=0.0, emergency=write_reports)
 
