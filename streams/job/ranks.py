@@ -390,7 +390,6 @@ class CoordinatorLoop(ReceiverLoop):
         self._announced = 0                 # finalizations announced
         self._last_announced = 0.0
         self._job_published: Any = None
-        self.say: Callable[[str], Any] = lambda message: None    # the job's lines
         self.refused: Optional[str] = None      # a series refused at arming: the job ends
         self._rejected_said = (0, time.monotonic())     # rejections told, when
         self._quiet_since = time.monotonic()    # no scan open since

@@ -28,7 +28,6 @@ import os
 import resource
 import shutil
 import signal
-import sys
 import time
 from collections import Counter
 from dataclasses import MISSING, dataclass, field, fields, replace
@@ -432,10 +431,8 @@ def _receive_scans(job: Job, options: SessionOptions, on_written: Any, on_ready:
                                           security=sec)
             loop = rank_loop(lcomm, roles, analysis, opts, proto.routing, publisher)
             if comm.rank == 0 and on_written is not None:   # each scan's output name
-                loop.names = OutputNames(opts.out, opts.overwrite, _say)
+                loop.names = OutputNames(opts.out, opts.overwrite, loop.say)
                 loop.coord.on_new = loop.names.name
-            if comm.rank == 0:
-                loop.say = _say
             if opts.spill is not None and index is not None:
                 loop.spill = Spill(opts.spill, layout.name, index,
                                    os.path.join(opts.out, SPEC_NAME))
@@ -700,10 +697,6 @@ def _remove_empty_parents(local_dir: str, template: str) -> None:
             break       # not empty: another scan's files, or the user's
 
 
-def _say(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
 def _peak_rss_mib() -> float:
     """This process's peak resident set so far (MiB; Linux reports KiB)."""
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
@@ -748,10 +741,9 @@ def _terminate_handler(loop: Any, o: SessionOptions, nodes: Sequence[str],
         root = local_root(o.local)
         kept = f"; node-local files kept in {root}" if os.path.isdir(root) and \
             root.startswith(os.path.join(os.sep, "tmp", "mpistage-stream-")) else ""
-        print(f"stager stream receive: interrupted by {signal.Signals(signum).name}: "
-              + ("; ".join(said) or "no scan was open")
-              + f"; {len(coord.order)} scan(s) finalized before, in {o.out}{kept}",
-              file=sys.stderr, flush=True)
+        loop.say(f"stager stream receive: interrupted by {signal.Signals(signum).name}: "
+                 + ("; ".join(said) or "no scan was open")
+                 + f"; {len(coord.order)} scan(s) finalized before, in {o.out}{kept}")
 
     return Handling(grace=0.0, emergency=write_reports)
 
