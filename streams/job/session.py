@@ -14,24 +14,25 @@ rank. Collective over `job`:
    finalized (or the overall ``timeout`` closed what was open);
 4. per scan, collectively: the partials merged per node, then across node
    leaders, each in the fixed tree (:func:`core.mpi.tree.tree_reduce`); the receivers' reports
-   gathered and merged; rank 0 writes ``<scan>.h5`` and ``<scan>.json`` to its
-   node-local directory and the caller's ``on_written`` drains them to the
-   shared output; a final live message.
+   gathered and merged; rank 0 writes ``<name>.h5`` and ``<name>.json`` to its
+   node-local directory (the name settled when the scan was first heard of:
+   :mod:`streams.job.names`) and the caller's ``on_written`` drains them to the
+   shared output, a failed drain keeping them (:func:`streams.job.output.drained`);
+   a final live message;
+5. the end (:mod:`streams.job.ending`): the job's rejections summed, its files and
+   empty directories removed; interrupted, one line and the open scans' reports.
 
 Returns the merged reports on every rank (rank 0's, broadcast).
 """
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import resource
 import shutil
-import signal
 import time
-from collections import Counter
 from dataclasses import MISSING, dataclass, field, fields, replace
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from core.mpi.agree import agree, agreed, bcast_result
 from core.job import Job
@@ -44,18 +45,18 @@ from streams.accounting import ScanReport
 from analyses.loading import load_analysis
 from analyses.output import finish
 from streams.errors import StreamError
+from streams.job.ending import interrupted, job_rejections, remove_empty_parents
 from streams.job.names import OutputNames
 from streams.job.localdir import default_local, local_root, node_local_dir
 from streams.job.output import drained, scan_ok, write_report
 from streams.job.ranks import rank_loop
 from streams.job.roles import assign_roles, partition_frames
-from core.interrupt import Handling
 from streams.job.live import LivePublisher
 from streams.job.spill import SPEC_NAME, Spill, spill_spec_text
 from streams import protocols
 from streams.protocols import chosen
 from streams.protocols.native.rendezvous import remove_rendezvous
-from streams.security import StreamSecurity, check_authorized_keys, refusals_line
+from streams.security import StreamSecurity, check_authorized_keys
 
 __all__ = ["SessionOptions", "SESSION_OPTIONS", "receive_scans", "ScanOutcome"]
 
@@ -460,7 +461,7 @@ def _receive_scans(job: Job, options: SessionOptions, on_written: Any, on_ready:
                               "roles": roles.describe("receiver"), "security": sec.describe()})
         outcomes: List[ScanOutcome] = []
         deadline = None if opts.timeout is None else time.monotonic() + opts.timeout
-        with (_terminate_handler(loop, opts, layout.names, rv_written, sec, layout.name)
+        with (interrupted(loop, opts, layout.names, rv_written, sec, layout.name)
               if comm.rank == 0
               else contextlib.nullcontext()):
             err: Optional[BaseException] = None
@@ -484,7 +485,7 @@ def _receive_scans(job: Job, options: SessionOptions, on_written: Any, on_ready:
                 raise err
             loop.drain_requests()
         agree(fcomm, None, "receiving")
-        summary = _job_rejections(fcomm, loop, opts, outcomes, publisher)
+        summary = job_rejections(fcomm, loop, opts, outcomes, publisher)
         if summary is not None and on_rejections is not None:
             on_rejections(summary)
         return outcomes
@@ -493,7 +494,7 @@ def _receive_scans(job: Job, options: SessionOptions, on_written: Any, on_ready:
             remove_rendezvous(opts.rendezvous, rv_written[0])
             sec.remove_certificates()       # and the certificates written beside it
         if comm.rank == 0:
-            _remove_empty_parents(os.path.join(expand_node(opts.local, layout.name), "-"),
+            remove_empty_parents(os.path.join(expand_node(opts.local, layout.name), "-"),
                                   opts.local)
         for part in (getattr(loop, "socket", None), publisher, getattr(loop, "spill", None)):
             if part is not None:
@@ -501,81 +502,6 @@ def _receive_scans(job: Job, options: SessionOptions, on_written: Any, on_ready:
         fcomm.Free()
         lcomm.Free()
         del MPI
-
-
-def _job_rejections(comm: Any, loop: Any, o: SessionOptions,
-                    outcomes: Sequence[ScanOutcome], publisher: Any = None
-                    ) -> Optional[Dict[str, Any]]:
-    """Collective over `comm`: every rank must call. Every receiver's rejections of
-    the whole job (Stream V2: what is still held for series that never started is
-    rejected first), summed on rank 0 with the duplicates found only when the
-    scans' reports merged (a frame accepted by two receivers), and written to
-    ``<out>/rejections.json`` with every connection refused during the job (the
-    receivers', those while no scan was open among them, and the live socket's
-    viewers). Returns the summary on rank 0, None elsewhere."""
-    mine = None
-    if loop.socket is not None:
-        never = loop.socket.never_started()
-        asm = loop.socket.assembler
-        loop.socket.refusals()
-        mine = (loop.index, dict(asm.rejected), list(asm.examples), never,
-                dict(loop.socket.refused_from), loop.socket.refused_outside_scans)
-    got = comm.gather(mine, root=0)
-    if comm.rank != 0:
-        return None
-    total: Counter = Counter()
-    examples: List[str] = []
-    never_started: Dict[str, Dict[str, int]] = {}
-    refused: Counter = Counter()
-    outside: Counter = Counter()
-    outside_examples: List[str] = []
-    for item in got:
-        if item is None:
-            continue
-        r, counts, ex, never, refused_from, pending = item
-        refused.update(refused_from)
-        for reason, detail in pending:
-            outside[reason] += 1
-            if len(outside_examples) < 10:
-                outside_examples.append(f"receiver {r}: {reason}: {detail}")
-        total.update({str(k): int(v) for k, v in counts.items()})
-        examples.extend(f"receiver {r}: {e}" for e in ex)
-        for series, d in never.items():
-            acc = never_started.setdefault(series, {"images": 0, "ends": 0})
-            for k, v in d.items():
-                acc[k] += v
-    across = sum(out.report.duplicates_across for out in outcomes)
-    if across:
-        total["duplicate"] += across
-        examples.extend(e for out in outcomes for e in out.report.examples
-                        if "accepted by two receivers" in e)
-    live: Dict[Any, int] = {}
-    if publisher is not None:
-        publisher.refusals()
-        live = dict(publisher.refused_from)
-
-    def by_reason(counts: Dict[Any, int]) -> Dict[str, int]:
-        out: Counter = Counter()
-        for (reason, _), n in counts.items():
-            out[reason] += n
-        return dict(sorted(out.items()))
-
-    summary = {"rejected": sum(total.values()), "by_reason": dict(sorted(total.items())),
-               "examples": examples[:40], "series_never_started": never_started,
-               "connections_refused": by_reason(refused),
-               "connections_refused_while_no_scan_open": dict(sorted(outside.items())),
-               "connections_refused_examples": outside_examples,
-               "live_viewers_refused": by_reason(live),
-               "refused": refusals_line(refused),
-               "live_refused": refusals_line(live),
-               "arming_refused": loop.refused}
-    try:
-        os.makedirs(o.out, exist_ok=True)
-        localfs.write_bytes_atomic(os.path.join(o.out, "rejections.json"),
-                                   (json.dumps(summary, indent=1) + "\n").encode(), mode=0o644)
-    except OSError as e:   # the scans are written; say so rather than fail the job
-        summary["write_error"] = f"{o.out}/rejections.json: {e}"
-    return summary
 
 
 def _finalize(comm: Any, layout: Any, roles: Any, loop: Any, analysis: Any,
@@ -675,75 +601,12 @@ def _finalize(comm: Any, layout: Any, roles: Any, loop: Any, analysis: Any,
                             "failed": problem or None})
         if not keep_local:
             shutil.rmtree(local_dir, ignore_errors=True)
-            _remove_empty_parents(local_dir, o.local)
+            remove_empty_parents(local_dir, o.local)
     return bcast_result(comm, lambda: ScanOutcome(
         scan, report, scan_ok(report, o.allow_loss) and not problem, files, timing, name,
         problem))
 
 
-def _remove_empty_parents(local_dir: str, template: str) -> None:
-    """rmdir what the scan's ``local_dir`` left: the node's directory, and with the
-    default template (``/tmp/mpistage-stream-UID-XXXXXXXX/%n``) its parent, if empty."""
-    node_dir = os.path.dirname(local_dir)
-    dirs = [node_dir]
-    if os.path.basename(os.path.dirname(template)).startswith("mpistage-stream-"):
-        dirs.append(os.path.dirname(node_dir))
-    for d in dirs:
-        try:
-            os.rmdir(d)
-        except FileNotFoundError:
-            continue    # removed after the last scan already: its parent may be left
-        except OSError:
-            break       # not empty: another scan's files, or the user's
-
-
 def _peak_rss_mib() -> float:
     """This process's peak resident set so far (MiB; Linux reports KiB)."""
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
-
-
-def _terminate_handler(loop: Any, o: SessionOptions, nodes: Sequence[str],
-                       rv_written: Sequence[Any] = (), sec: Any = None, node: str = "") -> Any:
-    """Rank 0: on SIGTERM (the launcher ends the job after a rank died) or SIGINT, write
-    the report of every open scan from the last heartbeats, naming the lost ranks,
-    remove the rendezvous file (``rv_written``: its device and inode) and the
-    certificates of ``sec``, and the node-local directory of ``node`` when empty, say in
-    one line what was interrupted and what was kept, then exit (143, or 130).
-
-    Returns the :class:`core.interrupt.Handling` to enter (``with``); leaving it
-    restores the previous handlers. The reports are written by its watchdog thread,
-    woken through ``signal.set_wakeup_fd``, not by a Python signal handler: when a rank
-    dies, rank 0's main thread may be blocked in an MPI call with it, where no handler
-    runs. Writing takes milliseconds, but Open MPI's ``mpirun`` may send SIGKILL about
-    as soon after SIGTERM once a rank was killed: launch the receiver with ``--mca
-    odls_base_sigkill_timeout 5`` (``slurm/stream-session.sbatch`` does; the figures
-    are in ``bench/results/history.md``).
-    """
-    def write_reports(signum: int) -> None:
-        remove_rendezvous(o.rendezvous, rv_written[0] if rv_written else None)
-        if rv_written and sec is not None:
-            sec.remove_certificates()
-        now = time.monotonic()
-        coord = loop.coord
-        said = []
-        for scan in list(coord.open_scans()):
-            with contextlib.suppress(Exception):   # we are being terminated; do what we can
-                rep, extra = coord.kill_report(scan, now, list(nodes))
-                extra["signal"] = signal.Signals(signum).name
-                os.makedirs(o.out, exist_ok=True)
-                path = os.path.join(o.out, f"{loop.out_name(scan)}.json")
-                write_report(path, rep, extra)
-                said.append(f"scan {loop.out_name(scan)} was open ({int(rep.got.all(1).sum())}"
-                            f"/{rep.geometry.frames} frames in; its frames are not kept, its "
-                            f"report is {path})")
-        with contextlib.suppress(OSError):
-            _remove_empty_parents(os.path.join(expand_node(o.local, node), "-"), o.local)
-        root = local_root(o.local)
-        kept = f"; node-local files kept in {root}" if os.path.isdir(root) and \
-            root.startswith(os.path.join(os.sep, "tmp", "mpistage-stream-")) else ""
-        loop.say(f"stager stream receive: interrupted by {signal.Signals(signum).name}: "
-                 + ("; ".join(said) or "no scan was open")
-                 + f"; {len(coord.order)} scan(s) finalized before, in {o.out}{kept}")
-
-    return Handling(grace=0.0, emergency=write_reports)
-

@@ -82,9 +82,11 @@ def test_a_command_that_cannot_run_is_refused_before_the_job_starts():
         AfterScan("/nonexistent/indexer {h5}", "/tmp")
     with pytest.raises(ValueError, match="'no-such-indexer-41' is not found on PATH"):
         AfterScan("no-such-indexer-41 {h5}", "/tmp")
-    # a backslash-newline inside quotes, as a guide's multi-line example can give
-    with pytest.raises(ValueError, match="holds a line break"):
-        AfterScan(f"{sys.executable} -m hedm.ff '\\\n' {{h5}}", "/tmp")
+    # a backslash-newline inside the shell's quotes, as a guide's multi-line example gave
+    with pytest.raises(ValueError, match=r"argument 3 '\\n' is a line break"):
+        AfterScan(f"{sys.executable} -m hedm.ff \\\n    --out {{h5}}", "/tmp")
+    # a program text of several lines is one argument, not a line break
+    AfterScan(f"{sys.executable} -c 'import sys\nprint(sys.argv)' {{h5}}", "/tmp")
 
 
 def test_without_launcher_keeps_the_users_settings():
