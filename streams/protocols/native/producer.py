@@ -20,6 +20,7 @@ is received.
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 from typing import Any, Dict, List, Optional, Sequence, Union
 
@@ -33,7 +34,10 @@ from streams.security import client_keys, load_client_certificate
 from streams.socketloop import DEFAULT_HWM
 from streams.protocols.native.rendezvous import Rendezvous
 
-__all__ = ["Producer"]
+__all__ = ["Producer", "BLOCKED_NOTE"]
+
+#: Seconds a send blocked at the high-water mark before the producer says so (again).
+BLOCKED_NOTE = 30.0
 
 
 class Producer:
@@ -103,6 +107,7 @@ class Producer:
         self.endpoints = eps
         self.producer = producer
         self.linger = linger
+        self.send_timeout = send_timeout
         self._ctx = context or zmq.Context.instance()
         self.sockets: List[Any] = []
         # CURVE: each socket's handshake events, watched until every receiver accepted
@@ -131,11 +136,24 @@ class Producer:
         return len(self.sockets)
 
     def send_parts(self, receiver: int, parts: List[Any]) -> None:
-        """Send one message (its frames) to receiver ``receiver``, blocking at the HWM."""
+        """Send one message (its frames) to receiver ``receiver``, blocking at the HWM
+        (without a ``send_timeout``, saying so on stderr every :data:`BLOCKED_NOTE` s)."""
         t = time.perf_counter()
+        zmq, sock = self._zmq, self.sockets[receiver]
         try:
-            self.sockets[receiver].send_multipart(parts, copy=False)
-        except self._zmq.Again:
+            if self.send_timeout is None:
+                try:
+                    sock.send_multipart(parts, flags=zmq.NOBLOCK, copy=False)
+                    return
+                except zmq.Again:       # the queue is full: wait, and never in silence
+                    while not sock.poll(int(BLOCKED_NOTE * 1000), zmq.POLLOUT):
+                        sys.stderr.write(
+                            f"producer {self.producer}: receiver {receiver} "
+                            f"({self.endpoints[receiver]}) has taken nothing for "
+                            f"{time.perf_counter() - t:.0f} s (its queue is full): waiting "
+                            "-- is the job still reading? (send_timeout bounds the wait)\n")
+            sock.send_multipart(parts, copy=False)
+        except zmq.Again:
             raise StreamError(f"producer {self.producer}: receiver {receiver} "
                               f"({self.endpoints[receiver]}) accepted nothing for the send "
                               "timeout: is it running and reading, and does it accept this "
