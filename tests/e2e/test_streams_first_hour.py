@@ -108,19 +108,21 @@ def test_interrupted_says_one_line_and_a_clean_end_leaves_nothing_behind(tmp_pat
     cleanly removes its certificates and its default node-local directory."""
     from streams.simulate import run_producers
 
-    before = set(glob.glob(f"/tmp/mpistage-stream-{os.getuid()}-*"))
-    job = Job(tmp_path, "--local", "")       # the default node-local directory
+    # the default node-local directory is /tmp/mpistage-stream-UID-XXXXXXXX/%n (mkdtemp);
+    # one of that form here, so that other jobs in /tmp cannot confuse the test
+    local = tmp_path / f"mpistage-stream-{os.getuid()}-test"
+    job = Job(tmp_path, "--local", str(local / "%n"))
     rv = job.rendezvous()
     certs = [rv.client_certificate, rv.viewer_certificate]
-    assert all(os.path.exists(c) for c in certs)
+    assert all(os.path.exists(c) for c in certs) and (local / "node0").is_dir()
     run_producers(_scan(), rv)
     rc, out, err = job.wait()
     assert rc == 0, out + err
     left = [p for p in glob.glob(str(job.rv) + "*")]
     assert left == [], left
-    assert set(glob.glob(f"/tmp/mpistage-stream-{os.getuid()}-*")) <= before
+    assert not local.exists()
 
-    again = Job(tmp_path, "--local", "")
+    again = Job(tmp_path, "--local", "")       # the default node-local directory
     rv = again.rendezvous()
     feed = threading.Thread(target=run_producers, args=(_scan("s2", rate=10.0), rv),
                             kwargs={"send_timeout": 30.0, "linger": 0})
