@@ -46,7 +46,7 @@ class OutputNames:
                  say: Optional[Callable[[str], None]] = None) -> None:
         self.out, self.overwrite, self.say = out, overwrite, say
         self.of: Dict[str, str] = {}          # scan as sent -> its output name
-        self._held: Dict[str, Tuple[int, int]] = {}   # name -> (dev, ino) of its record
+        self._held: Dict[str, Tuple[int, ...]] = {}   # name -> identity of its record
 
     def name(self, scan: str) -> str:
         """The output name of ``scan`` (settled now if this is the first time)."""
@@ -99,8 +99,8 @@ class OutputNames:
             return True
         with os.fdopen(fd, "w") as f:
             json.dump(record, f)
-            st = os.fstat(f.fileno())
-        self._held[name] = (st.st_dev, st.st_ino)
+            f.flush()
+            self._held[name] = _identity(os.fstat(f.fileno()))
         return True
 
     def release(self, name: str) -> None:
@@ -112,5 +112,11 @@ class OutputNames:
             st = os.lstat(path)
         except OSError:
             return
-        if held == (st.st_dev, st.st_ino):
+        if held == _identity(st):
             os.unlink(path)
+
+
+def _identity(st: os.stat_result) -> Tuple[int, ...]:
+    """What tells the record made here from a file put in its place (an inode number is
+    reused at once)."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
