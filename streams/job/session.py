@@ -495,7 +495,7 @@ def _receive_scans(job: Job, options: SessionOptions, on_written: Any, on_ready:
             sec.remove_certificates()       # and the certificates written beside it
         if comm.rank == 0:
             remove_empty_parents(os.path.join(expand_node(opts.local, layout.name), "-"),
-                                  opts.local)
+                                 opts.local)
         for part in (getattr(loop, "socket", None), publisher, getattr(loop, "spill", None)):
             if part is not None:
                 part.close()
