@@ -394,6 +394,7 @@ class CoordinatorLoop(ReceiverLoop):
         self._rejected_said = (0, time.monotonic())     # rejections told, when
         self._quiet_since = time.monotonic()    # no scan open since
         self._wait_note = 30.0
+        self._told_closing: Set[str] = set()    # scans whose wait for a receiver was told
 
     # ---- incoming MPI messages ----
     def recv_live(self, src: int, msg: Any) -> None:
@@ -495,8 +496,9 @@ class CoordinatorLoop(ReceiverLoop):
             self._fin_all(("stop", "deadline" if self._closing else "scans"))
 
     def _tell(self, now: float) -> None:
-        """No silent wait: say what the receivers rejected (at most every 5 s), and,
-        while no scan is open, that the job waits for one (after 30 s, then 60, ...)."""
+        """No silent wait: say what the receivers rejected (at most every 5 s), that a
+        scan waits for a receiver to close it (after 5 s), and, while no scan is open,
+        that the job waits for one (after 30 s, then 60, ...)."""
         job = self.coord.job_rejections()
         told, at = self._rejected_said
         if job["total"] > told and now - at >= 5.0:
@@ -504,6 +506,15 @@ class CoordinatorLoop(ReceiverLoop):
             self.say(f"stager stream: {job['total']} message(s) rejected so far ("
                      + ", ".join(f"{k} {v}" for k, v in job["by_reason"].items()) + ")"
                      + (f"; e.g. {job['examples'][0]}" if job["examples"] else ""))
+        for scan in self.coord.open_scans():
+            st = self.coord.scans[scan]
+            if st.first_closed is not None and now - st.first_closed >= 5.0 and \
+                    scan not in self._told_closing:
+                self._told_closing.add(scan)
+                left = [r for r in range(len(self.roles.servers)) if r not in st.closed]
+                self.say(f"stager stream: scan {self.out_name(scan)}: receiver(s) "
+                         f"{', '.join(map(str, left))} have not closed it; waiting up to "
+                         f"{self.o.close_wait:g} s after the first closed (--close-wait)")
         if self.coord.open_scans():
             self._quiet_since, self._wait_note = now, 30.0
         elif now - self._quiet_since >= self._wait_note and self.stop_reason is None:

@@ -139,3 +139,23 @@ def test_interrupted_says_one_line_and_a_clean_end_leaves_nothing_behind(tmp_pat
     rep = json.loads((again.out / "s2.json").read_text())
     assert rep["terminated"] and rep["signal"] in ("SIGINT", "SIGTERM")
     assert glob.glob(str(again.rv) + "*") == []
+
+
+def test_a_scan_waiting_for_a_receiver_to_close_it_says_so(tmp_path):
+    """Receiver 1 never gets the scan's end: the job says, after 5 s, that it waits for
+    that receiver and how long (--close-wait), then ends the scan when that has passed."""
+    from streams import ScanGeometry
+    from streams.protocols.native.headers import encode_end
+    from streams.protocols.native.producer import Producer
+
+    job = Job(tmp_path, "--idle-timeout", "60", "--close-wait", "8")
+    rv = job.rendezvous()
+    g = ScanGeometry("s1", 1, 4, 1, (8, 8), "<u2", (2, 2))
+    with Producer(rv, 0) as p:
+        p.begin(g)
+        for f in range(4):
+            p.send_sector("s1", f, 0, np.full((8, 8), f, np.uint16))
+        p.send_parts(0, [encode_end("s1", 0, p.sent["s1"][0]), b""])   # to receiver 0 only
+    rc, out, err = job.wait(timeout=120)
+    assert "scan s1: receiver(s) 1 have not closed it; waiting up to 8 s" in err, err
+    assert job.report("s1")["frames_complete"] == 4, out + err
