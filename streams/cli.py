@@ -62,7 +62,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--advertise", metavar="HOST", help="host name to publish")
     r.add_argument("--receivers-per-node", metavar="M", help="default 1")
     r.add_argument("--partition-frames", metavar="K",
-                   help="frames per partition (default: 100 ms at --rate, else 16 MiB)")
+                   help="frames per partition, the step of the live partial results "
+                        "(default: 100 ms at --rate, else 16 MiB, at most a 32nd of what a "
+                        "receiver gets of the scan)")
     r.add_argument("--rate", metavar="HZ", help="expected detector frame rate")
     r.add_argument("--memory", type=float, metavar="MiB",
                    help="what one open scan may cost a receiver: partitions, accounting, the "
