@@ -21,6 +21,7 @@ import contextlib
 import json
 import os
 import shlex
+import shutil
 import subprocess
 from typing import Dict, List, Tuple
 
@@ -31,8 +32,10 @@ __all__ = ["AfterScan"]
 
 class AfterScan:
     """Rank 0's ``--then`` commands: :meth:`start` one per drained scan, :meth:`wait`
-    for all at the end. A template that does not split is refused here, before the job
-    starts (``ValueError``)."""
+    for all at the end. A template that does not split, has an argument of nothing but
+    a line break (a backslash-newline inside quotes), or names a program that is not on
+    ``PATH`` (or not executable) is refused here, before the job starts and any data
+    arrives (``ValueError``)."""
 
     def __init__(self, template: str, out: str, say=print) -> None:
         try:
@@ -41,6 +44,15 @@ class AfterScan:
             raise ValueError(f"--then {template!r}: {e}") from None
         if not self.argv:
             raise ValueError("--then: an empty command")
+        broken = [i for i, a in enumerate(self.argv) if not a.strip()]
+        if broken:
+            raise ValueError(f"--then {template!r}: argument {broken[0]} "
+                             f"{self.argv[broken[0]]!r} is a line break (a backslash-newline "
+                             "inside quotes?): give the command on one line")
+        if shutil.which(self.argv[0]) is None:
+            where = "is not an executable file" if os.sep in self.argv[0] else \
+                "is not found on PATH"
+            raise ValueError(f"--then {template!r}: the program {self.argv[0]!r} {where}")
         self.out = out
         self.say = say
         self.running: List[Tuple[str, subprocess.Popen, str]] = []

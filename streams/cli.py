@@ -62,7 +62,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--advertise", metavar="HOST", help="host name to publish")
     r.add_argument("--receivers-per-node", metavar="M", help="default 1")
     r.add_argument("--partition-frames", metavar="K",
-                   help="frames per partition (default: 100 ms at --rate, else 16 MiB)")
+                   help="frames per partition, the step of the live partial results "
+                        "(default: 100 ms at --rate, else 16 MiB, at most a 32nd of what a "
+                        "receiver gets of the scan)")
     r.add_argument("--rate", metavar="HZ", help="expected detector frame rate")
     r.add_argument("--memory", type=float, metavar="MiB",
                    help="what one open scan may cost a receiver: partitions, accounting, the "
@@ -79,7 +81,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--timeout", metavar="S", help="end the job after S seconds")
     r.add_argument("--allow-loss", metavar="FRACTION",
                    help="exit 0 even if up to FRACTION of a scan's frames are missing")
-    r.add_argument("--live-interval", metavar="S", help="default 1")
+    r.add_argument("--overwrite", action="store_true", default=None,
+                   help="a scan whose name has files in --out replaces them (default: it is "
+                        "written as <scan>.2, <scan>.3, ..., said on a line and in its report)")
+    r.add_argument("--live-interval", metavar="S",
+                   help="seconds between live partial results (default 1)")
     r.add_argument("--then", metavar="COMMAND",
                    help="run COMMAND (no shell; {scan}, {h5}, {out} filled in) on rank 0's "
                         "node when a served scan's files are drained, while the job goes on; "
@@ -184,7 +190,8 @@ def _receive(args: argparse.Namespace) -> int:
     then: Any = None
 
     def drain(c: Any, scan: str, local_template: str, written: Any = None) -> None:
-        rep = stager.drain(local_template, opts.out, job, merge=True, written=written)
+        rep = stager.drain(local_template, opts.out, job, merge=True, written=written,
+                           overwrite=opts.overwrite)
         left = [x for n in rep.nodes for x in n.left]
         if left and c.rank == 0:    # someone else's files, or files this job did not write
             print(f"stager stream: WARNING: scan {scan}: not drained (not this job's): "
@@ -237,15 +244,15 @@ def _receive(args: argparse.Namespace) -> int:
         control_job.finish(control)      # at the end, or on any failure: disarm
     if comm.rank == 0:
         for o in outcomes:
-            verdict = "ok" if o.ok else "NOT SERVED"
-            print(f"{o.report.summary()} [{verdict}] -> {os.path.join(opts.out, o.files['h5'])}",
-                  flush=True)
-        if len(outcomes) < opts.scans:
+            verdict = "ok" if o.ok else "NOT DRAINED" if o.problem else "NOT SERVED"
+            print(f"{o.report.summary()} [{verdict}] -> {os.path.join(opts.out, o.files['h5'])}"
+                  f"{'' if o.name in ('', o.scan) else f' (written as {o.name})'}", flush=True)
+        if len(outcomes) < opts.scans and not rejections.get("arming_refused"):
             print(f"stager stream receive: {len(outcomes)} of {opts.scans} scan(s) served "
                   "before the timeout", file=sys.stderr)
         if rejections:
             print(_rejections_line(rejections, opts.out), flush=True)
-        if not any(o.ok for o in outcomes):     # the last line says why, if anything refused
+        if not any(o.ok or o.problem for o in outcomes):    # the last line says why
             why = "; ".join(x for x in (rejections.get("refused"),
                                         rejections.get("live_refused") and
                                         f"live viewers: {rejections['live_refused']}") if x)
@@ -257,6 +264,15 @@ def _receive(args: argparse.Namespace) -> int:
     status = exit_status([o.report for o in outcomes], opts.scans, opts.allow_loss)
     if then is not None and not then.wait():
         status = status or 1
+    problems = [o.problem for o in outcomes if o.problem]
+    if rejections.get("arming_refused"):     # rank 0's: the job ended for it
+        problems.append(f"the detector's series was refused at its arming, so the job "
+                        f"ended: {rejections['arming_refused']}")
+    if problems:        # the last lines: where the results of a failed drain are
+        status = 1
+        if comm.rank == 0:
+            for p in problems:
+                print(f"stager stream receive: {p}", file=sys.stderr, flush=True)
     return status if comm.rank == 0 else 0
 
 
@@ -284,13 +300,14 @@ _GRACE_S = 5.0
 def _failed(comm: Any, e: BaseException, code: int) -> int:
     """Rank 0 says what failed, once; the exit status is ``code`` (2: bad input).
 
-    Bad input every rank raised alike (agreed, or the same option on all) returns on
-    every rank: no rank is inside the job yet. Anything else (an analysis failing on a
-    receiver while others still serve, a rank left in a non-blocking barrier) ends the
-    job with ``MPI_Abort``: rank 0, told by the loop's abort, says why first; another
-    rank waits for it, and says so itself only if it is not ended."""
-    everyone = code == 2 and (isinstance(e, ValueError) or
-                              getattr(e, "agreed_by", 0) == comm.size)
+    An error every rank raised alike (agreed: a bad option, a failed merge or write of a
+    scan; a drain that fails never gets here, :func:`streams.job.output.drained`)
+    returns on every rank. Anything else (an analysis failing on a receiver while
+    others still serve, a rank left in a non-blocking barrier) ends the job with
+    ``MPI_Abort``: rank 0, told by the loop's abort, says why first; another rank waits
+    for it, and says so itself only if it is not ended."""
+    everyone = (code == 2 and isinstance(e, ValueError)) or \
+        getattr(e, "agreed_by", 0) == comm.size
     if comm.rank == 0:
         print(f"stager stream receive: {e}", file=sys.stderr, flush=True)
     if everyone:
@@ -421,7 +438,7 @@ def _watch(args: argparse.Namespace) -> int:
             if args.final and msg.final:
                 if args.png:
                     _write_png(args.png, msg)
-                return 0
+                return 1 if _failed_end(msg.progress) else 0
     finally:
         view.close()
     return 1 if last is None else 0
@@ -453,7 +470,21 @@ def _line(msg: Any, prev: Dict[str, Any]) -> str:
             f"{'missing' if msg.final else 'not arrived'}, {fps:.0f} frames/s, {gbs:.3f} GB/s, "
             f"last frame {'-' if idle is None else f'{idle:.1f} s'} ago, "
             f"{p.get('rejected', 0)} rejected{_why(p)}, {p.get('refused', 0)} connections "
-            f"refused{' [final]' if msg.final else ''}")
+            f"refused{_end(msg) if msg.final else ''}")
+
+
+def _failed_end(p: Dict[str, Any]) -> Optional[str]:
+    """Why a scan's final message says it failed (not served, or not drained), or None."""
+    if p.get("failed"):
+        return str(p["failed"])
+    if p.get("served") is False:
+        return "not served: frames missing (its report says which)"
+    return None
+
+
+def _end(msg: Any) -> str:
+    why = _failed_end(msg.progress)
+    return " [final]" if why is None else f" [final, FAILED: {why}]"
 
 
 def _why(p: Dict[str, Any]) -> str:

@@ -65,6 +65,10 @@ class Reason(str, Enum):
     """A ``begin`` for a scan whose whole cost here (:func:`streams.bounds.scan_cost`: two
     partitions, the accounting, the analysis's state, live snapshot and output) is more
     than ``--memory``. Refused before anything is allocated."""
+    SCAN_SHAPE = "scan_shape"
+    """A detector's series (acquisition) whose image count the job's scan shape
+    (``--dectris-scan-shape``, ``--merlin-scan-shape``) does not hold: refused at its
+    arming, and the job ends saying so (it would never be received)."""
 
     def __str__(self) -> str:
         return self.value

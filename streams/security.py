@@ -213,6 +213,20 @@ class StreamSecurity:
                    None if authorized_keys is None else os.path.abspath(authorized_keys),
                    tuple(allow_from), handshake_s, viewers, viewer_cert, new_token())
 
+    def remove_certificates(self) -> None:
+        """Remove the certificates :meth:`for_job` wrote beside the rendezvous (the job
+        has ended: they open nothing any more), each only while it still holds this
+        job's key (a newer job's, written over it, is left alone)."""
+        for secret in (self.client_certificate, self.viewer_certificate):
+            if secret is None:
+                continue
+            with contextlib.suppress(OSError, ValueError, StreamError):
+                public, _ = load_client_certificate(secret)
+                mine = self.viewers if secret == self.viewer_certificate else self.authorized
+                if public.decode() in (mine or ()):
+                    for path in (secret[:-len("_secret")], secret):
+                        os.unlink(path)
+
     def describe(self) -> Dict[str, Any]:
         """What the report says about the job's security (never a secret)."""
         if not self.curve:

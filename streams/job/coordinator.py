@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -74,12 +74,16 @@ class Coordinator:
         # are counted here only
         self.job_rejects: Dict[int, Tuple[Dict[str, int], List[str]]] = {}
         self.held: Dict[int, Dict[str, int]] = {}   # receiver -> series -> messages held
+        #: called with a scan's name when it is first heard of (its output name is settled)
+        self.on_new: Optional[Callable[[str], Any]] = None
 
     # ---- input ----
     def _state(self, g: ScanGeometry) -> ScanState:
         st = self.scans.get(g.scan)
         if st is None:
             st = self.scans[g.scan] = ScanState(g)
+            if self.on_new is not None:
+                self.on_new(g.scan)
         return st
 
     def heard_from(self, rank: int, now: float) -> None:
@@ -121,6 +125,17 @@ class Coordinator:
             held.update(h)
         return {"total": sum(total.values()), "by_reason": dict(sorted(total.items())),
                 "examples": examples[:20], "held_before_start": dict(held)}
+
+    def arming_refused(self) -> Optional[str]:
+        """Why a detector's series was refused at its arming (its image count and the
+        job's scan shape disagree: it can never be received), or None."""
+        for r in sorted(self.job_rejects):
+            counts, examples = self.job_rejects[r]
+            if counts.get("scan_shape"):
+                return next((f"receiver {r}: {e}" for e in examples
+                             if e.startswith("scan_shape:")),
+                            f"receiver {r}: a series its scan shape does not hold")
+        return None
 
     def live(self, g: ScanGeometry, partial: Any, merge: Any) -> None:
         """A live delta of scan ``g`` (merged into what rank 0 holds)."""

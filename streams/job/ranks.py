@@ -384,12 +384,18 @@ class CoordinatorLoop(ReceiverLoop):
         self.coord = Coordinator(roles, routing, close_wait=options.close_wait,
                                  heartbeat=options.heartbeat)
         self.publisher = publisher
+        self.names: Any = None      # the scans' output names (streams.job.names), set by the job
         self.frame_requests = FrameRequests()    # viewers' requests
         self.next_publish = time.monotonic() + options.live_interval
         self._closing = False
         self._announced = 0                 # finalizations announced
         self._last_announced = 0.0
         self._job_published: Any = None
+        self.refused: Optional[str] = None      # a series refused at arming: the job ends
+        self._rejected_said = (0, time.monotonic())     # rejections told, when
+        self._quiet_since = time.monotonic()    # no scan open since
+        self._wait_note = 30.0
+        self._told_closing: Set[str] = set()    # scans whose wait for a receiver was told
 
     # ---- incoming MPI messages ----
     def recv_live(self, src: int, msg: Any) -> None:
@@ -468,7 +474,11 @@ class CoordinatorLoop(ReceiverLoop):
             for scan in self.coord.open_scans():
                 self.publish(scan, now)
             self._publish_job()
-        if self.deadline is not None and now >= self.deadline and not self._closing:
+        self._tell(now)
+        if self.refused is None and not self._closing:
+            self.refused = self.coord.arming_refused()
+        if (self.refused is not None or self.deadline is not None and now >= self.deadline) \
+                and not self._closing:
             self._closing = True
             self._fin_all(("close", None))
         for scan in self.coord.ready(now):
@@ -486,6 +496,34 @@ class CoordinatorLoop(ReceiverLoop):
                 and now - self._last_announced >= 2 * self.o.heartbeat:
             self._fin_all(("stop", "deadline" if self._closing else "scans"))
 
+    def _tell(self, now: float) -> None:
+        """No silent wait: say what the receivers rejected (at most every 5 s), that a
+        scan waits for a receiver to close it (after 5 s), and, while no scan is open,
+        that the job waits for one (after 30 s, then 60, ...)."""
+        job = self.coord.job_rejections()
+        told, at = self._rejected_said
+        if job["total"] > told and now - at >= 5.0:
+            self._rejected_said = (job["total"], now)
+            self.say(f"stager stream: {job['total']} message(s) rejected so far ("
+                     + ", ".join(f"{k} {v}" for k, v in job["by_reason"].items()) + ")"
+                     + (f"; e.g. {job['examples'][0]}" if job["examples"] else ""))
+        for scan in self.coord.open_scans():
+            st = self.coord.scans[scan]
+            if st.first_closed is not None and now - st.first_closed >= 5.0 and \
+                    scan not in self._told_closing:
+                self._told_closing.add(scan)
+                left = [r for r in range(len(self.roles.servers)) if r not in st.closed]
+                self.say(f"stager stream: scan {self.out_name(scan)}: receiver(s) "
+                         f"{', '.join(map(str, left))} have not closed it; waiting up to "
+                         f"{self.o.close_wait:g} s after the first closed (--close-wait)")
+        if self.coord.open_scans():
+            self._quiet_since, self._wait_note = now, 30.0
+        elif now - self._quiet_since >= self._wait_note and self.stop_reason is None:
+            self.say(f"stager stream: waiting for a scan ({self._announced} of "
+                     f"{self.o.scans} finalized; none open for {now - self._quiet_since:.0f} s"
+                     "; --timeout bounds the wait)")
+            self._wait_note *= 2
+
     def _fin_all(self, msg: Any) -> None:
         """A decision ``msg`` to every rank, this one included."""
         for dest in range(self.comm.size):
@@ -500,8 +538,14 @@ class CoordinatorLoop(ReceiverLoop):
             self._job_published = state
             self.publisher.publish_job({"job_rejected": job})
 
-    def publish(self, scan: str, now: float, final: bool = False, partial: Any = None) -> None:
-        """``scan``'s live message: what rank 0 merged so far, or ``partial``."""
+    def out_name(self, scan: str) -> str:
+        """The name of ``scan``'s files and live messages (:mod:`streams.job.names`)."""
+        return scan if self.names is None else self.names.name(scan)
+
+    def publish(self, scan: str, now: float, final: bool = False, partial: Any = None,
+                ended: Optional[Dict[str, Any]] = None) -> None:
+        """``scan``'s live message: what rank 0 merged so far, or ``partial``; ``ended``:
+        how the scan ended (its final message: served, and why not)."""
         st = self.coord.scans[scan]
         p = partial if partial is not None else st.live
         if p is None:
@@ -513,7 +557,9 @@ class CoordinatorLoop(ReceiverLoop):
         prog = self.coord.progress(scan, now)
         if self.frame_requests.counts:
             prog = dict(prog, frame_requests=dict(self.frame_requests.counts))
-        self.publisher.publish(scan, images, valid, prog, final=final, udf=meta)
+        if ended is not None:
+            prog = dict(prog, **ended)
+        self.publisher.publish(self.out_name(scan), images, valid, prog, final=final, udf=meta)
 
 
 def _pixel_mask(socket: Any, scan: str) -> Any:

@@ -17,7 +17,10 @@ or not exactly associative (floating-point sums), gives the same bits at every r
 
 Partition size: LiberTEM sizes partitions for roughly 100 ms of work;
 :func:`partition_frames` does the same from a frame rate when one is known, else
-from a byte target, within the bounds the assembler's memory allows.
+from a byte target, within the bounds the assembler's memory allows -- and never
+more than a :data:`PARTIALS`-th of what a receiver gets of the scan: a partition is
+what a live partial result is made of (a worker analyses it whole), so a small scan
+in a 16 MiB partition would show nothing until its end.
 """
 from __future__ import annotations
 
@@ -26,13 +29,16 @@ from typing import Optional, Sequence
 from core.mpi.roles import Roles, serve_nodes
 
 __all__ = ["Roles", "assign_roles", "partition_frames",
-           "DEFAULT_PARTITION_BYTES", "DEFAULT_PARTITION_SECONDS"]
+           "DEFAULT_PARTITION_BYTES", "DEFAULT_PARTITION_SECONDS", "PARTIALS"]
 
 #: Byte target of one partition when no frame rate is given (16 MiB: 50 frames of
 #: 576x576 uint16; at NCEM's 7.2 GB/s over 8 receivers, ~20 ms of data each).
 DEFAULT_PARTITION_BYTES = 16 << 20
 #: LiberTEM's partition length in time.
 DEFAULT_PARTITION_SECONDS = 0.1
+#: A scan gives each receiver at least this many partitions (when it has the frames):
+#: tens of live partial results, whatever the byte target.
+PARTIALS = 32
 
 
 def assign_roles(node_of_rank: Sequence[int], receivers_per_node: int = 1) -> Roles:
@@ -63,8 +69,9 @@ def partition_frames(frame_bytes: int, receivers: int = 1, *, rate: Optional[flo
 
     With a frame rate (frames/s over the whole detector), K is the frames one
     receiver gets in ``seconds``: ``rate * seconds / receivers``. Without one, K is
-    ``target_bytes // frame_bytes``. Either way at least 1, and at most the frames
-    one receiver gets in the scan (when ``frames`` is known).
+    ``target_bytes // frame_bytes``. Either way at least 1, and at most a
+    :data:`PARTIALS`-th of the frames one receiver gets in the scan (when ``frames``
+    is known), so that the scan's live partial results grow while it runs.
     """
     if frame_bytes < 1 or receivers < 1:
         raise ValueError("frame_bytes and receivers must be positive")
@@ -75,5 +82,5 @@ def partition_frames(frame_bytes: int, receivers: int = 1, *, rate: Optional[flo
     else:
         k = target_bytes // frame_bytes
     if frames is not None:
-        k = min(k, -(-frames // receivers))
+        k = min(k, -(-frames // (receivers * PARTIALS)))
     return max(1, k)

@@ -14,24 +14,25 @@ rank. Collective over `job`:
    finalized (or the overall ``timeout`` closed what was open);
 4. per scan, collectively: the partials merged per node, then across node
    leaders, each in the fixed tree (:func:`core.mpi.tree.tree_reduce`); the receivers' reports
-   gathered and merged; rank 0 writes ``<scan>.h5`` and ``<scan>.json`` to its
-   node-local directory and the caller's ``on_written`` drains them to the
-   shared output; a final live message.
+   gathered and merged; rank 0 writes ``<name>.h5`` and ``<name>.json`` to its
+   node-local directory (the name settled when the scan was first heard of:
+   :mod:`streams.job.names`) and the caller's ``on_written`` drains them to the
+   shared output, a failed drain keeping them (:func:`streams.job.output.drained`);
+   a final live message;
+5. the end (:mod:`streams.job.ending`): the job's rejections summed, its files and
+   empty directories removed; interrupted, one line and the open scans' reports.
 
 Returns the merged reports on every rank (rank 0's, broadcast).
 """
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import resource
 import shutil
-import signal
 import time
-from collections import Counter
-from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+from dataclasses import MISSING, dataclass, field, fields, replace
+from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from core.mpi.agree import agree, agreed, bcast_result
 from core.job import Job
@@ -44,17 +45,18 @@ from streams.accounting import ScanReport
 from analyses.loading import load_analysis
 from analyses.output import finish
 from streams.errors import StreamError
+from streams.job.ending import interrupted, job_rejections, remove_empty_parents
+from streams.job.names import OutputNames
 from streams.job.localdir import default_local, local_root, node_local_dir
-from streams.job.output import scan_ok, write_report
+from streams.job.output import drained, scan_ok, write_report
 from streams.job.ranks import rank_loop
 from streams.job.roles import assign_roles, partition_frames
-from core.interrupt import Handling
 from streams.job.live import LivePublisher
 from streams.job.spill import SPEC_NAME, Spill, spill_spec_text
 from streams import protocols
 from streams.protocols import chosen
 from streams.protocols.native.rendezvous import remove_rendezvous
-from streams.security import StreamSecurity, check_authorized_keys, refusals_line
+from streams.security import StreamSecurity, check_authorized_keys
 
 __all__ = ["SessionOptions", "SESSION_OPTIONS", "receive_scans", "ScanOutcome"]
 
@@ -104,6 +106,9 @@ class SessionOptions:
         Seconds rank 0 waits for the other receivers after the first closed a scan.
     allow_loss : float
         Fraction of frames a scan may lose and still count as served (exit 0).
+    overwrite : bool
+        A scan whose name has files in ``out`` replaces them; by default it is written
+        under a new name, ``<scan>.2``, ... (:mod:`streams.job.names`).
     live_interval : float
         Seconds between live publications.
     spill : str, optional
@@ -169,6 +174,7 @@ class SessionOptions:
     timeout: Optional[float] = None
     close_wait: float = 30.0
     allow_loss: float = 0.0
+    overwrite: bool = False
     live_interval: float = 1.0
     spill: Optional[str] = None
     stream2: Optional[str] = None
@@ -260,8 +266,8 @@ _SESSION_PARSERS: Dict[str, Callable[[Any, str], Any]] = {
     "rate": _POSITIVE, "idle_timeout": _POSITIVE, "timeout": _POSITIVE,
     "close_wait": _POSITIVE, "live_interval": _POSITIVE, "heartbeat": _POSITIVE,
     "allow_loss": parse_number(0), "analysis_options": _mapping,
-    "insecure": parse_bool, "rendezvous_mode": _octal, "handshake_timeout": _POSITIVE,
-    "io_threads": _INT1,
+    "insecure": parse_bool, "overwrite": parse_bool, "rendezvous_mode": _octal,
+    "handshake_timeout": _POSITIVE, "io_threads": _INT1,
 }
 #: The receiving job's options, each once: keyword > ``STAGER_STREAM_<NAME>`` > default
 #: (``analysis_options`` only as a keyword).
@@ -301,6 +307,8 @@ class ScanOutcome:
     ok: bool
     files: Dict[str, str]
     timing: Dict[str, Any]
+    name: str = ""          # the name of its files in OUT (:mod:`streams.job.names`)
+    problem: str = ""       # why its results are not where they belong (a failed drain)
 
 
 def _resolve(options: SessionOptions) -> SessionOptions:
@@ -423,6 +431,9 @@ def _receive_scans(job: Job, options: SessionOptions, on_written: Any, on_ready:
                 publisher = LivePublisher(f"tcp://{opts.bind_host}:*", opts.out, opts.advertise,
                                           security=sec)
             loop = rank_loop(lcomm, roles, analysis, opts, proto.routing, publisher)
+            if comm.rank == 0 and on_written is not None:   # each scan's output name
+                loop.names = OutputNames(opts.out, opts.overwrite, loop.say)
+                loop.coord.on_new = loop.names.name
             if opts.spill is not None and index is not None:
                 loop.spill = Spill(opts.spill, layout.name, index,
                                    os.path.join(opts.out, SPEC_NAME))
@@ -450,7 +461,8 @@ def _receive_scans(job: Job, options: SessionOptions, on_written: Any, on_ready:
                               "roles": roles.describe("receiver"), "security": sec.describe()})
         outcomes: List[ScanOutcome] = []
         deadline = None if opts.timeout is None else time.monotonic() + opts.timeout
-        with (_terminate_handler(loop, opts, layout.names, rv_written) if comm.rank == 0
+        with (interrupted(loop, opts, layout.names, rv_written, sec, layout.name)
+              if comm.rank == 0
               else contextlib.nullcontext()):
             err: Optional[BaseException] = None
             try:
@@ -462,104 +474,34 @@ def _receive_scans(job: Job, options: SessionOptions, on_written: Any, on_ready:
                 err = e
                 if not str(e).startswith("stop:"):
                     loop.abort_all(str(e))
-            except Exception as e:   # every rank must hear of it
-                err = StreamError(f"rank {comm.rank} on node {layout.name}: {e!r}")
-                loop.abort_all(str(err))
+            except Exception as e:   # every rank must hear of it, unless every rank raised it
+                if getattr(e, "agreed_by", 0) == comm.size:
+                    err = e
+                else:
+                    err = StreamError(f"rank {comm.rank} on node {layout.name}: {e!r}")
+                    loop.abort_all(str(err))
             if err is not None:
                 loop.drain_requests(2.0)
                 raise err
             loop.drain_requests()
         agree(fcomm, None, "receiving")
-        summary = _job_rejections(fcomm, loop, opts, outcomes, publisher)
+        summary = job_rejections(fcomm, loop, opts, outcomes, publisher)
         if summary is not None and on_rejections is not None:
             on_rejections(summary)
         return outcomes
     finally:
         if comm.rank == 0 and rv_written:   # the job's rendezvous ends with it, however
             remove_rendezvous(opts.rendezvous, rv_written[0])
+            sec.remove_certificates()       # and the certificates written beside it
         if comm.rank == 0:
-            _remove_empty_parents(os.path.join(expand_node(opts.local, layout.name), "-"),
-                                  opts.local)
+            remove_empty_parents(os.path.join(expand_node(opts.local, layout.name), "-"),
+                                 opts.local)
         for part in (getattr(loop, "socket", None), publisher, getattr(loop, "spill", None)):
             if part is not None:
                 part.close()
         fcomm.Free()
         lcomm.Free()
         del MPI
-
-
-def _job_rejections(comm: Any, loop: Any, o: SessionOptions,
-                    outcomes: Sequence[ScanOutcome], publisher: Any = None
-                    ) -> Optional[Dict[str, Any]]:
-    """Collective over `comm`: every rank must call. Every receiver's rejections of
-    the whole job (Stream V2: what is still held for series that never started is
-    rejected first), summed on rank 0 with the duplicates found only when the
-    scans' reports merged (a frame accepted by two receivers), and written to
-    ``<out>/rejections.json`` with every connection refused during the job (the
-    receivers', those while no scan was open among them, and the live socket's
-    viewers). Returns the summary on rank 0, None elsewhere."""
-    mine = None
-    if loop.socket is not None:
-        never = loop.socket.never_started()
-        asm = loop.socket.assembler
-        loop.socket.refusals()
-        mine = (loop.index, dict(asm.rejected), list(asm.examples), never,
-                dict(loop.socket.refused_from), loop.socket.refused_outside_scans)
-    got = comm.gather(mine, root=0)
-    if comm.rank != 0:
-        return None
-    total: Counter = Counter()
-    examples: List[str] = []
-    never_started: Dict[str, Dict[str, int]] = {}
-    refused: Counter = Counter()
-    outside: Counter = Counter()
-    outside_examples: List[str] = []
-    for item in got:
-        if item is None:
-            continue
-        r, counts, ex, never, refused_from, pending = item
-        refused.update(refused_from)
-        for reason, detail in pending:
-            outside[reason] += 1
-            if len(outside_examples) < 10:
-                outside_examples.append(f"receiver {r}: {reason}: {detail}")
-        total.update({str(k): int(v) for k, v in counts.items()})
-        examples.extend(f"receiver {r}: {e}" for e in ex)
-        for series, d in never.items():
-            acc = never_started.setdefault(series, {"images": 0, "ends": 0})
-            for k, v in d.items():
-                acc[k] += v
-    across = sum(out.report.duplicates_across for out in outcomes)
-    if across:
-        total["duplicate"] += across
-        examples.extend(e for out in outcomes for e in out.report.examples
-                        if "accepted by two receivers" in e)
-    live: Dict[Any, int] = {}
-    if publisher is not None:
-        publisher.refusals()
-        live = dict(publisher.refused_from)
-
-    def by_reason(counts: Dict[Any, int]) -> Dict[str, int]:
-        out: Counter = Counter()
-        for (reason, _), n in counts.items():
-            out[reason] += n
-        return dict(sorted(out.items()))
-
-    summary = {"rejected": sum(total.values()), "by_reason": dict(sorted(total.items())),
-               "examples": examples[:40], "series_never_started": never_started,
-               "connections_refused": by_reason(refused),
-               "connections_refused_while_no_scan_open": dict(sorted(outside.items())),
-               "connections_refused_examples": outside_examples,
-               "live_viewers_refused": by_reason(live),
-               "refused": refusals_line(refused),
-               "live_refused": refusals_line(live)}
-    try:
-        os.makedirs(o.out, exist_ok=True)
-        localfs.write_bytes_atomic(os.path.join(o.out, "rejections.json"),
-                                   (json.dumps(summary, indent=1) + "\n").encode(), mode=0o644)
-    except OSError as e:   # the scans are written; say so rather than fail the job
-        summary["write_error"] = f"{o.out}/rejections.json: {e}"
-    return summary
 
 
 def _finalize(comm: Any, layout: Any, roles: Any, loop: Any, analysis: Any,
@@ -592,7 +534,9 @@ def _finalize(comm: Any, layout: Any, roles: Any, loop: Any, analysis: Any,
     files: Dict[str, str] = {}
     timing: Dict[str, Any] = {}
     report: Any = None
+    result: Any = None
     local_dir = os.path.join(expand_node(o.local, layout.name), scan)
+    name = bcast_result(comm, lambda: loop.out_name(scan))
     with agreed(comm, f"writing scan {scan}", default=StreamError, node=layout.name):
         if comm.rank == 0:
             coord = loop.coord
@@ -615,13 +559,13 @@ def _finalize(comm: Any, layout: Any, roles: Any, loop: Any, analysis: Any,
             node_dir = node_local_dir(o.local, layout.name, create=True)
             localfs.ensure_dir(node_dir, local_dir)      # ours, 0700, no link followed
             # the analysis's own files (CSV, PNG, stage 2's input) are drained with it
-            out = finish(analysis, merged, report.geometry,
-                         os.path.join(local_dir, f"{scan}.h5"), report.coverage(),
+            out = finish(analysis, merged, replace(report.geometry, scan=name),
+                         os.path.join(local_dir, f"{name}.h5"), report.coverage(),
                          proto.detector_metadata(loop.socket, scan))
             if out.problem:
                 report.invalid = "; ".join(x for x in (report.invalid, out.problem) if x)
             pub = loop.publisher
-            first_live = pub.first_published.get(scan) if pub is not None else None
+            first_live = pub.first_published.get(name) if pub is not None else None
             timing = {"merge_s": round(t_merge - t0, 4),
                       "write_s": round(time.monotonic() - t_merge, 4),
                       "receive_s": round(report.last_message - report.first_message, 4),
@@ -630,73 +574,39 @@ def _finalize(comm: Any, layout: Any, roles: Any, loop: Any, analysis: Any,
                           round(first_live - report.first_message, 4),
                       "finalized_after_last_message_s":
                           round(time.monotonic() - report.last_message, 4)}
-            files = {"h5": f"{scan}.h5", "report": f"{scan}.json",
+            files = {"h5": f"{name}.h5", "report": f"{name}.json",
                      **{os.path.basename(p): os.path.basename(p) for p in out.files}}
-            write_report(os.path.join(local_dir, f"{scan}.json"), report,
-                         {"analysis": analysis.name, "outputs": files, "timing": timing,
+            renamed = {} if name == scan else {"name": name, "scan_as_sent": scan}
+            write_report(os.path.join(local_dir, f"{name}.json"), report,
+                         {**renamed, "analysis": analysis.name, "outputs": files,
+                          "timing": timing,
                           "h5_bytes": out.bytes, "roles": roles.describe("receiver"),
                           "memory": memory, "allow_loss": o.allow_loss,
                           "served": scan_ok(report, o.allow_loss),
                           "security": sec.describe() if sec is not None else None})
-            loop.publish(scan, time.monotonic(), final=True, partial=out.partial)
+            result = out.partial
     if loop.socket is not None:
         loop.socket.forget(scan)        # e.g. a Stream V2 start's arrays: written now
+    problem, keep_local = "", False
     if on_written is not None:
         written = comm.bcast({layout.name: sorted(files.values())} if comm.rank == 0
                              else None, root=0)
-        on_written(comm, scan, os.path.join(o.local, scan), written)
-    if comm.rank == 0:
-        shutil.rmtree(local_dir, ignore_errors=True)
-        _remove_empty_parents(local_dir, o.local)
-    return bcast_result(comm, lambda: ScanOutcome(scan, report, scan_ok(report, o.allow_loss),
-                                                  files, timing))
-
-
-def _remove_empty_parents(local_dir: str, template: str) -> None:
-    """rmdir what the scan's ``local_dir`` left: the node's directory, and with the
-    default template (``/tmp/mpistage-stream-UID-XXXXXXXX/%n``) its parent, if empty."""
-    node_dir = os.path.dirname(local_dir)
-    dirs = [node_dir]
-    if os.path.basename(os.path.dirname(template)).startswith("mpistage-stream-"):
-        dirs.append(os.path.dirname(node_dir))
-    for d in dirs:
-        try:
-            os.rmdir(d)
-        except OSError:
-            break       # not empty (another scan, or the user's files), or gone
+        if comm.rank == 0 and loop.names is not None:
+            loop.names.release(name)    # its "receiving" record, replaced by the drain
+        problem, keep_local = drained(comm, on_written, name, os.path.join(o.local, scan),
+                                written, local_dir, o.out)
+    if comm.rank == 0:      # the final message after the drain: a failed end is told
+        loop.publish(scan, time.monotonic(), final=True, partial=result,
+                     ended={"served": scan_ok(report, o.allow_loss) and not problem,
+                            "failed": problem or None})
+        if not keep_local:
+            shutil.rmtree(local_dir, ignore_errors=True)
+            remove_empty_parents(local_dir, o.local)
+    return bcast_result(comm, lambda: ScanOutcome(
+        scan, report, scan_ok(report, o.allow_loss) and not problem, files, timing, name,
+        problem))
 
 
 def _peak_rss_mib() -> float:
     """This process's peak resident set so far (MiB; Linux reports KiB)."""
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
-
-
-def _terminate_handler(loop: Any, o: SessionOptions, nodes: Sequence[str],
-                       rv_written: Sequence[Any] = ()) -> Any:
-    """Rank 0: on SIGTERM (the launcher ends the job after a rank died) or SIGINT, write
-    the report of every open scan from the last heartbeats, naming the lost ranks,
-    remove the rendezvous file (``rv_written``: its device and inode), then exit (143,
-    or 130).
-
-    Returns the :class:`core.interrupt.Handling` to enter (``with``); leaving it
-    restores the previous handlers. The reports are written by its watchdog thread,
-    woken through ``signal.set_wakeup_fd``, not by a Python signal handler: when a rank
-    dies, rank 0's main thread may be blocked in an MPI call with it, where no handler
-    runs. Writing takes milliseconds, but Open MPI's ``mpirun`` may send SIGKILL about
-    as soon after SIGTERM once a rank was killed: launch the receiver with ``--mca
-    odls_base_sigkill_timeout 5`` (``slurm/stream-session.sbatch`` does; the figures
-    are in ``bench/results/history.md``).
-    """
-    def write_reports(signum: int) -> None:
-        remove_rendezvous(o.rendezvous, rv_written[0] if rv_written else None)
-        now = time.monotonic()
-        coord = loop.coord
-        for scan in list(coord.open_scans()):
-            with contextlib.suppress(Exception):   # we are being terminated; do what we can
-                rep, extra = coord.kill_report(scan, now, list(nodes))
-                extra["signal"] = signal.Signals(signum).name
-                os.makedirs(o.out, exist_ok=True)
-                write_report(os.path.join(o.out, f"{scan}.json"), rep, extra)
-
-    return Handling(grace=0.0, emergency=write_reports)
-

@@ -100,5 +100,7 @@ def test_merge_tree_and_partition_size():
     fb = 576 * 576 * 2
     assert partition_frames(fb) == (16 << 20) // fb
     assert partition_frames(fb, 8, rate=87_000) == int(87_000 * 0.1 / 8)
-    assert partition_frames(fb, 2, rate=87_000, frames=100) == 50
+    assert partition_frames(fb, 2, rate=87_000, frames=6400) == 100     # 32 partials each
+    assert partition_frames(fb, 2, frames=256) == 4     # the tour's scan: tens of partials
+    assert partition_frames(fb, 2, rate=87_000, frames=10) == 1
     assert partition_frames(10**9) == 1

@@ -50,9 +50,13 @@ def test_a_failing_or_missing_program_fails_the_job(tmp_path):
     fails = AfterScan(f"{sys.executable} -c 'raise SystemExit(3)'", str(tmp_path), said.append)
     fails.start("a")
     assert not fails.wait() and "--then exited 3" in said[-1]
-    missing = AfterScan("/nonexistent/indexer {h5}", str(tmp_path), said.append)
+    gone = tmp_path / "indexer"          # there at the start, gone when the scan ends
+    gone.write_text("#!/bin/sh\n")
+    gone.chmod(0o755)
+    missing = AfterScan(f"{gone} {{h5}}", str(tmp_path), said.append)
+    gone.unlink()
     missing.start("a")
-    assert not missing.wait() and "/nonexistent/indexer" in said[-1]
+    assert not missing.wait() and str(gone) in said[-1]
 
 
 def test_stop_ends_a_running_command(tmp_path):
@@ -70,6 +74,19 @@ def test_a_template_that_does_not_split_is_refused():
         AfterScan("indexer 'unclosed", "/tmp")
     with pytest.raises(ValueError, match="empty"):
         AfterScan("  ", "/tmp")
+
+
+def test_a_command_that_cannot_run_is_refused_before_the_job_starts():
+    """Checked when the job starts, not when the first scan has ended (issue 41)."""
+    with pytest.raises(ValueError, match="'/nonexistent/indexer' is not an executable file"):
+        AfterScan("/nonexistent/indexer {h5}", "/tmp")
+    with pytest.raises(ValueError, match="'no-such-indexer-41' is not found on PATH"):
+        AfterScan("no-such-indexer-41 {h5}", "/tmp")
+    # a backslash-newline inside the shell's quotes, as a guide's multi-line example gave
+    with pytest.raises(ValueError, match=r"argument 3 '\\n' is a line break"):
+        AfterScan(f"{sys.executable} -m hedm.ff \\\n    --out {{h5}}", "/tmp")
+    # a program text of several lines is one argument, not a line break
+    AfterScan(f"{sys.executable} -c 'import sys\nprint(sys.argv)' {{h5}}", "/tmp")
 
 
 def test_without_launcher_keeps_the_users_settings():

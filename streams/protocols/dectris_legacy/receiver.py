@@ -177,7 +177,7 @@ class LegacyReceiver(StreamV2Receiver):
         try:
             shape = resolve_scan_shape(self.shape_wanted, start.number_of_images)
         except ValueError as e:
-            self.assembler.reject(Reason.CONFLICT, f"series {start.series_id}: {e}")
+            self.assembler.reject(Reason.SCAN_SHAPE, f"series {start.series_id}: {e}")
             return
         if len(shape) != 2:
             shape = (int(np.prod(shape[:-1])), shape[-1])

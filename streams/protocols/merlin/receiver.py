@@ -201,7 +201,7 @@ class MerlinReceiver(SocketLoop):
             try:
                 shape = self._shape(acq["hdr"], acq["frames"])
             except ValueError as e:
-                raise ProtocolError(Reason.CONFLICT, f"acquisition {scan}: {e}") from None
+                raise ProtocolError(Reason.SCAN_SHAPE, f"acquisition {scan}: {e}") from None
             try:
                 g = ScanGeometry(scan, 1, acq["frames"], 1, h.shape, h.dtype, shape)
             except GeometryError as e:

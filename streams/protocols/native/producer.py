@@ -12,11 +12,15 @@ Security: given a :class:`~streams.protocols.native.rendezvous.Rendezvous` that 
 CURVE server key (the default of a receiving job), every socket is a CURVE
 client with the key pair of the rendezvous' ``client_certificate`` (or of
 ``certificate``). A producer the job does not authorise is refused at the
-handshake: its sends then block at the high-water mark (``send_timeout`` turns
-that into an error); nothing it sends is received.
+handshake: its first ``begin`` waits for every receiver's handshake (ZeroMQ's socket
+monitor events) and raises :class:`StreamError` with the cause as soon as one
+refuses it, or when none completes within ``handshake_timeout``; nothing it sends
+is received.
 """
 from __future__ import annotations
 
+import contextlib
+import sys
 import time
 from typing import Any, Dict, List, Optional, Sequence, Union
 
@@ -30,7 +34,10 @@ from streams.security import client_keys, load_client_certificate
 from streams.socketloop import DEFAULT_HWM
 from streams.protocols.native.rendezvous import Rendezvous
 
-__all__ = ["Producer"]
+__all__ = ["Producer", "BLOCKED_NOTE"]
+
+#: Seconds a send blocked at the high-water mark before the producer says so (again).
+BLOCKED_NOTE = 30.0
 
 
 class Producer:
@@ -64,6 +71,9 @@ class Producer:
         Accept a rendezvous that names no CURVE key (a job run ``--insecure``) and
         send in plain text. Without it such a rendezvous is refused: a planted file
         must not turn a producer into a plain-text sender to someone else's socket.
+    handshake_timeout : float
+        With CURVE: seconds the first ``begin`` waits for every receiver to complete
+        the handshake before :class:`StreamError` (a refusal raises at once).
     """
 
     def __init__(self, receivers: Union[Rendezvous, Sequence[str]], producer: int = 0, *,
@@ -71,7 +81,7 @@ class Producer:
                  send_timeout: Optional[float] = None, linger: float = 60.0,
                  context: Any = None, server_key: Optional[str] = None,
                  certificate: Optional[str] = None, token: Optional[str] = None,
-                 insecure: bool = False) -> None:
+                 insecure: bool = False, handshake_timeout: float = 20.0) -> None:
         import zmq
 
         rv = receivers if isinstance(receivers, Rendezvous) else None
@@ -97,8 +107,12 @@ class Producer:
         self.endpoints = eps
         self.producer = producer
         self.linger = linger
+        self.send_timeout = send_timeout
         self._ctx = context or zmq.Context.instance()
         self.sockets: List[Any] = []
+        # CURVE: each socket's handshake events, watched until every receiver accepted
+        self._monitors: List[Any] = []
+        self.handshake_timeout = handshake_timeout
         for ep in eps:
             s = self._ctx.socket(zmq.PUSH)
             s.setsockopt(zmq.SNDHWM, sndhwm)
@@ -108,6 +122,9 @@ class Producer:
                 s.setsockopt(zmq.SNDTIMEO, int(send_timeout * 1000))
             if server_key is not None:
                 client_keys(s, server_key, certificate)  # type: ignore[arg-type]
+                self._monitors.append(s.get_monitor_socket(
+                    zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+                    | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL))
             s.connect(ep)
             self.sockets.append(s)
         self.geometry: Dict[str, ScanGeometry] = {}
@@ -119,11 +136,24 @@ class Producer:
         return len(self.sockets)
 
     def send_parts(self, receiver: int, parts: List[Any]) -> None:
-        """Send one message (its frames) to receiver ``receiver``, blocking at the HWM."""
+        """Send one message (its frames) to receiver ``receiver``, blocking at the HWM
+        (without a ``send_timeout``, saying so on stderr every :data:`BLOCKED_NOTE` s)."""
         t = time.perf_counter()
+        zmq, sock = self._zmq, self.sockets[receiver]
         try:
-            self.sockets[receiver].send_multipart(parts, copy=False)
-        except self._zmq.Again:
+            if self.send_timeout is None:
+                try:
+                    sock.send_multipart(parts, flags=zmq.NOBLOCK, copy=False)
+                    return
+                except zmq.Again:       # the queue is full: wait, and never in silence
+                    while not sock.poll(int(BLOCKED_NOTE * 1000), zmq.POLLOUT):
+                        sys.stderr.write(
+                            f"producer {self.producer}: receiver {receiver} "
+                            f"({self.endpoints[receiver]}) has taken nothing for "
+                            f"{time.perf_counter() - t:.0f} s (its queue is full): waiting "
+                            "-- is the job still reading? (send_timeout bounds the wait)\n")
+            sock.send_multipart(parts, copy=False)
+        except zmq.Again:
             raise StreamError(f"producer {self.producer}: receiver {receiver} "
                               f"({self.endpoints[receiver]}) accepted nothing for the send "
                               "timeout: is it running and reading, and does it accept this "
@@ -132,8 +162,53 @@ class Producer:
         finally:
             self.blocked_s += time.perf_counter() - t
 
+    def _handshakes(self) -> None:
+        """Wait until every receiver completed the CURVE handshake (once): raise the
+        cause of a refusal at once, or after ``handshake_timeout`` s name the receivers
+        that never answered."""
+        from zmq.utils.monitor import recv_monitor_message
+
+        zmq = self._zmq
+        waiting = dict(enumerate(self._monitors))
+        end = time.monotonic() + self.handshake_timeout
+        while waiting:
+            for r, mon in list(waiting.items()):
+                if not mon.poll(0):
+                    continue
+                ev = recv_monitor_message(mon)
+                if ev["event"] == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                    del waiting[r]
+                    continue
+                why = (f"refused this producer's CURVE certificate {self.certificate} "
+                       f"(ZAP status {ev['value']}): use the job's producers' certificate "
+                       "(the rendezvous file's client_certificate) or one of its "
+                       "--authorized-keys" if ev["event"] == zmq.EVENT_HANDSHAKE_FAILED_AUTH
+                       else f"failed the CURVE handshake (ZMTP error {ev['value']:#x}: the "
+                       "server key is not the job's?)")
+                self._close_monitors()
+                raise StreamError(f"producer {self.producer}: receiver {r} "
+                                  f"({self.endpoints[r]}) {why}")
+            if waiting and time.monotonic() > end:
+                self._close_monitors()
+                raise StreamError(
+                    f"producer {self.producer}: no CURVE handshake with receiver(s) "
+                    f"{', '.join(f'{r} ({self.endpoints[r]})' for r in sorted(waiting))} "
+                    f"in {self.handshake_timeout:g} s: is the job still running there?")
+            if waiting:
+                time.sleep(0.01)
+        self._close_monitors()
+
+    def _close_monitors(self) -> None:
+        for s, mon in zip(self.sockets, self._monitors):
+            with contextlib.suppress(self._zmq.ZMQError):
+                s.disable_monitor()
+            mon.close(linger=0)
+        self._monitors = []
+
     def begin(self, geometry: ScanGeometry) -> None:
         """Announce a scan to every receiver (before any of its data)."""
+        if self._monitors:
+            self._handshakes()
         hdr = encode_begin(geometry, self.producer, self.token)
         self.geometry[geometry.scan] = geometry
         self.sent[geometry.scan] = [0] * self.receivers
@@ -171,6 +246,7 @@ class Producer:
 
     def close(self) -> None:
         """Close the sockets, waiting up to ``linger`` s for queued messages to leave."""
+        self._close_monitors()
         for s in self.sockets:
             s.close(linger=int(self.linger * 1000))
         self.sockets = []
