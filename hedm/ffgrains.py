@@ -318,7 +318,7 @@ def write_grains(refined: List[Dict[str, Any]], found: Dict[str, Any], indexed: 
     from hedm.common import replacing
     from hedm.grainscsv import COLUMNS, write_grains_csv
     from kernels.ffmodel import lattice_rotation
-    from stager.outputs import mark
+    from core.outputs import mark
 
     ref = p["LatticeConstant"]
     for i, g in enumerate(refined):

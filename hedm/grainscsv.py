@@ -108,9 +108,9 @@ def main(argv=None) -> int:
     ap.add_argument("--overwrite", action="store_true",
                     help="replace an existing seeds file (mpistage cannot tell its own)")
     args = ap.parse_args(argv)
-    from stager.outputs import OutputError, check_outputs
+    from core.outputs import OutputError, check_outputs
 
-    try:    # the one output rule (stager.outputs): never over the input, nor a user's file
+    try:    # the one output rule (core.outputs): never over the input, nor a user's file
         check_outputs([args.seeds], [args.grains], overwrite=args.overwrite,
                       hint="choose another --seeds")
     except OutputError as exc:

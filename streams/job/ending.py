@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from core import localfs
 from core.interrupt import Handling
-from stager.planning.plan import expand_node
+from core.nodes import expand_node
 from streams.job.localdir import local_root
 from streams.job.output import write_report
 from streams.protocols.native.rendezvous import remove_rendezvous

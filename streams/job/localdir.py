@@ -16,7 +16,7 @@ import tempfile
 
 from core import localfs
 from core.trusted import describe_shared_dir
-from stager.planning.plan import expand_node
+from core.nodes import expand_node
 
 __all__ = ["default_local", "local_root", "node_local_dir"]
 

@@ -21,7 +21,7 @@ import socket
 import time
 from typing import Callable, Dict, Optional, Tuple
 
-from stager.outputs import mark
+from core.outputs import mark
 
 __all__ = ["OutputNames"]
 

@@ -16,7 +16,7 @@ import numpy as np
 from core import localfs
 from core.errors import MpistageError
 from core.mpi.agree import bcast_result
-from stager.outputs import mark
+from core.outputs import mark
 from streams.accounting import ScanReport
 
 __all__ = ["write_report", "drained", "scan_ok", "exit_status"]

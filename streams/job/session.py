@@ -40,7 +40,7 @@ from core.mpi.tree import TreeMergeError, tree_reduce
 from core import localfs
 from core.options import (
     Option, parse_bool, parse_int, parse_number, parse_size, parse_text, resolve)
-from stager.planning.plan import expand_node
+from core.nodes import expand_node
 from streams.accounting import ScanReport
 from analyses.loading import load_analysis
 from analyses.output import finish

@@ -42,7 +42,7 @@ import numpy as np
 
 from core import localfs
 from stager.nodelocal import record as records
-from stager.planning.plan import expand_node
+from core.nodes import expand_node
 from streams.accounting import runs
 from streams.errors import StreamError
 

@@ -46,8 +46,8 @@ def test_ffgrains_refuses_a_users_grains_file(tmp_path, sweep, name):
     assert "--overwrite" in text
     assert mine.read_text() == "my own grains, from MIDAS\n"
     assert not (out / "ffgrains_run.json").exists()
-    # the rule is the one stager.outputs keeps: our own Grains.h5 makes Grains.csv ours too
-    from stager.outputs import ours
+    # the rule is the one core.outputs keeps: our own Grains.h5 makes Grains.csv ours too
+    from core.outputs import ours
     assert not ours(str(mine))
 
 

@@ -72,7 +72,7 @@ def test_efab_is_midas_strain_of_its_lattice():
 
 def test_seeds_cli_goes_through_the_output_rule(tmp_path, capsys):
     """``python -m hedm.grainscsv`` replaces no file it cannot tell it wrote (issue 41 item
-    2's rule, stager.outputs), nor its input, without --overwrite."""
+    2's rule, core.outputs), nor its input, without --overwrite."""
     import os
 
     from hedm.grainscsv import main

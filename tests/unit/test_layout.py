@@ -206,8 +206,6 @@ STAGER_LAYERS = {
     "stager.staging": {"stager.planning", "stager.nodelocal", "hooks"},
     "stager.stageout": {"stager.planning", "stager.nodelocal", "stager.drainlog"},
     "stager.drainlog": {"stager.nodelocal"},
-    # core.outputs re-exported until the parallel branches land (then removed)
-    "stager.outputs": set(),
     "streams": {"stager.planning", "stager.nodelocal", "stager.staging"},
     # the block kinds: plug-ins above the machinery that asks them through the table
     # (stager.planning.kinds names each by "module:Class", imported when first asked)
