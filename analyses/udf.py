@@ -49,9 +49,7 @@ LiberTEM is imported only where a UDF runs.
 """
 from __future__ import annotations
 
-import importlib
 import json
-import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -86,23 +84,12 @@ def parse_udf_spec(spec: str) -> List[Tuple[str, str]]:
 
 
 def _import_class(where: str, name: str) -> Any:
-    try:
-        if where.endswith(".py"):
-            if not os.path.isfile(where):
-                raise UDFError(f"UDF file {where} does not exist")
-            from core.table import load_path
+    from core.table import load_object
 
-            mod = load_path(os.path.abspath(where))
-        else:
-            mod = importlib.import_module(where)
-    except UDFError:
-        raise
+    try:
+        return load_object(f"{where}:{name}")
     except Exception as e:
-        raise UDFError(f"cannot import the UDF module {where}: {e!r}") from e
-    cls = getattr(mod, name, None)
-    if cls is None:
-        raise UDFError(f"{where} defines no {name}")
-    return cls
+        raise UDFError(f"cannot import the UDF {where}:{name}: {e}") from e
 
 
 class MaskFactory:
