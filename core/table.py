@@ -151,15 +151,8 @@ def load_object(spec: str, default: Optional[str] = None) -> Any:
 
 
 def load_module(where: str, name: Optional[str] = None) -> Any:
-    """The module named ``where`` (``pkg.mod``, imported), or the Python file ``where``
-    (``FILE.py``, loaded by :func:`load_path` as ``name``).
-
-    Raises
-    ------
-    ImportError
-        The module does not import or the file does not exist; else whatever the
-        module raises on import.
-    """
+    """The module named ``where`` (``pkg.mod``) or the Python file ``where`` (``FILE.py``,
+    loaded by :func:`load_path` as ``name``); raises as :func:`load_object`."""
     if not where.endswith(".py"):
         return importlib.import_module(where)
     if not os.path.isfile(where):

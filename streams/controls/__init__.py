@@ -161,14 +161,13 @@ def load_hook(spec: Optional[str]) -> Optional[Callable[[Dict[str, Any]], Any]]:
     Raises
     ------
     ValueError
-        naming the spec, when it is no importable callable.
+        naming the spec, when it is no importable callable (MODULE:FUNCTION,
+        FILE.py:FUNCTION).
     """
     if not spec:
         return None
     from core.table import load_object
 
-    if ":" not in spec:
-        raise ValueError(f"--on-ready {spec!r}: expected MODULE:FUNCTION or FILE.py:FUNCTION")
     try:
         fn = load_object(spec)
     except (ImportError, OSError, StreamError) as e:
