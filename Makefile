@@ -122,19 +122,23 @@ XDIST   := -n $(XDIST_N) --no-loadscope-reorder
 test-serial:
 	timeout -k 30 $(SERIAL_TIMEOUT) $(PY) -m pytest -m "not mpi" -q --color=no $(XDIST)
 
-# The edit-run loop: the unit tests and the end-to-end files that take seconds, serially.
+# The edit-run loop: the unit tests and the end-to-end files that take seconds.
 # Left to `make test`: the MPI suite, tests marked slow/slurm/fuse/osnodes, the other
 # end-to-end files, and the NF/HEDM numerics below (numba fits: most of the unit tests'
-# time). Measured 2026-11-25: 1,077 tests in 97 s at load average 4-5 from other
-# sessions on the 2 cores (50 s of CPU); docs/contributing.md.
+# time). Measured 2026-12-07: 1,402 passed, 2 skipped, 88 s of CPU (400 s wall at load
+# average 20 from other sessions on the 2 cores; in one process it had taken 106 s of
+# CPU, so at least as long in wall); tests/README.md.
 FAST_E2E  := test_stager_plan_cli test_stager_stage_cli test_workflows_run
 FAST_SKIP := test_kernels_nffit test_hedm_nffit test_kernels_microstructure test_kernels_nf_midas_golden \
              test_kernels_nfconfidence test_hedm_micmap test_hedm_nf_orientation test_hedm_nfhook
+# in 2 workers (the 2 cores; files whole, as in test-serial): its tests compute, they
+# seldom wait. FAST_XDIST= runs it in one process.
+FAST_XDIST ?= -n 2 --no-loadscope-reorder
 FAST_ARGS := tests/unit $(foreach f,$(FAST_E2E),tests/e2e/$(f).py) \
              $(foreach f,$(FAST_SKIP),--ignore=tests/unit/$(f).py)
 test-fast: setup warm-kernels
 	timeout -k 30 600 $(PY) -m pytest -m "not mpi and not slow and not slurm and not fuse and not osnodes" \
-	  -q --color=no -p no:cacheprovider $(FAST_ARGS)
+	  -q --color=no -p no:cacheprovider $(FAST_XDIST) $(FAST_ARGS)
 
 # The user guide and API reference; warnings are errors, so a broken reference fails
 # `make test`. Needs no MPI (docs/conf.py mocks mpi4py).
