@@ -95,11 +95,12 @@ demo: setup
 demo-ff-nf: setup
 	$(PY) -m hedm.demo --np $(NP) --out demo-out --seeds ff
 
-# The checks that start no test process run side by side first (each keeps one core
-# busy): ruff + mypy, the docs build, and the kernels compiled into the tree's numba
-# cache; then the serial suite, then the MPI suite.
-test: setup serial-venv-maybe
-	$(MAKE) --no-print-directory -j3 --output-sync=target lint-check docs warm-kernels
+# What starts no test process runs side by side first (each keeps one core busy, or
+# waits on the package index): the NumPy 2 venv, ruff + mypy, the docs build, and the
+# kernels compiled into the tree's numba cache; then the serial suite, then the MPI suite.
+test: setup
+	$(MAKE) --no-print-directory -j4 --output-sync=target serial-venv-maybe lint-check docs \
+	  warm-kernels
 	$(MAKE) --no-print-directory test-serial
 	$(MAKE) --no-print-directory test-mpi
 
