@@ -133,6 +133,7 @@ class Sandbox:
     def run(self, example: Example) -> subprocess.CompletedProcess:
         """Run one example; raise ``AssertionError`` with its output if it fails."""
         if example.kind == "hook-spec":
+            import stager.planning.kinds  # noqa: F401  (registers the kinds, as `stager plan`)
             from hooks import parse_spec
 
             parse_spec(example.text, path=f"{example.id}")
