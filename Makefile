@@ -97,12 +97,14 @@ demo-ff-nf: setup
 
 # What starts no test process runs side by side first (each keeps one core busy, or
 # waits on the package index): the NumPy 2 venv, ruff + mypy, the docs build, and the
-# kernels compiled into the tree's numba cache; then the serial suite, then the MPI suite.
+# kernels compiled into the tree's numba cache. Then the serial suite and the MPI suite
+# side by side: both spend most of their time waiting (on subprocesses, on the other
+# ranks); their lines interleave whole (--output-sync=line), each ends with its summary
+# line, and make names the one that failed. `make test-serial test-mpi` runs them in turn.
 test: setup
 	$(MAKE) --no-print-directory -j4 --output-sync=target serial-venv-maybe lint-check docs \
 	  warm-kernels
-	$(MAKE) --no-print-directory test-serial
-	$(MAKE) --no-print-directory test-mpi
+	$(MAKE) --no-print-directory -j2 --output-sync=line test-serial test-mpi
 
 # Every numba kernel compiled once into the tree's own cache (the __pycache__ beside each
 # kernel module), so that no test's mpirun ranks compile them, each rank side by side
