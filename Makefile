@@ -21,7 +21,7 @@ APT_PACKAGES := openmpi-bin libopenmpi-dev libhdf5-openmpi-dev python3-h5py-mpi 
                 python3-simgrid libsimgrid-dev
 
 .PHONY: help setup system demo demo-ff-nf test test-serial test-mpi lint lint-check bench clean-demo bench-pfs \
-        serial-venv serial-venv-maybe docs test-fast
+        serial-venv serial-venv-maybe docs test-fast warm-kernels
 
 help:
 	@echo "make demo   - set up (if needed) and run the main job"
@@ -96,15 +96,29 @@ demo: setup
 demo-ff-nf: setup
 	$(PY) -m hedm.demo --np $(NP) --out demo-out --seeds ff
 
-test: setup serial-venv-maybe lint-check docs test-serial test-mpi
+# What starts no test process runs side by side first (each keeps one core busy, or
+# waits on the package index): the NumPy 2 venv, ruff + mypy, the docs build, and the
+# kernels compiled into the tree's numba cache. Then the serial suite and the MPI suite
+# side by side: both spend most of their time waiting (on subprocesses, on the other
+# ranks); their lines interleave whole (--output-sync=line), each ends with its summary
+# line, and make names the one that failed. `make test-serial test-mpi` runs them in turn.
+test: setup
+	$(MAKE) --no-print-directory -j4 --output-sync=target serial-venv-maybe lint-check docs \
+	  warm-kernels
+	$(MAKE) --no-print-directory -j2 --output-sync=line test-serial test-mpi
+
+# Every numba kernel compiled once into the tree's own cache (the __pycache__ beside each
+# kernel module), so that no test's mpirun ranks compile them, each rank side by side
+# with the others: 62 s of CPU in a fresh clone, 1 s when warm (2026-12-07).
+warm-kernels: setup
+	env -u NUMBA_CACHE_DIR $(PY) -c "from kernels.numba_cache import exercise_kernels; exercise_kernels()"
 
 # The serial suite in $(XDIST_N) pytest-xdist workers. Most of its time is spent waiting
 # on mpirun subprocesses, so more workers than the 2 cores pays. tests/conftest.py
 # schedules each file on one worker (module fixtures built once) and the files that
-# must share one worker together (SHARED_WORKER: Slurm/FUSE/OS-node tests, the NF
-# jobs), in collection order (--no-loadscope-reorder: the long end-to-end files first;
-# xdist's default, most tests first, left the NF jobs for last). XDIST_N=0 runs it in
-# one process, as before.
+# must share one worker together (SHARED_WORKER: Slurm/FUSE/OS-node tests), in
+# collection order (--no-loadscope-reorder: the long end-to-end files first). XDIST_N=0
+# runs it in one process, as before.
 # Measured 2026-11-25 (load 3-7 from other sessions): make test in a fresh clone 808 s,
 # its serial suite 589 s (one process: 957 s); docs/contributing.md, "Running the tests".
 XDIST_N ?= 4
@@ -112,19 +126,23 @@ XDIST   := -n $(XDIST_N) --no-loadscope-reorder
 test-serial:
 	timeout -k 30 $(SERIAL_TIMEOUT) $(PY) -m pytest -m "not mpi" -q --color=no $(XDIST)
 
-# The edit-run loop: the unit tests and the end-to-end files that take seconds, serially.
+# The edit-run loop: the unit tests and the end-to-end files that take seconds.
 # Left to `make test`: the MPI suite, tests marked slow/slurm/fuse/osnodes, the other
 # end-to-end files, and the NF/HEDM numerics below (numba fits: most of the unit tests'
-# time). Measured 2026-11-25: 1,077 tests in 97 s at load average 4-5 from other
-# sessions on the 2 cores (50 s of CPU); docs/contributing.md.
+# time). Measured 2026-12-07: 1,402 passed, 2 skipped, 88 s of CPU (400 s wall at load
+# average 20 from other sessions on the 2 cores; in one process it had taken 106 s of
+# CPU, so at least as long in wall); tests/README.md.
 FAST_E2E  := test_stager_plan_cli test_stager_stage_cli test_workflows_run
 FAST_SKIP := test_kernels_nffit test_hedm_nffit test_kernels_microstructure test_kernels_nf_midas_golden \
              test_kernels_nfconfidence test_hedm_micmap test_hedm_nf_orientation test_hedm_nfhook
+# in 2 workers (the 2 cores; files whole, as in test-serial): its tests compute, they
+# seldom wait. FAST_XDIST= runs it in one process.
+FAST_XDIST ?= -n 2 --no-loadscope-reorder
 FAST_ARGS := tests/unit $(foreach f,$(FAST_E2E),tests/e2e/$(f).py) \
              $(foreach f,$(FAST_SKIP),--ignore=tests/unit/$(f).py)
-test-fast: setup
+test-fast: setup warm-kernels
 	timeout -k 30 600 $(PY) -m pytest -m "not mpi and not slow and not slurm and not fuse and not osnodes" \
-	  -q --color=no -p no:cacheprovider $(FAST_ARGS)
+	  -q --color=no -p no:cacheprovider $(FAST_XDIST) $(FAST_ARGS)
 
 # The user guide and API reference; warnings are errors, so a broken reference fails
 # `make test`. Needs no MPI (docs/conf.py mocks mpi4py).

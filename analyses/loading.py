@@ -5,32 +5,20 @@ import the LiberTEM adapter (:mod:`analyses.udf`), which builds on it.
 """
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import json
-import os
 from typing import Any, Dict, Optional, Sequence
 
 from analyses.contract import Analysis, FrameSum
 from analyses.errors import AnalysisError
-from core.table import load_path
+from core.table import load_object
 
-__all__ = ["load_analysis", "analysis_options", "load_file", "DEFAULT_NAME", "ANALYSES"]
+__all__ = ["load_analysis", "analysis_options", "DEFAULT_NAME", "ANALYSES"]
 
 #: Name looked up in a flow file when ``--analysis FILE.py`` names no object.
 DEFAULT_NAME = "ANALYSIS"
 
 #: The analyses this project ships (``--analysis NAME``), listed when a name is not found.
 ANALYSES = ("sum", "stem4d.flow", "hedm.ffpeaks", "hedm.nfreduce")
-
-
-def load_file(path: str) -> Any:
-    """Import the Python file ``path`` as a module of its own (``--analysis FILE.py``,
-    ``udf:FILE.py:CLASS``, ``--on-ready FILE.py:FUNCTION``)."""
-    if not path.endswith(".py"):
-        raise AnalysisError(f"cannot load analysis file {path}: not a Python file")
-    return load_path(path, "mpistage_flow_" + os.path.splitext(os.path.basename(path))[0]
-                     .replace("-", "_"))
 
 
 def _known(where: str) -> str:
@@ -99,18 +87,11 @@ def load_analysis(spec: Optional[str], options: Any = None, *, roi: Any = None,
     if spec is None or spec in ("sum", "FrameSum"):
         obj: Any = FrameSum
     else:
-        where, _, name = spec.partition(":")
-        if where.endswith(".py") and ":" not in spec and os.sep not in spec and \
-                not os.path.exists(where):
-            raise AnalysisError(f"analysis file {where} does not exist")
         try:
-            mod = load_file(where) if where.endswith(".py") else importlib.import_module(where)
+            obj = load_object(spec, DEFAULT_NAME)
         except (ImportError, OSError) as e:
+            where = spec.rpartition(":")[0] or spec
             raise AnalysisError(f"cannot load analysis {spec!r}: {e}; {_known(where)}") from e
-        obj = getattr(mod, name or DEFAULT_NAME, None)
-        if obj is None:
-            raise AnalysisError(f"analysis {spec!r}: {where} defines no {name or DEFAULT_NAME}; "
-                              f"{_known(where)}")
     if not isinstance(obj, Analysis):
         if not callable(obj):
             raise AnalysisError(f"analysis {spec!r} is neither an Analysis nor a callable")

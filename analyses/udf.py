@@ -49,9 +49,7 @@ LiberTEM is imported only where a UDF runs.
 """
 from __future__ import annotations
 
-import importlib
 import json
-import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -61,6 +59,7 @@ from analyses.contract import Analysis
 from analyses.errors import UDFError
 from analyses.geometry import ScanGeometry
 from analyses.udfinputs import UDFInputs, read_array
+from core.table import load_object
 
 __all__ = ["UDFError", "UDFAnalysis", "UDFPartial", "load_udf_analysis", "parse_udf_spec",
            "check_udf", "MaskFactory", "PREFIX"]
@@ -83,26 +82,6 @@ def parse_udf_spec(spec: str) -> List[Tuple[str, str]]:
                            "udf:FILE.py:CLASS (comma-separated for several UDFs)")
         out.append((where, name))
     return out
-
-
-def _import_class(where: str, name: str) -> Any:
-    try:
-        if where.endswith(".py"):
-            if not os.path.isfile(where):
-                raise UDFError(f"UDF file {where} does not exist")
-            from core.table import load_path
-
-            mod = load_path(os.path.abspath(where))
-        else:
-            mod = importlib.import_module(where)
-    except UDFError:
-        raise
-    except Exception as e:
-        raise UDFError(f"cannot import the UDF module {where}: {e!r}") from e
-    cls = getattr(mod, name, None)
-    if cls is None:
-        raise UDFError(f"{where} defines no {name}")
-    return cls
 
 
 class MaskFactory:
@@ -217,7 +196,10 @@ def load_udf_analysis(spec: str, params: Any = None, roi: Any = None,
         raise UDFError(f"{spec}: {len(names)} UDFs but {len(plist)} parameter sets")
     classes, kwargs = [], []
     for (where, name), p in zip(names, plist):
-        cls = _import_class(where, name)
+        try:
+            cls = load_object(f"{where}:{name}")
+        except Exception as e:
+            raise UDFError(f"cannot import the UDF {where}:{name}: {e}") from e
         check_udf(cls, name)
         kw = _kwargs_for(cls, p)
         try:

@@ -310,6 +310,9 @@ def add_node_id_flags(parser: Any) -> None:
 
 #: How ranks form nodes: keyword > ``$STAGER_NODE_ID`` > ``host``.
 NODE_ID = Option("node_id", "host", parse_node_id, ENV_PREFIX + "NODE_ID")
+#: The variable the workflows once read (the name of a variable naming the node): still
+#: accepted, with a DeprecationWarning, as ``STAGER_NODE_ID=env:VAR``.
+DEPRECATED_ENV = "WORKFLOWS_NODE_ID_ENV"
 
 
 def resolve_node_id(env: Optional[Mapping[str, str]] = None, node_id: Any = None) -> str:
@@ -320,4 +323,10 @@ def resolve_node_id(env: Optional[Mapping[str, str]] = None, node_id: Any = None
     given = node_id_of({"node_id": node_id})
     if given is None and not env.get(NODE_ID.env or ""):
         given = node_id_of({k: env.get(ENV_PREFIX + k.upper()) for k in list(SPELLINGS)[1:]})
+        if given is None and env.get(DEPRECATED_ENV):
+            import warnings
+
+            warnings.warn(f"{DEPRECATED_ENV} is deprecated: set {NODE_ID.env}=env:"
+                          f"{env[DEPRECATED_ENV]} instead", DeprecationWarning, stacklevel=2)
+            given = parse_node_id(f"env:{env[DEPRECATED_ENV]}", DEPRECATED_ENV)
     return str(resolve([NODE_ID], {"node_id": given}, env)["node_id"])

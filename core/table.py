@@ -16,9 +16,9 @@ the known ones::
     ...
     core.errors.UnknownName: unknown greeting 'bye': use one of hello
 
-A row is ``"module:Attr"`` (or ``"module"``: the module itself), resolved with the
-standard library's :func:`pkgutil.resolve_name` so that importing the table imports
-no plug-in; or the object itself (what :meth:`Table.register` adds from outside
+A row is ``"module:Attr"`` (or ``"module"``: the module itself), resolved with
+:func:`load_object` when first asked for, so that importing the table imports no
+plug-in; or the object itself (what :meth:`Table.register` adds from outside
 the package, e.g. the tests' toy kind). ``make`` turns what a row names into what
 the table hands out (a class into its one instance); it runs once per name.
 
@@ -27,12 +27,14 @@ A table reads like the mapping of its rows (``name in t``, ``t[name]``,
 """
 from __future__ import annotations
 
-import pkgutil
+import importlib
+import os
+import sys
 from typing import Any, Callable, Dict, Generic, Iterator, Mapping, Optional, Tuple, TypeVar, Union
 
 from core.errors import UnknownName
 
-__all__ = ["Table", "load_path"]
+__all__ = ["Table", "load_object", "load_module", "load_path"]
 
 T = TypeVar("T")
 
@@ -111,7 +113,7 @@ class Table(Mapping[str, Union[str, Any]], Generic[T]):
         """What row ``name`` names (its module imported on first use, ``make`` applied once)."""
         if name not in self._loaded:
             row = self._rows.get(self.check(name), name)
-            got = pkgutil.resolve_name(row) if isinstance(row, str) else row
+            got = load_object(row) if isinstance(row, str) else row
             self._loaded[name] = self._make(got) if self._make and isinstance(row, str) \
                 else got
         return self._loaded[name]
@@ -119,6 +121,43 @@ class Table(Mapping[str, Union[str, Any]], Generic[T]):
     def loaded(self) -> Tuple[T, ...]:
         """Every row's plug-in, in table order (each module imported)."""
         return tuple(self.load(n) for n in self._rows)
+
+
+def load_object(spec: str, default: Optional[str] = None) -> Any:
+    """What ``MODULE:NAME`` or ``FILE.py:NAME`` names: the one loader of a spec (an
+    ``--analysis``, a ``udf:`` class, an ``--on-ready`` or leader hook, a table's row).
+    ``NAME`` may be dotted (``Class.attr``); without ``:NAME``, ``default`` is looked
+    up, or with no default the module itself is returned.
+
+    Raises
+    ------
+    ImportError
+        Not of that form, the module or file does not import (its message), or it
+        defines no ``NAME``; whatever else the module raises on import passes through.
+    """
+    where, sep, name = spec.rpartition(":")
+    if not sep:
+        where, name = spec, default or ""
+    if not where or (sep and not name) or \
+            (name and not all(part.isidentifier() for part in name.split("."))):
+        raise ImportError(f"{spec!r}: expected MODULE:NAME or FILE.py:NAME")
+    obj = load_module(where)
+    for part in name.split(".") if name else ():
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ImportError(f"{where} defines no {name}") from None
+    return obj
+
+
+def load_module(where: str, name: Optional[str] = None) -> Any:
+    """The module named ``where`` (``pkg.mod``) or the Python file ``where`` (``FILE.py``,
+    loaded by :func:`load_path` as ``name``); raises as :func:`load_object`."""
+    if not where.endswith(".py"):
+        return importlib.import_module(where)
+    if not os.path.isfile(where):
+        raise ImportError(f"file {where} does not exist")
+    return load_path(os.path.abspath(where), name)
 
 
 def load_path(path: str, name: Optional[str] = None) -> Any:
@@ -133,8 +172,6 @@ def load_path(path: str, name: Optional[str] = None) -> Any:
         ``path`` is not a Python file; else whatever the file raises on import.
     """
     import importlib.util
-    import os
-    import sys
 
     if name is None:
         name = "mpistage_" + os.path.splitext(os.path.basename(path))[0].replace("-", "_")

@@ -23,23 +23,18 @@ import pytest
 #: Files that must share one pytest-xdist worker, by group (``make test-serial`` runs
 #: ``-n 4``; :func:`pytest_xdist_make_scheduler`). ``machine``: tests of one
 #: machine-wide thing (the local Slurm cluster's daemons, FUSE mounts, host names in
-#: namespaces), one after the other. ``nf-jobs``: mpirun jobs that compile the NF
-#: kernels (numba, minutes of CPU with a cold cache, as in CI); side by side on the
-#: 2 cores the demo took more than the 300 s test timeout in a fresh clone.
+#: namespaces), one after the other. (The HEDM jobs, once one group because each rank
+#: compiled the NF kernels side by side with a cold numba cache, now run side by side:
+#: ``make test`` compiles every kernel into the tree's cache first, ``warm-kernels``.)
 SHARED_WORKER = {
     "machine": ("tests/e2e/test_slurm.py", "tests/e2e/test_streams_session_sbatch.py",
                 "tests/e2e/test_osnodes.py",
                 "tests/e2e/test_bench_pfs.py", "tests/e2e/test_bench_pfs_stage.py"),
-    "nf-jobs": ("tests/e2e/test_hedm_demo.py", "tests/e2e/test_hedm_e2e.py",
-                "tests/e2e/test_hedm_nffit_e2e.py", "tests/e2e/test_hedm_nf_stream.py",
-                "tests/e2e/test_hedm_ff_nf_chain.py"),
 }
 #: Marks of the ``machine`` group's tests: a file with one must be listed there.
 MACHINE_MARKS = ("slurm", "fuse", "osnodes")
 #: The documentation examples (tests/docexamples.py): scheduled one document per unit.
 DOCS_EXAMPLES = "tests/e2e/test_docs_examples.py"
-#: Documents whose examples join a SHARED_WORKER group (the HEDM guide runs NF jobs).
-DOCS_GROUP = {"docs/guide/hedm.md": "nf-jobs"}
 _GROUP_OF = {path: group for group, paths in SHARED_WORKER.items() for path in paths}
 
 
@@ -56,9 +51,8 @@ def pytest_xdist_make_scheduler(config, log):
             path = nodeid.split("::", 1)[0]
             if path == DOCS_EXAMPLES and "[" in nodeid:
                 # one unit per document: its examples in order on one worker, the
-                # documents side by side (the HEDM guide's NF jobs with the others)
-                document = nodeid.split("[", 1)[1].rsplit(":", 1)[0]
-                return DOCS_GROUP.get(document, path + "::" + document)
+                # documents side by side
+                return path + "::" + nodeid.split("[", 1)[1].rsplit(":", 1)[0]
             return _GROUP_OF.get(path, path)
 
     return Scheduling(config, log)

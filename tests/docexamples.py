@@ -9,7 +9,7 @@ naming a file (``# my_udf.py``) is written to that file for the examples after i
 any other Python block is run with ``python``.
 
 The examples of one document run in order, in one sandbox, as a user runs them from a
-clone: the current directory holds links to the clone's top-level folders (so
+clone: the current directory holds links to the clone's tracked top-level entries (so
 ``workflows/examples/mapreduce.py`` is found) and receives what the examples write;
 ``HOME`` is the sandbox (``~/tour``), ``USER`` is unique to the run (``/dev/shm/$USER``),
 exported variables and the current directory carry over from one block to the next, and
@@ -23,6 +23,7 @@ renders it as one.
 """
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 import shutil
@@ -117,11 +118,7 @@ class Sandbox:
         self.folder = folder
         self.user = f"mpistage-docs-{os.getpid()}-{Path(document).stem.lower()}"
         self.state = folder / ".docs-test-env"
-        for entry in ROOT.iterdir():
-            if not entry.name.startswith(".") and entry.name not in ("docs", "tests") and \
-                    not (folder / entry.name).exists():
-                (folder / entry.name).symlink_to(entry)
-        for name in ("docs", "tests"):
+        for name in _tracked_entries(ROOT):
             (folder / name).symlink_to(ROOT / name)
         env = dict(os.environ)
         env.update(HOME=str(folder), USER=str(self.user), LOGNAME=str(self.user),
@@ -136,6 +133,7 @@ class Sandbox:
     def run(self, example: Example) -> subprocess.CompletedProcess:
         """Run one example; raise ``AssertionError`` with its output if it fails."""
         if example.kind == "hook-spec":
+            import stager.planning.kinds  # noqa: F401  (registers the kinds, as `stager plan`)
             from hooks import parse_spec
 
             parse_spec(example.text, path=f"{example.id}")
@@ -186,6 +184,24 @@ class Sandbox:
         """Remove what the examples left in ``/dev/shm/$USER`` and ``/tmp/$USER``."""
         for root in ("/dev/shm", "/tmp"):
             shutil.rmtree(os.path.join(root, self.user), ignore_errors=True)
+
+
+def _tracked_entries(root: Path) -> List[str]:
+    """The clone's top-level entries a user finds in a fresh clone: the tracked ones
+    (``git ls-files``), not what a run made there (``make demo``'s ``demo-out/``, which
+    an example writing ``demo-out/`` must not write through). Not a git checkout (an
+    unpacked archive): every entry ``.gitignore`` does not name. Hidden entries never."""
+    try:
+        out = subprocess.run(["git", "-C", str(root), "ls-files", "-z"], check=True,
+                             capture_output=True, text=True).stdout
+        names = {path.split("/", 1)[0] for path in out.split("\0") if path}
+    except (OSError, subprocess.CalledProcessError):
+        ignore = root / ".gitignore"
+        patterns = [line.strip().strip("/") for line in
+                    (ignore.read_text().splitlines() if ignore.exists() else [])]
+        names = {e.name for e in root.iterdir()
+                 if not any(p and fnmatch.fnmatch(e.name, p) for p in patterns)}
+    return sorted(n for n in names if not n.startswith(".") and (root / n).exists())
 
 
 def _wrapped(text: str, state: Path) -> str:

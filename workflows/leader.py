@@ -22,13 +22,13 @@ its kind and running it are each agreed before the next collective).
 from __future__ import annotations
 
 import os
-import pkgutil
 import socket
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Union
 
 from core.mpi.agree import agreed
 from core.job import Job
+from core.table import load_object
 
 from .errors import HookError, WorkflowError
 
@@ -91,7 +91,7 @@ def resolve_hook(hook: Hook) -> Union[Callable, str]:
     if not sep or not module or not func:
         raise HookError(f"leader hook {hook!r}: no such file, and not of the form module:function")
     try:
-        obj = pkgutil.resolve_name(hook)
+        obj = load_object(hook)
     except Exception as exc:
         # Not only ImportError: a SyntaxError or any error raised while the
         # module runs must also become a HookError, or it skips the agreement.

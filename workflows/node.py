@@ -9,25 +9,23 @@ flow never sees node options (as LiberTEM's analyses never see executors). No
 environment variable carries it: a task cannot be told another node's name by
 what it inherits.
 
-Outside a run (a flow's ``main`` called from a test), the name follows the
-same rule for one process: ``WORKFLOWS_NODE_ID_ENV`` names a variable holding
-it (a Slurm node's ``SLURMD_NODENAME``), else the host name.
+Outside a run (a flow's ``main`` called from a test, a Parsl worker on a Slurm node),
+the name follows the stager's rule for one process: ``$STAGER_NODE_ID``
+(``env:SLURMD_NODENAME``: a variable holding it), else the host name
+(:func:`core.nodes.resolve_node_id`).
 """
 from __future__ import annotations
 
 import os
 from typing import Optional
 
-from core.nodes import local_node_name
-from core.nodes import expand_node
+from core.mpi.launcher import launcher_rank, launcher_size
+from core.nodes import expand_node, local_node_name, resolve_node_id
 
 __all__ = ["this_node", "on_this_node", "set_node", "worker_name"]
 
 #: This process's node name, once the runner (or an executor's worker set-up) set it.
 _NODE: Optional[str] = None
-#: Optional: the name of a variable that identifies the node (e.g. SLURMD_NODENAME),
-#: for processes started outside the runner (Parsl workers on a Slurm node).
-ENV_ID = "WORKFLOWS_NODE_ID_ENV"
 
 
 def set_node(name: Optional[str]) -> None:
@@ -41,8 +39,7 @@ def this_node() -> str:
     """The node this process runs on, as the stager names it."""
     if _NODE:
         return _NODE
-    var = os.environ.get(ENV_ID)
-    return local_node_name(f"env:{var}" if var else "host")
+    return local_node_name(resolve_node_id())
 
 
 def on_this_node(template: str, node: Optional[str] = None) -> str:
@@ -57,8 +54,6 @@ def worker_name() -> str:
 
     From the launcher's environment (Open MPI, PMI, PMIx): no MPI import in a task.
     """
-    for r, size in (("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("PMI_RANK", "PMI_SIZE"),
-                    ("PMIX_RANK", "PMIX_SIZE")):
-        if r in os.environ and size in os.environ and int(os.environ[size]) > 1:
-            return f"rank {os.environ[r]}"
-    return f"pid {os.getpid()}"
+    rank = launcher_rank()
+    return f"rank {rank}" if rank is not None and (launcher_size() or 0) > 1 \
+        else f"pid {os.getpid()}"

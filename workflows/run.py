@@ -65,8 +65,9 @@ from core.errors import JobError, MpistageError
 from core.job import Job
 from core.mpi.agree import agree, agreed, bcast_result, quiet_barrier
 from core.mpi.launcher import first_rank_speaks
+from core.mpi.launcher import under_mpi_launcher as under_mpirun
 from core.nodes import add_node_id_flags, local_node_name, node_id_of, resolve_node_id
-from core.table import load_path
+from core.table import load_module
 from hooks import SpecError
 from stager.errors import PlanError
 from core.outputs import run_directory
@@ -80,11 +81,6 @@ from .node import on_this_node, set_node
 __all__ = ["main", "load_flow", "build_parser"]
 
 ENV_EXECUTOR = "WORKFLOWS_EXECUTOR"
-
-
-def under_mpirun() -> bool:
-    """True if this process was started by an MPI launcher."""
-    return any(v in os.environ for v in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -235,11 +231,8 @@ def load_flow(path: str):
                         "flow, such as hedm.ff or analyses.runner)")
     name = flow_module_name(path)
     try:
-        if name is not None:
-            module = importlib.import_module(name)
-        else:
-            stem = os.path.splitext(os.path.basename(path))[0]
-            module = load_path(os.path.abspath(path), f"workflows_flow_{stem}")
+        stem = os.path.splitext(os.path.basename(path))[0]
+        module = load_module(name or path, f"workflows_flow_{stem}")
     except Exception as exc:
         raise FlowError(
             f"workflow file {path} failed to import: {type(exc).__name__}: {exc}"

@@ -18,8 +18,6 @@ them the same way, in the process that runs the task.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import inspect
 import os
 import sys
@@ -28,7 +26,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional, Tuple
 
-from core.table import load_path
+from core.table import load_module, load_path
 
 from .errors import RemoteError, where
 from .limits import NO_LIMITS, Limits, TaskInterrupt, alarm
@@ -99,7 +97,7 @@ class FunctionRef:
         if mod is not None:
             return mod
         try:
-            return importlib.import_module(name)
+            return load_module(name)
         except ImportError:
             if not self.path:
                 raise

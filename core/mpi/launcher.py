@@ -16,10 +16,15 @@ import os
 import sys
 from typing import Dict, Iterator, Optional
 
-__all__ = ["launcher_rank", "launcher_size", "first_rank_speaks", "without_launcher"]
+__all__ = ["launcher_rank", "launcher_size", "under_mpi_launcher", "first_rank_speaks",
+           "without_launcher"]
 
-_RANK = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID")
-_SIZE = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_STEP_NUM_TASKS")
+#: What an MPI launcher (mpirun, or srun with PMI/PMIx) sets; srun alone sets the Slurm
+#: ones, and so does a batch script's own step (one process, no MPI launcher).
+_MPI_RANK = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK")
+_MPI_SIZE = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE")
+_RANK = _MPI_RANK + ("SLURM_PROCID",)
+_SIZE = _MPI_SIZE + ("SLURM_STEP_NUM_TASKS",)
 
 
 def _first_int(names: tuple) -> Optional[int]:
@@ -39,6 +44,12 @@ def launcher_rank() -> Optional[int]:
 def launcher_size() -> Optional[int]:
     """The number of ranks the launcher started, or ``None`` (not started by one)."""
     return _first_int(_SIZE)
+
+
+def under_mpi_launcher() -> bool:
+    """True if an MPI launcher started this process (MPI will join it to a job), not
+    only Slurm (a batch script's step, where MPI would run as one rank)."""
+    return any(var in os.environ for var in _MPI_RANK + _MPI_SIZE)
 
 
 @contextlib.contextmanager

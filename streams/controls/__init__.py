@@ -161,25 +161,17 @@ def load_hook(spec: Optional[str]) -> Optional[Callable[[Dict[str, Any]], Any]]:
     Raises
     ------
     ValueError
-        naming the spec, when it is no importable callable.
+        naming the spec, when it is no importable callable (MODULE:FUNCTION,
+        FILE.py:FUNCTION).
     """
     if not spec:
         return None
-    where, sep, name = spec.rpartition(":")
-    if not sep or not where or not name:
-        raise ValueError(f"--on-ready {spec!r}: expected MODULE:FUNCTION or FILE.py:FUNCTION")
+    from core.table import load_object
+
     try:
-        if where.endswith(".py"):
-            from analyses.loading import load_file
-
-            mod = load_file(where)
-        else:
-            import importlib
-
-            mod = importlib.import_module(where)
-        fn = getattr(mod, name)
-    except (ImportError, AttributeError, OSError, StreamError) as e:
+        fn = load_object(spec)
+    except (ImportError, OSError, StreamError) as e:
         raise ValueError(f"--on-ready {spec!r}: {type(e).__name__}: {e}") from None
     if not callable(fn):
-        raise ValueError(f"--on-ready {spec!r}: {name} is not callable")
+        raise ValueError(f"--on-ready {spec!r}: {spec.rpartition(':')[2]} is not callable")
     return fn  # type: ignore[no-any-return]

@@ -37,7 +37,9 @@ def _env():
                                      if env.get("PYTHONPATH") else "")
     return env
 
-pytestmark = pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun is not installed")
+# slow: LiberTEM imported by every rank of every job, 71 s of CPU for the file (tests/README.md)
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun is not installed")]
 
 WITHHELD = [2, 9, 30, 31]
 F = uc.SCAN[0] * uc.SCAN[1]

@@ -48,6 +48,7 @@ def _check(path, specs, ref, what):
     assert not bad, bad
 
 
+@pytest.mark.slow      # a live job and two offline runs of LiberTEM UDFs: 30 s of CPU
 @pytest.mark.timeout(300)
 def test_detector_mask_and_roi_live_then_offline(tmp_path):
     import h5py

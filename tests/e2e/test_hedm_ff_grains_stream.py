@@ -5,6 +5,7 @@ the scan's drained ``<scan>.h5`` at the end of the scan: the same Grains.csv, by
 byte, as the file flow's on the same frames, at tens of grains."""
 from __future__ import annotations
 
+import os
 import shlex
 import subprocess
 import sys
@@ -19,13 +20,25 @@ pytestmark = pytest.mark.slow      # 360 frames streamed and read from files, st
 GRAINS = 20
 
 
+def guide_command():
+    """The live FF command of docs/guide/hedm.md ("**Live.**"), split as sh splits it."""
+    from tests.docexamples import examples
+
+    found = [e for e in examples("docs/guide/hedm.md") if "--then" in e.text]
+    assert len(found) == 1, [e.id for e in found]
+    # bash itself splits it (a backslash-newline inside quotes stays in the argument)
+    r = subprocess.run(["bash", "-c", 'printf "%s\\0" ' + found[0].text.strip()],
+                       capture_output=True, text=True, check=True)
+    return r.stdout.split("\0")[:-1]
+
+
 def _stage2(out, params, peaks):
     return [sys.executable, "-m", "workflows", "run", str(ROOT / "hedm" / "ffgrains.py"),
             "--executor", "local", "--workers", "2", "--out", str(out), "--",
             "--params", str(params), "--PeaksFile", str(peaks)]
 
 
-def test_streamed_sweep_gives_the_file_flows_grains(tmp_path):
+def test_streamed_sweep_gives_the_file_flows_grains(tmp_path, monkeypatch):
     from hedm.ffsynth import make_sweep
     from kernels import open_frames
     from streams import ScanGeometry, SimulatedScan
@@ -43,10 +56,18 @@ def test_streamed_sweep_gives_the_file_flows_grains(tmp_path):
 
     reader = open_frames(str(tmp_path / "sweep" / "ff_000001.ge3"), shape=(192, 192))
     stack = np.stack([reader.read(i) for i in range(reader.n_frames)])
-    # the stage-2 command as a user writes it: {out}, {scan} and {h5} filled in per scan
-    then = shlex.join(_stage2("OUT/SCAN-grains", params, "H5")).replace(
-        "OUT", "{out}").replace("SCAN", "{scan}").replace("H5", "{h5}")
-    job = Job(tmp_path, "--analysis", "hedm.ffpeaks", "--set", f"params={params}",
+    # the HEDM guide's command as printed: its receive options and its --then template,
+    # SWEEP filled in ({out}, {scan} and {h5} the job fills in per scan); `python` on
+    # PATH is this interpreter, as in the user's activated venv
+    argv = guide_command()
+    assert argv[:6] == ["mpirun", "-n", "4", "stager", "stream", "receive"], argv
+    opts = dict(zip(argv[6::2], argv[7::2]))
+    sweep = str(tmp_path / "sweep")
+    assert opts["--set"] == "params=SWEEP/ff.params" and params == sweep + "/ff.params"
+    then = opts["--then"].replace("SWEEP", sweep)
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep
+                       + os.environ.get("PATH", ""))
+    job = Job(tmp_path, "--analysis", opts["--analysis"], "--set", f"params={params}",
               "--partition-frames", "8", "--then", then)
     rv = job.rendezvous()
     g = ScanGeometry("ff1", 2, len(stack), 2, stack.shape[1:], "<u2", (1, len(stack)))

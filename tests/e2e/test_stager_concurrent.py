@@ -18,7 +18,10 @@ import pytest
 
 from tests.stagerun import Job, journal_lines, run, stager_lines, wait_for
 
-pytestmark = pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs mpirun")
+# slow: each test stages 150 files slowly (SLOW) while a second run meets the lock: a
+# minute of wall each at load 10, 28 s of CPU for the file
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs mpirun")]
 
 SLOW = ["--emulate-nodes", "2", "--chunk-size", "1K", "--small-file-threshold", "512",
         "--no-progress"]

@@ -137,7 +137,7 @@ def test_the_runners_drain_names_nodes_by_its_job_not_the_environment(comm, tmp,
     src, dest = _results(comm, tmp)
     if comm.rank == _odd_rank(comm):  # a rank whose environment cannot name its node
         monkeypatch.setattr(node, "_NODE", None)
-        monkeypatch.setenv(node.ENV_ID, "MPISTAGE_TEST_UNSET_NODE_ID")
+        monkeypatch.setenv("STAGER_NODE_ID", "env:MPISTAGE_TEST_UNSET_NODE_ID")
         monkeypatch.delenv("MPISTAGE_TEST_UNSET_NODE_ID", raising=False)
     args = SimpleNamespace(results=src, out=dest, drain=True)
     got = _outcome(lambda: drain_results(args, emulated(comm, comm.size), "run.json"))

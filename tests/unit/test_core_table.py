@@ -73,3 +73,35 @@ def test_load_path_imports_a_file_once_registered_and_forgets_a_failed_one(tmp_p
     with pytest.raises(ImportError, match="cannot load"):
         load_path(str(tmp_path / "notes.txt"), "mpistage_test_txt")
     sys.modules.pop("mpistage_my_flow", None)
+
+
+def test_load_object_the_one_spec_loader(tmp_path, monkeypatch):
+    """``MODULE:NAME``, ``FILE.py:NAME``, a dotted name, a default name, the module itself;
+    each failure an ImportError naming what is missing."""
+    from core.table import load_object
+
+    (tmp_path / "my_hook.py").write_text("class A:\n    b = 7\nANALYSIS = 'default'\n")
+    monkeypatch.chdir(tmp_path)
+    assert load_object("json:dumps")([1]) == "[1]"
+    assert load_object("my_hook.py:A.b") == 7
+    assert load_object("my_hook.py", "ANALYSIS") == "default"
+    assert load_object("json").__name__ == "json"
+    for spec, match in [("my_hook.py:C", "my_hook.py defines no C"),
+                        ("gone.py:f", "file gone.py does not exist"),
+                        ("no_such_module_x:f", "no_such_module_x"),
+                        ("json:", "expected MODULE:NAME"), (":f", "expected MODULE:NAME"),
+                        ("json:1x", "expected MODULE:NAME")]:
+        with pytest.raises(ImportError, match=match):
+            load_object(spec)
+
+
+def test_under_an_mpi_launcher_not_a_slurm_batch_step(monkeypatch):
+    from core.mpi import launcher
+
+    for var in launcher._RANK + launcher._SIZE:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("SLURM_PROCID", "0")
+    monkeypatch.setenv("SLURM_STEP_NUM_TASKS", "1")
+    assert launcher.launcher_rank() == 0 and not launcher.under_mpi_launcher()
+    monkeypatch.setenv("PMIX_RANK", "2")
+    assert launcher.under_mpi_launcher() and launcher.launcher_rank() == 2

@@ -40,6 +40,7 @@ from __future__ import annotations
 import ast
 import os
 import re
+import sys
 from collections import defaultdict
 from typing import Dict, Iterator, Set, Tuple
 
@@ -426,3 +427,67 @@ def test_the_job_is_the_one_way_to_say_how_ranks_form_nodes():
     assert not params, ("a library function takes an older node keyword; take a core.job.Job "
                         "(or a comm, made a job by Job.of): " + "; ".join(params))
     assert not helpers, "a removed job helper is used (Job.of replaces them): " + "; ".join(helpers)
+
+
+#: The one spec loader (``MODULE:NAME``, ``FILE.py:NAME``, a module by name or file) and
+#: the one list of what a launcher tells a process.
+LOADER_MODULE, LAUNCHER_MODULE = "core.table", "core.mpi.launcher"
+#: ``hooks`` imports nothing of the project (above): its kind table resolves its own rows.
+OWN_LOADER = {"hooks.kinds"}
+#: Calls that load a module or object named at run time: only the loader makes them.
+LOADING_CALLS = {"import_module", "spec_from_file_location", "module_from_spec",
+                 "resolve_name"}
+#: The launcher's variables (Open MPI, PMI, PMIx, srun's rank and size).
+LAUNCHER_VARIABLE = re.compile(r"(OMPI_COMM_WORLD_\w+|PMIX?_\w+|SLURM_PROCID|SLURM_STEP_\w+)")
+
+
+def _own_loaders_and_launcher_lists():
+    loaders, variables = [], []
+    for module, path in _modules():
+        with open(path, encoding="utf-8") as fh:
+            tree = ast.parse(fh.read(), path)
+        where = os.path.relpath(path, ROOT)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and module not in {LOADER_MODULE, *OWN_LOADER}:
+                f = node.func
+                name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", None)
+                # a module name built from a constant (f"{__package__}.{name}") is the
+                # package's own plug-in, not a spec given from outside
+                given = node.args and isinstance(node.args[0], (ast.Name, ast.Attribute,
+                                                                 ast.Subscript, ast.Call))
+                if name in LOADING_CALLS and given:
+                    loaders.append(f"{where}:{node.lineno} {name}")
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and \
+                    module != LAUNCHER_MODULE and LAUNCHER_VARIABLE.fullmatch(node.value):
+                variables.append(f"{where}:{node.lineno} {node.value}")
+    return loaders, variables
+
+
+def test_one_spec_loader_and_one_launcher_variable_list():
+    """``MODULE:NAME`` / ``FILE.py:NAME`` is loaded by ``core.table.load_object`` (or
+    ``load_module``) alone, and what a launcher sets is read by ``core.mpi.launcher``
+    alone: no library module imports a name it was given, or names a launcher variable."""
+    loaders, variables = _own_loaders_and_launcher_lists()
+    assert not loaders, ("a loader of its own (use core.table.load_object or load_module): "
+                         + "; ".join(loaders))
+    assert not variables, ("a launcher variable outside core.mpi.launcher (use launcher_rank, "
+                           "launcher_size, under_mpi_launcher): " + "; ".join(variables))
+
+
+def test_the_layout_reading_finds_an_own_loader_and_a_launcher_list(tmp_path, monkeypatch):
+    """The reading above on a planted module: it would see the old spellings."""
+    pkg = tmp_path / "core"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "planted.py").write_text(
+        "import importlib, os\n"
+        "def load(spec):\n"
+        "    where, _, name = spec.rpartition(':')\n"
+        "    return getattr(importlib.import_module(where), name)\n"
+        "def under_mpirun():\n"
+        "    return any(v in os.environ for v in ('OMPI_COMM_WORLD_SIZE', 'PMI_SIZE'))\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", str(tmp_path))
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGES", ("core",))
+    loaders, variables = _own_loaders_and_launcher_lists()
+    assert loaders == ["core/planted.py:4 import_module"]
+    assert [v.rsplit(" ", 1)[1] for v in variables] == ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE"]

@@ -6,7 +6,7 @@ import pytest
 from core.nodes import emulated_ids, local_node_name, name_nodes
 from workflows import on_this_node, this_node
 from workflows import node
-from workflows.node import ENV_ID, set_node
+from workflows.node import set_node
 
 
 @pytest.fixture(autouse=True)
@@ -46,15 +46,35 @@ def test_pool_workers_get_the_node_from_the_executor_not_the_environment(method,
     assert node._NODE == "node3"
 
 
-def test_outside_a_run_the_same_rule_as_the_stager(monkeypatch):
-    monkeypatch.delenv(ENV_ID, raising=False)
+@pytest.fixture
+def no_node_env(monkeypatch):
+    for var in ("STAGER_NODE_ID", "STAGER_EMULATE_NODES", "STAGER_NODE_ID_ENV",
+                "WORKFLOWS_NODE_ID_ENV"):
+        monkeypatch.delenv(var, raising=False)
+    return monkeypatch
+
+
+def test_outside_a_run_the_same_rule_as_the_stager(no_node_env):
+    monkeypatch = no_node_env
     assert this_node() == name_nodes(1, "host", [(socket.gethostname(), 0)])[0]
-    monkeypatch.setenv(ENV_ID, "MY_NODE")
+    monkeypatch.setenv("STAGER_NODE_ID", "env:MY_NODE")
     monkeypatch.setenv("MY_NODE", "n7")
     assert this_node() == "n7"
     monkeypatch.delenv("MY_NODE")
     with pytest.raises(Exception, match="MY_NODE"):
         this_node()
+
+
+def test_the_old_node_variable_is_accepted_with_a_deprecation_warning(no_node_env):
+    """``WORKFLOWS_NODE_ID_ENV=VAR`` (before one node-identity variable) means
+    ``STAGER_NODE_ID=env:VAR``, saying so; the stager's own variable wins over it."""
+    monkeypatch = no_node_env
+    monkeypatch.setenv("WORKFLOWS_NODE_ID_ENV", "MY_NODE")
+    monkeypatch.setenv("MY_NODE", "n7")
+    with pytest.warns(DeprecationWarning, match="STAGER_NODE_ID=env:MY_NODE"):
+        assert this_node() == "n7"
+    monkeypatch.setenv("STAGER_NODE_ID", "host")
+    assert this_node() == name_nodes(1, "host", [(socket.gethostname(), 0)])[0]
 
 
 def test_one_naming_rule():

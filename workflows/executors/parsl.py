@@ -29,7 +29,7 @@ CONFIGS = ("htex-local", "threads")
 def _call(node: Optional[str], fn: Callable, *args: Any, **kwargs: Any) -> Any:
     # Module-level so Parsl's serializer sends it by reference. With a named config the
     # workers run beside the submitting rank and take its node; a Config of the user's
-    # (e.g. Slurm blocks) runs them elsewhere: they name their own (WORKFLOWS_NODE_ID_ENV)
+    # (e.g. Slurm blocks) runs them elsewhere: they name their own ($STAGER_NODE_ID)
     from workflows.node import set_node
 
     os.environ["WORKFLOWS_WORKER"] = "1"

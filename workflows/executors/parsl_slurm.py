@@ -62,7 +62,7 @@ def venv_worker_init(python: str | None = None, extra: str = "") -> str:
         lines.append(f"export PATH={bindir}:$PATH")
     lines.append(f"export PYTHONPATH={REPO}${{PYTHONPATH:+:$PYTHONPATH}}")
     # tasks ask workflows.this_node(): on a Slurm node its name is SLURMD_NODENAME
-    lines.append("export WORKFLOWS_NODE_ID_ENV=SLURMD_NODENAME")
+    lines.append("export STAGER_NODE_ID=env:SLURMD_NODENAME")
     if extra:
         lines.append(extra)
     return "; ".join(lines)
