@@ -438,7 +438,9 @@ def _watch(args: argparse.Namespace) -> int:
             if args.final and msg.final:
                 if args.png:
                     _write_png(args.png, msg)
-                return 1 if _failed_end(msg.progress) else 0
+                from streams.view.results import failed_end
+
+                return 1 if failed_end(msg.progress) else 0
     finally:
         view.close()
     return 1 if last is None else 0
@@ -473,17 +475,10 @@ def _line(msg: Any, prev: Dict[str, Any]) -> str:
             f"refused{_end(msg) if msg.final else ''}")
 
 
-def _failed_end(p: Dict[str, Any]) -> Optional[str]:
-    """Why a scan's final message says it failed (not served, or not drained), or None."""
-    if p.get("failed"):
-        return str(p["failed"])
-    if p.get("served") is False:
-        return "not served: frames missing (its report says which)"
-    return None
-
-
 def _end(msg: Any) -> str:
-    why = _failed_end(msg.progress)
+    from streams.view.results import failed_end
+
+    why = failed_end(msg.progress)
     return " [final]" if why is None else f" [final, FAILED: {why}]"
 
 

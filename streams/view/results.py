@@ -10,7 +10,7 @@ import numpy as np
 
 from streams.errors import StreamError
 
-__all__ = ["Partial", "Frame", "JobEnded", "FrameRefused"]
+__all__ = ["Partial", "Frame", "JobEnded", "FrameRefused", "failed_end"]
 
 
 class JobEnded(StreamError):
@@ -39,6 +39,16 @@ class Frame:
     data: np.ndarray
     complete: bool
     where: str
+
+
+def failed_end(progress: Dict[str, Any]) -> Optional[str]:
+    """Why a scan's final message says its end failed (``progress``: ``failed``, the
+    drain's sentence, or ``served`` false), or None."""
+    if progress.get("failed"):
+        return str(progress["failed"])
+    if progress.get("served") is False:
+        return "not served: frames missing (its report says which)"
+    return None
 
 
 @dataclass(frozen=True)
@@ -70,6 +80,12 @@ class Partial:
     valid: np.ndarray
     received: float = field(default=0.0, compare=False)   # time.time() when it arrived
     udf: Optional[Dict[str, Any]] = field(default=None, compare=False)
+
+    @property
+    def failed(self) -> Optional[str]:
+        """Why the scan's end failed (a final message of a scan not served, or not
+        drained: its results kept elsewhere, the sentence says where), else None."""
+        return failed_end(self.progress) if self.final else None
 
     def udf_results(self) -> Any:
         """A LiberTEM UDF's buffers as LiberTEM's ``run_udf_iter`` yields them: a

@@ -172,8 +172,23 @@ def test_the_page_follows_a_live_scan_to_the_file_the_job_wrote(tmp_path):
         got = np.array(frame["data"]).reshape(frame["shape"])
         assert np.array_equal(got, s1.frame(21))        # the frame the simulator sent
         assert driver.find_element("css selector", "#scan-s1 .frame figure canvas")
-        run_producers(_scan("s2", scan_shape=(2, 2)), rv)       # the job's last scan
-        assert job.wait(120) == 0
+        # the job's last scan: a file of the user's takes its name in OUT while it runs
+        # (after the job took the name), so its drain fails: the page says so
+        feed = threading.Thread(target=run_producers,
+                                args=(_scan("s2", scan_shape=(4, 4), rate=4.0), rv))
+        feed.start()
+        end = time.monotonic() + 60
+        while not (out / "s2.json").exists() and time.monotonic() < end:
+            time.sleep(0.05)
+        (out / "s2.h5").write_bytes(b"the user's")
+        feed.join(60)
+        assert job.wait(120) == 1           # not drained: kept in OUT/s2.undrained-*
+        failed = _wait(driver, "const s = document.getElementById('scan-s2'); "
+                       "return s && s.dataset.failed", 60, "that scan s2's end failed")
+        assert "not drained" in failed, failed
+        assert "FAILED" in driver.find_element("css selector", "#scan-s2 .percent").text
+        assert "FAILED" not in driver.find_element("css selector", "#scan-s1 .percent").text
+        assert (out / "s2.h5").read_bytes() == b"the user's"
         with h5py.File(out / "s1.h5", "r") as f:
             for name, img in page["images"].items():
                 want = f[name][()]
