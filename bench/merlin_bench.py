@@ -81,7 +81,7 @@ def warm(data_port: int, control_port: int, nbytes: int) -> None:
         with MerlinControl(host="127.0.0.1", port=control_port) as c:
             c.cmd("STARTACQUISITION")
             c.cmd("SOFTTRIGGER")
-        s.settimeout(2.0)
+        s.settimeout(20.0)      # its first, file-reading acquisition stalls under load
         got, end = 0, time.monotonic() + 600
         while got < nbytes and time.monotonic() < end:
             b = s.recv(1 << 20)

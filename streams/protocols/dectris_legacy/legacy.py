@@ -103,13 +103,21 @@ class Appendix:
     extra: Dict[str, Any] = field(default_factory=dict)
 
 
+_JSON = json.JSONDecoder().decode
+#: ``dimage_d`` (shape, type, encoding) -> (rows, cols, dtype, encoding, frame bytes): the
+#: same for every image of a series, so checked once (bounded: a peer varying them only
+#: makes every image pay the checks again)
+_IMAGE_D: Dict[Tuple[Any, ...], Tuple[int, int, str, str, int]] = {}
+_IMAGE_D_MAX = 64
+
+
 def _json(part: Any, what: str) -> Dict[str, Any]:
     n = len(part)
     if n > MAX_JSON_BYTES:
         raise ProtocolError(Reason.MALFORMED, f"{what}: a JSON part of {n} bytes, more "
                             f"than {MAX_JSON_BYTES}")
-    try:
-        v = json.loads(bytes(part))
+    try:    # UTF-8 (RFC 8259) decoded here: json.loads would guess the encoding first
+        v = _JSON(bytes(part).decode("utf-8"))
     except (ValueError, UnicodeDecodeError) as e:
         raise ProtocolError(Reason.MALFORMED, f"{what}: not JSON ({e})") from None
     if not isinstance(v, dict):
@@ -168,6 +176,18 @@ def _framed_lz4(blob: Any, decoded: int) -> bytes:
     return struct.pack(">QII", decoded, decoded, len(blob)) + bytes(blob)
 
 
+def _image_d(d: Dict[str, Any], where: str) -> Tuple[int, int, str, str, int]:
+    """A ``dimage_d``'s frame: (rows, cols, dtype, encoding, decoded bytes), checked."""
+    rows, cols = _shape(d, f"{where} dimage_d")
+    dtype = _type(d, PIXEL_TYPES, f"{where} dimage_d")
+    itemsize = int(dtype[-1])
+    nbytes = rows * cols * itemsize
+    if nbytes > MAX_FRAME_BYTES:
+        raise ProtocolError(Reason.TOO_LARGE, f"{where}: a {cols}x{rows} frame of "
+                            f"{nbytes} bytes, more than {MAX_FRAME_BYTES}")
+    return rows, cols, dtype, _encoding(d.get("encoding"), itemsize, f"{where} dimage_d"), nbytes
+
+
 def _image(parts: Sequence[Any], head: Dict[str, Any], check_hash: bool) -> Image:
     series = _uint(head, "series", "dimage-1.0")
     frame = _uint(head, "frame", f"series {series} dimage-1.0")
@@ -179,14 +199,16 @@ def _image(parts: Sequence[Any], head: Dict[str, Any], check_hash: bool) -> Imag
     if d.get("htype") != "dimage_d-1.0":
         raise ProtocolError(Reason.MALFORMED, f"{where}: part 2 is {d.get('htype')!r}, "
                             "expected dimage_d-1.0")
-    rows, cols = _shape(d, f"{where} dimage_d")
-    dtype = _type(d, PIXEL_TYPES, f"{where} dimage_d")
-    itemsize = int(dtype[-1])
-    nbytes = rows * cols * itemsize
-    if nbytes > MAX_FRAME_BYTES:
-        raise ProtocolError(Reason.TOO_LARGE, f"{where}: a {cols}x{rows} frame of "
-                            f"{nbytes} bytes, more than {MAX_FRAME_BYTES}")
-    encoding = _encoding(d.get("encoding"), itemsize, f"{where} dimage_d")
+    shape = d.get("shape")
+    key = (tuple(shape) if isinstance(shape, list) else None, d.get("type"), d.get("encoding"))
+    known = _IMAGE_D.get(key) if key[0] is not None and all(
+        type(v) is int for v in key[0]) and type(key[1]) is str and type(key[2]) is str \
+        else None
+    if known is None:
+        known = _image_d(d, where)
+        if key[0] is not None and len(_IMAGE_D) < _IMAGE_D_MAX:
+            _IMAGE_D[key] = known
+    rows, cols, dtype, encoding, nbytes = known
     blob = parts[2]
     size = d.get("size")
     if size is not None and size != len(blob):

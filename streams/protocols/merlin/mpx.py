@@ -41,6 +41,7 @@ PREFIX = 15                      # b"MPX," + 10 digits + b","
 MAX_MESSAGE = 1 << 30
 _PREFIX = re.compile(rb"^MPX,(\d{10}),$")
 _U = {"U01": "|u1", "U08": "|u1", "U16": ">u2", "U32": ">u4"}
+_U_NATIVE = {"U01": "|u1", "U08": "|u1", "U16": "<u2", "U32": "<u4"}
 #: raw counter depth -> bytes per pixel (1-bit: 1/8)
 _RAW = {1: 0.125, 6: 1, 12: 2}
 
@@ -110,14 +111,14 @@ class FrameHeader:
         """The decoded frame's type (little-endian)."""
         if self.kind == "R64":
             return "|u1" if self.depth in (1, 6) else "<u2"
-        return np.dtype(_U[self.kind]).newbyteorder("<").str
+        return _U_NATIVE[self.kind]
 
     @property
     def data_bytes(self) -> int:
         rows, cols = self.shape
         if self.kind == "R64":
             return int(rows * cols * _RAW[self.depth])
-        return rows * cols * np.dtype(_U[self.kind]).itemsize
+        return rows * cols * int(_U[self.kind][-1])
 
 
 def parse_frame_header(payload: Any) -> FrameHeader:
