@@ -25,6 +25,9 @@ frames/s here and would be what both measure) into, in turn and alternating
 
 Both run two processes on the same 2 cores (plus the simulator's sender thread). The
 ratio of the two rates in one run is the figure (load average recorded beside it).
+``--baseline DIR`` (a ``git archive`` of an earlier commit) runs that tree's job too,
+alternating, so before and after come from one run. Peak RSS: LiberTEM-live's main
+process (its receiver) and its worker, against the job report's receiver and worker.
 
     .venv/bin/python bench/merlin_bench.py --frames 4000 --repeat 3
 """
@@ -94,7 +97,7 @@ def warm(data_port: int, control_port: int, nbytes: int) -> None:
 def _libertem_live(hdr: str, nav, nbytes: int) -> tuple:
     """LiberTEM-live's rate (in a subprocess: its executor's workers)."""
     code = f"""
-import sys, json, time
+import resource, sys, json, time
 T0 = []
 sys.path.insert(0, {str(HERE)!r})
 from dectris_legacy_stamp import StampUDF
@@ -132,8 +135,10 @@ if __name__ == "__main__":
             r = ctx.run_udf(dataset=aq, udf=StampUDF())
     t = r["t"].data.ravel()
     sim.stop()
+    rss = {{"main_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "worker_mib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}}
     print(json.dumps({{"n": int((t > 0).sum()), "s": float(t.max() - T0[0]),
-                      "stamps_s": float(t.max() - t[t > 0].min())}}))
+                      "stamps_s": float(t.max() - t[t > 0].min()), "rss": rss}}))
 """
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -144,10 +149,10 @@ if __name__ == "__main__":
     d = json.loads(line[-1])
     frames = nav[0] * nav[1]
     assert d["n"] == frames, d
-    return frames / d["s"], frames / d["stamps_s"]
+    return frames / d["s"], frames / d["stamps_s"], d["rss"]
 
 
-def _mpistage(hdr: str, nav, nbytes: int) -> float:
+def _mpistage(hdr: str, nav, nbytes: int, root: Path = ROOT) -> tuple:
     from libertem_live.detectors.merlin.sim import CameraSim
 
     frames = nav[0] * nav[1]
@@ -158,7 +163,7 @@ def _mpistage(hdr: str, nav, nbytes: int) -> float:
     warm(sim.server_t.port, sim.control_t.port, nbytes)
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            env = dict(os.environ, PYTHONPATH=str(ROOT), OMPI_ALLOW_RUN_AS_ROOT="1",
+            env = dict(os.environ, PYTHONPATH=str(root), OMPI_ALLOW_RUN_AS_ROOT="1",
                        OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
             r = subprocess.run(
                 ["mpirun", "-n", "2", "--oversubscribe", sys.executable, "-m", "stager",
@@ -175,7 +180,10 @@ def _mpistage(hdr: str, nav, nbytes: int) -> float:
             (rep_path,) = Path(tmp, "out").glob("acquisition-*.json")
             rep = json.loads(rep_path.read_text())
             assert rep["frames_complete"] == frames, rep
-            return frames / rep["timing"]["receive_s"]
+            rss = rep["memory"]["peak_rss_mib"]
+            return frames / rep["timing"]["receive_s"], {
+                "receiver_mib": rep["memory"]["receiver_peak_rss_mib"],
+                "worker_mib": max(x for i, x in enumerate(rss) if i != 0)}
     finally:
         sim.stop()
 
@@ -186,25 +194,43 @@ def main() -> int:
     ap.add_argument("--frames", type=int, default=4000, help="a multiple of 100")
     ap.add_argument("--shape", type=int, nargs=2, default=(256, 256))
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--baseline", help="another tree (git archive) whose job runs too")
     ap.add_argument("--out", default=str(HERE / "results" / "merlin"))
     a = ap.parse_args()
     nav = (a.frames // 100, 100)
     frames = nav[0] * nav[1]
+    ours = ["mpistage"] + (["mpistage (baseline)"] if a.baseline else [])
+    rates: dict = {"libertem-live": [], "libertem-live (stamps)": [], **{k: [] for k in ours}}
+    rss: dict = {"libertem-live": [], **{k: [] for k in ours}}
     with tempfile.TemporaryDirectory() as tmp:
         hdr = make_mib(Path(tmp), frames, tuple(a.shape), nav[1])
         size = (Path(tmp) / "scan.mib").stat().st_size
-        rates = {"libertem-live": [], "libertem-live (stamps)": [], "mpistage": []}
         with LoadSampler() as load:
-            for _ in range(a.repeat):
-                rate, stamps = _libertem_live(str(hdr), nav, size)
-                rates["libertem-live"].append(rate)
-                rates["libertem-live (stamps)"].append(stamps)
-                rates["mpistage"].append(_mpistage(str(hdr), nav, size))
+            for rnd in range(a.repeat):
+                sides = ["ll"] + ours
+                if rnd % 2:                 # alternate who goes first
+                    sides.reverse()
+                for side in sides:
+                    if side == "ll":
+                        rate, stamps, mem = _libertem_live(str(hdr), nav, size)
+                        rates["libertem-live"].append(rate)
+                        rates["libertem-live (stamps)"].append(stamps)
+                        rss["libertem-live"].append(mem)
+                        continue
+                    root = Path(a.baseline) if side.endswith("(baseline)") else ROOT
+                    rate, mem = _mpistage(str(hdr), nav, size, root)
+                    rates[side].append(rate)
+                    rss[side].append(mem)
     med = {k: statistics.median(v) for k, v in rates.items()}
     res = {"frames": frames, "shape": list(a.shape), "depth": DEPTH, "mib_bytes": size,
            "rates_frames_per_s": rates, "median": med,
            "ratio_mpistage_over_libertem_live": med["mpistage"] / med["libertem-live"],
-           "load": load.summary()}
+           "peak_rss": rss, "load": load.summary()}
+    if a.baseline:
+        res["baseline"] = a.baseline
+        res["ratio_baseline_over_libertem_live"] = \
+            med["mpistage (baseline)"] / med["libertem-live"]
+        res["speedup_over_baseline"] = med["mpistage"] / med["mpistage (baseline)"]
     Path(a.out + ".json").write_text(json.dumps(res, indent=1) + "\n")
     lines = [f"# Merlin: one receiver here vs LiberTEM-live ({frames} frames "
              f"{a.shape[0]}x{a.shape[1]}, counter depth {DEPTH} (U16), "
@@ -213,7 +239,15 @@ def main() -> int:
     for k, v in rates.items():
         lines.append(f"| {k} | {med[k]:,.0f} | {', '.join(f'{x:,.0f}' for x in v)} |")
     ratio = res["ratio_mpistage_over_libertem_live"]
-    lines += ["", f"ratio mpistage / LiberTEM-live: **{ratio:.2f}**", load.text()]
+    lines += ["", f"ratio mpistage / LiberTEM-live: **{ratio:.2f}**"]
+    if a.baseline:
+        lines.append(f"baseline ({a.baseline}) / LiberTEM-live: "
+                     f"{res['ratio_baseline_over_libertem_live']:.2f}; this tree / baseline: "
+                     f"**{res['speedup_over_baseline']:.2f}x**")
+    lines += ["", "Peak RSS (MiB, largest of the runs): "
+              + "; ".join(f"{k}: " + ", ".join(f"{n} {max(r[n] for r in v):.0f}"
+                                              for n in v[0]) for k, v in rss.items() if v)]
+    lines += ["", load.text()]
     Path(a.out + ".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
