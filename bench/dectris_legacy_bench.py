@@ -168,6 +168,62 @@ def _mpistage(dump: str, frames: int, root: Path = ROOT, ranks: int = 2) -> dict
         sim.stop()
 
 
+_INGEST = """
+import json, resource, sys, time
+from streams.protocols.dectris_legacy.receiver import LegacyReceiver
+from streams.codecs import decoder_name
+frames = []
+rx = LegacyReceiver(lambda p: frames.append(len(p.frames)), sys.argv[1], partition_frames=128,
+                    memory_bytes=256 << 20, idle_timeout=60)
+rx.connect()
+print("ready", flush=True)
+c0 = time.process_time()
+(rep,) = rx.serve(1, timeout=600)
+cpu = time.process_time() - c0
+try:
+    name = decoder_name(True)
+except TypeError:
+    name = decoder_name()
+print(json.dumps({"n": int(rep.frames_complete.sum()), "s": rep.last_message - rep.first_message,
+                  "cpu_s": cpu, "decoder": name,
+                  "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def _ingest(dump: str, frames: int, root: Path = ROOT) -> dict:
+    """One legacy receiver process alone (the tree at ``root``): LiberTEM-live's simulator
+    -> socket -> frames decoded into partitions, delivered to nothing. Frames/s over its
+    first to last message and per CPU second of the receiving process."""
+    from libertem_live.detectors.dectris.sim import DectrisSim
+    import urllib.request
+
+    sim = DectrisSim(path=dump, port=0, zmqport=0, verbose=False)
+    sim.start()
+    sim.wait_for_listen()
+    try:
+        env = dict(os.environ, PYTHONPATH=str(root))
+        p = subprocess.Popen([sys.executable, "-c", _INGEST, f"tcp://127.0.0.1:{sim.zmqport}"],
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, cwd=tempfile.gettempdir())
+        assert p.stdout is not None
+        if p.stdout.readline().strip() != "ready":
+            raise RuntimeError(p.communicate())
+        time.sleep(0.5)
+        urllib.request.urlopen(urllib.request.Request(
+            f"http://127.0.0.1:{sim.port}/detector/api/1.8.0/command/arm", method="PUT"),
+            timeout=10).read()
+        out, err = p.communicate(timeout=900)
+        line = [x for x in out.splitlines() if x.startswith("{")]
+        if p.returncode or not line:
+            raise RuntimeError(out + err)
+        d = json.loads(line[-1])
+        assert d["n"] == frames, d
+        return {"rate": frames / d["s"], "per_cpu_s": frames / d["cpu_s"],
+                "decoder": d["decoder"], "rss_mib": d["rss_mib"]}
+    finally:
+        sim.stop()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -177,8 +233,12 @@ def main() -> int:
     ap.add_argument("--baseline", help="another tree (git archive) whose job runs too")
     ap.add_argument("--no-e2e", dest="e2e", action="store_false",
                     help="skip LiberTEM-live's SumUDF runs (arm to result)")
+    ap.add_argument("--ingest", action="store_true",
+                    help="also one receiver process alone (no worker, no MPI): frames/s "
+                    "and frames per CPU second, this tree and --baseline")
     ap.add_argument("--out", default=str(HERE / "results" / "dectris_legacy"))
     a = ap.parse_args()
+    ingest: dict = {}
     ours = ["mpistage"] + (["mpistage (baseline)"] if a.baseline else [])
     rates: dict = {"libertem-live": [], "libertem-live (stamps)": [], **{k: [] for k in ours}}
     e2e: dict = {"libertem-live run_udf(SumUDF)": [], **{k: [] for k in ours}}
@@ -203,6 +263,8 @@ def main() -> int:
                             e2e["libertem-live run_udf(SumUDF)"].append(a.frames / d["e2e_s"])
                         continue
                     root = Path(a.baseline) if side.endswith("(baseline)") else ROOT
+                    if a.ingest:
+                        ingest.setdefault(side, []).append(_ingest(str(dump), a.frames, root))
                     d = _mpistage(str(dump), a.frames, root)
                     rates[side].append(d["rate"])
                     e2e[side].append(d["e2e_rate"])
@@ -218,7 +280,7 @@ def main() -> int:
            "ratio_mpistage_over_libertem_live_stamps":
                med["mpistage"] / med["libertem-live (stamps)"],
            "e2e_frames_per_s": e2e, "e2e_median": emed, "peak_rss": rss,
-           "job_timing": timing,
+           "job_timing": timing, "ingest_alone": ingest,
            "load": load.summary()}
     if a.e2e:
         res["e2e_ratio"] = emed["mpistage"] / emed["libertem-live run_udf(SumUDF)"]
@@ -252,6 +314,15 @@ def main() -> int:
         lines += ["", f"ratio mpistage / LiberTEM-live run_udf: **{res['e2e_ratio']:.2f}**"]
         if a.baseline:
             lines.append(f"this tree / baseline: {res['e2e_speedup_over_baseline']:.2f}x")
+    if ingest:
+        lines += ["", "One receiver process alone (no worker, no MPI; delivered partitions "
+                  "dropped):", "", "| | frames/s (median) | frames per CPU second (median) "
+                  "| runs (frames/s) | decoder | peak RSS MiB |", "|---|---|---|---|---|---|"]
+        for k, v in ingest.items():
+            runs = ", ".join(f"{x['rate']:,.0f}" for x in v)
+            lines.append(f"| {k} | {statistics.median(x['rate'] for x in v):,.0f} | "
+                         f"{statistics.median(x['per_cpu_s'] for x in v):,.0f} | {runs} | "
+                         f"{v[0]['decoder']} | {max(x['rss_mib'] for x in v):.0f} |")
     lines += ["", "Peak RSS (MiB, largest of the runs): "
               + "; ".join(f"{k}: " + ", ".join(f"{n} {max(r[n] for r in v):.0f}"
                                               for n in v[0]) for k, v in rss.items() if v)]

@@ -53,7 +53,8 @@ from streams.errors import ProtocolError
 from streams.protocol import Reason
 from streams.protocols.stream2.streamv2 import MAX_ARRAY_BYTES, ChannelImage, End, Image, Start
 
-__all__ = ["HeaderPart", "ConfigPart", "Appendix", "decode_parts", "start_from",
+__all__ = ["HeaderPart", "ConfigPart", "Appendix", "decode_parts", "first_part",
+           "image_fields", "start_from",
            "encode_header", "encode_image", "encode_end", "CHANNEL", "MAX_PARTS",
            "MAX_JSON_BYTES", "MAX_FRAME_BYTES", "number_of_images"]
 
@@ -126,6 +127,11 @@ def _json(part: Any, what: str) -> Dict[str, Any]:
     return v
 
 
+def first_part(parts: Sequence[Any]) -> Dict[str, Any]:
+    """A message's first part, decoded (a JSON object, checked)."""
+    return _json(parts[0], "part 1")
+
+
 def _uint(m: Dict[str, Any], key: str, what: str, limit: int = 1 << 62) -> int:
     v = m.get(key)
     if not isinstance(v, int) or isinstance(v, bool) or v < 0 or v > limit:
@@ -189,6 +195,23 @@ def _image_d(d: Dict[str, Any], where: str) -> Tuple[int, int, str, str, int]:
 
 
 def _image(parts: Sequence[Any], head: Dict[str, Any], check_hash: bool) -> Image:
+    series, frame, rows, cols, dtype, encoding, payload, times = \
+        image_fields(parts, head, check_hash)
+    return Image(series, "", frame, {CHANNEL: ChannelImage((rows, cols), dtype, encoding,
+                                                           payload)}, times)
+
+
+def image_fields(parts: Sequence[Any], head: Dict[str, Any], check_hash: bool = False) -> Tuple[
+        int, int, int, int, str, str, Any, Dict[str, Any]]:
+    """An image message's series, frame, rows, cols, dtype, encoding, payload and
+    ``dconfig`` times, every part checked (``head``: its first part, decoded), without
+    building an :class:`Image` (a receiver's fast path for a series already open).
+
+    Raises
+    ------
+    ProtocolError
+        the reason and what is wrong, naming series, frame and part.
+    """
     series = _uint(head, "series", "dimage-1.0")
     frame = _uint(head, "frame", f"series {series} dimage-1.0")
     where = f"series {series} frame {frame}"
@@ -231,8 +254,7 @@ def _image(parts: Sequence[Any], head: Dict[str, Any], check_hash: bool) -> Imag
             raise ProtocolError(Reason.MALFORMED, f"{where} dconfig: {k} must be a "
                                 f"number, not {v!r}")
         times[k] = v
-    return Image(series, "", frame, {CHANNEL: ChannelImage((rows, cols), dtype, encoding,
-                                                           payload)}, times)
+    return series, frame, rows, cols, dtype, encoding, payload, times
 
 
 def _array(head_part: Any, blob: Any, what: str) -> Tuple[str, np.ndarray]:
@@ -304,7 +326,8 @@ def start_from(series: int, detail: str, config: Optional[Dict[str, Any]],
     return Start(series, "", images, nx, ny, None, (CHANNEL,), fields)
 
 
-def decode_parts(parts: Sequence[Any], check_hash: bool = False) -> Any:
+def decode_parts(parts: Sequence[Any], check_hash: bool = False,
+                 head: Optional[Dict[str, Any]] = None) -> Any:
     """One message (its parts, bytes-like) -> :class:`Start`, :class:`Image`,
     :class:`End`, :class:`HeaderPart` (a dheader without its configuration),
     :class:`ConfigPart` (a configuration without its dheader) or :class:`Appendix`.
@@ -312,12 +335,14 @@ def decode_parts(parts: Sequence[Any], check_hash: bool = False) -> Any:
     Raises
     ------
     ProtocolError
-        the reason and what is wrong, naming series, frame and part.
+        the reason and what is wrong, naming series, frame and part (``head``: the
+        first part, already decoded by :func:`first_part`).
     """
     if not 0 < len(parts) <= MAX_PARTS:
         raise ProtocolError(Reason.MALFORMED, f"a legacy message of {len(parts)} parts "
                             f"(1 to {MAX_PARTS})")
-    head = _json(parts[0], "part 1")
+    if head is None:
+        head = first_part(parts)
     htype = head.get("htype")
     if htype == "dimage-1.0":
         return _image(parts, head, check_hash)
