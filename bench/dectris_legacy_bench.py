@@ -27,7 +27,9 @@ scan's report appearing in ``--out`` (merged, written, drained): frames over eac
 ``--baseline DIR`` (a ``git archive`` of an earlier commit) runs that tree's job too,
 alternating, so before and after come from one run. Peak RSS: LiberTEM-live's main
 process (its receiver thread) and its worker process, against the job report's
-receiver and worker ranks.
+receiver and worker ranks; LiberTEM-live's main process and the receiver alone by
+``VmHWM`` (an exec'd child's ``ru_maxrss`` starts at its parent's RSS), its worker by
+``RUSAGE_CHILDREN`` (an upper bound for that reason).
 
     .venv/bin/python bench/dectris_legacy_bench.py --frames 8000 --repeat 2
     .venv/bin/python bench/dectris_legacy_bench.py --baseline /tmp/base --repeat 3
@@ -98,7 +100,8 @@ if __name__ == "__main__":
             r = ctx.run_udf(dataset=aq, udf=udf)
             t_end = time.perf_counter()
     sim.stop()
-    rss = {{"main_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    rss = {{"main_mib": int(open("/proc/self/status").read().split("VmHWM:")[1]
+                           .split()[0]) / 1024,
             "worker_mib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}}
     if {udf!r} == "stamp":
         t = r["t"].data.ravel()
@@ -186,7 +189,8 @@ except TypeError:
     name = decoder_name()
 print(json.dumps({"n": int(rep.frames_complete.sum()), "s": rep.last_message - rep.first_message,
                   "cpu_s": cpu, "decoder": name,
-                  "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+                  "rss_mib": int(open("/proc/self/status").read().split("VmHWM:")[1]
+                                 .split()[0]) / 1024}))
 """
 
 

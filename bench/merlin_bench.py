@@ -27,7 +27,9 @@ Both run two processes on the same 2 cores (plus the simulator's sender thread).
 ratio of the two rates in one run is the figure (load average recorded beside it).
 ``--baseline DIR`` (a ``git archive`` of an earlier commit) runs that tree's job too,
 alternating, so before and after come from one run. Peak RSS: LiberTEM-live's main
-process (its receiver) and its worker, against the job report's receiver and worker.
+process (its receiver) and its worker, against the job report's receiver and worker; LiberTEM-live's main process (its main process also holds the simulator and its in-memory copy of the MIB file) and the receiver alone by
+``VmHWM`` (an exec'd child's ``ru_maxrss`` starts at its parent's RSS), its worker by
+``RUSAGE_CHILDREN`` (an upper bound for that reason).
 
     .venv/bin/python bench/merlin_bench.py --frames 4000 --repeat 3
 """
@@ -135,7 +137,8 @@ if __name__ == "__main__":
             r = ctx.run_udf(dataset=aq, udf=StampUDF())
     t = r["t"].data.ravel()
     sim.stop()
-    rss = {{"main_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    rss = {{"main_mib": int(open("/proc/self/status").read().split("VmHWM:")[1]
+                           .split()[0]) / 1024,
             "worker_mib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}}
     print(json.dumps({{"n": int((t > 0).sum()), "s": float(t.max() - T0[0]),
                       "stamps_s": float(t.max() - t[t > 0].min()), "rss": rss}}))
@@ -188,6 +191,61 @@ def _mpistage(hdr: str, nav, nbytes: int, root: Path = ROOT) -> tuple:
         sim.stop()
 
 
+_INGEST = """
+import json, resource, sys, time
+from streams.protocols.merlin.receiver import MerlinReceiver
+rx = MerlinReceiver(lambda p: None, "127.0.0.1", int(sys.argv[1]), partition_frames=128,
+                    memory_bytes=256 << 20, idle_timeout=60, scan_shape=(-1, 100))
+rx._connect()
+print("ready", flush=True)
+c0 = time.process_time()
+(rep,) = rx.serve(1, timeout=600)
+cpu = time.process_time() - c0
+print(json.dumps({"n": int(rep.frames_complete.sum()), "s": rep.last_message - rep.first_message,
+                  "cpu_s": cpu,
+                  "rss_mib": int(open("/proc/self/status").read().split("VmHWM:")[1]
+                                 .split()[0]) / 1024}))
+"""
+
+
+def _ingest(hdr: str, nav, nbytes: int, root: Path = ROOT) -> dict:
+    """One Merlin receiver process alone (the tree at ``root``): LiberTEM-live's
+    simulator -> TCP -> frames into partitions, delivered to nothing. Frames/s over its
+    first to last message and per CPU second of the receiving process."""
+    from libertem_live.detectors.merlin.control import MerlinControl
+    from libertem_live.detectors.merlin.sim import CameraSim
+
+    frames = nav[0] * nav[1]
+    sim = CameraSim(path=hdr, nav_shape=tuple(nav), host="127.0.0.1", data_port=0,
+                    control_port=0, trigger_port=0, wait_trigger=True, cached="MEM")
+    sim.start()
+    sim.wait_for_listen()
+    warm(sim.server_t.port, sim.control_t.port, nbytes)
+    try:
+        env = dict(os.environ, PYTHONPATH=str(root))
+        p = subprocess.Popen([sys.executable, "-c", _INGEST, str(sim.server_t.port)],
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, cwd=tempfile.gettempdir())
+        assert p.stdout is not None
+        if p.stdout.readline().strip() != "ready":
+            raise RuntimeError(p.communicate())
+        import time
+        time.sleep(0.5)
+        with MerlinControl(host="127.0.0.1", port=sim.control_t.port) as c:
+            c.cmd("STARTACQUISITION")
+            c.cmd("SOFTTRIGGER")
+        out, err = p.communicate(timeout=900)
+        line = [x for x in out.splitlines() if x.startswith("{")]
+        if p.returncode or not line:
+            raise RuntimeError(out + err)
+        d = json.loads(line[-1])
+        assert d["n"] == frames, d
+        return {"rate": frames / d["s"], "per_cpu_s": frames / d["cpu_s"],
+                "rss_mib": d["rss_mib"]}
+    finally:
+        sim.stop()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -195,8 +253,14 @@ def main() -> int:
     ap.add_argument("--shape", type=int, nargs=2, default=(256, 256))
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--baseline", help="another tree (git archive) whose job runs too")
+    ap.add_argument("--ingest", action="store_true",
+                    help="also one receiver process alone (no worker, no MPI): frames/s "
+                    "and frames per CPU second, this tree and --baseline")
+    ap.add_argument("--only-ingest", action="store_true",
+                    help="only that (no LiberTEM-live, no job)")
     ap.add_argument("--out", default=str(HERE / "results" / "merlin"))
     a = ap.parse_args()
+    ingest: dict = {}
     nav = (a.frames // 100, 100)
     frames = nav[0] * nav[1]
     ours = ["mpistage"] + (["mpistage (baseline)"] if a.baseline else [])
@@ -211,6 +275,8 @@ def main() -> int:
                 if rnd % 2:                 # alternate who goes first
                     sides.reverse()
                 for side in sides:
+                    if a.only_ingest and side == "ll":
+                        continue
                     if side == "ll":
                         rate, stamps, mem = _libertem_live(str(hdr), nav, size)
                         rates["libertem-live"].append(rate)
@@ -218,14 +284,27 @@ def main() -> int:
                         rss["libertem-live"].append(mem)
                         continue
                     root = Path(a.baseline) if side.endswith("(baseline)") else ROOT
+                    if a.ingest or a.only_ingest:
+                        ingest.setdefault(side, []).append(_ingest(str(hdr), nav, size, root))
+                    if a.only_ingest:
+                        continue
                     rate, mem = _mpistage(str(hdr), nav, size, root)
                     rates[side].append(rate)
                     rss[side].append(mem)
+    if a.only_ingest:
+        lines = _ingest_lines(ingest)
+        Path(a.out + "_ingest.json").write_text(json.dumps(
+            {"frames": frames, "ingest_alone": ingest, "load": load.summary()}, indent=1) + "\n")
+        Path(a.out + "_ingest.md").write_text("\n".join(
+            [f"# Merlin: one receiver process alone ({frames} frames)", ""] + lines
+            + ["", load.text()]) + "\n")
+        print("\n".join(lines + [load.text()]))
+        return 0
     med = {k: statistics.median(v) for k, v in rates.items()}
     res = {"frames": frames, "shape": list(a.shape), "depth": DEPTH, "mib_bytes": size,
            "rates_frames_per_s": rates, "median": med,
            "ratio_mpistage_over_libertem_live": med["mpistage"] / med["libertem-live"],
-           "peak_rss": rss, "load": load.summary()}
+           "peak_rss": rss, "ingest_alone": ingest, "load": load.summary()}
     if a.baseline:
         res["baseline"] = a.baseline
         res["ratio_baseline_over_libertem_live"] = \
@@ -244,6 +323,7 @@ def main() -> int:
         lines.append(f"baseline ({a.baseline}) / LiberTEM-live: "
                      f"{res['ratio_baseline_over_libertem_live']:.2f}; this tree / baseline: "
                      f"**{res['speedup_over_baseline']:.2f}x**")
+    lines += _ingest_lines(ingest)
     lines += ["", "Peak RSS (MiB, largest of the runs): "
               + "; ".join(f"{k}: " + ", ".join(f"{n} {max(r[n] for r in v):.0f}"
                                               for n in v[0]) for k, v in rss.items() if v)]
@@ -251,6 +331,20 @@ def main() -> int:
     Path(a.out + ".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
+
+
+def _ingest_lines(ingest: dict) -> list:
+    if not ingest:
+        return []
+    lines = ["", "One receiver process alone (no worker, no MPI; delivered partitions "
+             "dropped):", "", "| | frames/s (median) | frames per CPU second (median) | "
+             "runs (frames/s) | peak RSS MiB |", "|---|---|---|---|---|"]
+    for k, v in ingest.items():
+        runs = ", ".join(f"{x['rate']:,.0f}" for x in v)
+        lines.append(f"| {k} | {statistics.median(x['rate'] for x in v):,.0f} | "
+                     f"{statistics.median(x['per_cpu_s'] for x in v):,.0f} | {runs} | "
+                     f"{max(x['rss_mib'] for x in v):.0f} |")
+    return lines
 
 
 if __name__ == "__main__":
