@@ -26,9 +26,12 @@ frames/s here and would be what both measure) into, in turn and alternating
 Both run two processes on the same 2 cores (plus the simulator's sender thread). The
 ratio of the two rates in one run is the figure (load average recorded beside it).
 ``--baseline DIR`` (a ``git archive`` of an earlier commit) runs that tree's job too,
-alternating, so before and after come from one run. Peak RSS: LiberTEM-live's main
-process (its receiver) and its worker, against the job report's receiver and worker; LiberTEM-live's main process (its main process also holds the simulator and its in-memory copy of the MIB file) and the receiver alone by
-``VmHWM`` (an exec'd child's ``ru_maxrss`` starts at its parent's RSS), its worker by
+alternating, so before and after come from one run. ``--ingest`` adds one receiver
+process alone (no worker, no MPI): frames/s and frames per CPU second. Peak RSS:
+LiberTEM-live's main process (its receiver, and also the simulator with its in-memory
+copy of the MIB file) and the receiver alone by ``VmHWM`` (an exec'd child's
+``ru_maxrss`` starts at its parent's RSS), the job's ranks from its report, LiberTEM-live's
+worker by
 ``RUSAGE_CHILDREN`` (an upper bound for that reason).
 
     .venv/bin/python bench/merlin_bench.py --frames 4000 --repeat 3
