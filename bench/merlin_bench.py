@@ -30,9 +30,8 @@ alternating, so before and after come from one run. ``--ingest`` adds one receiv
 process alone (no worker, no MPI): frames/s and frames per CPU second. Peak RSS:
 LiberTEM-live's main process (its receiver, and also the simulator with its in-memory
 copy of the MIB file) and the receiver alone by ``VmHWM`` (an exec'd child's
-``ru_maxrss`` starts at its parent's RSS), the job's ranks from its report, LiberTEM-live's
-worker by
-``RUSAGE_CHILDREN`` (an upper bound for that reason).
+``ru_maxrss`` starts at its parent's RSS), the job's ranks from its report,
+LiberTEM-live's worker by ``RUSAGE_CHILDREN`` (an upper bound for that reason).
 
     .venv/bin/python bench/merlin_bench.py --frames 4000 --repeat 3
 """

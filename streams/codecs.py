@@ -300,6 +300,15 @@ def bslz4_decode(payload: Any, itemsize: int) -> bytes:
     return out.tobytes()
 
 
+def _contiguous(payload: Any) -> Any:
+    """``payload``'s bytes as a uint8 array without a copy, or None (a buffer numpy
+    cannot view, e.g. non-contiguous: decoded through the Python API instead)."""
+    try:
+        return np.frombuffer(payload, np.uint8)
+    except (TypeError, ValueError, BufferError):
+        return None
+
+
 def decode_into(encoding: str, payload: Any, out: np.ndarray) -> None:
     """Decode ``payload`` into ``out`` (a C-contiguous array) in place.
 
@@ -334,8 +343,8 @@ def decode_into(encoding: str, payload: Any, out: np.ndarray) -> None:
         raise CodecError(PAYLOAD_SIZE, f"{encoding} payload decodes to {stated} bytes, "
                          f"expected {dst.size}")
     into = _dectris_into()
-    if into is not None and dst.flags.c_contiguous:
-        src = np.frombuffer(payload, np.uint8)
+    src = _contiguous(payload) if into is not None and dst.flags.c_contiguous else None
+    if src is not None:
         n = into(_C_ALGORITHM[encoding], dst.ctypes.data, dst.size, src.ctypes.data,
                  src.size, out.itemsize)
         if n != dst.size:
