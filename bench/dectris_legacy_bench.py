@@ -20,7 +20,19 @@ turn and alternating ``--repeat`` times:
 Both run two processes on the same 2 cores (plus the simulator's sender). The ratio
 of the two rates in one run is the figure (load average recorded beside it).
 
+End to end (on by default, ``--no-e2e`` skips it): LiberTEM-live's
+``ctx.run_udf(SumUDF)`` from its arm (the ``on_ready_for_data`` hook) to ``run_udf``
+returning, against ours from the SIMPLON arm (the bench's ``PUT .../arm``) to the
+scan's report appearing in ``--out`` (merged, written, drained): frames over each.
+``--baseline DIR`` (a ``git archive`` of an earlier commit) runs that tree's job too,
+alternating, so before and after come from one run. Peak RSS: LiberTEM-live's main
+process (its receiver thread) and its worker process, against the job report's
+receiver and worker ranks; LiberTEM-live's main process and the receiver alone by
+``VmHWM`` (an exec'd child's ``ru_maxrss`` starts at its parent's RSS), its worker by
+``RUSAGE_CHILDREN`` (an upper bound for that reason).
+
     .venv/bin/python bench/dectris_legacy_bench.py --frames 8000 --repeat 2
+    .venv/bin/python bench/dectris_legacy_bench.py --baseline /tmp/base --repeat 3
 """
 from __future__ import annotations
 
@@ -56,13 +68,15 @@ def make_dump(path: Path, frames: int, shape) -> int:
     return path.stat().st_size
 
 
-def _libertem_live(dump: str, frames: int) -> tuple:
-    """LiberTEM-live's rate (in a subprocess: its executor's workers)."""
+def _libertem_live(dump: str, frames: int, udf: str = "stamp") -> dict:
+    """LiberTEM-live's run (in a subprocess: its executor's workers): ``udf`` ``stamp``
+    (the ingest rate) or ``sum`` (``SumUDF``, arm to result)."""
     code = f"""
-import sys, time, json
+import resource, sys, time, json
 T0 = []
 sys.path.insert(0, {str(HERE)!r})
 from dectris_legacy_stamp import StampUDF
+from libertem.udf.sum import SumUDF
 from libertem.executor.pipelined import PipelinedExecutor
 from libertem_live.api import LiveContext
 from libertem_live.detectors.dectris.sim import DectrisSim
@@ -82,11 +96,19 @@ if __name__ == "__main__":
         with ctx.make_connection("dectris").open(api_host="127.0.0.1", api_port=sim.port,
                 data_host="127.0.0.1", data_port=sim.zmqport) as conn:
             aq = ctx.make_acquisition(conn=conn, nav_shape=(1, {frames}), hooks=Armed())
-            r = ctx.run_udf(dataset=aq, udf=StampUDF())
-    t = r["t"].data.ravel()
+            udf = StampUDF() if {udf!r} == "stamp" else SumUDF()
+            r = ctx.run_udf(dataset=aq, udf=udf)
+            t_end = time.perf_counter()
     sim.stop()
-    print(json.dumps({{"n": int((t > 0).sum()), "s": float(t.max() - T0[0]),
-                      "stamps_s": float(t.max() - t[t > 0].min())}}))
+    rss = {{"main_mib": int(open("/proc/self/status").read().split("VmHWM:")[1]
+                           .split()[0]) / 1024,
+            "worker_mib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}}
+    if {udf!r} == "stamp":
+        t = r["t"].data.ravel()
+        print(json.dumps({{"n": int((t > 0).sum()), "s": float(t.max() - T0[0]),
+                          "stamps_s": float(t.max() - t[t > 0].min()), "rss": rss}}))
+    else:
+        print(json.dumps({{"n": {frames}, "e2e_s": t_end - T0[0], "rss": rss}}))
 """
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -96,10 +118,12 @@ if __name__ == "__main__":
         raise RuntimeError(f"LiberTEM-live run failed: {r.stdout[-2000:]}{r.stderr[-2000:]}")
     d = json.loads(line[-1])
     assert d["n"] == frames, d
-    return frames / d["s"], frames / d["stamps_s"]
+    return d
 
 
-def _mpistage(dump: str, frames: int) -> float:
+def _mpistage(dump: str, frames: int, root: Path = ROOT, ranks: int = 2) -> dict:
+    """One job of the tree at ``root``: its receive rate (the report's first to last
+    message), arm to the report in ``--out``, the ranks' peak RSS."""
     from libertem_live.detectors.dectris.sim import DectrisSim
     import urllib.request
 
@@ -108,31 +132,98 @@ def _mpistage(dump: str, frames: int) -> float:
     sim.wait_for_listen()
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            env = dict(os.environ, PYTHONPATH=str(ROOT), OMPI_ALLOW_RUN_AS_ROOT="1",
+            env = dict(os.environ, PYTHONPATH=str(root), OMPI_ALLOW_RUN_AS_ROOT="1",
                        OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
             rv = Path(tmp) / "rv.json"
+            report = Path(tmp) / "out" / "series-1.json"
             p = subprocess.Popen(
-                ["mpirun", "-n", "2", "--oversubscribe", sys.executable, "-m", "stager",
+                ["mpirun", "-n", str(ranks), "--oversubscribe", sys.executable, "-m", "stager",
                  "stream", "receive", "--rendezvous", str(rv), "--out", f"{tmp}/out",
                  "--local", f"{tmp}/local/%n", "--bind", "127.0.0.1", "--protocol",
                  "dectris-legacy", "--dectris-endpoint", f"tcp://127.0.0.1:{sim.zmqport}",
                  "--analysis", "udf:libertem.udf.sum:SumUDF", "--partition-frames", "128",
                  "--live-interval", "5"], env=env, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, text=True)
+                stderr=subprocess.PIPE, text=True, cwd=tmp)
             while not rv.exists():
                 if p.poll() is not None:
                     raise RuntimeError(p.communicate())
                 time.sleep(0.1)
             time.sleep(1.0)
+            t_arm = time.perf_counter()
             urllib.request.urlopen(urllib.request.Request(
                 f"http://127.0.0.1:{sim.port}/detector/api/1.8.0/command/arm", method="PUT"),
                 timeout=10).read()
+            while not report.exists() and p.poll() is None:
+                time.sleep(0.002)
+            t_result = time.perf_counter()
             out, err = p.communicate(timeout=900)
             if p.returncode:
                 raise RuntimeError(out + err)
-            rep = json.loads((Path(tmp) / "out" / "series-1.json").read_text())
+            rep = json.loads(report.read_text())
             assert rep["frames_complete"] == frames, rep
-            return frames / rep["timing"]["receive_s"]
+            rss = rep["memory"]["peak_rss_mib"]
+            return {"rate": frames / rep["timing"]["receive_s"],
+                    "e2e_rate": frames / (t_result - t_arm),
+                    "receiver_rss_mib": rep["memory"]["receiver_peak_rss_mib"],
+                    "worker_rss_mib": max(r for i, r in enumerate(rss) if i != 0),
+                    "timing": rep["timing"]}
+    finally:
+        sim.stop()
+
+
+_INGEST = """
+import json, resource, sys, time
+from streams.protocols.dectris_legacy.receiver import LegacyReceiver
+from streams.codecs import decoder_name
+frames = []
+rx = LegacyReceiver(lambda p: frames.append(len(p.frames)), sys.argv[1], partition_frames=128,
+                    memory_bytes=256 << 20, idle_timeout=60)
+rx.connect()
+print("ready", flush=True)
+c0 = time.process_time()
+(rep,) = rx.serve(1, timeout=600)
+cpu = time.process_time() - c0
+try:
+    name = decoder_name(True)
+except TypeError:
+    name = decoder_name()
+print(json.dumps({"n": int(rep.frames_complete.sum()), "s": rep.last_message - rep.first_message,
+                  "cpu_s": cpu, "decoder": name,
+                  "rss_mib": int(open("/proc/self/status").read().split("VmHWM:")[1]
+                                 .split()[0]) / 1024}))
+"""
+
+
+def _ingest(dump: str, frames: int, root: Path = ROOT) -> dict:
+    """One legacy receiver process alone (the tree at ``root``): LiberTEM-live's simulator
+    -> socket -> frames decoded into partitions, delivered to nothing. Frames/s over its
+    first to last message and per CPU second of the receiving process."""
+    from libertem_live.detectors.dectris.sim import DectrisSim
+    import urllib.request
+
+    sim = DectrisSim(path=dump, port=0, zmqport=0, verbose=False)
+    sim.start()
+    sim.wait_for_listen()
+    try:
+        env = dict(os.environ, PYTHONPATH=str(root))
+        p = subprocess.Popen([sys.executable, "-c", _INGEST, f"tcp://127.0.0.1:{sim.zmqport}"],
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, cwd=tempfile.gettempdir())
+        assert p.stdout is not None
+        if p.stdout.readline().strip() != "ready":
+            raise RuntimeError(p.communicate())
+        time.sleep(0.5)
+        urllib.request.urlopen(urllib.request.Request(
+            f"http://127.0.0.1:{sim.port}/detector/api/1.8.0/command/arm", method="PUT"),
+            timeout=10).read()
+        out, err = p.communicate(timeout=900)
+        line = [x for x in out.splitlines() if x.startswith("{")]
+        if p.returncode or not line:
+            raise RuntimeError(out + err)
+        d = json.loads(line[-1])
+        assert d["n"] == frames, d
+        return {"rate": frames / d["s"], "per_cpu_s": frames / d["cpu_s"],
+                "decoder": d["decoder"], "rss_mib": d["rss_mib"]}
     finally:
         sim.stop()
 
@@ -143,32 +234,103 @@ def main() -> int:
     ap.add_argument("--frames", type=int, default=8000)
     ap.add_argument("--shape", type=int, nargs=2, default=(256, 256))
     ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--baseline", help="another tree (git archive) whose job runs too")
+    ap.add_argument("--no-e2e", dest="e2e", action="store_false",
+                    help="skip LiberTEM-live's SumUDF runs (arm to result)")
+    ap.add_argument("--ingest", action="store_true",
+                    help="also one receiver process alone (no worker, no MPI): frames/s "
+                    "and frames per CPU second, this tree and --baseline")
     ap.add_argument("--out", default=str(HERE / "results" / "dectris_legacy"))
     a = ap.parse_args()
+    ingest: dict = {}
+    ours = ["mpistage"] + (["mpistage (baseline)"] if a.baseline else [])
+    rates: dict = {"libertem-live": [], "libertem-live (stamps)": [], **{k: [] for k in ours}}
+    e2e: dict = {"libertem-live run_udf(SumUDF)": [], **{k: [] for k in ours}}
+    rss: dict = {"libertem-live": [], **{k: [] for k in ours}}
+    timing: dict = {k: [] for k in ours}
     with tempfile.TemporaryDirectory() as tmp:
         dump = Path(tmp) / "bench.dump"
         size = make_dump(dump, a.frames, tuple(a.shape))
-        rates = {"libertem-live": [], "libertem-live (stamps)": [], "mpistage": []}
         with LoadSampler() as load:
-            for _ in range(a.repeat):
-                rate, stamps = _libertem_live(str(dump), a.frames)
-                rates["libertem-live"].append(rate)
-                rates["libertem-live (stamps)"].append(stamps)
-                rates["mpistage"].append(_mpistage(str(dump), a.frames))
-    med = {k: statistics.median(v) for k, v in rates.items()}
+            for rnd in range(a.repeat):
+                sides = ["ll"] + ours
+                if rnd % 2:                 # alternate who goes first
+                    sides.reverse()
+                for side in sides:
+                    if side == "ll":
+                        d = _libertem_live(str(dump), a.frames)
+                        rates["libertem-live"].append(a.frames / d["s"])
+                        rates["libertem-live (stamps)"].append(a.frames / d["stamps_s"])
+                        rss["libertem-live"].append(d["rss"])
+                        if a.e2e:
+                            d = _libertem_live(str(dump), a.frames, "sum")
+                            e2e["libertem-live run_udf(SumUDF)"].append(a.frames / d["e2e_s"])
+                        continue
+                    root = Path(a.baseline) if side.endswith("(baseline)") else ROOT
+                    if a.ingest:
+                        ingest.setdefault(side, []).append(_ingest(str(dump), a.frames, root))
+                    d = _mpistage(str(dump), a.frames, root)
+                    rates[side].append(d["rate"])
+                    e2e[side].append(d["e2e_rate"])
+                    timing[side].append(d["timing"])
+                    rss[side].append({"receiver_mib": d["receiver_rss_mib"],
+                                      "worker_mib": d["worker_rss_mib"]})
+    med = {k: statistics.median(v) for k, v in rates.items() if v}
+    emed = {k: statistics.median(v) for k, v in e2e.items() if v}
+    ll = med["libertem-live"]
     res = {"frames": a.frames, "shape": list(a.shape), "dump_bytes": size,
            "rates_frames_per_s": rates, "median": med,
-           "ratio_mpistage_over_libertem_live": med["mpistage"] / med["libertem-live"],
+           "ratio_mpistage_over_libertem_live": med["mpistage"] / ll,
+           "ratio_mpistage_over_libertem_live_stamps":
+               med["mpistage"] / med["libertem-live (stamps)"],
+           "e2e_frames_per_s": e2e, "e2e_median": emed, "peak_rss": rss,
+           "job_timing": timing, "ingest_alone": ingest,
            "load": load.summary()}
+    if a.e2e:
+        res["e2e_ratio"] = emed["mpistage"] / emed["libertem-live run_udf(SumUDF)"]
+    if a.baseline:
+        res["baseline"] = a.baseline
+        res["ratio_baseline_over_libertem_live"] = med["mpistage (baseline)"] / ll
+        res["speedup_over_baseline"] = med["mpistage"] / med["mpistage (baseline)"]
+        if a.e2e:
+            res["e2e_speedup_over_baseline"] = emed["mpistage"] / emed["mpistage (baseline)"]
     Path(a.out + ".json").write_text(json.dumps(res, indent=1) + "\n")
     lines = [f"# DECTRIS legacy stream: one receiver here vs LiberTEM-live "
              f"({a.frames} frames {a.shape[0]}x{a.shape[1]} uint16 bslz4, "
              f"{size / a.frames / 1024:.1f} KiB/frame)", "",
-             "| | frames/s (median) | runs |", "|---|---|---|"]
+             "Receiving (ours: the report's first to last message at the receiver, one "
+             "worker beside it; LiberTEM-live: arm to its last frame, and first to last "
+             "stamp):", "", "| | frames/s (median) | runs |", "|---|---|---|"]
     for k, v in rates.items():
         lines.append(f"| {k} | {med[k]:,.0f} | {', '.join(f'{x:,.0f}' for x in v)} |")
-    ratio = res["ratio_mpistage_over_libertem_live"]
-    lines += ["", f"ratio mpistage / LiberTEM-live: **{ratio:.2f}**", load.text()]
+    lines += ["", "ratio mpistage / LiberTEM-live: "
+              f"**{res['ratio_mpistage_over_libertem_live']:.2f}** (over its stamps window: "
+              f"{res['ratio_mpistage_over_libertem_live_stamps']:.2f})"]
+    if a.baseline:
+        lines.append(f"baseline ({a.baseline}) / LiberTEM-live: "
+                     f"{res['ratio_baseline_over_libertem_live']:.2f}; this tree / baseline: "
+                     f"**{res['speedup_over_baseline']:.2f}x**")
+    if a.e2e:
+        lines += ["", "End to end with SumUDF (arm to result):", "",
+                  "| | frames/s (median) | runs |", "|---|---|---|"]
+        for k, v in e2e.items():
+            lines.append(f"| {k} | {emed[k]:,.0f} | {', '.join(f'{x:,.0f}' for x in v)} |")
+        lines += ["", f"ratio mpistage / LiberTEM-live run_udf: **{res['e2e_ratio']:.2f}**"]
+        if a.baseline:
+            lines.append(f"this tree / baseline: {res['e2e_speedup_over_baseline']:.2f}x")
+    if ingest:
+        lines += ["", "One receiver process alone (no worker, no MPI; delivered partitions "
+                  "dropped):", "", "| | frames/s (median) | frames per CPU second (median) "
+                  "| runs (frames/s) | decoder | peak RSS MiB |", "|---|---|---|---|---|---|"]
+        for k, v in ingest.items():
+            runs = ", ".join(f"{x['rate']:,.0f}" for x in v)
+            lines.append(f"| {k} | {statistics.median(x['rate'] for x in v):,.0f} | "
+                         f"{statistics.median(x['per_cpu_s'] for x in v):,.0f} | {runs} | "
+                         f"{v[0]['decoder']} | {max(x['rss_mib'] for x in v):.0f} |")
+    lines += ["", "Peak RSS (MiB, largest of the runs): "
+              + "; ".join(f"{k}: " + ", ".join(f"{n} {max(r[n] for r in v):.0f}"
+                                              for n in v[0]) for k, v in rss.items() if v)]
+    lines += ["", load.text()]
     Path(a.out + ".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

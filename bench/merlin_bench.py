@@ -25,6 +25,13 @@ frames/s here and would be what both measure) into, in turn and alternating
 
 Both run two processes on the same 2 cores (plus the simulator's sender thread). The
 ratio of the two rates in one run is the figure (load average recorded beside it).
+``--baseline DIR`` (a ``git archive`` of an earlier commit) runs that tree's job too,
+alternating, so before and after come from one run. ``--ingest`` adds one receiver
+process alone (no worker, no MPI): frames/s and frames per CPU second. Peak RSS:
+LiberTEM-live's main process (its receiver, and also the simulator with its in-memory
+copy of the MIB file) and the receiver alone by ``VmHWM`` (an exec'd child's
+``ru_maxrss`` starts at its parent's RSS), the job's ranks from its report,
+LiberTEM-live's worker by ``RUSAGE_CHILDREN`` (an upper bound for that reason).
 
     .venv/bin/python bench/merlin_bench.py --frames 4000 --repeat 3
 """
@@ -81,7 +88,7 @@ def warm(data_port: int, control_port: int, nbytes: int) -> None:
         with MerlinControl(host="127.0.0.1", port=control_port) as c:
             c.cmd("STARTACQUISITION")
             c.cmd("SOFTTRIGGER")
-        s.settimeout(2.0)
+        s.settimeout(20.0)      # its first, file-reading acquisition stalls under load
         got, end = 0, time.monotonic() + 600
         while got < nbytes and time.monotonic() < end:
             b = s.recv(1 << 20)
@@ -94,7 +101,7 @@ def warm(data_port: int, control_port: int, nbytes: int) -> None:
 def _libertem_live(hdr: str, nav, nbytes: int) -> tuple:
     """LiberTEM-live's rate (in a subprocess: its executor's workers)."""
     code = f"""
-import sys, json, time
+import resource, sys, json, time
 T0 = []
 sys.path.insert(0, {str(HERE)!r})
 from dectris_legacy_stamp import StampUDF
@@ -132,8 +139,11 @@ if __name__ == "__main__":
             r = ctx.run_udf(dataset=aq, udf=StampUDF())
     t = r["t"].data.ravel()
     sim.stop()
+    rss = {{"main_mib": int(open("/proc/self/status").read().split("VmHWM:")[1]
+                           .split()[0]) / 1024,
+            "worker_mib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}}
     print(json.dumps({{"n": int((t > 0).sum()), "s": float(t.max() - T0[0]),
-                      "stamps_s": float(t.max() - t[t > 0].min())}}))
+                      "stamps_s": float(t.max() - t[t > 0].min()), "rss": rss}}))
 """
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -144,10 +154,10 @@ if __name__ == "__main__":
     d = json.loads(line[-1])
     frames = nav[0] * nav[1]
     assert d["n"] == frames, d
-    return frames / d["s"], frames / d["stamps_s"]
+    return frames / d["s"], frames / d["stamps_s"], d["rss"]
 
 
-def _mpistage(hdr: str, nav, nbytes: int) -> float:
+def _mpistage(hdr: str, nav, nbytes: int, root: Path = ROOT) -> tuple:
     from libertem_live.detectors.merlin.sim import CameraSim
 
     frames = nav[0] * nav[1]
@@ -158,7 +168,7 @@ def _mpistage(hdr: str, nav, nbytes: int) -> float:
     warm(sim.server_t.port, sim.control_t.port, nbytes)
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            env = dict(os.environ, PYTHONPATH=str(ROOT), OMPI_ALLOW_RUN_AS_ROOT="1",
+            env = dict(os.environ, PYTHONPATH=str(root), OMPI_ALLOW_RUN_AS_ROOT="1",
                        OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
             r = subprocess.run(
                 ["mpirun", "-n", "2", "--oversubscribe", sys.executable, "-m", "stager",
@@ -175,7 +185,65 @@ def _mpistage(hdr: str, nav, nbytes: int) -> float:
             (rep_path,) = Path(tmp, "out").glob("acquisition-*.json")
             rep = json.loads(rep_path.read_text())
             assert rep["frames_complete"] == frames, rep
-            return frames / rep["timing"]["receive_s"]
+            rss = rep["memory"]["peak_rss_mib"]
+            return frames / rep["timing"]["receive_s"], {
+                "receiver_mib": rep["memory"]["receiver_peak_rss_mib"],
+                "worker_mib": max(x for i, x in enumerate(rss) if i != 0)}
+    finally:
+        sim.stop()
+
+
+_INGEST = """
+import json, resource, sys, time
+from streams.protocols.merlin.receiver import MerlinReceiver
+rx = MerlinReceiver(lambda p: None, "127.0.0.1", int(sys.argv[1]), partition_frames=128,
+                    memory_bytes=256 << 20, idle_timeout=60, scan_shape=(-1, 100))
+rx._connect()
+print("ready", flush=True)
+c0 = time.process_time()
+(rep,) = rx.serve(1, timeout=600)
+cpu = time.process_time() - c0
+print(json.dumps({"n": int(rep.frames_complete.sum()), "s": rep.last_message - rep.first_message,
+                  "cpu_s": cpu,
+                  "rss_mib": int(open("/proc/self/status").read().split("VmHWM:")[1]
+                                 .split()[0]) / 1024}))
+"""
+
+
+def _ingest(hdr: str, nav, nbytes: int, root: Path = ROOT) -> dict:
+    """One Merlin receiver process alone (the tree at ``root``): LiberTEM-live's
+    simulator -> TCP -> frames into partitions, delivered to nothing. Frames/s over its
+    first to last message and per CPU second of the receiving process."""
+    from libertem_live.detectors.merlin.control import MerlinControl
+    from libertem_live.detectors.merlin.sim import CameraSim
+
+    frames = nav[0] * nav[1]
+    sim = CameraSim(path=hdr, nav_shape=tuple(nav), host="127.0.0.1", data_port=0,
+                    control_port=0, trigger_port=0, wait_trigger=True, cached="MEM")
+    sim.start()
+    sim.wait_for_listen()
+    warm(sim.server_t.port, sim.control_t.port, nbytes)
+    try:
+        env = dict(os.environ, PYTHONPATH=str(root))
+        p = subprocess.Popen([sys.executable, "-c", _INGEST, str(sim.server_t.port)],
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, cwd=tempfile.gettempdir())
+        assert p.stdout is not None
+        if p.stdout.readline().strip() != "ready":
+            raise RuntimeError(p.communicate())
+        import time
+        time.sleep(0.5)
+        with MerlinControl(host="127.0.0.1", port=sim.control_t.port) as c:
+            c.cmd("STARTACQUISITION")
+            c.cmd("SOFTTRIGGER")
+        out, err = p.communicate(timeout=900)
+        line = [x for x in out.splitlines() if x.startswith("{")]
+        if p.returncode or not line:
+            raise RuntimeError(out + err)
+        d = json.loads(line[-1])
+        assert d["n"] == frames, d
+        return {"rate": frames / d["s"], "per_cpu_s": frames / d["cpu_s"],
+                "rss_mib": d["rss_mib"]}
     finally:
         sim.stop()
 
@@ -186,25 +254,64 @@ def main() -> int:
     ap.add_argument("--frames", type=int, default=4000, help="a multiple of 100")
     ap.add_argument("--shape", type=int, nargs=2, default=(256, 256))
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--baseline", help="another tree (git archive) whose job runs too")
+    ap.add_argument("--ingest", action="store_true",
+                    help="also one receiver process alone (no worker, no MPI): frames/s "
+                    "and frames per CPU second, this tree and --baseline")
+    ap.add_argument("--only-ingest", action="store_true",
+                    help="only that (no LiberTEM-live, no job)")
     ap.add_argument("--out", default=str(HERE / "results" / "merlin"))
     a = ap.parse_args()
+    ingest: dict = {}
     nav = (a.frames // 100, 100)
     frames = nav[0] * nav[1]
+    ours = ["mpistage"] + (["mpistage (baseline)"] if a.baseline else [])
+    rates: dict = {"libertem-live": [], "libertem-live (stamps)": [], **{k: [] for k in ours}}
+    rss: dict = {"libertem-live": [], **{k: [] for k in ours}}
     with tempfile.TemporaryDirectory() as tmp:
         hdr = make_mib(Path(tmp), frames, tuple(a.shape), nav[1])
         size = (Path(tmp) / "scan.mib").stat().st_size
-        rates = {"libertem-live": [], "libertem-live (stamps)": [], "mpistage": []}
         with LoadSampler() as load:
-            for _ in range(a.repeat):
-                rate, stamps = _libertem_live(str(hdr), nav, size)
-                rates["libertem-live"].append(rate)
-                rates["libertem-live (stamps)"].append(stamps)
-                rates["mpistage"].append(_mpistage(str(hdr), nav, size))
+            for rnd in range(a.repeat):
+                sides = ["ll"] + ours
+                if rnd % 2:                 # alternate who goes first
+                    sides.reverse()
+                for side in sides:
+                    if a.only_ingest and side == "ll":
+                        continue
+                    if side == "ll":
+                        rate, stamps, mem = _libertem_live(str(hdr), nav, size)
+                        rates["libertem-live"].append(rate)
+                        rates["libertem-live (stamps)"].append(stamps)
+                        rss["libertem-live"].append(mem)
+                        continue
+                    root = Path(a.baseline) if side.endswith("(baseline)") else ROOT
+                    if a.ingest or a.only_ingest:
+                        ingest.setdefault(side, []).append(_ingest(str(hdr), nav, size, root))
+                    if a.only_ingest:
+                        continue
+                    rate, mem = _mpistage(str(hdr), nav, size, root)
+                    rates[side].append(rate)
+                    rss[side].append(mem)
+    if a.only_ingest:
+        lines = _ingest_lines(ingest)
+        Path(a.out + "_ingest.json").write_text(json.dumps(
+            {"frames": frames, "ingest_alone": ingest, "load": load.summary()}, indent=1) + "\n")
+        Path(a.out + "_ingest.md").write_text("\n".join(
+            [f"# Merlin: one receiver process alone ({frames} frames)", ""] + lines
+            + ["", load.text()]) + "\n")
+        print("\n".join(lines + [load.text()]))
+        return 0
     med = {k: statistics.median(v) for k, v in rates.items()}
     res = {"frames": frames, "shape": list(a.shape), "depth": DEPTH, "mib_bytes": size,
            "rates_frames_per_s": rates, "median": med,
            "ratio_mpistage_over_libertem_live": med["mpistage"] / med["libertem-live"],
-           "load": load.summary()}
+           "peak_rss": rss, "ingest_alone": ingest, "load": load.summary()}
+    if a.baseline:
+        res["baseline"] = a.baseline
+        res["ratio_baseline_over_libertem_live"] = \
+            med["mpistage (baseline)"] / med["libertem-live"]
+        res["speedup_over_baseline"] = med["mpistage"] / med["mpistage (baseline)"]
     Path(a.out + ".json").write_text(json.dumps(res, indent=1) + "\n")
     lines = [f"# Merlin: one receiver here vs LiberTEM-live ({frames} frames "
              f"{a.shape[0]}x{a.shape[1]}, counter depth {DEPTH} (U16), "
@@ -213,10 +320,33 @@ def main() -> int:
     for k, v in rates.items():
         lines.append(f"| {k} | {med[k]:,.0f} | {', '.join(f'{x:,.0f}' for x in v)} |")
     ratio = res["ratio_mpistage_over_libertem_live"]
-    lines += ["", f"ratio mpistage / LiberTEM-live: **{ratio:.2f}**", load.text()]
+    lines += ["", f"ratio mpistage / LiberTEM-live: **{ratio:.2f}**"]
+    if a.baseline:
+        lines.append(f"baseline ({a.baseline}) / LiberTEM-live: "
+                     f"{res['ratio_baseline_over_libertem_live']:.2f}; this tree / baseline: "
+                     f"**{res['speedup_over_baseline']:.2f}x**")
+    lines += _ingest_lines(ingest)
+    lines += ["", "Peak RSS (MiB, largest of the runs): "
+              + "; ".join(f"{k}: " + ", ".join(f"{n} {max(r[n] for r in v):.0f}"
+                                              for n in v[0]) for k, v in rss.items() if v)]
+    lines += ["", load.text()]
     Path(a.out + ".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
+
+
+def _ingest_lines(ingest: dict) -> list:
+    if not ingest:
+        return []
+    lines = ["", "One receiver process alone (no worker, no MPI; delivered partitions "
+             "dropped):", "", "| | frames/s (median) | frames per CPU second (median) | "
+             "runs (frames/s) | peak RSS MiB |", "|---|---|---|---|---|"]
+    for k, v in ingest.items():
+        runs = ", ".join(f"{x['rate']:,.0f}" for x in v)
+        lines.append(f"| {k} | {statistics.median(x['rate'] for x in v):,.0f} | "
+                     f"{statistics.median(x['per_cpu_s'] for x in v):,.0f} | {runs} | "
+                     f"{max(x['rss_mib'] for x in v):.0f} |")
+    return lines
 
 
 if __name__ == "__main__":

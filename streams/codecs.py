@@ -16,12 +16,25 @@ the native protocol and Stream V2:
     elements follow uncompressed.
 
 Decoding uses ``dectris-compression`` (DECTRIS's own C implementation, MIT) when it
-is installed. Without it, a numpy + ``lz4`` fallback decodes the same bytes, so a
-receiver still works where no C compiler could build it -- but about a hundred times
-more slowly (``bench/stream_bench.py --codecs`` measures it; figures in
-``bench/results/history.md``). Encoding (only producers and the simulators
-encode) is numpy + ``lz4.block``: no maintained Python package exposes the
-bitshuffle+LZ4 *encoder* without building HDF5 plugins.
+is installed, and :func:`decode_into` calls its C function
+``compression_decompress_buffer`` (exported by the same extension; every read bounded
+by the source's size, every write by the destination's) through ``ctypes``, so that a
+payload decodes *straight into the frame's place* in the partition: the one copy from
+the socket's buffer. Its Python function (``decompress``) returns a new ``bytes`` that
+was then copied into the frame: a second pass over every frame and a fresh allocation
+(``bench/README.md``, "What a frame costs", has the profile and the measurement).
+hdf5plugin's bitshuffle (``bshuf_decompress_lz4``, also into a buffer) was measured
+too and decoded the same 256x256 frames 1.5-1.9x more slowly than dectris-compression
+here (its wheel's build, one ``malloc`` a block), so it is not used. Which one runs is
+checked once per process: the C function decodes a known payload and must give what
+``decompress`` gives (an extension whose symbol or enum differs falls back to
+``decompress`` + copy); :func:`decoder_name` says which ran. Without
+dectris-compression, a numpy + ``lz4`` fallback decodes the same bytes, so a receiver
+still works where no C compiler could build it -- but about a hundred times more
+slowly (``bench/stream_bench.py --codecs`` measures it; figures in
+``bench/results/history.md``). Encoding (only producers and the simulators encode)
+is numpy + ``lz4.block``: no maintained Python package exposes the bitshuffle+LZ4
+*encoder* without building HDF5 plugins.
 """
 from __future__ import annotations
 
@@ -37,17 +50,61 @@ __all__ = ["decode_into", "encode", "decoded_size", "lz4_encode", "lz4_decode",
            "default_bslz4_block", "decoder_name"]
 
 _HEADER = struct.Struct(">QI")
+_C_ERROR = (1 << 64) - 1        # COMPRESSION_ERROR, SIZE_MAX
+#: raw big-endian encodings :func:`decode_into` swaps as it copies -> the native type
+_SWAPPED = {"raw>u2": "<u2", "raw>u4": "<u4"}
 _U32 = struct.Struct(">I")
 PAYLOAD_SIZE = "wrong_payload_size"
 CORRUPT = "corrupt_payload"
 
 
+_FOUND: dict = {}
+
+
 def _dectris() -> Any:
-    try:
-        from dectris.compression import decompress
-    except ImportError:
+    if "decompress" not in _FOUND:
+        try:
+            from dectris.compression import decompress
+        except ImportError:
+            decompress = None
+        _FOUND["decompress"] = decompress
+    return _FOUND["decompress"]
+
+
+#: ``CompressionAlgorithm`` of dectris-compression's C API (``src/compression.h``)
+_C_ALGORITHM = {"bslz4": 0, "lz4": 1}
+
+
+def _dectris_into() -> Any:
+    """dectris-compression's ``compression_decompress_buffer`` (ctypes), or None when
+    the package is missing or its C function does not decode a known payload as its
+    Python ``decompress`` does (checked once)."""
+    dec = _dectris()
+    if dec is None:
         return None
-    return decompress
+    if "into" not in _FOUND:
+        _FOUND["into"] = None
+        try:
+            import ctypes
+            import dectris.compression as dc
+
+            fn = ctypes.CDLL(dc.__file__).compression_decompress_buffer
+            fn.restype = ctypes.c_size_t
+            fn.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p,
+                           ctypes.c_size_t, ctypes.c_size_t]
+            probe = (np.arange(4099, dtype="<u2") * 7 % 13).astype("<u2")
+            for name, blob in (("bslz4", bslz4_encode(probe)),
+                               ("lz4", lz4_encode(probe.view(np.uint8)))):
+                out = np.zeros_like(probe)
+                src = np.frombuffer(blob, np.uint8)
+                n = fn(_C_ALGORITHM[name], out.ctypes.data, out.nbytes, src.ctypes.data,
+                       src.size, 2)
+                if n != out.nbytes or out.tobytes() != dec(blob, name, elem_size=2):
+                    return None
+            _FOUND["into"] = fn
+        except (ImportError, OSError, AttributeError, CodecError, MissingDependency):
+            return None
+    return _FOUND["into"]
 
 
 def _lz4_block() -> Any:
@@ -59,9 +116,16 @@ def _lz4_block() -> Any:
     return lz4.block
 
 
-def decoder_name() -> str:
-    """Which implementation decodes lz4/bslz4 here: ``dectris-compression`` or ``numpy+lz4``."""
-    return "dectris-compression" if _dectris() is not None else "numpy+lz4"
+def decoder_name(into: bool = False) -> str:
+    """Which implementation decodes lz4/bslz4 here: ``dectris-compression`` or
+    ``numpy+lz4``; ``into``: say also whether it decodes straight into the frame
+    (``dectris-compression (C, into the frame)``) or into a copy."""
+    if _dectris() is None:
+        return "numpy+lz4"
+    if not into:
+        return "dectris-compression"
+    return "dectris-compression (C, into the frame)" if _dectris_into() is not None \
+        else "dectris-compression (decompress + copy)"
 
 
 def default_bslz4_block(itemsize: int) -> int:
@@ -236,8 +300,21 @@ def bslz4_decode(payload: Any, itemsize: int) -> bytes:
     return out.tobytes()
 
 
+def _contiguous(payload: Any) -> Any:
+    """``payload``'s bytes as a uint8 array without a copy, or None (a buffer numpy
+    cannot view, e.g. non-contiguous: decoded through the Python API instead)."""
+    try:
+        return np.frombuffer(payload, np.uint8)
+    except (TypeError, ValueError, BufferError):
+        return None
+
+
 def decode_into(encoding: str, payload: Any, out: np.ndarray) -> None:
     """Decode ``payload`` into ``out`` (a C-contiguous array) in place.
+
+    ``encoding``: ``raw``, ``lz4``, ``bslz4`` (the wire's), or ``raw>u2`` / ``raw>u4``
+    (big-endian pixels swapped as they are copied: a receiver's own name, never a
+    producer's; the protocols check the wire's names before).
 
     Raises
     ------
@@ -252,12 +329,28 @@ def decode_into(encoding: str, payload: Any, out: np.ndarray) -> None:
                              f"{dst.size}")
         dst[:] = np.frombuffer(payload, np.uint8)
         return
+    if encoding in _SWAPPED:      # big-endian raw pixels (Merlin's MQ1): swapped as copied
+        if len(payload) != dst.size or dst.size % out.itemsize:
+            raise CodecError(PAYLOAD_SIZE, f"{encoding} payload of {len(payload)} bytes, "
+                             f"expected {dst.size}")
+        np.copyto(dst.view(_SWAPPED[encoding]).reshape(-1),
+                  np.frombuffer(payload, ">" + _SWAPPED[encoding][1:]))
+        return
     if encoding not in ("lz4", "bslz4"):
         raise CodecError("unknown_encoding", f"encoding {encoding!r}")
     stated = decoded_size(payload)
     if stated != dst.size:
         raise CodecError(PAYLOAD_SIZE, f"{encoding} payload decodes to {stated} bytes, "
                          f"expected {dst.size}")
+    into = _dectris_into()
+    src = _contiguous(payload) if into is not None and dst.flags.c_contiguous else None
+    if src is not None:
+        n = into(_C_ALGORITHM[encoding], dst.ctypes.data, dst.size, src.ctypes.data,
+                 src.size, out.itemsize)
+        if n != dst.size:
+            raise CodecError(CORRUPT, f"{encoding} payload does not decode (dectris-"
+                             f"compression: {'error' if n == _C_ERROR else f'{n} bytes'})")
+        return
     data = lz4_decode(payload) if encoding == "lz4" else bslz4_decode(payload, out.itemsize)
     if len(data) != dst.size:
         raise CodecError(PAYLOAD_SIZE, f"{encoding} payload decoded to {len(data)} bytes, "

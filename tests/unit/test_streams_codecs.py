@@ -105,3 +105,35 @@ def test_wrong_sizes_and_corruption(decoder):
             with pytest.raises(CodecError) as e:
                 codecs.decode_into(enc, broken, good)
             assert e.value.reason in ("corrupt_payload", "wrong_payload_size")
+
+
+def test_dectris_compression_decodes_straight_into_the_frame():
+    """With dectris-compression, its C function decodes into the destination (checked
+    once against its Python API); a payload cut short is corrupt, never half-written
+    silently; a non-contiguous payload goes through the Python API."""
+    if codecs._dectris() is None:
+        pytest.skip("dectris-compression is not installed here")
+    assert codecs.decoder_name(into=True) == "dectris-compression (C, into the frame)"
+    a = _data(4100, "<u2")
+    blob = codecs.encode("bslz4", a)
+    out = np.zeros_like(a)
+    codecs.decode_into("bslz4", memoryview(blob), out)
+    assert np.array_equal(out, a)
+    with pytest.raises(CodecError) as e:
+        codecs.decode_into("bslz4", blob[:-40], np.zeros_like(a))
+    assert e.value.reason == "corrupt_payload"
+    strided = np.frombuffer(blob + blob, np.uint8).reshape(2, -1)[:, :len(blob) // 2]
+    with pytest.raises(CodecError):        # its bytes are not a payload: refused, no crash
+        codecs.decode_into("bslz4", memoryview(strided), np.zeros_like(a))
+
+
+@pytest.mark.parametrize("dt", ["<u2", "<u4"])
+def test_big_endian_raw_is_swapped_as_it_is_copied(dt):
+    a = _data(1001, dt)
+    out = np.zeros_like(a)
+    enc = "raw>" + dt[1:]
+    codecs.decode_into(enc, a.astype(">" + dt[1:]).tobytes(), out)
+    assert np.array_equal(out, a)
+    with pytest.raises(CodecError) as e:
+        codecs.decode_into(enc, a.astype(">" + dt[1:]).tobytes()[:-1], out)
+    assert e.value.reason == "wrong_payload_size"

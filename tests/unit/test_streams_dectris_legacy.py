@@ -241,6 +241,27 @@ def test_hostile_messages_among_good_ones_are_counted_and_the_series_survives():
     assert r["corrupt_payload"] + r["wrong_payload_size"] == 1, dict(r)
 
 
+
+def test_images_of_an_open_series_are_checked_as_every_message():
+    """After the first image opens the series, images go from their parts straight to
+    the assembler (no Image object): a frame of another size or type is still refused
+    ``conflict``, a blob whose MD5 is wrong ``corrupt_payload`` (with the hash checked),
+    a repeated image ``duplicate``; every good frame arrives bit-exact, with its times."""
+    out = {}
+    rx = receiver(out, check_hash=True)
+    msgs = list(series_messages(6, frame, 6, (5, 7)))
+    other = encode_image(6, 2, frame(2, (5, 8)))              # a wider frame mid-series
+    wide = encode_image(6, 3, frame(3).astype("<u4"))         # another pixel type
+    bad = list(msgs[4])                                      # image 3, its blob altered
+    bad[2] = bad[2][:-1] + bytes([bad[2][-1] ^ 1])
+    _send(rx, msgs[:3] + [other, wide, bad] + msgs[3:4] + msgs[3:])
+    (rep,) = rx.reports
+    assert rep.ok and rep.complete_frames.size == 6
+    r = rx.assembler.rejected
+    assert r["conflict"] == 2 and r["corrupt_payload"] == 1 and r["duplicate"] == 1, dict(r)
+    assert all(np.array_equal(out[i], frame(i)) for i in range(6))
+    assert tuple(rx.times("series-6")[4]) == (4_000_000, 4_999_000, 999_000)
+
 # ---- dump files, scan shapes ----
 
 def test_dump_round_trip():

@@ -147,3 +147,50 @@ def test_a_broken_stream_is_counted_dropped_and_reconnected():
     assert rx.assembler.rejected["too_large"] == 1
     assert rx.connections == 3
     assert any("connection dropped" in e for e in rx.assembler.examples)
+
+
+def test_frames_longer_than_the_read_buffer_and_split_anywhere_arrive_whole():
+    """Over a real TCP connection, sent in odd-sized pieces: 12-bit frames larger than
+    the receiver's read buffer (it grows, bounded by the memory bound) and smaller ones
+    cut across reads (the partial message is moved to the buffer's front) arrive
+    bit-exact, every counter depth's pixels swapped straight into the partition."""
+    import socket
+    import threading
+
+    from streams.protocols.merlin import receiver as merlin_rx
+
+    srv = socket.create_server(("127.0.0.1", 0))
+    port = srv.getsockname()[1]
+    big = frames(24, 2, (1024, 1280), seed=1)           # 5 MiB a frame: > the 4 MiB buffer
+    small = frames(12, 40, (256, 256), seed=2)
+    stream = (encode_message(encode_hdr(2, 2, 24))
+              + b"".join(encode_message(encode_frame(i + 1, a, 24)) for i, a in enumerate(big))
+              + encode_message(encode_hdr(40, 8, 12))
+              + b"".join(encode_message(encode_frame(i + 1, a, 12))
+                         for i, a in enumerate(small)))
+
+    def serve():
+        conn, _ = srv.accept()
+        for i in range(0, len(stream), 777_777):
+            conn.sendall(stream[i:i + 777_777])
+        conn.recv(1)
+        conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    got = {}
+
+    def deliver(part):
+        for f, row in zip(part.frames, part.data):
+            got[(part.scan, int(f))] = row.copy()
+
+    rx = MerlinReceiver(deliver, "127.0.0.1", port, partition_frames=4, idle_timeout=10,
+                        memory_bytes=64 << 20)
+    reps = rx.serve(2, timeout=30)
+    rx.close()
+    srv.close()
+    assert len(reps) == 2 and all(r.ok for r in reps), [r.rejected for r in reps]
+    assert len(rx._buf) > merlin_rx._CHUNK
+    a, b = (r.scan for r in reps)
+    assert all(np.array_equal(got[(a, i)], big[i]) and got[(a, i)].dtype == "<u4"
+               for i in range(2))
+    assert all(np.array_equal(got[(b, i)], small[i]) for i in range(40))

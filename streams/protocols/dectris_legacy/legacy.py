@@ -53,7 +53,8 @@ from streams.errors import ProtocolError
 from streams.protocol import Reason
 from streams.protocols.stream2.streamv2 import MAX_ARRAY_BYTES, ChannelImage, End, Image, Start
 
-__all__ = ["HeaderPart", "ConfigPart", "Appendix", "decode_parts", "start_from",
+__all__ = ["HeaderPart", "ConfigPart", "Appendix", "decode_parts", "first_part",
+           "image_fields", "start_from",
            "encode_header", "encode_image", "encode_end", "CHANNEL", "MAX_PARTS",
            "MAX_JSON_BYTES", "MAX_FRAME_BYTES", "number_of_images"]
 
@@ -103,19 +104,32 @@ class Appendix:
     extra: Dict[str, Any] = field(default_factory=dict)
 
 
+_JSON = json.JSONDecoder().decode
+#: ``dimage_d`` (shape, type, encoding) -> (rows, cols, dtype, encoding, frame bytes): the
+#: same for every image of a series, so checked once (bounded: a peer varying them only
+#: makes every image pay the checks again)
+_IMAGE_D: Dict[Tuple[Any, ...], Tuple[int, int, str, str, int]] = {}
+_IMAGE_D_MAX = 64
+
+
 def _json(part: Any, what: str) -> Dict[str, Any]:
     n = len(part)
     if n > MAX_JSON_BYTES:
         raise ProtocolError(Reason.MALFORMED, f"{what}: a JSON part of {n} bytes, more "
                             f"than {MAX_JSON_BYTES}")
-    try:
-        v = json.loads(bytes(part))
+    try:    # UTF-8 (RFC 8259) decoded here: json.loads would guess the encoding first
+        v = _JSON(bytes(part).decode("utf-8"))
     except (ValueError, UnicodeDecodeError) as e:
         raise ProtocolError(Reason.MALFORMED, f"{what}: not JSON ({e})") from None
     if not isinstance(v, dict):
         raise ProtocolError(Reason.MALFORMED, f"{what}: a JSON object was expected, got "
                             f"{type(v).__name__}")
     return v
+
+
+def first_part(parts: Sequence[Any]) -> Dict[str, Any]:
+    """A message's first part, decoded (a JSON object, checked)."""
+    return _json(parts[0], "part 1")
 
 
 def _uint(m: Dict[str, Any], key: str, what: str, limit: int = 1 << 62) -> int:
@@ -168,7 +182,36 @@ def _framed_lz4(blob: Any, decoded: int) -> bytes:
     return struct.pack(">QII", decoded, decoded, len(blob)) + bytes(blob)
 
 
+def _image_d(d: Dict[str, Any], where: str) -> Tuple[int, int, str, str, int]:
+    """A ``dimage_d``'s frame: (rows, cols, dtype, encoding, decoded bytes), checked."""
+    rows, cols = _shape(d, f"{where} dimage_d")
+    dtype = _type(d, PIXEL_TYPES, f"{where} dimage_d")
+    itemsize = int(dtype[-1])
+    nbytes = rows * cols * itemsize
+    if nbytes > MAX_FRAME_BYTES:
+        raise ProtocolError(Reason.TOO_LARGE, f"{where}: a {cols}x{rows} frame of "
+                            f"{nbytes} bytes, more than {MAX_FRAME_BYTES}")
+    return rows, cols, dtype, _encoding(d.get("encoding"), itemsize, f"{where} dimage_d"), nbytes
+
+
 def _image(parts: Sequence[Any], head: Dict[str, Any], check_hash: bool) -> Image:
+    series, frame, rows, cols, dtype, encoding, payload, times = \
+        image_fields(parts, head, check_hash)
+    return Image(series, "", frame, {CHANNEL: ChannelImage((rows, cols), dtype, encoding,
+                                                           payload)}, times)
+
+
+def image_fields(parts: Sequence[Any], head: Dict[str, Any], check_hash: bool = False) -> Tuple[
+        int, int, int, int, str, str, Any, Dict[str, Any]]:
+    """An image message's series, frame, rows, cols, dtype, encoding, payload and
+    ``dconfig`` times, every part checked (``head``: its first part, decoded), without
+    building an :class:`Image` (a receiver's fast path for a series already open).
+
+    Raises
+    ------
+    ProtocolError
+        the reason and what is wrong, naming series, frame and part.
+    """
     series = _uint(head, "series", "dimage-1.0")
     frame = _uint(head, "frame", f"series {series} dimage-1.0")
     where = f"series {series} frame {frame}"
@@ -179,14 +222,16 @@ def _image(parts: Sequence[Any], head: Dict[str, Any], check_hash: bool) -> Imag
     if d.get("htype") != "dimage_d-1.0":
         raise ProtocolError(Reason.MALFORMED, f"{where}: part 2 is {d.get('htype')!r}, "
                             "expected dimage_d-1.0")
-    rows, cols = _shape(d, f"{where} dimage_d")
-    dtype = _type(d, PIXEL_TYPES, f"{where} dimage_d")
-    itemsize = int(dtype[-1])
-    nbytes = rows * cols * itemsize
-    if nbytes > MAX_FRAME_BYTES:
-        raise ProtocolError(Reason.TOO_LARGE, f"{where}: a {cols}x{rows} frame of "
-                            f"{nbytes} bytes, more than {MAX_FRAME_BYTES}")
-    encoding = _encoding(d.get("encoding"), itemsize, f"{where} dimage_d")
+    shape = d.get("shape")
+    key = (tuple(shape) if isinstance(shape, list) else None, d.get("type"), d.get("encoding"))
+    known = _IMAGE_D.get(key) if key[0] is not None and all(
+        type(v) is int for v in key[0]) and type(key[1]) is str and type(key[2]) is str \
+        else None
+    if known is None:
+        known = _image_d(d, where)
+        if key[0] is not None and len(_IMAGE_D) < _IMAGE_D_MAX:
+            _IMAGE_D[key] = known
+    rows, cols, dtype, encoding, nbytes = known
     blob = parts[2]
     size = d.get("size")
     if size is not None and size != len(blob):
@@ -209,8 +254,7 @@ def _image(parts: Sequence[Any], head: Dict[str, Any], check_hash: bool) -> Imag
             raise ProtocolError(Reason.MALFORMED, f"{where} dconfig: {k} must be a "
                                 f"number, not {v!r}")
         times[k] = v
-    return Image(series, "", frame, {CHANNEL: ChannelImage((rows, cols), dtype, encoding,
-                                                           payload)}, times)
+    return series, frame, rows, cols, dtype, encoding, payload, times
 
 
 def _array(head_part: Any, blob: Any, what: str) -> Tuple[str, np.ndarray]:
@@ -282,7 +326,8 @@ def start_from(series: int, detail: str, config: Optional[Dict[str, Any]],
     return Start(series, "", images, nx, ny, None, (CHANNEL,), fields)
 
 
-def decode_parts(parts: Sequence[Any], check_hash: bool = False) -> Any:
+def decode_parts(parts: Sequence[Any], check_hash: bool = False,
+                 head: Optional[Dict[str, Any]] = None) -> Any:
     """One message (its parts, bytes-like) -> :class:`Start`, :class:`Image`,
     :class:`End`, :class:`HeaderPart` (a dheader without its configuration),
     :class:`ConfigPart` (a configuration without its dheader) or :class:`Appendix`.
@@ -290,12 +335,14 @@ def decode_parts(parts: Sequence[Any], check_hash: bool = False) -> Any:
     Raises
     ------
     ProtocolError
-        the reason and what is wrong, naming series, frame and part.
+        the reason and what is wrong, naming series, frame and part (``head``: the
+        first part, already decoded by :func:`first_part`).
     """
     if not 0 < len(parts) <= MAX_PARTS:
         raise ProtocolError(Reason.MALFORMED, f"a legacy message of {len(parts)} parts "
                             f"(1 to {MAX_PARTS})")
-    head = _json(parts[0], "part 1")
+    if head is None:
+        head = first_part(parts)
     htype = head.get("htype")
     if htype == "dimage-1.0":
         return _image(parts, head, check_hash)

@@ -27,9 +27,10 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Sequence
 import numpy as np
 
 from streams.errors import ProtocolError
-from streams.protocol import Reason
-from streams.protocols.dectris_legacy.legacy import (MAX_FRAME_BYTES, MAX_PARTS, Appendix,
-                                                     ConfigPart, HeaderPart, decode_parts,
+from streams.protocol import Data, Reason
+from streams.protocols.dectris_legacy.legacy import (CHANNEL, MAX_FRAME_BYTES, MAX_PARTS,
+                                                     Appendix, ConfigPart, HeaderPart,
+                                                     decode_parts, first_part, image_fields,
                                                      start_from)
 from streams.protocols.stream2.receiver import StreamV2Receiver
 from streams.protocols.stream2.streamv2 import MAX_IMAGES, Image, Start
@@ -75,20 +76,27 @@ class LegacyReceiver(StreamV2Receiver):
         self._sock.setsockopt(self._zmq.MAXMSGSIZE, MAX_FRAME_BYTES + 4096)
 
     def _read(self, max_messages: int) -> int:
+        # Parts are received as bytes (copy=True): a zmq.Frame per part cost more than
+        # copying a JSON part or a compressed blob (4 parts: 22 -> 7 us a message,
+        # bench/README.md). Only an uncompressed blob (no "lz4" in its dimage_d) stays a
+        # zero-copy frame: copying it would be a second pass over the frame.
         zmq, sock = self._zmq, self._sock
+        recv, more, RCVMORE, NOBLOCK = sock.recv, sock.getsockopt, zmq.RCVMORE, zmq.NOBLOCK
         n = 0
         while n < max_messages:
             try:
-                parts = [sock.recv(zmq.NOBLOCK, copy=False).buffer]
+                parts = [recv(NOBLOCK)]
             except zmq.Again:
                 break
             extra = 0
-            while sock.rcvmore:
-                p = sock.recv(copy=False)
-                if len(parts) < MAX_PARTS:
-                    parts.append(p.buffer)
-                else:
+            while more(RCVMORE):
+                if len(parts) >= MAX_PARTS:
+                    recv(copy=False)
                     extra += 1        # drained, not kept
+                elif len(parts) == 2 and b"lz4" not in parts[1][:4096]:
+                    parts.append(recv(copy=False).buffer)
+                else:
+                    parts.append(recv())
             n += 1
             if extra:
                 self.assembler.reject(Reason.MALFORMED, f"a legacy message of "
@@ -98,15 +106,29 @@ class LegacyReceiver(StreamV2Receiver):
         return n
 
     def handle_parts(self, parts: Sequence[Any]) -> None:
-        """Decode and apply one message (its parts); rejections are counted, never raised."""
+        """Decode and apply one message (its parts); rejections are counted, never raised.
+
+        An image of a series open here takes the fast path (:meth:`_open_image`): its
+        parts are checked as every message's are, and its payload goes to the assembler
+        without an :class:`Image` made of it; anything else (a header, an end, an image
+        held before its series' start or opening a deferred one) the general path."""
+        fields = None
         try:
-            msg = decode_parts(parts, self.check_hash)
+            head = first_part(parts) if 0 < len(parts) <= MAX_PARTS else None
+            scan = self._open_scan(head) if head is not None else None
+            if scan is not None:
+                fields = image_fields(parts, head, self.check_hash)   # type: ignore[arg-type]
+            else:
+                msg = decode_parts(parts, self.check_hash, head)
         except ProtocolError as e:
             self.assembler.reject(e.reason, e.detail)
             return
         except Exception as e:    # a decoder's bug must not end the job: name it
             self.assembler.reject(Reason.MALFORMED, f"legacy message does not decode "
                                   f"({type(e).__name__}: {e})")
+            return
+        if fields is not None:
+            self._open_image(scan, *fields[1:])     # type: ignore[arg-type]
             return
         if isinstance(msg, (HeaderPart, ConfigPart)):
             if self.on_piece is not None:
@@ -117,6 +139,34 @@ class LegacyReceiver(StreamV2Receiver):
                                   "dheader, image, configuration or series end")
         else:
             self._apply(msg)
+
+    def _open_scan(self, head: Dict[str, Any]) -> Optional[str]:
+        """The scan of an image message whose series is open here and takes no detour
+        through :meth:`_image` (deferred, another channel); else None. No side effect."""
+        if head.get("htype") != "dimage-1.0":
+            return None
+        key: Any = ("", head.get("series"))
+        scan = self._scan.get(key)
+        if scan is None or scan not in self.assembler.scans or key in self._deferred \
+                or self._channel.get(key) != CHANNEL:
+            return None
+        return scan
+
+    def _open_image(self, scan: str, frame: int, rows: int, cols: int, dtype: str,
+                    encoding: str, payload: Any, times: Dict[str, Any]) -> None:
+        """An image of a series open here, straight to the assembler: what
+        :meth:`_image` does with it, without the :class:`Image`."""
+        st = self.assembler.scans[scan]
+        where = f"series {scan} image {frame}"
+        if (rows, cols) != st.g.shape or dtype != st.g.dtype:
+            self.assembler.reject(Reason.CONFLICT, f"{where}: {(rows, cols)} {dtype}, the "
+                                  f"start said {st.g.shape} {st.g.dtype}", scan)
+            return
+        self.assembler.data(Data(scan, frame, 0, 0, rows, encoding), payload, where=where)
+        if scan in self._ending:
+            grace = self._ending[scan][0]
+            self._ending[scan] = (grace, self.assembler.clock() + grace)
+        self._keep_times(scan, frame, times)
 
     def apply_shared(self, kind: str, msg: Any) -> None:
         if isinstance(msg, (HeaderPart, ConfigPart)):
@@ -191,14 +241,17 @@ class LegacyReceiver(StreamV2Receiver):
             self._open_deferred(key, ch)
         super()._image(im)
         scan = self._scan.get(key)
-        st = self.assembler.scans.get(scan) if scan is not None else None
-        if scan is not None and st is not None and im.fields and im.image_id < st.g.frames:
+        if scan is not None and im.fields:
+            self._keep_times(scan, im.image_id, im.fields)
+
+    def _keep_times(self, scan: str, frame: int, f: Dict[str, Any]) -> None:
+        st = self.assembler.scans.get(scan)
+        if st is not None and frame < st.g.frames:
             t = self._times.get(scan)
             if t is None and st.g.frames * 24 <= MAX_TIMES_BYTES:
                 t = self._times[scan] = np.full((st.g.frames, 3), np.nan)
             if t is not None:
-                f = im.fields
-                t[im.image_id] = (f["start_time"], f["stop_time"], f["real_time"])
+                t[frame] = (f["start_time"], f["stop_time"], f["real_time"])
 
     def times(self, scan: str) -> Optional[np.ndarray]:
         """``(frames, 3)``: start_time, stop_time, real_time of each image received

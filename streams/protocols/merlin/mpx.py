@@ -41,6 +41,7 @@ PREFIX = 15                      # b"MPX," + 10 digits + b","
 MAX_MESSAGE = 1 << 30
 _PREFIX = re.compile(rb"^MPX,(\d{10}),$")
 _U = {"U01": "|u1", "U08": "|u1", "U16": ">u2", "U32": ">u4"}
+_U_NATIVE = {"U01": "|u1", "U08": "|u1", "U16": "<u2", "U32": "<u4"}
 #: raw counter depth -> bytes per pixel (1-bit: 1/8)
 _RAW = {1: 0.125, 6: 1, 12: 2}
 
@@ -110,14 +111,14 @@ class FrameHeader:
         """The decoded frame's type (little-endian)."""
         if self.kind == "R64":
             return "|u1" if self.depth in (1, 6) else "<u2"
-        return np.dtype(_U[self.kind]).newbyteorder("<").str
+        return _U_NATIVE[self.kind]
 
     @property
     def data_bytes(self) -> int:
         rows, cols = self.shape
         if self.kind == "R64":
             return int(rows * cols * _RAW[self.depth])
-        return rows * cols * np.dtype(_U[self.kind]).itemsize
+        return rows * cols * int(_U[self.kind][-1])
 
 
 def parse_frame_header(payload: Any) -> FrameHeader:
@@ -129,7 +130,7 @@ def parse_frame_header(payload: Any) -> FrameHeader:
         naming the field that is wrong; a raw frame of an unsupported depth or
         layout is ``unknown_encoding``.
     """
-    head = bytes(payload[:64]).decode("ascii", "replace").split(",")
+    head = bytes(payload[:64]).split(b",", 3)
     try:
         size = int(head[2])
     except (IndexError, ValueError):
@@ -143,11 +144,29 @@ def parse_frame_header(payload: Any) -> FrameHeader:
     try:
         seq = int(parts[1])
         what = f"MQ1 frame {seq}"
-        chips, cols, rows = int(parts[3]), int(parts[4]), int(parts[5])
-        kind, layout, depth = parts[6].upper(), parts[7].strip(), int(parts[-1])
+        # every frame of an acquisition repeats these fields: checked once (bounded cache)
+        key = (size, *parts[3:8], parts[-1])
+        known = _FIELDS.get(key)
+        if known is None:
+            known = _frame_fields(parts, what)
+            if len(_FIELDS) < 64:
+                _FIELDS[key] = known
     except (IndexError, ValueError) as e:
         raise ProtocolError(Reason.MALFORMED, f"{what}: header fields ({e})") from None
-    if not (0 < rows <= 1 << 14 and 0 < cols <= 1 << 14 and 0 < chips <= 64 and seq >= 0):
+    if seq < 0:
+        raise ProtocolError(Reason.MALFORMED, f"{what}: sequence number {seq}")
+    chips, shape, kind, depth, layout = known
+    return FrameHeader(seq, size, chips, shape, kind, depth, layout)
+
+
+_FIELDS: Dict[Tuple[Any, ...], Tuple[int, Tuple[int, int], str, int, str]] = {}
+
+
+def _frame_fields(parts: Any, what: str) -> Tuple[int, Tuple[int, int], str, int, str]:
+    """An MQ1 header's chips, (rows, cols), pixel type, counter depth, layout, checked."""
+    chips, cols, rows = int(parts[3]), int(parts[4]), int(parts[5])
+    kind, layout, depth = parts[6].upper(), parts[7].strip(), int(parts[-1])
+    if not (0 < rows <= 1 << 14 and 0 < cols <= 1 << 14 and 0 < chips <= 64):
         raise ProtocolError(Reason.MALFORMED, f"{what}: {cols}x{rows} pixels, {chips} chips")
     if kind not in _U and kind != "R64":
         raise ProtocolError(Reason.ENCODING, f"{what}: pixel type {kind!r} is not U08, U16, "
@@ -162,7 +181,7 @@ def parse_frame_header(payload: Any) -> FrameHeader:
         if (rows * cols) % 64:
             raise ProtocolError(Reason.MALFORMED, f"{what}: {cols}x{rows} raw pixels, not "
                                 "whole 64-bit words")
-    return FrameHeader(seq, size, chips, (rows, cols), kind, depth, layout)
+    return chips, (rows, cols), kind, depth, layout
 
 
 def decode_pixels(h: FrameHeader, data: Any) -> np.ndarray:

@@ -33,6 +33,8 @@ __all__ = ["MerlinReceiver"]
 #: most frames an acquisition may announce (the accounting takes bytes per frame)
 MAX_IMAGES = 1 << 28
 _CHUNK = 4 << 20
+#: MQ1 pixel type -> the decoder's encoding of its big-endian pixels (R64: unpacked here)
+_SWAPPED = {"U01": "raw", "U08": "raw", "U16": "raw>u2", "U32": "raw>u4"}
 
 
 class MerlinReceiver(SocketLoop):
@@ -66,7 +68,11 @@ class MerlinReceiver(SocketLoop):
                                    on_close=self._closed)
         self.host, self.port, self.shape_wanted = host, port, scan_shape
         self._tcp: Optional[socket.socket] = None
-        self._buf = bytearray()
+        # The bytes received: messages are read from _buf[_lo:_hi]; the socket writes
+        # straight into it (recv_into), the partial message left at the end of a read is
+        # moved to the front only when the buffer is full.
+        self._buf = bytearray(_CHUNK)
+        self._lo = self._hi = 0
         self._count = 0
         self._tag = time.strftime("%Y%m%d-%H%M%S")
         self._acq: Optional[Dict[str, Any]] = None     # the open acquisition
@@ -86,7 +92,8 @@ class MerlinReceiver(SocketLoop):
         except OSError:
             return False        # not there yet: retried at the next step
         s.setblocking(False)
-        self._tcp, self._buf = s, bytearray()
+        self._tcp = s
+        self._lo = self._hi = 0
         self.connections += 1
         return True
 
@@ -94,7 +101,7 @@ class MerlinReceiver(SocketLoop):
         if self._tcp is not None:
             self._tcp.close()
             self._tcp = None
-        self._buf = bytearray()
+        self._lo = self._hi = 0
 
     def close(self) -> None:
         self._drop()
@@ -112,41 +119,60 @@ class MerlinReceiver(SocketLoop):
         self.assembler.expire()
         return n
 
+    def _room(self) -> None:
+        """Make room at the end of the buffer: move the partial message to the front, or
+        (a message longer than the buffer, its size already bounded) double it."""
+        buf, lo, hi = self._buf, self._lo, self._hi
+        if lo:
+            buf[:hi - lo] = buf[lo:hi]
+            self._lo, self._hi = 0, hi - lo
+        else:    # at most what the largest message allowed needs (checked at its prefix)
+            cap = PREFIX + 2 * self.assembler.memory_bytes
+            buf.extend(bytes(max(min(len(buf), cap - len(buf)), 1 << 16)))
+
     def _read(self, max_messages: int) -> int:
         assert self._tcp is not None
+        if self._hi == len(self._buf):
+            self._room()
         try:
-            chunk = self._tcp.recv(_CHUNK)
+            with memoryview(self._buf) as mv:
+                got = self._tcp.recv_into(mv[self._hi:])
         except BlockingIOError:
             return 0
         except OSError:
-            chunk = b""
-        if not chunk:            # the detector closed the connection
-            if self._buf:        # in the middle of a message: what came of it is refused
-                self.assembler.reject(Reason.PAYLOAD_SIZE, _cut_short(bytes(self._buf[:PREFIX]),
-                                                                      len(self._buf)))
+            got = 0
+        if not got:              # the detector closed the connection
+            if self._hi > self._lo:   # in the middle of a message: what came of it is refused
+                self.assembler.reject(Reason.PAYLOAD_SIZE, _cut_short(
+                    bytes(self._buf[self._lo:self._lo + PREFIX]), self._hi - self._lo))
             self._drop()
             return 0
-        self._buf += chunk
+        self._hi += got
         n = 0
-        while len(self._buf) >= PREFIX:
-            try:
-                size = parse_prefix(bytes(self._buf[:PREFIX]))
-                if size > 2 * self.assembler.memory_bytes:
-                    raise ProtocolError(Reason.TOO_LARGE, f"MPX message of {size} bytes, more "
-                                        f"than this receiver's memory bound allows")
-            except ProtocolError as e:
-                self.assembler.reject(e.reason, e.detail + " (connection dropped)")
-                self._drop()
-                return n
-            if len(self._buf) < PREFIX + size:
-                break
-            payload = memoryview(self._buf)[PREFIX:PREFIX + size]
-            try:
-                self.handle(payload)
-            finally:
-                payload.release()
-            del self._buf[:PREFIX + size]
-            n += 1
+        with memoryview(self._buf) as mv:
+            while self._hi - self._lo >= PREFIX:
+                lo = self._lo
+                try:
+                    size = parse_prefix(bytes(mv[lo:lo + PREFIX]))
+                    if size > 2 * self.assembler.memory_bytes:
+                        raise ProtocolError(Reason.TOO_LARGE, f"MPX message of {size} bytes, "
+                                            "more than this receiver's memory bound allows")
+                except ProtocolError as e:
+                    self.assembler.reject(e.reason, e.detail + " (connection dropped)")
+                    mv.release()
+                    self._drop()
+                    return n
+                if self._hi - lo < PREFIX + size:
+                    break
+                payload = mv[lo + PREFIX:lo + PREFIX + size]
+                try:
+                    self.handle(payload)
+                finally:
+                    payload.release()
+                self._lo = lo + PREFIX + size
+                n += 1
+        if self._lo == self._hi:
+            self._lo = self._hi = 0
         return n
 
     # ---- messages ----
@@ -210,14 +236,21 @@ class MerlinReceiver(SocketLoop):
             if self.on_share is not None:
                 self.on_share("start", g)
         frame = h.sequence - acq["base"]
-        pixels = decode_pixels(h, payload[h.header_bytes:])
+        data = payload[h.header_bytes:]
+        if len(data) != h.data_bytes:
+            raise ProtocolError(Reason.PAYLOAD_SIZE, f"MQ1 frame {h.sequence}: {len(data)} "
+                                f"bytes of pixels, its header says {h.data_bytes}")
+        encoding = _SWAPPED.get(h.kind)
+        if encoding is None:       # raw (R64) bit-packed pixels: unpacked here
+            data, encoding = decode_pixels(h, data).reshape(-1).view(np.uint8), "raw"
         st = self.assembler.scans.get(scan)
         if st is not None and (st.g.shape != h.shape or st.g.dtype != h.dtype):
             raise ProtocolError(Reason.CONFLICT, f"MQ1 frame {h.sequence}: {h.shape} {h.dtype}, "
                                 f"the acquisition began with {st.g.shape} {st.g.dtype}")
         where = f"{scan} frame {h.sequence}"
-        self.assembler.data(Data(scan, frame, 0, 0, h.shape[0], "raw"),
-                            np.ascontiguousarray(pixels).reshape(-1).view(np.uint8), where=where)
+        # the big-endian pixels go straight from the socket's buffer into the partition,
+        # swapped as they are copied (streams.codecs.decode_into)
+        self.assembler.data(Data(scan, frame, 0, 0, h.shape[0], encoding), data, where=where)
         if frame == acq["frames"] - 1 and scan in self.assembler.scans:
             self.assembler.end(End(scan, 0, None))      # Merlin sends no end: its last frame
             if self.on_share is not None:
