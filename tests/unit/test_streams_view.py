@@ -171,3 +171,17 @@ def test_the_live_plot_redraws_one_figure_with_each_partial():
     assert np.allclose(plot.image("frame"), full["frame"] * 20)
     assert "20/20 complete" in fig._suptitle.get_text() and "final" in fig._suptitle.get_text()
     assert plot._repr_png_().startswith(b"\x89PNG")
+
+
+def test_a_final_result_whose_end_failed_says_why_and_a_partial_never_does():
+    """watch, the page and attach() tell a failed end by one rule (issue 41)."""
+    from streams.view.results import Partial, failed_end
+
+    def partial(final, **progress):
+        return Partial("s1", 0.0, final, dict(frames=4, **progress), {}, np.ones((2, 2), bool))
+
+    assert failed_end({"served": True}) is None and partial(True, served=True).failed is None
+    why = "scan s1: not drained (OUT/s1.h5 is not mpistage's); kept in OUT/s1.undrained-x"
+    assert partial(True, served=True, failed=why).failed == why
+    assert "not served" in partial(True, served=False).failed
+    assert partial(False, served=False, failed=why).failed is None   # not the end yet
