@@ -249,33 +249,25 @@ class Stem4D(Analysis):
 
     def process_partition(self, frames: np.ndarray, positions: np.ndarray,
                           complete: np.ndarray) -> PerFrame:
-        from kernels import count_electrons, virtual_detector
+        """Sums, virtual images and events of the K frames: each kernel once over the whole
+        partition (a Python call per frame cost more than the kernels at 128x128)."""
+        from kernels import count_stack, frame_sums, virtual_detector
 
         _check_dtype(frames.dtype, "stem4d, partition")
         k = len(frames)
         self._setup((int(frames.shape[1]), int(frames.shape[2])))
-        sums = frames.reshape(k, -1).sum(axis=1, dtype=np.float64)
-        cols: Dict[str, np.ndarray] = {"sum": sums}
+        cols: Dict[str, np.ndarray] = {"sum": frame_sums(frames) if k else np.zeros(0)}
         ragged: Dict[str, Any] = {}
-        if self.virtual and k:
-            cols["virtual"] = virtual_detector(frames, self._stack)
-        elif self.virtual:
-            cols["virtual"] = np.zeros((0, len(self._masks)))
+        if self.virtual:
+            cols["virtual"] = (virtual_detector(frames, self._stack) if k
+                               else np.zeros((0, len(self._masks))))
         if self.counting:
             t = self.thresholds()
-            counts = np.zeros(k, np.int64)
-            events = []
-            hits = np.empty(frames.shape[1:], np.uint8)
-            work = np.empty(frames.shape[1:], np.float64)
-            for i in range(k):
-                count_electrons(frames[i], self._dark, t.background_threshold,
-                                t.x_ray_threshold, out=hits, gain=self._gain,
-                                rule=self.params["rule"], work=work)
-                idx = np.flatnonzero(hits).astype(np.uint32)
-                counts[i] = idx.size
-                events.append(idx)
+            counts, flat = (count_stack(frames, self._dark, t.background_threshold,
+                                        t.x_ray_threshold, gain=self._gain,
+                                        rule=self.params["rule"]) if k else
+                            (np.zeros(0, np.int64), np.zeros(0, np.uint32)))
             cols["electrons"] = counts
-            flat = np.concatenate(events) if events else np.zeros(0, np.uint32)
             ragged["events"] = (counts.copy(), flat)
         return PerFrame([Chunk(np.asarray(positions, np.int64).copy(),
                                np.asarray(complete, bool).copy(), cols, ragged)])
