@@ -181,7 +181,7 @@ def _native(name: str, a: np.ndarray) -> np.ndarray:
 
 
 def virtual_detector(frames: np.ndarray, masks: np.ndarray,
-                     out: np.ndarray | None = None) -> np.ndarray:
+                     out: np.ndarray | None = None, runs: tuple | None = None) -> np.ndarray:
     """Frame x mask dot products.
 
     Parameters
@@ -189,6 +189,8 @@ def virtual_detector(frames: np.ndarray, masks: np.ndarray,
     frames : (n, H, W) array of one of :data:`FRAME_DTYPES` (any byte order)
     masks : (m, H, W) array of weights (e.g. from :func:`circular_mask`)
     out : (n, m) float64 array, optional
+    runs : :func:`mask_runs` of ``masks``, optional
+        Made once by a caller that applies the same masks to many stacks (else made here).
 
     Returns
     -------
@@ -206,7 +208,7 @@ def virtual_detector(frames: np.ndarray, masks: np.ndarray,
         raise KernelArgumentError(
             f"mask frame shape {masks.shape[1:]} differs from frame shape {frames.shape[1:]}")
     out = check_out("out", out, (frames.shape[0], masks.shape[0]), np.float64)
-    virtual_detector_kernel(frames, *mask_runs(masks), out)
+    virtual_detector_kernel(frames, *(mask_runs(masks) if runs is None else runs), out)
     return out
 
 

@@ -130,6 +130,7 @@ class Stem4D(Analysis):
         self._shape: Optional[Tuple[int, int]] = None
         self._masks: List[Mask] = []
         self._stack: Optional[np.ndarray] = None
+        self._runs: Any = None          # kernels.stem.mask_runs of the stack, made once
         self._dark: Any = None
         self._gain: Optional[np.ndarray] = None
         self._thresholds: Optional[Thresholds] = (
@@ -231,6 +232,7 @@ class Stem4D(Analysis):
     def _setup(self, shape: Tuple[int, int]) -> None:
         if self._shape == shape:
             return
+        from kernels.stem import mask_runs
         from stem4d.inputs import load_masks
 
         p = self.params
@@ -238,6 +240,7 @@ class Stem4D(Analysis):
             fm = load_masks(p["mask_file"]) if p["mask_file"] else None
             self._masks = resolve_masks(p, shape, fm)
             self._stack = np.stack([m.weights for m in self._masks])
+            self._runs = mask_runs(self._stack)
         if self.counting:
             self._load_calibration(shape)
         self._shape = shape
@@ -259,7 +262,7 @@ class Stem4D(Analysis):
         cols: Dict[str, np.ndarray] = {"sum": frame_sums(frames) if k else np.zeros(0)}
         ragged: Dict[str, Any] = {}
         if self.virtual:
-            cols["virtual"] = (virtual_detector(frames, self._stack) if k
+            cols["virtual"] = (virtual_detector(frames, self._stack, runs=self._runs) if k
                                else np.zeros((0, len(self._masks))))
         if self.counting:
             t = self.thresholds()
