@@ -128,6 +128,7 @@ def exercise_kernels() -> None:
     stem.virtual_detector(frame[None], masks)
     stem.virtual_detector(frame[None].astype(np.float32), masks)
     stem.count_electrons(frame, bg.astype(np.float32), 50.0, 1000.0)
+    stem.frame_sums(frame[None])
     nffit.exercise()
     ffindex.exercise()
 

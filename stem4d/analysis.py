@@ -130,6 +130,7 @@ class Stem4D(Analysis):
         self._shape: Optional[Tuple[int, int]] = None
         self._masks: List[Mask] = []
         self._stack: Optional[np.ndarray] = None
+        self._runs: Any = None          # kernels.stem.mask_runs of the stack, made once
         self._dark: Any = None
         self._gain: Optional[np.ndarray] = None
         self._thresholds: Optional[Thresholds] = (
@@ -236,6 +237,7 @@ class Stem4D(Analysis):
     def _setup(self, shape: Tuple[int, int]) -> None:
         if self._shape == shape:
             return
+        from kernels.stem import mask_runs
         from stem4d.inputs import load_masks
 
         p = self.params
@@ -243,6 +245,7 @@ class Stem4D(Analysis):
             fm = load_masks(p["mask_file"]) if p["mask_file"] else None
             self._masks = resolve_masks(p, shape, fm)
             self._stack = np.stack([m.weights for m in self._masks])
+            self._runs = mask_runs(self._stack)
         if self.counting:
             self._load_calibration(shape)
         self._shape = shape
@@ -254,7 +257,9 @@ class Stem4D(Analysis):
 
     def process_partition(self, frames: Any, positions: np.ndarray,
                           complete: np.ndarray) -> PerFrame:
-        from kernels import count_electrons, virtual_detector
+        """Sums, virtual images and events of the K frames: each kernel once over the whole
+        partition (a Python call per frame cost more than the kernels at 128x128)."""
+        from kernels import count_stack, frame_sums, virtual_detector
 
         from analyses.sparse import CSRFrames, row_sums
 
@@ -262,32 +267,26 @@ class Stem4D(Analysis):
         k = len(frames)
         self._setup((int(frames.shape[1]), int(frames.shape[2])))
         csr = isinstance(frames, CSRFrames)     # only when sparse: no counting
-        sums = row_sums(frames)[:, 0] if csr else \
-            frames.reshape(k, -1).sum(axis=1, dtype=np.float64)
+        if csr:
+            sums = row_sums(frames)[:, 0]
+        else:
+            sums = frame_sums(frames) if k else np.zeros(0)
         cols: Dict[str, np.ndarray] = {"sum": sums}
         ragged: Dict[str, Any] = {}
         if self.virtual and k:
             stack = self._stack
             assert stack is not None      # _setup made it
             cols["virtual"] = row_sums(frames, stack.reshape(len(stack), -1)) if csr \
-                else virtual_detector(frames, stack)
+                else virtual_detector(frames, stack, runs=self._runs)
         elif self.virtual:
             cols["virtual"] = np.zeros((0, len(self._masks)))
         if self.counting:
             t = self.thresholds()
-            counts = np.zeros(k, np.int64)
-            events = []
-            hits = np.empty(frames.shape[1:], np.uint8)
-            work = np.empty(frames.shape[1:], np.float64)
-            for i in range(k):
-                count_electrons(frames[i], self._dark, t.background_threshold,
-                                t.x_ray_threshold, out=hits, gain=self._gain,
-                                rule=self.params["rule"], work=work)
-                idx = np.flatnonzero(hits).astype(np.uint32)
-                counts[i] = idx.size
-                events.append(idx)
+            counts, flat = (count_stack(frames, self._dark, t.background_threshold,
+                                        t.x_ray_threshold, gain=self._gain,
+                                        rule=self.params["rule"]) if k else
+                            (np.zeros(0, np.int64), np.zeros(0, np.uint32)))
             cols["electrons"] = counts
-            flat = np.concatenate(events) if events else np.zeros(0, np.uint32)
             ragged["events"] = (counts.copy(), flat)
         return PerFrame([Chunk(np.asarray(positions, np.int64).copy(),
                                np.asarray(complete, bool).copy(), cols, ragged)])

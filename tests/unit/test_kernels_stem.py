@@ -165,3 +165,36 @@ def test_count_electrons_dark_gain_and_the_two_rules_next_to_an_xray():
         count_electrons(frame, dark, bg, xr, rule="other")
     with pytest.raises(KernelArgumentError, match="not supported"):
         count_electrons(frame.astype(np.uint64), dark, bg, xr)
+
+
+@pytest.mark.parametrize("rule", ["raw", "stempy"])
+def test_count_stack_equals_the_reference_frame_by_frame_and_grows_its_buffer(rule):
+    """One call for a stack: every frame's events as the reference's, in order; frames
+    holding the most events a frame can (none touching) overflow the first buffer."""
+    from kernels import count_stack
+
+    rng = np.random.default_rng(9)
+    shape = (9, 11)
+    dark = rng.uniform(0, 20, shape)
+    busy = np.zeros(shape, np.uint16)
+    busy[::2, ::2] = 500                         # ceil(9/2) * ceil(11/2) = 30 events
+    frames = np.stack([busy] * 6 + [rng.integers(0, 600, shape).astype(np.uint16)
+                                    for _ in range(5)] + [busy] * 3)
+    counts, flat = count_stack(frames, dark, 40.0, 1000.0, rule=rule)
+    starts = np.concatenate(([0], np.cumsum(counts)))
+    assert counts[0] == 30 and counts.sum() == len(flat) > 9 * 30
+    for i, fr in enumerate(frames):
+        ref = np.flatnonzero(ref_count(fr, dark, 40.0, 1000.0, blank=rule == "stempy"))
+        assert np.array_equal(flat[starts[i]:starts[i + 1]], ref), i
+    with pytest.raises(KernelArgumentError, match="empty"):
+        count_stack(frames[:0], dark, 40.0, 1000.0)
+
+
+@pytest.mark.parametrize("dtype", [d.name for d in FRAME_DTYPES])
+def test_frame_sums_are_numpys_float64_sums(dtype):
+    """Integer frames summed exactly (int64), float frames as NumPy sums them: equal bits."""
+    from kernels import frame_sums
+
+    fr = _frames_of(dtype, (5, 13, 7))
+    ref = fr.reshape(5, -1).sum(axis=1, dtype=np.float64)
+    assert np.array_equal(frame_sums(fr), ref)
