@@ -162,7 +162,8 @@ def main(args):
     refs = place(refs, args)
     out = getattr(args, "out", None) or os.getcwd()
     results = args.results or out
-    check_outputs_of(args, out, [RUN_RECORD, p["ReducedFileName"] + ".h5"],
+    check_outputs_of(args, out, [RUN_RECORD] + [p["ReducedFileName"] + x for x in
+                                                (".h5", BINARY_SUFFIX, ".png")],
                      [args.params] + frame_files(refs[0]) + frame_files(refs[-1]))
 
     work = os.path.join(out, "work")
