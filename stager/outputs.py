@@ -13,9 +13,9 @@ writes anything. It refuses, naming both,
 Written by this project means: an HDF5 file whose root attribute
 ``written_by`` is ``mpistage`` (:func:`mark`; every result file the project
 writes carries it), or a JSON record whose top-level ``written_by`` is
-``mpistage``; any other file (an analysis's CSV or PNG) is ours when the HDF5
-result it is named after (same name, or the name before a last ``_word``:
-``<scan>.h5`` for ``<scan>_binary.npy``) is. Result files of earlier
+``mpistage``; any other file (an analysis's CSV or PNG, a run's log) is ours when
+the HDF5 result or JSON record it is named after (same name, or the name before a
+last ``_word``: ``<scan>.h5`` for ``<scan>_binary.npy``) is. Result files of earlier
 versions, without the mark, are still recognised by their layout (root attribute
 ``analysis`` with a dataset ``frames_complete``, or ``workflow`` of an HEDM
 flow). Anything else -- a raw scan, a user's file of the same name -- is
@@ -87,10 +87,11 @@ def ours(path: str) -> bool:
     stem, ext = os.path.splitext(path)
     if ext in (".h5", ".json", ""):
         return False
-    # named after <scan>.h5: <scan>.png, or <scan>_binary.npy (a last "_word" added)
+    # named after <scan>.h5 (or a record <name>.json): <scan>.png, or <scan>_binary.npy
+    # (a last "_word" added)
     base, _, tail = stem.rpartition("_")
-    return ours(stem + ".h5") or bool(base and tail.isalpha() and "/" not in tail
-                                      and ours(base + ".h5"))
+    stems = [stem] + ([base] if base and tail.isalpha() and "/" not in tail else [])
+    return any(ours(s + e) for s in stems for e in (".h5", ".json"))
 
 
 def _real(path: str) -> str:

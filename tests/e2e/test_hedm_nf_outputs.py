@@ -1,7 +1,8 @@
-"""The NF flows settle their outputs before any task (issue 41): a file in ``--out`` that
-mpistage did not write -- a user's own ``nf_spots_binary.npy`` or ``nf_map.mic`` -- is
-refused, naming it and ``--overwrite``, and left byte-identical; ``--overwrite`` is what
-lets a run replace it. The files a run wrote are its own: a later run replaces them."""
+"""The NF flows (and ``hedm.demo``, which runs them) settle their outputs before any task
+(issue 41): a file in ``--out`` that mpistage did not write -- a user's own
+``nf_spots_binary.npy`` or ``nf_map.mic`` -- is refused, naming it and ``--overwrite``,
+and left byte-identical; ``--overwrite`` is what lets a run replace it. The files a run
+wrote are its own: a later run replaces them."""
 from __future__ import annotations
 
 import os
@@ -91,3 +92,25 @@ def test_nffit_replaces_a_users_map_with_overwrite_and_its_own_without(tmp_path,
     # without --overwrite (the rule stager.outputs keeps)
     assert all(ours(str(out / n)) for n in ("nf_map.h5", "nf_map.mic", "nf_map.png",
                                              "nffit_run.json"))
+
+
+@pytest.mark.parametrize("name", ["nf_map.mic", "demo_report.txt", "reduced/nf_spots.png"])
+def test_demo_refuses_a_users_file_before_anything(tmp_path, name):
+    """``python -m hedm.demo`` checks its results before making the dataset or a job
+    (``--overwrite`` replaces: tests/e2e/test_hedm_demo.py); a report it wrote is its own."""
+    out = tmp_path / "demo-out"
+    mine = out / name
+    mine.parent.mkdir(parents=True)
+    mine.write_bytes(FOREIGN)
+    proc = subprocess.run([sys.executable, "-m", "hedm.demo", "--out", str(out)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    _refused(proc, mine)
+    assert sorted(p.name for p in out.iterdir()) == sorted({name.split("/")[0]})
+    from hedm.run import write_json
+    from stager.outputs import ours
+
+    write_json(str(out / "demo_report.json"), {"state": "running"})
+    (out / "demo_report.log").write_text("$ mpirun ...\n")
+    (out / "demo_report.txt").write_text("mpistage demo: ...\n")
+    assert ours(str(out / "demo_report.log")) and ours(str(out / "demo_report.txt"))
