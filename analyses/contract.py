@@ -21,7 +21,7 @@ or executors:
     the final datasets, written once into the scan's HDF5 file;
 ``write_files(folder, partial, geometry)``
     files only the application makes (a CSV, a figure, another program's input),
-    written beside ``<scan>.h5`` after it (default: none);
+    written beside ``<scan>.h5`` after it (default: none), named as ``files`` says;
 ``problem(partial, geometry)``
     why that result is of no use ("" if it is): the run then fails, never exit 0.
 
@@ -132,6 +132,11 @@ class Analysis:
 
     #: Short name (reports, live messages).
     name = "analysis"
+
+    #: What :meth:`write_files` adds to the scan's name (``.csv`` for ``<scan>.csv``):
+    #: the commands settle those files with ``<scan>.h5`` before any task
+    #: (:func:`core.outputs.check_outputs`).
+    files: Tuple[str, ...] = ()
 
     #: Whether a frame analysed twice leaves the result as it is. A detector that sends
     #: an image twice can reach two Stream V2 clients, and both analyse it: per-frame

@@ -172,27 +172,30 @@ class Run(NamedTuple):
 
 def run_analysis(spec: Optional[str], params: Any, refs: Sequence[Any], geometry: Any,
                  path: str, valid: Optional[Tuple[str, str]] = None,
-                 hard: bool = False, after: Any = None, overwrite: bool = False) -> Run:
+                 hard: bool = False, after: Any = None, overwrite: bool = False,
+                 files: Sequence[str] = ()) -> Run:
     """Run the analysis ``spec`` (options ``params``, whose strings may hold ``%n``; ``spec``
     may be ``(spec, roi, corrections)`` for a ``udf:`` analysis) over
     ``refs`` (:class:`analyses.sources.PartitionRef`) of a scan of ``geometry``; write
     ``path``. One task per ref (on ``ref.node`` if set: softly, or only there if
-    ``hard``; after the futures ``after``), the ordered tree merge, one :func:`write`.
+    ``hard``; after the futures ``after``), the ordered tree merge, one :func:`write`
+    (``path`` and, beside it, the analysis's ``files``: :attr:`Analysis.files`).
     Returns at once; ``Run.written.result()`` is ``{"node", "h5", "bytes", "files",
     "frames", "problem"}``: the caller decides how a ``problem`` fails its run.
 
     Raises
     ------
     core.errors.OutputError
-        Before any task: ``path`` is one of the frame files or the ``valid`` file, or
-        inside an input directory, or exists and was not written by this project
-        (without ``overwrite``; :func:`core.outputs.check_outputs`)."""
+        Before any task: ``path`` (or a file of ``files``) is one of the frame files or
+        the ``valid`` file, or inside an input directory, or exists and was not written
+        by this project (without ``overwrite``; :func:`core.outputs.check_outputs`)."""
     from core.outputs import check_outputs
     from analyses.sources import frame_files
 
     inputs = [on_this_node(f) for ref in refs for f in frame_files(ref) + list(ref.shared)]
-    check_outputs([on_this_node(path)], inputs + ([valid[0]] if valid else []),
-                  overwrite=overwrite)
+    h5 = on_this_node(path)
+    check_outputs([h5] + [os.path.splitext(h5)[0] + f for f in files],
+                  inputs + ([valid[0]] if valid else []), overwrite=overwrite)
     tasks = [(process.on(ref.node, hard=hard) if ref.node else process)(
         ref, spec, params, geometry, valid, hard, after) for ref in refs]
     merges: List[Any] = []
@@ -292,7 +295,7 @@ def main(args: Any) -> Any:
     _analysis(spec, params, g)      # dtype, masks, calibration: before any task
     run = run_analysis(spec, params, place(refs, args), g,
                        os.path.join(args.out, f"{g.scan}.h5"), valid,
-                       overwrite=getattr(args, "overwrite", False))
+                       overwrite=getattr(args, "overwrite", False), files=a.files)
     why = run.written.result()["problem"]
     if why:
         raise AnalysisError(f"{run.written.result()['h5']}: {why} (the file is written for "

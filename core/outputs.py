@@ -13,8 +13,9 @@ writes anything. It refuses, naming both,
 Written by this project means: an HDF5 file whose root attribute
 ``written_by`` is ``mpistage`` (:func:`mark`; every result file the project
 writes carries it), or a JSON record whose top-level ``written_by`` is
-``mpistage``; any other file (an analysis's CSV or PNG) is ours when the HDF5
-result it is named after (same name, ``.h5``) is. Result files of earlier
+``mpistage``; any other file (an analysis's CSV or PNG, a run's log) is ours when
+the HDF5 result or JSON record it is named after (same name, or the name before a
+last ``_word``: ``<scan>.h5`` for ``<scan>_binary.npy``) is. Result files of earlier
 versions, without the mark, are still recognised by their layout (root attribute
 ``analysis`` with a dataset ``frames_complete``, or ``workflow`` of an HEDM
 flow). Anything else -- a raw scan, a user's file of the same name -- is
@@ -43,7 +44,7 @@ MARK = "written_by"
 #: Its value in every result this project writes.
 WRITTEN_BY = "mpistage"
 
-_LEGACY_WORKFLOWS = ("hedm_ff", "hedm_nf")
+_LEGACY_WORKFLOWS = ("hedm_ff", "hedm_nf", "hedm_nffit")
 
 
 def mark(attrs: Any) -> None:
@@ -84,7 +85,13 @@ def ours(path: str) -> bool:
         return isinstance(record, dict) and (record.get(MARK) == WRITTEN_BY or
                                              record.get("workflow") in _LEGACY_WORKFLOWS)
     stem, ext = os.path.splitext(path)
-    return ext not in (".h5", ".json", "") and ours(stem + ".h5")
+    if ext in (".h5", ".json", ""):
+        return False
+    # named after <scan>.h5 (or a record <name>.json): <scan>.png, or <scan>_binary.npy
+    # (a last "_word" added)
+    base, _, tail = stem.rpartition("_")
+    stems = [stem] + ([base] if base and tail.isalpha() and "/" not in tail else [])
+    return any(ours(s + e) for s in stems for e in (".h5", ".json"))
 
 
 def _real(path: str) -> str:

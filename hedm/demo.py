@@ -22,7 +22,8 @@
    FF frames of the same grains -- FF stage 1, indexing and refinement, each staged,
    drained and cleaned -- and stage 2 fits with FF's grains as its seeds
    (:mod:`hedm.demo_ff`);
-5. **report** -- printed and written to ``OUT/demo_report.txt`` / ``.json``:
+5. **report** -- printed and written to ``OUT/demo_report.txt`` / ``.json`` (the
+   jobs' output in ``OUT/demo_report.log``):
    per phase the wall time, stage 1's images against the truth's, and the
    map's accuracy against the truth (share of grid points within 0.25 deg;
    the same for points two grid steps inside a grain). ``--record-phases DIR``
@@ -38,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import getpass
-import json
 import os
 import shutil
 import subprocess
@@ -78,6 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "grains FF-HEDM finds in raw FF frames of the same grains, FF stage 1 "
                         "and stage 2 staged and run between NF's stages (hedm.demo_ff; "
                         "`make demo-ff-nf`)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="results may replace existing files in --out mpistage did not write "
+                        "(as every flow's --overwrite)")
     p.add_argument("--record-phases", default=None, metavar="DIR",
                    help="also write DIR/demo_phases.json and DIR/demo_phases.md "
                         "(with --seeds ff: DIR/demo_ff_nf_phases.*, FF's phases too)")
@@ -131,6 +134,7 @@ def _job(stage: str, name: str, out: str, report: str, params: str, results: str
           f"({os.path.basename(hook)}), run {os.path.basename(flow)}, drain ...", flush=True)
     job_s = _mpirun(args.np, ["-m", "workflows", "run", flow, "--stage", hook,
                               "--emulate-nodes", str(args.nodes), "--out", out,
+                              *(["--overwrite"] if args.overwrite else []),
                               "--report", os.path.join(out, report), "--", "--params",
                               os.path.join(node, params), "--results",
                               os.path.join(node, results)], env, log, args.timeout)
@@ -139,6 +143,22 @@ def _job(stage: str, name: str, out: str, report: str, params: str, results: str
         clean_s = _mpirun(args.np, ["-m", "stager", "clean", hook, "--emulate-nodes",
                                     str(args.nodes)], env, log, args.timeout)
     return {"job": job_s, "clean": clean_s}
+
+
+def settle_outputs(out: str, reduced: str, args: argparse.Namespace) -> None:
+    """Refuse (:class:`core.errors.OutputError`) a file of the demo's results in ``out``
+    that mpistage did not write, unless ``--overwrite`` (:func:`core.outputs.check_outputs`):
+    the report, both stages' records and results, FF's grains with ``--seeds ff``."""
+    from core.outputs import check_outputs
+
+    names = [os.path.join(out, n) for n in (
+        "demo_report.json", "demo_report.txt", "demo_report.log", "run_fit.json",
+        "nffit_run.json", "nf_map.h5", "nf_map.mic", "nf_map.png")]
+    names += [os.path.join(reduced, n) for n in (
+        "run.json", "nf_run.json", "nf_spots.h5", "nf_spots_binary.npy", "nf_spots.png")]
+    if args.seeds == "ff":
+        names += [os.path.join(out, "ff", n) for n in ("Grains.csv", "Grains.h5")]
+    check_outputs(names, [], overwrite=args.overwrite, hint="choose another --out")
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -154,13 +174,23 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     from hedm.demo_report import collect, render, write_phases
     from hedm.nfsynth import make_layer
+    from hedm.run import write_json
+    from core.errors import OutputError
 
     out = os.path.abspath(args.out)
     data = os.path.join(out, "dataset", "nf")
     reduced = os.path.join(out, "reduced")
+    report = os.path.join(out, "demo_report")
+    try:    # before anything: the demo's results replace no file mpistage did not write
+        settle_outputs(out, reduced, args)
+    except OutputError as exc:
+        print(f"demo: error: {exc}", file=sys.stderr)
+        return 2
     os.makedirs(out, exist_ok=True)
+    # the record first (marked): the log and report beside it are then this run's
+    write_json(report + ".json", {"state": "running", "args": vars(args)})
     stage_root = args.stage_root or f"/dev/shm/mpistage-demo-{getpass.getuser()}"
-    log = os.path.join(out, "demo.log")
+    log = report + ".log"
     open(log, "w").close()
     t_start = time.perf_counter()
     load_before = os.getloadavg()[0]
@@ -198,10 +228,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         facts["ff"] = ff
         text += "\n" + render_ff(ff)
     print(text)
-    with open(os.path.join(out, "demo_report.txt"), "w") as fh:
+    with open(report + ".txt", "w") as fh:
         fh.write(text + "\n")
-    with open(os.path.join(out, "demo_report.json"), "w") as fh:
-        json.dump(facts, fh, indent=1, default=str)
+    write_json(report + ".json", facts)
     if args.record_phases:
         write_phases(args.record_phases, facts)
     return 0

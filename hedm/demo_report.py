@@ -87,7 +87,7 @@ def collect(out: str, layer: Dict[str, Any], times: Dict[str, Any], np_: int, no
                                 and accuracy["interior_fraction"] >= TARGETS[1])},
         "outputs": [files["h5"], files["mic"], files["png"], comparison,
                     os.path.join(reduced, nf["params"]["ReducedFileName"] + ".h5"), binary,
-                    os.path.join(out, "demo_report.txt"), os.path.join(out, "demo.log")],
+                    os.path.join(out, "demo_report.txt"), os.path.join(out, "demo_report.log")],
     }
 
 

@@ -40,7 +40,7 @@ import os
 import time
 
 from hedm.common import is_series
-from hedm.ffpeaks import SCHEMA, kernel_params, load_dark, read_ff_params, sweep_frames
+from hedm.ffpeaks import SCHEMA, FFPeaks, kernel_params, load_dark, read_ff_params, sweep_frames
 from hedm.params import add_flow_arguments, check_inputs, flag_overrides, relative_to
 from hedm.run import analysis_record, check_outputs_of, finish
 from workflows import on_this_node
@@ -85,12 +85,12 @@ def main(args):
     g = ScanGeometry(name, 1, n, 1, shape, "<u2", (1, n))
     refs = place(refs, args)
     results = args.results or out
-    check_outputs_of(args, out, [RUN_RECORD] + [name + x for x in (".h5", ".csv", ".png")],
+    check_outputs_of(args, out, [RUN_RECORD] + [name + x for x in (".h5",) + FFPeaks.files],
                      [args.params, dark] + frame_files(refs[0]) + frame_files(refs[-1]))
     run = run_analysis("hedm.ffpeaks", {"params": p, "dark": dark}, refs, g,
                        os.path.join(results, name + ".h5"),
                        hard=bool(getattr(args, "hard_placement", False)),
-                       overwrite=bool(getattr(args, "overwrite", False)))
+                       overwrite=bool(getattr(args, "overwrite", False)), files=FFPeaks.files)
     finish(os.path.join(out, RUN_RECORD),
            analysis_record(args, "hedm_ff", p, run, t_origin, "dark", refs), results)
     return run.written

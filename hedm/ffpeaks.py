@@ -138,6 +138,7 @@ class FFPeaks(Analysis):
     """
 
     name = "ff_peaks"
+    files = (".csv", ".png")
 
     def __init__(self, params: Union[str, Mapping[str, Any], None] = None,
                  dark: Optional[str] = None, threshold: Optional[float] = None,

@@ -242,6 +242,8 @@ def main(argv=None) -> int:
     ap.add_argument("--grains", type=int, default=12)
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args(argv)
+    if os.path.isdir(args.folder) and os.listdir(args.folder):   # as hedm.synth: a new folder
+        ap.error(f"{args.folder} is not empty: give a new folder (nothing was written)")
     info = make_sweep(args.folder, grains=args.grains, seed=args.seed)
     print(f"{info['grains']} grains, {info['spots']} spots: {info['params']}")
     return 0

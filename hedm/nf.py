@@ -58,7 +58,8 @@ from hedm.common import is_series, replacing, split_rows
 from analyses.sources.frames import open_frame_file
 from hedm.nfparams import REDUCE_SCHEMA as SCHEMA
 from hedm.nfparams import read_nf_params
-from hedm.nfreduce import BACKGROUND_NAME, MAX_NAME, binary_images, kernel_params, spot_tables
+from hedm.nfreduce import (BACKGROUND_NAME, MAX_NAME, NFReduce, binary_images, kernel_params,
+                           spot_tables)
 from hedm.params import (BINARY_SUFFIX, ParamError, add_flow_arguments, check_inputs,
                          flag_overrides, relative_to)
 from hedm.run import analysis_record, check_outputs_of, finish
@@ -162,7 +163,8 @@ def main(args):
     refs = place(refs, args)
     out = getattr(args, "out", None) or os.getcwd()
     results = args.results or out
-    check_outputs_of(args, out, [RUN_RECORD, p["ReducedFileName"] + ".h5"],
+    check_outputs_of(args, out, [RUN_RECORD] + [p["ReducedFileName"] + x for x in
+                                                (".h5",) + NFReduce.files],
                      [args.params] + frame_files(refs[0]) + frame_files(refs[-1]))
 
     work = os.path.join(out, "work")
@@ -182,7 +184,8 @@ def main(args):
                                          "max_projection": work}, refs, g,
                        os.path.join(results, p["ReducedFileName"] + ".h5"),
                        # the analysis loads every distance's background
-                       after=images, overwrite=bool(getattr(args, "overwrite", False)))
+                       after=images, overwrite=bool(getattr(args, "overwrite", False)),
+                       files=NFReduce.files)
     record = analysis_record(args, "hedm_nf", p, run, t_origin, "background", refs,
                              {"background": bands + images})
     record["background_bands"] = [b for i in images for b in i.result()]

@@ -24,7 +24,9 @@ graph (the paper's FitOrientation tasks, Swift/T's ``foreach`` over rows):
 3. **write**: one task finds the grains (flood fill at ``GBAngle``) and
    writes the map -- ``<MicFileText>`` (MIDAS's text layout), ``.h5`` and
    ``.png`` beside it (:mod:`hedm.micmap`) -- to the node-local results;
-4. **drain** (the runner's, every rank): the results go to ``OUT``.
+4. **drain** (the runner's, every rank): the results go to ``OUT``, where
+   before any task the flow made sure they replace no file mpistage did not write
+   (unless ``--overwrite``; :mod:`core.outputs`).
 
 The fit of a grid point depends on nothing but that point, so the map is the
 same, bit for bit, whatever the blocks, workers, nodes or executor.
@@ -58,7 +60,7 @@ from hedm.common import as_records, cached, merge_tables, replacing
 from hedm.nfparams import FIT_SCHEMA as SCHEMA
 from hedm.nfparams import read_fit_params
 from hedm.params import BINARY_SUFFIX, ParamError, add_flow_arguments, flag_overrides, relative_to
-from hedm.run import ResultError, stage_dict, write_json
+from hedm.run import ResultError, check_outputs_of, stage_dict, write_json
 from workflows import app, on_this_node, phase_spans, reduce_tree, this_node, worker_name
 
 #: This flow's run record in ``OUT``; the runner adds its drain of ``--results`` to it.
@@ -303,6 +305,13 @@ def main(args):
     n_rows, geometry, n_seeds = _check_inputs(paths, p)
     out = getattr(args, "out", None) or os.getcwd()
     results = args.results or out
+    # before any task: the map and the run record replace no file mpistage did not write
+    # (without --overwrite), as every flow's outputs (core.outputs)
+    from hedm.micmap import stem_paths
+
+    check_outputs_of(args, out, [RUN_RECORD] + [os.path.basename(f) for f in
+                                                stem_paths(out, p["MicFileText"]).values()],
+                     list(paths.values()))
     workers = getattr(args, "workers", None) or 1
 
     options = fit_options(p)

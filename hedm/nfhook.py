@@ -40,6 +40,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from hedm.common import is_series
 from hedm.params import BINARY_SUFFIX, ParamError, relative_to
+from core.errors import OutputError
+from core.outputs import check_outputs
 
 __all__ = ["stage1_hook", "stage2_hook", "hook_path", "main"]
 
@@ -177,6 +179,16 @@ def stage2_hook(params_path: str, reduced: Optional[str] = None,
     return _render(params_path, blocks, flags, 2, dest), flags
 
 
+def _written_here(path: str) -> bool:
+    """Whether ``path`` is a hook this command wrote (its header, :func:`_render`)."""
+    try:
+        with open(path, errors="replace") as fh:
+            return any(line.startswith("# by `python -m hedm.nfhook`")
+                       for line in fh.read(4096).splitlines()[1:2])
+    except OSError:
+        return False
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """``python -m hedm.nfhook PARAMS --stage 1|2 [--reduced DIR] [--dest ROOT] [-o HOOK]``."""
     parser = argparse.ArgumentParser(
@@ -194,6 +206,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                              "${HEDM_STAGE}/%%n/nf (stage 1) or ${HEDM_STAGE}/%%n/nffit")
     parser.add_argument("-o", "--output", default=None, metavar="HOOK",
                         help="write the hook here (default: standard output)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="-o may replace a file this command did not write (never the "
+                             "parameter file)")
     args = parser.parse_args(argv)
     dest = args.dest or DEST[args.stage]
     try:
@@ -203,7 +218,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             text, flags = stage1_hook(args.params, dest)
         else:
             text, flags = stage2_hook(args.params, args.reduced, dest)
-    except ParamError as exc:
+        if args.output:     # the one output rule (core.outputs); a hook it wrote is ours
+            check_outputs([args.output], [args.params], hint="choose another -o",
+                          overwrite=args.overwrite or _written_here(args.output))
+    except (ParamError, OutputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.output:

@@ -179,6 +179,7 @@ class NFReduce(Analysis):
     """
 
     name = "nf_reduce"
+    files = (BINARY_SUFFIX, ".png")
 
     def __init__(self, params: Union[str, Mapping[str, Any], None] = None,
                  background: Union[str, Sequence[str], None] = None,

@@ -49,6 +49,7 @@ from typing import Any, Mapping, Optional
 import numpy as np
 
 from hedm.common import replacing
+from core.outputs import mark
 
 __all__ = ["NF_PIXEL_DTYPE", "NF_CENTROID_DTYPE", "NF_FRAME_DTYPE", "FF_FRAME_DTYPE",
            "write_h5", "write_csv", "save_png", "plot_nf", "plot_ff"]
@@ -69,7 +70,8 @@ def _attr(value: Any) -> Any:
 
 def write_h5(path: str, arrays: Mapping[str, np.ndarray], params: Mapping[str, Any],
              extra_attrs: Optional[Mapping[str, Any]] = None) -> str:
-    """Write ``arrays`` as datasets and ``params`` (+ ``extra_attrs``) as root attributes.
+    """Write ``arrays`` as datasets and ``params`` (+ ``extra_attrs``) as root attributes,
+    marked as this project's (:func:`core.outputs.mark`).
 
     Uses :func:`workflows.results.write_arrays` (serial h5py, temp file + rename).
     """
@@ -78,6 +80,7 @@ def write_h5(path: str, arrays: Mapping[str, np.ndarray], params: Mapping[str, A
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     attrs = {k: _attr(v) for k, v in params.items() if v is not None}
     attrs.update({k: _attr(v) for k, v in (extra_attrs or {}).items()})
+    mark(attrs)         # ours: a later run may replace it, and the files named after it
     return write_arrays(path, arrays, file_attrs=attrs, mode="w")
 
 

@@ -99,6 +99,45 @@ def test_an_output_on_the_input_or_a_foreign_file_is_refused_naming_both(tmp_pat
     assert _sha(src) == before
 
 
+MINE = """import os
+
+from analyses.contract import FrameSum
+
+
+class Mine(FrameSum):
+    files = (".txt",)
+
+    def write_files(self, folder, partial, geometry):
+        path = os.path.join(folder, geometry.scan + ".txt")
+        with open(path, "w") as fh:
+            fh.write("sums written\\n")
+        return [path]
+"""
+
+
+def test_an_analysis_s_own_files_are_settled_with_its_h5(tmp_path):
+    """A file the analysis writes beside ``<scan>.h5`` (``Analysis.files``): a user's file
+    of that name is refused before any task, left as it was; ``--overwrite`` replaces it,
+    and a re-run replaces its own without."""
+    src = _scan(tmp_path)
+    (tmp_path / "mine.py").write_text(MINE)
+    out = tmp_path / "out"
+    out.mkdir()
+    theirs = out / "scanx.txt"
+    theirs.write_bytes(b"someone else's notes")
+    flow = ["--", "--frames", f"{src}:/frames", "--analysis", f"{tmp_path / 'mine.py'}:Mine"]
+    r = _flow(tmp_path, "--out", str(out), *flow)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"output {theirs} exists and was not written by mpistage" in r.stderr, r.stderr
+    assert "--overwrite" in r.stderr
+    assert theirs.read_bytes() == b"someone else's notes" and not (out / "scanx.h5").exists()
+    r = _flow(tmp_path, "--out", str(out), "--overwrite", *flow)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert theirs.read_text() == "sums written\n"
+    r = _flow(tmp_path, "--out", str(out), *flow)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
 def test_a_missing_frames_file_is_one_line(tmp_path):
     r = _flow(tmp_path, "--", "--frames", "nothere.h5:/frames")
     assert r.returncode == 2, r.stdout + r.stderr

@@ -27,10 +27,14 @@ def test_demo_small_end_to_end(tmp_path):
     env = dict(os.environ)
     for var in ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_SIZE"):
         env.pop(var, None)
+    # a user's map of the same name: --overwrite lets the demo replace it (refused without:
+    # tests/e2e/test_hedm_nf_outputs.py)
+    out.mkdir()
+    (out / "nf_map.mic").write_text("my own map\n")
     # 3 grains in a 15 um disk (258 grid points), the demo's detector and 1 deg frames
     cmd = [sys.executable, "-m", "hedm.demo", "--np", "4", "--out", str(out),
            "--rsample", "15", "--grains", "3", "--stage-root", stage_root,
-           "--record-phases", str(bench)]
+           "--record-phases", str(bench), "--overwrite"]
     try:
         proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     finally:
@@ -61,6 +65,8 @@ def test_demo_small_end_to_end(tmp_path):
                  "nffit_run.json", "run_fit.json", "reduced/nf_spots.h5",
                  "reduced/nf_spots_binary.npy", "reduced/nf_run.json"):
         assert (out / name).stat().st_size > 0, name
+    assert (out / "nf_map.mic").read_text().startswith("%TriEdgeSize")
+    assert "hedm/nffit.py" in (out / "demo_report.log").read_text()     # the jobs' log
     phases = json.loads((bench / "demo_phases.json").read_text())
     names = [p["phase"] for p in phases["phases"]]
     for want in ("compile kernels", "stage 1: stage", "stage 1: per-frame tasks",

@@ -6,7 +6,6 @@ byte, as the file flow's on the same frames, at tens of grains."""
 from __future__ import annotations
 
 import os
-import shlex
 import subprocess
 import sys
 

@@ -60,3 +60,18 @@ def test_ff_refuses_a_users_peaks_file(tmp_path, sweep):
     assert proc.returncode != 0 and "ff_peaks.csv exists and was not written by mpistage" in (
         proc.stdout + proc.stderr), proc.stdout + proc.stderr
     assert mine.read_text() == "peak list\n"
+
+
+def test_ffsynth_writes_only_into_a_new_folder(tmp_path, capsys):
+    """``python -m hedm.ffsynth FOLDER`` makes a dataset (an input, not a result): as
+    ``python -m hedm.synth``, a folder with anything in it is refused, nothing written."""
+    from hedm.ffsynth import main
+
+    mine = tmp_path / "ff.params"
+    mine.write_text("my own parameters\n")
+    with pytest.raises(SystemExit) as info:
+        main([str(tmp_path), "--grains", "1"])
+    assert info.value.code == 2
+    assert f"{tmp_path} is not empty" in capsys.readouterr().err
+    assert [p.name for p in tmp_path.iterdir()] == ["ff.params"]
+    assert mine.read_text() == "my own parameters\n"

@@ -115,6 +115,26 @@ def test_cli_writes_the_hook_and_says_how_to_run(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert 'workflow arguments after --: --params "$HEDM_STAGE/%n/nf/nf.params"' in proc.stderr
     assert len(plan((tmp_path / "nf.hook").read_text(), tmp_path)) == 7
+    # -o settles its file (core.outputs): a hook it wrote is replaced, a user's file or
+    # the parameter file is not (the user's with --overwrite)
+    hook = [sys.executable, "-m", "hedm.nfhook", str(layer / "nf.params"), "--stage", "1",
+            "-o"]
+    again = subprocess.run(hook + [str(tmp_path / "nf.hook")], cwd=ROOT, env=env(),
+                           capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0, again.stderr
+    mine = tmp_path / "my.hook"
+    mine.write_text("broadcast to /x files {\n}\n")
+    for target, words in ((mine, "exists and was not written by mpistage"),
+                          (layer / "nf.params", "is the input")):
+        before = target.read_bytes()
+        refused = subprocess.run(hook + [str(target)], cwd=ROOT, env=env(),
+                                 capture_output=True, text=True, timeout=60)
+        assert refused.returncode == 2 and f"{target} {words}" in refused.stderr, refused.stderr
+        assert target.read_bytes() == before
+        assert ("--overwrite" in refused.stderr) == (target == mine), refused.stderr
+    replaced = subprocess.run(hook + [str(mine), "--overwrite"], cwd=ROOT, env=env(),
+                              capture_output=True, text=True, timeout=60)
+    assert replaced.returncode == 0 and len(plan(mine.read_text(), tmp_path)) == 7
     proc = subprocess.run([sys.executable, "-m", "hedm.nfhook", str(layer / "nf.params"),
                            "--stage", "2"], cwd=ROOT, env=env(), capture_output=True,
                           text=True, timeout=60)

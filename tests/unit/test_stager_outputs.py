@@ -67,6 +67,11 @@ def test_what_counts_as_written_by_mpistage(tmp_path):
     (tmp_path / "a.csv").write_text("1,2\n")
     (tmp_path / "b.csv").write_text("1,2\n")
     assert ours(str(tmp_path / "a.csv")) and not ours(str(tmp_path / "b.csv"))
+    # ... or the name before a last "_word" (hedm.nfreduce's a_binary.npy beside a.h5)
+    for name in ("a_binary.npy", "b_binary.npy", "a_2.npy"):
+        (tmp_path / name).write_bytes(b"\x93NUMPY")
+    assert ours(str(tmp_path / "a_binary.npy"))
+    assert not ours(str(tmp_path / "b_binary.npy")) and not ours(str(tmp_path / "a_2.npy"))
     (tmp_path / "c.h5").write_bytes(b"not HDF5")
     assert not ours(str(tmp_path / "c.h5"))
 
