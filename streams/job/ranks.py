@@ -259,7 +259,8 @@ class ReceiverLoop(RankLoop):
 
     # ---- callbacks of the receiving socket ----
     def deliver(self, part: Partition) -> None:
-        """The assembler finished a partition (its memory is reused after this)."""
+        """The assembler finished a partition (its memory is reused after this, but
+        for the data the workers get, which it gives up)."""
         scan = part.scan
         if self.spill is not None:
             path = self.spill.write(part)
@@ -278,7 +279,7 @@ class ReceiverLoop(RankLoop):
                 self.kept.keep(scan, part.frames.copy(), part.complete.copy(), part.data.copy())
             return
         item = (part.geometry, part.index, part.frames.copy(), part.complete.copy(),
-                part.data.copy())
+                part.take())
         self.kept.keep(scan, item[2], item[3], item[4])   # the workers' copy, never written
         self.outbox.append(("part", scan, item))
         self.outbox_bytes += part.data.nbytes
