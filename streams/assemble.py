@@ -69,7 +69,7 @@ class Partition:
     """K frames of one scan, delivered to the consumer.
 
     ``data`` is a view of the assembler's memory, valid only until the callback
-    returns: copy what must outlive it.
+    returns: copy what must outlive it, or :meth:`take` it.
 
     Attributes
     ----------
@@ -97,6 +97,18 @@ class Partition:
     sectors: np.ndarray
     geometry: ScanGeometry
     evicted: bool = False
+    taken: bool = False
+
+    def take(self) -> Any:
+        """``data``, the caller's to keep: the assembler gives up its buffer (and
+        allocates another for the next partition) instead of the caller copying it,
+        17-23 % of a receiver in issue 42's profile. A short partition (fewer frames
+        than its buffer's) is copied, so that its size is what it holds."""
+        d = self.data
+        if isinstance(d, np.ndarray) and d.base is not None and d.base.nbytes != d.nbytes:
+            return d.copy()
+        self.taken = True
+        return d
 
 
 class _Open:
@@ -507,6 +519,8 @@ class Assembler:
             if k:
                 self.deliver(part)
         finally:
+            if part.taken:
+                st.pool[op.slot] = self._buffer(st)
             st.free.append(op.slot)
 
     # ---- closing ----

@@ -32,6 +32,9 @@ TAGS: Dict[str, Dict[str, int]] = {
 #: into or out of a pickle (``bench/results/link.md``). Smaller ones ride inside.
 OUT_OF_BAND = 1 << 16
 
+#: Out-of-band buffers a link keeps to receive into again (the newest; see :meth:`Link._apart`).
+REUSE = 2
+
 
 def dumps(obj: Any) -> bytes:
     """``obj`` pickled as a :class:`Link` sends it (highest protocol: one copy of an array)."""
@@ -45,11 +48,12 @@ class Link:
     tag is not the loop's is an ``error`` naming rank, source and tag. Large arrays
     follow their message out of band, with the same tag (``out_of_band`` bytes
     and more), so MPI's order between two ranks keeps them together; None: never,
-    and no cost for it (every rank of a loop must say the same).
+    and no cost for it (every rank of a loop must say the same). They are received
+    into the last ``reuse`` buffers again once nothing holds them (:meth:`_apart`).
     """
 
     def __init__(self, comm: Any, loop: str, out_of_band: Optional[int] = OUT_OF_BAND,
-                 error: Type[Exception] = RuntimeError):
+                 error: Type[Exception] = RuntimeError, reuse: int = REUSE):
         from mpi4py import MPI
 
         self._MPI = MPI
@@ -59,6 +63,7 @@ class Link:
         self._status = MPI.Status()
         self.out_of_band = out_of_band
         self._pending: List[Tuple[Any, Any]] = []
+        self._reuse: Deque[bytearray] = collections.deque(maxlen=reuse)
         self.sent = self.received = self.bytes_sent = self.bytes_received = 0
 
     def send(self, dest: int, tag: int, obj: Any) -> None:
@@ -106,15 +111,31 @@ class Link:
         apart.append(raw)
         return False
 
-    def _apart(self, src: int, tag: int) -> Iterator[bytearray]:
-        """The out-of-band buffers that follow a message, as its unpickling asks for them."""
+    def _apart(self, src: int, tag: int) -> Iterator[memoryview]:
+        """The out-of-band buffers that follow a message, as its unpickling asks for them.
+
+        Each is a memoryview of a bytearray, which is reused for a later buffer of the
+        same size only once nothing holds a view of it any more: a bytearray that
+        exports a buffer (this memoryview, an array unpickled from it and every view
+        of that array) cannot be resized, and :func:`_held` asks exactly that. So
+        reuse is safe whatever the receiver keeps: a worker's analysis merges a
+        partition's result into its partial (a new array), and when it keeps a view
+        of the data instead, that buffer is simply not reused. A new zeroed 16 MiB
+        bytearray per partition was 27-44 % of a worker's time in the DECTRIS
+        legacy bench's profile (issue 42; before/after in ``bench/README.md``).
+        """
         status = self._MPI.Status()
         while True:
             msg = self.comm.mprobe(src, tag, status)
-            buf = bytearray(status.Get_count(self._MPI.BYTE))
-            msg.Recv([buf, self._MPI.BYTE])
-            self.bytes_received += len(buf)
-            yield buf
+            n = status.Get_count(self._MPI.BYTE)
+            buf = next((b for b in self._reuse if len(b) == n and not _held(b)), None)
+            if buf is None:
+                buf = bytearray(n)
+                self._reuse.append(buf)    # the oldest is forgotten (freed once unheld)
+            view = memoryview(buf)         # held from here: never handed out twice
+            msg.Recv([view, self._MPI.BYTE])
+            self.bytes_received += n
+            yield view
 
     def reap(self) -> None:
         """Forget sends that completed."""
@@ -141,6 +162,18 @@ class Link:
     @property
     def unsent(self) -> int:
         return len(self._pending)
+
+
+def _held(buf: bytearray) -> bool:
+    """True while something holds a view of ``buf`` (it cannot be resized then)."""
+    if not buf:
+        return False        # nothing in it to overwrite
+    try:
+        last = buf.pop()
+    except BufferError:
+        return True
+    buf.append(last)        # shrinking by one byte and back: no reallocation
+    return False
 
 
 class Backoff:

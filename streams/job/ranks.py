@@ -5,7 +5,7 @@ One message loop (:class:`core.mpi.loop.Loop`), a class per role
 
 :class:`ReceiverLoop`
     steps its protocol's socket, gets finished partitions from the assembler and
-    either processes them itself (no workers on its node) or copies them into a
+    either processes them itself (no workers on its node) or takes them (no copy) into a
     bounded *outbox* and hands them to its workers, each holding at most ``credit``
     unacknowledged partitions. While the outbox is full it stops reading its
     socket: ZeroMQ's queues fill, producers block, nothing is dropped. Its
@@ -259,7 +259,8 @@ class ReceiverLoop(RankLoop):
 
     # ---- callbacks of the receiving socket ----
     def deliver(self, part: Partition) -> None:
-        """The assembler finished a partition (its memory is reused after this)."""
+        """The assembler finished a partition (its memory is reused after this, but
+        for the data the workers get, which it gives up)."""
         scan = part.scan
         if self.spill is not None:
             path = self.spill.write(part)
@@ -278,8 +279,8 @@ class ReceiverLoop(RankLoop):
                 self.kept.keep(scan, part.frames.copy(), part.complete.copy(), part.data.copy())
             return
         item = (part.geometry, part.index, part.frames.copy(), part.complete.copy(),
-                part.data.copy())
-        self.kept.keep(scan, item[2], item[3], item[4])   # the workers' copy, never written
+                part.take())
+        self.kept.keep(scan, item[2], item[3], item[4])   # the workers', never written again
         self.outbox.append(("part", scan, item))
         self.outbox_bytes += part.data.nbytes
         self.unacked[scan] += 1

@@ -79,3 +79,45 @@ def test_loop_hands_each_message_to_its_handler_until_over(capfd):
         assert_all(comm, ok, f"rank {rank}: got {loop.got}, stderr {err!r}")
     finally:
         comm.Free()
+
+
+def test_out_of_band_buffers_reused_only_when_unheld():
+    """A worker's next partition lands in the buffer of the last one it let go of (no new
+    allocation), never in one an array still views, nor twice in one message."""
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD.Dup()
+    try:
+        link, work = Link(comm, "stream"), TAGS["stream"]["WORK"]
+        rank, size = comm.rank, comm.size
+
+        def part(i):
+            return np.full((200, 1000), i, np.uint16)
+
+        def one(obj):
+            link.send((rank + 1) % size, work, obj)
+            got = None
+            while got is None:
+                got = link.poll()
+            return got[2]
+
+        def owner(a):     # the bytearray an unpickled array's memory is
+            while not isinstance(a, memoryview):
+                a = a.base
+            return a.obj
+
+        a = one(part(1))
+        held = a[10:20]                   # a view kept, as an analysis might
+        del a
+        b = one(part(2))
+        of_b = owner(b)
+        del b                             # let go of
+        c = one(part(3))
+        x, y = one((part(4), part(5)))    # two of the same size in one message
+        ok = (np.all(held == 1) and np.all(c == 3) and np.all(x == 4) and np.all(y == 5)
+              and owner(c) is of_b and owner(held) is not of_b
+              and len({id(owner(v)) for v in (held, c, x, y)}) == 4)
+        ok = ok and link.flush(10.0)
+        assert_all(comm, ok, f"rank {rank}: a held buffer was reused, or none was")
+    finally:
+        comm.Free()

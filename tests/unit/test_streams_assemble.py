@@ -218,3 +218,28 @@ def test_a_begin_too_large_for_the_memory_bound_is_refused_before_any_allocation
     # the open scan is unharmed and counts them as not its own
     assert a.scans["ok"].report.rejected_unattributed == {"too_large": 2}
     assert not a.scans["ok"].pool
+
+
+def test_a_taken_partition_keeps_its_frames_and_a_short_one_is_a_copy():
+    """A receiver that takes a partition's data keeps it unchanged while the assembler fills
+    the next partitions (it gave that buffer up); one it does not take shares the reused
+    buffer; the last, shorter partition taken is a copy of its own size."""
+    imgs = frames_of(G)
+    kept = []
+
+    def take(p):
+        kept.append((p.frames.tolist(), p.take() if p.index % 2 == 0 else p.data))
+
+    a = Assembler(take, partition_frames=5)
+    for p in range(2):
+        a.begin(Begin(p, G))
+    for f in range(12):
+        for s in range(3):
+            send(a, G, imgs, f, s)
+    for p in range(2):
+        a.end(End("s", p, 18))
+    assert [fr for fr, _ in kept] == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9], [10, 11]]
+    (f0, d0), (_, d1), (f2, d2) = kept
+    assert np.array_equal(d0, imgs[f0]) and np.array_equal(d2, imgs[f2])
+    assert d2.base is None and d2.nbytes == 2 * 9 * 5 * 2    # a copy of two frames
+    assert not np.shares_memory(d0, d1) and not np.shares_memory(d0, d2)
