@@ -31,7 +31,7 @@ import os
 import resource
 import shutil
 import time
-from dataclasses import MISSING, dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from core.mpi.agree import agree, agreed, bcast_result
@@ -39,7 +39,7 @@ from core.job import Job
 from core.mpi.tree import TreeMergeError, tree_reduce
 from core import localfs
 from core.options import (
-    Option, parse_bool, parse_int, parse_number, parse_size, parse_text, resolve)
+    option, options_of, parse_bool, parse_int, parse_number, parse_size, resolve)
 from core.nodes import expand_node
 from streams.accounting import ScanReport
 from analyses.loading import load_analysis
@@ -59,6 +59,27 @@ from streams.protocols.native.rendezvous import remove_rendezvous
 from streams.security import StreamSecurity, check_authorized_keys
 
 __all__ = ["SessionOptions", "SESSION_OPTIONS", "receive_scans", "ScanOutcome"]
+
+
+def _mapping(value: Any, name: str) -> Any:
+    """A mapping of keyword arguments, or a list of them (one per UDF of ``udf:A,B``)."""
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, (list, tuple)) and all(isinstance(v, Mapping) for v in value):
+        return [dict(v) for v in value]
+    raise ValueError(f"{name} must be a mapping (or a list of mappings), got {value!r}")
+
+
+def _octal(value: Any, name: str) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    try:
+        return int(str(value), 8)
+    except ValueError:
+        raise ValueError(f"{name} must be an octal file mode like 600, got {value!r}") from None
+
+
+_POSITIVE, _INT1 = parse_number(0, strict=True), parse_int(1)
 
 
 @dataclass
@@ -158,43 +179,102 @@ class SessionOptions:
         parallel with more threads (idle threads cost nothing).
     """
 
-    rendezvous: str
-    out: str
-    local: str = ""
-    scans: int = 1
-    bind_host: str = "*"
-    advertise: Optional[str] = None
-    receivers_per_node: int = 1
-    partition_frames: Optional[int] = None
-    rate: Optional[float] = None
-    memory_bytes: int = 256 << 20
-    max_open_scans: int = 2
-    idle_timeout: float = 30.0
-    rcvhwm: int = 100
-    timeout: Optional[float] = None
-    close_wait: float = 30.0
-    allow_loss: float = 0.0
-    overwrite: bool = False
-    live_interval: float = 1.0
-    spill: Optional[str] = None
-    stream2: Optional[str] = None
-    protocol: Optional[str] = None
+    rendezvous: str = option(None, required=True, metavar="FILE",
+                             help="write the endpoints here (producers read it)")
+    out: str = option(None, required=True, metavar="DIR",
+                      help="shared output directory")
+    local: str = option("", metavar="DIR", help="node-local directory for outputs before "
+                        "the drain (%%n = node; default a new private "
+                        "/tmp/mpistage-stream-UID-XXXXXXXX/%%n; given, it must be yours and "
+                        "writable only by you)")
+    scans: int = option(1, _INT1, metavar="K", help="scans to serve in a row (default 1)")
+    bind_host: str = option(
+        "*", flag="--bind", metavar="HOST",
+        help="interface to bind (default all; 127.0.0.1 for loopback); with "
+             "--stream2 also the address to connect to the detector from")
+    advertise: Optional[str] = option(None, metavar="HOST", help="host name to publish")
+    receivers_per_node: int = option(1, _INT1, metavar="M", help="default 1")
+    partition_frames: Optional[int] = option(
+        None, _INT1, metavar="K",
+        help="frames per partition, the step of the live partial results "
+             "(default: 100 ms at --rate, else 16 MiB, at most a 32nd of what a "
+             "receiver gets of the scan)")
+    rate: Optional[float] = option(None, _POSITIVE, metavar="HZ",
+                                   help="expected detector frame rate")
+    memory_bytes: int = option(
+        256 << 20, parse_size, flag="--memory", dest="memory", type=float, metavar="MiB",
+        help="what one open scan may cost a receiver: partitions, accounting, the "
+             "analysis's state, live snapshot, output (default 256); a begin "
+             "that costs more is refused too_large")
+    max_open_scans: int = option(
+        2, _INT1, metavar="N", help="scans open at once per receiver (default 2); a further "
+        "begin is refused busy, the open ones go on")
+    idle_timeout: float = option(
+        30.0, _POSITIVE, metavar="S",
+        help="close a scan after S seconds without any of its messages (default 30)")
+    rcvhwm: int = option(
+        100, _INT1, flag="--hwm", metavar="N",
+        help="ZeroMQ receive high-water mark (messages per producer, default 100)")
+    timeout: Optional[float] = option(None, _POSITIVE, metavar="S",
+                                      help="end the job after S seconds")
+    close_wait: float = option(
+        30.0, _POSITIVE, unset=None, metavar="S",
+        help="after one receiver closed a scan, wait S s for the others "
+             "(default: the idle timeout)")
+    allow_loss: float = option(
+        0.0, parse_number(0), metavar="FRACTION",
+        help="exit 0 even if up to FRACTION of a scan's frames are missing")
+    overwrite: bool = option(
+        False, parse_bool,
+        help="a scan whose name has files in --out replaces them (default: it is "
+             "written as <scan>.2, <scan>.3, ..., said on a line and in its report)")
+    live_interval: float = option(1.0, _POSITIVE, metavar="S",
+                                  help="seconds between live partial results (default 1)")
+    spill: Optional[str] = option(None, metavar="DIR", help="also write partitions to "
+                                  "node-local DIR (%%n = node), recorded for stager "
+                                  "verify/clean/drain")
+    stream2: Optional[str] = option(
+        None, metavar="ENDPOINT", help="receive DECTRIS Stream V2 from this detector endpoint "
+        "instead (short for --protocol stream2 and its endpoint)")
+    protocol: Optional[str] = option(None, metavar="NAME")   # its help names the table
     protocol_options: Dict[str, Any] = field(default_factory=dict)
-    analysis: Optional[str] = None
-    analysis_options: Any = field(default_factory=dict)
-    udf_roi: Optional[str] = None
-    corrections: str = "none"
+    analysis: Optional[str] = option(
+        None, metavar="SPEC", help="pkg.module:NAME, FLOW.py[:NAME] or udf:MODULE:CLASS[,...] "
+        "(LiberTEM UDFs, docs/udf.md); default: per-frame sum")
+    analysis_options: Any = option({}, _mapping, env=False)   # --set, --analysis-params
+    udf_roi: Optional[str] = option(None)           # flags of analyses.udfinputs
+    corrections: str = option("none")
     detector_pixel_mask: Any = None
-    heartbeat: float = 0.25
-    credit: int = 2
-    outbox_bytes: int = 64 << 20
-    batch: int = 200
-    insecure: bool = False
-    authorized_keys: Optional[str] = None
-    allow_from: Optional[str] = None
-    rendezvous_mode: int = 0o600
-    handshake_timeout: float = 10.0
-    io_threads: int = 4
+    heartbeat: float = option(0.25, _POSITIVE)
+    credit: int = option(2, _INT1)
+    outbox_bytes: int = option(
+        64 << 20, parse_size, flag="--outbox", dest="outbox", type=float, metavar="MiB",
+        help="partitions a receiver holds for its workers before it stops reading "
+             "(default 64)")
+    batch: int = option(200, _INT1)
+    insecure: bool = option(
+        False, parse_bool, default=False,
+        help="plain ZeroMQ sockets: anyone who reaches a port may send frames "
+             "(the report says so); default: CURVE with the job's keys")
+    authorized_keys: Optional[str] = option(
+        None, metavar="DIR",
+        help="accept the producers whose public certificates (*.key) are in DIR, "
+             "and the viewers (live socket only) whose certificates are in "
+             "DIR/viewers/, instead of writing a certificate of each role beside "
+             "the rendezvous")
+    allow_from: Optional[str] = option(
+        None, metavar="ADDR[,ADDR]",
+        help="Stream V2: accept only the detector at these IP addresses (ZAP)")
+    rendezvous_mode: int = option(
+        0o600, _octal, type=lambda v: int(v, 8), default=0o600, metavar="OCTAL",
+        help="file mode of the rendezvous file (default 600)")
+    handshake_timeout: float = option(
+        10.0, _POSITIVE, type=float, default=10.0, metavar="S",
+        help="drop a connection that completes no ZeroMQ handshake in S seconds")
+    io_threads: int = option(
+        4, _INT1, type=int, default=4, metavar="N",
+        help="ZeroMQ I/O threads per receiver (default 4; CURVE decrypts there, "
+             "one producer's connection per thread: several decrypt in parallel)")
 
     @classmethod
     def resolve(cls, env: Optional[Mapping[str, str]] = None, **kwargs: Any) -> SessionOptions:
@@ -240,44 +320,9 @@ class SessionOptions:
         chosen(self.protocol, self.stream2).check(self)   # what the protocol cannot honour
 
 
-def _mapping(value: Any, name: str) -> Any:
-    """A mapping of keyword arguments, or a list of them (one per UDF of ``udf:A,B``)."""
-    if isinstance(value, Mapping):
-        return dict(value)
-    if isinstance(value, (list, tuple)) and all(isinstance(v, Mapping) for v in value):
-        return [dict(v) for v in value]
-    raise ValueError(f"{name} must be a mapping (or a list of mappings), got {value!r}")
-
-
-def _octal(value: Any, name: str) -> int:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    try:
-        return int(str(value), 8)
-    except ValueError:
-        raise ValueError(f"{name} must be an octal file mode like 600, got {value!r}") from None
-
-
-_POSITIVE, _INT1 = parse_number(0, strict=True), parse_int(1)
-_SESSION_PARSERS: Dict[str, Callable[[Any, str], Any]] = {
-    "scans": _INT1, "receivers_per_node": _INT1, "partition_frames": _INT1, "rcvhwm": _INT1,
-    "credit": _INT1, "batch": _INT1, "memory_bytes": parse_size, "max_open_scans": _INT1,
-    "outbox_bytes": parse_size,
-    "rate": _POSITIVE, "idle_timeout": _POSITIVE, "timeout": _POSITIVE,
-    "close_wait": _POSITIVE, "live_interval": _POSITIVE, "heartbeat": _POSITIVE,
-    "allow_loss": parse_number(0), "analysis_options": _mapping,
-    "insecure": parse_bool, "overwrite": parse_bool, "rendezvous_mode": _octal,
-    "handshake_timeout": _POSITIVE, "io_threads": _INT1,
-}
 #: The receiving job's options, each once: keyword > ``STAGER_STREAM_<NAME>`` > default
 #: (``analysis_options`` only as a keyword).
-SESSION_OPTIONS = tuple(
-    Option(f.name, None if f.name == "close_wait" else
-           ({} if f.name == "analysis_options" else
-            (None if f.default is MISSING else f.default)),
-           _SESSION_PARSERS.get(f.name, parse_text),
-           None if f.name == "analysis_options" else "STAGER_STREAM_" + f.name.upper())
-    for f in fields(SessionOptions) if f.name not in ("protocol_options", "detector_pixel_mask"))
+SESSION_OPTIONS = options_of(SessionOptions, "STAGER_STREAM_")
 
 
 def _protocol_options(values: Mapping[str, Any], given: Mapping[str, Any],
