@@ -155,6 +155,13 @@ class RankLoop(Loop):
         """This rank's partial of ``scan`` (None: it processed none of it), forgotten here."""
         return self.partials.pop(scan, None)
 
+    def closed_report(self, scan: str) -> Optional[ScanReport]:
+        """This receiver's report of ``scan`` when it closed (None: none), forgotten here."""
+        return None
+
+    def forget(self, scan: str) -> None:
+        """``scan`` is written: what this rank's socket kept of it goes."""
+
     # ---- heartbeats ----
     def _heartbeat(self, now: float) -> None:
         if now >= self.next_heartbeat:
@@ -256,6 +263,13 @@ class ReceiverLoop(RankLoop):
         self.closed_reports: Dict[str, ScanReport] = {}
         self.marked: Set[str] = set()            # scans whose "finish" is queued
         self.marked_detector: Set[str] = set()   # scans whose pixel mask is in use
+
+    def closed_report(self, scan: str) -> Optional[ScanReport]:
+        return self.closed_reports.pop(scan, None)
+
+    def forget(self, scan: str) -> None:
+        if self.socket is not None:
+            self.socket.forget(scan)
 
     # ---- callbacks of the receiving socket ----
     def deliver(self, part: Partition) -> None:
@@ -533,6 +547,29 @@ class CoordinatorLoop(ReceiverLoop):
         if state != self._job_published and (job["total"] or job["held_before_start"]):
             self._job_published = state
             self.publisher.publish_job({"job_rejected": job})
+
+    # ---- what the job's finalize asks rank 0 ----
+    def use_names(self, names: Any) -> None:
+        """Name each scan's files by ``names`` (:class:`streams.job.names.OutputNames`)
+        when first heard of."""
+        self.names = names
+        self.coord.on_new = names.name
+
+    def release_name(self, name: str) -> None:
+        """``name``'s "receiving" record goes: the drain's files replace it."""
+        if self.names is not None:
+            self.names.release(name)
+
+    def final_report(self, scan: str, reports: List[Optional[ScanReport]]) -> ScanReport:
+        """``scan``'s merged report, with each receiver's report at its close (by index)."""
+        for r, rep in enumerate(reports):
+            if rep is not None:
+                self.coord.closed(r, rep, time.monotonic())
+        return self.coord.merged(scan, final=True)
+
+    def first_live(self, name: str) -> Optional[float]:
+        """When scan ``name``'s first live message went out (None: none yet)."""
+        return None if self.publisher is None else self.publisher.first_published.get(name)
 
     def out_name(self, scan: str) -> str:
         """The name of ``scan``'s files and live messages (:mod:`streams.job.names`)."""
