@@ -15,7 +15,6 @@ from streams.protocol import ScanGeometry
 @dataclass(frozen=True)
 class Part:
     """WORK, receiver -> worker: a partition's copy (its arrays out of band)."""
-
     geometry: ScanGeometry
     index: int
     frames: np.ndarray
@@ -35,14 +34,12 @@ class Part:
 @dataclass(frozen=True)
 class Finish:
     """WORK, receiver -> every worker: no more of ``scan`` comes."""
-
     scan: str
 
 
 @dataclass(frozen=True)
 class Detector:
     """WORK, receiver -> every worker: ``scan``'s pixel mask, before its partitions."""
-
     scan: str
     mask: Any
 
@@ -50,14 +47,12 @@ class Detector:
 @dataclass(frozen=True)
 class Ack:
     """ACK, worker -> receiver: one partition of ``scan`` processed."""
-
     scan: str
 
 
 @dataclass(frozen=True)
 class Live:
     """LIVE, any rank -> rank 0: a live delta of ``scan``."""
-
     geometry: ScanGeometry
     live: Any
 
@@ -66,7 +61,6 @@ class Live:
 class Heartbeat:
     """CTRL, receiver -> rank 0: snapshots of its open scans ``(report, idle seconds)``
     and its rejections ``(counts, examples, held)`` (None: a worker has none)."""
-
     index: Any              # the receiver's index (None: a worker)
     snapshots: List[Any]
     rejections: Any
@@ -75,7 +69,6 @@ class Heartbeat:
 @dataclass(frozen=True)
 class Closed:
     """CTRL, receiver ``index`` -> rank 0: it closed a scan, with its report."""
-
     index: Any
     report: ScanReport
 
@@ -84,7 +77,6 @@ class Closed:
 class Shared:
     """SHARE, receiver -> the other receivers: a scan's start or end (``kind``) that
     reached one receiver only (their sockets' ``apply_shared``)."""
-
     kind: str
     msg: Any
 
@@ -92,21 +84,18 @@ class Shared:
 @dataclass(frozen=True)
 class Abort:
     """ABORT, any rank -> every rank: stop with ``message``."""
-
     message: str
 
 
 @dataclass(frozen=True)
 class Finalize:
     """FIN, rank 0 -> every rank: finalize ``scan`` (collectively)."""
-
     scan: str
 
 
 @dataclass(frozen=True)
 class Stop:
     """FIN, rank 0 -> every rank: end the loop (``reason``: ``scans`` or ``deadline``)."""
-
     reason: str
 
 
@@ -119,14 +108,12 @@ class CloseAll:
 class Enough:
     """FIN, rank 0 -> every rank: the last finalize is announced; receivers open no
     new scan (``reason`` is what a refused one is told)."""
-
     reason: str
 
 
 @dataclass(frozen=True)
 class FrameGet:
     """FRAME, rank 0 -> receivers: viewer request ``n`` for a frame of ``scan``."""
-
     n: Any
     scan: str
     frame: int
@@ -136,7 +123,6 @@ class FrameGet:
 @dataclass(frozen=True)
 class FrameGot:
     """FRAME, receiver ``rank`` -> rank 0: what it keeps of request ``n`` (or None)."""
-
     n: int
     rank: int
     found: Any

@@ -42,96 +42,32 @@ class SessionOptions:
     """Options of a receiving job (plain data, resolved on rank 0 and broadcast).
 
     :meth:`resolve` fills what is not given from ``STAGER_STREAM_<NAME>``, then the
-    defaults below (:data:`SESSION_OPTIONS`, the shared resolver of ``core.options``).
+    defaults (:data:`SESSION_OPTIONS`, the shared resolver of ``core.options``). Each
+    field declares its option once (:func:`core.options.option`): parser, default,
+    and the help of its ``stager stream receive`` flag, which says what it does. The
+    fields without a flag of their own:
 
     Attributes
     ----------
-    rendezvous : str
-        Where to write the rendezvous file.
-    out : str
-        Shared output directory (``<scan>.h5``, ``<scan>.json``, live snapshots).
-    local : str
-        Node-local directory for outputs before the drain (``%n`` = node). Default: a
-        new private directory of rank 0 (``mkdtemp``: ``/tmp/mpistage-stream-UID-XXXXXXXX``,
-        0700). Given, it must be the user's own
-        (:func:`streams.job.localdir.node_local_dir`).
-    scans : int
-        Scans to serve, in a row: the job ends when this many were finalized (served
-        or failed) and nothing else is open; refused ``begin`` s do not count.
-    bind_host : str
-        Interface to bind (``*`` = all; ``127.0.0.1`` for tests).
-    advertise : str, optional
-        Host name to publish (default: this host's name when binding ``*``).
-    receivers_per_node : int
-    partition_frames : int, optional
-        K; default from ``rate`` (100 ms of frames per receiver) or 16 MiB.
-    rate : float, optional
-        Expected frames/s of the detector (sizes partitions).
-    memory_bytes : int
-        What one open scan may cost a receiver, checked at its ``begin``: partitions,
-        accounting, the analysis's state, live snapshot and output
-        (:func:`streams.bounds.scan_cost`); a scan that costs more is refused ``too_large``.
-    max_open_scans : int
-        Scans open at once per receiver; a further ``begin`` is refused ``busy`` (the
-        open ones go on). The job holds about ``max_open_scans x memory_bytes``.
-    idle_timeout, rcvhwm
-        Per receiver (see :class:`~streams.protocols.native.receiver.Receiver`).
-    timeout : float, optional
-        Overall seconds; then open scans close as ``stopped`` and the job ends.
-    close_wait : float
-        Seconds rank 0 waits for the other receivers after the first closed a scan.
-    allow_loss : float
-        Fraction of frames a scan may lose and still count as served (exit 0).
-    overwrite : bool
-        A scan whose name has files in ``out`` replaces them; by default it is written
-        under a new name, ``<scan>.2``, ... (:mod:`streams.job.names`).
-    live_interval : float
-        Seconds between live publications.
-    spill : str, optional
-        Node-local directory (``%n``) for spilled partitions.
-    stream2 : str, optional
-        Receive DECTRIS Stream V2 from this endpoint instead of the native protocol
-        (the shorthand of ``protocol="stream2"`` and the endpoint it connects to).
     protocol : str, optional
         The stream protocol, a name of :data:`streams.protocols.ROWS` (default:
-        ``stream2`` with ``stream2``, else ``native``).
+        ``stream2`` with ``stream2``, else ``native``); its flag's help lists the table.
     protocol_options : dict
         The chosen protocol's own options (its
-        :attr:`~streams.protocols.StreamProtocol.options`: Stream V2's ``v2_grace``,
-        ``v2_decode_threads``, ``v2_pixel_mask``), resolved like the others; given
-        to :meth:`resolve` as keywords of their own.
-    analysis : str, optional
-        ``pkg.module:NAME`` or ``FILE.py[:NAME]`` (default: the per-frame sum).
+        :attr:`~streams.protocols.StreamProtocol.options`: Stream V2's ``v2_grace``, ...),
+        resolved like the others; given to :meth:`resolve` as keywords of their own.
     analysis_options : dict or list of dict
-    udf_roi : str, optional
-        ``udf:`` analyses: a boolean scan mask (``FILE.npy`` or ``FILE.h5:/dataset``);
-        only frames where it is True reach the UDFs (:mod:`analyses.udf`).
-    corrections : str
-        ``udf:`` analyses: ``none`` (default), ``detector`` (the pixel mask of each
-        scan's start, as LiberTEM's ``CorrectionSet`` excluded pixels) or a pixel-mask
-        ``FILE.npy`` / ``FILE.h5:/dataset``.
+        The analysis's keywords (``--set``, ``--analysis-params``; one per UDF of
+        ``udf:A,B``).
+    udf_roi, corrections : str
+        ``udf:`` analyses' scan mask and corrections (:mod:`analyses.udfinputs`'s flags).
     detector_pixel_mask : array, optional
         With ``corrections="detector"``: the mask the detector's control interface gave
         (``--control simplon://``), for a scan whose start carries none. Not a flag:
         the control sets it (:func:`streams.controls.job.prepare`).
-    heartbeat, credit, outbox_bytes, batch
-        Loop tuning: heartbeat period, partitions a worker may hold, the receiver's
-        outbox bound in bytes, messages read per socket step.
-    insecure : bool
-        Plain ZeroMQ sockets (no CURVE, no ZAP): anyone who reaches a port may send.
-    authorized_keys : str, optional
-        Directory of public client certificates to accept instead of the job's own
-        client certificate (:mod:`streams.security`).
-    allow_from : str, optional
-        Stream V2: comma-separated peer addresses ZAP accepts.
-    rendezvous_mode : int
-        File mode of the rendezvous file (default 0600).
-    handshake_timeout : float
-        Seconds a connection has to complete the ZeroMQ handshake before it is dropped.
-    io_threads : int
-        ZeroMQ I/O threads per receiving process: CURVE decrypts in them, one
-        connection (producer) per thread at a time, so several producers decrypt in
-        parallel with more threads (idle threads cost nothing).
+    heartbeat, credit, batch
+        Loop tuning: heartbeat period, partitions a worker may hold, messages read per
+        socket step.
     """
 
     rendezvous: str = option(None, required=True, metavar="FILE",
