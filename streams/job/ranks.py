@@ -162,6 +162,18 @@ class RankLoop(Loop):
     def forget(self, scan: str) -> None:
         """``scan`` is written: what this rank's socket kept of it goes."""
 
+    def job_rejections(self) -> Any:
+        """At the job's end, this receiver's rejections, summed by
+        :func:`streams.job.ending.job_rejections`: ``(index, counts, examples, series never
+        started, connections refused, refused while no scan was open)``; None: no socket."""
+        if self.socket is None:
+            return None
+        never = self.socket.never_started()   # first: what is still held is rejected
+        asm = self.socket.assembler
+        self.socket.refusals()
+        return (self.index, dict(asm.rejected), list(asm.examples), never,
+                dict(self.socket.refused_from), self.socket.refused_outside_scans)
+
     # ---- heartbeats ----
     def _heartbeat(self, now: float) -> None:
         if now >= self.next_heartbeat:
