@@ -5,11 +5,11 @@ Run: ``mpirun -n 2 python bench/link_bench.py [--mib 16] [--count 40] [--reps 3]
 
 Rank 0 plays a stream receiver, rank 1 its worker: rank 0 copies a partition
 out of a reused buffer (as ``ReceiverLoop.deliver`` does) and sends it as the
-stream job sends one (``("part", scan, (geometry, index, frames, complete,
-data))``) with a window of two unacknowledged partitions; rank 1 receives it,
-sums it (touching every byte, as an analysis would) and acknowledges it. Both
-ways alternate in the same run, ``--reps`` times each; the time is rank 0's,
-first send to last acknowledgement. Writes ``link.json`` and ``link.md``.
+stream job sends one (a :class:`streams.job.messages.Part`) with a window of two
+unacknowledged partitions; rank 1 receives it, sums it (touching every byte, as an
+analysis would) and acknowledges it. Both ways alternate in the same run, ``--reps``
+times each; the time is rank 0's, first send to last acknowledgement. Writes
+``link.json`` and ``link.md``.
 """
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from loadavg import LoadSampler
 from core.mpi.link import OUT_OF_BAND, TAGS, Link
+from streams.job.messages import Ack, Part
 
 WORK, ACK = TAGS["stream"]["WORK"], TAGS["stream"]["ACK"]
 
@@ -41,8 +42,9 @@ def one_way(comm, link: Link, mib: int, count: int) -> float:
         held = sent = acked = 0
         while acked < count:
             if sent < count and held < 2:
-                item = (None, sent, np.arange(frames), np.ones(frames, bool), reused.copy())
-                link.send(1, WORK, ("part", "scan", item))
+                item = Part(None, sent, np.arange(frames),  # type: ignore[arg-type]
+                            np.ones(frames, bool), reused.copy())
+                link.send(1, WORK, item)
                 sent += 1
                 held += 1
             for _src, tag, _msg in iter(link.poll, None):
@@ -53,9 +55,9 @@ def one_way(comm, link: Link, mib: int, count: int) -> float:
     else:
         got = 0
         while got < count:
-            for src, _tag, (_kind, _scan, item) in iter(link.poll, None):
-                assert int(item[4][-1].sum()) == int(reused[-1].sum())
-                link.send(src, ACK, ("ack", "scan"))
+            for src, _tag, item in iter(link.poll, None):
+                assert int(item.data[-1].sum()) == int(reused[-1].sum())
+                link.send(src, ACK, Ack("scan"))
                 got += 1
             link.reap()
     link.flush()

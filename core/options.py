@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Sequence, Tuple
 
-__all__ = ["Option", "resolve", "parse_size", "parse_bool", "parse_seconds", "parse_number",
-           "parse_int", "parse_choice", "parse_text", "ENV_PREFIX"]
+__all__ = ["Option", "resolve", "option", "options_of", "add_flags", "parse_size",
+           "parse_bool", "parse_seconds", "parse_number", "parse_int", "parse_choice",
+           "parse_text", "ENV_PREFIX"]
 
 ENV_PREFIX = "STAGER_"
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
@@ -134,12 +135,66 @@ class Option:
     env : str, optional
         Environment variable read when the keyword is absent or None (an empty
         value counts as unset).
+    help, metavar : str, optional
+        Its command-line flag (:func:`add_flags`; no ``metavar``: a flag without value).
+    cli : dict
+        What the flag differs in from the default (``--NAME``, ``dest=NAME``): ``flag``,
+        and any other keyword of ``add_argument``.
     """
 
     name: str
     default: Any
     parse: Callable[[Any, str], Any]
     env: Optional[str] = None
+    help: str = ""
+    metavar: Optional[str] = None
+    cli: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def flag(self) -> str:
+        return self.cli.get("flag") or "--" + self.name.replace("_", "-")
+
+
+def option(value: Any, parse: Optional[Callable[[Any, str], Any]] = None,
+           *, env: bool = True, unset: Any = MISSING, help: str = "",
+           metavar: Optional[str] = None, **cli: Any) -> Any:
+    """A dataclass field declaring its :class:`Option` (read by :func:`options_of`):
+    ``value`` is the field's default (a dict: a fresh copy each), ``unset`` what the
+    resolver gives when nothing is (default: ``value``), ``parse`` by default
+    :func:`parse_text`; ``env=False``: a keyword only."""
+    meta = {"option": dict(parse=parse or parse_text, env=env, help=help, metavar=metavar,
+                           cli=cli, default=value if unset is MISSING else unset)}
+    if isinstance(value, dict):
+        return field(default_factory=dict, metadata=meta)
+    return field(default=value, metadata=meta)
+
+
+def options_of(cls: Any, env_prefix: str) -> Tuple[Option, ...]:
+    """The :class:`Option` table of a dataclass's :func:`option` fields, in order;
+    environment variables ``env_prefix + NAME``."""
+    out = []
+    for f in fields(cls):
+        if "option" in f.metadata:
+            d = dict(f.metadata["option"])
+            d["env"] = env_prefix + f.name.upper() if d["env"] else None
+            d["default"] = None if d["default"] is MISSING else d["default"]
+            out.append(Option(f.name, **d))
+    return tuple(out)
+
+
+def add_flags(parser: Any, table: Iterable[Option], names: str = "") -> None:
+    """Add the flags of ``table`` (those of ``names``, in that order, when given) to
+    an argparse ``parser``: ``--NAME`` into ``dest=NAME``, no default (None: the
+    resolver's environment and default then apply) unless ``cli`` says otherwise."""
+    byname = {o.name: o for o in table}
+    for o in [byname[n] for n in names.split()] if names else list(byname.values()):
+        kw: Dict[str, Any] = {"dest": o.name, "help": o.help}
+        if o.metavar is None:
+            kw.update(action="store_true", default=None)
+        else:
+            kw["metavar"] = o.metavar
+        kw.update((k, v) for k, v in o.cli.items() if k != "flag")
+        parser.add_argument(o.flag, **kw)
 
 
 def resolve(table: Sequence[Option], kwargs: Mapping[str, Any],

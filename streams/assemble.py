@@ -128,14 +128,8 @@ class _Scan:
         self.g = g
         F, S = g.frames, g.sectors
         K = self.K = a.frames_per_partition(g)
-        if a.routing == "modulo":
-            expected = (np.arange(F) % a.receivers) == a.receiver
-            self.local = int(expected.sum())
-            ends = g.producers
-        else:
-            expected = np.ones(F, bool)
-            self.local = F
-            ends = 1
+        expected, ends = a.placement.expected(g)
+        self.local = int(expected.sum())
         self.report = ScanReport.empty(g, expected, ends_expected=ends)
         self.report.first_message = self.report.last_message = now
         self.nsect = np.zeros(F, np.int16 if S < 32768 else np.int32)
@@ -151,7 +145,7 @@ class _Scan:
         self.dtype = np.dtype(g.dtype)
         self.free: List[int] = []
         self.open: Dict[int, _Open] = {}          # insertion order = age
-        self.done = np.zeros(self.partitions if a.routing == "modulo" else 0, bool)
+        self.done = np.zeros(self.partitions, bool)     # routing modulo: delivered keys
         self.placed: Dict[int, Tuple[int, int]] = {}  # routing any: frame -> (key, row)
         self.done_keys: Set[int] = set()
         self.next_key = 0
@@ -160,6 +154,98 @@ class _Scan:
         self.last = now
         self.complete = 0
         self.bytes = 0
+
+
+class _Modulo:
+    """Routing ``modulo`` (the native protocol's): receiver r of R holds frames r, r+R,
+    ...; its j-th frame is row j mod K of partition j // K, known before it arrives."""
+
+    def __init__(self, receiver: int, receivers: int) -> None:
+        self.receiver, self.receivers = receiver, receivers
+
+    def expected(self, g: ScanGeometry) -> Tuple[np.ndarray, int]:
+        """The frames this receiver expects, and the ends (one per producer)."""
+        return (np.arange(g.frames) % self.receivers) == self.receiver, g.producers
+
+    def most(self, frames: int) -> int:
+        """The most frames of a scan any receiver holds (what a scan costs)."""
+        return -(-frames // self.receivers)
+
+    def known_producer(self, producer: int, g: ScanGeometry) -> bool:
+        return producer < g.producers
+
+    def wrong_receiver(self, f: int) -> str:
+        """Why frame ``f`` is not this receiver's ("": it is)."""
+        if f % self.receivers == self.receiver:
+            return ""
+        return (f"sent to receiver {self.receiver}; frame mod {self.receivers} = "
+                f"{f % self.receivers}")
+
+    def place(self, a: Assembler, st: _Scan, f: int) -> Optional[Tuple[_Open, int]]:
+        """Frame ``f``'s partition and row (None: its partition was delivered)."""
+        key, row = divmod(f // self.receivers, st.K)
+        op = st.open.get(key)
+        if op is not None:
+            return op, row
+        if st.done[key]:
+            return None
+        first = key * st.K
+        n = min(st.K, st.local - first)
+        frames = self.receiver + self.receivers * np.arange(first, first + n, dtype=np.int64)
+        return a._open(st, key, frames, n * st.g.sectors), row
+
+    def commit(self, st: _Scan, op: _Open, row: int, f: int) -> None:
+        """A sector of ``f`` stored in its row (here: placed already)."""
+
+    def delivered(self, st: _Scan, op: _Open) -> int:
+        """``op`` is being delivered: its frames."""
+        st.done[op.key] = True
+        return len(op.frames)
+
+
+class _Any(_Modulo):
+    """Routing ``any`` (a detector's own stream, any frame at any receiver): frames fill
+    partitions in arrival order."""
+
+    def expected(self, g: ScanGeometry) -> Tuple[np.ndarray, int]:
+        return np.ones(g.frames, bool), 1
+
+    def most(self, frames: int) -> int:
+        return frames
+
+    def known_producer(self, producer: int, g: ScanGeometry) -> bool:
+        return True
+
+    def wrong_receiver(self, f: int) -> str:
+        return ""
+
+    def place(self, a: Assembler, st: _Scan, f: int) -> Optional[Tuple[_Open, int]]:
+        # Propose the next free row; commit takes it only after the payload decoded,
+        # so a corrupt copy leaves no reserved, zeroed row behind.
+        if f in st.placed:
+            key, row = st.placed[f]
+            op = st.open.get(key)
+            return None if op is None else (op, row)
+        op = st.open.get(st.next_key)
+        if op is None:
+            n = min(st.K, max(st.local - len(st.placed), 1))
+            op = a._open(st, st.next_key, np.full(n, -1, np.int64), n * st.g.sectors)
+        return op, op.filled
+
+    def commit(self, st: _Scan, op: _Open, row: int, f: int) -> None:
+        if f in st.placed:
+            return
+        op.frames[row] = f
+        op.filled += 1
+        st.placed[f] = (op.key, row)
+        if op.filled == len(op.frames):
+            st.next_key += 1
+
+    def delivered(self, st: _Scan, op: _Open) -> int:
+        st.done_keys.add(op.key)
+        if op.key == st.next_key:
+            st.next_key += 1
+        return op.filled
 
 
 class Assembler:
@@ -211,6 +297,7 @@ class Assembler:
             raise ValueError("partition_frames, max_scans, idle_timeout must be positive")
         self.deliver, self.on_close, self.clock = deliver, on_close, clock
         self.receiver, self.receivers, self.routing = receiver, receivers, routing
+        self.placement = (_Modulo if routing == "modulo" else _Any)(receiver, receivers)
         self.partition_frames, self.memory_bytes = partition_frames, memory_bytes
         self.max_scans, self.idle_timeout = max_scans, idle_timeout
         self.job_bytes = job_bytes
@@ -305,8 +392,7 @@ class Assembler:
 
     def cost(self, g: ScanGeometry) -> ScanCost:
         """What scan ``g`` would cost here and in the rest of the job (no allocation)."""
-        local = -(-g.frames // self.receivers) if self.routing == "modulo" else g.frames
-        return scan_cost(g, self.frames_per_partition(g), local,
+        return scan_cost(g, self.frames_per_partition(g), self.placement.most(g.frames),
                          self.job_bytes(g) if self.job_bytes is not None else 0)
 
     def _too_large(self, g: ScanGeometry) -> bool:
@@ -326,7 +412,7 @@ class Assembler:
         if st is None:
             return
         st.last = st.report.last_message = self.clock()
-        if self.routing == "modulo" and not e.producer < st.g.producers:
+        if not self.placement.known_producer(e.producer, st.g):
             self.reject(Reason.OUT_OF_RANGE, f"end from producer {e.producer} of "
                         f"{st.g.producers}", e.scan)
             return
@@ -363,9 +449,9 @@ class Assembler:
             self.reject(Reason.OUT_OF_RANGE, f"{where}: the scan has {g.frames} frames of "
                         f"{g.sectors} sectors", d.scan)
             return
-        if self.routing == "modulo" and f % self.receivers != self.receiver:
-            self.reject(Reason.WRONG_RECEIVER, f"{where} sent to receiver {self.receiver}; "
-                        f"frame mod {self.receivers} = {f % self.receivers}", d.scan)
+        wrong = self.placement.wrong_receiver(f)
+        if wrong:
+            self.reject(Reason.WRONG_RECEIVER, f"{where} {wrong}", d.scan)
             return
         r0, r1 = g.sector_rows(s)
         if (d.r0, d.r1) != (r0, r1):
@@ -375,7 +461,7 @@ class Assembler:
         if st.report.got[f, s]:
             self._second_copy(st, d, payload, where)
             return
-        place = self._place(st, f)
+        place = self.placement.place(self, st, f)
         if place is None:
             self.reject(Reason.LATE, f"{where} arrived after its partition was delivered "
                         "(memory budget full: raise memory_bytes)", d.scan)
@@ -384,11 +470,10 @@ class Assembler:
         try:
             digest = self._store(st, op.slot, row, d.encoding, payload, r0, r1)
         except CodecError as e:
-            # routing any: the row was only proposed (see _place); nothing to undo
+            # routing any: the row was only proposed (see _Any.place); nothing to undo
             self.reject(e.reason, f"{where}: {e.detail}", d.scan)
             return
-        if self.routing == "any":
-            self._commit_any(st, op, row, f)
+        self.placement.commit(st, op, row, f)
         st.digests[f, s] = digest
         st.report.got[f, s] = True
         st.bytes += (r1 - r0) * g.shape[1] * g.itemsize
@@ -450,43 +535,6 @@ class Assembler:
                     d.scan)
 
     # ---- partitions ----
-    def _place(self, st: _Scan, f: int) -> Optional[Tuple[_Open, int]]:
-        K, S = st.K, st.g.sectors
-        if self.routing == "modulo":
-            j = f // self.receivers
-            key, row = divmod(j, K)
-            op = st.open.get(key)
-            if op is not None:
-                return op, row
-            if st.done[key]:
-                return None
-            first = key * K
-            n = min(K, st.local - first)
-            frames = self.receiver + self.receivers * np.arange(first, first + n,
-                                                                dtype=np.int64)
-            op = self._open(st, key, frames, n * S)
-            return op, row
-        # Routing any: propose the next free row; _commit_any takes it only after the
-        # payload decoded, so a corrupt copy leaves no reserved, zeroed row behind.
-        if f in st.placed:
-            key, row = st.placed[f]
-            op = st.open.get(key)
-            return None if op is None else (op, row)
-        op = st.open.get(st.next_key)
-        if op is None:
-            n = min(K, max(st.local - len(st.placed), 1))
-            op = self._open(st, st.next_key, np.full(n, -1, np.int64), n * S)
-        return op, op.filled
-
-    def _commit_any(self, st: _Scan, op: _Open, row: int, f: int) -> None:
-        if f in st.placed:
-            return
-        op.frames[row] = f
-        op.filled += 1
-        st.placed[f] = (op.key, row)
-        if op.filled == len(op.frames):
-            st.next_key += 1
-
     def _open(self, st: _Scan, key: int, frames: np.ndarray, remaining: int) -> _Open:
         if not st.free:
             if len(st.pool) < st.slots:
@@ -503,13 +551,7 @@ class Assembler:
     def _deliver(self, st: _Scan, op: _Open, evicted: bool) -> None:
         g = st.g
         del st.open[op.key]
-        if self.routing == "modulo":
-            st.done[op.key] = True
-        else:
-            st.done_keys.add(op.key)
-            if op.key == st.next_key:
-                st.next_key += 1
-        k = op.filled if self.routing == "any" else len(op.frames)
+        k = self.placement.delivered(st, op)
         frames = op.frames[:k]
         got = st.report.got[frames]
         complete = got.all(axis=1)

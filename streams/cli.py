@@ -33,20 +33,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="stream_command", metavar="{receive,watch,view}")
     sub.required = True
     r = sub.add_parser("receive", help="receive scans into the nodes of this MPI job")
-    r.add_argument("--rendezvous", required=True, metavar="FILE",
-                   help="write the endpoints here (producers read it)")
-    r.add_argument("--out", required=True, metavar="DIR", help="shared output directory")
-    r.add_argument("--scans", metavar="K", help="scans to serve in a row (default 1)")
+    from core.options import add_flags
+    from streams.job.session import SESSION_OPTIONS as OPTS
+
+    add_flags(r, OPTS, "rendezvous out scans")      # each declared once, in SessionOptions
     add_node_id_arguments(r)
-    r.add_argument("--stream2", metavar="ENDPOINT",
-                   help="receive DECTRIS Stream V2 from this detector endpoint instead "
-                        "(short for --protocol stream2 and its endpoint)")
+    add_flags(r, OPTS, "stream2")
     r.add_argument("--protocol", metavar="NAME",
                    help=f"the stream protocol: {', '.join(protocols.ROWS)} (default native; "
                         "the table of streams.protocols), or a plug-in's module:Class")
-    r.add_argument("--analysis", metavar="SPEC",
-                   help="pkg.module:NAME, FLOW.py[:NAME] or udf:MODULE:CLASS[,...] (LiberTEM "
-                        "UDFs, docs/udf.md); default: per-frame sum")
+    add_flags(r, OPTS, "analysis")
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="an option of the analysis (repeatable; JSON values)")
     r.add_argument("--analysis-params", metavar="JSON",
@@ -55,59 +51,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from analyses.udfinputs import add_arguments as add_udf_arguments
 
     add_udf_arguments(r)      # --udf-roi, --corrections
-    # a flag's dest is the name of its SessionOptions field (_receive passes them on)
-    r.add_argument("--bind", dest="bind_host", metavar="HOST",
-                   help="interface to bind (default all; 127.0.0.1 for loopback); with "
-                        "--stream2 also the address to connect to the detector from")
-    r.add_argument("--advertise", metavar="HOST", help="host name to publish")
-    r.add_argument("--receivers-per-node", metavar="M", help="default 1")
-    r.add_argument("--partition-frames", metavar="K",
-                   help="frames per partition, the step of the live partial results "
-                        "(default: 100 ms at --rate, else 16 MiB, at most a 32nd of what a "
-                        "receiver gets of the scan)")
-    r.add_argument("--rate", metavar="HZ", help="expected detector frame rate")
-    r.add_argument("--memory", type=float, metavar="MiB",
-                   help="what one open scan may cost a receiver: partitions, accounting, the "
-                        "analysis's state, live snapshot, output (default 256); a begin "
-                        "that costs more is refused too_large")
-    r.add_argument("--max-open-scans", metavar="N",
-                   help="scans open at once per receiver (default 2); a further begin is "
-                        "refused busy, the open ones go on")
-    r.add_argument("--idle-timeout", metavar="S",
-                   help="close a scan after S seconds without any of its messages (default 30)")
-    r.add_argument("--close-wait", metavar="S",
-                   help="after one receiver closed a scan, wait S s for the others "
-                        "(default: the idle timeout)")
-    r.add_argument("--timeout", metavar="S", help="end the job after S seconds")
-    r.add_argument("--allow-loss", metavar="FRACTION",
-                   help="exit 0 even if up to FRACTION of a scan's frames are missing")
-    r.add_argument("--overwrite", action="store_true", default=None,
-                   help="a scan whose name has files in --out replaces them (default: it is "
-                        "written as <scan>.2, <scan>.3, ..., said on a line and in its report)")
-    r.add_argument("--live-interval", metavar="S",
-                   help="seconds between live partial results (default 1)")
+    add_flags(r, OPTS, "bind_host advertise receivers_per_node partition_frames rate "
+              "memory_bytes max_open_scans idle_timeout close_wait timeout allow_loss "
+              "overwrite live_interval")
     r.add_argument("--then", metavar="COMMAND",
                    help="run COMMAND (no shell; {scan}, {h5}, {out} filled in) on rank 0's "
                         "node when a served scan's files are drained, while the job goes on; "
                         "output in OUT/<scan>.then.log; the job waits for it and exits 1 if "
                         "it fails (streams.after)")
-    r.add_argument("--spill", metavar="DIR", help="also write partitions to node-local DIR "
-                   "(%%n = node), recorded for stager verify/clean/drain")
-    r.add_argument("--local", metavar="DIR", help="node-local directory for outputs before "
-                   "the drain (%%n = node; default a new private "
-                   "/tmp/mpistage-stream-UID-XXXXXXXX/%%n; given, it must be yours and "
-                   "writable only by you)")
-    for o in protocols.options():     # each protocol's own options, declared there
-        if o.metavar is None:
-            r.add_argument(o.flag, dest=o.name, action="store_true", default=None, help=o.help)
-        else:
-            r.add_argument(o.flag, dest=o.name, metavar=o.metavar, help=o.help)
-    r.add_argument("--hwm", dest="rcvhwm", metavar="N",
-                   help="ZeroMQ receive high-water mark (messages per producer, default 100)")
-    r.add_argument("--outbox", type=float, metavar="MiB",
-                   help="partitions a receiver holds for its workers before it stops reading "
-                        "(default 64)")
-    _add_security_arguments(r)
+    add_flags(r, OPTS, "spill local")
+    add_flags(r, protocols.options())     # each protocol's own options, declared there
+    add_flags(r, OPTS, "rcvhwm outbox_bytes insecure authorized_keys allow_from "
+              "rendezvous_mode handshake_timeout io_threads")
     from streams.controls import job as control_job
 
     control_job.add_arguments(r)
@@ -130,28 +85,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from streams.view.cli import add_arguments as add_view_arguments
 
     add_view_arguments(sub.add_parser("view", help="a web page of a receiving job, live"))
-
-
-def _add_security_arguments(r: argparse.ArgumentParser) -> None:
-    """Security options: CURVE by default; ``--insecure``, ``--authorized-keys``,
-    ``--allow-from``."""
-    r.add_argument("--insecure", action="store_true",
-                   help="plain ZeroMQ sockets: anyone who reaches a port may send frames "
-                        "(the report says so); default: CURVE with the job's keys")
-    r.add_argument("--authorized-keys", metavar="DIR",
-                   help="accept the producers whose public certificates (*.key) are in DIR, "
-                        "and the viewers (live socket only) whose certificates are in "
-                        "DIR/viewers/, instead of writing a certificate of each role beside "
-                        "the rendezvous")
-    r.add_argument("--allow-from", metavar="ADDR[,ADDR]",
-                   help="Stream V2: accept only the detector at these IP addresses (ZAP)")
-    r.add_argument("--rendezvous-mode", type=lambda v: int(v, 8), default=0o600,
-                   metavar="OCTAL", help="file mode of the rendezvous file (default 600)")
-    r.add_argument("--handshake-timeout", type=float, default=10.0, metavar="S",
-                   help="drop a connection that completes no ZeroMQ handshake in S seconds")
-    r.add_argument("--io-threads", type=int, default=4, metavar="N",
-                   help="ZeroMQ I/O threads per receiver (default 4; CURVE decrypts there, "
-                        "one producer's connection per thread: several decrypt in parallel)")
 
 
 def _mib(value: Optional[float]) -> Optional[int]:

@@ -35,14 +35,7 @@ def job_rejections(comm: Any, loop: Any, o: Any,
     ``<out>/rejections.json`` with every connection refused during the job (the
     receivers', those while no scan was open among them, and the live socket's
     viewers). Returns the summary on rank 0, None elsewhere."""
-    mine = None
-    if loop.socket is not None:
-        never = loop.socket.never_started()
-        asm = loop.socket.assembler
-        loop.socket.refusals()
-        mine = (loop.index, dict(asm.rejected), list(asm.examples), never,
-                dict(loop.socket.refused_from), loop.socket.refused_outside_scans)
-    got = comm.gather(mine, root=0)
+    got = comm.gather(loop.job_rejections(), root=0)
     if comm.rank != 0:
         return None
     total: Counter = Counter()

@@ -59,6 +59,9 @@ from analyses.contract import Analysis
 from analyses.sparse import frames_for
 from streams.assemble import Partition
 from streams.job.coordinator import Coordinator
+from streams.job.messages import (
+    Abort, Ack, CloseAll, Closed, Detector, Enough, Finalize, Finish, FrameGet, FrameGot,
+    Heartbeat, Live, Part, Shared, Stop)
 from streams.job.frames import OUTCOMES, FrameRequests, FrameStore, lookup, parse_request
 from streams.errors import StreamError
 from streams.protocol import ScanGeometry
@@ -118,7 +121,7 @@ class RankLoop(Loop):
         for r in range(self.comm.size):
             if r != self.rank:
                 with contextlib.suppress(Exception):   # already failing; the launcher ends us
-                    self.link.send(r, TAG_ABORT, ("abort", message))
+                    self.link.send(r, TAG_ABORT, Abort(message))
 
     def _send(self, dest: int, tag: int, msg: Any) -> None:
         """``msg`` to ``dest``; to this rank itself: handled at once, not sent."""
@@ -144,35 +147,53 @@ class RankLoop(Loop):
         if not self.live_pending or (now < self.next_live and not force):
             return
         self.next_live = now + self.o.live_interval / 2
-        for scan, (g, lv) in self.live_pending.items():
-            self._send(0, TAG_LIVE, ("live", scan, g, lv))
+        for g, lv in self.live_pending.values():
+            self._send(0, TAG_LIVE, Live(g, lv))
         self.live_pending = {}
 
     def partial_of(self, scan: str) -> Any:
         """This rank's partial of ``scan`` (None: it processed none of it), forgotten here."""
         return self.partials.pop(scan, None)
 
+    def closed_report(self, scan: str) -> Optional[ScanReport]:
+        """This receiver's report of ``scan`` when it closed (None: none), forgotten here."""
+        return None
+
+    def forget(self, scan: str) -> None:
+        """``scan`` is written: what this rank's socket kept of it goes."""
+
+    def job_rejections(self) -> Any:
+        """At the job's end, this receiver's rejections, summed by
+        :func:`streams.job.ending.job_rejections`: ``(index, counts, examples, series never
+        started, connections refused, refused while no scan was open)``; None: no socket."""
+        if self.socket is None:
+            return None
+        never = self.socket.never_started()   # first: what is still held is rejected
+        asm = self.socket.assembler
+        self.socket.refusals()
+        return (self.index, dict(asm.rejected), list(asm.examples), never,
+                dict(self.socket.refused_from), self.socket.refused_outside_scans)
+
     # ---- heartbeats ----
     def _heartbeat(self, now: float) -> None:
         if now >= self.next_heartbeat:
             self.next_heartbeat = now + self.o.heartbeat
-            self._send(0, TAG_CTRL, ("hb", self.index) + self._news())
+            self._send(0, TAG_CTRL, Heartbeat(self.index, *self._news()))
 
     def _news(self) -> Tuple[List[Any], Any]:
         """A heartbeat's news: snapshots of the open scans, rejections (here: none)."""
         return [], None
 
     # ---- incoming MPI messages ----
-    def recv_abort(self, src: int, msg: Any) -> None:
-        raise StreamError(msg[1])
+    def recv_abort(self, src: int, msg: Abort) -> None:
+        raise StreamError(msg.message)
 
     def recv_fin(self, src: int, msg: Any) -> None:
-        """Rank 0's decisions: ``finalize`` a scan, ``stop`` (and the receivers' own)."""
-        kind, arg = msg
-        if kind == "finalize":
-            self.to_finalize.append(arg)
-        elif kind == "stop":
-            self.stop_reason = arg
+        """Rank 0's decisions: finalize a scan, stop (and the receivers' own)."""
+        if isinstance(msg, Finalize):
+            self.to_finalize.append(msg.scan)
+        elif isinstance(msg, Stop):
+            self.stop_reason = msg.reason
 
     # ---- the loop ----
     def run(self, finalize: Callable[[str], None],  # type: ignore[override]
@@ -224,15 +245,13 @@ class WorkerLoop(RankLoop):
         self.finished: Set[str] = set()     # scans whose "finish" marker came
 
     def recv_work(self, src: int, msg: Any) -> None:
-        kind, scan, item = msg
-        if kind == "finish":
-            self.finished.add(scan)
-        elif kind == "detector":
-            self.analysis.use_detector(scan, item)
+        if isinstance(msg, Finish):
+            self.finished.add(msg.scan)
+        elif isinstance(msg, Detector):
+            self.analysis.use_detector(msg.scan, msg.mask)
         else:
-            g, _idx, frames, complete, data = item
-            self._process(g, data, frames, complete)
-            self.link.send(src, TAG_ACK, ("ack", scan))
+            self._process(msg.geometry, msg.data, msg.frames, msg.complete)
+            self.link.send(src, TAG_ACK, Ack(msg.scan))
 
     def ready_for(self, scan: str) -> bool:
         return scan in self.finished
@@ -249,13 +268,20 @@ class ReceiverLoop(RankLoop):
         super().__init__(*args)
         self.workers: Tuple[int, ...] = self.roles.workers_of(self.rank)
         self.kept = FrameStore()             # frames kept for viewers
-        self.outbox: Deque[Tuple[str, str, Any]] = deque()    # (kind, scan, payload)
+        self.outbox: Deque[Any] = deque()    # Part, Finish, Detector
         self.outbox_bytes = 0
         self.credits = Credits(self.workers, self.o.credit)
         self.unacked: Counter = Counter()
         self.closed_reports: Dict[str, ScanReport] = {}
         self.marked: Set[str] = set()            # scans whose "finish" is queued
         self.marked_detector: Set[str] = set()   # scans whose pixel mask is in use
+
+    def closed_report(self, scan: str) -> Optional[ScanReport]:
+        return self.closed_reports.pop(scan, None)
+
+    def forget(self, scan: str) -> None:
+        if self.socket is not None:
+            self.socket.forget(scan)
 
     # ---- callbacks of the receiving socket ----
     def deliver(self, part: Partition) -> None:
@@ -272,17 +298,18 @@ class ReceiverLoop(RankLoop):
                 mask = self.o.detector_pixel_mask
             self.analysis.use_detector(scan, mask)
             if self.workers:
-                self.outbox.append(("detector", scan, mask))
+                self.outbox.append(Detector(scan, mask))
         if not self.workers:
             self._process(part.geometry, part.data, part.frames, part.complete)
             if part.data.nbytes <= self.kept.keep_bytes:
                 self.kept.keep(scan, part.frames.copy(), part.complete.copy(), part.data.copy())
             return
-        item = (part.geometry, part.index, part.frames.copy(), part.complete.copy(),
-                part.take())
-        self.kept.keep(scan, item[2], item[3], item[4])   # the workers', never written again
-        self.outbox.append(("part", scan, item))
-        self.outbox_bytes += part.data.nbytes
+        item = Part(part.geometry, part.index, part.frames.copy(), part.complete.copy(),
+                    part.take())
+        # the workers', never written again
+        self.kept.keep(scan, item.frames, item.complete, item.data)
+        self.outbox.append(item)
+        self.outbox_bytes += item.nbytes
         self.unacked[scan] += 1
 
     def on_close(self, report: ScanReport) -> None:
@@ -291,63 +318,61 @@ class ReceiverLoop(RankLoop):
         self._mark_finished(scan)
         if self.spill is not None:
             self.spill.finish(scan)
-        self.link.send(0, TAG_CTRL, ("closed", self.index, report))
+        self.link.send(0, TAG_CTRL, Closed(self.index, report))
 
     def _mark_finished(self, scan: str) -> None:
         if scan not in self.marked:
             self.marked.add(scan)
             if self.workers:
-                self.outbox.append(("finish", scan, None))
+                self.outbox.append(Finish(scan))
 
     def share(self, kind: str, msg: Any) -> None:
         """A scan's start or end (``kind``) reached this receiver only (the protocol
         calls this); tell the other receivers, whose sockets apply it."""
         for rank in self.roles.servers:
             if rank != self.rank:
-                self.link.send(rank, TAG_SHARE, (kind, msg))
+                self.link.send(rank, TAG_SHARE, Shared(kind, msg))
 
     # ---- the outbox ----
     def _dispatch(self) -> None:
         while self.outbox:
-            kind, scan, item = self.outbox[0]
-            if kind in ("finish", "detector"):      # to every worker
+            item = self.outbox[0]
+            if not isinstance(item, Part):      # Finish, Detector: to every worker
                 self.outbox.popleft()
                 for w in self.workers:
-                    self.link.send(w, TAG_WORK, (kind, scan, item))
+                    self.link.send(w, TAG_WORK, item)
                 continue
             worker = self.credits.take()
             if worker is None:
                 return
             self.outbox.popleft()
-            self.outbox_bytes -= item[4].nbytes
-            self.link.send(worker, TAG_WORK, ("part", scan, item))
+            self.outbox_bytes -= item.nbytes
+            self.link.send(worker, TAG_WORK, item)
 
     def outbox_full(self) -> bool:
         return bool(self.outbox) and self.outbox_bytes >= self.o.outbox_bytes
 
     # ---- incoming MPI messages ----
-    def recv_ack(self, src: int, msg: Any) -> None:
+    def recv_ack(self, src: int, msg: Ack) -> None:
         self.credits.grant(src)
-        self.unacked[msg[1]] -= 1
+        self.unacked[msg.scan] -= 1
 
-    def recv_share(self, src: int, msg: Any) -> None:
-        self.socket.apply_shared(*msg)     # a start or end another receiver got
+    def recv_share(self, src: int, msg: Shared) -> None:
+        self.socket.apply_shared(msg.kind, msg.msg)     # a start or end another receiver got
 
     def recv_fin(self, src: int, msg: Any) -> None:
-        kind, arg = msg
-        if kind == "close":       # rank 0's deadline: close whatever is open
+        if isinstance(msg, CloseAll):       # rank 0's deadline: close whatever is open
             self.socket.assembler.refuse_new = "the job's --timeout has passed"
             self.socket.assembler.close_all("stopped")
-        elif kind == "enough":    # rank 0 announced its last finalize: no new scan
-            self.socket.assembler.refuse_new = arg
+        elif isinstance(msg, Enough):    # rank 0 announced its last finalize: no new scan
+            self.socket.assembler.refuse_new = msg.reason
         else:
             super().recv_fin(src, msg)
 
     def recv_frame(self, src: int, msg: Any) -> None:
-        """A viewer's frame request from rank 0 (``get``): what this receiver keeps of it."""
-        _, n, scan, frame, max_bytes = msg
-        self._send(src, TAG_FRAME, ("got", n, self.rank,
-                                    lookup(self.kept, scan, frame, max_bytes)))
+        """A viewer's frame request from rank 0: what this receiver keeps of it."""
+        self._send(src, TAG_FRAME, FrameGot(msg.n, self.rank, lookup(
+            self.kept, msg.scan, msg.frame, msg.max_bytes)))
 
     # ---- the loop ----
     def _news(self) -> Tuple[List[Any], Any]:
@@ -369,7 +394,7 @@ class ReceiverLoop(RankLoop):
         if scan in asm.scans:
             asm.close(scan, "timeout")     # finalized elsewhere: stop waiting here
         self._mark_finished(scan)
-        return not (any(s == scan for _, s, _ in self.outbox) or self.unacked[scan] > 0)
+        return not (any(m.scan == scan for m in self.outbox) or self.unacked[scan] > 0)
 
     def idle(self) -> None:
         self.backoff.grow()   # the socket's poll waited
@@ -399,30 +424,27 @@ class CoordinatorLoop(ReceiverLoop):
         self._told_closing: Set[str] = set()    # scans whose wait for a receiver was told
 
     # ---- incoming MPI messages ----
-    def recv_live(self, src: int, msg: Any) -> None:
+    def recv_live(self, src: int, msg: Live) -> None:
         self.coord.heard_from(src, time.monotonic())
-        _, _, g, lv = msg
-        self.coord.live(g, lv, self.analysis.merge)
+        self.coord.live(msg.geometry, msg.live, self.analysis.merge)
 
     def recv_ctrl(self, src: int, msg: Any) -> None:
         now = time.monotonic()
         self.coord.heard_from(src, now)
-        if msg[0] == "hb":
-            _, r, snaps, rejects = msg
-            for rep, idle in snaps:
-                self.coord.snapshot(r, rep, idle, now)
-            if rejects is not None:
-                self.coord.rejections(r, *rejects)
-        elif msg[0] == "closed":
-            self.coord.closed(msg[1], msg[2], now)
+        if isinstance(msg, Heartbeat):
+            for rep, idle in msg.snapshots:
+                self.coord.snapshot(msg.index, rep, idle, now)
+            if msg.rejections is not None:
+                self.coord.rejections(msg.index, *msg.rejections)
+        elif isinstance(msg, Closed):
+            self.coord.closed(msg.index, msg.report, now)
 
     def recv_frame(self, src: int, msg: Any) -> None:
-        """A receiver's reply to a frame request (``got``; a ``get`` is this receiver's)."""
-        if msg[0] == "get":
+        """A receiver's reply to a frame request (a request is for this receiver)."""
+        if isinstance(msg, FrameGet):
             super().recv_frame(src, msg)
             return
-        _, n, rank, found = msg
-        done = self.frame_requests.answer(n, rank, found)
+        done = self.frame_requests.answer(msg.n, msg.rank, msg.found)
         if done is None:
             return
         p, found = done
@@ -457,7 +479,7 @@ class CoordinatorLoop(ReceiverLoop):
                 self._refuse(peer, refused, id=rid, scan=scan, frame=frame)
                 continue
             for r in self.roles.servers:
-                self._send(r, TAG_FRAME, ("get", n, scan, frame, fr.max_bytes))
+                self._send(r, TAG_FRAME, FrameGet(n, scan, frame, fr.max_bytes))
         for p in fr.expired(now):
             self._refuse(p.ident, "timeout", id=p.rid, scan=p.scan, frame=p.frame)
         return bool(asked)
@@ -481,13 +503,13 @@ class CoordinatorLoop(ReceiverLoop):
         if (self.refused is not None or self.deadline is not None and now >= self.deadline) \
                 and not self._closing:
             self._closing = True
-            self._fin_all(("close", None))
+            self._fin_all(CloseAll())
         for scan in self.coord.ready(now):
-            self._fin_all(("finalize", scan))
+            self._fin_all(Finalize(scan))
             self._announced += 1
             self._last_announced = now
             if self._announced == self.o.scans:
-                self._fin_all(("enough", f"the job has finalized its --scans {self.o.scans} "
+                self._fin_all(Enough(f"the job has finalized its --scans {self.o.scans} "
                                "(a scan still open goes on; no new one)"))
         # Stop once nothing is open, and no heartbeat could still bring news of a scan a
         # receiver opened before it heard "enough": then every rank has heard every
@@ -495,7 +517,7 @@ class CoordinatorLoop(ReceiverLoop):
         if (self._closing or self._announced >= self.o.scans) and self.stop_reason is None \
                 and not self.coord.open_scans() \
                 and now - self._last_announced >= 2 * self.o.heartbeat:
-            self._fin_all(("stop", "deadline" if self._closing else "scans"))
+            self._fin_all(Stop("deadline" if self._closing else "scans"))
 
     def _tell(self, now: float) -> None:
         """No silent wait: say what the receivers rejected (at most every 5 s), that a
@@ -538,6 +560,29 @@ class CoordinatorLoop(ReceiverLoop):
         if state != self._job_published and (job["total"] or job["held_before_start"]):
             self._job_published = state
             self.publisher.publish_job({"job_rejected": job})
+
+    # ---- what the job's finalize asks rank 0 ----
+    def use_names(self, names: Any) -> None:
+        """Name each scan's files by ``names`` (:class:`streams.job.names.OutputNames`)
+        when first heard of."""
+        self.names = names
+        self.coord.on_new = names.name
+
+    def release_name(self, name: str) -> None:
+        """``name``'s "receiving" record goes: the drain's files replace it."""
+        if self.names is not None:
+            self.names.release(name)
+
+    def final_report(self, scan: str, reports: List[Optional[ScanReport]]) -> ScanReport:
+        """``scan``'s merged report, with each receiver's report at its close (by index)."""
+        for r, rep in enumerate(reports):
+            if rep is not None:
+                self.coord.closed(r, rep, time.monotonic())
+        return self.coord.merged(scan, final=True)
+
+    def first_live(self, name: str) -> Optional[float]:
+        """When scan ``name``'s first live message went out (None: none yet)."""
+        return None if self.publisher is None else self.publisher.first_published.get(name)
 
     def out_name(self, scan: str) -> str:
         """The name of ``scan``'s files and live messages (:mod:`streams.job.names`)."""

@@ -3,7 +3,7 @@
 :func:`receive_scans` is what ``mpirun -n N stager stream receive`` runs on every
 rank. Collective over `job`:
 
-1. options from rank 0 (one broadcast); the job's node layout
+1. options from rank 0 (one broadcast; :mod:`streams.job.options`); the job's node layout
    (a communicator made a job by :meth:`core.job.Job.of`) and the roles
    (:func:`streams.job.roles.assign_roles`);
 2. every receiver binds its PULL socket (or, with Stream V2, connects to the
@@ -12,9 +12,10 @@ rank. Collective over `job`:
    node is the same error on every rank;
 3. each rank's loop (:func:`streams.job.ranks.rank_loop`) until ``scans`` scans are
    finalized (or the overall ``timeout`` closed what was open);
-4. per scan, collectively: the partials merged per node, then across node
-   leaders, each in the fixed tree (:func:`core.mpi.tree.tree_reduce`); the receivers' reports
-   gathered and merged; rank 0 writes ``<name>.h5`` and ``<name>.json`` to its
+4. per scan, collectively (:mod:`streams.job.finalize`): the partials merged per
+   node, then across node leaders, each in the fixed tree
+   (:func:`core.mpi.tree.tree_reduce`); the receivers' reports gathered and merged;
+   rank 0 writes ``<name>.h5`` and ``<name>.json`` to its
    node-local directory (the name settled when the scan was first heard of:
    :mod:`streams.job.names`) and the caller's ``on_written`` drains them to the
    shared output, a failed drain keeping them (:func:`streams.job.output.drained`);
@@ -28,293 +29,36 @@ from __future__ import annotations
 
 import contextlib
 import os
-import resource
-import shutil
 import time
-from dataclasses import MISSING, dataclass, field, fields, replace
-from typing import Any, Callable, Dict, List, Mapping, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from core.mpi.agree import agree, agreed, bcast_result
 from core.job import Job
-from core.mpi.tree import TreeMergeError, tree_reduce
 from core import localfs
-from core.options import (
-    Option, parse_bool, parse_int, parse_number, parse_size, parse_text, resolve)
 from core.nodes import expand_node
-from streams.accounting import ScanReport
 from analyses.loading import load_analysis
-from analyses.output import finish
 from streams.errors import StreamError
 from streams.job.ending import interrupted, job_rejections, remove_empty_parents
+from streams.job.finalize import ScanOutcome, finalize
 from streams.job.names import OutputNames
 from streams.job.localdir import default_local, local_root, node_local_dir
-from streams.job.output import drained, scan_ok, write_report
+from streams.job.options import SESSION_OPTIONS, SessionOptions, protocol_options
 from streams.job.ranks import rank_loop
 from streams.job.roles import assign_roles, partition_frames
 from streams.job.live import LivePublisher
 from streams.job.spill import SPEC_NAME, Spill, spill_spec_text
-from streams import protocols
 from streams.protocols import chosen
 from streams.protocols.native.rendezvous import remove_rendezvous
 from streams.security import StreamSecurity, check_authorized_keys
 
 __all__ = ["SessionOptions", "SESSION_OPTIONS", "receive_scans", "ScanOutcome"]
-
-
-@dataclass
-class SessionOptions:
-    """Options of a receiving job (plain data, resolved on rank 0 and broadcast).
-
-    :meth:`resolve` fills what is not given from ``STAGER_STREAM_<NAME>``, then the
-    defaults below (:data:`SESSION_OPTIONS`, the shared resolver of ``core.options``).
-
-    Attributes
-    ----------
-    rendezvous : str
-        Where to write the rendezvous file.
-    out : str
-        Shared output directory (``<scan>.h5``, ``<scan>.json``, live snapshots).
-    local : str
-        Node-local directory for outputs before the drain (``%n`` = node). Default: a
-        new private directory of rank 0 (``mkdtemp``: ``/tmp/mpistage-stream-UID-XXXXXXXX``,
-        0700). Given, it must be the user's own
-        (:func:`streams.job.localdir.node_local_dir`).
-    scans : int
-        Scans to serve, in a row: the job ends when this many were finalized (served
-        or failed) and nothing else is open; refused ``begin`` s do not count.
-    bind_host : str
-        Interface to bind (``*`` = all; ``127.0.0.1`` for tests).
-    advertise : str, optional
-        Host name to publish (default: this host's name when binding ``*``).
-    receivers_per_node : int
-    partition_frames : int, optional
-        K; default from ``rate`` (100 ms of frames per receiver) or 16 MiB.
-    rate : float, optional
-        Expected frames/s of the detector (sizes partitions).
-    memory_bytes : int
-        What one open scan may cost a receiver, checked at its ``begin``: partitions,
-        accounting, the analysis's state, live snapshot and output
-        (:func:`streams.bounds.scan_cost`); a scan that costs more is refused ``too_large``.
-    max_open_scans : int
-        Scans open at once per receiver; a further ``begin`` is refused ``busy`` (the
-        open ones go on). The job holds about ``max_open_scans x memory_bytes``.
-    idle_timeout, rcvhwm
-        Per receiver (see :class:`~streams.protocols.native.receiver.Receiver`).
-    timeout : float, optional
-        Overall seconds; then open scans close as ``stopped`` and the job ends.
-    close_wait : float
-        Seconds rank 0 waits for the other receivers after the first closed a scan.
-    allow_loss : float
-        Fraction of frames a scan may lose and still count as served (exit 0).
-    overwrite : bool
-        A scan whose name has files in ``out`` replaces them; by default it is written
-        under a new name, ``<scan>.2``, ... (:mod:`streams.job.names`).
-    live_interval : float
-        Seconds between live publications.
-    spill : str, optional
-        Node-local directory (``%n``) for spilled partitions.
-    stream2 : str, optional
-        Receive DECTRIS Stream V2 from this endpoint instead of the native protocol
-        (the shorthand of ``protocol="stream2"`` and the endpoint it connects to).
-    protocol : str, optional
-        The stream protocol, a name of :data:`streams.protocols.ROWS` (default:
-        ``stream2`` with ``stream2``, else ``native``).
-    protocol_options : dict
-        The chosen protocol's own options (its
-        :attr:`~streams.protocols.StreamProtocol.options`: Stream V2's ``v2_grace``,
-        ``v2_decode_threads``, ``v2_pixel_mask``), resolved like the others; given
-        to :meth:`resolve` as keywords of their own.
-    analysis : str, optional
-        ``pkg.module:NAME`` or ``FILE.py[:NAME]`` (default: the per-frame sum).
-    analysis_options : dict or list of dict
-    udf_roi : str, optional
-        ``udf:`` analyses: a boolean scan mask (``FILE.npy`` or ``FILE.h5:/dataset``);
-        only frames where it is True reach the UDFs (:mod:`analyses.udf`).
-    corrections : str
-        ``udf:`` analyses: ``none`` (default), ``detector`` (the pixel mask of each
-        scan's start, as LiberTEM's ``CorrectionSet`` excluded pixels) or a pixel-mask
-        ``FILE.npy`` / ``FILE.h5:/dataset``.
-    detector_pixel_mask : array, optional
-        With ``corrections="detector"``: the mask the detector's control interface gave
-        (``--control simplon://``), for a scan whose start carries none. Not a flag:
-        the control sets it (:func:`streams.controls.job.prepare`).
-    heartbeat, credit, outbox_bytes, batch
-        Loop tuning: heartbeat period, partitions a worker may hold, the receiver's
-        outbox bound in bytes, messages read per socket step.
-    insecure : bool
-        Plain ZeroMQ sockets (no CURVE, no ZAP): anyone who reaches a port may send.
-    authorized_keys : str, optional
-        Directory of public client certificates to accept instead of the job's own
-        client certificate (:mod:`streams.security`).
-    allow_from : str, optional
-        Stream V2: comma-separated peer addresses ZAP accepts.
-    rendezvous_mode : int
-        File mode of the rendezvous file (default 0600).
-    handshake_timeout : float
-        Seconds a connection has to complete the ZeroMQ handshake before it is dropped.
-    io_threads : int
-        ZeroMQ I/O threads per receiving process: CURVE decrypts in them, one
-        connection (producer) per thread at a time, so several producers decrypt in
-        parallel with more threads (idle threads cost nothing).
-    """
-
-    rendezvous: str
-    out: str
-    local: str = ""
-    scans: int = 1
-    bind_host: str = "*"
-    advertise: Optional[str] = None
-    receivers_per_node: int = 1
-    partition_frames: Optional[int] = None
-    rate: Optional[float] = None
-    memory_bytes: int = 256 << 20
-    max_open_scans: int = 2
-    idle_timeout: float = 30.0
-    rcvhwm: int = 100
-    timeout: Optional[float] = None
-    close_wait: float = 30.0
-    allow_loss: float = 0.0
-    overwrite: bool = False
-    live_interval: float = 1.0
-    spill: Optional[str] = None
-    stream2: Optional[str] = None
-    protocol: Optional[str] = None
-    protocol_options: Dict[str, Any] = field(default_factory=dict)
-    analysis: Optional[str] = None
-    analysis_options: Any = field(default_factory=dict)
-    udf_roi: Optional[str] = None
-    corrections: str = "none"
-    detector_pixel_mask: Any = None
-    heartbeat: float = 0.25
-    credit: int = 2
-    outbox_bytes: int = 64 << 20
-    batch: int = 200
-    insecure: bool = False
-    authorized_keys: Optional[str] = None
-    allow_from: Optional[str] = None
-    rendezvous_mode: int = 0o600
-    handshake_timeout: float = 10.0
-    io_threads: int = 4
-
-    @classmethod
-    def resolve(cls, env: Optional[Mapping[str, str]] = None, **kwargs: Any) -> SessionOptions:
-        """Keyword > ``STAGER_STREAM_<NAME>`` > default, parsed strictly, then checked. Local.
-
-        ``close_wait`` defaults to ``idle_timeout``. A keyword that is not an option of
-        the job is one of the chosen protocol's (:attr:`protocol_options`). Raises
-        ``ValueError`` (a value that does not parse, naming it; an option of another
-        protocol) or ``TypeError`` (an unknown keyword).
-        """
-        own = {o.name for o in SESSION_OPTIONS}
-        mask = kwargs.pop("detector_pixel_mask", None)      # an array, from the control
-        values = resolve(SESSION_OPTIONS, {k: v for k, v in kwargs.items() if k in own}, env,
-                         what="stream option")
-        values["protocol_options"] = _protocol_options(
-            values, {k: v for k, v in kwargs.items() if k not in own}, env)
-        if values["close_wait"] is None:
-            values["close_wait"] = values["idle_timeout"]
-        values["analysis_options"] = _mapping(values["analysis_options"],  # a copy
-                                              "analysis_options")
-        values["local"] = values["local"] or ""
-        opts = cls(detector_pixel_mask=mask, **values)
-        opts.check()
-        return opts
-
-    def check(self) -> None:
-        """Reject impossible values (pure; raises ValueError naming the option): each
-        value as its parser of :data:`SESSION_OPTIONS` takes it (options made without
-        :meth:`resolve` too), then what no one option's parser can tell."""
-        if not self.rendezvous or not self.out:
-            raise ValueError("a receiving job needs a rendezvous file and an output directory")
-        for o in SESSION_OPTIONS:
-            if getattr(self, o.name) is not None:
-                o.parse(getattr(self, o.name), "--" + o.name.replace("_", "-"))
-        if not 0 <= self.allow_loss < 1:
-            raise ValueError(f"--allow-loss must be a fraction in [0, 1), got {self.allow_loss}")
-        if self.spill is not None and not os.path.isabs(self.spill.replace("%n", "x")):
-            raise ValueError(f"--spill {self.spill}: give an absolute directory")
-        if self.insecure and self.authorized_keys:
-            raise ValueError("--insecure and --authorized-keys contradict each other")
-        if not 0 <= self.rendezvous_mode <= 0o777:
-            raise ValueError(f"--rendezvous-mode {self.rendezvous_mode:o} is not a file mode")
-        chosen(self.protocol, self.stream2).check(self)   # what the protocol cannot honour
-
-
-def _mapping(value: Any, name: str) -> Any:
-    """A mapping of keyword arguments, or a list of them (one per UDF of ``udf:A,B``)."""
-    if isinstance(value, Mapping):
-        return dict(value)
-    if isinstance(value, (list, tuple)) and all(isinstance(v, Mapping) for v in value):
-        return [dict(v) for v in value]
-    raise ValueError(f"{name} must be a mapping (or a list of mappings), got {value!r}")
-
-
-def _octal(value: Any, name: str) -> int:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    try:
-        return int(str(value), 8)
-    except ValueError:
-        raise ValueError(f"{name} must be an octal file mode like 600, got {value!r}") from None
-
-
-_POSITIVE, _INT1 = parse_number(0, strict=True), parse_int(1)
-_SESSION_PARSERS: Dict[str, Callable[[Any, str], Any]] = {
-    "scans": _INT1, "receivers_per_node": _INT1, "partition_frames": _INT1, "rcvhwm": _INT1,
-    "credit": _INT1, "batch": _INT1, "memory_bytes": parse_size, "max_open_scans": _INT1,
-    "outbox_bytes": parse_size,
-    "rate": _POSITIVE, "idle_timeout": _POSITIVE, "timeout": _POSITIVE,
-    "close_wait": _POSITIVE, "live_interval": _POSITIVE, "heartbeat": _POSITIVE,
-    "allow_loss": parse_number(0), "analysis_options": _mapping,
-    "insecure": parse_bool, "overwrite": parse_bool, "rendezvous_mode": _octal,
-    "handshake_timeout": _POSITIVE, "io_threads": _INT1,
-}
-#: The receiving job's options, each once: keyword > ``STAGER_STREAM_<NAME>`` > default
-#: (``analysis_options`` only as a keyword).
-SESSION_OPTIONS = tuple(
-    Option(f.name, None if f.name == "close_wait" else
-           ({} if f.name == "analysis_options" else
-            (None if f.default is MISSING else f.default)),
-           _SESSION_PARSERS.get(f.name, parse_text),
-           None if f.name == "analysis_options" else "STAGER_STREAM_" + f.name.upper())
-    for f in fields(SessionOptions) if f.name not in ("protocol_options", "detector_pixel_mask"))
-
-
-def _protocol_options(values: Mapping[str, Any], given: Mapping[str, Any],
-                      env: Optional[Mapping[str, str]]) -> Dict[str, Any]:
-    """The chosen protocol's options from ``given`` (keywords; None: not given), its
-    ``STAGER_STREAM_<NAME>`` variables and its defaults. Local, pure.
-
-    Raises ``ValueError`` for a given option of another protocol of the table, and
-    ``TypeError`` for a keyword that no protocol declares."""
-    proto = chosen(values["protocol"], values["stream2"])
-    given = {k: v for k, v in given.items() if v is not None}
-    mine = {o.name for o in proto.options}
-    theirs = {o.name: o for o in protocols.options()}
-    foreign = sorted(k for k in given if k not in mine and k in theirs)
-    if foreign:
-        raise ValueError(f"{', '.join(theirs[k].flag for k in foreign)}: not an option of "
-                         f"the {proto.name} protocol")
-    return resolve(proto.options, given, env, what=f"stream option ({proto.name} protocol)")
-
-
-@dataclass(frozen=True)
-class ScanOutcome:
-    """What one finalized scan produced (rank 0's view, broadcast)."""
-
-    scan: str
-    report: ScanReport
-    ok: bool
-    files: Dict[str, str]
-    timing: Dict[str, Any]
-    name: str = ""          # the name of its files in OUT (:mod:`streams.job.names`)
-    problem: str = ""       # why its results are not where they belong (a failed drain)
+# the options and a scan's finalize live beside this module, imported here by their users
 
 
 def _resolve(options: SessionOptions) -> SessionOptions:
     options.check()
     # made without resolve(): the protocol's options parsed, the missing ones defaulted
-    options.protocol_options = _protocol_options(
+    options.protocol_options = protocol_options(
         {"protocol": options.protocol, "stream2": options.stream2}, options.protocol_options, {})
     if options.authorized_keys:
         check_authorized_keys(options.authorized_keys)
@@ -432,8 +176,7 @@ def _receive_scans(job: Job, options: SessionOptions, on_written: Any, on_ready:
                                           security=sec)
             loop = rank_loop(lcomm, roles, analysis, opts, proto.routing, publisher)
             if comm.rank == 0 and on_written is not None:   # each scan's output name
-                loop.names = OutputNames(opts.out, opts.overwrite, loop.say)
-                loop.coord.on_new = loop.names.name
+                loop.use_names(OutputNames(opts.out, opts.overwrite, loop.say))
             if opts.spill is not None and index is not None:
                 loop.spill = Spill(opts.spill, layout.name, index,
                                    os.path.join(opts.out, SPEC_NAME))
@@ -467,8 +210,8 @@ def _receive_scans(job: Job, options: SessionOptions, on_written: Any, on_ready:
             err: Optional[BaseException] = None
             try:
                 loop.run(lambda scan: outcomes.append(
-                    _finalize(fcomm, layout, roles, loop, analysis, opts, scan, on_written,
-                              sec, proto)),
+                    finalize(fcomm, layout, roles, loop, analysis, opts, scan, on_written,
+                             sec, proto)),
                     deadline=deadline)
             except StreamError as e:
                 err = e
@@ -502,111 +245,3 @@ def _receive_scans(job: Job, options: SessionOptions, on_written: Any, on_ready:
         fcomm.Free()
         lcomm.Free()
         del MPI
-
-
-def _finalize(comm: Any, layout: Any, roles: Any, loop: Any, analysis: Any,
-              o: SessionOptions, scan: str, on_written: Optional[Callable],
-              sec: Any, proto: Any) -> ScanOutcome:
-    """Collective over `comm`: merge, gather, write and drain one scan."""
-    t0 = time.monotonic()
-    partial = loop.partial_of(scan)
-    if partial is None:
-        partial = analysis.empty()
-    if hasattr(partial, "compact"):
-        partial = partial.compact()
-    node_ranks = [r for r in range(comm.size) if roles.node_of[r] == layout.index]
-    err: Optional[BaseException] = None
-    merged = None
-    try:
-        merged = tree_reduce(comm, node_ranks, partial, analysis.merge)
-    except TreeMergeError as e:
-        err = StreamError(str(e))
-    if layout.is_leader:
-        try:
-            merged = tree_reduce(comm, list(layout.leader_ranks),
-                                 merged if err is None else analysis.empty(), analysis.merge)
-        except TreeMergeError as e:
-            err = err or StreamError(str(e))
-    agree(comm, err, f"merging scan {scan}", default=StreamError, node=layout.name)
-    t_merge = time.monotonic()
-    mine = loop.closed_reports.pop(scan, None) if loop.is_receiver else None
-    gathered = comm.gather((mine, _peak_rss_mib()), root=0)
-    files: Dict[str, str] = {}
-    timing: Dict[str, Any] = {}
-    report: Any = None
-    result: Any = None
-    local_dir = os.path.join(expand_node(o.local, layout.name), scan)
-    name = bcast_result(comm, lambda: loop.out_name(scan))
-    with agreed(comm, f"writing scan {scan}", default=StreamError, node=layout.name):
-        if comm.rank == 0:
-            coord = loop.coord
-            reports = [m for m, _ in gathered]
-            rss = [r for _, r in gathered]
-            memory = {"peak_rss_mib": rss,
-                      "receiver_peak_rss_mib": max(rss[rk] for rk in roles.servers),
-                      "assembler_bound_mib": round(o.memory_bytes / 2**20, 1),
-                      "outbox_bound_mib": round(o.outbox_bytes / 2**20, 1)}
-            recv_reports = [reports[rk] for rk in roles.servers]
-            for r, rep in enumerate(recv_reports):
-                if rep is not None:
-                    coord.closed(r, rep, time.monotonic())
-            report = coord.merged(scan, final=True)
-            if report.duplicates_across and not analysis.duplicates_safe:
-                report.invalid = (
-                    f"{report.duplicates_across} frame(s) reached two receivers and were "
-                    f"both analysed; {analysis.name} sums over frames, so its result counts "
-                    "them twice (the source sent them twice: see the rejection examples)")
-            node_dir = node_local_dir(o.local, layout.name, create=True)
-            localfs.ensure_dir(node_dir, local_dir)      # ours, 0700, no link followed
-            # the analysis's own files (CSV, PNG, stage 2's input) are drained with it
-            out = finish(analysis, merged, replace(report.geometry, scan=name),
-                         os.path.join(local_dir, f"{name}.h5"), report.coverage(),
-                         proto.detector_metadata(loop.socket, scan))
-            if out.problem:
-                report.invalid = "; ".join(x for x in (report.invalid, out.problem) if x)
-            pub = loop.publisher
-            first_live = pub.first_published.get(name) if pub is not None else None
-            timing = {"merge_s": round(t_merge - t0, 4),
-                      "write_s": round(time.monotonic() - t_merge, 4),
-                      "receive_s": round(report.last_message - report.first_message, 4),
-                      "first_live_after_first_message_s":
-                          None if first_live is None else
-                          round(first_live - report.first_message, 4),
-                      "finalized_after_last_message_s":
-                          round(time.monotonic() - report.last_message, 4)}
-            files = {"h5": f"{name}.h5", "report": f"{name}.json",
-                     **{os.path.basename(p): os.path.basename(p) for p in out.files}}
-            renamed = {} if name == scan else {"name": name, "scan_as_sent": scan}
-            write_report(os.path.join(local_dir, f"{name}.json"), report,
-                         {**renamed, "analysis": analysis.name, "outputs": files,
-                          "timing": timing,
-                          "h5_bytes": out.bytes, "roles": roles.describe("receiver"),
-                          "memory": memory, "allow_loss": o.allow_loss,
-                          "served": scan_ok(report, o.allow_loss),
-                          "security": sec.describe() if sec is not None else None})
-            result = out.partial
-    if loop.socket is not None:
-        loop.socket.forget(scan)        # e.g. a Stream V2 start's arrays: written now
-    problem, keep_local = "", False
-    if on_written is not None:
-        written = comm.bcast({layout.name: sorted(files.values())} if comm.rank == 0
-                             else None, root=0)
-        if comm.rank == 0 and loop.names is not None:
-            loop.names.release(name)    # its "receiving" record, replaced by the drain
-        problem, keep_local = drained(comm, on_written, name, os.path.join(o.local, scan),
-                                written, local_dir, o.out)
-    if comm.rank == 0:      # the final message after the drain: a failed end is told
-        loop.publish(scan, time.monotonic(), final=True, partial=result,
-                     ended={"served": scan_ok(report, o.allow_loss) and not problem,
-                            "failed": problem or None})
-        if not keep_local:
-            shutil.rmtree(local_dir, ignore_errors=True)
-            remove_empty_parents(local_dir, o.local)
-    return bcast_result(comm, lambda: ScanOutcome(
-        scan, report, scan_ok(report, o.allow_loss) and not problem, files, timing, name,
-        problem))
-
-
-def _peak_rss_mib() -> float:
-    """This process's peak resident set so far (MiB; Linux reports KiB)."""
-    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)

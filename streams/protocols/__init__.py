@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from core.options import Option
@@ -30,23 +29,12 @@ __all__ = ["StreamProtocol", "ProtocolOption", "ROWS", "register", "protocol", "
            "options", "connect_from", "write_rendezvous_json"]
 
 
-@dataclass(frozen=True)
-class ProtocolOption(Option):
-    """One option of a protocol or of the detector controls (:class:`core.options.Option`:
-    keyword name, default, strict parser, ``STAGER_STREAM_<NAME>``) and its ``stager
-    stream receive`` flag, ``--NAME`` with ``_`` as ``-`` (a boolean's flag takes no value).
-
-    The job resolves the chosen protocol's options like its own (keyword > environment
-    > default, on rank 0) into ``SessionOptions.protocol_options``, which the protocol
-    reads (:meth:`StreamProtocol.socket`).
-    """
-
-    help: str = ""
-    metavar: Optional[str] = None
-
-    @property
-    def flag(self) -> str:
-        return "--" + self.name.replace("_", "-")
+#: One option of a protocol or of the detector controls (:class:`core.options.Option`:
+#: keyword name, default, strict parser, ``STAGER_STREAM_<NAME>``, its ``stager stream
+#: receive`` flag). The job resolves the chosen protocol's options like its own (keyword >
+#: environment > default, on rank 0) into ``SessionOptions.protocol_options``, which the
+#: protocol reads (:meth:`StreamProtocol.socket`).
+ProtocolOption = Option
 
 
 class StreamProtocol:

@@ -168,7 +168,7 @@ def test_only_the_offline_runner_of_the_analyses_imports_workflows(graph):
     users = sorted(m for m, deps in graph.items() if m.startswith("analyses")
                    and any(d.split(".")[0] == "workflows" for d in deps))
     assert users == ["analyses.runner"], users
-    assert "analyses.output" in graph["streams.job.session"], "the stream job's own finish?"
+    assert "analyses.output" in graph["streams.job.finalize"], "the stream job's own finish?"
 
 
 # The floors of the house, lowest first: a package imports only packages on lower floors

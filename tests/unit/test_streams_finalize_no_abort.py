@@ -8,7 +8,8 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-MODULES = ("streams/job/session.py", "streams/job/output.py", "streams/job/names.py",
+MODULES = ("streams/job/session.py", "streams/job/finalize.py", "streams/job/output.py",
+           "streams/job/names.py",
            "streams/after.py", "streams/cli.py")
 
 
@@ -44,9 +45,9 @@ def _reachable(funcs, start):
 
 def test_the_finalize_path_calls_no_abort():
     funcs = _functions()
-    # _finalize and what it calls; the command's drain callback (a closure of _receive)
-    reach = _reachable(funcs, ["_finalize", "drain", "drained", "start"])
-    assert {"_finalize", "drained", "drain"} <= reach
+    # finalize and what it calls; the command's drain callback (a closure of _receive)
+    reach = _reachable(funcs, ["finalize", "drain", "drained", "start"])
+    assert {"finalize", "drained", "drain"} <= reach
     for name in reach:
         for m, fn in funcs[name]:
             aborts = [n.lineno for n in ast.walk(fn) if isinstance(n, ast.Attribute)
@@ -55,11 +56,11 @@ def test_the_finalize_path_calls_no_abort():
 
 
 def test_the_drain_callback_is_called_only_where_its_failure_is_caught():
-    """``on_written`` (the drain) raised out of ``_finalize`` into the loop, which
+    """``on_written`` (the drain) raised out of ``finalize`` into the loop, which
     aborted every rank: it is called only inside :func:`drained`'s ``try``."""
     funcs = _functions()
-    (_, fin), = funcs["_finalize"]
-    assert "on_written" not in set(_called(fin)), "_finalize calls the drain unguarded"
+    (_, fin), = funcs["finalize"]
+    assert "on_written" not in set(_called(fin)), "finalize calls the drain unguarded"
     (_, dr), = funcs["drained"]
     tries = [n for n in ast.walk(dr) if isinstance(n, ast.Try)]
     assert any("drain" in set(_called(t)) and t.handlers for t in tries)
