@@ -44,7 +44,8 @@ def test_a_session_script_serves_two_scans_drains_the_spill_and_cleans(tmp_path)
         "spill": str(spill), "node_options": "--emulate-nodes 2",
         "launcher": "mpirun -n 4 --oversubscribe",
         "stager": f"{sys.executable} -m stager",
-        "receive_options": f"--bind 127.0.0.1 --local {tmp_path}/local/%n --live-interval 0.2"},
+        "receive_options": f"--bind 127.0.0.1 --local {tmp_path}/local/%n --live-interval 0.2 "
+                           "--partition-frames 32"},
         where="stream-session")
     job = tmp_path / "job.sbatch"
     job.write_text(script)
