@@ -7,8 +7,8 @@ rank 0 settles the output name of every scan when the first receiver reports it 
 the acquisition. Without ``--overwrite`` a name whose files are in ``OUT`` already
 (``<name>.h5``, ``.json``, ``.live.h5``, ``.live.png``, an analysis's own
 ``<name>.*``; another job's, or this job's earlier scan) becomes ``<name>.2``,
-``<name>.3``, ...; the name is taken by creating ``OUT/<name>.json`` exclusively (a
-record saying the scan is being received, replaced by its report), so two jobs
+``<name>.3``, ...; the name is taken by creating ``OUT/<name>.receiving`` exclusively (a
+record saying the scan is being received, removed before its files are drained), so two jobs
 writing into one ``OUT`` never pick the same. With ``--overwrite`` the scan keeps its
 name and replaces what is there.
 """
@@ -24,6 +24,11 @@ from typing import Callable, Dict, Optional, Tuple
 from core.outputs import mark
 
 __all__ = ["OutputNames"]
+
+#: The record that holds a name while its scan is received (JSON, ``"state":
+#: "receiving"``). Not ``<name>.json``: that file's appearing means the scan's report
+#: is written (tools, and tests, wait for it), so it must not exist before.
+RECORD = ".receiving"
 
 #: ``<name>.<K>.<ext>`` is another scan's (a renamed one), not ``<name>``'s own file.
 _RENAMED = re.compile(r"\d+\.")
@@ -76,7 +81,7 @@ class OutputNames:
             why = self._taken(name)
             if why is None and self._hold(scan, name):
                 break
-            first = first or why or os.path.join(self.out, name + ".json")
+            first = first or why or os.path.join(self.out, name + RECORD)
         else:
             raise OSError(f"{self.out}: no free name for scan {scan} ({scan}.2 .. .9999 taken)")
         if name != scan and self.say is not None:
@@ -85,8 +90,9 @@ class OutputNames:
         return name
 
     def _hold(self, scan: str, name: str) -> bool:
-        """Create ``OUT/<name>.json`` exclusively: False if it exists (another job's)."""
-        path = os.path.join(self.out, name + ".json")
+        """Create ``OUT/<name>.receiving`` exclusively: False if it exists (another
+        job's)."""
+        path = os.path.join(self.out, name + RECORD)
         record = {"scan": name, "scan_as_sent": scan, "state": "receiving",
                   "job": {"host": socket.gethostname(), "pid": os.getpid(),
                           "started": time.strftime("%Y-%m-%dT%H:%M:%S")}}
@@ -107,7 +113,7 @@ class OutputNames:
         """Remove ``name``'s record before its files are drained, if it is still the one
         made here (never a file someone put in its place)."""
         held = self._held.pop(name, None)
-        path = os.path.join(self.out, name + ".json")
+        path = os.path.join(self.out, name + RECORD)
         try:
             st = os.lstat(path)
         except OSError:

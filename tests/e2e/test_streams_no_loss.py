@@ -67,8 +67,9 @@ def test_a_drain_that_fails_after_the_scan_keeps_the_results_and_exits_1(tmp_pat
     feed = threading.Thread(target=run_producers, args=(_scan(rate=16.0), rv))   # ~4 s
     feed.start()
     # the job settles the scan's output name at its begin, before the result exists
-    wait_for(lambda: (job.out / "s1.json").exists(), 60, "the scan's name to be taken")
-    assert json.loads((job.out / "s1.json").read_text())["state"] == "receiving"
+    wait_for(lambda: (job.out / "s1.receiving").exists(), 60, "the scan's name to be taken")
+    assert json.loads((job.out / "s1.receiving").read_text())["state"] == "receiving"
+    assert not (job.out / "s1.json").exists()   # the report's file means the scan ended
     (job.out / "s1.h5").write_bytes(b"a file of the user's, not mpistage's")
     feed.join(120)
     rc, out, err = job.wait()

@@ -178,7 +178,7 @@ def test_the_page_follows_a_live_scan_to_the_file_the_job_wrote(tmp_path):
                                 args=(_scan("s2", scan_shape=(4, 4), rate=4.0), rv))
         feed.start()
         end = time.monotonic() + 60
-        while not (out / "s2.json").exists() and time.monotonic() < end:
+        while not (out / "s2.receiving").exists() and time.monotonic() < end:
             time.sleep(0.05)
         (out / "s2.h5").write_bytes(b"the user's")
         feed.join(60)

@@ -16,7 +16,7 @@ def test_a_taken_name_becomes_the_next_free_one_and_says_so(tmp_path):
     assert names.name("s1") == "s1.3" and names.name("s1") == "s1.3"
     assert "scan s1 is written as s1.3" in said[0] and "s1.live.png" in said[0]
     assert names.name("s10") == "s10.2" and names.name("s2") == "s2"
-    record = json.loads((tmp_path / "s1.3.json").read_text())
+    record = json.loads((tmp_path / "s1.3.receiving").read_text())
     assert record["state"] == "receiving" and record["scan_as_sent"] == "s1"
     assert record["written_by"] == "mpistage"
     # another job writing into the same OUT does not take a name held here
@@ -27,12 +27,12 @@ def test_release_removes_only_its_own_record(tmp_path):
     names = OutputNames(str(tmp_path))
     assert names.name("a") == "a"
     names.release("a")
-    assert not (tmp_path / "a.json").exists()
+    assert not (tmp_path / "a.receiving").exists()
     assert names.name("b") == "b"
-    (tmp_path / "b.json").unlink()
-    (tmp_path / "b.json").write_text("{}")       # someone else's file in its place
+    (tmp_path / "b.receiving").unlink()
+    (tmp_path / "b.receiving").write_text("{}")       # someone else's file in its place
     names.release("b")
-    assert (tmp_path / "b.json").read_text() == "{}"
+    assert (tmp_path / "b.receiving").read_text() == "{}"
 
 
 def test_overwrite_keeps_every_name(tmp_path):
