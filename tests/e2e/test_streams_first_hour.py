@@ -127,7 +127,7 @@ def test_interrupted_says_one_line_and_a_clean_end_leaves_nothing_behind(tmp_pat
     feed = threading.Thread(target=run_producers, args=(_scan("s2", rate=10.0), rv),
                             kwargs={"send_timeout": 30.0, "linger": 0})
     feed.start()
-    wait_for(lambda: (again.out / "s2.json").exists(), 60, "the scan to begin")
+    wait_for(lambda: (again.out / "s2.receiving").exists(), 60, "the scan to begin")
     time.sleep(1.0)
     os.kill(again.p.pid, signal.SIGINT)          # Ctrl-C on mpirun
     rc, out, err = again.wait()

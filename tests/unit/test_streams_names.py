@@ -38,4 +38,4 @@ def test_release_removes_only_its_own_record(tmp_path):
 def test_overwrite_keeps_every_name(tmp_path):
     (tmp_path / "s1.h5").write_bytes(b"x")
     names = OutputNames(str(tmp_path), overwrite=True)
-    assert names.name("s1") == "s1" and not (tmp_path / "s1.json").exists()
+    assert names.name("s1") == "s1" and not (tmp_path / "s1.receiving").exists()
