@@ -209,3 +209,59 @@ class SocketLoop:
         self.close()
 
 
+
+
+class TcpLoop(SocketLoop):
+    """A :class:`SocketLoop` on one TCP connection to a detector's data port (Merlin, ASI
+    TPX3): connected at the first step the port answers, dropped (and its read state reset,
+    :meth:`_reset`) on a framing error or at :meth:`close`. Subclasses set ``host``,
+    ``port``, ``_tcp = None`` and ``connections``, and define :meth:`_reset` and ``_read``."""
+
+    host: str
+    port: Optional[int]
+    _tcp: Any
+    connections: int
+    messages: int
+    assembler: Any
+
+    def _reset(self) -> None:
+        """Forget what was read of the connection (its buffer, a message cut short)."""
+
+    def _ready(self) -> None:
+        self._connect()
+
+    def _connect(self) -> bool:
+        if self._tcp is not None or self.port is None:
+            return self._tcp is not None
+        try:
+            s = socket.create_connection((self.host, self.port), timeout=1.0)
+        except OSError:
+            return False        # not there yet: retried at the next step
+        s.setblocking(False)
+        self._tcp = s
+        self._reset()
+        self.connections += 1
+        return True
+
+    def _drop(self) -> None:
+        if self._tcp is not None:
+            self._tcp.close()
+            self._tcp = None
+        self._reset()
+
+    def close(self) -> None:
+        self._drop()
+
+    def step(self, timeout: float = 0.1, max_messages: int = 1000) -> int:
+        import select
+
+        n = 0
+        if not self._connect():
+            time.sleep(min(timeout, 0.1))
+        else:
+            readable, _, _ = select.select([self._tcp], [], [], timeout)
+            if readable:
+                n = self._read(max_messages)
+        self.messages += n
+        self.assembler.expire()
+        return n

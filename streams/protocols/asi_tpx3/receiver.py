@@ -19,7 +19,6 @@ frames (:func:`analyses.sparse.frames_for`, ``docs/stream-protocol.md`` section 
 """
 from __future__ import annotations
 
-import select
 import socket
 import time
 from typing import Any, Callable, Dict, Optional, Sequence
@@ -32,7 +31,7 @@ from streams.protocol import Begin, Data, End, Reason, ScanGeometry, rejection
 from streams.protocols.asi_tpx3 import wire
 from streams.protocols.asi_tpx3.partitions import ENCODING, SparseAssembler
 from streams.scanshape import resolve_scan_shape
-from streams.socketloop import SocketLoop
+from streams.socketloop import TcpLoop
 
 __all__ = ["Tpx3Receiver", "FRAME_DTYPE"]
 
@@ -42,7 +41,7 @@ FRAME_DTYPE = np.dtype("<u4")
 _RECV = 4 << 20
 
 
-class Tpx3Receiver(SocketLoop):
+class Tpx3Receiver(TcpLoop):
     """Receive an ASI TPX3 data socket into partitions.
 
     Parameters
@@ -88,42 +87,8 @@ class Tpx3Receiver(SocketLoop):
         self.payload_bytes = 0
 
     # ---- the connection ----
-    def _ready(self) -> None:
-        self._connect()
-
-    def _connect(self) -> bool:
-        if self._tcp is not None or self.port is None:
-            return self._tcp is not None
-        try:
-            s = socket.create_connection((self.host, self.port), timeout=1.0)
-        except OSError:
-            return False        # not there yet: retried at the next step
-        s.setblocking(False)
-        self._tcp, self._buf, self._chunk, self._skip = s, bytearray(), None, 0
-        self.connections += 1
-        return True
-
-    def _drop(self) -> None:
-        if self._tcp is not None:
-            self._tcp.close()
-            self._tcp = None
+    def _reset(self) -> None:
         self._buf, self._chunk, self._skip = bytearray(), None, 0
-
-    def close(self) -> None:
-        self._drop()
-
-    def step(self, timeout: float = 0.1, max_messages: int = 1000) -> int:
-        n = 0
-        if not self._connect():
-            time.sleep(min(timeout, 0.1))
-        else:
-            assert self._tcp is not None
-            readable, _, _ = select.select([self._tcp], [], [], timeout)
-            if readable:
-                n = self._read(max_messages)
-        self.messages += n
-        self.assembler.expire()
-        return n
 
     def _read(self, max_messages: int) -> int:
         assert self._tcp is not None

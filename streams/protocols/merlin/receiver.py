@@ -12,7 +12,6 @@ rejected (counted) and the connection is dropped and made again.
 """
 from __future__ import annotations
 
-import select
 import socket
 import time
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
@@ -26,7 +25,7 @@ from streams.protocol import Begin, Data, End, Reason, ScanGeometry, rejection
 from streams.protocols.merlin.mpx import (PREFIX, decode_pixels, images_of, parse_frame_header,
                                           parse_hdr, parse_prefix)
 from streams.scanshape import resolve_scan_shape
-from streams.socketloop import SocketLoop
+from streams.socketloop import TcpLoop
 
 __all__ = ["MerlinReceiver"]
 
@@ -37,7 +36,7 @@ _CHUNK = 4 << 20
 _SWAPPED = {"U01": "raw", "U08": "raw", "U16": "raw>u2", "U32": "raw>u4"}
 
 
-class MerlinReceiver(SocketLoop):
+class MerlinReceiver(TcpLoop):
     """Receive a Merlin's data port into partitions.
 
     Parameters
@@ -81,43 +80,8 @@ class MerlinReceiver(SocketLoop):
         self.on_share = on_share
 
     # ---- the connection ----
-    def _ready(self) -> None:
-        self._connect()
-
-    def _connect(self) -> bool:
-        if self._tcp is not None or self.port is None:
-            return self._tcp is not None
-        try:
-            s = socket.create_connection((self.host, self.port), timeout=1.0)
-        except OSError:
-            return False        # not there yet: retried at the next step
-        s.setblocking(False)
-        self._tcp = s
+    def _reset(self) -> None:
         self._lo = self._hi = 0
-        self.connections += 1
-        return True
-
-    def _drop(self) -> None:
-        if self._tcp is not None:
-            self._tcp.close()
-            self._tcp = None
-        self._lo = self._hi = 0
-
-    def close(self) -> None:
-        self._drop()
-
-    def step(self, timeout: float = 0.1, max_messages: int = 1000) -> int:
-        n = 0
-        if not self._connect():
-            time.sleep(min(timeout, 0.1))
-        else:
-            assert self._tcp is not None
-            readable, _, _ = select.select([self._tcp], [], [], timeout)
-            if readable:
-                n = self._read(max_messages)
-        self.messages += n
-        self.assembler.expire()
-        return n
 
     def _room(self) -> None:
         """Make room at the end of the buffer: move the partial message to the front, or
