@@ -26,27 +26,7 @@ root prints the tasks that were in workers' hands and the counts so far when
 reaches is given up; the summary is printed and the job ends with
 ``MPI_Abort``.
 
-A flow file defines ``main(args)``, which builds the task graph and returns its
-final future(s) (or a list/dict of them), and optionally ``add_arguments(parser)``
-for its own options (given after ``--``). ``args`` is an ``argparse.Namespace``
-with the flow's options plus ``argv`` (flow arguments), ``out`` (absolute
-output directory: ``--out``, else a new directory ``<folder>-<flow>-out-<date>-<time>`` made in
-the current directory, never the current directory itself), ``overwrite``
-(``--overwrite``: results may replace files this project did not write, see
-:mod:`core.outputs`; never an input), ``executor`` (its
-name), ``workers``, ``ranks``, ``stage_report`` (or ``None``) and ``flow``
-(the flow file).
-
-A flow may also define ``finalize(args, job)``, called on every rank after
-all tasks finished (``job`` is the run's :class:`core.job.Job` over
-``MPI.COMM_WORLD``, the node layout the stager used, or ``None`` without MPI):
-the place for collective writes such as
-:func:`workflows.results.write_collective` of rows kept on the worker ranks.
-
-A flow whose options include ``results`` (a node-local results directory, ``%n``:
-each node's) has them drained by the runner after ``finalize``, into ``out``
-(:func:`drain_results`; not with ``drain`` false, ``--no-drain``), the drain added
-to its ``RUN_RECORD`` (a JSON file in ``out``) if it names one.
+What a flow file defines, and the ``args`` its ``main`` is given: :mod:`workflows.flow`.
 """
 
 from __future__ import annotations
@@ -54,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
 import time
 import traceback
@@ -67,7 +46,6 @@ from core.mpi.agree import agree, agreed, bcast_result, quiet_barrier
 from core.mpi.launcher import first_rank_speaks
 from core.mpi.launcher import under_mpi_launcher as under_mpirun
 from core.nodes import add_node_id_flags, local_node_name, node_id_of, resolve_node_id
-from core.table import load_module
 from hooks import SpecError
 from stager.errors import PlanError
 from core.outputs import run_directory
@@ -75,10 +53,12 @@ from core.outputs import run_directory
 from .errors import FlowError, TaskFailure, WorkflowError
 from .executors import NAMES, ROWS, Executor, make
 from .futures import exception_of, find_futures, wait_all
+from .flow import flow_namespace, load_flow
 from .leader import leader_hooks_from, run_leader_hook
+from .drain import drain_results
 from .node import on_this_node, set_node
 
-__all__ = ["main", "load_flow", "build_parser"]
+__all__ = ["main", "build_parser", "drain_results"]
 
 ENV_EXECUTOR = "WORKFLOWS_EXECUTOR"
 
@@ -87,96 +67,38 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m workflows run",
         description="Stage (optional), then run a workflow file's main(args) on an executor.",
-        epilog="Arguments after -- (and unknown options) go to the flow.",
-    )
-    p.add_argument("flow", help="workflow file defining main(args), or its module name "
-                   "(e.g. analyses.runner)")
-    p.add_argument(
-        "--executor",
-        choices=NAMES,
-        default=None,
-        help=f"where tasks run (default: ${ENV_EXECUTOR}, else mpi under mpirun, else local)",
-    )
-    p.add_argument(
-        "--workers", type=int, default=None, help="workers for local/parsl (default: CPUs)"
-    )
-    p.add_argument(
-        "--parsl-config",
-        choices=("htex-local", "threads"),
-        default=None,
-        help="Parsl configuration for --executor parsl (default htex-local)",
-    )
-    p.add_argument(
-        "--debug",
-        action="store_true",
-        help="inline executor: pickle every task and result round-trip",
-    )
-    p.add_argument(
-        "--stage",
-        metavar="SPEC",
-        default=None,
-        help="hook spec file to stage collectively before the workflow",
-    )
+        epilog="Arguments after -- (and unknown options) go to the flow.")
+    add = p.add_argument
+    add("flow", help="workflow file defining main(args), or its module name (e.g. analyses.runner)")
+    add("--executor", choices=NAMES,
+        help=f"where tasks run (default: ${ENV_EXECUTOR}, else mpi under mpirun, else local)")
+    add("--workers", type=int, help="workers for local/parsl (default: CPUs)")
+    add("--parsl-config", choices=("htex-local", "threads"),
+        help="Parsl configuration for --executor parsl (default htex-local)")
+    add("--debug", action="store_true",
+        help="inline executor: pickle every task and result round-trip")
+    add("--stage", metavar="SPEC", help="hook spec file to stage collectively before the workflow")
     add_node_id_flags(p)  # --node-id HOW, or one of its older spellings
-    p.add_argument(
-        "--out",
-        default=None,
-        metavar="DIR",
-        help="output directory (default: a new directory FOLDER-FLOW-out-DATE-TIME here)",
-    )
-    p.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="results may replace existing files mpistage did not write (never an input)",
-    )
-    p.add_argument(
-        "--leader-hook-startup",
-        default=None,
-        metavar="HOOK",
-        help="spec file or module:function run once per node before tasks "
-        "(default $STAGER_LEADER_HOOK_STARTUP)",
-    )
-    p.add_argument(
-        "--leader-hook-shutdown",
-        default=None,
-        metavar="HOOK",
-        help="spec file or module:function run once per node after tasks "
-        "(default $STAGER_LEADER_HOOK_SHUTDOWN)",
-    )
-    p.add_argument(
-        "--timeout",
-        type=float,
-        default=None,
-        metavar="SECONDS",
+    add("--out", metavar="DIR",
+        help="output directory (default: a new directory FOLDER-FLOW-out-DATE-TIME here)")
+    add("--overwrite", action="store_true",
+        help="results may replace existing files mpistage did not write (never an input)")
+    for when, where in (("startup", "before"), ("shutdown", "after")):
+        add(f"--leader-hook-{when}", metavar="HOOK",
+            help=f"spec file or module:function run once per node {where} tasks "
+            f"(default $STAGER_LEADER_HOOK_{when.upper()})")
+    add("--timeout", type=float, metavar="SECONDS",
         help="time limit of the flow (main and every task): tasks still running then are "
-        "interrupted and fail, the run ends with its summary and exit 1",
-    )
-    p.add_argument(
-        "--task-timeout",
-        type=float,
-        default=None,
-        metavar="SECONDS",
-        help="timeout of each task whose app sets none (@app(timeout=...))",
-    )
-    p.add_argument(
-        "--isolate",
-        action="store_true",
+        "interrupted and fail, the run ends with its summary and exit 1")
+    add("--task-timeout", type=float, metavar="SECONDS",
+        help="timeout of each task whose app sets none (@app(timeout=...))")
+    add("--isolate", action="store_true",
         help="run every task in a forked child of its worker, so a task that kills its "
-        "process fails alone (named, with the signal) instead of ending the job",
-    )
-    p.add_argument(
-        "--dispatch",
-        choices=("central", "nodes"),
-        default=None,
+        "process fails alone (named, with the signal) instead of ending the job")
+    add("--dispatch", choices=("central", "nodes"),
         help="mpi executor: one dispatcher (central) or one task server per node (nodes); "
-        "default $WORKFLOWS_MPI_DISPATCH, else central",
-    )
-    p.add_argument(
-        "--report",
-        default=None,
-        metavar="JSON",
-        help="write counts and phase times of the run as JSON (rank 0)",
-    )
+        "default $WORKFLOWS_MPI_DISPATCH, else central")
+    add("--report", metavar="JSON", help="write counts and phase times of the run as JSON (rank 0)")
     return p
 
 
@@ -185,93 +107,6 @@ def _split_argv(argv: List[str]) -> Tuple[List[str], List[str]]:
         i = argv.index("--")
         return argv[:i], argv[i + 1 :]
     return argv, []
-
-
-def flow_module_name(path: str) -> Optional[str]:
-    """The dotted name under which ``path`` is importable from ``sys.path``, if any."""
-    path = os.path.abspath(path)
-    for entry in sys.path:
-        root = os.path.abspath(entry or os.getcwd())
-        if not path.startswith(root + os.sep):
-            continue
-        parts = os.path.relpath(path, root)[:-3].split(os.sep)
-        pkgdir, ok = root, True
-        for pkg in parts[:-1]:
-            pkgdir = os.path.join(pkgdir, pkg)
-            ok = ok and pkg.isidentifier() and os.path.isfile(os.path.join(pkgdir, "__init__.py"))
-        if ok and all(p.isidentifier() for p in parts):
-            return ".".join(parts)
-    return None
-
-
-def load_flow(path: str):
-    """Import a workflow file (by its dotted name if importable, else by path).
-
-    Raises
-    ------
-    FlowError
-        Missing file, import failure, or no ``main``.
-    """
-    import importlib
-    import importlib.util
-
-    if not path.endswith(".py") and path.replace(".", "").replace("_", "").isalnum():
-        # a dotted module name (``analyses.runner``): its file
-        try:
-            spec = importlib.util.find_spec(path)
-        except (ImportError, ValueError):
-            spec = None
-        if spec is not None and spec.origin and spec.origin.endswith(".py"):
-            path = spec.origin
-    if path.endswith(".py") and not os.path.isfile(path) and not os.path.isabs(path):
-        path = _installed_flow(path) or path
-    if not path.endswith(".py") or not os.path.isfile(path):
-        raise FlowError(f"workflow file {path!r} not found in {os.getcwd()} (expected an "
-                        "existing .py file, or the module name of an installed package's "
-                        "flow, such as hedm.ff or analyses.runner)")
-    name = flow_module_name(path)
-    try:
-        stem = os.path.splitext(os.path.basename(path))[0]
-        module = load_module(name or path, f"workflows_flow_{stem}")
-    except Exception as exc:
-        raise FlowError(
-            f"workflow file {path} failed to import: {type(exc).__name__}: {exc}"
-        ) from exc
-    if not callable(getattr(module, "main", None)):
-        raise FlowError(f"workflow file {path} defines no main(args) function")
-    return module
-
-
-def _installed_flow(path: str) -> Optional[str]:
-    """The file of an installed package's flow written as a path relative to the clone
-    (``hedm/ff.py``, as the docs write it) when no such file is in the current directory:
-    the module ``hedm.ff``'s file, if it is that path; else None."""
-    import importlib.util
-
-    path = os.path.normpath(path)
-    dotted = path[:-3].replace(os.sep, ".")
-    if not all(p.isidentifier() for p in dotted.split(".")):
-        return None
-    try:
-        spec = importlib.util.find_spec(dotted)
-    except (ImportError, ValueError):
-        return None
-    origin = spec.origin if spec is not None else None
-    if origin and origin.endswith(os.sep + path) and os.path.isfile(origin):
-        return origin
-    return None
-
-
-def _flow_namespace(module: Any, flow: str, flow_argv: List[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog=f"{os.path.basename(flow)} (flow arguments)")
-    if callable(getattr(module, "add_arguments", None)):
-        module.add_arguments(parser)
-        ns = parser.parse_args(flow_argv)
-    else:
-        ns = argparse.Namespace()
-    ns.argv = list(flow_argv)
-    ns.flow = os.path.abspath(flow)
-    return ns
 
 
 def _drive(module: Any, ns: argparse.Namespace, ex: Executor, opts: Any = None) -> Dict[str, Any]:
@@ -369,7 +204,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         module = load_flow(opts.flow)
         with first_rank_speaks():
-            ns = _flow_namespace(module, opts.flow, flow_argv)
+            ns = flow_namespace(module, opts.flow, flow_argv)
         out = os.path.abspath(opts.out) if opts.out else ""
         if out and "%n" not in out:  # a per-node template: made on each node, once named
             os.makedirs(out, exist_ok=True)
@@ -571,50 +406,6 @@ def _agreed_step(step: Any, ns: argparse.Namespace, job: Optional[Job], rank: in
             print(f"error: {type(error).__name__}: {error}", file=sys.stderr)
         return 1
     return 0
-
-
-def drain_results(args: Any, job: Any, record: Optional[str] = None) -> None:
-    """Collective over `job`: every rank must call. Drain a flow's node-local results
-    (``args.results``, ``%n``: each node's) into ``args.out``; the runner calls it after
-    the flow's ``finalize`` when the flow has a ``results`` option (``--no-drain``:
-    ``args.drain`` false, left in place for a later ``stager drain``).
-
-    Every node's files land directly in ``args.out`` (``merge``; names are unique
-    because one task writes them), replacing an earlier run's; then each node's leader
-    removes its node-local results directory. ``record``: a JSON file in ``args.out`` (a
-    flow's ``RUN_RECORD``) to which rank 0 adds ``"drain"`` (seconds, files, bytes).
-    ``job`` is the runner's, the node layout the stager used (``None``: one made here).
-    """
-    from stager import drain
-    from core.nodes import expand_node
-
-    with Job.of(job) as job:
-        comm = job.comm
-        # After a failed main there may be nothing to drain: then say nothing more.
-        here = False
-        with agreed(comm, "draining results"):
-            here = os.path.isdir(expand_node(args.results, job.name))
-        if not comm.allreduce(here):
-            return
-        t0 = time.perf_counter()
-        report = drain(args.results, args.out, job, merge=True, overwrite=True)
-        seconds = time.perf_counter() - t0
-        if job.is_leader:
-            shutil.rmtree(expand_node(args.results, job.name), ignore_errors=True)
-    if comm.rank == 0 and record:
-        from core.localfs import write_bytes_atomic
-        from core.outputs import mark
-
-        path = os.path.join(args.out, record)
-        try:
-            with open(path) as fh:
-                rec = json.load(fh)
-        except (OSError, ValueError):
-            rec = {}
-        rec["drain"] = {"seconds": round(seconds, 4), "files": report.files,
-                        "bytes": report.bytes, "dest": report.dest}
-        mark(rec)
-        write_bytes_atomic(path, json.dumps(rec, indent=1, default=str).encode(), mode=0o644)
 
 
 def _report(

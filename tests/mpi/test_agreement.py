@@ -131,7 +131,7 @@ def test_rows_that_do_not_convert_on_one_rank(comm, tmp):
 
 
 def test_the_runners_drain_names_nodes_by_its_job_not_the_environment(comm, tmp, monkeypatch):
-    from workflows.run import drain_results
+    from workflows.drain import drain_results
     from workflows import node
 
     src, dest = _results(comm, tmp)
