@@ -1,25 +1,13 @@
 """What a node drained into DEST, recorded as it goes: ``DEST/.stager-drain-NODE.{json,journal}``.
 
-``stager drain`` copies a node's results to the shared filesystem; these are the
-only copies, so a drain that fails part-way (a permission error, a full quota, a
-time limit) must be resumable without overwriting anything blindly. The node's
-leader therefore
-
-* journals each file just before it is renamed onto its final name
-  (``DEST/.stager-drain-NODE.journal``, one line per file, ``fsync``-ed like the
-  copies: :mod:`stager.nodelocal.journal`), through the same commit hook the
-  staging pipeline uses (:mod:`core.commit`), so no drained file
-  exists under its final name without its entry;
-* names its temporary files ``.stager-tmp-RUN-N`` after its run, and writes the run
-  into the journal first: a later drain of the same node removes the temporary
-  files its killed runs left (and only those: other nodes' runs are not its own);
-* compacts the journal into ``DEST/.stager-drain-NODE.json`` when it ends.
-
-A re-run skips a target that this node's record names, that is a regular file of
-yours with the recorded size, whose local result still has the recorded checksum
-and -- when drained copies are verified -- whose shared copy reads back with that
-checksum; any other existing target is a conflict (``--overwrite`` replaces it).
-The format is in ``docs/staging-state.md``.
+A drain writes the only copies of results, so one that fails part-way (a permission
+error, a full quota, a time limit) must resume without overwriting anything blindly.
+The leader journals each file just before its rename (``fsync``-ed, through the commit
+hook the staging pipeline uses, :mod:`core.commit`), names its temporary files after
+its run (a later drain of the node removes those its killed runs left, and only those),
+and compacts the journal into the ``.json`` at the end. A re-run skips a target this
+node's record names that still checks out (size, checksums); any other existing target
+is a conflict (``--overwrite`` replaces it). The format: docs/staging-state.md, section 7.
 """
 from __future__ import annotations
 

@@ -1,23 +1,13 @@
 """An append-only journal: one JSON object per line, each line one ``write(2)``.
 
-What survives what (the stager's records rest on these rules; the file layout is
-``docs/staging-state.md``):
-
-* a line is appended with a single ``write`` on an ``O_APPEND`` descriptor, so
-  after the writer is killed (SIGKILL, a time limit, ``scancel``) every line it
-  finished is in the file -- the kernel holds it, no flush is needed;
-* a line that could not be written whole (``ENOSPC`` mid-line, a short write)
-  is cut off again at once, and the caller gets the error: the line before it
-  stays the last one;
-* a reader ignores a last line without its newline (a writer killed inside
-  ``write`` on a filesystem that tears it), and the next writer that opens the
-  journal cuts such a tail off before appending;
-* durability across a power loss or a node crash needs ``fsync=True`` (one
-  ``fsync`` per line); staging leaves it off unless ``--fsync`` is given, since
-  the staged copies themselves are not flushed either.
-
-A line that is complete but does not parse is corruption, not a torn write:
-reading fails naming the file and line.
+What survives what (docs/staging-state.md, section 3): a line appended with a single
+``write`` on an ``O_APPEND`` descriptor is in the file once ``write`` returns, whatever
+kills the writer; a line that could not be written whole is cut off again at once and
+the caller gets the error; a reader ignores a last line without its newline, and the
+next writer cuts it off. Durability across a power loss needs ``fsync=True`` (one
+``fsync`` a line; staging only with ``--fsync``, since the copies are not flushed
+either). A complete line that does not parse is corruption: reading fails naming the
+file and line.
 """
 from __future__ import annotations
 

@@ -1,20 +1,11 @@
 """One run at a time per destination root: a lock that names its holder.
 
-The lock of a root is ``ROOT/.stager/lock``, held with ``flock(LOCK_EX)`` by the
-leader of the node that stages, verifies or cleans there; who holds it is written
-to ``ROOT/.stager/holder`` (user, uid, host, pid, start time, run id, node, spec),
-replaced atomically once the lock is taken, so a second run can say whom it waits
-for. ``flock`` belongs to the kernel: when the holder dies -- SIGKILL, a node-local
-time limit, a crash -- the lock is free at once, however it died. A run that takes
-a lock whose ``holder`` file names someone else took over from a dead run (its
-holder never released), and says so.
-
-Why ``flock`` and not a lock file created with ``O_EXCL``: an exclusive file
-outlives a killed holder and needs a liveness guess (is that pid alive, on that
-host?) that cannot be made across hosts and races between two runs taking over
-at once. ``flock`` works on every node-local filesystem (tmpfs, ext4, xfs) and on
-NFS (as POSIX locks); a filesystem without it (Lustre mounted without ``flock``)
-is refused with a message rather than staged unlocked.
+``flock(LOCK_EX)`` on ``ROOT/.stager/lock`` by the leader that stages, verifies or
+cleans there; the holder is written to ``ROOT/.stager/holder`` so a second run can say
+whom it waits for (docs/staging-state.md, section 5). The kernel frees an ``flock`` when
+its holder dies, however it died; a lock file created with ``O_EXCL`` would outlive a
+killed holder and need a liveness guess that cannot be made across hosts. A filesystem
+without ``flock`` (Lustre mounted without it) is refused rather than staged unlocked.
 """
 from __future__ import annotations
 

@@ -1,34 +1,17 @@
 """The record of one spec in one destination root: which copies a node holds, and of what.
 
-The *plan* says what a run should put on every node; the *record* says what one
-node actually holds. Records live in the root's state directory (``ROOT/.stager/``,
-:mod:`stager.nodelocal.state`), one per spec, keyed by the spec
-(:func:`stager.planning.spec_key`), so several specs can share a root and
-``verify``/``clean`` of one touch only its files:
+The *plan* says what a run should put on every node; the *record* says what one node
+actually holds: ``KEY.record`` in the root's state directory (one per spec, keyed by
+:func:`stager.planning.spec_key`, so specs can share a root) as of the end of the last
+run, then the events of ``KEY.journal`` (:mod:`stager.nodelocal.journal`) appended
+since. A copy is journaled *before* it is renamed onto its final name, so after a kill
+every complete copy is recorded and no copy exists under a final name without its
+entry. Compacting replays the journal into a new record file, then removes it; a
+replay over a record that already contains it changes nothing.
 
-* ``KEY.record`` -- the record as of the end of the last run (JSON, replaced atomically);
-* ``KEY.journal`` -- every change since, one line per event
-  (:mod:`stager.nodelocal.journal`), appended as it happens: a copy is journaled
-  *before* it is renamed onto its final name, so after a kill, Ctrl-C, ``scancel``,
-  a time limit or ``ENOSPC`` every complete copy is recorded, and no copy exists
-  under a final name without its entry.
-
-Reading a record is: the record file, then the journal's events in order. At the
-end of a run the two are compacted into a new record file and the journal is
-removed; replaying a journal over a record that already contains it changes
-nothing, so a crash between the two steps is harmless. Events::
-
-    {"op": "copy", "rel": "a/b.tif", "source": ..., "size": ..., ...}   a committed copy
-    {"op": "sum",  "rel": "a/b.tif", "checksum": "..."}                 its checksum, later
-    {"op": "drop", "rel": "a/b.tif"}                                    no longer ours
-    {"op": "run",  "run": ..., "spec": ..., "host": ..., "pid": ...}    a run started
-
-The exact format is ``docs/staging-state.md``. A copy's entry names its source
-(``source`` is the unit's key: the path, or for an HDF5 copy the path and its
-selections) with the source's size, mtime, ctime and inode when planned, and the
-copy itself: size, mtime, mode, checksum (``""`` until known), device and inode.
-The device and inode are what make a file *ours*: ``clean`` removes a file only if
-it is still the recorded copy; resume reuses a copy only if it is.
+Events, entry fields and how resume, verify and clean use them: docs/staging-state.md,
+sections 3 and 4. The device and inode are what make a file *ours*: ``clean`` removes a
+file only if it is still the recorded copy; resume reuses a copy only if it is.
 """
 from __future__ import annotations
 

@@ -1,20 +1,12 @@
 """The state directory of one destination root: ``ROOT/.stager/``, opened safely.
 
-Everything the stager knows about a root lives inside it (``docs/staging-state.md``)::
-
-    ROOT/.stager/           0700, yours
-      lock, holder          one run at a time (stager.nodelocal.lock)
-      dirs                  the directories stager runs created for this root (journal)
-      KEY.record            one spec's record, KEY.journal its changes since
-      tmp/                  temporary files of the copies being written
-
-A staging run creates the root (``0700``, with any missing parents) and the state
-directory, takes the lock, removes what dead runs left in ``tmp/`` (the lock says no
-run is alive there), and journals every directory it makes in ``dirs`` before
-making it. ``clean`` removes a spec's record, then every recorded directory that is
-empty, and, when no spec has a record left, the state directory, the root and the
-parents the stager made. Nothing here follows a symlink or trusts a directory that
-is someone else's or writable by others (:mod:`core.trusted`).
+Its layout (lock, holder, dirs, ``KEY.record``/``KEY.journal``, ``tmp/``) and the trust
+rules: docs/staging-state.md, section 1. A staging run creates the root and the state
+directory, takes the lock, removes what dead runs left in ``tmp/`` and journals every
+directory it makes in ``dirs`` before making it; ``clean`` removes a spec's record, the
+recorded directories that are empty and, when no record is left, the state directory,
+the root and the parents the stager made. Nothing here follows a symlink or trusts a
+directory that is someone else's or writable by others (:mod:`core.trusted`).
 """
 from __future__ import annotations
 

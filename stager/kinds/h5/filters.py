@@ -1,36 +1,25 @@
 """HDF5 filter pipelines of copies: the set-up values, and what a copy must keep.
 
-The table of filters (names, which hdf5plugin provides, which are lossy, their
-version fields) and their availability (hdf5plugin imported on demand) are
-:mod:`kernels.io.h5filters`, shared with the readers; they are re-exported here.
+The table of filters (names, which hdf5plugin provides, which are lossy, their version
+fields) and their availability are :mod:`kernels.io.h5filters`, shared with the
+readers; they are re-exported here. What goes wrong with filters when a dataset is
+copied, and what a user sees, is docs/hook-spec.md ("Filter pipelines", "Filters
+available by default"); here, how:
 
-Three things go wrong with filters when a dataset is copied, and this module
-is where each is prevented:
-
-* **A filter HDF5 does not ship** (Eiger: bitshuffle+LZ4, id 32008).
-  ``ensure_available`` imports hdf5plugin (which registers its filters
-  with HDF5) the first time a dataset needs one; a filter still missing is one
-  :class:`MissingFilter` naming its id and name and a fix that works. Pointing
-  ``HDF5_PLUGIN_PATH`` at hdf5plugin's plugin folder is not one: HDF5 then
-  reads, but creating a dataset fails in the filter's set-up ("error during
-  user callback"), so the advice is ``pip install --no-deps hdf5plugin``
-  (``--no-deps``: it declares ``h5py``, and pip would install PyPI's serial
-  h5py over the MPI build).
-* **Set-up callbacks that rewrite their parameters.** ``H5Pset_filter``
-  takes the *user* values; at ``H5Dcreate`` the filter's ``set_local``
-  stores others: bitshuffle prepends its version and the element size
-  (user ``(0, 2)`` is stored ``(0, 4, 4, 0, 2)``), Blosc and LZF fill in
-  version, type and chunk sizes. Passing the stored values back in doubles
-  the prefix -- stored ``(0,3,4,0,2)`` became ``(0,3,4,0,3,4,0,2)`` and the
-  copies did not decode. :func:`setup_values` finds, for each filter, the
-  user values whose set-up reproduces the stored ones, *by trying them* on a
-  dataset of the same type and chunk shape in an in-memory file (about
-  0.1 ms per candidate), so it is right for filters nobody listed here too;
-  candidates are the stored values, then their suffixes, then their prefixes.
-* **Version fields.** Bitshuffle, Blosc, Blosc2 and LZF record the version
-  of the library that set the dataset up in their first two values. A node
-  with another plugin version stores its own there; the encoded chunks do not
-  depend on them. :func:`pipeline_difference` ignores exactly those fields.
+* :func:`ensure_available` imports hdf5plugin the first time a dataset needs a filter
+  HDF5 does not ship; one still missing is a :class:`MissingFilter`. The advice is
+  ``pip install --no-deps hdf5plugin`` (it declares ``h5py``, and pip would install
+  PyPI's serial h5py over the MPI build), not ``HDF5_PLUGIN_PATH`` at its plugin folder
+  (HDF5 then reads, but creating a dataset fails in the filter's set-up).
+* ``H5Pset_filter`` takes *user* values and the filter's ``set_local`` stores others
+  (bitshuffle user ``(0, 2)`` is stored ``(0, 4, 4, 0, 2)``); passing stored values back
+  doubled the prefix and the copies did not decode. :func:`setup_values` finds the user
+  values whose set-up reproduces the stored ones *by trying them* on an in-memory
+  dataset (about 0.1 ms a candidate: the stored values, their suffixes, their
+  prefixes), so it is right for filters nobody listed here too.
+* Bitshuffle, Blosc, Blosc2 and LZF record their library's version in their first two
+  values; the encoded chunks do not depend on it. :func:`pipeline_difference` ignores
+  exactly those fields.
 """
 from __future__ import annotations
 

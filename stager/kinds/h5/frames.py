@@ -1,39 +1,14 @@
 """``scatter ... h5`` blocks: each HDF5 output split into contiguous frame ranges. Pure.
 
-A ``scatter`` block of HDF5 selections does not place whole output
-files: each is split along the first axis -- the frames of a detector stack --
-into one contiguous range per node, and each range becomes an output of its own
-(a node-local HDF5 file), which :mod:`stager.planning.scatter` then places like a
-file. The split depends on the plan and the node count only, so every rank
-computes it from the broadcast plan without a message, as it does the placement.
+Each output is split along the first axis (the frames of a detector stack) into one
+range per node; each range becomes an output of its own (a node-local HDF5 file) that
+:mod:`stager.planning.scatter` places like a file. The split depends only on the plan
+and the node count, so every rank computes it from the broadcast plan without a message.
 
-The rules (also in docs/hook-spec.md, "Scatter blocks"):
-
-* **Frames.** The *frame dataset* of an output is its selected dataset with the most
-  dimensions -- the detector stack, ``(frames, y, x)``, or a 4D-STEM scan,
-  ``(scan_y, scan_x, ky, kx)`` split by scan rows -- (ties: the most selected bytes,
-  then the file's order); its selected first-axis length is the output's frame
-  count ``F``. Every other selected
-  dataset with exactly ``F`` rows (per-frame metadata such as rotation angles or
-  timestamps) is split the same way, so each range holds its frames' metadata.
-  Everything else (groups, scalars, datasets of another length such as a pixel
-  mask, links) is copied whole into every range: each range file is readable on its
-  own, like the source.
-* **Ranges.** ``min(nodes, F // align)`` ranges of near-equal frame counts, their
-  bounds multiples of ``align`` -- the least common multiple of the first chunk
-  dimension of the split datasets that can move as stored chunks -- so compressed
-  chunks still move without being decoded and lossy data is never re-compressed.
-  An output with fewer than two frames is placed whole, under its own name.
-* **Names.** ``DIR/scan.h5`` becomes ``DIR/scan.frames{a}-{b}.h5``: source frames
-  ``a`` to ``b - 1`` of the frame dataset (``b`` exclusive; with a step, the
-  frames ``a, a + step, ...`` below ``b``). Each range file carries the usual
-  ``stager_slice`` attribute on each dataset.
-* **Refused** (``PlanError`` naming the file): region references in an output that
-  would be split (they select rows of the source, which no single range holds); a
-  second stack (as many dimensions as the frame dataset, three or more) with another
-  frame count -- an Eiger master's ``data_000001``, ``data_000002`` links -- which
-  would be copied whole to every node: select one stack per entry (the data files'
-  ``/entry/data/data``, or an NXmx virtual dataset over them).
+The rules -- which dataset is the frame dataset, what is split with it and what copied
+whole, range bounds on whole stored chunks (``align``: the least common multiple of the
+first chunk dimension of the split datasets that move as stored chunks), the
+``scan.frames{a}-{b}.h5`` names, what is refused -- are docs/hook-spec.md, "Scatter blocks".
 """
 from __future__ import annotations
 

@@ -1,35 +1,18 @@
 """``h5`` blocks → :class:`~stager.kinds.h5.types.H5FilePlan`: which objects of which
 HDF5 files land where.
 
-Like the ``files`` planning, :func:`plan_h5` runs on ONE process (rank 0
-under MPI, with serial h5py: the default file driver, read only) and its
-result is broadcast inside the plan. It opens every matched source file once,
-resolves each entry's internal path (with globs) and describes every selected
-dataset (:mod:`stager.kinds.h5.describe`): exact HDF5 type, layout, chunk
-shape, filter pipeline with its set-up values, fill value, attributes,
-selected first-axis range and bytes. The entry syntax (``FILE:/path[a:b:s]``)
-was checked when the spec was parsed (:mod:`hooks.h5entry`); the slice bounds
-are checked here, against the dataset.
+Like the ``files`` planning, :func:`plan_h5` runs on ONE process (rank 0 under MPI,
+serial h5py, read only) and its result is broadcast inside the plan. It opens every
+matched source file once, resolves each entry's internal path (with globs) and describes
+every selected dataset (:mod:`stager.kinds.h5.describe`). The entry syntax was checked
+when the spec was parsed (:mod:`hooks.h5entry`); the slice bounds are checked here.
 
-Decisions (also in docs/hook-spec.md, "HDF5 selections"):
-
-* One node-local HDF5 file per (block, source file), at ``DIR/basename`` (or
-  the ``**`` rule of file blocks); several entries naming one source file
-  fill one output file. The same object selected twice identically is staged
-  once; two different selections of one dataset are an error.
-* A group is copied whole (subgroups, datasets, attributes); soft links stay
-  soft links, a second hard link to a copied dataset stays a hard link; the
-  ancestors of every selected object are created with their attributes, so
-  NeXus ``NX_class`` markers survive. Committed datatypes are refused on their
-  own (datasets using them are copied with the type itself).
-* External links and virtual datasets are followed (:mod:`stager.kinds.h5.links`):
-  the copy holds their data as regular datasets; a missing target is refused.
-* References are translated to the copy; one whose target is not staged is
-  refused (after the whole output file is planned, so entry order does not matter).
-* Small datasets (at most :data:`INLINE_BYTES` selected), scalars, variable-length
-  string datasets (at most :data:`VLEN_LIMIT`) and reference datasets are read
-  here, once, and travel inside the plan: a NeXus metadata group of a hundred
-  scalars then costs no collective round per scalar.
+The decisions (one output file per block and source file, groups copied whole, links
+and virtual datasets followed, references translated) are docs/hook-spec.md, "HDF5
+selections". Small datasets (at most :data:`INLINE_BYTES` selected), scalars,
+variable-length strings (at most :data:`VLEN_LIMIT`) and references are read here, once,
+and travel inside the plan: a NeXus metadata group of a hundred scalars then costs no
+collective round per scalar.
 """
 from __future__ import annotations
 

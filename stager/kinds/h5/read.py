@@ -1,45 +1,30 @@
 """Moving HDF5 selections between leaders: each byte read once, every leader gets it all.
 
-Collective over the leader communicator (one rank per node), called by the
-``h5`` kind (:mod:`stager.kinds.h5`) inside the staging pipeline, which has
-already planned, resumed, checked capacity and prepared directories.
-
-How the source is read -- two paths, the same exchange:
+Collective over the leader communicator (one rank per node), called by the ``h5`` kind
+inside the staging pipeline, which has already planned, resumed, checked capacity and
+prepared directories. Two ways to read the source, the same exchange:
 
 ``mpio``
-    With the MPI build of h5py, the leaders open the file together with
-    ``driver='mpio'`` on the leader communicator and each piece is read with
-    one collective ``H5Dread`` (the transfer property list that
-    ``Dataset.collective`` sets, built explicitly because a leader with no
-    rows must still take part, and h5py's high-level read skips empty
-    selections).
+    With the MPI build of h5py the leaders open the file together (``driver='mpio'``)
+    and read each piece with one collective ``H5Dread``; its transfer property list is
+    built explicitly because a leader with no rows must still take part, and h5py's
+    high-level read skips empty selections.
 ``independent``
-    With the serial h5py that ``pip install`` gives (and, with any h5py, for
-    virtual datasets and external raw storage, which HDF5 1.10-1.14 cannot
-    read through MPI-IO), every leader opens the file read-only on its own
-    (default driver) and reads only its disjoint run of rows. Disjoint
-    hyperslabs need no MPI-IO: each byte is still read once.
+    With the serial h5py (and, with any h5py, for virtual datasets and external raw
+    storage, which HDF5 1.10-1.14 cannot read through MPI-IO) each leader opens the
+    file read-only on its own and reads only its disjoint run of rows.
 
-Per dataset, in pieces of at most half the memory cap (whole output chunks
-along the first axis when they fit), each leader reads a disjoint run of rows
-*raw*, in the dataset's own HDF5 file type (nothing converted), then
-``Allgatherv`` in place completes the piece on every leader, which hashes it
-and writes it to its own file (:class:`stager.kinds.h5.write.H5Output`).
-Leaders agree after every piece, so a failed write stops all of them at the
-same point. Filtered selections on chunk boundaries with step 1 skip the
-filters: leaders read disjoint runs of stored chunks (``H5Dread_chunk``),
-decode each one they read once in memory for the digest of decoded values
-(:class:`stager.kinds.h5.check.ChunkDecoder`), exchange them, and store
-them as they are (``H5Dwrite_chunk``) -- see
-:func:`stager.kinds.h5.write.chunk_copyable`.
+Per dataset, in pieces of at most half the memory cap (and at most 1 GiB, so every MPI
+byte count fits in an int), each leader reads a disjoint run of rows *raw*, then
+``Allgatherv`` in place completes the piece on every leader, which hashes it and writes
+it (:class:`stager.kinds.h5.write.H5Output`); leaders agree after every piece. Filtered
+selections on chunk boundaries with step 1 move as stored chunks (``H5Dread_chunk``,
+each decoded once where it was read for the digest,
+:func:`stager.kinds.h5.write.chunk_copyable`).
 
-Before the opens every leader checks that the source and the files it links
-to still have their planned identity, and the leaders agree on that check
-first: a leader that failed alone would otherwise skip a collective open
-while the others wait inside it.
-
-Memory per rank: one piece buffer (at most ``memory/2``, and at most 1 GiB so
-every MPI byte count fits in an int) plus HDF5's chunk buffers.
+Before the opens the leaders agree on a check that the source and its linked files still
+have their planned identity: a leader that failed alone would otherwise skip a
+collective open while the others wait inside it.
 """
 from __future__ import annotations
 

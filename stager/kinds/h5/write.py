@@ -1,39 +1,22 @@
 """One node-local HDF5 output file, written by one leader (serial h5py, default driver).
 
-The ``h5`` kind's transfer (:mod:`stager.kinds.h5.read`) reads the selections
-from the shared source and hands the pieces to an :class:`H5Output`, which
-writes them to a temporary file next to the destination, then on
-:meth:`H5Output.commit`:
+The ``h5`` kind's transfer (:mod:`stager.kinds.h5.read`) hands the pieces to an
+:class:`H5Output`, which writes them to a temporary file next to the destination, then
+on :meth:`H5Output.commit`: records each dataset's digest of *decoded* values in
+``stager_checksum`` (:mod:`stager.kinds.h5.check`); re-opens the file read-only, checks
+every dataset's HDF5 type and filter pipeline and reads every value back against that
+digest (a copy that does not decode is removed, the error naming node, file and
+dataset); checks that the source did not change; sets mode and mtime (the source's,
+which resume compares) and renames the file into place.
 
-1. records each dataset's digest of *decoded* values, computed where the
-   values were read (:mod:`stager.kinds.h5.check`), in the attribute
-   ``stager_checksum``;
-2. closes the file, re-opens it read-only, checks that every dataset has the
-   planned HDF5 type and filter pipeline (a type or filter problem is named as
-   such) and reads every value back through the filter pipeline against that
-   digest: a copy that does not decode is an error naming node, file and
-   dataset, and is removed;
-3. checks that the source (and the files its links lead to) did not change;
-4. sets mode and mtime (the source's, which resume compares), refuses a
-   symlink at the destination and renames the file into place -- atomic.
+What an exact copy keeps (type from ``H5Tencode``, dataspace, layout, chunks, filter
+set-up values, fill, attributes, references anew, links, the ``stager_*`` attributes):
+docs/hook-spec.md, "HDF5 selections". Values move raw in the file type, so HDF5
+converts nothing.
 
-Exactness: every object is created with its source's HDF5 file type decoded
-from ``H5Tencode`` (string padding and character set, byte order, enum and
-compound layouts), dataspace (null, scalar, simple; the first axis sized to
-the selection), layout, chunk shape (the first axis clamped to a selection
-shorter than a chunk when the axis is not extendable), filter pipeline with
-the *set-up* values that store the source's values again
-(:func:`stager.kinds.h5.filters.setup_values`), fill value, fill and
-allocation time; values move raw in the file type, so HDF5 converts nothing.
-Attributes are written the same way. References are created anew, to the
-copy's objects; soft links stay soft links, second names of a dataset stay
-hard links. Each staged dataset gets ``stager_source`` (``FILE:/path``) and
-``stager_slice`` (``[start:stop:step]``, empty for a whole dataset); the root
-group gets ``stager_source`` (the file).
-
-Output files use the default (sec2) driver, not MPI-IO: each leader writes its
-own file, and HDF5 1.10 can only write filtered datasets through MPI-IO
-collectively across all writers of one file.
+Output files use the default (sec2) driver, not MPI-IO: each leader writes its own
+file, and HDF5 1.10 can only write filtered datasets through MPI-IO collectively across
+all writers of one file.
 """
 from __future__ import annotations
 

@@ -1,36 +1,15 @@
 """A task server's backlog and its rules: what a worker gets, what a pull or a thief takes.
 
 Pure data structures, no MPI (tested in ``tests/unit``). A queued task is an
-:data:`Entry` tuple; the server never unpickles the task itself, so a server
-rank imports no user code. Placement (the locality hook) is the
-``node`` and ``hard`` fields of an entry:
+:data:`Entry` tuple; the server never unpickles the task itself, so a server rank
+imports no user code. Placement is the ``node`` and ``hard`` fields of an entry:
+``node < 0`` is free (any worker), ``hard`` only workers of ``node`` (never stolen nor
+pulled), otherwise *soft*: workers of ``node`` first, others only after the locality
+wait (:attr:`TaskQueue.wait`, delay scheduling). The rules, their order and why the
+wait restarts at each local launch: docs/DISPATCH.md, "Placement".
 
-* ``node < 0`` -- free: any worker;
-* ``hard`` -- only workers of ``node``; never stolen, never pulled;
-* otherwise *soft*: workers of ``node`` first; a worker of another node (on
-  the same server) takes it, and an idle server may steal it, only once it
-  waited :attr:`TaskQueue.wait` seconds in this queue *and* no worker of
-  ``node`` took one of ``node``'s soft tasks from it in the last ``wait``
-  seconds (*delay scheduling*, Zaharia et al., EuroSys 2010; Spark's
-  ``spark.locality.wait``, which also restarts the wait at each local
-  launch). With balanced nodes the own node frees a worker well within the
-  wait, so the task runs where its data is -- also in the tail of a run
-  longer than the wait, when every queued task is older than it; when that
-  node's workers stay busy for a whole wait (or are all dead) it moves. A
-  soft task placed on a node with no live worker on this server need not wait
-  (nobody here could take it), nor does one that was stolen (it waited at the
-  victim). The runtime counts where placed tasks ran.
-
-Order: a worker of node K takes ``hard[K]``, ``soft[K]``, free, then others'
-soft tasks past their wait, each FIFO (oldest first). Thieves take from the
-other end (newest first: the owner keeps the tasks it was about to run), free
-tasks before soft ones past their wait, at most half of what is stealable
-(ADLB/work-stealing practice). A task with a per-task timeout travels alone
-in its batch, so its server knows when it started (for the give-up backstop).
-
-Waiting costs no CPU: servers poll their messages anyway (sleeping up to
-1 ms between turns, :class:`core.mpi.link.Backoff`), and each turn gives a hungry
-worker whatever became takeable; a thief's empty steals back off to 50 ms.
+A task with a per-task timeout travels alone in its batch, so its server knows when it
+started (for the give-up backstop).
 """
 
 from __future__ import annotations
