@@ -1,51 +1,31 @@
 """Stage-out: every node's leader copies its node-local results to the shared filesystem.
 
-``drain(src, dest, comm)`` is the reverse of staging. ``src`` is a node-local
-directory (``%n`` becomes the node's name, as in spec destinations); each
-node's leader walks its own ``src`` and copies every regular file to
+``drain(src, dest, comm)`` is the reverse of staging. ``src`` is a node-local directory
+(``%n``: each node's); each node's leader copies every regular file below it to
+``DEST/<node>/<relative path>``, or with ``merge=True`` to ``DEST/<relative path>``
+(every relative path must then come from exactly one node, checked on all nodes'
+listings before a byte moves). Guarantees:
 
-* ``DEST/<node>/<relative path>`` (default), or
-* ``DEST/<relative path>`` with ``merge=True``, which requires every relative
-  path to come from exactly one node (checked on all nodes' listings before a
-  byte moves).
-
-Guarantees:
-
-* **Atomic files**: each file is written under a temporary name in its final
-  directory and renamed into place (:func:`core.localfs.copy_file_atomic`,
-  ``fsync`` on: these are the only copies of results), so a reader of DEST
-  sees a whole file or none.
-* **Checksums**: the checksum of the bytes read from the node-local file is
-  computed during the copy; with ``verify`` (default) the shared copy is read
-  back and must match.
-* **Recorded as it goes, resumable** (:mod:`stager.drainlog`): each file is
-  journaled in ``DEST/.stager-drain-<node>.journal`` before its rename, and the
-  journal is compacted into ``DEST/.stager-drain-<node>.json`` at the end. A drain
-  that failed part-way (permission denied, a full quota, a time limit) is resumed
-  by the same command once the cause is fixed: files this node already drained,
-  whose results still have the recorded checksum, are skipped without
-  ``overwrite``; the temporary files its killed runs left are removed.
-* **No silent overwrite**: if any other target already exists, every rank fails
-  before anything is written, naming the files (``overwrite=True`` replaces
-  them atomically). The check runs collectively right before the copy; a
-  file created at DEST by someone else in between is still replaced, as no
-  portable no-replace rename exists in Python.
+* **Atomic, checked files**: each written under a temporary name in its final directory
+  and renamed (:func:`core.localfs.copy_file_atomic`, ``fsync`` on: these are the only
+  copies of results); its checksum is computed during the copy and, with ``verify``
+  (default), the shared copy is read back against it.
+* **Resumable** (:mod:`stager.drainlog`): a drain that failed part-way is resumed by the
+  same command once the cause is fixed.
+* **No silent overwrite**: any other existing target fails every rank before anything is
+  written (``overwrite=True`` replaces them). The check runs right before the copy; a
+  file someone creates in between is still replaced: Python has no portable no-replace
+  rename.
 * **Agreement**: listing, conflict check and copy each run inside
-  :func:`core.mpi.agree.agreed` over ``comm``; any error on one node (of any
-  type) becomes the same :class:`~stager.errors.TransferError` on all ranks,
-  naming rank, host, node and file.
+  :func:`core.mpi.agree.agreed`; an error on one node is the same
+  :class:`~stager.errors.TransferError` on all ranks, naming rank, host, node and file.
+* **Only one's own results**: a file the caller does not own is reported, not copied
+  (:attr:`NodeDrain.left`); with ``written`` only those files are copied, so another user
+  who managed to put a file there cannot get it into DEST.
 
-* **Only one's own results**: a file below ``src`` that the caller does not own
-  is not copied but reported (:attr:`NodeDrain.left`); with ``written`` (a job
-  that knows what it wrote, like a receiving job) only those files are copied and
-  anything else found there is reported the same way -- another user who managed
-  to put a file there cannot get it into DEST.
-
-Directories created under DEST are ``0700`` and DEST must be owned by the
-caller (:func:`core.localfs.ensure_dir`; a shared project directory
-may be group-writable). Temporary names are short (``.stager-tmp-RUN-N``), so
-results with names up to NAME_MAX (255 bytes) drain. Symlinks in ``src`` are refused
-rather than followed or skipped: results are copied as bytes or not at all.
+Directories made under DEST are ``0700`` and DEST must be the caller's
+(:func:`core.localfs.ensure_dir`). Temporary names are short, so names up to NAME_MAX
+drain. Symlinks in ``src`` are refused: results are copied as bytes or not at all.
 """
 from __future__ import annotations
 

@@ -1,35 +1,16 @@
 """``stage``: replicate a plan into every node's local storage, reading each byte once.
 
-Collective over a communicator. The phases are written once, for every block
-kind; a kind (files, h5, ...) brings its own part through the table of
-:mod:`stager.planning.kinds` (its transfer, its check, whether it copies whole files).
-Every local step that precedes a collective runs inside
-``core.mpi.agreed``, so a failure on one rank is the same ``StagerError``
-on all (never a hang):
-
-1. **options** -- rank 0 resolves them (keywords > ITS ``STAGER_*``
-   environment > defaults) and broadcasts them;
-2. **plan** -- rank 0 alone loads the spec and plans every block, files and
-   HDF5 selections (:func:`stager.planning.build_plan`); one broadcast;
-3. **nodes** -- node identity and the leader communicator (``core.nodes``);
-4. **lock and resume** -- each leader checks that its roots stay clear of the
-   sources, creates its roots and takes their locks (one run at a time per root;
-   a root another node of this run holds is shared, and written once, by that
-   node), removes what dead runs left, reads the spec's records and marks what
-   its node still needs (:mod:`stager.staging.commits`); the union over nodes is
-   what the transfer moves;
-5. **capacity** -- every leader measures free space at its destinations,
-   aggregated per filesystem, before any copy is written;
-6. **prepare** -- destination directories (``0700``, journaled before they are made);
-7. **transfer** -- each kind over the leader communicator, in table order, every
-   copy journaled just before its rename (``core.commit``); leaders
-   stop together when any fails or is interrupted (SIGINT/SIGTERM,
-   :mod:`core.interrupt`);
-8. **source check** -- with ``verify_source``, every source is read again and
-   checksummed against its copies (:mod:`stager.staging.sourcecheck`);
-9. **record** -- each leader compacts its records and releases its locks (also
-   after a failure: every complete copy stays recorded, so a re-run resumes);
-10. **report** -- sums over ranks (:mod:`stager.staging.report`).
+Collective over a communicator. The phases are written once, for every block kind; a
+kind brings its own part (its transfer, its check, whether it copies whole files)
+through the table of :mod:`stager.planning.kinds`. Every local step before a collective
+runs inside ``core.mpi.agreed``, so a failure on one rank is the same ``StagerError`` on
+all, never a hang. The phases, in order (docs/ARCHITECTURE.md, section 2): options and
+plan on rank 0, one broadcast each; the node layout; lock and resume
+(:mod:`stager.staging.commits`); capacity, before any copy is written; prepare
+(directories journaled before they are made); the transfer, each copy journaled just
+before its rename, leaders stopping together on a failure or an interrupt
+(:mod:`core.interrupt`); the optional source check; record (compact, unlock; also after
+a failure, so a re-run resumes); the report, summed over ranks.
 """
 from __future__ import annotations
 

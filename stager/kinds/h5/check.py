@@ -1,35 +1,17 @@
 """A check of node-local HDF5 copies that decodes: values read through the filter pipeline.
 
-Comparing stored bytes proves a copy holds what was written, not that it can
-be read: bitshuffle chunks stored under doubled set-up parameters compared
-equal byte for byte and decoded to nothing. So every staged HDF5
-dataset carries ``stager_checksum = "xxh3_128:SCHEME:HEX"``, a digest of its
-*decoded* values, computed on the leader that read them from the source, and
-this module recomputes it from the copy by reading the values back through
-HDF5 (and so through every filter of the copy's pipeline). Schemes:
+Comparing stored bytes proves a copy holds what was written, not that it can be read:
+bitshuffle chunks stored under doubled set-up parameters compared equal byte for byte
+and decoded to nothing. So every staged dataset carries ``stager_checksum =
+"xxh3_128:SCHEME:HEX"``, a digest of its *decoded* values computed on the leader that
+read them (schemes ``values``, ``chunks``, ``vlen``, ``refs``: docs/hook-spec.md, "A check
+that decodes"), and this module recomputes it from the copy through HDF5, so through
+every filter of the copy's pipeline. Values are hashed in the dataset's own file type,
+so no conversion hides a type change; a chunk moved stored is decoded once, in memory
+(:class:`ChunkDecoder`), by the leader that read it.
 
-``values``
-    The raw values of the selection (in the dataset's own HDF5 file type, so
-    no conversion hides a type change) in C order. Used for datasets moved as
-    values (read decoded from the source, re-encoded on the node) and inline
-    ones. Scalars and null dataspaces are the same scheme (no bytes for null).
-``chunks``
-    For datasets moved as stored chunks (never decoded on the way): the digest
-    of the sequence of per-chunk digests, one per chunk of the copy's chunk
-    grid in C order, each over the chunk's decoded values clipped to the
-    dataset's extent. The leader that read a chunk from the source decodes it
-    (:class:`ChunkDecoder`, an in-memory HDF5 dataset with the same pipeline),
-    so every chunk is decoded once where it was read, and the copy's are
-    decoded here.
-``vlen``
-    Variable-length strings: each value's bytes, length-prefixed.
-``refs``
-    References: each one's target, as the object's address in the copy (two
-    names of one object agree), and a region's selection summary,
-    length-prefixed; the writer computes it from the plan's target paths.
-
-:func:`check_file` is what ``commit`` (after writing) and ``stager verify``
-run; it needs only the copy, not the plan.
+:func:`check_file` is what ``commit`` (after writing) and ``stager verify`` run; it
+needs only the copy, not the plan.
 """
 from __future__ import annotations
 

@@ -1,29 +1,16 @@
 """External links and virtual datasets: where their files are, and what the copy holds.
 
-Detector files keep their frames elsewhere. A DECTRIS Eiger ``*_master.h5``
-has ``/entry/data/data_NNNNNN`` **external links** to ``*_data_NNNNNN.h5``
-files; an NXmx master may hold ``/entry/data/data`` as a **virtual dataset**
-(VDS) mapping frames of several data files. Both are followed on the planning
-rank, and the node-local copy holds the data as a *regular* dataset at the
-link's (or the VDS's) path: one self-contained file per node, readable
-without the data files, with the data files' bytes read once.
+An Eiger ``*_master.h5`` has external links to its ``*_data_NNNNNN.h5`` files; an NXmx
+master may hold ``/entry/data/data`` as a virtual dataset (VDS) over several. Both are
+followed on the planning rank, and the copy holds the data as a *regular* dataset at the
+link's path, so each node's file is self-contained (docs/hook-spec.md, "Links"). A
+missing target is refused at planning: for a VDS it is the only guard, as HDF5 silently
+returns the fill value for frames whose file is missing.
 
-A target that does not exist is refused at planning, naming the link and the
-file it wants. For a VDS this is the only guard: HDF5 silently returns the
-fill value for frames whose source file is missing.
-
-Where HDF5 looks for a relative target file (HDF5 1.10-1.14, ``H5Lexternal``
-and ``H5Pset_virtual_prefix``): the directories of ``HDF5_EXT_PREFIX``
-(external links) or ``HDF5_VDS_PREFIX`` (VDS), then the directory of the file
-holding the link, then the working directory. :func:`find_file` follows the
-same order, so the stager reads what HDF5 would.
-
-A VDS copy's storage: when every source dataset has the same chunk shape and
-filter pipeline (an NXmx VDS over Eiger data files: one chunk per frame,
-bitshuffle+LZ4), the copy uses them; otherwise the copy is contiguous and
-unfiltered (chunked one frame per chunk if its first axis is unlimited).
-Its values are read through HDF5's VDS machinery and written through the
-copy's filters (a VDS has no stored chunks of its own to copy).
+:func:`find_file` looks for a relative target where HDF5 1.10-1.14 does
+(``HDF5_EXT_PREFIX`` or ``HDF5_VDS_PREFIX``, the linking file's directory, the working
+directory), so the stager reads what HDF5 would. A VDS has no stored chunks of its own:
+its values are read through HDF5's VDS machinery and written through the copy's filters.
 """
 from __future__ import annotations
 

@@ -1,30 +1,22 @@
 """The pipelined piece exchange behind ``stripe`` and ``bcast`` (and small-file batches).
 
 Collective over the leader communicator. For task ``k`` (a chunk or a batch,
-see :mod:`stager.staging.transfer.tasks`) every leader reads the pieces it owns into
-its part of buffer ``k % 3`` and hashes each piece as it reads it; then the
-buffer is completed on every leader by a nonblocking ``Iallgatherv`` in place
-(``stripe``) or ``Ibcast`` from leader 0 (``bcast``), while a nonblocking
-``Iallreduce(MAX)`` of a small status array carries each piece's digest (from
-its owner; others contribute zeros) and an error flag. The loop is::
+:mod:`stager.staging.transfer.tasks`) every leader reads and hashes the pieces it owns
+into its part of buffer ``k % 3``; the buffer is completed on every leader by a
+nonblocking ``Iallgatherv`` in place (``stripe``) or ``Ibcast`` from leader 0
+(``bcast``), while an ``Iallreduce(MAX)`` of a small status array carries each piece's
+digest and an error flag::
 
     read(0)
     for k: post exchange(k); read(k+1); write(k-1); wait exchange(k)
 
-so reading chunk k+1, exchanging chunk k and writing chunk k-1 overlap, with
-three buffers of ``chunk_size`` bytes. A rank that fails (read, write,
-checksum) sets its flag in its next status; every rank sees the flag after the
-same ``wait`` and all leave the loop together, so nobody is left in a
-collective. Details of the error are agreed by the caller (``core.mpi.agree``).
-
-Progress is made by Open MPI inside MPI calls only, so the overlap is as good
-as the library's asynchronous progress allows; the three-buffer structure
-still lets the kernel's read-ahead and the page cache work while MPI copies.
-Leaders that share one host exchange through a shared-memory
-window instead (:mod:`~stager.staging.transfer.shmem`). Before any leader writes
-a chunk, every reader has checked the files whose last piece it read (size,
-mtime, ctime, inode), and a pending SIGINT or SIGTERM stops every leader after
-the same round, like a failure.
+A rank that fails sets its flag in its next status; every rank sees it after the same
+``wait`` and all leave the loop together, so nobody is left in a collective (the error
+itself is agreed by the caller). A pending SIGINT or SIGTERM stops every leader after
+the same round the same way. Before any leader writes a chunk, every reader has checked
+the files whose last piece it read (size, mtime, ctime, inode). The overlap is as good
+as Open MPI's asynchronous progress allows; leaders sharing one host use
+:mod:`~stager.staging.transfer.shmem` instead.
 """
 from __future__ import annotations
 

@@ -1,31 +1,15 @@
 """Task arrays: many ready tasks of one app in one queue entry (less rank-0 CPU per task).
 
-``bench/dispatch_model.md`` measured the root's CPU per task at ~27 us of
-runtime work (future, record, *pickling each call*, resolving) plus ~21 us per
-message. With node servers the messages are cheap per task; what is left is
-the per-task work. A ``foreach`` over ready values is the common case, so the
-root cuts such a call into *chunks* and queues one entry per chunk:
-
-* the function, the limits and the shared keyword arguments are pickled
-  once per chunk, the per-item positional arguments once as one list
-  (:class:`ArrayCall`);
-* servers move the entry like any other (its ``tasks`` field says how many
-  it holds, for their task-time estimate); the worker runs the items in
-  order, each with its own limits (its own timeout and the run's deadline,
-  enforced per item by ``SIGALRM``), and sends one result blob: the pickled
-  list of every item's ``(value, error, start, end)``;
-* the root unpickles that blob once and resolves each item's future
-  (:class:`ArrayDone`). A server's failure blob for the entry (a worker that
-  died or was given up, a cancelled or unservable entry) is one
-  ``(value, error, start, end)`` tuple: every item of the chunk fails with it.
-
-Chunk sizes (:func:`array_chunks`): every worker gets about
-:data:`CHUNKS_PER_WORKER` chunks of a call, at most ``max_chunk`` items each,
-so results still arrive while the call runs (``reduce_tree`` merges pairs as
-they come) and the last chunks balance; a call too small for chunks of at
-least two items is not arrayed. Items placed on a node are never arrayed
-(placement is a per-task decision of the queues), nor items whose arguments
-are futures not yet done (they go one by one when their inputs exist).
+The root's CPU per task was mostly per-task work (future, record, pickling each call),
+not messages (``bench/dispatch_model.md``), and a ``foreach`` over ready values is the
+common case: the root cuts such a call into chunks (:func:`array_chunks`, about
+:data:`CHUNKS_PER_WORKER` a worker, so results still arrive while it runs and the last
+chunks balance) and queues one entry a chunk. The function, limits and shared keyword
+arguments are pickled once a chunk (:class:`ArrayCall`); the worker runs the items in
+order, each with its own limits, and answers with one blob, unpickled once by the root
+(:class:`ArrayDone`); a server's failure for the entry fails every item of the chunk.
+Placed items and items waiting for futures are never arrayed. The entry's fields, the
+time-limit backstop and the pickling fall-backs: docs/DISPATCH.md, "Task arrays".
 """
 
 from __future__ import annotations

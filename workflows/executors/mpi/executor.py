@@ -1,32 +1,19 @@
 """The MPIExecutor: tasks on the ranks of the communicator that staged, through our own dispatcher.
 
-Rank ``root`` runs the workflow's ``main`` and submits tasks; every other
-rank serves: as a worker, or (``dispatch="nodes"``) as its node's task
-server. As with mpi4py's ``MPICommExecutor``, entering the context returns
-the executor on the root and -- only after the root shut it down -- ``None``
-on the other ranks::
+Rank ``root`` runs the workflow's ``main`` and submits tasks; every other rank serves:
+as a worker, or (``dispatch="nodes"``) as its node's task server. As with mpi4py's
+``MPICommExecutor``, entering the context returns the executor on the root and -- only
+after the root shut it down -- ``None`` on the other ranks::
 
     with MPIExecutor(comm) as ex:
         if ex is not None:          # root: build the graph, wait for results
             print(main(args).result())
     # every rank continues here once all tasks are done
 
-Why not ``MPICommExecutor`` (which it replaced): it sends every task and
-every result as its own message through one thread on the root (two
-messages per task at rank 0, always), never says which rank runs a task,
-and has no place for timeouts or placement. Here the root batches tasks
-(guided chunks), knows which worker holds which task (to report a worker
-that dies, or give up on one that is stuck), node servers take the
-per-worker traffic off the root, and a task may be placed on a node. The
-protocol is in ``docs/DISPATCH.md``; measurements in
-``bench/results/dispatch.md``.
-
-When a worker rank dies (a signal, ``os._exit``), ``mpirun`` ends every rank
-with ``SIGTERM`` about a second later; the root and the node servers then
-print which tasks were in which worker's hands (the dead rank is named in
-``mpirun``'s own message) and the run's counts before they exit. Isolated
-tasks (``@app(isolate=True)``) never take their worker down: they fail as
-:class:`~workflows.errors.TaskCrashed` and the run goes on.
+Why not ``MPICommExecutor``, the roles and the protocol: ``docs/DISPATCH.md``;
+measurements in ``bench/results/dispatch.md``. When a worker rank dies, ``mpirun`` ends
+every rank with ``SIGTERM`` about a second later; the root and the node servers then
+print which tasks were in which worker's hands and the run's counts before they exit.
 """
 
 from __future__ import annotations
