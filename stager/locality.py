@@ -1,21 +1,12 @@
 """Where staged data lives: which nodes hold a source file, and the path of its copy there.
 
-A workflow places a task on the node that holds its input (``app.on(node)``)
-and, inside the task, opens the node-local copy. :class:`Where` answers both
-from the plan and the node names -- the same pure placement the stager used
-(:mod:`stager.planning.scatter`), so no node's records need to be read from
-another node. Every node holds the outputs of broadcast blocks.
-
-Inside a task, :meth:`Where.local` returns the path to read:
-
-* the node-local copy when it is there (a regular file of the planned size);
-* ``hard=True``: otherwise a :class:`StagedCopyMissing` naming the node, the copy
-  and the source (the task fails like any failed task; nothing waits);
-* ``hard=False`` (soft, the default): otherwise the source on the shared
-  filesystem -- the task still runs, reading the shared copy. This happens
-  when a task ran on another node than its data's (its node's workers were all
-  busy) or when a copy vanished; :meth:`Where.local` counts it in
-  :attr:`Where.fell_back` of the process that called it.
+A workflow places a task on the node that holds its input (``app.on(node)``) and,
+inside the task, opens the node-local copy. :class:`Where` answers both from the plan
+and the node names with the stager's own pure placement (:mod:`stager.planning.scatter`),
+so no node's records are read from another node (docs/hook-spec.md, end of "Scatter
+blocks"). :meth:`Where.local` returns the copy when it is there; else ``hard=True``
+raises :class:`StagedCopyMissing` naming node, copy and source, and soft (the default)
+returns the shared source, counted in :attr:`Where.fell_back` of the calling process.
 """
 from __future__ import annotations
 

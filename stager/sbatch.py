@@ -1,29 +1,14 @@
 """sbatch templates: discovery, declared parameters, and a pure ``render``.
 
-A template is a plain text file (``slurm/*.sbatch``) with ``${name}``
-placeholders. Only *lower-case, braced* names are placeholders, so the shell
-variables a batch script needs (``$SLURM_JOB_ID``, ``${SLURMD_NODENAME}``,
-``"$@"``) stay literal without escaping; ``$$`` is a literal ``$`` as in
-:class:`string.Template` (whose machinery this uses, with that one pattern).
-
-A template declares its parameters in a header of ``#@`` comment lines, which
-rendering removes::
-
-    #@ description: one line shown by `stager sbatch --list`
-    #@ param nodes | number of nodes to allocate            (required)
-    #@ param time=00:30:00 | wall-clock limit               (default 00:30:00)
-    #@ param extra_sbatch= | more #SBATCH lines             (default empty)
-
-A parameter with ``=`` is optional (its default is the rest up to ``|``, which a
-default therefore cannot contain); one without is required. Rendering fails
-with one :class:`TemplateError` naming *every* missing required parameter and
-every unknown ``--set`` key, so a user fixes all of them in one go.
-
-Templates are found (keyword > environment > default) in the directories given
-to :func:`template_dirs`, else ``$STAGER_TEMPLATE_PATH`` (``os.pathsep``
-separated), else ``slurm/`` of the source tree this package lives in (a
-checkout or an editable install) and ``<prefix>/share/mpistage/slurm`` (where a
-wheel installs them, see ``data_files`` in setup.cfg).
+A template is a plain text file (``slurm/*.sbatch``) with ``${name}`` placeholders and a
+header of ``#@`` lines declaring its parameters; the syntax and the search path
+(keyword > ``$STAGER_TEMPLATE_PATH`` > ``slurm/`` of this source tree >
+``<prefix>/share/mpistage/slurm``) are in ``slurm/README.md``. Only *lower-case, braced*
+names are placeholders, so a batch script's shell variables (``$SLURM_JOB_ID``,
+``${SLURMD_NODENAME}``) stay literal without escaping (:class:`string.Template`'s
+machinery, with that one pattern). Rendering fails with one :class:`TemplateError`
+naming *every* missing parameter and unknown ``--set`` key, so a user fixes all of them
+in one go.
 """
 from __future__ import annotations
 

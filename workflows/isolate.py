@@ -1,32 +1,19 @@
 """Isolated tasks: a task that may kill its process runs in a supervised child of the worker.
 
-A worker that runs a task in its own process dies with it when the task
-segfaults, is killed by a signal or calls ``os._exit``. On the mpi executor
-that ends the whole MPI job (``mpirun`` terminates every rank when one dies)
-and nobody can say which task did it. ``@app(isolate=True)`` (or ``workflows
-run --isolate``) runs the task in a :class:`Runner` instead: a child process
-forked once by the worker and reused for every isolated task it runs, so its
-imports and caches stay warm. The worker waits for the task's outcome on a
-pipe; if the child dies the worker reaps it, reports the task as
-:class:`~workflows.errors.TaskCrashed` with the signal or exit code, its rank,
-host and pid, and forks a new child for the next isolated task. A time limit
-is enforced twice: by the child's own :func:`~workflows.limits.alarm` (which
-gives a traceback of where the task was), and by the worker, which kills the
-child (``SIGTERM``, then ``SIGKILL`` after :data:`KILL_AFTER` seconds) if no
-outcome came :data:`SLACK` seconds after the limit -- so a task stuck in native
-code ends too.
+A task that segfaults, is killed or calls ``os._exit`` takes its worker with it, and on
+the mpi executor the whole MPI job, with nobody able to say which task did it.
+``@app(isolate=True)`` (``workflows run --isolate``) runs it in a :class:`Runner`: a child
+forked once by the worker and reused for every isolated task, so imports and caches stay
+warm (a fork per task cost far more, ``bench/results/tasks.md``). If the child dies the
+worker reports :class:`~workflows.errors.TaskCrashed` (signal or exit code, rank, host,
+pid) and forks a new one. A time limit is enforced twice: by the child's own
+:func:`~workflows.limits.alarm` (a traceback of where the task was) and by the worker,
+which kills the child (``SIGTERM``, ``SIGKILL`` after :data:`KILL_AFTER` s) when no
+outcome came :data:`SLACK` seconds after the limit, so a task stuck in native code ends too.
 
-Cost (``bench/tasks_bench.py --isolation``): a fork per runner (not per task)
-and a pipe round trip per task; see ``bench/results/tasks.md``. Forking a
-fresh process per task was measured too and costs far more per task, and
-would lose every cache, so it is not used.
-
-The child never calls MPI: it is a fork of an MPI process and shares its
-connections. Task code in an isolated task must not communicate over MPI
-(local queries such as ``COMM_WORLD.Get_rank()`` still answer). On clusters
-whose interconnect registers memory (InfiniBand verbs) set the usual
-``RDMAV_FORK_SAFE=1``. State a task leaves behind (module globals, caches)
-lives in the child, not the worker.
+The child never calls MPI: it is a fork of an MPI process and shares its connections
+(local queries such as ``COMM_WORLD.Get_rank()`` still answer; on InfiniBand verbs set
+``RDMAV_FORK_SAFE=1``). State a task leaves behind lives in the child, not the worker.
 """
 
 from __future__ import annotations

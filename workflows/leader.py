@@ -1,22 +1,13 @@
 """Leader hooks: run something once per node before tasks start (and after they end).
 
-Swift/T runs ``TURBINE_LEADER_HOOK_STARTUP``/``_SHUTDOWN`` on the leader rank
-of each node, with a barrier so no task starts before every node is ready.
-Here a hook is named by a string (flag ``--leader-hook-startup`` /
-``--leader-hook-shutdown``, or environment ``STAGER_LEADER_HOOK_STARTUP`` /
-``STAGER_LEADER_HOOK_SHUTDOWN``), which is either
-
-* ``module:function`` -- ``function(ctx)`` is called on each node's leader
-  with a :class:`HookContext` (phase, node name and index, rank, host); or
-* the path of a hook spec file -- at startup it is staged with
-  ``stager.stage`` (whose transfers run on the leaders only: one copy per
-  node), at shutdown what it staged is removed with ``stager.clean``.
-
-Which ranks form a node comes from the job (:class:`core.job.Job`: host,
-``env:VAR`` or ``emulate:N``). Every rank calls
-:func:`run_leader_hook`; a failure on any leader is raised on every rank as
-the same :class:`~workflows.errors.HookError` (resolving the hook, agreeing on
-its kind and running it are each agreed before the next collective).
+As Swift/T's ``TURBINE_LEADER_HOOK_STARTUP``/``_SHUTDOWN``: on the leader rank of each
+node, with a barrier so no task starts before every node is ready. A hook
+(``--leader-hook-startup``/``--leader-hook-shutdown``, or ``STAGER_LEADER_HOOK_STARTUP``/
+``_SHUTDOWN``) is ``module:function``, called on each leader with a
+:class:`HookContext`, or a hook spec file: staged at startup (one copy per node),
+cleaned at shutdown. Every rank calls :func:`run_leader_hook`; resolving the hook,
+agreeing on its kind and running it are each agreed, so a failure on any leader is the
+same :class:`~workflows.errors.HookError` on every rank.
 """
 
 from __future__ import annotations

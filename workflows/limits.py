@@ -1,33 +1,19 @@
 """Time limits of tasks: what a task may use, and the interrupt that ends it in its own process.
 
-A task has at most two limits, both carried in its :class:`Limits`:
+A task's :class:`Limits` are its ``timeout`` (seconds from its start: ``@app(timeout=...)``
+or ``workflows run --task-timeout``) and the run's ``deadline`` (wall clock, ``workflows
+run --timeout``). They are enforced where the task runs, on every executor, by
+:func:`alarm`: a :class:`TaskInterrupt` raised *inside the task*. In the main thread it
+comes from ``SIGALRM``, so it also breaks a task blocked at 0 % CPU in a system call, and
+repeats every :data:`REPEAT` seconds in case the task swallows it. In another thread it
+could only be an asynchronous exception, never seen in a blocked system call, so a task
+with a limit that would run outside the main thread runs isolated instead.
 
-* ``timeout`` -- seconds from the moment it starts (``@app(timeout=...)``,
-  or ``workflows run --task-timeout`` for apps without one);
-* ``deadline`` -- an absolute wall-clock time (``time.time()``) when the whole
-  run must end (``workflows run --timeout``).
-
-They are enforced where the task runs, by the process that runs it, on every
-executor, with :func:`alarm`: when the time is up a :class:`TaskInterrupt` is
-raised *inside the task*. In the main thread (the worker ranks of the mpi
-executor, process-pool and Parsl workers, the inline executor under
-``workflows run``) it comes from ``SIGALRM``, so it also breaks a task blocked
-at 0 % CPU in a system call (``sleep``, a socket or pipe read, a lock or
-subprocess wait); it repeats every :data:`REPEAT` seconds in case the task
-swallows it. In any other thread it would be an asynchronous exception
-(``PyThreadState_SetAsyncExc``), seen only once the thread runs Python code
-again -- never in a blocked system call -- so a task with a limit that would
-run outside the main thread (the mpi executor on one rank, the inline
-executor called from a thread) runs isolated instead (below).
-
-What an interrupt cannot end -- native code that never returns to the
-interpreter -- is ended by isolation (``@app(isolate=True)``, see
-:mod:`workflows.isolate`: the task's process is killed) or, on the mpi
-executor, by its task server, which gives up on the worker after
-:data:`GRACE` more seconds and reports the task as timed out.
-
-``TaskInterrupt`` derives from ``BaseException`` so that a task's own
-``except Exception`` does not swallow it (as ``asyncio.CancelledError``).
+Native code that never returns to the interpreter is ended by isolation
+(:mod:`workflows.isolate`: the process is killed) or, on the mpi executor, by its task
+server, which gives up on the worker :data:`GRACE` seconds later. ``TaskInterrupt``
+derives from ``BaseException`` so that a task's own ``except Exception`` does not
+swallow it (as ``asyncio.CancelledError``).
 """
 
 from __future__ import annotations

@@ -1,30 +1,18 @@
 """``python -m workflows run FLOW.py``: stage, run a workflow on an executor, report -- in one job.
 
-Under ``mpirun`` every rank runs this module. All ranks stage collectively
-(``--stage SPEC``) and run the startup leader hook; then the workflow runs:
-
-* ``--executor mpi``: the mpi executor on the same communicator -- rank 0
-  runs the flow's ``main``, every other rank serves tasks until rank 0 is done
-  (``--dispatch central|nodes``, see ``docs/DISPATCH.md``);
-* ``local``, ``inline``, ``parsl``: rank 0 runs the flow on that executor while
-  the other ranks wait (sleeping, not spinning).
-
-Then the shutdown leader hook runs, and every rank exits with rank 0's status:
-0 if all tasks succeeded, 1 if any failed (a summary naming each failed task
-is printed), 2 for bad input (also an error the flow's ``main`` raises before it
-launched any task: its arguments or inputs). Every step is collective or agreed, so a failure
+Under ``mpirun`` every rank runs this module: all stage collectively (``--stage SPEC``)
+and run the startup leader hook; then the flow runs on the mpi executor over the same
+communicator (rank 0 runs ``main``, the others serve tasks, ``docs/DISPATCH.md``), or
+with ``--executor local|inline|parsl`` on rank 0 while the others wait without
+spinning; then the flow's ``finalize``, the drain of its node-local results and the
+shutdown hook. Every rank exits with rank 0's status: 0 if all tasks succeeded, 1 if any
+failed (with a summary naming each), 2 for bad input (also an error the flow's ``main``
+raises before launching any task). Every step is collective or agreed, so a failure
 anywhere ends the job on all ranks instead of hanging it.
 
-Time limits and crashes: ``--timeout S`` bounds the flow (tasks still running
-after S seconds are interrupted and fail as timed out, the summary follows,
-exit 1), ``--task-timeout S`` is the timeout of apps without their own
-(``@app(timeout=...)``), ``--isolate`` runs every task in a forked child of
-its worker so one that kills its process fails alone (``TaskCrashed``, naming
-the signal). Without isolation a worker rank that dies ends the MPI job: the
-root prints the tasks that were in workers' hands and the counts so far when
-``mpirun`` terminates it. A worker stuck past a limit in code no interrupt
-reaches is given up; the summary is printed and the job ends with
-``MPI_Abort``.
+Time limits and crashes (``--timeout``, ``--task-timeout``, ``--isolate``) are
+docs/guide/workflows.md, "When things go wrong": a worker stuck past a limit in code no
+interrupt reaches is given up, the summary printed and the job ended with ``MPI_Abort``.
 
 What a flow file defines, and the ``args`` its ``main`` is given: :mod:`workflows.flow`.
 """

@@ -1,25 +1,14 @@
 """``clean``: remove exactly what ``stage`` put on the nodes for one spec, and nothing else.
 
-Collective over a communicator. ``clean`` deletes files, so it trusts nothing it
-has not checked (:mod:`core.trusted`). Each leader, for each
-destination root of its node:
-
-1. opens the root without following a symlink and requires it to be yours and not
-   writable by group or others -- a root another user made, with a record planted
-   in it, is reported and left, whatever that record says;
-2. takes the root's lock (a run still staging there is waited for with ``wait``,
-   or named), and removes the temporary files dead runs left;
-3. reads the spec's record (its own file in the root's state directory, also
-   required to be yours) and, for each recorded copy, walks to its directory one
-   component at a time with ``O_NOFOLLOW`` directory descriptors and removes the
-   file only if it is still *the recorded copy*: a regular file with the recorded
-   device, inode, size and mtime. A symlinked directory, a replaced or modified
-   file, anything else, is reported and left;
-4. removes the spec's record, then every directory stager runs made for this root
-   that is now empty, deepest first; when no spec has a record left there, the
-   state directory, the root and the parents the stager made go too.
-
-Other specs' records in the same root, and their files, are not touched.
+Collective over a communicator. ``clean`` deletes files, so it trusts nothing it has
+not checked (:mod:`core.trusted`). Each leader, for each destination root of its node:
+opens the root without following a symlink and requires it to be yours (a root another
+user made, with a record planted in it, is reported and left); takes the root's lock
+and removes what dead runs left; removes each copy the spec's record names only if it
+is still *the recorded copy* (docs/staging-state.md, section 4), walking to it with
+``O_NOFOLLOW`` directory descriptors; then removes the record and the directories the
+stager made that are now empty. Anything else is reported and left; other specs'
+records in the same root, and their files, are not touched.
 """
 from __future__ import annotations
 

@@ -1,24 +1,13 @@
 """Where the outputs of ``scatter`` blocks land: a pure function of the plan and the node count.
 
-A ``scatter`` block puts each output on ``replicas`` nodes instead of every node:
-for datasets larger than one node's storage, where each task reads
-only its own files. The outputs are whole files (``files`` blocks) and frame
-ranges of HDF5 selections (``h5`` blocks, split by :mod:`stager.kinds.h5.frames`).
-The placement is computed, identically, by every rank from the broadcast plan and
-the number of nodes -- no message carries it -- and the records of each node then
-say what it holds (``verify``, ``clean``, ``drain`` and resume work from the
-records, as for broadcast blocks).
-
-The rule (greedy, largest first, the LPT rule of scheduling): outputs of all
-scatter blocks together are taken in decreasing size (ties: plan order) and each
-goes to the ``replicas`` distinct nodes with the fewest bytes so far (ties: the
-lower node index). The frame ranges of one HDF5 output are taken together (by
-their total) and go, largest first, to the least loaded nodes in turn: distinct
-nodes while there are enough, so each node holds one contiguous range of it. Loads
-then differ by at most the largest output (checked in ``tests/unit/test_stager_scatter.py``
-on random sizes, with and without ranges). Placement depends on the node *count*
-only, not on names or free space: a re-run with the same nodes (resume) places
-everything where it was.
+The outputs are whole files and frame ranges of HDF5 selections (split by
+:mod:`stager.kinds.h5.frames`). Every rank computes the placement identically from the
+broadcast plan and the node count, so no message carries it, and a re-run on as many
+nodes (resume) finds everything where it was. The rule (docs/hook-spec.md, "Scatter
+blocks") is greedy, largest first (the LPT rule of scheduling): each output goes to the
+``replicas`` distinct nodes with the fewest bytes so far; the frame ranges of one HDF5
+output go together, to the least loaded nodes in turn. Loads then differ by at most the
+largest output (``tests/unit/test_stager_scatter.py``, on random sizes).
 """
 from __future__ import annotations
 

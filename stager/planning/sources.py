@@ -1,24 +1,12 @@
 """Sources on the shared filesystem: glob, stat, and where each match lands. Rank 0 only.
 
-The only code that globs and stats the shared filesystem. It runs on ONE
-process: the MPI layer plans on rank 0 and broadcasts the result, so N ranks
-do not put N times the metadata load on a parallel filesystem. The rules
-(docs/hook-spec.md), shared by every block kind:
-
-- a plain pattern lands at ``DIR/basename``; a matched directory is copied
-  recursively as ``DIR/basename/...``;
-- a ``**`` pattern keeps the path relative to its static prefix (the
-  components before the first one with a glob character);
-- a destination never lands outside its block's directory;
-- **symbolic links to directories are never followed below a ``**`` or inside a
-  matched directory** (one rule for both recursive forms): they are skipped and
-  listed in the plan. Links in the part of a pattern you wrote out (its static
-  prefix) and links to files are followed. So planning ends in bounded time
-  whatever links the tree holds, and a symlink loop gives one short message;
-- sources and destinations are disjoint (:func:`overlap`): a destination equal
-  to, inside or containing a source -- a matched file's directory, a tree that is
-  copied recursively, or a path a pattern matches -- is refused before anything
-  is written.
+The only code that globs and stats the shared filesystem. It runs on ONE process: the
+MPI layer plans on rank 0 and broadcasts the result, so N ranks do not put N times the
+metadata load on a parallel filesystem. The rules every block kind shares -- where a
+plain, ``**`` or directory match lands, symbolic links to directories never followed
+below a ``**`` or inside a matched directory (so planning ends in bounded time whatever
+links a tree holds), sources and destinations disjoint (:func:`overlap`) -- are
+docs/hook-spec.md, "Where files land".
 """
 from __future__ import annotations
 

@@ -1,35 +1,17 @@
-"""A Parsl configuration that runs workflow tasks on Slurm nodes (SlurmProvider + HTEX).
-
-Use it with the workflows' Parsl executor::
+"""A Parsl configuration that runs workflow tasks on Slurm nodes (SlurmProvider + HTEX)::
 
     from workflows.executors.parsl import ParslExecutor
     from workflows.executors.parsl_slurm import slurm_htex_config
     ex = ParslExecutor(config=slurm_htex_config(nodes=4, run_dir="runinfo"))
 
-or from a shell inside or outside an allocation::
-
-    python -m workflows run FLOW.py --executor parsl   # with WORKFLOWS_PARSL_CONFIG unset
-    # (then pass config=... in Python; the CLI's named configs are local ones)
-
-What it sets up (Parsl's own classes, nothing re-implemented):
-
-* ``SlurmProvider`` submits one block = ``nodes`` nodes with ``sbatch``
-  (``exclusive=False`` so the four emulated nodes of the local test cluster,
-  which share one host, can be allocated together);
-* ``SrunLauncher`` starts one ``process_worker_pool.py`` per node with
-  ``srun --ntasks <nodes>``, so each pool runs inside a step on its node and
-  sees that node's ``SLURMD_NODENAME`` -- the same node identity the stager
-  uses with ``--node-id-env SLURMD_NODENAME``, so tasks find the staged
-  copies under ``%n``;
-* ``worker_init`` activates the virtual environment this interpreter belongs
-  to (``source <venv>/bin/activate``) and puts the source tree on
-  ``PYTHONPATH``, so workers import the same ``workflows``/``kernels``;
-* the interchange listens on ``address`` (default ``127.0.0.1``, right for the
-  local cluster; on a real cluster pass the login node's address reachable
-  from compute nodes, e.g. ``parsl.addresses.address_by_interface("ib0")``).
-
-Parsl's SlurmProvider asks ``sacct`` for job states and falls back to
-``squeue`` when accounting is disabled, as on the local test cluster.
+Parsl's own classes, nothing re-implemented (``slurm/README.md``, "Parsl on Slurm"):
+one block of ``nodes`` nodes from ``sbatch`` (``exclusive=False``, so the emulated nodes
+of the local test cluster, which share one host, can be allocated together); one
+worker pool per node started by ``srun``, so each sees its node's ``SLURMD_NODENAME``,
+the node identity the stager uses, and tasks find the copies staged under ``%n``;
+``worker_init`` activates this interpreter's virtual environment and puts the source
+tree on ``PYTHONPATH``. The interchange listens on ``address`` (``127.0.0.1`` for the
+local cluster; on a real one, the login node's address the compute nodes reach).
 """
 from __future__ import annotations
 

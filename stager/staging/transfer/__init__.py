@@ -1,23 +1,15 @@
 """Transfer methods: how the leaders move the planned files to every node.
 
-* ``stripe`` (default) — leaders read disjoint stripes of each chunk and
-  complete it on every leader with ``Iallgatherv``, pipelined
-  (:mod:`~stager.staging.transfer.engine`): every source byte is read once in the job.
-* ``readall`` — the paper's method: every leader ``MPI_File_read_at_all``-s the
-  same chunk (:mod:`~stager.staging.transfer.readall`), the reference.
-* ``bcast`` — leader 0 reads, ``Ibcast`` to the rest (same pipeline).
-* ``naive`` — every leader reads every file itself with POSIX reads: the baseline the
-  others are measured against.
+``stripe`` (default: disjoint stripes of each chunk completed with ``Iallgatherv``,
+pipelined in :mod:`~stager.staging.transfer.engine`; every source byte read once),
+``readall`` (the paper's ``MPI_File_read_at_all`` of every chunk by every leader,
+:mod:`~stager.staging.transfer.readall`), ``bcast`` (leader 0 reads, ``Ibcast``),
+``naive`` (every leader reads every file itself: the baseline); docs/guide/staging.md,
+"Methods". The table is :data:`METHODS` (name -> a function of one :class:`Moving`,
+returning this leader's own failure or ``None``); :func:`register` adds one.
 
-The table of methods is :data:`METHODS` (a :class:`core.table.Table`: name -> a function
-of one :class:`Moving`, returning this leader's own failure or ``None``); :func:`register`
-adds one (the toy of ``tests/toymethod.py``). A name is checked with the options.
-
-Small files (below ``small_file_threshold``) travel in batches for the
-collective methods (:mod:`~stager.staging.transfer.tasks`), each opened by one rank.
-With every leader on one host (nodes of one machine), ``stripe`` and ``bcast`` exchange
-through a shared-memory window instead of messages
-(:mod:`~stager.staging.transfer.shmem`; the ``files`` kind's option
+Small files travel in batches (:mod:`~stager.staging.transfer.tasks`). Leaders on one
+host exchange through a shared-memory window (:mod:`~stager.staging.transfer.shmem`;
 ``shared_exchange=False`` turns it off): a test-machine path that real nodes, on
 separate hosts, never take.
 """

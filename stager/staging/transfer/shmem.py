@@ -1,30 +1,21 @@
 """The exchange of leaders that share one host: a shared-memory window instead of messages.
 
-When every leader of a run is on one host (``Job.leaders_share_host``), their chunk buffers
-can be one MPI-3 shared-memory window (``MPI_Win_allocate_shared``): each leader
-reads its pieces of a chunk into its own segment, the leaders agree the round is
-read (the small status ``Iallreduce`` that carries each piece's digest and the error
-flag, as in the message exchange), and each writes the whole chunk straight from the
-owners' segments. No data byte travels through MPI, so nothing depends on Open
-MPI's shared-memory transport.
-
-Only leaders on one host take this path (``stager.staging.transfer``): leaders on separate
-hosts, as on a cluster, always exchange with messages. It exists because the message
-exchange progresses only while both leaders are inside MPI at once, which two leaders
-sharing a few cores rarely are; here the only per-round synchronisation is the small
-status reduction, waited for without spinning (a spinning waiter would take the core
-its peer needs). Figures and history: ``bench/results/large_file.md``,
-``bench/results/history.md``.
+When every leader is on one host (``Job.leaders_share_host``), their chunk buffers are
+one MPI-3 shared-memory window: each leader reads its pieces of a chunk into its own
+segment, the leaders agree the round is read (the small status ``Iallreduce`` of the
+message exchange: digests and the error flag), and each writes the whole chunk straight
+from the owners' segments. It exists because the message exchange progresses only while
+both leaders are inside MPI at once, which two leaders sharing a few cores rarely are;
+here the only synchronisation is the status reduction, waited for without spinning (a
+spinning waiter takes the core its peer needs). Figures: ``bench/results/large_file.md``.
 
 Round ``k`` uses slot ``k % 2`` of every segment::
 
     for k: read(k) into my segment; Win.Sync; status(k); Win.Sync; write(k) from all segments
 
-A leader reads round ``k + 1`` into the other slot while a slower peer still writes
-round ``k``; it never overwrites a slot a peer still reads: that slot last held round
-``k - 1``, and every peer finished writing round ``k - 1`` before it took part in
-status ``k``, which this leader waited for. Memory per leader: two chunks, in the
-window (``/dev/shm``-backed).
+A leader never overwrites a slot a peer still reads: that slot last held round
+``k - 1``, which every peer finished writing before it took part in status ``k``.
+Memory per leader: two chunks, in the window (``/dev/shm``-backed).
 """
 from __future__ import annotations
 
