@@ -22,11 +22,9 @@ import lazy_loader
 
 from stager.errors import CapacityError, PlanError, StagerError, TransferError, VerifyError
 
-__all__ = [
-    "plan", "stage", "verify", "clean", "drain", "where",
-    "Plan", "Where", "StagedCopyMissing", "Report", "VerifyReport", "CleanReport", "DrainReport",
-    "StagerError", "PlanError", "CapacityError", "TransferError", "VerifyError",
-]
+__all__ = ["plan", "stage", "verify", "clean", "drain", "where", "Plan", "Where",
+           "StagedCopyMissing", "Report", "VerifyReport", "CleanReport", "DrainReport",
+           "StagerError", "PlanError", "CapacityError", "TransferError", "VerifyError"]
 
 # loaded on first use (lazy_loader, scientific-python's PEP 562 helper): ``import stager``
 # imports no MPI, numpy or h5py

@@ -22,19 +22,8 @@ from pathlib import Path
 
 from stager.errors import StagerError
 
-__all__ = [
-    "SUFFIX",
-    "Param",
-    "TemplateError",
-    "TemplateInfo",
-    "find_templates",
-    "load_template",
-    "parse_assignments",
-    "parse_header",
-    "placeholders",
-    "render",
-    "template_dirs",
-]
+__all__ = ["SUFFIX", "Param", "TemplateError", "TemplateInfo", "find_templates", "load_template",
+           "parse_assignments", "parse_header", "placeholders", "render", "template_dirs"]
 
 #: file name suffix of a template; the name is the file name without it
 SUFFIX = ".sbatch"

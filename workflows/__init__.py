@@ -26,46 +26,14 @@ from . import executors
 from .apps import App, CommandApp, app, command
 from .command import CommandResult
 from .dataflow import foreach, reduce_tree
-from .errors import (
-    CommandFailure,
-    DependencyFailure,
-    ExecutorError,
-    FlowError,
-    HookError,
-    NoExecutorError,
-    ResultsError,
-    TaskCrashed,
-    TaskFailure,
-    TaskTimeout,
-    WorkflowError,
-)
+from .errors import (CommandFailure, DependencyFailure, ExecutorError, FlowError, HookError,
+                     NoExecutorError, ResultsError, TaskCrashed, TaskFailure, TaskTimeout,
+                     WorkflowError)
 from .futures import AppFuture, phase_spans, wait_all
 from .node import on_this_node, this_node, worker_name
 
-__all__ = [
-    "App",
-    "AppFuture",
-    "CommandApp",
-    "CommandFailure",
-    "CommandResult",
-    "DependencyFailure",
-    "ExecutorError",
-    "FlowError",
-    "HookError",
-    "NoExecutorError",
-    "ResultsError",
-    "TaskCrashed",
-    "TaskFailure",
-    "TaskTimeout",
-    "WorkflowError",
-    "app",
-    "command",
-    "executors",
-    "foreach",
-    "on_this_node",
-    "phase_spans",
-    "reduce_tree",
-    "this_node",
-    "wait_all",
-    "worker_name",
-]
+__all__ = ["App", "AppFuture", "CommandApp", "CommandFailure", "CommandResult", "DependencyFailure",
+           "ExecutorError", "FlowError", "HookError", "NoExecutorError", "ResultsError",
+           "TaskCrashed", "TaskFailure", "TaskTimeout", "WorkflowError", "app", "command",
+           "executors", "foreach", "on_this_node", "phase_spans", "reduce_tree", "this_node",
+           "wait_all", "worker_name"]

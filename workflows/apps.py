@@ -55,14 +55,8 @@ def _check_retries(retries: int) -> int:
 class App:
     """A Python function that runs as a task when called (see :func:`app`)."""
 
-    def __init__(
-        self,
-        fn: Callable,
-        name: Optional[str] = None,
-        retries: int = 0,
-        timeout: Optional[float] = None,
-        isolate: bool = False,
-    ):
+    def __init__(self, fn: Callable, name: Optional[str] = None, retries: int = 0,
+                 timeout: Optional[float] = None, isolate: bool = False):
         if not callable(fn):
             raise TypeError(f"@app needs a function, got {fn!r}")
         self.fn = fn
@@ -96,10 +90,9 @@ class App:
         executor) runs the ready ones as task arrays, at a fraction of the
         submitting rank's cost per task (``docs/DISPATCH.md``).
         """
-        return active_runtime().launch_many(
-            self.name, self.target, [(item,) + args for item in items], kwargs, self.retries,
-            self.timeout, self.isolate
-        )
+        return active_runtime().launch_many(self.name, self.target,
+                                            [(item,) + args for item in items], kwargs,
+                                            self.retries, self.timeout, self.isolate)
 
     def on(self, node: Union[int, str], *, hard: bool = False) -> Callable[..., AppFuture]:
         """This app, placed: ``app.on(node)(*args)`` runs the task on a worker of ``node``.
@@ -174,14 +167,8 @@ class CommandApp(App):
         return dict(bound.arguments)
 
 
-def app(
-    fn: Optional[Callable] = None,
-    *,
-    name: Optional[str] = None,
-    retries: int = 0,
-    timeout: Optional[float] = None,
-    isolate: bool = False,
-):
+def app(fn: Optional[Callable] = None, *, name: Optional[str] = None, retries: int = 0,
+        timeout: Optional[float] = None, isolate: bool = False):
     """Turn a function into an app: ``@app`` or ``@app(retries=2, timeout=60, name="x")``.
 
     Parameters
@@ -217,17 +204,10 @@ def app(
     return App(fn, name=name, retries=retries, timeout=timeout, isolate=isolate)
 
 
-def command(
-    argv: Union[str, Sequence[str]],
-    *,
-    cwd: Optional[str] = None,
-    env: Optional[Mapping[str, str]] = None,
-    stdout: Optional[str] = None,
-    stderr: Optional[str] = None,
-    timeout: Optional[float] = None,
-    retries: int = 0,
-    name: Optional[str] = None,
-):
+def command(argv: Union[str, Sequence[str]], *, cwd: Optional[str] = None,
+            env: Optional[Mapping[str, str]] = None, stdout: Optional[str] = None,
+            stderr: Optional[str] = None, timeout: Optional[float] = None, retries: int = 0,
+            name: Optional[str] = None):
     """Turn a function signature into a command app running an external program.
 
     The decorated function's parameters (with their defaults) name the values

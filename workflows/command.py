@@ -67,16 +67,9 @@ class CommandSpec:
     timeout: Optional[float] = None
 
     @classmethod
-    def make(
-        cls,
-        name: str,
-        argv: Union[str, Sequence[str]],
-        cwd: Optional[str] = None,
-        env: Optional[Mapping[str, str]] = None,
-        stdout: Optional[str] = None,
-        stderr: Optional[str] = None,
-        timeout: Optional[float] = None,
-    ) -> CommandSpec:
+    def make(cls, name: str, argv: Union[str, Sequence[str]], cwd: Optional[str] = None,
+             env: Optional[Mapping[str, str]] = None, stdout: Optional[str] = None,
+             stderr: Optional[str] = None, timeout: Optional[float] = None) -> CommandSpec:
         """Validate and normalise the template (a string is split like a shell)."""
         tokens = tuple(shlex.split(argv)) if isinstance(argv, str) else tuple(argv)
         if not tokens or not all(isinstance(t, str) for t in tokens):
@@ -116,16 +109,10 @@ class CommandSpec:
         start = time.time()
         with _open(out_path) as out, _open(err_path) as err:
             try:
-                proc = subprocess.run(
-                    argv,
-                    cwd=run_dir,
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out if out is not None else subprocess.PIPE,
-                    stderr=err if err is not None else subprocess.PIPE,
-                    timeout=self.timeout,
-                    check=False,
-                )
+                proc = subprocess.run(argv, cwd=run_dir, env=env, stdin=subprocess.DEVNULL,
+                                      stdout=out if out is not None else subprocess.PIPE,
+                                      stderr=err if err is not None else subprocess.PIPE,
+                                      timeout=self.timeout, check=False)
             except FileNotFoundError as exc:
                 raise CommandExit(
                     f"{argv[0]}: program not found ({exc.strerror})", 127, ""

@@ -21,23 +21,9 @@ from typing import Any, Optional
 from core.errors import MpistageError
 from core.mpi.launcher import launcher_rank
 
-__all__ = [
-    "WorkflowError",
-    "NoExecutorError",
-    "ExecutorError",
-    "TaskFailure",
-    "CommandFailure",
-    "DependencyFailure",
-    "TaskTimeout",
-    "TaskCrashed",
-    "FlowError",
-    "HookError",
-    "ResultsError",
-    "RemoteError",
-    "failure_class",
-    "where",
-    "abbreviate",
-]
+__all__ = ["WorkflowError", "NoExecutorError", "ExecutorError", "TaskFailure", "CommandFailure",
+           "DependencyFailure", "TaskTimeout", "TaskCrashed", "FlowError", "HookError",
+           "ResultsError", "RemoteError", "failure_class", "where", "abbreviate"]
 
 #: Longest rendering of one task's arguments in messages.
 ARGS_LIMIT = 160
@@ -126,14 +112,9 @@ class RemoteError:
     def capture(cls, exc: BaseException) -> RemoteError:
         """Record ``exc`` (being handled) together with this process's identity."""
         text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        return cls(
-            type_name=_type_name(exc),
-            message=str(exc),
-            traceback=text,
-            where=where(),
-            exit_code=getattr(exc, "exit_code", None),
-            stderr_tail=getattr(exc, "stderr_tail", "") or "",
-        )
+        return cls(type_name=_type_name(exc), message=str(exc), traceback=text, where=where(),
+                   exit_code=getattr(exc, "exit_code", None),
+                   stderr_tail=getattr(exc, "stderr_tail", "") or "")
 
 
 class TaskFailure(WorkflowError):
@@ -222,12 +203,9 @@ class DependencyFailure(TaskFailure):
             upstream.root if isinstance(upstream, DependencyFailure) else upstream
         )
         self.root = root
-        remote = RemoteError(
-            type_name=type(root).__name__,
-            message=str(root),
-            traceback=getattr(root, "remote_traceback", "") or "",
-            where=getattr(root, "where", "submitting process"),
-        )
+        remote = RemoteError(type_name=type(root).__name__, message=str(root),
+                             traceback=getattr(root, "remote_traceback", "") or "",
+                             where=getattr(root, "where", "submitting process"))
         super().__init__(task, args, remote, 0,
                          f"task {task}({args}) not run: it depends on a failed task: {root}")
 

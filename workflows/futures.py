@@ -20,17 +20,8 @@ import threading
 from concurrent.futures import CancelledError, Future
 from typing import Any, Callable, Deque, Dict, Iterable, List, Mapping, Optional
 
-__all__ = [
-    "AppFuture",
-    "TaskInfo",
-    "find_futures",
-    "substitute",
-    "when_all",
-    "trampoline",
-    "wait_all",
-    "exception_of",
-    "phase_spans",
-]
+__all__ = ["AppFuture", "TaskInfo", "find_futures", "substitute", "when_all", "trampoline",
+           "wait_all", "exception_of", "phase_spans"]
 
 _local = threading.local()
 

@@ -52,11 +52,8 @@ class LeaderHooks:
     shutdown: Optional[str] = None
 
 
-def leader_hooks_from(
-    startup: Optional[str] = None,
-    shutdown: Optional[str] = None,
-    env: Optional[Mapping[str, str]] = None,
-) -> LeaderHooks:
+def leader_hooks_from(startup: Optional[str] = None, shutdown: Optional[str] = None,
+                      env: Optional[Mapping[str, str]] = None) -> LeaderHooks:
     """Hooks from arguments, else from ``STAGER_LEADER_HOOK_*`` (empty means none)."""
     env = os.environ if env is None else env
     return LeaderHooks(
@@ -95,13 +92,8 @@ def resolve_hook(hook: Hook) -> Union[Callable, str]:
     return obj
 
 
-def run_leader_hook(
-    hook: Optional[Hook],
-    job: Any = None,
-    phase: str = "startup",
-    *,
-    stage_options: Optional[Mapping[str, Any]] = None,
-) -> Optional[HookContext]:
+def run_leader_hook(hook: Optional[Hook], job: Any = None, phase: str = "startup", *,
+                    stage_options: Optional[Mapping[str, Any]] = None) -> Optional[HookContext]:
     """Collective over `job`: every rank must call. Run ``hook`` once per node, then barrier.
 
     Parameters

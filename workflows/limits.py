@@ -27,17 +27,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
-__all__ = [
-    "Alarm",
-    "Limits",
-    "TaskInterrupt",
-    "alarm",
-    "check_seconds",
-    "grace_seconds",
-    "GRACE",
-    "REPEAT",
-    "NO_LIMITS",
-]
+__all__ = ["Alarm", "Limits", "TaskInterrupt", "alarm", "check_seconds", "grace_seconds", "GRACE",
+           "REPEAT", "NO_LIMITS"]
 
 #: Seconds between repeated interrupts of a task that swallowed the first one.
 REPEAT = 1.0

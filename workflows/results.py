@@ -70,15 +70,8 @@ def _agree_layout(comm: Any, local: Any, path: str, name: str):
     return counts, gathered[0][1], np.dtype(gathered[0][2]), arr
 
 
-def write_collective(
-    comm: Any,
-    path: str,
-    name: str,
-    local: Any,
-    *,
-    attrs: Optional[Mapping[str, Any]] = None,
-    mode: str = "a",
-) -> int:
+def write_collective(comm: Any, path: str, name: str, local: Any, *,
+                     attrs: Optional[Mapping[str, Any]] = None, mode: str = "a") -> int:
     """Collective over `comm`: every rank must call. Write per-rank rows as one dataset.
 
     Rank ``r``'s rows land after the rows of ranks ``0..r-1``.
@@ -145,14 +138,8 @@ def write_collective(
 
 
 def write_gathered(
-    comm: Any,
-    path: str,
-    name: str,
-    local: Any,
-    *,
-    attrs: Optional[Mapping[str, Any]] = None,
-    root: int = 0,
-    mode: str = "a",
+    comm: Any, path: str, name: str, local: Any, *, attrs: Optional[Mapping[str, Any]] = None,
+    root: int = 0, mode: str = "a",
 ) -> int:
     """Collective over `comm`: every rank must call. Gather rows to ``root``, which writes them.
 
@@ -175,14 +162,9 @@ def write_gathered(
     return int(sum(counts))
 
 
-def write_arrays(
-    path: str,
-    arrays: Mapping[str, Any],
-    *,
-    attrs: Optional[Mapping[str, Mapping[str, Any]]] = None,
-    file_attrs: Optional[Mapping[str, Any]] = None,
-    mode: str = "a",
-) -> str:
+def write_arrays(path: str, arrays: Mapping[str, Any], *,
+                 attrs: Optional[Mapping[str, Mapping[str, Any]]] = None,
+                 file_attrs: Optional[Mapping[str, Any]] = None, mode: str = "a") -> str:
     """Write named arrays with serial h5py, atomically (temp file, then rename) for ``mode='w'``.
 
     Parameters

@@ -26,36 +26,14 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from .errors import (
-    DependencyFailure,
-    ExecutorError,
-    NoExecutorError,
-    RemoteError,
-    TaskFailure,
-    TaskTimeout,
-    WorkflowError,
-    abbreviate,
-    failure_class,
-)
-from .futures import (
-    AppFuture,
-    exception_of,
-    find_futures,
-    substitute,
-    trampoline,
-    when_all,
-)
+from .errors import (DependencyFailure, ExecutorError, NoExecutorError, RemoteError, TaskFailure,
+                     TaskTimeout, WorkflowError, abbreviate, failure_class)
+from .futures import AppFuture, exception_of, find_futures, substitute, trampoline, when_all
 from .limits import Limits, check_seconds, grace_seconds
 from .tasks import Outcome, TaskCall
 
-__all__ = [
-    "Runtime",
-    "RunExpired",
-    "active_runtime",
-    "capture_executor_error",
-    "push_active",
-    "pop_active",
-]
+__all__ = ["Runtime", "RunExpired", "active_runtime", "capture_executor_error", "push_active",
+           "pop_active"]
 
 _ACTIVE: List[Any] = []
 _ACTIVE_LOCK = threading.Lock()
@@ -118,12 +96,8 @@ class Runtime:
         self._clock: Optional[threading.Timer] = None
         self.expired = False
 
-    def configure(
-        self,
-        run_seconds: Optional[float] = None,
-        default_timeout: Optional[float] = None,
-        isolate: bool = False,
-    ) -> None:
+    def configure(self, run_seconds: Optional[float] = None,
+                  default_timeout: Optional[float] = None, isolate: bool = False) -> None:
         """Run-wide limits for tasks launched from now on.
 
         Parameters
@@ -179,17 +153,9 @@ class Runtime:
         return limits
 
     # -- launching -------------------------------------------------------
-    def launch(
-        self,
-        name: str,
-        target: Any,
-        args: Tuple,
-        kwargs: Dict,
-        retries: int = 0,
-        timeout: Optional[float] = None,
-        isolate: bool = False,
-        place: Optional[Tuple[Any, bool]] = None,
-    ) -> AppFuture:
+    def launch(self, name: str, target: Any, args: Tuple, kwargs: Dict, retries: int = 0,
+               timeout: Optional[float] = None, isolate: bool = False,
+               place: Optional[Tuple[Any, bool]] = None) -> AppFuture:
         """Create the task's future and submit it once its inputs are done."""
         fut = self._new_future(name)
         self._track([fut])
@@ -213,14 +179,8 @@ class Runtime:
         return fut
 
     def launch_many(
-        self,
-        name: str,
-        target: Any,
-        arg_tuples: List[Tuple],
-        kwargs: Dict,
-        retries: int = 0,
-        timeout: Optional[float] = None,
-        isolate: bool = False,
+        self, name: str, target: Any, arg_tuples: List[Tuple], kwargs: Dict, retries: int = 0,
+        timeout: Optional[float] = None, isolate: bool = False,
     ) -> List[AppFuture]:
         """:meth:`launch` of one app over many argument tuples (``foreach``); the futures in order.
 

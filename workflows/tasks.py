@@ -121,12 +121,9 @@ class Outcome:
 
     def unpicklable(self, exc: BaseException) -> Outcome:
         """This outcome with its value replaced by an error saying it does not pickle."""
-        err = RemoteError(
-            type(exc).__name__,
-            f"the task's result cannot be sent back (it does not pickle): {exc}",
-            "",
-            self.where,
-        )
+        err = RemoteError(type(exc).__name__,
+                          f"the task's result cannot be sent back (it does not pickle): {exc}", "",
+                          self.where)
         return Outcome(None, err, self.where, self.start, self.end, self.node)
 
 
@@ -141,15 +138,8 @@ class TaskCall:
 
     __slots__ = ("name", "target", "args", "kwargs", "limits", "place")
 
-    def __init__(
-        self,
-        name: str,
-        target: Any,
-        args: Tuple[Any, ...],
-        kwargs: Dict[str, Any],
-        limits: Limits = NO_LIMITS,
-        place: Optional[Tuple[int, bool]] = None,
-    ):
+    def __init__(self, name: str, target: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any],
+                 limits: Limits = NO_LIMITS, place: Optional[Tuple[int, bool]] = None):
         self.name = name
         self.target = target
         self.args = args
@@ -221,13 +211,9 @@ def _execute_isolated(call: TaskCall) -> Outcome:
         return value
     here = where_cached()
     if kind == "timeout":
-        err = RemoteError(
-            "TaskTimeout",
-            f"ran past {call.limits.describe(start)} and did not stop; {value}",
-            "",
-            here,
-            kind="timeout",
-        )
+        err = RemoteError("TaskTimeout",
+                          f"ran past {call.limits.describe(start)} and did not stop; {value}", "",
+                          here, kind="timeout")
     else:
         message, _code = value
         err = RemoteError("TaskCrashed", f"{message} while running the task", "", here,

@@ -11,14 +11,8 @@ import sys
 import textwrap
 
 from core.localfs import AtomicFile
-from stager.sbatch import (
-    TemplateError,
-    find_templates,
-    load_template,
-    parse_assignments,
-    render,
-    template_dirs,
-)
+from stager.sbatch import (TemplateError, find_templates, load_template, parse_assignments, render,
+                           template_dirs)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -18,16 +18,8 @@ from .base import Executor
 from .inline import InlineExecutor
 from .local import LocalExecutor
 
-__all__ = [
-    "Executor",
-    "InlineExecutor",
-    "LocalExecutor",
-    "MPIExecutor",
-    "ParslExecutor",
-    "ROWS",
-    "NAMES",
-    "make",
-]
+__all__ = ["Executor", "InlineExecutor", "LocalExecutor", "MPIExecutor", "ParslExecutor", "ROWS",
+           "NAMES", "make"]
 
 #: executor name -> "module:Class", imported when first asked for (Parsl takes a second;
 #: mpi4py only under MPI): adding an executor is one module and one row

@@ -57,11 +57,9 @@ class LocalExecutor(Executor):
                                    parse_int(1), "max_workers")
         method = env_option(start_method, "WORKFLOWS_LOCAL_START_METHOD", "fork",
                             parse_choice(*_START_METHODS), "start_method")
-        self._pool = ProcessPoolExecutor(
-            self._workers,
-            mp_context=multiprocessing.get_context(method),
-            initializer=_worker_init, initargs=(this_node(),),
-        )
+        self._pool = ProcessPoolExecutor(self._workers,
+                                         mp_context=multiprocessing.get_context(method),
+                                         initializer=_worker_init, initargs=(this_node(),))
 
     @property
     def workers(self) -> int:

@@ -111,12 +111,8 @@ class ParslExecutor(Executor):
     def run_options(cls, opts: Any, job: Any = None) -> Dict[str, Any]:
         return {"workers": opts.workers, "config": opts.parsl_config}
 
-    def __init__(
-        self,
-        config: Union[None, str, Any] = None,
-        workers: Optional[int] = None,
-        run_dir: Optional[str] = None,
-    ):
+    def __init__(self, config: Union[None, str, Any] = None, workers: Optional[int] = None,
+                 run_dir: Optional[str] = None):
         super().__init__()
         config = config or os.environ.get("WORKFLOWS_PARSL_CONFIG") or "htex-local"
         self._workers = env_option(workers, "WORKFLOWS_PARSL_WORKERS", os.cpu_count() or 1,

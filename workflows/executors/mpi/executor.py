@@ -105,17 +105,10 @@ class MPIExecutor(Executor):
         # workflows run aborts itself, after its summary, when a worker was lost
         return {"dispatch": opts.dispatch, "abort_on_lost": False}
 
-    def __init__(
-        self,
-        job: Any = None,
-        root: int = 0,
-        dispatch: Optional[str] = None,
-        max_chunk: Optional[int] = None,
-        window: Optional[int] = None,
-        locality_wait: Optional[float] = None,
-        abort_on_lost: bool = True,
-        arrays: Optional[bool] = None,
-    ):
+    def __init__(self, job: Any = None, root: int = 0, dispatch: Optional[str] = None,
+                 max_chunk: Optional[int] = None, window: Optional[int] = None,
+                 locality_wait: Optional[float] = None, abort_on_lost: bool = True,
+                 arrays: Optional[bool] = None):
         super().__init__()
         comm = job.comm if isinstance(job, Job) else job
         if comm is None:
