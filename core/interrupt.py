@@ -100,8 +100,7 @@ class Handling:
         self._pipe = (r, w)
         self._old = [signal.signal(s, self._handler) for s in _SIGNALS]
         self._old_fd = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
-        self._thread = threading.Thread(target=self._watch, name="stager-interrupt",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._watch, name="stager-interrupt", daemon=True)
         self._thread.start()
         return self
 

@@ -129,12 +129,10 @@ class DrainLog:
         """Open the journal and write this run into it (before any temporary file)."""
         self.journal = Journal(self.fd, self.journal_name,
                                os.path.join(self.dest, self.journal_name), fsync=True)
-        self.journal.append({"op": "run", "run": self.run, "node": self.node,
-                             "pid": os.getpid()})
+        self.journal.append({"op": "run", "run": self.run, "node": self.node, "pid": os.getpid()})
 
     def temp_path(self, target: str) -> Optional[str]:
-        return os.path.join(os.path.dirname(target),
-                            f"{TEMP_MARK}{self.run}-{next(self._counter)}")
+        return os.path.join(os.path.dirname(target), f"{TEMP_MARK}{self.run}-{next(self._counter)}")
 
     def before_rename(self, target: str, tmp: str, st: os.stat_result,
                       digest: Optional[str]) -> None:

@@ -34,8 +34,7 @@ from __future__ import annotations
 import functools
 import inspect
 import pkgutil
-from typing import (Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple,
-                    Union)
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .command import CommandSpec
 from .futures import AppFuture
@@ -79,9 +78,8 @@ class App:
 
     def _launch(self, args: Tuple, kwargs: Dict, place: Optional[Tuple[Any, bool]] = None
                 ) -> AppFuture:
-        return active_runtime().launch(
-            self.name, self.target, args, kwargs, self.retries, self.timeout, self.isolate, place
-        )
+        return active_runtime().launch(self.name, self.target, args, kwargs, self.retries,
+                                       self.timeout, self.isolate, place)
 
     def map(self, items: Iterable[Any], *args: Any, **kwargs: Any) -> List[AppFuture]:
         """``[self(item, *args, **kwargs) for item in items]``, launched together.

@@ -131,9 +131,8 @@ class CommandSpec:
                 proc.returncode,
                 tail,
             )
-        return CommandResult(
-            tuple(argv), proc.returncode, run_dir, out_path, err_path, stdout, time.time() - start
-        )
+        return CommandResult(tuple(argv), proc.returncode, run_dir, out_path, err_path, stdout,
+                             time.time() - start)
 
     def _path(
         self, template: Optional[str], values: Mapping[str, Any], run_dir: str

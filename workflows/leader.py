@@ -56,9 +56,8 @@ def leader_hooks_from(startup: Optional[str] = None, shutdown: Optional[str] = N
                       env: Optional[Mapping[str, str]] = None) -> LeaderHooks:
     """Hooks from arguments, else from ``STAGER_LEADER_HOOK_*`` (empty means none)."""
     env = os.environ if env is None else env
-    return LeaderHooks(
-        startup or env.get(ENV_STARTUP) or None, shutdown or env.get(ENV_SHUTDOWN) or None
-    )
+    return LeaderHooks(startup or env.get(ENV_STARTUP) or None,
+                       shutdown or env.get(ENV_SHUTDOWN) or None)
 
 
 def resolve_hook(hook: Hook) -> Union[Callable, str]:

@@ -174,9 +174,8 @@ def _thread_alarm(seconds: float, state: Alarm) -> Iterator[None]:
                 if done.is_set():
                     return
                 state.fired = True
-                ctypes.pythonapi.PyThreadState_SetAsyncExc(
-                    ctypes.c_ulong(tid), ctypes.py_object(TaskInterrupt)
-                )
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(tid),
+                                                           ctypes.py_object(TaskInterrupt))
             wait = REPEAT
 
     timer = threading.Thread(target=fire, name="workflows-alarm", daemon=True)

@@ -262,8 +262,7 @@ class Runtime:
         if bad is not None:
             self._fail(fut, DependencyFailure(fut.task.name, _abbrev(args, kwargs), bad))
             return
-        call = TaskCall(fut.task.name, target, substitute(args), substitute(kwargs), limits,
-                        place)
+        call = TaskCall(fut.task.name, target, substitute(args), substitute(kwargs), limits, place)
         self._submit(fut, call, 1, retries)
 
     def _submit(self, fut: AppFuture, call: TaskCall, attempt: int, retries: int) -> None:

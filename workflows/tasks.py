@@ -148,8 +148,7 @@ class TaskCall:
         self.place = place
 
     def __reduce__(self):
-        return (TaskCall, (self.name, self.target, self.args, self.kwargs, self.limits,
-                           self.place))
+        return (TaskCall, (self.name, self.target, self.args, self.kwargs, self.limits, self.place))
 
     def __repr__(self) -> str:
         return f"TaskCall({self.name!r}, {self.target!r}, limits={self.limits}, place={self.place})"

@@ -10,8 +10,7 @@ from __future__ import annotations
 import collections
 import pickle
 import time
-from typing import (Any, Callable, Deque, Dict, Iterable, Iterator, List, Optional, Tuple,
-                    Type)
+from typing import Any, Callable, Deque, Dict, Iterable, Iterator, List, Optional, Tuple, Type
 
 __all__ = ["TAGS", "Link", "Backoff", "Credits", "dumps"]
 

@@ -17,8 +17,7 @@ from stager.commands.stage import run_collective
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("src", metavar="SRC",
-                   help="node-local results directory (%%n = node name)")
+    p.add_argument("src", metavar="SRC", help="node-local results directory (%%n = node name)")
     p.add_argument("dest", metavar="DEST",
                    help="shared directory; files go to DEST/<node>/... (see --merge)")
     p.add_argument("--merge", action="store_true",

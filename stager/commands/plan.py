@@ -64,8 +64,7 @@ def run(args: argparse.Namespace) -> int:
         for b in plan.blocks:  # with %n, the overlap with the sources depends on the node
             if "%n" in b.dest:
                 dest = expand_node(b.dest, node)
-                check_disjoint(real_dest(dest), plan.areas, f"{b.location} (as node {node})",
-                               dest)
+                check_disjoint(real_dest(dest), plan.areas, f"{b.location} (as node {node})", dest)
         if args.nodes is not None and args.nodes < 1:
             raise PlanError(f"--nodes {args.nodes}: give the number of nodes, 1 or more")
         if plan.scatters and args.nodes is not None:
@@ -100,8 +99,7 @@ def run(args: argparse.Namespace) -> int:
         json.dump(doc, sys.stdout, indent=2)
         print()
     else:
-        print(render_text(plan, space, node, limit=None if args.all else SHOWN,
-                          per_node=per_node))
+        print(render_text(plan, space, node, limit=None if args.all else SHOWN, per_node=per_node))
     short = [s for s in space if not s.fits]
     if short:
         print(f"stager plan: {len(short)} destination(s) do not fit on this machine, first "

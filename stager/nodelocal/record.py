@@ -155,8 +155,7 @@ def load(state_fd: int, state_path: str, key: str, root: str) -> SpecRecord:
                 raise ValueError(f"unknown version {d.get('version')!r}")
             rec.algorithm = str(d["algorithm"])
             rec.spec = str(d.get("spec", ""))
-            rec.files = {str(rel): _entry(v)
-                         for rel, v in d["files"].items()}
+            rec.files = {str(rel): _entry(v) for rel, v in d["files"].items()}
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise StagerError(f"record {path} is malformed ({e}); remove the destination's "
                               ".stager directory and its files, then stage again") from e

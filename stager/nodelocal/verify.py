@@ -70,8 +70,7 @@ def _check_copy(node: str, state: RootState, rel: str, rec: Any) -> Tuple[int, O
         raise
     try:
         try:
-            fd = os.open(os.path.basename(rel), os.O_RDONLY | os.O_NOFOLLOW | _CLOEXEC,
-                         dir_fd=dfd)
+            fd = os.open(os.path.basename(rel), os.O_RDONLY | os.O_NOFOLLOW | _CLOEXEC, dir_fd=dfd)
         except FileNotFoundError:
             return 0, Mismatch(node, path, "missing")
         except OSError as e:

@@ -22,8 +22,7 @@ from hooks.spec import Block, Spec
 from stager.errors import PlanError
 from stager.planning import kinds
 from stager.planning.plan import BlockPlan, FileEntry, Plan, describe_size
-from stager.planning.sources import (SourceArea, StatFn, check_disjoint, real_dest,
-                                     source_areas)
+from stager.planning.sources import SourceArea, StatFn, check_disjoint, real_dest, source_areas
 
 __all__ = ["build_plan", "spec_key", "check_destinations", "Plan",
            "BlockPlan", "FileEntry", "describe_size"]

@@ -265,8 +265,7 @@ class NodeRecords:
                 if j is not None:
                     j.close()
                     try:
-                        records.compact(state.fd, state.path, self.recs[root],
-                                        fsync=self.fsync)
+                        records.compact(state.fd, state.path, self.recs[root], fsync=self.fsync)
                     except OSError:
                         pass  # no room for the new record (ENOSPC): the journal stays the
                         # record, complete, until a run with room compacts it

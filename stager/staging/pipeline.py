@@ -220,8 +220,7 @@ def _run(plan: Plan, comm: Any, job: Job, opts: StageOptions,
     try:
         need_local = _lock_and_resume(w, job, opts, run_id, ctx)
         need_any = bytearray(len(w.units))
-        comm.Allreduce([need_local, MPI.UNSIGNED_CHAR], [need_any, MPI.UNSIGNED_CHAR],
-                       op=MPI.MAX)
+        comm.Allreduce([need_local, MPI.UNSIGNED_CHAR], [need_any, MPI.UNSIGNED_CHAR], op=MPI.MAX)
         ctx.phase = "checking free space"      # before any copy is written
         sizes: Dict[str, List[int]] = defaultdict(list)
         if ctx.records is not None:
@@ -364,8 +363,7 @@ def _check_roots(plan: Plan, targets: NodeTargets, node: str) -> None:
     """This node's concrete roots stay clear of every source (``PlanError``: exit 2)."""
     where: Dict[str, str] = {}
     for b in plan.blocks:
-        where.setdefault(os.path.normpath(os.path.abspath(expand_node(b.dest, node))),
-                         b.location)
+        where.setdefault(os.path.normpath(os.path.abspath(expand_node(b.dest, node))), b.location)
     for root in dict.fromkeys(targets.roots):
         check_disjoint(real_dest(root), plan.areas, where.get(root, plan.spec_path), root)
 

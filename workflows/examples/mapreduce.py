@@ -92,6 +92,5 @@ def main(args):
             for i in range(args.n)
         ]
     partials = foreach(map_file, inputs, bins)
-    return write_output(
-        reduce_tree(merge, partials, ordered=True), os.path.join(args.out, "mapreduce.txt")
-    )
+    return write_output(reduce_tree(merge, partials, ordered=True),
+                        os.path.join(args.out, "mapreduce.txt"))

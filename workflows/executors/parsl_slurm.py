@@ -94,5 +94,4 @@ def slurm_htex_config(nodes: int, run_dir: str, *, workers_per_node: int = 1,
         walltime=walltime, exclusive=False, scheduler_options=scheduler_options,
         worker_init=venv_worker_init() if worker_init is None else worker_init,
         launcher=SrunLauncher(), cmd_timeout=30)
-    return htex_config(provider, workers_per_node, run_dir, label, address,
-                       heartbeat_threshold=20)
+    return htex_config(provider, workers_per_node, run_dir, label, address, heartbeat_threshold=20)

@@ -344,8 +344,7 @@ def _make_refs(f: Any, targets: Any, shape: Tuple[int, ...], region: bool) -> np
         if not t.path:
             out[k] = h5r.Reference() if not region else h5r.RegionReference()
         elif t.region is not None:
-            out[k] = h5r.create(f.id, t.path.encode(), h5r.DATASET_REGION,
-                                h5s.decode(t.region))
+            out[k] = h5r.create(f.id, t.path.encode(), h5r.DATASET_REGION, h5s.decode(t.region))
         else:
             out[k] = h5r.create(f.id, t.path.encode(), h5r.OBJECT)
     return out.reshape(shape)

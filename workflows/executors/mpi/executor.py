@@ -288,8 +288,7 @@ class MPIExecutor(Executor):
             else:
                 from ...errors import failure_class
 
-                fut.set_exception(failure_class(outcome.error)(
-                    call.name, "...", outcome.error, 1))
+                fut.set_exception(failure_class(outcome.error)(call.name, "...", outcome.error, 1))
 
         self._root_server.launch(call, done)
         return fut

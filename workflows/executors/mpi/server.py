@@ -262,8 +262,7 @@ class Server(Loop):
         if now < self.next_steal or not self.may_steal():
             return
         victim = self._rng.choice(self.peers)
-        want = max(1, len(idle) * (1 if self.task_seconds >= LONG_TASK
-                                   else self.options.max_chunk))
+        want = max(1, len(idle) * (1 if self.task_seconds >= LONG_TASK else self.options.max_chunk))
         self.link.send(victim, STEAL, want)
         self.steal_out = True
 
@@ -328,8 +327,7 @@ class Server(Loop):
                 self.died(slot)
 
     def died(self, slot: Slot) -> None:
-        lines = [f"{name} ({state})" for name, state, _ in self.in_flight()
-                 if _ == slot.where]
+        lines = [f"{name} ({state})" for name, state, _ in self.in_flight() if _ == slot.where]
         text = (f"{self.who}: worker {slot.where} died (its process is gone: a signal or "
                 f"os._exit; mpirun's message names which) while it held: "
                 f"{', '.join(lines) or 'nothing'}")
@@ -395,8 +393,7 @@ class NodeServer(Server):
         self.results_bytes = 0
         self.notes: List[Tuple[Any, ...]] = []
         self.first_result = 0.0
-        self.flush_seconds = options.flush_seconds or max(
-            0.002, len(roles.servers) / ROOT_BUDGET)
+        self.flush_seconds = options.flush_seconds or max(0.002, len(roles.servers) / ROOT_BUDGET)
         self.stopping = False
         self.cancel = False
         self.dropped: List[int] = []
