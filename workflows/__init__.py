@@ -1,23 +1,10 @@
 """Dataflow workflows on staged data: apps, futures, foreach, tree reductions, executors.
 
-A workflow file::
-
-    from workflows import app, foreach, reduce_tree
-
-    @app
-    def analyse(path):
-        ...
-
-    @app
-    def merge(a, b):
-        ...
-
-    def main(args):
-        return reduce_tree(merge, foreach(analyse, args.argv))
-
-runs with ``python -m workflows run FLOW.py --executor mpi|local|inline|parsl``
-(under ``mpirun`` for ``mpi``), or in Python inside ``with executors.make("local"):``.
-See docs/ARCHITECTURE.md, section 3.
+A workflow file defines ``main(args)`` and builds its task graph with ``@app``,
+``foreach`` and ``reduce_tree`` (an example: docs/guide/workflows.md); it runs with
+``python -m workflows run FLOW.py --executor mpi|local|inline|parsl`` (under ``mpirun``
+for ``mpi``), or in Python inside ``with executors.make("local"):``. See
+docs/ARCHITECTURE.md, section 4.
 """
 
 from __future__ import annotations
