@@ -1,5 +1,5 @@
 """A workflow file: finding it (a path, or an installed package's module), importing it,
-and the ``args`` its ``main`` is given.
+the ``args`` its ``main`` is given, and driving that ``main`` on an executor.
 
 A flow file defines ``main(args)``, which builds the task graph and returns its
 final future(s) (or a list/dict of them), and optionally ``add_arguments(parser)``
@@ -29,13 +29,21 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any, List, Optional
+import time
+import traceback
+from typing import Any, Dict, List, Optional
 
+from core.errors import MpistageError
 from core.table import load_module
 
-from .errors import FlowError
+from .errors import FlowError, TaskFailure
+from .executors import Executor
+from .futures import exception_of, find_futures, wait_all
 
-__all__ = ["load_flow", "flow_namespace", "flow_module_name"]
+__all__ = ["load_flow", "flow_namespace", "flow_module_name", "drive"]
+
+#: the runtime of the flow being driven (rank 0), for the line of an interrupted run
+DRIVEN: Dict[str, Any] = {}
 
 
 def flow_module_name(path: str) -> Optional[str]:
@@ -123,3 +131,73 @@ def flow_namespace(module: Any, flow: str, flow_argv: List[str]) -> argparse.Nam
     ns.argv = list(flow_argv)
     ns.flow = os.path.abspath(flow)
     return ns
+
+
+def drive(module: Any, ns: argparse.Namespace, ex: Executor, opts: Any = None) -> Dict[str, Any]:
+    """Run the flow's main on the active executor ``ex``; never raises.
+
+    With ``--timeout`` every task carries the run's deadline (interrupted where
+    it runs, see :mod:`workflows.limits`), and what is still pending a grace
+    period later is settled as timed out (:meth:`Runtime.configure`), so
+    waiting here is bounded; the executor is then shut down without waiting
+    for workers still busy with expired tasks.
+    """
+    ns.workers = ex.workers
+    t0 = time.perf_counter()
+    error = None
+    bad_input = False
+    result = None
+    rt = DRIVEN["runtime"] = ex.runtime
+    limit = getattr(opts, "timeout", None)
+    try:
+        rt.configure(limit, getattr(opts, "task_timeout", None), getattr(opts, "isolate", False))
+        result = module.main(ns)
+        wait_all(result)
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        if isinstance(exc, (MpistageError, ValueError)):
+            # A user-facing error (bad parameter, failed task): its message says it all;
+            # raised by main before any task was launched, it is about the flow's input.
+            error = f"{type(exc).__name__}: {exc}"
+            bad_input = rt.launched == 0 and not isinstance(exc, TaskFailure)
+        else:
+            error = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    rt.wait()
+    rt.stop_clock()
+    if rt.expired or (limit is not None and rt.past_deadline and rt.failures):
+        error = error or (
+            f"the run's time limit of {limit:g} s (--timeout) passed; unfinished tasks failed"
+        )
+    if rt.expired:
+        ex.shutdown(wait=False)  # workers may still be busy with expired tasks
+    failed_results = [f for f in find_futures(result) if exception_of(f) is not None]
+    status = {
+        "seconds": time.perf_counter() - t0,
+        "tasks": {
+            "launched": rt.launched,
+            "succeeded": rt.succeeded,
+            "failed": len(rt.failures),
+            "not_run": len(rt.skipped),
+        },
+        "workers": ex.workers,
+        "error": error,
+        "summary": rt.summary(),
+        "failed_results": [str(exception_of(f)) for f in failed_results[:10]],
+        "result": short_result(result, failed_results),
+    }
+    status["ok"] = error is None and not rt.failures and not rt.skipped and not failed_results
+    status["bad_input"] = bad_input
+    return status
+
+
+def short_result(result: Any, failed: List[Any]) -> str:
+    """The flow's result for the run's summary line, at most 200 characters."""
+    if result is None or failed:
+        return ""
+    futures = find_futures(result)
+    if len(futures) == 1 and futures[0] is result:
+        text = repr(result.result())
+    else:
+        text = f"{len(futures)} futures"
+    return text if len(text) <= 200 else text[:197] + "..."

@@ -24,7 +24,6 @@ import json
 import os
 import sys
 import time
-import traceback
 from typing import Any, Dict, List, Optional, Tuple
 
 import stager
@@ -38,10 +37,9 @@ from hooks import SpecError
 from stager.errors import PlanError
 from core.outputs import run_directory
 
-from .errors import FlowError, TaskFailure, WorkflowError
-from .executors import NAMES, ROWS, Executor, make
-from .futures import exception_of, find_futures, wait_all
-from .flow import flow_namespace, load_flow
+from .errors import FlowError, WorkflowError
+from .executors import NAMES, ROWS, make
+from .flow import DRIVEN, drive, flow_namespace, load_flow
 from .leader import leader_hooks_from, run_leader_hook
 from .drain import drain_results
 from .node import on_this_node, set_node
@@ -95,75 +93,6 @@ def _split_argv(argv: List[str]) -> Tuple[List[str], List[str]]:
         i = argv.index("--")
         return argv[:i], argv[i + 1 :]
     return argv, []
-
-
-def _drive(module: Any, ns: argparse.Namespace, ex: Executor, opts: Any = None) -> Dict[str, Any]:
-    """Run the flow's main on the active executor ``ex``; never raises.
-
-    With ``--timeout`` every task carries the run's deadline (interrupted where
-    it runs, see :mod:`workflows.limits`), and what is still pending a grace
-    period later is settled as timed out (:meth:`Runtime.configure`), so
-    waiting here is bounded; the executor is then shut down without waiting
-    for workers still busy with expired tasks.
-    """
-    ns.workers = ex.workers
-    t0 = time.perf_counter()
-    error = None
-    bad_input = False
-    result = None
-    rt = _DRIVEN["runtime"] = ex.runtime
-    limit = getattr(opts, "timeout", None)
-    try:
-        rt.configure(limit, getattr(opts, "task_timeout", None), getattr(opts, "isolate", False))
-        result = module.main(ns)
-        wait_all(result)
-    except BaseException as exc:
-        if isinstance(exc, KeyboardInterrupt):
-            raise
-        if isinstance(exc, (MpistageError, ValueError)):
-            # A user-facing error (bad parameter, failed task): its message says it all;
-            # raised by main before any task was launched, it is about the flow's input.
-            error = f"{type(exc).__name__}: {exc}"
-            bad_input = rt.launched == 0 and not isinstance(exc, TaskFailure)
-        else:
-            error = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    rt.wait()
-    rt.stop_clock()
-    if rt.expired or (limit is not None and rt.past_deadline and rt.failures):
-        error = error or (
-            f"the run's time limit of {limit:g} s (--timeout) passed; unfinished tasks failed"
-        )
-    if rt.expired:
-        ex.shutdown(wait=False)  # workers may still be busy with expired tasks
-    failed_results = [f for f in find_futures(result) if exception_of(f) is not None]
-    status = {
-        "seconds": time.perf_counter() - t0,
-        "tasks": {
-            "launched": rt.launched,
-            "succeeded": rt.succeeded,
-            "failed": len(rt.failures),
-            "not_run": len(rt.skipped),
-        },
-        "workers": ex.workers,
-        "error": error,
-        "summary": rt.summary(),
-        "failed_results": [str(exception_of(f)) for f in failed_results[:10]],
-        "result": _short_result(result, failed_results),
-    }
-    status["ok"] = error is None and not rt.failures and not rt.skipped and not failed_results
-    status["bad_input"] = bad_input
-    return status
-
-
-def _short_result(result: Any, failed: List[Any]) -> str:
-    if result is None or failed:
-        return ""
-    futures = find_futures(result)
-    if len(futures) == 1 and futures[0] is result:
-        text = repr(result.result())
-    else:
-        text = f"{len(futures)} futures"
-    return text if len(text) <= 200 else text[:197] + "..."
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -240,10 +169,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     return code
 
 
-#: the runtime of the flow being driven (rank 0), for the line of an interrupted run
-_DRIVEN: Dict[str, Any] = {}
-
-
 def _kept(ns: argparse.Namespace) -> str:
     """What an interrupted run keeps, and how to go on."""
     kept = f"kept: {ns.out} (what the finished tasks wrote)"
@@ -262,7 +187,7 @@ def _interrupted(ns: argparse.Namespace, rank: int, signum: int) -> None:
     from core.interrupt import signal_name
 
     if rank == 0:
-        rt = _DRIVEN.get("runtime")
+        rt = DRIVEN.get("runtime")
         done = (f"{rt.succeeded} of {rt.launched} launched tasks had finished" if rt is not None
                 else "no task had started")
         print(f"workflows run {os.path.basename(ns.flow)}: interrupted by "
@@ -322,7 +247,7 @@ def _run(opts, module, ns, name: str, comm: Any, hooks) -> int:
         mpi_ex.kept = lambda: _kept(ns)     # said by the root's report of a SIGTERM
         with mpi_ex as ex:
             if ex is not None:
-                status = _drive(module, ns, ex, opts)
+                status = drive(module, ns, ex, opts)
         if mpi_ex.lost_workers:
             # A worker stuck in a task past its limit never joins another
             # collective: report now, on the root, and end the job.
@@ -339,7 +264,7 @@ def _run(opts, module, ns, name: str, comm: Any, hooks) -> int:
         try:
             with make(name, **options) as active:
                 assert active is not None  # only MPIExecutor yields None (on workers)
-                status = _drive(module, ns, active, opts)
+                status = drive(module, ns, active, opts)
         except Exception as exc:
             # Any error (a Parsl or process-pool start-up failure too) must
             # reach the barrier below, or the other ranks wait there forever.
