@@ -3,20 +3,21 @@
 Both reductions of the project follow it: the task runtime's
 ``workflows.reduce_tree(ordered=True)`` (each merge a task, launched as soon as its
 two inputs exist) and the receiving job's merge of per-rank partials
-(:func:`tree_reduce`, point to point). Round k pairs ``(dst, src)`` with ``src =
+(:func:`merge_ranks`, point to point). Round k pairs ``(dst, src)`` with ``src =
 dst + 2**k``; position ``dst`` computes ``merge(own, received)`` (lower position
 first). The shape never depends on timing, so a merge that is associative but not
 commutative (concatenation) -- or not even exactly associative (floating-point
 sums) -- gives the same bits on every run.
 
-:func:`tree_schedule` is pure; :func:`tree_reduce` needs mpi4py only through the
-``comm`` it is given.
+Their names say what is merged: task results (``reduce_tree``), ranks' values
+(``merge_ranks``). :func:`tree_schedule` is pure; :func:`merge_ranks` needs mpi4py only
+through the ``comm`` it is given.
 """
 from __future__ import annotations
 
 from typing import Any, Callable, List, Sequence, Tuple
 
-__all__ = ["tree_schedule", "tree_reduce", "TreeMergeError"]
+__all__ = ["tree_schedule", "merge_ranks", "TreeMergeError"]
 
 
 class TreeMergeError(RuntimeError):
@@ -39,7 +40,7 @@ def tree_schedule(n: int) -> List[List[Tuple[int, int]]]:
     return rounds
 
 
-def tree_reduce(comm: Any, ranks: Sequence[int], value: Any, merge: Callable[[Any, Any], Any],
+def merge_ranks(comm: Any, ranks: Sequence[int], value: Any, merge: Callable[[Any, Any], Any],
                 tag: int = 7201) -> Any:
     """Point to point over `comm` among ``ranks`` (every one of them must call): merge
     their values in the fixed tree of :func:`tree_schedule`.
@@ -68,3 +69,8 @@ def tree_reduce(comm: Any, ranks: Sequence[int], value: Any, merge: Callable[[An
     if mine[0] == "err":
         raise TreeMergeError(mine[1])
     return mine[1]
+
+
+#: The former name (the mirror of ``workflows.reduce_tree``), until the receiving job's
+#: finalize (``streams/job/finalize.py``) calls :func:`merge_ranks`.
+tree_reduce = merge_ranks
