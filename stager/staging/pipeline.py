@@ -10,7 +10,8 @@ plan on rank 0, one broadcast each; the node layout; lock and resume
 (directories journaled before they are made); the transfer, each copy journaled just
 before its rename, leaders stopping together on a failure or an interrupt
 (:mod:`core.interrupt`); the optional source check; record (compact, unlock; also after
-a failure, so a re-run resumes); the report, summed over ranks.
+a failure, so a re-run resumes); the report, summed over ranks. Kept in one module (~480
+lines) so the phases read in their order, top to bottom.
 """
 from __future__ import annotations
 

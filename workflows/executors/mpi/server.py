@@ -21,6 +21,9 @@ batches. What all servers share (:class:`Server`):
   (never served again, its queued batches go to others), and the root ends
   the job with ``MPI_Abort`` after the summary (a stuck rank can never join
   the collectives that follow).
+
+One module (~480 lines) for the one loop of a node server: its messages, feeding,
+stealing and the backstop share the server's state.
 """
 
 from __future__ import annotations
