@@ -1,24 +1,17 @@
 """How a copy is committed: where its temporary file lives, and what surrounds its rename.
 
-Every copy the stager writes -- a whole file (:class:`core.localfs.AtomicFile`)
-or an HDF5 copy (``stager.staging.h5.write``) -- is written under a temporary name and
-renamed onto its final name. The two functions here are the only way those writers
-name the temporary file and rename it:
+Every copy the stager writes -- a whole file (:class:`core.localfs.AtomicFile`) or an
+HDF5 copy (:mod:`stager.kinds.h5.write`) -- is written under a temporary name
+(:func:`temp_path`) and renamed onto its final name by :func:`rename`, which runs the
+active session's ``before_rename`` first (a staging run journals the copy there, so it
+cannot appear under its final name unrecorded) and its ``after_rename`` after. A staging
+run activates its session around the transfer (``with commit.session(s):``,
+:mod:`stager.staging.commits`); outside one (``drain``, tests) the temporary file goes
+next to its destination and the rename is plain. So writers know nothing of records,
+and every block kind gets the same crash safety from the same code.
 
-* :func:`temp_path` -- where the temporary file of ``dest`` is created;
-* :func:`rename` -- ``os.rename(tmp, dest)``, preceded by the active session's
-  ``before_rename`` (a staging run journals the copy there, durably, before it can
-  appear under its final name) and followed by its ``after_rename``.
-
-A staging run activates its session around the transfer (``with
-commit.session(s):``, :mod:`stager.staging.commits`); outside a session (``drain``,
-tests) a temporary file goes next to its destination and the rename is a plain
-rename. Writers therefore know nothing of records or journals, and every block
-kind gets the same crash safety from the same code.
-
-Temporary names never contain the final name: ``.stager-tmp-<token>-<n>`` is at
-most 48 bytes, so every legal name (up to NAME_MAX, 255 bytes) can be staged,
-and ``TEMP_MARK`` marks every temporary file the stager makes.
+Temporary names never contain the final name: ``.stager-tmp-<token>-<n>`` is at most
+48 bytes, so every legal name (up to NAME_MAX) can be staged; ``TEMP_MARK`` marks them.
 """
 from __future__ import annotations
 

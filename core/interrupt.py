@@ -1,23 +1,17 @@
 """SIGINT and SIGTERM while staging: ranks stop together, clean up, and say how to resume.
 
-Ctrl-C on ``mpirun`` reaches every rank as SIGTERM, and Open MPI sends SIGKILL one
-second later (its ``odls_base_sigkill_timeout``); ``scancel`` and a time limit send
-SIGTERM too (Slurm's ``KillWait`` later, SIGKILL). While :func:`stager.stage` runs,
-:class:`Handling` is in place:
+Ctrl-C on ``mpirun`` reaches every rank as SIGTERM, with SIGKILL one second later
+(``odls_base_sigkill_timeout``); ``scancel`` and a time limit send SIGTERM too. What the
+user sees is docs/staging-state.md, section 6. While :class:`Handling` is in place:
 
-1. The first SIGINT/SIGTERM only sets a flag (:func:`pending`). The transfer loops
-   look at it once per collective round and carry it in the round's status like a
-   failure, so every leader stops after the same round; the pipeline then removes
-   the temporary files, compacts the records and raises :class:`Interrupted` on
-   every rank (agreed); ``stager stage`` prints one line and exits 128 + the signal
-   (130 for SIGINT, 143 for SIGTERM).
+1. The first signal only sets a flag (:func:`pending`). The transfer loops carry it in
+   each collective round's status like a failure, so every leader stops after the same
+   round; the pipeline cleans up and raises :class:`Interrupted` on every rank (agreed).
 2. A watchdog thread, woken through ``signal.set_wakeup_fd`` -- which works while the
-   main thread is blocked inside an MPI call, where no Python handler can run --
-   gives that ``grace`` seconds. If the ranks cannot stop together (a rank was
-   killed and its peers wait for it in a collective), it runs the emergency
-   clean-up itself (this process's temporary files; rank 0 prints the line) and
-   exits the process with 128 + the signal. Every complete copy is already in the
-   journal, so nothing complete is lost either way.
+   main thread is blocked inside an MPI call, where no Python handler can run -- gives
+   that ``grace`` seconds; if the ranks cannot stop together (a peer was killed inside
+   a collective) it runs the emergency clean-up itself and exits with 128 + the signal.
+   Every complete copy is already journaled, so nothing complete is lost either way.
 3. A second signal during the grace takes the emergency path at once.
 
 Outside the main thread (or with ``enabled=False``) nothing is installed and

@@ -1,21 +1,14 @@
 """Describe one HDF5 dataset or attribute for the plan: exact type, storage, values, references.
 
-Called by :mod:`stager.kinds.h5.plan` on the planning rank (serial h5py). Every
-value that travels in the plan is read *raw*, with the object's own file type
-as the memory type (see :mod:`stager.kinds.h5.types`), so a 20-byte
-null-terminated string keeps its 20 bytes and a big-endian integer its byte
-order. What cannot be staged is refused here, with the reason and what to do:
-
-* variable-length sequences, and references or variable-length strings
-  inside compounds or arrays (HDF5 stores them as heap pointers);
-* HDF5 1.12's new-style references (``H5T_STD_REF``), which h5py does not read;
-* references whose target the copy will not hold (checked by the caller once
-  the whole output file is planned, :class:`RefCheck`).
-
-Object and region references at the top level of a dataset or attribute are
-*translated*: the plan records the path of each target in the copy (and a
-region's selection), and the writer creates new references to the copy's
-objects.
+Called by :mod:`stager.kinds.h5.plan` on the planning rank (serial h5py). Every value
+that travels in the plan is read *raw*, with the object's own file type as the memory
+type (:mod:`stager.kinds.h5.types`), so a 20-byte null-terminated string keeps its 20
+bytes and a big-endian integer its byte order. What cannot be staged (variable-length
+sequences, references or variable-length strings inside compounds or arrays, HDF5
+1.12's ``H5T_STD_REF``, references whose target the copy will not hold: :class:`RefCheck`)
+is refused here, saying why (docs/hook-spec.md, "References"). Top-level references are
+*translated*: the plan records each target's path in the copy, and the writer creates
+new references to the copy's objects.
 """
 from __future__ import annotations
 

@@ -1,28 +1,21 @@
 """A task server: gives its workers batches, steals when idle, gives up on stuck workers.
 
-The root is one (:mod:`.root`); in ``nodes`` mode every other node's lowest
-rank is one too (:class:`NodeServer`, this module), fed by the root in
-batches. What all servers share (:class:`Server`):
+The root is one (:mod:`.root`); in ``nodes`` mode every other node's lowest rank is one
+too (:class:`NodeServer`), fed by the root in batches. What all servers share
+(:class:`Server`; roles, messages and failures: docs/DISPATCH.md):
 
-* **Workers pull.** A worker holds up to two batches; each finished batch
-  returns a credit. A batch is ``guided_chunk(available, workers)`` tasks
-  (:func:`~.queues.guided_chunk`): many small tasks travel in few messages,
-  the last ones one by one.
-* **Idle servers steal** (as Swift/T's ADLB servers): a server with hungry
-  workers and nothing for them -- and, for a node server, an ask pending at
-  a root that ran dry -- asks a random other server for tasks; the victim
-  gives at most half of its free backlog and of the soft-placed tasks that
-  waited their locality wait (delay scheduling, :class:`~.queues.TaskQueue`).
-  Empty answers back off exponentially (1 ms to 50 ms).
-* **The give-up backstop.** A server knows when each worker's current batch
-  started. A worker still silent :func:`~workflows.limits.grace_seconds`
-  after its task's timeout (or the run's deadline) is stuck in code the
-  interrupt cannot reach: its task fails as timed out, the worker is *lost*
-  (never served again, its queued batches go to others), and the root ends
-  the job with ``MPI_Abort`` after the summary (a stuck rank can never join
-  the collectives that follow).
+* **Workers pull.** A worker holds up to two batches of ``guided_chunk(available,
+  workers)`` tasks; each finished batch returns a credit.
+* **Idle servers steal** (as Swift/T's ADLB servers): a server with hungry workers and
+  nothing for them asks a random other server, which gives at most half of its free
+  backlog and of the soft-placed tasks past their locality wait; empty answers back off
+  from 1 ms to 50 ms.
+* **The give-up backstop.** A worker still silent :func:`~workflows.limits.grace_seconds`
+  after its task's timeout (or the run's deadline) is stuck where no interrupt reaches:
+  its task fails as timed out and the worker is *lost* (never served again, its queued
+  batches go to others); the root ends the job with ``MPI_Abort`` after the summary.
 
-One module (~480 lines) for the one loop of a node server: its messages, feeding,
+One module (~470 lines) for the one loop of a node server: its messages, feeding,
 stealing and the backstop share the server's state.
 """
 

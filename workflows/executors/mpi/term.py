@@ -1,25 +1,16 @@
 """What a rank says when ``mpirun`` terminates it: the tasks that were in workers' hands.
 
-When a worker rank dies (a signal, ``os._exit``) Open MPI's ``mpirun`` sends
-``SIGTERM`` to every other rank about a second later and ``SIGKILL`` a
-second after that (measured here: Open MPI 4.1). The root and the node
-servers use that second to print which task each of their workers was
-running or held, and the run's counts; ``mpirun``'s own message names the
-rank that died and its signal or exit code.
+When a worker rank dies, Open MPI's ``mpirun`` sends ``SIGTERM`` to every other rank
+about a second later and ``SIGKILL`` a second after that (Open MPI 4.1); the root and
+the node servers use that second to print which task each worker was running or held,
+and the run's counts. This is the fallback (docs/DISPATCH.md, "Failures"): a server
+sees a dead worker on its own host at once (:meth:`~.server.Server.check_dead`).
 
-This is the fallback: a server notices a dead worker on its own host at once
-(:meth:`~.server.Server.check_dead`) and reports before the teardown starts.
-Measured here, a report written in the SIGTERM handler reached the terminal
-in only about 3 runs of 4 on a loaded machine: ``mpirun`` may stop
-forwarding a rank's output while it tears the job down.
-
-A Python signal handler runs only in the main thread, and only once that
-thread runs Python code again -- a root whose main thread waits on a future
-would never get there if the kernel delivered the signal to another thread
-(the dispatcher, or one of Open MPI's). So besides the handler, the signal
-is also written to a wakeup pipe (``signal.set_wakeup_fd``) which the
-dispatcher thread polls on every turn of its loop: whichever thread sees it
-first reports, once, and ends the process.
+A Python signal handler runs only in the main thread, once it runs Python code again --
+never while the root's main thread waits on a future and the kernel delivered the
+signal to another thread. So the signal is also written to a wakeup pipe
+(``signal.set_wakeup_fd``) that the dispatcher thread polls every turn: whichever thread
+sees it first reports, once, and ends the process.
 """
 
 from __future__ import annotations
