@@ -13,6 +13,7 @@ from typing import Any
 
 import stager
 from core.job import add_node_id_arguments, job_of
+from core.localfs import write_bytes_atomic
 from stager.commands.stage import run_collective
 
 
@@ -40,10 +41,8 @@ def run(args: argparse.Namespace) -> int:
         if comm.rank == 0:
             print(report.summary())
             if args.json:
-                tmp = f"{args.json}.tmp-{os.getpid()}"
-                with open(tmp, "w") as fh:
-                    json.dump(report.to_dict(), fh, indent=1)
-                os.replace(tmp, args.json)
+                write_bytes_atomic(os.path.abspath(args.json),
+                                   json.dumps(report.to_dict(), indent=1).encode(), mode=0o644)
         return 0
 
     return run_collective("drain", body)

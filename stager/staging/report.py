@@ -19,6 +19,7 @@ import sys
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Dict, Optional, Tuple
 
+from core.localfs import write_bytes_atomic
 from stager.planning.plan import count, describe_size
 
 __all__ = ["Report", "SourceMeter", "Progress"]
@@ -144,11 +145,9 @@ class Report:
         return d
 
     def write_json(self, path: str) -> None:
-        """Write the report to ``path`` (atomically, via a temporary name)."""
-        tmp = f"{path}.tmp-{os.getpid()}"
-        with open(tmp, "w") as f:
-            f.write(json.dumps(self.to_dict(), indent=2) + "\n")
-        os.replace(tmp, path)
+        """Write the report to ``path`` (atomically, via an unpredictable temporary name)."""
+        data = json.dumps(self.to_dict(), indent=2) + "\n"
+        write_bytes_atomic(os.path.abspath(path), data.encode(), mode=0o644)
 
     def summary(self) -> str:
         """One line for logs and non-terminal output."""
