@@ -213,7 +213,8 @@ def _units(plan: Plan, nodes: int) -> _Units:
 
 def _run(plan: Plan, comm: Any, job: Job, opts: StageOptions,
          plan_seconds: float, run_id: str, ctx: _Run) -> Report:
-    """Collective over `comm`: every rank must call. Phases 4-10 of the module docstring."""
+    """Collective over `comm`: every rank must call. The phases after planning, in the
+    order of the module docstring."""
     from mpi4py import MPI
 
     w = _units(plan, len(job.names))
