@@ -147,7 +147,7 @@ class DrainLog:
         return None
 
     # -- the end ------------------------------------------------------------------------
-    def finish(self) -> None:
+    def compact(self) -> None:
         """Compact the journal into the record (atomically, flushed) and remove it."""
         record = {"version": 1, "algorithm": checksum.ALGORITHM, "node": self.node,
                   "files": self.files}

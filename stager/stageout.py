@@ -330,7 +330,7 @@ def _drain(comm: Any, layout: Any, src: str, dest: str, merge: bool, overwrite: 
                                       [dests[i] for i in todo], verify, done, log)
                     finally:
                         try:
-                            log.finish()
+                            log.compact()
                         except OSError:
                             pass  # the journal stays: it holds every drained file
     finally:

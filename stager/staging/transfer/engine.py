@@ -67,8 +67,9 @@ def _last_pieces(tasks: Sequence[Task], me: int) -> dict:
     return last
 
 
-def _finish(comm: Any, reader: SourceReader, sink: Sink, error: Optional[BaseException],
-            stopped: bool) -> Optional[BaseException]:
+def close_and_share_checksums(comm: Any, reader: SourceReader, sink: Sink,
+                              error: Optional[BaseException],
+                              stopped: bool) -> Optional[BaseException]:
     """Collective over `comm` (the leaders): every rank must call. The last step of both
     exchanges: close the sources (checking their identity unless the run failed or
     stopped), then share the whole-file checksums of multi-piece files, which their
@@ -189,4 +190,4 @@ def run_pieces(comm: Any, tasks: Sequence[Task], reader: SourceReader, sink: Sin
     if not stopped:
         write(n - 1)
     # the mmaps are unmapped when the last view of them is collected
-    return _finish(comm, reader, sink, error, stopped)
+    return close_and_share_checksums(comm, reader, sink, error, stopped)

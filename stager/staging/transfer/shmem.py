@@ -24,7 +24,7 @@ from typing import Any, List, Optional, Sequence
 from core.mpi.agree import wait_quietly
 from core.checksum import DIGEST_SIZE
 from core import interrupt
-from stager.staging.transfer.engine import _finish, _last_pieces, _read_pieces
+from stager.staging.transfer.engine import _last_pieces, _read_pieces, close_and_share_checksums
 from stager.staging.transfer.sink import Sink
 from stager.staging.transfer.source import SourceReader
 from stager.staging.transfer.tasks import Task
@@ -107,4 +107,4 @@ def _rounds(comm: Any, win: Any, segs: List[memoryview], tasks: Sequence[Task],
                            own=p.owner == me)
         except Exception as e:
             error = e  # flagged in the next round's status; the last round's: by the caller
-    return _finish(comm, reader, sink, error, stopped)
+    return close_and_share_checksums(comm, reader, sink, error, stopped)
