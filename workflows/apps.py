@@ -1,32 +1,20 @@
 """``@app`` and ``@command``: functions and programs that become tasks when called.
 
-Calling an app returns an :class:`~workflows.futures.AppFuture` at once. Any
-future among the arguments (also inside lists, tuples and dicts) is waited
-for before the task runs, so dependencies are implicit and everything that
-can run concurrently does (Swift/T semantics, Parsl's surface)::
-
-    from workflows import app
-
-    @app
-    def square(x):
-        return x * x
+Calling an app returns an :class:`~workflows.futures.AppFuture` at once. Any future
+among the arguments (also inside lists, tuples and dicts) is waited for before the task
+runs, so dependencies are implicit and everything that can run concurrently does
+(Swift/T semantics, Parsl's surface)::
 
     @app(retries=2)
     def add(a, b):
         return a + b
 
     total = add(square(3), square(4))      # square(3), square(4) run concurrently
-    total.result()                         # 25
-
-    @app(timeout=600, isolate=True)        # killed after 10 min; may crash its process
-    def fit(grain):
-        ...
-
     fit.on("node3")(grain)                 # prefer a worker of node3 (hard=True: only there)
 
-The task goes to the innermost active executor (``with executor:`` or
-``python -m workflows run``). Apps must be defined at module top level to be
-sent by reference; others are sent by value with ``dill``.
+The task goes to the innermost active executor (``with executor:`` or ``python -m
+workflows run``). Apps must be defined at module top level to be sent by reference;
+others are sent by value with ``dill``.
 """
 
 from __future__ import annotations
