@@ -57,7 +57,8 @@ def scenario(plan: Plan, platform: Platform, nodes: int, method: Optional[str] =
     opts = resolve_options(env, **kw)
     return replay(plan, nodes, opts, groups=groups_for(nodes, platform.group_nodes()),
                   dedup=platform.mpiio.dedup,
-                  aggregators_per_node=platform.mpiio.aggregators_per_node)
+                  aggregators_per_node=platform.mpiio.aggregators_per_node,
+                  align=platform.mpiio.align)
 
 
 def predict(plan: Plan, platform: str, nodes: int, method: Optional[str] = None,

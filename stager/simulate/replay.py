@@ -72,6 +72,7 @@ class Group:
     hash_write: int = 0        #: bytes hashed while writing (checks, whole-file sums)
     write: int = 0             #: bytes written to node-local storage
     commits: int = 0           #: copies committed (LOCAL_OPS["copy"] each)
+    senders: int = 0           #: nodes that send ``sends`` (0: all the group's)
 
 
 @dataclass
@@ -137,7 +138,8 @@ def _read_size(k: Any, u: Any) -> int:
 
 
 def replay(plan: Plan, nodes: int, opts: StageOptions, *, groups: Optional[int] = None,
-           dedup: bool = False, aggregators_per_node: float = 1.0) -> Scenario:
+           dedup: bool = False, aggregators_per_node: float = 1.0, align: int = 0
+           ) -> Scenario:
     """The operations of staging ``plan`` to ``nodes`` nodes with ``opts``. Pure.
 
     Parameters
@@ -150,9 +152,10 @@ def replay(plan: Plan, nodes: int, opts: StageOptions, *, groups: Optional[int] 
         ``method``, ``chunk_size``, ``small_file_threshold`` and ``fsync`` are used.
     groups : int, optional
         Simulated groups (a divisor of ``nodes``; default :func:`groups_for`).
-    dedup, aggregators_per_node : bool, float
+    dedup, aggregators_per_node, align : bool, float, int
         ``readall`` only: whether the platform's MPI-IO de-duplicates identical collective
-        reads (two-phase I/O by ``aggregators_per_node * nodes`` aggregators) or every node
+        reads (two-phase I/O by ``aggregators_per_node * nodes`` aggregators, their file
+        domains whole multiples of ``align`` bytes if not 0) or every node
         reads the whole chunk.
 
     Raises
@@ -179,7 +182,7 @@ def replay(plan: Plan, nodes: int, opts: StageOptions, *, groups: Optional[int] 
     if opts.method == "naive":
         b.naive(everyone)
     elif opts.method == "readall":
-        b.readall(everyone, dedup, aggregators_per_node)
+        b.readall(everyone, dedup, aggregators_per_node, align)
     else:
         b.pipelined(everyone, bcast=opts.method == "bcast")
     for g in shared:  # among their holders only, one holder set after another
@@ -288,7 +291,7 @@ class _Builder:
                     self._group(r, (p.file % n) // k).hash_write += p.length
             self.collective.append(r)
 
-    def readall(self, files: Sequence[int], dedup: bool, per_node: float) -> None:
+    def readall(self, files: Sequence[int], dedup: bool, per_node: float, align: int) -> None:
         """The paper's method: every node ``Read_at_all``-s every chunk of each file."""
         n, G, k = self.n, self.G, self.k
         small = [f for f in files if self.sizes[f] < self.opts.small_file_threshold
@@ -306,9 +309,14 @@ class _Builder:
                         self.mpi_opens += k
                     if dedup:
                         # two-phase I/O: aggregator a reads its file domain and sends it to
-                        # every node (each asked for the whole chunk)
-                        a0, a1 = aggs * g // G, aggs * (g + 1) // G
-                        lo, hi = length * a0 // aggs, length * a1 // aggs
+                        # every node (each asked for the whole chunk); domains of whole
+                        # ``align`` units when the MPI-IO layer aligns them (BG/Q's ROMIO:
+                        # the GPFS block), so a chunk of u units keeps min(aggs, u) busy
+                        units = -(-length // align) if align else length
+                        used = min(aggs, units)
+                        a0, a1 = used * g // G, used * (g + 1) // G
+                        lo = min(length, units * a0 // used * (align or 1))
+                        hi = min(length, units * a1 // used * (align or 1))
                         if hi > lo:
                             gr.reads.append((f, off + lo, hi - lo, 1))
                             self.pfs_bytes += hi - lo
@@ -316,7 +324,8 @@ class _Builder:
                                 nb = (hi - lo) * (k - 1 if h == g else k)
                                 if nb:
                                     gr.sends[h] = gr.sends.get(h, 0) + nb
-                        gr.messages += (a1 - a0) * n + k * aggs
+                            gr.senders = a1 - a0  # only they inject: each its own links
+                        gr.messages += (a1 - a0) * n + k * used
                     else:
                         gr.reads.append((f, off, length, k))
                         self.pfs_bytes += length * k
@@ -405,5 +414,6 @@ def _merge(rounds: List[Round]) -> List[Round]:
                 t.hash_write += gr.hash_write
                 t.write += gr.write
                 t.commits += gr.commits
+                t.senders = max(t.senders, gr.senders)
         out.append(m)
     return out

@@ -98,6 +98,7 @@ def run_scenario(sc: Scenario, pf: Platform) -> Dict[str, Any]:
                        [sg.LinkInRoute(fabric)], False)
         clients = [link("client", pfs.client_bw)] * G
         nics: List[Any] = []
+        senders: List[Any] = []
         ions: List[List[Any]] = [[] for _ in range(G)]
     else:
         bridges: List[Any] = []
@@ -109,6 +110,7 @@ def run_scenario(sc: Scenario, pf: Platform) -> Dict[str, Any]:
             nic.set_latency(nd.latency / 2)
             nics.append(nic.seal())
         clients = [link(f"g{g}.client", k * pfs.client_bw) for g in range(G)]
+        senders = [link(f"g{g}.senders", k * pf.injection_bw()) for g in range(G)]
         ions = [[] for _ in range(G)]
         fwd = pf.io_forwarding
         if fwd is not None:
@@ -118,19 +120,19 @@ def run_scenario(sc: Scenario, pf: Platform) -> Dict[str, Any]:
                 bridges.append(bridge.seal())
                 ions[g] = [sg.LinkInRoute(link(f"g{g}.ion", share * fwd.ion_storage_bw)),
                            sg.LinkInRoute(bridge, DOWN)]
-                if fwd.ramdisk_on_ion:
-                    # the node's "local" RAM disk is the I/O node's memory: writes are
-                    # shipped up the bridge links (what the paper's hook wrote to)
+                if fwd.ion_cache:
+                    # the I/O node is the GPFS client: a block its nodes ask for at once is
+                    # read from the servers once, then sent to each from its page pool
                     ion = zone.create_host(f"g{g}.ionnode", FLOP).seal()
                     ion_hosts.append(ion)
-                    zone.add_route(hosts[g].netpoint, ion.netpoint, None, None,
-                                   [sg.LinkInRoute(nics[g], UP), sg.LinkInRoute(bridge, UP)],
-                                   False)
+                    zone.add_route(ion.netpoint, hosts[g].netpoint, None, None,
+                                   [sg.LinkInRoute(bridge, DOWN), sg.LinkInRoute(clients[g]),
+                                    sg.LinkInRoute(nics[g], DOWN)], False)
         for g in range(G):
             for h in range(G):
                 mid = [sg.LinkInRoute(fabric)] if g != h else []
                 zone.add_route(hosts[g].netpoint, hosts[h].netpoint, None, None,
-                               [sg.LinkInRoute(nics[g], UP)] + mid
+                               [sg.LinkInRoute(nics[g], UP), sg.LinkInRoute(senders[g])] + mid
                                + [sg.LinkInRoute(nics[h], DOWN)], False)
     servers = []
     for s in range(pfs.servers):
@@ -192,14 +194,20 @@ def run_scenario(sc: Scenario, pf: Platform) -> Dict[str, Any]:
 
     def pfs_read(g: int, gr: Group) -> None:
         per: Dict[Tuple[int, bool], float] = {}
+        ions = max(1, k // pf.io_forwarding.nodes_per_ion) if ion_hosts else 0
+        cached = 0  # bytes the group's I/O nodes send again from their page pool
         for f, off, length, copies in gr.reads:
-            tally["pfs_bytes"] += length * copies
+            once = min(copies, ions) if ions else copies
+            tally["pfs_bytes"] += length * once
+            cached += length * (copies - once)
             for s, unit, nb in _stripes(f, off, length, pfs.stripe, pfs.servers):
                 cold = not pfs.warm and (f, unit) not in seen
                 seen.add((f, unit))
-                per[(s, cold)] = per.get((s, cold), 0) + nb * copies
+                per[(s, cold)] = per.get((s, cold), 0) + nb * once
         comms = [sg.Comm.sendto_async(servers[s][0 if cold else 1], hosts[g], int(nb))
                  for (s, cold), nb in per.items() if nb > 0]
+        if cached:
+            comms.append(sg.Comm.sendto_async(ion_hosts[g], hosts[g], int(cached)))
         if comms:
             sg.Comm.wait_all(comms)
 
@@ -216,6 +224,8 @@ def run_scenario(sc: Scenario, pf: Platform) -> Dict[str, Any]:
         if gr is None:
             return []
         acts: List[Any] = []
+        if senders:  # a few nodes send it all (aggregators): their own links only
+            senders[g].set_bandwidth((gr.senders or k) * pf.injection_bw())
         for h, nb in gr.sends.items():
             tally["sent"] += nb
             if not nd.shared_host:
@@ -234,9 +244,7 @@ def run_scenario(sc: Scenario, pf: Platform) -> Dict[str, Any]:
         timed(g, "checksum", cpu, gr.hash_write / nd.hash_bw, None)
         if gr.write:
             tally["written"] += gr.write
-            if ion_hosts:
-                timed(g, "write", sg.Comm.sendto, hosts[g], ion_hosts[g], int(gr.write))
-            elif nd.shared_host:
+            if nd.shared_host:
                 # tmpfs: the writer's CPU copies the bytes into page-cache pages
                 timed(g, "write", cpu, gr.write / nd.local_write_bw, None)
             else:
