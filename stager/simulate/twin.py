@@ -194,7 +194,7 @@ def run_scenario(sc: Scenario, pf: Platform) -> Dict[str, Any]:
 
     def pfs_read(g: int, gr: Group) -> None:
         per: Dict[Tuple[int, bool], float] = {}
-        ions = max(1, k // pf.io_forwarding.nodes_per_ion) if ion_hosts else 0
+        ions = max(1, k // (pf.group_nodes() or k)) if ion_hosts else 0
         cached = 0  # bytes the group's I/O nodes send again from their page pool
         for f, off, length, copies in gr.reads:
             once = min(copies, ions) if ions else copies
