@@ -189,11 +189,11 @@ def replay(plan: Plan, nodes: int, opts: StageOptions, *, groups: Optional[int] 
         hs = held[(units[g][0].name, units[g][1])]
         if opts.method == "naive":
             for node in hs:
-                b.solo_unit(g, node)
+                b.naive([g], node)
         else:
             b.among(g, hs)
     for g in alone:
-        b.solo_unit(g, held[(units[g][0].name, units[g][1])][0])
+        b.naive([g], held[(units[g][0].name, units[g][1])][0])
     dests = {os.path.dirname(u.dest) for _, _, u in units}
     roots = {plan.blocks[u.block].dest for _, _, u in units}
     per_node = node_bytes(plan, nodes) if plan.scatters else [plan.total_bytes] * nodes
@@ -308,10 +308,8 @@ class _Builder:
                         self.opens += k
                         self.mpi_opens += k
                     if dedup:
-                        # two-phase I/O: aggregator a reads its file domain and sends it to
-                        # every node (each asked for the whole chunk); domains of whole
-                        # ``align`` units when the MPI-IO layer aligns them (BG/Q's ROMIO:
-                        # the GPFS block), so a chunk of u units keeps min(aggs, u) busy
+                        # two-phase I/O: aggregator a reads its file domain (whole ``align``
+                        # units if not 0) and sends it to every node (each asked for it all)
                         units = -(-length // align) if align else length
                         used = min(aggs, units)
                         a0, a1 = used * g // G, used * (g + 1) // G
@@ -335,22 +333,23 @@ class _Builder:
                     gr.commits += k if off + length == self.sizes[f] else 0
                 self.collective.append(r)
 
-    def naive(self, files: Sequence[int]) -> None:
-        """Every node reads every file itself, chunk by chunk, POSIX reads, no collective."""
-        G, k = self.G, self.k
+    def naive(self, files: Sequence[int], holder: Optional[int] = None) -> None:
+        """Every node reads every file itself, chunk by chunk, POSIX reads, no collective
+        (``holder``: a scatter output's one holder reads, hashes and writes it alone)."""
+        who = [(holder // self.k, 1)] if holder is not None else [(g, self.k) for g in
+                                                                  range(self.G)]
         for f in files:
-            for i, (off, length) in enumerate(chunk_ranges(self.sizes[f], self.opts.chunk_size)):
+            for off, length in chunk_ranges(self.sizes[f], self.opts.chunk_size):
                 r = Round(groups={}, sync=False)
-                for g in range(G):
+                for g, copies in who:
                     gr = self._group(r, g)
-                    if i == 0:
-                        gr.opens += k
-                        self.opens += k
-                    gr.reads.append((f, off, length, k))
-                    self.pfs_bytes += length * k
-                    gr.write += k * length
-                    gr.hash_write += k * length  # the whole-file checksum, one pass
-                    gr.commits += k if off + length == self.sizes[f] else 0
+                    gr.opens += copies if off == 0 else 0
+                    self.opens += copies if off == 0 else 0
+                    gr.reads.append((f, off, length, copies))
+                    self.pfs_bytes += length * copies
+                    gr.write += copies * length
+                    gr.hash_write += copies * length  # the whole-file checksum, one pass
+                    gr.commits += copies if off + length == self.sizes[f] else 0
                 self.solo.append(r)
 
     def among(self, f: int, holders: Sequence[int]) -> None:
@@ -376,21 +375,6 @@ class _Builder:
                 gr.commits += 1 if off + length == self.sizes[f] else 0
             self.solo.append(r)
 
-    def solo_unit(self, f: int, node: int) -> None:
-        """A scatter output with one holder: read, hashed and written by it alone."""
-        g = node // self.k
-        for off, length in chunk_ranges(self.sizes[f], self.opts.chunk_size):
-            r = Round(groups={}, sync=False)
-            gr = self._group(r, g)
-            gr.reads.append((f, off, length, 1))
-            gr.opens += 1 if off == 0 else 0
-            self.opens += 1 if off == 0 else 0
-            self.pfs_bytes += length
-            gr.write += length
-            gr.hash_write += length
-            gr.commits += 1 if off + length == self.sizes[f] else 0
-            self.solo.append(r)
-
 
 def _merge(rounds: List[Round]) -> List[Round]:
     """At most MAX_ROUNDS rounds: consecutive rounds of the same kind summed."""
@@ -405,15 +389,11 @@ def _merge(rounds: List[Round]) -> List[Round]:
         for r in part:
             for g, gr in r.groups.items():
                 t = m.groups.setdefault(g, Group())
-                t.reads += gr.reads
-                t.opens += gr.opens
                 for h, nb in gr.sends.items():
                     t.sends[h] = t.sends.get(h, 0) + nb
-                t.messages += gr.messages
-                t.hash_read += gr.hash_read
-                t.hash_write += gr.hash_write
-                t.write += gr.write
-                t.commits += gr.commits
+                for name in ("reads", "opens", "messages", "hash_read", "hash_write", "write",
+                             "commits"):
+                    setattr(t, name, getattr(t, name) + getattr(gr, name))
                 t.senders = max(t.senders, gr.senders)
         out.append(m)
     return out

@@ -88,6 +88,9 @@ def run_scenario(sc: Scenario, pf: Platform) -> Dict[str, Any]:
     fabric = link("fabric", pf.fabric_bw(n), nd.latency)
     storage = link("storage", pfs.servers * pfs.server_bw)
     ion_hosts: List[Any] = []
+    nics: List[Any] = []
+    senders: List[Any] = []
+    ions: List[List[Any]] = [[] for _ in range(G)]
     if nd.shared_host:
         machine = zone.create_host("machine", FLOP)
         machine.core_count = nd.cores
@@ -97,21 +100,16 @@ def run_scenario(sc: Scenario, pf: Platform) -> Dict[str, Any]:
         zone.add_route(machine.netpoint, machine.netpoint, None, None,
                        [sg.LinkInRoute(fabric)], False)
         clients = [link("client", pfs.client_bw)] * G
-        nics: List[Any] = []
-        senders: List[Any] = []
-        ions: List[List[Any]] = [[] for _ in range(G)]
     else:
         bridges: List[Any] = []
         hosts = [zone.create_host(f"g{g}", k * FLOP).seal() for g in range(G)]
         disks = [h.create_disk("local", 1e15, k * nd.local_write_bw).seal() for h in hosts]
-        nics = []
         for g in range(G):
             nic = zone.create_split_duplex_link(f"g{g}.nic", k * pf.injection_bw())
             nic.set_latency(nd.latency / 2)
             nics.append(nic.seal())
         clients = [link(f"g{g}.client", k * pfs.client_bw) for g in range(G)]
         senders = [link(f"g{g}.senders", k * pf.injection_bw()) for g in range(G)]
-        ions = [[] for _ in range(G)]
         fwd = pf.io_forwarding
         if fwd is not None:
             share = max(1.0, n / fwd.nodes_per_ion) / G  # the job's I/O nodes, per group
@@ -167,10 +165,9 @@ def run_scenario(sc: Scenario, pf: Platform) -> Dict[str, Any]:
         if t > 0:
             sg.this_actor.sleep_for(t)
 
-    def cpu(seconds_per_node_total: float, host: Any) -> None:
-        """``seconds_per_node_total``: CPU seconds summed over the group's nodes."""
-        if seconds_per_node_total > 0:
-            sg.this_actor.execute(seconds_per_node_total * FLOP)
+    def cpu(seconds: float) -> None:  # CPU seconds summed over the group's nodes
+        if seconds > 0:
+            sg.this_actor.execute(seconds * FLOP)
 
     def timed(g: int, what: str, fn: Any, *args: Any) -> None:
         t = sg.Engine.clock
@@ -179,7 +176,7 @@ def run_scenario(sc: Scenario, pf: Platform) -> Dict[str, Any]:
             busy[what] += sg.Engine.clock - t
 
     def local_ops(count: float, fsyncs: float = 0.0) -> None:
-        cpu(count * nd.local_meta, None)
+        cpu(count * nd.local_meta)
         if fsyncs > 0 and sc.fsync:
             sg.this_actor.sleep_for(fsyncs * nd.local_fsync)
 
@@ -217,7 +214,7 @@ def run_scenario(sc: Scenario, pf: Platform) -> Dict[str, Any]:
             return
         timed(g, "metadata", metadata, gr.opens * OPEN_OPS)
         timed(g, "read", pfs_read, g, gr)
-        timed(g, "checksum", cpu, gr.hash_read / nd.hash_bw, None)
+        timed(g, "checksum", cpu, gr.hash_read / nd.hash_bw)
 
     def post(g: int, r: Round) -> List[Any]:
         gr = r.groups.get(g)
@@ -241,12 +238,12 @@ def run_scenario(sc: Scenario, pf: Platform) -> Dict[str, Any]:
         gr = r.groups.get(g)
         if gr is None:
             return
-        timed(g, "checksum", cpu, gr.hash_write / nd.hash_bw, None)
+        timed(g, "checksum", cpu, gr.hash_write / nd.hash_bw)
         if gr.write:
             tally["written"] += gr.write
             if nd.shared_host:
                 # tmpfs: the writer's CPU copies the bytes into page-cache pages
-                timed(g, "write", cpu, gr.write / nd.local_write_bw, None)
+                timed(g, "write", cpu, gr.write / nd.local_write_bw)
             else:
                 timed(g, "write", disks[g].write, int(gr.write))
         timed(g, "commit", local_ops, gr.commits * LOCAL_OPS["copy"],
@@ -300,7 +297,7 @@ def run_scenario(sc: Scenario, pf: Platform) -> Dict[str, Any]:
                         timed(g, "metadata", metadata, gr.opens * OPEN_OPS)
                         timed(g, "read", pfs_read, g, gr)
                         timed(g, "exchange", wait, post(g, r))
-                        timed(g, "checksum", cpu, gr.hash_read / nd.hash_bw, None)
+                        timed(g, "checksum", cpu, gr.hash_read / nd.hash_bw)
                     timed(g, "wait", barrier.wait)
                     coll(r.steps)
                     write(g, r)
