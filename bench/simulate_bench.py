@@ -321,14 +321,14 @@ def plot(doc: Dict[str, Any], path: str) -> None:
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for ax, pf in zip(axes, ("bgq", "dragonfly")):
-        for method, label in (("naive", "naive (every node reads)"),
-                              ("naive-nocache", "naive, no I/O-node cache"),
-                              ("readall", "paper's method (readall)"),
-                              ("stripe", "mpistage (stripe)")):
+        for method, label, color in (("naive", "naive (every node reads)", "C0"),
+                                     ("naive-nocache", "naive, no I/O-node cache", "C4"),
+                                     ("readall", "paper's method (readall)", "C1"),
+                                     ("stripe", "mpistage (stripe)", "C2")):
             pts = sorted((r["nodes"], r["seconds"]) for r in doc["scale"]
                          if r["platform"] == pf and r["method"] == method)
             if pts:
-                ax.plot(*zip(*pts), marker="o", label=label)
+                ax.plot(*zip(*pts), marker="o", label=label, color=color)
         if pf == "bgq":
             ax.plot([8192], [210], "kx", label="paper: naive 210 s")
             ax.plot([8192], [46.75], "k+", label="paper: staged 46.75 s")
