@@ -19,7 +19,7 @@ The load average is written beside every figure (the 2 cores are shared).
 
 Usage::
 
-    .venv/bin/python bench/simulate_bench.py calibrate [--repeats 3]
+    .venv/bin/python bench/simulate_bench.py calibrate [--repeats 3]   # alone, ~5-10 min
     .venv/bin/python bench/simulate_bench.py scale [--platforms bgq dragonfly]
     .venv/bin/python bench/simulate_bench.py refit    # the fit again, on the stored runs
     .venv/bin/python bench/simulate_bench.py report   # simulate.md and the plot again
@@ -130,7 +130,7 @@ def _platform_with(fitted: Dict[str, float]) -> str:
     """A copy of here.toml with the fitted figures, in a temporary file."""
     text = open(load_platform("here").path).read()
     for key, value in fitted.items():
-        text = re.sub(rf"(?m)^{key} = [^ #]+", f"{key} = {value:.6g}", text)
+        text = re.sub(rf"(?m)^{key} = [^ #\n]+", f"{key} = {value:.6g}", text)
     fd, path = tempfile.mkstemp(suffix=".toml")
     with os.fdopen(fd, "w") as f:
         f.write(text)
@@ -191,14 +191,21 @@ def fit(rows: List[Dict[str, Any]]) -> Dict[str, float]:
             preds = predict_rows(sel, {**fitted, key: x})
             return sum(((p - r["measured"]) / r["measured"]) ** 2 for p, r in zip(preds, sel))
 
+        # golden-section search in log space, one new evaluation per step (each is a
+        # simulation per row: this keeps `calibrate` within minutes)
         la, lb = math.log(lo), math.log(hi)
         g = (5 ** 0.5 - 1) / 2
+        c, d = lb - g * (lb - la), la + g * (lb - la)
+        fc, fd = cost(math.exp(c)), cost(math.exp(d))
         for _ in range(12):
-            c, d = lb - g * (lb - la), la + g * (lb - la)
-            if cost(math.exp(c)) < cost(math.exp(d)):
-                lb = d
+            if fc < fd:
+                lb, d, fd = d, c, fc
+                c = lb - g * (lb - la)
+                fc = cost(math.exp(c))
             else:
-                la = c
+                la, c, fc = c, d, fd
+                d = la + g * (lb - la)
+                fd = cost(math.exp(d))
         fitted[key] = math.exp((la + lb) / 2)
         print(f"fitted {key} = {fitted[key]:.4g}", flush=True)
     return fitted
