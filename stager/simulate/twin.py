@@ -12,10 +12,10 @@ One actor per simulated group of nodes (``Scenario.groups``; each stands for
 * the network between groups is one shared link of the topology's all-to-all capacity
   (:meth:`Platform.fabric_bw`: a torus' bisection, a dragonfly's taper);
 * the PFS: per server a *disk* link (reads of data not yet read) and a *net* link, behind
-  one storage link of the file system's peak; with I/O forwarding (Blue Gene/Q), each
-  group's reads cross its share of I/O nodes' links; the metadata service is a host of
-  ``meta_ops`` operations/s (contention), each operation also waiting ``meta_latency``.
-  Files are striped round-robin over the servers in ``stripe`` units.
+  one storage link of the file system's peak, files striped round-robin in ``stripe``
+  units; with I/O forwarding (Blue Gene/Q), reads cross the group's share of I/O nodes'
+  links (and cache, ``ion_cache``); two-phase aggregators send through their own links;
+  the metadata service: ``meta_ops`` operations/s shared, each waiting ``meta_latency``.
 
 Every number of a group's activity is the sum over its nodes and every rate of a
 node's resource is ``k`` x the node's, so a group's time is a node's time, while shared
