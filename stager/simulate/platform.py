@@ -56,7 +56,7 @@ class Forwarding:
     nodes_per_ion: int
     ion_link_bw: float
     ion_storage_bw: float
-    ramdisk_on_ion: bool = False   #: node-local writes go to the I/O node's memory
+    ion_cache: bool = False    #: the I/O node reads a block its nodes read at once once
 
 
 @dataclass(frozen=True)
@@ -75,6 +75,7 @@ class Pfs:
 class MpiIo:
     dedup: bool                #: identical collective reads read once (ROMIO two-phase)
     aggregators_per_node: float
+    align: int = 0             #: file domains in whole multiples of this many bytes (0: even)
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,8 @@ def scenario(plan: Plan, platform: Platform, nodes: int, method: Optional[str] =
     opts = resolve_options(env, **kw)
     return replay(plan, nodes, opts, groups=groups_for(nodes, platform.group_nodes()),
                   dedup=platform.mpiio.dedup,
-                  aggregators_per_node=platform.mpiio.aggregators_per_node)
+                  aggregators_per_node=platform.mpiio.aggregators_per_node,
+                  align=platform.mpiio.align)
 
 
 def predict(plan: Plan, platform: str, nodes: int, method: Optional[str] = None,
@@ -135,9 +136,7 @@ def render(doc: Dict[str, Any]) -> str:
     if "naive" in doc:
         block("naive", doc["naive"])
         x = doc.get("speedup")
-        if x and x >= 1:
-            out.append(f"staging is {x:.1f}x faster than every node reading the PFS itself")
-        elif x:
-            out.append(f"staging is {1 / x:.1f}x slower than every node reading the PFS "
-                       "itself")
+        if x:
+            out.append(f"staging is {max(x, 1 / x):.1f}x {'faster' if x >= 1 else 'slower'}"
+                       " than every node reading the PFS itself")
     return "\n".join(out)

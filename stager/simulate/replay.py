@@ -72,6 +72,7 @@ class Group:
     hash_write: int = 0        #: bytes hashed while writing (checks, whole-file sums)
     write: int = 0             #: bytes written to node-local storage
     commits: int = 0           #: copies committed (LOCAL_OPS["copy"] each)
+    senders: int = 0           #: nodes that send ``sends`` (0: all the group's)
 
 
 @dataclass
@@ -137,7 +138,8 @@ def _read_size(k: Any, u: Any) -> int:
 
 
 def replay(plan: Plan, nodes: int, opts: StageOptions, *, groups: Optional[int] = None,
-           dedup: bool = False, aggregators_per_node: float = 1.0) -> Scenario:
+           dedup: bool = False, aggregators_per_node: float = 1.0, align: int = 0
+           ) -> Scenario:
     """The operations of staging ``plan`` to ``nodes`` nodes with ``opts``. Pure.
 
     Parameters
@@ -150,9 +152,10 @@ def replay(plan: Plan, nodes: int, opts: StageOptions, *, groups: Optional[int] 
         ``method``, ``chunk_size``, ``small_file_threshold`` and ``fsync`` are used.
     groups : int, optional
         Simulated groups (a divisor of ``nodes``; default :func:`groups_for`).
-    dedup, aggregators_per_node : bool, float
+    dedup, aggregators_per_node, align : bool, float, int
         ``readall`` only: whether the platform's MPI-IO de-duplicates identical collective
-        reads (two-phase I/O by ``aggregators_per_node * nodes`` aggregators) or every node
+        reads (two-phase I/O by ``aggregators_per_node * nodes`` aggregators, their file
+        domains whole multiples of ``align`` bytes if not 0) or every node
         reads the whole chunk.
 
     Raises
@@ -179,18 +182,18 @@ def replay(plan: Plan, nodes: int, opts: StageOptions, *, groups: Optional[int] 
     if opts.method == "naive":
         b.naive(everyone)
     elif opts.method == "readall":
-        b.readall(everyone, dedup, aggregators_per_node)
+        b.readall(everyone, dedup, aggregators_per_node, align)
     else:
         b.pipelined(everyone, bcast=opts.method == "bcast")
     for g in shared:  # among their holders only, one holder set after another
         hs = held[(units[g][0].name, units[g][1])]
         if opts.method == "naive":
             for node in hs:
-                b.solo_unit(g, node)
+                b.naive([g], node)
         else:
             b.among(g, hs)
     for g in alone:
-        b.solo_unit(g, held[(units[g][0].name, units[g][1])][0])
+        b.naive([g], held[(units[g][0].name, units[g][1])][0])
     dests = {os.path.dirname(u.dest) for _, _, u in units}
     roots = {plan.blocks[u.block].dest for _, _, u in units}
     per_node = node_bytes(plan, nodes) if plan.scatters else [plan.total_bytes] * nodes
@@ -288,7 +291,7 @@ class _Builder:
                     self._group(r, (p.file % n) // k).hash_write += p.length
             self.collective.append(r)
 
-    def readall(self, files: Sequence[int], dedup: bool, per_node: float) -> None:
+    def readall(self, files: Sequence[int], dedup: bool, per_node: float, align: int) -> None:
         """The paper's method: every node ``Read_at_all``-s every chunk of each file."""
         n, G, k = self.n, self.G, self.k
         small = [f for f in files if self.sizes[f] < self.opts.small_file_threshold
@@ -305,10 +308,13 @@ class _Builder:
                         self.opens += k
                         self.mpi_opens += k
                     if dedup:
-                        # two-phase I/O: aggregator a reads its file domain and sends it to
-                        # every node (each asked for the whole chunk)
-                        a0, a1 = aggs * g // G, aggs * (g + 1) // G
-                        lo, hi = length * a0 // aggs, length * a1 // aggs
+                        # two-phase I/O: aggregator a reads its file domain (whole ``align``
+                        # units if not 0) and sends it to every node (each asked for it all)
+                        units = -(-length // align) if align else length
+                        used = min(aggs, units)
+                        a0, a1 = used * g // G, used * (g + 1) // G
+                        lo = min(length, units * a0 // used * (align or 1))
+                        hi = min(length, units * a1 // used * (align or 1))
                         if hi > lo:
                             gr.reads.append((f, off + lo, hi - lo, 1))
                             self.pfs_bytes += hi - lo
@@ -316,7 +322,8 @@ class _Builder:
                                 nb = (hi - lo) * (k - 1 if h == g else k)
                                 if nb:
                                     gr.sends[h] = gr.sends.get(h, 0) + nb
-                        gr.messages += (a1 - a0) * n + k * aggs
+                            gr.senders = a1 - a0  # only they inject: each its own links
+                        gr.messages += (a1 - a0) * n + k * used
                     else:
                         gr.reads.append((f, off, length, k))
                         self.pfs_bytes += length * k
@@ -326,22 +333,23 @@ class _Builder:
                     gr.commits += k if off + length == self.sizes[f] else 0
                 self.collective.append(r)
 
-    def naive(self, files: Sequence[int]) -> None:
-        """Every node reads every file itself, chunk by chunk, POSIX reads, no collective."""
-        G, k = self.G, self.k
+    def naive(self, files: Sequence[int], holder: Optional[int] = None) -> None:
+        """Every node reads every file itself, chunk by chunk, POSIX reads, no collective
+        (``holder``: a scatter output's one holder reads, hashes and writes it alone)."""
+        who = [(holder // self.k, 1)] if holder is not None else [(g, self.k) for g in
+                                                                  range(self.G)]
         for f in files:
-            for i, (off, length) in enumerate(chunk_ranges(self.sizes[f], self.opts.chunk_size)):
+            for off, length in chunk_ranges(self.sizes[f], self.opts.chunk_size):
                 r = Round(groups={}, sync=False)
-                for g in range(G):
+                for g, copies in who:
                     gr = self._group(r, g)
-                    if i == 0:
-                        gr.opens += k
-                        self.opens += k
-                    gr.reads.append((f, off, length, k))
-                    self.pfs_bytes += length * k
-                    gr.write += k * length
-                    gr.hash_write += k * length  # the whole-file checksum, one pass
-                    gr.commits += k if off + length == self.sizes[f] else 0
+                    gr.opens += copies if off == 0 else 0
+                    self.opens += copies if off == 0 else 0
+                    gr.reads.append((f, off, length, copies))
+                    self.pfs_bytes += length * copies
+                    gr.write += copies * length
+                    gr.hash_write += copies * length  # the whole-file checksum, one pass
+                    gr.commits += copies if off + length == self.sizes[f] else 0
                 self.solo.append(r)
 
     def among(self, f: int, holders: Sequence[int]) -> None:
@@ -367,21 +375,6 @@ class _Builder:
                 gr.commits += 1 if off + length == self.sizes[f] else 0
             self.solo.append(r)
 
-    def solo_unit(self, f: int, node: int) -> None:
-        """A scatter output with one holder: read, hashed and written by it alone."""
-        g = node // self.k
-        for off, length in chunk_ranges(self.sizes[f], self.opts.chunk_size):
-            r = Round(groups={}, sync=False)
-            gr = self._group(r, g)
-            gr.reads.append((f, off, length, 1))
-            gr.opens += 1 if off == 0 else 0
-            self.opens += 1 if off == 0 else 0
-            self.pfs_bytes += length
-            gr.write += length
-            gr.hash_write += length
-            gr.commits += 1 if off + length == self.sizes[f] else 0
-            self.solo.append(r)
-
 
 def _merge(rounds: List[Round]) -> List[Round]:
     """At most MAX_ROUNDS rounds: consecutive rounds of the same kind summed."""
@@ -396,14 +389,11 @@ def _merge(rounds: List[Round]) -> List[Round]:
         for r in part:
             for g, gr in r.groups.items():
                 t = m.groups.setdefault(g, Group())
-                t.reads += gr.reads
-                t.opens += gr.opens
                 for h, nb in gr.sends.items():
                     t.sends[h] = t.sends.get(h, 0) + nb
-                t.messages += gr.messages
-                t.hash_read += gr.hash_read
-                t.hash_write += gr.hash_write
-                t.write += gr.write
-                t.commits += gr.commits
+                for name in ("reads", "opens", "messages", "hash_read", "hash_write", "write",
+                             "commits"):
+                    setattr(t, name, getattr(t, name) + getattr(gr, name))
+                t.senders = max(t.senders, gr.senders)
         out.append(m)
     return out

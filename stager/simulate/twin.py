@@ -12,10 +12,10 @@ One actor per simulated group of nodes (``Scenario.groups``; each stands for
 * the network between groups is one shared link of the topology's all-to-all capacity
   (:meth:`Platform.fabric_bw`: a torus' bisection, a dragonfly's taper);
 * the PFS: per server a *disk* link (reads of data not yet read) and a *net* link, behind
-  one storage link of the file system's peak; with I/O forwarding (Blue Gene/Q), each
-  group's reads cross its share of I/O nodes' links; the metadata service is a host of
-  ``meta_ops`` operations/s (contention), each operation also waiting ``meta_latency``.
-  Files are striped round-robin over the servers in ``stripe`` units.
+  one storage link of the file system's peak, files striped round-robin in ``stripe``
+  units; with I/O forwarding (Blue Gene/Q), reads cross the group's share of I/O nodes'
+  links (and cache, ``ion_cache``); two-phase aggregators send through their own links;
+  the metadata service: ``meta_ops`` operations/s shared, each waiting ``meta_latency``.
 
 Every number of a group's activity is the sum over its nodes and every rate of a
 node's resource is ``k`` x the node's, so a group's time is a node's time, while shared
@@ -88,6 +88,9 @@ def run_scenario(sc: Scenario, pf: Platform) -> Dict[str, Any]:
     fabric = link("fabric", pf.fabric_bw(n), nd.latency)
     storage = link("storage", pfs.servers * pfs.server_bw)
     ion_hosts: List[Any] = []
+    nics: List[Any] = []
+    senders: List[Any] = []
+    ions: List[List[Any]] = [[] for _ in range(G)]
     if nd.shared_host:
         machine = zone.create_host("machine", FLOP)
         machine.core_count = nd.cores
@@ -97,19 +100,16 @@ def run_scenario(sc: Scenario, pf: Platform) -> Dict[str, Any]:
         zone.add_route(machine.netpoint, machine.netpoint, None, None,
                        [sg.LinkInRoute(fabric)], False)
         clients = [link("client", pfs.client_bw)] * G
-        nics: List[Any] = []
-        ions: List[List[Any]] = [[] for _ in range(G)]
     else:
         bridges: List[Any] = []
         hosts = [zone.create_host(f"g{g}", k * FLOP).seal() for g in range(G)]
         disks = [h.create_disk("local", 1e15, k * nd.local_write_bw).seal() for h in hosts]
-        nics = []
         for g in range(G):
             nic = zone.create_split_duplex_link(f"g{g}.nic", k * pf.injection_bw())
             nic.set_latency(nd.latency / 2)
             nics.append(nic.seal())
         clients = [link(f"g{g}.client", k * pfs.client_bw) for g in range(G)]
-        ions = [[] for _ in range(G)]
+        senders = [link(f"g{g}.senders", k * pf.injection_bw()) for g in range(G)]
         fwd = pf.io_forwarding
         if fwd is not None:
             share = max(1.0, n / fwd.nodes_per_ion) / G  # the job's I/O nodes, per group
@@ -118,19 +118,19 @@ def run_scenario(sc: Scenario, pf: Platform) -> Dict[str, Any]:
                 bridges.append(bridge.seal())
                 ions[g] = [sg.LinkInRoute(link(f"g{g}.ion", share * fwd.ion_storage_bw)),
                            sg.LinkInRoute(bridge, DOWN)]
-                if fwd.ramdisk_on_ion:
-                    # the node's "local" RAM disk is the I/O node's memory: writes are
-                    # shipped up the bridge links (what the paper's hook wrote to)
+                if fwd.ion_cache:
+                    # the I/O node is the GPFS client: a block its nodes ask for at once is
+                    # read from the servers once, then sent to each from its page pool
                     ion = zone.create_host(f"g{g}.ionnode", FLOP).seal()
                     ion_hosts.append(ion)
-                    zone.add_route(hosts[g].netpoint, ion.netpoint, None, None,
-                                   [sg.LinkInRoute(nics[g], UP), sg.LinkInRoute(bridge, UP)],
-                                   False)
+                    zone.add_route(ion.netpoint, hosts[g].netpoint, None, None,
+                                   [sg.LinkInRoute(bridge, DOWN), sg.LinkInRoute(clients[g]),
+                                    sg.LinkInRoute(nics[g], DOWN)], False)
         for g in range(G):
             for h in range(G):
                 mid = [sg.LinkInRoute(fabric)] if g != h else []
                 zone.add_route(hosts[g].netpoint, hosts[h].netpoint, None, None,
-                               [sg.LinkInRoute(nics[g], UP)] + mid
+                               [sg.LinkInRoute(nics[g], UP), sg.LinkInRoute(senders[g])] + mid
                                + [sg.LinkInRoute(nics[h], DOWN)], False)
     servers = []
     for s in range(pfs.servers):
@@ -165,10 +165,9 @@ def run_scenario(sc: Scenario, pf: Platform) -> Dict[str, Any]:
         if t > 0:
             sg.this_actor.sleep_for(t)
 
-    def cpu(seconds_per_node_total: float, host: Any) -> None:
-        """``seconds_per_node_total``: CPU seconds summed over the group's nodes."""
-        if seconds_per_node_total > 0:
-            sg.this_actor.execute(seconds_per_node_total * FLOP)
+    def cpu(seconds: float) -> None:  # CPU seconds summed over the group's nodes
+        if seconds > 0:
+            sg.this_actor.execute(seconds * FLOP)
 
     def timed(g: int, what: str, fn: Any, *args: Any) -> None:
         t = sg.Engine.clock
@@ -177,7 +176,7 @@ def run_scenario(sc: Scenario, pf: Platform) -> Dict[str, Any]:
             busy[what] += sg.Engine.clock - t
 
     def local_ops(count: float, fsyncs: float = 0.0) -> None:
-        cpu(count * nd.local_meta, None)
+        cpu(count * nd.local_meta)
         if fsyncs > 0 and sc.fsync:
             sg.this_actor.sleep_for(fsyncs * nd.local_fsync)
 
@@ -192,14 +191,20 @@ def run_scenario(sc: Scenario, pf: Platform) -> Dict[str, Any]:
 
     def pfs_read(g: int, gr: Group) -> None:
         per: Dict[Tuple[int, bool], float] = {}
+        ions = max(1, k // (pf.group_nodes() or k)) if ion_hosts else 0
+        cached = 0  # bytes the group's I/O nodes send again from their page pool
         for f, off, length, copies in gr.reads:
-            tally["pfs_bytes"] += length * copies
+            once = min(copies, ions) if ions else copies
+            tally["pfs_bytes"] += length * once
+            cached += length * (copies - once)
             for s, unit, nb in _stripes(f, off, length, pfs.stripe, pfs.servers):
                 cold = not pfs.warm and (f, unit) not in seen
                 seen.add((f, unit))
-                per[(s, cold)] = per.get((s, cold), 0) + nb * copies
+                per[(s, cold)] = per.get((s, cold), 0) + nb * once
         comms = [sg.Comm.sendto_async(servers[s][0 if cold else 1], hosts[g], int(nb))
                  for (s, cold), nb in per.items() if nb > 0]
+        if cached:
+            comms.append(sg.Comm.sendto_async(ion_hosts[g], hosts[g], int(cached)))
         if comms:
             sg.Comm.wait_all(comms)
 
@@ -209,13 +214,15 @@ def run_scenario(sc: Scenario, pf: Platform) -> Dict[str, Any]:
             return
         timed(g, "metadata", metadata, gr.opens * OPEN_OPS)
         timed(g, "read", pfs_read, g, gr)
-        timed(g, "checksum", cpu, gr.hash_read / nd.hash_bw, None)
+        timed(g, "checksum", cpu, gr.hash_read / nd.hash_bw)
 
     def post(g: int, r: Round) -> List[Any]:
         gr = r.groups.get(g)
         if gr is None:
             return []
         acts: List[Any] = []
+        if senders:  # a few nodes send it all (aggregators): their own links only
+            senders[g].set_bandwidth((gr.senders or k) * pf.injection_bw())
         for h, nb in gr.sends.items():
             tally["sent"] += nb
             if not nd.shared_host:
@@ -231,14 +238,12 @@ def run_scenario(sc: Scenario, pf: Platform) -> Dict[str, Any]:
         gr = r.groups.get(g)
         if gr is None:
             return
-        timed(g, "checksum", cpu, gr.hash_write / nd.hash_bw, None)
+        timed(g, "checksum", cpu, gr.hash_write / nd.hash_bw)
         if gr.write:
             tally["written"] += gr.write
-            if ion_hosts:
-                timed(g, "write", sg.Comm.sendto, hosts[g], ion_hosts[g], int(gr.write))
-            elif nd.shared_host:
+            if nd.shared_host:
                 # tmpfs: the writer's CPU copies the bytes into page-cache pages
-                timed(g, "write", cpu, gr.write / nd.local_write_bw, None)
+                timed(g, "write", cpu, gr.write / nd.local_write_bw)
             else:
                 timed(g, "write", disks[g].write, int(gr.write))
         timed(g, "commit", local_ops, gr.commits * LOCAL_OPS["copy"],
@@ -292,7 +297,7 @@ def run_scenario(sc: Scenario, pf: Platform) -> Dict[str, Any]:
                         timed(g, "metadata", metadata, gr.opens * OPEN_OPS)
                         timed(g, "read", pfs_read, g, gr)
                         timed(g, "exchange", wait, post(g, r))
-                        timed(g, "checksum", cpu, gr.hash_read / nd.hash_bw, None)
+                        timed(g, "checksum", cpu, gr.hash_read / nd.hash_bw)
                     timed(g, "wait", barrier.wait)
                     coll(r.steps)
                     write(g, r)
