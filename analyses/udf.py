@@ -29,7 +29,8 @@ from analyses.contract import Analysis
 from analyses.errors import UDFError
 from analyses.geometry import ScanGeometry
 from analyses.udfinputs import UDFInputs, read_array
-from analyses.udfpart import run_partition, tiling_scheme, udf_meta
+from analyses.sparse import CSRFrames
+from analyses.udfpart import as_scipy, run_partition, takes_sparse, tiling_scheme, udf_meta
 from analyses.udfresults import UDFPartial, UDFResults, _labels
 from core.table import load_object
 
@@ -235,6 +236,13 @@ class UDFAnalysis(UDFResults, Analysis):
         return all(b.kind == "nav" for udf in self.mains(self._geometry)
                    for b in udf.get_result_buffers().values())
 
+    @property
+    def sparse(self) -> bool:  # type: ignore[override]
+        """CSR partitions as they are, as LiberTEM's sparse tiles, when a UDF takes them
+        (:func:`~analyses.udfpart.takes_sparse`); dense frames otherwise."""
+        g = self._geometry
+        return g is not None and takes_sparse(self.mains(g), self.corrections(g, False))
+
     # ---- the hooks ----
     def prepare(self, geometry: ScanGeometry) -> None:
         if len(geometry.shape) != 2:
@@ -260,20 +268,20 @@ class UDFAnalysis(UDFResults, Analysis):
         out = UDFPartial(g, delivered=[positions.copy()], delivered_complete=[complete.copy()])
         roi = self.inputs.roi_flat(g)
         take = complete if roi is None else complete & roi[positions]
+        sparse = isinstance(frames, CSRFrames) and self.sparse
+        data = as_scipy(frames) if sparse else np.asarray(frames)
         if take.all() and (len(positions) < 2 or (np.diff(positions) > 0).all()):
-            # the usual case: the frames are not copied (the positions are: kept)
-            pos, data = positions.copy(), np.asarray(frames)
+            pos = positions.copy()     # the usual case: the frames are not copied
         else:
-            complete = take
-            pos = positions[complete]
-            order = np.argsort(pos, kind="stable")
-            pos, data = pos[order], np.asarray(frames)[complete][order]
+            sel = np.flatnonzero(take)
+            order = sel[np.argsort(positions[sel], kind="stable")]
+            pos, data = positions[order], data[order]
         if not len(pos):
             return out
         mains = self.mains(g)
         ckey, corr = self.inputs.corrections(g)
         results = run_partition(self.spec, mains, g, data, pos, corr,
-                                self._scheme(g, len(data), mains, ckey, corr))
+                                self._scheme(g, data.shape[0], mains, ckey, corr, sparse))
         nav_vals: List[Dict[str, np.ndarray]] = []
         agg: List[Dict[str, np.ndarray]] = []
         for udf, res in zip(mains, results):
@@ -292,9 +300,9 @@ class UDFAnalysis(UDFResults, Analysis):
         return out
 
     def _scheme(self, g: ScanGeometry, k: int, mains: List[Any], ckey: Any = None,
-                corr: Any = None) -> Any:
+                corr: Any = None, sparse: bool = False) -> Any:
         """:func:`~analyses.udfpart.tiling_scheme` of ``k`` frames, kept per shape."""
-        key = (tuple(g.shape), g.dtype, k, ckey)
+        key = (tuple(g.shape), g.dtype, k, ckey, sparse)
         if key not in self._schemes:
-            self._schemes[key] = tiling_scheme(g, k, mains, corr)
+            self._schemes[key] = tiling_scheme(g, k, mains, corr, sparse)
         return self._schemes[key]
