@@ -5,7 +5,8 @@ accounting, partitions, eviction and duplicate digests -- with a partition buffe
 holds each frame's events (pixel ``indices`` and ``values``, uint32) instead of its
 pixels, and delivers partitions whose ``data`` is an
 :class:`analyses.sparse.CSRFrames`. A frame arrives whole, as one sector of encoding
-``csr``: the payload is the pair ``(indices, values)``. A frame of more events than
+``csr``: the payload is the pair ``(indices, values)``; or a whole chunk of frames at
+once (:meth:`SparseAssembler.chunk`, the receiver's way). A frame of more events than
 pixels is refused by the receiver before it gets here, so a partition holds at most 8
 bytes per pixel of its frames: twice its dense ``uint32`` size in the worst case (the
 bound :func:`streams.bounds.scan_cost` charges is the dense one, one partition of

@@ -15,7 +15,8 @@ the framing drops the connection, which is then made again.
 
 Partitions stay sparse (:mod:`~streams.protocols.asi_tpx3.partitions`: CSR, ``uint32``
 values): an analysis that takes CSR frames gets them as they are, any other dense
-frames (:func:`analyses.sparse.frames_for`, ``docs/stream-protocol.md`` section 13).
+frames (:func:`analyses.sparse.frames_for`, ``docs/stream-protocol.md`` section 13). A
+checked chunk goes to the assembler in one call (:meth:`SparseAssembler.chunk`).
 """
 from __future__ import annotations
 
@@ -83,8 +84,7 @@ class Tpx3Receiver(TcpLoop):
         self._frame = 0           # the next frame of the open scan
         self.headers: Dict[str, wire.AcquisitionStart] = {}
         self.connections = 0
-        self.events = 0           # accepted events (pixels with counts), for the bench
-        self.payload_bytes = 0
+        self.events = 0           # accepted events (pixels with counts)
 
     # ---- the connection ----
     def _reset(self) -> None:
@@ -260,7 +260,6 @@ class Tpx3Receiver(TcpLoop):
                                   f"{e.detail}", scan, received=True)
             return
         self.events += c.events
-        self.payload_bytes += c.payload_bytes
         # one type for every chunk: what the scan's geometry says (the store copies)
         indices = indices.astype(np.uint32, copy=False)
         values = values.astype(FRAME_DTYPE, copy=False)
