@@ -3,7 +3,9 @@
 One stream file (our simulator's ``--dump``: one acquisition of F frames of ROWS x COLS,
 about E events per frame, in chunks of C frames; byte for byte what
 ``libertem_asi_tpx3.make_sim_data`` writes) is served from memory by LiberTEM-live's own
-``TpxCameraSim`` (``cached="mem"``, ``sleep=0``: it repeats the file back to back while
+``TpxCameraSim`` in a process of its own, as a detector is (``--sim-in-process``: its
+threads in this one, where they share the GIL with our receiver but not with
+LiberTEM-live's Rust one) (``cached="mem"``, ``sleep=0``: it repeats the file back to back while
 a client is connected; each receiver takes the first acquisition and disconnects) into,
 in turn and alternating ``--repeat``
 times, one receiver in this process:
@@ -31,10 +33,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from types import SimpleNamespace
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -134,6 +139,24 @@ def mpistage(port: int, dense: bool, partition_frames: int, per_frame: bool = Fa
     return {"seconds": d["seconds"], "held_bytes": held}
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_for(port: int) -> None:
+    """Until the simulator listens (it closes the probe: a client that took nothing)."""
+    for _ in range(600):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            time.sleep(0.5)
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"the simulator did not listen on port {port}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--scan", type=int, nargs=2, default=(64, 64))
@@ -144,6 +167,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--dense-repeat", type=int, default=1,
                     help="runs of the dense variant (slow; its figure is far from the others)")
+    ap.add_argument("--sim-in-process", action="store_true",
+                    help="TpxCameraSim as threads of this process (default: its own process)")
     ap.add_argument("--out", default=str(HERE / "results" / "asi_tpx3"))
     a = ap.parse_args()
     from libertem_live.detectors.asi_tpx3.sim import TpxCameraSim
@@ -157,10 +182,19 @@ def main() -> None:
     blob = encode_scan(nav, sig, ip, ix, v, chunk_frames=a.chunk_frames)
     tmp = Path(tempfile.mkdtemp())
     (tmp / "scan.tpx3").write_bytes(blob)
-    sim = TpxCameraSim(cached="mem", port=0, sleep=0.0, paths=[str(tmp / "scan.tpx3")])
-    sim.start()
-    sim.wait_for_listen()
-    port = sim.server_t.port
+    if a.sim_in_process:
+        sim = TpxCameraSim(cached="mem", port=0, sleep=0.0, paths=[str(tmp / "scan.tpx3")])
+        sim.start()
+        sim.wait_for_listen()
+        port = sim.server_t.port
+    else:       # its own process, as a detector is (in-process it shares our GIL)
+        port = _free_port()
+        proc = subprocess.Popen([sys.executable, "-m", "libertem_live.detectors.asi_tpx3.sim",
+                                 str(tmp / "scan.tpx3"), "--port", str(port), "--cached",
+                                 "MEM", "--sleep", "0"], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        sim = SimpleNamespace(stop=lambda: (proc.terminate(), proc.wait(30)))
+        _wait_for(port)
     runs: dict = {"libertem-live": [], "mpistage": [], "mpistage, a frame at a time": [],
                   "mpistage, dense partitions": []}
     held = {}
@@ -192,7 +226,8 @@ def main() -> None:
     med = {k: statistics.median(v) for k, v in res["frames_per_s"].items()}
     lines = [f"# ASI TPX3: one receiver here vs LiberTEM-live ({frames} frames {sig[0]}x{sig[1]}, "
              f"{res['events_per_frame']:.0f} events/frame, {a.chunk_frames} frames/chunk, "
-             "LiberTEM-live's TpxCameraSim from memory)", "",
+             "LiberTEM-live's TpxCameraSim from memory, "
+             + ("in this process)" if a.sim_in_process else "in a process of its own)"), "",
              "| | frames/s (median) | MB/s of stream (median) | runs (frames/s) |",
              "|---|---|---|---|"]
     for k, v in res["frames_per_s"].items():
