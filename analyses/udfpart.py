@@ -111,7 +111,7 @@ class _NegotiationView:
         return tileshape
 
     def get_max_io_size(self) -> Optional[int]:
-        return None
+        return 20 << 20 if self.sparse else None     # LiberTEM's raw CSR dataset's
 
     def get_base_shape(self, roi: Any) -> Tuple[int, ...]:
         return (1, *self.shape.sig) if self.sparse else (1, 1, int(self.shape.sig[-1]))
