@@ -3,7 +3,9 @@
 One stream file (our simulator's ``--dump``: one acquisition of F frames of ROWS x COLS,
 about E events per frame, in chunks of C frames; byte for byte what
 ``libertem_asi_tpx3.make_sim_data`` writes) is served from memory by LiberTEM-live's own
-``TpxCameraSim`` (``cached="mem"``, ``sleep=0``: it repeats the file back to back while
+``TpxCameraSim`` in a process of its own, as a detector is (``--sim-in-process``: its
+threads in this one, where they share the GIL with our receiver but not with
+LiberTEM-live's Rust one) (``cached="mem"``, ``sleep=0``: it repeats the file back to back while
 a client is connected; each receiver takes the first acquisition and disconnects) into,
 in turn and alternating ``--repeat``
 times, one receiver in this process:
@@ -16,6 +18,8 @@ times, one receiver in this process:
   numpy: every size checked, every chunk's pointers and indices checked, frames into
   its sparse assembler's CSR partitions, delivered to a no-op); the scan report's
   seconds (first message to the scan end);
+- **mpistage, a frame at a time**: the same receiver handing its assembler one frame per
+  call (what it did before ``SparseAssembler.chunk``: about 100 us a frame of Python);
 - **mpistage, dense partitions**: the same receiver densifying every frame into a dense
   assembler's partitions (what it did before partitions could be CSR).
 
@@ -29,10 +33,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from types import SimpleNamespace
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -69,7 +76,7 @@ def libertem_live(port: int, frames: int) -> float:
     return t1 - t0
 
 
-def mpistage(port: int, dense: bool, partition_frames: int) -> dict:
+def mpistage(port: int, dense: bool, partition_frames: int, per_frame: bool = False) -> dict:
     """Seconds (the scan report's: first message to the scan end) and the bytes its
     partitions held at most: CSR (the receiver as it is), or the same frames dense."""
     import numpy as np
@@ -104,7 +111,22 @@ def mpistage(port: int, dense: bool, partition_frames: int) -> dict:
                                     self.scratch[0].view(np.uint8))
                 self.scratch.reshape(-1)[pos] = 0
 
-    cls = Dense if dense else receiver.Tpx3Receiver
+    class PerFrame(receiver.Tpx3Receiver):
+        """The receiver before chunks: one ``data`` call per frame."""
+
+        def __init__(self, *args, **kw):
+            super().__init__(*args, **kw)
+            a = self.assembler
+
+            def chunk(scan, f0, indptr, indices, values, where):
+                rows = a.scans[scan].g.shape[0]
+                for i in range(len(indptr) - 1):
+                    x, y = int(indptr[i]), int(indptr[i + 1])
+                    a.data(Data(scan, f0 + i, 0, 0, rows, "csr"), (indices[x:y], values[x:y]),
+                           where=f"{where} frame {f0 + i}")
+            a.chunk = chunk
+
+    cls = Dense if dense else PerFrame if per_frame else receiver.Tpx3Receiver
     r = cls(lambda p: None, "127.0.0.1", port, partition_frames=partition_frames,
             memory_bytes=1 << 30)
     try:
@@ -117,6 +139,24 @@ def mpistage(port: int, dense: bool, partition_frames: int) -> dict:
     return {"seconds": d["seconds"], "held_bytes": held}
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_for(port: int) -> None:
+    """Until the simulator listens (it closes the probe: a client that took nothing)."""
+    for _ in range(600):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            time.sleep(0.5)
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"the simulator did not listen on port {port}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--scan", type=int, nargs=2, default=(64, 64))
@@ -125,6 +165,10 @@ def main() -> None:
     ap.add_argument("--chunk-frames", type=int, default=64)
     ap.add_argument("--partition-frames", type=int, default=64)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--dense-repeat", type=int, default=1,
+                    help="runs of the dense variant (slow; its figure is far from the others)")
+    ap.add_argument("--sim-in-process", action="store_true",
+                    help="TpxCameraSim as threads of this process (default: its own process)")
     ap.add_argument("--out", default=str(HERE / "results" / "asi_tpx3"))
     a = ap.parse_args()
     from libertem_live.detectors.asi_tpx3.sim import TpxCameraSim
@@ -138,18 +182,31 @@ def main() -> None:
     blob = encode_scan(nav, sig, ip, ix, v, chunk_frames=a.chunk_frames)
     tmp = Path(tempfile.mkdtemp())
     (tmp / "scan.tpx3").write_bytes(blob)
-    sim = TpxCameraSim(cached="mem", port=0, sleep=0.0, paths=[str(tmp / "scan.tpx3")])
-    sim.start()
-    sim.wait_for_listen()
-    port = sim.server_t.port
-    runs: dict = {"libertem-live": [], "mpistage": [], "mpistage, dense partitions": []}
+    if a.sim_in_process:
+        sim = TpxCameraSim(cached="mem", port=0, sleep=0.0, paths=[str(tmp / "scan.tpx3")])
+        sim.start()
+        sim.wait_for_listen()
+        port = sim.server_t.port
+    else:       # its own process, as a detector is (in-process it shares our GIL)
+        port = _free_port()
+        proc = subprocess.Popen([sys.executable, "-m", "libertem_live.detectors.asi_tpx3.sim",
+                                 str(tmp / "scan.tpx3"), "--port", str(port), "--cached",
+                                 "MEM", "--sleep", "0"], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        sim = SimpleNamespace(stop=lambda: (proc.terminate(), proc.wait(30)))
+        _wait_for(port)
+    runs: dict = {"libertem-live": [], "mpistage": [], "mpistage, a frame at a time": [],
+                  "mpistage, dense partitions": []}
     held = {}
     try:
         with LoadSampler() as load:
             for _ in range(a.repeat):
                 runs["libertem-live"].append(libertem_live(port, frames))
-                for name, dense in (("mpistage", False), ("mpistage, dense partitions", True)):
-                    got = mpistage(port, dense, a.partition_frames)
+                for name in list(runs)[1:]:
+                    if "dense" in name and len(runs[name]) >= a.dense_repeat:
+                        continue
+                    got = mpistage(port, "dense" in name, a.partition_frames,
+                                   per_frame="a frame" in name)
                     runs[name].append(got["seconds"])
                     held[name] = got["held_bytes"]
     finally:
@@ -169,16 +226,19 @@ def main() -> None:
     med = {k: statistics.median(v) for k, v in res["frames_per_s"].items()}
     lines = [f"# ASI TPX3: one receiver here vs LiberTEM-live ({frames} frames {sig[0]}x{sig[1]}, "
              f"{res['events_per_frame']:.0f} events/frame, {a.chunk_frames} frames/chunk, "
-             "LiberTEM-live's TpxCameraSim from memory)", "",
+             "LiberTEM-live's TpxCameraSim from memory, "
+             + ("in this process)" if a.sim_in_process else "in a process of its own)"), "",
              "| | frames/s (median) | MB/s of stream (median) | runs (frames/s) |",
              "|---|---|---|---|"]
     for k, v in res["frames_per_s"].items():
         lines.append(f"| {k} | {med[k]:,.0f} | {med[k] * len(blob) / frames / 1e6:,.1f} | "
                      + ", ".join(f"{x:,.0f}" for x in v) + " |")
-    ratio = med["mpistage"] / med["libertem-live"]
-    dense_ratio = med["mpistage, dense partitions"] / med["libertem-live"]
-    lines += ["", f"ratio mpistage / LiberTEM-live: **{ratio:.2f}** (dense partitions: "
-              f"{dense_ratio:.2f})", "",
+    ratio = {k: med[k] / med["libertem-live"] for k in med}
+    pairs = [statistics.median(lv / m for m, lv in zip(runs["mpistage"], runs["libertem-live"]))]
+    lines += ["", f"ratio mpistage / LiberTEM-live: **{ratio['mpistage']:.2f}** of the medians, "
+              f"{pairs[0]:.2f} the median of each run's (a frame at a time: "
+              f"{ratio['mpistage, a frame at a time']:.2f}; dense partitions: "
+              f"{ratio['mpistage, dense partitions']:.3f})", "",
               f"memory: the stream carries {res['stream_bytes_per_frame']:,.0f} bytes per frame, "
               f"a dense uint32 frame is {dense:,} bytes "
               f"(**{dense / res['stream_bytes_per_frame']:,.0f}x**); the receiver's partitions "

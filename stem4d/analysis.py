@@ -11,7 +11,9 @@ Per partition of K frames ``(k, rows, cols)`` of any dtype of
   gain`` between the background and X-ray thresholds, a strict local maximum,
   neighbours raw or blanked as stempy does -- ``rule``), each as the flat pixel
   index ``row * cols + col`` (uint32) -- the ragged column ``events`` -- and
-  their number per frame.
+  their number per frame; with ``events="detector"`` (a counting detector, ASI TPX3)
+  each pixel's value is that many electrons, taken from its CSR frames as they are
+  (:func:`stem4d.counting.detector_events`, no dark, gain or thresholds).
 
 ``mode`` picks what runs: ``"both"`` (default), ``"virtual"`` (sums and virtual
 images, no counting) or ``"count"`` (sums and counting). The output file and
@@ -28,7 +30,7 @@ import numpy as np
 
 from analyses.contract import Analysis, Chunk, PerFrame
 from streams.protocol import ScanGeometry
-from stem4d.counting import Thresholds, sampled_thresholds
+from stem4d.counting import Thresholds, detector_events, sampled_thresholds
 from stem4d.errors import Stem4DError
 from stem4d.masks import Mask, resolve_masks
 
@@ -78,6 +80,9 @@ class Stem4D(Analysis):
     rule : {"raw", "stempy"}
         Local-maximum test against raw neighbours (ours) or against neighbours
         blanked outside the thresholds (stempy).
+    events : {"counted", "detector"}
+        Events counted here (dark, gain, thresholds, the rule), or the detector's own
+        counts (each pixel's value that many electrons; its CSR frames kept sparse).
     threshold_stats : dict, optional
         Thresholds already computed (set by the flow; not for users).
 
@@ -98,7 +103,7 @@ class Stem4D(Analysis):
                  background_sigma: float = 4.0, xray_sigma: float = 10.0, samples: int = 40,
                  threshold_frames: Optional[str] = None, rule: str = "raw",
                  threshold_stats: Optional[Dict[str, Any]] = None,
-                 center: Any = None) -> None:
+                 center: Any = None, events: str = "counted") -> None:
         if center is not None:
             raise Stem4DError("stem4d: 'center' (row, col) is gone; give cx= (x = column) and "
                               "cy= (y = row), LiberTEM's order")
@@ -109,6 +114,8 @@ class Stem4D(Analysis):
                               f"{THRESHOLD_MODES}")
         if rule not in ("raw", "stempy"):
             raise Stem4DError(f"stem4d: rule {rule!r}; expected 'raw' or 'stempy'")
+        if events not in ("counted", "detector"):
+            raise Stem4DError(f"stem4d: events {events!r}; expected 'counted' or 'detector'")
         if thresholds == "fixed" and not background_threshold < xray_threshold:
             raise Stem4DError(f"stem4d: background_threshold {background_threshold} must be "
                               f"below xray_threshold {xray_threshold}")
@@ -126,7 +133,7 @@ class Stem4D(Analysis):
             "xray_threshold": float(xray_threshold), "background_sigma": float(background_sigma),
             "xray_sigma": float(xray_sigma), "samples": int(samples),
             "threshold_frames": threshold_frames, "rule": rule,
-            "threshold_stats": threshold_stats}
+            "threshold_stats": threshold_stats, "events": events}
         self._shape: Optional[Tuple[int, int]] = None
         self._masks: List[Mask] = []
         self._stack: Optional[np.ndarray] = None
@@ -147,9 +154,15 @@ class Stem4D(Analysis):
         return self.params["mode"] in ("both", "count")
 
     @property
+    def counted(self) -> bool:
+        """Counting here (False: no counting, or the detector's events)."""
+        return self.counting and self.params["events"] == "counted"
+
+    @property
     def sparse(self) -> bool:   # type: ignore[override]
-        """Sums and virtual images compute on CSR frames; counting needs dense frames."""
-        return not self.counting
+        """Sums, virtual images and a detector's events compute on CSR frames; counting
+        here needs dense frames."""
+        return not self.counted
 
     # ---- set-up ----
     def masks(self, shape: Tuple[int, int]) -> List[Mask]:
@@ -185,7 +198,7 @@ class Stem4D(Analysis):
         from stem4d.counting import sample_indices
 
         p = self.params
-        if self.counting and self._thresholds is None and p["threshold_frames"] is None:
+        if self.counted and self._thresholds is None and p["threshold_frames"] is None:
             return sample_indices(geometry.frames, p["samples"])
         return None
 
@@ -204,7 +217,7 @@ class Stem4D(Analysis):
         _check_dtype(geometry.dtype, f"stem4d, scan {geometry.scan}")
         shape = (int(geometry.shape[0]), int(geometry.shape[1]))
         self._setup(shape)
-        if self.counting and self._thresholds is None:
+        if self.counted and self._thresholds is None:
             src = self.params["threshold_frames"]
             if src is None:
                 self.thresholds()       # raises, saying what to give
@@ -246,7 +259,7 @@ class Stem4D(Analysis):
             self._masks = resolve_masks(p, shape, fm)
             self._stack = np.stack([m.weights for m in self._masks])
             self._runs = mask_runs(self._stack)
-        if self.counting:
+        if self.counted:
             self._load_calibration(shape)
         self._shape = shape
 
@@ -266,7 +279,7 @@ class Stem4D(Analysis):
         _check_dtype(frames.dtype, "stem4d, partition")
         k = len(frames)
         self._setup((int(frames.shape[1]), int(frames.shape[2])))
-        csr = isinstance(frames, CSRFrames)     # only when sparse: no counting
+        csr = isinstance(frames, CSRFrames)     # only when sparse: no counting here
         if csr:
             sums = row_sums(frames)[:, 0]
         else:
@@ -280,7 +293,11 @@ class Stem4D(Analysis):
                 else virtual_detector(frames, stack, runs=self._runs)
         elif self.virtual:
             cols["virtual"] = np.zeros((0, len(self._masks)))
-        if self.counting:
+        if self.counting and not self.counted:
+            counts, flat = detector_events(frames)
+            cols["electrons"] = counts
+            ragged["events"] = (counts.copy(), flat)
+        elif self.counting:
             t = self.thresholds()
             counts, flat = (count_stack(frames, self._dark, t.background_threshold,
                                         t.x_ray_threshold, gain=self._gain,

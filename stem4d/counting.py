@@ -28,13 +28,13 @@ count, ``(frame - dark) / gain`` (float frames: not truncated).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
 from stem4d.errors import Stem4DError
 
-__all__ = ["Thresholds", "sampled_thresholds", "sample_indices"]
+__all__ = ["Thresholds", "sampled_thresholds", "sample_indices", "detector_events"]
 
 
 @dataclass
@@ -125,3 +125,30 @@ def sampled_thresholds(frames: np.ndarray, dark: Any = 0.0, gain: Optional[np.nd
     return Thresholds(mu + background_sigma * sigma, xray, True, int(len(frames)),
                       min_sample, max_sample, mean, variance, std, int(nbins),
                       float(xray_sigma), float(background_sigma), mu, sigma)
+
+
+def detector_events(frames: Any) -> Tuple[np.ndarray, np.ndarray]:
+    """A counting detector's frames as electron events ``(counts (k,), flat)``: a pixel of
+    value v is v entries of its flat index, frame after frame, pixels increasing. CSR
+    frames (:class:`analyses.sparse.CSRFrames`) are taken as they are; dense ones must
+    hold non-negative integers (the same frames, spilled and read offline)."""
+    from analyses.sparse import CSRFrames
+
+    k = len(frames)
+    if isinstance(frames, CSRFrames):
+        row = np.repeat(np.arange(k, dtype=np.int64), np.diff(frames.indptr))
+        order = np.argsort(row * (frames.shape[1] * frames.shape[2]) + frames.indices,
+                           kind="stable")
+        row, pix, val = row[order], frames.indices[order], frames.values[order]
+    else:
+        if np.dtype(frames.dtype).kind not in "ui":
+            raise Stem4DError(f"stem4d: events='detector' takes counts; the frames are "
+                              f"{np.dtype(frames.dtype).name}")
+        flat = np.asarray(frames).reshape(k, -1)
+        row, pix = np.nonzero(flat)
+        val = flat[row, pix]
+        if len(val) and int(val.min()) < 0:
+            raise Stem4DError("stem4d: events='detector' takes counts; a pixel is negative")
+    val = val.astype(np.int64)
+    counts = np.bincount(row, weights=val, minlength=k).astype(np.int64)
+    return counts, np.repeat(pix, val).astype(np.uint32)

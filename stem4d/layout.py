@@ -8,12 +8,17 @@ The scan-shaped images, and the electron events in stempy's sparse layout
     /sum_image                        float64 (ny, nx)
     /virtual/<mask name>              float64 (ny, nx)   one per mask (attrs: geometry)
     /electron_counts                  int64   (ny, nx)                    (counting)
-    /electron_events/frames           vlen uint32 (ny*nx,)  attrs Nx = rows, Ny = cols
+    /electron_events/frames           vlen uint32 (ny*nx*L,) attrs Nx = rows, Ny = cols
     /electron_events/scan_positions   int32 (ny*nx,)         attrs Nx = nx, Ny = ny
     /metadata/electron_counting       attrs: stempy's threshold metadata and ours
     (root attribute version = 3)
 
-plus ``/frames_complete`` and ``/frames_received`` written by the receiving job
+``L`` is 1 for events counted here (a pixel at most once a frame). A counting
+detector's events (``events="detector"``: a pixel may hold several electrons) are
+written as stempy writes several frames per scan position: entry ``p * L + j`` holds
+the pixels of position p hit more than j times, so stempy's sums and dense frames
+count every electron (:func:`_layers`). Plus ``/frames_complete`` and
+``/frames_received`` written by the receiving job
 (:mod:`analyses.output`). :func:`read_events` reads the events back, from
 our files and from stempy's (several frames per scan position too).
 """
@@ -43,6 +48,26 @@ def _ragged_objects(counts: np.ndarray, flat: np.ndarray) -> np.ndarray:
     return data
 
 
+def _layers(counts: np.ndarray, flat: np.ndarray) -> Tuple[np.ndarray, np.ndarray, int]:
+    """Per-frame events where a pixel may repeat as L frames each in which none does:
+    (counts (F * L,), flat, L), entry ``f * L + j`` the pixels of frame f with more than
+    j events, increasing. Unchanged when no pixel repeats (L = 1)."""
+    F = len(counts)
+    row = np.repeat(np.arange(F, dtype=np.int64), counts)
+    key = row * (int(flat.max()) + 1 if len(flat) else 1) + flat
+    order = np.argsort(key, kind="stable")
+    key = key[order]
+    at = np.arange(len(key))
+    first = np.maximum.accumulate(np.where(np.r_[True, key[1:] != key[:-1]], at, 0))
+    rank = at - first                       # the how-many-th event of its pixel
+    L = int(rank.max()) + 1 if len(rank) else 1
+    if L == 1:
+        return counts, flat, 1
+    slot = row[order] * L + rank
+    again = np.argsort(slot, kind="stable")
+    return np.bincount(slot, minlength=F * L), flat[order][again], L
+
+
 def write_stem(h5: Any, analysis: Any, partial: PerFrame, geometry: ScanGeometry) -> None:
     """Write every dataset of the layout into the open file ``h5``."""
     import h5py
@@ -65,6 +90,8 @@ def write_stem(h5: Any, analysis: Any, partial: PerFrame, geometry: ScanGeometry
     h5.create_dataset("electron_counts", data=imgs["electron_counts"])
     counts, flat = partial.ragged("events", F, np.uint32) if partial.chunks else \
         (np.zeros(F, np.int64), np.zeros(0, np.uint32))
+    detector = analysis.params["events"] == "detector"
+    counts, flat, L = _layers(counts, flat) if detector else (counts, flat, 1)
     h5.attrs["version"] = STEMPY_VERSION
     grp = h5.create_group("electron_events")
     pos = grp.create_dataset("scan_positions", data=np.arange(F, dtype=np.int32))
@@ -76,13 +103,21 @@ def write_stem(h5: Any, analysis: Any, partial: PerFrame, geometry: ScanGeometry
                                 dtype=h5py.vlen_dtype(np.uint32))
     frames.attrs["Nx"] = rows
     frames.attrs["Ny"] = cols
+    meta = h5.require_group("metadata").require_group("electron_counting")
+    if detector:
+        said = {"events": "the detector's: a pixel's value is that many electrons (no dark, "
+                          "gain or thresholds)", "frames_per_position": L,
+                "pixel_index": "row * cols + col"}
+        grp.attrs.update(said)
+        meta.attrs.update({**said, "scan_shape": [ny, nx], "frame_shape": [rows, cols],
+                           "frame_dtype": np.dtype(g.dtype).name})
+        return
     p = analysis.params
     t = analysis.thresholds()
     grp.attrs.update({"dark": describe(p["dark"]),
                       "background_threshold": t.background_threshold,
                       "xray_threshold": t.x_ray_threshold,
                       "pixel_index": "row * cols + col"})
-    meta = h5.require_group("metadata").require_group("electron_counting")
     meta.attrs.update(t.as_dict())          # stempy's names (electron_count's metadata)
     meta.attrs.update({"dark_reference": describe(p["dark"]), "gain": describe(p["gain"]),
                        "gain_meaning": "counted value = (frame - dark) / gain",

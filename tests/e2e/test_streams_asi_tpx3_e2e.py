@@ -136,14 +136,18 @@ def test_libertem_live_tpx3_simulator_into_two_receivers_equals_libertem_live(tm
 
 @pytest.mark.timeout(300)
 def test_our_simulator_into_the_4d_stem_flow_equals_libertem_live(tmp_path, reference):
-    """The flow's sums and virtual images take the partitions as CSR; spilled, they are
-    dense frames, which the offline flow reads back to the same result."""
+    """The flow's sums, virtual images and the detector's events (stempy's layout, read
+    by stempy) take the partitions as CSR; spilled, they are dense frames, which the
+    offline flow reads back to the same result, events included."""
     import h5py
+    import scipy.sparse as sp
+
+    sio = pytest.importorskip("stempy.io")
 
     from streams.protocols.asi_tpx3.simulator import Tpx3Simulator
 
     stream, masks, want = reference
-    params = json.dumps({"mode": "virtual", "mask_file": str(masks)})
+    params = json.dumps({"mode": "both", "events": "detector", "mask_file": str(masks)})
     spill = tmp_path / "spill" / "%n"
     with Tpx3Simulator() as sim:
         sim.send(stream.read_bytes())
@@ -158,6 +162,14 @@ def test_our_simulator_into_the_4d_stem_flow_equals_libertem_live(tmp_path, refe
         assert np.array_equal(f["sum_image"][()], want["sumsig"])
         for m in range(2):
             assert np.array_equal(f[f"virtual/masks_{m}"][()], want["masks"][..., m]), m
+        assert np.array_equal(f["electron_counts"][()], want["sumsig"])
+        live_events = f["electron_events/frames"][()]
+    from streams.protocols.asi_tpx3.simulator import sparse_scan
+
+    ip, ix, v = sparse_scan(NAV, SIG, 300.0, seed=0)     # what _stream dumped
+    dense = sp.csr_matrix((v, ix, ip), shape=(64, SIG[0] * SIG[1])).toarray()
+    sa = sio.load_electron_counts(str(h5))
+    assert np.array_equal(sa.to_dense().reshape(64, -1), dense)
     parts = sorted((tmp_path / "spill").rglob("part-*.h5"))
     assert len(parts) == 4
     with h5py.File(parts[0], "r") as f:
@@ -171,6 +183,9 @@ def test_our_simulator_into_the_4d_stem_flow_equals_libertem_live(tmp_path, refe
     with h5py.File(tmp_path / "rerun" / h5.name, "r") as f:
         assert np.array_equal(f["sum_image"][()], want["sumsig"])
         assert np.array_equal(f["virtual/masks_1"][()], want["masks"][..., 1])
+        again = f["electron_events/frames"][()]
+        assert len(again) == len(live_events)
+        assert all(np.array_equal(x, y) for x, y in zip(again, live_events))
 
 
 @pytest.mark.timeout(300)

@@ -210,3 +210,51 @@ def test_read_events_reads_stempys_files_with_several_frames_per_position(tmp_pa
         str(tmp_path / "single.h5"))
     one, _, _ = read_events(str(tmp_path / "single.h5"))
     assert all(np.array_equal(one[i], data[i, 0]) for i in range(24))
+
+
+def test_a_counting_detectors_events_are_written_as_stempy_reads_them(tmp_path):
+    """``events="detector"`` (ASI TPX3): the CSR frames' counts are the electrons, kept
+    sparse, written with a frame per position for each repeat of a pixel; stempy's dense
+    frames and sum equal the scan's counts, and the same frames dense (a spill read
+    offline) write the same events."""
+    from analyses.sparse import CSRFrames
+    from stem4d.analysis import Stem4D
+    from stem4d.layout import read_events
+    from streams.protocols.asi_tpx3.simulator import sparse_scan
+
+    nav, sig = (3, 5), (12, 10)
+    ip, ix, v = sparse_scan(nav, sig, 80.0, seed=2)
+    n = nav[0] * nav[1]
+    csr = CSRFrames(ip.astype(np.int64), ix, v, (n, *sig))
+    dense = csr.dense()
+    assert v.max() >= 3                        # pixels hit several times: L >= 3
+    g = ScanGeometry("s", 1, n, 1, sig, "<u4", nav)
+    files = []
+    for name, frames in (("csr", csr), ("dense", dense)):
+        a = Stem4D(mode="both", events="detector")
+        assert a.sparse
+        a.prepare(g)
+        parts = [a.process_partition(
+            frames[s:s + 5] if name == "dense" else
+            CSRFrames(ip[s:s + 6].astype(np.int64) - ip[s], ix[ip[s]:ip[s + 5]],
+                      v[ip[s]:ip[s + 5]], (5, *sig)), np.arange(s, s + 5), np.ones(5, bool))
+            for s in range(0, n, 5)]
+        p = parts[0].merge(parts[1]).merge(parts[2])
+        path = tmp_path / f"{name}.h5"
+        with h5py.File(path, "w") as f:
+            a.write(f, p, g)
+        files.append(path)
+    sa = sio.load_electron_counts(str(files[0]))
+    L = int(v.max())
+    assert sa.data.shape == (n, L) and tuple(sa.frame_shape) == sig
+    assert np.array_equal(sa.to_dense().reshape(n, *sig), dense)
+    assert np.array_equal(sa.sum(axis=(0, 1)), dense.sum(axis=0))
+    with h5py.File(files[0]) as f, h5py.File(files[1]) as d:
+        assert np.array_equal(f["electron_counts"][()].ravel(), dense.sum(axis=(1, 2)))
+        assert f["electron_events"].attrs["frames_per_position"] == L
+        assert "thresholds" not in f["metadata/electron_counting"].attrs
+        for a, b in zip(f["electron_events/frames"][()], d["electron_events/frames"][()]):
+            assert np.array_equal(a, b)
+        assert np.array_equal(f["sum_image"][()], d["sum_image"][()])
+    per, _, _ = read_events(str(files[0]), per_position=True)
+    assert all(len(x) == L for x in per)

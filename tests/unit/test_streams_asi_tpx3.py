@@ -247,3 +247,50 @@ def test_a_viewer_picks_a_dense_frame_from_a_kept_sparse_partition():
     got = lookup(store, "s", 13, MAX_FRAME_BYTES)
     assert got["where"] == "memory" and np.array_equal(got["frame"], c.dense()[3])
     assert lookup(store, "s", 16, MAX_FRAME_BYTES) is None
+
+
+def test_a_chunk_at_once_is_the_same_as_its_frames_one_by_one():
+    """``SparseAssembler.chunk`` (the receiver's one call per chunk) against ``data`` per
+    frame: the same partitions (split inside chunks), digests, reports and rejections,
+    with a chunk past the scan's end and a chunk sent twice among them."""
+    from streams.protocol import Begin, Data, End, ScanGeometry
+    from streams.protocols.asi_tpx3.partitions import SparseAssembler
+    from streams.protocols.asi_tpx3.simulator import sparse_scan
+
+    ip, ix, v = sparse_scan((3, 7), (16, 16), 20.0, seed=1)
+    g = ScanGeometry("s", 1, 21, 1, (16, 16), "<u4", (3, 7))
+    chunks = [(0, 5), (5, 13), (13, 14), (5, 7), (14, 21), (19, 23)]   # [f0, f1)
+    got = []
+    for whole in (True, False):
+        parts = []
+        a = SparseAssembler(parts.append, routing="any", partition_frames=4,
+                            clock=lambda: 0.0)
+        a._seed = 7                 # the digests' seed is random per assembler
+        a.begin(Begin(0, g))
+        for f0, f1 in chunks:
+            p = ip[f0:f1 + 1].astype(np.int64) - int(ip[f0])
+            sl = slice(int(ip[f0]), int(ip[min(f1, 21)]))
+            p = p if f1 <= 21 else np.concatenate([p, np.full(f1 - 21, p[-1])])
+            if whole:
+                a.chunk("s", f0, p, ix[sl], v[sl], where="s")
+            else:
+                for i in range(f1 - f0):
+                    a.data(Data("s", f0 + i, 0, 0, 16, "csr"),
+                           (ix[sl][p[i]:p[i + 1]], v[sl][p[i]:p[i + 1]]),
+                           where=f"s frame {f0 + i}")
+        digests = a.scans["s"].digests.copy()
+        a.end(End("s", 0, None))
+        (rep,) = a.closed.values()
+        got.append((parts, digests, rep.to_dict(), dict(a.rejected), a.peak_bytes,
+                    a.held_bytes))
+    (pa, da, ra, xa, ka, ha), (pb, db, rb, xb, kb, hb) = got
+    assert xa == xb == {"duplicate": 4, "out_of_range": 2}
+    assert np.array_equal(da, db) and ra == rb and ha == hb == 0 and ka == kb
+    assert [list(p.frames) for p in pa] == [list(p.frames) for p in pb] == \
+        [list(range(s, min(s + 4, 21))) for s in range(0, 21, 4)]
+    for p, q in zip(pa, pb):
+        assert np.array_equal(p.complete, q.complete)
+        for k in ("indptr", "indices", "values"):
+            assert np.array_equal(getattr(p.data, k), getattr(q.data, k)), k
+    assert np.array_equal(np.concatenate([p.data.dense() for p in pa]).reshape(21, -1),
+                          np.concatenate([p.data.dense() for p in pb]).reshape(21, -1))

@@ -15,7 +15,8 @@ the framing drops the connection, which is then made again.
 
 Partitions stay sparse (:mod:`~streams.protocols.asi_tpx3.partitions`: CSR, ``uint32``
 values): an analysis that takes CSR frames gets them as they are, any other dense
-frames (:func:`analyses.sparse.frames_for`, ``docs/stream-protocol.md`` section 13).
+frames (:func:`analyses.sparse.frames_for`, ``docs/stream-protocol.md`` section 13). A
+checked chunk goes to the assembler in one call (:meth:`SparseAssembler.chunk`).
 """
 from __future__ import annotations
 
@@ -27,9 +28,9 @@ import numpy as np
 
 from analyses.errors import GeometryError
 from streams.errors import ProtocolError
-from streams.protocol import Begin, Data, End, Reason, ScanGeometry, rejection
+from streams.protocol import Begin, End, Reason, ScanGeometry, rejection
 from streams.protocols.asi_tpx3 import wire
-from streams.protocols.asi_tpx3.partitions import ENCODING, SparseAssembler
+from streams.protocols.asi_tpx3.partitions import SparseAssembler
 from streams.scanshape import resolve_scan_shape
 from streams.socketloop import TcpLoop
 
@@ -83,8 +84,7 @@ class Tpx3Receiver(TcpLoop):
         self._frame = 0           # the next frame of the open scan
         self.headers: Dict[str, wire.AcquisitionStart] = {}
         self.connections = 0
-        self.events = 0           # accepted events (pixels with counts), for the bench
-        self.payload_bytes = 0
+        self.events = 0           # accepted events (pixels with counts)
 
     # ---- the connection ----
     def _reset(self) -> None:
@@ -260,14 +260,11 @@ class Tpx3Receiver(TcpLoop):
                                   f"{e.detail}", scan, received=True)
             return
         self.events += c.events
-        self.payload_bytes += c.payload_bytes
         # one type for every chunk: what the scan's geometry says (the store copies)
         indices = indices.astype(np.uint32, copy=False)
         values = values.astype(FRAME_DTYPE, copy=False)
-        for i in range(c.frames):
-            f, a, b = f0 + i, int(indptr[i]), int(indptr[i + 1])
-            self.assembler.data(Data(scan, f, 0, 0, rows, ENCODING),
-                                (indices[a:b], values[a:b]), where=f"{scan} frame {f}")
+        # the whole chunk in one call (per frame, Python was 100 us a frame: bench/README.md)
+        self.assembler.chunk(scan, f0, indptr, indices, values, where=scan)
 
     def apply_shared(self, kind: str, msg: Any) -> None:
         """A scan's start (its geometry) or end from the receiving receiver."""
