@@ -3,6 +3,7 @@ LiberTEM's own MIB encoders), hostile messages refused and counted by the receiv
 import numpy as np
 import pytest
 
+from streams.assemble import Assembler
 from streams.errors import ProtocolError
 from streams.protocols.merlin.mpx import (MAX_MESSAGE, decode_pixels, encode_frame,
                                           encode_hdr, encode_message, images_of,
@@ -194,3 +195,82 @@ def test_frames_longer_than_the_read_buffer_and_split_anywhere_arrive_whole():
     assert all(np.array_equal(got[(a, i)], big[i]) and got[(a, i)].dtype == "<u4"
                for i in range(2))
     assert all(np.array_equal(got[(b, i)], small[i]) for i in range(40))
+
+
+def _field(msg, field, value):
+    """``msg`` (an MQ1 frame) with header field ``field`` set to ``value``, same size."""
+    size = int(msg[:64].split(b",")[2])
+    head = msg[:size].rstrip(b"\0").split(b",")
+    head[field] = value
+    new = b",".join(head)
+    assert len(new) <= size
+    return new.ljust(size, b"\0") + msg[size:]
+
+
+def _fed_whole(stream, **kw):
+    """A receiver fed ``stream`` over a real socket pair, read as it comes (whole
+    batches of messages in its buffer); its delivered frames and reports."""
+    import socket
+
+    got = {}
+
+    def deliver(part):
+        for f, row, ok in zip(part.frames, part.data, part.complete):
+            if ok:
+                got[int(f)] = row.copy()
+
+    rx = MerlinReceiver(deliver, "127.0.0.1", None, **kw)
+    ours, theirs = socket.socketpair()
+    ours.setblocking(False)
+    rx._tcp = ours
+    theirs.sendall(stream)
+    theirs.close()
+    while rx._tcp is not None:
+        rx._read(1000)
+    return rx, got
+
+
+def test_frames_are_taken_in_batches_and_a_bad_one_among_them_is_counted(monkeypatch):
+    """Whole runs of frames in the read buffer are checked as one array and swapped
+    straight into the partitions (Assembler.data_range); a frame among them with a bad
+    header, a second copy, a bad sequence number, a frame short of its pixels, one whose
+    sequence is 0 (before the first: it must not wrap to the last) are each taken one by
+    one, rejected and counted by reason, and their neighbours arrive exact. The same
+    bytes handed over message by message give the same report and frames."""
+    fr = frames(12, 24, (16, 16), seed=3)
+    msg = [encode_frame(i + 1, a, 12) for i, a in enumerate(fr)]
+    stamp = _field(msg[3], 9, b"2026-11-27 12:00:00.000321")    # a time stamp: batched
+    bad = [_field(msg[5], 6, b"F32"),                   # pixel type: unknown_encoding
+           msg[9],                                      # frame 10 twice: duplicate
+           _field(msg[12], 1, b"00001x"),               # sequence: malformed_header
+           msg[14][:-2],                                # 2 bytes short: wrong_payload_size
+           _field(msg[15], 1, b"000000")]               # sequence 0: out_of_range
+    order = (msg[:3] + [stamp, msg[4], bad[0]] + msg[5:10] + [bad[1]] + msg[10:12] + [bad[2]]
+             + msg[12:14] + [bad[3]] + msg[14:15] + [bad[4]] + msg[15:])
+    stream = encode_message(encode_hdr(24, 8, 12)) + b"".join(encode_message(m) for m in order)
+    taken = []
+    data_range = Assembler.data_range
+
+    def counted(self, scan, first, count, decode):      # the real one, its frames counted
+        n = data_range(self, scan, first, count, decode)
+        taken.append(n)
+        return n
+
+    monkeypatch.setattr(Assembler, "data_range", counted)
+    rx, got = _fed_whole(stream, partition_frames=5)
+    (rep,) = rx.reports
+    assert rep.ok and sorted(got) == list(range(24)), (rep.rejected, sorted(got))
+    assert all(np.array_equal(got[i], fr[i]) and got[i].dtype == "<u2" for i in range(24))
+    want = {"unknown_encoding": 1, "duplicate": 1, "malformed_header": 1,
+            "wrong_payload_size": 1, "out_of_range": 1}
+    assert dict(rx.assembler.rejected) == want and dict(rep.rejected) == want
+    assert sum(taken) >= 15, taken          # most frames came in batches
+    assert rep.received_data == 24 + 2      # the duplicate and the sequence 0 were data
+
+    one = MerlinReceiver(lambda p: None, "127.0.0.1", None, partition_frames=5)
+    one.handle(encode_hdr(24, 8, 12))
+    for m in order:
+        one.handle(m)
+    (rep1,) = one.reports
+    assert dict(rep1.rejected) == want and rep1.received_data == rep.received_data
+    assert np.array_equal(rep1.got, rep.got) and rep1.accepted_bytes == rep.accepted_bytes
