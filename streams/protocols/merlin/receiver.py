@@ -47,6 +47,8 @@ MAX_IMAGES = 1 << 28
 _CHUNK = 4 << 20
 #: MQ1 pixel type -> the decoder's encoding of its big-endian pixels (R64: unpacked here)
 _SWAPPED = {"U01": "raw", "U08": "raw", "U16": "raw>u2", "U32": "raw>u4"}
+#: most messages compared at once (bounds the work a message that does not match costs)
+_BATCH = 256
 #: MQ1 pixel type -> its pixels' type on the wire (a batch's pixels, swapped as copied)
 _WIRE = {"U01": "|u1", "U08": "|u1", "U16": ">u2", "U32": ">u4"}
 
@@ -165,7 +167,7 @@ class MerlinReceiver(TcpLoop):
         as one batch; returns how many (0: the next message is taken one by one)."""
         acq = self._acq
         run = acq["run"] if acq is not None else None
-        k = (self._hi - lo) // run.size if run is not None else 0
+        k = min((self._hi - lo) // run.size, _BATCH) if run is not None else 0
         if not k:
             return 0
         assert acq is not None and run is not None
