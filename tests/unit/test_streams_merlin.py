@@ -274,3 +274,43 @@ def test_frames_are_taken_in_batches_and_a_bad_one_among_them_is_counted(monkeyp
     (rep1,) = one.reports
     assert dict(rep1.rejected) == want and rep1.received_data == rep.received_data
     assert np.array_equal(rep1.got, rep.got) and rep1.accepted_bytes == rep.accepted_bytes
+
+
+def test_data_range_places_counts_and_stops_where_data_must_decide():
+    """Assembler.data_range (the batches' placement): frames in consecutive rows across
+    partitions, each counted and digested as data() does; it stops before a frame already
+    received (data() then rejects it as a duplicate), clips at the scan's end, and a
+    decoder's CodecError commits nothing of its partition share."""
+    from streams.errors import CodecError
+    from streams.protocol import Begin, Data, ScanGeometry
+
+    fr = frames(12, 10, (4, 8)).astype("<u2")
+    parts = []
+    asm = Assembler(lambda p: parts.append((list(p.frames), p.data.copy())), routing="any",
+                    partition_frames=4)
+
+    def rows_of(first):
+        def decode(i, rows):
+            rows[...] = fr[first + i:first + i + len(rows)]
+        return decode
+
+    asm.begin(Begin(0, ScanGeometry("s", 1, 10, 1, (4, 8), "<u2", (2, 5))))
+    assert asm.data_range("s", 0, 6, rows_of(0)) == 6         # a partition and a half
+    asm.data(Data("s", 3, 0, 0, 4, "raw"), fr[3].tobytes())    # a second copy: data() says
+    assert asm.data_range("s", 5, 3, rows_of(5)) == 0          # frame 5 is not new
+    assert asm.data_range("s", 6, 99, rows_of(6)) == 4         # clipped at the 10th frame
+    (rep,) = asm.close_all("end")
+    assert rep.ok and rep.received_data == 11 and dict(rep.rejected) == {"duplicate": 1}
+    got = {f: d for fs, data in parts for f, d in zip(fs, data)}
+    assert sorted(got) == list(range(10)) and all(np.array_equal(got[i], fr[i]) for i in got)
+
+    def corrupt(i, rows):
+        raise CodecError("corrupt_payload", "no")
+
+    asm.begin(Begin(0, ScanGeometry("t", 1, 4, 1, (4, 8), "<u2", (2, 2))))
+    assert asm.data_range("t", 0, 4, corrupt) == 0
+    asm.data(Data("t", 0, 0, 0, 4, "raw"), fr[0].tobytes())    # the row was only proposed
+    assert asm.data_range("t", 1, 3, rows_of(1)) == 3
+    (rep,) = asm.close_all("end")
+    assert rep.ok and rep.received_data == 4 and not rep.rejected
+    assert list(parts[-1][0]) == [0, 1, 2, 3] and np.array_equal(parts[-1][1], fr[:4])
