@@ -314,3 +314,49 @@ def test_data_range_places_counts_and_stops_where_data_must_decide():
     (rep,) = asm.close_all("end")
     assert rep.ok and rep.received_data == 4 and not rep.rejected
     assert list(parts[-1][0]) == [0, 1, 2, 3] and np.array_equal(parts[-1][1], fr[:4])
+
+
+def test_batches_and_one_by_one_agree_on_mutated_headers(monkeypatch):
+    """Random header bytes changed (digits, commas, NULs, anything) in frames of a stream,
+    some as extra copies: the receiver reading whole batches and the same messages handed
+    over one by one end with the same rejections by reason, the same frames and pixels."""
+    rng = np.random.default_rng(42)
+    taken = []
+    data_range = Assembler.data_range
+    monkeypatch.setattr(Assembler, "data_range",
+                        lambda *a: taken.append(data_range(*a)) or taken[-1])
+    fr = frames(12, 12, (8, 8), seed=3)
+    msg = [encode_frame(i + 1, a, 12) for i, a in enumerate(fr)]
+    for trial in range(100):
+        order = list(msg)
+        for _ in range(3):
+            j = int(rng.integers(len(order)))
+            m = bytearray(order[j])
+            m[int(rng.integers(384))] = int(rng.choice([0, 32, 44, 48, 49, 57, 65,
+                                                        int(rng.integers(256))]))
+            if rng.random() < 0.5:
+                order.insert(j, bytes(m))
+            else:
+                order[j] = bytes(m)
+        stream = encode_message(encode_hdr(12, 4, 12)) + b"".join(map(encode_message, order))
+        rx, got = _fed_whole(stream, partition_frames=5)
+        one_got = {}
+
+        def deliver(part, into=one_got):
+            for f, row, ok in zip(part.frames, part.data, part.complete):
+                if ok:
+                    into[int(f)] = row.copy()
+
+        one = MerlinReceiver(deliver, "127.0.0.1", None, partition_frames=5)
+        one.handle(encode_hdr(12, 4, 12))
+        for m in order:
+            one.handle(m)
+        rx.assembler.close_all("stopped")
+        one.assembler.close_all("stopped")
+        assert dict(rx.assembler.rejected) == dict(one.assembler.rejected), trial
+        assert [(r.received_data, r.conflicting) for r in rx.reports] == \
+            [(r.received_data, r.conflicting) for r in one.reports], trial
+        assert all(np.array_equal(a.got, b.got) for a, b in zip(rx.reports, one.reports))
+        assert sorted(got) == sorted(one_got), trial
+        assert all(np.array_equal(got[k], one_got[k]) for k in got), trial
+    assert sum(taken) > 100 * 12 // 2, sum(taken)      # most frames came in batches

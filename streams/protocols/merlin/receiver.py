@@ -275,8 +275,9 @@ class MerlinReceiver(TcpLoop):
         # the big-endian pixels go straight from the socket's buffer into the partition,
         # swapped as they are copied (streams.codecs.decode_into)
         self.assembler.data(Data(scan, frame, 0, 0, h.shape[0], encoding), data, where=where)
-        if h.kind != "R64":     # the frames that follow: compared with this one (_batch)
-            acq["run"] = _Run.of(bytes(payload[:h.header_bytes]), len(payload), h)
+        # the frames that follow are compared with this one (_batch); raw ones unpacked here
+        acq["run"] = _Run.of(bytes(payload[:h.header_bytes]), len(payload), h) \
+            if h.kind != "R64" else None
         if frame == acq["frames"] - 1 and scan in self.assembler.scans:
             self.assembler.end(End(scan, 0, None))      # Merlin sends no end: its last frame
             if self.on_share is not None:
@@ -328,7 +329,7 @@ class _Run:
         ends = np.cumsum([len(p) + 1 for p in pieces])        # offset after each comma
         fixed = int(ends[7])
         live = [i for i, p in enumerate(pieces) if b"\0" not in p]
-        if b"\0" in header[:fixed] or live[-1] < 8:
+        if b"\0" in header[:fixed] or not live or live[-1] < 8:
             return None
         r = cls()
         r.head = np.frombuffer(b"MPX,%010d," % (payload + 1) + header, np.uint8)
