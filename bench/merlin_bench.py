@@ -27,7 +27,9 @@ Both run two processes on the same 2 cores (plus the simulator's sender thread).
 ratio of the two rates in one run is the figure (load average recorded beside it).
 ``--baseline DIR`` (a ``git archive`` of an earlier commit) runs that tree's job too,
 alternating, so before and after come from one run. ``--ingest`` adds one receiver
-process alone (no worker, no MPI): frames/s and frames per CPU second. Peak RSS:
+process alone (no worker, no MPI): frames/s and frames per CPU second, ours and
+LiberTEM-live's (``libertem_qd_mpx``'s receiver, its frame stacks decoded into a buffer as
+its workers do: the per-core comparison of the two receivers). Peak RSS:
 LiberTEM-live's main process (its receiver, and also the simulator with its in-memory
 copy of the MIB file) and the receiver alone by ``VmHWM`` (an exec'd child's
 ``ru_maxrss`` starts at its parent's RSS), the job's ranks from its report,
@@ -45,6 +47,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
@@ -210,10 +213,46 @@ print(json.dumps({"n": int(rep.frames_complete.sum()), "s": rep.last_message - r
 """
 
 
-def _ingest(hdr: str, nav, nbytes: int, root: Path = ROOT) -> dict:
-    """One Merlin receiver process alone (the tree at ``root``): LiberTEM-live's
-    simulator -> TCP -> frames into partitions, delivered to nothing. Frames/s over its
-    first to last message and per CPU second of the receiving process."""
+_LL_INGEST = """
+import json, os, shutil, sys, tempfile, time
+import numpy as np
+import libertem_qd_mpx
+frames, where = int(sys.argv[2]), tempfile.mkdtemp()
+conn = libertem_qd_mpx.QdConnection(data_host="127.0.0.1", data_port=int(sys.argv[1]),
+                                    frame_stack_size=16,
+                                    shm_handle_path=os.path.join(where, "qd-shm-socket"))
+conn.start_passive()
+print("ready", flush=True)
+assert conn.wait_for_arm(timeout=600) is not None
+c0, t0 = time.process_time(), time.perf_counter()
+cam = libertem_qd_mpx.CamClient(conn.get_socket_path())
+buf = np.empty((128, 256, 256), np.uint16)
+n = 0
+while n < frames:
+    st = conn.get_next_stack(max_size=128)
+    if st is None:
+        break
+    k = len(st)
+    cam.decode_range_into_buffer(st, buf[:k], 0, k)
+    cam.done(st)
+    n += k
+cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+print(json.dumps({"n": n, "s": wall, "cpu_s": cpu,
+                  "rss_mib": int(open("/proc/self/status").read().split("VmHWM:")[1]
+                                 .split()[0]) / 1024}))
+cam.close()
+conn.close()
+shutil.rmtree(where, ignore_errors=True)
+"""
+
+
+def _ingest(hdr: str, nav, nbytes: int, root: Optional[Path] = ROOT) -> dict:
+    """One Merlin receiver process alone (the tree at ``root``; None: LiberTEM-live's
+    ``libertem_qd_mpx`` receiver, its frame stacks decoded into one 128-frame buffer as
+    its workers do): LiberTEM-live's simulator -> TCP -> frames into partitions,
+    delivered to nothing. Frames/s over its first to last message (LiberTEM-live's: from
+    its arm, the acquisition header, to its last frame decoded) and per CPU second of
+    the receiving process (all its threads)."""
     from libertem_live.detectors.merlin.control import MerlinControl
     from libertem_live.detectors.merlin.sim import CameraSim
 
@@ -224,8 +263,9 @@ def _ingest(hdr: str, nav, nbytes: int, root: Path = ROOT) -> dict:
     sim.wait_for_listen()
     warm(sim.server_t.port, sim.control_t.port, nbytes)
     try:
-        env = dict(os.environ, PYTHONPATH=str(root))
-        p = subprocess.Popen([sys.executable, "-c", _INGEST, str(sim.server_t.port)],
+        env = dict(os.environ, PYTHONPATH=str(root or ROOT))
+        code = [_INGEST] if root is not None else [_LL_INGEST]
+        p = subprocess.Popen([sys.executable, "-c", *code, str(sim.server_t.port), str(frames)],
                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True, cwd=tempfile.gettempdir())
         assert p.stdout is not None
@@ -257,7 +297,8 @@ def main() -> int:
     ap.add_argument("--baseline", help="another tree (git archive) whose job runs too")
     ap.add_argument("--ingest", action="store_true",
                     help="also one receiver process alone (no worker, no MPI): frames/s "
-                    "and frames per CPU second, this tree and --baseline")
+                    "and frames per CPU second, this tree, --baseline and LiberTEM-live's "
+                    "libertem_qd_mpx receiver")
     ap.add_argument("--only-ingest", action="store_true",
                     help="only that (no LiberTEM-live, no job)")
     ap.add_argument("--out", default=str(HERE / "results" / "merlin"))
@@ -277,6 +318,9 @@ def main() -> int:
                 if rnd % 2:                 # alternate who goes first
                     sides.reverse()
                 for side in sides:
+                    if side == "ll" and (a.ingest or a.only_ingest):
+                        ingest.setdefault("libertem-live", []).append(
+                            _ingest(str(hdr), nav, size, None))
                     if a.only_ingest and side == "ll":
                         continue
                     if side == "ll":

@@ -194,8 +194,9 @@ class _Modulo:
         frames = self.receiver + self.receivers * np.arange(first, first + n, dtype=np.int64)
         return a._open(st, key, frames, n * st.g.sectors), row
 
-    def commit(self, st: _Scan, op: _Open, row: int, f: int) -> None:
-        """A sector of ``f`` stored in its row (here: placed already)."""
+    def commit(self, st: _Scan, op: _Open, row: int, f: int, m: int = 1) -> None:
+        """A sector of ``f`` (of ``m`` frames from ``f``) stored in its row (here: placed
+        already)."""
 
     def delivered(self, st: _Scan, op: _Open) -> int:
         """``op`` is being delivered: its frames."""
@@ -232,12 +233,16 @@ class _Any(_Modulo):
             op = a._open(st, st.next_key, np.full(n, -1, np.int64), n * st.g.sectors)
         return op, op.filled
 
-    def commit(self, st: _Scan, op: _Open, row: int, f: int) -> None:
-        if f in st.placed:
-            return
-        op.frames[row] = f
-        op.filled += 1
-        st.placed[f] = (op.key, row)
+    def commit(self, st: _Scan, op: _Open, row: int, f: int, m: int = 1) -> None:
+        if m == 1:
+            if f in st.placed:
+                return
+            op.frames[row] = f
+            st.placed[f] = (op.key, row)
+        else:        # new frames f .. f+m-1 in rows row .. row+m-1 (Assembler.data_range)
+            op.frames[row:row + m] = np.arange(f, f + m)
+            st.placed.update(zip(range(f, f + m), ((op.key, r) for r in range(row, row + m))))
+        op.filled += m
         if op.filled == len(op.frames):
             st.next_key += 1
 
@@ -445,7 +450,7 @@ class Assembler:
         st.report.received_data += 1
         f, s = d.frame, d.sector
         where = where or f"scan {d.scan} frame {f} sector {s}"
-        if f >= g.frames or s >= g.sectors:
+        if not (0 <= f < g.frames and 0 <= s < g.sectors):   # a negative one would wrap
             self.reject(Reason.OUT_OF_RANGE, f"{where}: the scan has {g.frames} frames of "
                         f"{g.sectors} sectors", d.scan)
             return
@@ -483,6 +488,51 @@ class Assembler:
         op.remaining -= 1
         if op.remaining == 0:
             self._deliver(st, op, evicted=False)
+
+    def data_range(self, scan: str, first: int, count: int,
+                   decode: Callable[[int, np.ndarray], Any]) -> int:
+        """Whole frames ``first .. first + count - 1`` of a scan of one sector (routing
+        ``any``), as one call instead of ``count`` :meth:`data` calls: each partition's
+        share decoded in one go, ``decode(i, rows)`` writing frames ``first + i ...`` into
+        ``rows`` (consecutive rows of the partition's buffer, shape (m, rows, cols)), and
+        counted, placed and digested as :meth:`data` does. For a receiver that checked the
+        frames' headers as a batch (Merlin's fixed-size frames): it takes frames from
+        ``first`` up to the first that is not new here (a second copy, beyond the scan)
+        and returns how many it took; the caller hands that one to :meth:`data`, which
+        checks, rejects and counts it. A ``CodecError`` of ``decode`` commits nothing of
+        that call's partition share (the rows were only proposed)."""
+        st = self.scans.get(scan)
+        if st is None or self.routing != "any" or st.g.sectors != 1 or first < 0:
+            return 0
+        g, rep = st.g, st.report
+        n = max(0, min(count, g.frames - first))
+        seen = rep.got[first:first + n, 0]
+        if n and seen.any():
+            n = int(seen.argmax())
+        if n:
+            st.last = rep.last_message = self.clock()
+        done = 0
+        while done < n:
+            f = first + done
+            op, row = self.placement.place(self, st, f)  # type: ignore[misc]  # f is new
+            m = min(n - done, len(op.frames) - row)
+            rows = st.pool[op.slot][row:row + m]
+            try:
+                decode(done, rows)
+            except CodecError:
+                break
+            self.placement.commit(st, op, row, f, m)
+            st.digests[f:f + m, 0] = [self._digest(r) for r in rows]
+            rep.got[f:f + m, 0] = True
+            st.nsect[f:f + m] = 1
+            st.complete += m
+            st.bytes += m * g.frame_bytes
+            rep.received_data += m
+            done += m
+            op.remaining -= m
+            if op.remaining == 0:
+                self._deliver(st, op, evicted=False)
+        return done
 
     def _digest(self, rows: Any) -> int:
         return self._xxh3(rows.data, seed=self._seed)    # C-contiguous rows

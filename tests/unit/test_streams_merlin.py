@@ -3,6 +3,7 @@ LiberTEM's own MIB encoders), hostile messages refused and counted by the receiv
 import numpy as np
 import pytest
 
+from streams.assemble import Assembler
 from streams.errors import ProtocolError
 from streams.protocols.merlin.mpx import (MAX_MESSAGE, decode_pixels, encode_frame,
                                           encode_hdr, encode_message, images_of,
@@ -194,3 +195,168 @@ def test_frames_longer_than_the_read_buffer_and_split_anywhere_arrive_whole():
     assert all(np.array_equal(got[(a, i)], big[i]) and got[(a, i)].dtype == "<u4"
                for i in range(2))
     assert all(np.array_equal(got[(b, i)], small[i]) for i in range(40))
+
+
+def _field(msg, field, value):
+    """``msg`` (an MQ1 frame) with header field ``field`` set to ``value``, same size."""
+    size = int(msg[:64].split(b",")[2])
+    head = msg[:size].rstrip(b"\0").split(b",")
+    head[field] = value
+    new = b",".join(head)
+    assert len(new) <= size
+    return new.ljust(size, b"\0") + msg[size:]
+
+
+def _fed_whole(stream, **kw):
+    """A receiver fed ``stream`` over a real socket pair, read as it comes (whole
+    batches of messages in its buffer); its delivered frames and reports."""
+    import socket
+
+    got = {}
+
+    def deliver(part):
+        for f, row, ok in zip(part.frames, part.data, part.complete):
+            if ok:
+                got[int(f)] = row.copy()
+
+    rx = MerlinReceiver(deliver, "127.0.0.1", None, **kw)
+    ours, theirs = socket.socketpair()
+    ours.setblocking(False)
+    rx._tcp = ours
+    theirs.sendall(stream)
+    theirs.close()
+    while rx._tcp is not None:
+        rx._read(1000)
+    return rx, got
+
+
+def test_frames_are_taken_in_batches_and_a_bad_one_among_them_is_counted(monkeypatch):
+    """Whole runs of frames in the read buffer are checked as one array and swapped
+    straight into the partitions (Assembler.data_range); a frame among them with a bad
+    header, a second copy, a bad sequence number, a frame short of its pixels, one whose
+    sequence is 0 (before the first: it must not wrap to the last) are each taken one by
+    one, rejected and counted by reason, and their neighbours arrive exact. The same
+    bytes handed over message by message give the same report and frames."""
+    fr = frames(12, 24, (16, 16), seed=3)
+    msg = [encode_frame(i + 1, a, 12) for i, a in enumerate(fr)]
+    stamp = _field(msg[3], 9, b"2026-11-27 12:00:00.000321")    # a time stamp: batched
+    bad = [_field(msg[5], 6, b"F32"),                   # pixel type: unknown_encoding
+           msg[9],                                      # frame 10 twice: duplicate
+           _field(msg[12], 1, b"00001x"),               # sequence: malformed_header
+           msg[14][:-2],                                # 2 bytes short: wrong_payload_size
+           _field(msg[15], 1, b"000000")]               # sequence 0: out_of_range
+    order = (msg[:3] + [stamp, msg[4], bad[0]] + msg[5:10] + [bad[1]] + msg[10:12] + [bad[2]]
+             + msg[12:14] + [bad[3]] + msg[14:15] + [bad[4]] + msg[15:])
+    stream = encode_message(encode_hdr(24, 8, 12)) + b"".join(encode_message(m) for m in order)
+    taken = []
+    data_range = Assembler.data_range
+
+    def counted(self, scan, first, count, decode):      # the real one, its frames counted
+        n = data_range(self, scan, first, count, decode)
+        taken.append(n)
+        return n
+
+    monkeypatch.setattr(Assembler, "data_range", counted)
+    rx, got = _fed_whole(stream, partition_frames=5)
+    (rep,) = rx.reports
+    assert rep.ok and sorted(got) == list(range(24)), (rep.rejected, sorted(got))
+    assert all(np.array_equal(got[i], fr[i]) and got[i].dtype == "<u2" for i in range(24))
+    want = {"unknown_encoding": 1, "duplicate": 1, "malformed_header": 1,
+            "wrong_payload_size": 1, "out_of_range": 1}
+    assert dict(rx.assembler.rejected) == want and dict(rep.rejected) == want
+    assert sum(taken) >= 15, taken          # most frames came in batches
+    assert rep.received_data == 24 + 2      # the duplicate and the sequence 0 were data
+
+    one = MerlinReceiver(lambda p: None, "127.0.0.1", None, partition_frames=5)
+    one.handle(encode_hdr(24, 8, 12))
+    for m in order:
+        one.handle(m)
+    (rep1,) = one.reports
+    assert dict(rep1.rejected) == want and rep1.received_data == rep.received_data
+    assert np.array_equal(rep1.got, rep.got) and rep1.accepted_bytes == rep.accepted_bytes
+
+
+def test_data_range_places_counts_and_stops_where_data_must_decide():
+    """Assembler.data_range (the batches' placement): frames in consecutive rows across
+    partitions, each counted and digested as data() does; it stops before a frame already
+    received (data() then rejects it as a duplicate), clips at the scan's end, and a
+    decoder's CodecError commits nothing of its partition share."""
+    from streams.errors import CodecError
+    from streams.protocol import Begin, Data, ScanGeometry
+
+    fr = frames(12, 10, (4, 8)).astype("<u2")
+    parts = []
+    asm = Assembler(lambda p: parts.append((list(p.frames), p.data.copy())), routing="any",
+                    partition_frames=4)
+
+    def rows_of(first):
+        def decode(i, rows):
+            rows[...] = fr[first + i:first + i + len(rows)]
+        return decode
+
+    asm.begin(Begin(0, ScanGeometry("s", 1, 10, 1, (4, 8), "<u2", (2, 5))))
+    assert asm.data_range("s", 0, 6, rows_of(0)) == 6         # a partition and a half
+    asm.data(Data("s", 3, 0, 0, 4, "raw"), fr[3].tobytes())    # a second copy: data() says
+    assert asm.data_range("s", 5, 3, rows_of(5)) == 0          # frame 5 is not new
+    assert asm.data_range("s", 6, 99, rows_of(6)) == 4         # clipped at the 10th frame
+    (rep,) = asm.close_all("end")
+    assert rep.ok and rep.received_data == 11 and dict(rep.rejected) == {"duplicate": 1}
+    got = {f: d for fs, data in parts for f, d in zip(fs, data)}
+    assert sorted(got) == list(range(10)) and all(np.array_equal(got[i], fr[i]) for i in got)
+
+    def corrupt(i, rows):
+        raise CodecError("corrupt_payload", "no")
+
+    asm.begin(Begin(0, ScanGeometry("t", 1, 4, 1, (4, 8), "<u2", (2, 2))))
+    assert asm.data_range("t", 0, 4, corrupt) == 0
+    asm.data(Data("t", 0, 0, 0, 4, "raw"), fr[0].tobytes())    # the row was only proposed
+    assert asm.data_range("t", 1, 3, rows_of(1)) == 3
+    (rep,) = asm.close_all("end")
+    assert rep.ok and rep.received_data == 4 and not rep.rejected
+    assert list(parts[-1][0]) == [0, 1, 2, 3] and np.array_equal(parts[-1][1], fr[:4])
+
+
+def test_batches_and_one_by_one_agree_on_mutated_headers(monkeypatch):
+    """Random header bytes changed (digits, commas, NULs, anything) in frames of a stream,
+    some as extra copies: the receiver reading whole batches and the same messages handed
+    over one by one end with the same rejections by reason, the same frames and pixels."""
+    rng = np.random.default_rng(42)
+    taken = []
+    data_range = Assembler.data_range
+    monkeypatch.setattr(Assembler, "data_range",
+                        lambda *a: taken.append(data_range(*a)) or taken[-1])
+    fr = frames(12, 12, (8, 8), seed=3)
+    msg = [encode_frame(i + 1, a, 12) for i, a in enumerate(fr)]
+    for trial in range(100):
+        order = list(msg)
+        for _ in range(3):
+            j = int(rng.integers(len(order)))
+            m = bytearray(order[j])
+            m[int(rng.integers(384))] = int(rng.choice([0, 32, 44, 48, 49, 57, 65,
+                                                        int(rng.integers(256))]))
+            if rng.random() < 0.5:
+                order.insert(j, bytes(m))
+            else:
+                order[j] = bytes(m)
+        stream = encode_message(encode_hdr(12, 4, 12)) + b"".join(map(encode_message, order))
+        rx, got = _fed_whole(stream, partition_frames=5)
+        one_got = {}
+
+        def deliver(part, into=one_got):
+            for f, row, ok in zip(part.frames, part.data, part.complete):
+                if ok:
+                    into[int(f)] = row.copy()
+
+        one = MerlinReceiver(deliver, "127.0.0.1", None, partition_frames=5)
+        one.handle(encode_hdr(12, 4, 12))
+        for m in order:
+            one.handle(m)
+        rx.assembler.close_all("stopped")
+        one.assembler.close_all("stopped")
+        assert dict(rx.assembler.rejected) == dict(one.assembler.rejected), trial
+        assert [(r.received_data, r.conflicting) for r in rx.reports] == \
+            [(r.received_data, r.conflicting) for r in one.reports], trial
+        assert all(np.array_equal(a.got, b.got) for a, b in zip(rx.reports, one.reports))
+        assert sorted(got) == sorted(one_got), trial
+        assert all(np.array_equal(got[k], one_got[k]) for k in got), trial
+    assert sum(taken) > 100 * 12 // 2, sum(taken)      # most frames came in batches

@@ -144,22 +144,15 @@ def parse_frame_header(payload: Any) -> FrameHeader:
     try:
         seq = int(parts[1])
         what = f"MQ1 frame {seq}"
-        # every frame of an acquisition repeats these fields: checked once (bounded cache)
-        key = (size, *parts[3:8], parts[-1])
-        known = _FIELDS.get(key)
-        if known is None:
-            known = _frame_fields(parts, what)
-            if len(_FIELDS) < 64:
-                _FIELDS[key] = known
+        # (the frames that repeat a checked one's fields are compared as bytes instead,
+        # streams.protocols.merlin.receiver._Run)
+        known = _frame_fields(parts, what)
     except (IndexError, ValueError) as e:
         raise ProtocolError(Reason.MALFORMED, f"{what}: header fields ({e})") from None
     if seq < 0:
         raise ProtocolError(Reason.MALFORMED, f"{what}: sequence number {seq}")
     chips, shape, kind, depth, layout = known
     return FrameHeader(seq, size, chips, shape, kind, depth, layout)
-
-
-_FIELDS: Dict[Tuple[Any, ...], Tuple[int, Tuple[int, int], str, int, str]] = {}
 
 
 def _frame_fields(parts: Any, what: str) -> Tuple[int, Tuple[int, int], str, int, str]:
