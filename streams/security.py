@@ -1,42 +1,21 @@
 """Who may write into a receiving job: CURVE keys, ZAP, refusals counted.
 
-By default a receiving job secures its native sockets with ZeroMQ's CURVE
-mechanism (RFC 26/CurveZMQ: every connection encrypted, the client proving it
-holds a secret key) and decides *which* clients may connect through ZAP (RFC
-27, the ZeroMQ Authentication Protocol: libzmq asks a handler on
-``inproc://zeromq.zap.01`` about every new connection):
+Native sockets use ZeroMQ's CURVE (RFC 26: encrypted, the client proves it
+holds a secret key) and ZAP (RFC 27: libzmq asks a handler on
+``inproc://zeromq.zap.01`` about every connection). Rank 0 makes the server
+key pair (memory only) and the job's **token** (every native ``begin`` must
+carry it). Two roles have their own keys: **producers** may use the data and
+live sockets, **viewers** only the live one, so whoever may watch cannot write
+frames. Per role the job writes a certificate beside the rendezvous file
+(``<rendezvous>.client.key_secret``, ``.viewer.key_secret``, mode 0600) unless
+``--authorized-keys DIR`` (and ``DIR/viewers/``) names the public keys. Every
+refused attempt is counted by reason (:data:`REASONS`): :class:`ZapHandler`
+for what ZAP refuses, :class:`HandshakeMonitor` for what fails before;
+refused peers' messages never reach the assembler.
 
-* the job makes one server key pair in memory (rank 0, broadcast over MPI;
-  never written anywhere);
-* two roles, each with its own keys: **producers** may connect to the data
-  sockets (and watch), **viewers** only to the live socket -- a viewer's key is
-  refused (``unauthorised_key``) on a data socket, so whoever may watch cannot
-  write frames. By default the job makes one key pair per role and writes each
-  as a certificate in :mod:`zmq.auth`'s file format beside the rendezvous file,
-  mode 0600: ``<rendezvous>.client.key_secret`` (producers) and
-  ``<rendezvous>.viewer.key_secret`` (viewers), the public halves in ``.key``.
-  ``--authorized-keys DIR`` accepts the producers' public certificates in DIR
-  instead, and the viewers' in ``DIR/viewers/`` when that directory exists (no
-  certificate of that role is written then);
-* the job's **token** (random, 128 bits, rank 0): every native ``begin`` must carry
-  it, so a stream recorded in or aimed at another job is refused ``wrong_token``
-  even from an authorised key;
-* the rendezvous file carries the server's public key (Z85), the paths of the
-  certificates and the token (``docs/stream-protocol.md``, section 2);
-* every refused connection attempt is counted by reason (:data:`REASONS`): the
-  :class:`ZapHandler` thread counts what ZAP refuses (a key not authorised, an
-  address not allowed), a :class:`HandshakeMonitor` on each socket what fails
-  before ZAP is asked (a client without CURVE, a wrong server key, a handshake
-  that never completes). The receiving loop drains both into the reports of its
-  open scans (:meth:`streams.protocols.native.receiver.SocketLoop.step`). A refused peer's
-  messages never reach the socket's queue, so never the assembler.
-
-DECTRIS Stream V2 cannot do CURVE (the detector speaks plain ZeroMQ): there the
-job connects from an interface the user names and ZAP accepts only the
-addresses of ``--allow-from`` (:attr:`StreamSecurity.allow_from`).
-
-``--insecure`` keeps plain sockets (:meth:`StreamSecurity.insecure`), and the
-report says so. zmq is imported where used.
+Stream V2 detectors speak plain ZeroMQ: ZAP then accepts only the addresses of
+``--allow-from``. ``--insecure`` keeps plain sockets and the report says so.
+See ``docs/stream-protocol.md``, section 2.
 """
 from __future__ import annotations
 
@@ -129,28 +108,13 @@ def new_token() -> str:
 class StreamSecurity:
     """The security of one receiving job (picklable: rank 0 makes it, MPI broadcasts it).
 
-    Attributes
-    ----------
-    mode : {"curve", "insecure"}
-    server_public, server_secret : str
-        The job's CURVE key pair (Z85 text), in memory only.
-    authorized : frozenset of str, optional
-        Z85 public keys of the producers (allowed on the data and the live sockets).
-    client_certificate : str, optional
-        Path of the producers' certificate the job wrote (None with ``--authorized-keys``).
-    authorized_keys : str, optional
-        The ``--authorized-keys`` directory.
-    viewers : frozenset of str
-        Z85 public keys of the viewers (allowed on the live socket only).
-    viewer_certificate : str, optional
-        Path of the viewers' certificate the job wrote (None with ``DIR/viewers/``).
-    token : str, optional
-        The job's token, which every native ``begin`` must carry (never in a report).
-    allow_from : tuple of str
-        Stream V2: peer IP addresses ZAP accepts (empty: any).
-    handshake_s : float
-        Seconds a peer has to complete the ZeroMQ handshake (``ZMQ_HANDSHAKE_IVL``): a
-        connection that sends nothing is dropped then, counted ``handshake_timeout``.
+    ``server_public``/``server_secret`` are the CURVE pair (Z85, memory only);
+    ``authorized`` the producers' public keys, ``viewers`` the viewers' (live
+    socket only); ``client_certificate``/``viewer_certificate`` the files the job
+    wrote (None for keys from ``authorized_keys``); ``token`` what every native
+    ``begin`` carries (never reported); ``allow_from`` the Stream V2 peer
+    addresses ZAP accepts (empty: any); ``handshake_s`` the ``ZMQ_HANDSHAKE_IVL``
+    after which a silent connection counts ``handshake_timeout``.
     """
 
     mode: str = "curve"
@@ -181,15 +145,10 @@ class StreamSecurity:
     def for_job(cls, rendezvous: str, authorized_keys: Optional[str] = None,
                 allow_from: Tuple[str, ...] = (), handshake_s: float = HANDSHAKE_S
                 ) -> StreamSecurity:
-        """A server key pair, a token, and per role (producers, viewers) either a
-        certificate written beside ``rendezvous`` or the public keys of
-        ``authorized_keys`` (producers: DIR, viewers: ``DIR/viewers/`` if it exists).
-
-        Raises
-        ------
-        StreamError
-            A certificate cannot be written; a directory holds no public key.
-        """
+        """A server key pair, a token, and per role either a certificate written
+        beside ``rendezvous`` or the keys of ``authorized_keys`` (viewers:
+        ``DIR/viewers/`` if it exists). Raises StreamError when a certificate cannot
+        be written or a directory holds no key."""
         import zmq
 
         pub, sec = zmq.curve_keypair()
@@ -214,9 +173,8 @@ class StreamSecurity:
                    tuple(allow_from), handshake_s, viewers, viewer_cert, new_token())
 
     def remove_certificates(self) -> None:
-        """Remove the certificates :meth:`for_job` wrote beside the rendezvous (the job
-        has ended: they open nothing any more), each only while it still holds this
-        job's key (a newer job's, written over it, is left alone)."""
+        """Remove the certificates :meth:`for_job` wrote, each only while it holds
+        this job's key (a newer job's, written over it, is left alone)."""
         for secret in (self.client_certificate, self.viewer_certificate):
             if secret is None:
                 continue
@@ -293,17 +251,11 @@ def client_certificate_path(rendezvous: str, role: str = "client") -> str:
 
 
 def write_client_certificate(rendezvous: str, role: str = "client") -> Tuple[str, str]:
-    """Write a new certificate of ``role`` beside ``rendezvous``, mode 0600.
+    """Write a new certificate of ``role`` beside ``rendezvous``; returns (path, public key).
 
-    :func:`zmq.auth.create_certificates` writes the pair into a private (0700)
-    temporary directory in the same directory; both files are made 0600 and
-    renamed over ``<rendezvous>.<role>.key_secret`` / ``.key`` (a symlink there is
-    replaced, never followed).
-
-    Returns
-    -------
-    (path, public_key)
-        The secret certificate's path and its public key (Z85 text).
+    The pair is made in a private (0700) temporary directory beside it, made 0600
+    and renamed over ``<rendezvous>.<role>.key_secret`` / ``.key`` (a symlink there
+    is replaced, never followed).
     """
     import zmq.auth
 
@@ -334,18 +286,10 @@ def write_client_certificate(rendezvous: str, role: str = "client") -> Tuple[str
 def load_client_certificate(path: str) -> Tuple[bytes, bytes]:
     """(public, secret) Z85 keys of a client certificate with its secret half.
 
-    The file is opened without following a symlink (and without blocking on a FIFO)
-    and must be a regular file of this user that nobody else can read or write
-    (:func:`core.trusted.check_trusted`); it is parsed from that open file, so
-    nothing can swap it in between. A secret only its owner can read is one only
-    its owner (or root) can use: the check matters most to root, which could
-    otherwise read a key a neighbour planted.
-
-    Raises
-    ------
-    StreamError
-        Missing, unreadable, a symlink or not a regular file, someone else's,
-        readable or writable by others, or holding no secret key.
+    Opened without following a symlink or blocking on a FIFO, it must be a regular
+    file of this user nobody else can read or write (:func:`core.trusted.check_trusted`;
+    this matters most to root, which could otherwise use a key a neighbour planted),
+    and is parsed from that open file. Raises StreamError otherwise.
     """
     import zmq.auth
 
@@ -380,17 +324,10 @@ def load_client_certificate(path: str) -> Tuple[bytes, bytes]:
 
 
 def check_authorized_keys(directory: str) -> None:
-    """Refuse an ``--authorized-keys`` directory someone else could add a key to.
+    """Refuse (ValueError) an ``--authorized-keys`` directory someone else could add a key to.
 
-    The directory, and every file and directory in it, must be owned by the user
-    or by root and not writable by group or others; no symlink is followed
-    (:func:`core.trusted.check_tree`). Otherwise whoever can write
-    there can authorise their own key and stream frames the job counts as data.
-
-    Raises
-    ------
-    ValueError
-        Naming the path and why (the command exits 2).
+    It and everything in it must be the user's or root's and not group/other
+    writable, no symlink followed (:func:`core.trusted.check_tree`).
     """
     if not os.path.isdir(directory):
         raise ValueError(f"--authorized-keys {directory}: not a directory")
@@ -424,16 +361,14 @@ def load_authorized_keys(directory: str) -> List[str]:
 class ZapHandler:
     """The ZAP handler of one ZeroMQ context: a thread answering on ``inproc://zeromq.zap.01``.
 
-    Each socket's ZAP domain has a policy (a :class:`StreamSecurity`): CURVE
-    clients must present an authorised key, plain peers an allowed address
-    (when ``allow_from`` is set). Requests of an unknown domain are refused.
-    Refusals are kept per domain until :meth:`drain` takes them, at most
-    :attr:`KEEP` per domain (older ones are dropped from the list, never from
-    :attr:`totals`): a domain nobody drains cannot grow memory.
+    Each ZAP domain has a policy (a :class:`StreamSecurity`): CURVE clients need an
+    authorised key, plain peers an allowed address; unknown domains are refused.
+    Refusals wait per domain for :meth:`drain`, at most :attr:`KEEP` (the oldest
+    drop from the list, never from :attr:`totals`), so an undrained domain cannot
+    grow memory.
     """
 
     KEEP = 10000
-
     ENDPOINT = "inproc://zeromq.zap.01"
 
     def __init__(self, context: Any) -> None:
@@ -531,14 +466,9 @@ def zap_handler(context: Any) -> ZapHandler:
 
 
 class HandshakeMonitor:
-    """Counts the handshakes of one socket that fail before ZAP is asked.
-
-    A socket monitor (``zmq_socket_monitor``) reports
-    ``HANDSHAKE_FAILED_PROTOCOL`` (a plain peer on a CURVE socket: mechanism
-    mismatch; a wrong server key: cryptographic error) and
-    ``HANDSHAKE_FAILED_NO_DETAIL`` (timeout, garbage). Refusals by ZAP are left
-    to :class:`ZapHandler`, which knows the key and address.
-    """
+    """Counts the handshakes of one socket that fail before ZAP is asked (a socket
+    monitor's ``HANDSHAKE_FAILED_PROTOCOL``/``_NO_DETAIL``: no CURVE, another
+    server key, a timeout); ZAP's refusals are :class:`ZapHandler`'s."""
 
     def __init__(self, sock: Any) -> None:
         import zmq
