@@ -1,16 +1,11 @@
 """The native protocol's headers (``mpistage-stream/1``): schema, encoding, validation.
 
-Every message is two ZeroMQ frames: a msgpack header and a payload. This module
-turns header bytes into the values every protocol hands the assembler
-(:class:`~streams.protocol.Begin`, :class:`~streams.protocol.Data`,
-:class:`~streams.protocol.End`) and back, and :func:`feed` hands one whole message
-to an :class:`~streams.assemble.Assembler`. It is pure: no sockets, no numpy;
-msgpack is imported by the functions that use it. ``docs/stream-protocol.md`` is
-the normative text; the rules below implement it one to one.
-
-Range checks that need the scan's geometry (frame < frames, a sector's rows)
-belong to the assembler, which knows the geometry from ``begin``; this module
-checks what one header alone can tell.
+Every message is a msgpack header frame and a payload frame. This module turns
+headers into the :class:`~streams.protocol.Begin`/``Data``/``End`` values every
+protocol hands the assembler and back, and :func:`feed` hands one message to an
+:class:`~streams.assemble.Assembler`. Pure (no sockets, no numpy); it checks what
+one header alone can tell, the assembler the rest (``docs/stream-protocol.md`` is
+the normative text).
 """
 from __future__ import annotations
 
@@ -47,22 +42,10 @@ def _field(h: dict, key: str) -> Any:
 
 
 def decode_header(buf: Any) -> Header:
-    """Parse and check one header frame.
+    """Parse and check one header frame into Begin, Data or End.
 
-    Parameters
-    ----------
-    buf : bytes-like
-        The first frame of a message.
-
-    Returns
-    -------
-    Begin | Data | End
-
-    Raises
-    ------
-    ProtocolError
-        With ``reason`` ``malformed_header`` or ``unknown_encoding`` and, when the
-        header names a well-formed scan, ``scan``.
+    ProtocolError ``malformed_header`` or ``unknown_encoding`` (with ``scan`` when the
+    header names a well-formed one).
     """
     import msgpack
 
