@@ -1,19 +1,13 @@
 """``--then``: a program run on a scan's drained results while the job serves the next.
 
-A data-dependent stage that needs the whole scan (FF-HEDM's indexing and refinement
-after stage 1's peaks; a reconstruction after a map) starts the moment the scan's
-``<scan>.h5`` is in the shared output directory, on rank 0's node, as its own process:
-the receiving job goes on serving scans meanwhile. The command is an argv template
-(split like a shell, no shell run) whose ``{scan}``, ``{h5}`` (the drained
-``OUT/<scan>.h5``) and ``{out}`` are filled in; its output goes to
-``OUT/<scan>.then.log``. A scan that was not served (``<scan>.json`` says why) is not
-handed on. The job waits for every command before it ends, and a command that failed
-makes the job's exit status 1.
-
-The child runs without this rank's launcher variables
-(:func:`core.mpi.launcher.without_launcher`): a program that starts MPI -- ``python -m
-workflows run`` -- becomes its own job (a singleton, or its own ``mpirun``) instead of
-joining this one as a second rank 0.
+A stage that needs the whole scan (FF-HEDM's indexing after stage 1's peaks)
+starts, on rank 0's node as its own process, once ``OUT/<scan>.h5`` is drained.
+The command is an argv template (no shell) with ``{scan}``, ``{h5}`` and ``{out}``
+filled in; its output goes to ``OUT/<scan>.then.log``; a scan not served is not
+handed on. The job waits for every command at its end; a failed one makes its
+exit status 1. The child runs without the launcher's variables
+(:func:`core.mpi.launcher.without_launcher`), so a program that starts MPI becomes
+its own job instead of a second rank 0 of this one.
 """
 from __future__ import annotations
 

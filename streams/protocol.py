@@ -1,12 +1,9 @@
 """What every stream protocol's socket hands the assembler: scan geometry, headers, reasons.
 
-Whatever its wire format, a protocol's socket turns its messages into these
-values -- :class:`Begin` (a producer announces a scan's :class:`ScanGeometry`),
-:class:`Data` (rows of a sector of a frame), :class:`End` -- and names a rejected
-message's :class:`Reason`; the :class:`~streams.assemble.Assembler` takes nothing
-else. The native protocol's msgpack headers are
-:mod:`streams.protocols.native.headers`, Stream V2's CBOR messages
-:mod:`streams.protocols.stream2.streamv2`. Pure: no sockets, no numpy, no wire library.
+Whatever its wire format, a protocol's socket turns its messages into
+:class:`Begin` (a scan's :class:`ScanGeometry`), :class:`Data` (rows of a sector
+of a frame) and :class:`End`, and names a rejection's :class:`Reason`; the
+:class:`~streams.assemble.Assembler` takes nothing else. Pure.
 """
 from __future__ import annotations
 

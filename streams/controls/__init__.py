@@ -1,27 +1,19 @@
 """Detector controls: who arms the detector, and how the job learns the scan.
 
 A control is the detector's command interface beside its data stream
-(``--control simplon://DCU[:PORT]``: DECTRIS's SIMPLON REST API; ``merlin://HOST:6341``:
-a Merlin's control port). One kind per
-URL scheme, one row of :data:`ROWS` each (``"module:Class"``, imported when
-used), as the protocols are (:mod:`streams.protocols`). Two modes:
+(``--control simplon://DCU[:PORT]``, DECTRIS's SIMPLON REST API;
+``merlin://HOST:6341``), one row of :data:`ROWS` per URL scheme, as the protocols.
 
 active (default)
-    before the receivers start: configure (trigger mode, image and trigger
-    counts from the scan shape, count and frame time, compression, the stream's
-    format and ``header_detail``, only what is given); once every receiver is
-    connected: arm, read back the series id, call the ``--on-ready`` hook (a scan
-    engine starts here), send the triggers an internal trigger mode needs; at the
-    end of the job, or on any failure, disarm. A failed arm leaves the detector
-    disarmed.
+    configure what is given before the receivers start; once every receiver is
+    connected arm, read back the series id, call the ``--on-ready`` hook, send the
+    triggers an internal trigger mode needs; disarm at the end or on any failure.
 passive
-    another program arms the detector: the control only reads the detector's
-    configuration, from which the scan's image count (and a ``-1`` of the scan
-    shape) follows, and calls the hook once the receivers wait.
+    another program arms: read the configuration, from which the scan's image
+    count follows, and call the hook once the receivers wait.
 
-Every error of the control interface is a :class:`ControlError` naming the call
-(method, URL) and the detector's answer. Rank 0 of the job alone talks to the
-detector (:func:`streams.cli` runs :class:`Control` from its ``on_ready``).
+Errors are :class:`ControlError` naming the call and the detector's answer. Only
+rank 0 talks to the detector.
 """
 from __future__ import annotations
 
@@ -45,15 +37,8 @@ class ControlError(StreamError):
 
 
 class Control:
-    """One detector's control interface: subclass it, set :attr:`scheme`.
-
-    Parameters
-    ----------
-    url : str
-        ``SCHEME://HOST[:PORT]``.
-    settings : dict
-        The resolved :data:`OPTIONS` (``control_mode``, ``trigger_mode``, ...).
-    """
+    """One detector's control interface (``SCHEME://HOST[:PORT]``, the resolved
+    :data:`OPTIONS` as ``settings``): subclass it, set :attr:`scheme`."""
 
     scheme: str = ""
 

@@ -1,14 +1,11 @@
 """Quantum Detectors Merlin control port (6341): ``SET`` / ``GET`` / ``CMD`` over MPX framing.
 
-``--control merlin://HOST[:6341]``. A request is ``MPX,`` + ten digits (its length
-+ 1) + ``,`` + ``SET,NAME,VALUE`` / ``GET,NAME,0`` / ``CMD,NAME,0``; the answer
-repeats the method and name, then (``GET``) the value, then a status: 0 OK, 1
-system busy, 2 unrecognised command, 3 parameter out of range (Merlin's manual;
-LiberTEM-live's ``MerlinControl``). Active: ``SET NUMFRAMESTOACQUIRE`` (the scan's
-images) and ``SET`` of what else is given before the receivers start; once they
-wait ``CMD STARTACQUISITION``, the hook, ``CMD SOFTTRIGGER`` (``--trigger-mode
-soft``, the default); at the end or on failure ``CMD STOPACQUISITION``. Passive: the
-hook only (the scan shape comes from the acquisition header).
+``--control merlin://HOST[:6341]``. A request is ``MPX,`` + ten digits (length +
+1) + ``,SET,NAME,VALUE`` / ``GET,NAME,0`` / ``CMD,NAME,0``; the answer ends with a
+status (0 OK, 1 busy, 2 unrecognised, 3 out of range; LiberTEM-live's
+``MerlinControl``). Active: ``SET NUMFRAMESTOACQUIRE`` and the rest before the
+receivers start, then ``CMD STARTACQUISITION``, the hook, ``CMD SOFTTRIGGER``;
+``CMD STOPACQUISITION`` at the end. Passive: the hook only.
 """
 from __future__ import annotations
 

@@ -1,20 +1,12 @@
 """The table of stream protocols: what a protocol brings, and the one row that registers it.
 
-A stream protocol is one folder of this package (``native/``, ``stream2/``): its
-decoder, its receiving socket, its simulator, and a subclass of
-:class:`StreamProtocol` in the folder's ``__init__.py``, plus one row of
-:data:`ROWS`. The receiving job (:mod:`streams.job.session`) and the command line
-(``stager stream receive --protocol NAME``) ask the protocol through this table
--- its routing rule, its own options (:class:`ProtocolOption` rows: keyword,
-``STAGER_STREAM_<NAME>``, default, parser, and the ``stager stream receive`` flag
-made from them), its socket, its option checks, its rendezvous file, what it
-knows of the detector -- and nothing else branches on a protocol's name. As with the block kinds
-(:mod:`stager.planning.kinds`), a row names its class ``"module:Class"``, imported
-when first asked for, so ``import streams`` loads no protocol.
-
-To add a protocol: a module with a subclass of :class:`StreamProtocol` and a
-row here, or :func:`register` for a protocol from outside the package (the toy
-protocol of ``tests/toyprotocol.py``).
+A protocol is one folder of this package (decoder, socket, simulator) with a
+:class:`StreamProtocol` subclass in its ``__init__.py``, plus one row of
+:data:`ROWS` (``"module:Class"``, imported when first asked, so ``import streams``
+loads none). The receiving job and ``stager stream receive --protocol NAME`` ask
+it through this table (routing, its :class:`ProtocolOption` rows, socket, checks,
+rendezvous, detector metadata); nothing else branches on a protocol's name. A
+protocol from outside registers with :func:`register` (``tests/toyprotocol.py``).
 """
 from __future__ import annotations
 
