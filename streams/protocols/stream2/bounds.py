@@ -1,14 +1,11 @@
 """What the values of a Stream V2 message may be, checked before they are used.
 
-The specification's types (``stream_v2/README.md`` of github.com/dectris/documentation):
-an ``Integer`` is "an unsigned integer representable in 64 bits" (:func:`uint`), maps
-have text keys (:func:`text_keys`), a start's ``channels`` are names (:func:`channels`:
-distinct, each names an image's ``data`` key and a group of the scan's file). Beyond
-them: any other integer fits int64 or uint64 (:data:`MIN_INT` .. :data:`MAX_UINT`:
-NumPy, HDF5 and the reports take it as it is), the typed arrays of one message are
-bounded together (:class:`Arrays`, charged before each is decompressed), cbor2 reads
-no semantic tag the specification does not use (:func:`semantic`), and an error
-never prints a hostile value whole (:func:`show`). Pure; cbor2 imported when used.
+The specification's types (``stream_v2/README.md``): ``Integer`` is an unsigned
+64-bit integer (:func:`uint`), maps have text keys (:func:`text_keys`), a start's
+``channels`` are distinct names (:func:`channels`). Beyond it: any integer fits
+int64 or uint64, a message's typed arrays are bounded together (:class:`Arrays`),
+cbor2 reads no semantic tag the specification does not use (:func:`semantic`),
+and an error never prints a hostile value whole (:func:`show`).
 """
 from __future__ import annotations
 
