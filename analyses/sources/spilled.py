@@ -56,11 +56,8 @@ def read_partition_file(path: str) -> Tuple[np.ndarray, np.ndarray, np.ndarray, 
 
 def spilled_partitions(template: str, scan: str, nodes: Optional[List[str]] = None
                        ) -> List[str]:
-    """Paths of the spilled partitions of ``scan`` under ``template``, sorted.
-
-    ``nodes``: the node names to look under (default: every directory that
-    ``%n`` matches, for a shared view on one machine).
-    """
+    """Paths of the spilled partitions of ``scan`` under ``template``, sorted, looking
+    under ``nodes`` (default: every directory ``%n`` matches)."""
     from core.nodes import expand_node
 
     if "%n" not in template:
