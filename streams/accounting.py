@@ -51,36 +51,18 @@ def ranges(indices: np.ndarray) -> List[Tuple[int, int]]:
 class ScanReport:
     """Accounting of one scan at one receiver (or merged over several).
 
-    Attributes
-    ----------
-    geometry : ScanGeometry
-    expected : ndarray of bool, shape (frames,)
-        Frames this report answers for (native protocol: ``f mod R == r``).
-    got : ndarray of bool, shape (frames, sectors)
-        Sectors accepted.
-    receivers : int
-        Receivers this report covers (1 before merging).
-    ends_expected, ends_received, sent : int
-        ``end`` messages due and arrived, and the sum of their ``sent``.
-    ends_uncounted : int
-        Arrived ends without a count (Stream V2): ``lost_in_transport`` is then None.
-    received_data : int
-        ``data`` messages that named this scan (accepted or rejected).
-    rejected, rejected_unattributed, refused : Counter
-        By reason: rejected messages of this scan, those naming no open scan, and
-        refused connection attempts (:data:`streams.security.REASONS`) while it was open.
-    duplicates_across : int
-        Frames accepted by two receivers (found at merge; also ``rejected["duplicate"]``).
-    invalid : str
-        Why the analysis's result cannot be trusted although frames arrived; such a
-        scan is not served.
-    conflicting : dict of int to list of int
-        Frame -> sectors that arrived twice with different content: the result is
-        invalid (:attr:`result_invalid`).
-    buffer_bytes : int
-        Partition memory the assembler allocated for it (high-water mark).
-    ended_by : str
-        ``end``, ``timeout`` or ``stopped``; merged: the worst.
+    ``expected`` (frames,) the frames it answers for (native: ``f mod R == r``) and
+    ``got`` (frames, sectors) the sectors accepted; ``receivers`` covered;
+    ``ends_expected``/``ends_received`` and the sum of their ``sent``
+    (``ends_uncounted``: Stream V2 ends carry none, ``lost_in_transport`` is then
+    None); ``received_data`` data messages naming the scan; ``rejected``,
+    ``rejected_unattributed`` (naming no open scan) and ``refused`` connections
+    (:data:`streams.security.REASONS`) by reason while it was open;
+    ``duplicates_across`` frames accepted by two receivers (found at merge);
+    ``invalid`` why the result cannot be trusted, and ``conflicting`` frame -> sectors
+    that came twice with different content (either: not served); ``buffer_bytes``
+    the assembler's high-water mark; ``ended_by`` ``end``, ``timeout`` or ``stopped``
+    (merged: the worst).
     """
 
     geometry: ScanGeometry

@@ -25,11 +25,9 @@ __all__ = ["AfterScan"]
 
 
 class AfterScan:
-    """Rank 0's ``--then`` commands: :meth:`start` one per drained scan, :meth:`wait`
-    for all at the end. A template that does not split, has an argument of nothing but
-    a line break (a backslash-newline inside quotes), or names a program that is not on
-    ``PATH`` (or not executable) is refused here, before the job starts and any data
-    arrives (``ValueError``)."""
+    """Rank 0's ``--then`` commands: :meth:`start` one per drained scan, :meth:`wait` for
+    all. A template that does not split or names no executable program is refused
+    (ValueError) before the job starts."""
 
     def __init__(self, template: str, out: str, say=print) -> None:
         try:

@@ -127,12 +127,9 @@ def decoded_size(payload: Any) -> int:
 # ---- bit transposition (the bitshuffle of one or more whole blocks) ----
 
 def bitshuffle_block(block: np.ndarray, itemsize: int) -> np.ndarray:
-    """Bit-transpose blocks: ``(nblocks, n, itemsize)`` uint8 -> ``(nblocks, n*itemsize)``.
-
-    Row k of a block's output (n/8 bytes) holds bit k % 8 of byte k // 8 of every
-    element, element i in bit i % 8 of byte i // 8 (least significant first): the
-    transposition of bitshuffle's ``bshuf_trans_bit_elem``.
-    """
+    """Bit-transpose blocks ``(nblocks, n, itemsize)`` uint8 -> ``(nblocks, n*itemsize)``,
+    as bitshuffle's ``bshuf_trans_bit_elem``: output row k holds bit k % 8 of byte
+    k // 8 of every element, element i in bit i % 8 of byte i // 8."""
     nb, n, e = block.shape
     bits = np.unpackbits(block, axis=2, bitorder="little")          # (nb, n, 8e)
     out = np.packbits(bits.transpose(0, 2, 1), axis=2, bitorder="little")  # (nb, 8e, n/8)
@@ -293,12 +290,9 @@ def _contiguous(payload: Any) -> Any:
 
 
 def decode_into(encoding: str, payload: Any, out: np.ndarray) -> None:
-    """Decode ``payload`` into the C-contiguous ``out`` in place.
-
-    ``encoding``: ``raw``, ``lz4``, ``bslz4``, or a receiver's ``raw>u2``/``raw>u4``
-    (big-endian pixels swapped while copied). Raises CodecError
-    (``wrong_payload_size``, ``corrupt_payload``).
-    """
+    """Decode ``payload`` (``raw``, ``lz4``, ``bslz4``, or a receiver's byte-swapping
+    ``raw>u2``/``raw>u4``) into the C-contiguous ``out``; CodecError
+    (``wrong_payload_size``, ``corrupt_payload``)."""
     dst = out.reshape(-1).view(np.uint8)
     if encoding == "raw":
         if len(payload) != dst.size:

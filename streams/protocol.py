@@ -100,11 +100,8 @@ class Data(NamedTuple):
 
 @dataclass(frozen=True)
 class End:
-    """An ``end`` header: producer ``producer`` sent ``sent`` data messages to this receiver.
-
-    ``sent`` is None only for ends that do not come from the native protocol (a
-    Stream V2 ``end`` carries no count).
-    """
+    """An ``end`` header: ``producer`` sent ``sent`` data messages to this receiver (None:
+    a protocol whose ``end`` carries no count, as Stream V2's)."""
 
     scan: str
     producer: int

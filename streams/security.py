@@ -286,10 +286,9 @@ def write_client_certificate(rendezvous: str, role: str = "client") -> Tuple[str
 def load_client_certificate(path: str) -> Tuple[bytes, bytes]:
     """(public, secret) Z85 keys of a client certificate with its secret half.
 
-    Opened without following a symlink or blocking on a FIFO, it must be a regular
-    file of this user nobody else can read or write (:func:`core.trusted.check_trusted`;
-    this matters most to root, which could otherwise use a key a neighbour planted),
-    and is parsed from that open file. Raises StreamError otherwise.
+    Opened without following a symlink or blocking, it must be this user's regular
+    file nobody else can read or write (:func:`core.trusted.check_trusted`: root could
+    otherwise use a planted key), parsed from that open file; else StreamError.
     """
     import zmq.auth
 
@@ -361,11 +360,9 @@ def load_authorized_keys(directory: str) -> List[str]:
 class ZapHandler:
     """The ZAP handler of one ZeroMQ context: a thread answering on ``inproc://zeromq.zap.01``.
 
-    Each ZAP domain has a policy (a :class:`StreamSecurity`): CURVE clients need an
-    authorised key, plain peers an allowed address; unknown domains are refused.
-    Refusals wait per domain for :meth:`drain`, at most :attr:`KEEP` (the oldest
-    drop from the list, never from :attr:`totals`), so an undrained domain cannot
-    grow memory.
+    Each ZAP domain has a policy (a :class:`StreamSecurity`); unknown domains are
+    refused. Refusals wait per domain for :meth:`drain`, at most :attr:`KEEP` (never
+    dropped from :attr:`totals`), so an undrained domain cannot grow memory.
     """
 
     KEEP = 10000

@@ -79,12 +79,8 @@ class SimulatedScan:
 
 def malformed_messages(scan: str, geometry: ScanGeometry
                        ) -> Dict[str, Tuple[List[bytes], str, bool]]:
-    """Broken messages by name -> (frames, the reason a receiver must give, counted).
-
-    Every one is aimed at receiver 0 and at frame 0, which receiver 0 owns.
-    ``counted`` says whether the receiver can tell it is a data message of
-    ``scan`` (then the producer counts it in its ``end``'s ``sent``).
-    """
+    """Broken messages by name -> (frames, the reason a receiver must give, counted), all
+    aimed at receiver 0's frame 0; ``counted``: the producer counts it in ``sent``."""
     import msgpack
 
     r0, r1 = geometry.sector_rows(0)
@@ -148,11 +144,8 @@ def run_producer(scan: SimulatedScan, endpoints: Union[Rendezvous, Sequence[str]
 def run_producers(scan: SimulatedScan, endpoints: Union[Rendezvous, Sequence[str]],
                   wait: bool = True,
                   **options: Any) -> Any:
-    """Run every producer of ``scan`` in its own thread.
-
-    Returns the per-producer results (``wait=True``), or the started threads and
-    a result list that fills as they finish (``wait=False``).
-    """
+    """Run every producer of ``scan`` in its own thread: their results (``wait``), or the
+    threads, a result list that fills and the errors."""
     results: List[Any] = [None] * scan.geometry.producers
     errors: List[BaseException] = []
     t0 = time.perf_counter()

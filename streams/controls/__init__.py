@@ -70,14 +70,8 @@ class Control:
         raise NotImplementedError
 
     def pixel_mask(self) -> Optional[Any]:
-        """The detector's pixel mask, ``(rows, cols)``, nonzero = excluded; None when
-        its interface has none (a Merlin's control port).
-
-        Raises
-        ------
-        ControlError
-            The detector refused the call (``status`` set) or answered nonsense.
-        """
+        """The detector's pixel mask ``(rows, cols)``, nonzero = excluded, or None when the
+        interface has none (Merlin's); ControlError when refused or nonsense."""
         return None
 
     def finish(self) -> None:
@@ -122,13 +116,8 @@ OPTIONS = (
 
 
 def open_control(url: str, settings: Dict[str, Any]) -> Control:
-    """The control for ``url`` (its scheme a row of :data:`ROWS`).
-
-    Raises
-    ------
-    ValueError
-        an unknown scheme or a URL without a host, naming the known schemes.
-    """
+    """The control for ``url`` (its scheme a row of :data:`ROWS`); ValueError naming the
+    known schemes."""
     scheme, sep, rest = url.partition("://")
     if not sep or not rest.strip("/"):
         raise ValueError(f"--control {url!r}: expected SCHEME://HOST[:PORT] "
@@ -141,14 +130,8 @@ def open_control(url: str, settings: Dict[str, Any]) -> Control:
 
 
 def load_hook(spec: Optional[str]) -> Optional[Callable[[Dict[str, Any]], Any]]:
-    """``MODULE:FUNCTION`` or ``FILE.py:FUNCTION`` -> the function (None: no hook).
-
-    Raises
-    ------
-    ValueError
-        naming the spec, when it is no importable callable (MODULE:FUNCTION,
-        FILE.py:FUNCTION).
-    """
+    """``MODULE:FUNCTION`` or ``FILE.py:FUNCTION`` -> the function (None: no hook);
+    ValueError naming the spec when it is no importable callable."""
     if not spec:
         return None
     from core.table import load_object

@@ -44,13 +44,8 @@ class MerlinClient:
         return out
 
     def call(self, method: str, name: str, value: Any = None) -> Optional[str]:
-        """One request; the value of a ``GET``, else None.
-
-        Raises
-        ------
-        ControlError
-            naming the request and the detector's answer (its status spelled out).
-        """
+        """One request; the value of a ``GET``, else None (ControlError naming the request
+        and the status)."""
         body = f"{method},{name},{0 if value is None else value}".encode("ascii")
         what = f"{method} {name}" + ("" if value is None else f" {value}")
         try:

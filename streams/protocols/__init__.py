@@ -47,11 +47,11 @@ class StreamProtocol:
 
     def socket(self, loop: Any, options: Any, index: int, count: int,
                partition_frames: Any, security: Any) -> str:
-        """Make receiver ``index`` of ``count``'s socket (a
-        :class:`~streams.socketloop.SocketLoop`) feeding ``loop.deliver`` (and
-        ``loop.on_close``), set ``loop.socket``, bind or connect it; return what the
-        rendezvous file lists for it. A protocol whose scans' starts and ends reach
-        one receiver only shares them here (``loop.share``) with the others."""
+        """Make receiver ``index`` of ``count``'s socket (a :class:`~streams.socketloop.SocketLoop`
+        feeding ``loop.deliver``), set ``loop.socket``, bind or connect it; return what the
+        rendezvous file lists. Starts and ends that reach one receiver only are shared here
+        (``loop.share``).
+        """
         raise NotImplementedError(f"stream protocol {self.name!r} makes no socket")
 
     def rendezvous(self, options: Any, endpoints: List[str], live: Optional[str],
@@ -61,11 +61,9 @@ class StreamProtocol:
         raise NotImplementedError(f"stream protocol {self.name!r} writes no rendezvous file")
 
     def detector_metadata(self, socket: Any, scan: str) -> Optional[Callable[[Any], None]]:
-        """Rank 0, when ``scan`` is written: the writer of its ``/detector`` group from what
-        the stream said of the detector (:func:`analyses.output.write_scan` calls it with
-        the group; ``socket``: rank 0's receiving socket, None when rank 0 receives
-        nothing). Default: None, no ``/detector`` group (Stream V2 and the legacy stream
-        write the series' start: :mod:`streams.protocols.stream2.nxdetector`)."""
+        """Rank 0, when ``scan`` is written: the writer of its ``/detector`` group
+        (:func:`analyses.output.write_scan` calls it), from rank 0's ``socket`` (None when it
+        receives nothing); default None, no group."""
         return None
 
 

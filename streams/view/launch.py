@@ -1,7 +1,5 @@
-"""Starting a receiving job and getting a viewer's handle on it: ``mpirun`` on this
-machine (:func:`launch`) or a Slurm batch job (:func:`launch_sbatch`, seen as a process
-through :class:`SlurmJob`). The handle's :attr:`~streams.view.client.LiveJob.process`
-is what ends the job for it."""
+"""Starting a receiving job and a viewer's handle on it: ``mpirun`` here (:func:`launch`)
+or a Slurm batch job (:func:`launch_sbatch`, a process through :class:`SlurmJob`)."""
 from __future__ import annotations
 
 import os
@@ -49,13 +47,9 @@ SLURM_FINAL_STATES = frozenset({
 
 
 class SlurmJob:
-    """A submitted batch job seen as a process (``poll``, ``wait``, ``kill``,
-    ``returncode``), from ``scontrol show job`` -- no accounting database needed.
-
-    ``returncode``: the batch script's exit status (``ExitCode``), minus the signal
-    that ended it when one did; -1 when Slurm forgot the job (its ``MinJobAge``
-    passed) before this handle saw it end.
-    """
+    """A submitted batch job seen as a process (``poll``, ``wait``, ``kill``, ``returncode``)
+    through ``scontrol show job``, no accounting database. ``returncode``: ``ExitCode``
+    minus the ending signal; -1 when Slurm forgot the job before this handle saw it end."""
 
     def __init__(self, job_id: str, env: Optional[Dict[str, str]] = None) -> None:
         self.job_id = job_id
@@ -87,13 +81,7 @@ class SlurmJob:
         return self.returncode
 
     def wait(self, timeout: Optional[float] = None) -> int:
-        """The job's exit status once it ended.
-
-        Raises
-        ------
-        subprocess.TimeoutExpired
-            It had not ended after ``timeout`` seconds.
-        """
+        """The job's exit status once it ended (subprocess.TimeoutExpired after ``timeout`` s)."""
         end = None if timeout is None else time.monotonic() + timeout
         while (rc := self.poll()) is None:
             if end is not None and time.monotonic() > end:

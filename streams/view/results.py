@@ -28,11 +28,8 @@ class FrameRefused(StreamError):
 
 @dataclass(frozen=True)
 class Frame:
-    """One scan position's frame as the job still held it (:meth:`LiveJob.frame`).
-
-    ``where``: ``"memory"`` (a receiver's latest partitions) or ``"spill"`` (its
-    spilled file); ``complete``: every sector of it arrived (missing ones are zero).
-    """
+    """One scan position's frame as the job still held it (:meth:`LiveJob.frame`):
+    ``where`` ``"memory"`` or ``"spill"``; ``complete`` every sector arrived."""
 
     scan: str
     index: int

@@ -58,12 +58,9 @@ def _b64(a: np.ndarray) -> str:
 
 
 def encode_partial(p: Any) -> str:
-    """The JSON text a page gets for one partial result (:class:`Partial`).
-
-    ``{"type": "scan", "scan", "t", "final", "progress", "valid": {"shape", "data"},
-    "images": [{"name", "shape", "binned", "data"}]}``: ``data`` is base64 of
-    little-endian float64 (images) or uint8 (``valid``), C order.
-    """
+    """The JSON a page gets for a :class:`Partial`: ``{"type": "scan", "scan", "t",
+    "final", "progress", "valid", "images": [{"name", "shape", "binned", "data"}]}``,
+    ``data`` base64 of C-order little-endian float64 (images) or uint8 (``valid``)."""
     images = []
     for name, a in p.images.items():
         a = np.asarray(a)

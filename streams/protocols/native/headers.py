@@ -146,13 +146,11 @@ def encode_end(scan: str, producer: int, sent: int) -> bytes:
 
 
 def feed(assembler: Any, parts: List[Any], token: Optional[str] = None) -> None:
-    """Hand one native message (its ZeroMQ frames: bytes or buffers) to ``assembler``.
+    """Hand one native message (its ZeroMQ frames) to ``assembler``.
 
-    A message that is not a header and a payload, whose header does not decode, or
-    whose ``begin``/``end`` carries a payload, is rejected into the assembler's
-    accounting (a ``data`` header of an open scan that does not decode still counts
-    as received data of that scan). With ``token`` (the receiving job's), a ``begin``
-    that does not carry it is rejected ``wrong_token``.
+    Anything but a header and a payload, a header that does not decode, or a
+    ``begin``/``end`` with a payload is rejected into the accounting; with ``token``
+    a ``begin`` without it is rejected ``wrong_token``.
     """
     if len(parts) != 2:
         assembler.reject(Reason.MALFORMED, f"message of {len(parts)} frames, expected 2 "

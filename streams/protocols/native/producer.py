@@ -32,29 +32,16 @@ BLOCKED_NOTE = 30.0
 
 
 class Producer:
-    """Send scans to the receivers of a rendezvous.
+    """Send scans to the receivers of a rendezvous (or endpoints in index order) as
+    producer index ``producer``.
 
-    Parameters
-    ----------
-    receivers : Rendezvous or list of str
-        Receiver endpoints in index order.
-    producer : int
-        This producer's index p (0 <= p < producers of every scan it sends).
-    sndhwm, sndbuf : int
-        Send high-water mark (messages per receiver) and kernel buffer (0: the OS's).
-    send_timeout : float, optional
-        Seconds a send may block before :class:`StreamError` (default: never drop).
-    linger : float
-        Seconds :meth:`close` waits for queued messages.
-    context : zmq.Context, optional
-    server_key, certificate, token : str, optional
-        The CURVE server key, client certificate and job token (default: the
-        rendezvous'); no key anywhere: plain ZeroMQ.
-    insecure : bool
-        Accept a rendezvous without a CURVE key (else refused: a planted file must
-        not turn a producer into a plain-text sender).
-    handshake_timeout : float
-        Seconds the first ``begin`` waits for every CURVE handshake.
+    ``sndhwm``/``sndbuf``: send high-water mark per receiver and kernel buffer (0: the
+    OS's); ``send_timeout``: seconds a send may block before :class:`StreamError`
+    (default: never drop); ``linger``: seconds :meth:`close` waits; ``server_key``,
+    ``certificate``, ``token``: default the rendezvous' (no key: plain ZeroMQ);
+    ``insecure``: accept a rendezvous without a CURVE key (else refused, so a planted
+    file cannot turn a producer into a plain-text sender); ``handshake_timeout``:
+    seconds the first ``begin`` waits for every CURVE handshake.
     """
 
     def __init__(self, receivers: Union[Rendezvous, Sequence[str]], producer: int = 0, *,
@@ -198,10 +185,8 @@ class Producer:
 
     def send(self, scan: str, frame: int, sector: int, payload: Any,
              encoding: str = "raw") -> int:
-        """Send one sector, already encoded; return the receiver index it went to.
-
-        ``payload`` is sent without a copy when large: do not modify it afterwards.
-        """
+        """Send one encoded sector; the receiver index it went to (a large ``payload`` is
+        sent without a copy: do not modify it afterwards)."""
         g = self.geometry[scan]
         r = route(frame, self.receivers)
         self.send_parts(r, [encode_data(scan, frame, sector, g.sector_rows(sector), encoding),

@@ -27,27 +27,15 @@ __all__ = ["Receiver"]
 class Receiver(SocketLoop):
     """A PULL socket that assembles native-protocol messages.
 
-    Parameters
-    ----------
-    deliver : callable(Partition)
-        Gets every finished partition (its memory reused after the call); a slow one
-        makes producers block, nothing is dropped.
-    index, count : int
-        This receiver's index r and the number R of receivers (routing ``f mod R``).
-    bind : str
-        ``tcp://HOST:PORT``; port ``*`` or ``0`` picks a free one.
-    advertise : str, optional
-        Host name to publish when binding every interface.
-    rcvhwm, rcvbuf : int
-        Receive high-water mark (messages per producer) and kernel buffer (0: the OS's).
-    partition_frames, memory_bytes, max_scans, idle_timeout, job_bytes
-        Passed to :class:`~streams.assemble.Assembler`.
-    on_close : callable(ScanReport), optional
-    context : zmq.Context, optional
-    security : StreamSecurity, optional
-        CURVE keys and the ZAP policy; None: plain.
-    token : str, optional
-        The job's token: a ``begin`` without it is rejected ``wrong_token``.
+    ``deliver(partition)`` gets every finished partition (its memory reused after the
+    call; a slow one makes producers block, nothing is dropped). ``index``/``count``:
+    this receiver r of R (routing ``f mod R``); ``bind``: ``tcp://HOST:PORT`` (port
+    ``*`` or ``0``: a free one), ``advertise`` the host to publish; ``rcvhwm``/``rcvbuf``:
+    receive high-water mark per producer and kernel buffer (0: the OS's);
+    ``partition_frames``, ``memory_bytes``, ``max_scans``, ``idle_timeout``,
+    ``job_bytes`` go to :class:`~streams.assemble.Assembler`; ``security``: CURVE keys
+    and ZAP policy (None: plain); ``token``: a ``begin`` without it is rejected
+    ``wrong_token``.
     """
 
     def __init__(self, deliver: Callable[[Partition], Any], *, index: int = 0, count: int = 1,

@@ -94,11 +94,8 @@ def job_identity() -> Dict[str, Any]:
 
 
 def ended(d: Union[Rendezvous, Dict[str, Any]]) -> Optional[str]:
-    """Why the job that wrote a rendezvous is known to have ended, or None.
-
-    Only a job of this host can be checked: its rank 0 (``pid``) must still run and
-    have started when the file says (a pid reused since is another process).
-    """
+    """Why the job that wrote a rendezvous has ended, or None: only a job of this host
+    can be checked (its ``pid`` must run and have started when the file says)."""
     host, pid, started = (d.host, d.pid, d.started) if isinstance(d, Rendezvous) else \
         (d.get("host"), d.get("pid"), d.get("started"))
     if host != socket.gethostname() or not isinstance(pid, int) \

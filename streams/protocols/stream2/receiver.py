@@ -53,38 +53,30 @@ class StreamV2Receiver(SocketLoop):
 
     Parameters
     ----------
-    deliver : callable(Partition)
-        As for :class:`~streams.protocols.native.receiver.Receiver`.
     endpoint : str
-        The detector's ``tcp://HOST:PORT`` (DECTRIS: port 31001).
-    channel : str, optional
-        Which channel of each image to keep (default: the first of ``channels``).
-    scan_shape : (int, int), optional
-        Scan grid of the series (default: ``user_data["scan_shape"]`` of the start
-        message if present, else ``(1, number_of_images)``).
+        The detector's ``tcp://HOST:PORT`` (DECTRIS: port 31001); ``source``: the local
+        interface to connect from.
+    channel, scan_shape : optional
+        The channel kept (default the first) and the scan grid (default the start's
+        ``user_data["scan_shape"]``, else ``(1, number_of_images)``).
     held_bytes : int, optional
-        Memory for messages held before their start (default ``memory_bytes // 4``).
-    shared_starts : bool
-        Other clients share their starts: a full hold stops reading instead of
-        rejecting the oldest held image.
+        Memory for messages held before their start (default ``memory_bytes // 4``);
+        with ``shared_starts`` a full hold stops reading instead of rejecting.
     max_array_bytes : int, optional
-        Bound of one message's typed arrays, decoded (default ``memory_bytes``, at
-        most :data:`~streams.protocols.stream2.bounds.MAX_ARRAY_BYTES`).
+        Bound of one message's decoded typed arrays (default ``memory_bytes``, at most
+        :data:`~streams.protocols.stream2.bounds.MAX_ARRAY_BYTES`).
     decode_threads : int
-        Threads decoding each batch's payloads (0: the receiving thread; the
-        decompressors release the GIL).
+        Threads decoding each batch's payloads (0: the receiving thread).
     apply_pixel_mask : bool
-        Zero the pixels the start's ``pixel_mask`` marks (needs ``header_detail: all``).
+        Zero the pixels the start's ``pixel_mask`` marks (``header_detail: all``).
     shared_grace : float
         Seconds without images before a shared end closes a series here.
     on_start, on_end : callable, optional
         Called with each :class:`Start` / :class:`End` this client receives.
-    partition_frames, memory_bytes, max_scans, idle_timeout, rcvhwm, on_close, context
-        As for :class:`~streams.protocols.native.receiver.Receiver`.
     security : StreamSecurity, optional
         Its ``allow_from``: the detector addresses ZAP accepts (no CURVE here).
-    source : str, optional
-        Local interface to connect from (``tcp://SOURCE:0;HOST:PORT``).
+    deliver, partition_frames, memory_bytes, max_scans, idle_timeout, rcvhwm, on_close, context
+        As for :class:`~streams.protocols.native.receiver.Receiver`.
     """
 
     def __init__(self, deliver: Callable[[Partition], Any], endpoint: str, *,

@@ -71,12 +71,8 @@ class StreamV2Simulator(PushSimulator):
                     withhold: FrozenSet[int] = frozenset(), send_end: bool = True,
                     series_unique_id: Optional[str] = None, header_detail: str = "basic",
                     **start: Any) -> None:
-        """Send start, the images, end. Channel c of image i is ``frames(i) + c``.
-
-        ``header_detail`` and ``start`` (``pixel_mask``, ``flatfield``,
-        ``countrate_table``, ``array_compression``) go to
-        :func:`~streams.protocols.stream2.streamv2.encode_start`.
-        """
+        """Send start, the images, end; channel c of image i is ``frames(i) + c``.
+        ``header_detail`` and ``start`` go to :func:`.streamv2.encode_start`."""
         uid = f"SIM{series_id:023d}" if series_unique_id is None else series_unique_id
         user = {"scan_shape": list(scan_shape)} if scan_shape else None
         self.send(encode_start(series_id, uid, number_of_images, shape, image_dtype,
