@@ -85,15 +85,12 @@ def grain_ids(u: np.ndarray, confidence: np.ndarray, pairs: np.ndarray,
     keep = pairs[mis <= gb_angle_deg]
     graph = coo_matrix((np.ones(len(keep)), (keep[:, 0], keep[:, 1])), shape=(n, n))
     _, labels = connected_components(graph, directed=False)
+    idx = np.flatnonzero(fitted)
+    _, first, inverse = np.unique(labels[idx], return_index=True, return_inverse=True)
+    number = np.empty(len(first), np.int32)     # 1, 2, ... in order of first appearance
+    number[np.argsort(first)] = np.arange(1, len(first) + 1)
     ids = np.zeros(n, np.int32)
-    next_id = 1
-    seen: Dict[int, int] = {}
-    for i in np.flatnonzero(fitted):
-        lab = int(labels[i])
-        if lab not in seen:
-            seen[lab] = next_id
-            next_id += 1
-        ids[i] = seen[lab]
+    ids[idx] = number[inverse.reshape(-1)]
     return ids, mis
 
 
