@@ -1,21 +1,17 @@
 """Who may write into a receiving job: CURVE keys, ZAP, refusals counted.
 
-Native sockets use ZeroMQ's CURVE (RFC 26: encrypted, the client proves it
-holds a secret key) and ZAP (RFC 27: libzmq asks a handler on
-``inproc://zeromq.zap.01`` about every connection). Rank 0 makes the server
-key pair (memory only) and the job's **token** (every native ``begin`` must
-carry it). Two roles have their own keys: **producers** may use the data and
-live sockets, **viewers** only the live one, so whoever may watch cannot write
-frames. Per role the job writes a certificate beside the rendezvous file
-(``<rendezvous>.client.key_secret``, ``.viewer.key_secret``, mode 0600) unless
-``--authorized-keys DIR`` (and ``DIR/viewers/``) names the public keys. Every
-refused attempt is counted by reason (:data:`REASONS`): :class:`ZapHandler`
-for what ZAP refuses, :class:`HandshakeMonitor` for what fails before;
-refused peers' messages never reach the assembler.
-
-Stream V2 detectors speak plain ZeroMQ: ZAP then accepts only the addresses of
-``--allow-from``. ``--insecure`` keeps plain sockets and the report says so.
-See ``docs/stream-protocol.md``, section 2.
+Native sockets use ZeroMQ's CURVE (RFC 26) and ZAP (RFC 27: libzmq asks a handler
+on ``inproc://zeromq.zap.01`` about every connection). Rank 0 makes the server key
+pair (memory only) and the job's **token** (every native ``begin`` carries it).
+**Producers** may use the data and live sockets, **viewers** only the live one, so
+whoever may watch cannot write frames; each role's certificate is written beside
+the rendezvous file (mode 0600) unless ``--authorized-keys DIR`` (and
+``DIR/viewers/``) names the keys. Every refused attempt is counted by reason
+(:data:`REASONS`): by :class:`ZapHandler`, or :class:`HandshakeMonitor` for what
+fails before ZAP; refused peers' messages never reach the assembler. Stream V2
+detectors speak plain ZeroMQ: ZAP accepts only ``--allow-from`` addresses.
+``--insecure`` keeps plain sockets and the report says so
+(``docs/stream-protocol.md``, section 2).
 """
 from __future__ import annotations
 
@@ -25,6 +21,7 @@ import errno
 import os
 import re
 import secrets
+import shutil
 import stat
 import tempfile
 import threading
@@ -108,13 +105,10 @@ def new_token() -> str:
 class StreamSecurity:
     """The security of one receiving job (picklable: rank 0 makes it, MPI broadcasts it).
 
-    ``server_public``/``server_secret`` are the CURVE pair (Z85, memory only);
-    ``authorized`` the producers' public keys, ``viewers`` the viewers' (live
-    socket only); ``client_certificate``/``viewer_certificate`` the files the job
-    wrote (None for keys from ``authorized_keys``); ``token`` what every native
-    ``begin`` carries (never reported); ``allow_from`` the Stream V2 peer
-    addresses ZAP accepts (empty: any); ``handshake_s`` the ``ZMQ_HANDSHAKE_IVL``
-    after which a silent connection counts ``handshake_timeout``.
+    The CURVE pair (Z85, memory only); ``authorized`` producers' and ``viewers``' keys
+    and the certificates the job wrote for them (None for ``authorized_keys``);
+    ``token`` (never reported); ``allow_from``: Stream V2 peers ZAP accepts (empty:
+    any); ``handshake_s``: ``ZMQ_HANDSHAKE_IVL`` (then ``handshake_timeout``).
     """
 
     mode: str = "curve"
@@ -252,11 +246,8 @@ def client_certificate_path(rendezvous: str, role: str = "client") -> str:
 
 def write_client_certificate(rendezvous: str, role: str = "client") -> Tuple[str, str]:
     """Write a new certificate of ``role`` beside ``rendezvous``; returns (path, public key).
-
-    The pair is made in a private (0700) temporary directory beside it, made 0600
-    and renamed over ``<rendezvous>.<role>.key_secret`` / ``.key`` (a symlink there
-    is replaced, never followed).
-    """
+    Made in a private temporary directory, 0600, renamed over ``.key_secret``/``.key``
+    (a symlink there is replaced, never followed)."""
     import zmq.auth
 
     secret_path = client_certificate_path(rendezvous, role)
@@ -277,9 +268,7 @@ def write_client_certificate(rendezvous: str, role: str = "client") -> Tuple[str
     except OSError as e:
         raise StreamError(f"cannot write the client certificate {secret_path}: {e}") from e
     finally:
-        for n in os.listdir(tmp):
-            os.unlink(os.path.join(tmp, n))
-        os.rmdir(tmp)
+        shutil.rmtree(tmp)       # this job's private directory: removes links, never follows
     return secret_path, public.decode()
 
 
@@ -323,11 +312,9 @@ def load_client_certificate(path: str) -> Tuple[bytes, bytes]:
 
 
 def check_authorized_keys(directory: str) -> None:
-    """Refuse (ValueError) an ``--authorized-keys`` directory someone else could add a key to.
-
-    It and everything in it must be the user's or root's and not group/other
-    writable, no symlink followed (:func:`core.trusted.check_tree`).
-    """
+    """Refuse (ValueError) an ``--authorized-keys`` directory someone else could add a key
+    to: it and its contents must be the user's or root's, not group/other writable, no
+    symlink followed (:func:`core.trusted.check_tree`)."""
     if not os.path.isdir(directory):
         raise ValueError(f"--authorized-keys {directory}: not a directory")
     try:
