@@ -3,14 +3,9 @@
 :func:`run_analysis` is the one runner of an analysis on files
 (:mod:`analyses.sources`; ``stem4d/flow.py``, ``hedm/ff.py``, ``hedm/nf.py``): one
 task per partition of K frames, placed on the node holding it (:func:`place`), the
-ordered tree merge, one task writing ``<scan>.h5`` (:func:`analyses.output.finish`)::
-
-    python -m workflows run analyses.runner --out OUT -- \\
-        --frames scan.h5:/frames --analysis udf:libertem.udf.sum:SumUDF
-    mpirun -n 4 python -m workflows run analyses.runner --emulate-nodes 2 \\
-        --out OUT -- --spilled '/dev/shm/sp/%n' --scan s1 \\
-        --analysis udf:mymodule:MyUDF --analysis-params '{"radius": 4}'
-
+ordered tree merge, one task writing ``<scan>.h5`` (:func:`analyses.output.finish`).
+``python -m workflows run analyses.runner --out OUT -- --frames FILE.h5:/DATASET`` (or
+``--spilled DIR --scan NAME``) takes the receiving job's ``--analysis`` options.
 ``--valid FILE.h5:/mask`` marks frames missing where False, as on a lossy stream;
 ``--udf-roi`` and ``--corrections`` are ``stager stream receive``'s. A result of
 no use (``Analysis.problem``) fails the run after writing. ``%n`` in a path or a

@@ -1,26 +1,16 @@
 """NF-HEDM reduction: staged frames -> background -> spots per frame -> tree merge -> HDF5, PNG,
 and the reduced binary images that stage 2 (:mod:`hedm.nffit`) fits.
 
-Run it the way users do, staging and reducing in one MPI job::
-
-    mpirun -n 4 python -m workflows run hedm/nf.py \\
-        --stage hedm/hooks/nf.hook --emulate-nodes 2 --out OUT -- \\
-        --params '/dev/shm/mpistage-nf/%n/nf.params' --results '/dev/shm/mpistage-nf/%n/results'
-
-For each distance ``d`` (files from ``RawStartNr + d * NrFilesPerDistance``, as
-MIDAS numbers them): 1. **background**: ``BackgroundTasks`` tasks each take the
-per-pixel lower median and maximum of a band of rows from their node's copy, one
-task writes the distance's images to ``OUT/work/``; 2.-4. the analysis
-:class:`hedm.nfreduce.NFReduce` run on the frame files
-(:func:`analyses.runner.run_analysis`): one task per frame, an ordered tree merge,
+Staged and run in one MPI job as ``docs/guide/hedm.md`` shows. For each distance ``d``
+(files from ``RawStartNr + d * NrFilesPerDistance``, as MIDAS numbers them): 1.
+**background**: ``BackgroundTasks`` tasks each take the per-pixel lower median and
+maximum of a band of rows from their node's copy, one task writes the distance's images
+to ``OUT/work/``; 2.-4. the analysis :class:`hedm.nfreduce.NFReduce` run on the frame
+files (:func:`analyses.runner.run_analysis`): one task per frame, an ordered tree merge,
 one task writing ``<ReducedFileName>.h5``, ``.png`` and ``_binary.npy`` to the
 node-local ``--results``; 5. **drain** to ``OUT`` (without ``--results``: written
-straight to ``OUT``). In a ``stage-run-drain`` batch job the template stages and
-drains::
-
-    mpirun python -m workflows run hedm/nf.py \
-        --node-id-env SLURMD_NODENAME --out "$MPISTAGE_SHARED_OUT" -- \
-        --params "$HEDM_STAGE/%n/nf/nf.params" --results "$MPISTAGE_RESULTS" --no-drain
+straight to ``OUT``). In a ``stage-run-drain`` batch job the template stages and drains
+(``--node-id-env SLURMD_NODENAME ... --no-drain``).
 
 The parameter file is the layer's one file (:mod:`hedm.params`); frames are
 ``InputPattern`` or MIDAS's ``OrigFileName_%06d.extOrig``, oriented by

@@ -1,21 +1,14 @@
 """NF-HEDM stage 2: orientation fitting of every grid point on the staged binary images -> map.
 
-Run it the way users do, staging and fitting in one MPI job::
-
-    export HEDM_NF_REDUCED=... HEDM_NF_DATA=... HEDM_STAGE=/dev/shm/$USER
-    mpirun -n 4 python -m workflows run hedm/nffit.py \\
-        --stage hedm/hooks/nffit.hook --emulate-nodes 2 --out OUT -- \\
-        --params "$HEDM_STAGE/%n/nffit/nf.params" --results "$HEDM_STAGE/%n/results"
-
-The hook stages exactly what stage 2 reads (``docs/nf-files.md``): the binary
-images, the parameter file, the grid and the seeds. 1. **fit**: one task per
-``GridPointsPerTask`` grid rows memory-maps its node's images (the map, geometry,
-grid and seeds' spots kept per worker, :func:`hedm.common.cached`) and fits each
-row with :func:`kernels.nffit.fit_points`; 2. **reduce**: an ordered
-``reduce_tree`` in grid order; 3. **write**: grains and the map
-(:mod:`hedm.micmap`) to the node-local results; 4. **drain** to ``OUT`` (checked
-before any task: :mod:`core.outputs`). A point's fit depends on that point alone,
-so the map is bit for bit the same however it is split.
+Staged and run in one MPI job as ``docs/guide/hedm.md`` shows. The hook stages exactly
+what stage 2 reads (``docs/nf-files.md``): the binary images, the parameter file, the
+grid and the seeds. 1. **fit**: one task per ``GridPointsPerTask`` grid rows memory-maps
+its node's images (the map, geometry, grid and seeds' spots kept per worker,
+:func:`hedm.common.cached`) and fits each row with :func:`kernels.nffit.fit_points`; 2.
+**reduce**: an ordered ``reduce_tree`` in grid order; 3. **write**: grains and the map
+(:mod:`hedm.micmap`) to the node-local results; 4. **drain** to ``OUT`` (checked before
+any task: :mod:`core.outputs`). A point's fit depends on that point alone, so the map is
+bit for bit the same however it is split.
 
 The geometry and tolerances are :meth:`kernels.NFGeometry.from_params`'s, the fit
 controls :data:`SCHEMA`'s (:func:`fit_options`); paths are relative to the

@@ -4,11 +4,7 @@ Each frame is oriented (``ImTransOpt``), reduced with :func:`kernels.nf.reduce_f
 against its distance's background and turned into spot tables (:class:`PerFrame`
 partials); ``write`` gives the tables in frame order and the bit-packed binary
 images. The file flow (:mod:`hedm.nf`) runs it on frame files, and a receiving job
-on a live stream::
-
-    mpirun -n 4 stager stream receive --analysis hedm.nfreduce \\
-        --set params=LAYER/nf.params --set background=REDUCED/work \\
-        --rendezvous RV --out OUT
+on a live stream (``--analysis hedm.nfreduce``, ``docs/guide/hedm.md``).
 
 The background is a required input (a stream cannot wait for the median over all
 its frames): the file flow's ``work/`` folder, one ``.npy`` or a file of dark

@@ -1,20 +1,11 @@
 """A Python handle on a running receiving job: partial results as they arrive.
 
-::
-
-    from streams.view import attach
-
-    with attach("rv.json", out="out") as job:
-        for p in job.partials("s1"):             # until the scan's final result
-            print(p.complete, "/", p.frames, p.images["sum_image"].mean())
-        final = job.result("s1")                 # the merged result the job wrote
-        report = job.report("s1")                # OUT/s1.json
-        rejections = job.rejections()            # OUT/rejections.json, once the job ended
-
-The handle subscribes to the job's live socket (``docs/stream-protocol.md``
-section 9) with the viewers' certificate: it can watch, never write. The job has
-ended when that socket goes away, or when the ``mpirun`` or Slurm job it started
-ends (:mod:`streams.view.launch`). The socket drops old messages for a slow reader,
+Used as ``with attach("rv.json", out="out") as job: for p in job.partials("s1")``
+(docs/guide/streaming.md, "Following a job from Python and in a browser"). The
+handle subscribes to the job's live socket (``docs/stream-protocol.md`` section 9)
+with the viewers' certificate: it can watch, never write. The job has ended when
+that socket goes away, or when the ``mpirun`` or Slurm job it started ends
+(:mod:`streams.view.launch`). The socket drops old messages for a slow reader,
 never the job's pace; each scan's ``final`` message is sent once more when written.
 """
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """A matplotlib figure of a scan's images that updates in place, as LiberTEM's ``plots=True``.
 
-::
-
-    plot = job.plot("s1")        # in Jupyter: one figure, redrawn as partials arrive,
-                                 # until the scan's final result
-
-In Jupyter the figure is shown once with a display id and each update replaces
-that output (as LiberTEM's ``MPLLive2DPlot``), whatever the backend; elsewhere it
-is a plain :class:`matplotlib.figure.Figure` redrawn on its canvas. Positions not
-in yet are drawn purple, as on the web page.
+``job.plot("s1")`` (docs/guide/streaming.md): in Jupyter the figure is shown once
+with a display id and each update replaces that output (as LiberTEM's
+``MPLLive2DPlot``), whatever the backend; elsewhere it is a plain
+:class:`matplotlib.figure.Figure` redrawn on its canvas. Positions not in yet are
+drawn purple, as on the web page.
 """
 from __future__ import annotations
 
