@@ -1,14 +1,8 @@
 """Payload encodings: ``raw``, ``lz4`` and ``bslz4``, decoded straight into frame memory.
 
-Both compressed encodings use the HDF5 filters' framing, which DECTRIS detectors
-also put in their CBOR compression tag, so one decoder serves both protocols:
-
-``lz4`` (HDF5 LZ4 filter 32004)
-    ``uint64 BE`` decoded size, ``uint32 BE`` block size B, then per block ``uint32
-    BE`` n and n bytes: an LZ4 block, or the bytes as is when n is the block's size.
-``bslz4`` (bitshuffle filter 32008 with LZ4)
-    The same header (block size in bytes), each block bit-transposed then LZ4; the
-    last ``count % 8`` elements follow uncompressed.
+Both compressed encodings use the HDF5 filters' framing (LZ4 filter 32004, bitshuffle
+32008; ``docs/stream-protocol.md`` section 4), which DECTRIS detectors also put in
+their CBOR compression tag, so one decoder serves both protocols.
 
 :func:`decode_into` calls dectris-compression's C ``compression_decompress_buffer``
 through ``ctypes`` so a payload decodes straight into the frame's place (its Python
@@ -127,9 +121,8 @@ def decoded_size(payload: Any) -> int:
 # ---- bit transposition (the bitshuffle of one or more whole blocks) ----
 
 def bitshuffle_block(block: np.ndarray, itemsize: int) -> np.ndarray:
-    """Bit-transpose blocks ``(nblocks, n, itemsize)`` uint8 -> ``(nblocks, n*itemsize)``,
-    as bitshuffle's ``bshuf_trans_bit_elem``: output row k holds bit k % 8 of byte
-    k // 8 of every element, element i in bit i % 8 of byte i // 8."""
+    """Bit-transpose blocks ``(nblocks, n, itemsize)`` uint8 -> ``(nblocks, n*itemsize)``
+    (bitshuffle's ``bshuf_trans_bit_elem``; ``docs/stream-protocol.md`` section 4)."""
     nb, n, e = block.shape
     bits = np.unpackbits(block, axis=2, bitorder="little")          # (nb, n, 8e)
     out = np.packbits(bits.transpose(0, 2, 1), axis=2, bitorder="little")  # (nb, 8e, n/8)
