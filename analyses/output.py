@@ -1,16 +1,11 @@
 """``<scan>.h5``: what an analysis of a scan leaves, live or offline, and the one finish.
 
 Besides the analysis's datasets (:meth:`Analysis.write`), ``<scan>.h5`` holds its
-:class:`Coverage`: ``/frames_complete`` and ``/frames_received`` (bool, (ny, nx):
-every sector, or at least one, arrived or was read), a stream's ``/detector``
-group where its protocol knows one (:mod:`streams.protocols.stream2.nxdetector`),
-and the root attributes ``scan``, ``frames``, ``scan_shape``, ``frame_shape``,
-``dtype``, ``sectors``, ``producers``, ``ok``, ``ended_by``, ``analysis``,
-``loss_fraction`` and ``written_by`` (:mod:`core.outputs` tells the project's
+:class:`Coverage` (``/frames_complete``, ``/frames_received``, root attributes:
+``docs/stream-protocol.md`` section 10), a stream's ``/detector`` group where its
+protocol knows one, and ``written_by`` (:mod:`core.outputs` tells the project's
 results by it). Built in memory, written to a temporary name and renamed.
-
-:func:`finish` is the one end of an analysis of a scan, live and offline: the
-merged partial compacted, ``problem``, ``<scan>.h5``, then the analysis's files.
+:func:`finish` is the one end of an analysis of a scan, live and offline.
 """
 from __future__ import annotations
 

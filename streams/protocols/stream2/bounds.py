@@ -1,10 +1,6 @@
-"""What the values of a Stream V2 message may be, checked before they are used.
-
-The specification's types (``stream_v2/README.md``): ``Integer`` is an unsigned
-64-bit integer (:func:`uint`), maps have text keys (:func:`text_keys`), a start's
-``channels`` are distinct names (:func:`channels`). Beyond it: any integer fits
-int64 or uint64, a message's typed arrays are bounded together (:class:`Arrays`),
-cbor2 reads no semantic tag the specification does not use (:func:`semantic`),
+"""What the values of a Stream V2 message may be, checked before they are used: the
+specification's types and the bounds of ``docs/stream-protocol.md`` section 8
+(:func:`uint`, :func:`text_keys`, :func:`channels`, :class:`Arrays`, :func:`semantic`),
 and an error never prints a hostile value whole (:func:`show`).
 """
 from __future__ import annotations

@@ -1,27 +1,12 @@
 """A Stream V2 client: a PULL socket connected to a detector, feeding an Assembler.
 
-A DECTRIS detector *binds* a PUSH socket and deals each message to one of the
-connected PULL clients, so a client sees a series' ``start`` and ``end`` but only
-some of its images. This client therefore:
-
-- assembles whatever images reach it (routing ``any``), one frame per image, the
-  chosen ``channel`` only, committed only once its payload decoded (a corrupt copy
-  is rejected, a later good one kept);
-- shares the starts and ends it receives (``on_start``/``on_end``) and takes the
-  others' (:meth:`StreamV2Receiver.apply_shared`); a shared end closes a series
-  after ``shared_grace`` s without images, as this client's last images may still
-  be in flight;
-- holds images, ends and ``image_dtype``-less starts that come before their start
-  within ``held_bytes`` and ``idle_timeout``. When the hold is full and starts are
-  shared, it stops reading (the detector deals to the other clients meanwhile);
-  alone, it rejects the oldest held image ``unknown_scan``;
-- names a series by ``(series_unique_id, series_id)``, keeps
-  each start's arrays in :attr:`starts_by_scan` and, with ``apply_pixel_mask``,
-  zeroes the masked pixels of every frame.
-
-Merging the clients' reports (:meth:`ScanReport.merge`) gives the series' truth.
-The module passes 500 lines because the hold is read with the message order it
-serves (starts, images, ends), not apart from it.
+The detector deals each message to one connected client, so a client sees a
+series' start and end but only some of its images (``docs/stream-protocol.md``
+section 8 says what a client does and rejects). It assembles the images that reach
+it (routing ``any``), shares the starts and ends it receives and applies the
+others' (:meth:`StreamV2Receiver.apply_shared`), and holds what arrives before its
+start within ``held_bytes`` (a full hold stops reading while starts are shared);
+merging the clients' reports gives the series' truth.
 """
 from __future__ import annotations
 
@@ -49,34 +34,20 @@ __all__ = ["StreamV2Receiver"]
 
 
 class StreamV2Receiver(SocketLoop):
-    """Receive a DECTRIS Stream V2 stream into partitions.
+    """Receive a DECTRIS Stream V2 stream from ``endpoint`` (``tcp://HOST:PORT``, DECTRIS:
+    31001; from the local interface ``source``) into partitions.
 
-    Parameters
-    ----------
-    endpoint : str
-        The detector's ``tcp://HOST:PORT`` (DECTRIS: port 31001); ``source``: the local
-        interface to connect from.
-    channel, scan_shape : optional
-        The channel kept (default the first) and the scan grid (default the start's
-        ``user_data["scan_shape"]``, else ``(1, number_of_images)``).
-    held_bytes : int, optional
-        Memory for messages held before their start (default ``memory_bytes // 4``);
-        with ``shared_starts`` a full hold stops reading instead of rejecting.
-    max_array_bytes : int, optional
-        Bound of one message's decoded typed arrays (default ``memory_bytes``, at most
-        :data:`~streams.protocols.stream2.bounds.MAX_ARRAY_BYTES`).
-    decode_threads : int
-        Threads decoding each batch's payloads (0: the receiving thread).
-    apply_pixel_mask : bool
-        Zero the pixels the start's ``pixel_mask`` marks (``header_detail: all``).
-    shared_grace : float
-        Seconds without images before a shared end closes a series here.
-    on_start, on_end : callable, optional
-        Called with each :class:`Start` / :class:`End` this client receives.
-    security : StreamSecurity, optional
-        Its ``allow_from``: the detector addresses ZAP accepts (no CURVE here).
-    deliver, partition_frames, memory_bytes, max_scans, idle_timeout, rcvhwm, on_close, context
-        As for :class:`~streams.protocols.native.receiver.Receiver`.
+    ``channel``: the one kept (default the first); ``scan_shape``: default the start's
+    ``user_data["scan_shape"]``, else ``(1, number_of_images)``; ``held_bytes``: memory
+    for messages held before their start (default ``memory_bytes // 4``), a full hold
+    stopping reads with ``shared_starts``; ``max_array_bytes``: one message's decoded
+    arrays (default ``memory_bytes``, at most :data:`.bounds.MAX_ARRAY_BYTES`);
+    ``decode_threads``: threads decoding a batch's payloads (0: this thread);
+    ``apply_pixel_mask``: zero the pixels the start's mask marks; ``shared_grace``:
+    seconds without images before a shared end closes a series; ``on_start``/``on_end``:
+    called with each start or end received here; ``security``: its ``allow_from``, the
+    detector addresses ZAP accepts. The rest as for
+    :class:`~streams.protocols.native.receiver.Receiver`.
     """
 
     def __init__(self, deliver: Callable[[Partition], Any], endpoint: str, *,

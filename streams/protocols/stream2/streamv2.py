@@ -1,17 +1,9 @@
 """DECTRIS Stream V2 messages: CBOR ``start`` / ``image`` / ``end``, decoded and encoded.
 
-Follows the public specification (``stream_v2/README.md``,
-``cbor/dectris-compression-tag.md`` of github.com/dectris/documentation) and the
-checks of its reference parser ``stream2.c``: one ZeroMQ frame, the self-describe
-tag 55799, a map whose first key is ``type``; tags before scalars skipped, other
-semantic tags not interpreted (:data:`~streams.protocols.stream2.bounds.PLAIN_TAGS`);
-image channels as ``tag 40 [[rows, cols], typed array]`` (RFC 8746), the typed
-array over bytes or ``tag 56500 [algorithm, modifier, bytes]`` (bslz4/lz4).
-
-Every value is bounded before use (:mod:`~streams.protocols.stream2.bounds`):
-integers fit 64 bits, channels are distinct, and a message's typed arrays take at
-most ``max_array_bytes`` in total, charged before decompression (``too_large``).
-Checked against DECTRIS's captured messages (branch ``stream2-test_data``). Image
+DECTRIS's specification (``stream_v2/README.md`` of github.com/dectris/documentation)
+as its reference parser ``stream2.c`` checks it, every value bounded before use
+(:mod:`~streams.protocols.stream2.bounds`; ``docs/stream-protocol.md`` section 8),
+checked against DECTRIS's captured messages (branch ``stream2-test_data``). Image
 payloads stay compressed: :class:`~streams.assemble.Assembler` decodes them
 straight into frame memory.
 """
