@@ -1,11 +1,9 @@
 """``--then``: a program run on a scan's drained results while the job serves the next.
 
-A stage that needs the whole scan (FF-HEDM's indexing after stage 1's peaks)
-starts, on rank 0's node as its own process, once ``OUT/<scan>.h5`` is drained.
-The command is an argv template (no shell) with ``{scan}``, ``{h5}`` and ``{out}``
-filled in; its output goes to ``OUT/<scan>.then.log``; a scan not served is not
-handed on. The job waits for every command at its end; a failed one makes its
-exit status 1. The child runs without the launcher's variables
+An argv template (no shell; ``{scan}``, ``{h5}``, ``{out}`` filled in) run on rank
+0's node once ``OUT/<scan>.h5`` is drained, output in ``OUT/<scan>.then.log``
+(docs/guide/hedm.md, "Live"); the job waits for every command and exits 1 if one
+failed. The child runs without the launcher's variables
 (:func:`core.mpi.launcher.without_launcher`), so a program that starts MPI becomes
 its own job instead of a second rank 0 of this one.
 """

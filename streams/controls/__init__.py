@@ -1,19 +1,12 @@
 """Detector controls: who arms the detector, and how the job learns the scan.
 
-A control is the detector's command interface beside its data stream
-(``--control simplon://DCU[:PORT]``, DECTRIS's SIMPLON REST API;
-``merlin://HOST:6341``), one row of :data:`ROWS` per URL scheme, as the protocols.
-
-active (default)
-    configure what is given before the receivers start; once every receiver is
-    connected arm, read back the series id, call the ``--on-ready`` hook, send the
-    triggers an internal trigger mode needs; disarm at the end or on any failure.
-passive
-    another program arms: read the configuration, from which the scan's image
-    count follows, and call the hook once the receivers wait.
-
-Errors are :class:`ControlError` naming the call and the detector's answer. Only
-rank 0 talks to the detector.
+``--control simplon://DCU[:PORT]`` (DECTRIS's SIMPLON REST API) or
+``merlin://HOST:6341``, one row of :data:`ROWS` per URL scheme. Active (default):
+configure before the receivers start, arm once they are connected, call the
+``--on-ready`` hook, trigger, and disarm at the end or on any failure; passive:
+read what another program armed and call the hook (docs/guide/coming-from-libertem-live.md).
+Errors are :class:`ControlError` naming the call and the answer; only rank 0 talks
+to the detector.
 """
 from __future__ import annotations
 

@@ -1,18 +1,12 @@
 """``stager stream view RV.json``: a web page of a running job, pushed as partial results arrive.
 
-One page per job: every scan's progress (whole and per receiver), every 2-D buffer
-of the analysis as an image, the rejections, and whether the job still runs,
-pushed over a WebSocket (``/ws``); nothing is polled. Security as Jupyter's:
-127.0.0.1 unless told otherwise, and every request must carry the random token of
-the printed URL (else ``403``); the job is read through
-:class:`streams.view.client.LiveJob` with a viewer's certificate.
-
-Built on Tornado (already in the environment through Dask and Jupyter). ZeroMQ is
-read in one thread and each message, encoded once, handed to the event loop; a
-page gets only the latest message of each scan, so a slow browser holds nothing
-back. Images over :data:`MAX_PIXELS` are sent binned. A click on a scan position
-asks for its frame (``{"type": "frame", "scan", "index"}``), fetched through the
-job (:meth:`LiveJob.frame`, one at a time per page) and answered to that page.
+What the page shows and its token security (as Jupyter's) are in
+docs/guide/streaming.md. Built on Tornado (already in the environment through Dask
+and Jupyter); ZeroMQ is read in one thread and each message, encoded once, handed
+to the event loop; a page gets only the latest message of each scan, so a slow
+browser holds nothing back. A click asks for a position's frame
+(``{"type": "frame", "scan", "index"}``), fetched through the job
+(:meth:`LiveJob.frame`, one at a time per page) and answered to that page.
 """
 from __future__ import annotations
 
