@@ -1,14 +1,10 @@
 """Raw-frame orientation: ``ImTransOpt``, the transforms that bring a detector's raw
 frames into the (y, z) frame of the NF forward model (``frame[z, y]``).
 
-MIDAS's NF image processing always flips raw TIFFs in y and z and has no key for
-it (frames it reduces correctly need ``ImTransOpt 1`` and ``2`` here); MIDAS's FF
-programs take ``ImTransOpt`` (one code a line, applied in order: 0 none, 1 flip
-y, 2 flip z, 3 transpose). The same key applies here to each raw frame as read,
-before the background. Default: none (how :mod:`hedm.nfsynth` writes).
-``NrPixelsY``/``NrPixelsZ`` describe the frame after the transforms. A wrong
-orientation does not fail stage 1; stage 2 then places almost nothing and says
-so, naming this key first.
+MIDAS's FF key and codes (0 none, 1 flip y, 2 flip z, 3 transpose, in order),
+applied to each raw frame as read; MIDAS's NF chain always flips y and z, so its
+frames need ``ImTransOpt 1`` and ``2`` (``docs/nf-files.md``, "Frame orientation").
+``NrPixelsY``/``NrPixelsZ`` describe the frame after the transforms.
 """
 from __future__ import annotations
 
