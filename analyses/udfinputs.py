@@ -1,11 +1,7 @@
-"""What a UDF run takes besides the UDFs: a user ROI and LiberTEM corrections.
-
-``--udf-roi``: a boolean scan mask; frames outside never reach the UDFs, as
-``run_udf(..., roi=roi)``. ``--corrections``: ``none``; ``detector`` (the pixel mask
-each scan's start carried, else the detector control's, handed in by
-:meth:`UDFInputs.use_detector`); a pixel-mask file or array; or a
-``CorrectionSet``. The corrections are LiberTEM's own ``CorrectionSet``, applied
-by :mod:`analyses.udf` where LiberTEM applies them, never re-implemented.
+"""What a UDF run takes besides the UDFs: a user ROI and LiberTEM corrections
+(``--udf-roi``, ``--corrections``; ``docs/udf.md``, "A user ROI and corrections"). The
+corrections are LiberTEM's own ``CorrectionSet``, applied by :mod:`analyses.udf` where
+LiberTEM applies them, never re-implemented.
 """
 from __future__ import annotations
 
