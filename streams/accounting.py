@@ -57,7 +57,7 @@ class ScanReport:
     (``ends_uncounted``: Stream V2 ends carry none, ``lost_in_transport`` is then
     None); ``received_data`` data messages naming the scan; ``rejected``,
     ``rejected_unattributed`` (naming no open scan) and ``refused`` connections
-    (:data:`streams.security.REASONS`) by reason while it was open;
+    (``docs/stream-protocol.md`` section 5) by reason while it was open;
     ``duplicates_across`` frames accepted by two receivers (found at merge);
     ``invalid`` why the result cannot be trusted, and ``conflicting`` frame -> sectors
     that came twice with different content (either: not served); ``buffer_bytes``

@@ -1,14 +1,6 @@
-"""What one scan costs a receiving job, checked at its ``begin``. Pure (no numpy arrays made).
-
-Before anything of a scan is allocated, a receiver adds up what it will hold on
-the busiest rank and refuses it (``too_large``) above ``--memory``: two
-``partitions`` of K frames; the ``accounting`` per frame and sector (got bit,
-first copy's digest) and per frame; the ``analysis``'s state of the scan
-(:meth:`analyses.contract.Analysis.scan_bytes`) times :data:`STATE_COPIES` (the
-partial, the live delta, rank 0's copy, the merged result, its images, the HDF5
-file in memory). With ``--max-open-scans`` this bounds a receiving rank at about
-``max_open_scans x --memory`` plus the ZeroMQ queues, whatever producers announce.
-"""
+"""What one scan costs a receiving job, checked at its ``begin`` before anything is allocated
+(``too_large`` above ``--memory``; ``docs/stream-protocol.md`` section 5 gives the sum).
+Pure (no numpy arrays made)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

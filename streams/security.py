@@ -1,17 +1,17 @@
 """Who may write into a receiving job: CURVE keys, ZAP, refusals counted.
 
-Native sockets use ZeroMQ's CURVE (RFC 26) and ZAP (RFC 27: libzmq asks a handler
-on ``inproc://zeromq.zap.01`` about every connection). Rank 0 makes the server key
-pair (memory only) and the job's **token** (every native ``begin`` carries it).
+Native sockets use ZeroMQ's CURVE (RFC 26) and ZAP (RFC 27: libzmq asks a handler on
+``inproc://zeromq.zap.01`` about every connection). Rank 0 makes the server key pair
+(memory only) and the job's **token** (every native ``begin`` carries it).
 **Producers** may use the data and live sockets, **viewers** only the live one, so
-whoever may watch cannot write frames; each role's certificate is written beside
-the rendezvous file (mode 0600) unless ``--authorized-keys DIR`` (and
-``DIR/viewers/``) names the keys. Every refused attempt is counted by reason
-(:data:`REASONS`): by :class:`ZapHandler`, or :class:`HandshakeMonitor` for what
-fails before ZAP; refused peers' messages never reach the assembler. Stream V2
-detectors speak plain ZeroMQ: ZAP accepts only ``--allow-from`` addresses.
-``--insecure`` keeps plain sockets and the report says so
-(``docs/stream-protocol.md``, section 2).
+whoever may watch cannot write frames; each role's certificate is written beside the
+rendezvous file (mode 0600) unless ``--authorized-keys DIR`` (and ``DIR/viewers/``)
+names the keys. Every refused attempt is counted by reason
+(``docs/stream-protocol.md`` section 5, "Refused connections"): by
+:class:`ZapHandler`, or :class:`HandshakeMonitor` for what fails before ZAP; refused
+peers' messages never reach the assembler. Stream V2 detectors speak plain ZeroMQ: ZAP
+accepts only ``--allow-from`` addresses. ``--insecure`` keeps plain sockets and the
+report says so (``docs/stream-protocol.md``, section 2).
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from typing import Any, Deque, Dict, FrozenSet, List, Optional, Tuple
 from core.trusted import Untrusted, check_trusted, check_tree
 from streams.errors import StreamError
 
-__all__ = ["StreamSecurity", "ZapHandler", "HandshakeMonitor", "REASONS", "zap_handler",
+__all__ = ["StreamSecurity", "ZapHandler", "HandshakeMonitor", "zap_handler",
            "client_certificate_path", "write_client_certificate", "load_client_certificate",
            "load_authorized_keys", "check_authorized_keys", "refusal_address",
            "refusals_line", "new_token", "DOMAIN_DATA", "DOMAIN_LIVE", "DOMAIN_STREAM2",
@@ -44,23 +44,6 @@ _FROM = re.compile(r" from ([^\s,]+)")
 DOMAIN_DATA = "mpistage-stream"
 DOMAIN_LIVE = "mpistage-live"
 DOMAIN_STREAM2 = "mpistage-stream2"
-
-#: Why a connection attempt was refused (names in reports and ``stager stream watch``).
-REASONS = {
-    "not_curve": "the client did not use CURVE (a plain ZeroMQ peer, or no client "
-                 "certificate): give it the client certificate named in the rendezvous file",
-    "bad_handshake": "the CURVE handshake failed (the client used another server key: "
-                     "a rendezvous file of an earlier job?)",
-    "unauthorised_key": "the client's CURVE key is not authorised (not the job's client "
-                        "certificate, not in --authorized-keys)",
-    "address_not_allowed": "the peer's address is not in --allow-from",
-    "handshake_timeout": "a TCP connection that did not complete the ZeroMQ handshake "
-                         "in time (sent nothing, or not ZeroMQ)",
-    "handshake_aborted": "the peer hung up during the handshake (broken pipe, reset): "
-                         "often the same attempt as a refusal above, counted again when "
-                         "the peer left before the refusal reached it",
-    "handshake_failed": "the ZeroMQ handshake failed for another reason",
-}
 
 #: What refused a connection, in the job's summary line ("37 connections from ... refused by").
 REFUSED_BY = {"address_not_allowed": "by --allow-from", "unauthorised_key": "(key not authorised)",
