@@ -1,9 +1,6 @@
-"""The keys of an NF-HEDM layer's one parameter file, for both stages.
-
-Stage 1 (:mod:`hedm.nf`, :data:`REDUCE_SCHEMA`) and stage 2 (:mod:`hedm.nffit`,
-:data:`FIT_SCHEMA`) read the same file, each checking its own keys and accepting
-the other's and MIDAS's; both schemas live here so neither stage imports the other.
-"""
+"""The keys of an NF-HEDM layer's one parameter file (``docs/nf-files.md``): stage 1's
+:data:`REDUCE_SCHEMA` and stage 2's :data:`FIT_SCHEMA` live here so neither stage
+imports the other."""
 from __future__ import annotations
 
 from typing import Any, Dict

@@ -1,16 +1,10 @@
 """HEDM parameter files: MIDAS-like ``Key value`` lines, overridden by CLI flags, parsed strictly.
 
-One parameter a line, as MIDAS reads them (``InputPattern stem_%06d.tif``,
-``NrPixelsY 512``, ...); ``#`` starts a comment. An unknown key (with the closest
-known one), a key given twice, a value of the wrong type or out of range is a
-:class:`ParamError` naming ``FILE:LINE``, so a typo never runs with a default.
-
-As in MIDAS, one file serves every stage of a layer: each stage (``hedm.nf``,
-``hedm.nffit``) parses its own keys strictly and skips the ``foreign`` keys it is
-told about (the other stage's and :data:`MIDAS_NF_KEYS`). Precedence: a flag
-``--Key VALUE`` > the file > the schema's default; the schema is data
-(:class:`Param`). Hand-written rather than ``configparser``: no sections, no
-``=``, and errors must name the line.
+An unknown key (with the closest known one), a key given twice, a value of the wrong
+type or out of range is a :class:`ParamError` naming ``FILE:LINE``, so a typo never runs
+with a default; each stage skips the ``foreign`` keys others own (``docs/nf-files.md``,
+"The layer's parameter file"). Precedence: ``--Key VALUE`` > the file > the schema's
+default (:class:`Param` rows). Hand-written: MIDAS files have no sections and no ``=``.
 """
 
 from __future__ import annotations
