@@ -1,23 +1,9 @@
 """``make demo``: the whole NF-HEDM chain, raw frames to a microstructure map, on one machine.
 
-1. **ground truth and raw frames**: :func:`hedm.nfsynth.make_layer` writes a
-   Voronoi layer, its binary images, raw TIFF frames, the parameter file, the
-   grid and seeds to ``OUT/dataset/nf`` (reused when the settings match);
-2. **compile** the numba kernels once into a node-local cache
-   (:func:`kernels.numba_cache.warm_cache`);
-3. **stage 1**: ``mpirun ... python -m workflows run hedm/nf.py --stage
-   hedm/hooks/nf.hook``: frames staged, reduced, drained to ``OUT/reduced``;
-   ``stager clean``;
-4. **stage 2**: ``hedm/nffit.py`` with its hook fits orientations per block of
-   grid rows into ``OUT/nf_map.{h5,mic,png}``; with ``--seeds ff``
-   (``make demo-ff-nf``) FF-HEDM runs between the stages and gives the seeds
-   (:mod:`hedm.demo_ff`);
-5. **report** to ``OUT/demo_report.txt``/``.json``: per phase the wall time, the
-   images and the map against the truth; ``--record-phases DIR`` also writes
-   ``DIR/demo_phases.*``.
-
-Size: :mod:`hedm.nfsynth`'s demo geometry (MIDAS's gold example scaled down);
-``--frames``, ``--rsample`` and ``--grains`` scale it further.
+The steps (ground truth and raw frames, kernels compiled into a node-local cache,
+stage 1, stage 2, the report against the truth) are docs/guide/hedm.md's "The main
+job"; each stage is one staged workflow job (:func:`_job`) then ``stager clean``.
+``--seeds ff`` runs FF-HEDM between the stages (:mod:`hedm.demo_ff`).
 """
 from __future__ import annotations
 

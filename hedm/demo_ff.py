@@ -1,19 +1,10 @@
 """``make demo-ff-nf``: FF-HEDM's grains seed the NF demo's fit (``hedm.demo --seeds ff``).
 
-Between the NF demo's two stages (:mod:`hedm.demo`) the layer is also seen by a
-far-field detector, and NF stage 2 fits with the grains FF finds:
-
-1. **FF sweep**: :func:`hedm.ffsynth.make_sweep` renders the layer's grains into
-   raw FF frames under ``OUT/dataset/ff``;
-2. **FF stage 1**: ``hedm/ff.py`` (peaks), drained to ``OUT/ff``; ``stager clean``;
-3. **FF stage 2**: ``hedm/ffgrains.py`` (indexing, refinement), ``Grains.csv``
-   drained to ``OUT/ff``; ``stager clean``;
-4. **seeds**: FF's orientations as the layer's ``SeedOrientations``
-   (:func:`hedm.nffit.write_seeds`) in ``OUT/dataset/nf-ffseeds`` with ``nf.params``
-   and ``grid.txt``, what ``hedm/hooks/nffit.hook`` stages.
-
-FF's grains and the map are scored against the truth, and FF's phases recorded
-beside NF's (``--record-phases``).
+Between NF's stages (docs/guide/hedm.md): the layer's grains rendered into raw FF
+frames (:func:`hedm.ffsynth.make_sweep`), FF stage 1 and stage 2 each staged, drained
+and cleaned, and FF's orientations written as the layer's ``SeedOrientations``
+(:func:`hedm.nffit.write_seeds`) beside ``nf.params`` and ``grid.txt`` in
+``OUT/dataset/nf-ffseeds``; FF's grains are scored against the truth.
 """
 from __future__ import annotations
 
@@ -46,7 +37,7 @@ def _seeded_layer(layer: str, folder: str, u) -> str:
 
 def ff_seeds(layer: Dict[str, Any], out: str, args: Any, env: Dict[str, str], log: str,
              job: Callable[..., Dict[str, Any]]) -> Dict[str, Any]:
-    """Steps 1-4 of the module docstring with ``job`` (``hedm.demo``'s); returns the
+    """The module docstring's steps with ``job`` (``hedm.demo``'s); returns the
     seeded layer's folder, the wall times and FF's grains against the truth.
     SystemExit when a job fails or FF finds no grain."""
     import numpy as np
