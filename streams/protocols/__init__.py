@@ -21,11 +21,8 @@ __all__ = ["StreamProtocol", "ProtocolOption", "ROWS", "register", "protocol", "
            "options", "connect_from", "write_rendezvous_json"]
 
 
-#: One option of a protocol or of the detector controls (:class:`core.options.Option`:
-#: keyword name, default, strict parser, ``STAGER_STREAM_<NAME>``, its ``stager stream
-#: receive`` flag). The job resolves the chosen protocol's options like its own (keyword >
-#: environment > default, on rank 0) into ``SessionOptions.protocol_options``, which the
-#: protocol reads (:meth:`StreamProtocol.socket`).
+#: One option of a protocol or of the detector controls, resolved like the job's own into
+#: ``SessionOptions.protocol_options`` (:class:`core.options.Option`).
 ProtocolOption = Option
 
 
