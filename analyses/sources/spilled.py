@@ -1,11 +1,5 @@
-"""The ``spill`` source: the partition files a receiving job spilled (``--spill``).
-
-Partition file layout (written by :mod:`streams.job.spill`): ``/frames`` (k, rows,
-cols) in the scan's dtype (missing sectors zero), ``/frame_index`` (k,) int64,
-``/complete`` (k,) bool, ``/sectors`` (k, S) bool; root attributes ``scan``,
-``receiver``, ``partition``, ``scan_shape``, ``frames`` (of the whole scan),
-``sectors``, ``dtype``.
-"""
+"""The ``spill`` source: the partition files a receiving job spilled (``--spill``), laid out
+as :mod:`streams.job.spill` writes them (``docs/stream-protocol.md`` section 10, "Spill")."""
 from __future__ import annotations
 
 import glob
