@@ -1,11 +1,7 @@
-"""A scan's ``/detector`` group from a Stream V2 ``start`` message (or another protocol's
-header made one, e.g. Merlin's), after NeXus NXmx / NXdetector.
-
-The kept channel's ``pixel_mask`` and ``flatfield``, the count-rate table, the
-``*_enabled`` flags as ``*_applied``, energies, sensor, pixel size, beam centre,
-times, ``<channel>_channel/`` groups (NXdetector_channel) and the attribute
-``pixel_mask_applied_by_receiver``; :func:`write_detector` is handed to
-:func:`analyses.output.write_scan` by the protocol's ``detector_metadata``.
+"""A scan's ``/detector`` group (NeXus NXmx / NXdetector names; ``docs/stream-protocol.md``
+section 10) from a Stream V2 ``start`` message or another protocol's header made one
+(Merlin's): :func:`write_detector`, handed to :func:`analyses.output.write_scan` by the
+protocol's ``detector_metadata``.
 """
 from __future__ import annotations
 
