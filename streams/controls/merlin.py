@@ -1,11 +1,8 @@
 """Quantum Detectors Merlin control port (6341): ``SET`` / ``GET`` / ``CMD`` over MPX framing.
 
-``--control merlin://HOST[:6341]``. A request is ``MPX,`` + ten digits (length +
-1) + ``,SET,NAME,VALUE`` / ``GET,NAME,0`` / ``CMD,NAME,0``; the answer ends with a
-status (0 OK, 1 busy, 2 unrecognised, 3 out of range; LiberTEM-live's
-``MerlinControl``). Active: ``SET NUMFRAMESTOACQUIRE`` and the rest before the
-receivers start, then ``CMD STARTACQUISITION``, the hook, ``CMD SOFTTRIGGER``;
-``CMD STOPACQUISITION`` at the end. Passive: the hook only.
+``--control merlin://HOST[:6341]``; the requests, statuses and the active/passive
+sequence are ``docs/stream-protocol.md`` section 12's ("Control"), as LiberTEM-live's
+``MerlinControl`` sends them.
 """
 from __future__ import annotations
 
