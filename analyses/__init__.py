@@ -1,10 +1,8 @@
 """Analyses of scans, live and offline: one contract, its sources, its output, its runner.
 
-An analysis (:class:`Analysis`, after LiberTEM's UDFs) is a few hooks on partitions of
-K frames that never sees sockets, nodes or executors: the same one runs on a live stream
-(:mod:`streams`) and on files (:mod:`analyses.sources`, :mod:`analyses.runner`), and ends
-in the same ``<scan>.h5`` (:func:`analyses.output.finish`). Importing this package loads
-nothing but this file: the names below are resolved on first use.
+An analysis (:class:`Analysis`, after LiberTEM's UDFs) never sees sockets, nodes or
+executors: the same one runs on a stream (:mod:`streams`) and on files
+(:mod:`analyses.runner`) into the same ``<scan>.h5``. Names load on first use.
 """
 from __future__ import annotations
 

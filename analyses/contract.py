@@ -4,36 +4,24 @@ After LiberTEM's UDFs, an analysis is a few hooks and never sees sockets, nodes
 or executors:
 
 ``prepare(geometry)``
-    once per scan on every rank that processes partitions (masks, dark frames);
+    once per scan on every rank that processes partitions;
 ``samples(geometry)`` / ``use_samples(frames)``
-    offline only: frames to see before any partition (thresholds sampled from
-    the scan), read by the library, turned into parameters for every worker;
+    offline only: frames to see before any partition, turned into parameters;
 ``process_partition(frames, positions, complete) -> partial``
-    K consecutive frames ``(k, rows, cols)``, their scan positions (flat frame
-    indices f; the position is ``divmod(f, nx)``) and which of them are complete;
+    K consecutive frames, their flat scan positions and which are complete;
 ``merge(a, b) -> partial``
-    associative: the receiving job merges per node, then in a tree across nodes
-    (lower rank first); the staged path merges with ``workflows.reduce_tree``;
+    associative: per node, then in a tree across nodes (lower rank first);
 ``live(partial)`` / ``images(partial, geometry)``
-    what is worth publishing while the scan runs (default: the partial without its
-    per-frame ragged arrays) and the scan-shaped images made of it;
-``write(h5, partial, geometry)``
-    the final datasets, written once into the scan's HDF5 file;
-``write_files(folder, partial, geometry)``
-    files only the application makes (a CSV, a figure, another program's input),
-    written beside ``<scan>.h5`` after it (default: none), named as ``files`` says;
+    what to publish while the scan runs, and the scan-shaped images of it;
+``write(h5, partial, geometry)`` / ``write_files(folder, partial, geometry)``
+    the final datasets, and files beside ``<scan>.h5`` (named by ``files``);
 ``problem(partial, geometry)``
-    why that result is of no use ("" if it is): the run then fails, never exit 0.
+    why the result is of no use ("" if it is): the run then fails.
 
-Partials are usually :class:`PerFrame` values: per-frame columns (a number or a
-small vector per frame) and ragged per-frame arrays (electron events), kept as
-chunks, so ``merge`` is a concatenation of chunk lists -- associative, cheap, and
-order-free once expanded over the scan grid (every frame is in exactly one chunk).
-
-:class:`FrameSum` is the one analysis the library ships: the per-frame pixel sum
-(``/sum_image``), the minimum anyone needs to see that data arrived. Application
-analyses live in application packages (``stem4d``) and are loaded by name with
-:func:`analyses.loading.load_analysis` (``pkg.module:NAME`` or ``path/flow.py[:NAME]``).
+Partials are usually :class:`PerFrame`: per-frame columns and ragged per-frame
+arrays kept as chunks, so ``merge`` concatenates chunk lists. :class:`FrameSum`
+(``/sum_image``) is the one analysis shipped here; applications' are loaded by
+name (:func:`analyses.loading.load_analysis`).
 """
 from __future__ import annotations
 
@@ -122,13 +110,8 @@ class PerFrame:
 
 
 class Analysis:
-    """Base class of analyses (see the module docstring). Override the hooks.
-
-    The defaults make a :class:`PerFrame` analysis: ``merge`` concatenates,
-    ``live`` drops ragged arrays, ``images`` turns every scalar column into a
-    scan-shaped image named ``<column>_image`` and ``write`` writes those images
-    at the root of the file.
-    """
+    """Base class of analyses (see the module docstring); the defaults make a
+    :class:`PerFrame` analysis whose scalar columns become ``<column>_image``."""
 
     #: Short name (reports, live messages).
     name = "analysis"
@@ -159,13 +142,11 @@ class Analysis:
         """Called once per scan on every rank that processes its partitions."""
 
     def samples(self, geometry: ScanGeometry) -> Optional[np.ndarray]:
-        """Flat frame indices this analysis must see before any partition, or None.
+        """Flat frame indices to see before any partition, or None.
 
-        Offline, the library reads those frames from the source before any task and
-        gives them to :meth:`use_samples` (stem4d's thresholds sampled from the scan,
-        as stempy does); the parameters it returns travel to every worker with the
-        others. A stream has no such first pass: there the analysis takes what it
-        needs from its parameters, and ``prepare`` says what to give.
+        Offline, the library reads them and gives them to :meth:`use_samples` (stem4d's
+        sampled thresholds, as stempy does); a stream has no first pass, so there the
+        analysis takes what it needs from its parameters.
         """
         return None
 
@@ -181,11 +162,8 @@ class Analysis:
         return a.merge(b)
 
     def problem(self, partial: Any, geometry: ScanGeometry) -> str:
-        """Why the merged result, written as it is, is of no use (e.g. no spot at all), or "".
-
-        A receiving job then marks the scan's result invalid (not served, exit 1); the
-        offline flow fails after writing. The file is kept for inspection either way.
-        """
+        """Why the merged result is of no use (e.g. no spot at all), or "": a receiving job
+        then marks the scan invalid (exit 1), the offline flow fails after writing."""
         return ""
 
     def empty(self) -> Any:
@@ -206,10 +184,8 @@ class Analysis:
 
     def live_images(self, partial: Any, geometry: ScanGeometry
                     ) -> Tuple[Dict[str, np.ndarray], Optional[Dict[str, Any]]]:
-        """What a live message carries for viewers (not the file): the images, and a
-        description for the header or None. Default: :meth:`images`, None. An
-        application adds what only a viewer needs (NF: spot pixels per distance; a
-        LiberTEM UDF: every buffer, described)."""
+        """What a live message carries for viewers: the images and a header description
+        (default :meth:`images`, None); an application adds what only a viewer needs."""
         return self.images(partial, geometry), None
 
     def columns(self) -> Tuple[str, ...]:
@@ -217,11 +193,9 @@ class Analysis:
         return ()
 
     def scan_bytes(self, geometry: ScanGeometry) -> int:
-        """Bytes of this analysis's state of a whole scan (checked at ``begin`` against
-        ``--memory``, :func:`streams.bounds.scan_cost`). Default: a :class:`PerFrame`
-        of the scalar :meth:`columns` -- per frame its index (8), ``complete`` (1) and
-        8 per column. Override when the state holds more (vectors, ragged arrays,
-        images of the detector's size)."""
+        """Bytes of this analysis's state of a whole scan, checked at ``begin`` against
+        ``--memory`` (:func:`streams.bounds.scan_cost`); default a :class:`PerFrame` of the
+        scalar :meth:`columns` (17 bytes a frame and 8 a column). Override for more."""
         return geometry.frames * (9 + 8 * max(1, len(self.columns())))
 
     def write(self, h5: Any, partial: Any, geometry: ScanGeometry) -> None:

@@ -1,10 +1,6 @@
-"""Errors of the analyses: one hierarchy under the project's root (core.errors).
-
-An analysis that cannot run (a bad name, options it refuses, inputs it cannot
-read), a source it cannot read, and a scan geometry that breaks the rules every
-analysis relies on (:class:`GeometryError`: a receiving job rejects such a
-``begin`` as ``malformed_header``).
-"""
+"""Errors of the analyses: one hierarchy under the project's root (core.errors): an
+analysis or source that cannot be used, and a :class:`GeometryError` (a receiving
+job rejects such a ``begin`` as ``malformed_header``)."""
 from __future__ import annotations
 
 from core.errors import MpistageError, Refused

@@ -1,11 +1,9 @@
 """The scan geometry every analysis sees, and its checks.
 
-A scan is ``frames`` frames of ``shape`` pixels of one ``dtype`` on a ``scan_shape``
-grid, sent by ``producers`` in ``sectors`` row bands each; its name names files.
-A stream's ``begin`` announces it (``docs/stream-protocol.md``), a file source
-reads it from the file: either way :class:`ScanGeometry` checks every field, and a
-value that breaks a rule is a :class:`~analyses.errors.GeometryError` whose
-``reason`` (``malformed_header``) is how a receiving job rejects it. Pure: no numpy.
+A stream's ``begin`` announces it, a file source reads it; either way
+:class:`ScanGeometry` checks every field, and a value that breaks a rule is a
+:class:`~analyses.errors.GeometryError` whose ``reason`` is how a receiving job
+rejects it. Pure: no numpy.
 """
 from __future__ import annotations
 
@@ -35,22 +33,11 @@ _DTYPE_RE = re.compile(r"(?:[<>|]?[ui]1|[<>](?:[ui][248]|f[48]))\Z")
 class ScanGeometry:
     """What every ``begin`` of one scan must agree on.
 
-    Attributes
-    ----------
-    scan : str
-        Scan name (letters, digits, ``._-``; at most 128; starts alnum): it names files.
-    producers : int
-        Number of producers P; each sends ``begin`` and ``end`` to every receiver.
-    frames : int
-        Frames in the whole scan (over all receivers); equals ``ny * nx``.
-    sectors : int
-        Sectors per frame; sector s holds rows ``sector_rows(rows, sectors, s)``.
-    shape : (int, int)
-        Rows and columns of one whole frame.
-    dtype : str
-        numpy type string of one pixel (``"<u2"``, ``"|u1"``, ``"<f4"``, ...).
-    scan_shape : (int, int)
-        (ny, nx); frame f is scan position (f // nx, f % nx).
+    ``scan`` names files (letters, digits, ``._-``, at most 128, starting alnum);
+    ``producers`` P each send ``begin`` and ``end`` to every receiver; ``frames`` (all
+    receivers') equals ``ny * nx`` of ``scan_shape``, frame f at ``divmod(f, nx)``;
+    ``sectors`` row bands per frame (:func:`sector_rows`); ``shape`` (rows, cols) and
+    ``dtype`` (a numpy type string) of one frame.
     """
 
     scan: str

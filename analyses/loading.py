@@ -58,22 +58,10 @@ def load_analysis(spec: Optional[str], options: Any = None, *, roi: Any = None,
                   corrections: Any = None) -> Analysis:
     """The analysis named by ``spec``; :class:`FrameSum` when ``spec`` is None.
 
-    Parameters
-    ----------
-    spec : str, optional
-        ``pkg.module:NAME``, ``pkg.module`` (its ``ANALYSIS``), ``path/flow.py`` or
-        ``path/flow.py:NAME``; ``udf:MODULE:CLASS`` for LiberTEM UDFs
-        (:mod:`analyses.udf`). ``NAME`` is an :class:`Analysis` instance, or a
-        callable (a class) returning one, called with ``options`` as keywords.
-    options : dict, optional
-    roi, corrections : optional
-        ``--udf-roi`` and ``--corrections`` of a ``udf:`` analysis
-        (:func:`analyses.udf.load_udf_analysis`); refused for any other.
-
-    Raises
-    ------
-    AnalysisError
-        The module, file or name does not exist, or is not an analysis.
+    ``spec``: ``pkg.module[:NAME]`` (default name ``ANALYSIS``), ``path/flow.py[:NAME]``
+    or ``udf:MODULE:CLASS`` (:mod:`analyses.udf`); ``NAME`` is an :class:`Analysis` or a
+    callable returning one, called with ``options``. ``roi`` and ``corrections`` are a
+    ``udf:`` analysis's only. AnalysisError when it does not exist or is no analysis.
     """
     if spec is not None and spec.startswith("udf:"):
         # LiberTEM UDFs: options are their keyword arguments (a list for several UDFs)

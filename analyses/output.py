@@ -1,28 +1,11 @@
 """``<scan>.h5``: what an analysis of a scan leaves, live or offline, and the one finish.
 
-``<scan>.h5`` holds the analysis's datasets (:meth:`Analysis.write`) plus what the
-run knows about every scan position (its :class:`Coverage`):
-
-``/frames_complete``
-    bool (ny, nx): every sector of the frame arrived (a stream's loss accounting;
-    from files: the frame was read);
-``/frames_received``
-    bool (ny, nx): at least one sector arrived (complete or incomplete);
-
-``/detector`` (a stream's, where its protocol knows the detector)
-    what the stream said of the detector, written by the protocol (Stream V2's
-    NXdetector group: :mod:`streams.protocols.stream2.nxdetector`);
-
-and root attributes ``scan``, ``frames``, ``scan_shape``, ``frame_shape``,
-``dtype``, ``sectors``, ``producers``, ``ok``, ``ended_by``, ``analysis``,
-``loss_fraction`` and ``written_by`` (``mpistage``: :mod:`core.outputs` tells the
-project's results from other files by it). The file is built in memory
-(``driver='core'``) and written to a temporary name then renamed: it appears whole, once.
-
-
-:func:`finish` is the one end of an analysis of a scan, live (``stager stream
-receive``) and offline (:mod:`analyses.runner`): the merged partial compacted, the
-analysis's ``problem``, ``<scan>.h5``, then the analysis's own files beside it.
+Besides the analysis's datasets (:meth:`Analysis.write`), ``<scan>.h5`` holds its
+:class:`Coverage` (``/frames_complete``, ``/frames_received``, root attributes:
+``docs/stream-protocol.md`` section 10), a stream's ``/detector`` group where its
+protocol knows one, and ``written_by`` (:mod:`core.outputs` tells the project's
+results by it). Built in memory, written to a temporary name and renamed.
+:func:`finish` is the one end of an analysis of a scan, live and offline.
 """
 from __future__ import annotations
 
@@ -92,11 +75,8 @@ def finish(analysis: Analysis, partial: Any, geometry: ScanGeometry, h5: str,
 
 def write_scan(path: str, analysis: Analysis, partial: Any, g: ScanGeometry, coverage: Coverage,
                detector: Optional[Callable[[Any], None]] = None) -> int:
-    """Write ``<scan>.h5`` at ``path`` (atomically); return its size in bytes.
-
-    ``detector``: a stream protocol's writer of the ``/detector`` group, called with
-    the new group (:meth:`streams.protocols.StreamProtocol.detector_metadata`).
-    """
+    """Write ``<scan>.h5`` at ``path`` (atomically); its size in bytes. ``detector``
+    writes the ``/detector`` group (a protocol's ``detector_metadata``)."""
     import h5py
 
     with h5py.File(f"scan-{g.scan}", "w", driver="core", backing_store=False) as f:

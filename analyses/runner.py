@@ -1,27 +1,15 @@
 """Any stream analysis on files: the offline twin of ``stager stream receive``.
 
-The analysis a receiving job runs on a live stream (``--analysis SPEC``, ``--set``)
-runs here on files (:mod:`analyses.sources`: a staged dataset, spilled partitions,
-detector frame files) by :func:`run_analysis`, the one runner of an analysis on files
-(``stem4d/flow.py``, ``hedm/ff.py``, ``hedm/nf.py``): one task per partition of K
-frames, placed on the node holding a scattered partition (:func:`place`); the ordered
-tree merge with the analysis's ``merge``; one task that writes ``<scan>.h5`` in the
-stream's layout (:func:`analyses.output.finish`), then ``write_files``::
-
-    python -m workflows run analyses.runner --out OUT -- \\
-        --frames scan.h5:/frames --analysis udf:libertem.udf.sum:SumUDF
-    mpirun -n 4 python -m workflows run analyses.runner --emulate-nodes 2 \\
-        --out OUT -- --spilled '/dev/shm/sp/%n' --scan s1 \\
-        --analysis udf:mymodule:MyUDF --analysis-params '{"radius": 4}'
-
-``--valid FILE.h5:/mask`` (bool, scan-shaped) marks frames as missing where it
-is False: the analysis sees only the others, as on a stream that lost them.
-``--udf-roi FILE.npy`` and ``--corrections MASK`` are those of ``stager stream
-receive`` for ``udf:`` analyses (a file has no detector start message: give the
-pixel mask the receiving job kept, ``OUT/SCAN.h5:/detector/pixel_mask``).
-A result the analysis finds of no use (``Analysis.problem``) fails the run after
-writing. ``%n`` in a path or in a string parameter is this node's name, resolved
-where the task runs.
+:func:`run_analysis` is the one runner of an analysis on files
+(:mod:`analyses.sources`; ``stem4d/flow.py``, ``hedm/ff.py``, ``hedm/nf.py``): one
+task per partition of K frames, placed on the node holding it (:func:`place`), the
+ordered tree merge, one task writing ``<scan>.h5`` (:func:`analyses.output.finish`).
+``python -m workflows run analyses.runner --out OUT -- --frames FILE.h5:/DATASET`` (or
+``--spilled DIR --scan NAME``) takes the receiving job's ``--analysis`` options.
+``--valid FILE.h5:/mask`` marks frames missing where False, as on a lossy stream;
+``--udf-roi`` and ``--corrections`` are ``stager stream receive``'s. A result of
+no use (``Analysis.problem``) fails the run after writing. ``%n`` in a path or a
+string parameter is the node's name where the task runs.
 """
 from __future__ import annotations
 
@@ -174,21 +162,16 @@ def run_analysis(spec: Optional[str], params: Any, refs: Sequence[Any], geometry
                  path: str, valid: Optional[Tuple[str, str]] = None,
                  hard: bool = False, after: Any = None, overwrite: bool = False,
                  files: Sequence[str] = ()) -> Run:
-    """Run the analysis ``spec`` (options ``params``, whose strings may hold ``%n``; ``spec``
-    may be ``(spec, roi, corrections)`` for a ``udf:`` analysis) over
-    ``refs`` (:class:`analyses.sources.PartitionRef`) of a scan of ``geometry``; write
-    ``path``. One task per ref (on ``ref.node`` if set: softly, or only there if
-    ``hard``; after the futures ``after``), the ordered tree merge, one :func:`write`
-    (``path`` and, beside it, the analysis's ``files``: :attr:`Analysis.files`).
-    Returns at once; ``Run.written.result()`` is ``{"node", "h5", "bytes", "files",
-    "frames", "problem"}``: the caller decides how a ``problem`` fails its run.
+    """Run the analysis ``spec`` (``params`` may hold ``%n``; ``(spec, roi, corrections)``
+    for ``udf:``) over ``refs`` of a scan of ``geometry`` into ``path``.
 
-    Raises
-    ------
-    core.errors.OutputError
-        Before any task: ``path`` (or a file of ``files``) is one of the frame files or
-        the ``valid`` file, or inside an input directory, or exists and was not written
-        by this project (without ``overwrite``; :func:`core.outputs.check_outputs`)."""
+    One task per ref (on ``ref.node``: softly, or only there with ``hard``; after
+    ``after``), the ordered tree merge, one :func:`write`. Returns at once;
+    ``Run.written.result()`` is ``{"node", "h5", "bytes", "files", "frames",
+    "problem"}``. Raises core.errors.OutputError before any task when an output would
+    overwrite an input or a file this project did not write
+    (:func:`core.outputs.check_outputs`).
+    """
     from core.outputs import check_outputs
     from analyses.sources import frame_files
 
@@ -205,16 +188,9 @@ def run_analysis(spec: Optional[str], params: Any, refs: Sequence[Any], geometry
 
 
 def place(refs: Sequence[Any], args: Any) -> List[Any]:
-    """``refs`` placed where the run's stage (``args.stage_report``) put their files: on
-    the node holding a scattered file, and a dataset a ``scatter ... h5`` block spread
-    in frame ranges read from each node's range (:mod:`analyses.sources.staged`).
-
-    Raises
-    ------
-    FlowError
-        A scattered file holds frames of several partitions (a scatter block spreads
-        whole files: give one file per frame, or scatter the dataset as ``h5``).
-    """
+    """``refs`` placed where the stage (``args.stage_report``) put their files: on the node
+    holding a scattered file, or a ``scatter ... h5`` frame range. FlowError when one
+    scattered file holds frames of several partitions."""
     w = _staged(args)
     if w is None:
         return list(refs)

@@ -1,12 +1,11 @@
 """Frames as CSR: a partition of a sparse (event) detector, kept sparse up to the analysis.
 
-A :class:`CSRFrames` is k frames as one CSR matrix of k rows (``indptr``, flat pixel
-``indices`` ``row * cols + col``, ``values``). It stands where a partition's dense
-``(k, rows, cols)`` array stands: ``len``, ``shape``, ``dtype``, ``nbytes``, ``copy``,
-``frames[i]`` (one dense frame: a viewer's frame pick), ``np.asarray(frames)`` (all of
-them dense: a spill file). An analysis that computes on CSR says so (its ``sparse``
-attribute); every other one gets dense frames from :func:`frames_for`, the one place a
-sparse partition is densified in a job. Pure numpy.
+A :class:`CSRFrames` is k frames as one CSR matrix of k rows (flat pixel indices
+``row * cols + col``) standing where a dense ``(k, rows, cols)`` partition stands
+(``len``, ``shape``, ``dtype``, ``nbytes``, ``copy``, ``frames[i]``,
+``np.asarray``). An analysis that computes on CSR says so (``sparse``); every
+other one gets dense frames from :func:`frames_for`, the one place they are
+densified. Pure numpy.
 """
 from __future__ import annotations
 

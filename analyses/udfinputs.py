@@ -1,14 +1,7 @@
-"""What a UDF run takes besides the UDFs: a user ROI and LiberTEM corrections.
-
-``--udf-roi`` (``roi=``): a boolean scan mask; frames outside it never reach the
-UDFs, as with LiberTEM's ``run_udf(..., roi=roi)``. ``--corrections``
-(``corrections=``): ``none``; ``detector``, the pixel mask each scan's start carried,
-or else the one the detector's control gave (nonzero = excluded, as LiberTEM-live's
-``get_correction_data`` reads it), handed in by :meth:`UDFInputs.use_detector`; a
-pixel-mask file or array; or a LiberTEM ``CorrectionSet`` as it is. The corrections
-themselves are LiberTEM's own ``CorrectionSet`` -- built here, applied by
-:mod:`analyses.udf` where LiberTEM applies them -- never re-implemented. Plain NumPy;
-LiberTEM imported when a set is built.
+"""What a UDF run takes besides the UDFs: a user ROI and LiberTEM corrections
+(``--udf-roi``, ``--corrections``; ``docs/udf.md``, "A user ROI and corrections"). The
+corrections are LiberTEM's own ``CorrectionSet``, applied by :mod:`analyses.udf` where
+LiberTEM applies them, never re-implemented.
 """
 from __future__ import annotations
 
@@ -59,14 +52,8 @@ def read_array(value: Any, what: str) -> np.ndarray:
 
 
 def load_roi(value: Any) -> Optional[np.ndarray]:
-    """A user ROI: a boolean scan mask (``(ny, nx)`` or flat), from an array or a
-    ``FILE.npy`` / ``FILE.h5:/dataset``; integers must be 0/1. None stays None.
-
-    Raises
-    ------
-    UDFError
-        The file does not read, or the values are not a boolean mask.
-    """
+    """A boolean scan mask (``(ny, nx)`` or flat) from an array, ``FILE.npy`` or
+    ``FILE.h5:/dataset`` (integers 0/1); None stays None. UDFError otherwise."""
     if value is None:
         return None
     arr = read_array(value, "--udf-roi")
@@ -82,19 +69,8 @@ def load_roi(value: Any) -> Optional[np.ndarray]:
 
 
 class UDFInputs:
-    """The ROI and corrections of one UDF analysis (``spec`` names it in errors).
-
-    Parameters
-    ----------
-    spec : str
-    roi : array or str, optional
-    corrections : str, array or CorrectionSet, optional
-
-    Raises
-    ------
-    UDFError
-        A file that does not read, a ROI that is not boolean, an unknown word.
-    """
+    """The ROI and corrections of one UDF analysis (``spec`` names it in errors);
+    UDFError for a file that does not read, a non-boolean ROI, an unknown word."""
 
     def __init__(self, spec: str, roi: Any = None, corrections: Any = None) -> None:
         self.spec = spec
@@ -126,12 +102,10 @@ class UDFInputs:
         return self.roi.reshape(-1)
 
     def corrections(self, g: ScanGeometry, strict: bool = True) -> Tuple[Any, Any]:
-        """``(key, CorrectionSet)`` of scan ``g``; ``(None, None)`` without corrections.
+        """``(key, CorrectionSet)`` of scan ``g`` (equal keys: equal sets), or ``(None, None)``.
 
-        ``key`` stands for the set (equal keys: equal sets), for caches. With
-        ``"detector"`` and no mask known for the scan on this rank: an error when
-        ``strict`` (processing), else an empty set (merging and results need only the
-        dtype the corrections imply).
+        With ``"detector"`` and no mask known here: an error when ``strict``, else an
+        empty set (merging needs only the dtype the corrections imply).
         """
         if self.corrections_source is None:
             return None, None

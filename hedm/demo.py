@@ -1,39 +1,9 @@
 """``make demo``: the whole NF-HEDM chain, raw frames to a microstructure map, on one machine.
 
-1. **ground truth and raw frames** -- :func:`hedm.nfsynth.make_layer` writes a
-   layer on the "shared filesystem" (``OUT/dataset/nf``): a Voronoi
-   microstructure, its binary images, raw detector frames rendered from them
-   (stage 1's input, TIFF), the layer's one parameter file, the grid and
-   FF-like seed orientations. A layer made with the same settings is reused;
-2. **compile** -- the numba kernels, stage 1's and stage 2's, are compiled once
-   into a node-local cache (:func:`kernels.numba_cache.warm_cache`; kept
-   between runs), so workers only load them;
-3. **stage 1** -- ``mpirun -n NP python -m workflows run hedm/nf.py --stage
-   hedm/hooks/nf.hook --emulate-nodes K``: the raw frames are staged to every
-   node, reduced (background, spots per frame, ordered tree merge), and the
-   results -- with the bit-packed binary images -- drained to ``OUT/reduced``;
-   ``stager clean`` empties the nodes;
-4. **stage 2** -- ``mpirun ... hedm/nffit.py --stage hedm/hooks/nffit.hook``:
-   exactly the binary images, the parameter file, the grid and the seeds are
-   staged to every node, one task per block of grid rows fits orientations on
-   the node's memory-mapped copy, the blocks merge in order into the map
-   (``OUT/nf_map.{h5,mic,png}``), drained; ``stager clean``;
-   With ``--seeds ff`` (``make demo-ff-nf``), FF-HEDM runs between the two stages on raw
-   FF frames of the same grains -- FF stage 1, indexing and refinement, each staged,
-   drained and cleaned -- and stage 2 fits with FF's grains as its seeds
-   (:mod:`hedm.demo_ff`);
-5. **report** -- printed and written to ``OUT/demo_report.txt`` / ``.json`` (the
-   jobs' output in ``OUT/demo_report.log``):
-   per phase the wall time, stage 1's images against the truth's, and the
-   map's accuracy against the truth (share of grid points within 0.25 deg;
-   the same for points two grid steps inside a grain). ``--record-phases DIR``
-   also writes ``DIR/demo_phases.json`` and ``.md`` (with ``--seeds ff``:
-   ``DIR/demo_ff_nf_phases.*``, FF's phases between NF's stages).
-
-Size: the demo geometry of :mod:`hedm.nfsynth` (MIDAS's gold example scaled
-down: 2 distances x 360 frames of 512 x 288 px, 1 deg; 15 grains in a 50 um
-disk, 2,886 grid points). ``--frames``, ``--rsample`` and ``--grains`` scale
-it further (the e2e test runs 90 frames of 4 deg and a 15 um sample).
+The steps (ground truth and raw frames, kernels compiled into a node-local cache,
+stage 1, stage 2, the report against the truth) are docs/guide/hedm.md's "The main
+job"; each stage is one staged workflow job (:func:`_job`) then ``stager clean``.
+``--seeds ff`` runs FF-HEDM between the stages (:mod:`hedm.demo_ff`).
 """
 from __future__ import annotations
 
@@ -118,12 +88,8 @@ def _mpirun(np_: int, argv: List[str], env: Dict[str, str], log: str, timeout: f
 
 def _job(stage: str, name: str, out: str, report: str, params: str, results: str,
          args: argparse.Namespace, env: Dict[str, str], log: str) -> Dict[str, Optional[float]]:
-    """One staged workflow job, then ``stager clean``; returns the two wall times.
-
-    ``name``: the flow ``hedm/NAME.py`` and its hook ``hedm/hooks/NAME.hook``; ``report``
-    (and the flow's ``NAME_run.json``) in ``out``; ``params`` and ``results`` in the node's
-    directory under ``$HEDM_STAGE``.
-    """
+    """One staged workflow job (``hedm/NAME.py`` with ``hedm/hooks/NAME.hook``), then
+    ``stager clean``; returns the two wall times."""
     flow = os.path.join(ROOT, "hedm", name + ".py")
     hook = os.path.join(ROOT, "hedm", "hooks", name + ".hook")
     node = os.path.join(env["HEDM_STAGE"], "%n")

@@ -1,26 +1,10 @@
 """``make demo-ff-nf``: FF-HEDM's grains seed the NF demo's fit (``hedm.demo --seeds ff``).
 
-Between the NF demo's stage 1 and stage 2 (:mod:`hedm.demo`), the layer's microstructure
-is also seen by a far-field detector, and NF stage 2 fits with the grains FF finds
-instead of the simulator's seeds:
-
-1. **FF sweep** -- :func:`hedm.ffsynth.make_sweep` renders the layer's grains (its
-   orientations, its grain centres at z = 0) into raw FF frames (one GE file, dark,
-   ``ff.params``) under ``OUT/dataset/ff``;
-2. **FF stage 1** -- ``hedm/ff.py`` staged by ``hedm/hooks/ff.hook``: peaks per frame,
-   drained to ``OUT/ff``; ``stager clean``;
-3. **FF stage 2** -- ``hedm/ffgrains.py`` staged by ``hedm/hooks/ffgrains.hook`` (the
-   peaks and the same parameter file): indexing, one refinement task per grain,
-   ``Grains.csv`` drained to ``OUT/ff``; ``stager clean``;
-4. **seeds** -- FF's orientations written as the layer's ``SeedOrientations``
-   (:func:`hedm.nffit.write_seeds`) into ``OUT/dataset/nf-ffseeds``, beside a copy of
-   ``nf.params`` (``NrOrientations`` set to their number) and ``grid.txt``: what
-   ``hedm/hooks/nffit.hook`` stages for NF stage 2 (``HEDM_NF_DATA``).
-
-FF's grains are scored against the truth (:func:`hedm.ffsynth.score_grains`) and the map
-as in the NF demo, so the report says whether FF's seeds reach the demo's targets. The two
-FF jobs' records (runner and workflow, as :func:`hedm.demo_report.collect` keeps NF's) go
-into the facts, so ``--record-phases`` times FF's phases beside NF's.
+Between NF's stages (docs/guide/hedm.md): the layer's grains rendered into raw FF
+frames (:func:`hedm.ffsynth.make_sweep`), FF stage 1 and stage 2 each staged, drained
+and cleaned, and FF's orientations written as the layer's ``SeedOrientations``
+(:func:`hedm.nffit.write_seeds`) beside ``nf.params`` and ``grid.txt`` in
+``OUT/dataset/nf-ffseeds``; FF's grains are scored against the truth.
 """
 from __future__ import annotations
 
@@ -53,16 +37,9 @@ def _seeded_layer(layer: str, folder: str, u) -> str:
 
 def ff_seeds(layer: Dict[str, Any], out: str, args: Any, env: Dict[str, str], log: str,
              job: Callable[..., Dict[str, Any]]) -> Dict[str, Any]:
-    """Steps 1-4 of the module docstring; return the seeded layer's folder, the wall times
-    and FF's grains against the truth.
-
-    ``job`` runs one staged workflow job and its ``stager clean`` (``hedm.demo``'s).
-
-    Raises
-    ------
-    SystemExit
-        A job failed (``job`` says which, with the log's last lines), or FF found no grain.
-    """
+    """The module docstring's steps with ``job`` (``hedm.demo``'s); returns the
+    seeded layer's folder, the wall times and FF's grains against the truth.
+    SystemExit when a job fails or FF finds no grain."""
     import numpy as np
 
     from hedm.ffsynth import load_sweep_truth, make_sweep, score_grains

@@ -1,11 +1,7 @@
 """The demo's report: facts gathered from the run's files, rendered for a person, phases for bench/.
 
-Sources (all written by the run itself; nothing is re-measured here):
-``OUT/reduced/run.json`` and ``OUT/run_fit.json`` (the runner of each job: tasks,
-stage report, stage and flow seconds), ``OUT/reduced/nf_run.json`` and
-``OUT/nffit_run.json`` (the workflows: phase spans from the tasks' own clocks,
-per-worker reads, drain), ``OUT/reduced/<ReducedFileName>_binary.npy`` (stage 1's
-images), ``OUT/nf_map.h5`` (the map) and ``OUT/dataset/nf/truth.npz`` (the truth).
+Nothing is re-measured: the runners' ``run.json``/``run_fit.json``, the workflows'
+``nf_run.json``/``nffit_run.json``, stage 1's binary images, the map and the truth.
 """
 from __future__ import annotations
 

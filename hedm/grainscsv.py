@@ -1,16 +1,10 @@
 """MIDAS's ``Grains.csv``: the FF-HEDM grain list, written exactly as MIDAS's ``ProcessGrains``
 writes it, and read back (also a MIDAS-written one).
 
-Layout (``FF_HEDM/src/ProcessGrains.c``): header lines starting with ``%`` --
-``%NumGrains N``, ``%BeamCenter``, ``%BeamThickness``, ``%GlobalPosition``,
-``%NumPhases``, ``%PhaseInfo``, ``%\\tSpaceGroup:N``, ``%\\tLattice Parameter: a b c al be
-ga`` and the column names -- then one tab-separated row per grain, every value ``%lf``
-(six decimals) but the integer ``GrainID``, each followed by a tab. The 47 columns:
-:data:`COLUMNS`. Orientation ``O11..O33`` row by row (crystal -> sample); position
-``X Y Z`` (um); the fitted lattice; strains ``eFab`` and ``eKen`` (sample frame, x 10^6)
-and ``RMSErrorStrain`` (x 10^6); Euler angles (radians, Bunge, :mod:`kernels.crystal`).
-
-FF's grains seed NF (stage 2's ``SeedOrientations``, as at APS 1-ID)::
+Layout (``FF_HEDM/src/ProcessGrains.c``): ``%`` header lines, then one row per
+grain of the 47 :data:`COLUMNS`, tab-separated, ``%lf`` but the integer
+``GrainID``: orientation ``O11..O33`` (crystal -> sample), position (um), lattice,
+strains x 10^6 and Euler angles (radians, Bunge). FF's grains seed NF::
 
     python -m hedm.grainscsv OUT/Grains.csv --seeds LAYER/seeds.txt
 """
@@ -45,11 +39,8 @@ def _header(n: int, beam_center: float, p: Mapping[str, Any]) -> str:
 
 
 def write_grains_csv(path: str, rows: np.ndarray, p: Mapping[str, Any]) -> str:
-    """Write ``rows`` ((n, 47), :data:`COLUMNS`) as MIDAS's Grains.csv (atomically).
-
-    ``%BeamCenter`` is MIDAS's: the mean grain ``Z`` weighted by ``GrainRadius`` cubed
-    (0 when no grain has a radius).
-    """
+    """Write ``rows`` ((n, 47), :data:`COLUMNS`) as MIDAS's Grains.csv (atomically);
+    ``%BeamCenter`` is MIDAS's mean ``Z`` weighted by ``GrainRadius`` cubed."""
     rows = np.asarray(rows, float).reshape(-1, len(COLUMNS))
     vol = rows[:, 22] ** 3
     beam_center = float((rows[:, 12] * vol).sum() / vol.sum()) if vol.sum() > 0 else 0.0
@@ -61,13 +52,8 @@ def write_grains_csv(path: str, rows: np.ndarray, p: Mapping[str, Any]) -> str:
 
 
 def read_grains_csv(path: str) -> Dict[str, Any]:
-    """A Grains.csv (ours or MIDAS's): ``{"rows": (n, 47), "header": {...}, "columns"}``.
-
-    Raises
-    ------
-    ValueError
-        A row without 47 numbers (naming the line).
-    """
+    """A Grains.csv (ours or MIDAS's): ``{"rows": (n, 47), "header": {...}, "columns"}``;
+    ValueError naming a line without 47 numbers."""
     header: Dict[str, str] = {}
     rows: List[Sequence[float]] = []
     with open(path) as fh:

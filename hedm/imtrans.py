@@ -1,31 +1,10 @@
-"""Raw-frame orientation: ``ImTransOpt``, the image transforms that bring a detector's raw
-frames into the (y, z) frame the NF forward model uses.
+"""Raw-frame orientation: ``ImTransOpt``, the transforms that bring a detector's raw
+frames into the (y, z) frame of the NF forward model (``frame[z, y]``).
 
-The NF model (``kernels.nfmodel``) puts detector column ``y`` and row ``z`` of a
-frame where ``NFGeometry`` says (``BC``, ``px``): ``frame[z, y]``. Raw frames as
-written by a detector or a beamline need not be in that orientation, and the
-programs that read them differ:
-
-* MIDAS's NF image processing (``NF_HEDM/src/ProcessImagesCombined.c``) reads a
-  TIFF's scanline ``r`` and column ``c`` as ``y = NrPixelsY - 1 - c``,
-  ``z = NrPixelsZ - 1 - r``: it always flips raw frames in y and in z, and
-  has no key for it.  Frames that MIDAS reduces correctly need
-  ``ImTransOpt 1`` and ``ImTransOpt 2`` here.
-* MIDAS's FF programs take the key ``ImTransOpt`` (one code per line, several
-  lines allowed, applied in order): 0 none, 1 flip horizontally (y, the
-  columns), 2 flip vertically (z, the rows), 3 transpose.  The same key and
-  codes serve here, applied to each raw frame as it is read, before the
-  background, so stage 1's outputs (spots, backgrounds, binary images) are all
-  in the model's orientation.
-
-Default: no transform (``frame[z, y]`` is the raw frame's row ``z``, column
-``y``), how :mod:`hedm.nfsynth` writes frames.  ``NrPixelsY``/``NrPixelsZ``
-describe the frame *after* the transforms: with an odd number of transposes the
-raw frames are ``NrPixelsY`` rows of ``NrPixelsZ`` columns.
-
-A wrong orientation does not fail stage 1 (spots are found either way); it
-makes stage 2 place (almost) nothing, which stage 2 reports (exit 1) naming
-this key first.
+MIDAS's FF key and codes (0 none, 1 flip y, 2 flip z, 3 transpose, in order),
+applied to each raw frame as read; MIDAS's NF chain always flips y and z, so its
+frames need ``ImTransOpt 1`` and ``2`` (``docs/nf-files.md``, "Frame orientation").
+``NrPixelsY``/``NrPixelsZ`` describe the frame after the transforms.
 """
 from __future__ import annotations
 
@@ -84,13 +63,8 @@ def describe(codes: Sequence[int]) -> str:
 
 
 class OrientedFrames:
-    """A :class:`kernels.io.FrameSource` seen through ``ImTransOpt`` codes.
-
-    ``read(i)`` and ``read_rows(i, r0, r1, out)`` return rows of the transformed
-    frame.  Without a transpose a band of rows is a band of raw rows (flipped
-    as needed), so row bands never read whole frames; with one, the whole raw
-    frame is read and transformed.
-    """
+    """A :class:`kernels.io.FrameSource` seen through ``ImTransOpt`` codes: without a
+    transpose a band of rows is a band of raw rows; with one, whole raw frames are read."""
 
     def __init__(self, reader, codes: Sequence[int]):
         self.reader = reader

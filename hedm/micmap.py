@@ -2,8 +2,7 @@
 the map's files (HDF5, MIDAS's text ``.mic``, PNG).
 
 Input is what stage 2 (:mod:`hedm.nffit`) merges: one :data:`kernels.nffit.FIT_DTYPE`
-row per grid point, in the order of the grid file, and the grid rows
-``(y1, y2, xs, ys, gs)``. Layouts (also in ``docs/nf-files.md``):
+row per grid point in grid order, and the grid rows ``(y1, y2, xs, ys, gs)``.
 
 **HDF5** (``<stem>.h5``), one row per grid point, grid order::
 
@@ -21,36 +20,16 @@ row per grid point, in the order of the grid file, and the grid rows
     /seeds               (k, 3, 3)       the seed orientations
     attributes of /      every parameter, plus workflow, n_grains, gb_angle_deg
 
-**Text** (``<stem>.mic``): MIDAS's ``ParseMic`` layout, so MIDAS's tools read it --
-three ``%`` header lines, the column names, then one tab-separated line per
-grid point with confidence > 0::
+**Text** (``<stem>.mic``): MIDAS's ``ParseMic`` layout (``docs/nf-files.md``), so
+MIDAS's tools read it: ``OrientationRowNr`` is the seed refined, ``OrientationID``
+the number of candidates, ``TriEdgeSize`` ``2 gs``, ``RunTime`` 0 (a task fits a
+block in one call, as MIDAS's GPU path writes), all ``%lf``.
 
-    %TriEdgeSize 2.500000
-    %NumPhases 1
-    %GlobalPosition 0.000000
-    %OrientationRowNr<TAB>OrientationID<TAB>RunTime<TAB>X<TAB>Y<TAB>TriEdgeSize<TAB>UpDown
-        <TAB>Eul1<TAB>Eul2<TAB>Eul3<TAB>Confidence<TAB>PhaseNr       (one line)
-    3.000000<TAB>1.000000<TAB>0.000000<TAB>-12.500000<TAB>...<TAB>0.912345<TAB>1
-
-``OrientationRowNr`` is the seed refined to the result, ``OrientationID`` the
-number of candidate seeds (what MIDAS writes there), ``TriEdgeSize`` is
-``2 gs``, Euler angles in radians, all ``%lf`` (6 decimals) as MIDAS prints
-them. ``RunTime`` is 0.000000: a task fits a block of points in one call and
-does not time points one by one (MIDAS's GPU path also writes 0); per-task
-times are in the run record.
-
-**Grains** (MIDAS's ``ParseMic`` flood fill, on the triangles themselves
-instead of a 1 um raster): two fitted triangles that share an edge are in
-the same grain when their misorientation is at most ``GBAngle`` (default 5
-deg, MIDAS's); grain ids count from 1 in the order of each grain's first
-grid point. Like MIDAS the criterion is between neighbours, so a slow
-orientation gradient stays one grain.
-
-**IPF colour**: the crystal direction along sample z (the rotation axis,
-normal to the map), ``h = U^T z``, brought into the standard triangle of
-the Laue class m-3m by sorting ``|h|`` (``h0 <= h1 <= h2``), coloured
-barycentrically: red ``h2 - h1`` ([001]), green ``h1 - h0`` ([011]), blue
-``h0`` ([111]), scaled so the largest is 1.
+**Grains**: MIDAS's flood fill on the triangles themselves (not a 1 um raster):
+fitted triangles sharing an edge are one grain when misoriented by at most
+``GBAngle`` (5 deg); ids count from 1 in grid order. **IPF colour** of sample z,
+``h = U^T z`` sorted into m-3m's standard triangle (``h0 <= h1 <= h2``): red
+``h2 - h1``, green ``h1 - h0``, blue ``h0``, scaled so the largest is 1.
 """
 from __future__ import annotations
 
@@ -70,12 +49,9 @@ MIC_COLUMNS = ("OrientationRowNr", "OrientationID", "RunTime", "X", "Y", "TriEdg
 
 
 def neighbour_pairs(xy: np.ndarray) -> np.ndarray:
-    """(m, 2) index pairs ``i < j`` of grid triangles that share an edge.
-
-    Centroids of edge-sharing triangles are ``GridSize / sqrt(3)`` apart, the
-    next nearest ``GridSize``: pairs closer than 1.3 times the smallest
-    spacing are the edge neighbours, whatever EdgeLength draws.
-    """
+    """(m, 2) index pairs ``i < j`` of grid triangles sharing an edge: centroids closer
+    than 1.3 times the smallest spacing (edge neighbours are ``GridSize / sqrt(3)``
+    apart, the next ``GridSize``), whatever EdgeLength draws."""
     from scipy.spatial import cKDTree
 
     xy = np.asarray(xy, dtype=np.float64)
@@ -92,12 +68,8 @@ def neighbour_pairs(xy: np.ndarray) -> np.ndarray:
 
 def grain_ids(u: np.ndarray, confidence: np.ndarray, pairs: np.ndarray,
               gb_angle_deg: float) -> Tuple[np.ndarray, np.ndarray]:
-    """Flood fill: grain id per point (0 where not fitted) and each pair's misorientation.
-
-    Points with confidence > 0 and edge-neighbours within ``gb_angle_deg``
-    form a grain (connected components of that graph); ids follow the first
-    point of each grain in grid order.
-    """
+    """Flood fill: grain id per point (0 where not fitted), ids in grid order of each
+    grain's first point, and each pair's misorientation."""
     from scipy.sparse import coo_matrix
     from scipy.sparse.csgraph import connected_components
 
@@ -113,15 +85,12 @@ def grain_ids(u: np.ndarray, confidence: np.ndarray, pairs: np.ndarray,
     keep = pairs[mis <= gb_angle_deg]
     graph = coo_matrix((np.ones(len(keep)), (keep[:, 0], keep[:, 1])), shape=(n, n))
     _, labels = connected_components(graph, directed=False)
+    idx = np.flatnonzero(fitted)
+    _, first, inverse = np.unique(labels[idx], return_index=True, return_inverse=True)
+    number = np.empty(len(first), np.int32)     # 1, 2, ... in order of first appearance
+    number[np.argsort(first)] = np.arange(1, len(first) + 1)
     ids = np.zeros(n, np.int32)
-    next_id = 1
-    seen: Dict[int, int] = {}
-    for i in np.flatnonzero(fitted):
-        lab = int(labels[i])
-        if lab not in seen:
-            seen[lab] = next_id
-            next_id += 1
-        ids[i] = seen[lab]
+    ids[idx] = number[inverse.reshape(-1)]
     return ids, mis
 
 
@@ -158,10 +127,7 @@ def write_map_h5(path: str, fit: np.ndarray, grid: np.ndarray, grains: np.ndarra
 
 def write_mic(path: str, fit: np.ndarray, gs: float, phase_nr: int = 1, num_phases: int = 1,
               global_position: float = 0.0) -> str:
-    """Write MIDAS's text ``.mic`` (module docstring): rows with confidence > 0 only.
-
-    ``gs`` is the grid's half edge (um, the grid rows' last column).
-    """
+    """Write MIDAS's text ``.mic`` (rows with confidence > 0); ``gs``: the half edge (um)."""
     rows = fit[fit["confidence"] > 0]
     edge = 2.0 * float(gs)
     with replacing(path) as tmp, open(tmp, "w") as fh:

@@ -1,49 +1,22 @@
 """NF-HEDM reduction: staged frames -> background -> spots per frame -> tree merge -> HDF5, PNG,
 and the reduced binary images that stage 2 (:mod:`hedm.nffit`) fits.
 
-Run it the way users do, staging and reducing in one MPI job::
+Staged and run in one MPI job as ``docs/guide/hedm.md`` shows. For each distance ``d``
+(files from ``RawStartNr + d * NrFilesPerDistance``, as MIDAS numbers them): 1.
+**background**: ``BackgroundTasks`` tasks each take the per-pixel lower median and
+maximum of a band of rows from their node's copy, one task writes the distance's images
+to ``OUT/work/``; 2.-4. the analysis :class:`hedm.nfreduce.NFReduce` run on the frame
+files (:func:`analyses.runner.run_analysis`): one task per frame, an ordered tree merge,
+one task writing ``<ReducedFileName>.h5``, ``.png`` and ``_binary.npy`` to the
+node-local ``--results``; 5. **drain** to ``OUT`` (without ``--results``: written
+straight to ``OUT``). In a ``stage-run-drain`` batch job the template stages and drains
+(``--node-id-env SLURMD_NODENAME ... --no-drain``).
 
-    mpirun -n 4 python -m workflows run hedm/nf.py \\
-        --stage hedm/hooks/nf.hook --emulate-nodes 2 --out OUT -- \\
-        --params '/dev/shm/mpistage-nf/%n/nf.params' --results '/dev/shm/mpistage-nf/%n/results'
-
-The graph (paper, section V), for each detector distance ``d`` of
-``nDistances`` (MIDAS numbers the files of distance ``d`` from
-``RawStartNr + d * NrFilesPerDistance``, as ``ProcessImagesCombined`` does):
-
-1. **background**: ``BackgroundTasks`` tasks each read a band of pixel rows
-   of every frame of the distance from their node's staged copy and take the
-   per-pixel (lower) median and maximum; one task stacks the bands and writes
-   the distance's background image to ``OUT/work/`` (the shared filesystem);
-2. **frames**, 3. **reduce**, 4. **write**: the analysis
-   :class:`hedm.nfreduce.NFReduce`, given those backgrounds and maxima, run by the
-   library's runner on the frame files (:func:`analyses.runner.run_analysis`;
-   ``--analysis hedm.nfreduce`` of a receiving job runs it live): one task per raw
-   frame once every background exists (read once per worker), an ordered tree merge,
-   one task writing ``<ReducedFileName>.h5``, ``.png`` and the bit-packed binary images
-   ``<ReducedFileName>_binary.npy`` (stage 2's input, ``docs/nf-files.md``) to the
-   node-local results directory (``--results``, ``%n``);
-5. **drain** (the runner's, every rank): ``stager.drain`` copies each node's
-   results to ``OUT`` (merged) and the node-local results are removed.
-
-Without ``--results`` the write task writes straight to ``OUT`` and nothing
-is drained. In a batch job rendered from the ``stage-run-drain`` template
-(``stager sbatch``), the template stages and drains; the workflow line is::
-
-    mpirun python -m workflows run hedm/nf.py \
-        --node-id-env SLURMD_NODENAME --out "$MPISTAGE_SHARED_OUT" -- \
-        --params "$HEDM_STAGE/%n/nf/nf.params" --results "$MPISTAGE_RESULTS" --no-drain
-
-The parameter file is the layer's one MIDAS-style file: stage 2's keys and
-every MIDAS NF key are accepted and left to their readers
-(:mod:`hedm.params`). The frames are ``InputPattern`` or MIDAS's
-``OrigFileName_%06d.extOrig``; each raw frame is oriented by ``ImTransOpt``
-(:mod:`hedm.imtrans`; default none, MIDAS's NF reading is codes 1 and 2)
-before anything else. A distance whose frames hold no spot at all fails the
-run (exit 1, after the outputs are written): stage 2 could fit nothing from
-it. Staging hooks for any frame names: :mod:`hedm.nfhook`.
-``OUT/nf_run.json`` records the stage report, phase times, per-worker read/compute
-times and background reads (``frame_log``). File layout: :mod:`hedm.output`.
+The parameter file is the layer's one file (:mod:`hedm.params`); frames are
+``InputPattern`` or MIDAS's ``OrigFileName_%06d.extOrig``, oriented by
+``ImTransOpt`` (:mod:`hedm.imtrans`). A distance without any spot fails the run
+after writing (stage 2 could fit nothing). ``OUT/nf_run.json`` records the stage
+report, phases and per-worker times; file layout: :mod:`hedm.output`.
 """
 from __future__ import annotations
 
@@ -133,16 +106,8 @@ def _check_frames(refs, shape, transforms) -> None:
 
 
 def main(args):
-    """Step 1 (backgrounds), then the NF analysis on the frame files; return the write
-    task's future (already done).
-
-    Raises
-    ------
-    ResultError
-        After writing the outputs, when a distance yielded no spot pixel in any
-        frame: stage 2 could not fit anything from it (exit 1, message says
-        what to check).
-    """
+    """Step 1 (backgrounds), then the NF analysis on the frame files; the write task's
+    future (done). ResultError after writing when a distance yielded no spot pixel."""
     from hedm.imtrans import raw_shape
     from analyses.sources import frame_files, partitions
     from streams.protocol import ScanGeometry

@@ -1,51 +1,20 @@
 """NF-HEDM stage 2: orientation fitting of every grid point on the staged binary images -> map.
 
-Run it the way users do, staging and fitting in one MPI job::
+Staged and run in one MPI job as ``docs/guide/hedm.md`` shows. The hook stages exactly
+what stage 2 reads (``docs/nf-files.md``): the binary images, the parameter file, the
+grid and the seeds. 1. **fit**: one task per ``GridPointsPerTask`` grid rows memory-maps
+its node's images (the map, geometry, grid and seeds' spots kept per worker,
+:func:`hedm.common.cached`) and fits each row with :func:`kernels.nffit.fit_points`; 2.
+**reduce**: an ordered ``reduce_tree`` in grid order; 3. **write**: grains and the map
+(:mod:`hedm.micmap`) to the node-local results; 4. **drain** to ``OUT`` (checked before
+any task: :mod:`core.outputs`). A point's fit depends on that point alone, so the map is
+bit for bit the same however it is split.
 
-    export HEDM_NF_REDUCED=... HEDM_NF_DATA=... HEDM_STAGE=/dev/shm/$USER
-    mpirun -n 4 python -m workflows run hedm/nffit.py \\
-        --stage hedm/hooks/nffit.hook --emulate-nodes 2 --out OUT -- \\
-        --params "$HEDM_STAGE/%n/nffit/nf.params" --results "$HEDM_STAGE/%n/results"
-
-The hook broadcasts to every node exactly what stage 2 reads (``docs/nf-files.md``):
-stage 1's bit-packed binary images ``<ReducedFileName>_binary.npy``, the
-layer's parameter file, the grid (``GridFileName``, MIDAS's ``grid.txt``) and
-the seed orientations (``SeedOrientations``, MIDAS's quaternion list). The
-graph (the paper's FitOrientation tasks, Swift/T's ``foreach`` over rows):
-
-1. **fit**: one task per block of ``GridPointsPerTask`` consecutive grid rows.
-   A task memory-maps its node's copy of the images -- once per worker:
-   the map, the geometry, the grid and the seeds' precomputed spots are kept
-   in the per-worker cache (:func:`hedm.common.cached`), so every later task
-   on that worker starts fitting at once -- and fits each row with
-   :func:`kernels.nffit.fit_points` (screen the seeds, refine the best
-   candidates by Nelder-Mead within +-OrientTol);
-2. **reduce**: an ordered ``reduce_tree`` concatenates the blocks (grid order);
-3. **write**: one task finds the grains (flood fill at ``GBAngle``) and
-   writes the map -- ``<MicFileText>`` (MIDAS's text layout), ``.h5`` and
-   ``.png`` beside it (:mod:`hedm.micmap`) -- to the node-local results;
-4. **drain** (the runner's, every rank): the results go to ``OUT``, where
-   before any task the flow made sure they replace no file mpistage did not write
-   (unless ``--overwrite``; :mod:`core.outputs`).
-
-The fit of a grid point depends on nothing but that point, so the map is the
-same, bit for bit, whatever the blocks, workers, nodes or executor.
-
-Parameters: the layer's one parameter file (:mod:`hedm.params`): the geometry
-and fit tolerances are read by :meth:`kernels.NFGeometry.from_params`
-(``Lsd``, ``BC``, ``OrientTol``, ``MinFracAccept``, ...), the keys of
-:data:`SCHEMA` here -- among them the fit controls ``NrCandidatesRefined``,
-``MaxEvaluations``, ``NrRestarts`` (:func:`fit_options`) -- and stage 1's
-keys and MIDAS's other keys are accepted.
-Paths in it are relative to the parameter file's folder, so the staged copy
-finds its staged neighbours; ``--ReducedDirectory DIR`` points an unstaged
-run at stage 1's output.
-
-A fit that places fewer than ``MinMappedFraction`` (default 0.1) of the grid
-points at ``MinFracAccept`` fails the run (exit 1) after writing the map, with
-a diagnosis naming the likely causes, frame orientation (``ImTransOpt``)
-first (:func:`placement`); images with a distance without any spot pixel are
-refused before any task.
+The geometry and tolerances are :meth:`kernels.NFGeometry.from_params`'s, the fit
+controls :data:`SCHEMA`'s (:func:`fit_options`); paths are relative to the
+parameter file's folder (``--ReducedDirectory`` for an unstaged run). A map that
+places under ``MinMappedFraction`` of the points fails the run after writing,
+naming the likely causes, ``ImTransOpt`` first (:func:`placement`).
 """
 from __future__ import annotations
 
@@ -135,10 +104,8 @@ def input_paths(params_path: str, p: Dict[str, Any]) -> Dict[str, str]:
 
 
 def _inputs(paths: Dict[str, str], n_orientations: int) -> Tuple[Any, Any, Any, Any, int]:
-    """This worker's geometry, memory-mapped images, grid and seed spots (cached per worker).
-
-    Returns them and how many of the four came from the cache.
-    """
+    """This worker's geometry, memory-mapped images, grid and seed spots (cached per
+    worker), and how many of the four came from the cache."""
     from kernels import NFGeometry, read_grid, seed_spots
 
     local = {k: on_this_node(v) for k, v in paths.items()}

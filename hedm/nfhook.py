@@ -1,35 +1,22 @@
 """Staging hooks derived from an NF layer's parameter file: any frame names, no hook to write.
 
-The shipped hooks (``hedm/hooks/nf.hook``, ``nffit.hook``) stage the demo's
-names (``stem_*.tif``, ``nf.params``, ``grid.txt``, ``seeds.txt``).  A layer
-named otherwise gets its hooks from its own parameter file::
+The shipped hooks (``hedm/hooks/nf.hook``, ``nffit.hook``) stage the demo's names;
+a layer named otherwise gets its hooks, and the workflow line to go with them,
+from its own parameter file::
 
     python -m hedm.nfhook LAYER/nf.params --stage 1 -o nf.hook
     python -m hedm.nfhook LAYER/nf.params --stage 2 --reduced REDUCED -o nffit.hook
 
-and prints the workflow line that goes with it.  What each hook stages,
-exactly what the stage reads:
-
-* **stage 1** (:mod:`hedm.nf`): the parameter file, and the frames it names --
-  ``DataDirectory``/``InputPattern``, or MIDAS's ``OrigFileName_%06d.extOrig``
-  (:func:`hedm.nfparams.input_pattern`) -- file by file, numbers
-  ``RawStartNr`` to ``RawStartNr + nDistances * NrFilesPerDistance - 1`` (a
-  glob would also stage the other layers' frames kept in the same folder), or
-  the one GE/HDF5 file holding every frame;
-* **stage 2** (:mod:`hedm.nffit`): the parameter file, stage 1's
-  ``<ReducedFileName>_binary.npy`` (from ``--reduced``, stage 1's ``--out``;
-  default ``ReducedDirectory``), ``GridFileName`` and ``SeedOrientations``.
-
-**Where they land.** Under the destination (default
-``${HEDM_STAGE}/%n/nf`` and ``${HEDM_STAGE}/%n/nffit``: ``HEDM_STAGE`` is
-read when staging, ``%n`` is each node's name) every input lands at the path
-the parameter file gives relative to its own folder, so the staged copy of the
-parameter file finds its staged neighbours with no flag.  An input the
-parameter file names by an absolute path or outside its folder lands in the
-destination under a fixed name (``frames/``, ``reduced/``, its base name), and
-the printed workflow line carries the flag that points the staged parameter
-file there (``--DataDirectory frames``, ...).  A ``DataDirectory`` holding
-``%n`` is already node-local: its frames are not staged.
+Stage 1 stages the parameter file and exactly the frames it names
+(:func:`hedm.nfparams.input_pattern`, numbers ``RawStartNr`` on: a glob would
+take other layers' frames too), or the one GE/HDF5 file; stage 2 the parameter
+file, stage 1's ``<ReducedFileName>_binary.npy``, ``GridFileName`` and
+``SeedOrientations``. Under the destination (default ``${HEDM_STAGE}/%n/nf`` or
+``/nffit``) each input lands at the path the parameter file gives relative to
+its folder, so the staged file finds its neighbours; one named absolutely or
+outside lands under a fixed name (``frames/``, ``reduced/``) and the printed line
+carries the flag that points there (``--DataDirectory frames``). A
+``DataDirectory`` holding ``%n`` is already node-local: not staged.
 """
 from __future__ import annotations
 
@@ -98,13 +85,8 @@ def workflow_args(params_path: str, stage: int, flags: Sequence[str],
 
 
 def stage1_hook(params_path: str, dest: str = DEST[1]) -> Tuple[str, List[str]]:
-    """The stage-1 hook text for the layer file ``params_path`` and the flags its run needs.
-
-    Raises
-    ------
-    ParamError
-        The parameter file is invalid, or names frames that do not exist.
-    """
+    """The stage-1 hook text for the layer file ``params_path`` and the flags its run
+    needs (ParamError: invalid file, missing frames)."""
     from hedm.nfparams import read_nf_params
 
     p = read_nf_params(params_path)
@@ -138,14 +120,8 @@ def stage1_hook(params_path: str, dest: str = DEST[1]) -> Tuple[str, List[str]]:
 
 def stage2_hook(params_path: str, reduced: Optional[str] = None,
                 dest: str = DEST[2]) -> Tuple[str, List[str]]:
-    """The stage-2 hook text for the layer file ``params_path`` (stage 1's output in
-    ``reduced``, default the file's ``ReducedDirectory``) and the flags its run needs.
-
-    Raises
-    ------
-    ParamError
-        The parameter file is invalid, or an input it names does not exist.
-    """
+    """The stage-2 hook text for ``params_path`` (stage 1's output in ``reduced``, default
+    ``ReducedDirectory``) and the flags its run needs (ParamError as stage 1)."""
     from hedm.nfparams import read_fit_params
 
     p = read_fit_params(params_path)

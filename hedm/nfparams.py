@@ -1,12 +1,6 @@
-"""The keys of an NF-HEDM layer's one parameter file, for both stages.
-
-A layer has one parameter file (:mod:`hedm.params`) read by stage 1
-(:mod:`hedm.nf`, reduction: :data:`REDUCE_SCHEMA`) and stage 2
-(:mod:`hedm.nffit`, orientation fitting: :data:`FIT_SCHEMA`); each stage checks
-its own keys and accepts the other stage's and MIDAS's.  The two schemas and
-their readers live here, so that neither stage imports the other.  Each stage
-module re-exports its own as ``SCHEMA`` and its reader.
-"""
+"""The keys of an NF-HEDM layer's one parameter file (``docs/nf-files.md``): stage 1's
+:data:`REDUCE_SCHEMA` and stage 2's :data:`FIT_SCHEMA` live here so neither stage
+imports the other."""
 from __future__ import annotations
 
 from typing import Any, Dict
@@ -85,11 +79,8 @@ FIT_SCHEMA = (
 
 
 def read_nf_params(path: str, flags: Dict[str, Any] | None = None) -> Dict[str, Any]:
-    """Parameters from the file ``path`` and flag overrides, checked together.
-
-    Stage 2's keys and MIDAS's NF keys may be in the file too (one file per
-    layer, :mod:`hedm.params`); they are left to their readers.
-    """
+    """Parameters from the file ``path`` and flag overrides, checked together (stage 2's
+    and MIDAS's keys are left to their readers)."""
     foreign = MIDAS_NF_KEYS | {q.key for q in FIT_SCHEMA}
     values = resolve_params(REDUCE_SCHEMA, load_params(path, REDUCE_SCHEMA, foreign),
                             flags or {}, path)

@@ -1,30 +1,15 @@
 """NF-HEDM stage-1 reduction as an analysis: the per-frame work of ``hedm/nf.py`` on any source.
 
 Each frame is oriented (``ImTransOpt``), reduced with :func:`kernels.nf.reduce_frame`
-against its distance's background and turned into spot tables; partials are
-:class:`analyses.contract.PerFrame` values (merge = concatenation, any order);
-``write`` gives the tables in frame order and the bit-packed binary images of
-``docs/nf-files.md``. The file flow (:mod:`hedm.nf`) hands this class to the
-library's runner on the frame files for its steps 2-4, and a receiving job runs it on
-a live detector stream -- no NF code written for either::
+against its distance's background and turned into spot tables (:class:`PerFrame`
+partials); ``write`` gives the tables in frame order and the bit-packed binary
+images. The file flow (:mod:`hedm.nf`) runs it on frame files, and a receiving job
+on a live stream (``--analysis hedm.nfreduce``, ``docs/guide/hedm.md``).
 
-    mpirun -n 4 stager stream receive --analysis hedm.nfreduce \\
-        --set params=LAYER/nf.params --set background=REDUCED/work \\
-        --rendezvous RV --out OUT
-
-**The background is an input** (``background=``, required): ``hedm/nf.py``
-subtracts each distance's per-pixel median over *all* its frames, which a live
-stream cannot wait for. It is a folder of ``nf_background_d<d>.npy`` (the file
-flow's ``work/``), one ``.npy`` ((Z, Y) or (nDistances, Z, Y), oriented as after
-``ImTransOpt``), or a file of raw dark frames (their lower median); without one the
-analysis refuses to load, saying what to pass. Frame ``f`` of the stream is file
-``RawStartNr + f`` of the layer (raw uint16 frames, oriented here). ``OUT/<scan>.h5``
-holds the tables of ``<ReducedFileName>.h5``, ``/binary_images`` and per-position
-``n_pixels``/``n_spots`` images; other options override stage-1 keys. The file
-flow also gives ``max_projection`` (``/max_projection`` and the PNG). On either path
-the library calls ``write_files``: ``<scan>_binary.npy`` (stage 2's input; the file
-flow's scan is ``ReducedFileName``) and, with max projections, ``<scan>.png`` beside
-the HDF5.
+The background is a required input (a stream cannot wait for the median over all
+its frames): the file flow's ``work/`` folder, one ``.npy`` or a file of dark
+frames. Frame ``f`` is file ``RawStartNr + f``. ``write_files`` adds
+``<scan>_binary.npy`` (stage 2's input) and, with max projections, ``<scan>.png``.
 Layout and reasons: ``docs/nf-files.md`` ("Stage 1 on a live stream").
 """
 from __future__ import annotations
@@ -103,15 +88,9 @@ def empty_distances(distance: np.ndarray, n_pixels: np.ndarray, n_distances: int
 
 def binary_images(pixels: np.ndarray, n_distances: int, n_frames: int, shape,
                   first: int = 0) -> np.ndarray:
-    """The bit-packed binary images of spot pixels (``NF_PIXEL_DTYPE`` rows).
-
-    Layout of :func:`kernels.nfconfidence.pack_images` (``docs/nf-files.md``):
-    uint8 ``(n_distances, n_frames, NrPixelsZ, ceil(NrPixelsY / 8))``, pixel
-    ``(y, z)`` of frame ``f`` at distance ``d`` is bit ``y & 7`` of byte
-    ``[d, f, z, y >> 3]``. Built without the unpacked stack (which would be 8
-    times larger): the bits of one byte are summed with ``bincount`` over the
-    distinct (byte, bit) pairs.
-    """
+    """The bit-packed binary images of spot pixels (``NF_PIXEL_DTYPE`` rows), laid out as
+    :func:`kernels.nfconfidence.pack_images`; built with ``bincount`` over the
+    distinct (byte, bit) pairs, never the 8x larger unpacked stack."""
     h, w = int(shape[0]), int(shape[1])
     wb = (w + 7) // 8
     out = np.zeros((n_distances, n_frames, h, wb), np.uint8)
@@ -160,22 +139,16 @@ class NFReduce(Analysis):
     Parameters
     ----------
     params : str or dict
-        The layer's parameter file (as ``hedm/nf.py --params``), or its values as
-        :func:`hedm.nfparams.read_nf_params` returns them.
+        The layer's parameter file, or :func:`hedm.nfparams.read_nf_params`'s values.
     background : str or list of str
-        A folder, a ``.npy`` file, a dark/background frames file, or one ``.npy``
-        path per distance (module docstring). Required.
+        A folder, a ``.npy``, a dark-frames file, or one ``.npy`` per distance. Required.
     max_projection : str or list of str, optional
-        The maximum over each distance's frames: a folder of ``nf_max_projection_d<d>.npy``
-        (the file flow's ``work/``) or one ``.npy`` per distance; written as
+        Each distance's maximum (a folder or one ``.npy`` per distance), written as
         ``/max_projection`` and drawn in the PNG.
     **keys
         Stage-1 keys overriding the parameter file (``BlanketSubtraction=80``).
 
-    Raises
-    ------
-    HedmError
-        No background, a background file that does not exist, an unknown key.
+    Raises HedmError for no or a missing background, or an unknown key.
     """
 
     name = "nf_reduce"

@@ -1,36 +1,19 @@
 """A synthetic NF-HEDM layer with ground truth, and scoring a map against it.
 
-:func:`make_layer` writes, into one folder (the layer's folder on the shared
-filesystem, as MIDAS keeps one per layer)::
-
-    stem_%06d.tif     raw uint16 frames, distance d's frames numbered from d * frames
-                      (stage 1's input)
-    nf.params         the layer's one parameter file: geometry, stage-1 and stage-2 keys
-    grid.txt          the reconstruction grid (MIDAS MakeHexGrid's layout), cut to the disk
-    seeds.txt         seed orientations as an FF-HEDM grain list gives them (MIDAS's
-                      SeedOrientations layout)
-    truth.npz         the microstructure (grain centres, orientations, Rsample) and the
-                      simulated binary images (bit-packed), for scoring only
-    layer.json        what was generated (a layer with the same settings is reused)
-
-The chain that makes it (``kernels.microstructure``): Voronoi grains with
-random orientations in a disk -> binary images (every voxel of a grid twice as
-fine as the reconstruction's forward-projected, spots 2 px taller, 3x3 median
-root, as the nf-fit work chose so stage 1 can recover them) -> raw frames
-(background pattern, hot pixels, noise) that stage 1 reduces back to those
-images.
+:func:`make_layer` writes one layer folder (as MIDAS keeps one per layer): raw
+uint16 frames ``stem_%06d.tif`` (distance d's numbered from d * frames), the one
+parameter file ``nf.params``, ``grid.txt`` (MakeHexGrid's layout, cut to the
+disk), ``seeds.txt`` (SeedOrientations layout), ``truth.npz`` (grains and
+bit-packed binary images, for scoring only) and ``layer.json`` (what was made: a
+layer with the same settings is reused). ``kernels.microstructure`` makes it:
+Voronoi grains in a disk -> forward-projected binary images -> raw frames with
+background, hot pixels and noise that stage 1 reduces back.
 
 **The demo geometry** (:data:`DEMO_GEOMETRY`) is MIDAS's gold example
-(``NF_HEDM/Example/ps_au.txt``) scaled down so the chain runs in minutes on 2
-cores: a 512 x 288 px detector (the upper half, as ps_au's BoxSize z > 0
-keeps) at 2000 and 2500 um instead of 2048^2 px at 8289 and 10291 um (rings
-{111}..{222} still fit), 1 deg frames instead of 0.25 deg (360 per distance
-instead of 1440), no tilts, OrientTol 1 deg and MinFracAccept 0.1 (seeded
-from FF-like grains); same gold, wavelength, pixel size, omega direction,
-pole exclusion and sample radius (50 um). ``tests/data/nf_demo_ps.txt`` is
-the same geometry with the reasons line by line. Smaller runs
-(:func:`make_layer`'s ``frames``, ``rsample``, ``grains``) change the omega
-step (360 / frames deg) and the sample, not the detector.
+(``NF_HEDM/Example/ps_au.txt``) scaled down to run in minutes on 2 cores: 512 x
+288 px at 2000 and 2500 um, 1 deg frames, no tilts; the reasons line by line are
+in ``tests/data/nf_demo_ps.txt``. ``frames``, ``rsample`` and ``grains`` change
+the omega step and the sample, not the detector.
 """
 from __future__ import annotations
 
@@ -101,12 +84,9 @@ def layer_geometry(frames: int = 360, rsample: float = 50.0):
 def make_layer(folder: str, frames: int = 360, rsample: float = 50.0, grains: int = 15,
                seed: int = 1, seed_error_deg: float = 0.5, spurious_seeds: int = 10,
                raw_frames: bool = True, reuse: bool = True) -> Dict[str, Any]:
-    """Write a synthetic layer into ``folder`` (module docstring); return what was made.
-
-    ``raw_frames=False`` skips the TIFF frames (stage 2 can then run on the
-    truth's binary images, written as ``nf_spots_binary.npy``, without stage 1).
-    A folder holding a layer made with the same settings is reused as it is.
-    """
+    """Write a synthetic layer into ``folder`` (module docstring; one made with the same
+    settings is reused); return what was made. ``raw_frames=False`` skips the TIFFs
+    (stage 2 then runs on the truth's ``nf_spots_binary.npy``)."""
     import time
 
     from kernels import (FrameModel, ff_seeds, frame_background, hex_grid, render_raw_frame,
@@ -208,12 +188,10 @@ def score_images(found: np.ndarray, truth: np.ndarray) -> Dict[str, Any]:
 
 def score_map(micro, xy: np.ndarray, u: np.ndarray, grid_size: float,
               limit_deg: float = 0.25, grain_id: Optional[np.ndarray] = None) -> Dict[str, Any]:
-    """Misorientation of each fitted point from the truth at its centroid.
-
-    Returns the fractions of all points and of the points at least two grid
-    steps from a grain boundary (``interior``) within ``limit_deg`` (unfitted
-    points count as wrong), their counts, the median misorientation, and
-    (with ``grain_id``) the grains found against the truth's.
+    """Misorientation of each fitted point from the truth at its centroid: the fractions
+    within ``limit_deg`` of all points and of ``interior`` ones (two grid steps from a
+    boundary; unfitted count as wrong), their counts, the median, and with
+    ``grain_id`` the grains found against the truth's.
     """
     xy = np.asarray(xy, dtype=np.float64)
     mis = misorientation_from_truth(micro, xy, u)

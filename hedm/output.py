@@ -71,10 +71,7 @@ def _attr(value: Any) -> Any:
 def write_h5(path: str, arrays: Mapping[str, np.ndarray], params: Mapping[str, Any],
              extra_attrs: Optional[Mapping[str, Any]] = None) -> str:
     """Write ``arrays`` as datasets and ``params`` (+ ``extra_attrs``) as root attributes,
-    marked as this project's (:func:`core.outputs.mark`).
-
-    Uses :func:`workflows.results.write_arrays` (serial h5py, temp file + rename).
-    """
+    marked as this project's, with :func:`workflows.results.write_arrays`."""
     from workflows.results import write_arrays
 
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)

@@ -1,42 +1,10 @@
 """HEDM parameter files: MIDAS-like ``Key value`` lines, overridden by CLI flags, parsed strictly.
 
-A parameter file is plain text, one parameter per line, as MIDAS reads them::
-
-    # NF-HEDM reduction of layer 1
-    InputPattern        stem_%06d.tif
-    RawStartNr          0
-    NrFilesPerDistance  300
-    NrPixelsY           512
-    NrPixelsZ           512
-    MedFiltRadius       1
-    GaussFiltRadius     1.0
-    LoGMaskRadius       4
-
-Rules (strict, so a typo never silently runs with a default):
-
-* ``#`` starts a comment (whole line or after the value); blank lines are ignored;
-* the key is the first word, the value the rest of the line (one word for
-  numbers; text values may hold spaces);
-* an unknown key, a key given twice, a value of the wrong type or out of range
-  is a :class:`ParamError` naming ``FILE:LINE`` (and, for unknown keys, the
-  closest known one);
-* every required key must be set by the file or a flag.
-
-**One file for every stage.** MIDAS keeps all the keys of a layer in one file,
-read by every program of the chain, each taking its own keys. So does NF-HEDM
-here: stage 1 (``hedm.nf``, reduction) and stage 2 (``hedm.nffit``, fitting,
-with :class:`kernels.NFGeometry` reading the geometry) read the same file.
-Each stage parses *its own* keys strictly and skips the *foreign* ones it is
-told about (:func:`parse_params`'s ``foreign``): the other stage's keys and
-:data:`MIDAS_NF_KEYS`, every key MIDAS's NF programs read. A key nobody knows
-is still an error with a did-you-mean, so a typo never runs with a default.
-
-Precedence: a command-line flag ``--Key VALUE`` > the file > the schema's
-default. The schema is data (:class:`Param` tuples), so the NF and FF
-workflows share this module and a test can check every key.
-
-Hand-written rather than ``configparser``: MIDAS files have no sections and
-no ``=``, and errors must name the line; the parser is ~40 lines.
+An unknown key (with the closest known one), a key given twice, a value of the wrong
+type or out of range is a :class:`ParamError` naming ``FILE:LINE``, so a typo never runs
+with a default; each stage skips the ``foreign`` keys others own (``docs/nf-files.md``,
+"The layer's parameter file"). Precedence: ``--Key VALUE`` > the file > the schema's
+default (:class:`Param` rows). Hand-written: MIDAS files have no sections and no ``=``.
 """
 
 from __future__ import annotations
@@ -50,20 +18,9 @@ from typing import AbstractSet, Any, Callable, Dict, Mapping, Optional, Sequence
 from hedm.errors import HedmError
 from workflows.errors import WorkflowError
 
-__all__ = ["BINARY_SUFFIX", "check_inputs",
-    "ParamError",
-    "Param",
-    "Schema",
-    "parse_params",
-    "load_params",
-    "add_param_flags",
-    "add_flow_arguments",
-    "flag_overrides",
-    "resolve_params",
-    "format_params",
-    "MIDAS_NF_KEYS",
-    "MIDAS_FF_KEYS",
-]
+__all__ = ["BINARY_SUFFIX", "check_inputs", "ParamError", "Param", "Schema", "parse_params",
+           "load_params", "add_param_flags", "add_flow_arguments", "flag_overrides",
+           "resolve_params", "format_params", "MIDAS_NF_KEYS", "MIDAS_FF_KEYS"]
 
 #: Every key MIDAS's NF-HEDM pipeline reads (marinerhemant/MIDAS at commit 0e6e0e54: the
 #: keys of ``manuals/NF_Parameters_Reference.md`` and the ``str = "Key "`` comparisons of
@@ -132,26 +89,9 @@ class ParamError(HedmError, WorkflowError):
 
 @dataclass(frozen=True)
 class Param:
-    """One parameter: its key, type, default and check.
-
-    Attributes
-    ----------
-    key : str
-        The key as written in the file and as the flag ``--key``.
-    type : type
-        ``int``, ``float`` or ``str``.
-    default : Any
-        Value when neither file nor flag sets it; ``None`` means required.
-    help : str
-        One line for ``--help`` and error messages.
-    check : callable, optional
-        ``check(value) -> str | None``: a reason the value is invalid, or None
-        (for ``multi`` keys: called on each value).
-    multi : bool
-        The value is a tuple of ``type``: one or more values per line, and the
-        key may be given on several lines, which add up in order (as MIDAS's
-        repeatable keys, e.g. ``ImTransOpt``).
-    """
+    """One parameter: ``key`` (also ``--key``), ``type`` (int, float, str), ``default`` (None:
+    required), ``help``, ``check(value) -> reason or None``, and ``multi`` (a tuple;
+    repeated lines add up, as MIDAS's ``ImTransOpt``)."""
 
     key: str
     type: type
@@ -233,17 +173,8 @@ def _unknown(key: str, schema: Schema, foreign: AbstractSet[str] = frozenset()) 
 
 def parse_params(text: str, schema: Schema, path: str = "<string>",
                  foreign: AbstractSet[str] = frozenset()) -> Dict[str, Any]:
-    """Parse parameter-file text into ``{key: value}`` for the keys it sets (no defaults).
-
-    ``foreign`` names keys that other readers of the same file own (module
-    docstring): lines setting them are skipped, unchecked, unless the key is
-    also in ``schema``.
-
-    Raises
-    ------
-    ParamError
-        ``PATH:LINE: reason`` for the first bad line.
-    """
+    """Parse parameter-file text into ``{key: value}`` for the keys it sets (no defaults);
+    lines of ``foreign`` keys are skipped. ParamError ``PATH:LINE: reason``."""
     params = {p.key: p for p in schema}
     seen: Dict[str, int] = {}
     values: Dict[str, Any] = {}
@@ -274,14 +205,8 @@ def parse_params(text: str, schema: Schema, path: str = "<string>",
 
 def load_params(path: str, schema: Schema,
                 foreign: AbstractSet[str] = frozenset()) -> Dict[str, Any]:
-    """Read and parse the parameter file ``path`` (keys it sets only; ``foreign``
-    as :func:`parse_params`).
-
-    Raises
-    ------
-    ParamError
-        The file cannot be read, or a line is invalid.
-    """
+    """Read and parse the parameter file ``path`` (as :func:`parse_params`); ParamError
+    when it cannot be read or a line is invalid."""
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()
@@ -330,13 +255,7 @@ def add_param_flags(parser: argparse.ArgumentParser, schema: Schema) -> None:
 
 
 def flag_overrides(ns: argparse.Namespace, schema: Schema) -> Dict[str, Any]:
-    """The parameters given as flags in ``ns``, converted and checked.
-
-    Raises
-    ------
-    ParamError
-        ``--Key: reason``.
-    """
+    """The flags in ``ns``, converted and checked (ParamError ``--Key: reason``)."""
     out: Dict[str, Any] = {}
     for p in schema:
         text = getattr(ns, f"param_{p.key}", None)
@@ -355,13 +274,8 @@ def resolve_params(
     from_flags: Mapping[str, Any],
     path: str = "<flags>",
 ) -> Dict[str, Any]:
-    """Every key's value by precedence flag > file > default.
-
-    Raises
-    ------
-    ParamError
-        A required key is set by neither (all missing keys named).
-    """
+    """Every key's value by precedence flag > file > default (ParamError naming
+    every missing required key)."""
     out: Dict[str, Any] = {}
     missing = []
     for p in schema:

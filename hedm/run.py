@@ -1,10 +1,9 @@
 """Run-level pieces of the HEDM workflows: the run record (JSON).
 
-Each workflow's ``main`` writes ``OUT/<name>_run.json`` (its ``RUN_RECORD``) on rank
-0: parameters, the stage report the runner passed in, phase spans of the task graph,
-and per-worker read/compute times with cache hits. The runner then drains the
-node-local results (``--results``) into ``OUT`` and adds the drain's time to the
-record (:func:`workflows.run.drain_results`).
+Each workflow's ``main`` writes ``OUT/<name>_run.json`` on rank 0 (parameters, the
+stage report, phase spans, per-worker times and cache hits); the runner drains
+the node-local results into ``OUT`` and adds the drain's time
+(:func:`workflows.run.drain_results`).
 """
 from __future__ import annotations
 
@@ -33,14 +32,8 @@ def stage_dict(args: Any) -> Any:
 
 
 def log_summary(log: Iterable[tuple], input_name: str) -> Dict[str, Any]:
-    """Per-worker totals of the partitions' timing rows of
-    :func:`analyses.runner.run_analysis` (``(position, worker, read_s,
-    compute_s, prepared, read_shared)``).
-
-    ``input_name`` names the input an analysis reads when a worker prepares it
-    (``background``, ``dark``): its reads should be at most the number of workers,
-    every other task a cache hit.
-    """
+    """Per-worker totals of :func:`analyses.runner.run_analysis`'s timing rows; reads of
+    ``input_name`` (``background``, ``dark``) should be at most one per worker."""
     workers: Dict[str, Dict[str, Any]] = {}
     reads, hits = f"{input_name}_reads", f"{input_name}_cache_hits"
     for _, who, read_s, compute_s, prepared, *_ in log:

@@ -1,13 +1,9 @@
 """Synthetic NF/FF-HEDM datasets on disk (frames + parameter file + ground truth), and scoring.
 
-The frames come from :mod:`kernels.synth` (a seeded detector model with
-planted spots) and are written by :mod:`kernels.io.writers` in the instruments'
-layouts: NF as a TIFF series ``stem_%06d.tif``, FF as one GE raw file plus a
-GE dark file. Next to them: the parameter file the workflow reads, and
-``truth.npy`` / ``model.json`` so a result can be scored against what was
-planted (:func:`score`).
-
-As a command (the HEDM guide's stand-in inputs)::
+Frames of :mod:`kernels.synth` (planted spots) are written in the instruments'
+layouts (NF: a TIFF series ``stem_%06d.tif``; FF: one GE file and its dark) beside
+the parameter file and ``truth.npy``/``model.json`` for :func:`score`. As a
+command (the HEDM guide's stand-in inputs)::
 
     python -m hedm.synth nf-layer DIR [--frames N --rsample UM --grains G]  # the demo's layer
     python -m hedm.synth ff DIR [--frames N --size PX --hdf5]               # an FF sweep
@@ -55,10 +51,8 @@ def _write_truth(folder: str, model, kind: str) -> None:
 
 def make_nf_dataset(folder: str, model, params: Optional[Mapping[str, Any]] = None,
                     param_file: str = "nf.params") -> str:
-    """Write an NF dataset of ``model`` (a :class:`kernels.synth.DetectorModel`) into ``folder``.
-
-    Returns the parameter file's path. ``params`` override :data:`NF_DEFAULTS`.
-    """
+    """Write an NF dataset of ``model`` (:class:`kernels.synth.DetectorModel`) into
+    ``folder``; ``params`` override :data:`NF_DEFAULTS`. Returns the parameter file."""
     from kernels.synth import frames
     from kernels import write_tiff_series
 
@@ -110,20 +104,10 @@ def load_truth(folder: str) -> np.ndarray:
 
 def score(truth: np.ndarray, found: np.ndarray, first: int = 0, max_dist: float = 2.0,
           min_snr: float = 0.0) -> Dict[str, Any]:
-    """Match found spot centres to planted ones, frame by frame.
-
-    Parameters
-    ----------
-    truth : TRUTH_DTYPE array (frame numbers from 0)
-    found : structured array with ``frame`` and either ``z``/``y`` (NF
-        centroids) or ``row``/``col`` (FF peaks)
-    first : frame number of the dataset's frame 0 (``RawStartNr``)
-    max_dist : px between a found and a planted centre to count as a match
-    min_snr : only planted spots at least this strong are counted as planted
-
-    Returns
-    -------
-    dict : planted, recovered, recovered_fraction, found, false, false_fraction
+    """Match found spot centres (``frame`` and ``z``/``y`` or ``row``/``col``) to the planted
+    ``truth`` frame by frame: within ``max_dist`` px, planted spots of at least
+    ``min_snr``, found frames offset by ``first``. Returns planted, recovered,
+    recovered_fraction, found, false, false_fraction.
     """
     from kernels.synth import frame_truth, match_points
 

@@ -1,19 +1,10 @@
 """Loss accounting of one scan: what should have arrived, what did, what was rejected.
 
-A :class:`ScanReport` is plain data (numpy arrays, ints, dicts), picklable and
-mergeable: each receiver reports the frames routed to it, and
-``functools.reduce(ScanReport.merge, reports)`` gives the whole scan, in any order
-(the merge is associative and commutative), which is what an MPI reduction of the
-receivers' reports will do. Its memory is ``frames x (sectors + 1)`` bytes.
-
-Frame states, over the frames the report *expects*:
-
-complete
-    every sector arrived and was accepted;
-incomplete
-    some sectors arrived, some did not (listed per frame);
-missing
-    no sector arrived.
+A :class:`ScanReport` is plain, picklable data; each receiver reports the frames
+routed to it and ``functools.reduce(ScanReport.merge, reports)`` gives the whole
+scan in any order. Its memory is ``frames x (sectors + 1)`` bytes. Over the frames
+it expects, a frame is *complete* (every sector accepted), *incomplete* (some) or
+*missing* (none).
 """
 from __future__ import annotations
 
@@ -60,48 +51,18 @@ def ranges(indices: np.ndarray) -> List[Tuple[int, int]]:
 class ScanReport:
     """Accounting of one scan at one receiver (or merged over several).
 
-    Attributes
-    ----------
-    geometry : ScanGeometry
-    expected : ndarray of bool, shape (frames,)
-        Frames this report answers for (native protocol: ``f mod R == r``).
-    got : ndarray of bool, shape (frames, sectors)
-        Sectors accepted.
-    receivers : int
-        Receivers this report covers (1 before merging).
-    ends_expected, ends_received : int
-        ``end`` messages due (producers x receivers) and arrived.
-    sent : int
-        Sum of ``sent`` over the arrived ``end`` messages.
-    ends_uncounted : int
-        Arrived ends that carry no count (Stream V2): then ``lost_in_transport`` is None.
-    received_data : int
-        ``data`` messages that named this scan (accepted or rejected).
-    rejected : Counter
-        Rejected messages that named this scan, by reason.
-    rejected_unattributed : Counter
-        Rejections that named no open scan (malformed, unknown scan), counted while
-        this scan was open.
-    refused : Counter
-        Connection attempts refused (ZAP or handshake: never data) while this scan was
-        open at this receiver, or before it, since the previous scan closed, by reason
-        (:data:`streams.security.REASONS`).
-    duplicates_across : int
-        Frames accepted by two receivers (found when their reports merge; also
-        counted in ``rejected["duplicate"]``).
-    invalid : str
-        Why the analysis's result cannot be trusted although frames arrived (set by the
-        receiving job: an analysis that sums over frames got a frame twice); a scan
-        with it is not served.
-    conflicting : dict of int to list of int
-        Frames of which a sector arrived twice with different content (frame ->
-        sectors): nobody can tell which copy the detector sent, so the result is
-        invalid (:attr:`result_invalid`) and the scan not served.
-    buffer_bytes : int
-        Partition memory the assembler allocated for this scan (its high-water mark).
-    ended_by : str
-        ``end`` (all ends arrived), ``timeout`` (idle longer than the timeout) or
-        ``stopped`` (the receiver was stopped first); merged: the worst of them.
+    ``expected`` (frames,) the frames it answers for (native: ``f mod R == r``) and
+    ``got`` (frames, sectors) the sectors accepted; ``receivers`` covered;
+    ``ends_expected``/``ends_received`` and the sum of their ``sent``
+    (``ends_uncounted``: Stream V2 ends carry none, ``lost_in_transport`` is then
+    None); ``received_data`` data messages naming the scan; ``rejected``,
+    ``rejected_unattributed`` (naming no open scan) and ``refused`` connections
+    (``docs/stream-protocol.md`` section 5) by reason while it was open;
+    ``duplicates_across`` frames accepted by two receivers (found at merge);
+    ``invalid`` why the result cannot be trusted, and ``conflicting`` frame -> sectors
+    that came twice with different content (either: not served); ``buffer_bytes``
+    the assembler's high-water mark; ``ended_by`` ``end``, ``timeout`` or ``stopped``
+    (merged: the worst).
     """
 
     geometry: ScanGeometry

@@ -1,19 +1,11 @@
 """``--then``: a program run on a scan's drained results while the job serves the next.
 
-A data-dependent stage that needs the whole scan (FF-HEDM's indexing and refinement
-after stage 1's peaks; a reconstruction after a map) starts the moment the scan's
-``<scan>.h5`` is in the shared output directory, on rank 0's node, as its own process:
-the receiving job goes on serving scans meanwhile. The command is an argv template
-(split like a shell, no shell run) whose ``{scan}``, ``{h5}`` (the drained
-``OUT/<scan>.h5``) and ``{out}`` are filled in; its output goes to
-``OUT/<scan>.then.log``. A scan that was not served (``<scan>.json`` says why) is not
-handed on. The job waits for every command before it ends, and a command that failed
-makes the job's exit status 1.
-
-The child runs without this rank's launcher variables
-(:func:`core.mpi.launcher.without_launcher`): a program that starts MPI -- ``python -m
-workflows run`` -- becomes its own job (a singleton, or its own ``mpirun``) instead of
-joining this one as a second rank 0.
+An argv template (no shell; ``{scan}``, ``{h5}``, ``{out}`` filled in) run on rank
+0's node once ``OUT/<scan>.h5`` is drained, output in ``OUT/<scan>.then.log``
+(docs/guide/hedm.md, "Live"); the job waits for every command and exits 1 if one
+failed. The child runs without the launcher's variables
+(:func:`core.mpi.launcher.without_launcher`), so a program that starts MPI becomes
+its own job instead of a second rank 0 of this one.
 """
 from __future__ import annotations
 
@@ -31,11 +23,9 @@ __all__ = ["AfterScan"]
 
 
 class AfterScan:
-    """Rank 0's ``--then`` commands: :meth:`start` one per drained scan, :meth:`wait`
-    for all at the end. A template that does not split, has an argument of nothing but
-    a line break (a backslash-newline inside quotes), or names a program that is not on
-    ``PATH`` (or not executable) is refused here, before the job starts and any data
-    arrives (``ValueError``)."""
+    """Rank 0's ``--then`` commands: :meth:`start` one per drained scan, :meth:`wait` for
+    all. A template that does not split or names no executable program is refused
+    (ValueError) before the job starts."""
 
     def __init__(self, template: str, out: str, say=print) -> None:
         try:

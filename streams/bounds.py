@@ -1,26 +1,6 @@
-"""What one scan costs a receiving job, checked at its ``begin``. Pure (no numpy arrays made).
-
-A ``begin`` announces a geometry; before anything of the scan is allocated, a
-receiver adds up what the scan will hold in memory on the busiest rank of the
-job and refuses the scan (``too_large``) when that is more than ``--memory``:
-
-``partitions``
-    two partition buffers of K frames (the assembler's minimum; more slots are
-    used only while they fit the bound, :mod:`streams.assemble`);
-``accounting``
-    per frame and sector: the ``got`` bit (1 byte) and the first copy's digest (8
-    bytes, to tell a duplicate that disagrees); per frame: the sector count (2),
-    ``expected`` (1);
-``analysis``
-    the analysis's state of the whole scan (:meth:`analyses.contract.Analysis.scan_bytes`)
-    times :data:`STATE_COPIES`: the partial on the processing rank, the live delta
-    waiting to be sent, rank 0's live copy, the merged result, its scan-shaped
-    images, and the HDF5 file built in memory and copied out (``output``).
-
-Together with ``--max-open-scans`` (``begin`` s beyond it are refused ``busy``) this
-bounds a receiving rank at about ``max_open_scans x --memory`` plus the ZeroMQ
-queues, whatever producers announce.
-"""
+"""What one scan costs a receiving job, checked at its ``begin`` before anything is allocated
+(``too_large`` above ``--memory``; ``docs/stream-protocol.md`` section 5 gives the sum).
+Pure (no numpy arrays made)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -60,17 +40,9 @@ class ScanCost:
 
 def scan_cost(g: ScanGeometry, partition_frames: int, local_frames: int,
               analysis_bytes: int = 0) -> ScanCost:
-    """The memory scan ``g`` costs one receiver (and rank 0), before it is accepted.
-
-    Parameters
-    ----------
-    g : ScanGeometry
-    partition_frames : int
-        K, frames per partition.
-    local_frames : int
-        Frames of the scan this receiver holds (native: about ``frames / R``).
-    analysis_bytes : int
-        The analysis's state of the whole scan (``Analysis.scan_bytes(g)``).
+    """The memory scan ``g`` costs one receiver (and rank 0), before it is accepted:
+    K = ``partition_frames``, ``local_frames`` of it here (native: about
+    ``frames / R``), ``analysis_bytes`` the analysis's state of the scan.
 
     >>> g = ScanGeometry("s", 1, 4, 2, (8, 8), "<u2", (2, 2))
     >>> c = scan_cost(g, 2, 4, analysis_bytes=100)

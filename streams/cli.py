@@ -1,19 +1,11 @@
-"""``stager stream receive|watch``: live detector streams into the nodes of one MPI job.
+"""``stager stream receive|watch|view``: live detector streams into the nodes of one MPI job.
 
-``mpirun -n N stager stream receive --rendezvous FILE --out DIR [--scans K]
-[--emulate-nodes K | --node-id-env VAR] ...`` binds one receiver per node (the
-leader; ``--receivers-per-node``), writes the rendezvous file, serves K scans in
-a row, writes ``DIR/<scan>.h5`` and ``DIR/<scan>.json`` per scan (drained from
-node-local storage), runs ``--then`` on each served scan's files (:mod:`streams.after`),
-and exits 0 only when every scan arrived whole (or lost at most ``--allow-loss``) and
-every ``--then`` exited 0, 1 otherwise, 2 on bad options.
-
-``stager stream watch RENDEZVOUS`` (or a ``tcp://`` live endpoint) prints, per
-live message, frames/s, GB/s, frames complete / incomplete / not arrived and the
-time since the last frame; ``--png FILE`` is rewritten with the current image
-when you press Enter or send SIGUSR1 (``--once``: after the first image, then exit).
-
-``stager stream view RENDEZVOUS [--port P]`` serves a web page of the job
+``receive`` binds one receiver per node, writes the rendezvous file, serves
+``--scans`` scans into ``DIR/<scan>.h5`` and ``.json`` (drained from node-local
+storage), runs ``--then`` on each (:mod:`streams.after`), and exits 0 only when
+every scan arrived whole (within ``--allow-loss``) and every ``--then`` succeeded,
+1 otherwise, 2 on bad options. ``watch`` prints each live message's progress
+(``--png``: the current image on Enter or SIGUSR1); ``view`` serves a web page
 (:mod:`streams.view.server`).
 """
 from __future__ import annotations
@@ -210,10 +202,8 @@ def _receive(args: argparse.Namespace) -> int:
 
 
 def _check_start(opts: Any) -> None:
-    """Rank 0, before the job makes anything (keys, rendezvous, node-local directories):
-    the analysis loads with its ``--udf-roi`` and ``--corrections`` (a misspelled word,
-    a mask file that does not read), and ``--out`` is inside neither ``--local`` nor
-    ``--spill``."""
+    """Rank 0, before the job makes anything: the analysis loads with its options,
+    and ``--out`` is inside neither ``--local`` nor ``--spill``."""
     from core.outputs import check_outputs
     from analyses.loading import load_analysis
 
@@ -233,12 +223,9 @@ _GRACE_S = 5.0
 def _failed(comm: Any, e: BaseException, code: int) -> int:
     """Rank 0 says what failed, once; the exit status is ``code`` (2: bad input).
 
-    An error every rank raised alike (agreed: a bad option, a failed merge or write of a
-    scan; a drain that fails never gets here, :func:`streams.job.output.drained`)
-    returns on every rank. Anything else (an analysis failing on a receiver while
-    others still serve, a rank left in a non-blocking barrier) ends the job with
-    ``MPI_Abort``: rank 0, told by the loop's abort, says why first; another rank waits
-    for it, and says so itself only if it is not ended."""
+    An error every rank raised alike (agreed) returns on every rank; anything else
+    (one receiver's analysis failing) ends the job with ``MPI_Abort``, rank 0 saying
+    why first, another rank only if it is not ended after :data:`_GRACE_S`."""
     everyone = (code == 2 and isinstance(e, ValueError)) or \
         getattr(e, "agreed_by", 0) == comm.size
     if comm.rank == 0:
@@ -322,12 +309,8 @@ def _watch(args: argparse.Namespace) -> int:
         print(f"stager stream watch: {e}", file=sys.stderr)
         return 2
     want = {"png": False}
-
-    def on_usr1(signum: int, frame: Any) -> None:
-        want["png"] = True
-
     if args.png:
-        signal.signal(signal.SIGUSR1, on_usr1)
+        signal.signal(signal.SIGUSR1, lambda *_: want.update(png=True))
     print(f"watching {ep} (Enter or SIGUSR1: write {args.png or 'no PNG: give --png'})",
           file=sys.stderr, flush=True)
     prev: Dict[str, Any] = {}

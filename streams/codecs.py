@@ -1,40 +1,17 @@
 """Payload encodings: ``raw``, ``lz4`` and ``bslz4``, decoded straight into frame memory.
 
-Both compressed encodings use the framing of the HDF5 filters, which is also what
-DECTRIS detectors put in their CBOR compression tag (56500), so one decoder serves
-the native protocol and Stream V2:
+Both compressed encodings use the HDF5 filters' framing (LZ4 filter 32004, bitshuffle
+32008; ``docs/stream-protocol.md`` section 4), which DECTRIS detectors also put in
+their CBOR compression tag, so one decoder serves both protocols.
 
-``lz4`` (HDF5 LZ4 filter 32004)
-    ``uint64 BE`` decoded size, ``uint32 BE`` block size B, then per block of B bytes
-    (the last may be shorter) ``uint32 BE`` stored size n and n bytes: an LZ4 *block*
-    (no frame header) or, when n equals the block's decoded size, the bytes stored as is.
-``bslz4`` (bitshuffle filter 32008 with LZ4)
-    ``uint64 BE`` decoded size, ``uint32 BE`` block size in *bytes* (block of N elements
-    times the element size), then per block ``uint32 BE`` n and n bytes of one LZ4
-    block holding the bit-transposed block. Blocks hold N elements; the last one holds
-    the remaining elements rounded down to a multiple of 8; the last ``count % 8``
-    elements follow uncompressed.
-
-Decoding uses ``dectris-compression`` (DECTRIS's own C implementation, MIT) when it
-is installed, and :func:`decode_into` calls its C function
-``compression_decompress_buffer`` (exported by the same extension; every read bounded
-by the source's size, every write by the destination's) through ``ctypes``, so that a
-payload decodes *straight into the frame's place* in the partition: the one copy from
-the socket's buffer. Its Python function (``decompress``) returns a new ``bytes`` that
-was then copied into the frame: a second pass over every frame and a fresh allocation
-(``bench/README.md``, "What a frame costs", has the profile and the measurement).
-hdf5plugin's bitshuffle (``bshuf_decompress_lz4``, also into a buffer) was measured
-too and decoded the same 256x256 frames 1.5-1.9x more slowly than dectris-compression
-here (its wheel's build, one ``malloc`` a block), so it is not used. Which one runs is
-checked once per process: the C function decodes a known payload and must give what
-``decompress`` gives (an extension whose symbol or enum differs falls back to
-``decompress`` + copy); :func:`decoder_name` says which ran. Without
-dectris-compression, a numpy + ``lz4`` fallback decodes the same bytes, so a receiver
-still works where no C compiler could build it -- but about a hundred times more
-slowly (``bench/stream_bench.py --codecs`` measures it; figures in
-``bench/results/history.md``). Encoding (only producers and the simulators encode)
-is numpy + ``lz4.block``: no maintained Python package exposes the bitshuffle+LZ4
-*encoder* without building HDF5 plugins.
+:func:`decode_into` calls dectris-compression's C ``compression_decompress_buffer``
+through ``ctypes`` so a payload decodes straight into the frame's place (its Python
+``decompress`` costs a second pass and an allocation; hdf5plugin's bitshuffle was
+1.5-1.9x slower: ``bench/README.md``, "What a frame costs"). The C path is checked
+once per process against ``decompress`` (:func:`decoder_name`). Without
+dectris-compression a numpy + ``lz4`` fallback decodes the same bytes about a
+hundred times more slowly. Encoding (producers, simulators) is numpy +
+``lz4.block``: no maintained package exposes the bitshuffle+LZ4 encoder.
 """
 from __future__ import annotations
 
@@ -144,12 +121,8 @@ def decoded_size(payload: Any) -> int:
 # ---- bit transposition (the bitshuffle of one or more whole blocks) ----
 
 def bitshuffle_block(block: np.ndarray, itemsize: int) -> np.ndarray:
-    """Bit-transpose blocks: ``(nblocks, n, itemsize)`` uint8 -> ``(nblocks, n*itemsize)``.
-
-    Row k of a block's output (n/8 bytes) holds bit k % 8 of byte k // 8 of every
-    element, element i in bit i % 8 of byte i // 8 (least significant first): the
-    transposition of bitshuffle's ``bshuf_trans_bit_elem``.
-    """
+    """Bit-transpose blocks ``(nblocks, n, itemsize)`` uint8 -> ``(nblocks, n*itemsize)``
+    (bitshuffle's ``bshuf_trans_bit_elem``; ``docs/stream-protocol.md`` section 4)."""
     nb, n, e = block.shape
     bits = np.unpackbits(block, axis=2, bitorder="little")          # (nb, n, 8e)
     out = np.packbits(bits.transpose(0, 2, 1), axis=2, bitorder="little")  # (nb, 8e, n/8)
@@ -310,18 +283,9 @@ def _contiguous(payload: Any) -> Any:
 
 
 def decode_into(encoding: str, payload: Any, out: np.ndarray) -> None:
-    """Decode ``payload`` into ``out`` (a C-contiguous array) in place.
-
-    ``encoding``: ``raw``, ``lz4``, ``bslz4`` (the wire's), or ``raw>u2`` / ``raw>u4``
-    (big-endian pixels swapped as they are copied: a receiver's own name, never a
-    producer's; the protocols check the wire's names before).
-
-    Raises
-    ------
-    CodecError
-        ``wrong_payload_size`` when the (stated or decoded) size is not ``out.nbytes``;
-        ``corrupt_payload`` when a compressed payload does not decode.
-    """
+    """Decode ``payload`` (``raw``, ``lz4``, ``bslz4``, or a receiver's byte-swapping
+    ``raw>u2``/``raw>u4``) into the C-contiguous ``out``; CodecError
+    (``wrong_payload_size``, ``corrupt_payload``)."""
     dst = out.reshape(-1).view(np.uint8)
     if encoding == "raw":
         if len(payload) != dst.size:

@@ -1,9 +1,8 @@
 """Errors of the live-stream layer: one hierarchy under the project's root (core.errors).
 
-A message a receiver cannot use is *not* an error: it is rejected, counted with
-its reason (``streams.protocol.Reason``) and the receiver keeps running.
-These exceptions are for the caller's mistakes and for conditions that stop a
-producer or a receiver (no rendezvous file, a receiver that stopped reading).
+A message a receiver cannot use is not an error: it is rejected and counted with
+its :class:`~streams.protocol.Reason`. These are the caller's mistakes and what
+stops a producer or receiver.
 """
 from __future__ import annotations
 
@@ -17,12 +16,8 @@ class StreamError(MpistageError):
 
 
 class ProtocolError(StreamError, Refused):
-    """A message or a value does not follow docs/stream-protocol.md.
-
-    Raised by the encoders (a producer asked to send something invalid) and by
-    :func:`streams.protocols.native.headers.decode_header`; receivers turn it into a
-    rejection with its ``reason`` instead of letting it escape.
-    """
+    """A message or value breaks docs/stream-protocol.md: raised by the encoders and
+    decoders; receivers turn it into a rejection with its ``reason``."""
 
 
 class CodecError(StreamError, Refused):

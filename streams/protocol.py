@@ -1,12 +1,9 @@
 """What every stream protocol's socket hands the assembler: scan geometry, headers, reasons.
 
-Whatever its wire format, a protocol's socket turns its messages into these
-values -- :class:`Begin` (a producer announces a scan's :class:`ScanGeometry`),
-:class:`Data` (rows of a sector of a frame), :class:`End` -- and names a rejected
-message's :class:`Reason`; the :class:`~streams.assemble.Assembler` takes nothing
-else. The native protocol's msgpack headers are
-:mod:`streams.protocols.native.headers`, Stream V2's CBOR messages
-:mod:`streams.protocols.stream2.streamv2`. Pure: no sockets, no numpy, no wire library.
+Whatever its wire format, a protocol's socket turns its messages into
+:class:`Begin` (a scan's :class:`ScanGeometry`), :class:`Data` (rows of a sector
+of a frame) and :class:`End`, and names a rejection's :class:`Reason`; the
+:class:`~streams.assemble.Assembler` takes nothing else. Pure.
 """
 from __future__ import annotations
 
@@ -24,51 +21,25 @@ __all__ = ["Reason", "ScanGeometry", "Begin", "Data", "End", "Header", "sector_r
 
 
 class Reason(str, Enum):
-    """Why a receiver rejected a message. The value is the name in reports and JSON."""
+    """Why a receiver rejected a message; the value is the name in reports and JSON, and
+    ``docs/stream-protocol.md`` section 5 says when each applies."""
 
     MALFORMED = "malformed_header"
-    """Not two frames; header not a msgpack map of at most 4096 bytes; ``kind`` unknown;
-    a required field missing or of the wrong type; a value impossible on its own
-    (negative index, empty rows, bad scan name or dtype); payload of begin/end not empty."""
     ENCODING = "unknown_encoding"
-    """``encoding`` is a string but not ``raw``, ``lz4`` or ``bslz4``."""
     UNKNOWN_SCAN = "unknown_scan"
-    """``data`` or ``end`` for a scan of which no ``begin`` arrived."""
     LATE = "late"
-    """A message for a scan that this receiver has already closed (end or timeout), or
-    a sector of a partition already delivered because the memory budget was full."""
     WRONG_RECEIVER = "wrong_receiver"
-    """``frame mod R`` is not this receiver's index (the producer routed it wrong)."""
     OUT_OF_RANGE = "out_of_range"
-    """``frame`` >= frames, ``sector`` >= sectors, ``rows`` not the sector's rows, or
-    ``producer`` >= producers."""
     DUPLICATE = "duplicate"
-    """A sector that already arrived, or a second ``begin``/``end`` from one producer."""
     CONFLICT = "conflict"
-    """A ``begin`` whose geometry differs from the scan's first ``begin``."""
     CONFLICTING_DUPLICATE = "conflicting_duplicate"
-    """A second copy of a sector whose content differs from the first (digests compared):
-    the frame is marked conflicting and the scan's result is invalid (never served)."""
     TOKEN = "wrong_token"
-    """A ``begin`` without the job's token, or with another job's (a replay of an earlier
-    job's stream, a producer pointed at the wrong job)."""
     NAME_USED = "scan_name_used"
-    """A ``begin`` for a scan name this job has already served: every scan needs a new name."""
     PAYLOAD_SIZE = "wrong_payload_size"
-    """The (decoded) payload is not rows x cols x itemsize bytes."""
     CORRUPT = "corrupt_payload"
-    """An ``lz4``/``bslz4`` payload that does not decode."""
     BUSY = "busy"
-    """A ``begin`` for a new scan while the receiver already holds ``--max-open-scans``
-    open scans, or after the job finalized its ``--scans``; the open scans go on."""
     TOO_LARGE = "too_large"
-    """A ``begin`` for a scan whose whole cost here (:func:`streams.bounds.scan_cost`: two
-    partitions, the accounting, the analysis's state, live snapshot and output) is more
-    than ``--memory``. Refused before anything is allocated."""
     SCAN_SHAPE = "scan_shape"
-    """A detector's series (acquisition) whose image count the job's scan shape
-    (``--dectris-scan-shape``, ``--merlin-scan-shape``) does not hold: refused at its
-    arming, and the job ends saying so (it would never be received)."""
 
     def __str__(self) -> str:
         return self.value
@@ -103,11 +74,8 @@ class Data(NamedTuple):
 
 @dataclass(frozen=True)
 class End:
-    """An ``end`` header: producer ``producer`` sent ``sent`` data messages to this receiver.
-
-    ``sent`` is None only for ends that do not come from the native protocol (a
-    Stream V2 ``end`` carries no count).
-    """
+    """An ``end`` header: ``producer`` sent ``sent`` data messages to this receiver (None:
+    a protocol whose ``end`` carries no count, as Stream V2's)."""
 
     scan: str
     producer: int

@@ -8,13 +8,7 @@ __all__ = ["parse_scan_shape", "resolve_scan_shape"]
 
 def parse_scan_shape(text: Any, name: str = "scan shape") -> Tuple[int, ...]:
     """``"NY,NX"`` (or ``NYxNX``, or a sequence; one value may be ``-1``) -> a tuple of
-    ints. A parser of :mod:`core.options` (``name``: the option's label).
-
-    Raises
-    ------
-    ValueError
-        naming the text, when it is not positive integers with at most one ``-1``.
-    """
+    ints; a :mod:`core.options` parser (ValueError naming ``name`` and the text)."""
     text = ",".join(map(str, text)) if isinstance(text, (list, tuple)) else str(text)
     parts = [p for p in text.replace("x", ",").split(",") if p.strip()]
     try:
@@ -32,17 +26,12 @@ def _check(shape: Sequence[int], what: object) -> None:
 
 
 def resolve_scan_shape(shape: Optional[Sequence[int]], images: int) -> Tuple[int, ...]:
-    """The scan shape of ``images`` images: ``shape`` with its ``-1`` replaced so the
-    product is ``images``; ``(1, images)`` when no shape is given.
+    """``shape`` with its ``-1`` replaced so it holds ``images``; ``(1, images)`` without one.
 
     >>> resolve_scan_shape((-1, 8), 64)
     (8, 8)
 
-    Raises
-    ------
-    ValueError
-        when no integer fits (``images`` not a multiple of the other sides) or a
-        shape without ``-1`` does not hold ``images``.
+    ValueError when no integer fits or the shape does not hold ``images``.
     """
     if shape is None:
         return (1, images)

@@ -1,42 +1,17 @@
 """Who may write into a receiving job: CURVE keys, ZAP, refusals counted.
 
-By default a receiving job secures its native sockets with ZeroMQ's CURVE
-mechanism (RFC 26/CurveZMQ: every connection encrypted, the client proving it
-holds a secret key) and decides *which* clients may connect through ZAP (RFC
-27, the ZeroMQ Authentication Protocol: libzmq asks a handler on
-``inproc://zeromq.zap.01`` about every new connection):
-
-* the job makes one server key pair in memory (rank 0, broadcast over MPI;
-  never written anywhere);
-* two roles, each with its own keys: **producers** may connect to the data
-  sockets (and watch), **viewers** only to the live socket -- a viewer's key is
-  refused (``unauthorised_key``) on a data socket, so whoever may watch cannot
-  write frames. By default the job makes one key pair per role and writes each
-  as a certificate in :mod:`zmq.auth`'s file format beside the rendezvous file,
-  mode 0600: ``<rendezvous>.client.key_secret`` (producers) and
-  ``<rendezvous>.viewer.key_secret`` (viewers), the public halves in ``.key``.
-  ``--authorized-keys DIR`` accepts the producers' public certificates in DIR
-  instead, and the viewers' in ``DIR/viewers/`` when that directory exists (no
-  certificate of that role is written then);
-* the job's **token** (random, 128 bits, rank 0): every native ``begin`` must carry
-  it, so a stream recorded in or aimed at another job is refused ``wrong_token``
-  even from an authorised key;
-* the rendezvous file carries the server's public key (Z85), the paths of the
-  certificates and the token (``docs/stream-protocol.md``, section 2);
-* every refused connection attempt is counted by reason (:data:`REASONS`): the
-  :class:`ZapHandler` thread counts what ZAP refuses (a key not authorised, an
-  address not allowed), a :class:`HandshakeMonitor` on each socket what fails
-  before ZAP is asked (a client without CURVE, a wrong server key, a handshake
-  that never completes). The receiving loop drains both into the reports of its
-  open scans (:meth:`streams.protocols.native.receiver.SocketLoop.step`). A refused peer's
-  messages never reach the socket's queue, so never the assembler.
-
-DECTRIS Stream V2 cannot do CURVE (the detector speaks plain ZeroMQ): there the
-job connects from an interface the user names and ZAP accepts only the
-addresses of ``--allow-from`` (:attr:`StreamSecurity.allow_from`).
-
-``--insecure`` keeps plain sockets (:meth:`StreamSecurity.insecure`), and the
-report says so. zmq is imported where used.
+Native sockets use ZeroMQ's CURVE (RFC 26) and ZAP (RFC 27: libzmq asks a handler on
+``inproc://zeromq.zap.01`` about every connection). Rank 0 makes the server key pair
+(memory only) and the job's **token** (every native ``begin`` carries it).
+**Producers** may use the data and live sockets, **viewers** only the live one, so
+whoever may watch cannot write frames; each role's certificate is written beside the
+rendezvous file (mode 0600) unless ``--authorized-keys DIR`` (and ``DIR/viewers/``)
+names the keys. Every refused attempt is counted by reason
+(``docs/stream-protocol.md`` section 5, "Refused connections"): by
+:class:`ZapHandler`, or :class:`HandshakeMonitor` for what fails before ZAP; refused
+peers' messages never reach the assembler. Stream V2 detectors speak plain ZeroMQ: ZAP
+accepts only ``--allow-from`` addresses. ``--insecure`` keeps plain sockets and the
+report says so (``docs/stream-protocol.md``, section 2).
 """
 from __future__ import annotations
 
@@ -46,6 +21,7 @@ import errno
 import os
 import re
 import secrets
+import shutil
 import stat
 import tempfile
 import threading
@@ -56,7 +32,7 @@ from typing import Any, Deque, Dict, FrozenSet, List, Optional, Tuple
 from core.trusted import Untrusted, check_trusted, check_tree
 from streams.errors import StreamError
 
-__all__ = ["StreamSecurity", "ZapHandler", "HandshakeMonitor", "REASONS", "zap_handler",
+__all__ = ["StreamSecurity", "ZapHandler", "HandshakeMonitor", "zap_handler",
            "client_certificate_path", "write_client_certificate", "load_client_certificate",
            "load_authorized_keys", "check_authorized_keys", "refusal_address",
            "refusals_line", "new_token", "DOMAIN_DATA", "DOMAIN_LIVE", "DOMAIN_STREAM2",
@@ -68,23 +44,6 @@ _FROM = re.compile(r" from ([^\s,]+)")
 DOMAIN_DATA = "mpistage-stream"
 DOMAIN_LIVE = "mpistage-live"
 DOMAIN_STREAM2 = "mpistage-stream2"
-
-#: Why a connection attempt was refused (names in reports and ``stager stream watch``).
-REASONS = {
-    "not_curve": "the client did not use CURVE (a plain ZeroMQ peer, or no client "
-                 "certificate): give it the client certificate named in the rendezvous file",
-    "bad_handshake": "the CURVE handshake failed (the client used another server key: "
-                     "a rendezvous file of an earlier job?)",
-    "unauthorised_key": "the client's CURVE key is not authorised (not the job's client "
-                        "certificate, not in --authorized-keys)",
-    "address_not_allowed": "the peer's address is not in --allow-from",
-    "handshake_timeout": "a TCP connection that did not complete the ZeroMQ handshake "
-                         "in time (sent nothing, or not ZeroMQ)",
-    "handshake_aborted": "the peer hung up during the handshake (broken pipe, reset): "
-                         "often the same attempt as a refusal above, counted again when "
-                         "the peer left before the refusal reached it",
-    "handshake_failed": "the ZeroMQ handshake failed for another reason",
-}
 
 #: What refused a connection, in the job's summary line ("37 connections from ... refused by").
 REFUSED_BY = {"address_not_allowed": "by --allow-from", "unauthorised_key": "(key not authorised)",
@@ -129,28 +88,10 @@ def new_token() -> str:
 class StreamSecurity:
     """The security of one receiving job (picklable: rank 0 makes it, MPI broadcasts it).
 
-    Attributes
-    ----------
-    mode : {"curve", "insecure"}
-    server_public, server_secret : str
-        The job's CURVE key pair (Z85 text), in memory only.
-    authorized : frozenset of str, optional
-        Z85 public keys of the producers (allowed on the data and the live sockets).
-    client_certificate : str, optional
-        Path of the producers' certificate the job wrote (None with ``--authorized-keys``).
-    authorized_keys : str, optional
-        The ``--authorized-keys`` directory.
-    viewers : frozenset of str
-        Z85 public keys of the viewers (allowed on the live socket only).
-    viewer_certificate : str, optional
-        Path of the viewers' certificate the job wrote (None with ``DIR/viewers/``).
-    token : str, optional
-        The job's token, which every native ``begin`` must carry (never in a report).
-    allow_from : tuple of str
-        Stream V2: peer IP addresses ZAP accepts (empty: any).
-    handshake_s : float
-        Seconds a peer has to complete the ZeroMQ handshake (``ZMQ_HANDSHAKE_IVL``): a
-        connection that sends nothing is dropped then, counted ``handshake_timeout``.
+    The CURVE pair (Z85, memory only); ``authorized`` producers' and ``viewers``' keys
+    and the certificates the job wrote for them (None for ``authorized_keys``);
+    ``token`` (never reported); ``allow_from``: Stream V2 peers ZAP accepts (empty:
+    any); ``handshake_s``: ``ZMQ_HANDSHAKE_IVL`` (then ``handshake_timeout``).
     """
 
     mode: str = "curve"
@@ -181,15 +122,10 @@ class StreamSecurity:
     def for_job(cls, rendezvous: str, authorized_keys: Optional[str] = None,
                 allow_from: Tuple[str, ...] = (), handshake_s: float = HANDSHAKE_S
                 ) -> StreamSecurity:
-        """A server key pair, a token, and per role (producers, viewers) either a
-        certificate written beside ``rendezvous`` or the public keys of
-        ``authorized_keys`` (producers: DIR, viewers: ``DIR/viewers/`` if it exists).
-
-        Raises
-        ------
-        StreamError
-            A certificate cannot be written; a directory holds no public key.
-        """
+        """A server key pair, a token, and per role either a certificate written
+        beside ``rendezvous`` or the keys of ``authorized_keys`` (viewers:
+        ``DIR/viewers/`` if it exists). Raises StreamError when a certificate cannot
+        be written or a directory holds no key."""
         import zmq
 
         pub, sec = zmq.curve_keypair()
@@ -214,9 +150,8 @@ class StreamSecurity:
                    tuple(allow_from), handshake_s, viewers, viewer_cert, new_token())
 
     def remove_certificates(self) -> None:
-        """Remove the certificates :meth:`for_job` wrote beside the rendezvous (the job
-        has ended: they open nothing any more), each only while it still holds this
-        job's key (a newer job's, written over it, is left alone)."""
+        """Remove the certificates :meth:`for_job` wrote, each only while it holds
+        this job's key (a newer job's, written over it, is left alone)."""
         for secret in (self.client_certificate, self.viewer_certificate):
             if secret is None:
                 continue
@@ -293,18 +228,9 @@ def client_certificate_path(rendezvous: str, role: str = "client") -> str:
 
 
 def write_client_certificate(rendezvous: str, role: str = "client") -> Tuple[str, str]:
-    """Write a new certificate of ``role`` beside ``rendezvous``, mode 0600.
-
-    :func:`zmq.auth.create_certificates` writes the pair into a private (0700)
-    temporary directory in the same directory; both files are made 0600 and
-    renamed over ``<rendezvous>.<role>.key_secret`` / ``.key`` (a symlink there is
-    replaced, never followed).
-
-    Returns
-    -------
-    (path, public_key)
-        The secret certificate's path and its public key (Z85 text).
-    """
+    """Write a new certificate of ``role`` beside ``rendezvous``; returns (path, public key).
+    Made in a private temporary directory, 0600, renamed over ``.key_secret``/``.key``
+    (a symlink there is replaced, never followed)."""
     import zmq.auth
 
     secret_path = client_certificate_path(rendezvous, role)
@@ -325,27 +251,16 @@ def write_client_certificate(rendezvous: str, role: str = "client") -> Tuple[str
     except OSError as e:
         raise StreamError(f"cannot write the client certificate {secret_path}: {e}") from e
     finally:
-        for n in os.listdir(tmp):
-            os.unlink(os.path.join(tmp, n))
-        os.rmdir(tmp)
+        shutil.rmtree(tmp)       # this job's private directory: removes links, never follows
     return secret_path, public.decode()
 
 
 def load_client_certificate(path: str) -> Tuple[bytes, bytes]:
     """(public, secret) Z85 keys of a client certificate with its secret half.
 
-    The file is opened without following a symlink (and without blocking on a FIFO)
-    and must be a regular file of this user that nobody else can read or write
-    (:func:`core.trusted.check_trusted`); it is parsed from that open file, so
-    nothing can swap it in between. A secret only its owner can read is one only
-    its owner (or root) can use: the check matters most to root, which could
-    otherwise read a key a neighbour planted.
-
-    Raises
-    ------
-    StreamError
-        Missing, unreadable, a symlink or not a regular file, someone else's,
-        readable or writable by others, or holding no secret key.
+    Opened without following a symlink or blocking, it must be this user's regular
+    file nobody else can read or write (:func:`core.trusted.check_trusted`: root could
+    otherwise use a planted key), parsed from that open file; else StreamError.
     """
     import zmq.auth
 
@@ -380,18 +295,9 @@ def load_client_certificate(path: str) -> Tuple[bytes, bytes]:
 
 
 def check_authorized_keys(directory: str) -> None:
-    """Refuse an ``--authorized-keys`` directory someone else could add a key to.
-
-    The directory, and every file and directory in it, must be owned by the user
-    or by root and not writable by group or others; no symlink is followed
-    (:func:`core.trusted.check_tree`). Otherwise whoever can write
-    there can authorise their own key and stream frames the job counts as data.
-
-    Raises
-    ------
-    ValueError
-        Naming the path and why (the command exits 2).
-    """
+    """Refuse (ValueError) an ``--authorized-keys`` directory someone else could add a key
+    to: it and its contents must be the user's or root's, not group/other writable, no
+    symlink followed (:func:`core.trusted.check_tree`)."""
     if not os.path.isdir(directory):
         raise ValueError(f"--authorized-keys {directory}: not a directory")
     try:
@@ -424,16 +330,12 @@ def load_authorized_keys(directory: str) -> List[str]:
 class ZapHandler:
     """The ZAP handler of one ZeroMQ context: a thread answering on ``inproc://zeromq.zap.01``.
 
-    Each socket's ZAP domain has a policy (a :class:`StreamSecurity`): CURVE
-    clients must present an authorised key, plain peers an allowed address
-    (when ``allow_from`` is set). Requests of an unknown domain are refused.
-    Refusals are kept per domain until :meth:`drain` takes them, at most
-    :attr:`KEEP` per domain (older ones are dropped from the list, never from
-    :attr:`totals`): a domain nobody drains cannot grow memory.
+    Each ZAP domain has a policy (a :class:`StreamSecurity`); unknown domains are
+    refused. Refusals wait per domain for :meth:`drain`, at most :attr:`KEEP` (never
+    dropped from :attr:`totals`), so an undrained domain cannot grow memory.
     """
 
     KEEP = 10000
-
     ENDPOINT = "inproc://zeromq.zap.01"
 
     def __init__(self, context: Any) -> None:
@@ -531,14 +433,9 @@ def zap_handler(context: Any) -> ZapHandler:
 
 
 class HandshakeMonitor:
-    """Counts the handshakes of one socket that fail before ZAP is asked.
-
-    A socket monitor (``zmq_socket_monitor``) reports
-    ``HANDSHAKE_FAILED_PROTOCOL`` (a plain peer on a CURVE socket: mechanism
-    mismatch; a wrong server key: cryptographic error) and
-    ``HANDSHAKE_FAILED_NO_DETAIL`` (timeout, garbage). Refusals by ZAP are left
-    to :class:`ZapHandler`, which knows the key and address.
-    """
+    """Counts the handshakes of one socket that fail before ZAP is asked (a socket
+    monitor's ``HANDSHAKE_FAILED_PROTOCOL``/``_NO_DETAIL``: no CURVE, another
+    server key, a timeout); ZAP's refusals are :class:`ZapHandler`'s."""
 
     def __init__(self, sock: Any) -> None:
         import zmq

@@ -43,25 +43,11 @@ __all__ = ["SimulatedScan", "synthetic_frame", "run_producer", "run_producers",
 class SimulatedScan:
     """One scan to stream, and the faults to inject.
 
-    Attributes
-    ----------
-    geometry : ScanGeometry
-    source : callable(int) -> ndarray, optional
-        Frame f as a (rows, cols) array; default: :func:`synthetic_frame`.
-    encoding : str
-        ``raw``, ``lz4`` or ``bslz4``.
-    rate : float, optional
-        Frames per second over the whole scan (every producer keeps pace); None:
-        as fast as the receivers take them.
-    withhold : frozenset of int
-        Frames no producer sends.
-    drop : frozenset of (int, int)
-        (frame, sector) pairs their producer does not send.
-    no_end : frozenset of int
-        Producers that never send ``end`` (a crashed producer).
-    inject : tuple of str
-        Names from :func:`malformed_messages`, sent by producer 0 to receiver 0
-        right after its ``begin`` messages.
+    ``source(f)`` gives frame f (default :func:`synthetic_frame`); ``encoding`` is
+    ``raw``, ``lz4`` or ``bslz4``; ``rate`` frames per second over the scan (None: as
+    fast as taken); ``withhold`` frames no producer sends, ``drop`` (frame, sector)
+    pairs not sent, ``no_end`` producers that never send ``end``; ``inject`` names of
+    :func:`malformed_messages` producer 0 sends receiver 0 after its ``begin``.
     """
 
     geometry: ScanGeometry
@@ -93,12 +79,8 @@ class SimulatedScan:
 
 def malformed_messages(scan: str, geometry: ScanGeometry
                        ) -> Dict[str, Tuple[List[bytes], str, bool]]:
-    """Broken messages by name -> (frames, the reason a receiver must give, counted).
-
-    Every one is aimed at receiver 0 and at frame 0, which receiver 0 owns.
-    ``counted`` says whether the receiver can tell it is a data message of
-    ``scan`` (then the producer counts it in its ``end``'s ``sent``).
-    """
+    """Broken messages by name -> (frames, the reason a receiver must give, counted), all
+    aimed at receiver 0's frame 0; ``counted``: the producer counts it in ``sent``."""
     import msgpack
 
     r0, r1 = geometry.sector_rows(0)
@@ -128,11 +110,9 @@ def run_producer(scan: SimulatedScan, endpoints: Union[Rendezvous, Sequence[str]
                  t0: Optional[float] = None, **options: Any) -> Dict[str, Any]:
     """Be producer ``producer`` of ``scan``: begin, its sectors in frame order, end.
 
-    ``endpoints``: a :class:`~streams.protocols.native.rendezvous.Rendezvous` (CURVE with its
-    keys when it names them) or plain endpoints (plain ZeroMQ: a CURVE job refuses
-    them). ``options`` go to :class:`~streams.protocols.native.producer.Producer` (``sndhwm``,
-    ``certificate``, ...).
-    Returns what it sent: messages per receiver, seconds, seconds blocked in sends.
+    ``endpoints``: a Rendezvous (CURVE with its keys) or plain endpoints; ``options``
+    go to :class:`~streams.protocols.native.producer.Producer`. Returns messages per
+    receiver, seconds, and seconds blocked in sends.
     """
     g = scan.geometry
     t0 = time.perf_counter() if t0 is None else t0
@@ -164,11 +144,8 @@ def run_producer(scan: SimulatedScan, endpoints: Union[Rendezvous, Sequence[str]
 def run_producers(scan: SimulatedScan, endpoints: Union[Rendezvous, Sequence[str]],
                   wait: bool = True,
                   **options: Any) -> Any:
-    """Run every producer of ``scan`` in its own thread.
-
-    Returns the per-producer results (``wait=True``), or the started threads and
-    a result list that fills as they finish (``wait=False``).
-    """
+    """Run every producer of ``scan`` in its own thread: their results (``wait``), or the
+    threads, a result list that fills and the errors."""
     results: List[Any] = [None] * scan.geometry.producers
     errors: List[BaseException] = []
     t0 = time.perf_counter()

@@ -1,24 +1,11 @@
 """Files as partitions: the same ``(frames, positions, complete)`` an analysis gets live.
 
-A stream delivers partitions of K frames; files give the same triples, so an
-analysis written once runs on both. A :class:`PartitionRef` is plain data (it
-travels to the workers, which resolve ``%n`` and read on their node); its ``kind``
-names a row of :data:`SOURCES`, the :class:`Source` that lists the files it reads
-(:func:`frame_files`) and reads it (:func:`read_partition`). The rows:
-
-``dataset`` (:mod:`analyses.sources.dataset`)
-    an HDF5 dataset of frames ``(F, rows, cols)`` or ``(ny, nx, rows, cols)``;
-``frames`` (:mod:`analyses.sources.frames`)
-    raw detector frames as :func:`kernels.open_frames` reads them: one GE/HDF5/TIFF
-    file holding every frame or a TIFF series (``%d`` in the file name), position
-    ``p`` being frame ``first + p``;
-``spill`` (:mod:`analyses.sources.spilled`)
-    a partition file a receiving job spilled (``--spill``);
-``staged`` (:mod:`analyses.sources.staged`)
-    a node's copy of a frame range of an HDF5 dataset a ``scatter ... h5`` block
-    spread over the nodes.
-
-A new source is one module plus one row (:meth:`core.table.Table.register`).
+A :class:`PartitionRef` is plain data (workers resolve ``%n`` and read on their
+node); its ``kind`` names a row of :data:`SOURCES`, whose :class:`Source` lists
+(:func:`frame_files`) and reads (:func:`read_partition`) it: ``dataset`` (an HDF5
+dataset of frames), ``frames`` (detector frame files, :func:`kernels.open_frames`),
+``spill`` (a partition a receiving job spilled), ``staged`` (a node's frame range
+of a scattered dataset). A new source is one module plus one row.
 """
 from __future__ import annotations
 
@@ -107,11 +94,8 @@ def frame_files(ref: PartitionRef) -> List[str]:
 
 
 def read_partition(ref: PartitionRef, files: Optional[Sequence[str]] = None) -> Frames:
-    """``(frames (k, rows, cols), positions (k,), complete (k,))`` of one partition.
-
-    ``files``: where to read each of :func:`frame_files` (this node's copies); default
-    those paths as they are.
-    """
+    """``(frames (k, rows, cols), positions (k,), complete (k,))`` of one partition, read
+    from ``files`` (this node's copies of :func:`frame_files`; default those paths)."""
     source = SOURCES.load(ref.kind)
     return source.read(ref, list(files) if files is not None else source.files(ref))
 

@@ -1,11 +1,5 @@
-"""The ``spill`` source: the partition files a receiving job spilled (``--spill``).
-
-Partition file layout (written by :mod:`streams.job.spill`): ``/frames`` (k, rows,
-cols) in the scan's dtype (missing sectors zero), ``/frame_index`` (k,) int64,
-``/complete`` (k,) bool, ``/sectors`` (k, S) bool; root attributes ``scan``,
-``receiver``, ``partition``, ``scan_shape``, ``frames`` (of the whole scan),
-``sectors``, ``dtype``.
-"""
+"""The ``spill`` source: the partition files a receiving job spilled (``--spill``), laid out
+as :mod:`streams.job.spill` writes them (``docs/stream-protocol.md`` section 10, "Spill")."""
 from __future__ import annotations
 
 import glob
@@ -56,11 +50,8 @@ def read_partition_file(path: str) -> Tuple[np.ndarray, np.ndarray, np.ndarray, 
 
 def spilled_partitions(template: str, scan: str, nodes: Optional[List[str]] = None
                        ) -> List[str]:
-    """Paths of the spilled partitions of ``scan`` under ``template``, sorted.
-
-    ``nodes``: the node names to look under (default: every directory that
-    ``%n`` matches, for a shared view on one machine).
-    """
+    """Paths of the spilled partitions of ``scan`` under ``template``, sorted, looking
+    under ``nodes`` (default: every directory ``%n`` matches)."""
     from core.nodes import expand_node
 
     if "%n" not in template:

@@ -1,11 +1,9 @@
 """The ``staged`` source: a node's copy of a frame range of a scattered HDF5 dataset.
 
-A ``scatter ... h5`` block spreads the frames ``(F, rows, cols)`` of a dataset over
-the nodes in ranges (:meth:`stager.locality.Where.frame_ranges`); a node's copy of a
-range holds its frames as rows 0, 1, ... of the same dataset path. A ref's ``path``
-is the copy on the node it is placed on, ``first`` the position of the copy's row 0,
-``shared`` the source file, read (at the positions themselves) by a task that runs
-where the copy is not (softly placed).
+A ``scatter ... h5`` block spreads a dataset's frames over the nodes in ranges
+(:meth:`stager.locality.Where.frame_ranges`), each copy's rows 0, 1, ... at the
+same path. A ref's ``path`` is the copy, ``first`` the position of its row 0 and
+``shared`` the source file, read by a task that runs where the copy is not.
 """
 from __future__ import annotations
 
@@ -28,15 +26,8 @@ class StagedRange(Source):
 
 
 def staged_partitions(where: Any, source: str, dataset: str, k: int) -> List[PartitionRef]:
-    """Partitions of ``k`` positions inside each staged frame range of ``source``
-    (:class:`stager.locality.Where`), each placed on the first node holding its range.
-
-    Raises
-    ------
-    AnalysisError
-        A range takes every ``step``-th frame (``step`` > 1): its rows are not a run of
-        scan positions.
-    """
+    """Partitions of ``k`` positions inside each staged range of ``source``, each placed
+    on the first node holding it; AnalysisError for a range with ``step`` > 1."""
     out: List[PartitionRef] = []
     for fr, holders in where.frame_ranges(source):
         if fr.step != 1:

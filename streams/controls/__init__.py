@@ -1,27 +1,12 @@
 """Detector controls: who arms the detector, and how the job learns the scan.
 
-A control is the detector's command interface beside its data stream
-(``--control simplon://DCU[:PORT]``: DECTRIS's SIMPLON REST API; ``merlin://HOST:6341``:
-a Merlin's control port). One kind per
-URL scheme, one row of :data:`ROWS` each (``"module:Class"``, imported when
-used), as the protocols are (:mod:`streams.protocols`). Two modes:
-
-active (default)
-    before the receivers start: configure (trigger mode, image and trigger
-    counts from the scan shape, count and frame time, compression, the stream's
-    format and ``header_detail``, only what is given); once every receiver is
-    connected: arm, read back the series id, call the ``--on-ready`` hook (a scan
-    engine starts here), send the triggers an internal trigger mode needs; at the
-    end of the job, or on any failure, disarm. A failed arm leaves the detector
-    disarmed.
-passive
-    another program arms the detector: the control only reads the detector's
-    configuration, from which the scan's image count (and a ``-1`` of the scan
-    shape) follows, and calls the hook once the receivers wait.
-
-Every error of the control interface is a :class:`ControlError` naming the call
-(method, URL) and the detector's answer. Rank 0 of the job alone talks to the
-detector (:func:`streams.cli` runs :class:`Control` from its ``on_ready``).
+``--control simplon://DCU[:PORT]`` (DECTRIS's SIMPLON REST API) or
+``merlin://HOST:6341``, one row of :data:`ROWS` per URL scheme. Active (default):
+configure before the receivers start, arm once they are connected, call the
+``--on-ready`` hook, trigger, and disarm at the end or on any failure; passive:
+read what another program armed and call the hook (docs/guide/coming-from-libertem-live.md).
+Errors are :class:`ControlError` naming the call and the answer; only rank 0 talks
+to the detector.
 """
 from __future__ import annotations
 
@@ -45,15 +30,8 @@ class ControlError(StreamError):
 
 
 class Control:
-    """One detector's control interface: subclass it, set :attr:`scheme`.
-
-    Parameters
-    ----------
-    url : str
-        ``SCHEME://HOST[:PORT]``.
-    settings : dict
-        The resolved :data:`OPTIONS` (``control_mode``, ``trigger_mode``, ...).
-    """
+    """One detector's control interface (``SCHEME://HOST[:PORT]``, the resolved
+    :data:`OPTIONS` as ``settings``): subclass it, set :attr:`scheme`."""
 
     scheme: str = ""
 
@@ -85,14 +63,8 @@ class Control:
         raise NotImplementedError
 
     def pixel_mask(self) -> Optional[Any]:
-        """The detector's pixel mask, ``(rows, cols)``, nonzero = excluded; None when
-        its interface has none (a Merlin's control port).
-
-        Raises
-        ------
-        ControlError
-            The detector refused the call (``status`` set) or answered nonsense.
-        """
+        """The detector's pixel mask ``(rows, cols)``, nonzero = excluded, or None when the
+        interface has none (Merlin's); ControlError when refused or nonsense."""
         return None
 
     def finish(self) -> None:
@@ -137,13 +109,8 @@ OPTIONS = (
 
 
 def open_control(url: str, settings: Dict[str, Any]) -> Control:
-    """The control for ``url`` (its scheme a row of :data:`ROWS`).
-
-    Raises
-    ------
-    ValueError
-        an unknown scheme or a URL without a host, naming the known schemes.
-    """
+    """The control for ``url`` (its scheme a row of :data:`ROWS`); ValueError naming the
+    known schemes."""
     scheme, sep, rest = url.partition("://")
     if not sep or not rest.strip("/"):
         raise ValueError(f"--control {url!r}: expected SCHEME://HOST[:PORT] "
@@ -156,14 +123,8 @@ def open_control(url: str, settings: Dict[str, Any]) -> Control:
 
 
 def load_hook(spec: Optional[str]) -> Optional[Callable[[Dict[str, Any]], Any]]:
-    """``MODULE:FUNCTION`` or ``FILE.py:FUNCTION`` -> the function (None: no hook).
-
-    Raises
-    ------
-    ValueError
-        naming the spec, when it is no importable callable (MODULE:FUNCTION,
-        FILE.py:FUNCTION).
-    """
+    """``MODULE:FUNCTION`` or ``FILE.py:FUNCTION`` -> the function (None: no hook);
+    ValueError naming the spec when it is no importable callable."""
     if not spec:
         return None
     from core.table import load_object

@@ -66,11 +66,11 @@ def _pixel_mask(control: Control) -> Any:
 
 def prepare(comm: Any, args: Any, given: Dict[str, Any]) -> Optional[Control]:
     """Collective over `comm`: every rank must call. Without ``--control``: None.
-    Otherwise rank 0 opens the control and prepares the detector (active: configured;
-    passive: its image count read), every rank gets the scan shape into ``given``
-    (the protocol's scan-shape option) and, with ``--corrections detector``, the
-    detector's pixel mask from its control interface (``detector_pixel_mask``: for a
-    scan whose start carries none), or the same error; rank 0 gets the control."""
+
+    Rank 0 opens the control and prepares the detector; every rank gets the scan
+    shape into ``given`` and, with ``--corrections detector``, the control's pixel
+    mask (``detector_pixel_mask``), or the same error; rank 0 gets the control.
+    """
     if not getattr(args, "control", None):
         return None
     got = bcast_result(comm, _prepare, args, given)

@@ -1,14 +1,8 @@
 """Quantum Detectors Merlin control port (6341): ``SET`` / ``GET`` / ``CMD`` over MPX framing.
 
-``--control merlin://HOST[:6341]``. A request is ``MPX,`` + ten digits (its length
-+ 1) + ``,`` + ``SET,NAME,VALUE`` / ``GET,NAME,0`` / ``CMD,NAME,0``; the answer
-repeats the method and name, then (``GET``) the value, then a status: 0 OK, 1
-system busy, 2 unrecognised command, 3 parameter out of range (Merlin's manual;
-LiberTEM-live's ``MerlinControl``). Active: ``SET NUMFRAMESTOACQUIRE`` (the scan's
-images) and ``SET`` of what else is given before the receivers start; once they
-wait ``CMD STARTACQUISITION``, the hook, ``CMD SOFTTRIGGER`` (``--trigger-mode
-soft``, the default); at the end or on failure ``CMD STOPACQUISITION``. Passive: the
-hook only (the scan shape comes from the acquisition header).
+``--control merlin://HOST[:6341]``; the requests, statuses and the active/passive
+sequence are ``docs/stream-protocol.md`` section 12's ("Control"), as LiberTEM-live's
+``MerlinControl`` sends them.
 """
 from __future__ import annotations
 
@@ -47,13 +41,8 @@ class MerlinClient:
         return out
 
     def call(self, method: str, name: str, value: Any = None) -> Optional[str]:
-        """One request; the value of a ``GET``, else None.
-
-        Raises
-        ------
-        ControlError
-            naming the request and the detector's answer (its status spelled out).
-        """
+        """One request; the value of a ``GET``, else None (ControlError naming the request
+        and the status)."""
         body = f"{method},{name},{0 if value is None else value}".encode("ascii")
         what = f"{method} {name}" + ("" if value is None else f" {value}")
         try:

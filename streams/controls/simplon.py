@@ -1,16 +1,11 @@
 """DECTRIS SIMPLON REST API (1.8): configure, arm, trigger and disarm a detector.
 
-``--control simplon://DCU[:PORT]`` (port 80 by default). The calls (SIMPLON API
-reference; what LiberTEM-live's ``DEigerClient`` sends): ``GET
-/detector/api/version/``; ``GET`` / ``PUT {"value": V}``
-``/detector/api/1.8.0/config/NAME``; ``PUT /detector/api/1.8.0/command/arm``
-(answer ``{"sequence id": N}``), ``.../trigger``, ``.../disarm``; ``PUT
-/stream/api/1.8.0/config/{mode,format,header_detail}``; ``GET
-/detector/api/1.8.0/config/pixel_mask`` (the mask as a SIMPLON ``darray``, read with
-:func:`decode_darray`). HTTP with the standard
-library's ``urllib`` (no dependency); each call has a timeout, and a refusal is a
-:class:`~streams.controls.ControlError` naming method, URL, status and the
-detector's answer.
+``--control simplon://DCU[:PORT]``. The calls LiberTEM-live's ``DEigerClient``
+sends: ``GET``/``PUT {"value": V}`` ``/detector/api/1.8.0/config/NAME``, ``PUT
+.../command/{arm,trigger,disarm}``, ``PUT /stream/api/1.8.0/config/NAME``, the
+pixel mask as a ``darray`` (:func:`decode_darray`). Standard-library ``urllib``,
+a timeout on every call; a refusal is a :class:`~streams.controls.ControlError`
+naming method, URL, status and answer.
 """
 from __future__ import annotations
 
@@ -46,14 +41,8 @@ class SimplonClient:
 
     def call(self, method: str, path: str, value: Any = None, body: bool = False,
              limit: int = MAX_ANSWER) -> Any:
-        """One request; the JSON answer (None when empty), of at most ``limit`` bytes.
-
-        Raises
-        ------
-        ControlError
-            naming the call, the HTTP status (also as its ``status``) and the
-            detector's answer, or why it could not be reached.
-        """
+        """One request; the JSON answer (None when empty) of at most ``limit`` bytes.
+        ControlError names the call, the HTTP ``status`` and the answer."""
         url = self.base + path
         data = json.dumps({"value": value}).encode() if body else None
         req = urllib.request.Request(url, data=data, method=method,
@@ -94,15 +83,8 @@ class SimplonClient:
         return v["value"]
 
     def pixel_mask(self) -> np.ndarray:
-        """The detector's pixel mask (``config/pixel_mask``), ``(rows, cols)``;
-        nonzero marks a pixel to exclude (dead, hot, a gap between modules).
-
-        Raises
-        ------
-        ControlError
-            The call failed (``status`` set when the detector answered it with an
-            HTTP error), or the answer is not a mask :func:`decode_darray` accepts.
-        """
+        """The detector's pixel mask ``(rows, cols)``, nonzero = exclude; ControlError when
+        the call fails or the answer is no mask."""
         path = f"/detector/api/{API}/config/pixel_mask"
         v = self.call("GET", path, limit=MAX_MASK_BYTES * 4 // 3 + 4096)
         return decode_darray(v.get("value") if isinstance(v, dict) else None,
@@ -119,16 +101,9 @@ class SimplonClient:
 
 
 def decode_darray(value: Any, what: str) -> np.ndarray:
-    """A SIMPLON ``darray`` (``{"__darray__": [1, 0, 0], "type": "<u4", "shape":
-    [WIDTH, HEIGHT], "filters": ["base64"], "data": BASE64}``) as a ``(HEIGHT, WIDTH)``
-    array: the shape is given width first, as LiberTEM-live's ``get_darray`` reads it.
-    Every field is checked, and the size bounded, before anything is decoded.
-
-    Raises
-    ------
-    ControlError
-        naming ``what`` and the field that is wrong.
-    """
+    """A SIMPLON ``darray`` (``{"__darray__", "type", "shape": [WIDTH, HEIGHT], "filters":
+    ["base64"], "data"}``) as a ``(HEIGHT, WIDTH)`` array, as LiberTEM-live reads it;
+    every field checked and the size bounded before decoding (ControlError)."""
     if not isinstance(value, dict) or "__darray__" not in value:
         raise ControlError(f"{what}: not a SIMPLON darray (no __darray__ in "
                            f"{str(value)[:200]!r})")

@@ -1,20 +1,12 @@
 """The table of stream protocols: what a protocol brings, and the one row that registers it.
 
-A stream protocol is one folder of this package (``native/``, ``stream2/``): its
-decoder, its receiving socket, its simulator, and a subclass of
-:class:`StreamProtocol` in the folder's ``__init__.py``, plus one row of
-:data:`ROWS`. The receiving job (:mod:`streams.job.session`) and the command line
-(``stager stream receive --protocol NAME``) ask the protocol through this table
--- its routing rule, its own options (:class:`ProtocolOption` rows: keyword,
-``STAGER_STREAM_<NAME>``, default, parser, and the ``stager stream receive`` flag
-made from them), its socket, its option checks, its rendezvous file, what it
-knows of the detector -- and nothing else branches on a protocol's name. As with the block kinds
-(:mod:`stager.planning.kinds`), a row names its class ``"module:Class"``, imported
-when first asked for, so ``import streams`` loads no protocol.
-
-To add a protocol: a module with a subclass of :class:`StreamProtocol` and a
-row here, or :func:`register` for a protocol from outside the package (the toy
-protocol of ``tests/toyprotocol.py``).
+A protocol is one folder of this package (decoder, socket, simulator) with a
+:class:`StreamProtocol` subclass in its ``__init__.py``, plus one row of
+:data:`ROWS` (``"module:Class"``, imported when first asked, so ``import streams``
+loads none). The receiving job and ``stager stream receive --protocol NAME`` ask
+it through this table (routing, its :class:`ProtocolOption` rows, socket, checks,
+rendezvous, detector metadata); nothing else branches on a protocol's name. A
+protocol from outside registers with :func:`register` (``tests/toyprotocol.py``).
 """
 from __future__ import annotations
 
@@ -29,11 +21,8 @@ __all__ = ["StreamProtocol", "ProtocolOption", "ROWS", "register", "protocol", "
            "options", "connect_from", "write_rendezvous_json"]
 
 
-#: One option of a protocol or of the detector controls (:class:`core.options.Option`:
-#: keyword name, default, strict parser, ``STAGER_STREAM_<NAME>``, its ``stager stream
-#: receive`` flag). The job resolves the chosen protocol's options like its own (keyword >
-#: environment > default, on rank 0) into ``SessionOptions.protocol_options``, which the
-#: protocol reads (:meth:`StreamProtocol.socket`).
+#: One option of a protocol or of the detector controls, resolved like the job's own into
+#: ``SessionOptions.protocol_options`` (:class:`core.options.Option`).
 ProtocolOption = Option
 
 
@@ -55,11 +44,11 @@ class StreamProtocol:
 
     def socket(self, loop: Any, options: Any, index: int, count: int,
                partition_frames: Any, security: Any) -> str:
-        """Make receiver ``index`` of ``count``'s socket (a
-        :class:`~streams.socketloop.SocketLoop`) feeding ``loop.deliver`` (and
-        ``loop.on_close``), set ``loop.socket``, bind or connect it; return what the
-        rendezvous file lists for it. A protocol whose scans' starts and ends reach
-        one receiver only shares them here (``loop.share``) with the others."""
+        """Make receiver ``index`` of ``count``'s socket (a :class:`~streams.socketloop.SocketLoop`
+        feeding ``loop.deliver``), set ``loop.socket``, bind or connect it; return what the
+        rendezvous file lists. Starts and ends that reach one receiver only are shared here
+        (``loop.share``).
+        """
         raise NotImplementedError(f"stream protocol {self.name!r} makes no socket")
 
     def rendezvous(self, options: Any, endpoints: List[str], live: Optional[str],
@@ -69,11 +58,9 @@ class StreamProtocol:
         raise NotImplementedError(f"stream protocol {self.name!r} writes no rendezvous file")
 
     def detector_metadata(self, socket: Any, scan: str) -> Optional[Callable[[Any], None]]:
-        """Rank 0, when ``scan`` is written: the writer of its ``/detector`` group from what
-        the stream said of the detector (:func:`analyses.output.write_scan` calls it with
-        the group; ``socket``: rank 0's receiving socket, None when rank 0 receives
-        nothing). Default: None, no ``/detector`` group (Stream V2 and the legacy stream
-        write the series' start: :mod:`streams.protocols.stream2.nxdetector`)."""
+        """Rank 0, when ``scan`` is written: the writer of its ``/detector`` group
+        (:func:`analyses.output.write_scan` calls it), from rank 0's ``socket`` (None when it
+        receives nothing); default None, no group."""
         return None
 
 

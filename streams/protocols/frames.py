@@ -14,12 +14,8 @@ __all__ = ["synthetic_frame", "array_source", "hdf5_source"]
 def synthetic_frame(index: int, shape: Tuple[int, int] = (64, 64),
                     scan_shape: Tuple[int, int] = (8, 8), dtype: str = "<u2",
                     seed: int = 0) -> np.ndarray:
-    """One synthetic 4D-STEM diffraction frame, the same for the same arguments.
-
-    A bright-field disk whose centre shifts with the scan position (a deflection
-    that varies across the sample), sparse single-electron hits of 80-160 counts
-    each, on a dark level of about 20 counts.
-    """
+    """One synthetic 4D-STEM frame, the same for the same arguments: a bright-field disk
+    shifting with the scan position, sparse 80-160 count hits, a dark level of ~20."""
     rows, cols = shape
     ny, nx = scan_shape
     y, x = divmod(index, nx)

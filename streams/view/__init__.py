@@ -1,19 +1,12 @@
 """Looking at a running receiving job: a Python handle and a browser view.
 
-- :func:`attach` / :class:`LiveJob`: a notebook's handle on a job by its rendezvous
-  file and the viewers' certificate -- partial results as they arrive
-  (:class:`Partial`: progress per receiver, each analysis's images as NumPy arrays),
-  the final result, the report and the rejections. :func:`launch` starts a receiving
-  job with ``mpirun``, :func:`launch_sbatch` submits it to Slurm
-  (``slurm/stream-session.sbatch``); both return the same handle. :meth:`LiveJob.frame`: one scan
-  position's frame, through the job; :meth:`LiveJob.udf_iter`: a LiberTEM UDF's
-  partials as ``run_udf_iter`` gives them; :meth:`LiveJob.plot` (:class:`LivePlot`):
-  a matplotlib figure updated in place, in Jupyter as LiberTEM's ``plots=True``.
-- ``stager stream view RV.json`` (:mod:`streams.view.server`): one web page per job,
-  images pushed over a WebSocket as partial results arrive.
-
-Both read the job's live socket through :class:`streams.job.live.LiveView`, the
-subscriber ``stager stream watch`` uses; neither can write to the job.
+:func:`attach` / :class:`LiveJob` give a notebook partial results as they arrive
+(:class:`Partial`), the final result, report and rejections, one position's frame
+(:meth:`LiveJob.frame`), a LiberTEM UDF's partials (:meth:`LiveJob.udf_iter`) and a
+figure updated in place (:meth:`LiveJob.plot`); :func:`launch` and
+:func:`launch_sbatch` start a job and return the same handle. ``stager stream view``
+(:mod:`streams.view.server`) serves a web page per job. Both subscribe to the job's
+live socket (:class:`streams.job.live.LiveView`) and cannot write to it.
 """
 from __future__ import annotations
 

@@ -30,11 +30,9 @@ def run(args: argparse.Namespace) -> int:
     from streams.errors import StreamError
     from streams.view.server import serve
 
-    def ready(url: str) -> None:
-        print(f"stager stream view: {url}", flush=True)
-
     try:
-        serve(args.source, args.port, args.bind, args.certificate, args.out, on_ready=ready,
+        serve(args.source, args.port, args.bind, args.certificate, args.out,
+              on_ready=lambda url: print(f"stager stream view: {url}", flush=True),
               trust_owner=args.trust_owner, wait=args.wait)
     except (OSError, ValueError, StreamError) as e:
         print(f"stager stream view: {e}", file=sys.stderr)

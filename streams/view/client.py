@@ -1,28 +1,12 @@
 """A Python handle on a running receiving job: partial results as they arrive.
 
-::
-
-    from streams.view import attach
-
-    with attach("rv.json", out="out") as job:
-        for p in job.partials("s1"):             # until the scan's final result
-            print(p.complete, "/", p.frames, p.images["sum_image"].mean())
-        final = job.result("s1")                 # the merged result the job wrote
-        report = job.report("s1")                # OUT/s1.json
-        rejections = job.rejections()            # OUT/rejections.json, once the job ended
-
-The handle subscribes to the job's live socket (the rendezvous file's ``live``,
-``docs/stream-protocol.md`` section 9) through :class:`streams.job.live.LiveView`,
-with the viewers' certificate the job wrote beside its rendezvous file: it can
-watch, never write. It learns that the job ended when the job's live socket goes
-away after it was connected (ZeroMQ's connection events) or, for a job it started,
-when ``mpirun`` exits or Slurm says the batch job ended (:mod:`streams.view.launch`).
-What it gives back is in :mod:`streams.view.results`.
-
-The live socket drops old messages for a slow reader (its send high-water mark),
-never the job's pace: a reader sees the latest partial results, not necessarily
-every one; every scan's last message (``final``) is sent once more when it is
-written.
+Used as ``with attach("rv.json", out="out") as job: for p in job.partials("s1")``
+(docs/guide/streaming.md, "Following a job from Python and in a browser"). The
+handle subscribes to the job's live socket (``docs/stream-protocol.md`` section 9)
+with the viewers' certificate: it can watch, never write. The job has ended when
+that socket goes away, or when the ``mpirun`` or Slurm job it started ends
+(:mod:`streams.view.launch`). The socket drops old messages for a slow reader,
+never the job's pace; each scan's ``final`` message is sent once more when written.
 """
 from __future__ import annotations
 
@@ -48,25 +32,11 @@ __all__ = ["attach", "LiveJob"]
 class LiveJob:
     """A viewer's handle on one receiving job (see the module docstring).
 
-    Parameters
-    ----------
-    rendezvous : str
-        The job's rendezvous file.
-    out : str, optional
-        The job's ``--out`` directory (for :meth:`report`, :meth:`rejections`).
-    certificate : str, optional
-        A viewer's certificate (``.key_secret``); default: the one the rendezvous
-        file names.
-    process : subprocess.Popen or SlurmJob, optional
-        The job's ``mpirun`` (:func:`launch`) or batch job (:func:`launch_sbatch`):
-        its end ends the job for this handle.
-    trust_owner : str or list of str, optional
-        Users (names or uids) whose rendezvous files are trusted besides one's own: a
-        colleague's job (with a copy of its viewers' certificate of one's own,
-        ``certificate``; docs/guide/streaming.md, "A colleague's view").
-    wait : float, optional
-        Seconds to wait for the rendezvous file to appear, or for a new job's when it
-        names a job that has ended (default: neither, an error at once).
+    ``out`` is the job's ``--out`` (for :meth:`report`, :meth:`rejections`);
+    ``certificate`` a viewer's ``.key_secret`` (default: the rendezvous file's);
+    ``process`` the job's ``mpirun`` or Slurm job, whose end ends it for this handle;
+    ``trust_owner`` users whose rendezvous files are trusted too (a colleague's job,
+    docs/guide/streaming.md); ``wait`` seconds to wait for the file, or a new job's.
     """
 
     def __init__(self, rendezvous: str, out: Optional[str] = None,
@@ -124,14 +94,8 @@ class LiveJob:
         return self.disconnected
 
     def wait_connected(self, timeout: float = 30.0) -> None:
-        """Return once the job's live socket accepted this viewer (ZeroMQ subscribers
-        miss what is published before then).
-
-        Raises
-        ------
-        TimeoutError
-            Not connected within ``timeout`` seconds (no job there, or a wrong key).
-        """
+        """Return once the job's live socket accepted this viewer (subscribers miss
+        what is published before); TimeoutError after ``timeout`` s."""
         end = time.monotonic() + timeout
         while not self.connected:
             if self.ended or time.monotonic() > end:
@@ -168,17 +132,10 @@ class LiveJob:
                  ) -> Iterator[Partial]:
         """Partial results as they arrive (of ``scan``, or of every scan).
 
-        A message is yielded when it brings something new: more frames complete, or
-        as many and more scan positions in the images (the job publishes every
-        ``--live-interval`` seconds, also when nothing changed), and always the final
-        one. With ``scan``, ends after its final result; without, when the job ends.
-
-        Raises
-        ------
-        JobEnded
-            The job ended before ``scan``'s final result came.
-        TimeoutError
-            Nothing ended within ``timeout`` seconds.
+        Yielded when something is new (more frames complete or more positions in the
+        images), and always the final one. With ``scan``, ends after its final result
+        (JobEnded if the job ends first); without, when the job ends. TimeoutError after
+        ``timeout`` s.
         """
         end = None if timeout is None else time.monotonic() + timeout
         if scan is not None and scan in self.finals:
@@ -236,18 +193,9 @@ class LiveJob:
 
     # ---- one position's frame ----
     def frame(self, scan: str, position: Any, timeout: float = 10.0) -> Frame:
-        """The frame of ``scan`` at ``position`` (flat index, or a tuple in the scan's
-        shape), fetched through the job from the receiver that still holds it.
-
-        Raises
-        ------
-        FrameRefused
-            The job holds it no more (``not_held``), it is over the job's byte cap
-            (``too_large``), too many requests (``rate``, ``busy``), ...
-        TimeoutError
-            No answer within ``timeout`` seconds (or the job has sent no message yet,
-            so its request endpoint is unknown).
-        """
+        """The frame of ``scan`` at ``position`` (flat index or tuple), fetched through
+        the job from the receiver that still holds it. Raises FrameRefused (``not_held``,
+        ``too_large``, ``rate``, ``busy``, ...) or TimeoutError."""
         import msgpack
         import zmq
 

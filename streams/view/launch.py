@@ -1,7 +1,5 @@
-"""Starting a receiving job and getting a viewer's handle on it: ``mpirun`` on this
-machine (:func:`launch`) or a Slurm batch job (:func:`launch_sbatch`, seen as a process
-through :class:`SlurmJob`). The handle's :attr:`~streams.view.client.LiveJob.process`
-is what ends the job for it."""
+"""Starting a receiving job and a viewer's handle on it: ``mpirun`` here (:func:`launch`)
+or a Slurm batch job (:func:`launch_sbatch`, a process through :class:`SlurmJob`)."""
 from __future__ import annotations
 
 import os
@@ -21,17 +19,9 @@ __all__ = ["launch", "launch_sbatch", "SlurmJob", "SLURM_FINAL_STATES"]
 def launch(rendezvous: str, out: str, args: Sequence[str] = (), np_: int = 4,
            mpirun: Sequence[str] = ("mpirun", "--oversubscribe"), timeout: float = 120.0,
            **popen: Any) -> LiveJob:
-    """Start ``mpirun -n np_ stager stream receive`` on this machine; the job's handle.
-
-    ``args`` are more options of ``stager stream receive``; ``popen`` goes to
-    :class:`subprocess.Popen` (e.g. ``env``, ``stdout``). The handle's
-    :attr:`LiveJob.process` is the ``mpirun``.
-
-    Raises
-    ------
-    StreamError
-        The job exited, or wrote no rendezvous file within ``timeout`` seconds.
-    """
+    """Start ``mpirun -n np_ stager stream receive ARGS`` here (``popen`` to
+    :class:`subprocess.Popen`); the job's handle. StreamError when the job exits or
+    writes no rendezvous file within ``timeout`` s."""
     rendezvous, out = os.path.abspath(rendezvous), os.path.abspath(out)
     if os.path.exists(rendezvous):
         os.unlink(rendezvous)       # never attach to an earlier job's file
@@ -57,13 +47,9 @@ SLURM_FINAL_STATES = frozenset({
 
 
 class SlurmJob:
-    """A submitted batch job seen as a process (``poll``, ``wait``, ``kill``,
-    ``returncode``), from ``scontrol show job`` -- no accounting database needed.
-
-    ``returncode``: the batch script's exit status (``ExitCode``), minus the signal
-    that ended it when one did; -1 when Slurm forgot the job (its ``MinJobAge``
-    passed) before this handle saw it end.
-    """
+    """A submitted batch job seen as a process (``poll``, ``wait``, ``kill``, ``returncode``)
+    through ``scontrol show job``, no accounting database. ``returncode``: ``ExitCode``
+    minus the ending signal; -1 when Slurm forgot the job before this handle saw it end."""
 
     def __init__(self, job_id: str, env: Optional[Dict[str, str]] = None) -> None:
         self.job_id = job_id
@@ -95,13 +81,7 @@ class SlurmJob:
         return self.returncode
 
     def wait(self, timeout: Optional[float] = None) -> int:
-        """The job's exit status once it ended.
-
-        Raises
-        ------
-        subprocess.TimeoutExpired
-            It had not ended after ``timeout`` seconds.
-        """
+        """The job's exit status once it ended (subprocess.TimeoutExpired after ``timeout`` s)."""
         end = None if timeout is None else time.monotonic() + timeout
         while (rc := self.poll()) is None:
             if end is not None and time.monotonic() > end:
@@ -118,24 +98,14 @@ class SlurmJob:
 def launch_sbatch(rendezvous: str, out: str, args: Sequence[str] = (), nodes: int = 1,
                   params: Optional[Dict[str, str]] = None, timeout: float = 600.0,
                   env: Optional[Dict[str, str]] = None, cwd: Optional[str] = None) -> LiveJob:
-    """Submit the streaming-session template ``slurm/stream-session.sbatch`` with
-    ``sbatch``; the job's handle once it wrote its rendezvous file.
+    """Submit ``slurm/stream-session.sbatch`` with ``sbatch``; the job's handle once it
+    wrote its rendezvous file.
 
-    The template is rendered as ``stager sbatch stream-session`` renders it
-    (:func:`stager.sbatch.render`): ``rendezvous``, ``out`` and ``nodes`` are its
-    parameters of those names, ``args`` (more ``stager stream receive`` options) its
-    ``receive_options``, and ``params`` any other of its parameters (``scans``,
-    ``analysis``, ``ranks_per_node``, ``time``, ``output``, ``setup``, ``stager``,
-    ...). ``env`` is the environment of ``sbatch``, ``scontrol`` and ``scancel``
-    (the job inherits it); ``cwd`` the directory ``sbatch`` runs in. The handle's
-    :attr:`LiveJob.process` is a :class:`SlurmJob`.
-
-    Raises
-    ------
-    StreamError
-        ``sbatch`` refused the job, the job ended before writing the rendezvous
-        file, or wrote none within ``timeout`` seconds (queueing included; the
-        job is then cancelled).
+    Rendered as ``stager sbatch stream-session`` does: ``rendezvous``, ``out``,
+    ``nodes`` and ``params`` are its parameters, ``args`` its ``receive_options``;
+    ``env`` and ``cwd`` are ``sbatch``'s, ``scontrol``'s and ``scancel``'s. The
+    handle's process is a :class:`SlurmJob`. StreamError when ``sbatch`` refuses, or
+    the job ends or writes no rendezvous file within ``timeout`` s (then cancelled).
     """
     from stager.sbatch import load_template, render
 

@@ -1,16 +1,10 @@
 """A matplotlib figure of a scan's images that updates in place, as LiberTEM's ``plots=True``.
 
-::
-
-    plot = job.plot("s1")        # in Jupyter: one figure, redrawn as partials arrive,
-                                 # until the scan's final result
-
-In a Jupyter kernel the figure is shown once (as PNG) with a display id and each
-update replaces that output (:meth:`IPython.display.DisplayHandle.update`, as
-LiberTEM's ``MPLLive2DPlot`` does), so the notebook keeps one picture, not one per
-partial, whatever matplotlib backend the notebook chose. Outside Jupyter it is
-a plain :class:`matplotlib.figure.Figure` (no pyplot state) redrawn on its canvas.
-Scan positions not in yet are drawn purple, as on the web page.
+``job.plot("s1")`` (docs/guide/streaming.md): in Jupyter the figure is shown once
+with a display id and each update replaces that output (as LiberTEM's
+``MPLLive2DPlot``), whatever the backend; elsewhere it is a plain
+:class:`matplotlib.figure.Figure` redrawn on its canvas. Positions not in yet are
+drawn purple, as on the web page.
 """
 from __future__ import annotations
 
@@ -33,18 +27,8 @@ def _in_kernel() -> bool:
 
 
 class LivePlot:
-    """One figure of the images ``names`` (default: every 2-D image of the first partial).
-
-    Attributes
-    ----------
-    fig : matplotlib.figure.Figure
-    updates : int
-        Partials drawn so far.
-    partial : Partial or None
-        The last one drawn.
-    handle : IPython.display.DisplayHandle or None
-        In a Jupyter kernel: the output the figure is shown in and updated.
-    """
+    """One figure of the images ``names`` (default: every 2-D image of the first partial);
+    ``updates`` partials drawn, the last as ``partial``; ``handle`` the Jupyter output."""
 
     def __init__(self, names: Optional[Sequence[str]] = None, cmap: str = "viridis",
                  log: bool = False, display: Optional[bool] = None) -> None:

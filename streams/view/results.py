@@ -28,11 +28,8 @@ class FrameRefused(StreamError):
 
 @dataclass(frozen=True)
 class Frame:
-    """One scan position's frame as the job still held it (:meth:`LiveJob.frame`).
-
-    ``where``: ``"memory"`` (a receiver's latest partitions) or ``"spill"`` (its
-    spilled file); ``complete``: every sector of it arrived (missing ones are zero).
-    """
+    """One scan position's frame as the job still held it (:meth:`LiveJob.frame`):
+    ``where`` ``"memory"`` or ``"spill"``; ``complete`` every sector arrived."""
 
     scan: str
     index: int
@@ -55,21 +52,10 @@ def failed_end(progress: Dict[str, Any]) -> Optional[str]:
 class Partial:
     """One partial (or the final) result of a scan, as the job published it.
 
-    Attributes
-    ----------
-    scan : str
-    t : float
-        Unix time the job took the snapshot.
-    final : bool
-        The scan's merged result across every node, as written to ``OUT/<scan>.h5``.
-    progress : dict
-        The job's figures (``docs/stream-protocol.md`` section 9): ``frames``,
-        ``complete``, ``incomplete``, ``not_arrived``, ``rejected``,
-        ``rejected_by_reason``, ``refused``, ``per_receiver``, ...
-    images : dict of str to ndarray
-        Each 2-D buffer of the analysis (read-only arrays).
-    valid : ndarray of bool
-        Scan-shaped: True where that position's result is in.
+    ``t`` is when the job took it; ``final`` the merged result written to
+    ``OUT/<scan>.h5``; ``progress`` the job's figures (``docs/stream-protocol.md``
+    section 9); ``images`` each 2-D buffer (read-only); ``valid`` True where a
+    position's result is in.
     """
 
     scan: str
@@ -88,16 +74,8 @@ class Partial:
         return failed_end(self.progress) if self.final else None
 
     def udf_results(self) -> Any:
-        """A LiberTEM UDF's buffers as LiberTEM's ``run_udf_iter`` yields them: a
-        :class:`libertem.udf.base.UDFResults` with ``.buffers`` (per UDF, name ->
-        buffer with ``.data`` in the dataset's shape, ``.kind``, ``.dtype``) and
-        ``.damage`` (``.data``: True where the position's result is in).
-
-        Raises
-        ------
-        StreamError
-            The job's analysis is not a LiberTEM UDF (its messages describe no buffers).
-        """
+        """A LiberTEM UDF's buffers as ``run_udf_iter`` yields them (``.buffers``,
+        ``.damage``); StreamError when the job's analysis is not a UDF."""
         from libertem.common.buffers import PreallocBufferWrapper
         from libertem.common.shape import Shape
         from libertem.udf.base import UDFResults

@@ -1,34 +1,12 @@
 """``stager stream view RV.json``: a web page of a running job, pushed as partial results arrive.
 
-One page per job (``/``): every scan's progress (whole and per receiver: complete,
-incomplete, not arrived, rejected, refused connections), every 2-D buffer of the
-analysis as an image (colour map, linear or log scale; scan positions not yet in
-shown apart), the rejections with their reasons, and whether the job still runs.
-The page holds a WebSocket (``/ws``) over which the server pushes each new partial
-result; nothing is polled.
-
-Security, as Jupyter does it: the server listens on 127.0.0.1 unless told
-otherwise, and every request must carry the random token printed in the URL
-(``?token=``): without it, or with another, the answer is ``403`` and an empty
-body, for the page and the WebSocket alike. The view reads the job through
-:class:`streams.view.client.LiveJob` with the viewers' certificate: it can watch,
-never write.
-
-Built on Tornado (HTTP, WebSocket, the event loop): well kept, already a dependency
-of this project's environment (LiberTEM's Dask, Jupyter), asyncio-native, and the
-same server Jupyter's runs on. ZeroMQ is read in one thread
-(:meth:`LiveJob.next`), which hands each message, encoded once, to the event loop.
-
-Each connected page gets only the latest message of each scan: a slow browser
-skips snapshots and never holds memory or the reader back. An image larger than
-:data:`MAX_PIXELS` is sent binned (block means; the message says by how much).
-
-A click on a scan position asks for that position's frame (``{"type": "frame",
-"scan", "index"}`` from the page): the server fetches it through the job
-(:meth:`LiveJob.frame`, one request at a time per page, in one thread of its own),
-where rank 0's caps apply, and answers that page alone (``{"type": "frame", "scan",
-"index", "shape", "binned", "where", "complete", "data"}``, or ``"refused"`` and
-``"why"``).
+What the page shows and its token security (as Jupyter's) are in
+docs/guide/streaming.md. Built on Tornado (already in the environment through Dask
+and Jupyter); ZeroMQ is read in one thread and each message, encoded once, handed
+to the event loop; a page gets only the latest message of each scan, so a slow
+browser holds nothing back. A click asks for a position's frame
+(``{"type": "frame", "scan", "index"}``), fetched through the job
+(:meth:`LiveJob.frame`, one at a time per page) and answered to that page.
 """
 from __future__ import annotations
 
@@ -74,12 +52,9 @@ def _b64(a: np.ndarray) -> str:
 
 
 def encode_partial(p: Any) -> str:
-    """The JSON text a page gets for one partial result (:class:`Partial`).
-
-    ``{"type": "scan", "scan", "t", "final", "progress", "valid": {"shape", "data"},
-    "images": [{"name", "shape", "binned", "data"}]}``: ``data`` is base64 of
-    little-endian float64 (images) or uint8 (``valid``), C order.
-    """
+    """The JSON a page gets for a :class:`Partial`: ``{"type": "scan", "scan", "t",
+    "final", "progress", "valid", "images": [{"name", "shape", "binned", "data"}]}``,
+    ``data`` base64 of C-order little-endian float64 (images) or uint8 (``valid``)."""
     images = []
     for name, a in p.images.items():
         a = np.asarray(a)
@@ -234,13 +209,9 @@ def serve(rendezvous: str, port: int = 0, bind: str = "127.0.0.1",
           trust_owner: Any = None, wait: Optional[float] = None) -> None:
     """Serve the view of the job of ``rendezvous`` until SIGINT or SIGTERM.
 
-    ``on_ready(url)`` is called once the server listens (the URL carries the token);
-    ``trust_owner`` and ``wait`` are :class:`~streams.view.client.LiveJob`'s.
-
-    Raises
-    ------
-    StreamError
-        The rendezvous file or the viewers' certificate cannot be used.
+    ``on_ready(url)`` is called once it listens; ``trust_owner`` and ``wait`` are
+    :class:`~streams.view.client.LiveJob`'s. StreamError when the rendezvous file or
+    the certificate cannot be used.
     """
 
     job = LiveJob(rendezvous, out, certificate, trust_owner=trust_owner, wait=wait)

@@ -1,13 +1,9 @@
 """The native protocol ``mpistage-stream/1`` (``docs/stream-protocol.md``).
 
 Producers PUSH msgpack headers + payloads to every receiver's bound PULL socket,
-sector s of frame f from producer ``(f * S + s) mod P`` to receiver ``f mod R``
-(routing ``modulo``), found through the rendezvous file; CURVE by default. Here:
-:mod:`~streams.protocols.native.headers` (the msgpack headers, turned into
-:mod:`streams.protocol`'s values that every protocol's socket hands the assembler),
-:mod:`~streams.protocols.native.receiver` (the socket),
-:mod:`~streams.protocols.native.producer`, :mod:`~streams.protocols.native.rendezvous`;
-the simulator is :mod:`streams.simulate`.
+sector s of frame f from producer ``(f * S + s) mod P`` to receiver ``f mod R``,
+found through the rendezvous file; CURVE by default. Modules: ``headers``,
+``receiver``, ``producer``, ``rendezvous``; the simulator is :mod:`streams.simulate`.
 """
 from __future__ import annotations
 

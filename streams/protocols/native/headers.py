@@ -1,16 +1,11 @@
 """The native protocol's headers (``mpistage-stream/1``): schema, encoding, validation.
 
-Every message is two ZeroMQ frames: a msgpack header and a payload. This module
-turns header bytes into the values every protocol hands the assembler
-(:class:`~streams.protocol.Begin`, :class:`~streams.protocol.Data`,
-:class:`~streams.protocol.End`) and back, and :func:`feed` hands one whole message
-to an :class:`~streams.assemble.Assembler`. It is pure: no sockets, no numpy;
-msgpack is imported by the functions that use it. ``docs/stream-protocol.md`` is
-the normative text; the rules below implement it one to one.
-
-Range checks that need the scan's geometry (frame < frames, a sector's rows)
-belong to the assembler, which knows the geometry from ``begin``; this module
-checks what one header alone can tell.
+Every message is a msgpack header frame and a payload frame. This module turns
+headers into the :class:`~streams.protocol.Begin`/``Data``/``End`` values every
+protocol hands the assembler and back, and :func:`feed` hands one message to an
+:class:`~streams.assemble.Assembler`. Pure (no sockets, no numpy); it checks what
+one header alone can tell, the assembler the rest (``docs/stream-protocol.md`` is
+the normative text).
 """
 from __future__ import annotations
 
@@ -47,22 +42,10 @@ def _field(h: dict, key: str) -> Any:
 
 
 def decode_header(buf: Any) -> Header:
-    """Parse and check one header frame.
+    """Parse and check one header frame into Begin, Data or End.
 
-    Parameters
-    ----------
-    buf : bytes-like
-        The first frame of a message.
-
-    Returns
-    -------
-    Begin | Data | End
-
-    Raises
-    ------
-    ProtocolError
-        With ``reason`` ``malformed_header`` or ``unknown_encoding`` and, when the
-        header names a well-formed scan, ``scan``.
+    ProtocolError ``malformed_header`` or ``unknown_encoding`` (with ``scan`` when the
+    header names a well-formed one).
     """
     import msgpack
 
@@ -163,13 +146,11 @@ def encode_end(scan: str, producer: int, sent: int) -> bytes:
 
 
 def feed(assembler: Any, parts: List[Any], token: Optional[str] = None) -> None:
-    """Hand one native message (its ZeroMQ frames: bytes or buffers) to ``assembler``.
+    """Hand one native message (its ZeroMQ frames) to ``assembler``.
 
-    A message that is not a header and a payload, whose header does not decode, or
-    whose ``begin``/``end`` carries a payload, is rejected into the assembler's
-    accounting (a ``data`` header of an open scan that does not decode still counts
-    as received data of that scan). With ``token`` (the receiving job's), a ``begin``
-    that does not carry it is rejected ``wrong_token``.
+    Anything but a header and a payload, a header that does not decode, or a
+    ``begin``/``end`` with a payload is rejected into the accounting; with ``token``
+    a ``begin`` without it is rejected ``wrong_token``.
     """
     if len(parts) != 2:
         assembler.reject(Reason.MALFORMED, f"message of {len(parts)} frames, expected 2 "

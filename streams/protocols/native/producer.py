@@ -1,21 +1,12 @@
 """A native-protocol producer: one PUSH socket per receiver, routing, counting.
 
-This is the reference implementation of the producer side of
-``docs/stream-protocol.md`` (the detector simulator and the benchmark use it).
-One PUSH socket per receiver endpoint, never one socket connected to several:
-ZeroMQ would deal a socket's messages round-robin over its peers, and the
-sectors of a frame must all reach receiver ``frame mod R``. Sends block while a
-receiver's queue is at its high-water mark; nothing is dropped. zmq is imported
-when a producer is built.
-
-Security: given a :class:`~streams.protocols.native.rendezvous.Rendezvous` that names a
-CURVE server key (the default of a receiving job), every socket is a CURVE
-client with the key pair of the rendezvous' ``client_certificate`` (or of
-``certificate``). A producer the job does not authorise is refused at the
-handshake: its first ``begin`` waits for every receiver's handshake (ZeroMQ's socket
-monitor events) and raises :class:`StreamError` with the cause as soon as one
-refuses it, or when none completes within ``handshake_timeout``; nothing it sends
-is received.
+The reference producer of ``docs/stream-protocol.md`` (the simulator and the
+benchmark use it). One socket per receiver, as ZeroMQ would deal one socket's
+messages round-robin, while every sector of frame f must reach receiver
+``f mod R``. Sends block at the high-water mark; nothing is dropped. With a
+CURVE server key every socket is a CURVE client with the certificate's keys; the
+first ``begin`` waits for every handshake and raises :class:`StreamError` when one
+is refused or none completes within ``handshake_timeout``.
 """
 from __future__ import annotations
 
@@ -41,39 +32,16 @@ BLOCKED_NOTE = 30.0
 
 
 class Producer:
-    """Send scans to the receivers of a rendezvous.
+    """Send scans to the receivers of a rendezvous (or endpoints in index order) as
+    producer index ``producer``.
 
-    Parameters
-    ----------
-    receivers : Rendezvous or list of str
-        Receiver endpoints in index order.
-    producer : int
-        This producer's index p (0 <= p < producers of every scan it sends).
-    sndhwm, sndbuf : int
-        ZeroMQ send high-water mark (messages per receiver) and kernel buffer
-        (bytes, 0 = OS default).
-    send_timeout : float, optional
-        Seconds a send may block at the high-water mark before :class:`StreamError`
-        (default: block for as long as it takes -- never drop).
-    linger : float
-        Seconds :meth:`close` waits for queued messages to leave.
-    context : zmq.Context, optional
-    server_key : str, optional
-        The receivers' CURVE public key (Z85); default: the rendezvous' ``curve_serverkey``.
-        None and none in the rendezvous: plain ZeroMQ.
-    certificate : str, optional
-        A :mod:`zmq.auth` client certificate with its secret key; default: the
-        rendezvous' ``client_certificate``.
-    token : str, optional
-        The receiving job's token, carried by every ``begin``; default: the
-        rendezvous' ``token`` (a job refuses a ``begin`` without its token).
-    insecure : bool
-        Accept a rendezvous that names no CURVE key (a job run ``--insecure``) and
-        send in plain text. Without it such a rendezvous is refused: a planted file
-        must not turn a producer into a plain-text sender to someone else's socket.
-    handshake_timeout : float
-        With CURVE: seconds the first ``begin`` waits for every receiver to complete
-        the handshake before :class:`StreamError` (a refusal raises at once).
+    ``sndhwm``/``sndbuf``: send high-water mark per receiver and kernel buffer (0: the
+    OS's); ``send_timeout``: seconds a send may block before :class:`StreamError`
+    (default: never drop); ``linger``: seconds :meth:`close` waits; ``server_key``,
+    ``certificate``, ``token``: default the rendezvous' (no key: plain ZeroMQ);
+    ``insecure``: accept a rendezvous without a CURVE key (else refused, so a planted
+    file cannot turn a producer into a plain-text sender); ``handshake_timeout``:
+    seconds the first ``begin`` waits for every CURVE handshake.
     """
 
     def __init__(self, receivers: Union[Rendezvous, Sequence[str]], producer: int = 0, *,
@@ -217,10 +185,8 @@ class Producer:
 
     def send(self, scan: str, frame: int, sector: int, payload: Any,
              encoding: str = "raw") -> int:
-        """Send one sector, already encoded; return the receiver index it went to.
-
-        ``payload`` is sent without a copy when large: do not modify it afterwards.
-        """
+        """Send one encoded sector; the receiver index it went to (a large ``payload`` is
+        sent without a copy: do not modify it afterwards)."""
         g = self.geometry[scan]
         r = route(frame, self.receivers)
         self.send_parts(r, [encode_data(scan, frame, sector, g.sector_rows(sector), encoding),

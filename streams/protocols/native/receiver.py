@@ -1,24 +1,12 @@
 """One native-protocol receiver: a ZeroMQ PULL socket feeding an :class:`Assembler`.
 
-One receiver runs in one thread of one process. It binds, reports its endpoint
-(for the rendezvous file), and then, step by step, polls its socket with a
-timeout, hands each message to the assembler, and closes scans that stayed idle
-too long. The loop is split into :meth:`Receiver.step` calls so that an MPI layer
-can interleave it with its own communication (one receiver per node leader, the
-Stream V2 start/end shared over MPI) without threads; :meth:`Receiver.serve` is
-the plain loop.
-
-Memory: besides the assembler's bound (see :mod:`streams.assemble`),
-ZeroMQ queues at most ``rcvhwm`` messages per connected producer, plus what the
-kernel's TCP buffers hold (``rcvbuf`` caps them; 0 leaves the OS default).
-
-Security: given a :class:`~streams.security.StreamSecurity` in CURVE mode,
-the socket is a CURVE server whose ZAP handler admits only authorised client
-keys; without one it is plain (what ``--insecure`` asks for). Either way a
-socket monitor counts failed handshakes, and every refused connection attempt
-is counted, by reason, in the reports of the scans open at this receiver
-(:meth:`SocketLoop.refusals`); refused peers' messages never reach the socket.
-zmq is imported when a receiver is built, never by ``import streams``.
+It binds, reports its endpoint, then in :meth:`Receiver.step` calls (so an MPI
+layer can interleave its own communication without threads; :meth:`Receiver.serve`
+is the plain loop) polls, hands messages to the assembler and closes idle scans.
+Memory: the assembler's bound, ``rcvhwm`` messages per producer, and the kernel's
+buffers (``rcvbuf``). With a CURVE :class:`~streams.security.StreamSecurity` the
+socket admits only authorised keys; refused attempts are counted in the open
+scans' reports (:meth:`SocketLoop.refusals`). zmq is imported when one is built.
 """
 from __future__ import annotations
 
@@ -39,32 +27,15 @@ __all__ = ["Receiver"]
 class Receiver(SocketLoop):
     """A PULL socket that assembles native-protocol messages.
 
-    Parameters
-    ----------
-    deliver : callable(Partition)
-        Gets every finished partition (see :class:`~streams.assemble.Partition`);
-        its memory is reused when the call returns. A slow ``deliver`` slows the
-        loop, queues fill, and producers block: nothing is dropped.
-    index, count : int
-        This receiver's index r and the number R of receivers (routing ``f mod R``).
-    bind : str
-        Address to bind, ``tcp://HOST:PORT``; port ``*`` or ``0`` picks a free one.
-    advertise : str, optional
-        Host name to publish when binding every interface.
-    rcvhwm, rcvbuf : int
-        ZeroMQ receive high-water mark (messages per producer) and kernel buffer
-        (bytes, 0 = OS default).
-    partition_frames, memory_bytes, max_scans, idle_timeout
-        Passed to :class:`~streams.assemble.Assembler`.
-    on_close : callable(ScanReport), optional
-        Called when a scan closes.
-    context : zmq.Context, optional
-    security : StreamSecurity, optional
-        CURVE keys and the ZAP policy (:mod:`streams.security`); None: plain.
-    job_bytes : callable(ScanGeometry) -> int, optional
-        Passed to :class:`~streams.assemble.Assembler` (the cost checked at ``begin``).
-    token : str, optional
-        The job's token: a ``begin`` without it is rejected ``wrong_token``.
+    ``deliver(partition)`` gets every finished partition (its memory reused after the
+    call; a slow one makes producers block, nothing is dropped). ``index``/``count``:
+    this receiver r of R (routing ``f mod R``); ``bind``: ``tcp://HOST:PORT`` (port
+    ``*`` or ``0``: a free one), ``advertise`` the host to publish; ``rcvhwm``/``rcvbuf``:
+    receive high-water mark per producer and kernel buffer (0: the OS's);
+    ``partition_frames``, ``memory_bytes``, ``max_scans``, ``idle_timeout``,
+    ``job_bytes`` go to :class:`~streams.assemble.Assembler`; ``security``: CURVE keys
+    and ZAP policy (None: plain); ``token``: a ``begin`` without it is rejected
+    ``wrong_token``.
     """
 
     def __init__(self, deliver: Callable[[Partition], Any], *, index: int = 0, count: int = 1,

@@ -1,38 +1,17 @@
 """The rendezvous file: how producers find the receivers of a running job.
 
-The receiving job binds its sockets first, then writes one small JSON file,
-atomically (a temporary file in the same directory, flushed to disk, then
-renamed over the final name), so a producer polling for it never reads half a
-file::
+The receiving job binds its sockets, then writes one small JSON file atomically
+(``docs/stream-protocol.md``, section 2, gives its keys): the receivers'
+endpoints (a producer sends frame f to ``receivers[f mod len]``), the ``live``
+endpoint, the CURVE server key and the certificates of producers and viewers
+(both ``null``: ``--insecure``), the job's ``token``, and the job that wrote it
+(``host``, ``pid``, ``started``). The job removes it when it ends; a file whose job
+is gone from this host (:func:`ended`) is refused (:class:`RendezvousEnded`).
 
-    {"protocol": "mpistage-stream/1",
-     "receivers": ["tcp://HOST:PORT", ...],
-     "live": "tcp://HOST:PORT",
-     "curve_serverkey": "<40 characters of Z85>",
-     "client_certificate": "/path/rv.json.client.key_secret",
-     "viewer_certificate": "/path/rv.json.viewer.key_secret",
-     "token": "<32 hex digits>"}
-
-``receivers[r]`` is receiver r: a producer sends every sector of frame f to
-``receivers[f mod len(receivers)]``. ``live`` is the PUB endpoint of live results
-(``null`` when the job publishes none). ``curve_serverkey`` is the receivers' (and
-the live socket's) CURVE public key: connect as a CURVE client with it and the
-key pair of ``client_certificate`` (producers) or ``viewer_certificate`` (viewers:
-the live socket only) -- :mod:`zmq.auth` certificate files; ``null`` when the job
-accepts ``--authorized-keys`` instead: use your own certificate. Both keys absent
-or ``null``: plain ZeroMQ (``--insecure``); a producer refuses that unless it was
-given ``insecure`` itself. ``token`` is the job's: every ``begin`` carries it (a
-stream of another job is refused). The file is mode 0600 by default (``mode``). It
-also names the job that wrote it -- ``"host"``, ``"pid"`` (of rank 0) and
-``"started"`` (that process's start, seconds since the epoch) -- and the job
-removes it when it ends; a file whose job is no longer running on this host
-(:func:`ended`) is refused as such (:class:`RendezvousEnded`).
-
-Readers trust it only as :func:`core.trusted.read_trusted` does: a
-regular file (no symlink followed) of their own user, or of ``trust_owner``, not
-writable by group or others, in a directory that does not let anyone replace it
-(world-writable without the sticky bit: refused; with it: a
-:class:`RendezvousWarning`). Readers ignore keys they do not know. No sockets here.
+Readers trust it only as :func:`core.trusted.read_trusted` does (their own user's
+or ``trust_owner``'s regular file, not group/other writable, in a directory
+nobody else can replace it in; a sticky world-writable one gives a
+:class:`RendezvousWarning`), and ignore keys they do not know. No sockets here.
 """
 from __future__ import annotations
 
@@ -94,8 +73,7 @@ class Rendezvous:
 
 
 def _process_start(pid: int) -> Optional[float]:
-    """When process ``pid`` of this host started (seconds since the epoch), or None
-    when there is no such process (Linux ``/proc``)."""
+    """When process ``pid`` of this host started (epoch seconds, from ``/proc``), or None."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             fields = f.read().rsplit(b")", 1)[1].split()
@@ -116,11 +94,8 @@ def job_identity() -> Dict[str, Any]:
 
 
 def ended(d: Union[Rendezvous, Dict[str, Any]]) -> Optional[str]:
-    """Why the job that wrote a rendezvous is known to have ended, or None.
-
-    Only a job of this host can be checked: its rank 0 (``pid``) must still run and
-    have started when the file says (a pid reused since is another process).
-    """
+    """Why the job that wrote a rendezvous has ended, or None: only a job of this host
+    can be checked (its ``pid`` must run and have started when the file says)."""
     host, pid, started = (d.host, d.pid, d.started) if isinstance(d, Rendezvous) else \
         (d.get("host"), d.get("pid"), d.get("started"))
     if host != socket.gethostname() or not isinstance(pid, int) \
@@ -198,38 +173,17 @@ def write_rendezvous(path: PathLike, receivers: Sequence[str], live: Optional[st
                      server_key: Optional[str] = None, client_certificate: Optional[str] = None,
                      mode: int = 0o600, viewer_certificate: Optional[str] = None,
                      token: Optional[str] = None) -> Rendezvous:
-    """Write the rendezvous file atomically; return what was written.
+    """Write the rendezvous file atomically, checked as a reader checks it; return it.
 
-    Parameters
-    ----------
-    path : path
-        Where producers will look (a filesystem they can read).
-    receivers : list of str
-        Bound endpoints ``tcp://HOST:PORT``, in receiver-index order.
-    live : str, optional
-        PUB endpoint of live results.
-    server_key : str, optional
-        The job's CURVE public key (Z85); None: plain sockets.
-    client_certificate : str, optional
-        Absolute path of the client certificate producers use.
-    mode : int
-        File mode (0600: only this user's producers read it; the key it names is
-        public, but endpoints need not be; the token is the job's).
-    viewer_certificate : str, optional
-        Absolute path of the certificate viewers use (the live socket only).
-    token : str, optional
-        The job's token (32 hex digits) every ``begin`` must carry.
-
-    Raises
-    ------
-    RendezvousError
-        An endpoint is not ``tcp://HOST:PORT``; the directory is not writable.
+    ``receivers`` in receiver-index order; ``server_key`` None: plain sockets;
+    ``mode`` 0600 by default (endpoints and token are the job's). Raises
+    RendezvousError for a bad endpoint or an unwritable directory.
     """
     p = Path(path)
     doc = {"protocol": PROTOCOL, "receivers": list(receivers), "live": live,
            "curve_serverkey": server_key, "client_certificate": client_certificate,
            "viewer_certificate": viewer_certificate, "token": token, **job_identity()}
-    rv = _validate(doc, str(p))     # what is written is checked as a reader checks it
+    rv = _validate(doc, str(p))
     text = json.dumps(doc, indent=1) + "\n"
     try:
         localfs.write_bytes_atomic(os.path.abspath(p), text.encode(), mode=mode, fsync=True)
@@ -239,38 +193,15 @@ def write_rendezvous(path: PathLike, receivers: Sequence[str], live: Optional[st
 
 
 def read_rendezvous(path: PathLike, trust_owner: Any = None) -> Rendezvous:
-    """Read and check a rendezvous file (see the module for what is trusted).
-
-    Parameters
-    ----------
-    trust_owner : str or int or list, optional
-        Users (names or uids) whose rendezvous files are trusted besides one's own.
-
-    Raises
-    ------
-    RendezvousError
-        Missing, not trusted (naming the file and why), not JSON, not
-        ``mpistage-stream/1``, or a bad endpoint.
-    RendezvousEnded
-        The job that wrote it has ended.
-    """
+    """Read and check a rendezvous file, trusting also ``trust_owner``'s (user names
+    or uids). Raises RendezvousError (missing, untrusted, invalid) or
+    RendezvousEnded (its job has ended)."""
     return _validate(read_rendezvous_json(path, trust_owner), str(path))
 
 
 def read_rendezvous_json(path: PathLike, trust_owner: Any = None) -> Dict[str, Any]:
     """The JSON object of a rendezvous file of any protocol (a Stream V2 job's too),
     read as a trusted file, its job still running (raises as :func:`read_rendezvous`)."""
-    d = _read_json(path, trust_owner)
-    if not isinstance(d, dict):
-        raise RendezvousError(f"{path}: not a JSON object")
-    why = ended(d)
-    if why is not None:
-        raise RendezvousEnded(f"rendezvous file {path}: {why}")
-    return d
-
-
-def _read_json(path: PathLike, trust_owner: Any = None) -> Any:
-    """The JSON of a rendezvous file, read as a trusted file."""
     p = os.fspath(path)
     try:
         data, warns = read_trusted(p, owner_uids(trust_owner), "rendezvous file")
@@ -285,9 +216,15 @@ def _read_json(path: PathLike, trust_owner: Any = None) -> Any:
     for w in warns:
         warnings.warn(w, RendezvousWarning, stacklevel=3)
     try:
-        return json.loads(data)
+        d = json.loads(data)
     except ValueError as e:
         raise RendezvousError(f"cannot read the rendezvous file {p}: {e}") from e
+    if not isinstance(d, dict):
+        raise RendezvousError(f"{path}: not a JSON object")
+    why = ended(d)
+    if why is not None:
+        raise RendezvousEnded(f"rendezvous file {path}: {why}")
+    return d
 
 
 def remove_rendezvous(path: PathLike, written: Optional[Tuple[int, int]]) -> None:
@@ -305,32 +242,11 @@ def remove_rendezvous(path: PathLike, written: Optional[Tuple[int, int]]) -> Non
 def wait_for_rendezvous(path: PathLike, timeout: float = 600.0, poll: float = 0.2,
                         newer_than: Optional[float] = None, trust_owner: Any = None,
                         wait_ended: bool = False, reader: Any = None) -> Any:
-    """Wait until the rendezvous file exists (and is newer than ``newer_than``), then read it.
-
-    Parameters
-    ----------
-    timeout : float
-        Seconds to wait before giving up.
-    poll : float
-        Seconds between looks (each is one ``stat`` on the shared filesystem).
-    newer_than : float, optional
-        Ignore a file whose modification time is older (a stale file of an
-        earlier job): a time from ``time.time()``.
-    trust_owner
-        As for :func:`read_rendezvous`.
-    wait_ended : bool
-        A file of a job that has ended: wait for a new job's (else raise at once).
-    reader : callable(path, trust_owner), optional
-        What reads the file (default :func:`read_rendezvous`, a native producer's
-        :class:`Rendezvous`; :func:`read_rendezvous_json`: any protocol's, a dict).
-
-    Raises
-    ------
-    RendezvousError
-        Not there after ``timeout`` seconds, or invalid, or not trusted.
-    RendezvousEnded
-        The file names a job that has ended (without ``wait_ended``; with it, after
-        ``timeout``).
+    """Wait up to ``timeout`` s, one ``stat`` each ``poll`` s, for the rendezvous file
+    (modified at or after ``newer_than``, a ``time.time()``), then read it with
+    ``reader`` (default :func:`read_rendezvous`; :func:`read_rendezvous_json` for any
+    protocol's). A file of an ended job raises RendezvousEnded at once, or with
+    ``wait_ended`` is waited past until ``timeout``.
     """
     p = Path(path)
     deadline = time.monotonic() + timeout

@@ -1,13 +1,10 @@
 """DECTRIS Stream V2 (SIMPLON 1.8+, Jungfraujoch): CBOR start/image/end messages.
 
-The detector binds a PUSH socket and deals its messages round-robin over the
-connected clients: every receiver *connects* (``--stream2 ENDPOINT``), may get any
-image (routing ``any``), and a series' start and end reach one client only, so the
-job shares them between receivers (``loop.share``). The detector cannot do
-CURVE: ``--allow-from`` and ``--bind`` restrict it. Here:
-:mod:`~streams.protocols.stream2.streamv2` (the messages),
-:mod:`~streams.protocols.stream2.receiver` (the socket),
-:mod:`~streams.protocols.stream2.simulator` (a detector for tests).
+The detector deals its PUSH messages round-robin over the clients that connect
+(``--stream2 ENDPOINT``): any receiver may get any image (routing ``any``) and
+the job shares each series' start and end between them. No CURVE: ``--allow-from``
+and ``--bind`` restrict the detector. Modules: ``streamv2`` (messages),
+``receiver``, ``simulator``, ``bounds``, ``nxdetector``.
 """
 from __future__ import annotations
 

@@ -1,14 +1,7 @@
-"""What the values of a Stream V2 message may be, checked before they are used.
-
-The specification's types (``stream_v2/README.md`` of github.com/dectris/documentation):
-an ``Integer`` is "an unsigned integer representable in 64 bits" (:func:`uint`), maps
-have text keys (:func:`text_keys`), a start's ``channels`` are names (:func:`channels`:
-distinct, each names an image's ``data`` key and a group of the scan's file). Beyond
-them: any other integer fits int64 or uint64 (:data:`MIN_INT` .. :data:`MAX_UINT`:
-NumPy, HDF5 and the reports take it as it is), the typed arrays of one message are
-bounded together (:class:`Arrays`, charged before each is decompressed), cbor2 reads
-no semantic tag the specification does not use (:func:`semantic`), and an error
-never prints a hostile value whole (:func:`show`). Pure; cbor2 imported when used.
+"""What the values of a Stream V2 message may be, checked before they are used: the
+specification's types and the bounds of ``docs/stream-protocol.md`` section 8
+(:func:`uint`, :func:`text_keys`, :func:`channels`, :class:`Arrays`, :func:`semantic`),
+and an error never prints a hostile value whole (:func:`show`).
 """
 from __future__ import annotations
 

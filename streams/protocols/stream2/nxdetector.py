@@ -1,15 +1,7 @@
-"""A scan's ``/detector`` group from a Stream V2 ``start`` message (or another protocol's
-header made one, e.g. Merlin's), named after NeXus NXmx / NXdetector: ``pixel_mask``
-(uint32), ``flatfield`` (float32) of the kept channel,
-``countrate_correction_lookup_table``, the ``*_enabled`` flags as ``*_applied``,
-``threshold_energy``, ``sensor_material``, ``sensor_thickness``,
-``x_pixel_size``/``y_pixel_size``, ``beam_center_x``/``_y``, ``count_time``,
-``frame_time``, ``serial_number``, ``description``, and per channel
-``<channel>_channel/{pixel_mask, flatfield, threshold_energy}`` (NXdetector_channel);
-attribute ``pixel_mask_applied_by_receiver``.
-
-:meth:`streams.protocols.StreamProtocol.detector_metadata` hands :func:`write_detector` to
-:func:`analyses.output.write_scan`, which calls it with the new group.
+"""A scan's ``/detector`` group (NeXus NXmx / NXdetector names; ``docs/stream-protocol.md``
+section 10) from a Stream V2 ``start`` message or another protocol's header made one
+(Merlin's): :func:`write_detector`, handed to :func:`analyses.output.write_scan` by the
+protocol's ``detector_metadata``.
 """
 from __future__ import annotations
 

@@ -1,48 +1,12 @@
 """A Stream V2 client: a PULL socket connected to a detector, feeding an Assembler.
 
-A DECTRIS detector (or Jungfraujoch) *binds* a PUSH socket and deals its messages
-round-robin over every connected PULL client, each message to exactly one of
-them. So one client sees the ``start`` and ``end`` of a series and only some of
-its images. This client therefore:
-
-- assembles whatever images reach it (routing ``any``: no image is "wrong" here),
-  one frame per image, one sector per frame, the chosen ``channel`` only;
-- calls ``on_start`` / ``on_end`` with the decoded messages it receives, and
-  accepts them from outside (:meth:`StreamV2Receiver.apply_shared`):
-  that is how the MPI receiving job shares them, so every client opens and
-  closes the series. A shared end closes a series only after ``shared_grace`` seconds
-  without an image of it: the end reached another client, and this client's
-  last images may still be in flight behind it (they would be rejected ``late``);
-- keeps images *and ends* that arrive before their series' start is known, and
-  starts without ``image_dtype`` until their first image, within ``held_bytes``
-  (what they take in memory: :attr:`~streams.protocols.stream2.streamv2.Image.nbytes`),
-  each at most ``idle_timeout`` seconds, and applies them when the start arrives.
-  When the hold is full and other clients share starts (``shared_starts``: a
-  detector deals its images right behind the start, round-robin, so this client
-  may read many before the start another client received reaches it), the client
-  stops reading its socket until the start arrives or what it holds expires:
-  the detector deals its messages to the other clients meanwhile, nothing is
-  dropped. A single client instead rejects the oldest held images
-  (``unknown_scan``, naming the series). :meth:`never_started` rejects what is
-  still held when the job ends, so a series that never started is reported;
-- decodes each message within ``max_array_bytes`` for all its typed arrays
-  together, and an image's user-data arrays within ``held_bytes``
-  (:func:`~streams.protocols.stream2.streamv2.decode_message`), and keeps
-  a start only while its series is open: a start whose series cannot open is
-  rejected and forgotten;
-- names a series by ``(series_unique_id, series_id)`` (:func:`series_key`): a
-  detector that restarts its numbering does not collide with an earlier series;
-- commits an image only once its payload decoded (the assembler decodes before
-  it reserves the frame's row): a corrupt copy is rejected naming series, image
-  and reason, and a later good copy is kept; a second good copy is rejected
-  ``duplicate``;
-- keeps each start's arrays (``header_detail: all``: flatfield, pixel mask,
-  count-rate table, decoded to NumPy by :mod:`streams.protocols.stream2.streamv2`) in
-  :attr:`starts_by_scan` for the scan's output, and with ``apply_pixel_mask``
-  zeroes the masked pixels (mask != 0) of every frame before delivery.
-
-A client's own report expects every image of the series; merging the clients'
-reports (:meth:`ScanReport.merge`) gives the truth for the series.
+The detector deals each message to one connected client, so a client sees a
+series' start and end but only some of its images (``docs/stream-protocol.md``
+section 8 says what a client does and rejects). It assembles the images that reach
+it (routing ``any``), shares the starts and ends it receives and applies the
+others' (:meth:`StreamV2Receiver.apply_shared`), and holds what arrives before its
+start within ``held_bytes`` (a full hold stops reading while starts are shared);
+merging the clients' reports gives the series' truth.
 """
 from __future__ import annotations
 
@@ -64,55 +28,26 @@ from streams.security import DOMAIN_STREAM2
 from streams.socketloop import DEFAULT_HWM, SocketLoop
 from streams.protocols.stream2.bounds import MAX_ARRAY_BYTES
 from streams.protocols.stream2.streamv2 import (ChannelImage, End, Image, Start, decode_message,
-                                                scan_name, series_key)
+                                                scan_name)
 
 __all__ = ["StreamV2Receiver"]
 
 
 class StreamV2Receiver(SocketLoop):
-    """Receive a DECTRIS Stream V2 stream into partitions.
+    """Receive a DECTRIS Stream V2 stream from ``endpoint`` (``tcp://HOST:PORT``, DECTRIS:
+    31001; from the local interface ``source``) into partitions.
 
-    Parameters
-    ----------
-    deliver : callable(Partition)
-        As for :class:`~streams.protocols.native.receiver.Receiver`.
-    endpoint : str
-        The detector's ``tcp://HOST:PORT`` (DECTRIS: port 31001).
-    channel : str, optional
-        Which channel of each image to keep (default: the first of ``channels``).
-    scan_shape : (int, int), optional
-        Scan grid of the series (default: ``user_data["scan_shape"]`` of the start
-        message if present, else ``(1, number_of_images)``).
-    held_bytes : int, optional
-        Memory for the messages held before their series' start (images, ends,
-        starts without ``image_dtype``); default a quarter of ``memory_bytes``.
-    shared_starts : bool
-        Other clients share the starts they receive (:meth:`apply_shared`): when
-        the hold is full, stop reading until a start arrives or the held messages
-        expire (``idle_timeout``), instead of rejecting the oldest held image.
-    max_array_bytes : int, optional
-        Bound of all typed arrays of one message, decoded (default ``memory_bytes``,
-        at most :data:`~streams.protocols.stream2.bounds.MAX_ARRAY_BYTES`); the
-        arrays of an image's fields (user data) are also bounded by ``held_bytes``.
-    decode_threads : int
-        Decode the payloads of each batch of messages on this many threads (0: on
-        the receiving thread). dectris-compression releases the GIL while it
-        decompresses, so threads can use cores a second client would otherwise need.
-    apply_pixel_mask : bool
-        Zero the pixels the start's ``pixel_mask`` of the kept channel marks (!= 0)
-        in every frame before delivery (needs ``header_detail: all``).
-    shared_grace : float
-        Seconds without images before an end another client received
-        (:meth:`apply_shared`) closes a series here.
-    on_start, on_end : callable, optional
-        Called with each :class:`Start` / :class:`End` this client receives.
-    partition_frames, memory_bytes, max_scans, idle_timeout, rcvhwm, on_close, context
-        As for :class:`~streams.protocols.native.receiver.Receiver`.
-    security : StreamSecurity, optional
-        Its ``allow_from``: ZAP accepts only these detector addresses (refusals
-        counted as for the native receiver); the detector cannot do CURVE.
-    source : str, optional
-        Local interface address to connect from (``tcp://SOURCE:0;HOST:PORT``).
+    ``channel``: the one kept (default the first); ``scan_shape``: default the start's
+    ``user_data["scan_shape"]``, else ``(1, number_of_images)``; ``held_bytes``: memory
+    for messages held before their start (default ``memory_bytes // 4``), a full hold
+    stopping reads with ``shared_starts``; ``max_array_bytes``: one message's decoded
+    arrays (default ``memory_bytes``, at most :data:`.bounds.MAX_ARRAY_BYTES`);
+    ``decode_threads``: threads decoding a batch's payloads (0: this thread);
+    ``apply_pixel_mask``: zero the pixels the start's mask marks; ``shared_grace``:
+    seconds without images before a shared end closes a series; ``on_start``/``on_end``:
+    called with each start or end received here; ``security``: its ``allow_from``, the
+    detector addresses ZAP accepts. The rest as for
+    :class:`~streams.protocols.native.receiver.Receiver`.
     """
 
     def __init__(self, deliver: Callable[[Partition], Any], endpoint: str, *,
@@ -259,9 +194,8 @@ class StreamV2Receiver(SocketLoop):
         return None
 
     def _handle_batch(self, msgs: List[Any]) -> None:
-        """Decode the kept channel's payloads of a batch on the decode threads (the
-        decompressors release the GIL), then apply the messages in arrival order. A
-        payload that fails there goes on encoded: applying it rejects it as usual."""
+        """Decode a batch's kept payloads on the threads, then apply the messages in
+        arrival order (a payload that failed goes on encoded and is rejected as usual)."""
         assert self._pool is not None
         futures: Dict[int, Any] = {}
         for i, m in enumerate(msgs):
@@ -351,14 +285,13 @@ class StreamV2Receiver(SocketLoop):
     def _open(self, start: Start, dtype: Optional[str]) -> None:
         try:
             g = start.geometry(self.scan_shape, dtype)
-        except ProtocolError as e:
+        except Exception as e:    # also e.g. a user_data scan_shape that is no pair of ints
             self._drop_start(start)
-            self.assembler.reject(e.reason, e.detail)
-            return
-        except Exception as e:    # e.g. a user_data scan_shape that is no pair of ints
-            self._drop_start(start)
-            self.assembler.reject(Reason.MALFORMED, f"start of series {start.scan}: no scan "
-                                  f"geometry ({type(e).__name__}: {e})")
+            if isinstance(e, ProtocolError):
+                self.assembler.reject(e.reason, e.detail)
+            else:
+                self.assembler.reject(Reason.MALFORMED, f"start of series {start.scan}: no "
+                                      f"scan geometry ({type(e).__name__}: {e})")
             return
         self.assembler.begin(Begin(0, g))
         if g.scan not in self.assembler.scans:     # busy or too large: rejected, named
@@ -372,20 +305,15 @@ class StreamV2Receiver(SocketLoop):
             self.apply_end(End(start.series_id, start.series_unique_id), grace=held[1])
 
     def apply_shared(self, kind: str, msg: Any) -> None:
-        """A ``start`` or ``end`` another client received and shared (``on_start``,
-        ``on_end``); a shared end closes the series after ``shared_grace`` s without
-        images (see :meth:`apply_end`)."""
+        """A ``start`` or ``end`` another client received and shared."""
         if kind == "start":
             self.apply_start(msg)
         else:
             self.apply_end(msg, grace=self.shared_grace)
 
     def apply_end(self, end: End, grace: float = 0.0) -> None:
-        """Close the series: now (``grace`` 0: the end reached this client, after every
-        image the detector sent it), or once no image of it came for ``grace`` seconds
-        (an end shared by another client: this client's last images may still be on
-        their way). An end of a series whose start is not known here is held until
-        the start arrives."""
+        """Close the series now (``grace`` 0: the end reached this client) or after
+        ``grace`` s without its images (a shared end); held until its start is known."""
         key = end.key
         if key in self._deferred and grace == 0:
             self._undefer(key)      # the end reached this client: no image came here
@@ -442,16 +370,15 @@ class StreamV2Receiver(SocketLoop):
             self._ending[scan] = (grace, self.assembler.clock() + grace)
 
     def forget(self, scan: str) -> None:
-        """Drop what is kept of a finalized series (its start's arrays, its mask);
-        its key stays known, so a late copy of its start is still a duplicate."""
+        """Drop a finalized series' start arrays and mask (its key stays: a late
+        copy of its start is still a duplicate)."""
         start = self.starts_by_scan.pop(scan, None)
         self._mask.pop(scan, None)
         if start is not None:
             self.starts[start.key] = dataclasses.replace(start, fields={})
 
     def detector(self, scan: str) -> Optional[Dict[str, Any]]:
-        """What ``scan``'s start said of the detector, for its ``/detector`` group
-        (:func:`analyses.output.write_scan`); None when no start of it is kept."""
+        """``scan``'s start, channel and mask use for its ``/detector`` group (or None)."""
         start = self.starts_by_scan.get(scan)
         if start is None:
             return None
@@ -501,52 +428,43 @@ class StreamV2Receiver(SocketLoop):
         return dict(out)
 
     def never_started(self) -> Dict[str, Dict[str, int]]:
-        """Reject what is still held for series whose start never arrived (the job is
-        ending): one rejection per held image and end. Returns series -> counts."""
+        """Reject (the job ends) each image and end held for a start that never came;
+        returns series -> counts."""
+        return self._reject_held(lambda t: True, "its start never arrived", ending=True)
+
+    def _reject_held(self, stale: Callable[[float], bool], why: str,
+                     ending: bool = False) -> Dict[str, Dict[str, int]]:
+        """Reject the held images and ends whose arrival time is ``stale``."""
         out: Dict[str, Dict[str, int]] = {}
-        for _, im in list(self._pending.values()):
-            d = out.setdefault(_name(im), {"images": 0, "ends": 0})
-            d["images"] += 1
-            self.assembler.reject(Reason.UNKNOWN_SCAN, f"series {_name(im)} image "
-                                  f"{im.image_id}: its start never arrived")
-        self._pending.clear()
-        for key, (_, grace, _) in list(self._pending_ends.items()):
+        for k, (t, im) in list(self._pending.items()):
+            if stale(t):
+                self._unhold(k)
+                out.setdefault(_name(im), {"images": 0, "ends": 0})["images"] += 1
+                self.assembler.reject(Reason.UNKNOWN_SCAN,
+                                      f"series {_name(im)} image {im.image_id}: {why}")
+        for key, (t, grace, cost) in list(self._pending_ends.items()):
+            if not stale(t):
+                continue
+            del self._pending_ends[key]
+            self.held_now -= cost
+            if key in self._deferred and not ending:
+                self._drop_start(self._undefer(key))
+                continue     # no image came here: not this client's
             if grace > 0:
-                continue     # a copy shared by the client that received it: it reports it
-            d = out.setdefault(_key_name(key), {"images": 0, "ends": 0})
-            d["ends"] += 1
-            self.assembler.reject(Reason.UNKNOWN_SCAN, f"end of series {_key_name(key)}: its "
-                                  "start never arrived")
-        self._pending_ends.clear()
-        self.held_now = sum(max(s.nbytes, 1) for _, s in self._deferred.values())
+                continue     # a shared copy: the client that received it reports it
+            out.setdefault(_key_name(key), {"images": 0, "ends": 0})["ends"] += 1
+            self.assembler.reject(Reason.UNKNOWN_SCAN, f"end of series {_key_name(key)}: {why}")
         return out
 
     def _expire(self) -> None:
-        now = self.assembler.clock()
-        stale: List[int] = [k for k, (t, _) in self._pending.items()
-                            if now - t >= self.assembler.idle_timeout]
-        for k in stale:
-            im = self._unhold(k)
-            self.assembler.reject(Reason.UNKNOWN_SCAN, f"series {_name(im)} image "
-                                  f"{im.image_id}: no start within "
-                                  f"{self.assembler.idle_timeout:g} s")
-        for key, (t, grace, cost) in list(self._pending_ends.items()):
-            if now - t >= self.assembler.idle_timeout:
-                del self._pending_ends[key]
-                self.held_now -= cost
-                if key in self._deferred:
-                    self._drop_start(self._undefer(key))
-                    continue     # no image came here: not this client's
-                if grace > 0:
-                    continue     # a shared copy: the client that received it reports it
-                self.assembler.reject(Reason.UNKNOWN_SCAN, f"end of series {_key_name(key)}: "
-                                      f"no start within {self.assembler.idle_timeout:g} s")
+        now, idle = self.assembler.clock(), self.assembler.idle_timeout
+        self._reject_held(lambda t: now - t >= idle, f"no start within {idle:g} s")
         for key, (t, start) in list(self._deferred.items()):
-            if now - t >= self.assembler.idle_timeout:
+            if now - t >= idle:
                 self._drop_start(self._undefer(key))
                 self.assembler.reject(Reason.MALFORMED, f"start of series {start.scan} has no "
-                                      "image_dtype, and no image of it came within "
-                                      f"{self.assembler.idle_timeout:g} s to tell it")
+                                      f"image_dtype, and no image of it came within {idle:g} s "
+                                      "to tell it")
         for scan, (_, deadline) in list(self._ending.items()):
             if now >= deadline:
                 del self._ending[scan]
@@ -576,4 +494,4 @@ def _key_name(key: Key) -> str:
 
 
 def _name(msg: Any) -> str:
-    return _key_name(series_key(msg))
+    return _key_name(msg.key)

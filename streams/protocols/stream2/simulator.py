@@ -17,20 +17,12 @@ _Sim = TypeVar("_Sim", bound="PushSimulator")
 
 
 class PushSimulator:
-    """A DECTRIS-like detector's data side: binds a PUSH socket (the base of
-    :class:`StreamV2Simulator` and of the legacy stream's simulator).
+    """A DECTRIS-like detector's data side binding a PUSH socket (the base of
+    :class:`StreamV2Simulator` and the legacy stream's simulator).
 
-    Parameters
-    ----------
-    bind : str
-        Address to bind (``tcp://127.0.0.1:*`` picks a free port; DECTRIS uses 31001
-        for Stream V2, 9999 for the legacy stream).
-    sndhwm : int, optional
-        Default :attr:`SNDHWM`.
-    send_timeout : float, optional
-        Seconds a send may block (no receiver, or all at the high-water mark) before
-        ``zmq.Again`` is raised; default: block for ever, as a detector does.
-    context : zmq.Context, optional
+    ``bind``: ``tcp://127.0.0.1:*`` picks a free port (DECTRIS: 31001 for Stream V2,
+    9999 legacy); ``sndhwm`` default :attr:`SNDHWM`; ``send_timeout`` seconds a send
+    may block before ``zmq.Again`` (default: for ever, as a detector).
     """
 
     SNDHWM = 100
@@ -79,12 +71,8 @@ class StreamV2Simulator(PushSimulator):
                     withhold: FrozenSet[int] = frozenset(), send_end: bool = True,
                     series_unique_id: Optional[str] = None, header_detail: str = "basic",
                     **start: Any) -> None:
-        """Send start, the images, end. Channel c of image i is ``frames(i) + c``.
-
-        ``header_detail`` and ``start`` (``pixel_mask``, ``flatfield``,
-        ``countrate_table``, ``array_compression``) go to
-        :func:`~streams.protocols.stream2.streamv2.encode_start`.
-        """
+        """Send start, the images, end; channel c of image i is ``frames(i) + c``.
+        ``header_detail`` and ``start`` go to :func:`.streamv2.encode_start`."""
         uid = f"SIM{series_id:023d}" if series_unique_id is None else series_unique_id
         user = {"scan_shape": list(scan_shape)} if scan_shape else None
         self.send(encode_start(series_id, uid, number_of_images, shape, image_dtype,

@@ -1,37 +1,11 @@
 """DECTRIS Stream V2 messages: CBOR ``start`` / ``image`` / ``end``, decoded and encoded.
 
-Follows the public specification (``stream_v2/README.md`` and
-``cbor/dectris-compression-tag.md`` of github.com/dectris/documentation) and the
-checks of its reference parser (``stream_v2/examples/stream2.c``):
-
-- a message is one ZeroMQ frame: the CBOR self-describe tag 55799 (bytes
-  ``d9 d9 f7``), then a map of text keys whose first key is ``type``;
-- any tag in front of a scalar value is skipped (``series_date`` is tag 0 +
-  text, which cbor2 turns into a datetime); cbor2's other semantic tags are not
-  interpreted (shared references, regular expressions, ...:
-  :data:`~streams.protocols.stream2.bounds.PLAIN_TAGS`), and a map with a key
-  twice is malformed;
-- image data per channel is ``tag 40 [[rows, cols], typed array]`` (RFC 8746
-  row-major multi-dimensional array; ``rows = image_size_y``), the typed array is
-  ``tag 64..87`` over a byte string or over ``tag 56500 [algorithm, modifier,
-  bytes]`` (DECTRIS compression: ``bslz4`` with the element size as modifier, or
-  ``lz4`` with 0) -- the same framings as the native protocol's encodings.
-
-Every value is bounded before it is used (:mod:`~streams.protocols.stream2.bounds`):
-an ``Integer`` of the specification is an unsigned integer of 64 bits (a larger
-one, even as a CBOR bignum, is ``malformed_header``), any other integer fits 64
-bits (int64 or uint64), the channels of a start are distinct names, and the typed
-arrays of one message, decoded, take at most ``max_array_bytes`` *in total* --
-each array's decoded size (its dimensions, or the size a compressed payload
-declares) is charged before it is decompressed, so nothing over the bound is ever
-allocated (``too_large``).
-
-Checked against DECTRIS's own captured messages (branch ``stream2-test_data`` of
-that repository, a 514 x 1030 detector, 8/16/32-bit, bslz4 and lz4): image ids
-start at 0, dimensions are ``[514, 1030]``, lz4 blocks are 8192 bytes, channels
-``threshold_1``, ``threshold_2``, ``difference``. Decoding here validates and
-returns payloads still compressed: :class:`~streams.assemble.Assembler`
-decodes them straight into frame memory. cbor2 is imported inside the functions.
+DECTRIS's specification (``stream_v2/README.md`` of github.com/dectris/documentation)
+as its reference parser ``stream2.c`` checks it, every value bounded before use
+(:mod:`~streams.protocols.stream2.bounds`; ``docs/stream-protocol.md`` section 8),
+checked against DECTRIS's captured messages (branch ``stream2-test_data``). Image
+payloads stay compressed: :class:`~streams.assemble.Assembler` decodes them
+straight into frame memory.
 """
 from __future__ import annotations
 
@@ -51,7 +25,7 @@ from analyses.errors import GeometryError
 from streams.protocol import Reason, ScanGeometry, rejection
 
 __all__ = ["MAGIC", "Start", "Image", "End", "ChannelImage", "decode_message",
-           "encode_start", "encode_image", "encode_end", "scan_name", "series_key",
+           "encode_start", "encode_image", "encode_end", "scan_name",
            "TYPED_ARRAY_TAGS", "decode_array", "START_ARRAYS", "MAX_ARRAY_BYTES", "MAX_UINT"]
 
 MAGIC = b"\xd9\xd9\xf7"
@@ -75,20 +49,10 @@ MAX_IMAGES = 1 << 28
 
 
 def scan_name(series_id: int, series_unique_id: str = "") -> str:
-    """The scan name a Stream V2 series gets in reports and files.
-
-    ``series-<series_id>`` when the detector sends no ``series_unique_id``, else
-    ``series-<series_id>-<series_unique_id>`` (characters other than letters,
-    digits, ``.``, ``_``, ``-`` replaced by ``_``, cut to 100): a detector that
-    restarts its numbering does not overwrite an earlier series' files.
-    """
+    """``series-<id>[-<unique id>]``, the unique id made file-safe and cut to 100: a
+    detector that restarts its numbering does not overwrite an earlier series."""
     uid = _UID_KEEP.sub("_", series_unique_id)[:100]
     return f"series-{series_id}-{uid}" if uid else f"series-{series_id}"
-
-
-def series_key(msg: Any) -> Tuple[str, int]:
-    """``(series_unique_id, series_id)`` of a Start, Image or End: what names a series."""
-    return (msg.series_unique_id, msg.series_id)
 
 
 @dataclass(frozen=True)
@@ -136,9 +100,8 @@ class Start(_Series):
         return scan_name(self.series_id, self.series_unique_id)
 
     def arrays(self, channel: Optional[str] = None) -> Dict[str, Any]:
-        """The start's arrays (``header_detail: all``), decoded: ``flatfield`` and
-        ``pixel_mask`` as channel -> 2-D array (only ``channel`` when given) and
-        ``countrate_correction_lookup_table`` as a 1-D array; absent ones left out."""
+        """The start's arrays (``header_detail: all``): flatfield and pixel mask as
+        channel -> 2-D array (only ``channel`` if given), the count-rate table 1-D."""
         out: Dict[str, Any] = {}
         for name in START_ARRAYS:
             v = self.fields.get(name)
@@ -153,11 +116,8 @@ class Start(_Series):
 
     def geometry(self, scan_shape: Optional[Tuple[int, int]] = None,
                  dtype: Optional[str] = None) -> ScanGeometry:
-        """The series as a scan: one producer, one sector per image.
-
-        ``scan_shape`` defaults to ``user_data["scan_shape"]`` when the user put one
-        there (SIMPLON ``header_appendix``), else ``(1, number_of_images)``.
-        """
+        """The series as a scan of one producer, one sector per image; ``scan_shape``
+        defaults to ``user_data["scan_shape"]``, else ``(1, number_of_images)``."""
         ud = self.fields.get("user_data")
         if scan_shape is None and isinstance(ud, Mapping) and "scan_shape" in ud:
             scan_shape = tuple(ud["scan_shape"])  # type: ignore[assignment]
@@ -187,8 +147,7 @@ class Image(_Series):
     image_id: int
     data: Dict[str, ChannelImage]
     fields: Dict[str, Any] = field(default_factory=dict, compare=False)
-    #: memory the message takes here: its bytes (the payloads, still encoded) and its
-    #: decoded arrays (user data)
+    #: memory the message takes here: its bytes and its decoded user-data arrays
     nbytes: int = field(default=0, compare=False, repr=False)
 
 
@@ -206,22 +165,12 @@ _SCALARS = frozenset((float, str, bool, bytes, type(None)))
 
 
 def _plain(v: Any, what: str, arrays: bounds.Arrays) -> Any:
-    """A field as plain Python and NumPy values, without a CBOR tag left anywhere.
+    """A field as plain Python and NumPy values, no CBOR tag left (the start is pickled
+    for the other receivers: cbor2's frozendict and CBORTag do not pickle).
 
-    The start message travels to every receiver over MPI (pickled): cbor2 6 decodes
-    nested maps to ``cbor2.frozendict`` and leaves unknown tags as ``CBORTag``,
-    neither of which pickles. Typed arrays (RFC 8746 tags 64-87, also compressed
-    with tag 56500) and multi-dimensional arrays (tag 40) become NumPy arrays
-    (``header_detail: all``: flatfield, pixel mask, count-rate table), charged to
-    ``arrays``; any other tag is skipped, as stream2.c does. An integer must fit
-    64 bits. ``what`` names the field in errors.
-
-    Raises
-    ------
-    ProtocolError
-        ``malformed_header`` naming the field when an array does not decode or an
-        integer does not fit 64 bits; ``too_large`` when the message's arrays
-        would exceed their bound.
+    Typed and tag-40 arrays become NumPy arrays charged to ``arrays``; other tags are
+    skipped, as stream2.c does; integers must fit 64 bits (else ``malformed_header``
+    naming ``what``).
     """
     t = type(v)
     if t is int:
@@ -248,18 +197,9 @@ def _plain(v: Any, what: str, arrays: bounds.Arrays) -> Any:
 
 
 def decode_array(v: Any, what: str, arrays: Optional[bounds.Arrays] = None) -> np.ndarray:
-    """A typed array (tag 64-87 over a byte string or tag 56500), a tag 40 [dims,
-    typed array] (row-major, any rank), or a bare tag 56500 (bytes) -> a NumPy array.
-
-    Its decoded size is charged to ``arrays`` (the message's arrays; default: this
-    one alone, at most :data:`MAX_ARRAY_BYTES`) before anything is allocated.
-
-    Raises
-    ------
-    ProtocolError
-        ``malformed_header`` (or ``unknown_encoding``) naming ``what``; ``too_large``
-        when the message's arrays would exceed their bound.
-    """
+    """A typed array (tags 64-87), a tag 40 [dims, typed array] or a bare tag 56500 ->
+    a NumPy array, its decoded size charged to ``arrays`` (default: this one alone,
+    at most :data:`MAX_ARRAY_BYTES`) before allocation. Raises ProtocolError."""
     CBORTag = bounds.cbor_types()[1]
 
     if arrays is None:
@@ -354,21 +294,11 @@ def decode_message(buf: Any, max_array_bytes: int = MAX_ARRAY_BYTES,
                    max_field_bytes: Optional[int] = None) -> Any:
     """Decode one Stream V2 message into :class:`Start`, :class:`Image` or :class:`End`.
 
-    ``max_array_bytes`` bounds the decoded sizes of all typed arrays of the message
-    together (an image's channels by their dimensions, they stay encoded; the
-    arrays of other fields decoded), each charged before it is decompressed; in an
-    image, the arrays of its other fields (user data) are also bounded by
-    ``max_field_bytes`` (a receiver: what it may hold for an image that arrives
-    before its start). The message's ``nbytes`` is what it takes here: ``len(buf)``
-    and its decoded arrays.
-
-    Raises
-    ------
-    ProtocolError
-        ``malformed_header`` (no self-describe tag, not a CBOR map, ``type`` not the
-        first key or unknown, a required field missing or of the wrong type, an
-        integer over 64 bits, a channel named twice), ``unknown_encoding`` (a
-        compression other than bslz4/lz4) or ``too_large`` (the arrays).
+    ``max_array_bytes`` bounds all the message's typed arrays together (an image's
+    channels by their dimensions: they stay encoded); an image's field arrays (user
+    data) are also bounded by ``max_field_bytes`` (what a receiver may hold before
+    the start). ``nbytes`` is ``len(buf)`` plus the decoded arrays. Raises
+    ProtocolError: ``malformed_header``, ``unknown_encoding`` or ``too_large``.
     """
     import cbor2
 
@@ -467,14 +397,10 @@ def encode_start(series_id: int, series_unique_id: str, number_of_images: int,
                  array_compression: Optional[str] = None, **extra: Any) -> bytes:
     """A ``start`` message with every field of the specification's table.
 
-    ``header_detail`` as SIMPLON's: ``"all"`` adds ``flatfield`` (channel -> float32
-    image), ``pixel_mask`` (channel -> uint32 image) and
-    ``countrate_correction_lookup_table`` (uint32, 1-D) as DECTRIS encodes them
-    (tag 40 over an RFC 8746 typed array; the table a bare typed array), made up
-    when not given; ``"basic"`` and ``"none"`` leave them out (a ``pixel_mask``
-    given is still sent). ``array_compression`` (None, ``"bslz4"``, ``"lz4"``)
-    wraps their bytes in tag 56500, which the specification allows anywhere a
-    byte string is expected.
+    ``header_detail="all"`` (SIMPLON's) adds ``flatfield``, ``pixel_mask`` and
+    ``countrate_correction_lookup_table`` as DECTRIS encodes them, made up when not
+    given (a ``pixel_mask`` given is sent anyway); ``array_compression`` wraps their
+    bytes in tag 56500.
     """
     if header_detail not in ("all", "basic", "none"):
         raise ValueError(f"header_detail must be all, basic or none, not {header_detail!r}")
