@@ -43,6 +43,7 @@ class ReceiverLoop(RankLoop):
         self.closed_reports: Dict[str, ScanReport] = {}
         self.marked: Set[str] = set()            # scans whose "finish" is queued
         self.marked_detector: Set[str] = set()   # scans whose pixel mask is in use
+        self._waited = False                     # this turn's socket poll waited
 
     def closed_report(self, scan: str) -> Optional[ScanReport]:
         return self.closed_reports.pop(scan, None)
@@ -150,10 +151,11 @@ class ReceiverLoop(RankLoop):
         return snaps, (dict(asm.rejected), list(asm.examples), self.socket.held())
 
     def step(self) -> bool:
-        busy = False
+        busy, self._waited = False, False
         if not self.outbox_full():
-            busy = self.socket.step(timeout=0 if self.outbox else self.backoff.pause,
-                                    max_messages=self.o.batch) > 0
+            timeout = 0 if self.outbox else self.backoff.pause
+            busy = self.socket.step(timeout=timeout, max_messages=self.o.batch) > 0
+            self._waited = timeout > 0
         self._dispatch()
         return super().step() or busy
 
@@ -165,7 +167,9 @@ class ReceiverLoop(RankLoop):
         return not (any(m.scan == scan for m in self.outbox) or self.unacked[scan] > 0)
 
     def idle(self) -> None:
-        self.backoff.grow()   # the socket's poll waited
+        # the socket's poll waited; else (the outbox waits for the workers) sleep: a loop
+        # spinning here took a core from the workers it waits for (issue 42)
+        self.backoff.grow() if self._waited else self.backoff.sleep()
 
 
 def _pixel_mask(socket: Any, scan: str) -> Any:
