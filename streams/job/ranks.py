@@ -200,9 +200,17 @@ class RankLoop(Loop):
         """True once nothing of ``scan`` is left with this rank (see the module docstring)."""
         raise NotImplementedError
 
-    def drain_requests(self, timeout: float = 5.0) -> None:
-        """Wait (bounded) for this rank's outstanding sends."""
+    def drain_requests(self, timeout: float = 5.0, together: bool = False) -> None:
+        """Wait (bounded) for this rank's outstanding sends; ``together`` (every rank
+        calls it): then for every rank's, still taking messages. A large message to a rank
+        that had left the loop was never taken: its sender's flush waited out the timeout
+        while that rank spun in the next collective (5 s at some jobs' end, issue 42)."""
+        end = time.monotonic() + timeout
         self.link.flush(timeout, between=self._poll_quiet)
+        barrier = self.comm.Ibarrier() if together else None
+        while barrier is not None and not barrier.Test() and time.monotonic() < end:
+            self._poll_quiet()
+            self.backoff.sleep()
 
     def _poll_quiet(self) -> None:
         with contextlib.suppress(StreamError):

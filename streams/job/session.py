@@ -242,7 +242,7 @@ def _receive_scans(job: Job, options: SessionOptions, on_written: Any, on_ready:
             if err is not None:
                 loop.drain_requests(2.0)
                 raise err
-            loop.drain_requests()
+            loop.drain_requests(together=True)
         agree(fcomm, None, "receiving")
         summary = job_rejections(fcomm, loop, opts, outcomes, publisher)
         if summary is not None and on_rejections is not None:
