@@ -36,6 +36,7 @@ recorded beside (issue 42).
 
     .venv/bin/python bench/dectris_legacy_bench.py --frames 8000 --repeat 2
     .venv/bin/python bench/dectris_legacy_bench.py --baseline /tmp/base --repeat 3
+    .venv/bin/python bench/dectris_legacy_bench.py --baseline /tmp/base --pairs 6  # jobs only
 """
 from __future__ import annotations
 
@@ -236,6 +237,39 @@ def _ingest(dump: str, frames: int, root: Path = ROOT) -> dict:
         sim.stop()
 
 
+def _pairs(a: argparse.Namespace) -> int:
+    """``--pairs N``: this tree's job against ``--baseline``'s, alternating, in one run."""
+    roots = {"this tree": ROOT, "baseline": Path(a.baseline)}
+    runs: dict = {k: [] for k in roots}
+    with tempfile.TemporaryDirectory() as tmp, LoadSampler() as load:
+        dump = Path(tmp) / "bench.dump"
+        make_dump(dump, a.frames, tuple(a.shape))
+        for i in range(a.pairs):
+            for k in (list(roots) if i % 2 == 0 else list(roots)[::-1]):
+                d = _mpistage(str(dump), a.frames, roots[k])
+                runs[k].append({"rate": d["rate"], "e2e_rate": d["e2e_rate"],
+                                "job_cpu_s": d["cpu_s"], **d["timing"]})
+    keys = ("rate", "e2e_rate", "job_cpu_s", "finalized_after_last_message_s", "write_s",
+            "exit_after_report_s")
+    med = {k: {m: statistics.median(r[m] for r in v) for m in keys} for k, v in runs.items()}
+    pair = {m: [x[m] / y[m] for x, y in zip(runs["this tree"], runs["baseline"])]
+            for m in ("rate", "e2e_rate")}
+    res = {"frames": a.frames, "pairs": a.pairs, "baseline": a.baseline, "runs": runs,
+           "median": med, "pair_ratios": pair, "load": load.summary()}
+    Path(a.out + ".json").write_text(json.dumps(res, indent=1) + "\n")
+    lines = [f"# DECTRIS legacy job: this tree against {a.baseline}, {a.pairs} alternating "
+             f"pairs ({a.frames} frames {a.shape[0]}x{a.shape[1]} uint16 bslz4)", "",
+             "| medians | " + " | ".join(keys) + " |", "|---" * (len(keys) + 1) + "|"]
+    lines += [f"| {k} | " + " | ".join(f"{v[m]:,.0f}" if "rate" in m else f"{v[m]:.3f}"
+                                       for m in keys) + " |" for k, v in med.items()]
+    lines += [""] + [f"this tree / baseline, {m}: median **{statistics.median(v):.2f}x**, "
+                     f"pairs {', '.join(f'{x:.2f}' for x in v)}" for m, v in pair.items()]
+    lines += ["", load.text()]
+    Path(a.out + ".md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -248,8 +282,13 @@ def main() -> int:
     ap.add_argument("--ingest", action="store_true",
                     help="also one receiver process alone (no worker, no MPI): frames/s "
                     "and frames per CPU second, this tree and --baseline")
+    ap.add_argument("--pairs", type=int, default=0,
+                    help="only N alternating pairs of jobs, this tree and --baseline (no "
+                    "LiberTEM-live): receiving and end-to-end rates, job CPU, scan end")
     ap.add_argument("--out", default=str(HERE / "results" / "dectris_legacy"))
     a = ap.parse_args()
+    if a.pairs:
+        return _pairs(a)
     ingest: dict = {}
     ours = ["mpistage"] + (["mpistage (baseline)"] if a.baseline else [])
     rates: dict = {"libertem-live": [], "libertem-live (stamps)": [], **{k: [] for k in ours}}
