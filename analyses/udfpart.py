@@ -20,7 +20,7 @@ takes only dense tiles.
 """
 from __future__ import annotations
 
-from typing import Any, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -64,7 +64,9 @@ def _partition_class() -> Any:
         def get_tiles(self, tiling_scheme: Any, dest_dtype: Any = "float32", roi: Any = None,
                       array_backend: Any = None) -> Any:
             # tiles as the negotiated scheme cuts them (depth x sig slices), each converted
-            # to the UDFs' dtype on its own: small enough to stay in cache
+            # to the UDFs' dtype on its own (small enough to stay in cache) into one buffer
+            # per tile shape, reused as LiberTEM's readers reuse theirs (a UDF keeps no
+            # tile): a new array per tile took twice as long (bench/README.md, issue 42)
             depth = max(1, int(tiling_scheme.depth))
             if not isinstance(self._data, np.ndarray):   # CSR: whole frames (no sig cut)
                 sig = tuple(self.slice.shape.sig)
@@ -74,12 +76,16 @@ def _partition_class() -> Any:
                         origin=(self._roi_origin + s, 0, 0),
                         shape=Shape((tile.shape[0], *sig), sig_dims=2)))
                 return
+            bufs: Dict[Tuple[int, int], np.ndarray] = {}
             for s in range(0, len(self._data), depth):
                 block = self._data[s:s + depth]
                 for idx in range(len(tiling_scheme)):
                     sl = tiling_scheme[idx]
                     (y0, x0), (h, w) = tuple(sl.origin), tuple(sl.shape)
-                    tile = np.ascontiguousarray(block[:, y0:y0 + h, x0:x0 + w], dest_dtype)
+                    if (h, w) not in bufs:
+                        bufs[h, w] = np.empty((depth, h, w), dest_dtype)
+                    tile = bufs[h, w][:len(block)]
+                    np.copyto(tile, block[:, y0:y0 + h, x0:x0 + w], casting="unsafe")
                     tslice = Slice(origin=(self._roi_origin + s, y0, x0),
                                    shape=Shape((len(tile), h, w), sig_dims=2))
                     if self._corrections is not None:

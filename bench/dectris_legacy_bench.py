@@ -29,16 +29,21 @@ alternating, so before and after come from one run. Peak RSS: LiberTEM-live's ma
 process (its receiver thread) and its worker process, against the job report's
 receiver and worker ranks; LiberTEM-live's main process and the receiver alone by
 ``VmHWM`` (an exec'd child's ``ru_maxrss`` starts at its parent's RSS), its worker by
-``RUSAGE_CHILDREN`` (an upper bound for that reason).
+``RUSAGE_CHILDREN`` (an upper bound for that reason). Our job's CPU seconds (its ranks
+and mpirun, start to exit: ``RUSAGE_CHILDREN`` around it) and its scan end (the
+report's ``finalized_after_last_message_s``; the job's exit after the report) are
+recorded beside (issue 42).
 
     .venv/bin/python bench/dectris_legacy_bench.py --frames 8000 --repeat 2
     .venv/bin/python bench/dectris_legacy_bench.py --baseline /tmp/base --repeat 3
+    .venv/bin/python bench/dectris_legacy_bench.py --baseline /tmp/base --pairs 6  # jobs only
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -136,6 +141,7 @@ def _mpistage(dump: str, frames: int, root: Path = ROOT, ranks: int = 2) -> dict
                        OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
             rv = Path(tmp) / "rv.json"
             report = Path(tmp) / "out" / "series-1.json"
+            ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
             p = subprocess.Popen(
                 ["mpirun", "-n", str(ranks), "--oversubscribe", sys.executable, "-m", "stager",
                  "stream", "receive", "--rendezvous", str(rv), "--out", f"{tmp}/out",
@@ -157,6 +163,8 @@ def _mpistage(dump: str, frames: int, root: Path = ROOT, ranks: int = 2) -> dict
                 time.sleep(0.002)
             t_result = time.perf_counter()
             out, err = p.communicate(timeout=900)
+            t_exit = time.perf_counter()
+            ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
             if p.returncode:
                 raise RuntimeError(out + err)
             rep = json.loads(report.read_text())
@@ -166,7 +174,8 @@ def _mpistage(dump: str, frames: int, root: Path = ROOT, ranks: int = 2) -> dict
                     "e2e_rate": frames / (t_result - t_arm),
                     "receiver_rss_mib": rep["memory"]["receiver_peak_rss_mib"],
                     "worker_rss_mib": max(r for i, r in enumerate(rss) if i != 0),
-                    "timing": rep["timing"]}
+                    "cpu_s": ru1.ru_utime + ru1.ru_stime - ru0.ru_utime - ru0.ru_stime,
+                    "timing": dict(rep["timing"], exit_after_report_s=round(t_exit - t_result, 3))}
     finally:
         sim.stop()
 
@@ -228,6 +237,39 @@ def _ingest(dump: str, frames: int, root: Path = ROOT) -> dict:
         sim.stop()
 
 
+def _pairs(a: argparse.Namespace) -> int:
+    """``--pairs N``: this tree's job against ``--baseline``'s, alternating, in one run."""
+    roots = {"this tree": ROOT, "baseline": Path(a.baseline)}
+    runs: dict = {k: [] for k in roots}
+    with tempfile.TemporaryDirectory() as tmp, LoadSampler() as load:
+        dump = Path(tmp) / "bench.dump"
+        make_dump(dump, a.frames, tuple(a.shape))
+        for i in range(a.pairs):
+            for k in (list(roots) if i % 2 == 0 else list(roots)[::-1]):
+                d = _mpistage(str(dump), a.frames, roots[k])
+                runs[k].append({"rate": d["rate"], "e2e_rate": d["e2e_rate"],
+                                "job_cpu_s": d["cpu_s"], **d["timing"]})
+    keys = ("rate", "e2e_rate", "job_cpu_s", "finalized_after_last_message_s", "write_s",
+            "exit_after_report_s")
+    med = {k: {m: statistics.median(r[m] for r in v) for m in keys} for k, v in runs.items()}
+    pair = {m: [x[m] / y[m] for x, y in zip(runs["this tree"], runs["baseline"])]
+            for m in ("rate", "e2e_rate")}
+    res = {"frames": a.frames, "pairs": a.pairs, "baseline": a.baseline, "runs": runs,
+           "median": med, "pair_ratios": pair, "load": load.summary()}
+    Path(a.out + ".json").write_text(json.dumps(res, indent=1) + "\n")
+    lines = [f"# DECTRIS legacy job: this tree against {a.baseline}, {a.pairs} alternating "
+             f"pairs ({a.frames} frames {a.shape[0]}x{a.shape[1]} uint16 bslz4)", "",
+             "| medians | " + " | ".join(keys) + " |", "|---" * (len(keys) + 1) + "|"]
+    lines += [f"| {k} | " + " | ".join(f"{v[m]:,.0f}" if "rate" in m else f"{v[m]:.3f}"
+                                       for m in keys) + " |" for k, v in med.items()]
+    lines += [""] + [f"this tree / baseline, {m}: median **{statistics.median(v):.2f}x**, "
+                     f"pairs {', '.join(f'{x:.2f}' for x in v)}" for m, v in pair.items()]
+    lines += ["", load.text()]
+    Path(a.out + ".md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -240,8 +282,13 @@ def main() -> int:
     ap.add_argument("--ingest", action="store_true",
                     help="also one receiver process alone (no worker, no MPI): frames/s "
                     "and frames per CPU second, this tree and --baseline")
+    ap.add_argument("--pairs", type=int, default=0,
+                    help="only N alternating pairs of jobs, this tree and --baseline (no "
+                    "LiberTEM-live): receiving and end-to-end rates, job CPU, scan end")
     ap.add_argument("--out", default=str(HERE / "results" / "dectris_legacy"))
     a = ap.parse_args()
+    if a.pairs:
+        return _pairs(a)
     ingest: dict = {}
     ours = ["mpistage"] + (["mpistage (baseline)"] if a.baseline else [])
     rates: dict = {"libertem-live": [], "libertem-live (stamps)": [], **{k: [] for k in ours}}
@@ -272,7 +319,7 @@ def main() -> int:
                     d = _mpistage(str(dump), a.frames, root)
                     rates[side].append(d["rate"])
                     e2e[side].append(d["e2e_rate"])
-                    timing[side].append(d["timing"])
+                    timing[side].append(dict(d["timing"], job_cpu_s=round(d["cpu_s"], 3)))
                     rss[side].append({"receiver_mib": d["receiver_rss_mib"],
                                       "worker_mib": d["worker_rss_mib"]})
     med = {k: statistics.median(v) for k, v in rates.items() if v}
@@ -327,6 +374,15 @@ def main() -> int:
             lines.append(f"| {k} | {statistics.median(x['rate'] for x in v):,.0f} | "
                          f"{statistics.median(x['per_cpu_s'] for x in v):,.0f} | {runs} | "
                          f"{v[0]['decoder']} | {max(x['rss_mib'] for x in v):.0f} |")
+    lines += ["", "Scan end, seconds (medians; the report's last message to its write, and "
+              "the job's exit after the report appeared): " + "; ".join(
+                  f"{k}: {statistics.median(t['finalized_after_last_message_s'] for t in v):.3f}"
+                  f", exit {statistics.median(t['exit_after_report_s'] for t in v):.2f}"
+                  for k, v in timing.items() if v)]
+    lines += ["", "CPU seconds of the whole job (its ranks and mpirun, start to exit; the "
+              "figure least bent by the load) per 1,000 frames, medians: " + "; ".join(
+                  f"{k}: {statistics.median(t['job_cpu_s'] for t in v) * 1000 / a.frames:.2f}"
+                  for k, v in timing.items() if v)]
     lines += ["", "Peak RSS (MiB, largest of the runs): "
               + "; ".join(f"{k}: " + ", ".join(f"{n} {max(r[n] for r in v):.0f}"
                                               for n in v[0]) for k, v in rss.items() if v)]

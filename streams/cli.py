@@ -152,6 +152,7 @@ def _receive(args: argparse.Namespace) -> int:
         control_job.finish(control)
         return _failed(comm, e, 2)
     try:
+        from stager import stageout  # noqa: F401  # the drain's modules: not at a scan's end
         job = job_of(args, comm)
         outcomes = receive_scans(job, opts, on_written=drain, on_ready=ready,
                                  on_rejections=rejections.update)

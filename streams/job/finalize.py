@@ -22,7 +22,7 @@ from streams.job.ending import remove_empty_parents
 from streams.job.localdir import node_local_dir
 from streams.job.output import drained, scan_ok, write_report
 
-__all__ = ["ScanOutcome", "finalize"]
+__all__ = ["ScanOutcome", "finalize", "import_ahead"]
 
 
 @dataclass(frozen=True)
@@ -133,6 +133,13 @@ def finalize(comm: Any, layout: Any, roles: Any, loop: Any, analysis: Any,
     return bcast_result(comm, lambda: ScanOutcome(
         scan, report, scan_ok(report, o.allow_loss) and not problem, files, timing, name,
         problem))
+
+
+def import_ahead() -> None:
+    """Rank 0, at the job's set-up: h5py, which a scan's write imports, or the first scan's
+    end pays for it after its last frame (0.1-0.2 s here: py-spy, bench/README.md's DECTRIS
+    legacy section)."""
+    import h5py  # noqa: F401
 
 
 def _peak_rss_mib() -> float:

@@ -18,6 +18,7 @@ import json
 import os
 import re
 import socket
+import tempfile
 import time
 from typing import Callable, Dict, Optional, Tuple
 
@@ -98,14 +99,21 @@ class OutputNames:
                           "started": time.strftime("%Y-%m-%dT%H:%M:%S")}}
         mark(record)
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-        except FileExistsError:
-            return False
+            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=self.out)
         except OSError:     # OUT unwritable: the drain will say so and keep the results
             return True
         with os.fdopen(fd, "w") as f:
-            json.dump(record, f)
-            f.flush()
+            try:    # written, then linked: exclusive, and never read empty (as it was)
+                json.dump(record, f)
+                f.flush()
+                os.fchmod(f.fileno(), 0o644)
+                os.link(tmp, path)      # no link followed: an existing path is EEXIST
+            except FileExistsError:
+                return False
+            except OSError:
+                return True
+            finally:
+                os.unlink(tmp)
             self._held[name] = _identity(os.fstat(f.fileno()))
         return True
 

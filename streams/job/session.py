@@ -10,7 +10,7 @@ rank. Collective over `job`:
    detector); rank 0 binds the live PUB socket, gathers the endpoints and writes
    the rendezvous file atomically -- each step agreed, so a failed bind on one
    node is the same error on every rank;
-3. each rank's loop (:func:`streams.job.ranks.rank_loop`) until ``scans`` scans are
+3. each rank's loop (:func:`rank_loop`, :mod:`streams.job.ranks`) until ``scans`` scans are
    finalized (or the overall ``timeout`` closed what was open);
 4. per scan, collectively (:mod:`streams.job.finalize`): the partials merged per
    node, then across node leaders, each in the fixed tree
@@ -39,11 +39,13 @@ from core.nodes import expand_node
 from analyses.loading import load_analysis
 from streams.errors import StreamError
 from streams.job.ending import interrupted, job_rejections, remove_empty_parents
-from streams.job.finalize import ScanOutcome, finalize
+from streams.job.finalize import ScanOutcome, finalize, import_ahead
 from streams.job.names import OutputNames
 from streams.job.localdir import default_local, local_root, node_local_dir
 from streams.job.options import SESSION_OPTIONS, SessionOptions, protocol_options
-from streams.job.ranks import rank_loop
+from streams.job.coordinator_loop import CoordinatorLoop
+from streams.job.ranks import RankLoop, WorkerLoop
+from streams.job.receiver_loop import ReceiverLoop
 from streams.job.roles import assign_roles, partition_frames
 from streams.job.live import LivePublisher
 from streams.job.spill import SPEC_NAME, Spill, spill_spec_text
@@ -65,6 +67,18 @@ def _resolve(options: SessionOptions) -> SessionOptions:
     if not options.local:
         options.local = default_local()
     return options
+
+
+def rank_loop(comm: Any, roles: Any, analysis: Any, options: SessionOptions,
+              routing: str = "modulo", publisher: Any = None) -> RankLoop:
+    """This rank's loop over ``comm`` (the loop's own communicator): rank 0 coordinates,
+    the other receivers receive, the rest work. ``routing`` and ``publisher`` (the live
+    socket): rank 0's. Local."""
+    if comm.rank == 0:
+        return CoordinatorLoop(comm, roles, analysis, options, routing, publisher)
+    if roles.index(comm.rank) is None:
+        return WorkerLoop(comm, roles, analysis, options)
+    return ReceiverLoop(comm, roles, analysis, options)
 
 
 def _security(o: SessionOptions) -> Any:
@@ -167,6 +181,8 @@ def _receive_scans(job: Job, options: SessionOptions, on_written: Any, on_ready:
         with agreed(fcomm, "loading the analysis", default=StreamError, node=layout.name):
             analysis = load_analysis(opts.analysis, opts.analysis_options, roi=opts.udf_roi,
                                      corrections=opts.corrections)
+            if comm.rank == 0:
+                import_ahead()
         proto = chosen(opts.protocol, opts.stream2)
         endpoint = None
         with agreed(fcomm, "binding the receivers", default=StreamError, node=layout.name):
@@ -226,7 +242,7 @@ def _receive_scans(job: Job, options: SessionOptions, on_written: Any, on_ready:
             if err is not None:
                 loop.drain_requests(2.0)
                 raise err
-            loop.drain_requests()
+            loop.drain_requests(together=True)
         agree(fcomm, None, "receiving")
         summary = job_rejections(fcomm, loop, opts, outcomes, publisher)
         if summary is not None and on_rejections is not None:

@@ -38,7 +38,9 @@ def test_a_handler_named_after_no_tag_of_its_loop_is_refused():
 
 
 def test_each_stream_role_handles_only_its_own_messages():
-    from streams.job.ranks import CoordinatorLoop, ReceiverLoop, WorkerLoop
+    from streams.job.coordinator_loop import CoordinatorLoop
+    from streams.job.ranks import WorkerLoop
+    from streams.job.receiver_loop import ReceiverLoop
 
     name = {tag: n for n, tag in TAGS["stream"].items()}
 

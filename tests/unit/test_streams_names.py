@@ -39,3 +39,18 @@ def test_overwrite_keeps_every_name(tmp_path):
     (tmp_path / "s1.h5").write_bytes(b"x")
     names = OutputNames(str(tmp_path), overwrite=True)
     assert names.name("s1") == "s1" and not (tmp_path / "s1.receiving").exists()
+
+
+def test_the_record_is_never_seen_before_it_is_written(tmp_path, monkeypatch):
+    # the record used to be created, then written: a reader (the no-loss e2e test, under
+    # load) found it empty
+    from streams.job import names as mod
+
+    seen = []
+    dump = mod.json.dump
+    monkeypatch.setattr(mod.json, "dump", lambda obj, f: (
+        seen.append((tmp_path / "s1.receiving").exists()), dump(obj, f)))
+    assert OutputNames(str(tmp_path)).name("s1") == "s1"
+    assert seen == [False]
+    assert json.loads((tmp_path / "s1.receiving").read_text())["state"] == "receiving"
+    assert [p.name for p in tmp_path.iterdir()] == ["s1.receiving"]   # no temporary left
