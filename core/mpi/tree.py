@@ -70,7 +70,3 @@ def merge_ranks(comm: Any, ranks: Sequence[int], value: Any, merge: Callable[[An
         raise TreeMergeError(mine[1])
     return mine[1]
 
-
-#: The former name (the mirror of ``workflows.reduce_tree``), until the receiving job's
-#: finalize (``streams/job/finalize.py``) calls :func:`merge_ranks`.
-tree_reduce = merge_ranks

@@ -1,5 +1,5 @@
 """Finalizing one scan of a receiving job, collectively: the partials merged per node
-and across node leaders (:func:`core.mpi.tree.tree_reduce`), the receivers' reports
+and across node leaders (:func:`core.mpi.tree.merge_ranks`), the receivers' reports
 gathered and merged, rank 0's ``<name>.h5`` and ``<name>.json`` written node-locally
 and drained (:func:`streams.job.output.drained`), the final live message."""
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, Optional
 from analyses.output import finish
 from core import localfs
 from core.mpi.agree import agree, agreed, bcast_result
-from core.mpi.tree import TreeMergeError, tree_reduce
+from core.mpi.tree import TreeMergeError, merge_ranks
 from core.nodes import expand_node
 from streams.accounting import ScanReport
 from streams.errors import StreamError
@@ -53,12 +53,12 @@ def finalize(comm: Any, layout: Any, roles: Any, loop: Any, analysis: Any,
     err: Optional[BaseException] = None
     merged = None
     try:
-        merged = tree_reduce(comm, node_ranks, partial, analysis.merge)
+        merged = merge_ranks(comm, node_ranks, partial, analysis.merge)
     except TreeMergeError as e:
         err = StreamError(str(e))
     if layout.is_leader:
         try:
-            merged = tree_reduce(comm, list(layout.leader_ranks),
+            merged = merge_ranks(comm, list(layout.leader_ranks),
                                  merged if err is None else analysis.empty(), analysis.merge)
         except TreeMergeError as e:
             err = err or StreamError(str(e))

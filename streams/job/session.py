@@ -14,7 +14,7 @@ rank. Collective over `job`:
    finalized (or the overall ``timeout`` closed what was open);
 4. per scan, collectively (:mod:`streams.job.finalize`): the partials merged per
    node, then across node leaders, each in the fixed tree
-   (:func:`core.mpi.tree.tree_reduce`); the receivers' reports gathered and merged;
+   (:func:`core.mpi.tree.merge_ranks`); the receivers' reports gathered and merged;
    rank 0 writes ``<name>.h5`` and ``<name>.json`` to its
    node-local directory (the name settled when the scan was first heard of:
    :mod:`streams.job.names`) and the caller's ``on_written`` drains them to the
