@@ -96,16 +96,17 @@ demo: setup
 demo-ff-nf: setup
 	$(PY) -m hedm.demo --np $(NP) --out demo-out --seeds ff
 
-# What starts no test process runs side by side first (each keeps one core busy, or
-# waits on the package index): the NumPy 2 venv, ruff + mypy, the docs build, and the
-# kernels compiled into the tree's numba cache. Then the serial suite and the MPI suite
-# side by side: both spend most of their time waiting (on subprocesses, on the other
-# ranks); their lines interleave whole (--output-sync=line), each ends with its summary
-# line, and make names the one that failed. `make test-serial test-mpi` runs them in turn.
+# What the tests need made first runs side by side (one waits on the package index, the
+# other keeps a core busy): the NumPy 2 venv and the kernels compiled into the tree's
+# numba cache. Then the serial suite, the MPI suite, ruff + mypy and the docs build side
+# by side: the suites spend much of their time waiting (on mpirun start-ups, on the
+# other ranks), which ruff + mypy (16 s of CPU, mypy's cache cold) and the docs build
+# (under 37 s) fill instead of running before them (2026-12-08); their lines interleave whole
+# (--output-sync=line), each suite ends with its summary line, and make names the one
+# that failed. `make test-serial test-mpi` runs the suites in turn.
 test: setup
-	$(MAKE) --no-print-directory -j4 --output-sync=target serial-venv-maybe lint-check docs \
-	  warm-kernels
-	$(MAKE) --no-print-directory -j2 --output-sync=line test-serial test-mpi
+	$(MAKE) --no-print-directory -j2 --output-sync=target serial-venv-maybe warm-kernels
+	$(MAKE) --no-print-directory -j4 --output-sync=line test-serial test-mpi lint-check docs
 
 # Every numba kernel compiled once into the tree's own cache (the __pycache__ beside each
 # kernel module), so that no test's mpirun ranks compile them, each rank side by side
