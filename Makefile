@@ -129,13 +129,14 @@ test-serial:
 
 # The edit-run loop: the unit tests and the end-to-end files that take seconds.
 # Left to `make test`: the MPI suite, tests marked slow/slurm/fuse/osnodes, the other
-# end-to-end files, and the NF/HEDM numerics below (numba fits: most of the unit tests'
-# time). Measured 2026-12-07: 1,402 passed, 2 skipped, 88 s of CPU (400 s wall at load
-# average 20 from other sessions on the 2 cores; in one process it had taken 106 s of
-# CPU, so at least as long in wall); tests/README.md.
+# end-to-end files, and the NF/HEDM numerics below (numba fits and FF indexing: most of
+# the unit tests' time; test_hedm_ffindex.py alone took 400+ s of the loop's 24 min wall
+# at load 14-27 on 2026-12-08, one of its tests ending a worker at the 300 s timeout).
+# Measured: tests/README.md.
 FAST_E2E  := test_stager_plan_cli test_stager_stage_cli test_workflows_run
 FAST_SKIP := test_kernels_nffit test_hedm_nffit test_kernels_microstructure test_kernels_nf_midas_golden \
-             test_kernels_nfconfidence test_hedm_micmap test_hedm_nf_orientation test_hedm_nfhook
+             test_kernels_nfconfidence test_hedm_micmap test_hedm_nf_orientation test_hedm_nfhook \
+             test_hedm_ffindex
 # in 2 workers (the 2 cores; files whole, as in test-serial): its tests compute, they
 # seldom wait. FAST_XDIST= runs it in one process.
 FAST_XDIST ?= -n 2 --no-loadscope-reorder
