@@ -83,11 +83,11 @@ def comm():
 @pytest.fixture
 def mpi_tmpdir(comm):
     """One temporary directory shared by every rank (made on rank 0), removed afterwards."""
-    from tests.mpiutil import shared_tmpdir
+    from tests.mpiutil import shared_tmpdir, sleep_until_all
 
     path = shared_tmpdir(comm, "mpistage-test-")
     yield path
-    comm.Barrier()
+    sleep_until_all(comm)
     if comm.rank == 0:
         shutil.rmtree(path, ignore_errors=True)
 
