@@ -96,16 +96,17 @@ demo: setup
 demo-ff-nf: setup
 	$(PY) -m hedm.demo --np $(NP) --out demo-out --seeds ff
 
-# What starts no test process runs side by side first (each keeps one core busy, or
-# waits on the package index): the NumPy 2 venv, ruff + mypy, the docs build, and the
-# kernels compiled into the tree's numba cache. Then the serial suite and the MPI suite
-# side by side: both spend most of their time waiting (on subprocesses, on the other
-# ranks); their lines interleave whole (--output-sync=line), each ends with its summary
-# line, and make names the one that failed. `make test-serial test-mpi` runs them in turn.
+# What the tests need made first runs side by side (one waits on the package index, the
+# other keeps a core busy): the NumPy 2 venv and the kernels compiled into the tree's
+# numba cache. Then the serial suite, the MPI suite, ruff + mypy and the docs build side
+# by side: the suites spend much of their time waiting (on mpirun start-ups, on the
+# other ranks), which ruff + mypy (16 s of CPU, mypy's cache cold) and the docs build
+# (under 37 s) fill instead of running before them (2026-12-08); their lines interleave whole
+# (--output-sync=line), each suite ends with its summary line, and make names the one
+# that failed. `make test-serial test-mpi` runs the suites in turn.
 test: setup
-	$(MAKE) --no-print-directory -j4 --output-sync=target serial-venv-maybe lint-check docs \
-	  warm-kernels
-	$(MAKE) --no-print-directory -j2 --output-sync=line test-serial test-mpi
+	$(MAKE) --no-print-directory -j2 --output-sync=target serial-venv-maybe warm-kernels
+	$(MAKE) --no-print-directory -j4 --output-sync=line test-serial test-mpi lint-check docs
 
 # Every numba kernel compiled once into the tree's own cache (the __pycache__ beside each
 # kernel module), so that no test's mpirun ranks compile them, each rank side by side
@@ -128,13 +129,14 @@ test-serial:
 
 # The edit-run loop: the unit tests and the end-to-end files that take seconds.
 # Left to `make test`: the MPI suite, tests marked slow/slurm/fuse/osnodes, the other
-# end-to-end files, and the NF/HEDM numerics below (numba fits: most of the unit tests'
-# time). Measured 2026-12-07: 1,402 passed, 2 skipped, 88 s of CPU (400 s wall at load
-# average 20 from other sessions on the 2 cores; in one process it had taken 106 s of
-# CPU, so at least as long in wall); tests/README.md.
+# end-to-end files, and the NF/HEDM numerics below (numba fits and FF indexing: most of
+# the unit tests' time; test_hedm_ffindex.py alone took 400+ s of the loop's 24 min wall
+# at load 14-27 on 2026-12-08, one of its tests ending a worker at the 300 s timeout).
+# Measured: tests/README.md.
 FAST_E2E  := test_stager_plan_cli test_stager_stage_cli test_workflows_run
 FAST_SKIP := test_kernels_nffit test_hedm_nffit test_kernels_microstructure test_kernels_nf_midas_golden \
-             test_kernels_nfconfidence test_hedm_micmap test_hedm_nf_orientation test_hedm_nfhook
+             test_kernels_nfconfidence test_hedm_micmap test_hedm_nf_orientation test_hedm_nfhook \
+             test_hedm_ffindex
 # in 2 workers (the 2 cores; files whole, as in test-serial): its tests compute, they
 # seldom wait. FAST_XDIST= runs it in one process.
 FAST_XDIST ?= -n 2 --no-loadscope-reorder

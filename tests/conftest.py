@@ -30,6 +30,8 @@ SHARED_WORKER = {
     "machine": ("tests/e2e/test_slurm.py", "tests/e2e/test_streams_session_sbatch.py",
                 "tests/e2e/test_osnodes.py",
                 "tests/e2e/test_bench_pfs.py", "tests/e2e/test_bench_pfs_stage.py"),
+    # one FF sweep and its file flow (the session fixture ``ff_sweep``), built once
+    "ffsweep": ("tests/e2e/test_hedm_ff_grains.py", "tests/e2e/test_hedm_ff_grains_stream.py"),
 }
 #: Marks of the ``machine`` group's tests: a file with one must be listed there.
 MACHINE_MARKS = ("slurm", "fuse", "osnodes")
@@ -81,11 +83,11 @@ def comm():
 @pytest.fixture
 def mpi_tmpdir(comm):
     """One temporary directory shared by every rank (made on rank 0), removed afterwards."""
-    from tests.mpiutil import shared_tmpdir
+    from tests.mpiutil import shared_tmpdir, sleep_until_all
 
     path = shared_tmpdir(comm, "mpistage-test-")
     yield path
-    comm.Barrier()
+    sleep_until_all(comm)
     if comm.rank == 0:
         shutil.rmtree(path, ignore_errors=True)
 
@@ -101,6 +103,38 @@ def nf_layer(tmp_path_factory):
     folder = str(tmp_path_factory.mktemp("layer"))
     make_layer(folder, frames=360, rsample=15.0, grains=3, raw_frames=False)
     return folder
+
+
+@pytest.fixture(scope="session")
+def ff_sweep(tmp_path_factory):
+    """The HEDM guide's "Far field to grains" commands (docs/guide/hedm.md) as printed: a
+    synthetic sweep of 20 grains, stage 1, stage 2 and FF's grains as NF's seeds, with
+    ``SWEEP``, ``OUT`` and ``seeds.txt`` under one temporary folder. Run once per session
+    (the guide's block is not run again by tests/e2e/test_docs_examples.py) and shared by
+    tests/e2e/test_hedm_ff_grains.py and test_hedm_ff_grains_stream.py, which one xdist
+    worker runs (``SHARED_WORKER["ffsweep"]``): read it, write elsewhere."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    from tests.docexamples import ROOT, examples
+
+    found = [e for e in examples("docs/guide/hedm.md") if "hedm.ffsynth SWEEP" in e.text]
+    assert len(found) == 1, [e.id for e in found]
+    folder = tmp_path_factory.mktemp("ffsweep")
+    paths = {"SWEEP": folder / "SWEEP", "OUT": folder / "OUT", "seeds.txt": folder / "seeds.txt"}
+    text = re.sub(r"\b(SWEEP|OUT|seeds\.txt)\b", lambda m: str(paths[m.group(1)]),
+                  found[0].text)
+    env = dict(os.environ, STAGER_PROGRESS="0",
+               PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    for var in ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_SIZE"):
+        env.pop(var, None)
+    r = subprocess.run(["bash", "-e", "-c", text], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=900)
+    assert r.returncode == 0, f"{found[0].id}\n{text}\n{r.stdout}\n{r.stderr}"
+    return {"folder": folder, "sweep": paths["SWEEP"], "params": paths["SWEEP"] / "ff.params",
+            "out": paths["OUT"], "seeds": paths["seeds.txt"], "text": text}
 
 
 def pytest_terminal_summary(terminalreporter):

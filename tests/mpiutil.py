@@ -9,7 +9,21 @@ from __future__ import annotations
 import os
 import socket
 import tempfile
+import time
 from typing import Any
+
+
+def sleep_until_all(comm: Any) -> None:
+    """Collective over `comm`: a barrier at which a rank that arrives early sleeps.
+
+    Open MPI's oversubscribed ranks poll while they wait in a blocking collective
+    (``sched_yield``: most of ``make test-mpi``'s CPU is such waiting), taking CPU from the
+    serial suite beside them; the ranks that finished a test wait here for the one still
+    checking its files (``assert_all``) at 2 ms a look instead.
+    """
+    req = comm.Ibarrier()
+    while not req.Test():
+        time.sleep(0.002)
 
 
 def assert_all(comm: Any, ok: bool, message: str = "") -> None:
@@ -28,6 +42,7 @@ def assert_all(comm: Any, ok: bool, message: str = "") -> None:
     AssertionError
         On every rank, listing each failing rank's host and message.
     """
+    sleep_until_all(comm)
     verdicts = comm.allgather((bool(ok), message, socket.gethostname()))
     bad = [f"rank {r} on {h}: {m}" for r, (good, m, h) in enumerate(verdicts) if not good]
     if bad:

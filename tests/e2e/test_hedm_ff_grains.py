@@ -21,7 +21,8 @@ import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-pytestmark = pytest.mark.slow      # 1-4 min: 360 frames through stage 1, then stage 2 thrice
+pytestmark = [pytest.mark.slow,    # 1-4 min: 360 frames through stage 1, then stage 2 thrice
+              pytest.mark.timeout(900)]  # the first test also builds ``ff_sweep``
 #: Tens of grains: on the 192 x 192 px detector one spot in five lies within 5 px of another
 N = 20
 
@@ -45,15 +46,13 @@ def run(flow, out, flow_args, check=True, timeout=600):
 
 
 @pytest.fixture(scope="module")
-def sweep(tmp_path_factory):
-    # the commands of docs/guide/hedm.md, "Far field to grains"
-    folder = tmp_path_factory.mktemp("ffsweep")
-    subprocess.run([sys.executable, "-m", "hedm.ffsynth", str(folder / "data"), "--grains",
-                    str(N)], cwd=ROOT, env=_env(), check=True, capture_output=True, timeout=300)
-    info = {"params": str(folder / "data" / "ff.params")}
-    out = folder / "out"
-    run("ff.py", out, ["--params", info["params"]])
-    return {"info": info, "out": out, "folder": folder}
+def sweep(ff_sweep):
+    """The commands of docs/guide/hedm.md, "Far field to grains", as printed: stage 1 and
+    stage 2 into ``out``, the seeds (tests/conftest.py's ``ff_sweep``, shared with
+    test_hedm_ff_grains_stream.py)."""
+    assert f"--grains {N} " in ff_sweep["text"]
+    return {"info": {"params": str(ff_sweep["params"])}, "out": ff_sweep["out"],
+            "seeds": ff_sweep["seeds"]}
 
 
 def test_raw_frames_to_grains(sweep):
@@ -61,8 +60,6 @@ def test_raw_frames_to_grains(sweep):
     from hedm.grainscsv import COLUMNS, read_grains_csv
 
     info, out = sweep["info"], sweep["out"]
-    run("ffgrains.py", out, ["--params", info["params"],
-                             "--PeaksFile", str(out / "ff_peaks.h5")])
     truth = load_sweep_truth(os.path.dirname(info["params"]))
     # the sweep holds overlapping spots: spots of two grains within 3 px on a common frame
     sp, owner = truth["spots"], truth["owner"]
@@ -105,9 +102,7 @@ def test_raw_frames_to_grains(sweep):
     for sid in shared[:5]:
         assert (pairs[:, 1] == sid).sum() >= 2
     # FF's grains as NF's seeds (MIDAS's SeedOrientations), the guide's last command
-    seeds = sweep["folder"] / "seeds.txt"
-    subprocess.run([sys.executable, "-m", "hedm.grainscsv", str(out / "Grains.csv"),
-                    "--seeds", str(seeds)], cwd=ROOT, env=_env(), check=True, timeout=120)
+    seeds = sweep["seeds"]
     from hedm.nffit import read_seeds
     from kernels.crystal import misorientation
     got = read_seeds(str(seeds), N)
@@ -115,9 +110,9 @@ def test_raw_frames_to_grains(sweep):
 
 
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun (openmpi-bin) is not installed")
-def test_mpi_executor_gives_the_same_grains(sweep):
+def test_mpi_executor_gives_the_same_grains(sweep, tmp_path):
     """The data-dependent refinement tasks on the mpi executor (3 ranks): the same file."""
-    out = sweep["folder"] / "mpi"
+    out = tmp_path / "mpi"
     env = _env()
     env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMPI_MCA_rmaps_base_oversubscribe="1")
@@ -127,16 +122,14 @@ def test_mpi_executor_gives_the_same_grains(sweep):
            "--PeaksFile", str(sweep["out"] / "ff_peaks.h5")]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    if not (sweep["out"] / "Grains.csv").exists():
-        pytest.skip("runs after test_raw_frames_to_grains (its Grains.csv is the reference)")
     assert (out / "Grains.csv").read_bytes() == (sweep["out"] / "Grains.csv").read_bytes()
     rec = json.load(open(out / "ffgrains_run.json"))
     assert rec["executor"] == "mpi" and len(rec["refine"]) >= N
 
 
-def test_wrong_distance_fails_naming_the_cause(sweep):
-    info, folder = sweep["info"], sweep["folder"]
-    out = folder / "wrong"
+def test_wrong_distance_fails_naming_the_cause(sweep, tmp_path):
+    info = sweep["info"]
+    out = tmp_path / "wrong"
     proc = run("ffgrains.py", out, ["--params", info["params"], "--Lsd", "135000",
                                     "--PeaksFile", str(sweep["out"] / "ff_peaks.h5")],
                check=False)

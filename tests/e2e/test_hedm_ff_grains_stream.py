@@ -2,7 +2,9 @@
 simulator into ``stager stream receive --analysis hedm.ffpeaks`` (stage 1 as frames
 arrive), whose ``--then`` runs stage 2 (``hedm/ffgrains.py``: indexing and refinement) on
 the scan's drained ``<scan>.h5`` at the end of the scan: the same Grains.csv, byte for
-byte, as the file flow's on the same frames, at tens of grains."""
+byte, as the file flow's on the same frames, at tens of grains (the sweep and its file
+flow: the HEDM guide's commands, tests/conftest.py's ``ff_sweep``, shared with
+test_hedm_ff_grains.py)."""
 from __future__ import annotations
 
 import os
@@ -12,9 +14,10 @@ import sys
 import numpy as np
 import pytest
 
-from tests.e2e.test_streams_receive import ROOT, Job, _env
+from tests.e2e.test_streams_receive import Job
 
-pytestmark = pytest.mark.slow      # 360 frames streamed and read from files, stage 2 twice
+pytestmark = [pytest.mark.slow,    # 360 frames streamed and read from files, stage 2 twice
+              pytest.mark.timeout(900)]  # may build ``ff_sweep``
 
 GRAINS = 20
 
@@ -31,29 +34,16 @@ def guide_command():
     return r.stdout.split("\0")[:-1]
 
 
-def _stage2(out, params, peaks):
-    return [sys.executable, "-m", "workflows", "run", str(ROOT / "hedm" / "ffgrains.py"),
-            "--executor", "local", "--workers", "2", "--out", str(out), "--",
-            "--params", str(params), "--PeaksFile", str(peaks)]
-
-
-def test_streamed_sweep_gives_the_file_flows_grains(tmp_path, monkeypatch):
-    from hedm.ffsynth import make_sweep
+def test_streamed_sweep_gives_the_file_flows_grains(tmp_path, monkeypatch, ff_sweep):
     from kernels import open_frames
     from streams import ScanGeometry, SimulatedScan
     from streams.simulate import array_source, run_producers
 
-    info = make_sweep(str(tmp_path / "sweep"), grains=GRAINS, seed=4)
-    params = info["params"]
-    files = tmp_path / "files"
-    for cmd in ([sys.executable, "-m", "workflows", "run", str(ROOT / "hedm" / "ff.py"),
-                 "--executor", "local", "--workers", "2", "--out", str(files), "--",
-                 "--params", params],
-                _stage2(files, params, files / "ff_peaks.h5")):
-        r = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=900)
-        assert r.returncode == 0, r.stdout + r.stderr
+    assert f"--grains {GRAINS} " in ff_sweep["text"]
+    params = str(ff_sweep["params"])
+    files = ff_sweep["out"]      # the file flow's stage 1 and stage 2 on the same frames
 
-    reader = open_frames(str(tmp_path / "sweep" / "ff_000001.ge3"), shape=(192, 192))
+    reader = open_frames(str(ff_sweep["sweep"] / "ff_000001.ge3"), shape=(192, 192))
     stack = np.stack([reader.read(i) for i in range(reader.n_frames)])
     # the HEDM guide's command as printed: its receive options and its --then template,
     # SWEEP filled in ({out}, {scan} and {h5} the job fills in per scan); `python` on
@@ -61,7 +51,7 @@ def test_streamed_sweep_gives_the_file_flows_grains(tmp_path, monkeypatch):
     argv = guide_command()
     assert argv[:6] == ["mpirun", "-n", "4", "stager", "stream", "receive"], argv
     opts = dict(zip(argv[6::2], argv[7::2]))
-    sweep = str(tmp_path / "sweep")
+    sweep = str(ff_sweep["sweep"])
     assert opts["--set"] == "params=SWEEP/ff.params" and params == sweep + "/ff.params"
     then = opts["--then"].replace("SWEEP", sweep)
     monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep

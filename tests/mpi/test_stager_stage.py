@@ -388,8 +388,10 @@ def test_agreement_names_the_failing_rank():
 
 
 @pytest.mark.slow
-def test_sparse_3gib_file(workdir):
-    """A file larger than 2 GiB: every count stays below 2**31 (destinations under /tmp)."""
+def test_sparse_file_over_2gib(workdir):
+    """A file larger than 2 GiB: every count stays below 2**31 (destinations under /tmp).
+    2 GiB and 1 MiB: a byte on each side of 2**31 and one past it (a third GiB of zeros
+    went through the same pieces)."""
     from stager import clean, stage
     from core import checksum
     from tests.stagerun import read_record
@@ -397,11 +399,12 @@ def test_sparse_3gib_file(workdir):
     comm = _comm()
     k = min(2, comm.size)
     src = os.path.join(workdir, "src", "sparse.bin")
-    marks = [0, (2 << 30) - 1, 2 << 30, (3 << 30) - 1]
+    size = (2 << 30) + (1 << 20)
+    marks = [0, (2 << 30) - 1, 2 << 30, size - 1]
     if comm.rank == 0:
         os.makedirs(os.path.dirname(src))
         with open(src, "wb") as f:
-            f.truncate(3 << 30)
+            f.truncate(size)
             for m in marks:
                 f.seek(m)
                 f.write(b"\xa5")
@@ -411,7 +414,7 @@ def test_sparse_3gib_file(workdir):
     spec = os.path.join(workdir, "big.hook")
     try:
         rep = stage(spec, emulated(comm, k), progress=False)
-        assert_all(comm, rep.bytes_written == k * (3 << 30), str(rep))
+        assert_all(comm, rep.bytes_written == k * size, str(rep))
         if comm.rank == 0:
             want = checksum.file_hexdigest(src)
             bad = []
@@ -422,7 +425,7 @@ def test_sparse_3gib_file(workdir):
                         f.seek(m)
                         if f.read(1) != b"\xa5":
                             bad.append(f"{node}: byte {m}")
-                if os.path.getsize(dst) != 3 << 30:
+                if os.path.getsize(dst) != size:
                     bad.append(f"{node}: size")
                 rec = read_record(os.path.dirname(dst), spec_key(spec)).files["sparse.bin"]
                 if rec.checksum != want:
