@@ -156,13 +156,19 @@ def fibre_search_kernel(cdirs, s, n_psi, bmat, pos, a, ring_start, obs_ome, obs_
     reach the best fraction of this search: its spots are predicted and matched one
     reflection at a time, and with ``miss`` misses among ``n`` spots and at most ``top = n
     + 2 (reflections left)`` spots in all, its fraction is at most ``(top - miss) / top``.
+    The reflections are taken last first: the seed's own ring comes first in ``a.hkl``, and
+    its reflection on the fibre (and the opposite one) is found at every ``psi``, a match
+    that drops nothing; a candidate kept to the end has its ``dist`` summed in
+    :func:`match_kernel`'s order (the same float).
     """
     us = np.empty((n_psi, 3, 3))
-    spots = np.empty((2 * a.hkl.shape[0], 8))
+    nh = a.hkl.shape[0]
+    spots = np.empty((2 * nh, 8))
+    dq = np.empty(2 * nh)             # each spot's distance (-1: missed)
+    start = np.empty(nh + 1, np.int64)    # spots of the e-th reflection taken
     omegas = np.empty(2)
     etas = np.empty(2)
     res = np.empty(6)
-    nh = a.hkl.shape[0]
     bm = -1
     bp = 1
     bd = 1e30
@@ -172,20 +178,22 @@ def fibre_search_kernel(cdirs, s, n_psi, bmat, pos, a, ring_start, obs_ome, obs_
             n = 0
             k = 0
             miss = 0
-            dsum = 0.0
-            for h in range(nh):
-                n0 = n
-                n = hkl_spots_kernel(us[j], bmat, pos, a, h, omegas, etas, res, spots, n)
-                for q in range(n0, n):
+            for e in range(nh):
+                h = nh - 1 - e
+                start[e] = n
+                n = hkl_spots_kernel(us[j], bmat, pos, a, h, omegas, etas, res, spots,
+                                     start[e])
+                for q in range(start[e], n):
                     row, d = _match_spot(spots, q, a.lsd, ring_start, obs_ome, obs_eta,
                                          obs_rad, m_ome, m_eta, m_rad)
                     if row >= 0:
                         k += 1
-                        dsum += d
+                        dq[q] = d
                     else:
                         miss += 1
-                if miss and n > n0:
-                    top = n + 2 * (nh - 1 - h)
+                        dq[q] = -1.0
+                if miss and n > start[e]:
+                    top = n + 2 * (nh - 1 - e)
                     hit = top - miss
                     if (hit * bp < bm * top or hit * floor_n <= floor_k * top
                             or hit < least * top - 1e-9):
@@ -193,6 +201,12 @@ def fibre_search_kernel(cdirs, s, n_psi, bmat, pos, a, ring_start, obs_ome, obs_
                         break
             if n == 0 or k == 0:
                 continue
+            start[nh] = n
+            dsum = 0.0
+            for e in range(nh - 1, -1, -1):     # match_kernel's order: reflection h upwards
+                for q in range(start[e], start[e + 1]):
+                    if dq[q] >= 0.0:
+                        dsum += dq[q]
             d = dsum / k
             if (k * bp > bm * n or (k * bp == bm * n and (k > bm or (k == bm and d < bd)))):
                 bm = k

@@ -121,9 +121,10 @@ def b_matrix(lattice) -> np.ndarray:
 
 
 @njit(cache=True, nogil=True)
-def _ray(gl0, gl1, gl2, ome_deg, pos, a, res):
-    """Diffracted ray of lab ``G`` at ``omega`` from sample point ``pos``: writes ``res`` =
-    (Y px, Z px, eta, 2theta, hit_y, hit_z); returns False when it misses the plane."""
+def _ray(gl0, gl1, gl2, co, so, pos, a, res):
+    """Diffracted ray of lab ``G`` at ``omega`` (``co``, ``so``: its cosine and sine) from
+    sample point ``pos``: writes ``res`` = (Y px, Z px, eta, 2theta, hit_y, hit_z); returns
+    False when it misses the plane."""
     lam = a.wavelength
     kx = 1.0 / lam + gl0
     ky = gl1
@@ -132,8 +133,6 @@ def _ray(gl0, gl1, gl2, ome_deg, pos, a, res):
     kx /= kn
     ky /= kn
     kz /= kn
-    co = math.cos(math.radians(ome_deg))
-    so = math.sin(math.radians(ome_deg))
     rx = co * pos[0] - so * pos[1]
     ry = so * pos[0] + co * pos[1]
     rz = pos[2]
@@ -184,7 +183,7 @@ def hkl_spots_kernel(u, bmat, pos, a, h, omegas, etas, res, out, n):
         ome = omegas[i]
         co = math.cos(math.radians(ome))
         so = math.sin(math.radians(ome))
-        if not _ray(co * gx - so * gy, so * gx + co * gy, gz, ome, pos, a, res):
+        if not _ray(co * gx - so * gy, so * gx + co * gy, gz, co, so, pos, a, res):
             continue
         eta = res[2]
         ae = abs(eta)
@@ -279,7 +278,7 @@ def residuals_kernel(u, bmat, pos, a, obs, hkl_index, out):
             ome = omegas[best]
             co = math.cos(math.radians(ome))
             so = math.sin(math.radians(ome))
-            ok = _ray(co * gx - so * gy, so * gx + co * gy, gz, ome, pos, a, res)
+            ok = _ray(co * gx - so * gy, so * gx + co * gy, gz, co, so, pos, a, res)
         if ok:
             out[k, 0] = res[0] - obs[k, 0]
             out[k, 1] = res[1] - obs[k, 1]
