@@ -31,19 +31,13 @@ __all__ = ["output_file", "cached", "is_series", "merge_tables", "split_rows",
 
 @contextmanager
 def output_file(path: str, binary: bool = False) -> Iterator[IO[Any]]:
-    """An open file (text, or ``binary``) whose content replaces ``path`` when the block
-    ends without an error.
-
-    It is :class:`core.localfs.AtomicFile`'s: created under an unpredictable name beside
-    ``path`` (``O_EXCL|O_NOFOLLOW``, so a link planted there is never followed), renamed
-    into place at the end; a symlink or directory at ``path`` is refused. Readers (a drain,
-    a user's viewer) never see a half-written output; on an error the temporary file is
-    removed and ``path`` is left as it was. Text is written as given (no newline
-    translation); the mode is a plain ``open``'s (``0666`` less the umask).
-    """
+    """An open file (text as written, or ``binary``) replacing ``path`` when the block ends
+    without an error: :class:`core.localfs.AtomicFile`'s (an unpredictable name beside
+    ``path`` made ``O_EXCL|O_NOFOLLOW``, renamed into place; a link at ``path`` refused), so
+    readers never see half an output and an error leaves ``path`` as it was. The mode is a
+    plain ``open``'s (``0666`` less the umask, which localfs read at its import)."""
     from core import localfs
 
-    # the mode open() gives (localfs read the umask once, at its import)
     with localfs.AtomicFile(os.path.abspath(path), mode=0o666 & ~localfs._UMASK,
                             hash=False) as af:
         assert af.fd is not None

@@ -334,8 +334,7 @@ def write_grains(refined: List[Dict[str, Any]], found: Dict[str, Any], indexed: 
     h5_path = os.path.join(folder, "Grains.h5")
     pairs = np.array([(i + 1, s) for i, g in enumerate(good) for s in np.asarray(g["spot_ids"])],
                      np.int64).reshape(-1, 2)
-    # made in memory (HDF5's core driver: the bytes a file on disk gets), then written
-    # through output_file's one descriptor, never reopened by name
+    # in memory (HDF5's core driver: a disk file's bytes), then through output_file's fd
     with h5py.File("Grains.h5", "w", driver="core", backing_store=False) as f:
         d = f.create_dataset("grains", data=rows)
         d.attrs["columns"] = ",".join(COLUMNS)

@@ -194,10 +194,9 @@ class _Search:
         self.least = float(p["Completeness"])
 
     def best(self, seed: int) -> Tuple[float, int, Any, Any]:
-        """(matched fraction, matched, orientation, position) of the seed's best candidate:
-        the first position's, in :func:`candidate_positions`' order, whose best fraction
-        is the highest. Only a best of at least ``Completeness`` is of use (a grain); below
-        it, some candidate below it (the kernel drops those it can tell are)."""
+        """(matched fraction, matched, orientation, position) of the seed's best candidate
+        (the first position's whose best is highest) when it reaches ``Completeness`` (a
+        grain); otherwise some candidate below (the kernel drops those it can tell are)."""
         from kernels.ffindex import fibre_search_kernel
 
         obs = self.obs
@@ -251,10 +250,9 @@ def sense_check(spots: np.ndarray, arrays, p: Dict[str, Any],
     (:mod:`kernels.geometry`) the wrong sense indexes nothing. When the opposite sense fits
     as well, the data cannot decide it, and stage 2 refuses (:func:`hedm.ffgrains.verdict`).
 
-    Both senses are searched at the origin only: the sense is the sweep's, not a grain's
-    (a grain off the origin moves its spots by about its offset, within the margins), and
-    a sense that fits nothing costs the whole search -- at MIDAS's step sizes 565
-    positions, some 240 s of a core per seed.
+    Both at the origin only: the sense is the sweep's, not a grain's (an offset grain's spots
+    move by about its offset, within the margins), and a sense that fits nothing costs the
+    whole search (MIDAS's step sizes: 565 positions, some 240 s of a core per seed).
     """
     out: Dict[str, Any] = {"seeds": 0, "given": 0, "opposite": 0}
     for key, (sp, ar) in (("given", (spots, arrays)),
