@@ -18,34 +18,34 @@ import collections
 import os
 import threading
 from contextlib import contextmanager
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Tuple
+from typing import IO, Any, Callable, Dict, Iterator, List, Mapping, Tuple
 
 import numpy as np
 
 from analyses.sources.frames import is_series
 from workflows.errors import WorkflowError
 
-__all__ = ["replacing", "cached", "is_series", "merge_tables", "split_rows",
+__all__ = ["output_file", "cached", "is_series", "merge_tables", "split_rows",
            "as_records"]
 
 
 @contextmanager
-def replacing(path: str, suffix: str = "") -> Iterator[str]:
-    """Write to a temporary name next to ``path``, then rename it into place.
+def output_file(path: str, binary: bool = False) -> Iterator[IO[Any]]:
+    """An open file (text as written, or ``binary``) replacing ``path`` when the block ends
+    without an error: :class:`core.localfs.AtomicFile`'s (an unpredictable name beside
+    ``path`` made ``O_EXCL|O_NOFOLLOW``, renamed into place; a link at ``path`` refused), so
+    readers never see half an output and an error leaves ``path`` as it was. The mode is a
+    plain ``open``'s (``0666`` less the umask, which localfs read at its import)."""
+    from core import localfs
 
-    Readers (a drain, a user's viewer) never see a half-written output; on an
-    error the temporary file is removed and ``path`` is left as it was.
-    ``suffix`` keeps an extension for writers that choose the format by it
-    (``np.save``, ``savefig``).
-    """
-    tmp = f"{path}.tmp-{os.getpid()}{suffix}"
-    try:
-        yield tmp
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with localfs.AtomicFile(os.path.abspath(path), mode=0o666 & ~localfs._UMASK,
+                            hash=False) as af:
+        assert af.fd is not None
+        fd = os.dup(af.fd)
+        fh: IO[Any] = os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", newline="")
+        with fh:
+            yield fh
+        af.commit()
 
 
 # -- per-worker cache ----------------------------------------------------------

@@ -315,7 +315,7 @@ def write_grains(refined: List[Dict[str, Any]], found: Dict[str, Any], indexed: 
     """Grains.csv, Grains.h5 and the verdict into this node's results directory."""
     import h5py
 
-    from hedm.common import replacing
+    from hedm.common import output_file
     from hedm.grainscsv import COLUMNS, write_grains_csv
     from kernels.ffmodel import lattice_rotation
     from core.outputs import mark
@@ -334,7 +334,8 @@ def write_grains(refined: List[Dict[str, Any]], found: Dict[str, Any], indexed: 
     h5_path = os.path.join(folder, "Grains.h5")
     pairs = np.array([(i + 1, s) for i, g in enumerate(good) for s in np.asarray(g["spot_ids"])],
                      np.int64).reshape(-1, 2)
-    with replacing(h5_path, ".h5") as tmp, h5py.File(tmp, "w") as f:
+    # in memory (HDF5's core driver: a disk file's bytes), then through output_file's fd
+    with h5py.File("Grains.h5", "w", driver="core", backing_store=False) as f:
         d = f.create_dataset("grains", data=rows)
         d.attrs["columns"] = ",".join(COLUMNS)
         f.create_dataset("spots", data=found["spots"])
@@ -349,6 +350,10 @@ def write_grains(refined: List[Dict[str, Any]], found: Dict[str, Any], indexed: 
         f.attrs["workflow"] = "hedm_ffgrains"
         f.attrs["problem"] = v["problem"]
         mark(f.attrs)               # ours: a later run may replace it (and Grains.csv)
+        f.flush()
+        image = f.id.get_file_image()
+    with output_file(h5_path, binary=True) as fh:
+        fh.write(image)
     return {"node": this_node(), "csv": csv_path, "h5": h5_path, **v}
 
 

@@ -18,7 +18,7 @@
    enough), a uniform search of the fundamental zone (:func:`kernels.crystal.
    fundamental_zone_grid`, ``max(StepSizeOrient, 2)`` deg) at the origin, accepting the
    most complete orientations in turn.
-6. **Sense**: the strongest seeds searched again with omega read the opposite way
+6. **Sense**: the strongest seeds searched again at the origin, with omega read both ways
    (:func:`sense_check`): a sweep whose spots fit the opposite rotation sense, or fit both,
    is refused by stage 2 rather than indexed as its mirror image (MIDAS's conventions,
    :mod:`kernels.geometry`).
@@ -190,22 +190,30 @@ class _Search:
         #: the seed ring's spots, strongest first
         self.seeds = lo + np.argsort(-self.obs.intensity[lo:hi], kind="stable")
         self._best_u = np.empty((3, 3))
+        #: a candidate below Completeness is of no use (:meth:`best`)
+        self.least = float(p["Completeness"])
 
     def best(self, seed: int) -> Tuple[float, int, Any, Any]:
-        """(matched fraction, matched, orientation, position) of the seed's best candidate."""
+        """(matched fraction, matched, orientation, position) of the seed's best candidate
+        (the first position's whose best is highest) when it reaches ``Completeness`` (a
+        grain); otherwise some candidate below (the kernel drops those it can tell are)."""
         from kernels.ffindex import fibre_search_kernel
 
         obs = self.obs
         best: Tuple[float, int, Any, Any] = (-1.0, 0, None, None)
         if not len(self.cdirs):
             return best
+        floor = (0, 1)       # the best so far: a later position must exceed it
         for pos in self.positions:
             s = scattering_direction(obs.lab[seed], obs.omega[seed], pos)
             k, n = fibre_search_kernel(self.cdirs, s, self.n_psi, self.bmat, pos, self.arrays,
                                        obs.ring_start, obs.omega, obs.eta, obs.radius,
-                                       *self.margins, self._best_u)
+                                       *self.margins, self._best_u, *floor, self.least)
             if n and k / n > best[0]:
                 best = (k / n, k, self._best_u.copy(), pos.copy())
+                floor = (k, n)
+                if k == n:
+                    break        # every spot found: no later position can exceed it
         return best
 
     def accepts(self, seed: int) -> bool:
@@ -241,11 +249,16 @@ def sense_check(spots: np.ndarray, arrays, p: Dict[str, Any],
     spot, but a grain's spots fit only one: with MIDAS's conventions
     (:mod:`kernels.geometry`) the wrong sense indexes nothing. When the opposite sense fits
     as well, the data cannot decide it, and stage 2 refuses (:func:`hedm.ffgrains.verdict`).
+
+    Both at the origin only: the sense is the sweep's, not a grain's (an offset grain's spots
+    move by about its offset, within the margins), and a sense that fits nothing costs the
+    whole search (MIDAS's step sizes: 565 positions, some 240 s of a core per seed).
     """
     out: Dict[str, Any] = {"seeds": 0, "given": 0, "opposite": 0}
     for key, (sp, ar) in (("given", (spots, arrays)),
                           ("opposite", opposite_sense(spots, arrays))):
         search = _Search(sp, ar, p)
+        search.positions = search.positions[:1]          # the origin (above)
         seeds = search.seeds[:n_seeds]
         out["seeds"] = int(len(seeds))
         out[key] = int(sum(search.accepts(int(seed)) for seed in seeds))

@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Mapping, Sequence
 
 import numpy as np
 
-from hedm.common import replacing
+from hedm.common import output_file
 
 __all__ = ["COLUMNS", "write_grains_csv", "read_grains_csv", "seed_orientations", "main"]
 
@@ -44,7 +44,7 @@ def write_grains_csv(path: str, rows: np.ndarray, p: Mapping[str, Any]) -> str:
     rows = np.asarray(rows, float).reshape(-1, len(COLUMNS))
     vol = rows[:, 22] ** 3
     beam_center = float((rows[:, 12] * vol).sum() / vol.sum()) if vol.sum() > 0 else 0.0
-    with replacing(path) as tmp, open(tmp, "w") as fh:
+    with output_file(path) as fh:
         fh.write(_header(len(rows), beam_center, p))
         for r in rows:
             fh.write(f"{int(r[0])}\t" + "".join(f"{v:f}\t" for v in r[1:]) + "\n")

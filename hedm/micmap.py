@@ -38,7 +38,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 import numpy as np
 
-from hedm.common import replacing
+from hedm.common import output_file
 
 __all__ = ["neighbour_pairs", "grain_ids", "ipf_colors", "write_map_h5", "write_mic",
            "plot_map", "MIC_COLUMNS"]
@@ -130,7 +130,7 @@ def write_mic(path: str, fit: np.ndarray, gs: float, phase_nr: int = 1, num_phas
     """Write MIDAS's text ``.mic`` (rows with confidence > 0); ``gs``: the half edge (um)."""
     rows = fit[fit["confidence"] > 0]
     edge = 2.0 * float(gs)
-    with replacing(path) as tmp, open(tmp, "w") as fh:
+    with output_file(path) as fh:
         fh.write(f"%TriEdgeSize {edge:f}\n%NumPhases {int(num_phases)}\n"
                  f"%GlobalPosition {global_position:f}\n")
         fh.write("%" + "\t".join(MIC_COLUMNS) + "\n")

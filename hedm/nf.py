@@ -27,7 +27,7 @@ from typing import Any, Dict, List
 import numpy as np
 
 from workflows import app, on_this_node, worker_name
-from hedm.common import is_series, replacing, split_rows
+from hedm.common import is_series, output_file, split_rows
 from analyses.sources.frames import open_frame_file
 from hedm.nfparams import REDUCE_SCHEMA as SCHEMA
 from hedm.nfparams import read_nf_params
@@ -80,8 +80,8 @@ def assemble_background(bands, paths: List[str], distance: int = 0) -> List[Dict
     bands = sorted(bands, key=lambda b: b["r0"])
     for path, key in zip(paths, ("median", "max")):
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        with replacing(path, ".npy") as tmp:
-            np.save(tmp, np.vstack([b[key] for b in bands]))
+        with output_file(path, binary=True) as fh:
+            np.save(fh, np.vstack([b[key] for b in bands]))
     return [{"distance": distance, "rows": [b["r0"], b["r0"] + len(b["median"])],
              "read_s": round(b["read_s"], 4), "compute_s": round(b["compute_s"], 4),
              "worker": b["worker"]} for b in bands]

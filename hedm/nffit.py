@@ -25,7 +25,7 @@ from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
-from hedm.common import as_records, cached, merge_tables, replacing
+from hedm.common import as_records, cached, merge_tables, output_file
 from hedm.nfparams import FIT_SCHEMA as SCHEMA
 from hedm.nfparams import read_fit_params
 from hedm.params import BINARY_SUFFIX, ParamError, add_flow_arguments, flag_overrides, relative_to
@@ -55,7 +55,7 @@ def write_seeds(path: str, orientations: np.ndarray) -> str:
     from kernels.crystal import matrix_to_quaternion
 
     q = matrix_to_quaternion(np.asarray(orientations, dtype=np.float64).reshape(-1, 3, 3))
-    with replacing(path) as tmp, open(tmp, "w") as fh:
+    with output_file(path) as fh:
         for row in q:
             fh.write(",".join(f"{v:.17g}" for v in row) + "\n")
     return path

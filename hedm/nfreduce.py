@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Mapping, Sequence, Tuple, Union
 
 import numpy as np
 
-from hedm.common import as_records, cached, replacing
+from hedm.common import as_records, cached, output_file
 from hedm.output import NF_CENTROID_DTYPE, NF_FRAME_DTYPE, NF_PIXEL_DTYPE
 from hedm.params import BINARY_SUFFIX, ParamError
 from analyses.contract import Analysis, Chunk, PerFrame
@@ -356,8 +356,8 @@ class NFReduce(Analysis):
 
         t = self.tables(partial, geometry.frames)
         binary = os.path.join(folder, geometry.scan + BINARY_SUFFIX)
-        with replacing(binary, ".npy") as tmp:
-            np.save(tmp, self.binary(t["pixels"]))
+        with output_file(binary, binary=True) as fh:
+            np.save(fh, self.binary(t["pixels"]))
         out = [binary]
         if self.max_projection:
             out.append(plot_nf(os.path.join(folder, geometry.scan + ".png"),

@@ -93,7 +93,7 @@ def make_layer(folder: str, frames: int = 360, rsample: float = 50.0, grains: in
                          simulate_images, unpack_images, voronoi_microstructure,
                          within_radius, write_grid, write_tiff_series)
 
-    from hedm.common import replacing
+    from hedm.common import output_file
     from hedm.nf import BINARY_SUFFIX
     from hedm.nffit import write_seeds
 
@@ -133,8 +133,8 @@ def make_layer(folder: str, frames: int = 360, rsample: float = 50.0, grains: in
     lines += [f"{k} {v}" for k, v in STAGE1_KEYS.items()]
     lines += [f"{k} {v}" for k, v in STAGE2_KEYS.items()]
     lines += [f"NrOrientations {len(seeds)}"]
-    with replacing(os.path.join(folder, "nf.params")) as tmp, open(tmp, "w") as fh:
-        fh.write("\n".join(lines) + "\n")
+    with output_file(os.path.join(folder, "nf.params")) as params:
+        params.write("\n".join(lines) + "\n")
     np.savez_compressed(os.path.join(folder, "truth.npz"), centres=micro.centres,
                         orientations=micro.orientations, rsample=micro.rsample, images=images)
     t1 = time.perf_counter()

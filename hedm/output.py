@@ -48,7 +48,7 @@ from typing import Any, Mapping, Optional
 
 import numpy as np
 
-from hedm.common import replacing
+from hedm.common import output_file
 from core.outputs import mark
 
 __all__ = ["NF_PIXEL_DTYPE", "NF_CENTROID_DTYPE", "NF_FRAME_DTYPE", "FF_FRAME_DTYPE",
@@ -85,7 +85,7 @@ def write_csv(path: str, table: np.ndarray, float_format: str = "%.6g") -> str:
     """Write a structured array as CSV with a header row (atomically)."""
     names = table.dtype.names or ()
     floats = [table.dtype[n].kind == "f" for n in names]
-    with replacing(path) as tmp, open(tmp, "w", newline="") as fh:
+    with output_file(path) as fh:
         out = csv.writer(fh)
         out.writerow(names)
         for row in table.tolist():
@@ -98,8 +98,8 @@ def save_png(fig: Any, path: str, dpi: int = 110) -> str:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     FigureCanvasAgg(fig)
-    with replacing(path, ".png") as tmp:
-        fig.savefig(tmp, dpi=dpi)
+    with output_file(path, binary=True) as fh:
+        fig.savefig(fh, dpi=dpi, format="png")
     return path
 
 

@@ -11,7 +11,7 @@ import json
 import os
 from typing import Any, Dict, Iterable, Mapping, Optional, Sequence
 
-from hedm.common import replacing
+from hedm.common import output_file
 from workflows import on_this_node
 from hedm.errors import HedmError
 from workflows.errors import WorkflowError
@@ -103,5 +103,5 @@ def write_json(path: str, record: Mapping[str, Any]) -> None:
 
     record = dict(record)
     mark(record)
-    with replacing(path) as tmp, open(tmp, "w") as fh:
+    with output_file(path) as fh:
         json.dump(record, fh, indent=1, default=str)

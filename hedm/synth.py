@@ -32,10 +32,10 @@ FF_DEFAULTS = {"InputPattern": "ff_000001.ge3", "Dark": "dark_000001.ge3", "RawS
 
 
 def _write_params(path: str, schema, values: Mapping[str, Any]) -> str:
-    from hedm.common import replacing
+    from hedm.common import output_file
     from hedm.params import format_params
 
-    with replacing(path) as tmp, open(tmp, "w") as fh:
+    with output_file(path) as fh:
         fh.write("# synthetic dataset written by hedm.synth\n")
         fh.write(format_params(values, schema))
     return path

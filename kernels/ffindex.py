@@ -22,7 +22,7 @@ import math
 import numpy as np
 from numba import njit
 
-from .ffmodel import ETA, OME, RNG, TTH, ff_spots_kernel
+from .ffmodel import ETA, OME, RNG, TTH, ff_spots_kernel, hkl_spots_kernel
 
 __all__ = ["match_kernel", "fibre_search_kernel", "align_kernel", "orientations_kernel",
            "score_orientations_kernel", "exercise"]
@@ -49,6 +49,30 @@ def _search(ome, lo, hi, obs_ome, obs_eta, obs_rad, p_ome, p_eta, p_rad,
 
 
 @njit(cache=True, nogil=True)
+def _match_spot(spots, k, lsd, ring_start, obs_ome, obs_eta, obs_rad, m_ome, m_eta, m_rad):
+    """(observed row matching predicted spot ``k`` or -1, its distance) (match_kernel)."""
+    r = int(spots[k, RNG])
+    if r + 1 >= ring_start.shape[0]:
+        return -1, 1e30
+    lo = ring_start[r]
+    hi = ring_start[r + 1]
+    if hi <= lo:
+        return -1, 1e30
+    ome = spots[k, OME]
+    eta = spots[k, ETA]
+    rad = lsd * math.tan(math.radians(spots[k, TTH]))
+    best, bestd = _search(ome, lo, hi, obs_ome, obs_eta, obs_rad, ome, eta, rad,
+                          m_ome, m_eta, m_rad, -1, 1e30)
+    if ome + m_ome > 180.0:
+        best, bestd = _search(ome - 360.0, lo, hi, obs_ome, obs_eta, obs_rad, ome, eta,
+                              rad, m_ome, m_eta, m_rad, best, bestd)
+    if ome - m_ome < -180.0:
+        best, bestd = _search(ome + 360.0, lo, hi, obs_ome, obs_eta, obs_rad, ome, eta,
+                              rad, m_ome, m_eta, m_rad, best, bestd)
+    return best, bestd
+
+
+@njit(cache=True, nogil=True)
 def match_kernel(spots, n_spots, lsd, ring_start, obs_ome, obs_eta, obs_rad,
                  m_ome, m_eta, m_rad, ids, dist):
     """``ids[k]`` = the observed row matching predicted spot ``k`` of ``spots[:n_spots]``,
@@ -57,25 +81,8 @@ def match_kernel(spots, n_spots, lsd, ring_start, obs_ome, obs_eta, obs_rad,
     n = 0
     dist[0] = 0.0
     for k in range(n_spots):
-        r = int(spots[k, RNG])
-        ids[k] = -1
-        if r + 1 >= ring_start.shape[0]:
-            continue
-        lo = ring_start[r]
-        hi = ring_start[r + 1]
-        if hi <= lo:
-            continue
-        ome = spots[k, OME]
-        eta = spots[k, ETA]
-        rad = lsd * math.tan(math.radians(spots[k, TTH]))
-        best, bestd = _search(ome, lo, hi, obs_ome, obs_eta, obs_rad, ome, eta, rad,
-                              m_ome, m_eta, m_rad, -1, 1e30)
-        if ome + m_ome > 180.0:
-            best, bestd = _search(ome - 360.0, lo, hi, obs_ome, obs_eta, obs_rad, ome, eta,
-                                  rad, m_ome, m_eta, m_rad, best, bestd)
-        if ome - m_ome < -180.0:
-            best, bestd = _search(ome + 360.0, lo, hi, obs_ome, obs_eta, obs_rad, ome, eta,
-                                  rad, m_ome, m_eta, m_rad, best, bestd)
+        best, bestd = _match_spot(spots, k, lsd, ring_start, obs_ome, obs_eta, obs_rad,
+                                  m_ome, m_eta, m_rad)
         ids[k] = best
         if best >= 0:
             n += 1
@@ -135,36 +142,78 @@ def orientations_kernel(c, s, n_psi, out):
 
 @njit(cache=True, nogil=True)
 def fibre_search_kernel(cdirs, s, n_psi, bmat, pos, a, ring_start, obs_ome, obs_eta, obs_rad,
-                        m_ome, m_eta, m_rad, best_u):
+                        m_ome, m_eta, m_rad, best_u, floor_k=0, floor_n=1, least=0.0):
     """Best orientation on the fibres of scattering vector ``s`` for the reflection
     directions ``cdirs`` (m, 3): writes ``best_u`` and returns ``(n_matched, n_predicted)``
     of it (most matched fraction; ties: more matches, then the most central matches, as
-    :func:`match_kernel`'s ``dist`` per match)."""
+    :func:`match_kernel`'s ``dist`` per match).
+
+    Only an orientation whose fraction exceeds ``floor_k / floor_n`` (the best of the
+    positions searched before, which wins a tie) and reaches ``least`` (the fraction a
+    candidate needs to be accepted) can be of use: the search is exact for those, and
+    returns ``(0, 1)`` or a candidate below them otherwise. An orientation
+    is dropped as soon as its misses so far show that it can neither exceed the floor nor
+    reach the best fraction of this search: its spots are predicted and matched one
+    reflection at a time, and with ``miss`` misses among ``n`` spots and at most ``top = n
+    + 2 (reflections left)`` spots in all, its fraction is at most ``(top - miss) / top``.
+    The reflections are taken last first: the seed's own ring comes first in ``a.hkl``, and
+    its reflection on the fibre (and the opposite one) is found at every ``psi``, a match
+    that drops nothing; a candidate kept to the end has its ``dist`` summed in
+    :func:`match_kernel`'s order (the same float).
+    """
     us = np.empty((n_psi, 3, 3))
-    spots = np.empty((2 * a.hkl.shape[0], 8))
-    ids = np.empty(2 * a.hkl.shape[0], np.int64)
-    dist = np.empty(1)
+    nh = a.hkl.shape[0]
+    spots = np.empty((2 * nh, 8))
+    dq = np.empty(2 * nh)             # each spot's distance (-1: missed)
+    start = np.empty(nh + 1, np.int64)    # spots of the e-th reflection taken
+    omegas = np.empty(2)
+    etas = np.empty(2)
+    res = np.empty(6)
     bm = -1
     bp = 1
     bd = 1e30
     for m in range(cdirs.shape[0]):
         orientations_kernel(cdirs[m], s, n_psi, us)
         for j in range(n_psi):
-            n = ff_spots_kernel(us[j], bmat, pos, a, spots)
-            if n == 0:
+            n = 0
+            k = 0
+            miss = 0
+            for e in range(nh):
+                h = nh - 1 - e
+                start[e] = n
+                n = hkl_spots_kernel(us[j], bmat, pos, a, h, omegas, etas, res, spots,
+                                     start[e])
+                for q in range(start[e], n):
+                    row, d = _match_spot(spots, q, a.lsd, ring_start, obs_ome, obs_eta,
+                                         obs_rad, m_ome, m_eta, m_rad)
+                    if row >= 0:
+                        k += 1
+                        dq[q] = d
+                    else:
+                        miss += 1
+                        dq[q] = -1.0
+                if miss and n > start[e]:
+                    top = n + 2 * (nh - 1 - e)
+                    hit = top - miss
+                    if (hit * bp < bm * top or hit * floor_n <= floor_k * top
+                            or hit < least * top - 1e-9):
+                        k = 0                   # dropped: cannot be of use
+                        break
+            if n == 0 or k == 0:
                 continue
-            k = match_kernel(spots, n, a.lsd, ring_start, obs_ome, obs_eta, obs_rad,
-                             m_ome, m_eta, m_rad, ids, dist)
-            if k == 0:
-                continue
-            d = dist[0] / k
+            start[nh] = n
+            dsum = 0.0
+            for e in range(nh - 1, -1, -1):     # match_kernel's order: reflection h upwards
+                for q in range(start[e], start[e + 1]):
+                    if dq[q] >= 0.0:
+                        dsum += dq[q]
+            d = dsum / k
             if (k * bp > bm * n or (k * bp == bm * n and (k > bm or (k == bm and d < bd)))):
                 bm = k
                 bp = n
                 bd = d
                 best_u[:, :] = us[j]
     return max(bm, 0), bp
-
 
 
 @njit(cache=True, nogil=True)
@@ -219,7 +268,7 @@ def exercise() -> None:
     cdirs = np.ascontiguousarray(cdirs / np.linalg.norm(cdirs, axis=1, keepdims=True))
     s = np.array([0.0, 1.0, 0.0])
     fibre_search_kernel(cdirs, s, 4, bmat, pos, a, ring_start, ome, eta, rad, 1.0, 300.0,
-                        300.0, best)
+                        300.0, best, 0, 1, 0.7)         # the floor and least stage 2 passes
     score_orientations_kernel(np.stack([u, u]), bmat, pos, a, ring_start, ome, eta, rad, 1.0,
                               300.0, 300.0, np.empty(2))
     align_kernel(cdirs[0], s, best)

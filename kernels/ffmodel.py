@@ -47,10 +47,9 @@ from numba import njit
 from .errors import KernelArgumentError
 from .geometry import calc_omega_kernel, eta_kernel, frame_position
 
-__all__ = ["FFArrays", "b_matrix", "b_matrix_kernel", "ff_spots_kernel", "ff_spots",
-           "residuals_kernel", "pixel_to_lab_kernel", "fable_strain", "lattice_from_strain",
-           "lattice_rotation",
-           "FF_SPOT_COLS", "N_FF_COLS"]
+__all__ = ["FFArrays", "b_matrix", "b_matrix_kernel", "ff_spots_kernel", "hkl_spots_kernel",
+           "ff_spots", "residuals_kernel", "pixel_to_lab_kernel", "fable_strain",
+           "lattice_from_strain", "lattice_rotation", "FF_SPOT_COLS", "N_FF_COLS"]
 
 #: Columns of a predicted-spot row.
 FF_SPOT_COLS = ("omega", "eta", "two_theta", "y", "z", "frame", "ring", "hkl")
@@ -122,9 +121,10 @@ def b_matrix(lattice) -> np.ndarray:
 
 
 @njit(cache=True, nogil=True)
-def _ray(gl0, gl1, gl2, ome_deg, pos, a, res):
-    """Diffracted ray of lab ``G`` at ``omega`` from sample point ``pos``: writes ``res`` =
-    (Y px, Z px, eta, 2theta, hit_y, hit_z); returns False when it misses the plane."""
+def _ray(gl0, gl1, gl2, co, so, pos, a, res):
+    """Diffracted ray of lab ``G`` at ``omega`` (``co``, ``so``: its cosine and sine) from
+    sample point ``pos``: writes ``res`` = (Y px, Z px, eta, 2theta, hit_y, hit_z); returns
+    False when it misses the plane."""
     lam = a.wavelength
     kx = 1.0 / lam + gl0
     ky = gl1
@@ -133,8 +133,6 @@ def _ray(gl0, gl1, gl2, ome_deg, pos, a, res):
     kx /= kn
     ky /= kn
     kz /= kn
-    co = math.cos(math.radians(ome_deg))
-    so = math.sin(math.radians(ome_deg))
     rx = co * pos[0] - so * pos[1]
     ry = so * pos[0] + co * pos[1]
     rz = pos[2]
@@ -170,6 +168,54 @@ def _frame(ome, a):
 
 
 @njit(cache=True, nogil=True)
+def hkl_spots_kernel(u, bmat, pos, a, h, omegas, etas, res, out, n):
+    """The spots of reflection ``h`` (its two omegas, filtered) into ``out[n:]``; returns
+    the new row count. ``omegas``, ``etas`` (2,) and ``res`` (6,) are scratch."""
+    g0 = bmat[0, 0] * a.hkl[h, 0] + bmat[0, 1] * a.hkl[h, 1] + bmat[0, 2] * a.hkl[h, 2]
+    g1 = bmat[1, 0] * a.hkl[h, 0] + bmat[1, 1] * a.hkl[h, 1] + bmat[1, 2] * a.hkl[h, 2]
+    g2 = bmat[2, 0] * a.hkl[h, 0] + bmat[2, 1] * a.hkl[h, 1] + bmat[2, 2] * a.hkl[h, 2]
+    gx = u[0, 0] * g0 + u[0, 1] * g1 + u[0, 2] * g2
+    gy = u[1, 0] * g0 + u[1, 1] * g1 + u[1, 2] * g2
+    gz = u[2, 0] * g0 + u[2, 1] * g1 + u[2, 2] * g2
+    gg = gx * gx + gy * gy + gz * gz
+    nsol = calc_omega_kernel(gx, gy, gz, 0.5 * a.wavelength * gg, omegas, etas)
+    for i in range(nsol):
+        ome = omegas[i]
+        co = math.cos(math.radians(ome))
+        so = math.sin(math.radians(ome))
+        if not _ray(co * gx - so * gy, so * gx + co * gy, gz, co, so, pos, a, res):
+            continue
+        eta = res[2]
+        ae = abs(eta)
+        if ae < a.min_eta or 180.0 - ae < a.min_eta:
+            continue
+        keep = False
+        for r in range(a.omega_ranges.shape[0]):
+            if (a.omega_ranges[r, 0] <= ome <= a.omega_ranges[r, 1]
+                    and a.boxes[r, 0] < res[4] < a.boxes[r, 1]
+                    and a.boxes[r, 2] < res[5] < a.boxes[r, 3]):
+                keep = True
+                break
+        if not keep:
+            continue
+        if not (0.0 <= res[0] < a.n_pixels_y and 0.0 <= res[1] < a.n_pixels_z):
+            continue
+        f = _frame(ome, a)
+        if f >= a.n_frames - 0.5:
+            continue
+        out[n, OME] = ome
+        out[n, ETA] = eta
+        out[n, TTH] = res[3]
+        out[n, YPX] = res[0]
+        out[n, ZPX] = res[1]
+        out[n, FRM] = f
+        out[n, RNG] = a.ring[h]
+        out[n, HKL] = h
+        n += 1
+    return n
+
+
+@njit(cache=True, nogil=True)
 def ff_spots_kernel(u, bmat, pos, a, out):
     """Spots of one grain: rows of :data:`FF_SPOT_COLS` into ``out`` (>= 2 n_hkl, 8).
 
@@ -181,47 +227,7 @@ def ff_spots_kernel(u, bmat, pos, a, out):
     res = np.empty(6)
     n = 0
     for h in range(a.hkl.shape[0]):
-        g0 = bmat[0, 0] * a.hkl[h, 0] + bmat[0, 1] * a.hkl[h, 1] + bmat[0, 2] * a.hkl[h, 2]
-        g1 = bmat[1, 0] * a.hkl[h, 0] + bmat[1, 1] * a.hkl[h, 1] + bmat[1, 2] * a.hkl[h, 2]
-        g2 = bmat[2, 0] * a.hkl[h, 0] + bmat[2, 1] * a.hkl[h, 1] + bmat[2, 2] * a.hkl[h, 2]
-        gx = u[0, 0] * g0 + u[0, 1] * g1 + u[0, 2] * g2
-        gy = u[1, 0] * g0 + u[1, 1] * g1 + u[1, 2] * g2
-        gz = u[2, 0] * g0 + u[2, 1] * g1 + u[2, 2] * g2
-        gg = gx * gx + gy * gy + gz * gz
-        nsol = calc_omega_kernel(gx, gy, gz, 0.5 * a.wavelength * gg, omegas, etas)
-        for i in range(nsol):
-            ome = omegas[i]
-            co = math.cos(math.radians(ome))
-            so = math.sin(math.radians(ome))
-            if not _ray(co * gx - so * gy, so * gx + co * gy, gz, ome, pos, a, res):
-                continue
-            eta = res[2]
-            ae = abs(eta)
-            if ae < a.min_eta or 180.0 - ae < a.min_eta:
-                continue
-            keep = False
-            for r in range(a.omega_ranges.shape[0]):
-                if (a.omega_ranges[r, 0] <= ome <= a.omega_ranges[r, 1]
-                        and a.boxes[r, 0] < res[4] < a.boxes[r, 1]
-                        and a.boxes[r, 2] < res[5] < a.boxes[r, 3]):
-                    keep = True
-                    break
-            if not keep:
-                continue
-            if not (0.0 <= res[0] < a.n_pixels_y and 0.0 <= res[1] < a.n_pixels_z):
-                continue
-            f = _frame(ome, a)
-            if f >= a.n_frames - 0.5:
-                continue
-            out[n, OME] = ome
-            out[n, ETA] = eta
-            out[n, TTH] = res[3]
-            out[n, YPX] = res[0]
-            out[n, ZPX] = res[1]
-            out[n, FRM] = f
-            out[n, RNG] = a.ring[h]
-            out[n, HKL] = h
-            n += 1
+        n = hkl_spots_kernel(u, bmat, pos, a, h, omegas, etas, res, out, n)
     return n
 
 
@@ -272,7 +278,7 @@ def residuals_kernel(u, bmat, pos, a, obs, hkl_index, out):
             ome = omegas[best]
             co = math.cos(math.radians(ome))
             so = math.sin(math.radians(ome))
-            ok = _ray(co * gx - so * gy, so * gx + co * gy, gz, ome, pos, a, res)
+            ok = _ray(co * gx - so * gy, so * gx + co * gy, gz, co, so, pos, a, res)
         if ok:
             out[k, 0] = res[0] - obs[k, 0]
             out[k, 1] = res[1] - obs[k, 1]

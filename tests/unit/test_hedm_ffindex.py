@@ -243,3 +243,82 @@ def test_waves_of_seed_tasks_give_the_serial_grains(exact, indexed, wave):
         assert a["seed"] == b["seed"] and np.array_equal(a["spot_ids"], b["spot_ids"])
         np.testing.assert_array_equal(a["u"], b["u"])
         np.testing.assert_array_equal(a["pos"], b["pos"])
+
+
+def _brute_fibre(obs, seed, pos, arrays, p):
+    """Every fibre orientation at ``pos`` scored whole (ff_spots_kernel, match_kernel): the
+    best by fibre_search_kernel's rule, and every (k, n) seen."""
+    from hedm.ffindex import _Search, scattering_direction
+    from kernels.ffindex import match_kernel, orientations_kernel
+    from kernels.ffmodel import ff_spots_kernel
+
+    search = _Search.__new__(_Search)
+    s = scattering_direction(obs.lab[seed], obs.omega[seed], pos)
+    lattice = np.asarray(p["LatticeConstant"], float)
+    from kernels.ffmodel import b_matrix
+
+    bmat = b_matrix(lattice)
+    hk = arrays.hkl[arrays.ring == int(p["OverAllRingToIndex"])]
+    cdirs = (bmat @ hk.T).T
+    cdirs /= np.linalg.norm(cdirs, axis=1, keepdims=True)
+    n_psi = max(4, int(round(360.0 / float(p["StepSizeOrient"]))))
+    spots = np.empty((2 * len(arrays.hkl), 8))
+    ids = np.empty(2 * len(arrays.hkl), np.int64)
+    dist = np.empty(1)
+    us = np.empty((n_psi, 3, 3))
+    best, seen = (-1, 1, 1e30, None), []
+    for c in cdirs:
+        orientations_kernel(np.ascontiguousarray(c), s, n_psi, us)
+        for u in us:
+            n = ff_spots_kernel(u, bmat, pos, arrays, spots)
+            k = match_kernel(spots, n, arrays.lsd, obs.ring_start, obs.omega, obs.eta,
+                             obs.radius, p["MarginOme"], p["MarginEta"], p["MarginRadial"],
+                             ids, dist) if n else 0
+            if not (n and k):
+                continue
+            seen.append((k, n))
+            bm, bp, bd, _ = best
+            d = dist[0] / k
+            if k * bp > bm * n or (k * bp == bm * n and (k > bm or (k == bm and d < bd))):
+                best = (k, n, d, u.copy())
+    del search
+    return best, seen
+
+
+def test_the_pruned_fibre_search_is_the_whole_search(exact):
+    """Issue 42: fibre_search_kernel drops an orientation once its misses show it can
+    neither beat this search's best nor exceed the floor (the earlier positions' best) nor
+    reach ``least``; what it returns is the whole search's best whenever that is of use --
+    here on spots with a third of them dropped, so that candidates miss and are dropped."""
+    from hedm.ffindex import Observed, candidate_positions
+    from kernels.ffindex import fibre_search_kernel
+    from kernels.ffmodel import b_matrix
+
+    p, arrays = exact["p"], exact["arrays"]
+    sp = exact["spots"][np.random.default_rng(3).random(len(exact["spots"])) > 0.33]
+    obs = Observed.from_spots(sp, int(arrays.ring.max()))
+    bmat = b_matrix(np.asarray(p["LatticeConstant"], float))
+    hk = arrays.hkl[arrays.ring == 1]
+    cdirs = np.ascontiguousarray((bmat @ hk.T).T)
+    cdirs /= np.linalg.norm(cdirs, axis=1, keepdims=True)
+    from hedm.ffindex import scattering_direction
+
+    lo = obs.ring_start[1]
+    margins = (p["MarginOme"], p["MarginEta"], p["MarginRadial"])
+    n_psi = int(round(360.0 / p["StepSizeOrient"]))
+    for seed, pos in ((lo, np.zeros(3)), (lo + 3, candidate_positions(p)[2])):
+        (bk, bn, _, bu), seen = _brute_fibre(obs, seed, pos, arrays, p)
+        assert 0 < bk < bn                                 # spots missed: pruning at work
+        s = scattering_direction(obs.lab[seed], obs.omega[seed], pos)
+        below = max((k, n) for k, n in seen if k * bn < bk * n)     # a floor below the best
+        for floor, least in (((0, 1), 0.0), (below, 0.0), ((0, 1), bk / bn)):
+            u = np.empty((3, 3))
+            got = fibre_search_kernel(cdirs, s, n_psi, bmat, pos, arrays, obs.ring_start,
+                                      obs.omega, obs.eta, obs.radius, *margins, u, *floor,
+                                      least)
+            assert got == (bk, bn) and np.array_equal(u, bu), (floor, least)
+        # a floor at the best: nothing here can exceed it, and nothing above it is returned
+        k, n = fibre_search_kernel(cdirs, s, n_psi, bmat, pos, arrays, obs.ring_start,
+                                   obs.omega, obs.eta, obs.radius, *margins, np.empty((3, 3)),
+                                   bk, bn, 0.0)
+        assert k * bn <= bk * n

@@ -82,17 +82,51 @@ def test_score_counts_matches_and_false_detections():
     assert (s["planted"], s["recovered"], s["found"], s["false"]) == (3, 2, 3, 1)
 
 
-def test_replacing_renames_on_success_and_leaves_nothing_on_error(tmp_path):
-    from hedm.common import replacing
+def test_output_file_renames_on_success_and_leaves_nothing_on_error(tmp_path):
+    from hedm.common import output_file
 
     target = tmp_path / "out.csv"
     target.write_text("old")
     with pytest.raises(RuntimeError):
-        with replacing(str(target)) as tmp, open(tmp, "w") as fh:
+        with output_file(str(target)) as fh:
             fh.write("half")
             raise RuntimeError("writer failed")
     assert target.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["out.csv"]
-    with replacing(str(target), ".png") as tmp, open(tmp, "w") as fh:
-        assert tmp.endswith(".png")
+    with output_file(str(target)) as fh:
+        fh.write("a,b\r\nnew\n")               # as written: no newline translation
+    assert target.read_bytes() == b"a,b\r\nnew\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.csv"]
+    assert target.stat().st_mode & 0o777 == 0o666 & ~_umask()
+    with output_file(str(tmp_path / "x.npy"), binary=True) as fh:
+        np.save(fh, np.arange(3))
+    assert np.array_equal(np.load(tmp_path / "x.npy"), np.arange(3))
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def test_output_file_follows_no_link_and_uses_no_predictable_name(tmp_path):
+    """The old writer's temporary name was ``path.tmp-PID``: a link planted there sent the
+    output to the link's target. Now the name is unpredictable and created O_EXCL|O_NOFOLLOW,
+    and a link at the output itself is refused, its target left untouched."""
+    from core.localfs import UnsafePathError
+    from hedm.common import output_file
+
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    target = tmp_path / "out.json"
+    os.symlink(victim, f"{target}.tmp-{os.getpid()}")
+    with output_file(str(target)) as fh:
         fh.write("new")
-    assert target.read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == ["out.csv"]
+    assert target.read_text() == "new" and victim.read_text() == "keep"
+    os.unlink(f"{target}.tmp-{os.getpid()}")
+    os.unlink(target)
+    os.symlink(victim, target)
+    with pytest.raises(UnsafePathError, match="symlink"):
+        with output_file(str(target)) as fh:
+            fh.write("new")
+    assert victim.read_text() == "keep" and os.path.islink(target)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json", "victim"]

@@ -491,3 +491,59 @@ def test_the_layout_reading_finds_an_own_loader_and_a_launcher_list(tmp_path, mo
     loaders, variables = _own_loaders_and_launcher_lists()
     assert loaders == ["core/planted.py:4 import_module"]
     assert [v.rsplit(" ", 1)[1] for v in variables] == ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE"]
+
+
+#: The one temporary-then-rename writer: ``core.localfs.AtomicFile`` (an unpredictable name
+#: made ``O_EXCL|O_NOFOLLOW``), renaming through ``core.commit``; and the state files'
+#: writer on a trusted directory's descriptor (``core.trusted``).
+RENAMING_MODULES = {"core.commit", "core.trusted"}
+#: Modules that still rename a temporary file of their own (issue 44: onto AtomicFile); the
+#: list only shrinks. ``kernels`` imports nothing of the project, so its writer stays.
+OWN_RENAMERS_LEFT = {"kernels.io.writers", "stager.commands.drain", "stager.nodelocal.state",
+                     "stager.staging.report", "streams.security", "workflows.results",
+                     "workflows.examples.mapreduce"}
+
+
+def _own_renamers() -> Dict[str, list]:
+    """Module -> its ``os.replace``/``os.rename`` calls (``file:line``), outside the writer."""
+    found: Dict[str, list] = defaultdict(list)
+    for module, path in _modules():
+        if module in RENAMING_MODULES:
+            continue
+        with open(path, encoding="utf-8") as fh:
+            tree = ast.parse(fh.read(), path)
+        for node in ast.walk(tree):
+            f = node.func if isinstance(node, ast.Call) else None
+            if isinstance(f, ast.Attribute) and f.attr in ("replace", "rename", "renames") \
+                    and isinstance(f.value, ast.Name) and f.value.id == "os":
+                found[module].append(f"{os.path.relpath(path, ROOT)}:{node.lineno} os.{f.attr}")
+    return found
+
+
+def test_one_temporary_then_rename_writer():
+    """Issue 44: a library module writes a file whole through ``core.localfs.AtomicFile``
+    (``hedm.common.output_file`` for the HEDM writers), not a temporary name of its own
+    renamed into place (``hedm.common.replacing`` made ``path.tmp-PID``, which a planted
+    link redirected)."""
+    found = _own_renamers()
+    own = [w for m, where in sorted(found.items()) if m not in OWN_RENAMERS_LEFT for w in where]
+    assert not own, ("a temporary-then-rename writer of its own (use core.localfs.AtomicFile "
+                     "or write_bytes_atomic; hedm: hedm.common.output_file): " + "; ".join(own))
+    gone = sorted(OWN_RENAMERS_LEFT - set(found))
+    assert not gone, f"no longer renaming, drop from OWN_RENAMERS_LEFT: {gone}"
+
+
+def test_the_layout_reading_finds_an_own_renamer(tmp_path, monkeypatch):
+    """The reading above on a planted module holding the old ``replacing``."""
+    pkg = tmp_path / "hedm"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "planted.py").write_text(
+        "import os\n"
+        "def replacing(path):\n"
+        "    tmp = f'{path}.tmp-{os.getpid()}'\n"
+        "    yield tmp\n"
+        "    os.replace(tmp, path)\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", str(tmp_path))
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGES", ("hedm",))
+    assert dict(_own_renamers()) == {"hedm.planted": ["hedm/planted.py:5 os.replace"]}
