@@ -6,7 +6,9 @@ protocol's socket makes from its messages) and payloads, writes each sector stra
 its place in a *partition buffer*, hands every finished partition to a callback,
 and keeps a :class:`~streams.accounting.ScanReport` per scan. It is pure
 (numpy only): tests drive it without ZeroMQ, and the MPI layer can run one per
-receiving rank.
+receiving rank. It stays one module (about 650 lines) because a frame's arrival reads
+all of it at once: the scan's state, the placement strategy and the accounting; the
+batch door (:meth:`Assembler.data_range`) is the same bookkeeping for many frames.
 
 Partitions
     A partition is K consecutive frames *of this receiver* (K =
