@@ -499,8 +499,8 @@ def test_the_layout_reading_finds_an_own_loader_and_a_launcher_list(tmp_path, mo
 RENAMING_MODULES = {"core.commit", "core.trusted"}
 #: Modules that still rename a temporary file of their own (issue 44: onto AtomicFile); the
 #: list only shrinks. ``kernels`` imports nothing of the project, so its writer stays.
-OWN_RENAMERS_LEFT = {"kernels.io.writers", "stager.commands.drain", "stager.nodelocal.state",
-                     "stager.staging.report", "streams.security", "workflows.results",
+OWN_RENAMERS_LEFT = {"kernels.io.writers", "stager.nodelocal.state",
+                     "streams.security", "workflows.results",
                      "workflows.examples.mapreduce"}
 
 
