@@ -5,7 +5,8 @@
 task per partition of K frames, placed on the node holding it (:func:`place`), the
 ordered tree merge, one task writing ``<scan>.h5`` (:func:`analyses.output.finish`).
 ``python -m workflows run analyses.runner --out OUT -- --frames FILE.h5:/DATASET`` (or
-``--spilled DIR --scan NAME``) takes the receiving job's ``--analysis`` options.
+``--spilled DIR --scan NAME``, or ``--tpx3 FILE``, a recorded TPX3 stream) takes the
+receiving job's ``--analysis`` options.
 ``--valid FILE.h5:/mask`` marks frames missing where False, as on a lossy stream;
 ``--udf-roi`` and ``--corrections`` are ``stager stream receive``'s. A result of
 no use (``Analysis.problem``) fails the run after writing. ``%n`` in a path or a
@@ -65,6 +66,8 @@ def add_arguments(parser: Any) -> None:
     parser.add_argument("--scan-shape", type=int, nargs=2, metavar=("NY", "NX"),
                         help="scan grid of a 3-D frames dataset")
     parser.add_argument("--spilled", metavar="DIR", help="a receiving job's --spill directory")
+    parser.add_argument("--tpx3", metavar="FILE", help="a recorded ASI TPX3 stream "
+                        "(streams.simulate --dump): its first acquisition, as CSR")
     parser.add_argument("--scan", default=None, help="scan name (output file name)")
     parser.add_argument("--partition-frames", type=int, default=64, metavar="K")
     parser.add_argument("--valid", metavar="FILE.h5:/MASK",
@@ -122,7 +125,10 @@ def process(ref: Any, spec: Optional[str], params: Any, geometry: Any,
     a, fresh = _analysis(spec, params, geometry)
     (frames, positions, complete), fell = _read(ref, valid, hard)
     t1 = time.perf_counter()
-    partial = a.process_partition(frames, positions, complete)
+    from analyses.sparse import frames_for
+
+    # CSR (a tpx3 source) stays CSR for an analysis that takes it, as live (streams.job)
+    partial = a.process_partition(frames_for(a, frames), positions, complete)
     row = (ref.start, worker_name(), round(t1 - t0, 6), round(time.perf_counter() - t1, 6),
            fresh, fell)
     return (spec, params), partial, [row]
@@ -264,7 +270,7 @@ def main(args: Any) -> Any:
     a, _ = _analysis(spec, params)  # a bad analysis fails here, before any task
     valid = parse_source(args.valid) if args.valid else None
     g, refs = source_partitions(args.frames, args.spilled, args.scan, args.scan_shape,
-                                args.partition_frames)
+                                args.partition_frames, getattr(args, "tpx3", None))
     wanted = a.samples(g)
     if wanted is not None:      # e.g. thresholds sampled from the scan, once, here
         params = {**(params or {}), **a.use_samples(read_frames(refs, wanted))}

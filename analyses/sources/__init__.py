@@ -5,7 +5,8 @@ node); its ``kind`` names a row of :data:`SOURCES`, whose :class:`Source` lists
 (:func:`frame_files`) and reads (:func:`read_partition`) it: ``dataset`` (an HDF5
 dataset of frames), ``frames`` (detector frame files, :func:`kernels.open_frames`),
 ``spill`` (a partition a receiving job spilled), ``staged`` (a node's frame range
-of a scattered dataset). A new source is one module plus one row.
+of a scattered dataset), ``tpx3`` (a recorded TPX3 stream, as CSR). A new source is
+one module plus one row.
 """
 from __future__ import annotations
 
@@ -76,6 +77,7 @@ SOURCES: Table[Source] = Table("analysis source", {
     "frames": "analyses.sources.frames:FrameFiles",
     "spill": "analyses.sources.spilled:Spilled",
     "staged": "analyses.sources.staged:StagedRange",
+    "tpx3": "analyses.sources.tpx3:Tpx3File",
 }, make=lambda cls: cls(), hint="register one with analyses.sources.SOURCES.register")
 
 
@@ -127,12 +129,15 @@ def parse_source(text: str) -> Tuple[str, str]:
 
 
 def source_partitions(frames: Optional[str], spilled: Optional[str], scan: Optional[str],
-                      scan_shape: Optional[Sequence[int]], k: int
+                      scan_shape: Optional[Sequence[int]], k: int, tpx3: Optional[str] = None
                       ) -> Tuple[ScanGeometry, List[PartitionRef]]:
     """The geometry and partitions of an offline run's source: ``FILE.h5:/DATASET``
-    (``frames``, the ``dataset`` row) or a receiving job's spill directory (``spilled``
-    with ``scan``, the ``spill`` row), opened by its row of :data:`SOURCES`."""
-    kind, text = ("dataset", frames) if frames else ("spill", spilled)
+    (``frames``, the ``dataset`` row), a receiving job's spill directory (``spilled``
+    with ``scan``, the ``spill`` row) or a recorded TPX3 stream (``tpx3``, its row),
+    opened by its row of :data:`SOURCES`."""
+    kind, text = ("dataset", frames) if frames else ("tpx3", tpx3) if tpx3 else \
+        ("spill", spilled)
     if not text:
-        raise ValueError("give --frames FILE.h5:/DATASET or --spilled DIR --scan NAME")
+        raise ValueError("give --frames FILE.h5:/DATASET, --spilled DIR --scan NAME or "
+                         "--tpx3 FILE")
     return SOURCES.load(kind).open(text, scan, scan_shape, k)

@@ -244,3 +244,51 @@ def test_hostile_tpx3_streams_are_refused_counted_and_the_next_scan_is_exact(tmp
     with h5py.File(job.out / (reps[1].stem + ".h5"), "r") as f:
         assert np.array_equal(f["sum_image"][()], want["sumsig"])
         assert np.array_equal(f["virtual/masks_1"][()], want["masks"][..., 1])
+
+
+def _offline(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "workflows", "run", "analyses.runner",
+                           "--executor", "inline", "--out", str(tmp_path / "offline"), "--",
+                           *args], cwd=TESTS.parent, env=_env(), capture_output=True,
+                          text=True, timeout=300)
+
+
+@pytest.mark.timeout(300)
+def test_the_recorded_stream_through_the_offline_runner_equals_libertem_live(tmp_path,
+                                                                            reference):
+    """The file the live tests stream (``--dump``), read by ``analyses.runner --tpx3`` as
+    CSR partitions: LiberTEM's UDFs and the 4D-STEM flow give LiberTEM-live's results
+    (which LiberTEM's on the dense scan equals), bit for bit; shapes from its headers."""
+    import h5py
+
+    stream, masks, want = reference
+    r = _offline(tmp_path, "--tpx3", str(stream), "--scan-shape", *map(str, NAV),
+                 "--partition-frames", "12", "--analysis", UDFS, "--analysis-params",
+                 json.dumps([{}, {}, {"masks": str(masks)}]))
+    assert r.returncode == 0, r.stdout + r.stderr
+    with h5py.File(tmp_path / "offline" / "scan.h5", "r") as f:
+        for k, u in (("sum", "SumUDF"), ("sumsig", "SumSigUDF"), ("masks", "ApplyMasksUDF")):
+            got = f[f"udf/{u}/intensity"][()]
+            assert got.shape == want[k].shape and np.array_equal(got, want[k]), k
+    params = json.dumps({"mode": "both", "mask_file": str(masks)})
+    r = _offline(tmp_path, "--tpx3", str(stream), "--scan", "flow", "--analysis",
+                 "stem4d.flow", "--analysis-params", params)
+    assert r.returncode == 0, r.stdout + r.stderr
+    with h5py.File(tmp_path / "offline" / "flow.h5", "r") as f:
+        assert np.array_equal(f["sum_image"][()], want["sumsig"])
+        for m in range(2):
+            assert np.array_equal(f[f"virtual/masks_{m}"][()], want["masks"][..., m]), m
+
+
+def test_a_truncated_or_mismatched_tpx3_file_fails_naming_file_offset_and_remedy(tmp_path):
+    whole = _stream(tmp_path)
+    blob = whole.read_bytes()
+    cut = tmp_path / "cut.tpx3"
+    cut.write_bytes(blob[:len(blob) // 2])
+    r = _offline(tmp_path, "--tpx3", str(cut))
+    assert r.returncode != 0
+    assert f"{cut}: byte " in r.stderr and "frame " in r.stderr, r.stderr
+    assert "truncated" in r.stderr and "record the whole acquisition again" in r.stderr
+    assert not (tmp_path / "offline" / "cut.h5").exists()
+    r = _offline(tmp_path, "--tpx3", str(whole), "--scan-shape", "4", "16")
+    assert r.returncode != 0 and "acquisition start says 8 8" in r.stderr, r.stderr

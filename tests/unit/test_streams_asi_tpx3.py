@@ -69,6 +69,30 @@ def test_index_pointers_and_pixels_are_checked():
         assert e.value.reason == "out_of_range"
 
 
+def test_a_recorded_stream_reads_back_and_a_corrupt_one_names_file_byte_and_frame(tmp_path):
+    """kernels.io.tpx3 (the format the receiver and the offline --tpx3 source share): a
+    file of two acquisitions reads as its first, exact; pixel indices past the frame in
+    its second chunk are an error naming the file, the chunk's byte offset and frame."""
+    from kernels.errors import ReaderError
+    from kernels.io.tpx3 import read_stream_file
+
+    ip, ix, v = sparse_scan((3, 4), (32, 32), 20.0)
+    path = tmp_path / "scan.tpx3"
+    path.write_bytes(wire.encode_scan((3, 4), (32, 32), ip, ix, v, chunk_frames=5)
+                     + wire.encode_scan((1, 1), (8, 8), *_csr(1, 64), sequence=2))
+    acq, ip2, ix2, v2 = read_stream_file(str(path))
+    assert acq.nav_shape == (3, 4) and acq.sig_shape == (32, 32)
+    assert np.array_equal(ip2, ip) and np.array_equal(ix2, ix) and np.array_equal(v2, v)
+    blob = bytearray(path.read_bytes())
+    second = 64 + 32 + 6 * 4 + int(ip[5]) * 4 * 2      # the second chunk header's offset
+    assert blob[second] == 2
+    ix_at = second + 32 + 6 * 4                                        # its first index
+    blob[ix_at:ix_at + 4] = (32 * 32).to_bytes(4, "little")
+    path.write_bytes(bytes(blob))
+    with pytest.raises(ReaderError, match=f"{path}: byte {second}, frame 5: .*pixel index"):
+        read_stream_file(str(path))
+
+
 @pytest.mark.parametrize("canonical", [True, False])
 def test_densify_equals_scipy_duplicates_added(canonical):
     import scipy.sparse as sp
