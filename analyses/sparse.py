@@ -48,9 +48,19 @@ class CSRFrames:
         densify(out, self.indptr, self.indices, self.values)
         return out.reshape(self.shape)
 
-    def __getitem__(self, i: int) -> np.ndarray:
-        """Frame ``i`` dense, ``(rows, cols)``."""
+    def __getitem__(self, i: Any) -> Any:
+        """Frame ``i`` dense, ``(rows, cols)``; a bool mask or an index array: those
+        frames, still CSR (the offline runner's ``--valid`` on a TPX3 file)."""
         k, rows, cols = self.shape
+        if isinstance(i, np.ndarray):
+            if i.dtype == bool and len(i) != k:
+                raise IndexError(f"a mask of {len(i)} frames for {k}")
+            picked = np.flatnonzero(i) if i.dtype == bool else np.asarray(i, np.int64)
+            lo, hi = self.indptr[picked], self.indptr[picked + 1]
+            indptr = np.concatenate(([0], np.cumsum(hi - lo))).astype(np.int64)
+            at = np.repeat(lo - indptr[:-1], hi - lo) + np.arange(indptr[-1])
+            return CSRFrames(indptr, self.indices[at], self.values[at],
+                             (len(picked), rows, cols))
         if not -k <= i < k:
             raise IndexError(f"frame {i} of {k}")
         i %= k

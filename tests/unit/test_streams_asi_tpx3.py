@@ -218,6 +218,19 @@ def test_csr_frames_stand_where_dense_frames_stand():
         c[6]
 
 
+def test_a_mask_or_index_array_picks_csr_frames_as_it_picks_dense_ones():
+    """What the offline runner's ``--valid`` does to a partition of a TPX3 file."""
+    c = _csr_frames()
+    dense = c.dense()
+    for pick in (np.array([True, False, True, True, False, True]), np.array([5, 0, 3]),
+                 np.zeros(6, bool), np.array([], np.int64)):
+        got = c[pick]
+        assert isinstance(got, type(c)) and got.shape == dense[pick].shape
+        assert np.array_equal(got.dense(), dense[pick]) and got.indptr[-1] == len(got.values)
+    with pytest.raises(IndexError):
+        c[np.ones(5, bool)]
+
+
 def test_sparse_analyses_on_csr_equal_themselves_on_dense_frames():
     from analyses.contract import FrameSum
     from analyses.sparse import frames_for
