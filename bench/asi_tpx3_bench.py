@@ -170,7 +170,17 @@ def main() -> None:
     ap.add_argument("--sim-in-process", action="store_true",
                     help="TpxCameraSim as threads of this process (default: its own process)")
     ap.add_argument("--out", default=str(HERE / "results" / "asi_tpx3"))
+    ap.add_argument("--one", help=argparse.SUPPRESS)     # one receiver run (a child)
+    ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.one:
+        import resource
+
+        got = mpistage(a.port, "dense" in a.one, a.partition_frames,
+                       per_frame="a frame" in a.one)
+        got["rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(json.dumps(got))
+        return
     from libertem_live.detectors.asi_tpx3.sim import TpxCameraSim
 
     from streams.protocols.asi_tpx3.simulator import sparse_scan
@@ -197,7 +207,8 @@ def main() -> None:
         _wait_for(port)
     runs: dict = {"libertem-live": [], "mpistage": [], "mpistage, a frame at a time": [],
                   "mpistage, dense partitions": []}
-    held = {}
+    held: dict = {}
+    rss: dict = {}
     try:
         with LoadSampler() as load:
             for _ in range(a.repeat):
@@ -205,10 +216,15 @@ def main() -> None:
                 for name in list(runs)[1:]:
                     if "dense" in name and len(runs[name]) >= a.dense_repeat:
                         continue
-                    got = mpistage(port, "dense" in name, a.partition_frames,
-                                   per_frame="a frame" in name)
+                    # each receiver in a process of its own: its peak RSS is its own
+                    out = subprocess.run(
+                        [sys.executable, __file__, "--one", name, "--port", str(port),
+                         "--partition-frames", str(a.partition_frames)],
+                        check=True, capture_output=True, text=True).stdout
+                    got = json.loads(out.strip().splitlines()[-1])
                     runs[name].append(got["seconds"])
                     held[name] = got["held_bytes"]
+                    rss[name] = max(rss.get(name, 0.0), got["rss_mib"])
     finally:
         sim.stop()
     dense = sig[0] * sig[1] * 4
@@ -217,7 +233,7 @@ def main() -> None:
         "stream_bytes": len(blob), "stream_bytes_per_frame": len(blob) / frames,
         "dense_bytes_per_frame": dense, "chunk_frames": a.chunk_frames,
         "partition_frames": a.partition_frames,
-        "partitions_held_bytes": held,
+        "partitions_held_bytes": held, "receiver_peak_rss_mib": rss,
         "seconds": runs,
         "frames_per_s": {k: [frames / s for s in v] for k, v in runs.items()},
         "load": {"before": load.before, "min": min(load.samples), "max": max(load.samples),
@@ -244,7 +260,11 @@ def main() -> None:
               f"(**{dense / res['stream_bytes_per_frame']:,.0f}x**); the receiver's partitions "
               f"({a.partition_frames} frames each) held at most {held['mpistage']:,} bytes as "
               f"CSR, {held['mpistage, dense partitions']:,} bytes dense (**"
-              f"{held['mpistage, dense partitions'] / max(1, held['mpistage']):,.0f}x**)",
+              f"{held['mpistage, dense partitions'] / max(1, held['mpistage']):,.0f}x**); "
+              "the receiver process's peak RSS (each run in a process of its own, the "
+              "interpreter and numpy included): "
+              + ", ".join(f"{k} {v:,.0f} MiB" for k, v in rss.items())
+              + f" (dense / CSR **{rss['mpistage, dense partitions'] / rss['mpistage']:.1f}x**)",
               f"load average {load.before:.2f} before the run, {min(load.samples):.1f}-"
               f"{max(load.samples):.1f} (mean {statistics.mean(load.samples):.1f}) during it"]
     Path(a.out + ".json").write_text(json.dumps(res, indent=1) + "\n")
